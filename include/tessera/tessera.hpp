@@ -1,0 +1,7 @@
+// Umbrella header: the whole public C++ API.
+#pragma once
+
+#include "tessera/error.hpp"
+#include "tessera/ops/elementwise.hpp"
+#include "tessera/tensor.hpp"
+#include "tessera/version.hpp"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: tests, verify, benchmarks, profile; logs under $OUT and a short
+# summary printed last. Expects the C++ outputs built on the workstation in devbin/ (carried):
+#   bash scripts/stage_devbin.sh               # here: build and stage binaries
+#   device run: bash scripts/device.sh [steps]  # steps: env ctest verify large pytest bench pybench profile
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+STEPS="${*:-env ctest verify pytest pybench bench profile}"
+export LD_LIBRARY_PATH="$PWD/devbin:${LD_LIBRARY_PATH:-}"
+BIN="$PWD/devbin/tessera"
+summary=()
+step() {  # step NAME CMD...: run, log to $OUT/NAME.log, record pass/fail
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log" | cut -c1-100)")")
+}
+for s in $STEPS; do
+  case $s in
+    env) step env bash -c 'nvidia-smi; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; ls /usr/local/cuda/lib64 | grep -E "cupti|cublas" | head; ldd devbin/tessera | grep -E "not found|cuda|cublas|cupti"' ;;
+    ctest) step ctest ./devbin/tessera_tests --gtest_brief=1 ;;
+    verify) step verify "$BIN" verify ;;
+    large) step large "$BIN" verify --large add gelu ;;
+    sanitize) step sanitize compute-sanitizer --tool memcheck ./devbin/tessera_tests --gtest_filter='ElementwiseGpu.*:TileGpu.*' --gtest_brief=1 ;;
+    pyinstall) step pyinstall bash -c 'TESSERA_CUDA_ARCHITECTURES=90a python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -20; python3 -c "import tessera; print(tessera.__version__)"' ;;
+    pytest) step pytest python3 -m pytest tests/python -q -rs -x ;;
+    pybench) step pybench python3 benchmarks/elementwise.py --out "$OUT/pyreport" ;;
+    bench) step bench "$BIN" bench add gelu gelu_tanh --dtype float32,bfloat16 --out "$OUT/report" ;;
+    profile) step profile bash -c "$BIN profile add --dtype float32 --size 2^28 && $BIN profile gelu_tanh --dtype bfloat16 --size 2^24" ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+echo "================ summary"
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds the C++ targets on the workstation (no GPU needed) and stages the binaries the device run
+# uses in devbin/ (git-ignored; carried to the GPU machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${BUILD_DIR:-build}"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=${TESSERA_CUDA_ARCHITECTURES:-80;90a}" >/dev/null
+cmake --build "$BUILD" -j "$(nproc)"
+rm -rf devbin && mkdir -p devbin
+cp -P "$BUILD"/src/libtessera.so* devbin/
+cp "$BUILD"/tests/cpp/tessera_tests devbin/
+cp "$BUILD"/tools/tessera devbin/ 2>/dev/null || true
+du -sh devbin

@@ -1,0 +1,67 @@
+// The table of operators that `tessera verify/bench/profile` and the Python benchmarks walk.
+// Each family contributes its entries from src/ops/<family>/cases.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/tensor.hpp"
+
+namespace tessera::ops {
+
+// One check of one operator against its CPU reference.
+struct VerifyResult {
+  std::string op;
+  std::string name;       // "float16 [1023, 77] strided"
+  bool passed = false;
+  double rel_err = 0;     // ||out - ref|| / ||ref||
+  double max_abs = 0;     // max |out - ref|
+  double tolerance = 0;   // bound on rel_err for this dtype
+  int64_t unwritten = 0;  // output elements still holding the poison pattern
+  std::string detail;     // why it failed, when it did
+};
+
+struct VerifyCase {
+  std::string name;
+  bool large = false;  // > 2^31 elements: skipped unless asked for (tessera verify --large)
+  std::function<VerifyResult()> run;
+};
+
+// A ready-to-time call: inputs allocated and filled with random data, output allocated.
+struct BenchCase {
+  std::string op;
+  std::string dtype;
+  std::string shape;        // "[268435456]"
+  int64_t size = 0;         // elements of the main tensor (the x axis of plots)
+  double bytes = 0;         // the fewest bytes the operator must move through HBM
+  double flops = 0;         // the floating-point operations it must do (0 for memory-bound ops)
+  std::function<void(cudaStream_t)> run;
+  std::shared_ptr<void> state;  // owns the buffers `run` uses
+};
+
+struct OpInfo {
+  std::string name;         // "add", "gelu", "gelu_backward"
+  std::string family;       // "elementwise"
+  std::string summary;
+  std::vector<DType> dtypes;            // supported
+  std::vector<int64_t> bench_sizes;     // default sizes for `tessera bench`
+  std::function<std::vector<VerifyCase>()> verify_cases;
+  // Builds a bench case for dtype and size (elements of the main tensor) on the current device.
+  std::function<BenchCase(DType, int64_t)> make_bench;
+};
+
+const std::vector<OpInfo>& all_ops();
+const OpInfo* find_op(const std::string& name);  // nullptr when unknown
+// The ops a user means by `name`: the op itself and its variants, i.e. every op named `name` or
+// starting with `name` + "_" ("gelu" selects gelu, gelu_tanh, gelu_backward, gelu_tanh_backward).
+// Empty when nothing matches.
+std::vector<const OpInfo*> select_ops(const std::string& name);
+
+// Defined by each family.
+void register_elementwise(std::vector<OpInfo>& ops);
+
+}  // namespace tessera::ops

@@ -1,0 +1,145 @@
+#include "ops/verify.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <mutex>
+
+#include "runtime/check.hpp"
+#include "runtime/host.hpp"
+
+namespace tessera::ops {
+
+double tolerance_for(DType dtype) {
+  switch (dtype) {
+    case DType::float64: return 1e-12;
+    case DType::float32: return 1e-5;
+    default: return 1e-2;
+  }
+}
+
+const char* layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::contiguous: return "contiguous";
+    case Layout::strided: return "strided";
+    case Layout::transposed: return "transposed";
+    case Layout::offset: return "misaligned";
+  }
+  return "?";
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  return detail::shape_str(shape.data(), static_cast<int>(shape.size()));
+}
+
+TestTensor make_tensor(DType dtype, const std::vector<int64_t>& shape, Layout layout) {
+  const int nd = static_cast<int>(shape.size());
+  if (layout == Layout::transposed && nd < 2)
+    detail::throw_arg(ErrorKind::value, "make_tensor", "layout", "ndim >= 2 for transposed",
+                      std::to_string(nd));
+  std::vector<int64_t> strides(nd);
+  int64_t offset = 0, extent = 1;
+  if (layout == Layout::transposed) {
+    // Storage is row-major in the order (..., n-1, n-2): swap the last two dims.
+    std::vector<int64_t> order(nd);
+    for (int i = 0; i < nd; ++i) order[i] = i;
+    std::swap(order[nd - 1], order[nd - 2]);
+    int64_t s = 1;
+    for (int k = nd - 1; k >= 0; --k) {
+      strides[order[k]] = s;
+      s *= std::max<int64_t>(shape[order[k]], 1);
+    }
+    extent = s;
+  } else {
+    int64_t s = layout == Layout::strided ? 2 : 1;
+    for (int i = nd - 1; i >= 0; --i) {
+      strides[i] = s;
+      s *= std::max<int64_t>(shape[i], 1);
+    }
+    extent = s;
+    if (layout == Layout::offset) offset = 1;
+  }
+  TestTensor t;
+  t.storage_elems = extent + offset;
+  t.storage = runtime::DeviceBuffer(static_cast<std::size_t>(t.storage_elems) * dtype_size(dtype));
+  char* base = static_cast<char*>(t.storage.data()) + offset * dtype_size(dtype);
+  int dev = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+  t.view = TensorView::make(base, dtype, shape.data(), strides.data(), nd, Device{DeviceType::cuda, dev});
+  return t;
+}
+
+namespace {
+std::atomic<uint64_t> g_seed{0x7e55e7a};
+}
+
+void fill_random(TestTensor& t, double lo, double hi, cudaStream_t stream) {
+  runtime::fill_uniform(t.storage.data(), t.view.dtype, t.storage_elems, lo, hi,
+                        g_seed.fetch_add(0x9e3779b97f4a7c15ull), stream);
+}
+
+void fill_poison(TestTensor& t, cudaStream_t stream) {
+  runtime::poison(t.storage.data(), t.storage.bytes(), stream);
+}
+
+HostCopy to_host(const TestTensor& t) {
+  HostCopy h;
+  h.bytes = runtime::to_host(t.storage.data(), t.storage.bytes());
+  const auto off = static_cast<const char*>(t.view.data) - static_cast<const char*>(t.storage.data());
+  h.view = t.view;
+  h.view.data = h.bytes.data() + off;
+  h.view.device = Device{DeviceType::cpu, 0};
+  return h;
+}
+
+VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
+                     const std::vector<double>& ref, cudaStream_t stream) {
+  VerifyResult r;
+  r.op = op;
+  r.name = name;
+  r.tolerance = tolerance_for(out.view.dtype);
+  const int64_t n = out.view.numel();
+  if (static_cast<int64_t>(ref.size()) != n) {
+    r.detail = "reference has " + std::to_string(ref.size()) + " elements, output " + std::to_string(n);
+    return r;
+  }
+  r.unwritten = runtime::count_poisoned(out.view, stream);
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const HostCopy h = to_host(out);
+  std::mutex mu;
+  double err2 = 0, ref2 = 0, max_abs = 0;
+  int64_t bad = 0;
+  runtime::parallel_for(n, [&](int64_t b, int64_t e) {
+    double le = 0, lr = 0, lm = 0;
+    int64_t lb = 0;
+    for (int64_t i = b; i < e; ++i) {
+      const double v = runtime::load_double(h.view, i), want = ref[i];
+      if (!std::isfinite(v) && std::isfinite(want)) {
+        ++lb;
+        continue;
+      }
+      const double d = std::isfinite(want) ? v - want : (v == want || (std::isnan(v) && std::isnan(want)) ? 0.0 : INFINITY);
+      le += d * d;
+      lr += std::isfinite(want) ? want * want : 0.0;
+      lm = std::max(lm, std::fabs(d));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    err2 += le;
+    ref2 += lr;
+    max_abs = std::max(max_abs, lm);
+    bad += lb;
+  });
+  r.rel_err = n == 0 ? 0.0 : (ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2));
+  r.max_abs = max_abs;
+  if (r.unwritten > 0) {
+    r.detail = std::to_string(r.unwritten) + " output elements never written";
+  } else if (bad > 0) {
+    r.detail = std::to_string(bad) + " outputs are NaN/Inf where the reference is finite";
+  } else if (!(r.rel_err <= r.tolerance)) {
+    r.detail = "relative error above tolerance";
+  } else {
+    r.passed = true;
+  }
+  return r;
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,57 @@
+// Shared machinery for checking an operator against its CPU reference: test tensors in several
+// layouts filled with fresh random data, host copies, and the comparison that every family's
+// verify cases end with. Used by `tessera verify` and by the GPU tests.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops/registry.hpp"
+#include "runtime/memory.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera::ops {
+
+// Bound on ||out - ref|| / ||ref|| for results stored in `dtype` (DESIGN.md, Testing).
+double tolerance_for(DType dtype);
+
+enum class Layout {
+  contiguous,
+  strided,     // every other element of the last dimension (stride 2)
+  transposed,  // last two dimensions stored swapped (needs ndim >= 2)
+  offset,      // contiguous but starting one element past a 16-byte boundary
+};
+const char* layout_name(Layout layout);
+
+// A device tensor: its storage and a view into it.
+struct TestTensor {
+  runtime::DeviceBuffer storage;
+  TensorView view;
+  int64_t storage_elems = 0;
+};
+
+TestTensor make_tensor(DType dtype, const std::vector<int64_t>& shape, Layout layout);
+// Fills the whole storage with values uniform in [lo, hi) (seeded from a process-wide counter,
+// so each call draws fresh data).
+void fill_random(TestTensor& t, double lo, double hi, cudaStream_t stream);
+// Sets the storage to the poison pattern (NaN in every float dtype).
+void fill_poison(TestTensor& t, cudaStream_t stream);
+
+// A host copy of a test tensor with the same strides.
+struct HostCopy {
+  std::vector<unsigned char> bytes;
+  TensorView view;  // device = cpu
+};
+HostCopy to_host(const TestTensor& t);
+
+// Compares `out` (on the device) with `ref` (row-major, double) and fills a VerifyResult:
+// poison count on the GPU, then norms on the host. NaN or Inf where the reference is finite fails.
+VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
+                     const std::vector<double>& ref, cudaStream_t stream);
+
+std::string shape_str(const std::vector<int64_t>& shape);
+
+}  // namespace tessera::ops

@@ -1,0 +1,22 @@
+// Host-side element access for CPU references: read and write any float dtype as double through
+// a view's strides, and split a loop across the machine's cores.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "tessera/tensor.hpp"
+
+namespace tessera::runtime {
+
+// Offset (elements) of row-major logical index i in view t.
+int64_t element_offset(const TensorView& t, int64_t i);
+
+// t must describe host memory.
+double load_double(const TensorView& t, int64_t logical_index);
+void store_double(const TensorView& t, int64_t logical_index, double value);
+
+// Calls fn(begin, end) over [0, n) in contiguous chunks on all hardware threads.
+void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace tessera::runtime

@@ -1,0 +1,98 @@
+// Elementwise maps: out[i] = f(in0[i], ...) with all arithmetic in float32.
+//
+// map_contiguous is the fast path for dense tensors: each thread moves UNROLL 16-byte vectors
+// per input, all loads issued before the first use so that enough bytes are in flight to cover
+// HBM latency; the last partial vector of the tensor goes through the masked helpers.
+// map_strided is the general path (any strides, broadcast inputs with stride 0).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "tile/convert.cuh"
+#include "tile/indexing.cuh"
+#include "tile/vec.cuh"
+
+namespace tessera::tile {
+
+inline constexpr int kMapThreads = 256;
+
+template <class T, int NIN>
+struct Inputs {
+  const T* p[NIN];
+};
+
+template <int NIN, class T, int V, class F>
+__device__ __forceinline__ float apply(const F& f, const Vec<T, V> (&x)[NIN], int e) {
+  if constexpr (NIN == 1) return f(to_float(x[0][e]));
+  else return f(to_float(x[0][e]), to_float(x[1][e]));
+}
+
+template <int V, int UNROLL, int NIN, class T, class F>
+__global__ __launch_bounds__(kMapThreads) void map_contiguous_kernel(int64_t n, T* __restrict__ out,
+                                                                      Inputs<T, NIN> in, F f) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * (kMapThreads * UNROLL * V);
+  Vec<T, V> x[UNROLL][NIN];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+    for (int k = 0; k < NIN; ++k)
+      x[u][k] = load_tile<V>(in.p[k], base + static_cast<int64_t>(u * kMapThreads + threadIdx.x) * V, n);
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    Vec<T, V> r;
+#pragma unroll
+    for (int e = 0; e < V; ++e) r[e] = from_float<T>(apply<NIN>(f, x[u], e));
+    store_tile<V>(out, base + static_cast<int64_t>(u * kMapThreads + threadIdx.x) * V, n, r);
+  }
+}
+
+template <int V, int UNROLL, int NIN, class T, class F>
+void launch_map_contiguous_v(int64_t n, T* out, Inputs<T, NIN> in, F f, cudaStream_t stream) {
+  constexpr int64_t per_block = int64_t(kMapThreads) * UNROLL * V;
+  const auto grid = static_cast<unsigned>((n + per_block - 1) / per_block);
+  map_contiguous_kernel<V, UNROLL, NIN><<<grid, kMapThreads, 0, stream>>>(n, out, in, f);
+}
+
+// Chooses the vector width (16 bytes when every pointer allows it) and the unroll (4 vectors per
+// thread on large tensors; 1 on small ones, where more blocks beat more bytes per thread).
+template <int NIN, class T, class F>
+void launch_map_contiguous(int64_t n, T* out, Inputs<T, NIN> in, F f, int sm_count,
+                           cudaStream_t stream) {
+  constexpr int V = kVec16<T>;
+  bool aligned = is_aligned<T, V>(out);
+  for (int k = 0; k < NIN; ++k) aligned = aligned && is_aligned<T, V>(in.p[k]);
+  if (!aligned) {
+    launch_map_contiguous_v<1, 4, NIN>(n, out, in, f, stream);
+  } else if (n >= int64_t(kMapThreads) * 4 * V * 4 * sm_count) {
+    launch_map_contiguous_v<V, 4, NIN>(n, out, in, f, stream);
+  } else {
+    launch_map_contiguous_v<V, 1, NIN>(n, out, in, f, stream);
+  }
+}
+
+// General layout: idx holds out's strides in slot 0 and input k's in slot k + 1.
+template <int NIN, class T, class F>
+__global__ __launch_bounds__(kMapThreads) void map_strided_kernel(int64_t n, T* out, Inputs<T, NIN> in,
+                                                                   StridedIndexer<NIN + 1> idx, F f) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[NIN + 1];
+    idx.offsets(i, off);
+    float r;
+    if constexpr (NIN == 1) r = f(to_float(in.p[0][off[1]]));
+    else r = f(to_float(in.p[0][off[1]]), to_float(in.p[1][off[2]]));
+    out[off[0]] = from_float<T>(r);
+  }
+}
+
+template <int NIN, class T, class F>
+void launch_map_strided(int64_t n, T* out, Inputs<T, NIN> in, const StridedIndexer<NIN + 1>& idx,
+                        F f, int sm_count, cudaStream_t stream) {
+  const long long blocks = (n + kMapThreads - 1) / kMapThreads;
+  const auto grid = static_cast<unsigned>(blocks < 32LL * sm_count ? blocks : 32LL * sm_count);
+  map_strided_kernel<NIN><<<grid, kMapThreads, 0, stream>>>(n, out, in, idx, f);
+}
+
+}  // namespace tessera::tile

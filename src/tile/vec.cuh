@@ -1,0 +1,84 @@
+// Vector loads and stores. A Vec<T, N> is N elements moved as one aligned access; with
+// N = 16 / sizeof(T) that is one 16-byte LDG.128/STG.128 per thread, the width that saturates
+// HBM with the fewest instructions. The masked forms serve the ragged end of a tensor.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::tile {
+
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+  __device__ __forceinline__ T& operator[](int i) { return v[i]; }
+  __device__ __forceinline__ const T& operator[](int i) const { return v[i]; }
+};
+
+// Elements per 16-byte access.
+template <class T>
+inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
+
+// True when p can be read as Vec<T, N> (aligned to the vector's size).
+template <class T, int N>
+__host__ __device__ __forceinline__ bool is_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * N) == 0;
+}
+
+// Whole-vector load; p must be aligned and all N elements in bounds.
+template <int N, class T>
+__device__ __forceinline__ Vec<T, N> load(const T* p) {
+  return *reinterpret_cast<const Vec<T, N>*>(p);
+}
+
+// Streaming load (evict-first): for data read once and larger than L2.
+template <int N, class T>
+__device__ __forceinline__ Vec<T, N> load_stream(const T* p) {
+  static_assert(sizeof(Vec<T, N>) == 16 || sizeof(Vec<T, N>) <= 8, "unsupported vector width");
+  Vec<T, N> r;
+  if constexpr (sizeof(Vec<T, N>) == 16) {
+    int4 x = __ldcs(reinterpret_cast<const int4*>(p));
+    r = *reinterpret_cast<Vec<T, N>*>(&x);
+  } else {
+    r = *reinterpret_cast<const Vec<T, N>*>(p);
+  }
+  return r;
+}
+
+// Loads the first `valid` elements (0 <= valid <= N) one by one; the rest get `fill`.
+template <int N, class T>
+__device__ __forceinline__ Vec<T, N> load_masked(const T* p, int valid, T fill) {
+  Vec<T, N> r;
+#pragma unroll
+  for (int i = 0; i < N; ++i) r[i] = i < valid ? p[i] : fill;
+  return r;
+}
+
+template <int N, class T>
+__device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+// Stores the first `valid` elements only.
+template <int N, class T>
+__device__ __forceinline__ void store_masked(T* p, const Vec<T, N>& v, int valid) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (i < valid) p[i] = v[i];
+}
+
+// Load or masked load of elements [i, i + N) of a length-n array: the one call kernels use.
+template <int N, class T>
+__device__ __forceinline__ Vec<T, N> load_tile(const T* base, int64_t i, int64_t n) {
+  if (i + N <= n) return load<N>(base + i);
+  return load_masked<N>(base + i, static_cast<int>(n > i ? n - i : 0), T{});
+}
+
+template <int N, class T>
+__device__ __forceinline__ void store_tile(T* base, int64_t i, int64_t n, const Vec<T, N>& v) {
+  if (i + N <= n)
+    store<N>(base + i, v);
+  else if (i < n)
+    store_masked<N>(base + i, v, static_cast<int>(n - i));
+}
+
+}  // namespace tessera::tile

@@ -1,0 +1,324 @@
+// The `tessera` command line: parsing, planning and exit codes. CPU-only except run_cli, which
+// must fail cleanly (not crash) where there is no GPU.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "cli.hpp"
+#include "ops/registry.hpp"
+#include "runtime/device.hpp"
+
+namespace tessera::cli {
+namespace {
+
+Args parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "tessera");
+  return parse_args(args);
+}
+
+// The message of the UsageError that parsing `args` must throw.
+std::string usage_error(std::vector<std::string> args) {
+  try {
+    parse(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no UsageError";
+  return "";
+}
+
+std::string size_error(const std::string& text) {
+  try {
+    parse_size("--sizes", text);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no UsageError for '" << text << "'";
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(CliSize, AcceptsPlainPowersAndSuffixes) {
+  EXPECT_EQ(parse_size("--sizes", "1048576"), 1048576);
+  EXPECT_EQ(parse_size("--sizes", "1"), 1);
+  EXPECT_EQ(parse_size("--sizes", "2^20"), int64_t{1} << 20);
+  EXPECT_EQ(parse_size("--sizes", "2^0"), 1);
+  EXPECT_EQ(parse_size("--sizes", "2^62"), int64_t{1} << 62);
+  EXPECT_EQ(parse_size("--sizes", "4k"), 4096);
+  EXPECT_EQ(parse_size("--sizes", "4K"), 4096);
+  EXPECT_EQ(parse_size("--sizes", "1M"), 1 << 20);
+  EXPECT_EQ(parse_size("--sizes", "3G"), int64_t{3} << 30);
+  EXPECT_EQ(parse_sizes("--sizes", "2^16,2^20,1048576,4k"),
+            (std::vector<int64_t>{1 << 16, 1 << 20, 1048576, 4096}));
+}
+
+TEST(CliSize, RejectsBadValuesNamingFlagAndValue) {
+  for (const char* bad : {"2^", "-5", "abc", "", "1.5", "k", "2^x", "4KB", "1m", " 4", "2^-1",
+                          "0", "2^63", "99999999999999999999", "9000000000G"}) {
+    std::string msg = size_error(bad);
+    EXPECT_TRUE(contains(msg, "--sizes")) << msg;
+    EXPECT_TRUE(contains(msg, "'" + std::string(bad) + "'")) << msg;
+  }
+  std::string msg;
+  try {
+    parse_sizes("--sizes", "2^20,,4k");
+  } catch (const UsageError& e) {
+    msg = e.what();
+  }
+  EXPECT_TRUE(contains(msg, "--sizes") && contains(msg, "2^20,,4k")) << msg;
+}
+
+TEST(CliSize, FormatsPowersOfTwo) {
+  EXPECT_EQ(format_size(1 << 20), "2^20");
+  EXPECT_EQ(format_size(1000), "1000");
+  EXPECT_EQ(format_size(512), "512");
+  EXPECT_EQ(format_size(3 << 20), "3145728");
+}
+
+TEST(CliDtype, TorchNamesAndShortForms) {
+  EXPECT_EQ(parse_dtype("--dtype", "float32"), DType::float32);
+  EXPECT_EQ(parse_dtype("--dtype", "fp32"), DType::float32);
+  EXPECT_EQ(parse_dtype("--dtype", "float16"), DType::float16);
+  EXPECT_EQ(parse_dtype("--dtype", "fp16"), DType::float16);
+  EXPECT_EQ(parse_dtype("--dtype", "bfloat16"), DType::bfloat16);
+  EXPECT_EQ(parse_dtype("--dtype", "bf16"), DType::bfloat16);
+  EXPECT_EQ(parse_dtype("--dtype", "torch.bfloat16"), DType::bfloat16);
+  EXPECT_EQ(parse_dtype("--dtype", "int32"), DType::int32);
+  EXPECT_EQ(parse_dtypes("--dtype", "float32,bf16"),
+            (std::vector<DType>{DType::float32, DType::bfloat16}));
+  for (const char* bad : {"f32", "BF16", "", "bfloat"}) {
+    try {
+      parse_dtype("--dtype", bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const UsageError& e) {
+      EXPECT_TRUE(contains(e.what(), "--dtype") && contains(e.what(), "'" + std::string(bad) + "'"))
+          << e.what();
+    }
+  }
+}
+
+TEST(CliVerb, HelpForms) {
+  for (auto args : {std::vector<std::string>{"--help"}, {"-h"}, {"help"}}) {
+    Args a = parse(args);
+    EXPECT_TRUE(a.help);
+    EXPECT_EQ(a.verb, Verb::help);
+  }
+  Args a = parse({"help", "bench"});
+  EXPECT_TRUE(a.help);
+  EXPECT_EQ(a.verb, Verb::bench);
+  for (const char* verb : {"info", "verify", "bench", "profile"}) {
+    a = parse({verb, "--help"});
+    EXPECT_TRUE(a.help);
+    EXPECT_EQ(verb_name(a.verb), verb);
+  }
+  // --help wins over a bad value earlier on the line.
+  EXPECT_TRUE(parse({"bench", "--sizes", "abc", "--help"}).help);
+  EXPECT_TRUE(contains(usage_error({"help", "frobnicate"}), "frobnicate"));
+}
+
+TEST(CliVerb, UsageTexts) {
+  std::string list = usage(Verb::help);
+  for (const char* verb : {"info", "verify", "bench", "profile"}) EXPECT_TRUE(contains(list, verb));
+  EXPECT_TRUE(contains(list, "gelu_backward"));
+  std::string bench = usage(Verb::bench);
+  for (const char* flag : {"--dtype", "--sizes", "--out", "--reps", "--graph", "--no-flush",
+                           "--no-peaks", "--device", "--help"})
+    EXPECT_TRUE(contains(bench, flag)) << flag;
+  EXPECT_TRUE(contains(usage(Verb::verify), "--large"));
+  EXPECT_TRUE(contains(usage(Verb::info), "--no-peaks"));
+  EXPECT_TRUE(contains(usage(Verb::profile), "--size"));
+}
+
+TEST(CliVerb, UnknownOrMissingVerb) {
+  EXPECT_TRUE(contains(usage_error({}), "no verb"));
+  std::string msg = usage_error({"frobnicate"});
+  EXPECT_TRUE(contains(msg, "frobnicate") && contains(msg, "bench")) << msg;
+}
+
+TEST(CliInfo, Flags) {
+  Args a = parse({"info"});
+  EXPECT_EQ(a.verb, Verb::info);
+  EXPECT_EQ(a.device, 0);
+  EXPECT_TRUE(a.peaks);
+  a = parse({"info", "--no-peaks", "--device", "3"});
+  EXPECT_FALSE(a.peaks);
+  EXPECT_EQ(a.device, 3);
+  EXPECT_EQ(parse({"info", "--device=1"}).device, 1);
+  EXPECT_TRUE(contains(usage_error({"info", "add"}), "'add'"));
+  EXPECT_TRUE(contains(usage_error({"info", "--large"}), "--large"));  // verify's flag, not info's
+  std::string msg = usage_error({"info", "--device", "-1"});
+  EXPECT_TRUE(contains(msg, "--device") && contains(msg, "'-1'")) << msg;
+  EXPECT_TRUE(contains(usage_error({"info", "--device", "x"}), "'x'"));
+  EXPECT_TRUE(contains(usage_error({"info", "--device"}), "needs a value"));
+  EXPECT_TRUE(contains(usage_error({"info", "--no-peaks=1"}), "takes no value"));
+}
+
+TEST(CliVerify, OpsAndFlags) {
+  Args a = parse({"verify"});
+  EXPECT_EQ(a.verb, Verb::verify);
+  EXPECT_TRUE(a.ops.empty());
+  EXPECT_FALSE(a.large);
+  a = parse({"verify", "add", "gelu", "--large", "--device", "1"});
+  EXPECT_EQ(a.ops, (std::vector<std::string>{"add", "gelu"}));
+  EXPECT_TRUE(a.large);
+  EXPECT_EQ(a.device, 1);
+  std::string msg = usage_error({"verify", "add", "nope"});
+  EXPECT_TRUE(contains(msg, "'nope'") && contains(msg, "gelu_backward")) << msg;
+  msg = usage_error({"verify", "--fast"});
+  EXPECT_TRUE(contains(msg, "unknown option") && contains(msg, "--fast")) << msg;
+}
+
+TEST(CliBench, Flags) {
+  Args a = parse({"bench", "add", "gelu_backward", "--dtype", "float32,bf16", "--sizes",
+                  "2^16,1M", "--out", "/tmp/x", "--reps", "50", "--graph", "--no-flush",
+                  "--no-peaks", "--device", "2"});
+  EXPECT_EQ(a.verb, Verb::bench);
+  EXPECT_EQ(a.ops, (std::vector<std::string>{"add", "gelu_backward"}));
+  EXPECT_EQ(a.dtypes, (std::vector<DType>{DType::float32, DType::bfloat16}));
+  EXPECT_EQ(a.sizes, (std::vector<int64_t>{1 << 16, 1 << 20}));
+  EXPECT_EQ(a.out_dir, "/tmp/x");
+  EXPECT_EQ(a.reps, 50);
+  EXPECT_TRUE(a.graph);
+  EXPECT_FALSE(a.flush_l2);
+  EXPECT_FALSE(a.peaks);
+  EXPECT_EQ(a.device, 2);
+
+  a = parse({"bench"});
+  EXPECT_TRUE(a.ops.empty() && a.dtypes.empty() && a.sizes.empty() && a.out_dir.empty());
+  EXPECT_EQ(a.reps, 0);
+  EXPECT_FALSE(a.graph);
+  EXPECT_TRUE(a.flush_l2 && a.peaks);
+
+  // Repeated list flags add up; "=" works too.
+  a = parse({"bench", "--sizes=4k", "--sizes", "2^10", "--dtype=fp16", "--dtype", "fp32"});
+  EXPECT_EQ(a.sizes, (std::vector<int64_t>{4096, 1024}));
+  EXPECT_EQ(a.dtypes, (std::vector<DType>{DType::float16, DType::float32}));
+
+  std::string msg = usage_error({"bench", "--sizes", "2^"});
+  EXPECT_TRUE(contains(msg, "--sizes") && contains(msg, "'2^'")) << msg;
+  msg = usage_error({"bench", "--sizes", "-5"});
+  EXPECT_TRUE(contains(msg, "--sizes") && contains(msg, "'-5'")) << msg;
+  msg = usage_error({"bench", "--dtype", "fp8x"});
+  EXPECT_TRUE(contains(msg, "--dtype") && contains(msg, "'fp8x'")) << msg;
+  msg = usage_error({"bench", "--reps", "0"});
+  EXPECT_TRUE(contains(msg, "--reps") && contains(msg, "'0'")) << msg;
+  EXPECT_TRUE(contains(usage_error({"bench", "--dtype"}), "--dtype needs a value"));
+  EXPECT_TRUE(contains(usage_error({"bench", "--out", "--graph"}), "--out needs a value"));
+  EXPECT_TRUE(contains(usage_error({"bench", "--size", "4k"}), "unknown option '--size'"));
+  EXPECT_TRUE(contains(usage_error({"bench", "softmax_typo"}), "softmax_typo"));
+}
+
+TEST(CliProfile, Flags) {
+  Args a = parse({"profile", "gelu", "--dtype", "bf16", "--size", "2^20", "--device", "1"});
+  EXPECT_EQ(a.verb, Verb::profile);
+  EXPECT_EQ(a.ops, std::vector<std::string>{"gelu"});
+  EXPECT_EQ(a.dtypes, std::vector<DType>{DType::bfloat16});
+  EXPECT_EQ(a.sizes, std::vector<int64_t>{1 << 20});
+  EXPECT_EQ(a.device, 1);
+  EXPECT_TRUE(contains(usage_error({"profile"}), "one OP"));
+  EXPECT_TRUE(contains(usage_error({"profile", "add", "gelu"}), "one OP"));
+  EXPECT_TRUE(contains(usage_error({"profile", "add", "--sizes", "4k"}), "--sizes"));
+  std::string msg = usage_error({"profile", "add", "--size", "abc"});
+  EXPECT_TRUE(contains(msg, "--size") && contains(msg, "'abc'")) << msg;
+  // One dtype, not a list.
+  EXPECT_TRUE(contains(usage_error({"profile", "add", "--dtype", "fp32,bf16"}), "'fp32,bf16'"));
+}
+
+TEST(CliPlan, BenchDefaultsComeFromTheRegistry) {
+  const ops::OpInfo* add = ops::find_op("add");
+  ASSERT_NE(add, nullptr);
+  std::vector<BenchItem> plan = bench_plan(parse({"bench", "add"}));
+  ASSERT_EQ(plan.size(), add->dtypes.size() * add->bench_sizes.size());
+  EXPECT_EQ(plan.front().op, add);
+  EXPECT_EQ(plan.front().dtype, add->dtypes.front());
+  EXPECT_EQ(plan.front().size, add->bench_sizes.front());
+
+  plan = bench_plan(parse({"bench", "add", "gelu", "--dtype", "fp32", "--sizes", "4k,2^20"}));
+  ASSERT_EQ(plan.size(), 4u);
+  EXPECT_EQ(plan[1].op->name, "add");
+  EXPECT_EQ(plan[1].size, 1 << 20);
+  EXPECT_EQ(plan[2].op->name, "gelu");
+  EXPECT_EQ(plan[2].dtype, DType::float32);
+
+  size_t every = 0;
+  for (const auto& op : ops::all_ops()) every += op.dtypes.size() * op.bench_sizes.size();
+  EXPECT_EQ(bench_plan(parse({"bench"})).size(), every);
+}
+
+TEST(CliPlan, UnsupportedDtypeNamesOpAndDtype) {
+  // int64 is a DType but no elementwise op computes in it.
+  std::string msg;
+  try {
+    bench_plan(parse({"bench", "gelu", "--dtype", "int64"}));
+  } catch (const UsageError& e) {
+    msg = e.what();
+  }
+  EXPECT_TRUE(contains(msg, "gelu") && contains(msg, "int64")) << msg;
+  EXPECT_THROW(bench_plan(parse({"bench", "--dtype", "int64"})), UsageError);
+  EXPECT_THROW(bench_plan(parse({"profile", "add", "--dtype", "int64"})), UsageError);
+}
+
+TEST(CliPlan, ProfileDefaultsToFirstDtypeAndLargestSize) {
+  const ops::OpInfo* gelu = ops::find_op("gelu");
+  ASSERT_NE(gelu, nullptr);
+  std::vector<BenchItem> plan = bench_plan(parse({"profile", "gelu"}));
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].dtype, gelu->dtypes.front());
+  EXPECT_EQ(plan[0].size, *std::max_element(gelu->bench_sizes.begin(), gelu->bench_sizes.end()));
+  plan = bench_plan(parse({"profile", "gelu", "--dtype", "bf16", "--size", "1k"}));
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].dtype, DType::bfloat16);
+  EXPECT_EQ(plan[0].size, 1024);
+}
+
+TEST(CliRun, ExitCodes) {
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"tessera", "--help"}, out, err), 0);
+  EXPECT_TRUE(contains(out.str(), "verify"));
+  EXPECT_EQ(run_cli({"tessera", "bench", "--help"}, out, err), 0);
+  EXPECT_TRUE(contains(out.str(), "--sizes"));
+
+  // Usage errors: exit 2, one line starting "tessera: ", whether or not there is a GPU.
+  for (std::vector<std::string> bad :
+       {std::vector<std::string>{"tessera"}, {"tessera", "nope"}, {"tessera", "bench", "--bogus"},
+        {"tessera", "bench", "--sizes", "2^"}, {"tessera", "verify", "nope"},
+        {"tessera", "bench", "add", "--dtype", "int64"}}) {
+    std::ostringstream o, e;
+    EXPECT_EQ(run_cli(bad, o, e), 2) << bad.back();
+    const std::string msg = e.str();
+    EXPECT_EQ(msg.rfind("tessera: ", 0), 0u) << msg;
+    EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 1) << msg;
+  }
+}
+
+TEST(CliRun, GpuVerbsFailCleanlyWithoutGpu) {
+  std::ostringstream out, err;
+  int rc = run_cli({"tessera", "info", "--no-peaks"}, out, err);
+  if (runtime::device_count() == 0) {
+    EXPECT_EQ(rc, 1);
+    EXPECT_TRUE(contains(err.str(), "tessera: info needs a GPU")) << err.str();
+  } else {
+    EXPECT_EQ(rc, 0) << err.str();
+    EXPECT_TRUE(contains(out.str(), "compute capability"));
+  }
+
+  if (runtime::device_count() > 0) GTEST_SKIP() << "a GPU is present: verify would run every case";
+  std::ostringstream vout, verr;
+  EXPECT_EQ(run_cli({"tessera", "verify"}, vout, verr), 1);
+  EXPECT_EQ(verr.str().rfind("tessera: verify needs a GPU", 0), 0u) << verr.str();
+}
+
+TEST(CliRun, DeviceOutOfRangeIsAUsageError) {
+  int count = runtime::device_count();
+  if (count == 0) GTEST_SKIP() << runtime::no_gpu_reason();
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"tessera", "info", "--no-peaks", "--device", std::to_string(count)}, out, err),
+            2);
+  EXPECT_TRUE(contains(err.str(), "--device")) << err.str();
+}
+
+}  // namespace
+}  // namespace tessera::cli

@@ -1,0 +1,314 @@
+// Command-line parsing and planning for `tessera`. Nothing here touches a GPU.
+#include "cli.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <limits>
+#include <string_view>
+
+#include "ops/registry.hpp"
+
+namespace tessera::cli {
+namespace {
+
+// One option of one verb. The same table drives parsing and the --help text.
+struct Option {
+  const char* name;
+  const char* metavar;  // nullptr for a switch
+  const char* help;
+  void (*apply)(Args& args, const std::string& value);
+};
+
+struct VerbSpec {
+  Verb verb;
+  const char* name;
+  const char* operands;  // "" when the verb takes no ops
+  const char* summary;
+  std::vector<Option> options;
+};
+
+// Non-negative int for --device and --reps.
+int parse_int(const std::string& flag, const std::string& text, int min) {
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < min)
+    throw UsageError(flag + ": expected an integer >= " + std::to_string(min) + ", got '" + text +
+                     "'");
+  return value;
+}
+
+std::vector<std::string> split(const std::string& flag, const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma - start));
+    if (items.back().empty()) throw UsageError(flag + ": empty item in '" + text + "'");
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
+const Option kDevice{"--device", "N", "GPU to use (default 0)", [](Args& a, const std::string& v) {
+                       a.device = parse_int("--device", v, 0);
+                     }};
+const Option kNoPeaks{"--no-peaks", nullptr, "skip measuring the copy and GEMM peaks",
+                      [](Args& a, const std::string&) { a.peaks = false; }};
+
+const std::vector<VerbSpec>& verb_specs() {
+  static const std::vector<VerbSpec> specs = {
+      {Verb::info, "info", "", "GPU properties and the measured copy and GEMM peaks",
+       {kDevice, kNoPeaks}},
+      {Verb::verify, "verify", "[OPS...]", "check ops against their CPU references (default: all)",
+       {{"--large", nullptr, "also run the cases over 2^31 elements",
+         [](Args& a, const std::string&) { a.large = true; }},
+        kDevice}},
+      {Verb::bench, "bench", "[OPS...]",
+       "time ops over dtypes and sizes; report GB/s, TFLOP/s and % of the measured peaks",
+       {{"--dtype", "LIST", "dtypes, comma-separated (default: each op's own), e.g. float32,bf16",
+         [](Args& a, const std::string& v) {
+           for (DType d : parse_dtypes("--dtype", v)) a.dtypes.push_back(d);
+         }},
+        {"--sizes", "LIST", "sizes in elements, comma-separated: 1048576, 2^20, 1M, 4k",
+         [](Args& a, const std::string& v) {
+           for (int64_t s : parse_sizes("--sizes", v)) a.sizes.push_back(s);
+         }},
+        {"--out", "DIR", "write DIR/bench.csv, DIR/bench.json and one SVG per op and dtype",
+         [](Args& a, const std::string& v) { a.out_dir = v; }},
+        {"--reps", "N", "exactly N timed repetitions (default: at least 25, up to 100 ms)",
+         [](Args& a, const std::string& v) { a.reps = parse_int("--reps", v, 1); }},
+        {"--graph", nullptr, "time replays of a CUDA graph (for launch-bound sizes)",
+         [](Args& a, const std::string&) { a.graph = true; }},
+        {"--no-flush", nullptr, "keep the L2 warm between repetitions",
+         [](Args& a, const std::string&) { a.flush_l2 = false; }},
+        kNoPeaks, kDevice}},
+      {Verb::profile, "profile", "OP", "per-kernel trace of one op: grid, registers, smem, time",
+       {{"--dtype", "D", "dtype (default: the op's first)",
+         [](Args& a, const std::string& v) { a.dtypes = {parse_dtype("--dtype", v)}; }},
+        {"--size", "N", "size in elements (default: the op's largest bench size)",
+         [](Args& a, const std::string& v) { a.sizes = {parse_size("--size", v)}; }},
+        kDevice}},
+      {Verb::help, "help", "[VERB]", "list the verbs, or show one verb's options", {}},
+  };
+  return specs;
+}
+
+const VerbSpec& spec_of(Verb verb) {
+  for (const auto& s : verb_specs())
+    if (s.verb == verb) return s;
+  throw std::logic_error("tessera: verb missing from the table");
+}
+
+std::string op_names() {
+  std::string names;
+  for (const auto& op : ops::all_ops()) names += (names.empty() ? "" : ", ") + op.name;
+  return names;
+}
+
+Verb parse_verb(const std::string& text) {
+  for (const auto& s : verb_specs())
+    if (text == s.name) return s.verb;
+  std::string names;
+  for (const auto& s : verb_specs()) names += (names.empty() ? "" : ", ") + std::string(s.name);
+  throw UsageError("unknown verb '" + text + "' (verbs: " + names + ")");
+}
+
+bool is_help(const std::string& arg) { return arg == "--help" || arg == "-h"; }
+
+bool supports(const ops::OpInfo& op, DType dtype) {
+  return std::find(op.dtypes.begin(), op.dtypes.end(), dtype) != op.dtypes.end();
+}
+
+std::string dtype_list(const std::vector<DType>& dtypes) {
+  std::string s;
+  for (DType d : dtypes) s += (s.empty() ? "" : ", ") + std::string(dtype_name(d));
+  return s;
+}
+
+}  // namespace
+
+int64_t parse_size(const std::string& flag, const std::string& text) {
+  auto bad = [&] {
+    return UsageError(flag + ": bad size '" + text + "' (expected N, 2^K, or N with suffix k, M, G)");
+  };
+  auto too_big = [&] { return UsageError(flag + ": size '" + text + "' is too large"); };
+  // from_chars accepts a leading '-', so check for digits first.
+  auto read = [&](std::string_view s) {
+    uint64_t v = 0;
+    if (s.empty() || !std::isdigit(static_cast<unsigned char>(s.front()))) throw bad();
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc::result_out_of_range) throw too_big();
+    if (ec != std::errc() || end != s.data() + s.size()) throw bad();
+    return v;
+  };
+  constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
+  std::string_view s = text;
+  uint64_t value;
+  if (s.starts_with("2^")) {
+    uint64_t k = read(s.substr(2));
+    if (k > 62) throw too_big();
+    value = uint64_t{1} << k;
+  } else {
+    int shift = 0;
+    switch (s.empty() ? '\0' : s.back()) {
+      case 'k': case 'K': shift = 10; break;
+      case 'M': shift = 20; break;
+      case 'G': shift = 30; break;
+    }
+    if (shift) s.remove_suffix(1);
+    value = read(s);
+    if (value > (kMax >> shift)) throw too_big();
+    value <<= shift;
+  }
+  if (value > kMax) throw too_big();
+  if (value == 0) throw UsageError(flag + ": size must be positive, got '" + text + "'");
+  return static_cast<int64_t>(value);
+}
+
+std::vector<int64_t> parse_sizes(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> sizes;
+  for (const auto& item : split(flag, text)) sizes.push_back(parse_size(flag, item));
+  return sizes;
+}
+
+DType parse_dtype(const std::string& flag, const std::string& text) {
+  std::string_view name = text;
+  if (name.starts_with("torch.")) name.remove_prefix(6);
+  static const std::pair<const char*, DType> aliases[] = {
+      {"fp32", DType::float32}, {"float", DType::float32},   {"fp16", DType::float16},
+      {"half", DType::float16}, {"bf16", DType::bfloat16},   {"fp64", DType::float64},
+      {"double", DType::float64}};
+  for (const auto& [alias, dtype] : aliases)
+    if (name == alias) return dtype;
+  for (int i = 0; i <= static_cast<int>(DType::bool_); ++i)
+    if (name == dtype_name(static_cast<DType>(i))) return static_cast<DType>(i);
+  throw UsageError(flag + ": unknown dtype '" + text +
+                   "' (expected float32, float16, bfloat16, ... or fp32, fp16, bf16)");
+}
+
+std::vector<DType> parse_dtypes(const std::string& flag, const std::string& text) {
+  std::vector<DType> dtypes;
+  for (const auto& item : split(flag, text)) dtypes.push_back(parse_dtype(flag, item));
+  return dtypes;
+}
+
+std::string format_size(int64_t size) {
+  if (size >= 1024 && (size & (size - 1)) == 0) {
+    int k = 0;
+    while ((int64_t{1} << k) != size) ++k;
+    return "2^" + std::to_string(k);
+  }
+  return std::to_string(size);
+}
+
+std::string verb_name(Verb verb) { return spec_of(verb).name; }
+
+Args parse_args(const std::vector<std::string>& args) {
+  Args a;
+  if (args.size() < 2) throw UsageError("no verb given (try 'tessera --help')");
+  if (is_help(args[1]) || args[1] == "help") {
+    a.help = true;
+    if (args[1] == "help" && args.size() > 2) a.verb = parse_verb(args[2]);  // tessera help bench
+    if (args.size() > 3) throw UsageError("help: unexpected argument '" + args[3] + "'");
+    return a;
+  }
+  a.verb = parse_verb(args[1]);
+  const VerbSpec& spec = spec_of(a.verb);
+  const std::string verb = spec.name;
+
+  // --help wins over anything else on the line, even a bad value before it.
+  if (std::any_of(args.begin() + 2, args.end(), is_help)) {
+    a.help = true;
+    return a;
+  }
+
+  for (size_t i = 2; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.size() < 2 || arg[0] != '-') {
+      if (!*spec.operands) throw UsageError(verb + ": unexpected argument '" + arg + "'");
+      if (!ops::find_op(arg))
+        throw UsageError("unknown op '" + arg + "' (known: " + op_names() + ")");
+      a.ops.push_back(arg);
+      continue;
+    }
+    size_t eq = arg.find('=');
+    std::string name = arg.substr(0, eq);
+    auto option = std::find_if(spec.options.begin(), spec.options.end(),
+                               [&](const Option& o) { return name == o.name; });
+    if (option == spec.options.end())
+      throw UsageError(verb + ": unknown option '" + name + "' (try 'tessera " + verb + " --help')");
+    std::string value;
+    if (eq != std::string::npos) {
+      if (!option->metavar) throw UsageError(verb + ": " + name + " takes no value");
+      value = arg.substr(eq + 1);
+    } else if (option->metavar) {
+      // "-5" is a (bad) value, "--graph" is the next option: the value was forgotten.
+      if (i + 1 == args.size() || args[i + 1].starts_with("--"))
+        throw UsageError(verb + ": " + name + " needs a value (" + option->metavar + ")");
+      value = args[++i];
+    }
+    option->apply(a, value);
+  }
+
+  if (a.verb == Verb::profile && a.ops.size() != 1)
+    throw UsageError("profile: expected one OP, got " + std::to_string(a.ops.size()) +
+                     " (known: " + op_names() + ")");
+  return a;
+}
+
+std::vector<BenchItem> bench_plan(const Args& a) {
+  std::vector<const ops::OpInfo*> selected;
+  for (const auto& name : a.ops) selected.push_back(ops::find_op(name));
+  if (a.ops.empty())
+    for (const auto& op : ops::all_ops()) selected.push_back(&op);
+
+  std::vector<BenchItem> plan;
+  for (const ops::OpInfo* op : selected) {
+    if (!op) throw UsageError("unknown op (known: " + op_names() + ")");
+    std::vector<DType> dtypes = a.dtypes.empty() ? op->dtypes : a.dtypes;
+    std::vector<int64_t> sizes = a.sizes.empty() ? op->bench_sizes : a.sizes;
+    if (a.verb == Verb::profile) {
+      if (dtypes.empty() || sizes.empty())
+        throw UsageError("profile: op '" + op->name + "' declares no default dtype or size");
+      dtypes.resize(1);
+      sizes = {a.sizes.empty() ? *std::max_element(sizes.begin(), sizes.end()) : sizes.front()};
+    }
+    for (DType dtype : dtypes) {
+      if (!supports(*op, dtype)) {
+        if (a.ops.empty()) continue;  // "every op": bench the ones that have this dtype
+        throw UsageError("op '" + op->name + "' does not support dtype " + dtype_name(dtype) +
+                         " (supported: " + dtype_list(op->dtypes) + ")");
+      }
+      for (int64_t size : sizes) plan.push_back({op, dtype, size});
+    }
+  }
+  if (plan.empty()) throw UsageError("no op supports dtype " + dtype_list(a.dtypes));
+  return plan;
+}
+
+std::string usage(Verb verb) {
+  std::string text;
+  if (verb == Verb::help) {
+    text = "usage: tessera VERB [options]   ('tessera VERB --help' for a verb's options)\n\nverbs:\n";
+    for (const auto& s : verb_specs())
+      text += "  " + std::string(s.name) + std::string(10 - std::string(s.name).size(), ' ') +
+              s.summary + "\n";
+    return text + "\nops: " + op_names() + "\n";
+  }
+  const VerbSpec& spec = spec_of(verb);
+  text = "usage: tessera " + std::string(spec.name) + (*spec.operands ? " " : "") + spec.operands +
+         " [options]\n\n" + spec.summary + "\n";
+  if (*spec.operands) text += "ops: " + op_names() + "\n";
+  text += "\noptions:\n";
+  auto line = [&](std::string left, const std::string& help) {
+    left.resize(std::max<size_t>(left.size() + 2, 18), ' ');
+    text += "  " + left + help + "\n";
+  };
+  for (const auto& o : spec.options)
+    line(std::string(o.name) + (o.metavar ? std::string(" ") + o.metavar : ""), o.help);
+  line("-h, --help", "show this help");
+  return text;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,75 @@
+// The `tessera` command. Parsing and planning are pure functions (no GPU touched), so the whole
+// command line can be tested on a machine without one; run_cli is the only entry that runs ops.
+#pragma once
+
+#include <cstdint>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tessera/tensor.hpp"
+
+namespace tessera::ops {
+struct OpInfo;  // src/ops/registry.hpp, kept out of this header so tools/ needs no src/ path
+}
+
+namespace tessera::cli {
+
+// A bad command line. run_cli prints "tessera: <message>" and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Verb { help, info, verify, bench, profile };
+
+struct Args {
+  Verb verb = Verb::help;
+  bool help = false;             // print the usage of `verb` (the verb list for Verb::help), exit 0
+  std::vector<std::string> ops;  // verify, bench: empty means every op; profile: exactly one
+  std::vector<DType> dtypes;     // bench: empty means each op's own; profile: at most one
+  std::vector<int64_t> sizes;    // bench: empty means each op's bench_sizes; profile: at most one
+  std::string out_dir;           // bench --out
+  int device = 0;
+  int reps = 0;                  // bench --reps: exactly this many timed reps; 0 keeps the default
+  bool large = false;            // verify --large
+  bool peaks = true;             // info, bench: --no-peaks clears it
+  bool graph = false;            // bench --graph
+  bool flush_l2 = true;          // bench --no-flush clears it
+};
+
+// args[0] is the program name. Throws UsageError for unknown verbs, options, ops or bad values.
+Args parse_args(const std::vector<std::string>& args);
+
+// "1048576", "2^20", "1M", "4k" (k/M/G are powers of 1024). Positive only. `flag` names the
+// option in the error message.
+int64_t parse_size(const std::string& flag, const std::string& text);
+// Comma-separated sizes.
+std::vector<int64_t> parse_sizes(const std::string& flag, const std::string& text);
+// torch's names (float32, float16, bfloat16, ...), also fp32/fp16/bf16 and a "torch." prefix.
+DType parse_dtype(const std::string& flag, const std::string& text);
+std::vector<DType> parse_dtypes(const std::string& flag, const std::string& text);
+// "2^20" for powers of two from 1024 up, else the plain number.
+std::string format_size(int64_t size);
+
+// One benchmark case to build: what `bench` times and `profile` traces.
+struct BenchItem {
+  const ops::OpInfo* op = nullptr;
+  DType dtype = DType::float32;
+  int64_t size = 0;
+};
+// Expands bench/profile arguments with the ops' defaults. Throws UsageError when a named op does
+// not support a requested dtype (unnamed ops, i.e. "all", just skip such dtypes).
+std::vector<BenchItem> bench_plan(const Args& args);
+
+std::string verb_name(Verb verb);
+// Usage text of a verb; Verb::help gives the list of verbs.
+std::string usage(Verb verb);
+
+// Runs the command; returns the exit status (0 ok, 1 failure or no GPU, 2 bad command line).
+int run_cli(const std::vector<std::string>& args, std::ostream& out = std::cout,
+            std::ostream& err = std::cerr);
+int run_cli(int argc, char** argv);
+
+}  // namespace tessera::cli

@@ -1,0 +1,221 @@
+// The verbs of `tessera`: thin loops over the op registry and the benchmark engine.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "bench/bench.hpp"
+#include "cli.hpp"
+#include "ops/registry.hpp"
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::cli {
+namespace {
+
+template <typename... T>
+std::string strf(const char* format, T... values) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, format, values...);
+  return buf;
+}
+
+// "13.0" from cudaDriverGetVersion's 13000.
+std::string cuda_version(int v) { return strf("%d.%d", v / 1000, v % 1000 / 10); }
+
+// Decimal units, as the GB/s figures are.
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+  int u = 0;
+  for (; bytes >= 1000 && u < 4; ++u) bytes /= 1000;
+  return strf(u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
+}
+
+// A stream of our own: CUDA graphs cannot capture the legacy default stream.
+class Stream {
+ public:
+  Stream() { TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+bench::Peaks measure_peaks(std::ostream& err) {
+  err << "measuring peaks (1 GiB device copy, cuBLAS bf16 GEMM 8192^3)...\n";
+  Stream stream;
+  return bench::measure_peaks(stream.get());
+}
+
+int info(const Args& a, std::ostream& out, std::ostream& err) {
+  const cudaDeviceProp& p = runtime::device_props(a.device);
+  int driver = 0, runtime_version = 0;
+  TESSERA_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  TESSERA_CUDA_CHECK(cudaRuntimeGetVersion(&runtime_version));
+  out << strf("GPU %d of %d: %s\n", a.device, runtime::device_count(), p.name)
+      << strf("  compute capability  %d.%d\n", p.major, p.minor)
+      << strf("  SMs                 %d\n", p.multiProcessorCount)
+      << strf("  memory              %.1f GiB\n", p.totalGlobalMem / double(1 << 30))
+      << strf("  L2 cache            %.1f MiB\n", p.l2CacheSize / double(1 << 20))
+      << strf("  driver              %s\n", cuda_version(driver).c_str())
+      << strf("  runtime             %s\n", cuda_version(runtime_version).c_str());
+  if (a.peaks) {
+    out.flush();
+    bench::Peaks peaks = measure_peaks(err);
+    out << "measured peaks:\n"
+        << strf("  copy                %.0f GB/s\n", peaks.copy_gbps)
+        << strf("  bf16 GEMM (cuBLAS)  %.1f TFLOP/s\n", peaks.bf16_tflops);
+  }
+  return 0;
+}
+
+int verify(const Args& a, std::ostream& out) {
+  std::vector<const ops::OpInfo*> selected;
+  for (const auto& name : a.ops) selected.push_back(ops::find_op(name));
+  if (a.ops.empty())
+    for (const auto& op : ops::all_ops()) selected.push_back(&op);
+  size_t op_width = 0;
+  for (const auto* op : selected) op_width = std::max(op_width, op->name.size());
+
+  int passed = 0, failed = 0, skipped = 0;
+  for (const ops::OpInfo* op : selected) {
+    for (const ops::VerifyCase& c : op->verify_cases()) {
+      if (c.large && !a.large) {
+        ++skipped;
+        continue;
+      }
+      ops::VerifyResult r;
+      try {
+        r = c.run();
+      } catch (const Error& e) {  // one broken case must not hide the others
+        r.passed = false;
+        r.detail = e.what();
+      }
+      if (r.name.empty()) r.name = c.name;
+      ++(r.passed ? passed : failed);
+      out << strf("%s  %-*s  %-36s  rel_err %.2e  max_abs %.2e  tol %.0e  unwritten %lld",
+                  r.passed ? "PASS" : "FAIL", int(op_width), op->name.c_str(), r.name.c_str(),
+                  r.rel_err, r.max_abs, r.tolerance, static_cast<long long>(r.unwritten));
+      if (!r.passed && !r.detail.empty()) out << "  (" << r.detail << ")";
+      out << std::endl;  // flushed: a long run shows its progress
+    }
+  }
+  if (skipped) out << skipped << " large case(s) skipped (run with --large)\n";
+  out << passed << " passed, " << failed << " failed\n";
+  return failed ? 1 : 0;
+}
+
+int bench_ops(const Args& a, const std::vector<BenchItem>& plan, std::ostream& out,
+              std::ostream& err) {
+  bench::Report report;
+  if (a.peaks) report.set_peaks(measure_peaks(err));
+
+  bench::TimingOptions options;
+  options.cuda_graph = a.graph;
+  options.flush_l2 = a.flush_l2;
+  if (a.reps) options.min_reps = options.max_reps = a.reps;
+
+  Stream stream;
+  bench::Progress progress(static_cast<int>(plan.size()), err);
+  for (const BenchItem& item : plan) {
+    progress.step(item.op->name + " " + dtype_name(item.dtype) + " " + format_size(item.size));
+    bench::Row row;
+    {
+      // Scoped so the case's buffers are freed before the next (maybe larger) one is allocated.
+      ops::BenchCase c = item.op->make_bench(item.dtype, item.size);
+      row.stats = bench::time_op(c.run, stream.get(), options);
+      row.op = c.op;
+      row.provider = "tessera";
+      row.dtype = c.dtype;
+      row.shape = c.shape;
+      row.size = c.size;
+      row.bytes = c.bytes;
+      row.flops = c.flops;
+    }
+    report.add(row);
+  }
+  progress.done();
+  out << report.table();
+
+  if (!a.out_dir.empty()) {
+    namespace fs = std::filesystem;
+    fs::create_directories(a.out_dir);
+    std::vector<std::string> paths = {(fs::path(a.out_dir) / "bench.csv").string(),
+                                      (fs::path(a.out_dir) / "bench.json").string()};
+    report.write_csv(paths[0]);
+    report.write_json(paths[1]);
+    for (auto& svg : report.write_svgs(a.out_dir)) paths.push_back(svg);
+    for (const auto& path : paths) out << "wrote " << path << "\n";
+  }
+  return 0;
+}
+
+int profile(const BenchItem& item, std::ostream& out) {
+  Stream stream;
+  ops::BenchCase c = item.op->make_bench(item.dtype, item.size);
+  // Two untraced runs first, so one-time costs (module loading, autotuning) stay out of the trace.
+  c.run(stream.get());
+  c.run(stream.get());
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  auto kernels = bench::profile_kernels([&] { c.run(stream.get()); });
+  out << c.op << "  " << c.dtype << "  " << c.shape << "  " << human_bytes(c.bytes) << " moved";
+  if (c.flops > 0) out << strf("  %.3g GFLOP", c.flops / 1e9);
+  out << "\n" << bench::profile_table(kernels);
+  return 0;
+}
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Args a;
+  std::vector<BenchItem> plan;
+  try {
+    a = parse_args(args);
+    if (a.help) {
+      out << usage(a.verb);
+      return 0;
+    }
+    // Planned before any GPU is touched: a bad op/dtype pair is a usage error on any machine.
+    if (a.verb == Verb::bench || a.verb == Verb::profile) plan = bench_plan(a);
+  } catch (const UsageError& e) {
+    err << "tessera: " << e.what() << "\n";
+    return 2;
+  }
+
+  try {
+    int count = runtime::device_count();
+    if (count == 0) {
+      err << "tessera: " << verb_name(a.verb) << " needs a GPU: " << runtime::no_gpu_reason()
+          << "\n";
+      return 1;
+    }
+    if (a.device >= count) {
+      err << "tessera: --device " << a.device << ": out of range, this machine has " << count
+          << " GPU(s) (0.." << count - 1 << ")\n";
+      return 2;
+    }
+    runtime::DeviceGuard guard(a.device);
+    switch (a.verb) {
+      case Verb::info: return info(a, out, err);
+      case Verb::verify: return verify(a, out);
+      case Verb::bench: return bench_ops(a, plan, out, err);
+      case Verb::profile: return profile(plan.front(), out);
+      case Verb::help: break;  // handled above: help always sets a.help
+    }
+    return 0;
+  } catch (const std::exception& e) {  // tessera::Error, CUDA failures, file system errors
+    out.flush();
+    err << "tessera: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+int run_cli(int argc, char** argv) { return run_cli(std::vector<std::string>(argv, argv + argc)); }
+
+}  // namespace tessera::cli
