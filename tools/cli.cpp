@@ -227,7 +227,7 @@ Args parse_args(const std::vector<std::string>& args) {
     const std::string& arg = args[i];
     if (arg.size() < 2 || arg[0] != '-') {
       if (!*spec.operands) throw UsageError(verb + ": unexpected argument '" + arg + "'");
-      if (!ops::find_op(arg))
+      if (ops::select_ops(arg).empty())
         throw UsageError("unknown op '" + arg + "' (known: " + op_names() + ")");
       a.ops.push_back(arg);
       continue;
@@ -257,11 +257,22 @@ Args parse_args(const std::vector<std::string>& args) {
   return a;
 }
 
-std::vector<BenchItem> bench_plan(const Args& a) {
+std::vector<const ops::OpInfo*> resolve_ops(const std::vector<std::string>& names) {
   std::vector<const ops::OpInfo*> selected;
-  for (const auto& name : a.ops) selected.push_back(ops::find_op(name));
-  if (a.ops.empty())
-    for (const auto& op : ops::all_ops()) selected.push_back(&op);
+  for (const auto& op : ops::all_ops()) {
+    bool wanted = names.empty();
+    for (const auto& name : names)
+      for (const ops::OpInfo* s : ops::select_ops(name)) wanted = wanted || s == &op;
+    if (wanted) selected.push_back(&op);
+  }
+  return selected;
+}
+
+std::vector<BenchItem> bench_plan(const Args& a) {
+  // profile names exactly one op; bench and verify take each name with its variants.
+  std::vector<const ops::OpInfo*> selected =
+      a.verb == Verb::profile ? std::vector<const ops::OpInfo*>{ops::find_op(a.ops.at(0))}
+                              : resolve_ops(a.ops);
 
   std::vector<BenchItem> plan;
   for (const ops::OpInfo* op : selected) {

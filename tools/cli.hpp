@@ -63,6 +63,10 @@ struct BenchItem {
 // not support a requested dtype (unnamed ops, i.e. "all", just skip such dtypes).
 std::vector<BenchItem> bench_plan(const Args& args);
 
+// The ops that names select: each name with its variants (ops::select_ops, so "gelu" means every
+// gelu op), in registry order without repeats; every op when names is empty.
+std::vector<const ops::OpInfo*> resolve_ops(const std::vector<std::string>& names);
+
 std::string verb_name(Verb verb);
 // Usage text of a verb; Verb::help gives the list of verbs.
 std::string usage(Verb verb);

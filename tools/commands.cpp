@@ -76,10 +76,7 @@ int info(const Args& a, std::ostream& out, std::ostream& err) {
 }
 
 int verify(const Args& a, std::ostream& out) {
-  std::vector<const ops::OpInfo*> selected;
-  for (const auto& name : a.ops) selected.push_back(ops::find_op(name));
-  if (a.ops.empty())
-    for (const auto& op : ops::all_ops()) selected.push_back(&op);
+  const std::vector<const ops::OpInfo*> selected = resolve_ops(a.ops);
   size_t op_width = 0;
   for (const auto* op : selected) op_width = std::max(op_width, op->name.size());
 

@@ -16,10 +16,13 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -84,7 +87,7 @@ constexpr DType kDTypes[] = {DType::float32, DType::float16, DType::bfloat16, DT
   detail::throw_arg(kind, op, arg, expected, got);
 }
 
-std::string type_name(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
+std::string py_type_name(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
 
 // ---- dtypes ---------------------------------------------------------------------------------
 bool dtype_from_dlpack(DLDataType t, DType& out) {
@@ -183,7 +186,7 @@ TensorView view_from_tuple(const char* op, const char* arg, PyObject* t) {
                                   "dtype code " + std::to_string(code));
   } else {
     v.dtype = known_dtype_or_fail(false, DType::uint8, device >= 0, op, arg,
-                                  nb::borrow<nb::str>(nb::str(nb::handle(dtype))).c_str());
+                                  std::string(nb::str(nb::handle(dtype)).c_str()));
   }
   v.ndim = static_cast<int>(ndim);
   for (Py_ssize_t i = 0; i < ndim; ++i) {
@@ -206,7 +209,7 @@ TensorView view_from_dlpack(const char* op, const char* arg, nb::handle obj, cud
   if (!nb::hasattr(obj, "__dlpack__") || !nb::hasattr(obj, "__dlpack_device__"))
     fail(ErrorKind::type, op, arg,
          "a tensor (a torch tensor, or an array with __dlpack__ and __dlpack_device__)",
-         type_name(obj));
+         py_type_name(obj));
   nb::object dev = obj.attr("__dlpack_device__")();
   const int dev_type = nb::cast<int>(dev[0]);
   const bool on_cuda = dev_type == kDLCUDA || dev_type == kDLCUDAManaged;
@@ -247,7 +250,7 @@ TensorView view_from_dlpack(const char* op, const char* arg, nb::handle obj, cud
     if (!m) throw nb::python_error();
     t = &m->dl_tensor;
   } else {
-    fail(ErrorKind::type, op, arg, "a DLPack capsule from __dlpack__()", type_name(capsule));
+    fail(ErrorKind::type, op, arg, "a DLPack capsule from __dlpack__()", py_type_name(capsule));
   }
   keep.push_back(std::move(capsule));  // the producer's memory lives until the call returns
 
@@ -672,11 +675,8 @@ NB_MODULE(_C, m) {
       .def("__dlpack_device__",
            [](const DeviceArray& a) { return nb::make_tuple(kDLCUDA, a.device()); })
       .def("__repr__", [](const DeviceArray& a) {
-        std::string s = "tessera.DeviceArray(shape=[";
-        for (int i = 0; i < static_cast<int>(nb::len(a.shape())); ++i)
-          s += (i ? ", " : "") + std::to_string(nb::cast<int64_t>(a.shape()[i]));
-        return s + "], dtype=" + dtype_name(a.dtype()) + ", device=cuda:" +
-               std::to_string(a.device()) + ")";
+        return "tessera.DeviceArray(shape=" + a.view().shape_str() + ", dtype=" +
+               dtype_name(a.dtype()) + ", device=cuda:" + std::to_string(a.device()) + ")";
       });
 
   // ---- benchmark engine ----

@@ -8,7 +8,7 @@
 
 #include "tessera/error.hpp"
 
-namespace tessera::bench::detail {
+namespace tessera::bench::format {
 
 std::string fixed(double v, int decimals) {
   char buf[64];
@@ -101,4 +101,4 @@ void write_file(const std::string& path, const std::string& text, const char* wh
   }
 }
 
-}  // namespace tessera::bench::detail
+}  // namespace tessera::bench::format

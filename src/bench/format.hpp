@@ -7,7 +7,7 @@
 
 #include "bench/bench.hpp"
 
-namespace tessera::bench::detail {
+namespace tessera::bench::format {
 
 // printf("%.*f"): "12.35".
 std::string fixed(double v, int decimals);
@@ -30,4 +30,4 @@ Derived derive(const Row& row, const Peaks* peaks);
 // Replaces `path` with `text`; throws tessera::Error(runtime) naming `what` and the path.
 void write_file(const std::string& path, const std::string& text, const char* what);
 
-}  // namespace tessera::bench::detail
+}  // namespace tessera::bench::format

@@ -232,7 +232,9 @@ std::string short_name(std::string name, std::size_t width) {
 }
 
 std::string dim3_str(const unsigned d[3]) {
-  return "(" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) + ")";
+  std::string s = "(";
+  s.append(std::to_string(d[0])).append(", ").append(std::to_string(d[1])).append(", ");
+  return s.append(std::to_string(d[2])).append(")");
 }
 
 }  // namespace
@@ -244,16 +246,16 @@ std::string profile_table(const std::vector<KernelRecord>& kernels) {
 
   double total_us = 0;
   for (const KernelRecord& k : kernels) total_us += k.duration_us;
-  auto pct = [&](double us) { return detail::fixed(total_us > 0 ? 100.0 * us / total_us : 0.0, 1); };
+  auto pct = [&](double us) { return format::fixed(total_us > 0 ? 100.0 * us / total_us : 0.0, 1); };
 
   std::vector<std::vector<std::string>> rows;
   for (const KernelRecord& k : kernels)
     rows.push_back({short_name(k.name, kNameWidth), dim3_str(k.grid), dim3_str(k.block),
                     std::to_string(k.registers), std::to_string(k.static_smem + k.dynamic_smem),
-                    detail::fixed(k.duration_us, 2), pct(k.duration_us)});
+                    format::fixed(k.duration_us, 2), pct(k.duration_us)});
   const std::vector<std::string> total = {
       "total (" + std::to_string(kernels.size()) + (kernels.size() == 1 ? " kernel)" : " kernels)"),
-      "", "", "", "", detail::fixed(total_us, 2), pct(total_us)};
+      "", "", "", "", format::fixed(total_us, 2), pct(total_us)};
 
   std::size_t width[kCols];
   for (std::size_t c = 0; c < kCols; ++c) {

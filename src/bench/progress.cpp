@@ -38,9 +38,10 @@ Progress::Progress(int total, std::ostream& os) : total_(total), os_(os), tty_(f
 
 void Progress::step(const std::string& label) {
   ++count_;
-  std::string line = "[" + std::to_string(count_);
-  if (total_ > 0) line += "/" + std::to_string(total_);  // a total of 0 means "not known"
-  line += "] " + label;
+  std::string line = "[";
+  line.append(std::to_string(count_));
+  if (total_ > 0) line.append("/").append(std::to_string(total_));  // 0: total not known
+  line.append("] ").append(label);
   if (!tty_) {
     os_ << line << '\n' << std::flush;
     return;

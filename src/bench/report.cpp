@@ -10,7 +10,7 @@
 
 namespace tessera::bench {
 
-using detail::Derived;
+using format::Derived;
 
 void Report::add(const Row& row) { rows_.push_back(row); }
 
@@ -22,16 +22,16 @@ void Report::set_peaks(const Peaks& peaks) {
 namespace {
 
 std::string opt_fixed(const std::optional<double>& v, int decimals) {
-  return v ? detail::fixed(*v, decimals) : "-";
+  return v ? format::fixed(*v, decimals) : "-";
 }
 
 // Empty cell (CSV) or null (JSON) where the derived column means nothing for the row.
 std::string opt_number(const std::optional<double>& v, const char* none) {
-  return v ? detail::number(*v) : none;
+  return v ? format::number(*v) : none;
 }
 
 // JSON has no NaN or infinity: such a value (never one from time_op) becomes null.
-std::string json_number(double v) { return std::isfinite(v) ? detail::number(v) : "null"; }
+std::string json_number(double v) { return std::isfinite(v) ? format::number(v) : "null"; }
 
 }  // namespace
 
@@ -47,9 +47,9 @@ std::string Report::table() const {
   cells.reserve(rows_.size());
   const Peaks* peaks = has_peaks_ ? &peaks_ : nullptr;
   for (const Row& r : rows_) {
-    const Derived d = detail::derive(r, peaks);
-    cells.push_back({r.op, r.provider, r.dtype, r.shape, detail::fixed(r.stats.median_ms * 1e3, 2),
-                     detail::fixed(r.stats.p20_ms * 1e3, 2), detail::fixed(r.stats.p80_ms * 1e3, 2),
+    const Derived d = format::derive(r, peaks);
+    cells.push_back({r.op, r.provider, r.dtype, r.shape, format::fixed(r.stats.median_ms * 1e3, 2),
+                     format::fixed(r.stats.p20_ms * 1e3, 2), format::fixed(r.stats.p80_ms * 1e3, 2),
                      opt_fixed(d.gbps, 1), opt_fixed(d.pct_copy, 1), opt_fixed(d.tflops, 2),
                      opt_fixed(d.pct_gemm, 1)});
   }
@@ -87,22 +87,22 @@ void Report::write_csv(const std::string& path) const {
          "reps,gbps,tflops,pct_copy,pct_gemm\n";
   const Peaks* peaks = has_peaks_ ? &peaks_ : nullptr;
   for (const Row& r : rows_) {
-    const Derived d = detail::derive(r, peaks);
+    const Derived d = format::derive(r, peaks);
     const Stats& s = r.stats;
-    out << detail::csv_field(r.op) << ',' << detail::csv_field(r.provider) << ','
-        << detail::csv_field(r.dtype) << ',' << detail::csv_field(r.shape) << ',' << r.size << ','
-        << detail::number(r.bytes) << ',' << detail::number(r.flops) << ','
-        << detail::number(s.median_ms) << ',' << detail::number(s.p20_ms) << ','
-        << detail::number(s.p80_ms) << ',' << detail::number(s.min_ms) << ','
-        << detail::number(s.max_ms) << ',' << detail::number(s.mean_ms) << ',' << s.reps << ','
+    out << format::csv_field(r.op) << ',' << format::csv_field(r.provider) << ','
+        << format::csv_field(r.dtype) << ',' << format::csv_field(r.shape) << ',' << r.size << ','
+        << format::number(r.bytes) << ',' << format::number(r.flops) << ','
+        << format::number(s.median_ms) << ',' << format::number(s.p20_ms) << ','
+        << format::number(s.p80_ms) << ',' << format::number(s.min_ms) << ','
+        << format::number(s.max_ms) << ',' << format::number(s.mean_ms) << ',' << s.reps << ','
         << opt_number(d.gbps, "") << ',' << opt_number(d.tflops, "") << ','
         << opt_number(d.pct_copy, "") << ',' << opt_number(d.pct_gemm, "") << '\n';
   }
-  detail::write_file(path, out.str(), "write_csv");
+  format::write_file(path, out.str(), "write_csv");
 }
 
 void Report::write_json(const std::string& path) const {
-  using detail::json_string;
+  using format::json_string;
   const auto num = json_number;
   std::ostringstream out;
   out << "{\n  \"peaks\": ";
@@ -121,7 +121,7 @@ void Report::write_json(const std::string& path) const {
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     const Row& r = rows_[i];
     const Stats& s = r.stats;
-    const Derived d = detail::derive(r, peaks);
+    const Derived d = format::derive(r, peaks);
     out << (i ? ",\n    " : "\n    ") << "{\"op\": " << json_string(r.op)
         << ", \"provider\": " << json_string(r.provider) << ", \"dtype\": " << json_string(r.dtype)
         << ", \"shape\": " << json_string(r.shape) << ", \"size\": " << r.size
@@ -135,7 +135,7 @@ void Report::write_json(const std::string& path) const {
         << ", \"pct_gemm\": " << opt_number(d.pct_gemm, "null") << "}";
   }
   out << (rows_.empty() ? "]\n}\n" : "\n  ]\n}\n");
-  detail::write_file(path, out.str(), "write_json");
+  format::write_file(path, out.str(), "write_json");
 }
 
 }  // namespace tessera::bench

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "bench/bench.hpp"
 #include "bench/format.hpp"
@@ -16,8 +17,8 @@
 namespace tessera::bench {
 namespace {
 
-using detail::fixed;
-using detail::xml_escape;
+using format::fixed;
+using format::xml_escape;
 
 // Canvas and plot area, in SVG user units. The right margin holds the legend.
 constexpr double kWidth = 820, kHeight = 480;
@@ -82,20 +83,24 @@ std::string Report::svg(const std::string& op, const std::string& dtype) const {
   // Providers in order of first appearance, each with its points sorted by size. A size of 0 or
   // less has no place on a log axis and is left out of the plot (it stays in table/CSV/JSON).
   std::vector<std::string> providers;
-  std::map<std::string, std::vector<std::pair<double, double>>> points;
+  struct Point {
+    double x, y;  // log2(size), throughput
+    int64_t size;
+  };
+  std::map<std::string, std::vector<Point>> points;
   for (const Row* r : rows) {
     if (!points.count(r->provider)) providers.push_back(r->provider);
     auto& pts = points[r->provider];
-    if (r->size > 0) pts.emplace_back(std::log2(static_cast<double>(r->size)), value_of(*r));
+    if (r->size > 0) pts.push_back({std::log2(static_cast<double>(r->size)), value_of(*r), r->size});
   }
   double x_lo = INFINITY, x_hi = -INFINITY, y_max = ceiling;
   for (auto& [name, pts] : points) {
     std::stable_sort(pts.begin(), pts.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [x, y] : pts) {
-      x_lo = std::min(x_lo, x);
-      x_hi = std::max(x_hi, x);
-      if (std::isfinite(y)) y_max = std::max(y_max, y);
+                     [](const Point& a, const Point& b) { return a.x < b.x; });
+    for (const Point& p : pts) {
+      x_lo = std::min(x_lo, p.x);
+      x_hi = std::max(x_hi, p.x);
+      if (std::isfinite(p.y)) y_max = std::max(y_max, p.y);
     }
   }
   if (!(x_lo <= x_hi)) x_lo = x_hi = 0;  // nothing plottable: draw empty axes
@@ -167,12 +172,13 @@ std::string Report::svg(const std::string& op, const std::string& dtype) const {
     const auto& pts = points[providers[i]];
     s << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
     for (std::size_t j = 0; j < pts.size(); ++j)
-      s << (j ? " " : "") << coord(px(pts[j].first)) << ',' << coord(py(pts[j].second));
+      s << (j ? " " : "") << coord(px(pts[j].x)) << ',' << coord(py(pts[j].y));
     s << "\"/>\n";
-    for (const auto& [x, y] : pts)
-      s << "<circle cx=\"" << coord(px(x)) << "\" cy=\"" << coord(py(y)) << "\" r=\"3\" fill=\""
-        << color << "\"><title>" << xml_escape(providers[i]) << ": 2^" << fixed(x, 2) << ", "
-        << fixed(y, 2) << ' ' << unit << "</title></circle>\n";
+    // Each marker carries its exact values as a tooltip.
+    for (const Point& p : pts)
+      s << "<circle cx=\"" << coord(px(p.x)) << "\" cy=\"" << coord(py(p.y)) << "\" r=\"3\" fill=\""
+        << color << "\"><title>" << xml_escape(providers[i]) << ", size " << p.size << ": "
+        << fixed(p.y, 2) << ' ' << unit << "</title></circle>\n";
   }
 
   // Legend: a short line and marker per provider, right of the plot.
@@ -212,7 +218,7 @@ std::vector<std::string> Report::write_svgs(const std::string& dir) const {
     for (int n = 2; used.count(stem); ++n) stem = file_stem(op + "_" + dtype) + "_" + std::to_string(n);
     used.insert(stem);
     const std::string path = (fs::path(dir) / (stem + ".svg")).string();
-    detail::write_file(path, svg(op, dtype), "write_svgs");
+    format::write_file(path, svg(op, dtype), "write_svgs");
     paths.push_back(path);
   }
   return paths;

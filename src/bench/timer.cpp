@@ -196,10 +196,12 @@ Stats time_op(const std::function<void(cudaStream_t)>& op, cudaStream_t stream,
       want = options.min_reps - done;
     } else {
       if (measured_ms >= options.budget_ms) break;
-      // As many reps as the remaining budget holds at the mean rep time so far.
+      // As many reps as the remaining budget holds at the mean rep time so far (capped in
+      // floating point first: a near-zero mean would overflow the conversion).
       const double per_rep = measured_ms / static_cast<double>(done);
-      want = per_rep > 0 ? static_cast<long long>(std::ceil((options.budget_ms - measured_ms) / per_rep))
-                         : kMaxChunk;
+      const double fit = per_rep > 0 ? std::ceil((options.budget_ms - measured_ms) / per_rep)
+                                     : static_cast<double>(kMaxChunk);
+      want = static_cast<long long>(std::min(fit, static_cast<double>(kMaxChunk)));
     }
     want = std::clamp<long long>(want, 1, std::min<long long>(kMaxChunk, options.max_reps - done));
 

@@ -237,8 +237,10 @@ TEST(CliPlan, BenchDefaultsComeFromTheRegistry) {
   EXPECT_EQ(plan.front().size, add->bench_sizes.front());
 
   plan = bench_plan(parse({"bench", "add", "gelu", "--dtype", "fp32", "--sizes", "4k,2^20"}));
-  ASSERT_EQ(plan.size(), 4u);
+  // "gelu" brings its variants: gelu, gelu_backward, gelu_tanh, gelu_tanh_backward.
+  ASSERT_EQ(plan.size(), 10u);
   EXPECT_EQ(plan[1].op->name, "add");
+  EXPECT_EQ(plan[4].op->name, "gelu_backward");
   EXPECT_EQ(plan[1].size, 1 << 20);
   EXPECT_EQ(plan[2].op->name, "gelu");
   EXPECT_EQ(plan[2].dtype, DType::float32);

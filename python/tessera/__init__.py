@@ -1,0 +1,39 @@
+"""tessera: GPU operators written in CUDA C++, tile by tile, with torch's signatures.
+
+    import torch, tessera
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = tessera.gelu(x, approximate="tanh")        # torch.nn.functional.gelu; differentiable
+    z = tessera.add(y, x, alpha=0.5)               # torch.add, with broadcasting
+
+Inputs are torch tensors (zero-copy, on torch's current stream) or any CUDA array that speaks
+DLPack (cupy arrays come back as cupy arrays). Errors are the library's own messages, raised as
+ValueError (shapes, devices, overlap), TypeError (dtypes) or RuntimeError (CUDA failures).
+
+Submodules: ``tessera.bench`` (do_bench, peaks, Report). The ``tessera`` command (verify,
+bench, profile on the local GPU) is installed with the package.
+"""
+
+from . import _C
+from . import bench
+from ._C import DeviceArray
+from .elementwise import add, gelu, gelu_backward
+
+__version__: str = _C.__version__
+
+__all__ = ["add", "gelu", "gelu_backward", "bench", "DeviceArray", "is_available", "device_count",
+           "no_gpu_reason", "__version__"]
+
+
+def is_available() -> bool:
+    """True when a CUDA GPU is usable (devices present and a working driver)."""
+    return _C.device_count() > 0
+
+
+def device_count() -> int:
+    """Number of usable CUDA devices; 0 without a GPU or driver."""
+    return _C.device_count()
+
+
+def no_gpu_reason() -> str:
+    """Why no GPU is usable ('no CUDA GPU present', the driver's error, ...); '' when one is."""
+    return _C.no_gpu_reason()

@@ -1,0 +1,5 @@
+"""`python -m tessera ...` is the `tessera` command."""
+
+from ._cli import main
+
+main()

@@ -1,0 +1,100 @@
+"""How Python tensors reach the extension: view tuples for torch, DLPack for everything else.
+
+torch is never imported here: a torch tensor can only exist once the user has imported torch, so
+``sys.modules`` tells whether an argument can be one. The same holds for cupy.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+
+from . import _C
+
+# torch.dtype -> tessera dtype code, built the first time a torch tensor is seen.
+_torch_codes: dict | None = None
+_torch_raw_stream = None
+
+
+def torch_if_tensor(x):
+    """The torch module when ``x`` is a torch tensor, else None."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch
+    return None
+
+
+def _init_torch(torch) -> None:
+    global _torch_codes, _torch_raw_stream
+    codes = {}
+    for name, code in _C.DTYPES.items():
+        dt = getattr(torch, name, None)
+        if isinstance(dt, torch.dtype):
+            codes[dt] = code
+    # The raw handle of the current stream in one call (what torch.compile's generated code uses);
+    # the public spelling builds a Stream object first.
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    _torch_raw_stream = raw if raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
+    _torch_codes = codes
+
+
+def torch_view(t) -> tuple:
+    """(data_ptr, dtype code, shape, strides, device index or -1) of a torch tensor."""
+    if _torch_codes is None:
+        _init_torch(sys.modules["torch"])
+    code = _torch_codes.get(t.dtype)
+    if code is None:  # a dtype tessera does not represent: pass its name for the error message
+        code = str(t.dtype).replace("torch.", "")
+    return (t.data_ptr(), code, t.shape, t.stride(), t.get_device() if t.is_cuda else -1)
+
+
+def torch_stream(device_index: int) -> int:
+    """Handle of torch's current stream on a CUDA device; 0 for a tensor not on one."""
+    if device_index < 0:
+        return 0
+    if _torch_raw_stream is None:
+        _init_torch(sys.modules["torch"])
+    return _torch_raw_stream(device_index)
+
+
+def is_cupy(x) -> bool:
+    return type(x).__module__.startswith("cupy")
+
+
+def dlpack_stream(x) -> int:
+    """The stream to launch on for a non-torch input: cupy's current stream for a cupy array,
+    else the legacy default stream (0)."""
+    if is_cupy(x):
+        return sys.modules["cupy"].cuda.get_current_stream().ptr
+    return 0
+
+
+def wrap_output(like, arr):
+    """A DeviceArray made for input ``like``, as ``like``'s kind of array where we know it."""
+    if arr is not None and is_cupy(like):
+        return sys.modules["cupy"].from_dlpack(arr)
+    return arr
+
+
+def as_number(x):
+    """x as a float when it is a real Python (or numpy) number, else None."""
+    if type(x) is float or type(x) is int or type(x) is bool:
+        return float(x)
+    if isinstance(x, numbers.Real):
+        return float(x)
+    return None
+
+
+def broadcast_shape(a, b):
+    """torch's broadcast of two shapes, or None when they do not broadcast."""
+    if a == b:
+        return tuple(a)
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x != y and x != 1 and y != 1:
+            return None
+        out.append(y if x == 1 else x)
+    return tuple(out)

@@ -1,0 +1,216 @@
+"""Benchmarking from Python with the engine the `tessera` command uses.
+
+    import torch, tessera
+    from tessera.bench import do_bench, Report
+
+    x = torch.randn(1 << 24, device="cuda")
+    stats = do_bench(lambda: tessera.gelu(x))            # {'median_ms': ..., 'p20_ms': ..., ...}
+
+Method (as triton.testing.do_bench and nvbench): warm up, overwrite the L2 before each timed
+repetition, put CUDA events around the call alone, at least ``min_reps`` repetitions, report the
+median and the 20th/80th percentiles. Launch-bound sizes can be timed over a CUDA graph of
+``graph_batch`` calls (``cuda_graph=True``), per call.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from . import _C
+
+__all__ = ["do_bench", "peaks", "summarize", "Report"]
+
+_STAT_KEYS = ("median_ms", "p20_ms", "p80_ms", "min_ms", "max_ms", "mean_ms")
+
+
+def do_bench(fn, *, warmup_ms=25, min_reps=25, max_reps=1000, budget_ms=100, flush_l2=True,
+             cuda_graph=False, graph_batch=20, stream=None) -> dict:
+    """Times ``fn()`` on the GPU and returns its statistics in milliseconds.
+
+    Args:
+        fn: callable without arguments that enqueues its work on the current stream (torch's, or
+            cupy's when torch is not in use).
+        warmup_ms: run ``fn`` at least this long before timing.
+        min_reps, max_reps: bounds on the timed repetitions.
+        budget_ms: after ``min_reps``, stop once this much GPU time has been measured.
+        flush_l2: overwrite a buffer of twice the L2 before each repetition, so ``fn`` reads its
+            inputs from memory, not from the cache (ignored with ``cuda_graph``).
+        cuda_graph: capture ``graph_batch`` calls into one CUDA graph (with torch.cuda.graph for
+            torch users, after a warm-up on a side stream as torch requires) and time its replays,
+            without L2 flush; the times are per call. For launch-bound sizes.
+        stream: a torch.cuda.Stream, a cupy Stream or a raw handle (int) to run on, made current
+            for ``fn``; by default the current stream. In graph mode a non-default stream given
+            here is also the capture stream (so the backward of a forward run on it is captured).
+
+    Returns:
+        dict with median_ms, p20_ms, p80_ms, min_ms, max_ms, mean_ms (per call) and reps (timed
+        repetitions; graph replays in graph mode).
+    """
+    opts = dict(warmup_ms=float(warmup_ms), min_reps=int(min_reps), max_reps=int(max_reps),
+                budget_ms=float(budget_ms))
+    if graph_batch < 1:
+        raise ValueError(f"tessera.bench.do_bench: argument 'graph_batch': expected >= 1, got {graph_batch}")
+    torch = sys.modules.get("torch")
+    cupy = sys.modules.get("cupy")
+    if _is_cupy_stream(stream) or (stream is None and cupy is not None and not _torch_cuda(torch)):
+        return _bench_cupy(cupy, fn, opts, flush_l2, cuda_graph, graph_batch, stream)
+    if _torch_cuda(torch):
+        if isinstance(stream, int):
+            stream = torch.cuda.ExternalStream(stream) if stream else torch.cuda.default_stream()
+        return _bench_torch(torch, fn, opts, flush_l2, cuda_graph, graph_batch, stream)
+    if cuda_graph:
+        raise ValueError("tessera.bench.do_bench: argument 'cuda_graph': graph mode needs torch or "
+                         "cupy to route fn's launches to the capture stream")
+    handle = 0 if stream is None else int(stream)
+    return _C.time_op(lambda: fn(), handle, flush_l2=flush_l2, cuda_graph=False, graph_batch=1,
+                      **opts)
+
+
+def _torch_cuda(torch) -> bool:
+    return torch is not None and torch.cuda.is_available()
+
+
+def _is_cupy_stream(s) -> bool:
+    return s is not None and type(s).__module__.startswith("cupy")
+
+
+def _per_call(stats: dict, batch: int) -> dict:
+    for k in _STAT_KEYS:
+        stats[k] /= batch
+    return stats
+
+
+def _bench_torch(torch, fn, opts, flush_l2, cuda_graph, graph_batch, stream):
+    if stream is None:
+        stream = torch.cuda.current_stream()
+    with torch.cuda.stream(stream):
+        if not cuda_graph:
+            return _C.time_op(fn, stream.cuda_stream, flush_l2=flush_l2, cuda_graph=False,
+                              graph_batch=1, **opts)
+        graph = _capture_torch(torch, fn, graph_batch, stream)
+        try:
+            stats = _C.time_op(graph.replay, stream.cuda_stream, flush_l2=False, cuda_graph=False,
+                               graph_batch=1, **opts)
+        finally:
+            torch.cuda.synchronize(stream.device)
+            del graph  # its memory pool goes back to the caching allocator
+        return _per_call(stats, graph_batch)
+
+
+def _capture_torch(torch, fn, batch, stream):
+    default = stream.cuda_stream == torch.cuda.default_stream(stream.device).cuda_stream
+    capture = torch.cuda.Stream(device=stream.device) if default else stream
+    # Warm up on the capture stream (a side stream), so lazy initializations (cuBLAS handles,
+    # autotuning, compilation) happen outside the capture.
+    capture.wait_stream(stream)
+    with torch.cuda.stream(capture):
+        for _ in range(3):
+            fn()
+    stream.wait_stream(capture)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=capture):
+        for _ in range(batch):
+            fn()
+    return graph
+
+
+def _bench_cupy(cupy, fn, opts, flush_l2, cuda_graph, graph_batch, stream):
+    stream = stream if stream is not None else cupy.cuda.get_current_stream()
+    handle = stream.ptr
+
+    def call(s):
+        if s == handle:
+            fn()
+        else:  # the engine's capture stream, in graph mode
+            with cupy.cuda.ExternalStream(s):
+                fn()
+
+    with stream:
+        return _C.time_op(call, handle, flush_l2=flush_l2, cuda_graph=bool(cuda_graph),
+                          graph_batch=int(graph_batch), pass_stream=True, **opts)
+
+
+def peaks(stream=None) -> dict:
+    """Ceilings measured on the current GPU: a 1 GiB device-to-device copy (copy_gbps, bytes read
+    plus written per second) and a cuBLAS bf16 GEMM of 8192^3 (bf16_tflops), with the GPU's name,
+    SM count, L2 and memory size, driver and runtime versions."""
+    torch = sys.modules.get("torch")
+    if stream is None:
+        handle = torch.cuda.current_stream().cuda_stream if _torch_cuda(torch) else 0
+    else:
+        handle = stream if isinstance(stream, int) else getattr(stream, "cuda_stream", None) or stream.ptr
+    return _C.measure_peaks(handle)
+
+
+def summarize(samples_ms) -> dict:
+    """Statistics of raw times in ms (median, p20, p80 by linear interpolation, min, max, mean)."""
+    return _C.summarize([float(s) for s in samples_ms])
+
+
+def _shape_str(shape) -> str:
+    if isinstance(shape, str):
+        return shape
+    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
+
+
+def _dtype_str(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class Report:
+    """Benchmark rows and the measured ceilings, with the writers of the `tessera` command: an
+    aligned table, CSV, JSON and one SVG plot per (op, dtype). Notes (how a provider was timed,
+    caveats) go below the table and into the JSON."""
+
+    def __init__(self):
+        self._report = _C.Report()
+        self.notes: list[str] = []
+
+    def add(self, op, provider, dtype, shape, size, bytes, flops, stats) -> None:
+        """One measurement. ``shape`` is a string or a sequence of ints, ``dtype`` a string or a
+        torch dtype, ``size`` the x axis of the plots (e.g. the element count), ``bytes`` and
+        ``flops`` what the op must move and compute, ``stats`` a dict from :func:`do_bench`."""
+        self._report.add(str(op), str(provider), _dtype_str(dtype), _shape_str(shape), int(size),
+                         float(bytes), float(flops), stats)
+
+    def set_peaks(self, peaks: dict) -> None:
+        """Ceilings from :func:`peaks`, for the percentage columns and the plots' dashed lines."""
+        self._report.set_peaks(peaks)
+
+    @property
+    def peaks(self) -> dict | None:
+        return self._report.peaks()
+
+    def rows(self) -> list[dict]:
+        """Every row with its stats, GB/s and TFLOP/s."""
+        return self._report.rows()
+
+    def note(self, text: str) -> None:
+        self.notes.append(str(text))
+
+    def table(self) -> str:
+        text = self._report.table()
+        if self.notes:
+            text = text.rstrip("\n") + "\n\nnotes:\n" + "".join(f"  - {n}\n" for n in self.notes)
+        return text
+
+    def write_csv(self, path) -> None:
+        self._report.write_csv(str(path))
+
+    def write_json(self, path) -> None:
+        self._report.write_json(str(path))
+        if self.notes:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+            doc["notes"] = list(self.notes)
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=2)
+                f.write("\n")
+
+    def write_svgs(self, directory) -> list[str]:
+        """One SVG per (op, dtype) in ``directory`` (created if needed); returns their paths."""
+        return list(self._report.write_svgs(str(directory)))
+
+    def svg(self, op: str, dtype) -> str:
+        return self._report.svg(op, _dtype_str(dtype))

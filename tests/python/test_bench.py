@@ -1,0 +1,137 @@
+"""tessera.bench from Python: statistics and the report writers (CPU side), do_bench and peaks
+(GPU)."""
+
+import csv
+import json
+import math
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import tessera
+from tessera.bench import Report, do_bench, summarize
+
+
+def test_summarize_quantiles():
+    s = summarize([5, 1, 4, 2, 3])
+    assert s["median_ms"] == 3 and s["min_ms"] == 1 and s["max_ms"] == 5 and s["mean_ms"] == 3
+    assert math.isclose(s["p20_ms"], 1.8) and math.isclose(s["p80_ms"], 4.2)  # numpy's linear
+    assert s["reps"] == 5
+    with pytest.raises(ValueError, match="at least one sample"):
+        summarize([])
+
+
+def make_report():
+    r = Report()
+    for size in (1 << 16, 1 << 20, 1 << 24):
+        for provider, scale in (("tessera", 1.0), ("torch", 1.25)):
+            stats = summarize([scale * size * 12 / 3e9 * f for f in (0.98, 1.0, 1.01, 1.05)])
+            r.add("add", provider, "float32", (size,), size, 12 * size, 0, stats)
+            r.add("gelu", provider, "bfloat16", [size], size, 4 * size, 0, stats)
+    r.note("2^16 timed in graph mode")
+    return r
+
+
+def test_report_rows_and_table():
+    r = make_report()
+    rows = r.rows()
+    assert len(rows) == 12
+    assert rows[0]["op"] == "add" and rows[0]["shape"] == "[65536]" and rows[0]["size"] == 65536
+    assert rows[0]["gbps"] > 0
+    assert r.peaks is None
+    r.set_peaks({"gpu": "Test GPU", "copy_gbps": 4000.0, "bf16_tflops": 800.0, "sm_count": 132})
+    assert r.peaks["gpu"] == "Test GPU" and r.peaks["copy_gbps"] == 4000.0
+    table = r.table()
+    assert "provider" in table and "tessera" in table and "torch" in table
+    assert "notes:" in table and "2^16 timed in graph mode" in table
+
+
+def test_report_csv(tmp_path):
+    r = make_report()
+    r.set_peaks({"gpu": "Test GPU", "copy_gbps": 4000.0, "bf16_tflops": 800.0})
+    path = tmp_path / "bench.csv"
+    r.write_csv(path)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 12
+    first = rows[0]
+    assert (first["op"], first["provider"], first["dtype"], first["shape"]) == \
+        ("add", "tessera", "float32", "[65536]")
+    stats = r.rows()[0]["stats"]
+    assert math.isclose(float(first["median_ms"]), stats["median_ms"], rel_tol=1e-6)
+    gbps = 12 * 65536 / (stats["median_ms"] * 1e-3) / 1e9
+    assert math.isclose(float(first["gbps"]), gbps, rel_tol=1e-4)
+    assert math.isclose(float(first["pct_copy"]), 100 * gbps / 4000.0, rel_tol=1e-4)
+
+
+def test_report_json(tmp_path):
+    r = make_report()
+    path = tmp_path / "bench.json"
+    r.write_json(path)
+    doc = json.loads(path.read_text())
+    assert doc["peaks"] is None
+    assert len(doc["rows"]) == 12
+    assert doc["rows"][1]["op"] == "gelu" and doc["rows"][1]["dtype"] == "bfloat16"
+    assert doc["notes"] == ["2^16 timed in graph mode"]
+
+
+def test_report_svgs(tmp_path):
+    r = make_report()
+    r.set_peaks({"gpu": "Test GPU", "copy_gbps": 4000.0, "bf16_tflops": 800.0})
+    paths = r.write_svgs(tmp_path / "svg")
+    assert len(paths) == 2  # one per (op, dtype)
+    for p in paths:
+        root = ET.parse(p).getroot()
+        assert root.tag.endswith("svg")
+        text = open(p).read()
+        assert "tessera" in text and "torch" in text
+    assert r.svg("add", "float32").lstrip().startswith("<")
+    with pytest.raises(ValueError):
+        r.svg("softmax", "float32")
+
+
+def test_do_bench_arguments():
+    with pytest.raises(ValueError, match="graph_batch"):
+        do_bench(lambda: None, graph_batch=0)
+
+
+@pytest.mark.skipif(tessera.is_available(), reason="checks the error without a GPU")
+def test_do_bench_without_gpu_is_an_error_not_a_crash():
+    with pytest.raises(RuntimeError):
+        do_bench(lambda: None, warmup_ms=0, min_reps=1, max_reps=1)
+
+
+# ---- GPU ----
+
+def check_stats(s, min_reps):
+    assert set(s) >= {"median_ms", "p20_ms", "p80_ms", "min_ms", "max_ms", "mean_ms", "reps"}
+    assert 0 < s["min_ms"] <= s["p20_ms"] <= s["median_ms"] <= s["p80_ms"] <= s["max_ms"]
+    assert s["reps"] >= min_reps
+
+
+def test_do_bench_torch(torch):
+    x = torch.randn(1 << 22, device="cuda")
+    out = torch.empty_like(x)
+    check_stats(do_bench(lambda: tessera.gelu(x, out=out), min_reps=10, budget_ms=20), 10)
+    check_stats(do_bench(lambda: tessera.add(x, x, out=out), flush_l2=False, min_reps=5), 5)
+
+
+def test_do_bench_graph_mode(torch):
+    x = torch.randn(1 << 16, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(x)
+    s = do_bench(lambda: tessera.gelu(x, out=out), cuda_graph=True, graph_batch=10, min_reps=10)
+    check_stats(s, 10)
+    # Backward through autograd, with the forward on the capture stream.
+    xs = x.clone().requires_grad_()
+    g = torch.randn_like(x)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y = tessera.gelu(xs)
+    s = do_bench(lambda: torch.autograd.grad(y, xs, g, retain_graph=True), cuda_graph=True,
+                 stream=stream, min_reps=5)
+    check_stats(s, 5)
+
+
+def test_peaks(torch):
+    p = tessera.bench.peaks()
+    assert p["copy_gbps"] > 0 and p["bf16_tflops"] > 0 and p["sm_count"] > 0 and p["gpu"]

@@ -1,0 +1,97 @@
+"""The installed package: import, version, device queries, wheel layout and the `tessera` command."""
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tessera
+import tessera._cli
+
+PKG = Path(tessera.__file__).resolve().parent
+
+
+def test_version_matches_metadata():
+    assert tessera.__version__ == "0.1.0"
+    assert importlib.metadata.version("tessera") == tessera.__version__
+
+
+def test_public_api():
+    for name in ("add", "gelu", "gelu_backward", "is_available", "device_count", "no_gpu_reason",
+                 "DeviceArray"):
+        assert callable(getattr(tessera, name)), name
+    for name in ("do_bench", "peaks", "summarize", "Report"):
+        assert callable(getattr(tessera.bench, name)), name
+    assert tessera.add.__doc__ and tessera.gelu.__doc__ and tessera.bench.do_bench.__doc__
+
+
+def test_is_available_agrees_with_device_count():
+    n = tessera.device_count()
+    assert isinstance(n, int) and n >= 0
+    assert tessera.is_available() is (n > 0)
+    assert (tessera.no_gpu_reason() == "") is (n > 0)
+
+
+def test_no_gpu_when_devices_hidden():
+    # The same query with every device hidden: False and a reason, on any machine.
+    code = "import tessera; print(tessera.is_available()); print(tessera.no_gpu_reason())"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    available, reason = r.stdout.splitlines()[:2]
+    assert available == "False"
+    assert reason
+
+
+def test_dtype_codes_follow_the_library():
+    assert list(tessera._C.DTYPES) == ["float32", "float16", "bfloat16", "float64", "int8", "int16",
+                                       "int32", "int64", "uint8", "bool"]
+    assert sorted(tessera._C.DTYPES.values()) == list(range(10))
+
+
+def test_wheel_layout():
+    ext = list(PKG.glob("_C.*.so"))
+    assert len(ext) == 1
+    assert (PKG / "libtessera.so").is_file()
+    assert tessera._cli.executable() == PKG / "bin" / "tessera"
+    assert os.access(PKG / "bin" / "tessera", os.X_OK)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "tessera", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_help_lists_verbs():
+    r = run_cli("--help")
+    assert r.returncode == 0, r.stderr
+    for verb in ("info", "verify", "bench", "profile"):
+        assert verb in r.stdout
+
+
+def test_console_script_runs_the_binary():
+    script = Path(sys.executable).parent / "tessera"
+    if not script.exists():
+        pytest.skip(f"no console script next to {sys.executable} (package installed elsewhere)")
+    r = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "bench" in r.stdout
+
+
+def test_cli_bad_sizes_is_a_usage_error():
+    r = run_cli("bench", "--sizes", "abc")
+    assert r.returncode == 2
+    assert "abc" in r.stderr
+
+
+def test_cli_wrapper_reports_a_missing_binary(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(tessera._cli, "executable", lambda: tmp_path / "bin" / "tessera")
+    monkeypatch.setattr(sys, "argv", ["tessera", "--help"])
+    with pytest.raises(SystemExit) as e:
+        tessera._cli.main()
+    assert e.value.code == 1
+    assert "missing" in capsys.readouterr().err
