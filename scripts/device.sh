@@ -33,5 +33,9 @@ for s in $STEPS; do
     *) echo "unknown step $s" ;;
   esac
 done
+# $OUT returns at most 8 files: pack the report folders.
+for d in report pyreport; do
+  [ -d "$OUT/$d" ] && tar -C "$OUT" -czf "$OUT/$d.tgz" "$d" && rm -rf "${OUT:?}/$d"
+done
 echo "================ summary"
 printf '%s\n' "${summary[@]}"

@@ -48,6 +48,18 @@ def torch_view(t) -> tuple:
     return (t.data_ptr(), code, t.shape, t.stride(), t.get_device() if t.is_cuda else -1)
 
 
+def as_arg(torch, x, op: str, arg: str):
+    """What the extension takes for a tensor argument: a view tuple for a torch tensor, the object
+    itself (a DLPack producer) otherwise. A Python tuple is refused here: the extension would read
+    it as a view tuple, that is, as raw pointers."""
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch_view(x)
+    if isinstance(x, tuple):
+        raise TypeError(f"tessera.{op}: argument '{arg}': expected a tensor (a torch tensor, or an "
+                        "array with __dlpack__ and __dlpack_device__), got tuple")
+    return x
+
+
 def torch_stream(device_index: int) -> int:
     """Handle of torch's current stream on a CUDA device; 0 for a tensor not on one."""
     if device_index < 0:

@@ -50,7 +50,8 @@ def do_bench(fn, *, warmup_ms=25, min_reps=25, max_reps=1000, budget_ms=100, flu
     opts = dict(warmup_ms=float(warmup_ms), min_reps=int(min_reps), max_reps=int(max_reps),
                 budget_ms=float(budget_ms))
     if graph_batch < 1:
-        raise ValueError(f"tessera.bench.do_bench: argument 'graph_batch': expected >= 1, got {graph_batch}")
+        raise ValueError("tessera.bench.do_bench: argument 'graph_batch': expected >= 1, "
+                         f"got {graph_batch}")
     torch = sys.modules.get("torch")
     cupy = sys.modules.get("cupy")
     if _is_cupy_stream(stream) or (stream is None and cupy is not None and not _torch_cuda(torch)):
@@ -63,7 +64,7 @@ def do_bench(fn, *, warmup_ms=25, min_reps=25, max_reps=1000, budget_ms=100, flu
         raise ValueError("tessera.bench.do_bench: argument 'cuda_graph': graph mode needs torch or "
                          "cupy to route fn's launches to the capture stream")
     handle = 0 if stream is None else int(stream)
-    return _C.time_op(lambda: fn(), handle, flush_l2=flush_l2, cuda_graph=False, graph_batch=1,
+    return _C.time_op(fn, handle, flush_l2=flush_l2, cuda_graph=False, graph_batch=1,
                       **opts)
 
 
@@ -139,7 +140,8 @@ def peaks(stream=None) -> dict:
     if stream is None:
         handle = torch.cuda.current_stream().cuda_stream if _torch_cuda(torch) else 0
     else:
-        handle = stream if isinstance(stream, int) else getattr(stream, "cuda_stream", None) or stream.ptr
+        handle = stream if isinstance(stream, int) else getattr(stream, "cuda_stream",
+                                                                getattr(stream, "ptr", 0))
     return _C.measure_peaks(handle)
 
 

@@ -13,8 +13,8 @@ the kernel directly, without autograd's cost per call.
 from __future__ import annotations
 
 from . import _C
-from ._interop import (as_number, broadcast_shape, dlpack_stream, torch_if_tensor, torch_stream,
-                       torch_view, wrap_output)
+from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream, torch_if_tensor,
+                       torch_stream, torch_view, wrap_output)
 
 __all__ = ["add", "gelu", "gelu_backward"]
 
@@ -28,9 +28,10 @@ def _approximate(approximate, op: str) -> bool:
         f"tessera.{op}: argument 'approximate': expected 'none' or 'tanh', got {approximate!r}")
 
 
-def _requires_grad(torch, *tensors) -> bool:
-    return torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+def _requires_grad(torch, a, b=None) -> bool:
+    # Spelled out rather than any(...): this runs on every call.
+    return torch.is_grad_enabled() and (
+        a.requires_grad or (isinstance(b, torch.Tensor) and b.requires_grad))
 
 
 def _no_grad_with_out(op: str):
@@ -64,8 +65,8 @@ def add(input, other, *, alpha=1, out=None):
         if (other.dim() == 0 and input.is_cuda and not other.is_cuda and not other.requires_grad):
             other = other.item()
     elif as_number(other) is None:
-        raise TypeError(f"tessera.add: argument 'b': expected a tensor or a real number, "
-                        f"got {type(other).__name__}")
+        raise TypeError(f"tessera.add: argument 'b': expected a torch tensor or a real number "
+                        f"(torch.from_dlpack converts other arrays), got {type(other).__name__}")
     if _requires_grad(torch, input, other):
         if out is not None:
             raise _no_grad_with_out("add")
@@ -83,11 +84,11 @@ def _add_torch(torch, a, b, alpha, out):
             if shape is None:
                 _refuse(_C.add, av, bv, alpha, stream)
             out = torch.empty(shape, dtype=a.dtype, device=a.device)
-        _C.add(av, bv, torch_view(out), float(alpha), stream)
+        _C.add(av, bv, as_arg(torch, out, "add", "out"), float(alpha), stream)
     else:
         if out is None:
             out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
-        _C.add(av, as_number(b), torch_view(out), float(alpha), stream)
+        _C.add(av, as_number(b), as_arg(torch, out, "add", "out"), float(alpha), stream)
     return out
 
 
@@ -101,9 +102,11 @@ def _refuse(op, av, bv, alpha, stream):
 
 
 def _add_dlpack(input, other, alpha, out):
-    stream = dlpack_stream(input)
+    torch = torch_if_tensor(other)
+    a = as_arg(None, input, "add", "a")
     number = as_number(other)
-    result = _C.add(input, other if number is None else number, out, float(alpha), stream)
+    b = as_arg(torch, other, "add", "b") if number is None else number
+    result = _C.add(a, b, as_arg(torch, out, "add", "out"), float(alpha), dlpack_stream(input))
     return out if out is not None else wrap_output(input, result)
 
 
@@ -120,7 +123,8 @@ def gelu(input, approximate="none", *, out=None):
     torch = torch_if_tensor(input)
     if torch is None:
         stream = dlpack_stream(input)
-        result = _C.gelu(input, out, tanh, stream)
+        result = _C.gelu(as_arg(None, input, "gelu", "x"), as_arg(None, out, "gelu", "out"), tanh,
+                         stream)
         return out if out is not None else wrap_output(input, result)
     if _requires_grad(torch, input):
         if out is not None:
@@ -133,7 +137,7 @@ def _gelu_torch(torch, x, tanh, out):
     xv = torch_view(x)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _C.gelu(xv, torch_view(out), tanh, torch_stream(xv[4]))
+    _C.gelu(xv, as_arg(torch, out, "gelu", "out"), tanh, torch_stream(xv[4]))
     return out
 
 
@@ -143,18 +147,21 @@ def gelu_backward(grad_output, input, *, approximate="none", out=None):
     tanh = _approximate(approximate, "gelu_backward")
     torch = torch_if_tensor(input)
     if torch is None:
-        stream = dlpack_stream(input)
-        result = _C.gelu_backward(grad_output, input, out, tanh, stream)
+        op = "gelu_backward"
+        result = _C.gelu_backward(as_arg(torch_if_tensor(grad_output), grad_output, op, "grad_out"),
+                                  as_arg(None, input, op, "x"), as_arg(None, out, op, "grad_in"),
+                                  tanh, dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
     return _gelu_backward_torch(torch, grad_output, input, tanh, out)
 
 
 def _gelu_backward_torch(torch, grad, x, tanh, out):
     xv = torch_view(x)
-    gv = torch_view(grad) if isinstance(grad, torch.Tensor) else grad
+    gv = as_arg(torch, grad, "gelu_backward", "grad_out")
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _C.gelu_backward(gv, xv, torch_view(out), tanh, torch_stream(xv[4]))
+    _C.gelu_backward(gv, xv, as_arg(torch, out, "gelu_backward", "grad_in"), tanh,
+                     torch_stream(xv[4]))
     return out
 
 

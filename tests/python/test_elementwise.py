@@ -9,7 +9,6 @@ GPU tests (the `torch` fixture): results against a float64 torch reference by re
 and DLPack inputs (cupy, tessera.DeviceArray).
 """
 
-import math
 
 import pytest
 
@@ -100,6 +99,36 @@ def test_not_a_tensor_is_a_type_error(np):
     # A bad `other` is refused when it is converted, before the device checks run.
     with pytest.raises(TypeError, match=r"tessera\.add: argument 'b': expected a tensor.*got str"):
         tessera.add(np.ones(3, np.float32), "1")
+
+
+def test_a_tuple_is_not_a_tensor():
+    # The extension reads tuples as torch view tuples (raw pointers): the API must refuse them.
+    fake = (1 << 20, 0, (4,), (1,), 0)
+    with pytest.raises(TypeError, match=r"argument 'a'.*got tuple"):
+        tessera.add(fake, fake)
+    with pytest.raises(TypeError, match=r"argument 'x'.*got tuple"):
+        tessera.gelu(fake)
+    with pytest.raises(TypeError, match=r"argument 'grad_out'.*got tuple"):
+        tessera.gelu_backward(fake, fake)
+
+
+def test_torch_cpu_tensors_get_the_library_errors():
+    # No GPU needed: the torch path reaches the same checks for a CPU tensor.
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    x = torch.ones(3, 4)
+    with pytest.raises(ValueError) as e:
+        tessera.add(x, x)
+    assert str(e.value) == f"tessera.add: argument 'a': {CPU_DEVICE_MSG}"
+    with pytest.raises(ValueError, match=r"tessera\.gelu: argument 'x': " + CPU_DEVICE_MSG):
+        tessera.gelu(x.to(torch.int32))
+    with pytest.raises(ValueError, match=CPU_DEVICE_MSG):
+        tessera.gelu(x.to(torch.complex64))
+    with pytest.raises(ValueError, match=CPU_DEVICE_MSG):
+        tessera.gelu(x.requires_grad_())  # through autograd.Function
+    with pytest.raises(ValueError, match=r"argument 'a': " + CPU_DEVICE_MSG):
+        tessera.add(x.detach(), torch.ones(5))  # device before shapes
+    with pytest.raises(ValueError, match=r"argument 'approximate'"):
+        tessera.gelu(x, approximate="erf")
 
 
 def test_device_array_without_gpu_or_with_bad_arguments():
