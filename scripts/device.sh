@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 STEPS="${*:-env ctest verify pytest pybench bench profile}"
-export LD_LIBRARY_PATH="$PWD/devbin:${LD_LIBRARY_PATH:-}"
-BIN="$PWD/devbin/tessera"
+# devbin's binaries find devbin's libtessera through this; the Python steps use the wheel's own.
+export DEVLIB="LD_LIBRARY_PATH=$PWD/devbin"
+BIN="env $DEVLIB $PWD/devbin/tessera"
 summary=()
 step() {  # step NAME CMD...: run, log to $OUT/NAME.log, record pass/fail
   local name=$1; shift
@@ -20,15 +21,16 @@ step() {  # step NAME CMD...: run, log to $OUT/NAME.log, record pass/fail
 }
 for s in $STEPS; do
   case $s in
-    env) step env bash -c 'nvidia-smi; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; ls /usr/local/cuda/lib64 | grep -E "cupti|cublas" | head; ldd devbin/tessera | grep -E "not found|cuda|cublas|cupti"' ;;
-    ctest) step ctest ./devbin/tessera_tests --gtest_brief=1 ;;
-    verify) step verify "$BIN" verify ;;
-    large) step large "$BIN" verify --large add gelu ;;
-    sanitize) step sanitize compute-sanitizer --tool memcheck ./devbin/tessera_tests --gtest_filter='ElementwiseGpu.*:TileGpu.*' --gtest_brief=1 ;;
+    env) step env bash -c 'nvidia-smi; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; ls /usr/local/cuda/lib64 | grep -E "cupti|cublas" | head; env $DEVLIB ldd devbin/tessera | grep -E "not found|cuda|cublas|cupti"' ;;
+    ctest) step ctest env $DEVLIB ./devbin/tessera_tests --gtest_brief=1 ;;
+    verify) step verify $BIN verify ;;
+    large) step large $BIN verify --large add gelu ;;
+    sanitize) step sanitize env $DEVLIB compute-sanitizer --tool memcheck ./devbin/tessera_tests --gtest_filter='ElementwiseGpu.*:TileGpu.*' --gtest_brief=1 ;;
     pyinstall) step pyinstall bash -c 'TESSERA_CUDA_ARCHITECTURES=90a python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -20; python3 -c "import tessera; print(tessera.__version__)"' ;;
-    pytest) step pytest python3 -m pytest tests/python -q -rs -x ;;
+    pytest) step pytest python3 -X faulthandler -m pytest tests/python -q -rs ;;
+    pydiag) step pydiag bash -c 'LD_DEBUG=libs python3 -c "import tessera._C" 2>&1 | grep -E "tessera|cudart" | head; python3 -X faulthandler -m pytest tests/python/test_bench.py -q -x 2>&1 | tail -30' ;;
     pybench) step pybench python3 benchmarks/elementwise.py --out "$OUT/pyreport" ;;
-    bench) step bench "$BIN" bench add gelu gelu_tanh --dtype float32,bfloat16 --out "$OUT/report" ;;
+    bench) step bench $BIN bench add gelu gelu_tanh --dtype float32,bfloat16 --out "$OUT/report" ;;
     profile) step profile bash -c "$BIN profile add --dtype float32 --size 2^28 && $BIN profile gelu_tanh --dtype bfloat16 --size 2^24" ;;
     *) echo "unknown step $s" ;;
   esac
