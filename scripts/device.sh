@@ -26,7 +26,7 @@ for s in $STEPS; do
     verify) step verify $BIN verify ;;
     large) step large $BIN verify --large add gelu ;;
     sanitize) step sanitize env $DEVLIB compute-sanitizer --tool memcheck ./devbin/tessera_tests --gtest_filter='ElementwiseGpu.*:TileGpu.*' --gtest_brief=1 ;;
-    pyinstall) step pyinstall bash -c 'TESSERA_CUDA_ARCHITECTURES=90a python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -20; python3 -c "import tessera; print(tessera.__version__)"' ;;
+    pyinstall) step pyinstall bash -c 'c++ --version | head -1; cmake --version | head -1; TESSERA_CUDA_ARCHITECTURES=90a python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -20; python3 -c "import tessera; print(tessera.__version__)"' ;;
     pytest) step pytest python3 -X faulthandler -m pytest tests/python -q -rs ;;
     pydiag) step pydiag bash -c 'LD_DEBUG=libs python3 -c "import tessera._C" 2>&1 | grep -E "tessera|cudart" | head; python3 -X faulthandler -m pytest tests/python/test_bench.py -q -x 2>&1 | tail -30' ;;
     pybench) step pybench python3 benchmarks/elementwise.py --out "$OUT/pyreport" ;;

@@ -89,12 +89,17 @@ Derived derive(const Row& row, const Peaks* peaks) {
   return d;
 }
 
+// C stdio rather than std::ofstream: file streams are where libstdc++ builds differ most, and the
+// Python extension may be compiled by another toolchain than the one whose libstdc++ is loaded.
 void write_file(const std::string& path, const std::string& text, const char* what) {
   errno = 0;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (out) out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  if (out) out.close();
-  if (!out) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  bool ok = f != nullptr;
+  if (f) {
+    ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    ok = (std::fclose(f) == 0) && ok;
+  }
+  if (!ok) {
     std::string msg = std::string("tessera.bench.") + what + ": cannot write '" + path + "'";
     if (errno) msg += std::string(": ") + std::strerror(errno);
     throw Error(ErrorKind::runtime, msg);
