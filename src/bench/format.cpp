@@ -89,8 +89,7 @@ Derived derive(const Row& row, const Peaks* peaks) {
   return d;
 }
 
-// C stdio rather than std::ofstream: file streams are where libstdc++ builds differ most, and the
-// Python extension may be compiled by another toolchain than the one whose libstdc++ is loaded.
+// Writes the whole text or throws, naming the path and the system's reason.
 void write_file(const std::string& path, const std::string& text, const char* what) {
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "wb");
