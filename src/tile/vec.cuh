@@ -30,20 +30,6 @@ __device__ __forceinline__ Vec<T, N> load(const T* p) {
   return *reinterpret_cast<const Vec<T, N>*>(p);
 }
 
-// Streaming load (evict-first): for data read once and larger than L2.
-template <int N, class T>
-__device__ __forceinline__ Vec<T, N> load_stream(const T* p) {
-  static_assert(sizeof(Vec<T, N>) == 16 || sizeof(Vec<T, N>) <= 8, "unsupported vector width");
-  Vec<T, N> r;
-  if constexpr (sizeof(Vec<T, N>) == 16) {
-    int4 x = __ldcs(reinterpret_cast<const int4*>(p));
-    r = *reinterpret_cast<Vec<T, N>*>(&x);
-  } else {
-    r = *reinterpret_cast<const Vec<T, N>*>(p);
-  }
-  return r;
-}
-
 // Loads the first `valid` elements (0 <= valid <= N) one by one; the rest get `fill`.
 template <int N, class T>
 __device__ __forceinline__ Vec<T, N> load_masked(const T* p, int valid, T fill) {

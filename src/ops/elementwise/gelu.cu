@@ -6,6 +6,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
+#include <type_traits>
+
 #include "runtime/device.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/nvtx.hpp"
