@@ -3,5 +3,6 @@
 
 #include "tessera/error.hpp"
 #include "tessera/ops/elementwise.hpp"
+#include "tessera/ops/rowwise.hpp"
 #include "tessera/tensor.hpp"
 #include "tessera/version.hpp"

@@ -6,6 +6,7 @@ const std::vector<OpInfo>& all_ops() {
   static const std::vector<OpInfo> ops = [] {
     std::vector<OpInfo> v;
     register_elementwise(v);
+    register_rowwise(v);
     return v;
   }();
   return ops;

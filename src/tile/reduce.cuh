@@ -2,6 +2,8 @@
 // (which later row-wise kernels need) share one shuffle tree.
 #pragma once
 
+#include <cstring>
+
 namespace tessera::tile {
 
 struct Sum {
@@ -11,11 +13,26 @@ struct Max {
   template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
 };
 
-// Butterfly reduction: every lane ends with the result.
+// __shfl_xor_sync for any trivially copyable value of whole 32-bit words (a float, or a small
+// struct such as the online-softmax state), one shuffle per word.
+template <class T>
+__device__ __forceinline__ T shuffle_xor(T v, int offset) {
+  static_assert(sizeof(T) % 4 == 0, "shuffle_xor moves whole 32-bit words");
+  constexpr int kWords = sizeof(T) / 4;
+  unsigned w[kWords];
+  memcpy(w, &v, sizeof(T));
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) w[i] = __shfl_xor_sync(0xffffffffu, w[i], offset);
+  memcpy(&v, w, sizeof(T));
+  return v;
+}
+
+// Butterfly reduction: every lane ends with the result. The order of the combines is fixed, so
+// the result is the same on every run.
 template <class T, class Op>
 __device__ __forceinline__ T warp_reduce(T v, Op op) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, shuffle_xor(v, offset));
   return v;
 }
 

@@ -53,10 +53,11 @@ __device__ __forceinline__ void store_masked(T* p, const Vec<T, N>& v, int valid
 }
 
 // Load or masked load of elements [i, i + N) of a length-n array: the one call kernels use.
+// Elements past the end read as `fill` (softmax pads with -inf, sums with 0).
 template <int N, class T>
-__device__ __forceinline__ Vec<T, N> load_tile(const T* base, int64_t i, int64_t n) {
+__device__ __forceinline__ Vec<T, N> load_tile(const T* base, int64_t i, int64_t n, T fill = T{}) {
   if (i + N <= n) return load<N>(base + i);
-  return load_masked<N>(base + i, static_cast<int>(n > i ? n - i : 0), T{});
+  return load_masked<N>(base + i, static_cast<int>(n > i ? n - i : 0), fill);
 }
 
 template <int N, class T>

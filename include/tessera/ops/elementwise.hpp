@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "tessera/tensor.hpp"
 
 namespace tessera {
@@ -25,5 +27,25 @@ void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximat
 // grad_in = grad_out * gelu'(x); all three share one shape and dtype.
 void gelu_backward(const TensorView& grad_out, const TensorView& x, const TensorView& grad_in,
                    GeluApproximate approximate, cudaStream_t stream);
+
+// dst = src: any strides on either side (a transpose, a gather of a strided view), same shape and
+// dtype. dst must not overlap src unless it is the same view (then nothing is done).
+void copy(const TensorView& src, const TensorView& dst, cudaStream_t stream);
+
+// ---- dropout ----------------------------------------------------------------------------------
+// Inverted dropout on a counter-based generator (Philox4x32-10): element i of x (its row-major
+// index, whatever the strides) is kept when the uniform number drawn for counter
+// (offset + i / 4, lane i % 4) under key `seed` is >= p, and kept elements are scaled by
+// 1 / (1 - p). The mask is never stored: dropout_backward regenerates it from (seed, offset), so
+// the same (seed, offset) gives bit-identical results on every run. p = 0 copies x; p = 1 writes
+// zeros. 0 <= p <= 1. out has x's shape and dtype and may be x itself.
+void dropout(const TensorView& x, const TensorView& out, double p, uint64_t seed, uint64_t offset,
+             cudaStream_t stream);
+// grad_in = grad_out * mask(seed, offset) / (1 - p), with the forward's p, seed and offset.
+void dropout_backward(const TensorView& grad_out, const TensorView& grad_in, double p,
+                      uint64_t seed, uint64_t offset, cudaStream_t stream);
+// Philox counters one call over `numel` elements consumes: ceil(numel / 4). A caller that keeps a
+// running offset adds this after each call so that no two calls share random numbers.
+uint64_t dropout_offset_increment(int64_t numel);
 
 }  // namespace tessera

@@ -1,0 +1,64 @@
+// Row-wise operators: softmax and log-softmax over one dimension, LayerNorm and RMSNorm over the
+// trailing dimensions, each with its backward. Every function checks its arguments (throwing
+// tessera::Error before any launch), returns at once for 0-element tensors, and enqueues its
+// kernels on `stream`.
+//
+// Supported dtypes: float32, float16, bfloat16; all arithmetic in float32. Inputs and outputs may
+// have any strides; the fast kernels want the reduced dimension(s) dense (stride 1), other layouts
+// take a strided path (softmax) or are gathered to contiguous scratch memory first (norms).
+// Outputs must not overlap inputs, except where a function says so.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "tessera/tensor.hpp"
+
+namespace tessera {
+
+// ---- softmax ----------------------------------------------------------------------------------
+// out = softmax(x) along `dim` (negative counts from the end; a 0-d x is treated as [1]), as
+// torch.softmax: NaN in a row gives NaN for that row, a row of all -inf gives NaN.
+// out has x's shape and dtype; it may be x itself (same view) for in-place use.
+void softmax(const TensorView& x, int dim, const TensorView& out, cudaStream_t stream);
+// out = log_softmax(x) along `dim`, as torch.log_softmax.
+void log_softmax(const TensorView& x, int dim, const TensorView& out, cudaStream_t stream);
+
+// grad_in = y * (grad_out - sum_dim(grad_out * y)), where y = softmax(x) is the forward's output.
+void softmax_backward(const TensorView& grad_out, const TensorView& y, int dim,
+                      const TensorView& grad_in, cudaStream_t stream);
+// grad_in = grad_out - exp(y) * sum_dim(grad_out), where y = log_softmax(x).
+void log_softmax_backward(const TensorView& grad_out, const TensorView& y, int dim,
+                          const TensorView& grad_in, cudaStream_t stream);
+
+// ---- LayerNorm and RMSNorm ----------------------------------------------------------------------
+// The last `normalized_ndim` dimensions of x (1 <= normalized_ndim <= x.ndim) are normalized
+// together: x is viewed as rows (the leading dimensions) of N = prod(normalized shape) elements.
+// weight and bias, where given (nullptr: none), have exactly the normalized shape and x's dtype.
+// mean and rstd are float32 tensors of the leading shape (x.shape[:-normalized_ndim]; 0-d when
+// every dimension is normalized); they may be nullptr when the caller does not need them.
+
+// out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps) (biased variance), as
+// torch.nn.functional.layer_norm.
+void layer_norm(const TensorView& x, int normalized_ndim, const TensorView* weight,
+                const TensorView* bias, double eps, const TensorView& out, const TensorView* mean,
+                const TensorView* rstd, cudaStream_t stream);
+
+// Gradients of layer_norm, given the forward's saved mean and rstd. grad_in has x's shape;
+// grad_weight and grad_bias (each nullptr when not wanted; grad_weight needs weight) have the
+// normalized shape. grad_weight and grad_bias are reduced over rows in a fixed order: the same
+// inputs on the same GPU give bit-identical results on every run.
+void layer_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
+                         const TensorView& mean, const TensorView& rstd, const TensorView* weight,
+                         const TensorView* grad_in, const TensorView* grad_weight,
+                         const TensorView* grad_bias, cudaStream_t stream);
+
+// out = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps), as torch.nn.functional.rms_norm.
+// (torch's default eps, finfo(dtype).eps, is the Python layer's business: here eps is explicit.)
+void rms_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, double eps,
+              const TensorView& out, const TensorView* rstd, cudaStream_t stream);
+
+void rms_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
+                       const TensorView& rstd, const TensorView* weight, const TensorView* grad_in,
+                       const TensorView* grad_weight, cudaStream_t stream);
+
+}  // namespace tessera

@@ -1,0 +1,66 @@
+#include "runtime/scratch.hpp"
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "runtime/check.hpp"
+
+namespace tessera::runtime {
+namespace {
+
+cudaMemPool_t pool_for(int device) {
+  static std::mutex mu;
+  static std::vector<cudaMemPool_t> pools;
+  std::lock_guard<std::mutex> lock(mu);
+  if (device >= static_cast<int>(pools.size())) pools.resize(device + 1, nullptr);
+  if (!pools[device]) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t pool;
+    TESSERA_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+    uint64_t keep = UINT64_MAX;
+    TESSERA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    pools[device] = pool;  // lives as long as the process
+  }
+  return pools[device];
+}
+
+}  // namespace
+
+Scratch::Scratch(std::size_t bytes, cudaStream_t stream) : bytes_(bytes), stream_(stream) {
+  if (bytes == 0) return;
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  TESSERA_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr_, bytes, pool_for(device), stream));
+}
+
+void Scratch::release() noexcept {
+  if (ptr_) cudaFreeAsync(ptr_, stream_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+Scratch::~Scratch() { release(); }
+
+Scratch::Scratch(Scratch&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), stream_(o.stream_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+
+Scratch& Scratch::operator=(Scratch&& o) noexcept {
+  if (this != &o) {
+    release();
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    stream_ = o.stream_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+}  // namespace tessera::runtime

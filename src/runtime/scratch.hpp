@@ -1,0 +1,36 @@
+// Stream-ordered scratch memory for operators that need a temporary buffer (partial sums of a
+// deterministic reduction, a contiguous copy of a strided input). Allocated from a tessera-owned
+// memory pool per device with cudaMallocFromPoolAsync and returned with cudaFreeAsync on the same
+// stream, so it is safe across streams and costs no device synchronization; the pool keeps freed
+// memory for reuse (release threshold: unlimited) instead of handing it back to the driver.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace tessera::runtime {
+
+class Scratch {
+ public:
+  Scratch() = default;
+  // `bytes` on the current device, usable by work enqueued on `stream` after this call.
+  Scratch(std::size_t bytes, cudaStream_t stream);
+  ~Scratch();  // frees on the same stream: work already enqueued may still use the memory
+  Scratch(Scratch&& o) noexcept;
+  Scratch& operator=(Scratch&& o) noexcept;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  void* data() const { return ptr_; }
+  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept;
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace tessera::runtime
