@@ -5,6 +5,10 @@ The method is the same for every provider in a run: tessera.bench.do_bench (the 
 `tessera` command) with CUDA events per repetition; sizes up to GRAPH_MAX are timed as CUDA graphs
 of GRAPH_BATCH calls without L2 flush (they are launch-bound otherwise), larger sizes with the L2
 flushed before each repetition.
+
+Row-wise benchmarks pass a 2-D `shape` to Suite.run (the report shows it; `size` stays the element
+count, which picks the timing method and is the x axis of the plots), their own tolerances, and
+ask Suite.finish for a last table against the best peer of each row (best_peer_table).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import traceback
 from pathlib import Path
 
 import torch
@@ -21,6 +26,12 @@ from tessera.bench import Report, do_bench
 
 GRAPH_MAX = 1 << 16
 GRAPH_BATCH = 20
+
+# Where the benchmarks allocate their tensors.
+DEVICE = "cuda"
+
+# The line above the last table a benchmark prints (scripts/device.sh prints from it to the end).
+FINAL_TABLE_MARK = "==== final table"
 
 # allclose tolerances against the reference provider, by dtype. Half types: both sides compute in
 # float32 and round, so they may differ by an ulp (2^-8 relative for bf16), and a fast tanh can
@@ -69,6 +80,7 @@ class Suite:
             sys.exit(f"{title}: needs a CUDA GPU ({tessera.no_gpu_reason() or 'torch sees none'})")
         self.title = title
         self.report = Report()
+        self.failures: list[str] = []  # "what: why" for every case attempt() saw fail
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         print(f"{title} on {props.name}: torch {torch.__version__}, tessera {tessera.__version__}",
               flush=True)
@@ -84,49 +96,108 @@ class Suite:
     def note(self, text: str) -> None:
         self.report.note(text)
 
+    stop_on_failure = False  # attempt() lets a failure end the run, as Suite.run alone does
+
+    def attempt(self, what: str, fn) -> bool:
+        """Runs one benchmark case, fn(). A mismatch (check exits) or an exception is printed and
+        recorded, and the run goes on with the next case; finish() lists the failures and
+        returns their count. With stop_on_failure, it ends the run instead."""
+        try:
+            fn()
+            return True
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - one case must not lose the run
+            if self.stop_on_failure:
+                raise
+            why = str(e).strip() if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}"
+            if not isinstance(e, SystemExit):
+                traceback.print_exc()
+            print(f"  FAILED {what}: {why}", flush=True)
+            self.failures.append(f"{what}: {why}")
+            try:
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - a broken context: the next cases will say so
+                pass
+            return False
+
+    def optional(self, providers: dict, name: str, fn, what: str) -> None:
+        """Adds provider `name` after one trial call (which also compiles it, outside the
+        timing); if that call raises, the provider is left out with a warning and a note."""
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - a peer that cannot run is left out, not fatal
+            first = (str(e).splitlines() or [""])[0][:200]
+            msg = f"{what}: {name} left out ({type(e).__name__}: {first})"
+            print(f"  WARNING: {msg}", flush=True)
+            self.note(msg)
+            return
+        providers[name] = fn
+
     def run(self, op: str, dtype, size: int, bytes_moved: float, providers: dict, *,
-            reference: str = "torch", stream=None, flops: float = 0.0) -> None:
+            reference: str | None = "torch", stream=None, flops: float = 0.0, shape=None,
+            tolerances: dict | None = None) -> None:
         """Checks every provider's output against the reference's, then times each one.
 
-        providers: name -> callable without arguments returning its output tensor (it should
-        write to a preallocated output where the provider has out=). With `stream`, every call
-        runs on it (and graphs are captured on it)."""
+        providers: name -> callable without arguments returning its output tensor, or a tuple of
+        tensors (it should write to a preallocated output where the provider has out=). Tuples are
+        compared element by element, up to the shorter one. With `stream`, every call runs on it
+        (and graphs are captured on it). reference=None: no comparison (the caller has checked
+        the outputs its own way); every provider still runs once before timing.
+
+        shape: what the report shows (default: (size,)); size stays the element count, which
+        picks the timing method and is the x axis of the plots. tolerances: dtype ->
+        dict(rtol, atol[, atol_rel]) in place of TOLERANCES (see check)."""
+        label = fmt_size(size) if shape is None else _shape_label(shape)
+        if shape is not None:
+            self._shaped = True
         ctx = torch.cuda.stream(stream) if stream is not None else _nullcontext()
         with ctx:
             outputs = {name: fn() for name, fn in providers.items()}
         torch.cuda.synchronize()
-        ref = outputs[reference]
-        for name, out in outputs.items():
-            if name != reference:
-                check(op, name, reference, dtype, size, out, ref)
-        del outputs, ref
+        if reference is not None:
+            ref = outputs[reference]
+            tol = None if tolerances is None else tolerances[dtype]
+            for name, out in outputs.items():
+                if name != reference:
+                    check(op, name, reference, dtype, size, out, ref, tol=tol,
+                          label=None if shape is None else label)
+            del ref
+        del outputs
 
         method = timing_for(size)
         try:
-            results = self._time_all(op, dtype, size, providers, stream, method)
+            results = self._time_all(op, dtype, label, providers, stream, method)
         except Exception as e:  # noqa: BLE001 - a capture that fails must not lose the run
             if not method.get("cuda_graph"):
                 raise
             torch.cuda.synchronize()
-            msg = (f"{op} {dtype_name(dtype)} {fmt_size(size)}: CUDA graph capture failed "
+            msg = (f"{op} {dtype_name(dtype)} {label}: CUDA graph capture failed "
                    f"({type(e).__name__}: {e}); every provider at this size timed without a graph, "
                    "L2 flushed")
             print(f"  WARNING: {msg}", flush=True)
             self.note(msg)
-            results = self._time_all(op, dtype, size, providers, stream,
+            results = self._time_all(op, dtype, label, providers, stream,
                                      dict(cuda_graph=False, flush_l2=True))
+        report_shape = (size,) if shape is None else tuple(int(d) for d in shape)
         for name, stats in results.items():
-            self.report.add(op, name, dtype, (size,), size, bytes_moved, flops, stats)
+            self.report.add(op, name, dtype, report_shape, size, bytes_moved, flops, stats)
+
+    _shaped = False  # set once a row is added with its own shape: the ratio tables key on shapes
 
     @staticmethod
-    def _time_all(op, dtype, size, providers, stream, method) -> dict:
+    def _time_all(op, dtype, label, providers, stream, method) -> dict:
         results = {}
         for name, fn in providers.items():
-            print(f"  {op:<20} {dtype_name(dtype):<9} {fmt_size(size):>5}  {name}", flush=True)
+            print(f"  {op:<20} {dtype_name(dtype):<9} {label:>5}  {name}", flush=True)
             results[name] = do_bench(fn, stream=stream, **method)
         return results
 
-    def finish(self, out_dir: Path, ours: str = "tessera", baseline: str = "torch") -> None:
+    def finish(self, out_dir: Path, ours: str = "tessera", baseline: str = "torch", *,
+               best_peer: bool = False, peers=None) -> int:
+        """Prints the full table, writes CSV, JSON and SVGs to out_dir, prints the ratio table
+        against `baseline`. With best_peer, also a last table against the best of `peers` per
+        row (see best_peer_table), under FINAL_TABLE_MARK, then the cases attempt() saw fail;
+        the tables and failures go to out_dir/summary.txt as well. Returns the failure count."""
         out_dir.mkdir(parents=True, exist_ok=True)
         print()
         print(self.report.table())
@@ -135,7 +206,27 @@ class Suite:
         svgs = self.report.write_svgs(out_dir)
         print(f"wrote {out_dir / 'bench.csv'}, {out_dir / 'bench.json'} and {len(svgs)} SVGs in {out_dir}")
         print()
-        print(ratio_table(self.report, ours, baseline))
+        ratios = ratio_table(self.report, ours, baseline, by_shape=self._shaped)
+        print(ratios)
+        failures = self.failures
+        if not best_peer:
+            return len(failures)
+        final = best_peer_table(self.report, ours, peers, by_shape=self._shaped)
+        print()
+        print(f"{FINAL_TABLE_MARK}: {ours} against the best peer of each row (GB/s from the bytes "
+              f"the op must move; {ours}/peer > 1: {ours} faster)")
+        print(final)
+        failed = ""
+        if failures:
+            failed = f"\nFAILED ({len(failures)} case(s), not in the tables):\n" + "".join(
+                f"  {f.splitlines()[0][:300]}\n" for f in failures)
+            print(failed, end="")
+        text = (f"{self.title}\n\n{ours} against {baseline}:\n{ratios}\n\n"
+                f"{ours} against the best peer:\n{final}\n{failed}")
+        if self.report.notes:
+            text += "\nnotes:\n" + "".join(f"  - {n}\n" for n in self.report.notes)
+        (out_dir / "summary.txt").write_text(text, encoding="utf-8")
+        return len(failures)
 
 
 class _nullcontext:
@@ -146,38 +237,113 @@ class _nullcontext:
         return False
 
 
-def check(op, name, reference, dtype, size, out, ref) -> None:
-    tol = TOLERANCES[dtype]
-    if out.shape == ref.shape and torch.allclose(out.float(), ref.float(), **tol):
+def _shape_label(shape) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+def _shape_text(report_shape: str) -> str:
+    """The report's "[4096, 1024]" as "4096x1024"."""
+    return report_shape.strip("[]").replace(", ", "x").replace(",", "x")
+
+
+def check(op, name, reference, dtype, size, out, ref, *, tol=None, label=None) -> None:
+    """Exits the run when `out` is not close to `ref`: |out - ref| <= atol + rtol * |ref| with
+    atol = tol['atol'] + tol.get('atol_rel', 0) * max|ref| (an absolute tolerance on the scale of
+    the output, for results that can cancel to near zero). tol defaults to TOLERANCES[dtype].
+    Tuples of tensors are compared element by element, up to the shorter one."""
+    if isinstance(out, (tuple, list)) or isinstance(ref, (tuple, list)):
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+        for i, (o, r) in enumerate(zip(outs, refs)):
+            check(op, f"{name}[{i}]", f"{reference}[{i}]", dtype, size, o, r, tol=tol, label=label)
         return
-    diff = (out.float() - ref.float()).abs() if out.shape == ref.shape else None
-    detail = (f"max |diff| {diff.max().item():.3g} at index {diff.argmax().item()}"
-              if diff is not None else f"shape {tuple(out.shape)} vs {tuple(ref.shape)}")
-    sys.exit(f"\nMISMATCH: {op} {dtype_name(dtype)} size {size}: {name} differs from {reference} "
+    tol = TOLERANCES[dtype] if tol is None else tol
+    where = f"size {size}" if label is None else label
+    if out.shape == ref.shape:
+        o, r = out.float(), ref.float()
+        atol = tol["atol"]
+        if tol.get("atol_rel"):
+            atol += tol["atol_rel"] * (r.abs().max().item() if r.numel() else 0.0)
+        if torch.allclose(o, r, rtol=tol["rtol"], atol=atol):
+            return
+        diff = (o - r).abs()
+        diff[torch.isnan(diff)] = float("inf")  # a NaN on one side only is the worst difference
+        i = diff.argmax().item()
+        detail = (f"max |diff| {diff.max().item():.3g} at flat index {i} "
+                  f"({o.reshape(-1)[i].item():.6g} vs {r.reshape(-1)[i].item():.6g}), "
+                  f"atol {atol:.3g}")
+    else:
+        detail = f"shape {tuple(out.shape)} vs {tuple(ref.shape)}"
+    sys.exit(f"\nMISMATCH: {op} {dtype_name(dtype)} {where}: {name} differs from {reference} "
              f"beyond rtol={tol['rtol']}, atol={tol['atol']} ({detail}). Not timing a wrong result.")
 
 
-def ratio_table(report: Report, ours: str = "tessera", baseline: str = "torch") -> str:
-    """op, dtype, size, our GB/s, baseline GB/s, ratio, our % of the measured copy bandwidth."""
-    rows = report.rows()
-    copy = (report.peaks or {}).get("copy_gbps") or 0.0
-    by_key = {(r["op"], r["dtype"], r["size"], r["provider"]): r for r in rows}
-    header = ["op", "dtype", "size", f"{ours} GB/s", f"{baseline} GB/s", f"{ours}/{baseline}",
-              "% of copy"]
-    lines = []
-    seen = set()
-    for r in rows:
-        key = (r["op"], r["dtype"], r["size"])
-        if key in seen or (*key, ours) not in by_key or (*key, baseline) not in by_key:
-            continue
-        seen.add(key)
-        a, b = by_key[(*key, ours)]["gbps"], by_key[(*key, baseline)]["gbps"]
-        lines.append([key[0], key[1], fmt_size(key[2]), f"{a:.0f}", f"{b:.0f}",
-                      f"{a / b:.2f}" if b > 0 else "-", f"{100 * a / copy:.1f}" if copy else "-"])
+def _format_table(header, lines, left) -> str:
+    """Aligned columns: those whose index is in `left` to the left, the rest to the right."""
     widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h)
               for i, h in enumerate(header)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i < 3 else c.rjust(w)
+    fmt = lambda cells: "  ".join(c.ljust(w) if i in left else c.rjust(w)
                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
     out = [fmt(header), "-" * (sum(widths) + 2 * (len(widths) - 1))]
     out += [fmt(l) for l in lines]
     return "\n".join(out)
+
+
+def _rows_by_key(report: Report, by_shape: bool):
+    """The report's rows, the (op, dtype, size or shape) of each and a lookup by key + provider."""
+    rows = report.rows()
+    key_of = (lambda r: (r["op"], r["dtype"], _shape_text(r["shape"]))) if by_shape else \
+        (lambda r: (r["op"], r["dtype"], r["size"]))
+    by_key = {(*key_of(r), r["provider"]): r for r in rows}
+    return rows, key_of, by_key
+
+
+def ratio_table(report: Report, ours: str = "tessera", baseline: str = "torch", *,
+                by_shape: bool = False) -> str:
+    """op, dtype, size (shape with by_shape), our GB/s, baseline GB/s, ratio, our % of the
+    measured copy bandwidth."""
+    rows, key_of, by_key = _rows_by_key(report, by_shape)
+    copy = (report.peaks or {}).get("copy_gbps") or 0.0
+    header = ["op", "dtype", "shape" if by_shape else "size", f"{ours} GB/s", f"{baseline} GB/s",
+              f"{ours}/{baseline}", "% of copy"]
+    lines = []
+    seen = set()
+    for r in rows:
+        key = key_of(r)
+        if key in seen or (*key, ours) not in by_key or (*key, baseline) not in by_key:
+            continue
+        seen.add(key)
+        a, b = by_key[(*key, ours)]["gbps"], by_key[(*key, baseline)]["gbps"]
+        lines.append([key[0], key[1], key[2] if by_shape else fmt_size(key[2]), f"{a:.0f}",
+                      f"{b:.0f}", f"{a / b:.2f}" if b > 0 else "-",
+                      f"{100 * a / copy:.1f}" if copy else "-"])
+    return _format_table(header, lines, left={0, 1, 2})
+
+
+def best_peer_table(report: Report, ours: str = "tessera", peers=None, *,
+                    by_shape: bool = True) -> str:
+    """Per (op, dtype, shape): our GB/s, the fastest peer and its GB/s, our/peer, our % of the
+    measured copy bandwidth. peers: which providers compete: None (every other provider in the
+    row), a list of names, or a dict op -> list (ops not in it: every other provider)."""
+    rows, key_of, by_key = _rows_by_key(report, by_shape)
+    copy = (report.peaks or {}).get("copy_gbps") or 0.0
+    header = ["op", "dtype", "shape" if by_shape else "size", f"{ours} GB/s", "best peer",
+              "peer GB/s", f"{ours}/peer", "% of copy"]
+    lines = []
+    seen = set()
+    for r in rows:
+        key = key_of(r)
+        if key in seen or (*key, ours) not in by_key:
+            continue
+        seen.add(key)
+        allowed = peers.get(key[0]) if isinstance(peers, dict) else peers
+        candidates = [x for x in rows if key_of(x) == key and x["provider"] != ours
+                      and (allowed is None or x["provider"] in allowed)]
+        a = by_key[(*key, ours)]["gbps"]
+        best = max(candidates, key=lambda x: x["gbps"], default=None)
+        b = best["gbps"] if best is not None else 0.0
+        lines.append([key[0], key[1], key[2] if by_shape else fmt_size(key[2]), f"{a:.0f}",
+                      best["provider"] if best is not None else "-",
+                      f"{b:.0f}" if best is not None else "-", f"{a / b:.2f}" if b > 0 else "-",
+                      f"{100 * a / copy:.1f}" if copy else "-"])
+    return _format_table(header, lines, left={0, 1, 2, 4})

@@ -4,5 +4,6 @@
 #include "tessera/error.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/rowwise.hpp"
+#include "tessera/ops/set.hpp"
 #include "tessera/tensor.hpp"
 #include "tessera/version.hpp"

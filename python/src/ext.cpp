@@ -512,6 +512,177 @@ nb::object py_gelu_backward(nb::handle grad_out, nb::handle x, nb::handle grad_i
   return result;
 }
 
+// ---- row-wise ---------------------------------------------------------------------------------
+using RowwiseForward = void (*)(const TensorView&, int, const TensorView&, cudaStream_t);
+using RowwiseBackward = void (*)(const TensorView&, const TensorView&, int, const TensorView&,
+                                 cudaStream_t);
+
+// An optional tensor argument: nullptr for None, else its view (kept in `storage`).
+const TensorView* optional_view(const char* op, const char* arg, nb::handle obj,
+                                cudaStream_t stream, std::vector<nb::object>& keep,
+                                TensorView& storage) {
+  if (obj.is_none()) return nullptr;
+  storage = to_view(op, arg, obj, stream, keep);
+  return &storage;
+}
+
+nb::object py_softmax_forward(const char* op, RowwiseForward fn, nb::handle x, nb::handle out,
+                              int dim, uintptr_t stream_) {
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView xv = to_view(op, "x", x, stream, keep);
+  TensorView ov;
+  nb::object result = nb::none();
+  if (out.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, ov);
+  else ov = to_view(op, "out", out, stream, keep);
+  fn(xv, dim, ov, stream);
+  set_producer(result, stream);
+  return result;
+}
+
+nb::object py_softmax_backward_common(const char* op, RowwiseBackward fn, nb::handle grad_out,
+                                      nb::handle y, nb::handle grad_in, int dim,
+                                      uintptr_t stream_) {
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView gv = to_view(op, "grad_out", grad_out, stream, keep);
+  const TensorView yv = to_view(op, "y", y, stream, keep);
+  TensorView iv;
+  nb::object result = nb::none();
+  if (grad_in.is_none()) result = new_output(yv, yv.shape, yv.ndim, true, iv);
+  else iv = to_view(op, "grad_in", grad_in, stream, keep);
+  fn(gv, yv, dim, iv, stream);
+  set_producer(result, stream);
+  return result;
+}
+
+nb::object py_softmax(nb::handle x, nb::handle out, int dim, uintptr_t stream) {
+  return py_softmax_forward("softmax", &tessera::softmax, x, out, dim, stream);
+}
+nb::object py_log_softmax(nb::handle x, nb::handle out, int dim, uintptr_t stream) {
+  return py_softmax_forward("log_softmax", &tessera::log_softmax, x, out, dim, stream);
+}
+nb::object py_softmax_backward(nb::handle grad_out, nb::handle y, nb::handle grad_in, int dim,
+                               uintptr_t stream) {
+  return py_softmax_backward_common("softmax_backward", &tessera::softmax_backward, grad_out, y,
+                                    grad_in, dim, stream);
+}
+nb::object py_log_softmax_backward(nb::handle grad_out, nb::handle y, nb::handle grad_in, int dim,
+                                   uintptr_t stream) {
+  return py_softmax_backward_common("log_softmax_backward", &tessera::log_softmax_backward,
+                                    grad_out, y, grad_in, dim, stream);
+}
+
+// Norms: out None allocates a DeviceArray (DLPack x); mean and rstd are computed only where given.
+nb::object py_layer_norm(nb::handle x, int normalized_ndim, nb::handle weight, nb::handle bias,
+                         double eps, nb::handle out, nb::handle mean, nb::handle rstd,
+                         uintptr_t stream_) {
+  const char* op = "layer_norm";
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView xv = to_view(op, "x", x, stream, keep);
+  TensorView wv, bv, mv, rv, ov;
+  const TensorView* w = optional_view(op, "weight", weight, stream, keep, wv);
+  const TensorView* b = optional_view(op, "bias", bias, stream, keep, bv);
+  nb::object result = nb::none();
+  if (out.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, ov);
+  else ov = to_view(op, "out", out, stream, keep);
+  const TensorView* m = optional_view(op, "mean", mean, stream, keep, mv);
+  const TensorView* r = optional_view(op, "rstd", rstd, stream, keep, rv);
+  tessera::layer_norm(xv, normalized_ndim, w, b, eps, ov, m, r, stream);
+  set_producer(result, stream);
+  return result;
+}
+
+void py_layer_norm_backward(nb::handle grad_out, nb::handle x, int normalized_ndim,
+                            nb::handle mean, nb::handle rstd, nb::handle weight,
+                            nb::handle grad_in, nb::handle grad_weight, nb::handle grad_bias,
+                            uintptr_t stream_) {
+  const char* op = "layer_norm_backward";
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView gv = to_view(op, "grad_out", grad_out, stream, keep);
+  const TensorView xv = to_view(op, "x", x, stream, keep);
+  const TensorView mv = to_view(op, "mean", mean, stream, keep);
+  const TensorView rv = to_view(op, "rstd", rstd, stream, keep);
+  TensorView wv, iv, gwv, gbv;
+  const TensorView* w = optional_view(op, "weight", weight, stream, keep, wv);
+  const TensorView* gi = optional_view(op, "grad_in", grad_in, stream, keep, iv);
+  const TensorView* gw = optional_view(op, "grad_weight", grad_weight, stream, keep, gwv);
+  const TensorView* gb = optional_view(op, "grad_bias", grad_bias, stream, keep, gbv);
+  tessera::layer_norm_backward(gv, xv, normalized_ndim, mv, rv, w, gi, gw, gb, stream);
+}
+
+nb::object py_rms_norm(nb::handle x, int normalized_ndim, nb::handle weight, double eps,
+                       nb::handle out, nb::handle rstd, uintptr_t stream_) {
+  const char* op = "rms_norm";
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView xv = to_view(op, "x", x, stream, keep);
+  TensorView wv, rv, ov;
+  const TensorView* w = optional_view(op, "weight", weight, stream, keep, wv);
+  nb::object result = nb::none();
+  if (out.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, ov);
+  else ov = to_view(op, "out", out, stream, keep);
+  const TensorView* r = optional_view(op, "rstd", rstd, stream, keep, rv);
+  tessera::rms_norm(xv, normalized_ndim, w, eps, ov, r, stream);
+  set_producer(result, stream);
+  return result;
+}
+
+void py_rms_norm_backward(nb::handle grad_out, nb::handle x, int normalized_ndim, nb::handle rstd,
+                          nb::handle weight, nb::handle grad_in, nb::handle grad_weight,
+                          uintptr_t stream_) {
+  const char* op = "rms_norm_backward";
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView gv = to_view(op, "grad_out", grad_out, stream, keep);
+  const TensorView xv = to_view(op, "x", x, stream, keep);
+  const TensorView rv = to_view(op, "rstd", rstd, stream, keep);
+  TensorView wv, iv, gwv;
+  const TensorView* w = optional_view(op, "weight", weight, stream, keep, wv);
+  const TensorView* gi = optional_view(op, "grad_in", grad_in, stream, keep, iv);
+  const TensorView* gw = optional_view(op, "grad_weight", grad_weight, stream, keep, gwv);
+  tessera::rms_norm_backward(gv, xv, normalized_ndim, rv, w, gi, gw, stream);
+}
+
+// ---- dropout and copy -------------------------------------------------------------------------
+nb::object py_dropout(nb::handle x, nb::handle out, double p, uint64_t seed, uint64_t offset,
+                      uintptr_t stream_) {
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView xv = to_view("dropout", "x", x, stream, keep);
+  TensorView ov;
+  nb::object result = nb::none();
+  if (out.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, ov);
+  else ov = to_view("dropout", "out", out, stream, keep);
+  tessera::dropout(xv, ov, p, seed, offset, stream);
+  set_producer(result, stream);
+  return result;
+}
+
+nb::object py_dropout_backward(nb::handle grad_out, nb::handle grad_in, double p, uint64_t seed,
+                               uint64_t offset, uintptr_t stream_) {
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView gv = to_view("dropout_backward", "grad_out", grad_out, stream, keep);
+  TensorView iv;
+  nb::object result = nb::none();
+  if (grad_in.is_none()) result = new_output(gv, gv.shape, gv.ndim, true, iv);
+  else iv = to_view("dropout_backward", "grad_in", grad_in, stream, keep);
+  tessera::dropout_backward(gv, iv, p, seed, offset, stream);
+  set_producer(result, stream);
+  return result;
+}
+
+void py_copy(nb::handle src, nb::handle dst, uintptr_t stream_) {
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView sv = to_view("copy", "src", src, stream, keep);
+  const TensorView dv = to_view("copy", "dst", dst, stream, keep);
+  tessera::copy(sv, dv, stream);
+}
+
 // ---- benchmark engine ---------------------------------------------------------------------
 nb::dict stats_to_dict(const bench::Stats& s) {
   nb::dict d;
@@ -643,6 +814,46 @@ NB_MODULE(_C, m) {
         "out = gelu(x); returns a new DeviceArray when out is None.");
   m.def("gelu_backward", &py_gelu_backward, "grad_out"_a.none(), "x"_a.none(), "grad_in"_a.none(),
         "tanh"_a, "stream"_a, "grad_in = grad_out * gelu'(x); returns a new DeviceArray when grad_in is None.");
+  m.def("softmax", &py_softmax, "x"_a.none(), "out"_a.none(), "dim"_a, "stream"_a,
+        "out = softmax(x) along dim; returns a new DeviceArray when out is None.");
+  m.def("log_softmax", &py_log_softmax, "x"_a.none(), "out"_a.none(), "dim"_a, "stream"_a,
+        "out = log_softmax(x) along dim; returns a new DeviceArray when out is None.");
+  m.def("softmax_backward", &py_softmax_backward, "grad_out"_a.none(), "y"_a.none(),
+        "grad_in"_a.none(), "dim"_a, "stream"_a,
+        "grad_in = y * (grad_out - sum_dim(grad_out * y)), y = softmax(x); returns a new "
+        "DeviceArray when grad_in is None.");
+  m.def("log_softmax_backward", &py_log_softmax_backward, "grad_out"_a.none(), "y"_a.none(),
+        "grad_in"_a.none(), "dim"_a, "stream"_a,
+        "grad_in = grad_out - exp(y) * sum_dim(grad_out), y = log_softmax(x); returns a new "
+        "DeviceArray when grad_in is None.");
+  m.def("layer_norm", &py_layer_norm, "x"_a.none(), "normalized_ndim"_a, "weight"_a.none(),
+        "bias"_a.none(), "eps"_a, "out"_a.none(), "mean"_a.none(), "rstd"_a.none(), "stream"_a,
+        "LayerNorm over the last normalized_ndim dimensions; mean and rstd (float32, the leading "
+        "shape) are written where given. Returns a new DeviceArray when out is None.");
+  m.def("layer_norm_backward", &py_layer_norm_backward, "grad_out"_a.none(), "x"_a.none(),
+        "normalized_ndim"_a, "mean"_a.none(), "rstd"_a.none(), "weight"_a.none(),
+        "grad_in"_a.none(), "grad_weight"_a.none(), "grad_bias"_a.none(), "stream"_a,
+        "Gradients of layer_norm into the given outputs (None: not computed).");
+  m.def("rms_norm", &py_rms_norm, "x"_a.none(), "normalized_ndim"_a, "weight"_a.none(), "eps"_a,
+        "out"_a.none(), "rstd"_a.none(), "stream"_a,
+        "RMSNorm over the last normalized_ndim dimensions; rstd is written where given. Returns a "
+        "new DeviceArray when out is None.");
+  m.def("rms_norm_backward", &py_rms_norm_backward, "grad_out"_a.none(), "x"_a.none(),
+        "normalized_ndim"_a, "rstd"_a.none(), "weight"_a.none(), "grad_in"_a.none(),
+        "grad_weight"_a.none(), "stream"_a,
+        "Gradients of rms_norm into the given outputs (None: not computed).");
+  m.def("dropout", &py_dropout, "x"_a.none(), "out"_a.none(), "p"_a, "seed"_a, "offset"_a,
+        "stream"_a,
+        "Inverted dropout with the Philox stream (seed, offset); returns a new DeviceArray when out "
+        "is None.");
+  m.def("dropout_backward", &py_dropout_backward, "grad_out"_a.none(), "grad_in"_a.none(), "p"_a,
+        "seed"_a, "offset"_a, "stream"_a,
+        "grad_in = grad_out * mask(seed, offset) / (1 - p); returns a new DeviceArray when grad_in "
+        "is None.");
+  m.def("dropout_offset_increment", &tessera::dropout_offset_increment, "numel"_a,
+        "Philox counters one dropout call over numel elements consumes.");
+  m.def("copy", &py_copy, "src"_a.none(), "dst"_a.none(), "stream"_a,
+        "dst = src between any two layouts of one shape and dtype.");
 
   nb::class_<DeviceArray>(m, "DeviceArray",
                           "Row-major CUDA memory owned by tessera, exported by DLPack "

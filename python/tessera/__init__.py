@@ -4,24 +4,37 @@
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     y = tessera.gelu(x, approximate="tanh")        # torch.nn.functional.gelu; differentiable
     z = tessera.add(y, x, alpha=0.5)               # torch.add, with broadcasting
+    p = tessera.softmax(z, dim=-1)                 # torch.softmax; also log_softmax
+    h = tessera.layer_norm(z, (4096,), w, b)       # torch.nn.functional.layer_norm; rms_norm
+    d = tessera.dropout(h, 0.1)                    # seeded by tessera.random (manual_seed, ...)
 
 Inputs are torch tensors (zero-copy, on torch's current stream) or any CUDA array that speaks
 DLPack (cupy arrays come back as cupy arrays). Errors are the library's own messages, raised as
 ValueError (shapes, devices, overlap), TypeError (dtypes) or RuntimeError (CUDA failures).
 
-Submodules: ``tessera.bench`` (do_bench, peaks, Report). The ``tessera`` command (verify,
+Submodules: ``tessera.random`` (dropout's generator: manual_seed, get_rng_state, set_rng_state),
+``tessera.bench`` (do_bench, peaks, Report). The ``tessera`` command (verify,
 bench, profile on the local GPU) is installed with the package.
 """
 
 from . import _C
 from . import bench
+from . import random
 from ._C import DeviceArray
-from .elementwise import add, gelu, gelu_backward
+from .elementwise import add, copy, dropout, dropout_backward, gelu, gelu_backward
+from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_softmax,
+                      log_softmax_backward, rms_norm, rms_norm_backward, rms_norm_forward, softmax,
+                      softmax_backward)
 
 __version__: str = _C.__version__
 
-__all__ = ["add", "gelu", "gelu_backward", "bench", "DeviceArray", "is_available", "device_count",
-           "no_gpu_reason", "__version__"]
+# tessera.copy and tessera.random are left out of __all__: a star import would shadow the
+# standard library's copy and random modules.
+__all__ = ["add", "gelu", "gelu_backward", "dropout", "dropout_backward",
+           "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
+           "layer_norm", "layer_norm_forward", "layer_norm_backward",
+           "rms_norm", "rms_norm_forward", "rms_norm_backward",
+           "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
 
 
 def is_available() -> bool:

@@ -1,4 +1,5 @@
-"""Elementwise operators with torch's signatures: add, gelu (and gelu's backward).
+"""Elementwise operators with torch's signatures: add, gelu (and gelu's backward), dropout (and
+its backward), copy.
 
 Every function takes torch tensors, or any CUDA array that speaks DLPack (cupy, jax, ...), and
 returns the same kind it was given. All argument checks are the library's: a CPU tensor, an
@@ -13,10 +14,11 @@ the kernel directly, without autograd's cost per call.
 from __future__ import annotations
 
 from . import _C
+from . import random as _random
 from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream, torch_if_tensor,
                        torch_stream, torch_view, wrap_output)
 
-__all__ = ["add", "gelu", "gelu_backward"]
+__all__ = ["add", "gelu", "gelu_backward", "dropout", "dropout_backward", "copy"]
 
 
 def _approximate(approximate, op: str) -> bool:
@@ -220,3 +222,185 @@ def _define_functions(torch):
     Functions.Add = Add
     Functions.Gelu = Gelu
     return Functions
+
+
+# ---- dropout ----------------------------------------------------------------------------------
+
+_U64 = (1 << 64) - 1
+
+
+def _probability(p, op: str) -> float:
+    if isinstance(p, bool) or as_number(p) is None:
+        raise TypeError(f"tessera.{op}: argument 'p': expected a real number, "
+                        f"got {type(p).__name__}")
+    value = float(p)
+    if not 0.0 <= value <= 1.0:  # also refuses NaN
+        raise ValueError(f"tessera.{op}: argument 'p': expected a probability in [0, 1], "
+                         f"got {value!r}")
+    return value
+
+
+def _uint64(v, op: str, arg: str) -> int:
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError(f"tessera.{op}: argument '{arg}': expected an integer, "
+                        f"got {type(v).__name__}")
+    value = v.__index__()
+    if not 0 <= value <= _U64:
+        raise ValueError(f"tessera.{op}: argument '{arg}': expected an integer in [0, 2**64), "
+                         f"got {value}")
+    return value
+
+
+def _numel(x, op: str) -> int:
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        raise TypeError(f"tessera.{op}: argument 'x': without seed=, expected a tensor with a "
+                        f".shape (to advance the generator by its size), got {type(x).__name__}")
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _dropout_stream(op: str, seed, offset, numel):
+    """(seed, offset) for one call: as given, or taken from tessera.random's generator, which
+    then moves past the counters this call consumes (``numel()`` elements)."""
+    if seed is not None:
+        return _uint64(seed, op, "seed"), _uint64(offset, op, "offset")
+    if offset != 0:
+        raise ValueError(f"tessera.{op}: argument 'offset': expected 0 when seed is None (the "
+                         f"generator supplies both), got {offset!r}")
+    return _random._take(_C.dropout_offset_increment(numel()))
+
+
+def dropout(input, p=0.5, training=True, inplace=False, *, seed=None, offset=0, out=None):
+    """Inverted dropout, as :func:`torch.nn.functional.dropout`: each element is zeroed with
+    probability ``p`` and the kept ones are scaled by ``1 / (1 - p)``.
+
+    The mask comes from a counter-based generator (Philox4x32-10) keyed by ``seed`` at counter
+    ``offset``: the same (seed, offset) gives the same mask on every run and GPU, and the mask is
+    never stored (the backward regenerates it). With ``seed=None`` (the default) the pair comes from
+    :mod:`tessera.random`, which then advances; with ``seed`` given, ``(seed, offset)`` are used as
+    passed and the generator is untouched.
+
+    As torch: with ``training=False``, ``p == 0`` or no elements, ``input`` itself is returned (no
+    copy, no generator use); ``inplace=True`` writes into ``input`` (also under autograd, where
+    ``input`` is not a leaf). ``p == 1`` writes zeros (torch multiplies by zero, which keeps NaN and
+    turns inf into NaN; tessera gives 0 for them too).
+
+    ``out`` (keyword only, not torch's) writes the result to a preallocated tensor of ``input``'s
+    shape, dtype and device; with an identity call (above) ``input`` is copied into it.
+    """
+    op = "dropout"
+    p = _probability(p, op)
+    torch = torch_if_tensor(input)
+    if inplace:
+        if out is not None and out is not input:
+            raise ValueError(f"tessera.{op}: argument 'out': expected None or the input itself "
+                             "with inplace=True, got another tensor")
+        out = input
+    empty = torch is not None and input.numel() == 0
+    if not training or p == 0.0 or empty:
+        if out is None or out is input:
+            return input
+        if torch is not None and _requires_grad(torch, input):
+            raise _no_grad_with_out(op)
+        return copy(input, out)
+    seed, offset = _dropout_stream(
+        op, seed, offset, input.numel if torch is not None else lambda: _numel(input, op))
+    if torch is None:
+        result = _C.dropout(as_arg(None, input, op, "x"),
+                            as_arg(torch_if_tensor(out), out, op, "out"), p, seed, offset,
+                            dlpack_stream(input))
+        return out if out is not None else wrap_output(input, result)
+    if _requires_grad(torch, input):
+        if out is not None and out is not input:
+            raise _no_grad_with_out(op)
+        if out is input and input.is_leaf:  # torch's refusal, before anything is written
+            raise RuntimeError(f"tessera.{op}: a leaf Variable that requires grad is being used "
+                               "in an in-place operation.")
+        return _dropout_function(torch).apply(input, p, seed, offset, out is input)
+    return _dropout_torch(torch, input, p, seed, offset, out)
+
+
+def _dropout_torch(torch, x, p, seed, offset, out):
+    xv = torch_view(x)
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _C.dropout(xv, as_arg(torch, out, "dropout", "out"), p, seed, offset, torch_stream(xv[4]))
+    return out
+
+
+def dropout_backward(grad_output, p, seed, offset, *, out=None):
+    """Gradient of :func:`dropout` with respect to its input, ``grad_output * mask / (1 - p)``,
+    given the forward's ``p``, ``seed`` and ``offset`` (the mask is regenerated, not stored). Not
+    differentiable itself."""
+    op = "dropout_backward"
+    p = _probability(p, op)
+    seed, offset = _uint64(seed, op, "seed"), _uint64(offset, op, "offset")
+    torch = torch_if_tensor(grad_output)
+    if torch is None:
+        result = _C.dropout_backward(as_arg(None, grad_output, op, "grad_out"),
+                                     as_arg(torch_if_tensor(out), out, op, "grad_in"), p, seed,
+                                     offset, dlpack_stream(grad_output))
+        return out if out is not None else wrap_output(grad_output, result)
+    return _dropout_backward_torch(torch, grad_output, p, seed, offset, out)
+
+
+def _dropout_backward_torch(torch, grad, p, seed, offset, out):
+    gv = torch_view(grad)
+    if out is None:
+        out = torch.empty(grad.shape, dtype=grad.dtype, device=grad.device)
+    _C.dropout_backward(gv, as_arg(torch, out, "dropout_backward", "grad_in"), p, seed, offset,
+                        torch_stream(gv[4]))
+    return out
+
+
+_dropout_autograd = None
+
+
+def _dropout_function(torch):
+    global _dropout_autograd
+    if _dropout_autograd is None:
+        from torch.autograd.function import once_differentiable
+
+        class Dropout(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, p, seed, offset, inplace):
+                ctx.p, ctx.seed, ctx.offset = p, seed, offset  # the mask, in three numbers
+                out = _dropout_torch(torch, x, p, seed, offset, x if inplace else None)
+                if inplace:
+                    ctx.mark_dirty(x)
+                return out
+
+            @staticmethod
+            @once_differentiable
+            def backward(ctx, grad):
+                g = _dropout_backward_torch(torch, grad, ctx.p, ctx.seed, ctx.offset, None)
+                return g, None, None, None, None
+
+        _dropout_autograd = Dropout
+    return _dropout_autograd
+
+
+# ---- copy -------------------------------------------------------------------------------------
+
+def copy(src, dst):
+    """``dst[...] = src`` for tensors of one shape and dtype in any two layouts (a transpose, a
+    strided slice), as ``dst.copy_(src)`` without its broadcasting and dtype conversion. ``dst``
+    must not overlap ``src`` unless it is the same view. Returns ``dst``. Not tracked by autograd:
+    a ``src`` that requires grad (in grad mode) is refused."""
+    torch = torch_if_tensor(src) or torch_if_tensor(dst)
+    if torch is not None and torch.is_grad_enabled() and isinstance(src, torch.Tensor) \
+            and src.requires_grad:
+        raise RuntimeError("tessera.copy: argument 'src': copy does not support automatic "
+                           "differentiation, but src requires grad (dst.copy_(src) does)")
+    sv, dv = as_arg(torch, src, "copy", "src"), as_arg(torch, dst, "copy", "dst")
+    if torch is not None and isinstance(dst, torch.Tensor):
+        stream = torch_stream(dv[4])
+    elif torch is not None and isinstance(src, torch.Tensor):
+        stream = torch_stream(sv[4])
+    else:
+        stream = dlpack_stream(dst)
+    _C.copy(sv, dv, stream)
+    return dst

@@ -7,6 +7,7 @@ const std::vector<OpInfo>& all_ops() {
     std::vector<OpInfo> v;
     register_elementwise(v);
     register_rowwise(v);
+    register_set(v);
     return v;
   }();
   return ops;

@@ -64,5 +64,6 @@ std::vector<const OpInfo*> select_ops(const std::string& name);
 // Defined by each family.
 void register_elementwise(std::vector<OpInfo>& ops);
 void register_rowwise(std::vector<OpInfo>& ops);
+void register_set(std::vector<OpInfo>& ops);
 
 }  // namespace tessera::ops

@@ -27,9 +27,15 @@ double load_double(const TensorView& t, int64_t i) {
     case DType::float64: return static_cast<const double*>(t.data)[off];
     case DType::float16: return __half2float(static_cast<const __half*>(t.data)[off]);
     case DType::bfloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(t.data)[off]);
-    default: break;
+    // Integers: exact up to 2^53 in magnitude.
+    case DType::int8: return static_cast<const int8_t*>(t.data)[off];
+    case DType::int16: return static_cast<const int16_t*>(t.data)[off];
+    case DType::int32: return static_cast<const int32_t*>(t.data)[off];
+    case DType::int64: return static_cast<double>(static_cast<const int64_t*>(t.data)[off]);
+    case DType::uint8: return static_cast<const uint8_t*>(t.data)[off];
+    case DType::bool_: return static_cast<const bool*>(t.data)[off] ? 1.0 : 0.0;
   }
-  detail::throw_arg(ErrorKind::type, "load_double", "t", "a floating dtype", dtype_name(t.dtype));
+  detail::throw_arg(ErrorKind::type, "load_double", "t", "a known dtype", dtype_name(t.dtype));
 }
 
 void store_double(const TensorView& t, int64_t i, double v) {

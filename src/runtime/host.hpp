@@ -12,7 +12,8 @@ namespace tessera::runtime {
 // Offset (elements) of row-major logical index i in view t.
 int64_t element_offset(const TensorView& t, int64_t i);
 
-// t must describe host memory.
+// t must describe host memory. load_double reads any dtype (integers exact up to 2^53);
+// store_double writes float dtypes only.
 double load_double(const TensorView& t, int64_t logical_index);
 void store_double(const TensorView& t, int64_t logical_index, double value);
 

@@ -40,8 +40,12 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// Integers take the floor, so [lo, hi) holds integer values lo .. hi - 1 with equal weight.
 template <class T>
-__device__ __forceinline__ T from_double(double x) { return static_cast<T>(x); }
+__device__ __forceinline__ T from_double(double x) { return static_cast<T>(floor(x)); }
+template <> __device__ __forceinline__ float from_double<float>(double x) { return static_cast<float>(x); }
+template <> __device__ __forceinline__ double from_double<double>(double x) { return x; }
+template <> __device__ __forceinline__ bool from_double<bool>(double x) { return floor(x) != 0.0; }
 template <> __device__ __forceinline__ __half from_double<__half>(double x) { return __double2half(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_double<__nv_bfloat16>(double x) {
   return __double2bfloat16(x);
@@ -91,8 +95,12 @@ void fill_uniform(void* data, DType dtype, int64_t count, double lo, double hi, 
     case DType::float64:
       fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<double*>(data), count, lo, scale, seed);
       break;
-    default:
-      detail::throw_arg(ErrorKind::type, "fill_uniform", "dtype", "a floating dtype", dtype_name(dtype));
+    case DType::int8: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<int8_t*>(data), count, lo, scale, seed); break;
+    case DType::int16: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<int16_t*>(data), count, lo, scale, seed); break;
+    case DType::int32: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<int32_t*>(data), count, lo, scale, seed); break;
+    case DType::int64: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<int64_t*>(data), count, lo, scale, seed); break;
+    case DType::uint8: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<uint8_t*>(data), count, lo, scale, seed); break;
+    case DType::bool_: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<bool*>(data), count, lo, scale, seed); break;
   }
   TESSERA_LAUNCH_CHECK();
 }

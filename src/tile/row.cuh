@@ -73,14 +73,15 @@ __device__ __forceinline__ SoftmaxState softmax_empty() { return {-INFINITY, 0.0
 // whole row take its maximum first and add exp(x - m) directly; this form is for streaming.
 __device__ __forceinline__ SoftmaxState softmax_add(SoftmaxState a, float x) {
   if (x > a.m) return {x, fmaf(a.s, fast_exp(a.m - x), 1.0f)};
-  if (a.m == -INFINITY) return a;  // x is -inf too: nothing to add (and no -inf - -inf)
+  if (a.m == -INFINITY) return x == -INFINITY ? a : SoftmaxState{a.m, NAN};  // x is -inf or NaN
   return {a.m, a.s + fast_exp(x - a.m)};
 }
 
 struct SoftmaxMerge {
   __device__ __forceinline__ SoftmaxState operator()(SoftmaxState a, SoftmaxState b) const {
     const float m = fmaxf(a.m, b.m);
-    if (m == -INFINITY) return {m, 0.0f};  // both sides empty or all -inf
+    // Both maxima -inf: no finite term, but a NaN among -inf values must survive (s is 0 or NaN).
+    if (m == -INFINITY) return {m, a.s + b.s};
     return {m, a.s * fast_exp(a.m - m) + b.s * fast_exp(b.m - m)};
   }
 };

@@ -1,10 +1,18 @@
 // Verify and bench cases for the elementwise family: what `tessera verify|bench|profile` run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <memory>
+#include <mutex>
 
 #include "ops/elementwise/reference.hpp"
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
 #include "runtime/check.hpp"
+#include "runtime/host.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 
@@ -192,6 +200,211 @@ BenchCase gelu_bench(DType dt, int64_t n, GeluApproximate ap, bool backward) {
   return c;
 }
 
+// ---- exact results (dropout, copy) -------------------------------------------------------
+// v rounded to dtype the way the kernels round: to float first, then to the storage type.
+double round_to(DType dt, double v) {
+  const auto f = static_cast<float>(v);
+  switch (dt) {
+    case DType::float16: return __half2float(__float2half_rn(f));
+    case DType::bfloat16: return __bfloat162float(__float2bfloat16_rn(f));
+    default: return f;
+  }
+}
+
+// Operators whose every output element is determined exactly (a copy; a dropout, whose kept
+// elements are x * scale in float rounded once to the storage type): fails `r` unless every
+// element equals its reference rounded to the output dtype, and counts the elements whose zero /
+// non-zero state (the keep decision, for a dropout) differs. The relative-norm check that
+// compare() makes cannot see one flipped element among a million; this one can.
+void check_exact(VerifyResult& r, const TestTensor& out, const std::vector<double>& ref) {
+  const HostCopy h = to_host(out);
+  const int64_t n = out.view.numel();
+  std::mutex mu;
+  int64_t differ = 0, flipped = 0;
+  double max_abs = 0;
+  runtime::parallel_for(n, [&](int64_t b, int64_t e) {
+    int64_t ld = 0, lf = 0;
+    double lm = 0;
+    for (int64_t i = b; i < e; ++i) {
+      const double v = runtime::load_double(h.view, i), want = round_to(out.view.dtype, ref[i]);
+      if (!(v == want)) {
+        ++ld;
+        lm = std::max(lm, std::isnan(v) ? INFINITY : std::fabs(v - want));
+      }
+      if ((v == 0) != (ref[i] == 0)) ++lf;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    differ += ld;
+    flipped += lf;
+    max_abs = std::max(max_abs, lm);
+  });
+  r.max_abs = max_abs;
+  if (r.passed && differ > 0) {
+    r.passed = false;
+    r.detail = std::to_string(differ) + " elements differ from the exact result in " +
+               dtype_name(out.view.dtype) + " (" + std::to_string(flipped) + " zero where it should not be or not zero where it should)";
+  }
+}
+
+// ---- dropout --------------------------------------------------------------------------------
+struct DropoutSpec {
+  Shape shape;
+  Layout layout = Layout::contiguous;  // of x (or grad_out)
+  double p = 0.5;
+  uint64_t offset = 0;
+  uint64_t seed = 0x243f6a8885a308d3ull;
+  Layout out_layout = Layout::contiguous;
+  bool in_place = false;
+};
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+VerifyResult run_dropout(DType dt, bool backward, const DropoutSpec& s) {
+  cudaStream_t stream = nullptr;
+  TestTensor x = make_tensor(dt, s.shape, s.layout);
+  fill_random(x, -4, 4, stream);
+  const HostCopy hx = to_host(x);
+  const std::vector<double> ref = backward ? reference::dropout_backward(hx.view, s.p, s.seed, s.offset)
+                                           : reference::dropout(hx.view, s.p, s.seed, s.offset);
+  TestTensor out_storage;
+  const TestTensor* out = &x;
+  if (!s.in_place) {
+    out_storage = make_tensor(dt, s.shape, s.out_layout);
+    fill_poison(out_storage, stream);
+    out = &out_storage;
+  }
+  if (backward) dropout_backward(x.view, out->view, s.p, s.seed, s.offset, stream);
+  else dropout(x.view, out->view, s.p, s.seed, s.offset, stream);
+  std::string name = std::string(dtype_name(dt)) + " " + shape_str(s.shape) + " " + layout_name(s.layout);
+  if (s.in_place) name += " in-place";
+  else if (s.out_layout != Layout::contiguous) name += " -> " + std::string(layout_name(s.out_layout));
+  name += " p=" + std::to_string(s.p).substr(0, 4) + " seed=" + hex(s.seed) + " offset=" + hex(s.offset);
+  VerifyResult r = compare(backward ? "dropout_backward" : "dropout", name, *out, ref, stream);
+  check_exact(r, *out, ref);
+  return r;
+}
+
+std::vector<VerifyCase> dropout_cases(bool backward) {
+  constexpr uint64_t kCarry = (uint64_t(1) << 32) - 1000;  // counters cross into the high word
+  const std::vector<DropoutSpec> specs = {
+      {{1000003}, Layout::contiguous, 0.1},                      // odd size: vector tail
+      {{7}, Layout::contiguous, 0.5},                            // smaller than a vector
+      {{33}, Layout::contiguous, 0.3, 5},                        // one group of 4 split by the end
+      {{1 << 16}, Layout::contiguous, 0.5, 3},
+      {{2, 3, 4, 5, 6}, Layout::contiguous, 0.5, 11},
+      {{1000003}, Layout::offset, 0.5, 12345, 0x0123456789abcdefull, Layout::offset},  // scalar path
+      {{4099}, Layout::offset, 0.25, 1, 7},                       // misaligned x, aligned out
+      {{513, 257}, Layout::transposed, 0.1, 99},                 // mask from the logical index
+      {{300, 1001}, Layout::strided, 0.9, 1 << 20},
+      {{257, 129}, Layout::contiguous, 0.5, 0, 42, Layout::transposed},  // strided output
+      {{1000003}, Layout::contiguous, 0.0},                      // exact copy
+      {{1000003}, Layout::contiguous, 1.0},                      // all zeros
+      {{1000003}, Layout::contiguous, 0.9, kCarry, 0xfedcba9876543210ull},
+      {{100003}, Layout::contiguous, 0.5, 77, 1, Layout::contiguous, true},  // in place
+      {{100003}, Layout::strided, 0.5, 78, 2, Layout::strided, true},         // in place, strided
+      {{0, 5}, Layout::contiguous, 0.5},
+  };
+  std::vector<VerifyCase> cases;
+  for (DType dt : kFloatTypes)
+    for (const DropoutSpec& s : specs)
+      cases.push_back({std::string(dtype_name(dt)) + " " + shape_str(s.shape), false,
+                       [=] { return run_dropout(dt, backward, s); }});
+  cases.push_back({"bfloat16 [2^31+17]", true, [=] {
+                     return run_dropout(DType::bfloat16, backward, {{kOverInt32}, Layout::contiguous, 0.5, kCarry});
+                   }});
+  return cases;
+}
+
+BenchCase dropout_bench(DType dt, int64_t n, bool backward) {
+  struct State { TestTensor x, out; };
+  auto st = std::make_shared<State>();
+  st->x = make_tensor(dt, {n}, Layout::contiguous);
+  st->out = make_tensor(dt, {n}, Layout::contiguous);
+  fill_random(st->x, -1, 1, nullptr);
+  BenchCase c;
+  c.op = backward ? "dropout_backward" : "dropout";
+  c.dtype = dtype_name(dt);
+  c.shape = shape_str({n});
+  c.size = n;
+  c.bytes = 2.0 * n * dtype_size(dt);  // x in, out out: the mask is regenerated, never stored
+  State* s = st.get();
+  constexpr double p = 0.1;
+  constexpr uint64_t seed = 1234, offset = 0;
+  if (backward)
+    c.run = [s](cudaStream_t stream) { dropout_backward(s->x.view, s->out.view, p, seed, offset, stream); };
+  else
+    c.run = [s](cudaStream_t stream) { dropout(s->x.view, s->out.view, p, seed, offset, stream); };
+  c.state = st;
+  return c;
+}
+
+// ---- copy -----------------------------------------------------------------------------------
+struct CopySpec {
+  Shape shape;
+  Layout src = Layout::contiguous, dst = Layout::contiguous;
+};
+
+VerifyResult run_copy(DType dt, const CopySpec& s) {
+  cudaStream_t stream = nullptr;
+  TestTensor src = make_tensor(dt, s.shape, s.src);
+  fill_random(src, -4, 4, stream);
+  const HostCopy hs = to_host(src);
+  std::vector<double> ref(static_cast<std::size_t>(src.view.numel()));
+  runtime::parallel_for(src.view.numel(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) ref[i] = runtime::load_double(hs.view, i);
+  });
+  TestTensor dst = make_tensor(dt, s.shape, s.dst);
+  fill_poison(dst, stream);
+  copy(src.view, dst.view, stream);
+  VerifyResult r = compare("copy", std::string(dtype_name(dt)) + " " + shape_str(s.shape) + " " +
+                                       layout_name(s.src) + " -> " + layout_name(s.dst),
+                           dst, ref, stream);
+  check_exact(r, dst, ref);
+  return r;
+}
+
+std::vector<VerifyCase> copy_cases() {
+  const std::vector<CopySpec> specs = {
+      {{513, 257}, Layout::transposed, Layout::contiguous},
+      {{300, 1001}, Layout::strided, Layout::contiguous},
+      {{513, 257}, Layout::contiguous, Layout::transposed},
+      {{7, 9, 11}, Layout::transposed, Layout::strided},
+      {{64, 1000}, Layout::strided, Layout::strided},
+      {{1000003}, Layout::offset, Layout::contiguous},     // dense: one memcpy
+      {{1000003}, Layout::contiguous, Layout::offset},
+      {{1000003}, Layout::contiguous, Layout::strided},
+      {{1}, Layout::contiguous, Layout::strided},
+      {{0, 4}, Layout::transposed, Layout::contiguous},
+  };
+  std::vector<VerifyCase> cases;
+  for (DType dt : kFloatTypes)
+    for (const CopySpec& s : specs)
+      cases.push_back({std::string(dtype_name(dt)) + " " + shape_str(s.shape), false, [=] { return run_copy(dt, s); }});
+  return cases;
+}
+
+BenchCase copy_bench(DType dt, int64_t n) {
+  struct State { TestTensor src, dst; };
+  auto st = std::make_shared<State>();
+  st->src = make_tensor(dt, {n}, Layout::contiguous);
+  st->dst = make_tensor(dt, {n}, Layout::contiguous);
+  fill_random(st->src, -1, 1, nullptr);
+  BenchCase c;
+  c.op = "copy";
+  c.dtype = dtype_name(dt);
+  c.shape = shape_str({n});
+  c.size = n;
+  c.bytes = 2.0 * n * dtype_size(dt);
+  State* s = st.get();
+  c.run = [s](cudaStream_t stream) { copy(s->src.view, s->dst.view, stream); };
+  c.state = st;
+  return c;
+}
+
 std::vector<int64_t> pow2_sizes(int lo, int hi, int step) {
   std::vector<int64_t> v;
   for (int k = lo; k <= hi; k += step) v.push_back(int64_t(1) << k);
@@ -214,6 +427,14 @@ void register_elementwise(std::vector<OpInfo>& ops) {
                      [ap, bwd](DType dt, int64_t n) { return gelu_bench(dt, n, ap, bwd); }});
     }
   }
+  for (bool bwd : {false, true})
+    ops.push_back({bwd ? "dropout_backward" : "dropout", "elementwise",
+                   bwd ? "seeded dropout backward: grad_out * mask(seed, offset) / (1 - p)"
+                       : "seeded inverted dropout on Philox4x32-10, mask regenerated, never stored",
+                   kFloatTypes, sizes, [bwd] { return dropout_cases(bwd); },
+                   [bwd](DType dt, int64_t n) { return dropout_bench(dt, n, bwd); }});
+  ops.push_back({"copy", "elementwise", "dst = src between any two layouts of one shape", kFloatTypes,
+                 sizes, copy_cases, copy_bench});
 }
 
 }  // namespace tessera::ops

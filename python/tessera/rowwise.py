@@ -1,0 +1,470 @@
+"""Row-wise operators with torch's signatures: softmax and log_softmax over one dimension, LayerNorm
+and RMSNorm over the trailing dimensions, with their backward functions.
+
+Inputs are torch tensors, or (for softmax, log_softmax, their backward functions, layer_norm and
+rms_norm) any CUDA array that speaks DLPack, which gets the same kind back. The argument checks
+are the library's: a CPU tensor, an unsupported dtype or a mismatched shape raise
+ValueError/TypeError with the C++ message, which names the operator and its C++ argument ('x',
+'out', 'weight', 'bias', 'grad_out', 'y', 'mean', 'rstd', ...). Checks of Python-only arguments
+(dim's type, normalized_shape, output_mask) run first, before any of them.
+
+Autograd: when grad mode is on and an input requires grad, softmax, log_softmax, layer_norm and
+rms_norm go through a torch.autograd.Function whose backward runs tessera's backward kernel
+(softmax saves its output; the norms save input, mean/rstd and weight); otherwise they call the
+forward kernel alone, without autograd's cost per call. The backward functions are not
+differentiable themselves (once_differentiable).
+
+Statistics: ``layer_norm_forward`` returns mean and rstd, and ``rms_norm_forward`` returns rstd,
+as float32 tensors of the *leading* shape ``input.shape[:-len(normalized_shape)]`` (0-d when every
+dimension is normalized): what the C++ API takes. ``torch.native_layer_norm`` gives them the shape
+``leading + (1,) * len(normalized_shape)``; the backward functions here accept either shape.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+from . import _C
+from ._interop import as_arg, dlpack_stream, torch_if_tensor, torch_stream, torch_view, wrap_output
+from .elementwise import _no_grad_with_out
+
+__all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
+           "layer_norm", "layer_norm_forward", "layer_norm_backward",
+           "rms_norm", "rms_norm_forward", "rms_norm_backward"]
+
+# torch's rms_norm resolves eps=None to the epsilon of its accumulation type, float32 for every
+# dtype tessera supports (also for float16/bfloat16 inputs: FLT_EPSILON, not finfo(bfloat16).eps),
+# on the CPU and in its fused CUDA kernel alike.
+RMS_NORM_DEFAULT_EPS = 2.0 ** -23
+
+
+# ---- argument helpers ---------------------------------------------------------------------------
+
+def _arg(x, op: str, arg: str):
+    """A tensor argument of either kind (None stays None)."""
+    return as_arg(torch_if_tensor(x), x, op, arg)
+
+
+def _dim(dim, op: str) -> int:
+    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
+        raise TypeError(f"tessera.{op}: argument 'dim': expected an integer, "
+                        f"got {type(dim).__name__}")
+    d = operator.index(dim)
+    if not -(1 << 31) <= d < (1 << 31):  # beyond any tensor's dimensions (and the C++ int)
+        raise ValueError(f"tessera.{op}: argument 'dim': expected a dimension of 'x', got {d}")
+    return d
+
+
+def _shape_list(shape) -> str:
+    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
+
+
+def _normalized_ndim(normalized_shape, input, op: str) -> int:
+    """len(normalized_shape), after checking that it is the trailing part of input's shape."""
+    if isinstance(normalized_shape, bool):
+        raise TypeError(f"tessera.{op}: argument 'normalized_shape': expected an int or a sequence "
+                        "of ints, got bool")
+    if hasattr(normalized_shape, "__index__"):
+        dims = (operator.index(normalized_shape),)
+    else:
+        try:
+            dims = tuple(operator.index(s) for s in normalized_shape)
+        except TypeError:
+            raise TypeError(f"tessera.{op}: argument 'normalized_shape': expected an int or a "
+                            f"sequence of ints, got {normalized_shape!r}") from None
+    shape = getattr(input, "shape", None)
+    if shape is None:
+        raise TypeError(f"tessera.{op}: argument 'x': expected a tensor with a .shape (a torch "
+                        f"tensor, or an array with __dlpack__ and .shape), got "
+                        f"{type(input).__name__}")
+    shape = tuple(shape)
+    k = len(dims)
+    if k == 0 or k > len(shape) or shape[len(shape) - k:] != dims:
+        raise ValueError(
+            f"tessera.{op}: argument 'normalized_shape': expected the trailing dimensions of the "
+            f"input's shape {_shape_list(shape)} "
+            f"({'1 to ' + str(len(shape)) + ' of them' if shape else 'a 0-d input has none'}), "
+            f"got {_shape_list(dims)}")
+    return k
+
+
+def _output_mask(mask, n: int, op: str) -> tuple:
+    try:
+        m = tuple(bool(v) for v in mask)
+    except TypeError:
+        m = ()
+    if len(m) != n:
+        raise ValueError(f"tessera.{op}: argument 'output_mask': expected {n} booleans, "
+                         f"got {mask!r}")
+    return m
+
+
+def _torch_only(torch, input, op: str, alternative: str):
+    if torch is None:
+        raise TypeError(f"tessera.{op}: argument 'input': expected a torch tensor ({alternative}), "
+                        f"got {type(input).__name__}")
+
+
+def _requires_grad(torch, *tensors) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            return True
+    return False
+
+
+def _stats_view(torch, stat, x, k: int):
+    """mean/rstd as the leading shape the library wants; torch's leading + (1,) * k shape is
+    reshaped (a view for the tensors native_layer_norm returns). Anything else goes to the library
+    as it is, to be refused there."""
+    if isinstance(stat, torch.Tensor) and isinstance(x, torch.Tensor):
+        lead = tuple(x.shape[:x.dim() - k])
+        if stat.dim() == x.dim() and tuple(stat.shape) == lead + (1,) * k:
+            return stat.reshape(lead)
+    return stat
+
+
+def _new_stats(torch, x, k: int, count: int = 2):
+    """``count`` uninitialized float32 tensors of the leading shape (mean and rstd, or rstd) for
+    the kernel to fill; NaN where rows have no elements (a size-0 normalized dimension): their
+    statistics are undefined and the library writes nothing."""
+    lead = x.shape[:x.dim() - k]
+    if x.numel() == 0 and math.prod(lead) > 0:
+        return tuple(torch.full(lead, math.nan, dtype=torch.float32, device=x.device)
+                     for _ in range(count))
+    return tuple(torch.empty(lead, dtype=torch.float32, device=x.device) for _ in range(count))
+
+
+def _param_grad(torch, x, k: int, like):
+    """A weight or bias gradient, in the dtype of ``like`` (the weight, or x). The library writes
+    zeros when there are no rows to sum over."""
+    dtype = like.dtype if isinstance(like, torch.Tensor) else x.dtype
+    return torch.empty(x.shape[x.dim() - k:], dtype=dtype, device=x.device)
+
+
+# ---- softmax and log_softmax --------------------------------------------------------------------
+
+def softmax(input, dim=-1, dtype=None, *, out=None):
+    """Softmax along ``dim``, as :func:`torch.softmax`: a row containing NaN gives NaN, a row of
+    all -inf gives NaN. ``dtype`` casts the input first (torch tensors only), as torch does.
+
+    ``out`` (keyword only, not in torch's signature) writes the result to a preallocated tensor of
+    the input's shape, dtype and device; it may be the input itself.
+    """
+    return _softmax_entry(input, dim, dtype, out, False)
+
+
+def log_softmax(input, dim=-1, dtype=None, *, out=None):
+    """Log-softmax along ``dim``, as :func:`torch.log_softmax`; see :func:`softmax`."""
+    return _softmax_entry(input, dim, dtype, out, True)
+
+
+def _softmax_entry(input, dim, dtype, out, log):
+    op = "log_softmax" if log else "softmax"
+    dim = _dim(dim, op)
+    torch = torch_if_tensor(input)
+    if torch is None:
+        if dtype is not None:
+            raise TypeError(f"tessera.{op}: argument 'dtype': casting needs a torch tensor input, "
+                            f"got {type(input).__name__}")
+        fn = _C.log_softmax if log else _C.softmax
+        result = fn(as_arg(None, input, op, "x"), _arg(out, op, "out"), dim, dlpack_stream(input))
+        return out if out is not None else wrap_output(input, result)
+    if dtype is not None and input.dtype != dtype:
+        input = input.to(dtype)
+    if _requires_grad(torch, input):
+        if out is not None:
+            raise _no_grad_with_out(op)
+        return _functions(torch).Softmax.apply(input, dim, log)
+    return _softmax_torch(torch, input, dim, log, out)
+
+
+def _softmax_torch(torch, x, dim, log, out):
+    op = "log_softmax" if log else "softmax"
+    xv = torch_view(x)
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    (_C.log_softmax if log else _C.softmax)(xv, as_arg(torch, out, op, "out"), dim,
+                                             torch_stream(xv[4]))
+    return out
+
+
+def softmax_backward(grad_output, output, dim, *, out=None):
+    """Gradient of :func:`softmax` with respect to its input, from the forward's ``output`` ``y``:
+    ``y * (grad_output - sum_dim(grad_output * y))``, as ``torch.ops.aten._softmax_backward_data``
+    (without its input_dtype: the result has ``output``'s dtype). Not differentiable itself."""
+    return _softmax_backward_entry(grad_output, output, dim, out, False)
+
+
+def log_softmax_backward(grad_output, output, dim, *, out=None):
+    """Gradient of :func:`log_softmax` from the forward's ``output`` ``y``:
+    ``grad_output - exp(y) * sum_dim(grad_output)``, as
+    ``torch.ops.aten._log_softmax_backward_data``. Not differentiable itself."""
+    return _softmax_backward_entry(grad_output, output, dim, out, True)
+
+
+def _softmax_backward_entry(grad, y, dim, out, log):
+    op = "log_softmax_backward" if log else "softmax_backward"
+    dim = _dim(dim, op)
+    torch = torch_if_tensor(y)
+    if torch is None:
+        fn = _C.log_softmax_backward if log else _C.softmax_backward
+        result = fn(_arg(grad, op, "grad_out"), as_arg(None, y, op, "y"), _arg(out, op, "grad_in"),
+                    dim, dlpack_stream(y))
+        return out if out is not None else wrap_output(y, result)
+    return _softmax_backward_torch(torch, grad, y, dim, log, out)
+
+
+def _softmax_backward_torch(torch, grad, y, dim, log, out):
+    op = "log_softmax_backward" if log else "softmax_backward"
+    yv = torch_view(y)
+    gv = as_arg(torch, grad, op, "grad_out")
+    if out is None:
+        out = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    fn = _C.log_softmax_backward if log else _C.softmax_backward
+    fn(gv, yv, as_arg(torch, out, op, "grad_in"), dim, torch_stream(yv[4]))
+    return out
+
+
+# ---- LayerNorm --------------------------------------------------------------------------------
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, out=None):
+    """LayerNorm over the trailing ``normalized_shape`` dimensions, as
+    :func:`torch.nn.functional.layer_norm`: ``(x - mean) * rstd * weight + bias`` with
+    ``rstd = 1 / sqrt(var + eps)`` (biased variance). Differentiable with respect to input,
+    weight and bias.
+
+    Args:
+        input: a CUDA tensor (float32, float16 or bfloat16), any strides.
+        normalized_shape: an int or a sequence of ints equal to ``input.shape[-len:]``.
+        weight, bias: None, or tensors of exactly ``normalized_shape`` in the input's dtype
+            (torch also accepts float32 parameters for half inputs; tessera does not).
+        eps: added to the variance.
+        out: optional preallocated output (keyword only, not in torch's signature).
+    """
+    op = "layer_norm"
+    k = _normalized_ndim(normalized_shape, input, op)
+    torch = torch_if_tensor(input)
+    if torch is None:
+        result = _C.layer_norm(as_arg(None, input, op, "x"), k, _arg(weight, op, "weight"),
+                               _arg(bias, op, "bias"), float(eps), _arg(out, op, "out"), None,
+                               None, dlpack_stream(input))
+        return out if out is not None else wrap_output(input, result)
+    if _requires_grad(torch, input, weight, bias):
+        if out is not None:
+            raise _no_grad_with_out(op)
+        return _functions(torch).LayerNorm.apply(input, k, weight, bias, float(eps))
+    return _layer_norm_torch(torch, input, k, weight, bias, eps, out, False)[0]
+
+
+def _layer_norm_torch(torch, x, k, weight, bias, eps, out, stats):
+    op = "layer_norm"
+    xv = torch_view(x)
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    mean, rstd = _new_stats(torch, x, k) if stats else (None, None)
+    _C.layer_norm(xv, k, as_arg(torch, weight, op, "weight"), as_arg(torch, bias, op, "bias"),
+                  float(eps), as_arg(torch, out, op, "out"), as_arg(torch, mean, op, "mean"),
+                  as_arg(torch, rstd, op, "rstd"), torch_stream(xv[4]))
+    return out, mean, rstd
+
+
+def layer_norm_forward(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """``(out, mean, rstd)``, as ``torch.native_layer_norm``, for use in a hand-written backward.
+    mean and rstd are float32 with the leading shape ``input.shape[:-len(normalized_shape)]`` (not
+    torch's ``leading + (1,) * len(normalized_shape)``). Torch tensors only; not differentiable
+    (use :func:`layer_norm` for autograd)."""
+    op = "layer_norm_forward"
+    torch = torch_if_tensor(input)
+    _torch_only(torch, input, op, "for DLPack arrays use tessera.layer_norm")
+    k = _normalized_ndim(normalized_shape, input, op)
+    return _layer_norm_torch(torch, input, k, weight, bias, eps, None, True)
+
+
+def layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight=None,
+                        output_mask=(True, True, True)):
+    """``(grad_input, grad_weight, grad_bias)`` of :func:`layer_norm`, given the forward's mean and
+    rstd (either the leading shape or torch's ``leading + (1,) * len(normalized_shape)``), as
+    ``torch.ops.aten.native_layer_norm_backward``. An entry is None where ``output_mask`` turns it
+    off; grad_weight also where ``weight`` is None. grad_bias needs no bias (it is the sum of
+    grad_output over rows). grad_weight and grad_bias are bit-identical from run to run on one GPU.
+    Torch tensors only."""
+    op = "layer_norm_backward"
+    torch = torch_if_tensor(input)
+    _torch_only(torch, input, op, "the backward functions take torch tensors")
+    k = _normalized_ndim(normalized_shape, input, op)
+    mask = _output_mask(output_mask, 3, op)
+    mean, rstd = _stats_view(torch, mean, input, k), _stats_view(torch, rstd, input, k)
+    return _layer_norm_backward_torch(torch, grad_output, input, k, mean, rstd, weight, mask[0],
+                                      mask[1] and weight is not None, mask[2])
+
+
+def _layer_norm_backward_torch(torch, grad, x, k, mean, rstd, weight, want_in, want_w, want_b):
+    op = "layer_norm_backward"
+    if not (want_in or want_w or want_b):
+        return None, None, None
+    xv = torch_view(x)
+    gi = torch.empty(x.shape, dtype=x.dtype, device=x.device) if want_in else None
+    gw = _param_grad(torch, x, k, weight) if want_w else None
+    gb = _param_grad(torch, x, k, x) if want_b else None
+    _C.layer_norm_backward(as_arg(torch, grad, op, "grad_out"), xv, k,
+                           as_arg(torch, mean, op, "mean"), as_arg(torch, rstd, op, "rstd"),
+                           as_arg(torch, weight, op, "weight"), as_arg(torch, gi, op, "grad_in"),
+                           as_arg(torch, gw, op, "grad_weight"), as_arg(torch, gb, op, "grad_bias"),
+                           torch_stream(xv[4]))
+    return gi, gw, gb
+
+
+# ---- RMSNorm ----------------------------------------------------------------------------------
+
+def rms_norm(input, normalized_shape, weight=None, eps=None, *, out=None):
+    """RMSNorm over the trailing ``normalized_shape`` dimensions, as
+    :func:`torch.nn.functional.rms_norm`: ``x * rstd * weight`` with
+    ``rstd = 1 / sqrt(mean(x^2) + eps)``. Differentiable with respect to input and weight.
+
+    ``eps=None`` takes torch's default, which (whatever the input dtype) is float32's epsilon,
+    2**-23: torch documents ``finfo(input.dtype).eps`` but resolves it with its accumulation type.
+    Other arguments as in :func:`layer_norm`.
+    """
+    op = "rms_norm"
+    k = _normalized_ndim(normalized_shape, input, op)
+    eps = RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
+    torch = torch_if_tensor(input)
+    if torch is None:
+        result = _C.rms_norm(as_arg(None, input, op, "x"), k, _arg(weight, op, "weight"), eps,
+                             _arg(out, op, "out"), None, dlpack_stream(input))
+        return out if out is not None else wrap_output(input, result)
+    if _requires_grad(torch, input, weight):
+        if out is not None:
+            raise _no_grad_with_out(op)
+        return _functions(torch).RmsNorm.apply(input, k, weight, eps)
+    return _rms_norm_torch(torch, input, k, weight, eps, out, False)[0]
+
+
+def _rms_norm_torch(torch, x, k, weight, eps, out, stats):
+    op = "rms_norm"
+    xv = torch_view(x)
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rstd = _new_stats(torch, x, k, 1)[0] if stats else None
+    _C.rms_norm(xv, k, as_arg(torch, weight, op, "weight"), float(eps),
+                as_arg(torch, out, op, "out"), as_arg(torch, rstd, op, "rstd"),
+                torch_stream(xv[4]))
+    return out, rstd
+
+
+def rms_norm_forward(input, normalized_shape, weight=None, eps=None):
+    """``(out, rstd)`` of :func:`rms_norm`, as ``torch.ops.aten._fused_rms_norm``, with rstd float32
+    of the leading shape ``input.shape[:-len(normalized_shape)]``. Torch tensors only; not
+    differentiable (use :func:`rms_norm` for autograd)."""
+    op = "rms_norm_forward"
+    torch = torch_if_tensor(input)
+    _torch_only(torch, input, op, "for DLPack arrays use tessera.rms_norm")
+    k = _normalized_ndim(normalized_shape, input, op)
+    eps = RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
+    return _rms_norm_torch(torch, input, k, weight, eps, None, True)
+
+
+def rms_norm_backward(grad_output, input, normalized_shape, rstd, weight=None,
+                      output_mask=(True, True)):
+    """``(grad_input, grad_weight)`` of :func:`rms_norm`, given the forward's rstd (the leading
+    shape, or ``leading + (1,) * len(normalized_shape)``). An entry is None where ``output_mask``
+    turns it off; grad_weight also where ``weight`` is None. grad_weight is bit-identical from run
+    to run on one GPU. Torch tensors only."""
+    op = "rms_norm_backward"
+    torch = torch_if_tensor(input)
+    _torch_only(torch, input, op, "the backward functions take torch tensors")
+    k = _normalized_ndim(normalized_shape, input, op)
+    mask = _output_mask(output_mask, 2, op)
+    rstd = _stats_view(torch, rstd, input, k)
+    return _rms_norm_backward_torch(torch, grad_output, input, k, rstd, weight, mask[0],
+                                    mask[1] and weight is not None)
+
+
+def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, want_in, want_w):
+    op = "rms_norm_backward"
+    if not (want_in or want_w):
+        return None, None
+    xv = torch_view(x)
+    gi = torch.empty(x.shape, dtype=x.dtype, device=x.device) if want_in else None
+    gw = _param_grad(torch, x, k, weight) if want_w else None
+    _C.rms_norm_backward(as_arg(torch, grad, op, "grad_out"), xv, k,
+                         as_arg(torch, rstd, op, "rstd"), as_arg(torch, weight, op, "weight"),
+                         as_arg(torch, gi, op, "grad_in"), as_arg(torch, gw, op, "grad_weight"),
+                         torch_stream(xv[4]))
+    return gi, gw
+
+
+# ---- autograd ---------------------------------------------------------------------------------
+
+_autograd = None
+
+
+def _functions(torch):
+    """The autograd.Function classes, defined on first use (torch is optional)."""
+    global _autograd
+    if _autograd is None:
+        _autograd = _define_functions(torch)
+    return _autograd
+
+
+def _define_functions(torch):
+    from torch.autograd.function import once_differentiable
+
+    class Softmax(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, dim, log):
+            y = _softmax_torch(torch, x, dim, log, None)
+            ctx.save_for_backward(y)  # the backward needs the output only
+            ctx.dim, ctx.log = dim, log
+            return y
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return _softmax_backward_torch(torch, grad, y, ctx.dim, ctx.log, None), None, None
+
+    class LayerNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k, weight, bias, eps):
+            out, mean, rstd = _layer_norm_torch(torch, x, k, weight, bias, eps, None, True)
+            ctx.save_for_backward(x, mean, rstd, weight)
+            ctx.k = k
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            x, mean, rstd, weight = ctx.saved_tensors
+            need = ctx.needs_input_grad
+            gi, gw, gb = _layer_norm_backward_torch(torch, grad, x, ctx.k, mean, rstd, weight,
+                                                    need[0], need[2], need[3])
+            return gi, None, gw, gb, None
+
+    class RmsNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k, weight, eps):
+            out, rstd = _rms_norm_torch(torch, x, k, weight, eps, None, True)
+            ctx.save_for_backward(x, rstd, weight)
+            ctx.k = k
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            x, rstd, weight = ctx.saved_tensors
+            need = ctx.needs_input_grad
+            gi, gw = _rms_norm_backward_torch(torch, grad, x, ctx.k, rstd, weight, need[0],
+                                              need[2])
+            return gi, None, gw, None
+
+    class Functions:
+        pass
+
+    Functions.Softmax = Softmax
+    Functions.LayerNorm = LayerNorm
+    Functions.RmsNorm = RmsNorm
+    return Functions

@@ -1,0 +1,1173 @@
+// LayerNorm and RMSNorm, forward and backward (torch's semantics; see tessera/ops/rowwise.hpp).
+//
+// ---- Bytes ----------------------------------------------------------------------------------
+// Forward must read x and write out, 2 * rows * N * sizeof(T), plus N-element weight and bias
+// (read by every row, but from L2/L1 after the first) and 4-byte mean and rstd per row. Backward
+// must read x and dy and write dx, 3 * rows * N * sizeof(T), plus weight, the saved mean/rstd and
+// the N-element dw/db. At copy bandwidth (4.2 TB/s on an H200) 4096 x 4096 bf16 is 16 us forward
+// and 24 us backward, so each tensor is touched in HBM exactly once and everything else (weight,
+// partial column sums) stays within a few percent of that.
+//
+// ---- Bytes in flight ------------------------------------------------------------------------
+// An H200 SM's share of the bandwidth is ~32 B/ns; at ~1 us of loaded memory latency each SM needs
+// >= 32 KB of loads outstanding, better 64 KB. A kernel that holds its row in registers has one
+// row's loads outstanding per row group, so the configurations below are about how many bytes of
+// row are resident per SM within 64K registers: every kernel is capped at 64 registers per
+// thread (__launch_bounds__(1024, 1)) and none spills. What costs registers besides the row
+// itself, and how it is kept down: half-type rows stay packed two elements per 32-bit register
+// (Packed); column offsets are 32-bit and, where the group size is a template constant,
+// immediates (Cols); rows sit at a uniform stride (one multiply per row, no 64-bit divisions);
+// and the compiler is kept from holding float copies of the row, or early weight loads, across
+// a reduction (refresh, zero_after).
+//
+// ---- Forward (norm_forward_kernel) ----------------------------------------------------------
+// The row is read once into registers (VPT vectors of V = 16 / sizeof(T) elements per thread),
+// reduced (mean, then squared deviations from it: exact two-pass variance, no E[x^2] - E[x]^2
+// cancellation), normalized and written once. Weight and bias are read with the row's partition,
+// two vectors at a time after the reductions (L1/L2 hits). Plain grid, one row per group:
+//   rows of <= 64 vectors: a warp per row (shuffles only), VPT 1 or 2, four rows per CTA.
+//   up to 1024 x 4 vectors: VPT 4 (64 B per thread), gs = N / (4 V) threads per row, reduced at
+//     a named barrier per group (groups of one CTA never wait for each other).
+//     bf16 N = 1024 / 4096 / 8192 / 16384: gs = 32 / 128 / 256 / 512; ~64 registers, so 1024
+//     threads per SM: 64 KB of row resident per SM, 8 / 8 / 4 / 2 CTAs per SM.
+//     fp32 N = 1024 / 4096 / 8192: gs = 64 (two rows per CTA) / 256 / 512, 64 KB per SM.
+//   fp32 on sm_90, 2048 < N / 4 <= 8192 vectors: VPT 8 (128 B per thread) with gs fixed at 512
+//     or 1024. fp32 N = 16384: 512 threads x 128 B, two CTAs (128 KB) per SM.
+//   longer rows: norm_forward_stream_kernel, one CTA per row streaming it three times (sum,
+//     squared deviations, output); the re-reads of the row come from L2.
+//
+// ---- Backward (norm_backward_kernel + sum_partials_kernel) ----------------------------------
+// dx needs two row sums, sum(w dy) and sum(w dy xhat), reduced together as a pair. dw = sum over
+// rows of dy * xhat and db = sum of dy are column sums: each thread owns fixed columns and adds
+// its rows' contributions to fp32 sums in shared memory (no atomics), so the kernel reads x and
+// dy once for all three gradients. The grid is persistent, min(SMs x resident CTAs, row groups):
+// a function of the shape and the GPU only; row r always goes to the same CTA and row group, each
+// CTA adds its groups' sums in group order into one partial row [N] in scratch memory, and
+// sum_partials_kernel adds the G partial rows per column in a fixed order. dw and db are
+// therefore bit-identical from run to run. The partials are G x N x 8 bytes with G = #SMs: ~4%
+// of the backward's bytes at 4096 rows, written and read back mostly through L2.
+//   One 1024-thread CTA per SM, split into row groups of gs = N / (VPT V) threads; the weight is
+//   copied to shared memory once per CTA; column sums take 2 x VPT x V floats per thread in
+//   shared memory (<= 128 KB per CTA), laid out so that a warp's accesses are conflict-free.
+//   tier 1, VPT 1 (bf16 N <= 8192, fp32 N <= 4096): each group loads its next row's x and dy
+//     while it reduces and writes the current one: two rows per group in flight.
+//     bf16 N = 1024 / 4096 / 8192: 8 groups of 128 / 2 of 512 / 1 of 1024 threads; fp32 N =
+//     1024 / 4096: 4 of 256 / 1 of 1024. 64 KB of x and dy in flight per SM.
+//   tier 2, VPT 2 (bf16 N <= 16384, fp32 N <= 8192): one group of 1024; the next row's x loads
+//     early and its dy vector by vector as the current row's vectors are finished (the whole next
+//     row does not fit next to the current one).
+//   tier 3, VPT 4 (fp32 N <= 16384): one group of 1024, no prefetch (the row, x and dy, is
+//     already 128 KB per SM).
+//   Longer rows (or shared memory over the GPU's per-CTA limit): norm_backward_stream_kernel,
+//     two passes over the row per CTA (L2 re-reads), column sums read-modify-written in the
+//     CTA's own partial row in global memory.
+//
+// ---- Layouts --------------------------------------------------------------------------------
+// The kernels need the normalized block of x/out (dy/dx) dense (stride 1 innermost, contiguous
+// over the normalized dimensions) and the rows at a uniform stride (leading dimensions that
+// collapse into one: any contiguous or row-sliced layout), mean/rstd likewise at a uniform
+// stride. Any other layout is gathered into contiguous scratch memory with tessera::copy first
+// (outputs: computed there and scattered back after), as are non-contiguous weight/bias and
+// dw/db. The 16-byte vector path needs N % V == 0 and every row start 16-byte aligned;
+// otherwise the same kernels run with V = 1.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/nvtx.hpp"
+#include "runtime/scratch.hpp"
+#include "runtime/validate.hpp"
+#include "tessera/ops/elementwise.hpp"
+#include "tessera/ops/rowwise.hpp"
+#include "tile/row.cuh"
+
+namespace tessera {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+constexpr int kFwdCta = 128;           // forward: smallest CTA (4 rows of one warp each)
+constexpr int kBarrierGroups = 15;     // named barriers 1..15 (0 is __syncthreads)
+constexpr int kStreamThreads = 512;    // streaming kernels: one CTA per row
+constexpr int kStreamUnroll = 4;       // vectors per thread loaded before they are used
+constexpr int kSumCols = 32, kSumSplit = 16;  // sum_partials_kernel block: 32 columns x 16
+
+// ---- device helpers -------------------------------------------------------------------------
+struct Pair {
+  float a, b;
+};
+__device__ __forceinline__ Pair operator+(Pair x, Pair y) { return {x.a + y.a, x.b + y.b}; }
+
+// Offsets of row `row` in each tensor: the launchers give every row tensor a uniform row stride
+// (gathering the rare layout that has none), so a row's offset is one multiply.
+template <int NT>
+__device__ __forceinline__ void row_offsets(const int64_t (&stride)[NT], int64_t row, int64_t (&off)[NT]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) off[t] = row * stride[t];
+}
+
+// Sum over the gs threads of one row group: a warp (shuffles only), or whole warps of a CTA that
+// meet at named barrier `bar`, so that the groups of one CTA never wait for each other. Warp
+// partials go through slot buffer `buf` (0 or 1). A buffer may be written again once every
+// thread has read it: reductions that alternate buffers get that from the barrier of the one in
+// between; a reduction that reuses the buffer of the previous one passes `fence` for an extra
+// barrier first. The order of additions is fixed.
+template <class A>
+struct GroupSum {
+  A* slots;  // this group's 2 x 32 slots in shared memory
+  int gs, bar, warp;
+  __device__ __forceinline__ A operator()(A v, int buf, bool fence = false) const {
+    v = tile::warp_reduce(v, tile::Sum{});
+    if (gs == 32) return v;
+    if (fence) asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
+    A* s = slots + buf * 32;
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) s[warp] = v;
+    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
+    return tile::warp_reduce(lane < (gs >> 5) ? s[lane] : A{}, tile::Sum{});
+  }
+};
+
+// A vector of V elements of T held as 32-bit words. Row fragments stay in this form between
+// their load and their last use: as separate half-type values the compiler would give each
+// element its own register, doubling what a row costs. Elements are converted to float (one
+// shift or cvt) where they are used.
+template <class T, int V>
+struct Packed {
+  static constexpr int kWords = (V * static_cast<int>(sizeof(T)) + 3) / 4;
+  uint32_t w[kWords];
+
+  __device__ __forceinline__ float operator[](int e) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return __uint_as_float(w[e]);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const uint32_t h = w[e >> 1];
+      return __uint_as_float((e & 1) ? (h & 0xffff0000u) : (h << 16));
+    } else {
+      const uint32_t h = w[e >> 1];
+      return __half2float(__ushort_as_half(static_cast<unsigned short>((e & 1) ? (h >> 16) : (h & 0xffffu))));
+    }
+  }
+};
+
+template <class T>
+__device__ __forceinline__ uint32_t bits16(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  else return __half_as_ushort(__float2half_rn(v));
+}
+
+// Rounds V floats to T.
+template <class T, int V>
+__device__ __forceinline__ Packed<T, V> pack(const float (&f)[V]) {
+  Packed<T, V> r;
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) r.w[e] = __float_as_uint(f[e]);
+  } else if constexpr (V == 1) {
+    r.w[0] = bits16<T>(f[0]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; e += 2) r.w[e >> 1] = bits16<T>(f[e]) | (bits16<T>(f[e + 1]) << 16);
+  }
+  return r;
+}
+
+template <class T, int V>
+__device__ __forceinline__ Packed<T, V> splat(float v) {
+  float f[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) f[e] = v;
+  return pack<T, V>(f);
+}
+
+template <class T, int V>
+__device__ __forceinline__ tile::Vec<T, V> fill_vec(T v) {
+  tile::Vec<T, V> r;
+#pragma unroll
+  for (int e = 0; e < V; ++e) r[e] = v;
+  return r;
+}
+
+// Whole-vector load and store: V = 16 / sizeof(T) (one 16-byte access) or V = 1.
+template <class T, int V>
+__device__ __forceinline__ Packed<T, V> load_packed(const T* p) {
+  Packed<T, V> r;
+  if constexpr (sizeof(T) * V == 16) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
+  } else if constexpr (sizeof(T) == 4) {
+    r.w[0] = *reinterpret_cast<const uint32_t*>(p);
+  } else {
+    r.w[0] = *reinterpret_cast<const unsigned short*>(p);
+  }
+  return r;
+}
+
+template <class T, int V>
+__device__ __forceinline__ void store_packed(T* p, const Packed<T, V>& v) {
+  if constexpr (sizeof(T) * V == 16) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+  } else if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<uint32_t*>(p) = v.w[0];
+  } else {
+    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(v.w[0]);
+  }
+}
+
+// 0, in a way the compiler can neither see nor compute before r is known (see refresh).
+__device__ __forceinline__ int zero_after(float r, uint32_t zero) {
+  return static_cast<int>(__float_as_uint(r) & zero);
+}
+
+// Makes a packed row look like a new value to the compiler after a reduction: w ^= (r & zero),
+// with `zero` a kernel argument that is 0 and r the reduction's result, so the compiler can
+// neither fold it nor move it above the reduction. Without it the compiler keeps the row's float
+// conversions from the pass before the reduction alive through it for the pass after (twice
+// the registers of the packed half-type row) and spills. One LOP per word.
+template <class T, int V, int VPT>
+__device__ __forceinline__ void refresh(Packed<T, V> (&x)[VPT], float r, uint32_t zero) {
+  if constexpr (sizeof(T) < 4) {
+    const uint32_t z = __float_as_uint(r) & zero;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int i = 0; i < Packed<T, V>::kWords; ++i) x[k].w[i] ^= z;
+  }
+}
+
+// Columns of a register-resident row: thread t of a gs-thread group holds vector k at columns
+// [(k * gs + t) * V, + V), tile::RowPartition's layout with 32-bit arithmetic (such rows have at
+// most 1024 x 16 x 8 elements), cheap enough to recompute at each use instead of holding 64-bit
+// addresses per vector in registers. n is a multiple of V (the launchers take V = 1 otherwise),
+// so a vector is wholly inside the row or wholly past its end: no element-wise masks.
+template <int V>
+struct Cols {
+  int t, gs, n;
+  __device__ __forceinline__ int col(int k) const { return (k * gs + t) * V; }
+  __device__ __forceinline__ bool in(int k) const { return col(k) < n; }
+  // Vector k of `row`; past the row end every element reads as `fill`.
+  template <class T>
+  __device__ __forceinline__ Packed<T, V> load(const T* row, int k, float fill) const {
+    return in(k) ? load_packed<T, V>(row + col(k)) : splat<T, V>(fill);
+  }
+  template <class T>
+  __device__ __forceinline__ void store(T* row, int k, const Packed<T, V>& v) const {
+    if (in(k)) store_packed<T, V>(row + col(k), v);
+  }
+  // Vector k of an optional per-column parameter (weight, bias): with `vec` null, vector 0 of
+  // `dflt` (16 bytes of 1s or 0s) for every k. Branch-free, so the loads of all k issue together.
+  // `after` is 0, computed from a reduction's result: the loads cannot be hoisted above the
+  // reduction (where they would hold registers through it).
+  template <class T>
+  __device__ __forceinline__ Packed<T, V> param(const T* vec, const T* dflt, int k, float fill,
+                                                int after) const {
+    const T* base = vec ? vec : dflt;
+    const int c = (vec ? col(k) : 0) + after;
+    return in(k) ? load_packed<T, V>(base + c) : splat<T, V>(fill);
+  }
+};
+
+// 16 bytes of 1.0 and of 0.0 in each storage type: what a missing weight or bias reads.
+__device__ __align__(16) const uint32_t kOnesF32[4] = {0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u};
+__device__ __align__(16) const uint32_t kOnesBf16[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+__device__ __align__(16) const uint32_t kOnesF16[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
+__device__ __align__(16) const uint32_t kZeros[4] = {0u, 0u, 0u, 0u};
+
+template <class T>
+__device__ __forceinline__ const T* ones() {
+  if constexpr (std::is_same_v<T, float>) return reinterpret_cast<const T*>(kOnesF32);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return reinterpret_cast<const T*>(kOnesBf16);
+  else return reinterpret_cast<const T*>(kOnesF16);
+}
+template <class T>
+__device__ __forceinline__ const T* zeros() { return reinterpret_cast<const T*>(kZeros); }
+
+// ---- forward --------------------------------------------------------------------------------
+template <class T>
+struct FwdParams {
+  const T* x;
+  T* out;
+  const T* w;   // nullptr: no weight
+  const T* b;   // nullptr: no bias
+  float* mean;  // nullptr: not wanted (and always for RMSNorm)
+  float* rstd;  // nullptr: not wanted
+  int64_t stride[4];  // row strides (elements) of x, out, mean, rstd
+  int64_t rows, n;
+  float inv_n;        // 1 / n
+  float eps;
+  uint32_t zero;      // 0 (see refresh)
+  int gs;  // threads per row group (a multiple of 32 dividing blockDim.x)
+};
+
+// kGs: the group size when fixed at compile time (0: p.gs), as in norm_backward_kernel.
+template <class T, int V, int VPT, bool kRms, int kGs>
+__global__ __launch_bounds__(kMaxThreads, 1) void norm_forward_kernel(const FwdParams<T> p) {
+  __shared__ float slots[kBarrierGroups][2][32];
+  // Weight and bias are loaded KB vectors at a time: all in flight together, but not so many
+  // at once that they crowd the row out of the registers.
+  constexpr int KB = VPT < 2 ? VPT : 2;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (VPT > 4) {  // fits in 64 registers on sm_90 only; the launcher knows
+    __trap();
+    return;
+  }
+#endif
+  const int gs = kGs ? kGs : p.gs, sub = threadIdx.x / gs, subs = blockDim.x / gs;
+  const Cols<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
+  GroupSum<float> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
+
+  for (int64_t row = int64_t(blockIdx.x) * subs + sub; row < p.rows; row += int64_t(gridDim.x) * subs) {
+    int64_t off[4];
+    row_offsets(p.stride, row, off);
+    Packed<T, V> x[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) x[k] = part.load(p.x + off[0], k, 0.0f);
+
+    float mean = 0.0f;
+    if constexpr (!kRms) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < V; ++e) s += x[k][e];
+      mean = sum(s, 0) * p.inv_n;
+      refresh(x, mean, p.zero);
+    }
+    // Squared deviations from the exact mean, over the registers again. Vectors past the row end
+    // read as 0, which adds nothing to sum(x) and sum(x^2) but would add mean^2 here: skipped.
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (!kRms && !part.in(k)) continue;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float d = x[k][e] - mean;
+        q = fmaf(d, d, q);
+      }
+    }
+    // LayerNorm alternates slot buffers (mean: 0, this: 1); RMSNorm has one reduction per row.
+    const float rstd = rsqrtf(sum(q, 1, kRms) * p.inv_n + p.eps);
+    refresh(x, rstd, p.zero);
+    const int after = zero_after(rstd, p.zero);
+
+#pragma unroll
+    for (int k0 = 0; k0 < VPT; k0 += KB) {
+      Packed<T, V> w[KB], b[KB];
+#pragma unroll
+      for (int j = 0; j < KB; ++j) {
+        w[j] = part.param(p.w, ones<T>(), k0 + j, 1.0f, after);
+        b[j] = part.param(p.b, zeros<T>(), k0 + j, 0.0f, after);
+      }
+#pragma unroll
+      for (int j = 0; j < KB; ++j) {
+        float y[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) y[e] = fmaf((x[k0 + j][e] - mean) * rstd, w[j][e], b[j][e]);
+        part.store(p.out + off[1], k0 + j, pack<T, V>(y));
+      }
+    }
+    if (part.t == 0) {
+      if (p.mean) p.mean[off[2]] = mean;
+      if (p.rstd) p.rstd[off[3]] = rstd;
+    }
+  }
+}
+
+// Rows too long for a CTA's registers: one CTA per row, the row streamed once per pass (the
+// re-reads hit L2). kStreamUnroll vectors per thread are loaded before they are summed.
+template <class T, int V, bool kRms>
+__global__ __launch_bounds__(kStreamThreads) void norm_forward_stream_kernel(const FwdParams<T> p) {
+  __shared__ float scratch[32];
+  const T zero = tile::from_float<T>(0.0f), one = tile::from_float<T>(1.0f);
+  const int64_t step = int64_t(blockDim.x) * V, n = p.n;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    int64_t off[4];
+    row_offsets(p.stride, row, off);
+    const T* xr = p.x + off[0];
+    float mean = 0.0f;
+    if constexpr (!kRms) {
+      float s = 0.0f;
+      for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += kStreamUnroll * step) {
+        tile::Vec<T, V> x[kStreamUnroll];
+#pragma unroll
+        for (int u = 0; u < kStreamUnroll; ++u) x[u] = tile::load_tile<V>(xr, c0 + u * step, n, zero);
+#pragma unroll
+        for (int u = 0; u < kStreamUnroll; ++u)
+#pragma unroll
+          for (int e = 0; e < V; ++e) s += tile::to_float(x[u][e]);
+      }
+      mean = tile::block_sum(s, scratch) * p.inv_n;
+    }
+    float q = 0.0f;
+    for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += kStreamUnroll * step) {
+      tile::Vec<T, V> x[kStreamUnroll];
+#pragma unroll
+      for (int u = 0; u < kStreamUnroll; ++u) x[u] = tile::load_tile<V>(xr, c0 + u * step, n, zero);
+#pragma unroll
+      for (int u = 0; u < kStreamUnroll; ++u)
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float d = tile::to_float(x[u][e]) - mean;
+          if (kRms || c0 + u * step + e < n) q = fmaf(d, d, q);
+        }
+    }
+    const float rstd = rsqrtf(tile::block_sum(q, scratch) * p.inv_n + p.eps);
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      const tile::Vec<T, V> x = tile::load_tile<V>(xr, c, n, zero);
+      const tile::Vec<T, V> w = p.w ? tile::load_tile<V>(p.w, c, n, one) : fill_vec<T, V>(one);
+      const tile::Vec<T, V> b = p.b ? tile::load_tile<V>(p.b, c, n, zero) : fill_vec<T, V>(zero);
+      tile::Vec<T, V> y;
+#pragma unroll
+      for (int e = 0; e < V; ++e)
+        y[e] = tile::from_float<T>(
+            fmaf((tile::to_float(x[e]) - mean) * rstd, tile::to_float(w[e]), tile::to_float(b[e])));
+      tile::store_tile<V>(p.out + off[1], c, n, y);
+    }
+    if (threadIdx.x == 0) {
+      if (p.mean) p.mean[off[2]] = mean;
+      if (p.rstd) p.rstd[off[3]] = rstd;
+    }
+  }
+}
+
+// ---- backward -------------------------------------------------------------------------------
+template <class T>
+struct BwdParams {
+  const T* dy;
+  const T* x;
+  const T* w;          // nullptr: no weight (w = 1)
+  const float* mean;   // nullptr for RMSNorm
+  const float* rstd;
+  T* dx;               // nullptr: grad_in not wanted
+  float* part_w;       // [gridDim.x][ld] column sums of dy * xhat, or nullptr
+  float* part_b;       // [gridDim.x][ld] column sums of dy, or nullptr
+  int64_t stride[5];  // row strides (elements) of x, dy, dx, mean, rstd
+  int64_t rows, n, ld;
+  float inv_n;        // 1 / n
+  uint32_t zero;      // 0 (see refresh)
+  int gs;
+};
+
+// Running column sums of one row group in shared memory: a plane of VPT * V * gs floats, laid
+// out [k][e / Q][thread][Q] with Q = 4 floats per access (1 for V = 1), so a thread's accesses
+// are 16-byte vectors and a warp's are contiguous: no bank conflicts, two shared-memory
+// instructions per four elements. (In registers they would cost 8-16 registers per plane per
+// thread, which the row and its prefetched successor need.)
+template <int VPT, int V>
+struct ColumnSums {
+  static constexpr int Q = V >= 4 ? 4 : 1;
+  float* p;  // plane + thread * Q
+  int gs;
+  __device__ __forceinline__ ColumnSums(float* plane, int gs_, int t) : p(plane + t * Q), gs(gs_) {}
+  __device__ __forceinline__ float* at(int k, int j) const { return p + (k * (V / Q) + j) * gs * Q; }
+  __device__ __forceinline__ void zero() const {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int j = 0; j < V / Q; ++j) tile::store<Q>(at(k, j), tile::Vec<float, Q>{});
+  }
+  // sums[k] += v
+  __device__ __forceinline__ void add(int k, const float (&v)[V]) const {
+#pragma unroll
+    for (int j = 0; j < V / Q; ++j) {
+      tile::Vec<float, Q> s = tile::load<Q>(at(k, j));
+#pragma unroll
+      for (int i = 0; i < Q; ++i) s[i] += v[j * Q + i];
+      tile::store<Q>(at(k, j), s);
+    }
+  }
+};
+
+// Adds the row groups' planes in group order and writes the CTA's partial row. Slot i of a
+// plane holds Q columns: (k, j) = divmod(i / gs, V / Q), thread t = i % gs.
+template <int VPT, int V>
+__device__ __forceinline__ void write_partial(float* dst, const float* planes, int plane_stride, int subs,
+                                              int gs, int n) {
+  constexpr int Q = ColumnSums<VPT, V>::Q;
+  const int slots = VPT * (V / Q) * gs;
+  for (int i = threadIdx.x; i < slots; i += blockDim.x) {
+    const int kj = i / gs, t = i - kj * gs;
+    const int k = kj / (V / Q), j = kj - k * (V / Q);
+    const int c = (k * gs + t) * V + j * Q;
+    if (c >= n) continue;
+    tile::Vec<float, Q> s = tile::load<Q>(planes + i * Q);
+    for (int g = 1; g < subs; ++g) {
+      const tile::Vec<float, Q> o = tile::load<Q>(planes + g * plane_stride + i * Q);
+#pragma unroll
+      for (int q = 0; q < Q; ++q) s[q] += o[q];
+    }
+    tile::store<Q>(dst + c, s);
+  }
+}
+
+// Prefetch modes of norm_backward_kernel: none; the next row's x and dy load while the current
+// row is reduced; x early, dy vector by vector as the current row's vectors are finished.
+constexpr int kNoPrefetch = 0, kWholeRow = 1, kStaggered = 2;
+
+// One or more row groups per CTA, each with its dw (and db) plane of ColumnSums in dynamic
+// shared memory. kPrefetch: one of the modes above.
+// kGs: the group size when fixed at compile time (0: p.gs). With it the per-vector column
+// offsets are immediates instead of registers, which the widest rows need to fit in 64.
+template <class T, int V, int VPT, bool kRms, int kPrefetch, int kGs>
+__global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const BwdParams<T> p) {
+  extern __shared__ __align__(16) float dyn[];
+  __shared__ Pair slots[kBarrierGroups][2][32];
+  constexpr int E = VPT * V, kPlanes = kRms ? 1 : 2;
+  const int gs = kGs ? kGs : p.gs, sub = threadIdx.x / gs, subs = blockDim.x / gs;
+  const Cols<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
+  GroupSum<Pair> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
+  const bool want_w = p.part_w != nullptr, want_b = !kRms && p.part_b != nullptr;
+
+  const int plane = E * gs;
+  const ColumnSums<VPT, V> dw(dyn + sub * kPlanes * plane, gs, part.t);
+  const ColumnSums<VPT, V> db(dyn + sub * kPlanes * plane + (kPlanes - 1) * plane, gs, part.t);
+  if (want_w) dw.zero();
+  if (want_b) db.zero();
+
+  // The weight (1s when there is none) is copied to shared memory once and read from there
+  // where it is used: registers are for the rows.
+  T* sw = reinterpret_cast<T*>(dyn + kPlanes * plane * subs);
+  for (int c = threadIdx.x * V; c < part.n; c += blockDim.x * V)
+    store_packed<T, V>(sw + c, p.w ? load_packed<T, V>(p.w + c) : splat<T, V>(1.0f));
+  __syncthreads();
+  auto weight = [&](int k, int after) {
+    return part.in(k) ? load_packed<T, V>(sw + part.col(k) + after) : splat<T, V>(1.0f);
+  };
+
+  struct Row {
+    Packed<T, V> x[VPT], dy[VPT];
+    float mean, rstd;
+  };
+  // x (and the row's statistics) and dy of a row; dy vector by vector for the staggered mode.
+  auto load_x = [&](Row& r, int64_t row) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) r.x[k] = part.load(p.x + row * p.stride[0], k, 0.0f);
+    r.mean = kRms ? 0.0f : p.mean[row * p.stride[3]];
+    r.rstd = p.rstd[row * p.stride[4]];
+  };
+  auto load_dy = [&](Row& r, int64_t row, int k, int after) {
+    r.dy[k] = part.load(p.dy + row * p.stride[1] + after, k, 0.0f);
+  };
+  auto load = [&](Row& r, int64_t row) {
+    load_x(r, row);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) load_dy(r, row, k, 0);
+  };
+
+  const int64_t first = int64_t(blockIdx.x) * subs + sub, stride = int64_t(gridDim.x) * subs;
+  Row cur;
+  if (kPrefetch && first < p.rows) load(cur, first);
+  for (int64_t row = first; row < p.rows; row += stride) {
+    Row next;
+    const bool more = row + stride < p.rows;
+    if constexpr (kPrefetch == kWholeRow) {
+      if (more) load(next, row + stride);
+    } else if constexpr (kPrefetch == kStaggered) {
+      if (more) load_x(next, row + stride);
+    } else {
+      load(cur, row);
+    }
+    // Vectors past the row end have x = dy = 0: they add nothing to the sums below.
+    Pair s{0.0f, 0.0f};
+    int after = 0;
+    if (p.dx) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const Packed<T, V> w = weight(k, zero_after(cur.rstd, p.zero));
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float xh = (cur.x[k][e] - cur.mean) * cur.rstd;
+          const float g = cur.dy[k][e] * w[e];
+          s.a += g;
+          s.b = fmaf(g, xh, s.b);
+        }
+      }
+      s = sum(s, 0, true);
+      refresh(cur.x, s.a + s.b, p.zero);
+      after = zero_after(s.a + s.b, p.zero);
+    }
+    const float ma = kRms ? 0.0f : s.a * p.inv_n, mb = s.b * p.inv_n;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      float g[V], gw[V], gb[V];
+      if (p.dx) {
+        const Packed<T, V> w = weight(k, after);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float xh = (cur.x[k][e] - cur.mean) * cur.rstd;
+          g[e] = cur.rstd * (cur.dy[k][e] * w[e] - ma - xh * mb);
+        }
+        part.store(p.dx + row * p.stride[2], k, pack<T, V>(g));
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        gb[e] = cur.dy[k][e];
+        gw[e] = gb[e] * ((cur.x[k][e] - cur.mean) * cur.rstd);
+      }
+      if (want_w) dw.add(k, gw);
+      if (want_b) db.add(k, gb);
+      // Vector k of this row is done: its registers can take vector k of the next row's dy.
+      if constexpr (kPrefetch == kStaggered)
+        if (more) load_dy(next, row + stride, k, zero_after(gw[V - 1], p.zero));
+    }
+    if constexpr (kPrefetch != kNoPrefetch) cur = next;
+  }
+
+  if (!want_w && !want_b) return;  // uniform over the CTA
+  __syncthreads();
+  const int64_t prow = int64_t(blockIdx.x) * p.ld;
+  if (want_w) write_partial<VPT, V>(p.part_w + prow, dyn, kPlanes * plane, subs, gs, part.n);
+  if (want_b) write_partial<VPT, V>(p.part_b + prow, dyn + plane, kPlanes * plane, subs, gs, part.n);
+}
+
+// Rows too long for registers: per row, one pass for the two sums and one for dx and the column
+// sums, which go straight to this CTA's partial rows (read-modify-write by the thread that owns
+// the column: fixed order, no atomics).
+template <class T, int V, bool kRms>
+__global__ __launch_bounds__(kStreamThreads) void norm_backward_stream_kernel(const BwdParams<T> p) {
+  __shared__ Pair scratch[32];
+  const T zero = tile::from_float<T>(0.0f), one = tile::from_float<T>(1.0f);
+  const int64_t step = int64_t(blockDim.x) * V, n = p.n;
+  float* pw = p.part_w ? p.part_w + int64_t(blockIdx.x) * p.ld : nullptr;
+  float* pb = !kRms && p.part_b ? p.part_b + int64_t(blockIdx.x) * p.ld : nullptr;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    int64_t off[5];
+    row_offsets(p.stride, row, off);
+    const T* xr = p.x + off[0];
+    const T* dyr = p.dy + off[1];
+    const float mean = kRms ? 0.0f : p.mean[off[3]], rstd = p.rstd[off[4]];
+    Pair s{0.0f, 0.0f};
+    if (p.dx) {
+      for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += kStreamUnroll * step) {
+        tile::Vec<T, V> x[kStreamUnroll], dy[kStreamUnroll], w[kStreamUnroll];
+#pragma unroll
+        for (int u = 0; u < kStreamUnroll; ++u) {
+          x[u] = tile::load_tile<V>(xr, c0 + u * step, n, zero);
+          dy[u] = tile::load_tile<V>(dyr, c0 + u * step, n, zero);
+          w[u] = p.w ? tile::load_tile<V>(p.w, c0 + u * step, n, one) : fill_vec<T, V>(one);
+        }
+#pragma unroll
+        for (int u = 0; u < kStreamUnroll; ++u)
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            const float g = tile::to_float(dy[u][e]) * tile::to_float(w[u][e]);
+            s.a += g;
+            s.b = fmaf(g, (tile::to_float(x[u][e]) - mean) * rstd, s.b);
+          }
+      }
+      s = tile::block_reduce(s, tile::Sum{}, Pair{0.0f, 0.0f}, scratch);
+    }
+    const float ma = kRms ? 0.0f : s.a * p.inv_n, mb = s.b * p.inv_n;
+    const bool first = row == blockIdx.x;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      const tile::Vec<T, V> x = tile::load_tile<V>(xr, c, n, zero);
+      const tile::Vec<T, V> dy = tile::load_tile<V>(dyr, c, n, zero);
+      const tile::Vec<T, V> w = p.w && p.dx ? tile::load_tile<V>(p.w, c, n, one) : fill_vec<T, V>(one);
+      tile::Vec<T, V> g;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float xh = (tile::to_float(x[e]) - mean) * rstd;
+        const float d = tile::to_float(dy[e]);
+        g[e] = tile::from_float<T>(rstd * (d * tile::to_float(w[e]) - ma - xh * mb));
+        if (c + e < n) {
+          if (pw) pw[c + e] = first ? d * xh : fmaf(d, xh, pw[c + e]);
+          if (pb) pb[c + e] = first ? d : pb[c + e] + d;
+        }
+      }
+      if (p.dx) tile::store_tile<V>(p.dx + off[2], c, n, g);
+    }
+  }
+}
+
+// dw/db = the G partial rows summed per column: thread (x, y) adds rows y, y + 16, ... of its
+// column, then the 16 results are added in y order. Fixed order throughout.
+template <class T>
+__global__ __launch_bounds__(kSumCols * kSumSplit) void sum_partials_kernel(
+    const float* __restrict__ part_w, const float* __restrict__ part_b, int groups, int64_t n,
+    int64_t ld, T* __restrict__ dw, T* __restrict__ db) {
+  __shared__ float tile_sums[kSumSplit][kSumCols + 1];
+  const float* part = blockIdx.y == 0 ? part_w : part_b;
+  T* out = blockIdx.y == 0 ? dw : db;
+  if (part == nullptr) return;  // the whole block
+  const int64_t c = int64_t(blockIdx.x) * kSumCols + threadIdx.x;
+  float s = 0.0f;
+  if (c < n) {
+#pragma unroll 4
+    for (int g = threadIdx.y; g < groups; g += kSumSplit) s += part[int64_t(g) * ld + c];
+  }
+  tile_sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < n) {
+    float r = 0.0f;
+#pragma unroll
+    for (int y = 0; y < kSumSplit; ++y) r += tile_sums[y][threadIdx.x];
+    out[c] = tile::from_float<T>(r);
+  }
+}
+
+// ---- host: configuration and launch -----------------------------------------------------------
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int round_up32(int64_t v) { return static_cast<int>(ceil_div(v, 32) * 32); }
+unsigned grid_of(int64_t blocks) {
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t(INT32_MAX)));
+}
+
+// Raises the kernel's dynamic shared-memory limit when it needs more than the default 48 KB.
+void allow_smem(const void* kernel, std::size_t smem) {
+  if (smem > 48 * 1024)
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+}
+
+// Resident CTAs per SM for a kernel, block size and dynamic shared memory; cached, as it depends
+// only on those and the GPU.
+int blocks_per_sm(const void* kernel, int threads, std::size_t smem, int device) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, std::size_t, int>, int> cache;
+  const auto key = std::make_tuple(kernel, threads, smem, device);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  allow_smem(kernel, smem);
+  int nb = 0;
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, threads, smem));
+  nb = std::max(nb, 1);
+  cache.emplace(key, nb);
+  return nb;
+}
+
+// Row groups of gs threads; CTAs of at least kFwdCta threads (several groups when gs is small).
+template <class T, int V, int VPT, bool kRms, int kGs = 0>
+void launch_forward(FwdParams<T> p, int gs, cudaStream_t stream) {
+  p.gs = gs;
+  const int subs = gs < kFwdCta && kFwdCta % gs == 0 ? kFwdCta / gs : 1;
+  norm_forward_kernel<T, V, VPT, kRms, kGs><<<grid_of(ceil_div(p.rows, subs)), gs * subs, 0, stream>>>(p);
+}
+
+// Vectors per thread: the smallest of 1, 2, 4 that lets one warp hold the row, else 4 with as
+// many warps as needed (up to 1024 threads), else the streaming kernel. 64 bytes of row per
+// thread: with the row's addresses and the weight/bias in flight that is what fits in 64
+// registers without spills. On sm_90, float32 rows over 512 x 4 vectors take 8 vectors (128
+// bytes) per thread in a fixed 512- or 1024-thread group (fixed, so that the column offsets of
+// the 8 vectors are immediates; sm_80 spills even so): 512 threads keep two CTAs per SM where
+// 1024 x 4 would allow one.
+template <class T, int V, bool kRms>
+void forward_v(const FwdParams<T>& p, bool sm90, cudaStream_t stream) {
+  const int64_t nv = ceil_div(p.n, V);
+  const bool wide = V == 4 && sm90;  // float32 with 16-byte vectors
+  if (nv <= 32) return launch_forward<T, V, 1, kRms>(p, 32, stream);
+  if (nv <= 64) return launch_forward<T, V, 2, kRms>(p, 32, stream);
+  if (nv <= (wide ? 2 : 4) * kMaxThreads)
+    return launch_forward<T, V, 4, kRms>(p, round_up32(ceil_div(nv, 4)), stream);
+  if constexpr (V == 4) {
+    if (wide && nv <= 4 * kMaxThreads) return launch_forward<T, V, 8, kRms, 512>(p, 512, stream);
+    if (wide && nv <= 8 * kMaxThreads) return launch_forward<T, V, 8, kRms, 1024>(p, 1024, stream);
+  }
+  norm_forward_stream_kernel<T, V, kRms><<<grid_of(p.rows), kStreamThreads, 0, stream>>>(p);
+}
+
+template <class T>
+struct BwdPlan {
+  void (*kernel)(BwdParams<T>) = nullptr;
+  int gs = 0, threads = 0;
+  std::size_t smem = 0;
+  int64_t grid = 0;
+};
+
+// Row groups of gs threads, as many per CTA as fit in 1024 threads (15 at most when they need
+// a named barrier); one CTA per SM, so the grid is the number of SMs (or of row groups needed).
+// Dynamic shared memory: the column-sum planes, then the weight. Empty (kernel null) when that
+// exceeds what the GPU allows a CTA.
+template <class T, int V, int VPT, bool kRms, int kPrefetch, int kGs = 0>
+BwdPlan<T> backward_tier(int64_t n, int64_t rows, int device) {
+  BwdPlan<T> pl;
+  const auto kernel = norm_backward_kernel<T, V, VPT, kRms, kPrefetch, kGs>;
+  pl.gs = kGs ? kGs : round_up32(ceil_div(ceil_div(n, V), VPT));
+  const int subs = std::max(1, std::min(kMaxThreads / pl.gs, pl.gs == 32 ? 32 : kBarrierGroups));
+  pl.threads = pl.gs * subs;
+  pl.smem = std::size_t(kRms ? 1 : 2) * VPT * V * pl.threads * sizeof(float) +
+            std::size_t(ceil_div(n * sizeof(T), 16) * 16);
+  static const std::size_t static_smem = [&] {
+    cudaFuncAttributes attr{};
+    TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    return attr.sharedSizeBytes;
+  }();
+  const cudaDeviceProp& props = runtime::device_props(device);
+  if (pl.smem + static_smem > props.sharedMemPerBlockOptin) return {};
+  pl.kernel = kernel;
+  const int nb = blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), pl.threads, pl.smem, device);
+  pl.grid = std::min<int64_t>(int64_t(props.multiProcessorCount) * nb, ceil_div(rows, subs));
+  return pl;
+}
+
+// Tiers by vectors per row (see the top of the file): column sums take VPT * V <= 16 floats per
+// thread and plane in shared memory (<= 128 KB); the row itself, and the next one where
+// there is room, sit in registers.
+template <class T, int V, bool kRms>
+BwdPlan<T> plan_backward(int64_t n, int64_t rows, int device) {
+  const int64_t nv = ceil_div(n, V);
+  BwdPlan<T> pl;
+  if constexpr (V > 1) {
+    if (nv <= kMaxThreads) pl = backward_tier<T, V, 1, kRms, kWholeRow>(n, rows, device);
+    else if (nv <= 2 * kMaxThreads) pl = backward_tier<T, V, 2, kRms, kStaggered, kMaxThreads>(n, rows, device);
+    else if constexpr (V <= 4)
+      if (nv <= 4 * kMaxThreads) pl = backward_tier<T, V, 4, kRms, kNoPrefetch, kMaxThreads>(n, rows, device);
+  } else {
+    if (nv <= kMaxThreads) pl = backward_tier<T, 1, 1, kRms, kWholeRow>(n, rows, device);
+    else if (nv <= 4 * kMaxThreads) pl = backward_tier<T, 1, 4, kRms, kWholeRow>(n, rows, device);
+    else if (nv <= 8 * kMaxThreads) pl = backward_tier<T, 1, 8, kRms, kNoPrefetch, kMaxThreads>(n, rows, device);
+  }
+  if (pl.kernel) return pl;
+  pl.kernel = norm_backward_stream_kernel<T, V, kRms>;
+  pl.gs = pl.threads = kStreamThreads;
+  // One partial row per CTA, each read-modify-written per row: bound their total size.
+  const int sms = runtime::device_props(device).multiProcessorCount;
+  pl.grid = std::clamp<int64_t>((int64_t(1) << 25) / n, 1, sms);
+  pl.grid = std::min(pl.grid, rows);
+  return pl;
+}
+
+template <class F>
+void with_dtype(DType dt, F&& f) {
+  switch (dt) {
+    case DType::float32: f(float{}); break;
+    case DType::float16: f(__half{}); break;
+    default: f(__nv_bfloat16{}); break;
+  }
+}
+
+// ---- host: shapes, layouts and checks -------------------------------------------------------
+int64_t product(const int64_t* s, int from, int to) {
+  int64_t p = 1;
+  for (int d = from; d < to; ++d) p *= s[d];
+  return p;
+}
+
+// True when dimensions [lead, ndim) form one dense block (stride 1 innermost, row-major).
+bool block_dense(const TensorView& t, int lead) {
+  int64_t expected = 1;
+  for (int d = t.ndim - 1; d >= lead; --d) {
+    if (t.shape[d] == 1) continue;
+    if (t.strides[d] != expected) return false;
+    expected *= t.shape[d];
+  }
+  return true;
+}
+
+// The distance between consecutive rows when the first `lead` dimensions of t collapse into one
+// (row r then starts at r * stride), or nothing when they do not.
+std::optional<int64_t> row_stride(const TensorView& t, int lead) {
+  std::optional<int64_t> stride;
+  int64_t extent = 1;
+  for (int d = lead - 1; d >= 0; --d) {
+    if (t.shape[d] == 1) continue;
+    if (!stride) stride = t.strides[d];
+    else if (t.strides[d] != *stride * extent) return std::nullopt;
+    extent *= t.shape[d];
+  }
+  return stride.value_or(0);
+}
+
+// Every row of t starts on a 16-byte boundary. (The vector path also needs N % V == 0: Cols.)
+template <class T>
+bool rows_aligned(const TensorView& t, int64_t stride) {
+  constexpr int V = tile::kVec16<T>;
+  return tile::is_aligned<T, V>(t.data) && stride % V == 0;
+}
+
+// What the kernels index: a uniform row stride and, for x-like tensors (`block`), a dense
+// normalized block. Layouts that are neither get a contiguous copy in scratch memory: inputs
+// are copied in here, outputs are written there and copied out by copy_back().
+bool kernel_ready(const TensorView& t, int lead, bool block) {
+  return (!block || block_dense(t, lead)) && row_stride(t, lead).has_value();
+}
+
+TensorView contiguous_scratch(const TensorView& t, runtime::Scratch& keep, cudaStream_t stream) {
+  keep = runtime::Scratch(t.nbytes(), stream);
+  return TensorView::make(keep.data(), t.dtype, t.shape, nullptr, t.ndim, t.device);
+}
+
+TensorView as_input(const TensorView& t, int lead, bool block, runtime::Scratch& keep, cudaStream_t stream) {
+  if (kernel_ready(t, lead, block)) return t;
+  const TensorView c = contiguous_scratch(t, keep, stream);
+  copy(t, c, stream);
+  return c;
+}
+
+TensorView as_output(const TensorView& t, int lead, bool block, runtime::Scratch& keep, cudaStream_t stream) {
+  return kernel_ready(t, lead, block) ? t : contiguous_scratch(t, keep, stream);
+}
+
+void copy_back(const TensorView& used, const TensorView* out, cudaStream_t stream) {
+  if (out && used.data != out->data) copy(used, *out, stream);
+}
+
+void zero_fill(const TensorView& t, cudaStream_t stream) {
+  if (t.numel() == 0) return;
+  if (t.is_contiguous()) {
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), stream));
+    return;
+  }
+  runtime::Scratch z;
+  const TensorView c = contiguous_scratch(t, z, stream);
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(c.data, 0, c.nbytes(), stream));
+  copy(c, t, stream);
+}
+
+void check_shape(const char* op, const char* arg, const TensorView& t, const int64_t* shape, int ndim,
+                 const char* what) {
+  bool same = t.ndim == ndim;
+  for (int d = 0; same && d < ndim; ++d) same = t.shape[d] == shape[d];
+  if (!same)
+    detail::throw_arg(ErrorKind::value, op, arg,
+                      "shape " + detail::shape_str(shape, ndim) + " (" + what + ")", t.shape_str());
+}
+
+void check_x(const char* op, const TensorView& x, int nnorm) {
+  detail::check_cuda_tensor(op, "x", x);
+  detail::check_dtype_in(op, "x", x, {DType::float32, DType::float16, DType::bfloat16});
+  if (nnorm < 1 || nnorm > x.ndim)
+    detail::throw_arg(ErrorKind::value, op, "normalized_ndim",
+                      "1 <= normalized_ndim <= x.ndim = " + std::to_string(x.ndim), std::to_string(nnorm));
+}
+
+// A tensor like x (grad_out, out, grad_in).
+void check_like_x(const char* op, const char* arg, const TensorView& t, const TensorView& x) {
+  detail::check_cuda_tensor(op, arg, t);
+  detail::check_same_device(op, arg, t, "x", x);
+  detail::check_same_dtype(op, arg, t, "x", x);
+  detail::check_same_shape(op, arg, t, "x", x);
+}
+
+// weight, bias, grad_weight, grad_bias: x's dtype, the normalized shape.
+void check_param(const char* op, const char* arg, const TensorView& t, const TensorView& x, int lead) {
+  detail::check_cuda_tensor(op, arg, t);
+  detail::check_same_device(op, arg, t, "x", x);
+  detail::check_same_dtype(op, arg, t, "x", x);
+  check_shape(op, arg, t, x.shape + lead, x.ndim - lead, "the normalized shape of 'x'");
+}
+
+// mean, rstd: float32, the leading shape.
+void check_stats(const char* op, const char* arg, const TensorView& t, const TensorView& x, int lead) {
+  detail::check_cuda_tensor(op, arg, t);
+  detail::check_same_device(op, arg, t, "x", x);
+  detail::check_dtype_in(op, arg, t, {DType::float32});
+  check_shape(op, arg, t, x.shape, lead, "the leading shape of 'x'");
+}
+
+void check_eps(const char* op, double eps) {
+  if (!(std::isfinite(eps) && eps >= 0.0 && eps <= FLT_MAX)) {
+    std::ostringstream got;
+    got << eps;
+    detail::throw_arg(ErrorKind::value, op, "eps", "a finite value >= 0 (representable as float32)", got.str());
+  }
+}
+
+struct Named {
+  const char* name;
+  const TensorView* t;
+};
+
+// Each output: no element written twice, no overlap with any input or with an earlier output.
+void check_outputs(const char* op, std::initializer_list<Named> outs, std::initializer_list<Named> ins) {
+  std::vector<Named> seen;
+  for (const Named& o : outs) {
+    if (!o.t) continue;
+    detail::check_no_internal_overlap(op, o.name, *o.t);
+    for (const Named& i : ins)
+      if (i.t) detail::check_no_overlap(op, o.name, *o.t, i.name, *i.t, false);
+    for (const Named& s : seen) detail::check_no_overlap(op, o.name, *o.t, s.name, *s.t, false);
+    seen.push_back(o);
+  }
+}
+
+// ---- host: the two drivers --------------------------------------------------------------------
+void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, const TensorView* weight,
+                  const TensorView* bias, double eps, const TensorView& out, const TensorView* mean,
+                  const TensorView* rstd, cudaStream_t stream) {
+  check_x(op, x, nnorm);
+  const int lead = x.ndim - nnorm;
+  if (weight) check_param(op, "weight", *weight, x, lead);
+  if (bias) check_param(op, "bias", *bias, x, lead);
+  check_eps(op, eps);
+  check_like_x(op, "out", out, x);
+  if (mean) check_stats(op, "mean", *mean, x, lead);
+  if (rstd) check_stats(op, "rstd", *rstd, x, lead);
+  check_outputs(op, {{"out", &out}, {"mean", mean}, {"rstd", rstd}},
+                {{"x", &x}, {"weight", weight}, {"bias", bias}});
+  if (x.numel() == 0) return;
+
+  runtime::DeviceGuard guard(x.device.index);
+  runtime::Scratch xs, os, ws, bs, ms, rs;
+  const TensorView xv = as_input(x, lead, true, xs, stream);
+  const TensorView ov = as_output(out, lead, true, os, stream);
+  const TensorView wv = weight ? as_input(*weight, 0, true, ws, stream) : TensorView{};
+  const TensorView bv = bias ? as_input(*bias, 0, true, bs, stream) : TensorView{};
+  const TensorView mv = mean ? as_output(*mean, lead, false, ms, stream) : TensorView{};
+  const TensorView rv = rstd ? as_output(*rstd, lead, false, rs, stream) : TensorView{};
+
+  with_dtype(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = tile::kVec16<T>;
+    FwdParams<T> p{};
+    p.x = static_cast<const T*>(xv.data);
+    p.out = static_cast<T*>(ov.data);
+    p.w = weight ? static_cast<const T*>(wv.data) : nullptr;
+    p.b = bias ? static_cast<const T*>(bv.data) : nullptr;
+    p.mean = mean ? static_cast<float*>(mv.data) : nullptr;
+    p.rstd = rstd ? static_cast<float*>(rv.data) : nullptr;
+    p.stride[0] = *row_stride(xv, lead);
+    p.stride[1] = *row_stride(ov, lead);
+    p.stride[2] = mean ? *row_stride(mv, lead) : 0;
+    p.stride[3] = rstd ? *row_stride(rv, lead) : 0;
+    p.rows = product(x.shape, 0, lead);
+    p.n = product(x.shape, lead, x.ndim);
+    p.inv_n = static_cast<float>(1.0 / static_cast<double>(p.n));
+    p.eps = static_cast<float>(eps);
+    const bool vec = p.n % V == 0 && rows_aligned<T>(xv, p.stride[0]) && rows_aligned<T>(ov, p.stride[1]) &&
+                     (!p.w || tile::is_aligned<T, V>(p.w)) && (!p.b || tile::is_aligned<T, V>(p.b));
+    const bool sm90 = runtime::device_props(x.device.index).major >= 9;
+    if (rms) {
+      if (vec) forward_v<T, V, true>(p, sm90, stream);
+      else forward_v<T, 1, true>(p, sm90, stream);
+    } else {
+      if (vec) forward_v<T, V, false>(p, sm90, stream);
+      else forward_v<T, 1, false>(p, sm90, stream);
+    }
+    TESSERA_LAUNCH_CHECK();
+  });
+  copy_back(ov, &out, stream);
+  if (mean) copy_back(mv, mean, stream);
+  if (rstd) copy_back(rv, rstd, stream);
+}
+
+void norm_backward(const char* op, bool rms, const TensorView& grad_out, const TensorView& x, int nnorm,
+                   const TensorView* mean, const TensorView& rstd, const TensorView* weight,
+                   const TensorView* grad_in, const TensorView* grad_weight, const TensorView* grad_bias,
+                   cudaStream_t stream) {
+  check_x(op, x, nnorm);
+  const int lead = x.ndim - nnorm;
+  check_like_x(op, "grad_out", grad_out, x);
+  if (mean) check_stats(op, "mean", *mean, x, lead);
+  check_stats(op, "rstd", rstd, x, lead);
+  if (weight) check_param(op, "weight", *weight, x, lead);
+  if (grad_in) check_like_x(op, "grad_in", *grad_in, x);
+  if (grad_weight) {
+    if (!weight)
+      detail::throw_arg(ErrorKind::value, op, "grad_weight", "nullptr when 'weight' is not given",
+                        "a tensor");
+    check_param(op, "grad_weight", *grad_weight, x, lead);
+  }
+  if (grad_bias) check_param(op, "grad_bias", *grad_bias, x, lead);
+  check_outputs(op, {{"grad_in", grad_in}, {"grad_weight", grad_weight}, {"grad_bias", grad_bias}},
+                {{"grad_out", &grad_out}, {"x", &x}, {"mean", mean}, {"rstd", &rstd}, {"weight", weight}});
+
+  const int64_t rows = product(x.shape, 0, lead), n = product(x.shape, lead, x.ndim);
+  const bool sums = grad_weight || grad_bias;
+  if (n == 0 || (!grad_in && !sums) || (rows == 0 && !sums)) return;
+  runtime::DeviceGuard guard(x.device.index);
+  if (rows == 0) {  // column sums over no rows: zeros, as torch gives
+    if (grad_weight) zero_fill(*grad_weight, stream);
+    if (grad_bias) zero_fill(*grad_bias, stream);
+    return;
+  }
+
+  runtime::Scratch xs, dys, dxs, ws, dws, dbs, ms, rs, parts;
+  const TensorView xv = as_input(x, lead, true, xs, stream);
+  const TensorView dyv = as_input(grad_out, lead, true, dys, stream);
+  const TensorView mv = mean ? as_input(*mean, lead, false, ms, stream) : TensorView{};
+  const TensorView rv = as_input(rstd, lead, false, rs, stream);
+  const TensorView wv = weight ? as_input(*weight, 0, true, ws, stream) : TensorView{};
+  const TensorView dxv = grad_in ? as_output(*grad_in, lead, true, dxs, stream) : TensorView{};
+  const TensorView dwv = grad_weight ? as_output(*grad_weight, 0, true, dws, stream) : TensorView{};
+  const TensorView dbv = grad_bias ? as_output(*grad_bias, 0, true, dbs, stream) : TensorView{};
+  const int device = x.device.index;
+
+  with_dtype(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = tile::kVec16<T>;
+    BwdParams<T> p{};
+    p.dy = static_cast<const T*>(dyv.data);
+    p.x = static_cast<const T*>(xv.data);
+    p.w = weight ? static_cast<const T*>(wv.data) : nullptr;
+    p.mean = mean ? static_cast<const float*>(mv.data) : nullptr;
+    p.rstd = static_cast<const float*>(rv.data);
+    p.dx = grad_in ? static_cast<T*>(dxv.data) : nullptr;
+    p.stride[0] = *row_stride(xv, lead);
+    p.stride[1] = *row_stride(dyv, lead);
+    p.stride[2] = grad_in ? *row_stride(dxv, lead) : 0;
+    p.stride[3] = mean ? *row_stride(mv, lead) : 0;
+    p.stride[4] = *row_stride(rv, lead);
+    p.rows = rows;
+    p.n = n;
+    p.ld = ceil_div(n, 4) * 4;  // 16-byte aligned partial rows
+    p.inv_n = static_cast<float>(1.0 / static_cast<double>(n));
+    const bool vec = n % V == 0 && rows_aligned<T>(xv, p.stride[0]) && rows_aligned<T>(dyv, p.stride[1]) &&
+                     (!grad_in || rows_aligned<T>(dxv, p.stride[2])) && (!p.w || tile::is_aligned<T, V>(p.w));
+    BwdPlan<T> pl;
+    if (rms) pl = vec ? plan_backward<T, V, true>(n, rows, device) : plan_backward<T, 1, true>(n, rows, device);
+    else pl = vec ? plan_backward<T, V, false>(n, rows, device) : plan_backward<T, 1, false>(n, rows, device);
+    p.gs = pl.gs;
+    if (sums) {
+      parts = runtime::Scratch(std::size_t(pl.grid) * p.ld * sizeof(float) * 2, stream);
+      p.part_w = grad_weight ? parts.as<float>() : nullptr;
+      p.part_b = grad_bias ? parts.as<float>() + pl.grid * p.ld : nullptr;
+    }
+    allow_smem(reinterpret_cast<const void*>(pl.kernel), pl.smem);
+    pl.kernel<<<grid_of(pl.grid), pl.threads, pl.smem, stream>>>(p);
+    TESSERA_LAUNCH_CHECK();
+    if (sums) {
+      sum_partials_kernel<T><<<dim3(grid_of(ceil_div(n, kSumCols)), 2), dim3(kSumCols, kSumSplit), 0, stream>>>(
+          p.part_w, p.part_b, static_cast<int>(pl.grid), n, p.ld,
+          grad_weight ? static_cast<T*>(dwv.data) : nullptr, grad_bias ? static_cast<T*>(dbv.data) : nullptr);
+      TESSERA_LAUNCH_CHECK();
+    }
+  });
+  if (grad_in) copy_back(dxv, grad_in, stream);
+  if (grad_weight) copy_back(dwv, grad_weight, stream);
+  if (grad_bias) copy_back(dbv, grad_bias, stream);
+}
+
+}  // namespace
+
+void layer_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, const TensorView* bias,
+                double eps, const TensorView& out, const TensorView* mean, const TensorView* rstd,
+                cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::layer_norm");
+  norm_forward("layer_norm", false, x, normalized_ndim, weight, bias, eps, out, mean, rstd, stream);
+}
+
+void layer_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
+                         const TensorView& mean, const TensorView& rstd, const TensorView* weight,
+                         const TensorView* grad_in, const TensorView* grad_weight,
+                         const TensorView* grad_bias, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::layer_norm_backward");
+  norm_backward("layer_norm_backward", false, grad_out, x, normalized_ndim, &mean, rstd, weight, grad_in,
+                grad_weight, grad_bias, stream);
+}
+
+void rms_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, double eps,
+              const TensorView& out, const TensorView* rstd, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::rms_norm");
+  norm_forward("rms_norm", true, x, normalized_ndim, weight, nullptr, eps, out, nullptr, rstd, stream);
+}
+
+void rms_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
+                       const TensorView& rstd, const TensorView* weight, const TensorView* grad_in,
+                       const TensorView* grad_weight, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::rms_norm_backward");
+  norm_backward("rms_norm_backward", true, grad_out, x, normalized_ndim, nullptr, rstd, weight, grad_in,
+                grad_weight, nullptr, stream);
+}
+
+}  // namespace tessera

@@ -1,0 +1,115 @@
+// Set family (isin): the CPU reference, the path choice, argument checks and messages (CPU), and
+// every verify case of every path against the reference (GPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu.hpp"
+#include "ops/registry.hpp"
+#include "ops/set/reference.hpp"
+#include "tessera/tessera.hpp"
+
+namespace {
+
+using tessera::DType;
+using tessera::Error;
+using tessera::IsinOptions;
+using tessera::IsinPath;
+using tessera::TensorView;
+
+TensorView host_view(void* p, DType dt, int64_t n) {
+  return TensorView::contiguous(p, dt, {n}, tessera::Device{tessera::DeviceType::cpu, 0});
+}
+
+TEST(SetReference, IntegersWithDuplicatesAndInvert) {
+  std::vector<int32_t> e = {1, 2, 3, 4, 2, -7, 2147483647};
+  std::vector<int32_t> t = {2, 2, 9, -7, 2147483647};
+  const auto r = tessera::reference::isin(host_view(e.data(), DType::int32, 7), host_view(t.data(), DType::int32, 5), false);
+  EXPECT_EQ(r, (std::vector<double>{0, 1, 0, 0, 1, 1, 1}));
+  const auto inv = tessera::reference::isin(host_view(e.data(), DType::int32, 7), host_view(t.data(), DType::int32, 5), true);
+  EXPECT_EQ(inv, (std::vector<double>{1, 0, 1, 1, 0, 0, 0}));
+}
+
+TEST(SetReference, FloatsNaNNeverFoundAndSignedZerosEqual) {
+  std::vector<float> e = {NAN, 0.0f, -0.0f, 1.5f, INFINITY, -INFINITY};
+  std::vector<float> t = {NAN, -0.0f, INFINITY, 2.0f};
+  const auto r = tessera::reference::isin(host_view(e.data(), DType::float32, 6), host_view(t.data(), DType::float32, 4), false);
+  EXPECT_EQ(r, (std::vector<double>{0, 1, 1, 0, 1, 0}));
+}
+
+TEST(SetReference, Int64BeyondDoublePrecision) {
+  std::vector<int64_t> e = {(int64_t(1) << 60) + 1, (int64_t(1) << 60)};
+  std::vector<int64_t> t = {(int64_t(1) << 60) + 1};
+  const auto r = tessera::reference::isin(host_view(e.data(), DType::int64, 2), host_view(t.data(), DType::int64, 1), false);
+  EXPECT_EQ(r, (std::vector<double>{1, 0}));
+}
+
+TEST(SetDispatch, ChoosesByDtypeAndSize) {
+  using tessera::isin_choose_path;
+  EXPECT_EQ(isin_choose_path(DType::int32, 1 << 10, 1 << 10), IsinPath::brute_force);
+  EXPECT_EQ(isin_choose_path(DType::int32, 1 << 20, 1 << 20), IsinPath::hash);
+  EXPECT_EQ(isin_choose_path(DType::int16, 1 << 20, 1 << 20), IsinPath::bitmap);
+  EXPECT_EQ(isin_choose_path(DType::int32, 1 << 20, 1 << 14), IsinPath::sort);
+  IsinOptions forced;
+  forced.path = IsinPath::sort;
+  EXPECT_EQ(isin_choose_path(DType::int32, 10, 10, forced), IsinPath::sort);
+  IsinOptions tuned;
+  tuned.brute_force_max_test = 0;
+  EXPECT_NE(isin_choose_path(DType::int32, 1 << 10, 1 << 10, tuned), IsinPath::brute_force);
+}
+
+void* fake(uintptr_t p) { return reinterpret_cast<void*>(p); }
+TensorView cuda_tensor(uintptr_t p, DType dt, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(fake(p), dt, shape, tessera::Device{tessera::DeviceType::cuda, 0});
+}
+
+template <class F>
+void expect_message(F fn, std::vector<std::string> fragments) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected tessera::Error";
+  } catch (const Error& e) {
+    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+  }
+}
+
+TEST(SetChecks, Messages) {
+  const auto e = cuda_tensor(0x1000, DType::int32, {10});
+  const auto t = cuda_tensor(0x2000, DType::int32, {5});
+  const auto out = cuda_tensor(0x3000, DType::bool_, {10});
+  expect_message([&] { tessera::isin(e, cuda_tensor(0x2000, DType::int64, {5}), out, false, false, nullptr); },
+                 {"tessera.isin", "'test_elements'", "int32", "int64"});
+  expect_message([&] { tessera::isin(e, t, cuda_tensor(0x3000, DType::int32, {10}), false, false, nullptr); },
+                 {"'out'", "bool"});
+  expect_message([&] { tessera::isin(e, t, cuda_tensor(0x3000, DType::bool_, {9}), false, false, nullptr); },
+                 {"'out'", "[10]", "[9]"});
+  TensorView cpu = e;
+  cpu.device = tessera::Device{tessera::DeviceType::cpu, 0};
+  expect_message([&] { tessera::isin(cpu, t, out, false, false, nullptr); }, {"'elements'", "CUDA"});
+  IsinOptions bitmap;
+  bitmap.path = IsinPath::bitmap;
+  expect_message([&] { tessera::isin(e, t, out, false, false, nullptr, bitmap); }, {"bitmap", "int32"});
+  expect_message([&] { tessera::isin(e, t, cuda_tensor(0x1000, DType::bool_, {10}), false, false, nullptr); },
+                 {"'out'", "overlap"});
+}
+
+void run_verify(const std::string& name) {
+  const auto* op = tessera::ops::find_op(name);
+  ASSERT_NE(op, nullptr) << name;
+  for (const auto& c : op->verify_cases()) {
+    if (c.large) continue;
+    const auto r = c.run();
+    EXPECT_TRUE(r.passed) << name << " " << r.name << ": " << r.detail << " (max |diff| " << r.max_abs << ")";
+  }
+}
+
+TEST(SetGpu, IsinAutomatic) { TESSERA_REQUIRE_GPU(); run_verify("isin"); }
+TEST(SetGpu, IsinBruteForce) { TESSERA_REQUIRE_GPU(); run_verify("isin_brute_force"); }
+TEST(SetGpu, IsinSort) { TESSERA_REQUIRE_GPU(); run_verify("isin_sort"); }
+TEST(SetGpu, IsinHash) { TESSERA_REQUIRE_GPU(); run_verify("isin_hash"); }
+TEST(SetGpu, IsinBitmap) { TESSERA_REQUIRE_GPU(); run_verify("isin_bitmap"); }
+
+}  // namespace
