@@ -34,9 +34,9 @@ for s in $STEPS; do
     pybench) step pybench python3 benchmarks/elementwise.py --out "$OUT/pyreport" ;;
     bench) step bench $BIN bench add gelu gelu_tanh --dtype float32,bfloat16 --out "$OUT/report" ;;
     profile) step profile bash -c "$BIN profile add --dtype float32 --size 2^28 && $BIN profile gelu_tanh --dtype bfloat16 --size 2^24" ;;
-    cbench) step cbench $BIN bench softmax log_softmax layer_norm rms_norm dropout --dtype float32,bfloat16 --out "$OUT/creport" ;;
+    cbench) step cbench $BIN bench ${CBENCH_OPS:-softmax log_softmax layer_norm rms_norm dropout} --dtype float32,bfloat16 --out "$OUT/creport" ;;
     setctest) step setctest env $DEVLIB ./devbin/tessera_tests --gtest_filter='Set*' --gtest_brief=1 ;;
-    setbench) step setbench $BIN bench isin isin_sort isin_hash --dtype int32 --out "$OUT/setreport" ;;
+    setbench) step setbench $BIN bench isin --dtype int32 --out "$OUT/setreport" ;;
     rowctest) step rowctest env $DEVLIB ./devbin/tessera_tests --gtest_filter='*Softmax*:*Norm*:*Dropout*:*Copy*' --gtest_brief=1 ;;
     rowverify) step rowverify $BIN verify softmax log_softmax layer_norm rms_norm dropout copy ;;
     rowlarge) step rowlarge $BIN verify --large softmax layer_norm dropout ;;

@@ -287,7 +287,9 @@ std::vector<BenchItem> bench_plan(const Args& a) {
     }
     for (DType dtype : dtypes) {
       if (!supports(*op, dtype)) {
-        if (a.ops.empty()) continue;  // "every op": bench the ones that have this dtype
+        // "every op", or a variant the name pulled in (isin -> isin_bitmap): bench the ones that
+        // have this dtype. An op named exactly must support it.
+        if (a.ops.empty() || std::find(a.ops.begin(), a.ops.end(), op->name) == a.ops.end()) continue;
         throw UsageError("op '" + op->name + "' does not support dtype " + dtype_name(dtype) +
                          " (supported: " + dtype_list(op->dtypes) + ")");
       }

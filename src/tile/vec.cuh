@@ -44,6 +44,15 @@ __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
+// One 16-byte store that the compiler cannot split. Where a kernel picks between a whole-vector
+// store and a masked element-wise one for the same addresses, the optimizer may merge the two
+// branches into the element-wise form (seen in softmax: every store became four STG.E); the
+// inline PTX keeps the fast branch a single STG.128. p must be 16-byte aligned.
+__device__ __forceinline__ void store_16B(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+
 // Stores the first `valid` elements only.
 template <int N, class T>
 __device__ __forceinline__ void store_masked(T* p, const Vec<T, N>& v, int valid) {

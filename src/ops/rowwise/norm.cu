@@ -724,10 +724,21 @@ unsigned grid_of(int64_t blocks) {
 }
 
 // Raises the kernel's dynamic shared-memory limit when it needs more than the default 48 KB.
+// Raises the kernel's dynamic shared memory limit to `smem` (set once per kernel and size). The
+// 48 KB default covers static and dynamic memory together, so any nonzero amount is declared:
+// exactly 48 KB of dynamic memory next to a few bytes of static memory fails to launch otherwise.
 void allow_smem(const void* kernel, std::size_t smem) {
-  if (smem > 48 * 1024)
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(smem)));
+  if (smem == 0) return;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, std::size_t> done;  // per kernel and device
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  std::size_t& have = done[{kernel, device}];
+  if (have >= smem) return;
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  have = smem;
 }
 
 // Resident CTAs per SM for a kernel, block size and dynamic shared memory; cached, as it depends

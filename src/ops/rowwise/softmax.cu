@@ -178,7 +178,7 @@ __device__ __forceinline__ void store_frag(T* frame, int c, int lo, int hi, cons
   if constexpr (V == 1) {
     if (c >= lo && c < hi) frame[c] = from_bits<T>(f.w[0]);
   } else if (c >= lo && c + V <= hi) {
-    tile::store<4>(reinterpret_cast<uint32_t*>(frame + c), tile::Vec<uint32_t, 4>{{f.w[0], f.w[1], f.w[2], f.w[3]}});
+    tile::store_16B(frame + c, f.w[0], f.w[1], f.w[2], f.w[3]);
   } else {
 #pragma unroll
     for (int e = 0; e < V; ++e)
@@ -329,6 +329,10 @@ enum class Group { warp, block, cluster };
 
 constexpr int kWarpCtaThreads = 128;  // warp path: 4 rows per CTA
 constexpr int kSplitThreads = 512;
+// Cluster CTAs of 16-bit types stay at <= 512 threads (two per SM, 64 registers): at 1024 threads
+// log_softmax's 16-bit cluster kernels spilled a few registers. float32 may take 1024.
+template <class T>
+inline constexpr int kClusterMaxThreads = sizeof(T) == 2 ? 512 : 1024;
 constexpr int kColumnThreads = 256;
 
 // Slot 0 is the output, slot k + 1 input k (the map kernels' convention).
@@ -422,8 +426,15 @@ __device__ __forceinline__ void load_frags(Frag<T, V> (&f)[Op::kIn][U], const Ro
   }
 }
 
+// A thread whose vectors are all whole (every one of an aligned row's, but its ends) takes one
+// test and U plain 16-byte stores; only threads at a ragged end test every vector.
 template <int V, int U, class T>
 __device__ __forceinline__ void store_frags(T* frame, const Window& w, const Lanes<V>& p, const Frag<T, V> (&f)[U]) {
+  if (V > 1 && p.col(0) >= w.lo && p.col(U - 1) + V <= w.hi) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) tile::store_16B(frame + p.col(u), f[u].w[0], f[u].w[1], f[u].w[2], f[u].w[3]);
+    return;
+  }
 #pragma unroll
   for (int u = 0; u < U; ++u) store_frag<T, V>(frame, p.col(u), w.lo, w.hi, f[u]);
 }
@@ -431,7 +442,8 @@ __device__ __forceinline__ void store_frags(T* frame, const Window& w, const Lan
 // Row path: one row per warp, CTA or cluster (`cluster` CTAs, launched as a cluster), held in
 // registers from load to store. Rows are taken grid-stride so any row count fits in the grid.
 template <class Op, class T, int V, int VPT, Group K>
-__global__ void __launch_bounds__(K == Group::warp ? kWarpCtaThreads : 1024, K == Group::warp ? 8 : 1)
+__global__ void __launch_bounds__(K == Group::warp ? kWarpCtaThreads : K == Group::cluster ? kClusterMaxThreads<T> : 1024,
+                                  K == Group::warp ? 8 : 1)
 rows_kernel(RowArgs<T, Op::kIn> a, int cluster) {
   constexpr int NIN = Op::kIn;
   using Acc = typename Op::Acc;
@@ -628,13 +640,39 @@ RowPlan split_plan(int64_t rows, int64_t nv, int vpt, int V, bool vec, int sms) 
 template <class Op, class T>
 RowPlan plan_rows(int64_t rows, int64_t nv, bool vec, int device);
 
+// CTAs of `kernel` at `threads` that fit on the device at once (cached per kernel and size).
+int resident_ctas(const void* kernel, int threads) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int>, int> cache;
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, threads, device);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int per_sm = 0;
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  const int n = std::max(1, per_sm) * runtime::device_props(device).multiProcessorCount;
+  cache[key] = n;
+  return n;
+}
+
+// The warp path, and blocks of under 128 threads, run persistent grids (at most one wave of
+// resident CTAs, each looping over rows): a row of a few KB takes less time to move than a CTA
+// takes to launch and retire (bf16 4096 x 4096 on 64-thread CTAs: 62% of copy one CTA per row,
+// 66% persistent).
 template <class Op, class T, int V, int VPT, Group K>
 void launch_rows(const RowArgs<T, Op::kIn>& a, int threads, int cluster, cudaStream_t s) {
   auto* kernel = rows_kernel<Op, T, V, VPT, K>;
   if constexpr (K == Group::warp) {
-    kernel<<<grid_cap(ceil_div(a.rows, kWarpCtaThreads / 32)), kWarpCtaThreads, 0, s>>>(a, 1);
+    const int64_t ctas = std::min<int64_t>(ceil_div(a.rows, kWarpCtaThreads / 32),
+                                           resident_ctas(reinterpret_cast<const void*>(kernel), kWarpCtaThreads));
+    kernel<<<grid_cap(ctas), kWarpCtaThreads, 0, s>>>(a, 1);
   } else if constexpr (K == Group::block) {
-    kernel<<<grid_cap(a.rows), threads, 0, s>>>(a, 1);
+    // Measured: CTAs of >= 128 threads do better one per row (a new CTA starts loading as soon as
+    // one retires), smaller ones persistent.
+    const int64_t ctas = threads >= 128 ? a.rows
+                         : std::min<int64_t>(a.rows, resident_ctas(reinterpret_cast<const void*>(kernel), threads));
+    kernel<<<grid_cap(ctas), threads, 0, s>>>(a, 1);
   } else {
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
@@ -686,7 +724,7 @@ RowPlan plan_rows(int64_t rows, int64_t nv, bool vec, int device) {
   p.vpt = kV;
   if (nv <= 512LL * kV) {
     p.path = Path::block;
-    p.threads = threads_for(nv, kV);
+    p.threads = threads_for(nv, p.vpt);
     return p;
   }
   if (prop.major >= 9) {
@@ -695,7 +733,7 @@ RowPlan plan_rows(int64_t rows, int64_t nv, bool vec, int device) {
     const void* fn = reinterpret_cast<const void*>(rows_kernel<Op, T, V, kV, Group::cluster>);
     for (int max_threads : {512, 1024})
       for (int c : {2, 4, 8, 16}) {
-        if (nv > int64_t(c) * max_threads * kV) continue;
+        if (max_threads > kClusterMaxThreads<T> || nv > int64_t(c) * max_threads * kV) continue;
         const int threads = threads_for(ceil_div(nv, c), kV);
         const int active = active_clusters(fn, c, threads, device);
         if (active > 0 && int64_t(active) * c * threads >= int64_t(prop.multiProcessorCount) * 512) {

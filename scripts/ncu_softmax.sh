@@ -1,0 +1,6 @@
+export LD_LIBRARY_PATH=$PWD/devbin
+for spec in "float32 16384" "float32 32768" "float32 262144" "bfloat16 4096"; do
+  set -- $spec
+  ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats -k regex:rows_kernel -c 1 devbin/tessera profile softmax --dtype $1 --size $2 > $OUT/ncu_$1_$2.txt 2>&1
+done
+tar -C $OUT -czf $OUT/ncu.tgz $(cd $OUT && ls ncu_*.txt) && rm $OUT/ncu_*.txt
