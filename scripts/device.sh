@@ -36,6 +36,7 @@ for s in $STEPS; do
     profile) step profile bash -c "$BIN profile add --dtype float32 --size 2^28 && $BIN profile gelu_tanh --dtype bfloat16 --size 2^24" ;;
     cbench) step cbench $BIN bench ${CBENCH_OPS:-softmax log_softmax layer_norm rms_norm dropout} --dtype float32,bfloat16 --out "$OUT/creport" ;;
     setctest) step setctest env $DEVLIB ./devbin/tessera_tests --gtest_filter='Set*' --gtest_brief=1 ;;
+    setpy) step setpy python3 benchmarks/set.py --out "$OUT/setpyreport" ${SETPY_ARGS:-} ;;
     setbench) step setbench $BIN bench isin --dtype int32 --out "$OUT/setreport" ;;
     rowctest) step rowctest env $DEVLIB ./devbin/tessera_tests --gtest_filter='*Softmax*:*Norm*:*Dropout*:*Copy*' --gtest_brief=1 ;;
     rowverify) step rowverify $BIN verify softmax log_softmax layer_norm rms_norm dropout copy ;;
@@ -54,11 +55,11 @@ for s in $STEPS; do
   esac
 done
 # $OUT returns at most 8 files: pack the report folders.
-for d in report pyreport creport setreport rowreport dropreport; do
+for d in report pyreport creport setreport setpyreport rowreport dropreport; do
   [ -d "$OUT/$d" ] && tar -C "$OUT" -czf "$OUT/$d.tgz" "$d" && rm -rf "${OUT:?}/$d"
 done
 # The benchmarks' last tables (and failures), from their logs, before the logs may be packed.
-for name in rowbench dropbench; do
+for name in rowbench dropbench setpy; do
   if [ -f "$OUT/$name.log" ] && grep -q '^==== final table' "$OUT/$name.log"; then
     echo "================ $name"
     sed -n '/^==== final table/,$p' "$OUT/$name.log"

@@ -683,6 +683,45 @@ void py_copy(nb::handle src, nb::handle dst, uintptr_t stream_) {
   tessera::copy(sv, dv, stream);
 }
 
+// ---- isin -------------------------------------------------------------------------------------
+IsinPath isin_path(const std::string& name) {
+  for (IsinPath p : {IsinPath::automatic, IsinPath::brute_force, IsinPath::sort, IsinPath::hash,
+                     IsinPath::bitmap})
+    if (name == isin_path_name(p)) return p;
+  detail::throw_arg(ErrorKind::value, "isin", "path",
+                    "'automatic', 'brute_force', 'sort', 'hash' or 'bitmap'", "'" + name + "'");
+}
+
+// out None (DLPack elements only): a new bool DeviceArray of elements' shape.
+nb::object py_isin(nb::handle elements, nb::handle test, nb::handle out, bool assume_unique,
+                   bool invert, const std::string& path, int64_t brute_force_max_test,
+                   int64_t brute_force_max_work, int64_t hash_min_test, uintptr_t stream_) {
+  const cudaStream_t stream = as_stream(stream_);
+  std::vector<nb::object> keep;
+  const TensorView ev = to_view("isin", "elements", elements, stream, keep);
+  const TensorView tv = to_view("isin", "test_elements", test, stream, keep);
+  IsinOptions o;
+  o.path = isin_path(path);
+  o.brute_force_max_test = brute_force_max_test;
+  o.brute_force_max_work = brute_force_max_work;
+  o.hash_min_test = hash_min_test;
+  TensorView ov;
+  nb::object result = nb::none();
+  if (out.is_none()) {
+    ov = ev;
+    if (ev.device.type == DeviceType::cuda && ev.device.index >= 0) {
+      result = nb::cast(new DeviceArray(DType::bool_, ev.shape, ev.ndim, ev.device.index),
+                        nb::rv_policy::take_ownership);
+      ov = nb::cast<const DeviceArray&>(result).view();
+    }
+  } else {
+    ov = to_view("isin", "out", out, stream, keep);
+  }
+  tessera::isin(ev, tv, ov, assume_unique, invert, stream, o);
+  set_producer(result, stream);
+  return result;
+}
+
 // ---- benchmark engine ---------------------------------------------------------------------
 nb::dict stats_to_dict(const bench::Stats& s) {
   nb::dict d;
@@ -854,6 +893,35 @@ NB_MODULE(_C, m) {
         "Philox counters one dropout call over numel elements consumes.");
   m.def("copy", &py_copy, "src"_a.none(), "dst"_a.none(), "stream"_a,
         "dst = src between any two layouts of one shape and dtype.");
+
+  m.def("isin", &py_isin, "elements"_a.none(), "test_elements"_a.none(), "out"_a.none(),
+        "assume_unique"_a, "invert"_a, "path"_a, "brute_force_max_test"_a, "brute_force_max_work"_a,
+        "hash_min_test"_a, "stream"_a,
+        "out = elements in test_elements (bool); returns a new DeviceArray when out is None.");
+  m.def("isin_choose_path",
+        [](const std::string& dtype, int64_t m, int64_t n, int64_t bmax, int64_t bwork, int64_t hmin) {
+          DType d = DType::int32;
+          bool found = false;
+          for (DType k : kDTypes)
+            if (dtype == dtype_name(k)) d = k, found = true;
+          if (!found)
+            detail::throw_arg(ErrorKind::type, "isin_choose_path", "dtype", "a tessera dtype name", "'" + dtype + "'");
+          IsinOptions o;
+          o.brute_force_max_test = bmax;
+          o.brute_force_max_work = bwork;
+          o.hash_min_test = hmin;
+          return std::string(isin_path_name(isin_choose_path(d, m, n, o)));
+        },
+        "dtype"_a, "num_elements"_a, "num_test"_a, "brute_force_max_test"_a, "brute_force_max_work"_a,
+        "hash_min_test"_a, "The path isin's automatic dispatch takes for these sizes.");
+  {
+    const IsinOptions o;
+    nb::dict d;
+    d["brute_force_max_test"] = o.brute_force_max_test;
+    d["brute_force_max_work"] = o.brute_force_max_work;
+    d["hash_min_test"] = o.hash_min_test;
+    m.attr("ISIN_DEFAULTS") = d;
+  }
 
   nb::class_<DeviceArray>(m, "DeviceArray",
                           "Row-major CUDA memory owned by tessera, exported by DLPack "

@@ -25,6 +25,7 @@ from .elementwise import add, copy, dropout, dropout_backward, gelu, gelu_backwa
 from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_softmax,
                       log_softmax_backward, rms_norm, rms_norm_backward, rms_norm_forward, softmax,
                       softmax_backward)
+from .set import isin
 
 __version__: str = _C.__version__
 
@@ -33,7 +34,7 @@ __version__: str = _C.__version__
 __all__ = ["add", "gelu", "gelu_backward", "dropout", "dropout_backward",
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
-           "rms_norm", "rms_norm_forward", "rms_norm_backward",
+           "rms_norm", "rms_norm_forward", "rms_norm_backward", "isin",
            "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
 
 

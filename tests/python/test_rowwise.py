@@ -385,7 +385,13 @@ def test_layer_norm_and_gradients(torch, shape, k, dtype, affine):
     assert_close(out, ref, dtype, "out")
     out.backward(g)
     ref.backward(g.double())
-    assert_close(x.grad, x64.grad, dtype, "grad_input")
+    if math.prod(normalized) > 1:
+        assert_close(x.grad, x64.grad, dtype, "grad_input")
+    else:
+        # A 1-element row normalizes to 0 whatever x is, so the input gradient is exactly 0; in
+        # float32 it is a difference of equal terms times rstd = 1/sqrt(eps) ~ 316, so rounding
+        # leaves ~1e-5. A relative error against 0 is meaningless: bound the absolute value.
+        assert x.grad.abs().max().item() <= 1e-3, f"grad_input: {x.grad.abs().max().item()}"
     for p, p64, name in ((w, w64, "grad_weight"), (b, b64, "grad_bias")):
         if p is not None:
             assert p.grad.dtype == d
