@@ -135,7 +135,7 @@ class Suite:
 
     def run(self, op: str, dtype, size: int, bytes_moved: float, providers: dict, *,
             reference: str | None = "torch", stream=None, flops: float = 0.0, shape=None,
-            tolerances: dict | None = None) -> None:
+            tolerances: dict | None = None, timing: dict | None = None) -> None:
         """Checks every provider's output against the reference's, then times each one.
 
         providers: name -> callable without arguments returning its output tensor, or a tuple of
@@ -146,7 +146,9 @@ class Suite:
 
         shape: what the report shows (default: (size,)); size stays the element count, which
         picks the timing method and is the x axis of the plots. tolerances: dtype ->
-        dict(rtol, atol[, atol_rel]) in place of TOLERANCES (see check)."""
+        dict(rtol, atol[, atol_rel]) in place of TOLERANCES (see check). timing: do_bench's
+        method in place of timing_for(size) (e.g. no CUDA graph for a peer that cannot be
+        captured)."""
         label = fmt_size(size) if shape is None else _shape_label(shape)
         if shape is not None:
             self._shaped = True
@@ -164,7 +166,7 @@ class Suite:
             del ref
         del outputs
 
-        method = timing_for(size)
+        method = timing_for(size) if timing is None else timing
         try:
             results = self._time_all(op, dtype, label, providers, stream, method)
         except Exception as e:  # noqa: BLE001 - a capture that fails must not lose the run

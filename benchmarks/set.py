@@ -7,7 +7,8 @@ Cases (the issue's table): int32 elements x test_elements = 2^10 x 2^10, 2^20 x 
 2^20 x 2^20, 2^24 x 2^16, 2^24 x 2^24; int64 and float32 at 2^24 x 2^24. Values are integers
 drawn uniformly from a range 4x the larger size, so about a quarter of the elements are found.
 Providers: tessera.isin (automatic path, out=) and torch.isin. Before timing, tessera's result is
-compared with torch's for equality. GB/s counts the bytes that must move: both inputs read once
+compared with torch's for equality. Every size is timed without CUDA graphs (torch.isin cannot be
+captured: it synchronizes), the L2 flushed before each repetition. GB/s counts the bytes that must move: both inputs read once
 and one bool written per element.
 
 Crossover scan (int32; elements 2^20 and 2^24, test_elements 2^4 .. 2^22): every explicit path
@@ -54,7 +55,7 @@ def bench_case(suite: Suite, dtype_name: str, lm: int, ln: int) -> None:
     suite.note(f"isin {dtype_name} 2^{lm} x 2^{ln}: path {tessera.set.isin_path(dtype_name, m, n)}, "
                f"{100 * found:.1f}% of elements found")
     suite.run("isin", dtype, m, (m + n) * size + m, providers, shape=(m, n),
-              tolerances={dtype: dict(rtol=0, atol=0)})
+              tolerances={dtype: dict(rtol=0, atol=0)}, timing=dict(cuda_graph=False, flush_l2=True))
 
 
 def crossover(out_dir: Path) -> str:

@@ -57,6 +57,9 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False, path="au
         out: optional bool tensor of ``elements``' shape (not overlapping the inputs).
     """
     _path(path)
+    if _is_number(elements) and _is_number(test_elements):
+        raise TypeError("tessera.isin: argument 'elements': expected a tensor for at least one of "
+                        "elements and test_elements, got two numbers")
     torch = torch_if_tensor(elements) or torch_if_tensor(test_elements)
     if torch is None:
         return _isin_dlpack(elements, test_elements, assume_unique, invert, path, out)
@@ -78,9 +81,6 @@ def _is_number(x) -> bool:
 
 def _promote(torch, elements, test_elements):
     """Both as tensors of one dtype on one device, by torch's rules for isin."""
-    if _is_number(elements) and _is_number(test_elements):
-        raise TypeError("tessera.isin: argument 'elements': expected a tensor for at least one of "
-                        "elements and test_elements, got two numbers")
     for name, x in (("elements", elements), ("test_elements", test_elements)):
         if not _is_number(x) and not isinstance(x, torch.Tensor):
             raise TypeError(f"tessera.isin: argument '{name}': expected a torch tensor or a real "

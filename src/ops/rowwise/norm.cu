@@ -13,7 +13,7 @@
 // >= 32 KB of loads outstanding, better 64 KB. A kernel that holds its row in registers has one
 // row's loads outstanding per row group, so the configurations below are about how many bytes of
 // row are resident per SM within 64K registers: every kernel is capped at 64 registers per
-// thread (__launch_bounds__(1024, 1)) and none spills. What costs registers besides the row
+// thread (__launch_bounds__(1024, 1); 80 for the forward's VPT-4 prefetch tier) and none spills. What costs registers besides the row
 // itself, and how it is kept down: half-type rows stay packed two elements per 32-bit register
 // (Packed); column offsets are 32-bit and, where the group size is a template constant,
 // immediates (Cols); rows sit at a uniform stride (one multiply per row, no 64-bit divisions);
@@ -22,15 +22,26 @@
 //
 // ---- Forward (norm_forward_kernel) ----------------------------------------------------------
 // The row is read once into registers (VPT vectors of V = 16 / sizeof(T) elements per thread),
-// reduced (mean, then squared deviations from it: exact two-pass variance, no E[x^2] - E[x]^2
-// cancellation), normalized and written once. Weight and bias are read with the row's partition,
-// two vectors at a time after the reductions (L1/L2 hits). Plain grid, one row per group:
-//   rows of <= 64 vectors: a warp per row (shuffles only), VPT 1 or 2, four rows per CTA.
-//   up to 1024 x 4 vectors: VPT 4 (64 B per thread), gs = N / (4 V) threads per row, reduced at
-//     a named barrier per group (groups of one CTA never wait for each other).
-//     bf16 N = 1024 / 4096 / 8192 / 16384: gs = 32 / 128 / 256 / 512; ~64 registers, so 1024
-//     threads per SM: 64 KB of row resident per SM, 8 / 8 / 4 / 2 CTAs per SM.
-//     fp32 N = 1024 / 4096 / 8192: gs = 64 (two rows per CTA) / 256 / 512, 64 KB per SM.
+// reduced (mean and squared deviations from it: no E[x^2] - E[x]^2 cancellation), normalized
+// and written once. Weight and bias are read with the row's partition, two vectors at a time
+// after the reductions (L1/L2 hits). LayerNorm either sums x for the mean and then the squared
+// deviations from it (two group reductions), or, where registers allow (the prefetching tiers
+// below but 16-bit VPT 4), has each thread take the mean and squared deviations of its own
+// elements and merges those (count, mean, M2) triples in one reduction (Chan et al.): one
+// barrier round per row instead of two.
+//   rows of <= 16 KB (<= 1024 vectors): one row per group leaves too little in flight (the row
+//     is loaded, then nothing is loaded while it is reduced and stored), so these tiers are
+//     persistent (grid = resident CTAs) and each group loads its next row into a second
+//     fragment before it reduces the current one: two rows per group resident.
+//     <= 64 vectors: a warp per row (shuffles only), VPT 1 or 2, four rows per CTA, <= 64
+//       registers: 1024 threads and up to 64 KB of (two) rows per SM.
+//     <= 1024 vectors: VPT 4 (2 x 64 B per thread), gs = N / (4 V) <= 256 threads per row,
+//       reduced at a named barrier per group (groups of one CTA never wait for each other);
+//       <= 80 registers (__launch_bounds__(256, 3)), 768 threads and 96 KB of rows per SM.
+//       bf16 N = 1024 / 4096 / 8192: gs = 32 (four rows per CTA) / 128 / 256; fp32 N = 1024 /
+//       4096: gs = 64 (two rows per CTA) / 256.
+//   up to 1024 x 4 vectors: VPT 4 (64 B per thread), one row per group, plain grid; ~64
+//     registers, 1024 threads and 64 KB of row per SM. bf16 N = 16384, fp32 N = 8192: gs = 512.
 //   fp32 on sm_90, 2048 < N / 4 <= 8192 vectors: VPT 8 (128 B per thread) with gs fixed at 512
 //     or 1024. fp32 N = 16384: 512 threads x 128 B, two CTAs (128 KB) per SM.
 //   longer rows: norm_forward_stream_kernel, one CTA per row streaming it three times (sum,
@@ -98,6 +109,9 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr int kFwdCta = 128;           // forward: smallest CTA (4 rows of one warp each)
+// Forward, VPT 4 with prefetch: CTAs of up to 256 threads, 3 per SM, i.e. up to 80 registers per
+// thread (two 64-byte row fragments do not fit in 64).
+constexpr int kPrefetchCta = 256, kPrefetchBlocks = 3;
 constexpr int kBarrierGroups = 15;     // named barriers 1..15 (0 is __syncthreads)
 constexpr int kStreamThreads = 512;    // streaming kernels: one CTA per row
 constexpr int kStreamUnroll = 4;       // vectors per thread loaded before they are used
@@ -123,19 +137,40 @@ __device__ __forceinline__ void row_offsets(const int64_t (&stride)[NT], int64_t
 // thread has read it: reductions that alternate buffers get that from the barrier of the one in
 // between; a reduction that reuses the buffer of the previous one passes `fence` for an extra
 // barrier first. The order of additions is fixed.
-template <class A>
+// Op combines two partials (tile::Sum by default; A{} must be its identity).
+template <class A, class Op = tile::Sum>
 struct GroupSum {
   A* slots;  // this group's 2 x 32 slots in shared memory
   int gs, bar, warp;
   __device__ __forceinline__ A operator()(A v, int buf, bool fence = false) const {
-    v = tile::warp_reduce(v, tile::Sum{});
+    v = tile::warp_reduce(v, Op{});
     if (gs == 32) return v;
     if (fence) asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
     A* s = slots + buf * 32;
     const int lane = threadIdx.x & 31;
     if (lane == 0) s[warp] = v;
     asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
-    return tile::warp_reduce(lane < (gs >> 5) ? s[lane] : A{}, tile::Sum{});
+    return tile::warp_reduce(lane < (gs >> 5) ? s[lane] : A{}, Op{});
+  }
+};
+
+// Count, mean and sum of squared deviations from the mean of a set of values, and Chan's
+// merge of two such sets: LayerNorm's mean and variance in ONE group reduction instead of a
+// sum for the mean followed by one of squared deviations from it. Exact in the sense that
+// matters: no E[x^2] - E[x]^2 cancellation, each part's deviations are taken from its own mean.
+// The merge is symmetric bit for bit (products rounded separately, d enters squared), so every
+// lane of a butterfly ends with the same result and all threads of a row use the same mean and
+// rstd. {0, 0, 0} is the identity.
+struct Moments {
+  float n, mean, m2;
+};
+struct MergeMoments {
+  __device__ __forceinline__ Moments operator()(Moments a, Moments b) const {
+    const float n = a.n + b.n;  // counts are integers < 2^24: exact
+    const float inv = n > 0.0f ? __fdividef(1.0f, n) : 0.0f;
+    const float d = b.mean - a.mean;
+    const float mean = __fadd_rn(__fmul_rn(a.n, a.mean), __fmul_rn(b.n, b.mean)) * inv;
+    return {n, mean, fmaf(d, d * (__fmul_rn(a.n, b.n) * inv), a.m2 + b.m2)};
   }
 };
 
@@ -311,9 +346,23 @@ struct FwdParams {
 };
 
 // kGs: the group size when fixed at compile time (0: p.gs), as in norm_backward_kernel.
-template <class T, int V, int VPT, bool kRms, int kGs>
-__global__ __launch_bounds__(kMaxThreads, 1) void norm_forward_kernel(const FwdParams<T> p) {
-  __shared__ float slots[kBarrierGroups][2][32];
+// kPrefetch: the loop is persistent (the launcher sizes the grid to the resident CTAs) and each
+// group loads its next row into a second fragment before it reduces, normalizes and stores the
+// current one, so that the loads of short rows stay in flight through the reductions: two rows
+// per group resident instead of one (see the top of the file).
+template <class T, int V, int VPT, bool kRms, int kGs, bool kPrefetch>
+__global__ __launch_bounds__(kPrefetch && VPT == 4 ? kPrefetchCta : kMaxThreads,
+                             kPrefetch && VPT == 4 ? kPrefetchBlocks : 1)
+void norm_forward_kernel(const FwdParams<T> p) {
+  // RMSNorm reduces sum(x^2). LayerNorm: the prefetching tiers reduce the row's Moments (one
+  // reduction, a shorter critical path per row) where the registers allow; the others sum x for
+  // the mean and then the squared deviations from it (two reductions). ptxas spills with the
+  // merge at 64 or 128 bytes of row per thread without prefetch and at 16-bit VPT 4 x 16 bytes
+  // with it.
+  constexpr bool kMoments = !kRms && kPrefetch && (sizeof(T) == 4 || VPT * V < 32);
+  using Acc = std::conditional_t<kMoments, Moments, float>;
+  using Op = std::conditional_t<kMoments, MergeMoments, tile::Sum>;
+  __shared__ Acc slots[kBarrierGroups][2][32];
   // Weight and bias are loaded KB vectors at a time: all in flight together, but not so many
   // at once that they crowd the row out of the registers.
   constexpr int KB = VPT < 2 ? VPT : 2;
@@ -325,17 +374,43 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_forward_kernel(const FwdP
 #endif
   const int gs = kGs ? kGs : p.gs, sub = threadIdx.x / gs, subs = blockDim.x / gs;
   const Cols<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
-  GroupSum<float> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
+  GroupSum<Acc, Op> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
+  auto load_row = [&](Packed<T, V>(&x)[VPT], const T* xr) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) x[k] = part.load(xr, k, 0.0f);
+  };
+  // Elements of this thread inside the row (vectors past its end read as 0 and are not counted).
+  int mine = 0;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) mine += part.in(k) ? V : 0;
 
-  for (int64_t row = int64_t(blockIdx.x) * subs + sub; row < p.rows; row += int64_t(gridDim.x) * subs) {
+  const int64_t first = int64_t(blockIdx.x) * subs + sub;
+  Packed<T, V> x[VPT];
+  if (kPrefetch && first < p.rows) load_row(x, p.x + first * p.stride[0]);
+  // Slot buffers alternate between consecutive reductions of a group: the barrier of the one in
+  // between is passed only after every thread has read the buffer (see GroupSum). With one
+  // reduction per row they alternate by row.
+  int buf = 0;
+  for (int64_t row = first; row < p.rows; row += int64_t(gridDim.x) * subs, buf ^= 1) {
     int64_t off[4];
     row_offsets(p.stride, row, off);
-    Packed<T, V> x[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) x[k] = part.load(p.x + off[0], k, 0.0f);
+    Packed<T, V> next[VPT];
+    if constexpr (kPrefetch) {
+      const int64_t nrow = row + int64_t(gridDim.x) * subs;
+      if (nrow < p.rows) load_row(next, p.x + nrow * p.stride[0]);
+    } else {
+      load_row(x, p.x + off[0]);
+    }
 
-    float mean = 0.0f;
-    if constexpr (!kRms) {
+    float mean = 0.0f, var;
+    if constexpr (kRms) {
+      float q = 0.0f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < V; ++e) q = fmaf(x[k][e], x[k][e], q);
+      var = sum(q, buf) * p.inv_n;
+    } else if constexpr (!kMoments) {
       float s = 0.0f;
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
@@ -343,21 +418,42 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_forward_kernel(const FwdP
         for (int e = 0; e < V; ++e) s += x[k][e];
       mean = sum(s, 0) * p.inv_n;
       refresh(x, mean, p.zero);
-    }
-    // Squared deviations from the exact mean, over the registers again. Vectors past the row end
-    // read as 0, which adds nothing to sum(x) and sum(x^2) but would add mean^2 here: skipped.
-    float q = 0.0f;
+      float q = 0.0f;
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      if (!kRms && !part.in(k)) continue;
+      for (int k = 0; k < VPT; ++k) {
+        if (!part.in(k)) continue;  // past the row end: x = 0, would add mean^2
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float d = x[k][e] - mean;
-        q = fmaf(d, d, q);
+        for (int e = 0; e < V; ++e) {
+          const float d = x[k][e] - mean;
+          q = fmaf(d, d, q);
+        }
       }
+      var = sum(q, 1) * p.inv_n;
+    } else {
+      // This thread's mean, then squared deviations from it over the registers again (skipping
+      // vectors past the row end, which would add mean^2 each); then one merge over the group.
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < V; ++e) s += x[k][e];
+      const float m = mine ? s * __fdividef(1.0f, float(mine)) : 0.0f;
+      refresh(x, m, p.zero);  // convert x afresh below instead of holding the floats from above
+      float q = 0.0f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        if (!part.in(k)) continue;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float d = x[k][e] - m;
+          q = fmaf(d, d, q);
+        }
+      }
+      const Moments r = sum(Moments{float(mine), m, q}, buf);
+      mean = r.mean;
+      var = r.m2 * p.inv_n;
     }
-    // LayerNorm alternates slot buffers (mean: 0, this: 1); RMSNorm has one reduction per row.
-    const float rstd = rsqrtf(sum(q, 1, kRms) * p.inv_n + p.eps);
+    const float rstd = rsqrtf(var + p.eps);
     refresh(x, rstd, p.zero);
     const int after = zero_after(rstd, p.zero);
 
@@ -380,6 +476,10 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_forward_kernel(const FwdP
     if (part.t == 0) {
       if (p.mean) p.mean[off[2]] = mean;
       if (p.rstd) p.rstd[off[3]] = rstd;
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) x[k] = next[k];
     }
   }
 }
@@ -758,31 +858,49 @@ int blocks_per_sm(const void* kernel, int threads, std::size_t smem, int device)
 }
 
 // Row groups of gs threads; CTAs of at least kFwdCta threads (several groups when gs is small).
-template <class T, int V, int VPT, bool kRms, int kGs = 0>
-void launch_forward(FwdParams<T> p, int gs, cudaStream_t stream) {
+// Without prefetch one row per group; with it the grid is persistent: no more CTAs than are
+// resident at once, each group looping over rows with the next one's loads in flight. Of those,
+// only as many as give every group the same number of rows (+- 1): with 4096 rows and 3168
+// resident groups, 2048 groups of 2 rows rather than 928 of 2 and 2240 of 1: the kernel takes
+// two rows' time either way, and the fewer groups compete less for bandwidth.
+template <class T, int V, int VPT, bool kRms, int kGs = 0, bool kPrefetch = false>
+void launch_forward(FwdParams<T> p, int gs, int device, cudaStream_t stream) {
   p.gs = gs;
   const int subs = gs < kFwdCta && kFwdCta % gs == 0 ? kFwdCta / gs : 1;
-  norm_forward_kernel<T, V, VPT, kRms, kGs><<<grid_of(ceil_div(p.rows, subs)), gs * subs, 0, stream>>>(p);
+  const auto kernel = norm_forward_kernel<T, V, VPT, kRms, kGs, kPrefetch>;
+  int64_t grid = ceil_div(p.rows, subs);
+  if constexpr (kPrefetch) {
+    const int nb = blocks_per_sm(reinterpret_cast<const void*>(kernel), gs * subs, 0, device);
+    const int64_t resident = int64_t(runtime::device_props(device).multiProcessorCount) * nb * subs;
+    const int64_t per_group = ceil_div(p.rows, resident);
+    grid = ceil_div(ceil_div(p.rows, per_group), subs);
+  }
+  kernel<<<grid_of(grid), gs * subs, 0, stream>>>(p);
 }
 
 // Vectors per thread: the smallest of 1, 2, 4 that lets one warp hold the row, else 4 with as
 // many warps as needed (up to 1024 threads), else the streaming kernel. 64 bytes of row per
 // thread: with the row's addresses and the weight/bias in flight that is what fits in 64
-// registers without spills. On sm_90, float32 rows over 512 x 4 vectors take 8 vectors (128
+// registers without spills. Rows of up to 4 x 256 vectors (16 KB) prefetch the group's next
+// row into a second fragment (persistent grid; at VPT 4 in up to 80 registers, so groups of at
+// most 256 threads): one row per group leaves too few bytes in flight per SM for such short
+// rows. On sm_90, float32 rows over 512 x 4 vectors take 8 vectors (128
 // bytes) per thread in a fixed 512- or 1024-thread group (fixed, so that the column offsets of
 // the 8 vectors are immediates; sm_80 spills even so): 512 threads keep two CTAs per SM where
 // 1024 x 4 would allow one.
 template <class T, int V, bool kRms>
-void forward_v(const FwdParams<T>& p, bool sm90, cudaStream_t stream) {
+void forward_v(const FwdParams<T>& p, int device, cudaStream_t stream) {
   const int64_t nv = ceil_div(p.n, V);
-  const bool wide = V == 4 && sm90;  // float32 with 16-byte vectors
-  if (nv <= 32) return launch_forward<T, V, 1, kRms>(p, 32, stream);
-  if (nv <= 64) return launch_forward<T, V, 2, kRms>(p, 32, stream);
+  const bool wide = V == 4 && runtime::device_props(device).major >= 9;  // float32, 16-byte vectors
+  if (nv <= 32) return launch_forward<T, V, 1, kRms, 0, true>(p, 32, device, stream);
+  if (nv <= 64) return launch_forward<T, V, 2, kRms, 0, true>(p, 32, device, stream);
+  if (nv <= 4 * kPrefetchCta)
+    return launch_forward<T, V, 4, kRms, 0, true>(p, round_up32(ceil_div(nv, 4)), device, stream);
   if (nv <= (wide ? 2 : 4) * kMaxThreads)
-    return launch_forward<T, V, 4, kRms>(p, round_up32(ceil_div(nv, 4)), stream);
+    return launch_forward<T, V, 4, kRms>(p, round_up32(ceil_div(nv, 4)), device, stream);
   if constexpr (V == 4) {
-    if (wide && nv <= 4 * kMaxThreads) return launch_forward<T, V, 8, kRms, 512>(p, 512, stream);
-    if (wide && nv <= 8 * kMaxThreads) return launch_forward<T, V, 8, kRms, 1024>(p, 1024, stream);
+    if (wide && nv <= 4 * kMaxThreads) return launch_forward<T, V, 8, kRms, 512>(p, 512, device, stream);
+    if (wide && nv <= 8 * kMaxThreads) return launch_forward<T, V, 8, kRms, 1024>(p, 1024, device, stream);
   }
   norm_forward_stream_kernel<T, V, kRms><<<grid_of(p.rows), kStreamThreads, 0, stream>>>(p);
 }
@@ -1047,13 +1165,13 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
     p.eps = static_cast<float>(eps);
     const bool vec = p.n % V == 0 && rows_aligned<T>(xv, p.stride[0]) && rows_aligned<T>(ov, p.stride[1]) &&
                      (!p.w || tile::is_aligned<T, V>(p.w)) && (!p.b || tile::is_aligned<T, V>(p.b));
-    const bool sm90 = runtime::device_props(x.device.index).major >= 9;
+    const int device = x.device.index;
     if (rms) {
-      if (vec) forward_v<T, V, true>(p, sm90, stream);
-      else forward_v<T, 1, true>(p, sm90, stream);
+      if (vec) forward_v<T, V, true>(p, device, stream);
+      else forward_v<T, 1, true>(p, device, stream);
     } else {
-      if (vec) forward_v<T, V, false>(p, sm90, stream);
-      else forward_v<T, 1, false>(p, sm90, stream);
+      if (vec) forward_v<T, V, false>(p, device, stream);
+      else forward_v<T, 1, false>(p, device, stream);
     }
     TESSERA_LAUNCH_CHECK();
   });

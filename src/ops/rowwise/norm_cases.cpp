@@ -241,6 +241,9 @@ std::vector<Spec> specs(bool backward) {
       centered,
       {{40, 260}},              // N % 4 == 0, N % 8 != 0: V = 4 for fp32, V = 1 for 16-bit
       {{2, 20000}},             // fp32: 1024 x 8 vectors (sm_90); backward: streaming
+      // More rows than resident groups: the forward's persistent groups loop over several rows,
+      // loading the next row while they finish the current one.
+      {{30000, 256}}, {{20000, 1024}}, {{20000, 1000}}, {{5000, 4096}}, {{3000, 8192}},
   };
   if (!backward) return v;
   Spec dx_only{{64, 1024}};

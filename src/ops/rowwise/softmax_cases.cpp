@@ -152,6 +152,9 @@ std::vector<Spec> specs(Kind kind) {
       {{64, 1000}, -1, C, C, true},             // in place
       {{6, 7, 64}, -1, C, C, false, false, 1},  // rows not uniformly strided
       {{16, 1000}, -1, C, C, false, true},      // special values (warp path)
+      // More rows than resident groups: the pipelined paths' steady state (next row loading
+      // while the current one is reduced and stored).
+      {{20000, 256}}, {{5000, 300}}, {{4096, 1000}}, {{4096, 4096}}, {{3000, 4000}, -1, O, O},
   };
   if (is_backward(kind)) return v;
   const std::vector<Spec> more = {
