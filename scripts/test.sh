@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ARCHS="${TESSERA_CUDA_ARCHITECTURES:-80;90a}"
 BUILD="${BUILD_DIR:-build}"
+case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac  # absolute: later steps change directory
 JOBS="${JOBS:-$(nproc)}"
 PY="${PYTHON:-python3}"
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -22,7 +23,7 @@ ctest --test-dir "$BUILD" --output-on-failure -j 1
 
 echo "== installed package: a consumer project"
 cmake --install "$BUILD" --prefix "$BUILD/install" >/dev/null
-cmake -S tests/consumer -B "$BUILD/consumer" -DCMAKE_PREFIX_PATH="$PWD/$BUILD/install" >/dev/null
+cmake -S tests/consumer -B "$BUILD/consumer" -DCMAKE_PREFIX_PATH="$BUILD/install" >/dev/null
 cmake --build "$BUILD/consumer" -j "$JOBS" >/dev/null
 "$BUILD/consumer/consumer"
 "$BUILD/install/bin/tessera" --help >/dev/null
@@ -35,4 +36,4 @@ fi
 "$BUILD/venv/bin/python" -m pip install -q scikit-build-core nanobind pytest numpy
 TESSERA_CUDA_ARCHITECTURES="$ARCHS" "$BUILD/venv/bin/python" -m pip install -q --no-build-isolation .
 echo "== Python tests"
-PATH="$PWD/$BUILD/venv/bin:$PATH" "$BUILD/venv/bin/python" -m pytest tests/python -q -rs
+PATH="$BUILD/venv/bin:$PATH" "$BUILD/venv/bin/python" -m pytest tests/python -q -rs

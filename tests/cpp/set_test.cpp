@@ -52,7 +52,12 @@ TEST(SetDispatch, ChoosesByDtypeAndSize) {
   EXPECT_EQ(isin_choose_path(DType::int32, 1 << 10, 1 << 10), IsinPath::brute_force);
   EXPECT_EQ(isin_choose_path(DType::int32, 1 << 20, 1 << 20), IsinPath::hash);
   EXPECT_EQ(isin_choose_path(DType::int16, 1 << 20, 1 << 20), IsinPath::bitmap);
-  EXPECT_EQ(isin_choose_path(DType::int32, 1 << 20, 1 << 14), IsinPath::sort);
+  EXPECT_EQ(isin_choose_path(DType::int32, 1 << 20, 1 << 6), IsinPath::brute_force);
+  EXPECT_EQ(isin_choose_path(DType::int32, 1 << 20, 1 << 8), IsinPath::hash);
+  EXPECT_EQ(isin_choose_path(DType::int32, 1 << 24, 1 << 14), IsinPath::hash);
+  IsinOptions sort_below;
+  sort_below.hash_min_test = 1 << 18;
+  EXPECT_EQ(isin_choose_path(DType::int32, 1 << 24, 1 << 14, sort_below), IsinPath::sort);
   IsinOptions forced;
   forced.path = IsinPath::sort;
   EXPECT_EQ(isin_choose_path(DType::int32, 10, 10, forced), IsinPath::sort);

@@ -21,15 +21,18 @@ enum class IsinPath {
 const char* isin_path_name(IsinPath path);  // "automatic", "brute_force", ...
 
 // The automatic dispatch, tunable. The defaults are the crossovers measured on an H200
-// (docs/PERF.md, isin).
+// (docs/PERF.md, isin): brute force only while it is a single cheap launch (2^10 x 2^10, or
+// 2^20 elements against up to 2^6 test elements); beyond that the hash set beat sort + search at
+// every size measured (2^20 and 2^24 elements against 2^8 .. 2^22 test elements), so sort is
+// taken only when asked for or when hash_min_test is raised.
 struct IsinOptions {
   IsinPath path = IsinPath::automatic;
   // brute force while test_elements has at most this many elements...
   int64_t brute_force_max_test = 1024;
   // ...and numel(elements) * numel(test_elements) stays under this many comparisons.
-  int64_t brute_force_max_work = int64_t(1) << 32;
+  int64_t brute_force_max_work = int64_t(1) << 26;
   // 32- and 64-bit dtypes: the hash set from this many test elements on, sort + search below.
-  int64_t hash_min_test = int64_t(1) << 18;
+  int64_t hash_min_test = 1;
 };
 
 // out[i] = (elements[i] is in test_elements), or its negation with `invert`, as torch.isin:
