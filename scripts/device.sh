@@ -36,6 +36,7 @@ for s in $STEPS; do
     profile) step profile bash -c "$BIN profile add --dtype float32 --size 2^28 && $BIN profile gelu_tanh --dtype bfloat16 --size 2^24" ;;
     cbench) step cbench $BIN bench ${CBENCH_OPS:-softmax log_softmax layer_norm rms_norm dropout} --dtype float32,bfloat16 --out "$OUT/creport" ;;
     setctest) step setctest env $DEVLIB ./devbin/tessera_tests --gtest_filter='Set*' --gtest_brief=1 ;;
+    rowsanitize) step rowsanitize timeout 300 env $DEVLIB compute-sanitizer --tool memcheck --error-exitcode 9 ./devbin/tessera_tests --gtest_filter="${SANITIZE_FILTER:-SoftmaxGpu.*:NormGpu.LayerNorm:NormGpu.RmsNormBackward:DropoutGpu.Forward:CopyGpu.*:SetGpu.*}" --gtest_brief=1 ;;
     setpy) step setpy python3 benchmarks/set.py --out "$OUT/setpyreport" ${SETPY_ARGS:-} ;;
     setbench) step setbench $BIN bench isin --dtype int32 --out "$OUT/setreport" ;;
     rowctest) step rowctest env $DEVLIB ./devbin/tessera_tests --gtest_filter='*Softmax*:*Norm*:*Dropout*:*Copy*' --gtest_brief=1 ;;
