@@ -8,14 +8,21 @@
 #include <vector>
 
 #include "gpu.hpp"
+#include "testing.hpp"
 #include "ops/registry.hpp"
 #include "ops/set/reference.hpp"
 #include "tessera/tessera.hpp"
 
 namespace {
 
+using tessera::testing::cuda_tensor;
+using tessera::testing::expect_error;
+using tessera::testing::fake;
+using tessera::testing::run_verify;
+
 using tessera::DType;
 using tessera::Error;
+using tessera::ErrorKind;
 using tessera::IsinOptions;
 using tessera::IsinPath;
 using tessera::TensorView;
@@ -66,50 +73,27 @@ TEST(SetDispatch, ChoosesByDtypeAndSize) {
   EXPECT_NE(isin_choose_path(DType::int32, 1 << 10, 1 << 10, tuned), IsinPath::brute_force);
 }
 
-void* fake(uintptr_t p) { return reinterpret_cast<void*>(p); }
-TensorView cuda_tensor(uintptr_t p, DType dt, std::initializer_list<int64_t> shape) {
-  return TensorView::contiguous(fake(p), dt, shape, tessera::Device{tessera::DeviceType::cuda, 0});
-}
-
-template <class F>
-void expect_message(F fn, std::vector<std::string> fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected tessera::Error";
-  } catch (const Error& e) {
-    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
-  }
-}
 
 TEST(SetChecks, Messages) {
   const auto e = cuda_tensor(0x1000, DType::int32, {10});
   const auto t = cuda_tensor(0x2000, DType::int32, {5});
   const auto out = cuda_tensor(0x3000, DType::bool_, {10});
-  expect_message([&] { tessera::isin(e, cuda_tensor(0x2000, DType::int64, {5}), out, false, false, nullptr); },
-                 {"tessera.isin", "'test_elements'", "int32", "int64"});
-  expect_message([&] { tessera::isin(e, t, cuda_tensor(0x3000, DType::int32, {10}), false, false, nullptr); },
-                 {"'out'", "bool"});
-  expect_message([&] { tessera::isin(e, t, cuda_tensor(0x3000, DType::bool_, {9}), false, false, nullptr); },
-                 {"'out'", "[10]", "[9]"});
+  expect_error([&] { tessera::isin(e, cuda_tensor(0x2000, DType::int64, {5}), out, false, false, nullptr); },
+               ErrorKind::type, {"tessera.isin", "'test_elements'", "int32", "int64"});
+  expect_error([&] { tessera::isin(e, t, cuda_tensor(0x3000, DType::int32, {10}), false, false, nullptr); },
+               ErrorKind::type, {"'out'", "bool"});
+  expect_error([&] { tessera::isin(e, t, cuda_tensor(0x3000, DType::bool_, {9}), false, false, nullptr); },
+               ErrorKind::value, {"'out'", "[10]", "[9]"});
   TensorView cpu = e;
   cpu.device = tessera::Device{tessera::DeviceType::cpu, 0};
-  expect_message([&] { tessera::isin(cpu, t, out, false, false, nullptr); }, {"'elements'", "CUDA"});
+  expect_error([&] { tessera::isin(cpu, t, out, false, false, nullptr); }, ErrorKind::value, {"'elements'", "CUDA"});
   IsinOptions bitmap;
   bitmap.path = IsinPath::bitmap;
-  expect_message([&] { tessera::isin(e, t, out, false, false, nullptr, bitmap); }, {"bitmap", "int32"});
-  expect_message([&] { tessera::isin(e, t, cuda_tensor(0x1000, DType::bool_, {10}), false, false, nullptr); },
-                 {"'out'", "overlap"});
+  expect_error([&] { tessera::isin(e, t, out, false, false, nullptr, bitmap); }, ErrorKind::value, {"bitmap", "int32"});
+  expect_error([&] { tessera::isin(e, t, cuda_tensor(0x1000, DType::bool_, {10}), false, false, nullptr); },
+               ErrorKind::value, {"'out'", "overlap"});
 }
 
-void run_verify(const std::string& name) {
-  const auto* op = tessera::ops::find_op(name);
-  ASSERT_NE(op, nullptr) << name;
-  for (const auto& c : op->verify_cases()) {
-    if (c.large) continue;
-    const auto r = c.run();
-    EXPECT_TRUE(r.passed) << name << " " << r.name << ": " << r.detail << " (max |diff| " << r.max_abs << ")";
-  }
-}
 
 TEST(SetGpu, IsinAutomatic) { TESSERA_REQUIRE_GPU(); run_verify("isin"); }
 TEST(SetGpu, IsinBruteForce) { TESSERA_REQUIRE_GPU(); run_verify("isin_brute_force"); }

@@ -9,12 +9,18 @@
 #include <vector>
 
 #include "gpu.hpp"
+#include "testing.hpp"
 #include "ops/registry.hpp"
 #include "ops/rowwise/cases.hpp"
 #include "ops/rowwise/softmax_reference.hpp"
 #include "tessera/tessera.hpp"
 
 namespace {
+
+using tessera::testing::cuda_tensor;
+using tessera::testing::expect_error;
+using tessera::testing::fake;
+using tessera::testing::run_verify;
 
 using tessera::DType;
 using tessera::Error;
@@ -116,22 +122,7 @@ TEST(SoftmaxReference, RowGeometry) {
 }
 
 // ---- argument checks (no GPU needed: they run before any CUDA call) -------------------------
-void* fake(uintptr_t p) { return reinterpret_cast<void*>(p); }
-TensorView cuda_tensor(uintptr_t p, DType dt, std::initializer_list<int64_t> shape, int device = 0) {
-  return TensorView::contiguous(fake(p), dt, shape, tessera::Device{tessera::DeviceType::cuda, device});
-}
 
-template <class F>
-void expect_error(F fn, ErrorKind kind, std::vector<std::string> fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected tessera::Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
-    for (const auto& f : fragments)
-      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << "missing '" << f << "' in: " << e.what();
-  }
-}
 
 TEST(SoftmaxChecks, CpuTensorRejected) {
   std::vector<float> h(4);
@@ -236,20 +227,6 @@ TEST(SoftmaxRegistry, OpsCasesAndSizes) {
 }
 
 // ---- GPU: every verify case ----------------------------------------------------------------
-void run_verify(const std::string& op_name) {
-  const auto* op = tessera::ops::find_op(op_name);
-  ASSERT_NE(op, nullptr);
-  const bool large = std::getenv("TESSERA_TEST_LARGE") != nullptr;
-  int ran = 0;
-  for (const auto& c : op->verify_cases()) {
-    if (c.large && !large) continue;
-    const auto r = c.run();
-    ++ran;
-    EXPECT_TRUE(r.passed) << op_name << " " << r.name << ": rel_err=" << r.rel_err << " max_abs=" << r.max_abs
-                          << " unwritten=" << r.unwritten << " " << r.detail;
-  }
-  EXPECT_GT(ran, 0);
-}
 
 TEST(SoftmaxGpu, Softmax) { TESSERA_REQUIRE_GPU(); run_verify("softmax"); }
 TEST(SoftmaxGpu, LogSoftmax) { TESSERA_REQUIRE_GPU(); run_verify("log_softmax"); }
