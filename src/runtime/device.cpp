@@ -1,7 +1,10 @@
 #include "runtime/device.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <tuple>
+#include <utility>
 
 #include "runtime/check.hpp"
 
@@ -48,6 +51,39 @@ DeviceGuard::DeviceGuard(int device) {
 
 DeviceGuard::~DeviceGuard() {
   if (switched_) cudaSetDevice(previous_);
+}
+
+void allow_dynamic_smem(const void* kernel, std::size_t bytes) {
+  if (bytes == 0) return;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, std::size_t> done;  // per kernel and device
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  std::size_t& have = done[{kernel, device}];
+  if (have >= bytes) return;
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bytes)));
+  have = bytes;
+}
+
+int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, std::size_t, int>, int> cache;
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  const auto key = std::make_tuple(kernel, threads, smem, device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  allow_dynamic_smem(kernel, smem);
+  int n = 0;
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+  n = std::max(n, 1);
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, n);
+  return n;
 }
 
 }  // namespace tessera::runtime

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <string>
 
 namespace tessera::runtime {
@@ -27,6 +28,17 @@ class DeviceGuard {
   int previous_ = -1;
   bool switched_ = false;
 };
+
+// Raises `kernel`'s dynamic shared memory limit on the current device to `bytes` (once per kernel,
+// device and size). The 48 KB default covers static and dynamic memory together, so any nonzero
+// amount is declared: 48 KB of dynamic memory next to a few bytes of static memory fails to
+// launch otherwise.
+void allow_dynamic_smem(const void* kernel, std::size_t bytes);
+
+// CTAs of `kernel` at `threads` threads and `smem` bytes of dynamic shared memory that fit on one
+// SM of the current device (at least 1), cached per kernel, size and device. Declares the shared
+// memory first (allow_dynamic_smem).
+int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem = 0);
 
 // Grid size for `work` items at `per_block` items per block, at least 1.
 inline unsigned grid_for(long long work, long long per_block) {

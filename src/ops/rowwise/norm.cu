@@ -824,38 +824,6 @@ unsigned grid_of(int64_t blocks) {
 }
 
 // Raises the kernel's dynamic shared-memory limit when it needs more than the default 48 KB.
-// Raises the kernel's dynamic shared memory limit to `smem` (set once per kernel and size). The
-// 48 KB default covers static and dynamic memory together, so any nonzero amount is declared:
-// exactly 48 KB of dynamic memory next to a few bytes of static memory fails to launch otherwise.
-void allow_smem(const void* kernel, std::size_t smem) {
-  if (smem == 0) return;
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, std::size_t> done;  // per kernel and device
-  int device = 0;
-  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  std::size_t& have = done[{kernel, device}];
-  if (have >= smem) return;
-  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-  have = smem;
-}
-
-// Resident CTAs per SM for a kernel, block size and dynamic shared memory; cached, as it depends
-// only on those and the GPU.
-int blocks_per_sm(const void* kernel, int threads, std::size_t smem, int device) {
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int, std::size_t, int>, int> cache;
-  const auto key = std::make_tuple(kernel, threads, smem, device);
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  allow_smem(kernel, smem);
-  int nb = 0;
-  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, threads, smem));
-  nb = std::max(nb, 1);
-  cache.emplace(key, nb);
-  return nb;
-}
 
 // Row groups of gs threads; CTAs of at least kFwdCta threads (several groups when gs is small).
 // Without prefetch one row per group; with it the grid is persistent: no more CTAs than are
@@ -870,7 +838,7 @@ void launch_forward(FwdParams<T> p, int gs, int device, cudaStream_t stream) {
   const auto kernel = norm_forward_kernel<T, V, VPT, kRms, kGs, kPrefetch>;
   int64_t grid = ceil_div(p.rows, subs);
   if constexpr (kPrefetch) {
-    const int nb = blocks_per_sm(reinterpret_cast<const void*>(kernel), gs * subs, 0, device);
+    const int nb = runtime::resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), gs * subs);
     const int64_t resident = int64_t(runtime::device_props(device).multiProcessorCount) * nb * subs;
     const int64_t per_group = ceil_div(p.rows, resident);
     grid = ceil_div(ceil_div(p.rows, per_group), subs);
@@ -934,7 +902,7 @@ BwdPlan<T> backward_tier(int64_t n, int64_t rows, int device) {
   const cudaDeviceProp& props = runtime::device_props(device);
   if (pl.smem + static_smem > props.sharedMemPerBlockOptin) return {};
   pl.kernel = kernel;
-  const int nb = blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), pl.threads, pl.smem, device);
+  const int nb = runtime::resident_blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), pl.threads, pl.smem);
   pl.grid = std::min<int64_t>(int64_t(props.multiProcessorCount) * nb, ceil_div(rows, subs));
   return pl;
 }
@@ -1252,7 +1220,7 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const T
       p.part_w = grad_weight ? parts.as<float>() : nullptr;
       p.part_b = grad_bias ? parts.as<float>() + pl.grid * p.ld : nullptr;
     }
-    allow_smem(reinterpret_cast<const void*>(pl.kernel), pl.smem);
+    runtime::allow_dynamic_smem(reinterpret_cast<const void*>(pl.kernel), pl.smem);
     pl.kernel<<<grid_of(pl.grid), pl.threads, pl.smem, stream>>>(p);
     TESSERA_LAUNCH_CHECK();
     if (sums) {

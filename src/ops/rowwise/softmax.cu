@@ -640,20 +640,14 @@ RowPlan split_plan(int64_t rows, int64_t nv, int vpt, int V, bool vec, int sms) 
 template <class Op, class T>
 RowPlan plan_rows(int64_t rows, int64_t nv, bool vec, int device);
 
-// CTAs of `kernel` at `threads` that fit on the device at once (cached per kernel and size).
-int resident_ctas(const void* kernel, int threads) {
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int, int>, int> cache;
+
+// CTAs of `kernel` at `threads` that fit on the device at once.
+template <class K>
+int resident_ctas(K* kernel, int threads) {
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(kernel, threads, device);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  int per_sm = 0;
-  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-  const int n = std::max(1, per_sm) * runtime::device_props(device).multiProcessorCount;
-  cache[key] = n;
-  return n;
+  return runtime::resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads) *
+         runtime::device_props(device).multiProcessorCount;
 }
 
 // The warp path, and blocks of under 128 threads, run persistent grids (at most one wave of
@@ -665,13 +659,13 @@ void launch_rows(const RowArgs<T, Op::kIn>& a, int threads, int cluster, cudaStr
   auto* kernel = rows_kernel<Op, T, V, VPT, K>;
   if constexpr (K == Group::warp) {
     const int64_t ctas = std::min<int64_t>(ceil_div(a.rows, kWarpCtaThreads / 32),
-                                           resident_ctas(reinterpret_cast<const void*>(kernel), kWarpCtaThreads));
+                                           resident_ctas(kernel, kWarpCtaThreads));
     kernel<<<grid_cap(ctas), kWarpCtaThreads, 0, s>>>(a, 1);
   } else if constexpr (K == Group::block) {
     // Measured: CTAs of >= 128 threads do better one per row (a new CTA starts loading as soon as
     // one retires), smaller ones persistent.
     const int64_t ctas = threads >= 128 ? a.rows
-                         : std::min<int64_t>(a.rows, resident_ctas(reinterpret_cast<const void*>(kernel), threads));
+                         : std::min<int64_t>(a.rows, resident_ctas(kernel, threads));
     kernel<<<grid_cap(ctas), threads, 0, s>>>(a, 1);
   } else {
     cudaLaunchAttribute attr{};
