@@ -915,7 +915,10 @@ BwdPlan<T> plan_backward(int64_t n, int64_t rows, int device) {
   const int64_t nv = ceil_div(n, V);
   BwdPlan<T> pl;
   if constexpr (V > 1) {
-    if (nv <= kMaxThreads) pl = backward_tier<T, V, 1, kRms, kWholeRow>(n, rows, device);
+    // Rows of 256..1024 vectors take two vectors per thread: half the threads per row, so twice
+    // the row groups per SM. (With two vectors a prefetched second row spills at 64 registers.)
+    if (nv <= kMaxThreads / 4) pl = backward_tier<T, V, 1, kRms, kWholeRow>(n, rows, device);
+    else if (nv <= kMaxThreads) pl = backward_tier<T, V, 2, kRms, kNoPrefetch>(n, rows, device);
     else if (nv <= 2 * kMaxThreads) pl = backward_tier<T, V, 2, kRms, kStaggered, kMaxThreads>(n, rows, device);
     else if constexpr (V <= 4)
       if (nv <= 4 * kMaxThreads) pl = backward_tier<T, V, 4, kRms, kNoPrefetch, kMaxThreads>(n, rows, device);
