@@ -1,7 +1,8 @@
 // Row-wise operators: softmax and log-softmax over one dimension, LayerNorm and RMSNorm over the
 // trailing dimensions, each with its backward. Every function checks its arguments (throwing
-// tessera::Error before any launch), returns at once for 0-element tensors, and enqueues its
-// kernels on `stream`.
+// tessera::Error before any launch), returns at once for 0-element tensors (except that a norm
+// backward over 0 rows writes zeros to grad_weight/grad_bias, the sum over no rows, as torch
+// does), and enqueues its kernels on `stream`.
 //
 // Supported dtypes: float32, float16, bfloat16; all arithmetic in float32. Inputs and outputs may
 // have any strides; the fast kernels want the reduced dimension(s) dense (stride 1), other layouts
