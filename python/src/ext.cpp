@@ -454,6 +454,16 @@ void set_producer(nb::handle arr, cudaStream_t stream) {
   if (!arr.is_none()) nb::cast<DeviceArray&>(arr).producer_stream = stream;
 }
 
+// The view of output argument `out`, or, when it is None, of a new DeviceArray shaped like `like`
+// (for DLPack inputs; see new_output), which goes to `result`.
+TensorView output_view(const char* op, const char* arg, nb::handle out, const TensorView& like,
+                       cudaStream_t stream, std::vector<nb::object>& keep, nb::object& result) {
+  TensorView view;
+  if (out.is_none()) result = new_output(like, like.shape, like.ndim, true, view);
+  else view = to_view(op, arg, out, stream, keep);
+  return view;
+}
+
 bool is_number(nb::handle h) {
   return PyFloat_Check(h.ptr()) || PyLong_Check(h.ptr());
 }
@@ -488,10 +498,8 @@ nb::object py_gelu(nb::handle x, nb::handle out, bool tanh, uintptr_t stream_) {
   const cudaStream_t stream = as_stream(stream_);
   std::vector<nb::object> keep;
   const TensorView xv = to_view("gelu", "x", x, stream, keep);
-  TensorView ov;
   nb::object result = nb::none();
-  if (out.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, ov);
-  else ov = to_view("gelu", "out", out, stream, keep);
+  const TensorView ov = output_view("gelu", "out", out, xv, stream, keep, result);
   tessera::gelu(xv, ov, tanh ? GeluApproximate::tanh : GeluApproximate::none, stream);
   set_producer(result, stream);
   return result;
@@ -503,10 +511,8 @@ nb::object py_gelu_backward(nb::handle grad_out, nb::handle x, nb::handle grad_i
   std::vector<nb::object> keep;
   const TensorView gv = to_view("gelu_backward", "grad_out", grad_out, stream, keep);
   const TensorView xv = to_view("gelu_backward", "x", x, stream, keep);
-  TensorView iv;
   nb::object result = nb::none();
-  if (grad_in.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, iv);
-  else iv = to_view("gelu_backward", "grad_in", grad_in, stream, keep);
+  const TensorView iv = output_view("gelu_backward", "grad_in", grad_in, xv, stream, keep, result);
   tessera::gelu_backward(gv, xv, iv, tanh ? GeluApproximate::tanh : GeluApproximate::none, stream);
   set_producer(result, stream);
   return result;
@@ -531,10 +537,8 @@ nb::object py_softmax_forward(const char* op, RowwiseForward fn, nb::handle x, n
   const cudaStream_t stream = as_stream(stream_);
   std::vector<nb::object> keep;
   const TensorView xv = to_view(op, "x", x, stream, keep);
-  TensorView ov;
   nb::object result = nb::none();
-  if (out.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, ov);
-  else ov = to_view(op, "out", out, stream, keep);
+  const TensorView ov = output_view(op, "out", out, xv, stream, keep, result);
   fn(xv, dim, ov, stream);
   set_producer(result, stream);
   return result;
@@ -547,10 +551,8 @@ nb::object py_softmax_backward_common(const char* op, RowwiseBackward fn, nb::ha
   std::vector<nb::object> keep;
   const TensorView gv = to_view(op, "grad_out", grad_out, stream, keep);
   const TensorView yv = to_view(op, "y", y, stream, keep);
-  TensorView iv;
   nb::object result = nb::none();
-  if (grad_in.is_none()) result = new_output(yv, yv.shape, yv.ndim, true, iv);
-  else iv = to_view(op, "grad_in", grad_in, stream, keep);
+  const TensorView iv = output_view(op, "grad_in", grad_in, yv, stream, keep, result);
   fn(gv, yv, dim, iv, stream);
   set_producer(result, stream);
   return result;
@@ -585,8 +587,7 @@ nb::object py_layer_norm(nb::handle x, int normalized_ndim, nb::handle weight, n
   const TensorView* w = optional_view(op, "weight", weight, stream, keep, wv);
   const TensorView* b = optional_view(op, "bias", bias, stream, keep, bv);
   nb::object result = nb::none();
-  if (out.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, ov);
-  else ov = to_view(op, "out", out, stream, keep);
+  ov = output_view(op, "out", out, xv, stream, keep, result);
   const TensorView* m = optional_view(op, "mean", mean, stream, keep, mv);
   const TensorView* r = optional_view(op, "rstd", rstd, stream, keep, rv);
   tessera::layer_norm(xv, normalized_ndim, w, b, eps, ov, m, r, stream);
@@ -622,8 +623,7 @@ nb::object py_rms_norm(nb::handle x, int normalized_ndim, nb::handle weight, dou
   TensorView wv, rv, ov;
   const TensorView* w = optional_view(op, "weight", weight, stream, keep, wv);
   nb::object result = nb::none();
-  if (out.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, ov);
-  else ov = to_view(op, "out", out, stream, keep);
+  ov = output_view(op, "out", out, xv, stream, keep, result);
   const TensorView* r = optional_view(op, "rstd", rstd, stream, keep, rv);
   tessera::rms_norm(xv, normalized_ndim, w, eps, ov, r, stream);
   set_producer(result, stream);
@@ -652,10 +652,8 @@ nb::object py_dropout(nb::handle x, nb::handle out, double p, uint64_t seed, uin
   const cudaStream_t stream = as_stream(stream_);
   std::vector<nb::object> keep;
   const TensorView xv = to_view("dropout", "x", x, stream, keep);
-  TensorView ov;
   nb::object result = nb::none();
-  if (out.is_none()) result = new_output(xv, xv.shape, xv.ndim, true, ov);
-  else ov = to_view("dropout", "out", out, stream, keep);
+  const TensorView ov = output_view("dropout", "out", out, xv, stream, keep, result);
   tessera::dropout(xv, ov, p, seed, offset, stream);
   set_producer(result, stream);
   return result;
@@ -666,10 +664,8 @@ nb::object py_dropout_backward(nb::handle grad_out, nb::handle grad_in, double p
   const cudaStream_t stream = as_stream(stream_);
   std::vector<nb::object> keep;
   const TensorView gv = to_view("dropout_backward", "grad_out", grad_out, stream, keep);
-  TensorView iv;
   nb::object result = nb::none();
-  if (grad_in.is_none()) result = new_output(gv, gv.shape, gv.ndim, true, iv);
-  else iv = to_view("dropout_backward", "grad_in", grad_in, stream, keep);
+  const TensorView iv = output_view("dropout_backward", "grad_in", grad_in, gv, stream, keep, result);
   tessera::dropout_backward(gv, iv, p, seed, offset, stream);
   set_producer(result, stream);
   return result;

@@ -55,6 +55,14 @@ void check_same_shape(const char* op, const char* arg, const TensorView& t, cons
               "shape " + ref.shape_str() + " (that of '" + ref_arg + "')", t.shape_str());
 }
 
+void check_like(const char* op, const char* arg, const TensorView& t, const char* ref_arg,
+                const TensorView& ref) {
+  check_cuda_tensor(op, arg, t);
+  check_same_device(op, arg, t, ref_arg, ref);
+  check_same_dtype(op, arg, t, ref_arg, ref);
+  check_same_shape(op, arg, t, ref_arg, ref);
+}
+
 void check_no_internal_overlap(const char* op, const char* arg, const TensorView& t) {
   for (int i = 0; i < t.ndim; ++i)
     if (t.strides[i] == 0 && t.shape[i] > 1)

@@ -20,6 +20,10 @@ void check_same_device(const char* op, const char* arg, const TensorView& t, con
                        const TensorView& ref);
 void check_same_shape(const char* op, const char* arg, const TensorView& t, const char* ref_arg,
                       const TensorView& ref);
+// `t` a CUDA tensor on ref's device with ref's dtype and shape (an output or a second input that
+// must match `ref_arg`).
+void check_like(const char* op, const char* arg, const TensorView& t, const char* ref_arg,
+                const TensorView& ref);
 // An output must not write one element twice (no stride-0 dimension of size > 1).
 void check_no_internal_overlap(const char* op, const char* arg, const TensorView& t);
 // `out` must not share memory with `in`, except being exactly the same view when

@@ -44,10 +44,7 @@ void launch_copy(const TensorView& src, const TensorView& dst, cudaStream_t stre
 void copy(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::copy");
   detail::check_cuda_tensor("copy", "src", src);
-  detail::check_cuda_tensor("copy", "dst", dst);
-  detail::check_same_device("copy", "dst", dst, "src", src);
-  detail::check_same_dtype("copy", "dst", dst, "src", src);
-  detail::check_same_shape("copy", "dst", dst, "src", src);
+  detail::check_like("copy", "dst", dst, "src", src);
   detail::check_no_internal_overlap("copy", "dst", dst);
   detail::check_no_overlap("copy", "dst", dst, "src", src, /*allow_identical=*/true);
   if (dst.numel() == 0 || detail::same_view(src, dst)) return;

@@ -207,10 +207,7 @@ void check_args(const char* op, const char* in_arg, const TensorView& in, const 
                 const TensorView& out, double p) {
   detail::check_cuda_tensor(op, in_arg, in);
   detail::check_dtype_in(op, in_arg, in, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_cuda_tensor(op, out_arg, out);
-  detail::check_same_device(op, out_arg, out, in_arg, in);
-  detail::check_same_dtype(op, out_arg, out, in_arg, in);
-  detail::check_same_shape(op, out_arg, out, in_arg, in);
+  detail::check_like(op, out_arg, out, in_arg, in);
   detail::check_no_internal_overlap(op, out_arg, out);
   detail::check_no_overlap(op, out_arg, out, in_arg, in, /*allow_identical=*/true);
   check_p(op, p);

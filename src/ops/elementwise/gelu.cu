@@ -144,14 +144,6 @@ void dispatch(const TensorView& out, const std::array<const TensorView*, NIN>& i
   TESSERA_LAUNCH_CHECK();
 }
 
-void check_like(const char* op, const char* arg, const TensorView& t, const char* ref_arg,
-                const TensorView& ref) {
-  detail::check_cuda_tensor(op, arg, t);
-  detail::check_same_device(op, arg, t, ref_arg, ref);
-  detail::check_same_dtype(op, arg, t, ref_arg, ref);
-  detail::check_same_shape(op, arg, t, ref_arg, ref);
-}
-
 }  // namespace
 
 void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximate,
@@ -159,7 +151,7 @@ void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximat
   runtime::NvtxRange range("tessera::gelu");
   detail::check_cuda_tensor("gelu", "x", x);
   detail::check_dtype_in("gelu", "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  check_like("gelu", "out", out, "x", x);
+  detail::check_like("gelu", "out", out, "x", x);
   detail::check_no_internal_overlap("gelu", "out", out);
   detail::check_no_overlap("gelu", "out", out, "x", x, /*allow_identical=*/true);
   if (out.numel() == 0) return;
@@ -174,8 +166,8 @@ void gelu_backward(const TensorView& grad_out, const TensorView& x, const Tensor
   runtime::NvtxRange range("tessera::gelu_backward");
   detail::check_cuda_tensor("gelu_backward", "x", x);
   detail::check_dtype_in("gelu_backward", "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  check_like("gelu_backward", "grad_out", grad_out, "x", x);
-  check_like("gelu_backward", "grad_in", grad_in, "x", x);
+  detail::check_like("gelu_backward", "grad_out", grad_out, "x", x);
+  detail::check_like("gelu_backward", "grad_in", grad_in, "x", x);
   detail::check_no_internal_overlap("gelu_backward", "grad_in", grad_in);
   detail::check_no_overlap("gelu_backward", "grad_in", grad_in, "x", x, true);
   detail::check_no_overlap("gelu_backward", "grad_in", grad_in, "grad_out", grad_out, true);

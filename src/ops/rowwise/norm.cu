@@ -1042,13 +1042,6 @@ void check_x(const char* op, const TensorView& x, int nnorm) {
 }
 
 // A tensor like x (grad_out, out, grad_in).
-void check_like_x(const char* op, const char* arg, const TensorView& t, const TensorView& x) {
-  detail::check_cuda_tensor(op, arg, t);
-  detail::check_same_device(op, arg, t, "x", x);
-  detail::check_same_dtype(op, arg, t, "x", x);
-  detail::check_same_shape(op, arg, t, "x", x);
-}
-
 // weight, bias, grad_weight, grad_bias: x's dtype, the normalized shape.
 void check_param(const char* op, const char* arg, const TensorView& t, const TensorView& x, int lead) {
   detail::check_cuda_tensor(op, arg, t);
@@ -1100,7 +1093,7 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
   if (weight) check_param(op, "weight", *weight, x, lead);
   if (bias) check_param(op, "bias", *bias, x, lead);
   check_eps(op, eps);
-  check_like_x(op, "out", out, x);
+  detail::check_like(op, "out", out, "x", x);
   if (mean) check_stats(op, "mean", *mean, x, lead);
   if (rstd) check_stats(op, "rstd", *rstd, x, lead);
   check_outputs(op, {{"out", &out}, {"mean", mean}, {"rstd", rstd}},
@@ -1157,11 +1150,11 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const T
                    cudaStream_t stream) {
   check_x(op, x, nnorm);
   const int lead = x.ndim - nnorm;
-  check_like_x(op, "grad_out", grad_out, x);
+  detail::check_like(op, "grad_out", grad_out, "x", x);
   if (mean) check_stats(op, "mean", *mean, x, lead);
   check_stats(op, "rstd", rstd, x, lead);
   if (weight) check_param(op, "weight", *weight, x, lead);
-  if (grad_in) check_like_x(op, "grad_in", *grad_in, x);
+  if (grad_in) detail::check_like(op, "grad_in", *grad_in, "x", x);
   if (grad_weight) {
     if (!weight)
       detail::throw_arg(ErrorKind::value, op, "grad_weight", "nullptr when 'weight' is not given",

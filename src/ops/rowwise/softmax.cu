@@ -871,14 +871,6 @@ void dispatch(const TensorView& out, const std::array<TensorView, NIN>& in, int 
 }
 
 // ---- argument checks ----------------------------------------------------------------------------------
-void check_like(const char* op, const char* arg, const TensorView& t, const char* ref_arg,
-                const TensorView& ref) {
-  detail::check_cuda_tensor(op, arg, t);
-  detail::check_same_device(op, arg, t, ref_arg, ref);
-  detail::check_same_dtype(op, arg, t, ref_arg, ref);
-  detail::check_same_shape(op, arg, t, ref_arg, ref);
-}
-
 // dim wrapped into [0, max(ndim, 1)): a 0-d tensor has one dimension of size 1, as in torch.
 int wrap_dim(const char* op, int dim, int ndim) {
   const int nd = std::max(ndim, 1);
@@ -904,7 +896,7 @@ template <bool Log>
 void forward(const char* op, const TensorView& x, int dim, const TensorView& out, cudaStream_t stream) {
   detail::check_cuda_tensor(op, "x", x);
   detail::check_dtype_in(op, "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  check_like(op, "out", out, "x", x);
+  detail::check_like(op, "out", out, "x", x);
   const int d = wrap_dim(op, dim, x.ndim);
   detail::check_no_internal_overlap(op, "out", out);
   detail::check_no_overlap(op, "out", out, "x", x, /*allow_identical=*/true);
@@ -917,8 +909,8 @@ void backward(const char* op, const TensorView& grad_out, const TensorView& y, i
               const TensorView& grad_in, cudaStream_t stream) {
   detail::check_cuda_tensor(op, "grad_out", grad_out);
   detail::check_dtype_in(op, "grad_out", grad_out, {DType::float32, DType::float16, DType::bfloat16});
-  check_like(op, "y", y, "grad_out", grad_out);
-  check_like(op, "grad_in", grad_in, "grad_out", grad_out);
+  detail::check_like(op, "y", y, "grad_out", grad_out);
+  detail::check_like(op, "grad_in", grad_in, "grad_out", grad_out);
   const int d = wrap_dim(op, dim, grad_out.ndim);
   detail::check_no_internal_overlap(op, "grad_in", grad_in);
   detail::check_no_overlap(op, "grad_in", grad_in, "grad_out", grad_out, /*allow_identical=*/true);
