@@ -60,14 +60,13 @@
 //   One 1024-thread CTA per SM, split into row groups of gs = N / (VPT V) threads; the weight is
 //   copied to shared memory once per CTA; column sums take 2 x VPT x V floats per thread in
 //   shared memory (<= 128 KB per CTA), laid out so that a warp's accesses are conflict-free.
-//   tier 1, VPT 1 (bf16 N <= 8192, fp32 N <= 4096): each group loads its next row's x and dy
-//     while it reduces and writes the current one: two rows per group in flight.
-//     bf16 N = 1024 / 4096 / 8192: 8 groups of 128 / 2 of 512 / 1 of 1024 threads; fp32 N =
-//     1024 / 4096: 4 of 256 / 1 of 1024. 64 KB of x and dy in flight per SM.
-//   tier 2, VPT 2 (bf16 N <= 16384, fp32 N <= 8192): one group of 1024; the next row's x loads
-//     early and its dy vector by vector as the current row's vectors are finished (the whole next
-//     row does not fit next to the current one).
-//   tier 3, VPT 4 (fp32 N <= 16384): one group of 1024, no prefetch (the row, x and dy, is
+//   tier 1, VPT 1 (bf16 N <= 2048, fp32 N <= 1024): a ring of two rows per group (the next row's x
+//     and dy load while the current one is reduced and written). bf16 N = 1024: 8 groups of 128
+//     threads; fp32 N = 1024: 4 of 256.
+//   tier 2, VPT 2 (bf16 N <= 8192, fp32 N <= 4096): no prefetch, but half the threads per row of
+//     VPT 1, so twice the groups per SM. bf16 N = 4096 / 8192: 4 groups of 256 / 2 of 512.
+//   tier 3, VPT 2 (bf16 N <= 16384, fp32 N <= 8192): one group of 1024 with a ring of two rows.
+//   tier 4, VPT 4 (fp32 N <= 16384): one group of 1024, no prefetch (the row, x and dy, is
 //     already 128 KB per SM).
 //   Longer rows (or shared memory over the GPU's per-CTA limit): norm_backward_stream_kernel,
 //     two passes over the row per CTA (L2 re-reads), column sums read-modify-written in the
@@ -577,15 +576,12 @@ struct ColumnSums {
 #pragma unroll
       for (int j = 0; j < V / Q; ++j) tile::store<Q>(at(k, j), tile::Vec<float, Q>{});
   }
-  // sums[k] += v
-  __device__ __forceinline__ void add(int k, const float (&v)[V]) const {
+  // sums[k][j * Q, + Q) += v
+  __device__ __forceinline__ void add(int k, int j, const float (&v)[Q]) const {
+    tile::Vec<float, Q> s = tile::load<Q>(at(k, j));
 #pragma unroll
-    for (int j = 0; j < V / Q; ++j) {
-      tile::Vec<float, Q> s = tile::load<Q>(at(k, j));
-#pragma unroll
-      for (int i = 0; i < Q; ++i) s[i] += v[j * Q + i];
-      tile::store<Q>(at(k, j), s);
-    }
+    for (int i = 0; i < Q; ++i) s[i] += v[i];
+    tile::store<Q>(at(k, j), s);
   }
 };
 
@@ -611,23 +607,44 @@ __device__ __forceinline__ void write_partial(float* dst, const float* planes, i
   }
 }
 
-// Prefetch modes of norm_backward_kernel: none; the next row's x and dy load while the current
-// row is reduced; x early, dy vector by vector as the current row's vectors are finished.
-constexpr int kNoPrefetch = 0, kWholeRow = 1, kStaggered = 2;
-
+// kRing of norm_backward_kernel: each row group keeps a ring of kRing rows (x and dy) in
+// registers and loads the next row into a slot as soon as the slot's row is finished, so kRing - 1
+// rows' loads are in flight while one is reduced and written (kRing = 1: no prefetch). The first
+// kRing rows are requested before the shared-memory setup, which their latency then covers.
+//
 // One or more row groups per CTA, each with its dw (and db) plane of ColumnSums in dynamic
-// shared memory. kPrefetch: one of the modes above.
-// kGs: the group size when fixed at compile time (0: p.gs). With it the per-vector column
-// offsets are immediates instead of registers, which the widest rows need to fit in 64.
-template <class T, int V, int VPT, bool kRms, int kPrefetch, int kGs>
+// shared memory. kGs: the group size when fixed at compile time (0: p.gs). With it the per-vector
+// column offsets are immediates instead of registers, which the widest rows need to fit in 64.
+template <class T, int V, int VPT, bool kRms, int kRing, int kGs>
 __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const BwdParams<T> p) {
   extern __shared__ __align__(16) float dyn[];
   __shared__ Pair slots[kBarrierGroups][2][32];
-  constexpr int E = VPT * V, kPlanes = kRms ? 1 : 2;
+  constexpr int E = VPT * V, kPlanes = kRms ? 1 : 2, R = kRing;
   const int gs = kGs ? kGs : p.gs, sub = threadIdx.x / gs, subs = blockDim.x / gs;
   const Cols<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
   GroupSum<Pair> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
   const bool want_w = p.part_w != nullptr, want_b = !kRms && p.part_b != nullptr;
+
+  struct Row {
+    Packed<T, V> x[VPT], dy[VPT];
+    float mean, rstd;
+  };
+  // x, dy and the statistics of a row.
+  auto load = [&](Row& r, int64_t row) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      r.x[k] = part.load(p.x + row * p.stride[0], k, 0.0f);
+      r.dy[k] = part.load(p.dy + row * p.stride[1], k, 0.0f);
+    }
+    r.mean = kRms ? 0.0f : p.mean[row * p.stride[3]];
+    r.rstd = p.rstd[row * p.stride[4]];
+  };
+
+  const int64_t first = int64_t(blockIdx.x) * subs + sub, stride = int64_t(gridDim.x) * subs;
+  Row ring[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    if (first + i * stride < p.rows) load(ring[i], first + i * stride);
 
   const int plane = E * gs;
   const ColumnSums<VPT, V> dw(dyn + sub * kPlanes * plane, gs, part.t);
@@ -645,39 +662,8 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
     return part.in(k) ? load_packed<T, V>(sw + part.col(k) + after) : splat<T, V>(1.0f);
   };
 
-  struct Row {
-    Packed<T, V> x[VPT], dy[VPT];
-    float mean, rstd;
-  };
-  // x (and the row's statistics) and dy of a row; dy vector by vector for the staggered mode.
-  auto load_x = [&](Row& r, int64_t row) {
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) r.x[k] = part.load(p.x + row * p.stride[0], k, 0.0f);
-    r.mean = kRms ? 0.0f : p.mean[row * p.stride[3]];
-    r.rstd = p.rstd[row * p.stride[4]];
-  };
-  auto load_dy = [&](Row& r, int64_t row, int k, int after) {
-    r.dy[k] = part.load(p.dy + row * p.stride[1] + after, k, 0.0f);
-  };
-  auto load = [&](Row& r, int64_t row) {
-    load_x(r, row);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) load_dy(r, row, k, 0);
-  };
-
-  const int64_t first = int64_t(blockIdx.x) * subs + sub, stride = int64_t(gridDim.x) * subs;
-  Row cur;
-  if (kPrefetch && first < p.rows) load(cur, first);
-  for (int64_t row = first; row < p.rows; row += stride) {
-    Row next;
-    const bool more = row + stride < p.rows;
-    if constexpr (kPrefetch == kWholeRow) {
-      if (more) load(next, row + stride);
-    } else if constexpr (kPrefetch == kStaggered) {
-      if (more) load_x(next, row + stride);
-    } else {
-      load(cur, row);
-    }
+  // dx of one row and its contributions to the column sums.
+  auto process = [&](Row& cur, int64_t row) {
     // Vectors past the row end have x = dy = 0: they add nothing to the sums below.
     Pair s{0.0f, 0.0f};
     int after = 0;
@@ -700,9 +686,9 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
     const float ma = kRms ? 0.0f : s.a * p.inv_n, mb = s.b * p.inv_n;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      float g[V], gw[V], gb[V];
       if (p.dx) {
         const Packed<T, V> w = weight(k, after);
+        float g[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const float xh = (cur.x[k][e] - cur.mean) * cur.rstd;
@@ -710,21 +696,33 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
         }
         part.store(p.dx + row * p.stride[2], k, pack<T, V>(g));
       }
+      // Column sums Q elements at a time, so that few floats are live at once.
+      constexpr int Q = ColumnSums<VPT, V>::Q;
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        gb[e] = cur.dy[k][e];
-        gw[e] = gb[e] * ((cur.x[k][e] - cur.mean) * cur.rstd);
+      for (int j = 0; j < V / Q; ++j) {
+        float gw[Q], gb[Q];
+#pragma unroll
+        for (int i = 0; i < Q; ++i) {
+          gb[i] = cur.dy[k][j * Q + i];
+          gw[i] = gb[i] * ((cur.x[k][j * Q + i] - cur.mean) * cur.rstd);
+        }
+        if (want_w) dw.add(k, j, gw);
+        if (want_b) db.add(k, j, gb);
       }
-      if (want_w) dw.add(k, gw);
-      if (want_b) db.add(k, gb);
-      // Vector k of this row is done: its registers can take vector k of the next row's dy.
-      if constexpr (kPrefetch == kStaggered)
-        if (more) load_dy(next, row + stride, k, zero_after(gw[V - 1], p.zero));
     }
-    if constexpr (kPrefetch != kNoPrefetch) cur = next;
+  };
+
+  for (int64_t row0 = first; row0 < p.rows; row0 += R * stride) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int64_t row = row0 + i * stride;
+      if (row >= p.rows) break;
+      process(ring[i], row);
+      if (row + R * stride < p.rows) load(ring[i], row + R * stride);
+    }
   }
 
-  if (!want_w && !want_b) return;  // uniform over the CTA
+  if (!want_w && !want_b) return;  // uniform over the grid
   __syncthreads();
   const int64_t prow = int64_t(blockIdx.x) * p.ld;
   if (want_w) write_partial<VPT, V>(p.part_w + prow, dyn, kPlanes * plane, subs, gs, part.n);
@@ -885,10 +883,10 @@ struct BwdPlan {
 // a named barrier); one CTA per SM, so the grid is the number of SMs (or of row groups needed).
 // Dynamic shared memory: the column-sum planes, then the weight. Empty (kernel null) when that
 // exceeds what the GPU allows a CTA.
-template <class T, int V, int VPT, bool kRms, int kPrefetch, int kGs = 0>
+template <class T, int V, int VPT, bool kRms, int kRing, int kGs = 0>
 BwdPlan<T> backward_tier(int64_t n, int64_t rows, int device) {
   BwdPlan<T> pl;
-  const auto kernel = norm_backward_kernel<T, V, VPT, kRms, kPrefetch, kGs>;
+  const auto kernel = norm_backward_kernel<T, V, VPT, kRms, kRing, kGs>;
   pl.gs = kGs ? kGs : round_up32(ceil_div(ceil_div(n, V), VPT));
   const int subs = std::max(1, std::min(kMaxThreads / pl.gs, pl.gs == 32 ? 32 : kBarrierGroups));
   pl.threads = pl.gs * subs;
@@ -916,16 +914,24 @@ BwdPlan<T> plan_backward(int64_t n, int64_t rows, int device) {
   BwdPlan<T> pl;
   if constexpr (V > 1) {
     // Rows of 256..1024 vectors take two vectors per thread: half the threads per row, so twice
-    // the row groups per SM. (With two vectors a prefetched second row spills at 64 registers.)
-    if (nv <= kMaxThreads / 4) pl = backward_tier<T, V, 1, kRms, kWholeRow>(n, rows, device);
-    else if (nv <= kMaxThreads) pl = backward_tier<T, V, 2, kRms, kNoPrefetch>(n, rows, device);
-    else if (nv <= 2 * kMaxThreads) pl = backward_tier<T, V, 2, kRms, kStaggered, kMaxThreads>(n, rows, device);
-    else if constexpr (V <= 4)
-      if (nv <= 4 * kMaxThreads) pl = backward_tier<T, V, 4, kRms, kNoPrefetch, kMaxThreads>(n, rows, device);
+    // the row groups per SM (measured: one vector per thread with a ring of three rows in groups
+    // of up to 1024 threads was 10-20% slower). Up to 2048 vectors, a ring of two rows of two
+    // vectors per thread: 4-6% faster than loading the next row's dy vector by vector as the
+    // current row's were finished, though ptxas spills 4-24 bytes in four of its kernels (bf16
+    // LayerNorm the most).
+    if (nv <= kMaxThreads / 4) {
+      pl = backward_tier<T, V, 1, kRms, 2>(n, rows, device);
+    } else if (nv <= kMaxThreads) {
+      pl = backward_tier<T, V, 2, kRms, 1>(n, rows, device);
+    } else if (nv <= 2 * kMaxThreads) {
+      pl = backward_tier<T, V, 2, kRms, 2, kMaxThreads>(n, rows, device);
+    } else if constexpr (V <= 4) {
+      if (nv <= 4 * kMaxThreads) pl = backward_tier<T, V, 4, kRms, 1, kMaxThreads>(n, rows, device);
+    }
   } else {
-    if (nv <= kMaxThreads) pl = backward_tier<T, 1, 1, kRms, kWholeRow>(n, rows, device);
-    else if (nv <= 4 * kMaxThreads) pl = backward_tier<T, 1, 4, kRms, kWholeRow>(n, rows, device);
-    else if (nv <= 8 * kMaxThreads) pl = backward_tier<T, 1, 8, kRms, kNoPrefetch, kMaxThreads>(n, rows, device);
+    if (nv <= kMaxThreads) pl = backward_tier<T, 1, 1, kRms, 2>(n, rows, device);
+    else if (nv <= 4 * kMaxThreads) pl = backward_tier<T, 1, 4, kRms, 2>(n, rows, device);
+    else if (nv <= 8 * kMaxThreads) pl = backward_tier<T, 1, 8, kRms, 1, kMaxThreads>(n, rows, device);
   }
   if (pl.kernel) return pl;
   pl.kernel = norm_backward_stream_kernel<T, V, kRms>;
