@@ -123,22 +123,16 @@ __device__ __forceinline__ void dropout_block(const T* x, T* out, int64_t base, 
   }
 }
 
-// Dense path. CTA b takes the elements [b * span, (b + 1) * span) (span a multiple of the
-// UNROLL x kThreads x V elements of one step), so every CTA has the same work and the launcher can
-// size the grid to one wave of resident CTAs: no partial last wave. Only the last step of the
-// last CTA is partial; every other one runs without bounds checks, which also lets half-type
-// vectors stay packed in registers from load to store.
+// Dense path. Only the last block can be partial; every other one runs without bounds checks,
+// which also lets half-type vectors stay packed in registers from load to store.
 template <int V, int UNROLL, bool kVector, class T>
-__global__ __launch_bounds__(kThreads) void dropout_dense_kernel(const T* x, T* out, int64_t n, int64_t span,
+__global__ __launch_bounds__(kThreads) void dropout_dense_kernel(const T* x, T* out, int64_t n,
                                                                  const DropoutParams prm) {
   static_assert(V % 4 == 0, "one Philox call per 4 elements");
-  constexpr int64_t kStep = int64_t(kThreads) * UNROLL * V;
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * span;
-  const int64_t end = begin + span < n ? begin + span : n;
-  for (int64_t base = begin; base < end; base += kStep) {
-    if (base + kStep <= end) dropout_block<V, UNROLL, kVector, true>(x, out, base, end, prm);
-    else dropout_block<V, UNROLL, kVector, false>(x, out, base, end, prm);
-  }
+  constexpr int64_t kPerBlock = int64_t(kThreads) * UNROLL * V;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kPerBlock;
+  if (base + kPerBlock <= n) dropout_block<V, UNROLL, kVector, true>(x, out, base, n, prm);
+  else dropout_block<V, UNROLL, kVector, false>(x, out, base, n, prm);
 }
 
 // General layout: one thread per group of 4 consecutive logical indices (one Philox call); idx
@@ -169,18 +163,11 @@ __global__ __launch_bounds__(kThreads) void dropout_strided_kernel(const T* x, T
   }
 }
 
-// One wave: as many CTAs as are resident at once (fewer for small tensors), each with an equal
-// span of whole steps.
 template <int V, int UNROLL, bool kVector, class T>
-void launch_dense(const T* x, T* out, int64_t n, const DropoutParams& prm, int device, cudaStream_t stream) {
-  constexpr int64_t step = int64_t(kThreads) * UNROLL * V;
-  const auto kernel = dropout_dense_kernel<V, UNROLL, kVector, T>;
-  const int64_t slots = int64_t(runtime::device_props(device).multiProcessorCount) *
-                        runtime::resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads);
-  const int64_t steps = (n + step - 1) / step;
-  const int64_t span = (steps + slots - 1) / slots * step;
-  const auto grid = static_cast<unsigned>((n + span - 1) / span);
-  kernel<<<grid, kThreads, 0, stream>>>(x, out, n, span, prm);
+void launch_dense(const T* x, T* out, int64_t n, const DropoutParams& prm, cudaStream_t stream) {
+  constexpr int64_t per_block = int64_t(kThreads) * UNROLL * V;
+  const auto grid = static_cast<unsigned>((n + per_block - 1) / per_block);
+  dropout_dense_kernel<V, UNROLL, kVector><<<grid, kThreads, 0, stream>>>(x, out, n, prm);
 }
 
 template <class T>
@@ -197,16 +184,15 @@ void run(const TensorView& x, const TensorView& out, const DropoutParams& prm, c
     return;
   }
   constexpr int V = tile::kVec16<T>;
-  const int device = out.device.index;
-  // 4 vectors per thread and step once the grid covers the GPU 4 times over; on smaller tensors
-  // more CTAs beat more bytes per thread.
+  // 4 vectors per thread once the grid covers the GPU 4 times over; on smaller tensors more
+  // blocks beat more bytes per thread.
   const bool large = n >= int64_t(kThreads) * 4 * V * 4 * sms;
   if (!tile::is_aligned<T, V>(xp) || !tile::is_aligned<T, V>(op))
-    launch_dense<4, 2, false>(xp, op, n, prm, device, stream);
+    launch_dense<4, 2, false>(xp, op, n, prm, stream);
   else if (large)
-    launch_dense<V, 4, true>(xp, op, n, prm, device, stream);
+    launch_dense<V, 4, true>(xp, op, n, prm, stream);
   else
-    launch_dense<V, 1, true>(xp, op, n, prm, device, stream);
+    launch_dense<V, 1, true>(xp, op, n, prm, stream);
 }
 
 void check_p(const char* op, double p) {
