@@ -619,7 +619,7 @@ template <class T, int V, int VPT, bool kRms, int kRing, int kGs>
 __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const BwdParams<T> p) {
   extern __shared__ __align__(16) float dyn[];
   __shared__ Pair slots[kBarrierGroups][2][32];
-  constexpr int E = VPT * V, kPlanes = kRms ? 1 : 2, R = kRing;
+  constexpr int E = VPT * V, kPlanes = kRms ? 1 : 2;
   const int gs = kGs ? kGs : p.gs, sub = threadIdx.x / gs, subs = blockDim.x / gs;
   const Cols<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
   GroupSum<Pair> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
@@ -641,9 +641,9 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
   };
 
   const int64_t first = int64_t(blockIdx.x) * subs + sub, stride = int64_t(gridDim.x) * subs;
-  Row ring[R];
+  Row ring[kRing];
 #pragma unroll
-  for (int i = 0; i < R; ++i)
+  for (int i = 0; i < kRing; ++i)
     if (first + i * stride < p.rows) load(ring[i], first + i * stride);
 
   const int plane = E * gs;
@@ -712,13 +712,13 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
     }
   };
 
-  for (int64_t row0 = first; row0 < p.rows; row0 += R * stride) {
+  for (int64_t row0 = first; row0 < p.rows; row0 += kRing * stride) {
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
+    for (int i = 0; i < kRing; ++i) {
       const int64_t row = row0 + i * stride;
       if (row >= p.rows) break;
       process(ring[i], row);
-      if (row + R * stride < p.rows) load(ring[i], row + R * stride);
+      if (row + kRing * stride < p.rows) load(ring[i], row + kRing * stride);
     }
   }
 
