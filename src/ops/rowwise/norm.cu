@@ -13,7 +13,10 @@
 // >= 32 KB of loads outstanding, better 64 KB. A kernel that holds its row in registers has one
 // row's loads outstanding per row group, so the configurations below are about how many bytes of
 // row are resident per SM within 64K registers: every kernel is capped at 64 registers per
-// thread (__launch_bounds__(1024, 1); 80 for the forward's VPT-4 prefetch tier) and none spills. What costs registers besides the row
+// thread (__launch_bounds__(1024, 1); 80 for the forward's VPT-4 prefetch tier). ptxas reports
+// small spills (4-36 bytes) in five kernels, each kept because it measured faster than the
+// spill-free alternative: float32 rms_norm forward at VPT 8 in groups of 32, and the backward's
+// ring-of-two tier at VPT 2 (see norm_backward_kernel). What costs registers besides the row
 // itself, and how it is kept down: half-type rows stay packed two elements per 32-bit register
 // (Packed); column offsets are 32-bit and, where the group size is a template constant,
 // immediates (Cols); rows sit at a uniform stride (one multiply per row, no 64-bit divisions);
@@ -24,7 +27,7 @@
 // The row is read once into registers (VPT vectors of V = 16 / sizeof(T) elements per thread),
 // reduced (mean and squared deviations from it: no E[x^2] - E[x]^2 cancellation), normalized
 // and written once. Weight and bias are read with the row's partition, two vectors at a time
-// after the reductions (L1/L2 hits). LayerNorm either sums x for the mean and then the squared
+// (one for 16-bit rows at VPT 8) after the reductions (L1/L2 hits). LayerNorm either sums x for the mean and then the squared
 // deviations from it (two group reductions), or, where registers allow (the prefetching tiers
 // below but 16-bit VPT 4), has each thread take the mean and squared deviations of its own
 // elements and merges those (count, mean, M2) triples in one reduction (Chan et al.): one
@@ -38,10 +41,14 @@
 //     <= 1024 vectors: VPT 4 (2 x 64 B per thread), gs = N / (4 V) <= 256 threads per row,
 //       reduced at a named barrier per group (groups of one CTA never wait for each other);
 //       <= 80 registers (__launch_bounds__(256, 3)), 768 threads and 96 KB of rows per SM.
-//       bf16 N = 1024 / 4096 / 8192: gs = 32 (four rows per CTA) / 128 / 256; fp32 N = 1024 /
-//       4096: gs = 64 (two rows per CTA) / 256.
-//   up to 1024 x 4 vectors: VPT 4 (64 B per thread), one row per group, plain grid; ~64
-//     registers, 1024 threads and 64 KB of row per SM. bf16 N = 16384, fp32 N = 8192: gs = 512.
+//       bf16 N = 1024 / 4096 / 8192: gs = 32 (four rows per CTA) / 128 / 256.
+//   sm_90, float32 rows of 256..2048 vectors and 16-bit rows of 1025..2048: VPT 8 (128 B per
+//     thread), one row per group, plain grid, gs a compile-time power of two of 32..256 (the
+//     column offsets of the 8 vectors are immediates). More CTAs per SM and fewer threads to
+//     reduce over than the VPT 4 tiers; measured faster at these lengths (see forward_v).
+//     fp32 N = 1024 / 4096 / 8192: gs = 32 (four rows per CTA) / 128 / 256; bf16 N = 16384: 256.
+//   up to 1024 x 4 vectors (the rest): VPT 4 (64 B per thread), one row per group, plain grid;
+//     ~64 registers, 1024 threads and 64 KB of row per SM.
 //   fp32 on sm_90, 2048 < N / 4 <= 8192 vectors: VPT 8 (128 B per thread) with gs fixed at 512
 //     or 1024. fp32 N = 16384: 512 threads x 128 B, two CTAs (128 KB) per SM.
 //   longer rows: norm_forward_stream_kernel, one CTA per row streaming it three times (sum,
@@ -363,8 +370,11 @@ void norm_forward_kernel(const FwdParams<T> p) {
   using Op = std::conditional_t<kMoments, MergeMoments, tile::Sum>;
   __shared__ Acc slots[kBarrierGroups][2][32];
   // Weight and bias are loaded KB vectors at a time: all in flight together, but not so many
-  // at once that they crowd the row out of the registers.
-  constexpr int KB = VPT < 2 ? VPT : 2;
+  // at once that they crowd the row out of the registers. 16-bit rows at 8 vectors per thread
+  // take one at a time: with two, layer_norm spilled 12 bytes and bf16 4096 x 16384 took 80.7 us
+  // instead of 75.0. (float32 rms_norm in groups of 32 spills 8 bytes with two, and is faster so
+  // than with one: 13.5 against 14.1 us at 4096 x 1024.)
+  constexpr int KB = VPT < 2 ? VPT : VPT == 8 && sizeof(T) == 2 ? 1 : 2;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   if constexpr (VPT > 4) {  // fits in 64 registers on sm_90 only; the launcher knows
     __trap();
@@ -854,12 +864,32 @@ void launch_forward(FwdParams<T> p, int gs, int device, cudaStream_t stream) {
 // bytes) per thread in a fixed 512- or 1024-thread group (fixed, so that the column offsets of
 // the 8 vectors are immediates; sm_80 spills even so): 512 threads keep two CTAs per SM where
 // 1024 x 4 would allow one.
+// Mid-length rows on sm_90 (float32 256..2048 vectors, 16-bit 1025..2048) do better still with
+// 8 vectors per thread in small groups, one row per group, the group size a compile-time power of
+// two (32..256): more CTAs per SM, fewer threads per row to reduce over. Measured (tessera bench,
+// H200) against the tiers above: layer_norm fp32 N = 1024 / 4096 / 8192: 14.3 / 42.0 / 75.0 ->
+// 13.1 / 39.4 / 71.5 us, bf16 16384 82.1 -> 80.7; rms_norm bf16 16384 75.6 -> 72.3. 16-bit rows
+// of 512..1024 vectors stay on the prefetching tier (bf16 4096 / 8192: 25.7 / 42.2 there, 27.8 /
+// 45.7 at 8 vectors per thread).
 template <class T, int V, bool kRms>
 void forward_v(const FwdParams<T>& p, int device, cudaStream_t stream) {
   const int64_t nv = ceil_div(p.n, V);
-  const bool wide = V == 4 && runtime::device_props(device).major >= 9;  // float32, 16-byte vectors
+  const bool sm90 = V > 1 && runtime::device_props(device).major >= 9;
+  const bool wide = V == 4 && sm90;  // float32, 16-byte vectors
   if (nv <= 32) return launch_forward<T, V, 1, kRms, 0, true>(p, 32, device, stream);
   if (nv <= 64) return launch_forward<T, V, 2, kRms, 0, true>(p, 32, device, stream);
+  if constexpr (V > 1) {
+    if (sm90 && nv <= 2048 && nv >= (V == 4 ? 256 : 1025)) {
+      int gs = 32;
+      while (gs * 8 < nv) gs *= 2;
+      if constexpr (V == 4) {  // 16-bit rows here have > 1024 vectors: gs = 256
+        if (gs == 32) return launch_forward<T, V, 8, kRms, 32>(p, 32, device, stream);
+        if (gs == 64) return launch_forward<T, V, 8, kRms, 64>(p, 64, device, stream);
+        if (gs == 128) return launch_forward<T, V, 8, kRms, 128>(p, 128, device, stream);
+      }
+      return launch_forward<T, V, 8, kRms, 256>(p, 256, device, stream);
+    }
+  }
   if (nv <= 4 * kPrefetchCta)
     return launch_forward<T, V, 4, kRms, 0, true>(p, round_up32(ceil_div(nv, 4)), device, stream);
   if (nv <= (wide ? 2 : 4) * kMaxThreads)

@@ -10,7 +10,8 @@
 // storage type), its sum of exp(x - max), ONE group reduction of the (max, sum) pair, and
 // exp(x - M) / S written from the same registers. Each thread holds at most 128 bytes of row data
 // (VPT = 8 vectors of 16 bytes forward, 4 + 4 backward), which keeps every kernel at <= 64
-// registers with no spills (ptxas: 40-64): 1024 threads x 128 B = 128 KB of loads in flight per SM
+// registers with no spills (ptxas: 40-64; log_softmax's 16-bit cluster kernel alone is bounded at
+// one CTA per SM instead, see kClusterMaxThreads): 1024 threads x 128 B = 128 KB of loads in flight per SM
 // against the ~32 KB that Little's law asks (4.2 TB/s x ~1 us / 132 SMs). Groups, by the row's
 // length nv in 16-byte vectors (fp32 N / 4, 16-bit N / 8):
 //   nv <= 32 * VPT   one warp per row, 4 rows per 128-thread CTA, no block barrier; VPT is the
@@ -39,7 +40,11 @@
 //   4096 x 4096    CTA 128 | 64 threads, VPT 8: 8 | 16 CTAs per SM, 16 KB | 8 KB rows, ~4 | 2 waves.
 //   4096 x 16384   CTA 512 | 256 threads, VPT 8: 2 | 4 CTAs per SM, 15.5 | 7.8 waves.
 //   2048 x 32768   cluster 2 x 512 | CTA 512, VPT 8: 2 CTAs per SM.
-//   256 x 262144   cluster 16 x 512 (2 per SM; 8 x 1024 if 16 does not fit) | cluster 8 x 512.
+//   256 x 262144   cluster 16 x 512 (2 per SM; 8 x 1024 if 16 does not fit) | cluster 8 x 512
+//                  (log_softmax 16-bit: split).
+//                  These clusters move only ~50-60% of the copy rate (ncu, fp32: 48% of DRAM
+//                  peak, barrier and membar stalls): each CTA loads, waits at the cluster
+//                  barrier, then stores, and a new 16-CTA cluster needs 16 free slots in one GPC.
 // With 4096 rows the last wave is partial, but it is bandwidth- not slot-bound (>= 900 rows in
 // flight), so the quantization costs about one row time at the end, a few percent at most.
 // Backward uses VPT 4 per tensor: the warp path to nv <= 128, CTAs of <= 512 threads to nv <= 2048,
@@ -329,10 +334,17 @@ enum class Group { warp, block, cluster };
 
 constexpr int kWarpCtaThreads = 128;  // warp path: 4 rows per CTA
 constexpr int kSplitThreads = 512;
-// Cluster CTAs of 16-bit types stay at <= 512 threads (two per SM, 64 registers): at 1024 threads
-// log_softmax's 16-bit cluster kernels spilled a few registers. float32 may take 1024.
+// Cluster CTAs of 16-bit types stay at <= 512 threads, float32 may take 1024. Either way a cluster
+// kernel gets 64 registers (two 512-thread CTAs per SM): with the 128 that one CTA per SM would
+// allow, the compiler takes them, only half the SMs' thread slots fill, and plan_rows turns the
+// cluster down for the three-pass split path (measured, bf16 256 x 262144: softmax 123.6 ->
+// 113.5 us, softmax backward 172.6 -> 141.0 us with 64). log_softmax's 16-bit forward spills at
+// 64, so it keeps the bound of one CTA per SM, and with it the split path.
 template <class T>
 inline constexpr int kClusterMaxThreads = sizeof(T) == 2 ? 512 : 1024;
+template <class Op, class T>
+inline constexpr int kClusterMinBlocks =
+    sizeof(T) == 2 && std::is_same_v<Op, SoftmaxOp<true>> ? 1 : 1024 / kClusterMaxThreads<T>;
 constexpr int kColumnThreads = 256;
 
 // Slot 0 is the output, slot k + 1 input k (the map kernels' convention).
@@ -443,7 +455,7 @@ __device__ __forceinline__ void store_frags(T* frame, const Window& w, const Lan
 // registers from load to store. Rows are taken grid-stride so any row count fits in the grid.
 template <class Op, class T, int V, int VPT, Group K>
 __global__ void __launch_bounds__(K == Group::warp ? kWarpCtaThreads : K == Group::cluster ? kClusterMaxThreads<T> : 1024,
-                                  K == Group::warp ? 8 : 1)
+                                  K == Group::warp ? 8 : K == Group::cluster ? kClusterMinBlocks<Op, T> : 1)
 rows_kernel(RowArgs<T, Op::kIn> a, int cluster) {
   constexpr int NIN = Op::kIn;
   using Acc = typename Op::Acc;
