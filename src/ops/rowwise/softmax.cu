@@ -43,8 +43,8 @@
 //   256 x 262144   cluster 16 x 512 (2 per SM; 8 x 1024 if 16 does not fit) | cluster 8 x 512
 //                  (log_softmax 16-bit: split).
 //                  These clusters move only ~50-60% of the copy rate (ncu, fp32: 48% of DRAM
-//                  peak, barrier and membar stalls): each CTA loads, waits at the cluster
-//                  barrier, then stores, and a new 16-CTA cluster needs 16 free slots in one GPC.
+//                  peak, barrier and membar stalls; each CTA loads, waits at the cluster barrier,
+//                  then stores). A persistent, TMA-prefetching form was slower (worklog).
 // With 4096 rows the last wave is partial, but it is bandwidth- not slot-bound (>= 900 rows in
 // flight), so the quantization costs about one row time at the end, a few percent at most.
 // Backward uses VPT 4 per tensor: the warp path to nv <= 128, CTAs of <= 512 threads to nv <= 2048,
