@@ -6,10 +6,11 @@
     x = torch.randn(1 << 24, device="cuda")
     stats = do_bench(lambda: tessera.gelu(x))            # {'median_ms': ..., 'p20_ms': ..., ...}
 
-Method (as triton.testing.do_bench and nvbench): warm up, overwrite the L2 before each timed
-repetition, put CUDA events around the call alone, at least ``min_reps`` repetitions, report the
-median and the 20th/80th percentiles. Launch-bound sizes can be timed over a CUDA graph of
-``graph_batch`` calls (``cuda_graph=True``), per call.
+Method (as triton.testing.do_bench and nvbench): warm up, evict the L2 before each timed repetition
+(by reading a buffer of twice its size, which leaves no dirty lines for the op to write back), put
+CUDA events around the call alone, at least ``min_reps`` repetitions, report the median and the
+20th/80th percentiles. Launch-bound sizes can be timed over a CUDA graph of ``graph_batch`` calls
+(``cuda_graph=True``), per call.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def do_bench(fn, *, warmup_ms=25, min_reps=25, max_reps=1000, budget_ms=100, flu
         warmup_ms: run ``fn`` at least this long before timing.
         min_reps, max_reps: bounds on the timed repetitions.
         budget_ms: after ``min_reps``, stop once this much GPU time has been measured.
-        flush_l2: overwrite a buffer of twice the L2 before each repetition, so ``fn`` reads its
+        flush_l2: read a buffer of twice the L2 before each repetition, so ``fn`` reads its
             inputs from memory, not from the cache (ignored with ``cuda_graph``).
         cuda_graph: capture ``graph_batch`` calls into one CUDA graph (with torch.cuda.graph for
             torch users, after a warm-up on a side stream as torch requires) and time its replays,

@@ -30,7 +30,7 @@ struct TimingOptions {
   int min_reps = 25;        // never fewer timed reps
   int max_reps = 1000;
   double budget_ms = 100;   // after min_reps, stop once this much op time has been measured
-  bool flush_l2 = true;     // overwrite a buffer of twice the L2 before each timed rep
+  bool flush_l2 = true;     // read a buffer of twice the L2 before each timed rep
   bool cuda_graph = false;  // time replays of a graph of `graph_batch` calls, per call
   int graph_batch = 20;     // (graph mode does not flush the L2: it gives warm-cache time)
 };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/bench.hpp"
+#include "bench/flush.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/memory.hpp"
@@ -160,15 +161,14 @@ Stats time_op(const std::function<void(cudaStream_t)>& op, cudaStream_t stream,
     }
   };
 
-  // Twice the L2, written before each rep, evicts whatever the previous rep left there.
+  // Twice the L2, read before each rep, evicts whatever the previous rep left there (flush.cu).
   // Allocated per call, not cached: a Python process keeps no 100+ MB buffer it did not ask for,
   // and cudaMalloc's cost is small next to the warm-up.
-  runtime::DeviceBuffer flush;
+  L2Flush flush;
   if (options.flush_l2 && !graph) {
     int device = 0;
     TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-    const std::size_t l2 = static_cast<std::size_t>(runtime::device_props(device).l2CacheSize);
-    if (l2 > 0) flush = runtime::DeviceBuffer(2 * l2);
+    flush = L2Flush(device);
   }
 
   // Warm-up: doubling batches with one synchronization each keep the GPU busy (clocks ramp up as
@@ -207,7 +207,7 @@ Stats time_op(const std::function<void(cudaStream_t)>& op, cudaStream_t stream,
 
     events.ensure(static_cast<std::size_t>(want));
     for (long long i = 0; i < want; ++i) {
-      if (flush.data()) TESSERA_CUDA_CHECK(cudaMemsetAsync(flush.data(), 0, flush.bytes(), stream));
+      flush.run(stream);
       TESSERA_CUDA_CHECK(cudaEventRecord(events.start(i), stream));
       launch();
       TESSERA_CUDA_CHECK(cudaEventRecord(events.end(i), stream));
