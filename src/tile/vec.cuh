@@ -77,4 +77,36 @@ __device__ __forceinline__ void store_tile(T* base, int64_t i, int64_t n, const 
     store_masked<N>(base + i, v, static_cast<int>(n - i));
 }
 
+// L2 eviction priority for loads (sm_80+), for kernels that read a range twice: the first read
+// marks its lines evict_last so that they are still in L2 for the second, which marks them
+// evict_first so that they leave before lines other CTAs still need.
+enum class L2Hint { kEvictLast, kEvictFirst };
+
+template <L2Hint H>
+__device__ __forceinline__ uint64_t l2_policy() {
+  uint64_t policy;
+  if constexpr (H == L2Hint::kEvictLast)
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  else
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// load_tile with an L2 policy from l2_policy on the whole-vector path (16-byte vectors only). For
+// data the kernel does not write: the load is not ordered against the kernel's own stores.
+template <int N, class T>
+__device__ __forceinline__ Vec<T, N> load_tile_hint(const T* base, int64_t i, int64_t n, T fill,
+                                                    uint64_t policy) {
+  static_assert(sizeof(T) * N == 16, "load_tile_hint moves 16-byte vectors");
+  if (i + N <= n) {
+    Vec<T, N> r;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&r);
+    asm("ld.global.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+        : "l"(base + i), "l"(policy));
+    return r;
+  }
+  return load_masked<N>(base + i, static_cast<int>(n > i ? n - i : 0), fill);
+}
+
 }  // namespace tessera::tile

@@ -241,6 +241,8 @@ std::vector<Spec> specs(bool backward) {
       centered,
       {{40, 260}},              // N % 4 == 0, N % 8 != 0: V = 4 for fp32, V = 1 for 16-bit
       {{2, 20000}},             // fp32: 1024 x 8 vectors (sm_90); backward: streaming
+      {{301, 40000}},           // long rows: forward two-pass CTAs; backward column kernel over
+                                // several row ranges, the last one short
       // More rows than resident groups: the forward's persistent groups loop over several rows,
       // loading the next row while they finish the current one.
       {{30000, 256}}, {{20000, 1024}}, {{20000, 1000}}, {{5000, 4096}}, {{3000, 8192}},
@@ -250,9 +252,15 @@ std::vector<Spec> specs(bool backward) {
   dx_only.grad_params = false;
   Spec params_only{{64, 1024}};
   params_only.grad_in = false;
+  Spec dx_only_long{{9, 70000}};  // long rows, dx alone
+  dx_only_long.grad_params = false;
+  Spec params_only_long{{9, 70000}};  // long rows: no row means needed, column sums only
+  params_only_long.grad_in = false;
   const std::vector<Spec> more = {
       dx_only,
       params_only,
+      dx_only_long,
+      params_only_long,
       {{4, 8192}},    // fp32: tier 2 (staggered prefetch); 16-bit: tier 1, one group of 1024
       {{5, 3001}},    // V = 1, 4 elements per thread
       {{3, 6001}},    // V = 1, 8 elements per thread
