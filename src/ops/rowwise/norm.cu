@@ -41,12 +41,13 @@
 //     <= 1024 vectors: VPT 4 (2 x 64 B per thread), gs = N / (4 V) <= 256 threads per row,
 //       reduced at a named barrier per group (groups of one CTA never wait for each other);
 //       <= 80 registers (__launch_bounds__(256, 3)), 768 threads and 96 KB of rows per SM.
-//       bf16 N = 1024 / 4096 / 8192: gs = 32 (four rows per CTA) / 128 / 256.
-//   sm_90, float32 rows of 256..2048 vectors and 16-bit rows of 1025..2048: VPT 8 (128 B per
-//     thread), one row per group, plain grid, gs a compile-time power of two of 32..256 (the
-//     column offsets of the 8 vectors are immediates). More CTAs per SM and fewer threads to
-//     reduce over than the VPT 4 tiers; measured faster at these lengths (see forward_v).
-//     fp32 N = 1024 / 4096 / 8192: gs = 32 (four rows per CTA) / 128 / 256; bf16 N = 16384: 256.
+//       bf16 N = 1024 / 4096 (RMSNorm; LayerNorm below on sm_90): gs = 32 (four rows per CTA) / 128.
+//   sm_90, float32 rows of 256..2048 vectors and 16-bit rows of 512 (LayerNorm) or 1024
+//     (RMSNorm) to 2048: VPT 8 (128 B per thread), one row per group, plain grid, gs a
+//     compile-time power of two of 32..256 (the column offsets of the 8 vectors are immediates).
+//     More CTAs per SM and fewer threads to reduce over than the VPT 4 tiers; measured faster at
+//     these lengths (see forward_v). CTAs of >= 256 threads: fp32 N = 1024 / 4096 / 8192: gs =
+//     32 (eight rows per CTA) / 128 (two) / 256; bf16 N = 4096 / 8192 / 16384: 64 / 128 / 256.
 //   up to 1024 x 4 vectors (the rest): VPT 4 (64 B per thread), one row per group, plain grid;
 //     ~64 registers, 1024 threads and 64 KB of row per SM.
 //   fp32 on sm_90, 2048 < N / 4 <= 8192 vectors: VPT 8 (128 B per thread) with gs fixed at 512
@@ -117,6 +118,10 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr int kFwdCta = 128;           // forward: smallest CTA (4 rows of one warp each)
+// Forward, VPT 8 in fixed groups (sm_90): CTAs of at least 256 threads, i.e. two rows of 128 at
+// fp32 N = 4096 (tessera bench, H200: layer_norm 35.2 -> 33.7 us, rms_norm 34.5 -> 34.1 against
+// one row of 128; 512 threads was slower at fp32 N = 8192 and bf16 N = 16384).
+constexpr int kFwdCta8 = 256;
 // Forward, VPT 4 with prefetch: CTAs of up to 256 threads, 3 per SM, i.e. up to 80 registers per
 // thread (two 64-byte row fragments do not fit in 64).
 constexpr int kPrefetchCta = 256, kPrefetchBlocks = 3;
@@ -939,9 +944,9 @@ unsigned grid_of(int64_t blocks) {
 // resident groups, 2048 groups of 2 rows rather than 928 of 2 and 2240 of 1: the kernel takes
 // two rows' time either way, and the fewer groups compete less for bandwidth.
 template <class T, int V, int VPT, bool kRms, int kGs = 0, bool kPrefetch = false>
-void launch_forward(FwdParams<T> p, int gs, int device, cudaStream_t stream) {
+void launch_forward(FwdParams<T> p, int gs, int device, cudaStream_t stream, int cta = kFwdCta) {
   p.gs = gs;
-  const int subs = gs < kFwdCta && kFwdCta % gs == 0 ? kFwdCta / gs : 1;
+  const int subs = gs < cta && cta % gs == 0 ? cta / gs : 1;
   const auto kernel = norm_forward_kernel<T, V, VPT, kRms, kGs, kPrefetch>;
   int64_t grid = ceil_div(p.rows, subs);
   if constexpr (kPrefetch) {
@@ -963,13 +968,15 @@ void launch_forward(FwdParams<T> p, int gs, int device, cudaStream_t stream) {
 // bytes) per thread in a fixed 512- or 1024-thread group (fixed, so that the column offsets of
 // the 8 vectors are immediates; sm_80 spills even so): 512 threads keep two CTAs per SM where
 // 1024 x 4 would allow one.
-// Mid-length rows on sm_90 (float32 256..2048 vectors, 16-bit 1025..2048) do better still with
-// 8 vectors per thread in small groups, one row per group, the group size a compile-time power of
-// two (32..256): more CTAs per SM, fewer threads per row to reduce over. Measured (tessera bench,
-// H200) against the tiers above: layer_norm fp32 N = 1024 / 4096 / 8192: 14.3 / 42.0 / 75.0 ->
-// 13.1 / 39.4 / 71.5 us, bf16 16384 82.1 -> 80.7; rms_norm bf16 16384 75.6 -> 72.3. 16-bit rows
-// of 512..1024 vectors stay on the prefetching tier (bf16 4096 / 8192: 25.7 / 42.2 there, 27.8 /
-// 45.7 at 8 vectors per thread).
+// Mid-length rows on sm_90 (float32 256..2048 vectors, 16-bit 512..2048 for LayerNorm and
+// 1024..2048 for RMSNorm) do better still with 8 vectors per thread in small groups, one row per
+// group, the group size a compile-time power of two (32..256), CTAs of at least kFwdCta8
+// threads: more CTAs per SM, fewer threads per row to reduce over. Measured (tessera bench, H200)
+// against the tiers above: layer_norm fp32 N = 1024 / 4096 / 8192: 14.3 / 42.0 / 75.0 -> 13.1 /
+// 39.4 / 71.5 us, bf16 16384 82.1 -> 80.7; rms_norm bf16 16384 75.6 -> 72.3 (session 4, L2 flushed
+// by memset); with 256-thread CTAs (session 5, read flush) layer_norm bf16 4096 / 8192 23.7 /
+// 40.8 -> 22.2 / 37.4 us, rms_norm bf16 8192 35.7 -> 35.2, but rms_norm bf16 4096 20.5 -> 20.8:
+// it stays on the prefetching tier.
 template <class T, int V, bool kRms>
 void forward_v(const FwdParams<T>& p, int device, cudaStream_t stream) {
   const int64_t nv = ceil_div(p.n, V);
@@ -978,15 +985,15 @@ void forward_v(const FwdParams<T>& p, int device, cudaStream_t stream) {
   if (nv <= 32) return launch_forward<T, V, 1, kRms, 0, true>(p, 32, device, stream);
   if (nv <= 64) return launch_forward<T, V, 2, kRms, 0, true>(p, 32, device, stream);
   if constexpr (V > 1) {
-    if (sm90 && nv <= 2048 && nv >= (V == 4 ? 256 : 1025)) {
+    if (sm90 && nv <= 2048 && nv >= (V == 4 ? 256 : kRms ? 1024 : 512)) {
       int gs = 32;
       while (gs * 8 < nv) gs *= 2;
-      if constexpr (V == 4) {  // 16-bit rows here have > 1024 vectors: gs = 256
-        if (gs == 32) return launch_forward<T, V, 8, kRms, 32>(p, 32, device, stream);
-        if (gs == 64) return launch_forward<T, V, 8, kRms, 64>(p, 64, device, stream);
-        if (gs == 128) return launch_forward<T, V, 8, kRms, 128>(p, 128, device, stream);
+      if constexpr (V == 4) {  // 16-bit rows here have >= 512 vectors: gs >= 64
+        if (gs == 32) return launch_forward<T, V, 8, kRms, 32>(p, 32, device, stream, kFwdCta8);
       }
-      return launch_forward<T, V, 8, kRms, 256>(p, 256, device, stream);
+      if (gs == 64) return launch_forward<T, V, 8, kRms, 64>(p, 64, device, stream, kFwdCta8);
+      if (gs == 128) return launch_forward<T, V, 8, kRms, 128>(p, 128, device, stream, kFwdCta8);
+      return launch_forward<T, V, 8, kRms, 256>(p, 256, device, stream, kFwdCta8);
     }
   }
   if (nv <= 4 * kPrefetchCta)
