@@ -128,7 +128,7 @@ constexpr int kPrefetchCta = 256, kPrefetchBlocks = 3;
 constexpr int kBarrierGroups = 15;     // named barriers 1..15 (0 is __syncthreads)
 constexpr int kStreamThreads = 512;    // streaming kernels: one CTA per row
 constexpr int kStreamUnroll = 4;       // vectors per thread loaded before they are used
-constexpr int kSumCols = 32, kSumSplit = 32;  // sum_partials_kernel block: 32 columns x 32
+constexpr int kSumThreads = 1024, kSumSplit = 32;  // sum_partials_kernel: block, most row slices
 
 // ---- device helpers -------------------------------------------------------------------------
 struct Pair {
@@ -681,7 +681,6 @@ __device__ __forceinline__ void write_partial(float* dst, const float* planes, i
 // column offsets are immediates instead of registers, which the widest rows need to fit in 64.
 template <class T, int V, int VPT, bool kRms, int kRing, int kGs>
 __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const BwdParams<T> p) {
-  runtime::allow_dependent_launch();  // sum_partials_kernel follows
   extern __shared__ __align__(16) float dyn[];
   __shared__ Pair slots[kBarrierGroups][2][32];
   constexpr int E = VPT * V, kPlanes = kRms ? 1 : 2;
@@ -803,7 +802,12 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
 // this replaced read-modify-wrote its column sums in global memory for every row (layer_norm
 // fp32 1024 x 65536 at 775 GB/s, bf16 at 273).
 template <class T, int V, bool kRms>
-__global__ __launch_bounds__(kStreamThreads) void norm_backward_rowsums_kernel(const BwdParams<T> p) {
+__global__ __launch_bounds__(kStreamThreads, 2) void norm_backward_rowsums_kernel(const BwdParams<T> p) {
+  // Vectors of x, dy and w per thread in flight, within 64 registers (two CTAs per SM); 16-bit
+  // ones take twice the registers as floats. Against U = 4 at up to 123 registers (one CTA per
+  // SM): layer_norm backward bf16 1024 x 65536 295.5 -> 252.7 us, fp32 343.1 -> 338.7 (ptxas
+  // spills 12-48 bytes).
+  constexpr int U = sizeof(T) == 4 ? kStreamUnroll : kStreamUnroll / 2;
   __shared__ Pair scratch[32];
   const T zero = tile::from_float<T>(0.0f), one = tile::from_float<T>(1.0f);
   const int64_t step = int64_t(blockDim.x) * V, n = p.n;
@@ -814,16 +818,16 @@ __global__ __launch_bounds__(kStreamThreads) void norm_backward_rowsums_kernel(c
     const T* dyr = p.dy + off[1];
     const float mean = kRms ? 0.0f : p.mean[off[3]], rstd = p.rstd[off[4]];
     Pair s{0.0f, 0.0f};
-    for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += kStreamUnroll * step) {
-      tile::Vec<T, V> x[kStreamUnroll], dy[kStreamUnroll], w[kStreamUnroll];
+    for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += U * step) {
+      tile::Vec<T, V> x[U], dy[U], w[U];
 #pragma unroll
-      for (int u = 0; u < kStreamUnroll; ++u) {
+      for (int u = 0; u < U; ++u) {
         x[u] = tile::load_tile<V>(xr, c0 + u * step, n, zero);
         dy[u] = tile::load_tile<V>(dyr, c0 + u * step, n, zero);
         w[u] = p.w ? tile::load_tile<V>(p.w, c0 + u * step, n, one) : fill_vec<T, V>(one);
       }
 #pragma unroll
-      for (int u = 0; u < kStreamUnroll; ++u)
+      for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const float g = tile::to_float(dy[u][e]) * tile::to_float(w[u][e]);
@@ -849,7 +853,6 @@ constexpr int kColRows = sizeof(T) == 4 ? 4 : 2;
 
 template <class T, int V, bool kRms>
 __global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const BwdParams<T> p, int64_t rows_per_cta) {
-  runtime::allow_dependent_launch();  // sum_partials_kernel follows
   constexpr int R = kColRows<T>;
   const T zero = tile::from_float<T>(0.0f), one = tile::from_float<T>(1.0f);
   const int64_t c = (int64_t(blockIdx.x) * kColThreads + threadIdx.x) * V, n = p.n;
@@ -898,32 +901,36 @@ __global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const B
   }
 }
 
-// dw/db = the G partial rows summed per column: thread (x, y) adds rows y, y + kSumSplit, ... of
-// its column, then the kSumSplit results are added in y order. Fixed order throughout. G is about
-// the SM count, so each thread loads ~4 values, all issued before the first is used: one round of
-// L2 latency. Launched as a programmatic dependent of the backward kernel (launch_dependent):
-// measured alone under ncu it took 4.1-5.1 us with 16 rows per column and thread.
-template <class T>
-__global__ __launch_bounds__(kSumCols * kSumSplit) void sum_partials_kernel(
+// dw/db = the G partial rows summed per column: a block of kSumThreads threads is split
+// kSumThreads / kSplit columns x kSplit (the power of two >= G, at most kSumSplit) row slices;
+// thread (x, y) adds rows y, y + kSplit, ... of its column, then the kSplit results are added in y
+// order. Fixed order for a given G. Each thread loads at most ~4 values (G ~ the SM count for the
+// tier kernels), all issued before the first is used: one round of L2 latency. Launched as a
+// programmatic dependent of the backward kernel (launch_dependent). Measured under ncu with 16
+// slices of 32 columns it took 4.1-5.1 us after the 54-110 us main kernels; with 32 slices and the
+// dependent launch the ops gained 1-5 us (docs/worklog.md, session 5).
+template <class T, int kSplit>
+__global__ __launch_bounds__(kSumThreads) void sum_partials_kernel(
     const float* __restrict__ part_w, const float* __restrict__ part_b, int groups, int64_t n,
     int64_t ld, T* __restrict__ dw, T* __restrict__ db) {
-  __shared__ float tile_sums[kSumSplit][kSumCols + 1];
+  constexpr int kCols = kSumThreads / kSplit;
+  __shared__ float tile_sums[kSplit][kCols + 1];
   const float* part = blockIdx.y == 0 ? part_w : part_b;
   T* out = blockIdx.y == 0 ? dw : db;
   if (part == nullptr) return;  // the whole block
-  const int64_t c = int64_t(blockIdx.x) * kSumCols + threadIdx.x;
+  const int64_t c = int64_t(blockIdx.x) * kCols + threadIdx.x;
   runtime::wait_for_previous_grid();
   float s = 0.0f;
   if (c < n) {
 #pragma unroll 8
-    for (int g = threadIdx.y; g < groups; g += kSumSplit) s += part[int64_t(g) * ld + c];
+    for (int g = threadIdx.y; g < groups; g += kSplit) s += part[int64_t(g) * ld + c];
   }
   tile_sums[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < n) {
     float r = 0.0f;
 #pragma unroll
-    for (int y = 0; y < kSumSplit; ++y) r += tile_sums[y][threadIdx.x];
+    for (int y = 0; y < kSplit; ++y) r += tile_sums[y][threadIdx.x];
     out[c] = tile::from_float<T>(r);
   }
 }
@@ -1005,6 +1012,18 @@ void forward_v(const FwdParams<T>& p, int device, cudaStream_t stream) {
     if (wide && nv <= 8 * kMaxThreads) return launch_forward<T, V, 8, kRms, 1024>(p, 1024, device, stream);
   }
   norm_forward_stream_kernel<T, V, kRms, kStreamThreads><<<grid_of(p.rows), kStreamThreads, 0, stream>>>(p);
+}
+
+// sum_partials_kernel with the fewest row slices that cover the G partial rows (up to kSumSplit).
+template <class T, int kSplit>
+void launch_sum_partials(const BwdParams<T>& p, int64_t groups, T* dw, T* db, int device, cudaStream_t stream) {
+  if constexpr (kSplit < kSumSplit) {
+    if (kSplit < groups) return launch_sum_partials<T, 2 * kSplit>(p, groups, dw, db, device, stream);
+  }
+  constexpr int kCols = kSumThreads / kSplit;
+  runtime::launch_dependent(sum_partials_kernel<T, kSplit>, dim3(grid_of(ceil_div(p.n, kCols)), 2),
+                            dim3(kCols, kSplit), 0, stream, device, p.part_w, p.part_b,
+                            static_cast<int>(groups), p.n, p.ld, dw, db);
 }
 
 template <class T>
@@ -1387,11 +1406,8 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const T
       TESSERA_LAUNCH_CHECK();
     }
     if (sums) {
-      runtime::launch_dependent(sum_partials_kernel<T>, dim3(grid_of(ceil_div(n, kSumCols)), 2),
-                                dim3(kSumCols, kSumSplit), 0, stream, device, p.part_w, p.part_b,
-                                static_cast<int>(pl.groups), n, p.ld,
-                                grad_weight ? static_cast<T*>(dwv.data) : nullptr,
-                                grad_bias ? static_cast<T*>(dbv.data) : nullptr);
+      launch_sum_partials<T, 1>(p, pl.groups, grad_weight ? static_cast<T*>(dwv.data) : nullptr,
+                                grad_bias ? static_cast<T*>(dbv.data) : nullptr, device, stream);
       TESSERA_LAUNCH_CHECK();
     }
   });
