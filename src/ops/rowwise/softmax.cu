@@ -48,7 +48,8 @@
 // With 4096 rows the last wave is partial, but it is bandwidth- not slot-bound (>= 900 rows in
 // flight), so the quantization costs about one row time at the end, a few percent at most.
 // Backward uses VPT 4 per tensor: the warp path to nv <= 128, CTAs of <= 512 threads to nv <= 2048,
-// clusters beyond (4096 x 16384 fp32: cluster 2 x 512).
+// clusters beyond (4096 x 16384 fp32: cluster 2 x 512); log_softmax backward takes the split path
+// where it would need a cluster of 16 (its split reduction reads grad_out alone: see plan_rows).
 //
 // Strided layouts. When the reduced dimension is not dense but many rows are (>= 16384, the
 // innermost row dimension dense), one thread per row streams the online (max, sum) over the row,
@@ -248,6 +249,7 @@ __device__ __forceinline__ float frag_max(const Frag<T, V> (&f)[U], float m) {
 
 struct SoftmaxForward {
   static constexpr int kIn = 1;
+  static constexpr int kReduceIn = 1;  // the leading inputs add() reads
   using Acc = tile::SoftmaxState;
   using Merge = tile::SoftmaxMerge;
   __device__ static Acc identity() { return {-INFINITY, 0.0f}; }
@@ -293,6 +295,7 @@ struct SoftmaxOp : SoftmaxForward {
 template <bool Log>
 struct SoftmaxBackwardOp {
   static constexpr int kIn = 2;
+  static constexpr int kReduceIn = Log ? 1 : 2;  // log_softmax's sum reads grad_out alone
   using Acc = float;
   using Merge = tile::Sum;
   using Row = float;
@@ -426,12 +429,15 @@ __device__ __forceinline__ Window window(int64_t base, int64_t lo, int64_t hi) {
   return {clamp_col(lo - base), clamp_col(hi - base)};
 }
 
-// Loads the thread's U fragments of each input; `at` is the chunk's first column in the frames.
+// Loads the thread's U fragments of each input, or of the first `inputs` only (the split path's
+// reduction skips what Op::add does not read); `at` is the chunk's first column in the frames.
 template <class Op, int V, int U, class T>
 __device__ __forceinline__ void load_frags(Frag<T, V> (&f)[Op::kIn][U], const RowArgs<T, Op::kIn>& a,
-                                           const int64_t* off, int64_t at, const Window& w, const Lanes<V>& p) {
+                                           const int64_t* off, int64_t at, const Window& w, const Lanes<V>& p,
+                                           int inputs = Op::kIn) {
 #pragma unroll
   for (int k = 0; k < Op::kIn; ++k) {
+    if (k >= inputs) break;
     const T* frame = a.in[k] + off[k + 1] + at;
 #pragma unroll
     for (int u = 0; u < U; ++u) f[k][u] = load_frag<T, V>(frame, p.col(u), w.lo, w.hi, Op::template fill<T>());
@@ -513,7 +519,7 @@ split_reduce_kernel(RowArgs<T, Op::kIn> a, int64_t parts, int64_t span, typename
     Acc acc = Op::identity();
     for (int64_t b = begin; b < hi; b += step) {
       Frag<T, V> f[NIN][U];
-      load_frags<Op>(f, a, off, b - lead, window(b, lo, hi), p);
+      load_frags<Op>(f, a, off, b - lead, window(b, lo, hi), p, Op::kReduceIn);
       acc = Op::add(acc, f);
     }
     acc = tile::block_reduce(acc, typename Op::Merge{}, Op::identity(), scratch);
@@ -742,11 +748,16 @@ RowPlan plan_rows(int64_t rows, int64_t nv, bool vec, int device) {
   }
   if (prop.major >= 9) {
     // CTAs of <= 512 threads first (two per SM), then up to 1024. A size is taken when its
-    // resident clusters fill at least a quarter of the GPU's thread slots.
+    // resident clusters fill at least a quarter of the GPU's thread slots. An op whose reduction
+    // reads fewer inputs than its output (log_softmax backward: grad_out alone) reads 4 row
+    // lengths on the split path against 3 on a cluster; clusters of 16 move so little of the copy
+    // rate that split wins there (256 x 262144: fp32 344 -> 264 us, bf16 148 -> 138), while at
+    // clusters of 8 and fewer the cluster stays ahead (fp32 1024 x 65536: 217 against 261).
     const void* fn = reinterpret_cast<const void*>(rows_kernel<Op, T, V, kV, Group::cluster>);
     for (int max_threads : {512, 1024})
       for (int c : {2, 4, 8, 16}) {
         if (max_threads > kClusterMaxThreads<T> || nv > int64_t(c) * max_threads * kV) continue;
+        if (Op::kReduceIn < Op::kIn && c == 16) continue;
         const int threads = threads_for(ceil_div(nv, c), kV);
         const int active = active_clusters(fn, c, threads, device);
         if (active > 0 && int64_t(active) * c * threads >= int64_t(prop.multiProcessorCount) * 512) {
