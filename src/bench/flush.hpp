@@ -13,7 +13,6 @@ class L2Flush {
   explicit L2Flush(int device);  // a buffer of twice the device's L2 (none if it reports no L2)
   // Enqueues the read of the whole buffer on `stream`; nothing without a buffer.
   void run(cudaStream_t stream) const;
-  bool active() const { return buffer_.data() != nullptr; }
 
  private:
   runtime::DeviceBuffer buffer_;
