@@ -92,21 +92,14 @@ __device__ __forceinline__ uint64_t l2_policy() {
   return policy;
 }
 
-// load_tile with an L2 policy from l2_policy on the whole-vector path (16-byte vectors only). For
-// data the kernel does not write: the load is not ordered against the kernel's own stores.
-template <int N, class T>
-__device__ __forceinline__ Vec<T, N> load_tile_hint(const T* base, int64_t i, int64_t n, T fill,
-                                                    uint64_t policy) {
-  static_assert(sizeof(T) * N == 16, "load_tile_hint moves 16-byte vectors");
-  if (i + N <= n) {
-    Vec<T, N> r;
-    uint32_t* w = reinterpret_cast<uint32_t*>(&r);
-    asm("ld.global.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
-        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-        : "l"(base + i), "l"(policy));
-    return r;
-  }
-  return load_masked<N>(base + i, static_cast<int>(n > i ? n - i : 0), fill);
+// One 16-byte load (16-byte aligned address) with an L2 policy from l2_policy. For data the
+// kernel does not write: the load is not ordered against the kernel's own stores.
+__device__ __forceinline__ uint4 load_16B_hint(const void* p, uint64_t policy) {
+  uint4 r;
+  asm("ld.global.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p), "l"(policy));
+  return r;
 }
 
 }  // namespace tessera::tile

@@ -52,8 +52,9 @@
 //     ~64 registers, 1024 threads and 64 KB of row per SM.
 //   fp32 on sm_90, 2048 < N / 4 <= 8192 vectors: VPT 8 (128 B per thread) with gs fixed at 512
 //     or 1024. fp32 N = 16384: 512 threads x 128 B, two CTAs (128 KB) per SM.
-//   longer rows: norm_forward_stream_kernel, one CTA per row reading it twice (reduction, then
-//     output; the second read from L2, kept there by an evict_last hint on the first).
+//   longer rows: norm_forward_stream_kernel, one 1024-thread CTA per SM looping over rows, each
+//     read twice (reduction, then output; the second read from L2, kept there by an evict_last
+//     hint on the first).
 //
 // ---- Backward (norm_backward_kernel + sum_partials_kernel) ----------------------------------
 // dx needs two row sums, sum(w dy) and sum(w dy xhat), reduced together as a pair. dw = sum over
@@ -126,7 +127,7 @@ constexpr int kFwdCta8 = 256;
 // thread (two 64-byte row fragments do not fit in 64).
 constexpr int kPrefetchCta = 256, kPrefetchBlocks = 3;
 constexpr int kBarrierGroups = 15;     // named barriers 1..15 (0 is __syncthreads)
-constexpr int kStreamThreads = 512;    // streaming kernels: one CTA per row
+constexpr int kStreamThreads = 512;    // long-row backward row sums: one CTA per row
 constexpr int kStreamUnroll = 4;       // vectors per thread loaded before they are used
 constexpr int kSumThreads = 1024, kSumSplit = 32;  // sum_partials_kernel: block, most row slices
 
@@ -500,37 +501,41 @@ void norm_forward_kernel(const FwdParams<T> p) {
   }
 }
 
-// One CTA per row reading the row twice, as torch.compile's norm kernels do: pass 1 reduces it
-// (RMSNorm: the sum of squares; LayerNorm: per-thread moments (count, mean, M2) built chunk by
-// chunk and merged with Chan's formula, so mean and variance take one reduction and no E[x^2] -
-// E[x]^2 cancellation), pass 2 reads it again, normalizes and writes. Pass 1 marks its lines
-// L2 evict_last so that pass 2 finds them there, pass 2 marks them evict_first. Nothing of the
-// row is held across the reduction, so the kernel needs few registers and an SM runs several
-// such rows at once. For rows longer than the register-resident tiers hold; against the
-// three-pass form it replaced (sum, squared deviations, output; no L2 hints), H200, tessera
-// bench: layer_norm fp32 1024 x 65536 274.7 -> 199.9 us, bf16 143.2 -> 127.7; rms_norm fp32
-// 202.4 -> 196.8. At mid lengths it is slower than the register-resident tiers (fp32 4096 x 4096:
-// layer_norm 35.2 -> 46.9 us, rms_norm 34.5 -> 34.8), so forward_v does not use it there.
-template <int V, class T>
-__device__ __forceinline__ tile::Vec<T, V> load_hinted(const T* base, int64_t i, int64_t n, uint64_t policy) {
-  if constexpr (sizeof(T) * V == 16) return tile::load_tile_hint<V>(base, i, n, T{}, policy);
-  else return tile::load_tile<V>(base, i, n, T{});
+template <class T, int V>
+__device__ __forceinline__ Packed<T, V> load_packed_hint(const T* p, uint64_t policy) {
+  if constexpr (sizeof(T) * V == 16) {
+    const uint4 v = tile::load_16B_hint(p, policy);
+    Packed<T, V> r;
+    r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
+    return r;
+  } else {
+    return load_packed<T, V>(p);
+  }
 }
 
-// 2048 threads per SM at 32 registers for float32; 16-bit rows spill at 32 (the packed half
-// vectors of x, weight and bias and their float forms), so 1536 at 40.
-template <class T>
-constexpr int kStreamSmThreads = sizeof(T) == 4 ? 2048 : 1536;
+// Rows longer than the register-resident tiers hold (> 32768 elements; > 4096 where V = 1): one
+// 1024-thread CTA per SM, persistent over rows, reading each row twice as
+// torch.compile's norm kernels do. Pass 1 reduces it (RMSNorm: the sum of squares; LayerNorm:
+// per-thread moments (count, mean, M2) built chunk by chunk and merged with Chan's formula, so
+// mean and variance take one reduction and no E[x^2] - E[x]^2 cancellation), marking its lines
+// L2 evict_last; pass 2 reads it again from L2 (evict_first), normalizes and writes. Nothing of
+// the row is held across the reduction. One row per SM at a time keeps the rows being read
+// twice within the L2 (132 x 256 KB for fp32 rows of 65536), and 4 vectors per thread (64 KB
+// per SM) keep enough bytes in flight. Half-type rows stay packed (Packed) as in the tiers above.
+// Against the kernel it replaced (one 512-thread CTA per row, 3-4 per SM, 2 vectors per thread
+// in flight, each half-type element converted on its own), H200, tessera bench, us: layer_norm
+// 1024 x 65536 fp32 198.6 -> 180.9, bf16 128.9 -> 91.0; 256 x 262144 fp32 210.1 -> 205.9, bf16
+// 148.0 -> 102.2; rms_norm 1024 x 65536 fp32 197.6 -> 173.6, bf16 110.0 -> 81.2. (512-thread CTAs,
+// two per SM: 256 x 262144 1-2% faster, 1024 x 65536 fp32 9-12% slower.)
+constexpr int kLongThreads = 1024, kLongU1 = 4, kLongU2 = 2;  // vectors per thread in flight, passes 1 / 2
 
-template <class T, int V, bool kRms, int kThreads>
-__global__ __launch_bounds__(kThreads, kStreamSmThreads<T> / kThreads)
-void norm_forward_stream_kernel(const FwdParams<T> p) {
-  constexpr int U1 = 2, U2 = 1;  // vectors per thread in flight in each pass
+template <class T, int V, bool kRms>
+__global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(const FwdParams<T> p) {
+  constexpr int kThreads = kLongThreads, U1 = kLongU1, U2 = kLongU2;
   using A = std::conditional_t<kRms, float, Moments>;
   using Op = std::conditional_t<kRms, tile::Sum, MergeMoments>;
   __shared__ A slots[64];
   const GroupSum<A, Op> reduce{slots, kThreads, 1, int(threadIdx.x >> 5)};
-  const T one = tile::from_float<T>(1.0f), zero = tile::from_float<T>(0.0f);
   const uint64_t keep = tile::l2_policy<tile::L2Hint::kEvictLast>();
   const uint64_t drop = tile::l2_policy<tile::L2Hint::kEvictFirst>();
   const int64_t step = int64_t(kThreads) * V, n = p.n;
@@ -541,33 +546,36 @@ void norm_forward_stream_kernel(const FwdParams<T> p) {
     const T* xr = p.x + off[0];
     A acc{};
     for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += U1 * step) {
-      tile::Vec<T, V> x[U1];
+      Packed<T, V> x[U1];
 #pragma unroll
-      for (int u = 0; u < U1; ++u) x[u] = load_hinted<V>(xr, c0 + u * step, n, keep);
+      for (int u = 0; u < U1; ++u) {
+        const int64_t c = c0 + u * step;
+        x[u] = c < n ? load_packed_hint<T, V>(xr + c, keep) : splat<T, V>(0.0f);
+      }
       if constexpr (kRms) {
 #pragma unroll
         for (int u = 0; u < U1; ++u)
 #pragma unroll
-          for (int e = 0; e < V; ++e) acc = fmaf(tile::to_float(x[u][e]), tile::to_float(x[u][e]), acc);
+          for (int e = 0; e < V; ++e) acc = fmaf(x[u][e], x[u][e], acc);
       } else {
-        // This chunk's moments (n is a multiple of V here, or V is 1: a vector is wholly in the
-        // row or wholly past it, and those past it read as 0), merged into the thread's.
         float cnt = 0.0f, sum = 0.0f;
 #pragma unroll
         for (int u = 0; u < U1; ++u) {
           if (c0 + u * step < n) cnt += float(V);
 #pragma unroll
-          for (int e = 0; e < V; ++e) sum += tile::to_float(x[u][e]);
+          for (int e = 0; e < V; ++e) sum += x[u][e];
         }
         const float mean = sum * __fdividef(1.0f, cnt);
         float m2 = 0.0f;
 #pragma unroll
-        for (int u = 0; u < U1; ++u)
+        for (int u = 0; u < U1; ++u) {
+          if (c0 + u * step >= n) continue;
 #pragma unroll
           for (int e = 0; e < V; ++e) {
-            const float d = tile::to_float(x[u][e]) - mean;
-            if (c0 + u * step < n) m2 = fmaf(d, d, m2);
+            const float d = x[u][e] - mean;
+            m2 = fmaf(d, d, m2);
           }
+        }
         acc = MergeMoments{}(acc, Moments{cnt, mean, m2});
       }
     }
@@ -580,20 +588,23 @@ void norm_forward_stream_kernel(const FwdParams<T> p) {
       rstd = rsqrtf(acc.m2 * p.inv_n + p.eps);
     }
     for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += U2 * step) {
-      tile::Vec<T, V> x[U2];
-#pragma unroll
-      for (int u = 0; u < U2; ++u) x[u] = load_hinted<V>(xr, c0 + u * step, n, drop);
+      Packed<T, V> x[U2], w[U2], b[U2];
 #pragma unroll
       for (int u = 0; u < U2; ++u) {
         const int64_t c = c0 + u * step;
-        const tile::Vec<T, V> w = p.w ? tile::load_tile<V>(p.w, c, n, one) : fill_vec<T, V>(one);
-        const tile::Vec<T, V> b = p.b ? tile::load_tile<V>(p.b, c, n, zero) : fill_vec<T, V>(zero);
-        tile::Vec<T, V> y;
+        const bool in = c < n;
+        x[u] = in ? load_packed_hint<T, V>(xr + c, drop) : splat<T, V>(0.0f);
+        w[u] = in && p.w ? load_packed<T, V>(p.w + c) : splat<T, V>(1.0f);
+        b[u] = in && p.b ? load_packed<T, V>(p.b + c) : splat<T, V>(0.0f);
+      }
 #pragma unroll
-        for (int e = 0; e < V; ++e)
-          y[e] = tile::from_float<T>(
-              fmaf((tile::to_float(x[u][e]) - mean) * rstd, tile::to_float(w[e]), tile::to_float(b[e])));
-        tile::store_tile<V>(p.out + off[1], c, n, y);
+      for (int u = 0; u < U2; ++u) {
+        const int64_t c = c0 + u * step;
+        if (c >= n) continue;
+        float y[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) y[e] = fmaf((x[u][e] - mean) * rstd, w[u][e], b[u][e]);
+        store_packed<T, V>(p.out + off[1] + c, pack<T, V>(y));
       }
     }
     if (threadIdx.x == 0) {
@@ -1011,7 +1022,8 @@ void forward_v(const FwdParams<T>& p, int device, cudaStream_t stream) {
     if (wide && nv <= 4 * kMaxThreads) return launch_forward<T, V, 8, kRms, 512>(p, 512, device, stream);
     if (wide && nv <= 8 * kMaxThreads) return launch_forward<T, V, 8, kRms, 1024>(p, 1024, device, stream);
   }
-  norm_forward_stream_kernel<T, V, kRms, kStreamThreads><<<grid_of(p.rows), kStreamThreads, 0, stream>>>(p);
+  const int64_t sms = runtime::device_props(device).multiProcessorCount;
+  norm_forward_stream_kernel<T, V, kRms><<<grid_of(std::min(p.rows, sms)), kLongThreads, 0, stream>>>(p);
 }
 
 // sum_partials_kernel with the fewest row slices that cover the G partial rows (up to kSumSplit).
