@@ -501,6 +501,7 @@ void norm_forward_kernel(const FwdParams<T> p) {
   }
 }
 
+// load_packed with an L2 policy (tile::l2_policy) where the vector is 16 bytes.
 template <class T, int V>
 __device__ __forceinline__ Packed<T, V> load_packed_hint(const T* p, uint64_t policy) {
   if constexpr (sizeof(T) * V == 16) {
@@ -558,6 +559,8 @@ __global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(co
 #pragma unroll
           for (int e = 0; e < V; ++e) acc = fmaf(x[u][e], x[u][e], acc);
       } else {
+        // This chunk's moments (n is a multiple of V here, or V is 1: a vector is wholly in the
+        // row or wholly past it, and those past it read as 0), merged into the thread's.
         float cnt = 0.0f, sum = 0.0f;
 #pragma unroll
         for (int u = 0; u < U1; ++u) {
