@@ -13,10 +13,12 @@
 // >= 32 KB of loads outstanding, better 64 KB. A kernel that holds its row in registers has one
 // row's loads outstanding per row group, so the configurations below are about how many bytes of
 // row are resident per SM within 64K registers: every kernel is capped at 64 registers per
-// thread (__launch_bounds__(1024, 1); 80 for the forward's VPT-4 prefetch tier). ptxas reports
-// small spills (4-36 bytes) in five kernels, each kept because it measured faster than the
-// spill-free alternative: float32 rms_norm forward at VPT 8 in groups of 32, and the backward's
-// ring-of-two tier at VPT 2 (see norm_backward_kernel). What costs registers besides the row
+// thread (__launch_bounds__(1024, 1); 80 for the forward's VPT-4 prefetch tier; the staged
+// backward, whose rows wait in shared memory, takes up to 128 in 512-thread CTAs). ptxas reports
+// small spills (4-48 bytes) in a few kernels, each kept because it measured faster than the
+// spill-free alternative: float32 rms_norm forward at VPT 8 in groups of 32, the backward's
+// ring-of-two tier at VPT 2 (see norm_backward_kernel), and the fp16 LayerNorm staged backward at
+// 32 elements per thread (no bar size). What costs registers besides the row
 // itself, and how it is kept down: half-type rows stay packed two elements per 32-bit register
 // (Packed); column offsets are 32-bit and, where the group size is a template constant,
 // immediates (Cols); rows sit at a uniform stride (one multiply per row, no 64-bit divisions);
@@ -66,6 +68,13 @@
 // sum_partials_kernel adds the G partial rows per column in a fixed order. dw and db are
 // therefore bit-identical from run to run. The partials are G x N x 8 bytes with G = #SMs: ~4%
 // of the backward's bytes at 4096 rows, written and read back mostly through L2.
+//   sm_90, rows whose x and dy fit three times in ~200 KB (fp32 N <= 8192, 16-bit N <= 16384)
+//   with the 16-byte vector path: norm_backward_staged_kernel, one 512-thread CTA per SM in groups
+//   of 32..512 threads with 16 elements per thread (32 for 16-bit rows over 8192), rows staged
+//   in shared memory by bulk copies; its column sums stay in registers. Measured against the
+//   tiers below (tessera bench, H200): layer_norm bf16 4096 / 8192 / 16384 42.0 / 77.9 / 152.4 ->
+//   35.2 / 64.4 / 120.0 us, fp32 1024 / 4096 22.9 / 61.0 -> 19.7 / 55.6.
+//   Elsewhere (sm_80, V = 1, longer rows) the register-resident tiers:
 //   One 1024-thread CTA per SM, split into row groups of gs = N / (VPT V) threads; the weight is
 //   copied to shared memory once per CTA; column sums take 2 x VPT x V floats per thread in
 //   shared memory (<= 128 KB per CTA), laid out so that a warp's accesses are conflict-free.
@@ -112,6 +121,7 @@
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/rowwise.hpp"
+#include "tile/bulk.cuh"
 #include "tile/row.cuh"
 
 namespace tessera {
@@ -127,6 +137,7 @@ constexpr int kFwdCta8 = 256;
 // thread (two 64-byte row fragments do not fit in 64).
 constexpr int kPrefetchCta = 256, kPrefetchBlocks = 3;
 constexpr int kBarrierGroups = 15;     // named barriers 1..15 (0 is __syncthreads)
+constexpr int kMaxStages = 8;          // staged backward: most ring slots per row group
 constexpr int kStreamThreads = 512;    // long-row backward row sums: one CTA per row
 constexpr int kStreamUnroll = 4;       // vectors per thread loaded before they are used
 constexpr int kSumThreads = 1024, kSumSplit = 32;  // sum_partials_kernel: block, most row slices
@@ -164,7 +175,19 @@ struct GroupSum {
     const int lane = threadIdx.x & 31;
     if (lane == 0) s[warp] = v;
     asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
-    return tile::warp_reduce(lane < (gs >> 5) ? s[lane] : A{}, Op{});
+    // Up to 8 warp partials: each thread adds them in order from shared memory (broadcast reads,
+    // one round of latency); more: a butterfly over them (5 shuffle rounds). Either way every
+    // thread gets the same bits. (Measured, norm backward: 0.5-0.7 us less per op at bf16 N =
+    // 1024 / 4096 than the butterfly for every group size.)
+    const int nw = gs >> 5;
+    if (nw <= 8) {
+      A r = s[0];
+#pragma unroll
+      for (int i = 1; i < 8; ++i)
+        if (i < nw) r = Op{}(r, s[i]);
+      return r;
+    }
+    return tile::warp_reduce(lane < nw ? s[lane] : A{}, Op{});
   }
 };
 
@@ -634,6 +657,7 @@ struct BwdParams {
   float inv_n;        // 1 / n
   uint32_t zero;      // 0 (see refresh)
   int gs;
+  int stages;         // norm_backward_staged_kernel: ring slots per row group
 };
 
 // Running column sums of one row group in shared memory: a plane of VPT * V * gs floats, laid
@@ -805,6 +829,170 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
   const int64_t prow = int64_t(blockIdx.x) * p.ld;
   if (want_w) write_partial<VPT, V>(p.part_w + prow, dyn, kPlanes * plane, subs, gs, part.n);
   if (want_b) write_partial<VPT, V>(p.part_b + prow, dyn + plane, kPlanes * plane, subs, gs, part.n);
+}
+
+// Backward with the rows staged in shared memory (sm_90; rows of up to 64 KB of x and dy): each
+// row group keeps a ring of p.stages rows (x and dy) in shared memory, filled by bulk copies that
+// its first thread issues, so the next rows' loads stay in flight while the group computes,
+// however few registers that leaves. The registers then go where the register-resident kernel
+// above cannot afford them, at 16 elements per thread (twice as many rows' worth of overhead
+// saved per reduction as one vector per thread):
+//   - the weight as floats, and dw/db as fp32 sums per owned column (no shared-memory
+//     read-modify-write per row);
+//   - one pass over the staged row computes the two row sums dx needs AND the row's dw/db terms,
+//     and keeps xhat and w dy as floats; after the reduction dx is one FMA pair per element and
+//     the slot is already free for the next fill. (32 elements per thread, 16-bit rows of 16384:
+//     those floats do not fit, so the dx pass reads x and dy from the slot again, and the slot
+//     is refilled one row later.)
+// Slot of the group's i-th row: i % p.stages, filled for the (i / p.stages)-th time, so its
+// barrier phase has parity (i / p.stages) & 1. A slot is refilled once every thread of the group
+// is done with it, which the row reduction's barrier (or a warp's shuffles) guarantees. Rows go to
+// groups as in norm_backward_kernel (a function of the shape and the GPU), and the groups' sums
+// are added in group order at the end: dw/db are deterministic.
+template <class T, int V, int VPT, bool kRms, int kGs, int kSubs>
+__global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(const BwdParams<T> p) {
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ uint64_t full[kSubs][kMaxStages];
+  __shared__ Pair slots[kSubs][2][32];
+  constexpr int E = VPT * V;
+  const int sub = threadIdx.x / kGs, stages = p.stages;
+  const Cols<V> part{static_cast<int>(threadIdx.x) - sub * kGs, kGs, static_cast<int>(p.n)};
+  const GroupSum<Pair> sum{slots[sub][0], kGs, 1 + sub, part.t >> 5};
+  const bool want_w = p.part_w != nullptr, want_b = !kRms && p.part_b != nullptr;
+  const bool leader = part.t == 0;
+  const uint32_t row_bytes = static_cast<uint32_t>(p.n * sizeof(T));
+  T* const ring = reinterpret_cast<T*>(staged) + int64_t(sub) * stages * 2 * p.n;  // [stage][x, dy][n]
+  auto bar = [&](int s) { return tile::BulkBarrier{&full[sub][s]}; };
+  const int64_t first = int64_t(blockIdx.x) * kSubs + sub, stride = int64_t(gridDim.x) * kSubs;
+  auto fill = [&](int s, int64_t row) {  // by the leader
+    bar(s).expect(2 * row_bytes);
+    bar(s).copy(ring + int64_t(s) * 2 * p.n, p.x + row * p.stride[0], row_bytes);
+    bar(s).copy(ring + int64_t(s) * 2 * p.n + p.n, p.dy + row * p.stride[1], row_bytes);
+  };
+
+  if (leader) {
+    for (int s = 0; s < stages; ++s) bar(s).init();
+    tile::bulk_barriers_ready();
+  }
+  __syncthreads();
+  if (leader)
+    for (int s = 0; s < stages; ++s)
+      if (first + s * stride < p.rows) fill(s, first + s * stride);
+
+  // The weight in registers: as floats at 16 elements per thread, packed and converted where
+  // used at 32 (the longest rows).
+  constexpr bool kFloatW = E <= 16;
+  Packed<T, V> wp[VPT];
+  float wf[E], sw[E], sb[E];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    wp[k] = part.in(k) && p.w ? load_packed<T, V>(p.w + part.col(k)) : splat<T, V>(1.0f);
+#pragma unroll
+    for (int e = 0; e < V; ++e) wf[k * V + e] = wp[k][e], sw[k * V + e] = 0.0f, sb[k * V + e] = 0.0f;
+  }
+  auto w = [&](int k, int e) { return kFloatW ? wf[k * V + e] : wp[k][e]; };
+  auto stats = [&](int64_t row, float& mean, float& rstd) {
+    mean = kRms || row >= p.rows ? 0.0f : p.mean[row * p.stride[3]];
+    rstd = row >= p.rows ? 0.0f : p.rstd[row * p.stride[4]];
+  };
+  float mean, rstd;
+  stats(first, mean, rstd);
+
+  // What the dx pass needs of the row: xhat and w dy, kept as floats from the first pass at 16
+  // elements per thread; at 32 (where they would not fit) x and dy read from the slot again, which
+  // then is refilled one row later.
+  constexpr bool kKeep = E <= 16;
+  float xh[kKeep ? E : 1], g[kKeep ? E : 1];
+
+  int i = 0, s = 0;
+  uint32_t parity = 0;
+  for (int64_t row = first; row < p.rows; row += stride, ++i) {
+    float mean_next, rstd_next;  // one row ahead: their latency hides behind this row
+    stats(row + stride, mean_next, rstd_next);
+    bar(s).wait(parity);
+    const T* xs = ring + int64_t(s) * 2 * p.n;
+    const T* dys = xs + p.n;
+    const float shift = -mean * rstd;  // xhat = x * rstd + shift
+
+    // One pass over the staged row: the two row sums dx needs, and the row's dw/db terms.
+    Pair acc{0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const bool in = part.in(k);
+      const Packed<T, V> xv = in ? load_packed<T, V>(xs + part.col(k)) : splat<T, V>(0.0f);
+      const Packed<T, V> dv = in ? load_packed<T, V>(dys + part.col(k)) : splat<T, V>(0.0f);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float d = dv[e], xhat = fmaf(xv[e], rstd, shift), gw = d * w(k, e);
+        if constexpr (kKeep) xh[k * V + e] = xhat, g[k * V + e] = gw;
+        if constexpr (!kRms) acc.a += gw;
+        acc.b = fmaf(gw, xhat, acc.b);
+        sw[k * V + e] = fmaf(d, xhat, sw[k * V + e]);
+        if constexpr (!kRms) sb[k * V + e] += d;
+      }
+    }
+    if (p.dx) {
+      acc = sum(acc, i & 1);
+    } else {  // no reduction: the group still meets, for the refill below
+      __syncwarp();
+      if (kGs > 32) asm volatile("bar.sync %0, %1;" ::"r"(1 + sub), "r"(kGs) : "memory");
+    }
+    if constexpr (kKeep) {
+      asm volatile("" ::: "memory");  // the staged row is read above this line, never below
+      // Every thread of the group is done with slot s: it takes row i + stages.
+      if (leader && row + stages * stride < p.rows) fill(s, row + stages * stride);
+    } else if (leader && i > 0 && row + (stages - 1) * stride < p.rows) {
+      // Every thread of the group is done with the previous row's slot.
+      fill(s == 0 ? stages - 1 : s - 1, row + (stages - 1) * stride);
+    }
+
+    if (p.dx) {
+      // dx = rstd (w dy - ma - xhat mb)
+      const float mb = acc.b * p.inv_n, c = kRms ? 0.0f : -acc.a * p.inv_n * rstd;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        if (!part.in(k)) continue;
+        Packed<T, V> xv, dv;
+        if constexpr (!kKeep) xv = load_packed<T, V>(xs + part.col(k)), dv = load_packed<T, V>(dys + part.col(k));
+        float out[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float xhat = kKeep ? xh[k * V + e] : fmaf(xv[e], rstd, shift);
+          const float gw = kKeep ? g[k * V + e] : dv[e] * w(k, e);
+          out[e] = fmaf(fmaf(-xhat, mb, gw), rstd, c);
+        }
+        store_packed<T, V>(p.dx + row * p.stride[2] + part.col(k), pack<T, V>(out));
+      }
+    }
+    mean = mean_next, rstd = rstd_next;
+    if (++s == stages) s = 0, parity ^= 1u;
+  }
+
+  if (!want_w && !want_b) return;  // uniform over the grid
+  // Every copy issued was waited for, so the ring is free: it takes the groups' sums as planes
+  // in write_partial's layout (ColumnSums), one plane per group, added there in group order.
+  constexpr int Q = ColumnSums<VPT, V>::Q;
+  float* planes = reinterpret_cast<float*>(staged);
+  const int plane = E * kGs;
+  const ColumnSums<VPT, V> mine(planes + sub * plane, kGs, part.t);
+  const int64_t prow = int64_t(blockIdx.x) * p.ld;
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    if (which == 0 ? !want_w : !want_b) continue;  // uniform
+    const float* src = which == 0 ? sw : sb;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int j = 0; j < V / Q; ++j) {
+        tile::Vec<float, Q> v;
+#pragma unroll
+        for (int q = 0; q < Q; ++q) v[q] = src[k * V + j * Q + q];
+        tile::store<Q>(mine.at(k, j), v);
+      }
+    __syncthreads();
+    write_partial<VPT, V>((which == 0 ? p.part_w : p.part_b) + prow, planes, plane, kSubs, kGs, part.n);
+  }
 }
 
 // Rows too long for registers take two kernels. norm_backward_rowsums_kernel reads x and dy
@@ -1044,7 +1232,7 @@ void launch_sum_partials(const BwdParams<T>& p, int64_t groups, T* dw, T* db, in
 template <class T>
 struct BwdPlan {
   void (*kernel)(BwdParams<T>) = nullptr;
-  int gs = 0, threads = 0;
+  int gs = 0, threads = 0, stages = 0;
   std::size_t smem = 0;
   int64_t grid = 0;
   int64_t groups = 0;  // partial rows of column sums
@@ -1081,13 +1269,64 @@ BwdPlan<T> backward_tier(int64_t n, int64_t rows, int device) {
   return pl;
 }
 
+// The staged kernel with groups of kGs threads holding VPT vectors each: kSubs = 512 / kGs groups
+// per CTA, one CTA per SM, as many ring slots per group as ~200 KB allow. Empty when fewer than
+// 3 fit (one row in flight would not beat the register-resident tiers).
+template <class T, int V, bool kRms, int kGs, int VPT = 16 / V>
+BwdPlan<T> staged_tier(int64_t n, int64_t rows, int device) {
+  constexpr int kSubs = 512 / kGs;
+  const auto kernel = norm_backward_staged_kernel<T, V, VPT, kRms, kGs, kSubs>;
+  static const std::size_t static_smem = [&] {
+    cudaFuncAttributes attr{};
+    TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    return attr.sharedSizeBytes;
+  }();
+  const cudaDeviceProp& props = runtime::device_props(device);
+  const std::size_t budget = std::min<std::size_t>(props.sharedMemPerBlockOptin - static_smem, 200 * 1024);
+  const std::size_t slot = 2 * std::size_t(n) * sizeof(T);
+  const int stages = static_cast<int>(std::min<std::size_t>(kMaxStages, budget / (kSubs * slot)));
+  if (stages < 3) return {};
+  BwdPlan<T> pl;
+  pl.kernel = kernel;
+  pl.gs = kGs;
+  pl.threads = kGs * kSubs;
+  pl.stages = stages;
+  pl.smem = std::max(kSubs * stages * slot, std::size_t(kSubs) * VPT * V * kGs * sizeof(float));
+  pl.grid = std::min<int64_t>(props.multiProcessorCount, ceil_div(rows, kSubs));
+  return pl;
+}
+
+template <class T, int V, bool kRms>
+BwdPlan<T> plan_staged(int64_t n, int64_t rows, int device) {
+  if constexpr (V == 1) {
+    return {};
+  } else {
+    if (runtime::device_props(device).major < 9) return {};
+    const int64_t per_thread = ceil_div(ceil_div(n, V), 16 / V);  // thread-rows of 16 elements
+    if (per_thread <= 32) return staged_tier<T, V, kRms, 32>(n, rows, device);
+    if (per_thread <= 64) return staged_tier<T, V, kRms, 64>(n, rows, device);
+    if (per_thread <= 128) return staged_tier<T, V, kRms, 128>(n, rows, device);
+    if (per_thread <= 256) return staged_tier<T, V, kRms, 256>(n, rows, device);
+    if (per_thread <= 512) return staged_tier<T, V, kRms, 512>(n, rows, device);
+    // 16-bit rows of up to 16384: 32 elements per thread (float rows that long leave fewer than
+    // three ring slots).
+    if constexpr (sizeof(T) == 2)
+      if (per_thread <= 1024) return staged_tier<T, V, kRms, 512, 32 / V>(n, rows, device);
+    return {};
+  }
+}
+
 // Tiers by vectors per row (see the top of the file): column sums take VPT * V <= 16 floats per
 // thread and plane in shared memory (<= 128 KB); the row itself, and the next one where
 // there is room, sit in registers.
 template <class T, int V, bool kRms>
 BwdPlan<T> plan_backward(int64_t n, int64_t rows, int device) {
   const int64_t nv = ceil_div(n, V);
-  BwdPlan<T> pl;
+  BwdPlan<T> pl = plan_staged<T, V, kRms>(n, rows, device);
+  if (pl.kernel) {
+    pl.groups = pl.grid;
+    return pl;
+  }
   if constexpr (V > 1) {
     // Rows of 256..1024 vectors take two vectors per thread: half the threads per row, so twice
     // the row groups per SM (measured: one vector per thread with a ring of three rows in groups
@@ -1400,6 +1639,7 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const T
     if (rms) pl = vec ? plan_backward<T, V, true>(n, rows, device) : plan_backward<T, 1, true>(n, rows, device);
     else pl = vec ? plan_backward<T, V, false>(n, rows, device) : plan_backward<T, 1, false>(n, rows, device);
     p.gs = pl.gs;
+    p.stages = pl.stages;
     if (sums) {
       parts = runtime::Scratch(std::size_t(pl.groups) * p.ld * sizeof(float) * 2, stream);
       p.part_w = grad_weight ? parts.as<float>() : nullptr;

@@ -1,0 +1,70 @@
+// Bulk copies from global into shared memory (sm_90's cp.async.bulk: the copy engine behind TMA,
+// for contiguous bytes, no tensor map) and the transaction barriers that say when they landed.
+//
+// Why: a kernel that holds the rows it works on in registers has as many bytes in flight as its
+// registers can hold, and nothing in flight while it computes. Staging rows in a ring of
+// shared-memory slots instead lets one thread keep the next rows' copies in flight while the
+// others compute on the current one, so the bytes in flight per SM are set by shared memory
+// (~200 KB), not registers.
+//
+// A slot's barrier completes one phase per fill: the issuing thread announces the bytes
+// (expect), issues the copies, and every reader waits for the phase's parity (u & 1 on the
+// slot's u-th fill). Sources and destinations must be 16-byte aligned and sizes multiples of 16.
+// sm_90 only: on older GPUs these trap (launchers never select such kernels there).
+#pragma once
+
+#include <cuda/ptx>
+
+#include <cstdint>
+
+namespace tessera::tile {
+
+struct BulkBarrier {
+  uint64_t* bar;  // in shared memory
+
+  // Once, by one thread; then bulk_barriers_ready() and a block barrier before any use.
+  __device__ __forceinline__ void init() const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cuda::ptx::mbarrier_init(bar, 1);
+#else
+    __trap();
+#endif
+  }
+  // By the issuing thread, before its copies: this phase completes once `bytes` have landed.
+  __device__ __forceinline__ void expect(uint32_t bytes) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                         bar, bytes);
+#else
+    __trap();
+#endif
+  }
+  // Copies `bytes` from global `src` to shared `dst`, counted against this barrier.
+  __device__ __forceinline__ void copy(void* dst, const void* src, uint32_t bytes) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cuda::ptx::cp_async_bulk(cuda::ptx::space_shared, cuda::ptx::space_global, dst, src, bytes, bar);
+#else
+    __trap();
+#endif
+  }
+  // Returns once the phase of the given parity has completed (its bytes are visible).
+  __device__ __forceinline__ void wait(uint32_t parity) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+    }
+#else
+    __trap();
+#endif
+  }
+};
+
+// After init() of a CTA's barriers: makes them visible to the copy engine.
+__device__ __forceinline__ void bulk_barriers_ready() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+#else
+  __trap();
+#endif
+}
+
+}  // namespace tessera::tile
