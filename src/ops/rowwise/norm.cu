@@ -16,9 +16,8 @@
 // thread (__launch_bounds__(1024, 1); 80 for the forward's VPT-4 prefetch tier; the staged
 // backward, whose rows wait in shared memory, takes up to 128 in 512-thread CTAs). ptxas reports
 // small spills (4-48 bytes) in a few kernels, each kept because it measured faster than the
-// spill-free alternative: float32 rms_norm forward at VPT 8 in groups of 32, the backward's
-// ring-of-two tier at VPT 2 (see norm_backward_kernel), and the fp16 LayerNorm staged backward at
-// 32 elements per thread (no bar size). What costs registers besides the row
+// spill-free alternative: float32 rms_norm forward at VPT 8 in groups of 32 and the backward's
+// ring-of-two tier at VPT 2 (see norm_backward_kernel). What costs registers besides the row
 // itself, and how it is kept down: half-type rows stay packed two elements per 32-bit register
 // (Packed); column offsets are 32-bit and, where the group size is a template constant,
 // immediates (Cols); rows sit at a uniform stride (one multiply per row, no 64-bit divisions);
@@ -68,12 +67,13 @@
 // sum_partials_kernel adds the G partial rows per column in a fixed order. dw and db are
 // therefore bit-identical from run to run. The partials are G x N x 8 bytes with G = #SMs: ~4%
 // of the backward's bytes at 4096 rows, written and read back mostly through L2.
-//   sm_90, rows whose x and dy fit three times in ~200 KB (fp32 N <= 8192, 16-bit N <= 16384)
-//   with the 16-byte vector path: norm_backward_staged_kernel, one 512-thread CTA per SM in groups
-//   of 32..512 threads with 16 elements per thread (32 for 16-bit rows over 8192), rows staged
-//   in shared memory by bulk copies; its column sums stay in registers. Measured against the
-//   tiers below (tessera bench, H200): layer_norm bf16 4096 / 8192 / 16384 42.0 / 77.9 / 152.4 ->
-//   35.2 / 64.4 / 120.0 us, fp32 1024 / 4096 22.9 / 61.0 -> 19.7 / 55.6.
+//   sm_90, rows whose x and dy fit three times in ~200 KB (fp32 N <= 8192, bf16 and fp16 RMSNorm
+//   N <= 16384, fp16 LayerNorm N <= 8192) with the 16-byte vector path:
+//   norm_backward_staged_kernel, one 512-thread CTA per SM in groups of 32..512 threads with 16
+//   elements per thread (32 for those 16-bit rows over 4096), rows staged in shared memory by bulk
+//   copies; its column sums stay in registers. Measured against the tiers below (tessera bench,
+//   H200): layer_norm bf16 4096 / 8192 / 16384 42.0 / 77.9 / 152.4 -> 35.2 / 61.3 / 120.0 us, fp32
+//   1024 / 4096 22.9 / 61.0 -> 19.7 / 55.6.
 //   Elsewhere (sm_80, V = 1, longer rows) the register-resident tiers:
 //   One 1024-thread CTA per SM, split into row groups of gs = N / (VPT V) threads; the weight is
 //   copied to shared memory once per CTA; column sums take 2 x VPT x V floats per thread in
@@ -841,7 +841,7 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
 //     read-modify-write per row);
 //   - one pass over the staged row computes the two row sums dx needs AND the row's dw/db terms,
 //     and keeps xhat and w dy as floats; after the reduction dx is one FMA pair per element and
-//     the slot is already free for the next fill. (32 elements per thread, 16-bit rows of 16384:
+//     the slot is already free for the next fill. (32 elements per thread, 16-bit rows over 4096:
 //     those floats do not fit, so the dx pass reads x and dy from the slot again, and the slot
 //     is refilled one row later.)
 // Slot of the group's i-th row: i % p.stages, filled for the (i / p.stages)-th time, so its
@@ -1302,16 +1302,21 @@ BwdPlan<T> plan_staged(int64_t n, int64_t rows, int device) {
     return {};
   } else {
     if (runtime::device_props(device).major < 9) return {};
-    const int64_t per_thread = ceil_div(ceil_div(n, V), 16 / V);  // thread-rows of 16 elements
+    const int64_t nv = ceil_div(n, V);
+    // 16-bit rows over 4096 elements: 32 per thread (at 8192, two groups per CTA instead of one:
+    // layer_norm bf16 63.8 -> 61.3 us, rms_norm 60.8 -> 57.4; at <= 4096 no better or slower).
+    // Not fp16 LayerNorm: its conversions leave it spilling there (8192: 75.0 us against bf16's
+    // 61.3); it keeps 16 per thread to 8192 and the register tiers beyond.
+    if constexpr (std::is_same_v<T, __nv_bfloat16> || (sizeof(T) == 2 && kRms)) {
+      if (nv > 512 && nv <= 256 * 32 / V) return staged_tier<T, V, kRms, 256, 32 / V>(n, rows, device);
+      if (nv > 512 && nv <= 512 * 32 / V) return staged_tier<T, V, kRms, 512, 32 / V>(n, rows, device);
+    }
+    const int64_t per_thread = ceil_div(nv, 16 / V);  // threads of 16 elements
     if (per_thread <= 32) return staged_tier<T, V, kRms, 32>(n, rows, device);
     if (per_thread <= 64) return staged_tier<T, V, kRms, 64>(n, rows, device);
     if (per_thread <= 128) return staged_tier<T, V, kRms, 128>(n, rows, device);
     if (per_thread <= 256) return staged_tier<T, V, kRms, 256>(n, rows, device);
     if (per_thread <= 512) return staged_tier<T, V, kRms, 512>(n, rows, device);
-    // 16-bit rows of up to 16384: 32 elements per thread (float rows that long leave fewer than
-    // three ring slots).
-    if constexpr (sizeof(T) == 2)
-      if (per_thread <= 1024) return staged_tier<T, V, kRms, 512, 32 / V>(n, rows, device);
     return {};
   }
 }
