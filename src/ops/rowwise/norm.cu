@@ -1302,7 +1302,12 @@ BwdPlan<T> staged_tier(int64_t n, int64_t rows, int device) {
   pl.threads = kGs * kSubs;
   pl.stages = stages;
   pl.smem = std::max(kSubs * stages * slot, std::size_t(kSubs) * VPT * V * kGs * sizeof(float));
-  pl.grid = std::min<int64_t>(props.multiProcessorCount, ceil_div(rows, kSubs));
+  // The fewest CTAs (<= one per SM) that give no group more rows than one per SM would: every
+  // group then has the same number of rows, +-1, and the DRAM stays busy to the end (4096 rows:
+  // 128 CTAs of 16 rows per group instead of 132 with 15 or 16; measured 1-3% faster at N = 1024
+  // .. 8192, e.g. layer_norm fp32 4096 55.1-55.8 -> 54.1 us, rms_norm bf16 4096 33.6 -> 33.0).
+  const int64_t per_group = ceil_div(rows, int64_t(props.multiProcessorCount) * kSubs);
+  pl.grid = ceil_div(rows, kSubs * per_group);
   return pl;
 }
 
