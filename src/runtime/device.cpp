@@ -67,6 +67,16 @@ void allow_dynamic_smem(const void* kernel, std::size_t bytes) {
   have = bytes;
 }
 
+std::size_t static_smem_bytes(const void* kernel) {
+  static std::mutex mu;
+  static std::map<const void*, std::size_t> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(kernel); it != cache.end()) return it->second;
+  cudaFuncAttributes attr{};
+  TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  return cache.emplace(kernel, attr.sharedSizeBytes).first->second;
+}
+
 int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, std::size_t, int>, int> cache;

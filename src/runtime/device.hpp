@@ -35,6 +35,10 @@ class DeviceGuard {
 // launch otherwise.
 void allow_dynamic_smem(const void* kernel, std::size_t bytes);
 
+// Bytes of static shared memory `kernel` declares (cached per kernel): what a launcher subtracts
+// from the per-CTA limit before it sizes the dynamic part.
+std::size_t static_smem_bytes(const void* kernel);
+
 // CTAs of `kernel` at `threads` threads and `smem` bytes of dynamic shared memory that fit on one
 // SM of the current device (at least 1), cached per kernel, size and device. Declares the shared
 // memory first (allow_dynamic_smem).

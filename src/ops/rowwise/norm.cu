@@ -885,7 +885,7 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
       if (first + s * stride < p.rows) fill(s, first + s * stride);
 
   // The weight in registers: as floats at 16 elements per thread, packed and converted where
-  // used at 32 (the longest rows).
+  // used at 32.
   constexpr bool kFloatW = E <= 16;
   Packed<T, V> wp[VPT];
   float wf[E], sw[E], sb[E];
@@ -1266,13 +1266,9 @@ BwdPlan<T> backward_tier(int64_t n, int64_t rows, int device) {
   pl.threads = pl.gs * subs;
   pl.smem = std::size_t(kRms ? 1 : 2) * VPT * V * pl.threads * sizeof(float) +
             std::size_t(ceil_div(n * sizeof(T), 16) * 16);
-  static const std::size_t static_smem = [&] {
-    cudaFuncAttributes attr{};
-    TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    return attr.sharedSizeBytes;
-  }();
   const cudaDeviceProp& props = runtime::device_props(device);
-  if (pl.smem + static_smem > props.sharedMemPerBlockOptin) return {};
+  if (pl.smem + runtime::static_smem_bytes(reinterpret_cast<const void*>(kernel)) > props.sharedMemPerBlockOptin)
+    return {};
   pl.kernel = kernel;
   const int nb = runtime::resident_blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), pl.threads, pl.smem);
   pl.grid = std::min<int64_t>(int64_t(props.multiProcessorCount) * nb, ceil_div(rows, subs));
@@ -1286,13 +1282,9 @@ template <class T, int V, bool kRms, int kGs, int VPT = 16 / V>
 BwdPlan<T> staged_tier(int64_t n, int64_t rows, int device) {
   constexpr int kSubs = 512 / kGs;
   const auto kernel = norm_backward_staged_kernel<T, V, VPT, kRms, kGs, kSubs>;
-  static const std::size_t static_smem = [&] {
-    cudaFuncAttributes attr{};
-    TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    return attr.sharedSizeBytes;
-  }();
   const cudaDeviceProp& props = runtime::device_props(device);
-  const std::size_t budget = std::min<std::size_t>(props.sharedMemPerBlockOptin - static_smem, 200 * 1024);
+  const std::size_t budget = std::min<std::size_t>(
+      props.sharedMemPerBlockOptin - runtime::static_smem_bytes(reinterpret_cast<const void*>(kernel)), 200 * 1024);
   const std::size_t slot = 2 * std::size_t(n) * sizeof(T);
   const int stages = static_cast<int>(std::min<std::size_t>(kMaxStages, budget / (kSubs * slot)));
   if (stages < 3) return {};
