@@ -43,6 +43,16 @@ struct BenchCase {
   std::shared_ptr<void> state;  // owns the buffers `run` uses
 };
 
+// What one bench case of (dtype, size) is, computed without allocating anything: make_bench builds
+// its tensors from these shapes, and the Python benchmarks read the same description.
+struct BenchShape {
+  std::vector<std::vector<int64_t>> shapes;  // the input tensors' shapes, main tensor first (the
+                                             // order of the operator's signature)
+  std::string shape;                         // the label reports use, e.g. "[4096, 1024]"
+  double bytes = 0;                          // the fewest bytes the op must move through HBM
+  double flops = 0;                          // floating-point operations (0 for memory-bound ops)
+};
+
 struct OpInfo {
   std::string name;         // "add", "gelu", "gelu_backward"
   std::string family;       // "elementwise"
@@ -52,6 +62,10 @@ struct OpInfo {
   std::function<std::vector<VerifyCase>()> verify_cases;
   // Builds a bench case for dtype and size (elements of the main tensor) on the current device.
   std::function<BenchCase(DType, int64_t)> make_bench;
+  // What `size` means for this op: "elements", or "row length N (rows = min(4096, 2^26 / N))".
+  std::string size_meaning;
+  std::function<BenchShape(DType, int64_t)> bench_shape;  // the source make_bench reads
+  std::function<double(DType)> tolerance;  // the bound on rel_err verify uses for outputs of a dtype
 };
 
 const std::vector<OpInfo>& all_ops();
