@@ -1,6 +1,10 @@
-// Warp and block reductions. Ops are functors so that sum, max and the online-softmax merge
-// (which later row-wise kernels need) share one shuffle tree.
+// Reductions over a warp, a group of warps, a CTA and a cluster of CTAs. Ops are functors, so
+// sums, maxima, sums of pairs, the online-softmax merge and Welford moments (tile/row.cuh) share
+// one shuffle tree. Every form combines in a fixed order: the same bits on every run, and on
+// every thread that receives the result.
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include <cstring>
 
@@ -55,5 +59,84 @@ __device__ __forceinline__ T block_reduce(T v, Op op, T identity, T* scratch) {
 
 template <class T>
 __device__ __forceinline__ T block_sum(T v, T* scratch) { return block_reduce(v, Sum{}, T(0), scratch); }
+
+// Reduction over the gs threads of one row group: a warp (shuffles only), or whole warps of a CTA
+// that meet at named barrier `bar`, so that the groups of one CTA never wait for each other. Warp
+// partials go through slot buffer `buf` (0 or 1) of the group's 2 x 32 `slots` in shared memory.
+// A buffer may be written again once every thread has read it: reductions that alternate buffers
+// get that from the barrier of the one in between; a reduction that reuses the buffer of the
+// previous one passes `fence` for an extra barrier first. A{} must be Op's identity.
+template <class A, class Op = Sum>
+struct GroupReduce {
+  A* slots;
+  int gs, bar, warp;
+  __device__ __forceinline__ A operator()(A v, int buf, bool fence = false) const {
+    v = warp_reduce(v, Op{});
+    if (gs == 32) return v;
+    if (fence) asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
+    A* s = slots + buf * 32;
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) s[warp] = v;
+    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
+    // Up to 8 warp partials: each thread adds them in order from shared memory (broadcast reads,
+    // one round of latency), which is shorter than a butterfly; more: a butterfly over them.
+    const int nw = gs >> 5;
+    if (nw <= 8) {
+      A r = s[0];
+#pragma unroll
+      for (int i = 1; i < 8; ++i)
+        if (i < nw) r = Op{}(r, s[i]);
+      return r;
+    }
+    return warp_reduce(lane < nw ? s[lane] : A{}, Op{});
+  }
+};
+
+// Over all threads of a cluster of CTAs (sm_90). Each CTA reduces its own threads, publishes the
+// result in its shared `slot`, and every thread combines the C published values in rank order,
+// so all CTAs get the same result. `scratch` as for block_reduce; `slot` is one T of shared
+// memory not used for anything else while the call runs.
+template <class T, class Op>
+__device__ __forceinline__ T cluster_reduce(T v, Op op, T identity, T* scratch, T* slot) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  v = block_reduce(v, op, identity, scratch);
+  if (threadIdx.x == 0) *slot = v;
+  cluster.sync();  // every CTA's slot is written
+  const int lane = threadIdx.x & 31;
+  const int ranks = static_cast<int>(cluster.num_blocks());
+  T r = identity;
+  for (int base = 0; base < ranks; base += 32) {  // clusters have at most 16 CTAs: one round
+    T mine = base + lane < ranks ? *cluster.map_shared_rank(slot, base + lane) : identity;
+    r = op(r, warp_reduce(mine, op));
+  }
+  cluster.sync();  // no CTA leaves (freeing its slot) or reuses it while another still reads it
+  return r;
+#else
+  (void)op, (void)identity, (void)scratch, (void)slot;
+  __trap();  // launchers use clusters only on sm_90 and newer
+  return v;
+#endif
+}
+
+// This CTA's rank in its cluster (0 without clusters or before sm_90).
+__device__ __forceinline__ int cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#else
+  return 0;
+#endif
+}
+
+// The reduction over a row group of kind K, one call for the kernels templated on it.
+enum class Scope { warp, block, cluster };
+
+template <Scope K, class U, class Op>
+__device__ __forceinline__ U scope_reduce(U v, Op op, U identity, U* scratch, U* slot) {
+  if constexpr (K == Scope::warp) return warp_reduce(v, op);
+  else if constexpr (K == Scope::block) return block_reduce(v, op, identity, scratch);
+  else return cluster_reduce(v, op, identity, scratch, slot);
+}
 
 }  // namespace tessera::tile

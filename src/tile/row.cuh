@@ -1,58 +1,111 @@
-// Row tiles: one row of a row-wise operator (softmax, a norm) held in registers by a group of
-// threads, and the reductions over that group.
+// Rows: how a group of threads partitions a row held in registers (Frag, tile/frag.cuh), and the
+// per-row accumulators that row-wise operators reduce (sums of pairs, Welford moments, the
+// online-softmax state). The reductions themselves are in tile/reduce.cuh.
 //
-// A group is one warp (several short rows per CTA, no block barrier), a whole CTA, or a cluster of
-// C CTAs on sm_90 (a row too long for one SM's registers is split over C SMs, which exchange their
-// partial results through distributed shared memory, so the row is still read from HBM once).
-//
-// Layout within a row: the group's `base` is the first column of its chunk (rank * chunk for a
-// cluster, 0 otherwise); thread t of G holds VPT vectors of V elements, vector k at columns
-// [base + (k * G + t) * V, ... + V). For a fixed k the group reads G * V consecutive elements:
-// coalesced, 16 bytes per thread when V = 16 / sizeof(T).
+// Layout within a row: thread t of a group of G holds vectors k = 0, 1, ... at columns
+// (k * G + t) * V of the group's chunk: for a fixed k the group reads G * V consecutive elements,
+// coalesced, 16 bytes per thread when V = 16 / sizeof(T). Offsets are 32-bit (a chunk held in
+// registers has at most 1024 x 16 x 8 elements), cheap enough to recompute at each use instead
+// of holding 64-bit addresses per vector in registers.
 #pragma once
 
-#include <cooperative_groups.h>
-
+#include <climits>
 #include <cstdint>
 
-#include "tile/convert.cuh"
+#include "tile/frag.cuh"
+#include "tile/indexing.cuh"
 #include "tile/reduce.cuh"
-#include "tile/vec.cuh"
 
 namespace tessera::tile {
 
 template <int V>
-struct RowPartition {
-  int64_t base;  // first column of this group's (or this CTA's) chunk
-  int t;         // thread index within the group
-  int G;         // threads in the group
-  __device__ __forceinline__ int64_t col(int k) const {
-    return base + (static_cast<int64_t>(k) * G + t) * V;
+struct RowLanes {
+  int t;  // thread within the group
+  int G;  // threads in the group
+  int n;  // valid columns of the row (for in / load / store / param)
+  __device__ __forceinline__ int col(int k) const { return (k * G + t) * V; }
+  // Vector k lies inside the row. Rows whose length is a multiple of V only: a vector is wholly
+  // inside or wholly past the end (others use the windowed accesses of frag.cuh).
+  __device__ __forceinline__ bool in(int k) const { return col(k) < n; }
+  // Vector k of `row`; past the row end every element reads as `fill`.
+  template <class T>
+  __device__ __forceinline__ Frag<T, V> load(const T* row, int k, float fill) const {
+    return in(k) ? load_frag<T, V>(row + col(k)) : splat<T, V>(fill);
   }
-  // Elements of vector k inside a row of n columns: V, fewer at the ragged end, or 0.
-  __device__ __forceinline__ int valid(int k, int64_t n) const {
-    const int64_t left = n - col(k);
-    return left >= V ? V : left > 0 ? static_cast<int>(left) : 0;
+  template <class T>
+  __device__ __forceinline__ void store(T* row, int k, const Frag<T, V>& v) const {
+    if (in(k)) store_frag<T, V>(row + col(k), v);
+  }
+  // Vector k of an optional per-column parameter (weight, bias): with `vec` null, vector 0 of
+  // `dflt` (16 bytes of the default) for every k. Branch-free, so the loads of all k issue
+  // together. `after` is 0 (zero_after): the loads cannot be hoisted above the reduction whose
+  // result it comes from, where they would hold registers through it.
+  template <class T>
+  __device__ __forceinline__ Frag<T, V> param(const T* vec, const T* dflt, int k, float fill, int after) const {
+    const T* base = vec ? vec : dflt;
+    const int c = (vec ? col(k) : 0) + after;
+    return in(k) ? load_frag<T, V>(base + c) : splat<T, V>(fill);
   }
 };
 
-// Loads the thread's VPT vectors of a row of n columns; columns past the end read as `fill`.
-// `row` must be aligned to V elements (16 bytes for the vector width).
-template <int V, int VPT, class T>
-__device__ __forceinline__ void load_row(Vec<T, V> (&frag)[VPT], const T* row, int64_t n,
-                                         const RowPartition<V>& p, T fill) {
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) frag[k] = load_tile<V>(row, p.col(k), n, fill);
+// The valid columns [lo, hi) of a row, relative to the first column (`base`) of the chunk a group
+// works on: 32-bit offsets within a chunk keep the address arithmetic of unrolled accesses short.
+struct Window {
+  int lo, hi;
+};
+
+__device__ __forceinline__ int clamp_col(int64_t c) {
+  return static_cast<int>(c < -1 ? -1 : c > INT_MAX ? INT_MAX : c);
+}
+__device__ __forceinline__ Window window(int64_t base, int64_t lo, int64_t hi) {
+  return {clamp_col(lo - base), clamp_col(hi - base)};
 }
 
-template <int V, int VPT, class T>
-__device__ __forceinline__ void store_row(T* row, int64_t n, const RowPartition<V>& p,
-                                          const Vec<T, V> (&frag)[VPT]) {
+// Offsets of row `row` in NT tensors whose rows are uniformly strided: one multiply each.
+template <int NT>
+__device__ __forceinline__ void row_offsets(const int64_t (&stride)[NT], int64_t row, int64_t (&off)[NT]) {
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) store_tile<V>(row, p.col(k), n, frag[k]);
+  for (int t = 0; t < NT; ++t) off[t] = row * stride[t];
 }
 
-// ---- online softmax ---------------------------------------------------------------------------
+// Where row r starts in NT tensors of any layout; uniformly strided rows (every dense tensor) take
+// one multiply instead of the divisions.
+template <int NT>
+__device__ __forceinline__ void row_offsets(const StridedIndexer<NT>& idx, int64_t r, int64_t (&off)[NT]) {
+  if (idx.ndim == 1) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) off[t] = r * idx.strides[t][0];
+  } else {
+    idx.offsets(r, off);
+  }
+}
+
+// ---- accumulators -------------------------------------------------------------------------------
+// Two sums reduced together (a norm backward's sum(w dy) and sum(w dy xhat)).
+struct Pair {
+  float a, b;
+};
+__device__ __forceinline__ Pair operator+(Pair x, Pair y) { return {x.a + y.a, x.b + y.b}; }
+
+// Count, mean and sum of squared deviations from the mean of a set of values, and Chan's merge of
+// two such sets (Welford's update generalised to sets): a mean and variance in ONE reduction
+// instead of a sum for the mean followed by one of squared deviations from it, with no
+// E[x^2] - E[x]^2 cancellation. The merge is symmetric bit for bit (products rounded separately, d
+// enters squared), so every lane of a butterfly ends with the same result. {0, 0, 0} is the
+// identity.
+struct Moments {
+  float n, mean, m2;
+};
+struct MergeMoments {
+  __device__ __forceinline__ Moments operator()(Moments a, Moments b) const {
+    const float n = a.n + b.n;  // counts are integers < 2^24: exact
+    const float inv = n > 0.0f ? __fdividef(1.0f, n) : 0.0f;
+    const float d = b.mean - a.mean;
+    const float mean = __fadd_rn(__fmul_rn(a.n, a.mean), __fmul_rn(b.n, b.mean)) * inv;
+    return {n, mean, fmaf(d, d * (__fmul_rn(a.n, b.n) * inv), a.m2 + b.m2)};
+  }
+};
+
 // (m, s): the maximum of a set of values and the sum of exp(x - m) over it. Two states merge
 // exactly, in any grouping, so partial results from lanes, warps, CTAs or row chunks combine into
 // the row's (max, sum) in one reduction instead of two (max first, then sum).
@@ -66,17 +119,6 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 // exp(x) on the MUFU (ex2.approx, ~2 ulp): every softmax kernel's one transcendental.
 __device__ __forceinline__ float fast_exp(float x) { return exp2f(x * kLog2e); }
 
-__device__ __forceinline__ SoftmaxState softmax_empty() { return {-INFINITY, 0.0f}; }
-
-// Adds one value (one exp: the sum is rescaled only when the maximum moves). A NaN value makes s
-// NaN, which is how a NaN in a row turns the whole row NaN, as in torch. Kernels that hold a
-// whole row take its maximum first and add exp(x - m) directly; this form is for streaming.
-__device__ __forceinline__ SoftmaxState softmax_add(SoftmaxState a, float x) {
-  if (x > a.m) return {x, fmaf(a.s, fast_exp(a.m - x), 1.0f)};
-  if (a.m == -INFINITY) return x == -INFINITY ? a : SoftmaxState{a.m, NAN};  // x is -inf or NaN
-  return {a.m, a.s + fast_exp(x - a.m)};
-}
-
 struct SoftmaxMerge {
   __device__ __forceinline__ SoftmaxState operator()(SoftmaxState a, SoftmaxState b) const {
     const float m = fmaxf(a.m, b.m);
@@ -85,49 +127,5 @@ struct SoftmaxMerge {
     return {m, a.s * fast_exp(a.m - m) + b.s * fast_exp(b.m - m)};
   }
 };
-
-// ---- group reductions -------------------------------------------------------------------------
-// Over a warp (G = 32): every lane gets the result.
-template <class T, class Op>
-__device__ __forceinline__ T warp_group_reduce(T v, Op op) { return warp_reduce(v, op); }
-
-// Over the CTA: block_reduce (reduce.cuh), with `scratch` of 32 T in shared memory.
-
-// Over all threads of a cluster of CTAs (sm_90). Each CTA reduces its own threads, publishes the
-// result in its shared `slot`, and every thread combines the C published values in rank order,
-// so all CTAs get the same, deterministic result. `scratch` as for block_reduce; `slot` is one T
-// of shared memory not used for anything else while the call runs.
-template <class T, class Op>
-__device__ __forceinline__ T cluster_reduce(T v, Op op, T identity, T* scratch, T* slot) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  v = block_reduce(v, op, identity, scratch);
-  if (threadIdx.x == 0) *slot = v;
-  cluster.sync();  // every CTA's slot is written
-  const int lane = threadIdx.x & 31;
-  const int ranks = static_cast<int>(cluster.num_blocks());
-  T r = identity;
-  for (int base = 0; base < ranks; base += 32) {  // clusters have at most 16 CTAs: one round
-    T mine = base + lane < ranks ? *cluster.map_shared_rank(slot, base + lane) : identity;
-    r = op(r, warp_reduce(mine, op));
-  }
-  cluster.sync();  // no CTA leaves (freeing its slot) or reuses it while another still reads it
-  return r;
-#else
-  (void)op, (void)identity, (void)scratch, (void)slot;
-  __trap();  // launchers use clusters only on sm_90 and newer
-  return v;
-#endif
-}
-
-// This CTA's rank in its cluster (0 without clusters or before sm_90).
-__device__ __forceinline__ int cluster_rank() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#else
-  return 0;
-#endif
-}
 
 }  // namespace tessera::tile

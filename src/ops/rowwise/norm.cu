@@ -143,125 +143,17 @@ constexpr int kStreamUnroll = 4;       // vectors per thread loaded before they 
 constexpr int kSumThreads = 1024, kSumSplit = 32;  // sum_partials_kernel: block, most row slices
 
 // ---- device helpers -------------------------------------------------------------------------
-struct Pair {
-  float a, b;
-};
-__device__ __forceinline__ Pair operator+(Pair x, Pair y) { return {x.a + y.a, x.b + y.b}; }
-
-// Offsets of row `row` in each tensor: the launchers give every row tensor a uniform row stride
-// (gathering the rare layout that has none), so a row's offset is one multiply.
-template <int NT>
-__device__ __forceinline__ void row_offsets(const int64_t (&stride)[NT], int64_t row, int64_t (&off)[NT]) {
-#pragma unroll
-  for (int t = 0; t < NT; ++t) off[t] = row * stride[t];
-}
-
-// Sum over the gs threads of one row group: a warp (shuffles only), or whole warps of a CTA that
-// meet at named barrier `bar`, so that the groups of one CTA never wait for each other. Warp
-// partials go through slot buffer `buf` (0 or 1). A buffer may be written again once every
-// thread has read it: reductions that alternate buffers get that from the barrier of the one in
-// between; a reduction that reuses the buffer of the previous one passes `fence` for an extra
-// barrier first. The order of additions is fixed.
-// Op combines two partials (tile::Sum by default; A{} must be its identity).
-template <class A, class Op = tile::Sum>
-struct GroupSum {
-  A* slots;  // this group's 2 x 32 slots in shared memory
-  int gs, bar, warp;
-  __device__ __forceinline__ A operator()(A v, int buf, bool fence = false) const {
-    v = tile::warp_reduce(v, Op{});
-    if (gs == 32) return v;
-    if (fence) asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
-    A* s = slots + buf * 32;
-    const int lane = threadIdx.x & 31;
-    if (lane == 0) s[warp] = v;
-    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
-    // Up to 8 warp partials: each thread adds them in order from shared memory (broadcast reads,
-    // one round of latency); more: a butterfly over them (5 shuffle rounds). Either way every
-    // thread gets the same bits. (Measured, norm backward: 0.5-0.7 us less per op at bf16 N =
-    // 1024 / 4096 than the butterfly for every group size.)
-    const int nw = gs >> 5;
-    if (nw <= 8) {
-      A r = s[0];
-#pragma unroll
-      for (int i = 1; i < 8; ++i)
-        if (i < nw) r = Op{}(r, s[i]);
-      return r;
-    }
-    return tile::warp_reduce(lane < nw ? s[lane] : A{}, Op{});
-  }
-};
-
-// Count, mean and sum of squared deviations from the mean of a set of values, and Chan's
-// merge of two such sets: LayerNorm's mean and variance in ONE group reduction instead of a
-// sum for the mean followed by one of squared deviations from it. Exact in the sense that
-// matters: no E[x^2] - E[x]^2 cancellation, each part's deviations are taken from its own mean.
-// The merge is symmetric bit for bit (products rounded separately, d enters squared), so every
-// lane of a butterfly ends with the same result and all threads of a row use the same mean and
-// rstd. {0, 0, 0} is the identity.
-struct Moments {
-  float n, mean, m2;
-};
-struct MergeMoments {
-  __device__ __forceinline__ Moments operator()(Moments a, Moments b) const {
-    const float n = a.n + b.n;  // counts are integers < 2^24: exact
-    const float inv = n > 0.0f ? __fdividef(1.0f, n) : 0.0f;
-    const float d = b.mean - a.mean;
-    const float mean = __fadd_rn(__fmul_rn(a.n, a.mean), __fmul_rn(b.n, b.mean)) * inv;
-    return {n, mean, fmaf(d, d * (__fmul_rn(a.n, b.n) * inv), a.m2 + b.m2)};
-  }
-};
-
-// A vector of V elements of T held as 32-bit words. Row fragments stay in this form between
-// their load and their last use: as separate half-type values the compiler would give each
-// element its own register, doubling what a row costs. Elements are converted to float (one
-// shift or cvt) where they are used.
-template <class T, int V>
-struct Packed {
-  static constexpr int kWords = (V * static_cast<int>(sizeof(T)) + 3) / 4;
-  uint32_t w[kWords];
-
-  __device__ __forceinline__ float operator[](int e) const {
-    if constexpr (std::is_same_v<T, float>) {
-      return __uint_as_float(w[e]);
-    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      const uint32_t h = w[e >> 1];
-      return __uint_as_float((e & 1) ? (h & 0xffff0000u) : (h << 16));
-    } else {
-      const uint32_t h = w[e >> 1];
-      return __half2float(__ushort_as_half(static_cast<unsigned short>((e & 1) ? (h >> 16) : (h & 0xffffu))));
-    }
-  }
-};
-
-template <class T>
-__device__ __forceinline__ uint32_t bits16(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  else return __half_as_ushort(__float2half_rn(v));
-}
-
-// Rounds V floats to T.
-template <class T, int V>
-__device__ __forceinline__ Packed<T, V> pack(const float (&f)[V]) {
-  Packed<T, V> r;
-  if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-    for (int e = 0; e < V; ++e) r.w[e] = __float_as_uint(f[e]);
-  } else if constexpr (V == 1) {
-    r.w[0] = bits16<T>(f[0]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < V; e += 2) r.w[e >> 1] = bits16<T>(f[e]) | (bits16<T>(f[e + 1]) << 16);
-  }
-  return r;
-}
-
-template <class T, int V>
-__device__ __forceinline__ Packed<T, V> splat(float v) {
-  float f[V];
-#pragma unroll
-  for (int e = 0; e < V; ++e) f[e] = v;
-  return pack<T, V>(f);
-}
+using tile::Frag;
+using tile::GroupReduce;
+using tile::Moments;
+using tile::MergeMoments;
+using tile::Pair;
+using tile::RowLanes;
+using tile::pack_each;
+using tile::refresh;
+using tile::row_offsets;
+using tile::splat;
+using tile::zero_after;
 
 template <class T, int V>
 __device__ __forceinline__ tile::Vec<T, V> fill_vec(T v) {
@@ -270,85 +162,6 @@ __device__ __forceinline__ tile::Vec<T, V> fill_vec(T v) {
   for (int e = 0; e < V; ++e) r[e] = v;
   return r;
 }
-
-// Whole-vector load and store: V = 16 / sizeof(T) (one 16-byte access) or V = 1.
-template <class T, int V>
-__device__ __forceinline__ Packed<T, V> load_packed(const T* p) {
-  Packed<T, V> r;
-  if constexpr (sizeof(T) * V == 16) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
-  } else if constexpr (sizeof(T) == 4) {
-    r.w[0] = *reinterpret_cast<const uint32_t*>(p);
-  } else {
-    r.w[0] = *reinterpret_cast<const unsigned short*>(p);
-  }
-  return r;
-}
-
-template <class T, int V>
-__device__ __forceinline__ void store_packed(T* p, const Packed<T, V>& v) {
-  if constexpr (sizeof(T) * V == 16) {
-    *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
-  } else if constexpr (sizeof(T) == 4) {
-    *reinterpret_cast<uint32_t*>(p) = v.w[0];
-  } else {
-    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(v.w[0]);
-  }
-}
-
-// 0, in a way the compiler can neither see nor compute before r is known (see refresh).
-__device__ __forceinline__ int zero_after(float r, uint32_t zero) {
-  return static_cast<int>(__float_as_uint(r) & zero);
-}
-
-// Makes a packed row look like a new value to the compiler after a reduction: w ^= (r & zero),
-// with `zero` a kernel argument that is 0 and r the reduction's result, so the compiler can
-// neither fold it nor move it above the reduction. Without it the compiler keeps the row's float
-// conversions from the pass before the reduction alive through it for the pass after (twice
-// the registers of the packed half-type row) and spills. One LOP per word.
-template <class T, int V, int VPT>
-__device__ __forceinline__ void refresh(Packed<T, V> (&x)[VPT], float r, uint32_t zero) {
-  if constexpr (sizeof(T) < 4) {
-    const uint32_t z = __float_as_uint(r) & zero;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-#pragma unroll
-      for (int i = 0; i < Packed<T, V>::kWords; ++i) x[k].w[i] ^= z;
-  }
-}
-
-// Columns of a register-resident row: thread t of a gs-thread group holds vector k at columns
-// [(k * gs + t) * V, + V), tile::RowPartition's layout with 32-bit arithmetic (such rows have at
-// most 1024 x 16 x 8 elements), cheap enough to recompute at each use instead of holding 64-bit
-// addresses per vector in registers. n is a multiple of V (the launchers take V = 1 otherwise),
-// so a vector is wholly inside the row or wholly past its end: no element-wise masks.
-template <int V>
-struct Cols {
-  int t, gs, n;
-  __device__ __forceinline__ int col(int k) const { return (k * gs + t) * V; }
-  __device__ __forceinline__ bool in(int k) const { return col(k) < n; }
-  // Vector k of `row`; past the row end every element reads as `fill`.
-  template <class T>
-  __device__ __forceinline__ Packed<T, V> load(const T* row, int k, float fill) const {
-    return in(k) ? load_packed<T, V>(row + col(k)) : splat<T, V>(fill);
-  }
-  template <class T>
-  __device__ __forceinline__ void store(T* row, int k, const Packed<T, V>& v) const {
-    if (in(k)) store_packed<T, V>(row + col(k), v);
-  }
-  // Vector k of an optional per-column parameter (weight, bias): with `vec` null, vector 0 of
-  // `dflt` (16 bytes of 1s or 0s) for every k. Branch-free, so the loads of all k issue together.
-  // `after` is 0, computed from a reduction's result: the loads cannot be hoisted above the
-  // reduction (where they would hold registers through it).
-  template <class T>
-  __device__ __forceinline__ Packed<T, V> param(const T* vec, const T* dflt, int k, float fill,
-                                                int after) const {
-    const T* base = vec ? vec : dflt;
-    const int c = (vec ? col(k) : 0) + after;
-    return in(k) ? load_packed<T, V>(base + c) : splat<T, V>(fill);
-  }
-};
 
 // 16 bytes of 1.0 and of 0.0 in each storage type: what a missing weight or bias reads.
 __device__ __align__(16) const uint32_t kOnesF32[4] = {0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u};
@@ -413,9 +226,9 @@ void norm_forward_kernel(const FwdParams<T> p) {
   }
 #endif
   const int gs = kGs ? kGs : p.gs, sub = threadIdx.x / gs, subs = blockDim.x / gs;
-  const Cols<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
-  GroupSum<Acc, Op> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
-  auto load_row = [&](Packed<T, V>(&x)[VPT], const T* xr) {
+  const RowLanes<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
+  GroupReduce<Acc, Op> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
+  auto load_row = [&](Frag<T, V>(&x)[VPT], const T* xr) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) x[k] = part.load(xr, k, 0.0f);
   };
@@ -425,7 +238,7 @@ void norm_forward_kernel(const FwdParams<T> p) {
   for (int k = 0; k < VPT; ++k) mine += part.in(k) ? V : 0;
 
   const int64_t first = int64_t(blockIdx.x) * subs + sub;
-  Packed<T, V> x[VPT];
+  Frag<T, V> x[VPT];
   if (kPrefetch && first < p.rows) load_row(x, p.x + first * p.stride[0]);
   // Slot buffers alternate between consecutive reductions of a group: the barrier of the one in
   // between is passed only after every thread has read the buffer (see GroupSum). With one
@@ -434,7 +247,7 @@ void norm_forward_kernel(const FwdParams<T> p) {
   for (int64_t row = first; row < p.rows; row += int64_t(gridDim.x) * subs, buf ^= 1) {
     int64_t off[4];
     row_offsets(p.stride, row, off);
-    Packed<T, V> next[VPT];
+    Frag<T, V> next[VPT];
     if constexpr (kPrefetch) {
       const int64_t nrow = row + int64_t(gridDim.x) * subs;
       if (nrow < p.rows) load_row(next, p.x + nrow * p.stride[0]);
@@ -499,7 +312,7 @@ void norm_forward_kernel(const FwdParams<T> p) {
 
 #pragma unroll
     for (int k0 = 0; k0 < VPT; k0 += KB) {
-      Packed<T, V> w[KB], b[KB];
+      Frag<T, V> w[KB], b[KB];
 #pragma unroll
       for (int j = 0; j < KB; ++j) {
         w[j] = part.param(p.w, ones<T>(), k0 + j, 1.0f, after);
@@ -510,7 +323,7 @@ void norm_forward_kernel(const FwdParams<T> p) {
         float y[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) y[e] = fmaf((x[k0 + j][e] - mean) * rstd, w[j][e], b[j][e]);
-        part.store(p.out + off[1], k0 + j, pack<T, V>(y));
+        part.store(p.out + off[1], k0 + j, pack_each<T, V>(y));
       }
     }
     if (part.t == 0) {
@@ -526,14 +339,14 @@ void norm_forward_kernel(const FwdParams<T> p) {
 
 // load_packed with an L2 policy (tile::l2_policy) where the vector is 16 bytes.
 template <class T, int V>
-__device__ __forceinline__ Packed<T, V> load_packed_hint(const T* p, uint64_t policy) {
+__device__ __forceinline__ Frag<T, V> load_packed_hint(const T* p, uint64_t policy) {
   if constexpr (sizeof(T) * V == 16) {
     const uint4 v = tile::load_16B_hint(p, policy);
-    Packed<T, V> r;
+    Frag<T, V> r;
     r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
     return r;
   } else {
-    return load_packed<T, V>(p);
+    return tile::load_frag<T, V>(p);
   }
 }
 
@@ -559,7 +372,7 @@ __global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(co
   using A = std::conditional_t<kRms, float, Moments>;
   using Op = std::conditional_t<kRms, tile::Sum, MergeMoments>;
   __shared__ A slots[64];
-  const GroupSum<A, Op> reduce{slots, kThreads, 1, int(threadIdx.x >> 5)};
+  const GroupReduce<A, Op> reduce{slots, kThreads, 1, int(threadIdx.x >> 5)};
   const uint64_t keep = tile::l2_policy<tile::L2Hint::kEvictLast>();
   const uint64_t drop = tile::l2_policy<tile::L2Hint::kEvictFirst>();
   const int64_t step = int64_t(kThreads) * V, n = p.n;
@@ -570,11 +383,11 @@ __global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(co
     const T* xr = p.x + off[0];
     A acc{};
     for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += U1 * step) {
-      Packed<T, V> x[U1];
+      Frag<T, V> x[U1];
 #pragma unroll
       for (int u = 0; u < U1; ++u) {
         const int64_t c = c0 + u * step;
-        x[u] = c < n ? load_packed_hint<T, V>(xr + c, keep) : splat<T, V>(0.0f);
+        x[u] = c < n ? tile::load_frag_hint<T, V>(xr + c, keep) : splat<T, V>(0.0f);
       }
       if constexpr (kRms) {
 #pragma unroll
@@ -614,14 +427,14 @@ __global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(co
       rstd = rsqrtf(acc.m2 * p.inv_n + p.eps);
     }
     for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += U2 * step) {
-      Packed<T, V> x[U2], w[U2], b[U2];
+      Frag<T, V> x[U2], w[U2], b[U2];
 #pragma unroll
       for (int u = 0; u < U2; ++u) {
         const int64_t c = c0 + u * step;
         const bool in = c < n;
-        x[u] = in ? load_packed_hint<T, V>(xr + c, drop) : splat<T, V>(0.0f);
-        w[u] = in && p.w ? load_packed<T, V>(p.w + c) : splat<T, V>(1.0f);
-        b[u] = in && p.b ? load_packed<T, V>(p.b + c) : splat<T, V>(0.0f);
+        x[u] = in ? tile::load_frag_hint<T, V>(xr + c, drop) : splat<T, V>(0.0f);
+        w[u] = in && p.w ? tile::load_frag<T, V>(p.w + c) : splat<T, V>(1.0f);
+        b[u] = in && p.b ? tile::load_frag<T, V>(p.b + c) : splat<T, V>(0.0f);
       }
 #pragma unroll
       for (int u = 0; u < U2; ++u) {
@@ -630,7 +443,7 @@ __global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(co
         float y[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) y[e] = fmaf((x[u][e] - mean) * rstd, w[u][e], b[u][e]);
-        store_packed<T, V>(p.out + off[1] + c, pack<T, V>(y));
+        tile::store_frag<T, V>(p.out + off[1] + c, pack_each<T, V>(y));
       }
     }
     if (threadIdx.x == 0) {
@@ -723,12 +536,12 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
   __shared__ Pair slots[kBarrierGroups][2][32];
   constexpr int E = VPT * V, kPlanes = kRms ? 1 : 2;
   const int gs = kGs ? kGs : p.gs, sub = threadIdx.x / gs, subs = blockDim.x / gs;
-  const Cols<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
-  GroupSum<Pair> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
+  const RowLanes<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
+  GroupReduce<Pair> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
   const bool want_w = p.part_w != nullptr, want_b = !kRms && p.part_b != nullptr;
 
   struct Row {
-    Packed<T, V> x[VPT], dy[VPT];
+    Frag<T, V> x[VPT], dy[VPT];
     float mean, rstd;
   };
   // x, dy and the statistics of a row.
@@ -758,10 +571,10 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
   // where it is used: registers are for the rows.
   T* sw = reinterpret_cast<T*>(dyn + kPlanes * plane * subs);
   for (int c = threadIdx.x * V; c < part.n; c += blockDim.x * V)
-    store_packed<T, V>(sw + c, p.w ? load_packed<T, V>(p.w + c) : splat<T, V>(1.0f));
+    tile::store_frag<T, V>(sw + c, p.w ? tile::load_frag<T, V>(p.w + c) : splat<T, V>(1.0f));
   __syncthreads();
   auto weight = [&](int k, int after) {
-    return part.in(k) ? load_packed<T, V>(sw + part.col(k) + after) : splat<T, V>(1.0f);
+    return part.in(k) ? tile::load_frag<T, V>(sw + part.col(k) + after) : splat<T, V>(1.0f);
   };
 
   // dx of one row and its contributions to the column sums.
@@ -772,7 +585,7 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
     if (p.dx) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        const Packed<T, V> w = weight(k, zero_after(cur.rstd, p.zero));
+        const Frag<T, V> w = weight(k, zero_after(cur.rstd, p.zero));
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const float xh = (cur.x[k][e] - cur.mean) * cur.rstd;
@@ -789,14 +602,14 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (p.dx) {
-        const Packed<T, V> w = weight(k, after);
+        const Frag<T, V> w = weight(k, after);
         float g[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const float xh = (cur.x[k][e] - cur.mean) * cur.rstd;
           g[e] = cur.rstd * (cur.dy[k][e] * w[e] - ma - xh * mb);
         }
-        part.store(p.dx + row * p.stride[2], k, pack<T, V>(g));
+        part.store(p.dx + row * p.stride[2], k, pack_each<T, V>(g));
       }
       // Column sums Q elements at a time, so that few floats are live at once.
       constexpr int Q = ColumnSums<VPT, V>::Q;
@@ -856,8 +669,8 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
   __shared__ Pair slots[kSubs][2][32];
   constexpr int E = VPT * V;
   const int sub = threadIdx.x / kGs, stages = p.stages;
-  const Cols<V> part{static_cast<int>(threadIdx.x) - sub * kGs, kGs, static_cast<int>(p.n)};
-  const GroupSum<Pair> sum{slots[sub][0], kGs, 1 + sub, part.t >> 5};
+  const RowLanes<V> part{static_cast<int>(threadIdx.x) - sub * kGs, kGs, static_cast<int>(p.n)};
+  const GroupReduce<Pair> sum{slots[sub][0], kGs, 1 + sub, part.t >> 5};
   const bool want_w = p.part_w != nullptr, want_b = !kRms && p.part_b != nullptr;
   const bool leader = part.t == 0;
   const uint32_t row_bytes = static_cast<uint32_t>(p.n * sizeof(T));
@@ -887,11 +700,11 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
   // The weight in registers: as floats at 16 elements per thread, packed and converted where
   // used at 32.
   constexpr bool kFloatW = E <= 16;
-  Packed<T, V> wp[VPT];
+  Frag<T, V> wp[VPT];
   float wf[E], sw[E], sb[E];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-    wp[k] = part.in(k) && p.w ? load_packed<T, V>(p.w + part.col(k)) : splat<T, V>(1.0f);
+    wp[k] = part.in(k) && p.w ? tile::load_frag<T, V>(p.w + part.col(k)) : splat<T, V>(1.0f);
 #pragma unroll
     for (int e = 0; e < V; ++e) wf[k * V + e] = wp[k][e], sw[k * V + e] = 0.0f, sb[k * V + e] = 0.0f;
   }
@@ -929,8 +742,8 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const bool in = part.in(k);
-      const Packed<T, V> xv = in ? load_packed<T, V>(xs + part.col(k)) : splat<T, V>(0.0f);
-      const Packed<T, V> dv = in ? load_packed<T, V>(dys + part.col(k)) : splat<T, V>(0.0f);
+      const Frag<T, V> xv = in ? tile::load_frag<T, V>(xs + part.col(k)) : splat<T, V>(0.0f);
+      const Frag<T, V> dv = in ? tile::load_frag<T, V>(dys + part.col(k)) : splat<T, V>(0.0f);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const float d = dv[e], xhat = fmaf(xv[e], rstd, shift), gw = d * w(k, e);
@@ -962,8 +775,8 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         if (!part.in(k)) continue;
-        Packed<T, V> xv, dv;
-        if constexpr (!kKeep) xv = load_packed<T, V>(xs + part.col(k)), dv = load_packed<T, V>(dys + part.col(k));
+        Frag<T, V> xv, dv;
+        if constexpr (!kKeep) xv = tile::load_frag<T, V>(xs + part.col(k)), dv = tile::load_frag<T, V>(dys + part.col(k));
         float out[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) {
@@ -971,7 +784,7 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
           const float gw = kKeep ? g[k * V + e] : dv[e] * w(k, e);
           out[e] = fmaf(fmaf(-xhat, mb, gw), rstd, c);
         }
-        store_packed<T, V>(p.dx + row * p.stride[2] + part.col(k), pack<T, V>(out));
+        tile::store_frag<T, V>(p.dx + row * p.stride[2] + part.col(k), pack_each<T, V>(out));
       }
     }
     mean = mean_next, rstd = rstd_next;

@@ -84,163 +84,8 @@
 namespace tessera {
 namespace {
 
-// ---- row fragments in registers ---------------------------------------------------------------------
-// V elements of T held as the 32-bit words that contain them: four words for a 16-byte vector, one
-// (low bits) for a single element. Fragments stay packed from load to store: as separate 16-bit
-// values the compiler gives every element a register of its own, and a row of 8 vectors per thread
-// no longer fits in 64 registers.
-template <class T, int V>
-struct Frag {
-  static constexpr int kWords = V * sizeof(T) >= 4 ? V * static_cast<int>(sizeof(T)) / 4 : 1;
-  uint32_t w[kWords];
-};
-
-template <class T> __device__ __forceinline__ uint32_t to_bits(T x);
-template <> __device__ __forceinline__ uint32_t to_bits(float x) { return __float_as_uint(x); }
-template <> __device__ __forceinline__ uint32_t to_bits(__half x) { return __half_as_ushort(x); }
-template <> __device__ __forceinline__ uint32_t to_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
-
-template <class T> __device__ __forceinline__ T from_bits(uint32_t b);
-template <> __device__ __forceinline__ float from_bits(uint32_t b) { return __uint_as_float(b); }
-template <> __device__ __forceinline__ __half from_bits(uint32_t b) { return __ushort_as_half(static_cast<unsigned short>(b)); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_bits(uint32_t b) {
-  return __ushort_as_bfloat16(static_cast<unsigned short>(b));
-}
-
-template <class T> __device__ __forceinline__ uint32_t neg_inf_bits() {
-  if constexpr (std::is_same_v<T, float>) return 0xff800000u;
-  else if constexpr (std::is_same_v<T, __half>) return 0xfc00u;
-  else return 0xff80u;
-}
-
-// Element e as float: one shift or mask (bf16), one cvt (fp16), nothing (fp32).
-template <class T, int V>
-__device__ __forceinline__ float get(const Frag<T, V>& f, int e) {
-  if constexpr (sizeof(T) == 4) {
-    return __uint_as_float(f.w[e]);
-  } else {
-    const uint32_t w = f.w[e / 2];
-    const bool high = V > 1 && (e & 1);
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(high ? w & 0xffff0000u : w << 16);
-    else return __half2float(from_bits<__half>(high ? w >> 16 : w));
-  }
-}
-
-// V floats rounded to T (16-bit types two at a time, one cvt for the pair).
-template <class T, int V>
-__device__ __forceinline__ Frag<T, V> pack(const float (&v)[V]) {
-  Frag<T, V> f;
-  if constexpr (sizeof(T) == 4) {
-#pragma unroll
-    for (int e = 0; e < V; ++e) f.w[e] = __float_as_uint(v[e]);
-  } else if constexpr (V == 1) {
-    f.w[0] = to_bits(tile::from_float<T>(v[0]));
-  } else {
-#pragma unroll
-    for (int e = 0; e < V; e += 2) {
-      uint32_t w;
-      if constexpr (std::is_same_v<T, __half>) {
-        const __half2 h = __floats2half2_rn(v[e], v[e + 1]);
-        memcpy(&w, &h, 4);
-      } else {
-        const __nv_bfloat162 h = __floats2bfloat162_rn(v[e], v[e + 1]);
-        memcpy(&w, &h, 4);
-      }
-      f.w[e / 2] = w;
-    }
-  }
-  return f;
-}
-
-// Elements [c, c + V) of an aligned frame of which columns [lo, hi) are valid; the others read as
-// the element with bits `fill`. Whole 16-byte accesses except at the two ends of the window.
-template <class T, int V>
-__device__ __forceinline__ Frag<T, V> load_frag(const T* frame, int c, int lo, int hi, uint32_t fill) {
-  Frag<T, V> f;
-  if constexpr (V == 1) {
-    f.w[0] = c >= lo && c < hi ? to_bits(frame[c]) : fill;
-  } else if (c >= lo && c + V <= hi) {
-    const auto v = tile::load<4>(reinterpret_cast<const uint32_t*>(frame + c));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f.w[i] = v[i];
-  } else {
-    constexpr int kPer = 4 / sizeof(T);  // elements per word
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t w = 0;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int col = c + i * kPer + j;
-        w |= (col >= lo && col < hi ? to_bits(frame[col]) : fill) << (16 * j);
-      }
-      f.w[i] = w;
-    }
-  }
-  return f;
-}
-
-template <class T, int V>
-__device__ __forceinline__ void store_frag(T* frame, int c, int lo, int hi, const Frag<T, V>& f) {
-  if constexpr (V == 1) {
-    if (c >= lo && c < hi) frame[c] = from_bits<T>(f.w[0]);
-  } else if (c >= lo && c + V <= hi) {
-    tile::store_16B(frame + c, f.w[0], f.w[1], f.w[2], f.w[3]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < V; ++e)
-      if (c + e >= lo && c + e < hi) frame[c + e] = from_bits<T>(sizeof(T) == 4 ? f.w[e] : f.w[e / 2] >> (16 * (e & 1)));
-  }
-}
-
-// A row's misalignment in elements. A row that does not start on a 16-byte boundary (row r of an
-// odd-length row-major tensor starts r * n elements in) is read through the aligned frame that
-// contains it, frame = row - lead, as frame columns [lead, lead + n): only the vectors at the two
-// ends split into element accesses. Tensors whose rows share the misalignment share the layout.
-template <int V, class T>
-__device__ __forceinline__ int row_lead(const T* row) {
-  if constexpr (V == 1) return 0;
-  else return static_cast<int>((reinterpret_cast<uintptr_t>(row) / sizeof(T)) % V);
-}
-
-// Max over U fragments and m, taken in the storage type (max is exact there: no conversions, one
-// max.bf16x2 or max.f16x2 per word). Like fmaxf it skips NaN; NaN reaches the sum instead.
-template <class T, int V, int U>
-__device__ __forceinline__ float frag_max(const Frag<T, V> (&f)[U], float m) {
-  constexpr int W = Frag<T, V>::kWords;
-  if constexpr (sizeof(T) == 4) {
-    float mw[W];
-#pragma unroll
-    for (int i = 0; i < W; ++i) mw[i] = m;
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int i = 0; i < W; ++i) mw[i] = fmaxf(mw[i], __uint_as_float(f[u].w[i]));
-#pragma unroll
-    for (int i = 1; i < W; ++i) m = fmaxf(m, mw[i]);
-    return fmaxf(m, mw[0]);
-  } else if constexpr (V == 1) {
-    T acc = from_bits<T>(f[0].w[0]);
-#pragma unroll
-    for (int u = 1; u < U; ++u) acc = __hmax(acc, from_bits<T>(f[u].w[0]));
-    return fmaxf(m, tile::to_float(acc));
-  } else {
-    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-    T2 acc[W];
-#pragma unroll
-    for (int i = 0; i < W; ++i) memcpy(&acc[i], &f[0].w[i], 4);
-#pragma unroll
-    for (int u = 1; u < U; ++u)
-#pragma unroll
-      for (int i = 0; i < W; ++i) {
-        T2 x;
-        memcpy(&x, &f[u].w[i], 4);
-        acc[i] = __hmax2(acc[i], x);
-      }
-#pragma unroll
-    for (int i = 1; i < W; ++i) acc[0] = __hmax2(acc[0], acc[i]);
-    return fmaxf(m, fmaxf(tile::to_float(acc[0].x), tile::to_float(acc[0].y)));
-  }
-}
+using tile::Frag;
+using tile::pack;
 
 // ---- the four operators -------------------------------------------------------------------------
 // Each is a policy: kIn tensors read per element (slot 0 is the one the output may alias), a row
@@ -253,14 +98,14 @@ struct SoftmaxForward {
   using Acc = tile::SoftmaxState;
   using Merge = tile::SoftmaxMerge;
   __device__ static Acc identity() { return {-INFINITY, 0.0f}; }
-  template <class T> __device__ static uint32_t fill() { return neg_inf_bits<T>(); }
+  template <class T> __device__ static uint32_t fill() { return tile::neg_inf_bits<T>(); }
 
   // The fragments' max first, then one exp each. With a max of -inf (nothing but -inf and NaN so
   // far) the exps are taken against 0, so -inf adds 0 rather than exp(-inf + inf) = NaN, and NaN
   // makes the sum NaN. A +inf max gives exp(inf - inf) = NaN for the +inf element, as in torch.
   template <int V, int U, class T>
   __device__ static Acc add(Acc a, const Frag<T, V> (&in)[1][U]) {
-    const float m = frag_max(in[0], a.m);
+    const float m = tile::frag_max(in[0], a.m);
     const float base = m == -INFINITY ? 0.0f : m;
     float sv[V];
 #pragma unroll
@@ -268,7 +113,7 @@ struct SoftmaxForward {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int e = 0; e < V; ++e) sv[e] += tile::fast_exp(get(in[0][u], e) - base);
+      for (int e = 0; e < V; ++e) sv[e] += tile::fast_exp(in[0][u][e] - base);
     float s = a.m == m ? a.s : a.s * tile::fast_exp(a.m - m);
 #pragma unroll
     for (int e = 0; e < V; ++e) s += sv[e];
@@ -311,8 +156,8 @@ struct SoftmaxBackwardOp {
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const float g = get(in[0][u], e);
-        sv[e] = Log ? sv[e] + g : fmaf(g, get(in[1][u], e), sv[e]);
+        const float g = in[0][u][e];
+        sv[e] = Log ? sv[e] + g : fmaf(g, in[1][u][e], sv[e]);
       }
 #pragma unroll
     for (int e = 0; e < V; ++e) a += sv[e];
@@ -333,7 +178,7 @@ template <class Op> inline constexpr int kSplitVpt = kVpt<Op> / 2;
 template <class Op> inline constexpr int kSplitVptScalar = kVptScalar<Op> / 2;
 
 // ---- kernels --------------------------------------------------------------------------------------
-enum class Group { warp, block, cluster };
+using tile::Scope;
 
 constexpr int kWarpCtaThreads = 128;  // warp path: 4 rows per CTA
 constexpr int kSplitThreads = 512;
@@ -362,25 +207,6 @@ struct RowArgs {
   uint32_t zero;                       // always 0, unknown to the compiler; see apply()
 };
 
-// Uniformly strided rows (every dense tensor) take one multiply instead of the divisions.
-template <int NT>
-__device__ __forceinline__ void row_offsets(const tile::StridedIndexer<NT>& idx, int64_t r,
-                                            int64_t (&off)[NT]) {
-  if (idx.ndim == 1) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) off[t] = r * idx.strides[t][0];
-  } else {
-    idx.offsets(r, off);
-  }
-}
-
-template <Group K, class U, class Op>
-__device__ __forceinline__ U group_reduce(U v, Op op, U identity, U* scratch, U* slot) {
-  if constexpr (K == Group::warp) return tile::warp_reduce(v, op);
-  else if constexpr (K == Group::block) return tile::block_reduce(v, op, identity, scratch);
-  else return tile::cluster_reduce(v, op, identity, scratch, slot);
-}
-
 // Replaces slot 0 of f by the outputs. `zero` (a kernel argument that is always 0) is mixed into
 // 16-bit words first: it makes these conversions differ, for the compiler, from the identical ones
 // in add(), which it would otherwise keep from before the group reduction, holding every element
@@ -393,75 +219,55 @@ __device__ __forceinline__ void apply(const typename Op::Row& row, Frag<T, V> (&
 #pragma unroll
     for (int k = 0; k < Op::kIn; ++k) {
       x[k] = f[k][u];
-      if constexpr (sizeof(T) == 2)
-#pragma unroll
-        for (int i = 0; i < Frag<T, V>::kWords; ++i) x[k].w[i] ^= zero;
+      tile::make_opaque(x[k], zero);
     }
     float o[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       float v[Op::kIn];
 #pragma unroll
-      for (int k = 0; k < Op::kIn; ++k) v[k] = get(x[k], e);
+      for (int k = 0; k < Op::kIn; ++k) v[k] = x[k][e];
       o[e] = Op::out(row, v);
     }
     f[0][u] = pack<T, V>(o);
   }
 }
 
-// Thread t of a group of G holds vectors u = 0, 1, ... at columns (u * G + t) * V of the group's
-// chunk: for a fixed u the group reads G * V consecutive elements, 16 bytes per thread.
-template <int V>
-struct Lanes {
-  int t, G;
-  __device__ __forceinline__ int col(int u) const { return (u * G + t) * V; }
-};
-
-// The valid columns [lo, hi) of a row, relative to the first column (`base`) of the chunk a group
-// works on: 32-bit offsets within a chunk keep the address arithmetic of the unrolled accesses
-// short. `lo`, `hi` are frame columns of the row (the row, cut to a part on the split path).
-struct Window {
-  int lo, hi;
-};
-
-__device__ __forceinline__ int clamp_col(int64_t c) { return static_cast<int>(c < -1 ? -1 : c > INT_MAX ? INT_MAX : c); }
-__device__ __forceinline__ Window window(int64_t base, int64_t lo, int64_t hi) {
-  return {clamp_col(lo - base), clamp_col(hi - base)};
-}
-
 // Loads the thread's U fragments of each input, or of the first `inputs` only (the split path's
 // reduction skips what Op::add does not read); `at` is the chunk's first column in the frames.
 template <class Op, int V, int U, class T>
 __device__ __forceinline__ void load_frags(Frag<T, V> (&f)[Op::kIn][U], const RowArgs<T, Op::kIn>& a,
-                                           const int64_t* off, int64_t at, const Window& w, const Lanes<V>& p,
+                                           const int64_t* off, int64_t at, const tile::Window& w, const tile::RowLanes<V>& p,
                                            int inputs = Op::kIn) {
 #pragma unroll
   for (int k = 0; k < Op::kIn; ++k) {
     if (k >= inputs) break;
     const T* frame = a.in[k] + off[k + 1] + at;
 #pragma unroll
-    for (int u = 0; u < U; ++u) f[k][u] = load_frag<T, V>(frame, p.col(u), w.lo, w.hi, Op::template fill<T>());
+    for (int u = 0; u < U; ++u) f[k][u] = tile::load_frag_window<T, V>(frame, p.col(u), w.lo, w.hi, Op::template fill<T>());
   }
 }
 
 // A thread whose vectors are all whole (every one of an aligned row's, but its ends) takes one
 // test and U plain 16-byte stores; only threads at a ragged end test every vector.
 template <int V, int U, class T>
-__device__ __forceinline__ void store_frags(T* frame, const Window& w, const Lanes<V>& p, const Frag<T, V> (&f)[U]) {
-  if (V > 1 && p.col(0) >= w.lo && p.col(U - 1) + V <= w.hi) {
+__device__ __forceinline__ void store_frags(T* frame, const tile::Window& w, const tile::RowLanes<V>& p, const Frag<T, V> (&f)[U]) {
+  if constexpr (V > 1) {
+    if (p.col(0) >= w.lo && p.col(U - 1) + V <= w.hi) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) tile::store_16B(frame + p.col(u), f[u].w[0], f[u].w[1], f[u].w[2], f[u].w[3]);
-    return;
+      for (int u = 0; u < U; ++u) tile::store_frag_16B(frame + p.col(u), f[u]);
+      return;
+    }
   }
 #pragma unroll
-  for (int u = 0; u < U; ++u) store_frag<T, V>(frame, p.col(u), w.lo, w.hi, f[u]);
+  for (int u = 0; u < U; ++u) tile::store_frag_window<T, V>(frame, p.col(u), w.lo, w.hi, f[u]);
 }
 
 // Row path: one row per warp, CTA or cluster (`cluster` CTAs, launched as a cluster), held in
 // registers from load to store. Rows are taken grid-stride so any row count fits in the grid.
-template <class Op, class T, int V, int VPT, Group K>
-__global__ void __launch_bounds__(K == Group::warp ? kWarpCtaThreads : K == Group::cluster ? kClusterMaxThreads<T> : 1024,
-                                  K == Group::warp ? 8 : K == Group::cluster ? kClusterMinBlocks<Op, T> : 1)
+template <class Op, class T, int V, int VPT, Scope K>
+__global__ void __launch_bounds__(K == Scope::warp ? kWarpCtaThreads : K == Scope::cluster ? kClusterMaxThreads<T> : 1024,
+                                  K == Scope::warp ? 8 : K == Scope::cluster ? kClusterMinBlocks<Op, T> : 1)
 rows_kernel(RowArgs<T, Op::kIn> a, int cluster) {
   constexpr int NIN = Op::kIn;
   using Acc = typename Op::Acc;
@@ -469,7 +275,7 @@ rows_kernel(RowArgs<T, Op::kIn> a, int cluster) {
   __shared__ Acc slot;
   int t, G;
   int64_t first, step, base = 0;
-  if constexpr (K == Group::warp) {
+  if constexpr (K == Scope::warp) {
     constexpr int kWarps = kWarpCtaThreads / 32;
     t = threadIdx.x & 31;
     G = 32;
@@ -480,23 +286,23 @@ rows_kernel(RowArgs<T, Op::kIn> a, int cluster) {
     G = blockDim.x;
     first = blockIdx.x / cluster;
     step = gridDim.x / cluster;
-    if constexpr (K == Group::cluster) base = static_cast<int64_t>(tile::cluster_rank()) * G * VPT * V;
+    if constexpr (K == Scope::cluster) base = static_cast<int64_t>(tile::cluster_rank()) * G * VPT * V;
   }
-  const Lanes<V> p{t, G};
+  const tile::RowLanes<V> p{t, G, 0};
   for (int64_t r = first; r < a.rows; r += step) {
     int64_t off[NIN + 1];
-    row_offsets(a.idx, r, off);
-    const int lead = row_lead<V>(a.out + off[0]);  // the same in every tensor (checked on the host)
-    const Window w = window(base, lead, lead + a.n);
+    tile::row_offsets(a.idx, r, off);
+    const int lead = tile::row_lead<V>(a.out + off[0]);  // the same in every tensor (checked on the host)
+    const tile::Window w = tile::window(base, lead, lead + a.n);
     Frag<T, V> f[NIN][VPT];
     load_frags<Op>(f, a, off, base - lead, w, p);
     T* out = a.out + off[0] + (base - lead);
     Acc acc = Op::add(Op::identity(), f);
-    acc = group_reduce<K>(acc, typename Op::Merge{}, Op::identity(), scratch, &slot);
+    acc = tile::scope_reduce<K>(acc, typename Op::Merge{}, Op::identity(), scratch, &slot);
     apply<Op>(Op::finish(acc), f, a.zero);
     // The store addresses are computed afresh (from t + 0, opaque to the compiler) rather than
     // kept from the loads across the reduction: VPT 64-bit addresses would not fit beside the row.
-    store_frags(out, w, Lanes<V>{t + static_cast<int>(a.zero), G}, f[0]);
+    store_frags(out, w, tile::RowLanes<V>{t + static_cast<int>(a.zero), G, 0}, f[0]);
   }
 }
 
@@ -512,14 +318,14 @@ split_reduce_kernel(RowArgs<T, Op::kIn> a, int64_t parts, int64_t span, typename
   for (int64_t item = blockIdx.x; item < a.rows * parts; item += gridDim.x) {
     const int64_t r = item / parts, begin = (item - r * parts) * span;
     int64_t off[NIN + 1];
-    row_offsets(a.idx, r, off);
-    const int lead = row_lead<V>(a.out + off[0]);
+    tile::row_offsets(a.idx, r, off);
+    const int lead = tile::row_lead<V>(a.out + off[0]);
     const int64_t lo = begin > lead ? begin : lead, hi = lead + a.n < begin + span ? lead + a.n : begin + span;
-    const Lanes<V> p{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+    const tile::RowLanes<V> p{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), 0};
     Acc acc = Op::identity();
     for (int64_t b = begin; b < hi; b += step) {
       Frag<T, V> f[NIN][U];
-      load_frags<Op>(f, a, off, b - lead, window(b, lo, hi), p, Op::kReduceIn);
+      load_frags<Op>(f, a, off, b - lead, tile::window(b, lo, hi), p, Op::kReduceIn);
       acc = Op::add(acc, f);
     }
     acc = tile::block_reduce(acc, typename Op::Merge{}, Op::identity(), scratch);
@@ -543,17 +349,17 @@ split_write_kernel(RowArgs<T, Op::kIn> a, int64_t parts, int64_t span, const typ
     for (int64_t i = threadIdx.x; i < parts; i += blockDim.x) acc = merge(acc, partial[r * parts + i]);
     const auto row = Op::finish(tile::block_reduce(acc, merge, Op::identity(), scratch));
     int64_t off[NIN + 1];
-    row_offsets(a.idx, r, off);
+    tile::row_offsets(a.idx, r, off);
     T* out = a.out + off[0];
-    const int lead = row_lead<V>(out);
+    const int lead = tile::row_lead<V>(out);
     const int64_t lo = begin > lead ? begin : lead, hi = lead + a.n < begin + span ? lead + a.n : begin + span;
-    const Lanes<V> p{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+    const tile::RowLanes<V> p{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), 0};
     for (int64_t b = begin; b < hi; b += step) {
-      const Window w = window(b, lo, hi);
+      const tile::Window w = tile::window(b, lo, hi);
       Frag<T, V> f[NIN][U];
       load_frags<Op>(f, a, off, b - lead, w, p);
       apply<Op>(row, f, a.zero);
-      store_frags(out + (b - lead), w, Lanes<V>{p.t + static_cast<int>(a.zero), p.G}, f[0]);
+      store_frags(out + (b - lead), w, tile::RowLanes<V>{p.t + static_cast<int>(a.zero), p.G, 0}, f[0]);
     }
   }
 }
@@ -567,7 +373,7 @@ __global__ void __launch_bounds__(kColumnThreads, 4) columns_kernel(RowArgs<T, O
   for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < a.rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t off[NIN + 1];
-    row_offsets(a.idx, r, off);
+    tile::row_offsets(a.idx, r, off);
     typename Op::Acc acc = Op::identity();
     for (int64_t c = 0; c < a.n; c += U) {
       Frag<T, 1> f[NIN][U];
@@ -575,16 +381,16 @@ __global__ void __launch_bounds__(kColumnThreads, 4) columns_kernel(RowArgs<T, O
       for (int k = 0; k < NIN; ++k)
 #pragma unroll
         for (int u = 0; u < U; ++u)
-          f[k][u].w[0] = c + u < a.n ? to_bits(a.in[k][off[k + 1] + (c + u) * a.stride[k + 1]]) : fill;
+          f[k][u].w[0] = c + u < a.n ? tile::to_bits(a.in[k][off[k + 1] + (c + u) * a.stride[k + 1]]) : fill;
       acc = Op::add(acc, f);
     }
     const auto row = Op::finish(acc);
     for (int64_t c = 0; c < a.n; ++c) {
       Frag<T, 1> f[NIN][1];
 #pragma unroll
-      for (int k = 0; k < NIN; ++k) f[k][0].w[0] = to_bits(a.in[k][off[k + 1] + c * a.stride[k + 1]]);
+      for (int k = 0; k < NIN; ++k) f[k][0].w[0] = tile::to_bits(a.in[k][off[k + 1] + c * a.stride[k + 1]]);
       apply<Op>(row, f, 0u);
-      a.out[off[0] + c * a.stride[0]] = from_bits<T>(f[0][0].w[0]);
+      a.out[off[0] + c * a.stride[0]] = tile::from_bits<T>(f[0][0].w[0]);
     }
   }
 }
@@ -672,14 +478,14 @@ int resident_ctas(K* kernel, int threads) {
 // resident CTAs, each looping over rows): a row of a few KB takes less time to move than a CTA
 // takes to launch and retire (bf16 4096 x 4096 on 64-thread CTAs: 62% of copy one CTA per row,
 // 66% persistent).
-template <class Op, class T, int V, int VPT, Group K>
+template <class Op, class T, int V, int VPT, Scope K>
 void launch_rows(const RowArgs<T, Op::kIn>& a, int threads, int cluster, cudaStream_t s) {
   auto* kernel = rows_kernel<Op, T, V, VPT, K>;
-  if constexpr (K == Group::warp) {
+  if constexpr (K == Scope::warp) {
     const int64_t ctas = std::min<int64_t>(ceil_div(a.rows, kWarpCtaThreads / 32),
                                            resident_ctas(kernel, kWarpCtaThreads));
     kernel<<<grid_cap(ctas), kWarpCtaThreads, 0, s>>>(a, 1);
-  } else if constexpr (K == Group::block) {
+  } else if constexpr (K == Scope::block) {
     // Measured: CTAs of >= 128 threads do better one per row (a new CTA starts loading as soon as
     // one retires), smaller ones persistent.
     const int64_t ctas = threads >= 128 ? a.rows
@@ -753,7 +559,7 @@ RowPlan plan_rows(int64_t rows, int64_t nv, bool vec, int device) {
     // lengths on the split path against 3 on a cluster; clusters of 16 move so little of the copy
     // rate that split wins there (256 x 262144: fp32 344 -> 264 us, bf16 148 -> 138), while at
     // clusters of 8 and fewer the cluster stays ahead (fp32 1024 x 65536: 217 against 261).
-    const void* fn = reinterpret_cast<const void*>(rows_kernel<Op, T, V, kV, Group::cluster>);
+    const void* fn = reinterpret_cast<const void*>(rows_kernel<Op, T, V, kV, Scope::cluster>);
     for (int max_threads : {512, 1024})
       for (int c : {2, 4, 8, 16}) {
         if (max_threads > kClusterMaxThreads<T> || nv > int64_t(c) * max_threads * kV) continue;
@@ -796,18 +602,18 @@ void run_rows(const RowArgs<T, Op::kIn>& a, int device, cudaStream_t s) {
   switch (p.path) {
     case Path::warp:
       switch (p.vpt) {
-        case 1: return launch_rows<Op, T, V, 1, Group::warp>(a, p.threads, 1, s);
-        case 2: return launch_rows<Op, T, V, 2, Group::warp>(a, p.threads, 1, s);
-        case 4: return launch_rows<Op, T, V, 4, Group::warp>(a, p.threads, 1, s);
+        case 1: return launch_rows<Op, T, V, 1, Scope::warp>(a, p.threads, 1, s);
+        case 2: return launch_rows<Op, T, V, 2, Scope::warp>(a, p.threads, 1, s);
+        case 4: return launch_rows<Op, T, V, 4, Scope::warp>(a, p.threads, 1, s);
         default:
-          if constexpr (kV >= 8) return launch_rows<Op, T, V, 8, Group::warp>(a, p.threads, 1, s);
+          if constexpr (kV >= 8) return launch_rows<Op, T, V, 8, Scope::warp>(a, p.threads, 1, s);
           return;
       }
     case Path::block:
-      if (p.vec) return launch_rows<Op, T, V, kV, Group::block>(a, p.threads, 1, s);
-      return launch_rows<Op, T, 1, kS, Group::block>(a, p.threads, 1, s);
+      if (p.vec) return launch_rows<Op, T, V, kV, Scope::block>(a, p.threads, 1, s);
+      return launch_rows<Op, T, 1, kS, Scope::block>(a, p.threads, 1, s);
     case Path::cluster:
-      return launch_rows<Op, T, V, kV, Group::cluster>(a, p.threads, p.cluster, s);
+      return launch_rows<Op, T, V, kV, Scope::cluster>(a, p.threads, p.cluster, s);
     case Path::split:
       if (p.vec) return launch_split<Op, T, V, kSplitVpt<Op>>(a, p, s);
       return launch_split<Op, T, 1, kSplitVptScalar<Op>>(a, p, s);
