@@ -96,4 +96,38 @@ int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem) {
   return n;
 }
 
+int resident_ctas(const void* kernel, int threads, std::size_t smem) {
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  return resident_blocks_per_sm(kernel, threads, smem) * device_props(device).multiProcessorCount;
+}
+
+int active_clusters(const void* kernel, int cluster, int threads, int device) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, int>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, cluster, threads, device);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int n = 0;
+  cudaFuncAttributes fa{};
+  if (cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 && fa.binaryVersion >= 90 &&
+      (cluster <= 8 ||
+       cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess)) {
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(cluster);
+    cfg.blockDim = dim3(threads);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) n = 0;
+  }
+  (void)cudaGetLastError();  // a refused query is an answer (no clusters), not an error to report
+  cache[key] = n;
+  return n;
+}
+
 }  // namespace tessera::runtime

@@ -44,10 +44,26 @@ std::size_t static_smem_bytes(const void* kernel);
 // memory first (allow_dynamic_smem).
 int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem = 0);
 
+// CTAs of `kernel` at `threads` threads that fit on the whole current device at once.
+int resident_ctas(const void* kernel, int threads, std::size_t smem = 0);
+
+// How many clusters of `cluster` CTAs of `threads` threads fit on `device` at once (cached); 0
+// where the kernel cannot be launched as a cluster: the size does not fit, or the kernel holds no
+// sm_90 code (code JIT-compiled from compute_80 PTX on an sm_90 GPU traps in its cluster paths).
+// Sizes over 8 are allowed (non-portable) where the device takes them.
+int active_clusters(const void* kernel, int cluster, int threads, int device);
+
+inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
 // Grid size for `work` items at `per_block` items per block, at least 1.
 inline unsigned grid_for(long long work, long long per_block) {
-  long long g = (work + per_block - 1) / per_block;
+  long long g = ceil_div(work, per_block);
   return static_cast<unsigned>(g < 1 ? 1 : g);
+}
+
+// A block count as a grid dimension: clamped to [1, 2^31 - 1] (kernels loop over what is left).
+inline unsigned grid_cap(long long blocks) {
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks > 2147483647LL ? 2147483647LL : blocks);
 }
 
 }  // namespace tessera::runtime

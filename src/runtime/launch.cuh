@@ -1,3 +1,5 @@
+// Launch helpers beyond <<<>>>: thread-block clusters, and programmatic dependent launch.
+//
 // Programmatic dependent launch (sm_90): a kernel that consumes the previous kernel's output on the
 // same stream is launched as soon as that kernel's CTAs have exited, without waiting for the grid's
 // completion to go through the front end first; a short second kernel of an op otherwise adds its
@@ -39,6 +41,26 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::siz
   cfg.stream = stream;
   cfg.attrs = &attr;
   cfg.numAttrs = device_props(device).major >= 9 ? 1 : 0;
+  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster` CTAs along x
+// (sm_90; grid.x a multiple of cluster; sizes over 8 need active_clusters to have allowed them).
+template <class... Params, class... Args>
+void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, int cluster,
+                    cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
   TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
