@@ -1,15 +1,98 @@
 #include "ops/registry.hpp"
 
+#include <algorithm>
+#include <iterator>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "runtime/check.hpp"
+
 namespace tessera::ops {
+namespace {
+
+struct Entry {
+  int order;
+  std::function<std::vector<OpInfo>()> make;
+};
+
+// Constructed on first use: a Registrar in another file may run before this file's statics.
+std::vector<Entry>& entries() {
+  static std::vector<Entry> e;
+  return e;
+}
+
+int family_rank(const std::string& family) {
+  static const char* const kFamilies[] = {"elementwise", "rowwise", "matrix", "attention", "set"};
+  const auto it = std::find(std::begin(kFamilies), std::end(kFamilies), family);
+  return static_cast<int>(it - std::begin(kFamilies));  // unknown families after the known ones
+}
+
+// A description missing a part would fail later, far from its cause (an empty std::function
+// throws bad_function_call in the middle of a bench run): refuse it when the table is built.
+void check_complete(const OpInfo& op) {
+  auto missing = [&](const char* field) {
+    detail::throw_arg(ErrorKind::value, "register", field, "set for op '" + op.name + "'", "empty");
+  };
+  if (op.name.empty()) missing("name");
+  if (op.family.empty()) missing("family");
+  if (op.dtypes.empty()) missing("dtypes");
+  if (op.bench_sizes.empty()) missing("bench_sizes");
+  if (op.size_meaning.empty()) missing("size_meaning");
+  if (!op.verify_cases) missing("verify_cases");
+  if (!op.make_bench) missing("make_bench");
+  if (!op.bench_shape) missing("bench_shape");
+  if (!op.tolerance) missing("tolerance");
+}
+
+std::vector<OpInfo> build_table() {
+  // Sort key: family, order, then (two files of one family with the same order) the file's first
+  // op name, never which file registered first; within a file, the order `make` returned.
+  struct Keyed {
+    int rank;
+    std::string family;
+    int order;
+    std::string file_key;
+    std::size_t index;
+    OpInfo op;
+    auto key() const { return std::tie(rank, family, order, file_key, index); }
+  };
+  std::vector<Keyed> keyed;
+  for (const Entry& e : entries()) {
+    std::vector<OpInfo> ops = e.make();
+    const std::string file_key = ops.empty() ? std::string() : ops[0].name;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      check_complete(ops[i]);
+      keyed.push_back({family_rank(ops[i].family), ops[i].family, e.order, file_key, i, std::move(ops[i])});
+    }
+  }
+  std::sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) { return a.key() < b.key(); });
+  std::vector<OpInfo> table;
+  std::set<std::string> names;
+  for (Keyed& k : keyed) {
+    if (!names.insert(k.op.name).second)
+      detail::throw_arg(ErrorKind::value, "register", "name", "a name no other op has", k.op.name + " (twice)");
+    table.push_back(std::move(k.op));
+  }
+  return table;
+}
+
+}  // namespace
+
+double default_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::float64: return 1e-12;
+    case DType::float32: return 1e-5;
+    default: return 1e-2;
+  }
+}
+
+Registrar::Registrar(int order, std::function<std::vector<OpInfo>()> make) {
+  entries().push_back({order, std::move(make)});
+}
 
 const std::vector<OpInfo>& all_ops() {
-  static const std::vector<OpInfo> ops = [] {
-    std::vector<OpInfo> v;
-    register_elementwise(v);
-    register_rowwise(v);
-    register_set(v);
-    return v;
-  }();
+  static const std::vector<OpInfo> ops = build_table();
   return ops;
 }
 

@@ -1,5 +1,6 @@
-// The table of operators that `tessera verify/bench/profile` and the Python benchmarks walk.
-// Each family contributes its entries from src/ops/<family>/cases.cpp.
+// The table of operators that `tessera verify/bench/profile`, the tests and the Python benchmarks
+// walk: one description per operator, registered by the operator's own <op>_cases.cpp (a
+// Registrar at namespace scope), so that adding an operator edits no list anywhere else.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,7 +37,7 @@ struct BenchCase {
   std::string op;
   std::string dtype;
   std::string shape;        // "[268435456]"
-  int64_t size = 0;         // elements of the main tensor (the x axis of plots)
+  int64_t size = 0;         // the size asked for (OpInfo::size_meaning; the x axis of plots)
   double bytes = 0;         // the fewest bytes the operator must move through HBM
   double flops = 0;         // the floating-point operations it must do (0 for memory-bound ops)
   std::function<void(cudaStream_t)> run;
@@ -60,12 +61,25 @@ struct OpInfo {
   std::vector<DType> dtypes;            // supported
   std::vector<int64_t> bench_sizes;     // default sizes for `tessera bench`
   std::function<std::vector<VerifyCase>()> verify_cases;
-  // Builds a bench case for dtype and size (elements of the main tensor) on the current device.
+  // Builds a bench case for dtype and size on the current device, from bench_shape(dtype, size).
   std::function<BenchCase(DType, int64_t)> make_bench;
   // What `size` means for this op: "elements", or "row length N (rows = min(4096, 2^26 / N))".
   std::string size_meaning;
   std::function<BenchShape(DType, int64_t)> bench_shape;  // the source make_bench reads
   std::function<double(DType)> tolerance;  // the bound on rel_err verify uses for outputs of a dtype
+};
+
+// The bound on ||out - ref|| / ||ref|| that DESIGN.md (Testing) sets for results stored in a
+// dtype; the tolerance of most ops.
+double default_tolerance(DType dtype);
+
+// Adds the ops that `make` returns to the table. Constructed at namespace scope in an op's
+// <op>_cases.cpp, so it runs while the harness library loads. `make` runs once, when the table is
+// first read. The table's order does not depend on the order static initializers run in: family
+// first (the order of DESIGN.md's family table: elementwise, rowwise, matrix, attention, set;
+// others after, by name), then `order` (lower first), then the order `make` returns them in.
+struct Registrar {
+  Registrar(int order, std::function<std::vector<OpInfo>()> make);
 };
 
 const std::vector<OpInfo>& all_ops();
@@ -74,10 +88,5 @@ const OpInfo* find_op(const std::string& name);  // nullptr when unknown
 // starting with `name` + "_" ("gelu" selects gelu, gelu_tanh, gelu_backward, gelu_tanh_backward).
 // Empty when nothing matches.
 std::vector<const OpInfo*> select_ops(const std::string& name);
-
-// Defined by each family.
-void register_elementwise(std::vector<OpInfo>& ops);
-void register_rowwise(std::vector<OpInfo>& ops);
-void register_set(std::vector<OpInfo>& ops);
 
 }  // namespace tessera::ops

@@ -1,5 +1,9 @@
 #include "ops/verify.hpp"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <mutex>
@@ -8,14 +12,6 @@
 #include "runtime/host.hpp"
 
 namespace tessera::ops {
-
-double tolerance_for(DType dtype) {
-  switch (dtype) {
-    case DType::float64: return 1e-12;
-    case DType::float32: return 1e-5;
-    default: return 1e-2;
-  }
-}
 
 const char* layout_name(Layout layout) {
   switch (layout) {
@@ -96,7 +92,10 @@ VerifyResult compare(const std::string& op, const std::string& name, const TestT
   VerifyResult r;
   r.op = op;
   r.name = name;
-  r.tolerance = tolerance_for(out.view.dtype);
+  const OpInfo* info = find_op(op);
+  if (info == nullptr)
+    detail::throw_arg(ErrorKind::value, "compare", "op", "the name of a registered operator", op);
+  r.tolerance = info->tolerance(out.view.dtype);
   const int64_t n = out.view.numel();
   if (static_cast<int64_t>(ref.size()) != n) {
     r.detail = "reference has " + std::to_string(ref.size()) + " elements, output " + std::to_string(n);
@@ -140,6 +139,60 @@ VerifyResult compare(const std::string& op, const std::string& name, const TestT
     r.passed = true;
   }
   return r;
+}
+
+namespace {
+// v rounded to dtype the way the kernels round: to float first, then to the storage type.
+double round_to(DType dt, double v) {
+  const auto f = static_cast<float>(v);
+  switch (dt) {
+    case DType::float16: return __half2float(__float2half_rn(f));
+    case DType::bfloat16: return __bfloat162float(__float2bfloat16_rn(f));
+    default: return f;
+  }
+}
+}  // namespace
+
+void check_exact(VerifyResult& r, const TestTensor& out, const std::vector<double>& ref) {
+  const HostCopy h = to_host(out);
+  const int64_t n = out.view.numel();
+  std::mutex mu;
+  int64_t differ = 0, flipped = 0;
+  double max_abs = 0;
+  runtime::parallel_for(n, [&](int64_t b, int64_t e) {
+    int64_t ld = 0, lf = 0;
+    double lm = 0;
+    for (int64_t i = b; i < e; ++i) {
+      const double v = runtime::load_double(h.view, i), want = round_to(out.view.dtype, ref[i]);
+      if (!(v == want)) {
+        ++ld;
+        lm = std::max(lm, std::isnan(v) ? INFINITY : std::fabs(v - want));
+      }
+      if ((v == 0) != (ref[i] == 0)) ++lf;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    differ += ld;
+    flipped += lf;
+    max_abs = std::max(max_abs, lm);
+  });
+  r.max_abs = max_abs;
+  if (r.passed && differ > 0) {
+    r.passed = false;
+    r.detail = std::to_string(differ) + " elements differ from the exact result in " +
+               dtype_name(out.view.dtype) + " (" + std::to_string(flipped) +
+               " zero where it should not be or not zero where it should)";
+  }
+}
+
+BenchCase bench_case(const std::string& op, DType dtype, int64_t size, const BenchShape& shape) {
+  BenchCase c;
+  c.op = op;
+  c.dtype = dtype_name(dtype);
+  c.shape = shape.shape;
+  c.size = size;
+  c.bytes = shape.bytes;
+  c.flops = shape.flops;
+  return c;
 }
 
 }  // namespace tessera::ops

@@ -15,9 +15,6 @@
 
 namespace tessera::ops {
 
-// Bound on ||out - ref|| / ||ref|| for results stored in `dtype` (DESIGN.md, Testing).
-double tolerance_for(DType dtype);
-
 enum class Layout {
   contiguous,
   strided,     // every other element of the last dimension (stride 2)
@@ -49,8 +46,20 @@ HostCopy to_host(const TestTensor& t);
 
 // Compares `out` (on the device) with `ref` (row-major, double) and fills a VerifyResult:
 // poison count on the GPU, then norms on the host. NaN or Inf where the reference is finite fails.
+// The bound is the registered op's tolerance for out's dtype, so `op` must be a registered name.
 VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
                      const std::vector<double>& ref, cudaStream_t stream);
+
+// For operators whose every output element is determined exactly (a copy; a dropout, whose kept
+// elements are x * scale in float rounded once to the storage type): fails `r` unless every
+// element equals its reference rounded to the output dtype, and counts the elements whose zero /
+// non-zero state (the keep decision, for a dropout) differs. The relative-norm check of compare()
+// cannot see one flipped element among a million; this one can.
+void check_exact(VerifyResult& r, const TestTensor& out, const std::vector<double>& ref);
+
+// A bench case's description filled from the op's bench shape; the caller allocates its tensors
+// from shape.shapes and sets run and state.
+BenchCase bench_case(const std::string& op, DType dtype, int64_t size, const BenchShape& shape);
 
 std::string shape_str(const std::vector<int64_t>& shape);
 

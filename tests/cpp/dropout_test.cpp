@@ -15,7 +15,7 @@
 
 #include "gpu.hpp"
 #include "testing.hpp"
-#include "ops/elementwise/reference.hpp"
+#include "ops/elementwise/dropout_reference.hpp"
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
 #include "runtime/host.hpp"

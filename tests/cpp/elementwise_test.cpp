@@ -9,7 +9,8 @@
 
 #include "gpu.hpp"
 #include "testing.hpp"
-#include "ops/elementwise/reference.hpp"
+#include "ops/elementwise/add_reference.hpp"
+#include "ops/elementwise/gelu_reference.hpp"
 #include "ops/registry.hpp"
 #include "tessera/tessera.hpp"
 

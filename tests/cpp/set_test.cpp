@@ -10,7 +10,7 @@
 #include "gpu.hpp"
 #include "testing.hpp"
 #include "ops/registry.hpp"
-#include "ops/set/reference.hpp"
+#include "ops/set/isin_reference.hpp"
 #include "tessera/tessera.hpp"
 
 namespace {

@@ -1,8 +1,11 @@
-// The row-wise family's verify and bench cases, one file per operator group.
+// What the row-wise family's <op>_cases.cpp files share: how a bench size becomes a shape, and
+// the description fields every row-wise op has.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/registry.hpp"
@@ -15,9 +18,21 @@ namespace tessera::ops::rowwise {
 inline int64_t bench_rows(int64_t n) {
   return std::max<int64_t>(1, std::min<int64_t>(4096, (int64_t(1) << 26) / std::max<int64_t>(n, 1)));
 }
+inline constexpr const char* kSizeMeaning = "row length N (rows = min(4096, 2^26 / N))";
 inline const std::vector<int64_t> kBenchColumns = {256, 1024, 4096, 16384, 32768, 262144};
+inline const std::vector<DType> kFloatTypes = {DType::float32, DType::float16, DType::bfloat16};
 
-void add_softmax_ops(std::vector<OpInfo>& ops);  // softmax_cases.cpp
-void add_norm_ops(std::vector<OpInfo>& ops);     // norm_cases.cpp
+// The fields every row-wise op shares: float dtypes, the size meaning above, the default
+// tolerance. The caller adds the bench sizes, the cases and the bench.
+inline OpInfo op_info(std::string name, std::string summary) {
+  OpInfo op;
+  op.name = std::move(name);
+  op.family = "rowwise";
+  op.summary = std::move(summary);
+  op.dtypes = kFloatTypes;
+  op.size_meaning = kSizeMeaning;
+  op.tolerance = default_tolerance;
+  return op;
+}
 
 }  // namespace tessera::ops::rowwise

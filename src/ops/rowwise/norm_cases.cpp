@@ -1,5 +1,5 @@
-// Verify and bench cases for layer_norm, rms_norm and their backward functions: what `tessera
-// verify|bench|profile` run for them. The shapes walk every configuration of norm.cu (warp and
+// Verify and bench cases for layer_norm, rms_norm and their backward functions, and their
+// registration: what `tessera verify|bench|profile` run for them. The shapes walk every configuration of norm.cu (warp and
 // CTA row groups, the backward tiers, the streaming kernels, the V = 1 path) and every layout
 // path (gathered inputs, scattered outputs, strided statistics), with and without weight/bias.
 #include <cuda_runtime_api.h>
@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ops/registry.hpp"
 #include "ops/rowwise/cases.hpp"
@@ -21,7 +22,6 @@ namespace tessera::ops::rowwise {
 namespace {
 
 using Shape = std::vector<int64_t>;
-const std::vector<DType> kFloatTypes = {DType::float32, DType::float16, DType::bfloat16};
 constexpr double kEps = 1e-5;
 
 struct Spec {
@@ -284,48 +284,66 @@ std::vector<VerifyCase> cases(bool rms, bool backward) {
   return c;
 }
 
+// The inputs in the order of the signature. Forward: x [rows, N], weight [N] (and bias [N]).
+// Backward: grad_out and x [rows, N], (mean and) rstd [rows] in float32, weight [N].
+BenchShape bench_shape(bool rms, bool backward, DType dt, int64_t n) {
+  const int64_t rows = bench_rows(n);
+  const double t = static_cast<double>(dtype_size(dt)), r = static_cast<double>(rows), nn = static_cast<double>(n);
+  const double params = rms ? 1 : 2;  // weight (and bias)
+  const double stats = rms ? 1 : 2;   // rstd (and mean): 4 bytes per row each
+  BenchShape s;
+  s.shape = shape_str({rows, n});
+  if (!backward) {
+    s.shapes = {{rows, n}, {n}};
+    if (!rms) s.shapes.push_back({n});
+    // x read, out written; weight (and bias) read once; the statistics written.
+    s.bytes = 2 * r * nn * t + params * nn * t + stats * 4 * r;
+  } else {
+    s.shapes = {{rows, n}, {rows, n}};
+    if (!rms) s.shapes.push_back({rows});
+    s.shapes.push_back({rows});
+    s.shapes.push_back({n});
+    // x and grad_out read, grad_in written; weight read; grad_weight (and grad_bias) written;
+    // the statistics read.
+    s.bytes = 3 * r * nn * t + nn * t + params * nn * t + stats * 4 * r;
+  }
+  return s;
+}
+
 BenchCase bench(bool rms, bool backward, DType dt, int64_t n) {
+  const BenchShape shape = bench_shape(rms, backward, dt, n);
+  const Shape rows_n = shape.shapes[backward ? 1 : 0];                        // x
+  const Shape params = backward ? shape.shapes.back() : shape.shapes[1];      // weight, bias
+  const Shape stats = {rows_n[0]};                                            // mean, rstd
   struct State { TestTensor x, w, b, out, mean, rstd, dy, dx, dw, db; };
   auto st = std::make_shared<State>();
   State* s = st.get();
-  const int64_t rows = bench_rows(n);
-  s->x = make_tensor(dt, {rows, n}, Layout::contiguous);
-  s->w = make_tensor(dt, {n}, Layout::contiguous);
-  s->out = make_tensor(dt, {rows, n}, Layout::contiguous);
-  s->rstd = make_tensor(DType::float32, {rows}, Layout::contiguous);
+  s->x = make_tensor(dt, rows_n, Layout::contiguous);
+  s->w = make_tensor(dt, params, Layout::contiguous);
+  s->out = make_tensor(dt, rows_n, Layout::contiguous);
+  s->rstd = make_tensor(DType::float32, stats, Layout::contiguous);
   fill_random(s->x, -2, 6, nullptr);
   fill_random(s->w, -1, 2, nullptr);
   if (!rms) {
-    s->b = make_tensor(dt, {n}, Layout::contiguous);
-    s->mean = make_tensor(DType::float32, {rows}, Layout::contiguous);
+    s->b = make_tensor(dt, params, Layout::contiguous);
+    s->mean = make_tensor(DType::float32, stats, Layout::contiguous);
     fill_random(s->b, -1, 1, nullptr);
   }
   auto forward = [s, rms](cudaStream_t q) {
     if (rms) rms_norm(s->x.view, 1, &s->w.view, kEps, s->out.view, &s->rstd.view, q);
     else layer_norm(s->x.view, 1, &s->w.view, &s->b.view, kEps, s->out.view, &s->mean.view, &s->rstd.view, q);
   };
-  const double t = static_cast<double>(dtype_size(dt)), r = static_cast<double>(rows), nn = static_cast<double>(n);
-  const double stats = rms ? 1 : 2;  // mean and rstd, or rstd: 4 bytes per row each
-  BenchCase c;
-  c.op = std::string(rms ? "rms_norm" : "layer_norm") + (backward ? "_backward" : "");
-  c.dtype = dtype_name(dt);
-  c.shape = shape_str({rows, n});
-  c.size = n;
+  BenchCase c = bench_case(std::string(rms ? "rms_norm" : "layer_norm") + (backward ? "_backward" : ""), dt, n, shape);
   if (!backward) {
-    // x read, out written; weight (and bias) read once; the statistics written.
-    c.bytes = 2 * r * nn * t + (rms ? 1 : 2) * nn * t + stats * 4 * r;
     c.run = forward;
   } else {
-    s->dy = make_tensor(dt, {rows, n}, Layout::contiguous);
-    s->dx = make_tensor(dt, {rows, n}, Layout::contiguous);
-    s->dw = make_tensor(dt, {n}, Layout::contiguous);
+    s->dy = make_tensor(dt, rows_n, Layout::contiguous);
+    s->dx = make_tensor(dt, rows_n, Layout::contiguous);
+    s->dw = make_tensor(dt, params, Layout::contiguous);
     fill_random(s->dy, -1, 1, nullptr);
-    if (!rms) s->db = make_tensor(dt, {n}, Layout::contiguous);
+    if (!rms) s->db = make_tensor(dt, params, Layout::contiguous);
     forward(nullptr);  // the saved statistics the backward is given
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-    // x and grad_out read, grad_in written; weight read; grad_weight (and grad_bias) written;
-    // the statistics read.
-    c.bytes = 3 * r * nn * t + nn * t + (rms ? 1 : 2) * nn * t + stats * 4 * r;
     if (rms)
       c.run = [s](cudaStream_t q) {
         rms_norm_backward(s->dy.view, s->x.view, 1, s->rstd.view, &s->w.view, &s->dx.view, &s->dw.view, q);
@@ -340,10 +358,7 @@ BenchCase bench(bool rms, bool backward, DType dt, int64_t n) {
   return c;
 }
 
-}  // namespace
-
-void add_norm_ops(std::vector<OpInfo>& ops) {
-  const std::vector<int64_t> sizes = {1024, 4096, 8192, 16384};
+const Registrar kRegistrar(20, [] {
   struct Entry {
     const char* name;
     bool rms, backward;
@@ -355,10 +370,17 @@ void add_norm_ops(std::vector<OpInfo>& ops) {
       {"rms_norm", true, false, "RMSNorm over the trailing dimensions, as torch.nn.functional.rms_norm"},
       {"rms_norm_backward", true, true, "RMSNorm backward: grad_in, grad_weight (deterministic)"},
   };
-  for (const Entry& e : entries)
-    ops.push_back({e.name, "rowwise", e.summary, kFloatTypes, sizes,
-                   [e] { return cases(e.rms, e.backward); },
-                   [e](DType dt, int64_t n) { return bench(e.rms, e.backward, dt, n); }});
-}
+  std::vector<OpInfo> ops;
+  for (const Entry& e : entries) {
+    OpInfo op = op_info(e.name, e.summary);
+    op.bench_sizes = {1024, 4096, 8192, 16384};
+    op.verify_cases = [e] { return cases(e.rms, e.backward); };
+    op.make_bench = [e](DType dt, int64_t n) { return bench(e.rms, e.backward, dt, n); };
+    op.bench_shape = [e](DType dt, int64_t n) { return bench_shape(e.rms, e.backward, dt, n); };
+    ops.push_back(op);
+  }
+  return ops;
+});
 
+}  // namespace
 }  // namespace tessera::ops::rowwise

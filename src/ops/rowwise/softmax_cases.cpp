@@ -1,11 +1,12 @@
-// Verify and bench cases for softmax, log_softmax and their backward functions: what `tessera
-// verify|bench|profile` run for them. The shapes walk every path of softmax.cu (warp, CTA, cluster
+// Verify and bench cases for softmax, log_softmax and their backward functions, and their
+// registration: what `tessera verify|bench|profile` run for them. The shapes walk every path of softmax.cu (warp, CTA, cluster
 // and split rows, misaligned rows, the column and gather paths) and torch's special values.
 #include <cuda_runtime_api.h>
 
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ops/registry.hpp"
 #include "ops/rowwise/cases.hpp"
@@ -19,7 +20,6 @@ namespace tessera::ops::rowwise {
 namespace {
 
 using Shape = std::vector<int64_t>;
-const std::vector<DType> kFloatTypes = {DType::float32, DType::float16, DType::bfloat16};
 
 enum class Kind { softmax, log_softmax, softmax_backward, log_softmax_backward };
 
@@ -180,23 +180,28 @@ std::vector<VerifyCase> cases(Kind kind) {
   return c;
 }
 
+// Forward: x in, out written. Backward: grad_out and y in, grad_in written.
+BenchShape bench_shape(Kind kind, DType dt, int64_t n) {
+  const int64_t rows = bench_rows(n);
+  BenchShape s;
+  s.shapes.assign(is_backward(kind) ? 2 : 1, Shape{rows, n});
+  s.shape = shape_str({rows, n});
+  s.bytes = (is_backward(kind) ? 3.0 : 2.0) * static_cast<double>(rows * n) * static_cast<double>(dtype_size(dt));
+  return s;
+}
+
 BenchCase bench(Kind kind, DType dt, int64_t n) {
+  const BenchShape shape = bench_shape(kind, dt, n);
   struct State { TestTensor a, y, out; };
   auto st = std::make_shared<State>();
-  const int64_t rows = bench_rows(n);
-  st->a = make_tensor(dt, {rows, n}, Layout::contiguous);
-  st->out = make_tensor(dt, {rows, n}, Layout::contiguous);
+  st->a = make_tensor(dt, shape.shapes[0], Layout::contiguous);
+  st->out = make_tensor(dt, shape.shapes[0], Layout::contiguous);
   fill_random(st->a, is_backward(kind) ? -1 : -8, is_backward(kind) ? 1 : 8, nullptr);
   if (is_backward(kind)) {
-    st->y = make_tensor(dt, {rows, n}, Layout::contiguous);
+    st->y = make_tensor(dt, shape.shapes[1], Layout::contiguous);
     fill_random(st->y, is_log(kind) ? -4 : 0, is_log(kind) ? 0 : 1, nullptr);
   }
-  BenchCase c;
-  c.op = kind_name(kind);
-  c.dtype = dtype_name(dt);
-  c.shape = shape_str({rows, n});
-  c.size = n;
-  c.bytes = (is_backward(kind) ? 3.0 : 2.0) * static_cast<double>(rows * n) * dtype_size(dt);
+  BenchCase c = bench_case(kind_name(kind), dt, n, shape);
   State* s = st.get();
   switch (kind) {
     case Kind::softmax: c.run = [s](cudaStream_t q) { softmax(s->a.view, -1, s->out.view, q); }; break;
@@ -212,19 +217,24 @@ BenchCase bench(Kind kind, DType dt, int64_t n) {
   return c;
 }
 
-}  // namespace
-
-void add_softmax_ops(std::vector<OpInfo>& ops) {
+const Registrar kRegistrar(10, [] {
   const std::pair<Kind, const char*> kinds[] = {
       {Kind::softmax, "softmax over one dimension, as torch.softmax"},
       {Kind::log_softmax, "log-softmax over one dimension, as torch.log_softmax"},
       {Kind::softmax_backward, "softmax backward from its output: y * (g - sum(g * y))"},
       {Kind::log_softmax_backward, "log-softmax backward from its output: g - exp(y) * sum(g)"},
   };
-  for (const auto& [kind, summary] : kinds)
-    ops.push_back({kind_name(kind), "rowwise", summary, kFloatTypes, kBenchColumns,
-                   [kind = kind] { return cases(kind); },
-                   [kind = kind](DType dt, int64_t n) { return bench(kind, dt, n); }});
-}
+  std::vector<OpInfo> ops;
+  for (const auto& [kind, summary] : kinds) {
+    OpInfo op = op_info(kind_name(kind), summary);
+    op.bench_sizes = kBenchColumns;
+    op.verify_cases = [kind = kind] { return cases(kind); };
+    op.make_bench = [kind = kind](DType dt, int64_t n) { return bench(kind, dt, n); };
+    op.bench_shape = [kind = kind](DType dt, int64_t n) { return bench_shape(kind, dt, n); };
+    ops.push_back(op);
+  }
+  return ops;
+});
 
+}  // namespace
 }  // namespace tessera::ops::rowwise

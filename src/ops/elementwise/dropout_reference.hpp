@@ -1,25 +1,15 @@
-// CPU references for the elementwise family, in double precision. Inputs are host views (any
-// strides; broadcast inputs already expanded to the output shape with stride 0); results are
-// row-major over the output shape.
+// CPU reference for seeded dropout, forward and backward: the Philox stream the kernels draw and
+// the keep decision, in double precision. Inputs are host views (any strides); results are
+// row-major.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <vector>
 
-#include "tessera/ops/elementwise.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::reference {
-
-double gelu(double x, GeluApproximate approximate);
-double gelu_grad(double x, GeluApproximate approximate);  // d gelu / dx
-
-std::vector<double> add(const TensorView& a, const TensorView& b, double alpha);
-std::vector<double> add(const TensorView& a, double b, double alpha);
-std::vector<double> gelu(const TensorView& x, GeluApproximate approximate);
-std::vector<double> gelu_backward(const TensorView& grad_out, const TensorView& x,
-                                  GeluApproximate approximate);
 
 // Philox4x32-10 (Salmon et al., SC'11): four words from a 128-bit counter and a 64-bit key.
 std::array<uint32_t, 4> philox4x32_10(const std::array<uint32_t, 4>& counter,

@@ -1,4 +1,4 @@
-#include "ops/set/reference.hpp"
+#include "ops/set/isin_reference.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,13 +1,15 @@
-// Verify and bench cases for the set family (isin): what `tessera verify|bench|profile` run.
-// "isin" takes the automatic dispatch; isin_brute_force, isin_sort, isin_hash and isin_bitmap force
-// one path, so that every path is checked on every case it supports.
+// Verify and bench cases for isin, and its registration: what `tessera verify|bench|profile isin`
+// run. "isin" takes the automatic dispatch; isin_brute_force, isin_sort, isin_hash and isin_bitmap
+// force one path, so that every path is checked on every case it supports.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ops/registry.hpp"
-#include "ops/set/reference.hpp"
+#include "ops/set/isin_reference.hpp"
 #include "ops/verify.hpp"
 #include "runtime/check.hpp"
 #include "runtime/host.hpp"
@@ -27,6 +29,10 @@ struct IsinSpec {
   bool invert = false;
   bool specials = false;               // NaN, -0.0, 0.0 and the dtype's extremes written into both
 };
+
+std::string op_name(IsinPath path) {
+  return std::string("isin") + (path == IsinPath::automatic ? "" : std::string("_") + isin_path_name(path));
+}
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;
@@ -106,9 +112,8 @@ VerifyResult run_isin(DType dt, IsinPath path, const IsinSpec& s) {
   if (s.invert) name += " invert";
   if (s.specials) name += " specials";
   if (s.range > 0) name += " range " + std::to_string(static_cast<long long>(s.range));
-  VerifyResult r = compare(std::string("isin_") + isin_path_name(path), name, out, ref, stream);
-  r.tolerance = 0;  // exact: one wrong bool fails
-  if (r.passed && r.max_abs != 0) {
+  VerifyResult r = compare(op_name(path), name, out, ref, stream);
+  if (r.passed && r.max_abs != 0) {  // exact: one wrong bool fails
     r.passed = false;
     r.detail = "some outputs differ from the reference";
   }
@@ -149,22 +154,27 @@ std::vector<VerifyCase> isin_cases(IsinPath path) {
 }
 
 // Bench: `size` is the number of elements; test_elements has as many (the square case of the
-// PERF.md table); values from a range 4x the size, so about a quarter are found.
+// PERF.md table). Both inputs read, the bools written.
+BenchShape isin_shape(DType dt, int64_t n) {
+  BenchShape s;
+  s.shapes = {{n}, {n}};
+  s.shape = shape_str({n}) + " in " + shape_str({n});
+  s.bytes = 2.0 * static_cast<double>(n) * static_cast<double>(dtype_size(dt)) + static_cast<double>(n);
+  return s;
+}
+
+// Values from a range 4x the size, so about a quarter are found.
 BenchCase isin_bench(DType dt, int64_t n, IsinPath path) {
+  const BenchShape shape = isin_shape(dt, n);
   struct State { TestTensor e, t, out; };
   auto st = std::make_shared<State>();
-  st->e = make_tensor(dt, {n}, Layout::contiguous);
-  st->t = make_tensor(dt, {n}, Layout::contiguous);
-  st->out = make_tensor(DType::bool_, {n}, Layout::contiguous);
+  st->e = make_tensor(dt, shape.shapes[0], Layout::contiguous);
+  st->t = make_tensor(dt, shape.shapes[1], Layout::contiguous);
+  st->out = make_tensor(DType::bool_, shape.shapes[0], Layout::contiguous);
   const double range = std::min(4.0 * n, dtype_size(dt) == 1 ? 250.0 : dtype_size(dt) == 2 ? 60000.0 : 4.0 * n);
   fill_random(st->e, -range / 2, range / 2, nullptr);
   fill_random(st->t, -range / 2, range / 2, nullptr);
-  BenchCase c;
-  c.op = std::string("isin") + (path == IsinPath::automatic ? "" : std::string("_") + isin_path_name(path));
-  c.dtype = dtype_name(dt);
-  c.shape = shape_str({n}) + " in " + shape_str({n});
-  c.size = n;
-  c.bytes = 2.0 * n * dtype_size(dt) + n;  // read both inputs, write the bools
+  BenchCase c = bench_case(op_name(path), dt, n, shape);
   State* s = st.get();
   IsinOptions o;
   o.path = path;
@@ -173,22 +183,28 @@ BenchCase isin_bench(DType dt, int64_t n, IsinPath path) {
   return c;
 }
 
-}  // namespace
-
-void register_set(std::vector<OpInfo>& ops) {
-  const std::vector<int64_t> sizes = {1 << 10, 1 << 16, 1 << 20, 1 << 24};
+const Registrar kRegistrar(10, [] {
+  std::vector<OpInfo> ops;
   for (IsinPath path : {IsinPath::automatic, IsinPath::brute_force, IsinPath::sort, IsinPath::hash, IsinPath::bitmap}) {
-    const std::string name = std::string("isin") + (path == IsinPath::automatic ? "" : std::string("_") + isin_path_name(path));
-    std::vector<DType> types = kAllTypes;
-    if (path == IsinPath::bitmap) types = {DType::int8, DType::int16, DType::uint8, DType::float16, DType::bfloat16};
-    std::vector<int64_t> bench_sizes = sizes;
-    if (path == IsinPath::brute_force) bench_sizes = {1 << 10, 1 << 14, 1 << 16};  // M x N compares
-    ops.push_back({name, "set",
-                   path == IsinPath::automatic ? "torch.isin: elements in test_elements (bench: N x N)"
-                                               : std::string("isin forced onto the ") + isin_path_name(path) + " path",
-                   types, bench_sizes, [path] { return isin_cases(path); },
-                   [path](DType dt, int64_t n) { return isin_bench(dt, n, path); }});
+    OpInfo op;
+    op.name = op_name(path);
+    op.family = "set";
+    op.summary = path == IsinPath::automatic ? "torch.isin: elements in test_elements (bench: N x N)"
+                                             : std::string("isin forced onto the ") + isin_path_name(path) + " path";
+    op.dtypes = path == IsinPath::bitmap
+                    ? std::vector<DType>{DType::int8, DType::int16, DType::uint8, DType::float16, DType::bfloat16}
+                    : kAllTypes;
+    op.bench_sizes = path == IsinPath::brute_force ? std::vector<int64_t>{1 << 10, 1 << 14, 1 << 16}  // M x N compares
+                                                   : std::vector<int64_t>{1 << 10, 1 << 16, 1 << 20, 1 << 24};
+    op.verify_cases = [path] { return isin_cases(path); };
+    op.make_bench = [path](DType dt, int64_t n) { return isin_bench(dt, n, path); };
+    op.size_meaning = "elements";
+    op.bench_shape = isin_shape;
+    op.tolerance = [](DType) { return 0.0; };  // exact: one wrong bool fails
+    ops.push_back(op);
   }
-}
+  return ops;
+});
 
+}  // namespace
 }  // namespace tessera::ops

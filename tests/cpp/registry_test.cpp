@@ -1,0 +1,129 @@
+// The op table: one description per op, registered by its own cases file; the order of the table
+// does not depend on static-initialization order; the descriptions Python reads (bench shapes,
+// bytes, tolerances) hold what the bench cases and verify use.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu.hpp"
+#include "ops/registry.hpp"
+#include "ops/verify.hpp"
+#include "testing.hpp"
+
+namespace {
+
+using tessera::DType;
+using tessera::ErrorKind;
+using tessera::ops::all_ops;
+using tessera::ops::find_op;
+using Shapes = std::vector<std::vector<int64_t>>;
+
+TEST(Registry, OrderIsFamilyThenFileThenEntry) {
+  std::vector<std::string> names;
+  for (const auto& op : all_ops()) names.push_back(op.name);
+  const std::vector<std::string> want = {
+      "add", "gelu", "gelu_backward", "gelu_tanh", "gelu_tanh_backward", "dropout", "dropout_backward", "copy",
+      "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
+      "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
+      "isin", "isin_brute_force", "isin_sort", "isin_hash", "isin_bitmap",
+  };
+  EXPECT_EQ(names, want);
+}
+
+TEST(Registry, EveryDescriptionIsComplete) {
+  const std::string rows = "row length N (rows = min(4096, 2^26 / N))";
+  for (const auto& op : all_ops()) {
+    SCOPED_TRACE(op.name);
+    EXPECT_FALSE(op.summary.empty());
+    EXPECT_FALSE(op.dtypes.empty());
+    EXPECT_FALSE(op.bench_sizes.empty());
+    EXPECT_EQ(op.size_meaning, op.family == "rowwise" ? rows : std::string("elements"));
+    const bool exact = op.family == "set";
+    for (DType dt : op.dtypes) {
+      EXPECT_EQ(op.tolerance(dt), exact ? 0.0 : tessera::ops::default_tolerance(dt)) << tessera::dtype_name(dt);
+      for (int64_t n : op.bench_sizes) {
+        const auto s = op.bench_shape(dt, n);
+        ASSERT_FALSE(s.shapes.empty());
+        int64_t main = 1;
+        for (int64_t d : s.shapes[0]) main *= d;
+        EXPECT_GE(main, n) << "the main tensor holds at least `size` elements";
+        EXPECT_FALSE(s.shape.empty());
+        EXPECT_GE(s.bytes, static_cast<double>(main) * tessera::dtype_size(dt));
+        EXPECT_EQ(s.flops, 0.0);
+      }
+    }
+  }
+}
+
+TEST(Registry, DefaultTolerancesFollowDesign) {
+  EXPECT_EQ(tessera::ops::default_tolerance(DType::float32), 1e-5);
+  EXPECT_EQ(tessera::ops::default_tolerance(DType::float16), 1e-2);
+  EXPECT_EQ(tessera::ops::default_tolerance(DType::bfloat16), 1e-2);
+  EXPECT_EQ(tessera::ops::default_tolerance(DType::float64), 1e-12);
+}
+
+TEST(Registry, BenchShapes) {
+  const int64_t m = 1 << 20;
+  auto add = find_op("add")->bench_shape(DType::float32, m);
+  EXPECT_EQ(add.shapes, (Shapes{{m}, {m}}));
+  EXPECT_EQ(add.shape, "[1048576]");
+  EXPECT_EQ(add.bytes, 3.0 * 4 * m);
+
+  auto gelu_bwd = find_op("gelu_tanh_backward")->bench_shape(DType::bfloat16, m);
+  EXPECT_EQ(gelu_bwd.shapes, (Shapes{{m}, {m}}));
+  EXPECT_EQ(gelu_bwd.bytes, 3.0 * 2 * m);
+  EXPECT_EQ(find_op("dropout")->bench_shape(DType::float16, m).bytes, 2.0 * 2 * m);
+
+  auto softmax = find_op("softmax")->bench_shape(DType::bfloat16, 1024);
+  EXPECT_EQ(softmax.shapes, (Shapes{{4096, 1024}}));
+  EXPECT_EQ(softmax.shape, "[4096, 1024]");
+  EXPECT_EQ(softmax.bytes, 2.0 * 4096 * 1024 * 2);
+  auto lsm_bwd = find_op("log_softmax_backward")->bench_shape(DType::float32, 262144);
+  EXPECT_EQ(lsm_bwd.shapes, (Shapes{{256, 262144}, {256, 262144}}));
+  EXPECT_EQ(lsm_bwd.bytes, 3.0 * 256 * 262144 * 4);
+
+  // layer_norm: x, weight, bias; backward: grad_out, x, mean, rstd, weight.
+  const int64_t n = 8192, r = 4096;  // 2^26 / 8192 = 8192 rows, capped at 4096
+  auto ln = find_op("layer_norm")->bench_shape(DType::bfloat16, n);
+  EXPECT_EQ(ln.shapes, (Shapes{{r, n}, {n}, {n}}));
+  EXPECT_EQ(ln.bytes, 2.0 * r * n * 2 + 2.0 * n * 2 + 2.0 * 4 * r);
+  auto rms_bwd = find_op("rms_norm_backward")->bench_shape(DType::float32, n);
+  EXPECT_EQ(rms_bwd.shapes, (Shapes{{r, n}, {r, n}, {r}, {n}}));
+  EXPECT_EQ(rms_bwd.bytes, 3.0 * r * n * 4 + 2.0 * n * 4 + 4.0 * r);
+  EXPECT_EQ(find_op("layer_norm_backward")->bench_shape(DType::float32, n).shapes,
+            (Shapes{{r, n}, {r, n}, {r}, {r}, {n}}));
+
+  auto isin = find_op("isin_sort")->bench_shape(DType::int32, 1024);
+  EXPECT_EQ(isin.shapes, (Shapes{{1024}, {1024}}));
+  EXPECT_EQ(isin.shape, "[1024] in [1024]");
+  EXPECT_EQ(isin.bytes, 2.0 * 1024 * 4 + 1024);
+}
+
+TEST(Registry, CompareRefusesAnUnregisteredOp) {
+  tessera::ops::TestTensor out;  // never touched: the name is checked first
+  tessera::testing::expect_error([&] { tessera::ops::compare("no_such_op", "case", out, {}, nullptr); },
+                                 ErrorKind::value, {"compare", "argument 'op'", "no_such_op"});
+}
+
+// ---- GPU: the bench cases are built from the descriptions ------------------------------------
+
+TEST(RegistryGpu, BenchCasesMatchTheirShapes) {
+  TESSERA_REQUIRE_GPU();
+  for (const auto& op : all_ops()) {
+    const int64_t n = op.bench_sizes.front();
+    for (DType dt : op.dtypes) {
+      const auto shape = op.bench_shape(dt, n);
+      const auto c = op.make_bench(dt, n);
+      EXPECT_EQ(c.op, op.name);
+      EXPECT_EQ(c.dtype, tessera::dtype_name(dt));
+      EXPECT_EQ(c.size, n);
+      EXPECT_EQ(c.shape, shape.shape) << op.name;
+      EXPECT_EQ(c.bytes, shape.bytes) << op.name;
+      EXPECT_EQ(c.flops, shape.flops) << op.name;
+    }
+  }
+}
+
+}  // namespace
