@@ -11,6 +11,7 @@
 #include "ops/registry.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "runtime/tier.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::cli {
@@ -160,10 +161,23 @@ int profile(const BenchItem& item, std::ostream& out) {
   c.run(stream.get());
   c.run(stream.get());
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
-  auto kernels = bench::profile_kernels([&] { c.run(stream.get()); });
+  runtime::set_tier_trace(true);
+  std::vector<runtime::TierChoice> tiers;
+  std::vector<bench::KernelRecord> kernels;
+  try {
+    kernels = bench::profile_kernels([&] { c.run(stream.get()); });
+    tiers = runtime::take_tier_trace();
+    runtime::set_tier_trace(false);
+  } catch (...) {
+    runtime::set_tier_trace(false);
+    throw;
+  }
   out << c.op << "  " << c.dtype << "  " << c.shape << "  " << human_bytes(c.bytes) << " moved";
   if (c.flops > 0) out << strf("  %.3g GFLOP", c.flops / 1e9);
-  out << "\n" << bench::profile_table(kernels);
+  out << "\n";
+  // The kernel tier each call chose and why (ops whose kernels come in tiers).
+  for (const auto& t : tiers) out << "tier  " << t.op << ": " << t.tier << " (" << t.why << ")\n";
+  out << bench::profile_table(kernels);
   return 0;
 }
 

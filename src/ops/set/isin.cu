@@ -22,12 +22,14 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "runtime/device.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/nvtx.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tier.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/set.hpp"
 #include "tile/indexing.cuh"
@@ -370,36 +372,107 @@ void run_bitmap(const Launch& L) {
       bitmap.as<unsigned>(), L.invert);
 }
 
-template <class Tr>
-void run_path(IsinPath path, const Launch& L) {
-  const auto go = [&](auto dense) {
-    constexpr bool D = decltype(dense)::value;
-    switch (path) {
-      case IsinPath::brute_force: run_brute_force<Tr, D>(L); break;
-      case IsinPath::sort: run_sort<Tr, D>(L); break;
-      case IsinPath::hash: run_hash<Tr, D>(L); break;
-      default:
-        if constexpr (sizeof(typename Tr::Raw) <= 2) run_bitmap<Tr, D>(L);
-        break;
-    }
+// Calls f(Tr{}, std::bool_constant<dense>{}) with the key traits Tr of dtype `dt`.
+template <class F>
+void with_keys(DType dt, bool dense, F&& f) {
+  const auto go = [&](auto tr) {
+    if (dense) f(tr, std::true_type{});
+    else f(tr, std::false_type{});
   };
-  if (L.dense) go(std::true_type{});
-  else go(std::false_type{});
-}
-
-void dispatch(DType dt, IsinPath path, const Launch& L) {
   switch (dt) {
-    case DType::float32: run_path<FloatKey<uint32_t, 8, 23>>(path, L); break;
-    case DType::float64: run_path<FloatKey<uint64_t, 11, 52>>(path, L); break;
-    case DType::float16: run_path<FloatKey<uint16_t, 5, 10>>(path, L); break;
-    case DType::bfloat16: run_path<FloatKey<uint16_t, 8, 7>>(path, L); break;
-    case DType::int8: run_path<IntKey<uint8_t, true>>(path, L); break;
-    case DType::int16: run_path<IntKey<uint16_t, true>>(path, L); break;
-    case DType::int32: run_path<IntKey<uint32_t, true>>(path, L); break;
-    case DType::int64: run_path<IntKey<uint64_t, true>>(path, L); break;
-    default: run_path<IntKey<uint8_t, false>>(path, L); break;  // uint8, bool
+    case DType::float32: return go(FloatKey<uint32_t, 8, 23>{});
+    case DType::float64: return go(FloatKey<uint64_t, 11, 52>{});
+    case DType::float16: return go(FloatKey<uint16_t, 5, 10>{});
+    case DType::bfloat16: return go(FloatKey<uint16_t, 8, 7>{});
+    case DType::int8: return go(IntKey<uint8_t, true>{});
+    case DType::int16: return go(IntKey<uint16_t, true>{});
+    case DType::int32: return go(IntKey<uint32_t, true>{});
+    case DType::int64: return go(IntKey<uint64_t, true>{});
+    default: return go(IntKey<uint8_t, false>{});  // uint8, bool
   }
 }
+
+// ---- the tiers, in the order they are tried ------------------------------------------------------
+// Each takes the call when its path is asked for, or when the automatic choice falls to it.
+struct Call {
+  const Launch& L;
+  DType dtype;
+  const IsinOptions& o;
+  bool automatic() const { return o.path == IsinPath::automatic; }
+  bool small_work() const {
+    return L.n <= o.brute_force_max_test && (L.n == 0 || L.m <= o.brute_force_max_work / L.n);
+  }
+};
+
+struct GridPlan {
+  int64_t m, n;
+  std::string describe() const {
+    return std::to_string(m) + " elements, " + std::to_string(n) + " test elements";
+  }
+};
+GridPlan sizes(const Call& c, int) { return {c.L.m, c.L.n}; }
+
+struct EmptyTier {
+  static constexpr const char* kName = "empty";
+  static constexpr const char* kWhen = "no test elements: nothing is found";
+  static bool can_implement(const Call& c, int) { return c.L.n == 0; }
+  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
+  static void launch(const Call& c, const GridPlan&, cudaStream_t s) {
+    const Launch& L = c.L;
+    bool* out = static_cast<bool*>(L.out.data);
+    if (L.dense) fill_kernel<true><<<grid_for_elements(L.m, L.sms), kThreads, 0, s>>>(out, L.m, L.idx, L.invert);
+    else fill_kernel<false><<<grid_for_elements(L.m, L.sms), kThreads, 0, s>>>(out, L.m, L.idx, L.invert);
+  }
+};
+
+struct BruteForceTier {
+  static constexpr const char* kName = "brute_force";
+  static constexpr const char* kWhen = "few test elements and little work: compare against each";
+  static bool can_implement(const Call& c, int) {
+    return c.o.path == IsinPath::brute_force || (c.automatic() && c.small_work());
+  }
+  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
+  static void launch(const Call& c, const GridPlan&, cudaStream_t) {
+    with_keys(c.dtype, c.L.dense, [&](auto tr, auto d) { run_brute_force<decltype(tr), d()>(c.L); });
+  }
+};
+
+struct BitmapTier {
+  static constexpr const char* kName = "bitmap";
+  static constexpr const char* kWhen = "8- and 16-bit dtypes: a presence bit per key";
+  static bool can_implement(const Call& c, int) {
+    return c.o.path == IsinPath::bitmap || (c.automatic() && dtype_size(c.dtype) <= 2);
+  }
+  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
+  static void launch(const Call& c, const GridPlan&, cudaStream_t) {
+    with_keys(c.dtype, c.L.dense, [&](auto tr, auto d) {
+      using Tr = decltype(tr);
+      if constexpr (sizeof(typename Tr::Raw) <= 2) run_bitmap<Tr, d()>(c.L);
+    });
+  }
+};
+
+struct HashTier {
+  static constexpr const char* kName = "hash";
+  static constexpr const char* kWhen = "32- and 64-bit dtypes, many test elements: a hash set";
+  static bool can_implement(const Call& c, int) {
+    return c.o.path == IsinPath::hash || (c.automatic() && c.L.n >= c.o.hash_min_test);
+  }
+  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
+  static void launch(const Call& c, const GridPlan&, cudaStream_t) {
+    with_keys(c.dtype, c.L.dense, [&](auto tr, auto d) { run_hash<decltype(tr), d()>(c.L); });
+  }
+};
+
+struct SortTier {
+  static constexpr const char* kName = "sort";
+  static constexpr const char* kWhen = "otherwise: sorted test keys and a binary search";
+  static bool can_implement(const Call&, int) { return true; }
+  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
+  static void launch(const Call& c, const GridPlan&, cudaStream_t) {
+    with_keys(c.dtype, c.L.dense, [&](auto tr, auto d) { run_sort<decltype(tr), d()>(c.L); });
+  }
+};
 
 bool is_dense_pair(const TensorView& out, const TensorView& elements) {
   return out.is_contiguous() && elements.is_contiguous();
@@ -421,11 +494,12 @@ const char* isin_path_name(IsinPath path) {
 IsinPath isin_choose_path(DType dtype, int64_t num_elements, int64_t num_test,
                           const IsinOptions& o) {
   if (o.path != IsinPath::automatic) return o.path;
-  const bool small_work = num_test <= o.brute_force_max_test &&
-                          (num_test == 0 || num_elements <= o.brute_force_max_work / num_test);
-  if (small_work) return IsinPath::brute_force;
-  if (dtype_size(dtype) <= 2) return IsinPath::bitmap;
-  return num_test >= o.hash_min_test ? IsinPath::hash : IsinPath::sort;
+  const TensorView none{};
+  const Launch L{none, none, none, false, nullptr, 0, num_elements, num_test, {}, {}, true};
+  const Call c{L, dtype, o};
+  if (BruteForceTier::can_implement(c, 0)) return IsinPath::brute_force;
+  if (BitmapTier::can_implement(c, 0)) return IsinPath::bitmap;
+  return HashTier::can_implement(c, 0) ? IsinPath::hash : IsinPath::sort;
 }
 
 void isin(const TensorView& elements, const TensorView& test_elements, const TensorView& out,
@@ -459,13 +533,8 @@ void isin(const TensorView& elements, const TensorView& test_elements, const Ten
   Launch L{elements, test_elements, out, invert, stream, sms, m, n,
            runtime::make_indexer<2>({&out, &elements}), runtime::make_indexer<1>({&test_elements}),
            is_dense_pair(out, elements)};
-  if (n == 0) {  // nothing is found
-    if (L.dense) fill_kernel<true><<<grid_for_elements(m, sms), kThreads, 0, stream>>>(static_cast<bool*>(out.data), m, L.idx, invert);
-    else fill_kernel<false><<<grid_for_elements(m, sms), kThreads, 0, stream>>>(static_cast<bool*>(out.data), m, L.idx, invert);
-    TESSERA_LAUNCH_CHECK();
-    return;
-  }
-  dispatch(elements.dtype, isin_choose_path(elements.dtype, m, n, options), L);
+  runtime::run_first<EmptyTier, BruteForceTier, BitmapTier, HashTier, SortTier>(
+      "isin", Call{L, elements.dtype, options}, elements.device.index, stream);
   TESSERA_LAUNCH_CHECK();
 }
 
