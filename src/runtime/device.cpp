@@ -102,6 +102,15 @@ int resident_ctas(const void* kernel, int threads, std::size_t smem) {
   return resident_blocks_per_sm(kernel, threads, smem) * device_props(device).multiProcessorCount;
 }
 
+cudaLaunchAttribute cluster_attribute(int cluster) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
 int active_clusters(const void* kernel, int cluster, int threads, int device) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, int, int>, int> cache;
@@ -113,11 +122,7 @@ int active_clusters(const void* kernel, int cluster, int threads, int device) {
   if (cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 && fa.binaryVersion >= 90 &&
       (cluster <= 8 ||
        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess)) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = cluster;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
+    cudaLaunchAttribute attr = cluster_attribute(cluster);
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(cluster);
     cfg.blockDim = dim3(threads);

@@ -53,6 +53,9 @@ int resident_ctas(const void* kernel, int threads, std::size_t smem = 0);
 // Sizes over 8 are allowed (non-portable) where the device takes them.
 int active_clusters(const void* kernel, int cluster, int threads, int device);
 
+// The launch attribute for clusters of `cluster` CTAs along x.
+cudaLaunchAttribute cluster_attribute(int cluster);
+
 inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
 // Grid size for `work` items at `per_block` items per block, at least 1.

@@ -26,6 +26,20 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 #endif
 }
 
+// kernel<<<grid, block, smem, stream>>>(args...) with launch attributes (cudaLaunchKernelEx).
+template <class... Params, class... Args>
+void launch_with(const cudaLaunchAttribute* attrs, int num_attrs, void (*kernel)(Params...), dim3 grid,
+                 dim3 block, std::size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = const_cast<cudaLaunchAttribute*>(attrs);
+  cfg.numAttrs = static_cast<unsigned>(num_attrs);
+  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the
 // previous work on `stream` where `device` supports it (sm_90+), normally elsewhere.
 template <class... Params, class... Args>
@@ -34,14 +48,8 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::siz
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = device_props(device).major >= 9 ? 1 : 0;
-  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  launch_with(&attr, device_props(device).major >= 9 ? 1 : 0, kernel, grid, block, smem, stream,
+              std::forward<Args>(args)...);
 }
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster` CTAs along x
@@ -49,19 +57,8 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::siz
 template <class... Params, class... Args>
 void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, int cluster,
                     cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = cluster;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  const cudaLaunchAttribute attr = cluster_attribute(cluster);
+  launch_with(&attr, 1, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace tessera::runtime
