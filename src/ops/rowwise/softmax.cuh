@@ -16,6 +16,18 @@ namespace {
 using tile::Frag;
 using tile::pack;
 
+// sv[e] = step(...step(step(0, 0, e), 1, e)..., U - 1, e): one accumulation chain per element
+// position of the U fragments, so that consecutive steps do not wait on each other.
+template <int V, int U, class Step>
+__device__ __forceinline__ void lane_sums(float (&sv)[V], Step step) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) sv[e] = 0.0f;
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int e = 0; e < V; ++e) sv[e] = step(sv[e], u, e);
+}
+
 // ---- the four operators -------------------------------------------------------------------------
 // Each is a policy: kIn tensors read per element (slot 0 is the one the output may alias), a row
 // accumulator Acc with its Merge and identity, add() for the fragments one thread holds, finish()
@@ -37,12 +49,7 @@ struct SoftmaxForward {
     const float m = tile::frag_max(in[0], a.m);
     const float base = m == -INFINITY ? 0.0f : m;
     float sv[V];
-#pragma unroll
-    for (int e = 0; e < V; ++e) sv[e] = 0.0f;
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int e = 0; e < V; ++e) sv[e] += tile::fast_exp(in[0][u][e] - base);
+    lane_sums<V, U>(sv, [&](float acc, int u, int e) { return acc + tile::fast_exp(in[0][u][e] - base); });
     float s = a.m == m ? a.s : a.s * tile::fast_exp(a.m - m);
 #pragma unroll
     for (int e = 0; e < V; ++e) s += sv[e];
@@ -81,15 +88,10 @@ struct SoftmaxBackwardOp {
   template <int V, int U, class T>
   __device__ static Acc add(Acc a, const Frag<T, V> (&in)[2][U]) {
     float sv[V];
-#pragma unroll
-    for (int e = 0; e < V; ++e) sv[e] = 0.0f;
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float g = in[0][u][e];
-        sv[e] = Log ? sv[e] + g : fmaf(g, in[1][u][e], sv[e]);
-      }
+    lane_sums<V, U>(sv, [&](float acc, int u, int e) {
+      const float g = in[0][u][e];
+      return Log ? acc + g : fmaf(g, in[1][u][e], acc);
+    });
 #pragma unroll
     for (int e = 0; e < V; ++e) a += sv[e];
     return a;
