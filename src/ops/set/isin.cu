@@ -410,13 +410,15 @@ struct GridPlan {
     return std::to_string(m) + " elements, " + std::to_string(n) + " test elements";
   }
 };
-GridPlan sizes(const Call& c, int) { return {c.L.m, c.L.n}; }
+// What every isin tier's plan is: the sizes (each path sizes its grids from them at launch).
+struct SizesPlanned {
+  static GridPlan plan(const Call& c, int) { return {c.L.m, c.L.n}; }
+};
 
-struct EmptyTier {
+struct EmptyTier : SizesPlanned {
   static constexpr const char* kName = "empty";
   static constexpr const char* kWhen = "no test elements: nothing is found";
   static bool can_implement(const Call& c, int) { return c.L.n == 0; }
-  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
   static void launch(const Call& c, const GridPlan&, cudaStream_t s) {
     const Launch& L = c.L;
     bool* out = static_cast<bool*>(L.out.data);
@@ -425,25 +427,23 @@ struct EmptyTier {
   }
 };
 
-struct BruteForceTier {
+struct BruteForceTier : SizesPlanned {
   static constexpr const char* kName = "brute_force";
   static constexpr const char* kWhen = "few test elements and little work: compare against each";
   static bool can_implement(const Call& c, int) {
     return c.o.path == IsinPath::brute_force || (c.automatic() && c.small_work());
   }
-  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
   static void launch(const Call& c, const GridPlan&, cudaStream_t) {
     with_keys(c.dtype, c.L.dense, [&](auto tr, auto d) { run_brute_force<decltype(tr), d()>(c.L); });
   }
 };
 
-struct BitmapTier {
+struct BitmapTier : SizesPlanned {
   static constexpr const char* kName = "bitmap";
   static constexpr const char* kWhen = "8- and 16-bit dtypes: a presence bit per key";
   static bool can_implement(const Call& c, int) {
     return c.o.path == IsinPath::bitmap || (c.automatic() && dtype_size(c.dtype) <= 2);
   }
-  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
   static void launch(const Call& c, const GridPlan&, cudaStream_t) {
     with_keys(c.dtype, c.L.dense, [&](auto tr, auto d) {
       using Tr = decltype(tr);
@@ -452,23 +452,21 @@ struct BitmapTier {
   }
 };
 
-struct HashTier {
+struct HashTier : SizesPlanned {
   static constexpr const char* kName = "hash";
   static constexpr const char* kWhen = "32- and 64-bit dtypes, many test elements: a hash set";
   static bool can_implement(const Call& c, int) {
     return c.o.path == IsinPath::hash || (c.automatic() && c.L.n >= c.o.hash_min_test);
   }
-  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
   static void launch(const Call& c, const GridPlan&, cudaStream_t) {
     with_keys(c.dtype, c.L.dense, [&](auto tr, auto d) { run_hash<decltype(tr), d()>(c.L); });
   }
 };
 
-struct SortTier {
+struct SortTier : SizesPlanned {
   static constexpr const char* kName = "sort";
   static constexpr const char* kWhen = "otherwise: sorted test keys and a binary search";
   static bool can_implement(const Call&, int) { return true; }
-  static GridPlan plan(const Call& c, int d) { return sizes(c, d); }
   static void launch(const Call& c, const GridPlan&, cudaStream_t) {
     with_keys(c.dtype, c.L.dense, [&](auto tr, auto d) { run_sort<decltype(tr), d()>(c.L); });
   }
