@@ -55,21 +55,34 @@ void launch_map_contiguous_v(int64_t n, T* out, Inputs<T, NIN> in, F f, cudaStre
   map_contiguous_kernel<V, UNROLL, NIN><<<grid, kMapThreads, 0, stream>>>(n, out, in, f);
 }
 
-// Chooses the vector width (16 bytes when every pointer allows it) and the unroll (4 vectors per
-// thread on large tensors; 1 on small ones, where more blocks beat more bytes per thread).
-template <int NIN, class T, class F>
-void launch_map_contiguous(int64_t n, T* out, Inputs<T, NIN> in, F f, int sm_count,
-                           cudaStream_t stream) {
+// The contiguous map's configuration: the vector width (16 bytes when every pointer allows it)
+// and the unroll (4 vectors per thread on large tensors; 1 on small ones, where more blocks beat
+// more bytes per thread).
+struct MapConfig {
+  bool vec;    // 16-byte vectors (else one element per access)
+  int unroll;  // vectors per thread
+};
+
+template <int NIN, class T>
+MapConfig map_config(int64_t n, const T* out, const Inputs<T, NIN>& in, int sm_count) {
   constexpr int V = kVec16<T>;
   bool aligned = is_aligned<T, V>(out);
   for (int k = 0; k < NIN; ++k) aligned = aligned && is_aligned<T, V>(in.p[k]);
-  if (!aligned) {
-    launch_map_contiguous_v<1, 4, NIN>(n, out, in, f, stream);
-  } else if (n >= int64_t(kMapThreads) * 4 * V * 4 * sm_count) {
-    launch_map_contiguous_v<V, 4, NIN>(n, out, in, f, stream);
-  } else {
-    launch_map_contiguous_v<V, 1, NIN>(n, out, in, f, stream);
-  }
+  if (!aligned) return {false, 4};
+  return {true, n >= int64_t(kMapThreads) * 4 * V * 4 * sm_count ? 4 : 1};
+}
+
+template <int NIN, class T, class F>
+void launch_map_contiguous(int64_t n, T* out, Inputs<T, NIN> in, F f, const MapConfig& c, cudaStream_t stream) {
+  constexpr int V = kVec16<T>;
+  if (!c.vec) launch_map_contiguous_v<1, 4, NIN>(n, out, in, f, stream);
+  else if (c.unroll == 4) launch_map_contiguous_v<V, 4, NIN>(n, out, in, f, stream);
+  else launch_map_contiguous_v<V, 1, NIN>(n, out, in, f, stream);
+}
+
+template <int NIN, class T, class F>
+void launch_map_contiguous(int64_t n, T* out, Inputs<T, NIN> in, F f, int sm_count, cudaStream_t stream) {
+  launch_map_contiguous<NIN>(n, out, in, f, map_config<NIN>(n, out, in, sm_count), stream);
 }
 
 // General layout: idx holds out's strides in slot 0 and input k's in slot k + 1.
@@ -87,12 +100,15 @@ __global__ __launch_bounds__(kMapThreads) void map_strided_kernel(int64_t n, T* 
   }
 }
 
+inline unsigned map_strided_grid(int64_t n, int sm_count) {
+  const long long blocks = (n + kMapThreads - 1) / kMapThreads;
+  return static_cast<unsigned>(blocks < 32LL * sm_count ? blocks : 32LL * sm_count);
+}
+
 template <int NIN, class T, class F>
 void launch_map_strided(int64_t n, T* out, Inputs<T, NIN> in, const StridedIndexer<NIN + 1>& idx,
                         F f, int sm_count, cudaStream_t stream) {
-  const long long blocks = (n + kMapThreads - 1) / kMapThreads;
-  const auto grid = static_cast<unsigned>(blocks < 32LL * sm_count ? blocks : 32LL * sm_count);
-  map_strided_kernel<NIN><<<grid, kMapThreads, 0, stream>>>(n, out, in, idx, f);
+  map_strided_kernel<NIN><<<map_strided_grid(n, sm_count), kMapThreads, 0, stream>>>(n, out, in, idx, f);
 }
 
 }  // namespace tessera::tile

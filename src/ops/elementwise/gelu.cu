@@ -9,33 +9,28 @@
 #include <array>
 #include <type_traits>
 
-#include "runtime/device.hpp"
-#include "runtime/layout.hpp"
+#include "ops/elementwise/map.cuh"
 #include "runtime/nvtx.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
-#include "tile/map.cuh"
 
 namespace tessera {
 namespace {
+
+using elementwise::div_;
+using elementwise::exp_;
 
 constexpr float kSqrt1_2 = 0.70710678118654752f;    // 1/sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1/sqrt(2*pi)
 constexpr float kBeta = 0.79788456080286536f;        // sqrt(2/pi)
 constexpr float kKappa = 0.044715f;
 
-// exp and division: the MUFU approximations (ex2.approx, rcp.approx; a few ulp of float32, far
-// below a half-type ulp) for half types, the accurate library forms for float32.
-template <bool Fast>
-__device__ __forceinline__ float exp_(float x) { return Fast ? __expf(x) : expf(x); }
 // 2^x on the MUFU with denormal results flushed (exp2f adds range fix-ups around the same op).
 __device__ __forceinline__ float ex2_approx(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }
-template <bool Fast>
-__device__ __forceinline__ float div_(float a, float b) { return Fast ? __fdividef(a, b) : a / b; }
 
 // Standard normal CDF Phi(x) and, on request, exp(-x^2/2).
 // float32: erff (CUDA's, ~2 ulp), as torch computes it. Half types: erfc from a 10-term Chebyshev
@@ -110,40 +105,6 @@ struct GeluTanhBackward {
   }
 };
 
-// Runs functor F<fast> over NIN inputs into out: dense tensors take the vector path, others the
-// strided one.
-template <template <bool> class F, int NIN, class T>
-void run_map(const TensorView& out, const std::array<const TensorView*, NIN>& ins, cudaStream_t s) {
-  constexpr bool fast = !std::is_same_v<T, float>;
-  const int64_t n = out.numel();
-  const int sms = runtime::device_props(out.device.index).multiProcessorCount;
-  tile::Inputs<T, NIN> in;
-  bool dense = out.is_contiguous();
-  for (int k = 0; k < NIN; ++k) {
-    in.p[k] = static_cast<const T*>(ins[k]->data);
-    dense = dense && ins[k]->is_contiguous();
-  }
-  auto* o = static_cast<T*>(out.data);
-  if (dense) {
-    tile::launch_map_contiguous<NIN>(n, o, in, F<fast>{}, sms, s);
-  } else {
-    std::array<const TensorView*, NIN + 1> all{&out};
-    for (int k = 0; k < NIN; ++k) all[k + 1] = ins[k];
-    tile::launch_map_strided<NIN>(n, o, in, runtime::make_indexer<NIN + 1>(all), F<fast>{}, sms, s);
-  }
-}
-
-template <template <bool> class F, int NIN>
-void dispatch(const TensorView& out, const std::array<const TensorView*, NIN>& ins, cudaStream_t s) {
-  runtime::DeviceGuard guard(out.device.index);
-  switch (out.dtype) {
-    case DType::float32: run_map<F, NIN, float>(out, ins, s); break;
-    case DType::float16: run_map<F, NIN, __half>(out, ins, s); break;
-    default: run_map<F, NIN, __nv_bfloat16>(out, ins, s); break;
-  }
-  TESSERA_LAUNCH_CHECK();
-}
-
 }  // namespace
 
 void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximate,
@@ -156,9 +117,9 @@ void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximat
   detail::check_no_overlap("gelu", "out", out, "x", x, /*allow_identical=*/true);
   if (out.numel() == 0) return;
   if (approximate == GeluApproximate::tanh)
-    dispatch<GeluTanh, 1>(out, {&x}, stream);
+    elementwise::map_floats<GeluTanh, 1>("gelu", out, {&x}, stream);
   else
-    dispatch<GeluErf, 1>(out, {&x}, stream);
+    elementwise::map_floats<GeluErf, 1>("gelu", out, {&x}, stream);
 }
 
 void gelu_backward(const TensorView& grad_out, const TensorView& x, const TensorView& grad_in,
@@ -173,9 +134,9 @@ void gelu_backward(const TensorView& grad_out, const TensorView& x, const Tensor
   detail::check_no_overlap("gelu_backward", "grad_in", grad_in, "grad_out", grad_out, true);
   if (grad_in.numel() == 0) return;
   if (approximate == GeluApproximate::tanh)
-    dispatch<GeluTanhBackward, 2>(grad_in, {&grad_out, &x}, stream);
+    elementwise::map_floats<GeluTanhBackward, 2>("gelu_backward", grad_in, {&grad_out, &x}, stream);
   else
-    dispatch<GeluErfBackward, 2>(grad_in, {&grad_out, &x}, stream);
+    elementwise::map_floats<GeluErfBackward, 2>("gelu_backward", grad_in, {&grad_out, &x}, stream);
 }
 
 }  // namespace tessera
