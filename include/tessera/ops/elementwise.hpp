@@ -28,6 +28,12 @@ void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximat
 void gelu_backward(const TensorView& grad_out, const TensorView& x, const TensorView& grad_in,
                    GeluApproximate approximate, cudaStream_t stream);
 
+// out = silu(x) = x * sigmoid(x); out has x's shape and dtype.
+void silu(const TensorView& x, const TensorView& out, cudaStream_t stream);
+// grad_in = grad_out * silu'(x); all three share one shape and dtype.
+void silu_backward(const TensorView& grad_out, const TensorView& x, const TensorView& grad_in,
+                   cudaStream_t stream);
+
 // dst = src: any strides on either side (a transpose, a gather of a strided view), same shape and
 // dtype. dst must not overlap src unless it is the same view (then nothing is done).
 void copy(const TensorView& src, const TensorView& dst, cudaStream_t stream);
