@@ -26,7 +26,6 @@ namespace {
 using tessera::testing::cuda_tensor;
 using tessera::testing::expect_error;
 using tessera::testing::fake;
-using tessera::testing::run_verify;
 
 using tessera::DType;
 using tessera::Error;
@@ -35,8 +34,6 @@ using tessera::TensorView;
 namespace ref = tessera::reference;
 
 const tessera::Device kCpu{tessera::DeviceType::cpu, 0};
-
-
 
 // Uniform of a word as the contract defines it: the top 24 bits times 2^-24.
 float uniform(uint32_t w) { return static_cast<float>(w >> 8) / 16777216.0f; }
@@ -233,11 +230,6 @@ TEST(DropoutRegistry, OpsAndVariants) {
 // ---- GPU ------------------------------------------------------------------------------------
 using tessera::ops::Layout;
 using tessera::ops::TestTensor;
-
-
-TEST(DropoutGpu, Forward) { TESSERA_REQUIRE_GPU(); run_verify("dropout"); }
-TEST(DropoutGpu, Backward) { TESSERA_REQUIRE_GPU(); run_verify("dropout_backward"); }
-TEST(CopyGpu, Layouts) { TESSERA_REQUIRE_GPU(); run_verify("copy"); }
 
 // Output elements of a device tensor as doubles (logical order).
 std::vector<double> values(const TestTensor& t) {

@@ -19,15 +19,12 @@ namespace {
 using tessera::testing::cuda_tensor;
 using tessera::testing::expect_error;
 using tessera::testing::fake;
-using tessera::testing::run_verify;
 
 using tessera::DType;
 using tessera::Error;
 using tessera::ErrorKind;
 using tessera::GeluApproximate;
 using tessera::TensorView;
-
-
 
 // ---- references --------------------------------------------------------------------------
 TEST(ElementwiseReference, GeluKnownValues) {
@@ -160,13 +157,5 @@ TEST(ElementwiseRegistry, OpsAndVariants) {
     EXPECT_FALSE(op.bench_sizes.empty()) << op.name;
   }
 }
-
-// ---- GPU: every verify case ----------------------------------------------------------------
-
-TEST(ElementwiseGpu, Add) { TESSERA_REQUIRE_GPU(); run_verify("add"); }
-TEST(ElementwiseGpu, Gelu) { TESSERA_REQUIRE_GPU(); run_verify("gelu"); }
-TEST(ElementwiseGpu, GeluTanh) { TESSERA_REQUIRE_GPU(); run_verify("gelu_tanh"); }
-TEST(ElementwiseGpu, GeluBackward) { TESSERA_REQUIRE_GPU(); run_verify("gelu_backward"); }
-TEST(ElementwiseGpu, GeluTanhBackward) { TESSERA_REQUIRE_GPU(); run_verify("gelu_tanh_backward"); }
 
 }  // namespace

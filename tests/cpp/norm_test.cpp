@@ -23,7 +23,6 @@ namespace {
 using tessera::testing::cuda_tensor;
 using tessera::testing::expect_error;
 using tessera::testing::fake;
-using tessera::testing::run_verify;
 
 using tessera::DType;
 using tessera::Error;
@@ -193,7 +192,6 @@ TEST(NormReference, RmsNormGradientsMatchFiniteDifferences) {
 
 // ---- argument checks (no GPU needed: they run before any CUDA call) -------------------------
 
-
 // Distinct, far-apart fake buffers for a [4, 8] problem.
 struct Args {
   TensorView x = cuda_tensor(0x100000, DType::bfloat16, {4, 8});
@@ -349,12 +347,7 @@ TEST(NormRegistry, OpsAndCases) {
   EXPECT_EQ(tessera::ops::select_ops("rms_norm").size(), 2u);
 }
 
-// ---- GPU: every verify case, determinism -----------------------------------------------------
-
-TEST(NormGpu, LayerNorm) { TESSERA_REQUIRE_GPU(); run_verify("layer_norm"); }
-TEST(NormGpu, LayerNormBackward) { TESSERA_REQUIRE_GPU(); run_verify("layer_norm_backward"); }
-TEST(NormGpu, RmsNorm) { TESSERA_REQUIRE_GPU(); run_verify("rms_norm"); }
-TEST(NormGpu, RmsNormBackward) { TESSERA_REQUIRE_GPU(); run_verify("rms_norm_backward"); }
+// ---- GPU: determinism (the verify cases run in verify_test.cpp) -----------------------------
 
 std::vector<unsigned char> bytes_of(const tessera::ops::TestTensor& t) {
   return tessera::ops::to_host(t).bytes;

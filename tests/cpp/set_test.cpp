@@ -18,7 +18,6 @@ namespace {
 using tessera::testing::cuda_tensor;
 using tessera::testing::expect_error;
 using tessera::testing::fake;
-using tessera::testing::run_verify;
 
 using tessera::DType;
 using tessera::Error;
@@ -73,7 +72,6 @@ TEST(SetDispatch, ChoosesByDtypeAndSize) {
   EXPECT_NE(isin_choose_path(DType::int32, 1 << 10, 1 << 10, tuned), IsinPath::brute_force);
 }
 
-
 TEST(SetChecks, Messages) {
   const auto e = cuda_tensor(0x1000, DType::int32, {10});
   const auto t = cuda_tensor(0x2000, DType::int32, {5});
@@ -93,12 +91,5 @@ TEST(SetChecks, Messages) {
   expect_error([&] { tessera::isin(e, t, cuda_tensor(0x1000, DType::bool_, {10}), false, false, nullptr); },
                ErrorKind::value, {"'out'", "overlap"});
 }
-
-
-TEST(SetGpu, IsinAutomatic) { TESSERA_REQUIRE_GPU(); run_verify("isin"); }
-TEST(SetGpu, IsinBruteForce) { TESSERA_REQUIRE_GPU(); run_verify("isin_brute_force"); }
-TEST(SetGpu, IsinSort) { TESSERA_REQUIRE_GPU(); run_verify("isin_sort"); }
-TEST(SetGpu, IsinHash) { TESSERA_REQUIRE_GPU(); run_verify("isin_hash"); }
-TEST(SetGpu, IsinBitmap) { TESSERA_REQUIRE_GPU(); run_verify("isin_bitmap"); }
 
 }  // namespace

@@ -20,7 +20,6 @@ namespace {
 using tessera::testing::cuda_tensor;
 using tessera::testing::expect_error;
 using tessera::testing::fake;
-using tessera::testing::run_verify;
 
 using tessera::DType;
 using tessera::Error;
@@ -123,7 +122,6 @@ TEST(SoftmaxReference, RowGeometry) {
 
 // ---- argument checks (no GPU needed: they run before any CUDA call) -------------------------
 
-
 TEST(SoftmaxChecks, CpuTensorRejected) {
   std::vector<float> h(4);
   auto x = TensorView::contiguous(h.data(), DType::float32, {4}, kCpu);
@@ -225,13 +223,6 @@ TEST(SoftmaxRegistry, OpsCasesAndSizes) {
   EXPECT_EQ(tessera::ops::select_ops("softmax").size(), 2u);      // softmax, softmax_backward
   EXPECT_EQ(tessera::ops::select_ops("log_softmax").size(), 2u);
 }
-
-// ---- GPU: every verify case ----------------------------------------------------------------
-
-TEST(SoftmaxGpu, Softmax) { TESSERA_REQUIRE_GPU(); run_verify("softmax"); }
-TEST(SoftmaxGpu, LogSoftmax) { TESSERA_REQUIRE_GPU(); run_verify("log_softmax"); }
-TEST(SoftmaxGpu, SoftmaxBackward) { TESSERA_REQUIRE_GPU(); run_verify("softmax_backward"); }
-TEST(SoftmaxGpu, LogSoftmaxBackward) { TESSERA_REQUIRE_GPU(); run_verify("log_softmax_backward"); }
 
 TEST(SoftmaxGpu, BenchBytes) {
   TESSERA_REQUIRE_GPU();
