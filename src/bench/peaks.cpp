@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bench/bench.hpp"
+#include "bench/fill.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/memory.hpp"
@@ -51,7 +52,7 @@ constexpr int kGemmDim = 8192;
 
 double measure_copy_gbps(cudaStream_t stream) {
   runtime::DeviceBuffer src(kCopyBytes), dst(kCopyBytes);
-  runtime::fill_uniform(src.data(), DType::float32, kCopyBytes / sizeof(float), -1, 1, 0x5eed, stream);
+  bench::fill_uniform(src.data(), DType::float32, kCopyBytes / sizeof(float), -1, 1, 0x5eed, stream);
   const Stats st = time_op(
       [&](cudaStream_t s) {
         TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), kCopyBytes, cudaMemcpyDeviceToDevice, s));
@@ -66,8 +67,8 @@ double measure_bf16_tflops(cudaStream_t stream) {
   const std::size_t bytes = static_cast<std::size_t>(n * n) * 2;  // bf16
   runtime::DeviceBuffer a(bytes), b(bytes), c(bytes);
   // Random inputs, never zeros: tensor-core power (and so clocks) depend on the data.
-  runtime::fill_uniform(a.data(), DType::bfloat16, n * n, -1, 1, 0xa11ce, stream);
-  runtime::fill_uniform(b.data(), DType::bfloat16, n * n, -1, 1, 0xb0b, stream);
+  bench::fill_uniform(a.data(), DType::bfloat16, n * n, -1, 1, 0xa11ce, stream);
+  bench::fill_uniform(b.data(), DType::bfloat16, n * n, -1, 1, 0xb0b, stream);
   CublasHandle handle(stream);
   const float alpha = 1.0f, beta = 0.0f;
   const Stats st = time_op(

@@ -8,8 +8,9 @@
 #include <cmath>
 #include <mutex>
 
+#include "bench/fill.hpp"
+#include "bench/host.hpp"
 #include "runtime/check.hpp"
-#include "runtime/host.hpp"
 
 namespace tessera::ops {
 
@@ -69,17 +70,17 @@ std::atomic<uint64_t> g_seed{0x7e55e7a};
 }
 
 void fill_random(TestTensor& t, double lo, double hi, cudaStream_t stream) {
-  runtime::fill_uniform(t.storage.data(), t.view.dtype, t.storage_elems, lo, hi,
+  bench::fill_uniform(t.storage.data(), t.view.dtype, t.storage_elems, lo, hi,
                         g_seed.fetch_add(0x9e3779b97f4a7c15ull), stream);
 }
 
 void fill_poison(TestTensor& t, cudaStream_t stream) {
-  runtime::poison(t.storage.data(), t.storage.bytes(), stream);
+  bench::poison(t.storage.data(), t.storage.bytes(), stream);
 }
 
 HostCopy to_host(const TestTensor& t) {
   HostCopy h;
-  h.bytes = runtime::to_host(t.storage.data(), t.storage.bytes());
+  h.bytes = bench::to_host(t.storage.data(), t.storage.bytes());
   const auto off = static_cast<const char*>(t.view.data) - static_cast<const char*>(t.storage.data());
   h.view = t.view;
   h.view.data = h.bytes.data() + off;
@@ -101,17 +102,17 @@ VerifyResult compare(const std::string& op, const std::string& name, const TestT
     r.detail = "reference has " + std::to_string(ref.size()) + " elements, output " + std::to_string(n);
     return r;
   }
-  r.unwritten = runtime::count_poisoned(out.view, stream);
+  r.unwritten = bench::count_poisoned(out.view, stream);
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
   const HostCopy h = to_host(out);
   std::mutex mu;
   double err2 = 0, ref2 = 0, max_abs = 0;
   int64_t bad = 0;
-  runtime::parallel_for(n, [&](int64_t b, int64_t e) {
+  host::parallel_for(n, [&](int64_t b, int64_t e) {
     double le = 0, lr = 0, lm = 0;
     int64_t lb = 0;
     for (int64_t i = b; i < e; ++i) {
-      const double v = runtime::load_double(h.view, i), want = ref[i];
+      const double v = host::load_double(h.view, i), want = ref[i];
       if (!std::isfinite(v) && std::isfinite(want)) {
         ++lb;
         continue;
@@ -159,11 +160,11 @@ void check_exact(VerifyResult& r, const TestTensor& out, const std::vector<doubl
   std::mutex mu;
   int64_t differ = 0, flipped = 0;
   double max_abs = 0;
-  runtime::parallel_for(n, [&](int64_t b, int64_t e) {
+  host::parallel_for(n, [&](int64_t b, int64_t e) {
     int64_t ld = 0, lf = 0;
     double lm = 0;
     for (int64_t i = b; i < e; ++i) {
-      const double v = runtime::load_double(h.view, i), want = round_to(out.view.dtype, ref[i]);
+      const double v = host::load_double(h.view, i), want = round_to(out.view.dtype, ref[i]);
       if (!(v == want)) {
         ++ld;
         lm = std::max(lm, std::isnan(v) ? INFINITY : std::fabs(v - want));

@@ -18,7 +18,7 @@
 #include "ops/elementwise/dropout_reference.hpp"
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 #include "tessera/tessera.hpp"
 
 namespace {
@@ -235,7 +235,7 @@ using tessera::ops::TestTensor;
 std::vector<double> values(const TestTensor& t) {
   const auto h = tessera::ops::to_host(t);
   std::vector<double> v(static_cast<size_t>(t.view.numel()));
-  for (int64_t i = 0; i < t.view.numel(); ++i) v[i] = tessera::runtime::load_double(h.view, i);
+  for (int64_t i = 0; i < t.view.numel(); ++i) v[i] = tessera::host::load_double(h.view, i);
   return v;
 }
 

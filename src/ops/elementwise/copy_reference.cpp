@@ -1,11 +1,11 @@
 #include "ops/elementwise/copy_reference.hpp"
 
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 
 namespace tessera::reference {
 
 std::vector<double> copy(const TensorView& src) {
-  return runtime::tabulate(src.numel(), [&](int64_t i) { return runtime::load_double(src, i); });
+  return host::tabulate(src.numel(), [&](int64_t i) { return host::load_double(src, i); });
 }
 
 }  // namespace tessera::reference

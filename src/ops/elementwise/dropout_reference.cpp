@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 
 namespace tessera::reference {
 
@@ -42,11 +42,11 @@ std::vector<double> dropout_map(const TensorView& x, double p, uint64_t seed, ui
   const int64_t n = x.numel();
   const double scale = dropout_scale(p);
   std::vector<double> out(static_cast<std::size_t>(n));
-  runtime::parallel_for((n + 3) / 4, [&](int64_t b, int64_t e) {
+  host::parallel_for((n + 3) / 4, [&](int64_t b, int64_t e) {
     for (int64_t g = b; g < e; ++g) {
       const auto words = dropout_words(seed, offset, g);
       for (int64_t i = 4 * g; i < std::min(n, 4 * g + 4); ++i)
-        out[i] = keep_word(words[i % 4], p) ? runtime::load_double(x, i) * scale : 0.0;
+        out[i] = keep_word(words[i % 4], p) ? host::load_double(x, i) * scale : 0.0;
     }
   });
   return out;

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 
 namespace tessera::reference {
 
@@ -27,13 +27,13 @@ double gelu_grad(double x, GeluApproximate approximate) {
 }
 
 std::vector<double> gelu(const TensorView& x, GeluApproximate approximate) {
-  return runtime::tabulate(x.numel(), [&](int64_t i) { return gelu(runtime::load_double(x, i), approximate); });
+  return host::tabulate(x.numel(), [&](int64_t i) { return gelu(host::load_double(x, i), approximate); });
 }
 
 std::vector<double> gelu_backward(const TensorView& grad_out, const TensorView& x,
                                   GeluApproximate approximate) {
-  return runtime::tabulate(x.numel(), [&](int64_t i) {
-    return runtime::load_double(grad_out, i) * gelu_grad(runtime::load_double(x, i), approximate);
+  return host::tabulate(x.numel(), [&](int64_t i) {
+    return host::load_double(grad_out, i) * gelu_grad(host::load_double(x, i), approximate);
   });
 }
 

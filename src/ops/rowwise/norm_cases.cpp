@@ -15,7 +15,7 @@
 #include "ops/rowwise/norm_reference.hpp"
 #include "ops/verify.hpp"
 #include "runtime/check.hpp"
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 #include "tessera/ops/rowwise.hpp"
 
 namespace tessera::ops::rowwise {
@@ -70,7 +70,7 @@ TestTensor upload(DType dt, const Shape& shape, Layout layout, bool narrow, cons
   TestTensor t = make_input(dt, shape, layout, narrow);
   fill_poison(t, nullptr);
   HostCopy h = to_host(t);
-  for (int64_t i = 0; i < t.view.numel(); ++i) runtime::store_double(h.view, i, values[static_cast<std::size_t>(i)]);
+  for (int64_t i = 0; i < t.view.numel(); ++i) host::store_double(h.view, i, values[static_cast<std::size_t>(i)]);
   TESSERA_CUDA_CHECK(cudaMemcpy(t.storage.data(), h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice));
   return t;
 }

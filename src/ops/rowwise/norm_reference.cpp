@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 
 namespace tessera::reference {
 namespace {
@@ -20,7 +20,7 @@ Rows rows_of(const TensorView& x, int normalized_ndim) {
 }
 
 // Element c of an optional per-column parameter (`dflt` when absent).
-double param(const TensorView* t, int64_t c, double dflt) { return t ? runtime::load_double(*t, c) : dflt; }
+double param(const TensorView* t, int64_t c, double dflt) { return t ? host::load_double(*t, c) : dflt; }
 
 // Runs fn(begin, end) over the rows; the partial column sums of each chunk are added into
 // `sums` (nsums vectors of n) under a lock.
@@ -29,7 +29,7 @@ void over_rows(const Rows& r, int nsums, std::vector<std::vector<double>>& sums,
   sums.assign(nsums, std::vector<double>(static_cast<std::size_t>(r.n), 0.0));
   std::mutex mu;
   // parallel_for splits by element count: give it elements, hand out whole rows.
-  runtime::parallel_for(r.rows, [&](int64_t b, int64_t e) {
+  host::parallel_for(r.rows, [&](int64_t b, int64_t e) {
     std::vector<std::vector<double>> local(nsums, std::vector<double>(static_cast<std::size_t>(r.n), 0.0));
     std::vector<double> xs(static_cast<std::size_t>(r.n));
     for (int64_t row = b; row < e; ++row) fn(row, xs, local);
@@ -51,7 +51,7 @@ LayerNormResult layer_norm(const TensorView& x, int normalized_ndim, const Tenso
   std::vector<std::vector<double>> unused;
   over_rows(r, 0, unused, [&](int64_t row, std::vector<double>& xs, auto&) {
     double sum = 0;
-    for (int64_t c = 0; c < r.n; ++c) sum += xs[c] = runtime::load_double(x, row * r.n + c);
+    for (int64_t c = 0; c < r.n; ++c) sum += xs[c] = host::load_double(x, row * r.n + c);
     const double mean = sum / static_cast<double>(r.n);
     double sq = 0;
     for (int64_t c = 0; c < r.n; ++c) sq += (xs[c] - mean) * (xs[c] - mean);
@@ -71,12 +71,12 @@ LayerNormGrads layer_norm_backward(const TensorView& grad_out, const TensorView&
   g.grad_in.resize(static_cast<std::size_t>(r.rows * r.n));
   std::vector<std::vector<double>> sums;
   over_rows(r, 2, sums, [&](int64_t row, std::vector<double>& xh, auto& local) {
-    const double mu = runtime::load_double(mean, row), rs = runtime::load_double(rstd, row);
+    const double mu = host::load_double(mean, row), rs = host::load_double(rstd, row);
     std::vector<double> dy(static_cast<std::size_t>(r.n));
     double a = 0, b = 0;  // sum(w dy), sum(w dy xhat)
     for (int64_t c = 0; c < r.n; ++c) {
-      xh[c] = (runtime::load_double(x, row * r.n + c) - mu) * rs;
-      dy[c] = runtime::load_double(grad_out, row * r.n + c);
+      xh[c] = (host::load_double(x, row * r.n + c) - mu) * rs;
+      dy[c] = host::load_double(grad_out, row * r.n + c);
       const double wdy = param(weight, c, 1.0) * dy[c];
       a += wdy;
       b += wdy * xh[c];
@@ -102,7 +102,7 @@ RmsNormResult rms_norm(const TensorView& x, int normalized_ndim, const TensorVie
   over_rows(r, 0, unused, [&](int64_t row, std::vector<double>& xs, auto&) {
     double sq = 0;
     for (int64_t c = 0; c < r.n; ++c) {
-      xs[c] = runtime::load_double(x, row * r.n + c);
+      xs[c] = host::load_double(x, row * r.n + c);
       sq += xs[c] * xs[c];
     }
     const double rstd = 1.0 / std::sqrt(sq / static_cast<double>(r.n) + eps);
@@ -119,12 +119,12 @@ RmsNormGrads rms_norm_backward(const TensorView& grad_out, const TensorView& x, 
   g.grad_in.resize(static_cast<std::size_t>(r.rows * r.n));
   std::vector<std::vector<double>> sums;
   over_rows(r, 1, sums, [&](int64_t row, std::vector<double>& xh, auto& local) {
-    const double rs = runtime::load_double(rstd, row);
+    const double rs = host::load_double(rstd, row);
     std::vector<double> dy(static_cast<std::size_t>(r.n));
     double b = 0;  // sum(w dy xhat)
     for (int64_t c = 0; c < r.n; ++c) {
-      xh[c] = runtime::load_double(x, row * r.n + c) * rs;
-      dy[c] = runtime::load_double(grad_out, row * r.n + c);
+      xh[c] = host::load_double(x, row * r.n + c) * rs;
+      dy[c] = host::load_double(grad_out, row * r.n + c);
       b += param(weight, c, 1.0) * dy[c] * xh[c];
       local[0][c] += dy[c] * xh[c];
     }

@@ -13,7 +13,7 @@
 #include "ops/rowwise/softmax_reference.hpp"
 #include "ops/verify.hpp"
 #include "runtime/check.hpp"
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 #include "tessera/ops/rowwise.hpp"
 
 namespace tessera::ops::rowwise {
@@ -58,7 +58,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 void set_special_rows(TestTensor& t, int dim, Kind kind) {
   HostCopy h = to_host(t);
   const reference::RowGeometry g = reference::row_geometry(h.view, dim);
-  auto set = [&](int64_t row, int64_t k, double v) { runtime::store_double(h.view, g.index(row, k), v); };
+  auto set = [&](int64_t row, int64_t k, double v) { host::store_double(h.view, g.index(row, k), v); };
   if (is_backward(kind)) {
     for (int64_t k = 0; k < g.n; k += 3) set(0, k, kind == Kind::log_softmax_backward ? -kInf : 0.0);
   } else {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "runtime/check.hpp"
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 
 namespace tessera::reference {
 
@@ -30,12 +30,12 @@ template <class F>
 std::vector<double> per_row(const TensorView& a, const TensorView* b, int dim, F f) {
   const RowGeometry g = row_geometry(a, dim);
   std::vector<double> out(static_cast<std::size_t>(a.numel()));
-  runtime::parallel_for(g.rows, [&](int64_t lo, int64_t hi) {
+  host::parallel_for(g.rows, [&](int64_t lo, int64_t hi) {
     std::vector<double> va(g.n), vb(b ? g.n : 0), vo(g.n);
     for (int64_t r = lo; r < hi; ++r) {
       for (int64_t k = 0; k < g.n; ++k) {
-        va[k] = runtime::load_double(a, g.index(r, k));
-        if (b) vb[k] = runtime::load_double(*b, g.index(r, k));
+        va[k] = host::load_double(a, g.index(r, k));
+        if (b) vb[k] = host::load_double(*b, g.index(r, k));
       }
       f(va, vb, vo);
       for (int64_t k = 0; k < g.n; ++k) out[g.index(r, k)] = vo[k];

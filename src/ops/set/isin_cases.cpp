@@ -12,7 +12,7 @@
 #include "ops/set/isin_reference.hpp"
 #include "ops/verify.hpp"
 #include "runtime/check.hpp"
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 #include "tessera/ops/set.hpp"
 
 namespace tessera::ops {
@@ -45,7 +45,7 @@ void poke(TestTensor& t, const std::vector<long double>& values) {
   HostCopy h = to_host(t);
   const int64_t n = std::min<int64_t>(t.view.numel(), static_cast<int64_t>(values.size()));
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t off = runtime::element_offset(h.view, i) * static_cast<int64_t>(dtype_size(t.view.dtype));
+    const int64_t off = host::element_offset(h.view, i) * static_cast<int64_t>(dtype_size(t.view.dtype));
     const int64_t base = static_cast<const char*>(h.view.data) - reinterpret_cast<const char*>(h.bytes.data());
     void* p = h.bytes.data() + base + off;
     switch (t.view.dtype) {
@@ -55,7 +55,7 @@ void poke(TestTensor& t, const std::vector<long double>& values) {
       case DType::int64: *static_cast<int64_t*>(p) = static_cast<int64_t>(values[i]); break;
       case DType::uint8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(values[i]); break;
       default: {
-        runtime::store_double(h.view, i, static_cast<double>(values[i]));
+        host::store_double(h.view, i, static_cast<double>(values[i]));
       }
     }
   }
@@ -92,8 +92,8 @@ VerifyResult run_isin(DType dt, IsinPath path, const IsinSpec& s) {
   if (is_floating(dt)) {  // integral values in a float type, so that matches happen
     HostCopy he = to_host(e), ht = to_host(t);
     std::vector<long double> ve, vt;
-    for (int64_t i = 0; i < e.view.numel(); ++i) ve.push_back(std::floor(runtime::load_double(he.view, i)));
-    for (int64_t i = 0; i < t.view.numel(); ++i) vt.push_back(std::floor(runtime::load_double(ht.view, i)));
+    for (int64_t i = 0; i < e.view.numel(); ++i) ve.push_back(std::floor(host::load_double(he.view, i)));
+    for (int64_t i = 0; i < t.view.numel(); ++i) vt.push_back(std::floor(host::load_double(ht.view, i)));
     poke(e, ve);
     poke(t, vt);
   }

@@ -4,13 +4,13 @@
 #include <cmath>
 #include <cstdint>
 
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 
 namespace tessera::reference {
 namespace {
 
 int64_t load_int(const TensorView& t, int64_t i) {
-  const int64_t off = runtime::element_offset(t, i);
+  const int64_t off = host::element_offset(t, i);
   switch (t.dtype) {
     case DType::int8: return static_cast<const int8_t*>(t.data)[off];
     case DType::int16: return static_cast<const int16_t*>(t.data)[off];
@@ -32,7 +32,7 @@ std::vector<double> search(const TensorView& e, const TensorView& t, bool invert
   }
   std::sort(table.begin(), table.end());
   std::vector<double> out(static_cast<size_t>(e.numel()));
-  runtime::parallel_for(e.numel(), [&](int64_t b, int64_t end) {
+  host::parallel_for(e.numel(), [&](int64_t b, int64_t end) {
     for (int64_t i = b; i < end; ++i) {
       const V v = load(e, i);
       const bool found = v == v && std::binary_search(table.begin(), table.end(), v);
@@ -47,7 +47,7 @@ std::vector<double> search(const TensorView& e, const TensorView& t, bool invert
 std::vector<double> isin(const TensorView& elements, const TensorView& test_elements, bool invert) {
   if (is_floating(elements.dtype))
     return search<double>(elements, test_elements, invert,
-                          [](const TensorView& t, int64_t i) { return runtime::load_double(t, i); });
+                          [](const TensorView& t, int64_t i) { return host::load_double(t, i); });
   return search<int64_t>(elements, test_elements, invert, load_int);
 }
 

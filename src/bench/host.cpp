@@ -1,4 +1,4 @@
-#include "runtime/host.hpp"
+#include "bench/host.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -9,7 +9,7 @@
 
 #include "runtime/check.hpp"
 
-namespace tessera::runtime {
+namespace tessera::host {
 
 int64_t element_offset(const TensorView& t, int64_t i) {
   int64_t off = 0;
@@ -66,4 +66,4 @@ void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   for (auto& th : pool) th.join();
 }
 
-}  // namespace tessera::runtime
+}  // namespace tessera::host

@@ -8,7 +8,7 @@
 
 #include "tessera/tensor.hpp"
 
-namespace tessera::runtime {
+namespace tessera::host {
 
 // Offset (elements) of row-major logical index i in view t.
 int64_t element_offset(const TensorView& t, int64_t i);
@@ -31,4 +31,4 @@ std::vector<double> tabulate(int64_t n, F f) {
   return out;
 }
 
-}  // namespace tessera::runtime
+}  // namespace tessera::host
