@@ -1,8 +1,8 @@
 // The L2 flush of time_op: read a buffer of twice the L2 before each timed rep.
 //
 // Reading, not writing: a memset leaves the L2 full of dirty lines, and the op timed next pays for
-// writing them back to HBM as its own traffic displaces them (measured on the H200: 1.1-4.8 us
-// per call for ops moving 16-128 MB, 0.7% of a 1 GiB copy). After a read the L2 holds clean lines
+// writing them back to HBM as its own traffic displaces them (worklog, session 5). After a read
+// the L2 holds clean lines
 // of this buffer: the op finds none of its data there and evicts for free, as after ncu's cache
 // control.
 #include <cstdint>

@@ -3,10 +3,9 @@
 // Programmatic dependent launch (sm_90): a kernel that consumes the previous kernel's output on the
 // same stream is launched as soon as that kernel's CTAs have exited, without waiting for the grid's
 // completion to go through the front end first; a short second kernel of an op otherwise adds its
-// whole launch latency (the norm backward's column sums: see norm.cu). The dependent kernel calls
+// whole launch latency (the norm backward's column sums). The dependent kernel calls
 // wait_for_previous_grid() before it reads what the previous one wrote: that returns once the
-// previous grid has completed and its memory operations are visible. (Letting the dependent launch
-// even earlier with griddepcontrol.launch_dependents in the first kernel measured the same.)
+// previous grid has completed and its memory operations are visible.
 #pragma once
 
 #include <cuda_runtime.h>

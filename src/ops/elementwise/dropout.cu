@@ -185,10 +185,8 @@ void run(const TensorView& x, const TensorView& out, const DropoutParams& prm, c
   }
   constexpr int V = tile::kVec16<T>;
   // One vector per thread for float32, two for 16-bit types once the grid covers the GPU 4
-  // times over. Measured (H200, fwd and bwd alike, against 4 vectors per thread): float32 2^24
-  // 38.1 -> 36.6 us, 2^28 527 -> 504 us; bf16 2^24 23.3 -> 21.4 us, 2^28 277.8 -> 261.5 us (one
-  // vector: 21.7 / 270 us). Both now run at the copy kernel's time. (With 4, bf16 2^24 was 3.1
-  // waves of CTAs of ~6.5 us each, a long partial last wave.)
+  // times over: more vectors per thread make CTAs long enough that the partial last wave costs
+  // more than the extra bytes in flight gain (worklog, session 4).
   const bool large = n >= int64_t(kThreads) * 2 * V * 4 * sms;
   if (!tile::is_aligned<T, V>(xp) || !tile::is_aligned<T, V>(op))
     launch_dense<4, 2, false>(xp, op, n, prm, stream);
