@@ -1,12 +1,14 @@
-// copy: dst = src between any two layouts of one shape. Dense-to-dense is one cudaMemcpyAsync;
-// anything else moves raw elements (any dtype, as 1-, 2-, 4- or 8-byte words) through the strided
-// indexer. The row-wise operators use it to gather a strided input into contiguous scratch memory
-// and to scatter a result back.
+// copy: dst = src between any two layouts of one shape. Two tiers: dense-to-dense is one
+// cudaMemcpyAsync; anything else moves raw elements (any dtype, as 1-, 2-, 4- or 8-byte words)
+// through the strided indexer. The row-wise operators use it to gather a strided input into
+// contiguous scratch memory and to scatter a result back.
 #include <cstdint>
+#include <string>
 
 #include "runtime/device.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/nvtx.hpp"
+#include "runtime/tier.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tile/indexing.cuh"
@@ -28,16 +30,57 @@ __global__ __launch_bounds__(kCopyThreads) void copy_strided_kernel(const W* __r
   }
 }
 
-template <class W>
-void launch_copy(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
-  const int64_t n = dst.numel();
-  const int sms = runtime::device_props(dst.device.index).multiProcessorCount;
-  const long long blocks = (n + kCopyThreads - 1) / kCopyThreads;
-  const auto grid = static_cast<unsigned>(blocks < 32LL * sms ? blocks : 32LL * sms);
-  copy_strided_kernel<W><<<grid, kCopyThreads, 0, stream>>>(
-      static_cast<const W*>(src.data), static_cast<W*>(dst.data), n,
-      runtime::make_indexer<2>({&dst, &src}));
-}
+struct Copy {
+  const TensorView& src;
+  const TensorView& dst;
+};
+
+struct CopyPlan {
+  int64_t bytes = 0;  // memcpy tier
+  unsigned grid = 0;  // strided tier
+  std::string describe() const {
+    return grid ? std::to_string(grid) + " CTAs of " + std::to_string(kCopyThreads) + " threads"
+                : std::to_string(bytes) + " bytes";
+  }
+};
+
+struct MemcpyTier {
+  static constexpr const char* kName = "memcpy";
+  static constexpr const char* kWhen = "both dense: one device-to-device copy";
+  static bool can_implement(const Copy& c, int) { return c.src.is_contiguous() && c.dst.is_contiguous(); }
+  static CopyPlan plan(const Copy& c, int) { return {c.dst.numel() * int64_t(dtype_size(c.dst.dtype)), 0}; }
+  static void launch(const Copy& c, const CopyPlan& p, cudaStream_t s) {
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(c.dst.data, c.src.data, static_cast<std::size_t>(p.bytes),
+                                       cudaMemcpyDeviceToDevice, s));
+  }
+};
+
+// Raw elements (any dtype, as words of its width) through the strided indexer.
+struct StridedTier {
+  static constexpr const char* kName = "strided";
+  static constexpr const char* kWhen = "any other layout";
+  static bool can_implement(const Copy&, int) { return true; }
+  static CopyPlan plan(const Copy& c, int device) {
+    const long long blocks = runtime::ceil_div(c.dst.numel(), kCopyThreads);
+    const long long cap = 32LL * runtime::device_props(device).multiProcessorCount;
+    return {0, static_cast<unsigned>(blocks < cap ? blocks : cap)};
+  }
+  template <class W>
+  static void run(const Copy& c, const CopyPlan& p, cudaStream_t s) {
+    copy_strided_kernel<W><<<p.grid, kCopyThreads, 0, s>>>(static_cast<const W*>(c.src.data),
+                                                            static_cast<W*>(c.dst.data), c.dst.numel(),
+                                                            runtime::make_indexer<2>({&c.dst, &c.src}));
+  }
+  static void launch(const Copy& c, const CopyPlan& p, cudaStream_t s) {
+    switch (dtype_size(c.dst.dtype)) {
+      case 1: run<uint8_t>(c, p, s); break;
+      case 2: run<uint16_t>(c, p, s); break;
+      case 4: run<uint32_t>(c, p, s); break;
+      default: run<uint64_t>(c, p, s); break;
+    }
+    TESSERA_LAUNCH_CHECK();
+  }
+};
 
 }  // namespace
 
@@ -49,18 +92,7 @@ void copy(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
   detail::check_no_overlap("copy", "dst", dst, "src", src, /*allow_identical=*/true);
   if (dst.numel() == 0 || detail::same_view(src, dst)) return;
   runtime::DeviceGuard guard(dst.device.index);
-  if (src.is_contiguous() && dst.is_contiguous()) {
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.numel() * dtype_size(dst.dtype),
-                                       cudaMemcpyDeviceToDevice, stream));
-    return;
-  }
-  switch (dtype_size(dst.dtype)) {
-    case 1: launch_copy<uint8_t>(src, dst, stream); break;
-    case 2: launch_copy<uint16_t>(src, dst, stream); break;
-    case 4: launch_copy<uint32_t>(src, dst, stream); break;
-    default: launch_copy<uint64_t>(src, dst, stream); break;
-  }
-  TESSERA_LAUNCH_CHECK();
+  runtime::run_first<MemcpyTier, StridedTier>("copy", Copy{src, dst}, dst.device.index, stream);
 }
 
 }  // namespace tessera
