@@ -1,5 +1,6 @@
-"""What every benchmark script shares: sizes, the timing method per size, the correctness gate,
-and the report (table, CSV, JSON, SVGs, ratio table).
+"""What every benchmark script shares: which ops, dtypes and sizes to run (from the operators'
+descriptions, tessera.bench.ops: shapes, bytes, FLOPs and dtypes are never restated here), the
+timing method per size, the correctness gate, and the report (table, CSV, JSON, SVGs, ratio table).
 
 The method is the same for every provider in a run: tessera.bench.do_bench (the engine of the
 `tessera` command) with CUDA events per repetition; sizes up to GRAPH_MAX are timed as CUDA graphs
@@ -47,23 +48,80 @@ def dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def parse_args(description: str, full_sizes, quick_sizes):
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--quick", action="store_true", help=f"fewer sizes: {fmt_sizes(quick_sizes)}")
-    p.add_argument("--out", default="report", type=Path,
-                   help="directory for the CSV, JSON and SVG files (default: ./report)")
-    args = p.parse_args()
-    args.sizes = list(quick_sizes if args.quick else full_sizes)
-    return args
+# ---- what to run: the ops' descriptions ---------------------------------------------------------
+
+DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def add_selection_args(p: argparse.ArgumentParser, own_ops, dtypes: str = "float32,bfloat16"):
+    """--ops, --dtypes, --quick and --list-ops, for a script that benchmarks `own_ops`."""
+    p.add_argument("--ops", default="all",
+                   help="comma-separated op names as `tessera bench` takes them, a name also "
+                        f"selecting its variants (default: all of {', '.join(own_ops)}); names of "
+                        "ops benchmarked elsewhere are accepted and skipped")
+    p.add_argument("--dtypes", default=dtypes,
+                   help=f"comma-separated dtypes (default {dtypes}; fp32, fp16, bf16 too), each "
+                        "op running those its description supports")
+    p.add_argument("--quick", action="store_true",
+                   help="three of each op's sizes: its smallest, a middle one and its largest")
+    p.add_argument("--list-ops", action="store_true",
+                   help="print the ops this run would benchmark and exit (needs no GPU)")
+
+
+def resolve_selection(p: argparse.ArgumentParser, args, own_ops) -> None:
+    """Turns args.ops into the list of `own_ops` selected and args.dtypes into torch dtypes;
+    --list-ops prints the ops and exits; a selection with none of `own_ops` exits (status 0)."""
+    if args.ops.strip() == "all":
+        ops = list(own_ops)
+    else:
+        try:
+            chosen = {o.name for o in tessera.bench.ops(args.ops)}
+        except ValueError as e:
+            p.error(f"--ops: {e}")
+        ops = [o for o in own_ops if o in chosen]
+    names = [DTYPE_ALIASES.get(t.strip(), t.strip()) for t in args.dtypes.split(",") if t.strip()]
+    unknown = [t for t in names if t not in tessera._C.DTYPES or not hasattr(torch, t)]
+    if unknown or not names:
+        p.error(f"--dtypes: expected tessera dtype names ({', '.join(tessera._C.DTYPES)}), got "
+                f"{args.dtypes!r}")
+    args.dtypes = [getattr(torch, t) for t in dict.fromkeys(names)]
+    if args.list_ops:
+        print(" ".join(ops))
+        sys.exit(0)
+    if not ops:
+        print(f"{p.prog}: none of --ops {args.ops} is benchmarked here ({', '.join(own_ops)})")
+        sys.exit(0)
+    args.ops = ops
+
+
+def describe(op: str):
+    """The description of `op` (tessera.bench.op)."""
+    return tessera.bench.op(op)
+
+
+def dtypes_of(desc, dtypes) -> list:
+    """The dtypes of `dtypes` (torch dtypes) that the op's description supports."""
+    return [d for d in dtypes if dtype_name(d) in desc.dtypes]
+
+
+def sizes_of(desc, quick: bool) -> list:
+    """The op's bench sizes (its description's); with quick, the smallest, a middle one and the
+    largest."""
+    sizes = sorted(desc.bench_sizes)
+    if quick and len(sizes) > 3:
+        sizes = [sizes[0], sizes[len(sizes) // 2], sizes[-1]]
+    return sizes
+
+
+def case(desc, dtype, size: int):
+    """The op's bench case at (dtype, size): shapes of its inputs (main tensor first), the report's
+    label, the bytes it must move and the FLOPs it must do."""
+    return desc.bench_shape(dtype_name(dtype), int(size))
 
 
 def fmt_size(n: int) -> str:
     k = int(math.log2(n)) if n > 0 else 0
     return f"2^{k}" if n == 1 << k else str(n)
-
-
-def fmt_sizes(sizes) -> str:
-    return ", ".join(fmt_size(n) for n in sizes)
 
 
 def timing_for(size: int) -> dict:

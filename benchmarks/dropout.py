@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """Dropout against torch's, in one run, by one method.
 
-    python benchmarks/dropout.py [--quick] [--stop-on-failure] [--out DIR]
+    python benchmarks/dropout.py [--quick] [--ops LIST] [--dtypes LIST] [--stop-on-failure]
+                                 [--out DIR]
 
   dropout      tessera.dropout(x, p, seed=, offset=, out=)    aten.native_dropout(x, p, True)
   dropout+bwd  the forward, then tessera.dropout_backward(dy, p, seed, offset, out=), as one call
                against aten.native_dropout, then aten.native_dropout_backward(dy, mask, 1/(1-p))
+               (run when --ops selects dropout_backward; the default, or --ops dropout, does)
 
-Sizes 2^24 and 2^28 elements, float32 and bfloat16, p = 0.5 and 0.1 (--quick: 2^24, p = 0.5).
+Sizes: the bench sizes of dropout's description (tessera.bench.ops) from 2^24 elements on, where
+the kept-fraction statistics below are tight (--quick: the smallest of those, and p = 0.5 only);
+dtypes --dtypes (default float32,bfloat16) where the description supports them; p = 0.5 and 0.1.
 tessera regenerates the mask from (seed, offset) in the backward and never stores it; torch's
 forward writes a one-byte mask that its backward reads. Bytes: both providers are credited with
-tessera's minimum, so the GB/s ratio is the time ratio: forward 2n*s (read x, write y),
-forward + backward 4n*s (read x, write y, read dy, write dx), s the element size.
+what the descriptions say tessera must move (forward: dropout's; forward + backward: dropout's
+plus dropout_backward's), so the GB/s ratio is the time ratio.
 
 Correctness gate, before timing (the two generators differ, so outputs cannot be compared with
 torch's): tessera's output, written over a NaN-filled buffer, must hold only 0 or x/(1-p) (within
@@ -38,21 +42,22 @@ from pathlib import Path
 import torch
 
 import tessera
-from common import DEVICE, Suite, dtype_name, fmt_size
+from common import (DEVICE, Suite, add_selection_args, case, describe, dtype_name, dtypes_of,
+                    fmt_size, resolve_selection)
 
 aten = torch.ops.aten
 
-FULL_SIZES = [1 << 24, 1 << 28]
-QUICK_SIZES = [1 << 24]
+OPS = ["dropout", "dropout_backward"]
+MIN_SIZE = 1 << 24  # the smallest size whose kept fractions the gate bounds tightly
 FULL_PS = [0.5, 0.1]
 QUICK_PS = [0.5]
-DTYPES = [torch.float32, torch.bfloat16]
 SEED = 0x5EED
 CHUNKS = 64
 
 # Kept values against x * float32(1/(1-p)): float32 within two ulps (x / (1-p) rounds differently
 # from x * scale); bfloat16 within one bf16 ulp (2^-7 relative at most) of the rounded product.
-VALUE_RTOL = {torch.float32: 2.5e-7, torch.bfloat16: 8e-3}
+# An exactness check of single elements, not the description's bound on the relative norm error.
+VALUE_RTOL = {torch.float32: 2.5e-7, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 
 
 def op_names(p):
@@ -140,12 +145,13 @@ def gate(suite, dtype, n, p, x, dy, y, dx) -> None:
     print(f"  gate passed: {what}: kept {frac:.5f} (expected {q:g})", flush=True)
 
 
-def bench(suite, dtype, n, p) -> None:
+def bench(suite, ops, dtype, n, p) -> None:
     fwd_op, both_op = op_names(p)
     # Normal samples drawn in float32 and rounded (so no exact zeros, where kept and dropped
     # would look alike).
-    x = torch.randn(n, device=DEVICE).to(dtype)
-    dy = torch.randn(n, device=DEVICE).to(dtype)
+    fwd = case(describe("dropout"), dtype, n)
+    x = torch.randn(fwd.shapes[0], device=DEVICE).to(dtype)
+    dy = torch.randn(fwd.shapes[0], device=DEVICE).to(dtype)
     y = torch.empty_like(x)
     dx = torch.empty_like(x)
     gate(suite, dtype, n, p, x, dy, y, dx)
@@ -165,22 +171,27 @@ def bench(suite, dtype, n, p) -> None:
         _, mask = aten.native_dropout(x, p, True)
         return aten.native_dropout_backward(dy, mask, scale)
 
-    s = x.element_size()
     # Different generators: no output comparison (reference=None); gate() checked tessera's.
-    suite.run(fwd_op, dtype, n, 2 * n * s, {"tessera": tessera_fwd, "torch": torch_fwd},
-              reference=None)
-    suite.run(both_op, dtype, n, 4 * n * s, {"tessera": tessera_both, "torch": torch_both},
-              reference=None)
+    if "dropout" in ops:
+        suite.run(fwd_op, dtype, n, fwd.bytes, {"tessera": tessera_fwd, "torch": torch_fwd},
+                  reference=None, flops=fwd.flops)
+    if "dropout_backward" in ops:
+        bwd = case(describe("dropout_backward"), dtype, n)
+        suite.run(both_op, dtype, n, fwd.bytes + bwd.bytes,
+                  {"tessera": tessera_both, "torch": torch_both}, reference=None,
+                  flops=fwd.flops + bwd.flops)
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="2^24 elements, p = 0.5 only")
+    add_selection_args(p, OPS)
     p.add_argument("--stop-on-failure", action="store_true",
                    help="end the run at the first failing case (default: report it, go on)")
     p.add_argument("--out", default="report", type=Path,
                    help="directory for the CSV, JSON, SVG and summary files (default: ./report)")
-    return p.parse_args()
+    args = p.parse_args()
+    resolve_selection(p, args, OPS)
+    return args
 
 
 def main() -> int:
@@ -188,22 +199,26 @@ def main() -> int:
     torch.manual_seed(0)
     suite = Suite("benchmarks/dropout.py")
     suite.stop_on_failure = args.stop_on_failure
-    suite.note("bytes: both providers credited with tessera's minimum (forward 2n*s, forward + "
-               "backward 4n*s); torch also writes (forward) and reads (backward) a one-byte mask, "
-               "so GB/s ratios are time ratios")
+    suite.note("bytes: both providers credited with tessera's minimum, from the descriptions "
+               "(forward: dropout's; forward + backward: dropout's plus dropout_backward's); torch "
+               "also writes (forward) and reads (backward) a one-byte mask, so GB/s ratios are "
+               "time ratios")
     suite.note("tessera: explicit seed and offset 0 on every call, out= preallocated; torch: "
                "aten.native_dropout(x, p, True) (what F.dropout runs in training on CUDA) and "
                "aten.native_dropout_backward(dy, mask, 1/(1-p)), outputs from the caching "
                "allocator; each 'dropout+bwd' row times forward and backward as one call")
-    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    desc = describe("dropout")
+    sizes = sorted(n for n in desc.bench_sizes if n >= MIN_SIZE)
+    if args.quick:
+        sizes = sizes[:1]
     ps = QUICK_PS if args.quick else FULL_PS
     t0 = time.time()
     for p in ps:
-        for dtype in DTYPES:
+        for dtype in dtypes_of(desc, args.dtypes):
             for n in sizes:
                 what = f"dropout {dtype_name(dtype)} {fmt_size(n)} p={p:g}"
                 print(f"[{time.time() - t0:6.0f}s] {what}", flush=True)
-                suite.attempt(what, lambda: bench(suite, dtype, n, p))
+                suite.attempt(what, lambda: bench(suite, args.ops, dtype, n, p))
                 gc.collect()
                 torch.cuda.empty_cache()
     failed = suite.finish(args.out, best_peer=True)

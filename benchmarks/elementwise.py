@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Elementwise operators against their peers, in one run, by one method.
 
-    python benchmarks/elementwise.py [--quick] [--out DIR]
+    python benchmarks/elementwise.py [--quick] [--ops LIST] [--dtypes LIST] [--out DIR]
 
-  add  float32          tessera.add(out=)  torch.add(out=)  a Triton vector-add kernel (out)
-  gelu, gelu_tanh bf16  tessera.gelu(out=) F.gelu           torch.compile(F.gelu)
-  gelu_backward, gelu_tanh_backward bf16
+  add                   tessera.add(out=)  torch.add(out=)  a Triton vector-add kernel (out)
+  gelu, gelu_tanh       tessera.gelu(out=) F.gelu           torch.compile(F.gelu)
+  gelu_backward, gelu_tanh_backward
                         tessera.gelu_backward(out=)  torch.ops.aten.gelu_backward
 
-Sizes 2^16 .. 2^28 elements (every second power; --quick: 2^16, 2^20, 2^24), random normal
-inputs. Before timing a size, every provider's output is checked against torch's; a mismatch
-aborts the run. All the bandwidth figures count the bytes the op must move: add 3n*4 (two reads,
-one write), gelu 2n*2, gelu backward 3n*2 (reads grad and x, writes grad_in).
+Sizes, input shapes, bytes and FLOPs are each op's description (tessera.bench.ops, the one
+`tessera bench` times): its bench sizes, in elements (--quick: the smallest, a middle one and the
+largest). dtypes: --dtypes (default float32,bfloat16) where the description supports them.
+Random normal inputs. Before timing a case, every provider's output is checked against torch's; a
+mismatch aborts the run. The bandwidth figures all count the bytes the description says the op
+must move.
 
 Output: the full table, CSV, JSON and one SVG per (op, dtype) in --out, and a ratio table
 (tessera against torch, and tessera's share of the copy bandwidth measured in the same run).
@@ -19,17 +21,18 @@ Output: the full table, CSV, JSON and one SVG per (op, dtype) in --out, and a ra
 
 from __future__ import annotations
 
+import argparse
 import gc
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import tessera
-from common import Suite, parse_args
+from common import Suite, add_selection_args, case, describe, dtypes_of, resolve_selection, sizes_of
 
-FULL_SIZES = [1 << k for k in range(16, 29, 2)]  # 2^16, 2^18, ..., 2^24, 2^26, 2^28
-QUICK_SIZES = [1 << 16, 1 << 20, 1 << 24]
+OPS = ["add", "gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward"]
 
 try:
     import triton
@@ -56,13 +59,12 @@ def triton_add(a, b, out, block=1024):
     return out
 
 
-def randn(n, dtype, **kw):
-    return torch.randn(n, device="cuda", dtype=dtype, **kw)
+def randn(shape, dtype):
+    return torch.randn(shape, device="cuda", dtype=dtype)
 
 
-def bench_add(suite: Suite, n: int) -> None:
-    dtype = torch.float32
-    a, b = randn(n, dtype), randn(n, dtype)
+def bench_add(suite: Suite, bench, dtype, n: int) -> None:
+    a, b = (randn(shape, dtype) for shape in bench.shapes[:2])
     outs = [torch.empty_like(a) for _ in range(3)]
     providers = {
         "tessera": lambda: tessera.add(a, b, out=outs[0]),
@@ -70,35 +72,33 @@ def bench_add(suite: Suite, n: int) -> None:
     }
     if triton is not None:
         providers["triton"] = lambda: triton_add(a, b, outs[2])
-    suite.run("add", dtype, n, 3 * n * a.element_size(), providers)
+    suite.run("add", dtype, n, bench.bytes, providers, flops=bench.flops)
 
 
-def bench_gelu(suite: Suite, n: int, approximate: str, compiled) -> None:
-    dtype = torch.bfloat16
-    x = randn(n, dtype)
+def bench_gelu(suite: Suite, op: str, bench, dtype, n: int, compiled) -> None:
+    approximate = "tanh" if op == "gelu_tanh" else "none"
+    x = randn(bench.shapes[0], dtype)
     out = torch.empty_like(x)
     providers = {
         "tessera": lambda: tessera.gelu(x, approximate, out=out),
         "torch": lambda: F.gelu(x, approximate=approximate),
-        "torch.compile": lambda: compiled(x),
+        "torch.compile": lambda: compiled[approximate](x),
     }
-    op = "gelu" if approximate == "none" else "gelu_tanh"
-    suite.run(op, dtype, n, 2 * n * x.element_size(), providers)
+    suite.run(op, dtype, n, bench.bytes, providers, flops=bench.flops)
 
 
-def bench_gelu_backward(suite: Suite, n: int, approximate: str) -> None:
+def bench_gelu_backward(suite: Suite, op: str, bench, dtype, n: int) -> None:
     # The backward kernels themselves, each writing grad_in: tessera.gelu_backward(out=) against
     # aten.gelu_backward, the kernel torch's autograd runs. (Autograd's own per-call overhead is
     # the same for both and is left out.)
-    dtype = torch.bfloat16
-    x, g = randn(n, dtype), randn(n, dtype)
+    approximate = "tanh" if op == "gelu_tanh_backward" else "none"
+    g, x = (randn(shape, dtype) for shape in bench.shapes[:2])  # grad_out, x: the op's order
     out = torch.empty_like(x)
     providers = {
         "tessera": lambda: tessera.gelu_backward(g, x, approximate=approximate, out=out),
         "torch": lambda: torch.ops.aten.gelu_backward(g, x, approximate=approximate),
     }
-    op = "gelu_backward" if approximate == "none" else "gelu_tanh_backward"
-    suite.run(op, dtype, n, 3 * n * x.element_size(), providers)
+    suite.run(op, dtype, n, bench.bytes, providers, flops=bench.flops)
 
 
 def _gelu_erf(x):
@@ -109,37 +109,58 @@ def _gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
-def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], FULL_SIZES, QUICK_SIZES)
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_selection_args(p, OPS)
+    p.add_argument("--out", default="report", type=Path,
+                   help="directory for the CSV, JSON and SVG files (default: ./report)")
+    args = p.parse_args()
+    resolve_selection(p, args, OPS)
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     suite = Suite("benchmarks/elementwise.py")
     suite.note("F.gelu and torch.compile'd F.gelu have no out=: they are timed as they are, each "
                "call taking its output from torch's caching allocator (no cudaMalloc once warm); "
                "tessera and torch.add/Triton write to preallocated outputs")
     suite.note("GELU backward: tessera.gelu_backward(out=) against torch.ops.aten.gelu_backward "
                "(the kernel torch's autograd runs; it allocates grad_in from the caching allocator)")
+    suite.note("bytes: every provider is credited with what the op's description says it must "
+               "move, so GB/s ratios are time ratios")
     if triton is None:
         suite.note("Triton is not installed: no Triton provider for add")
     else:
         suite.note(f"Triton {triton.__version__}: the vector-add kernel of Triton's tutorial, "
                    "BLOCK=1024, one program per block")
 
-    # One compiled function per approximation, recompiled for every size (static shapes).
+    # One compiled function per approximation, recompiled for every size and dtype (static shapes).
     for name in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
     compiled = {"none": torch.compile(_gelu_erf, dynamic=False),
                 "tanh": torch.compile(_gelu_tanh, dynamic=False)}
 
-    for n in args.sizes:
-        bench_add(suite, n)
-        for approximate in ("none", "tanh"):
-            bench_gelu(suite, n, approximate, compiled[approximate])
-        for approximate in ("none", "tanh"):
-            bench_gelu_backward(suite, n, approximate)
+    plan = {}  # size -> [(op, dtype)], so that one size's buffers go before the next is made
+    for op in args.ops:
+        desc = describe(op)
+        for n in sizes_of(desc, args.quick):
+            plan.setdefault(n, []).extend((op, dtype) for dtype in dtypes_of(desc, args.dtypes))
+    for n in sorted(plan):
+        for op, dtype in plan[n]:
+            bench = case(describe(op), dtype, n)
+            if op == "add":
+                bench_add(suite, bench, dtype, n)
+            elif op.endswith("_backward"):
+                bench_gelu_backward(suite, op, bench, dtype, n)
+            else:
+                bench_gelu(suite, op, bench, dtype, n, compiled)
         gc.collect()
         torch.cuda.empty_cache()
 
-    suite.finish(args.out)
+    failed = suite.finish(args.out)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -23,32 +23,24 @@
                         CUDA kernels; otherwise torch.autograd.grad through F.rms_norm on a
                         retained graph), torch.compile(aten._fused_rms_norm_backward)
 
-Shapes, rows x N (the row is the last, contiguous dimension): the softmax family at
-4096 x {256, 1024, 4096, 16384}, 2048 x 32768 and 256 x 262144; the norms at
-4096 x {1024, 4096, 8192, 16384}; --quick: 4096 x 1024, 4096 x 4096, 256 x 262144 and
-4096 x 1024, 4096 x 8192. dtypes float32 and bfloat16 (--dtypes). The norms have a weight (and
-LayerNorm a bias) of the input's dtype; eps 1e-5 (LayerNorm) and 1e-6 (RMSNorm), passed explicitly
-to every provider.
+Shapes, bytes and FLOPs are each op's description (tessera.bench.ops, what `tessera bench` times):
+its bench sizes are row lengths N, each with the number of rows and the input shapes the
+description gives (rows x N, the row the last, contiguous dimension), and every provider of a row
+is credited with the bytes the description says the op must move through HBM (mean and rstd are
+float32). --quick: each op's smallest, a middle and its largest size. dtypes --dtypes (default
+float32,bfloat16) where the description supports them. The norms have a weight (and LayerNorm a
+bias) of the input's dtype; eps 1e-5 (LayerNorm) and 1e-6 (RMSNorm), passed explicitly to every
+provider.
 --ops selects ops by name, a name also selecting its _backward (--ops softmax,layer_norm runs
 softmax, softmax_backward, layer_norm, layer_norm_backward); --no-compile leaves torch.compile out
 (it compiles once per shape and dtype, most of this script's time); --time-limit (default 480 s)
 starts no case after that many seconds, so the report is still written under a wall-clock limit.
 
-Bytes: every provider of a row is credited with the same figure, the least the op must move
-through HBM (R rows of N elements of s bytes; mean and rstd are float32):
-  softmax, log_softmax        2*R*N*s                     read x, write y
-  their backwards             3*R*N*s                     read grad and y, write grad_in
-  layer_norm                  2*R*N*s + 2*N*s + 2*4*R     + read weight and bias, write mean, rstd
-  layer_norm_backward         3*R*N*s + 3*N*s + 2*4*R     read grad, x, write grad_in; read weight,
-                                                          write grad_weight, grad_bias; read mean,
-                                                          rstd
-  rms_norm                    2*R*N*s + N*s + 4*R         + read weight, write rstd
-  rms_norm_backward           3*R*N*s + 2*N*s + 4*R       + read weight, write grad_weight,
-                                                          read rstd
-
 Before timing a case, every provider's outputs are checked against torch's (tuples output by
 output; tolerances per op and dtype in TOLERANCES below, loose for bfloat16, with an absolute part
-on the scale of the output where results can cancel to near zero), and the norm forwards' mean and
+on the scale of the output where results can cancel to near zero: agreement with torch element by
+element, not the description's bound on the relative error against float64), and the norm
+forwards' mean and
 rstd against a float64 computation. A failing case is reported and left out of the tables, and
 the run goes on (--stop-on-failure: it ends the run); the exit status is 1 if any case failed.
 
@@ -69,17 +61,10 @@ import torch
 import torch.nn.functional as F
 
 import tessera
-from common import DEVICE, Suite, check, dtype_name
+from common import (DEVICE, Suite, add_selection_args, case, check, describe, dtype_name, dtypes_of,
+                    resolve_selection, sizes_of)
 
 aten = torch.ops.aten
-
-SOFTMAX_SHAPES = [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (2048, 32768),
-                  (256, 262144)]
-SOFTMAX_QUICK = [(4096, 1024), (4096, 4096), (256, 262144)]
-NORM_SHAPES = [(4096, 1024), (4096, 4096), (4096, 8192), (4096, 16384)]
-NORM_QUICK = [(4096, 1024), (4096, 8192)]
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-          "bf16": torch.bfloat16}
 
 OPS = ["softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "layer_norm",
        "layer_norm_backward", "rms_norm", "rms_norm_backward"]
@@ -228,7 +213,8 @@ def shape_str(rows, n):
 
 # ---- the benchmark cases --------------------------------------------------------------------
 
-def bench_softmax(suite, op, dtype, rows, n, compiled):
+def bench_softmax(suite, op, dtype, bench, compiled):
+    rows, n = bench.shapes[0]  # the main tensor: rows x N
     log = op == "log_softmax"
     x = randn((rows, n), dtype)
     out = torch.empty_like(x)
@@ -245,12 +231,12 @@ def bench_softmax(suite, op, dtype, rows, n, compiled):
     fn = compiled.get(op)
     if fn is not None:
         suite.optional(providers, "torch.compile", lambda: fn(x), what)
-    bytes_moved = 2 * rows * n * x.element_size()
-    suite.run(op, dtype, rows * n, bytes_moved, providers, shape=(rows, n),
-              tolerances=TOLERANCES[op])
+    suite.run(op, dtype, rows * n, bench.bytes, providers, shape=(rows, n),
+              tolerances=TOLERANCES[op], flops=bench.flops)
 
 
-def bench_softmax_backward(suite, op, dtype, rows, n, compiled):
+def bench_softmax_backward(suite, op, dtype, bench, compiled):
+    rows, n = bench.shapes[0]  # the main tensor: rows x N
     log = op == "log_softmax_backward"
     x = randn((rows, n), dtype)
     y = torch.log_softmax(x, -1) if log else torch.softmax(x, -1)
@@ -267,9 +253,8 @@ def bench_softmax_backward(suite, op, dtype, rows, n, compiled):
     fn = compiled.get(op)
     if fn is not None:
         suite.optional(providers, "torch.compile", lambda: fn(g, y), what)
-    bytes_moved = 3 * rows * n * g.element_size()
-    suite.run(op, dtype, rows * n, bytes_moved, providers, shape=(rows, n),
-              tolerances=TOLERANCES[op])
+    suite.run(op, dtype, rows * n, bench.bytes, providers, shape=(rows, n),
+              tolerances=TOLERANCES[op], flops=bench.flops)
 
 
 def norm_params(n, dtype, bias=True):
@@ -294,7 +279,8 @@ def check_stats(suite, op, dtype, rows, n, got: dict, x, eps, rms: bool):
                        "float32 (the byte counts assume float32)")
 
 
-def bench_layer_norm(suite, op, dtype, rows, n, compiled):
+def bench_layer_norm(suite, op, dtype, bench, compiled):
+    rows, n = bench.shapes[0]  # the main tensor: rows x N
     x = randn((rows, n), dtype)
     w, b = norm_params(n, dtype)
     what = f"{op} {dtype_name(dtype)} {shape_str(rows, n)}"
@@ -306,13 +292,12 @@ def bench_layer_norm(suite, op, dtype, rows, n, compiled):
     fn = compiled.get(op)
     if fn is not None:
         suite.optional(providers, "torch.compile", lambda: fn(x, w, b), what)
-    s = x.element_size()
-    bytes_moved = 2 * rows * n * s + 2 * n * s + 2 * 4 * rows
-    suite.run(op, dtype, rows * n, bytes_moved, providers, shape=(rows, n),
-              tolerances=TOLERANCES[op])
+    suite.run(op, dtype, rows * n, bench.bytes, providers, shape=(rows, n),
+              tolerances=TOLERANCES[op], flops=bench.flops)
 
 
-def bench_layer_norm_backward(suite, op, dtype, rows, n, compiled):
+def bench_layer_norm_backward(suite, op, dtype, bench, compiled):
+    rows, n = bench.shapes[0]  # the main tensor: rows x N
     x = randn((rows, n), dtype)
     g = randn((rows, n), dtype)
     w, b = norm_params(n, dtype)
@@ -329,13 +314,12 @@ def bench_layer_norm_backward(suite, op, dtype, rows, n, compiled):
     fn = compiled.get(op)
     if fn is not None:
         suite.optional(providers, "torch.compile", lambda: fn(g, x, mean, rstd, w, b), what)
-    s = x.element_size()
-    bytes_moved = 3 * rows * n * s + 3 * n * s + 2 * 4 * rows
-    suite.run(op, dtype, rows * n, bytes_moved, providers, shape=(rows, n),
-              tolerances=TOLERANCES[op])
+    suite.run(op, dtype, rows * n, bench.bytes, providers, shape=(rows, n),
+              tolerances=TOLERANCES[op], flops=bench.flops)
 
 
-def bench_rms_norm(suite, op, dtype, rows, n, compiled):
+def bench_rms_norm(suite, op, dtype, bench, compiled):
+    rows, n = bench.shapes[0]  # the main tensor: rows x N
     x = randn((rows, n), dtype)
     w, _ = norm_params(n, dtype, bias=False)
     what = f"{op} {dtype_name(dtype)} {shape_str(rows, n)}"
@@ -347,10 +331,8 @@ def bench_rms_norm(suite, op, dtype, rows, n, compiled):
     fn = compiled.get(op)
     if fn is not None:
         suite.optional(providers, "torch.compile", lambda: fn(x, w), what)
-    s = x.element_size()
-    bytes_moved = 2 * rows * n * s + n * s + 4 * rows
-    suite.run(op, dtype, rows * n, bytes_moved, providers, shape=(rows, n),
-              tolerances=TOLERANCES[op])
+    suite.run(op, dtype, rows * n, bench.bytes, providers, shape=(rows, n),
+              tolerances=TOLERANCES[op], flops=bench.flops)
 
 
 def fused_rms_norm_available() -> bool:
@@ -376,7 +358,8 @@ def rms_norm_autograd_node() -> str:
     return type(F.rms_norm(x, (64,), w, RMS_EPS).grad_fn).__name__
 
 
-def bench_rms_norm_backward(suite, op, dtype, rows, n, compiled, fused: bool):
+def bench_rms_norm_backward(suite, op, dtype, bench, compiled, fused: bool):
+    rows, n = bench.shapes[0]  # the main tensor: rows x N
     x = randn((rows, n), dtype)
     g = randn((rows, n), dtype)
     w, _ = norm_params(n, dtype, bias=False)
@@ -398,22 +381,15 @@ def bench_rms_norm_backward(suite, op, dtype, rows, n, compiled, fused: bool):
         wr = w.detach().requires_grad_()
         yr = F.rms_norm(xr, (n,), wr, RMS_EPS)
         providers["torch"] = lambda: torch.autograd.grad(yr, (xr, wr), g, retain_graph=True)
-    s = x.element_size()
-    bytes_moved = 3 * rows * n * s + 2 * n * s + 4 * rows
-    suite.run(op, dtype, rows * n, bytes_moved, providers, shape=(rows, n),
-              tolerances=TOLERANCES[op])
+    suite.run(op, dtype, rows * n, bench.bytes, providers, shape=(rows, n),
+              tolerances=TOLERANCES[op], flops=bench.flops)
 
 
 # ---- driver ---------------------------------------------------------------------------------
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="fewer shapes (see the module docstring)")
-    p.add_argument("--ops", default="all",
-                   help=f"comma-separated ops, each also selecting its _backward (default: all): "
-                        f"{', '.join(OPS)}")
-    p.add_argument("--dtypes", default="float32,bfloat16",
-                   help="comma-separated: float32 (fp32), bfloat16 (bf16); default both")
+    add_selection_args(p, OPS)
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     p.add_argument("--stop-on-failure", action="store_true",
                    help="end the run at the first failing case (default: report it, go on)")
@@ -424,19 +400,11 @@ def parse_args():
     p.add_argument("--out", default="report", type=Path,
                    help="directory for the CSV, JSON, SVG and summary files (default: ./report)")
     args = p.parse_args()
-    wanted = [t.strip() for t in args.ops.split(",") if t.strip()]
-    if wanted == ["all"]:
-        args.ops = list(OPS)
-    else:
-        unknown = [t for t in wanted if t not in OPS]
-        if unknown:
-            p.error(f"--ops: unknown {', '.join(unknown)}; expected some of {', '.join(OPS)}")
-        args.ops = [o for o in OPS if o in wanted or o.removesuffix("_backward") in wanted]
-    try:
-        args.dtypes = list(dict.fromkeys(DTYPES[t.strip()] for t in args.dtypes.split(",")
-                                         if t.strip()))
-    except KeyError as e:
-        p.error(f"--dtypes: unknown {e.args[0]}; expected float32, bfloat16 (fp32, bf16)")
+    resolve_selection(p, args, OPS)
+    no_tolerance = [dtype_name(d) for d in args.dtypes if d not in TOLERANCES["softmax"]]
+    if no_tolerance:
+        p.error(f"--dtypes: no tolerance against torch for {', '.join(no_tolerance)} here "
+                f"(TOLERANCES has {', '.join(dtype_name(d) for d in TOLERANCES['softmax'])})")
     return args
 
 
@@ -447,8 +415,8 @@ def main() -> int:
     suite.stop_on_failure = args.stop_on_failure
     compiled = Compiled(not args.no_compile)
 
-    suite.note("bytes: every provider of a row is credited with the least the op must move "
-               "(see the docstring), so GB/s ratios are time ratios")
+    suite.note("bytes: every provider of a row is credited with the least the op must move, "
+               "as its description (tessera.bench.ops) says, so GB/s ratios are time ratios")
     suite.note("torch.softmax/log_softmax, F.layer_norm, F.rms_norm, the aten backward ops and the "
                "torch.compile'd functions have no out=: timed as they are, outputs from torch's "
                "caching allocator; tessera's softmax family writes to preallocated outputs (out=), "
@@ -462,8 +430,8 @@ def main() -> int:
                "aten.native_layer_norm_backward), called directly, without autograd's per-call "
                "cost; torch.compile'd: the same aten op compiled (Inductor decomposes it and "
                "generates its own kernels)")
-    suite.note("shapes rows x N; the report's size (the SVGs' x axis) is rows*N elements: "
-               "4096x16384, 2048x32768 and 256x262144 all have 2^26 and share one x position")
+    suite.note("shapes rows x N; the report's size (the SVGs' x axis) is rows*N elements: shapes "
+               "of one element count share one x position")
     if "softmax" in args.ops:
         if triton is None:
             suite.note("Triton is not installed: no Triton provider for softmax")
@@ -490,11 +458,10 @@ def main() -> int:
 
     plan = []
     for op in args.ops:
-        shapes = (SOFTMAX_QUICK if args.quick else SOFTMAX_SHAPES) if "softmax" in op else \
-            (NORM_QUICK if args.quick else NORM_SHAPES)
-        for dtype in args.dtypes:
-            for rows, n in shapes:
-                plan.append((op, dtype, rows, n))
+        desc = describe(op)
+        for dtype in dtypes_of(desc, args.dtypes):
+            for size in sizes_of(desc, args.quick):
+                plan.append((op, dtype, case(desc, dtype, size)))
 
     runners = {
         "softmax": bench_softmax, "log_softmax": bench_softmax,
@@ -505,13 +472,13 @@ def main() -> int:
     }
     t0 = time.time()
     skipped = []
-    for i, (op, dtype, rows, n) in enumerate(plan):
-        what = f"{op} {dtype_name(dtype)} {shape_str(rows, n)}"
+    for i, (op, dtype, bench) in enumerate(plan):
+        what = f"{op} {dtype_name(dtype)} {shape_str(*bench.shapes[0])}"
         if args.time_limit and time.time() - t0 > args.time_limit:
             skipped.append(what)
             continue
         print(f"[{i + 1}/{len(plan)} {time.time() - t0:6.0f}s] {what}", flush=True)
-        suite.attempt(what, lambda: runners[op](suite, op, dtype, rows, n, compiled))
+        suite.attempt(what, lambda: runners[op](suite, op, dtype, bench, compiled))
         gc.collect()
         torch.cuda.empty_cache()
     print(f"{len(plan) - len(skipped)} of {len(plan)} cases in {time.time() - t0:.0f} s",

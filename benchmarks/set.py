@@ -1,61 +1,66 @@
 #!/usr/bin/env python3
 """isin against torch.isin, in one run, by one method; and the crossovers of tessera's paths.
 
-    python benchmarks/set.py [--out DIR] [--quick] [--no-crossover]
+    python benchmarks/set.py [--out DIR] [--quick] [--ops LIST] [--dtypes LIST] [--no-crossover]
 
-Cases (the issue's table): int32 elements x test_elements = 2^10 x 2^10, 2^20 x 2^10,
-2^20 x 2^20, 2^24 x 2^16, 2^24 x 2^24; int64 and float32 at 2^24 x 2^24. Values are integers
+Cases: isin's description (tessera.bench.ops, what `tessera bench isin` times): elements and
+test_elements of its bench sizes each (N x N; --quick: the smallest, a middle and the largest),
+their shapes and the bytes that must move (both inputs read once, one bool written per element)
+as the description gives them; dtypes --dtypes (default int32,int64,float32). Values are integers
 drawn uniformly from a range 4x the larger size, so about a quarter of the elements are found.
 Providers: tessera.isin (automatic path, out=) and torch.isin. Before timing, tessera's result is
-compared with torch's for equality. Every size is timed without CUDA graphs (torch.isin cannot be
-captured: it synchronizes), the L2 flushed before each repetition. GB/s counts the bytes that must move: both inputs read once
-and one bool written per element.
+compared with torch's for equality (the description's tolerance for isin is 0: exact). Every
+size is timed without CUDA graphs (torch.isin cannot be captured: it synchronizes), the L2
+flushed before each repetition.
 
 Crossover scan (int32; elements 2^20 and 2^24, test_elements 2^4 .. 2^22): every explicit path
 timed by the same method; the fastest per size is printed, which is what IsinOptions' defaults
-are set from (docs/PERF.md).
+are set from (docs/PERF.md). It runs unless --no-crossover, or --ops leaves out isin's variants
+(isin_brute_force, isin_sort, isin_hash).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 import torch
 
 import tessera
-from common import Suite, fmt_size
+from common import (Suite, add_selection_args, case, describe, dtype_name, dtypes_of, fmt_size,
+                    resolve_selection, sizes_of)
 from tessera.bench import do_bench
 
-CASES = [("int32", 10, 10), ("int32", 20, 10), ("int32", 20, 20), ("int32", 24, 16), ("int32", 24, 24),
-         ("int64", 24, 24), ("float32", 24, 24)]
-QUICK = [("int32", 10, 10), ("int32", 20, 20), ("int32", 24, 24)]
-EXACT = {d: dict(rtol=0, atol=0) for d in (torch.int32, torch.int64, torch.float32)}
+OPS = ["isin"]
+CROSSOVER_OPS = ["isin_brute_force", "isin_sort", "isin_hash"]
 
 
-def inputs(dtype, m, n):
-    span = 4 * max(m, n)
-    e = torch.randint(-span // 2, span // 2, (m,), device="cuda").to(dtype)
-    t = torch.randint(-span // 2, span // 2, (n,), device="cuda").to(dtype)
+def inputs(dtype, e_shape, t_shape):
+    span = 4 * max(math.prod(e_shape), math.prod(t_shape))
+    e = torch.randint(-span // 2, span // 2, tuple(e_shape), device="cuda").to(dtype)
+    t = torch.randint(-span // 2, span // 2, tuple(t_shape), device="cuda").to(dtype)
     return e, t
 
 
-def bench_case(suite: Suite, dtype_name: str, lm: int, ln: int) -> None:
-    dtype = getattr(torch, dtype_name)
-    m, n = 1 << lm, 1 << ln
-    e, t = inputs(dtype, m, n)
-    out = torch.empty(m, dtype=torch.bool, device="cuda")
+def bench_case(suite: Suite, dtype, size: int) -> None:
+    desc = describe("isin")
+    bench = case(desc, dtype, size)
+    e, t = inputs(dtype, *bench.shapes[:2])  # elements, test_elements
+    m, n = e.numel(), t.numel()
+    out = torch.empty(e.shape, dtype=torch.bool, device="cuda")
     providers = {
         "tessera": lambda: tessera.isin(e, t, out=out),
         "torch": lambda: torch.isin(e, t),
     }
-    size = e.element_size()
     found = torch.isin(e, t).float().mean().item()
-    suite.note(f"isin {dtype_name} 2^{lm} x 2^{ln}: path {tessera.set.isin_path(dtype_name, m, n)}, "
-               f"{100 * found:.1f}% of elements found")
-    suite.run("isin", dtype, m, (m + n) * size + m, providers, shape=(m, n),
-              tolerances={dtype: dict(rtol=0, atol=0)}, timing=dict(cuda_graph=False, flush_l2=True))
+    name = dtype_name(dtype)
+    suite.note(f"isin {name} {fmt_size(m)} x {fmt_size(n)}: path "
+               f"{tessera.set.isin_path(name, m, n)}, {100 * found:.1f}% of elements found")
+    exact = dict(rtol=desc.tolerance(name), atol=0.0)
+    suite.run("isin", dtype, m, bench.bytes, providers, shape=(m, n), flops=bench.flops,
+              tolerances={dtype: exact}, timing=dict(cuda_graph=False, flush_l2=True))
 
 
 def crossover(out_dir: Path) -> str:
@@ -67,7 +72,7 @@ def crossover(out_dir: Path) -> str:
             m, n = 1 << lm, 1 << ln
             if lm == 24 and ln < 8:
                 continue
-            e, t = inputs(torch.int32, m, n)
+            e, t = inputs(torch.int32, (m,), (n,))
             out = torch.empty(m, dtype=torch.bool, device="cuda")
             want = torch.isin(e, t)
             times = {}
@@ -92,18 +97,24 @@ def crossover(out_dir: Path) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_selection_args(p, OPS + CROSSOVER_OPS, dtypes="int32,int64,float32")
     p.add_argument("--out", default="report", type=Path)
-    p.add_argument("--quick", action="store_true")
     p.add_argument("--no-crossover", action="store_true")
     args = p.parse_args()
+    resolve_selection(p, args, OPS + CROSSOVER_OPS)
     suite = Suite("benchmarks/set.py")
     suite.note("torch.isin allocates its result (and sorts) on every call; tessera.isin writes to "
                "a preallocated bool tensor")
-    for dtype_name, lm, ln in (QUICK if args.quick else CASES):
-        suite.attempt(f"isin {dtype_name} 2^{lm} x 2^{ln}", lambda: bench_case(suite, dtype_name, lm, ln))
-        torch.cuda.empty_cache()
+    if "isin" in args.ops:
+        desc = describe("isin")
+        for dtype in dtypes_of(desc, args.dtypes):
+            for size in sizes_of(desc, args.quick):
+                what = f"isin {dtype_name(dtype)} {fmt_size(size)}"
+                suite.attempt(what, lambda: bench_case(suite, dtype, size))
+                torch.cuda.empty_cache()
     args.out.mkdir(parents=True, exist_ok=True)
-    text = "" if args.no_crossover else crossover(args.out)
+    scan = not args.no_crossover and any(o in args.ops for o in CROSSOVER_OPS)
+    text = crossover(args.out) if scan else ""
     failures = suite.finish(args.out, best_peer=True, peers=["torch"])
     if text:
         print()

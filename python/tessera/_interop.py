@@ -1,5 +1,10 @@
 """How Python tensors reach the extension: view tuples for torch, DLPack for everything else.
 
+The view tuple is the extension's format: python/src/tensors.hpp defines its fields and exports
+their names, in order, as ``_C.VIEW_FIELDS``; the dtype codes are ``_C.DTYPES``. This module is the
+only Python code that builds or reads one (torch_view, stand_in, torch_stream*); it builds them in
+the order of ``_C.VIEW_FIELDS``, which it checks once, at import.
+
 torch is never imported here: a torch tensor can only exist once the user has imported torch, so
 ``sys.modules`` tells whether an argument can be one. The same holds for cupy.
 """
@@ -10,6 +15,12 @@ import numbers
 import sys
 
 from . import _C
+
+# The order torch_view and stand_in write the fields in; a mismatch would hand the extension raw
+# pointers in the wrong places, so it stops the import.
+if _C.VIEW_FIELDS != ("data_ptr", "dtype", "shape", "strides", "device_index"):
+    raise ImportError(f"tessera._interop builds view tuples that tessera._C does not read: "
+                      f"_C.VIEW_FIELDS is {_C.VIEW_FIELDS}")
 
 # torch.dtype -> tessera dtype code, built the first time a torch tensor is seen.
 _torch_codes: dict | None = None
@@ -39,7 +50,7 @@ def _init_torch(torch) -> None:
 
 
 def torch_view(t) -> tuple:
-    """(data_ptr, dtype code, shape, strides, device index or -1) of a torch tensor."""
+    """The view tuple of a torch tensor (fields: _C.VIEW_FIELDS)."""
     if _torch_codes is None:
         _init_torch(sys.modules["torch"])
     code = _torch_codes.get(t.dtype)
@@ -60,13 +71,26 @@ def as_arg(torch, x, op: str, arg: str):
     return x
 
 
-def torch_stream(device_index: int) -> int:
-    """Handle of torch's current stream on a CUDA device; 0 for a tensor not on one."""
+def stand_in(view) -> tuple:
+    """A 0-d view of ``view``'s first element: an output the library refuses (for its shape)
+    before writing anything, for calls whose real output cannot be allocated."""
+    return (view[0], view[1], (), (), view[4])
+
+
+def torch_stream(view) -> int:
+    """Handle of torch's current stream on the device of a view tuple; 0 for a tensor not on a
+    CUDA device."""
+    device_index = view[4]
     if device_index < 0:
         return 0
     if _torch_raw_stream is None:
         _init_torch(sys.modules["torch"])
     return _torch_raw_stream(device_index)
+
+
+def torch_stream_of_either(first, second) -> int:
+    """torch_stream of ``first``, or of ``second`` where ``first`` is not on a CUDA device."""
+    return torch_stream(first if first[4] >= 0 else second)
 
 
 def is_cupy(x) -> bool:

@@ -11,6 +11,14 @@ Method (as triton.testing.do_bench and nvbench): warm up, evict the L2 before ea
 CUDA events around the call alone, at least ``min_reps`` repetitions, report the median and the
 20th/80th percentiles. Launch-bound sizes can be timed over a CUDA graph of ``graph_batch`` calls
 (``cuda_graph=True``), per call.
+
+The operators' descriptions, which the `tessera` command and the benchmarks/ scripts read:
+
+    from tessera.bench import ops
+    for op in ops("softmax"):                            # softmax, softmax_backward
+        case = op.bench_shape("bfloat16", op.bench_sizes[0])
+        case.shapes, case.shape, case.bytes, case.flops  # inputs' shapes, label, HBM bytes, FLOPs
+        op.tolerance("bfloat16")                         # verify's bound on the relative error
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import sys
 
 from . import _C
 
-__all__ = ["do_bench", "peaks", "summarize", "Report"]
+__all__ = ["do_bench", "peaks", "summarize", "Report", "ops", "op"]
 
 _STAT_KEYS = ("median_ms", "p20_ms", "p80_ms", "min_ms", "max_ms", "mean_ms")
 
@@ -144,6 +152,46 @@ def peaks(stream=None) -> dict:
         handle = stream if isinstance(stream, int) else getattr(stream, "cuda_stream",
                                                                 getattr(stream, "ptr", 0))
     return _C.measure_peaks(handle)
+
+
+def ops(select=None) -> list:
+    """The operators' descriptions (tessera._C.OpInfo), in the order `tessera verify` runs them.
+
+    Each has ``name``, ``family``, ``summary``, ``dtypes`` (names), ``bench_sizes`` (the sizes
+    `tessera bench` times), ``size_meaning`` (what a size is for this op: elements, a row
+    length, ...), ``bench_shape(dtype, size)`` (the bench case: ``shapes`` of the inputs, main
+    tensor first, the report's ``shape`` label, the ``bytes`` the op must move and the ``flops``
+    it must do) and ``tolerance(dtype)`` (the bound on ||out - ref|| / ||ref|| against a float64
+    reference that `tessera verify` accepts).
+
+    Args:
+        select: None for every op; otherwise names (a comma-separated string or an iterable), each
+            selecting the op and its variants as on the `tessera` command line ("softmax":
+            softmax and softmax_backward; "gelu": gelu, gelu_backward, gelu_tanh, ...).
+    """
+    if select is None:
+        return _C.ops()
+    names = select.split(",") if isinstance(select, str) else list(select)
+    wanted = set()
+    for name in names:
+        name = str(name).strip()
+        found = _C.select_ops(name) if name else []
+        if not found:
+            known = ", ".join(o.name for o in _C.ops())
+            raise ValueError(f"tessera.bench.ops: argument 'select': expected op names (known: "
+                             f"{known}), got {name!r}")
+        wanted.update(o.name for o in found)
+    return [o for o in _C.ops() if o.name in wanted]
+
+
+def op(name: str):
+    """The description of the op named exactly ``name`` (see :func:`ops`)."""
+    for o in _C.ops():
+        if o.name == name:
+            return o
+    known = ", ".join(o.name for o in _C.ops())
+    raise ValueError(f"tessera.bench.op: argument 'name': expected an op name (known: {known}), "
+                     f"got {name!r}")
 
 
 def summarize(samples_ms) -> dict:

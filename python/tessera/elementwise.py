@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from . import _C
 from . import random as _random
-from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream, torch_if_tensor,
-                       torch_stream, torch_view, wrap_output)
+from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream, stand_in,
+                       torch_if_tensor, torch_stream, torch_view, wrap_output)
 
 __all__ = ["add", "gelu", "gelu_backward", "dropout", "dropout_backward", "copy"]
 
@@ -78,7 +78,7 @@ def add(input, other, *, alpha=1, out=None):
 
 def _add_torch(torch, a, b, alpha, out):
     av = torch_view(a)
-    stream = torch_stream(av[4])
+    stream = torch_stream(av)
     if isinstance(b, torch.Tensor):
         bv = torch_view(b)
         if out is None:
@@ -98,8 +98,7 @@ def _refuse(op, av, bv, alpha, stream):
     """Shapes that do not broadcast: let the library raise, so the message and the order of the
     checks (devices and dtypes first) are its own. The stand-in output is a 0-dim view of ``a``,
     which the library refuses before writing anything."""
-    stand_in = (av[0], av[1], (), (), av[4])
-    op(av, bv, stand_in, float(alpha), stream)
+    op(av, bv, stand_in(av), float(alpha), stream)
     raise AssertionError("tessera.add: shapes that do not broadcast were accepted")  # unreachable
 
 
@@ -139,7 +138,7 @@ def _gelu_torch(torch, x, tanh, out):
     xv = torch_view(x)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _C.gelu(xv, as_arg(torch, out, "gelu", "out"), tanh, torch_stream(xv[4]))
+    _C.gelu(xv, as_arg(torch, out, "gelu", "out"), tanh, torch_stream(xv))
     return out
 
 
@@ -163,7 +162,7 @@ def _gelu_backward_torch(torch, grad, x, tanh, out):
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _C.gelu_backward(gv, xv, as_arg(torch, out, "gelu_backward", "grad_in"), tanh,
-                     torch_stream(xv[4]))
+                     torch_stream(xv))
     return out
 
 
@@ -327,7 +326,7 @@ def _dropout_torch(torch, x, p, seed, offset, out):
     xv = torch_view(x)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _C.dropout(xv, as_arg(torch, out, "dropout", "out"), p, seed, offset, torch_stream(xv[4]))
+    _C.dropout(xv, as_arg(torch, out, "dropout", "out"), p, seed, offset, torch_stream(xv))
     return out
 
 
@@ -352,7 +351,7 @@ def _dropout_backward_torch(torch, grad, p, seed, offset, out):
     if out is None:
         out = torch.empty(grad.shape, dtype=grad.dtype, device=grad.device)
     _C.dropout_backward(gv, as_arg(torch, out, "dropout_backward", "grad_in"), p, seed, offset,
-                        torch_stream(gv[4]))
+                        torch_stream(gv))
     return out
 
 
@@ -397,9 +396,9 @@ def copy(src, dst):
                            "differentiation, but src requires grad (dst.copy_(src) does)")
     sv, dv = as_arg(torch, src, "copy", "src"), as_arg(torch, dst, "copy", "dst")
     if torch is not None and isinstance(dst, torch.Tensor):
-        stream = torch_stream(dv[4])
+        stream = torch_stream(dv)
     elif torch is not None and isinstance(src, torch.Tensor):
-        stream = torch_stream(sv[4])
+        stream = torch_stream(sv)
     else:
         stream = dlpack_stream(dst)
     _C.copy(sv, dv, stream)

@@ -187,7 +187,7 @@ def _softmax_torch(torch, x, dim, log, out):
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     (_C.log_softmax if log else _C.softmax)(xv, as_arg(torch, out, op, "out"), dim,
-                                             torch_stream(xv[4]))
+                                             torch_stream(xv))
     return out
 
 
@@ -224,7 +224,7 @@ def _softmax_backward_torch(torch, grad, y, dim, log, out):
     if out is None:
         out = torch.empty(y.shape, dtype=y.dtype, device=y.device)
     fn = _C.log_softmax_backward if log else _C.softmax_backward
-    fn(gv, yv, as_arg(torch, out, op, "grad_in"), dim, torch_stream(yv[4]))
+    fn(gv, yv, as_arg(torch, out, op, "grad_in"), dim, torch_stream(yv))
     return out
 
 
@@ -267,7 +267,7 @@ def _layer_norm_torch(torch, x, k, weight, bias, eps, out, stats):
     mean, rstd = _new_stats(torch, x, k) if stats else (None, None)
     _C.layer_norm(xv, k, as_arg(torch, weight, op, "weight"), as_arg(torch, bias, op, "bias"),
                   float(eps), as_arg(torch, out, op, "out"), as_arg(torch, mean, op, "mean"),
-                  as_arg(torch, rstd, op, "rstd"), torch_stream(xv[4]))
+                  as_arg(torch, rstd, op, "rstd"), torch_stream(xv))
     return out, mean, rstd
 
 
@@ -313,7 +313,7 @@ def _layer_norm_backward_torch(torch, grad, x, k, mean, rstd, weight, want_in, w
                            as_arg(torch, mean, op, "mean"), as_arg(torch, rstd, op, "rstd"),
                            as_arg(torch, weight, op, "weight"), as_arg(torch, gi, op, "grad_in"),
                            as_arg(torch, gw, op, "grad_weight"), as_arg(torch, gb, op, "grad_bias"),
-                           torch_stream(xv[4]))
+                           torch_stream(xv))
     return gi, gw, gb
 
 
@@ -351,7 +351,7 @@ def _rms_norm_torch(torch, x, k, weight, eps, out, stats):
     rstd = _new_stats(torch, x, k, 1)[0] if stats else None
     _C.rms_norm(xv, k, as_arg(torch, weight, op, "weight"), float(eps),
                 as_arg(torch, out, op, "out"), as_arg(torch, rstd, op, "rstd"),
-                torch_stream(xv[4]))
+                torch_stream(xv))
     return out, rstd
 
 
@@ -393,7 +393,7 @@ def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, want_in, want_w):
     _C.rms_norm_backward(as_arg(torch, grad, op, "grad_out"), xv, k,
                          as_arg(torch, rstd, op, "rstd"), as_arg(torch, weight, op, "weight"),
                          as_arg(torch, gi, op, "grad_in"), as_arg(torch, gw, op, "grad_weight"),
-                         torch_stream(xv[4]))
+                         torch_stream(xv))
     return gi, gw
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import numbers
 
 from . import _C
-from ._interop import as_arg, dlpack_stream, torch_if_tensor, torch_stream, torch_view, wrap_output
+from ._interop import (as_arg, dlpack_stream, torch_if_tensor, torch_stream_of_either, torch_view,
+                       wrap_output)
 
 __all__ = ["isin", "isin_thresholds", "isin_path"]
 
@@ -71,7 +72,7 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False, path="au
     t = isin_thresholds
     _C.isin(ev, tv, as_arg(torch, out, "isin", "out"), bool(assume_unique), bool(invert), path,
             int(t["brute_force_max_test"]), int(t["brute_force_max_work"]), int(t["hash_min_test"]),
-            torch_stream(ev[4] if ev[4] >= 0 else tv[4]))
+            torch_stream_of_either(ev, tv))
     return out
 
 

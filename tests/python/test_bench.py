@@ -101,6 +101,73 @@ def test_do_bench_without_gpu_is_an_error_not_a_crash():
         do_bench(lambda: None, warmup_ms=0, min_reps=1, max_reps=1)
 
 
+# ---- operator descriptions (CPU: nothing is allocated) ----
+
+def test_every_op_is_described():
+    ops = tessera.bench.ops()
+    assert len(ops) == len({o.name for o in ops}) > 0
+    for o in ops:
+        assert o.family and o.summary and o.size_meaning, o.name
+        assert o.dtypes and set(o.dtypes) <= set(tessera._C.DTYPES), o.name
+        assert o.bench_sizes and all(n > 0 for n in o.bench_sizes), o.name
+        for d in o.dtypes:
+            assert o.tolerance(d) >= 0, (o.name, d)
+            for n in o.bench_sizes:
+                case = o.bench_shape(d, n)
+                assert case.shapes and all(case.shapes), (o.name, d, n)
+                assert case.shape and case.bytes > 0 and case.flops >= 0, (o.name, d, n)
+
+
+def test_bench_shapes_follow_the_size_and_dtype():
+    numel = math.prod
+    for o in tessera.bench.ops():
+        n = o.bench_sizes[-1]
+        main = o.bench_shape(o.dtypes[0], n).shapes[0]
+        if o.size_meaning == "elements":
+            assert numel(main) == n, o.name
+        else:  # a row length
+            assert main[-1] == n, (o.name, o.size_meaning, main)
+    softmax = tessera.bench.op("softmax")
+    wide = softmax.bench_shape("float32", 4096)
+    narrow = softmax.bench_shape("bfloat16", 4096)
+    assert wide.shapes == narrow.shapes and wide.shape == narrow.shape
+    assert wide.bytes == 2 * narrow.bytes  # 4-byte against 2-byte elements, nothing else moved
+    assert wide.bytes >= 2 * 4 * numel(wide.shapes[0])  # reads x, writes y at least
+
+
+def test_tolerances_order_by_precision():
+    for o in tessera.bench.ops():
+        if {"float32", "bfloat16"} <= set(o.dtypes):
+            assert o.tolerance("float32") <= o.tolerance("bfloat16"), o.name
+
+
+def test_select_takes_variants_as_the_command_line_does():
+    names = lambda sel: [o.name for o in tessera.bench.ops(sel)]
+    assert names("softmax") == ["softmax", "softmax_backward"]
+    assert names(["softmax"]) == names("softmax")
+    assert "log_softmax" not in names("softmax")
+    assert {"gelu", "gelu_backward", "gelu_tanh", "gelu_tanh_backward"} <= set(names("gelu"))
+    assert set(names("softmax,layer_norm")) == set(names("softmax")) | set(names("layer_norm"))
+    assert names(None) == [o.name for o in tessera.bench.ops()]
+    assert tessera.bench.op("softmax").name == "softmax"
+
+
+def test_description_errors_name_the_argument():
+    softmax = tessera.bench.op("softmax")
+    with pytest.raises(ValueError, match=r"argument 'select': expected op names .*got 'nope'"):
+        tessera.bench.ops("softmax,nope")
+    with pytest.raises(ValueError, match=r"tessera\.bench\.op: argument 'name'.*got 'soft'"):
+        tessera.bench.op("soft")
+    with pytest.raises(ValueError, match=r"argument 'dtype': expected a dtype of softmax "
+                                         r"\(float32.*got 'int32'"):
+        softmax.bench_shape("int32", 1024)
+    with pytest.raises(TypeError, match=r"argument 'dtype': expected a tessera dtype name, "
+                                        r"got 'float8'"):
+        softmax.tolerance("float8")
+    with pytest.raises(ValueError, match=r"argument 'size': expected a positive size"):
+        softmax.bench_shape("float32", 0)
+
+
 # ---- GPU ----
 
 def check_stats(s, min_reps):

@@ -5,7 +5,7 @@ in order, dimensions, then that it is on a CUDA device, then its dtype, then sha
 array is refused for its device whatever its dtype or shape, and these tests say so.
 
 GPU tests (the `torch` fixture): results against a float64 torch reference by relative norm error
-(fp32 <= 1e-5, fp16/bf16 <= 1e-2), broadcasting, strided views, out=, autograd, streams, devices,
+(within the ops' descriptions' tolerances, tessera.bench.ops), broadcasting, strided views, out=, autograd, streams, devices,
 and DLPack inputs (cupy, tessera.DeviceArray).
 """
 
@@ -153,8 +153,19 @@ def test_broadcast_shape_is_torchs(a, b, out):
 
 # ---- GPU: helpers -----------------------------------------------------------------------------
 
-TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
-DTYPES = list(TOL)
+# Bounds on the relative norm error against float64, per dtype: the ops' descriptions, as
+# `tessera verify` applies them (one bound per dtype for all the ops here, which
+# test_one_tolerance_per_dtype checks).
+DESCRIPTIONS = tessera.bench.ops("add,gelu")
+DTYPES = DESCRIPTIONS[0].dtypes
+TOL = {d: DESCRIPTIONS[0].tolerance(d) for d in DTYPES}
+
+
+def test_one_tolerance_per_dtype():
+    for op in DESCRIPTIONS:
+        assert op.dtypes == DTYPES, op.name
+        for d in DTYPES:
+            assert op.tolerance(d) == TOL[d], f"{op.name} {d}: assert_close needs the op's own bound"
 SIZES = [1, 7, 1000, 4097, 65537, (1 << 20) + 3]
 
 

@@ -5,9 +5,10 @@ output_mask, dtype=) and the library's device errors for CPU arrays, which all r
 anything touches a GPU; torch's rms_norm default eps (a CPU torch is enough to see it).
 
 GPU tests (the `torch` fixture): results and gradients against float64 torch references by
-relative norm error (fp32 <= 1e-5, fp16/bf16 <= 1e-2), every softmax dim, strided and 0-row
-inputs, -inf/NaN rows, two normalized dims, weight/bias combinations, the saved statistics, the
-backward functions against torch's own, bit-identical weight gradients from run to run, DLPack.
+relative norm error (within the ops' descriptions' tolerances, tessera.bench.ops), every softmax
+dim, strided and 0-row inputs, -inf/NaN rows, two normalized dims, weight/bias combinations, the
+saved statistics, the backward functions against torch's own, bit-identical weight gradients from
+run to run, DLPack.
 """
 
 import math
@@ -153,8 +154,19 @@ def test_rms_norm_default_eps_is_torchs():
 
 # ---- GPU: helpers -----------------------------------------------------------------------------
 
-TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
-DTYPES = list(TOL)
+# Bounds on the relative norm error against float64, per dtype: the ops' descriptions, as
+# `tessera verify` applies them (one bound per dtype for all the ops here, which
+# test_one_tolerance_per_dtype checks).
+DESCRIPTIONS = tessera.bench.ops("softmax,log_softmax,layer_norm,rms_norm")
+DTYPES = DESCRIPTIONS[0].dtypes
+TOL = {d: DESCRIPTIONS[0].tolerance(d) for d in DTYPES}
+
+
+def test_one_tolerance_per_dtype():
+    for op in DESCRIPTIONS:
+        assert op.dtypes == DTYPES, op.name
+        for d in DTYPES:
+            assert op.tolerance(d) == TOL[d], f"{op.name} {d}: assert_close needs the op's own bound"
 
 
 def rel_err(out, ref):
