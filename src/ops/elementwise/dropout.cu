@@ -22,6 +22,7 @@
 #include "runtime/device.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/nvtx.hpp"
+#include "runtime/tier.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tile/indexing.cuh"
@@ -170,31 +171,89 @@ void launch_dense(const T* x, T* out, int64_t n, const DropoutParams& prm, cudaS
   dropout_dense_kernel<V, UNROLL, kVector><<<grid, kThreads, 0, stream>>>(x, out, n, prm);
 }
 
-template <class T>
-void run(const TensorView& x, const TensorView& out, const DropoutParams& prm, cudaStream_t stream) {
-  const int64_t n = out.numel();
-  const int sms = runtime::device_props(out.device.index).multiProcessorCount;
-  const auto* xp = static_cast<const T*>(x.data);
-  auto* op = static_cast<T*>(out.data);
-  if (!x.is_contiguous() || !out.is_contiguous()) {
-    const int64_t blocks = ((n + 3) / 4 + kThreads - 1) / kThreads;
-    const auto grid = static_cast<unsigned>(blocks < 32LL * sms ? blocks : 32LL * sms);
-    dropout_strided_kernel<<<grid, kThreads, 0, stream>>>(xp, op, n, runtime::make_indexer<2>({&out, &x}),
-                                                          prm);
-    return;
+// One call as the tiers see it: `in` is x or grad_out, `out` is out or grad_in.
+struct Call {
+  const TensorView& in;
+  const TensorView& out;
+  float p;
+  const DropoutParams& prm;
+};
+
+struct DropPlan {
+  int vec = 0, unroll = 0;  // dense tier: elements per vector, vectors per thread
+  unsigned grid = 0;        // strided tier
+  std::string describe() const {
+    if (grid) return std::to_string(grid) + " CTAs of " + std::to_string(kThreads) + " threads";
+    return std::to_string(vec) + "-element vectors, " + std::to_string(unroll) + " per thread";
   }
-  constexpr int V = tile::kVec16<T>;
-  // One vector per thread for float32, two for 16-bit types once the grid covers the GPU 4
-  // times over: more vectors per thread make CTAs long enough that the partial last wave costs
-  // more than the extra bytes in flight gain (worklog, session 4).
-  const bool large = n >= int64_t(kThreads) * 2 * V * 4 * sms;
-  if (!tile::is_aligned<T, V>(xp) || !tile::is_aligned<T, V>(op))
-    launch_dense<4, 2, false>(xp, op, n, prm, stream);
-  else if (sizeof(T) == 2 && large)
-    launch_dense<V, 2, true>(xp, op, n, prm, stream);
-  else
-    launch_dense<V, 1, true>(xp, op, n, prm, stream);
+};
+
+// Every uniform is >= 0: p that rounds to 0 keeps everything with scale 1, a copy.
+struct CopyTier {
+  static constexpr const char* kName = "copy";
+  static constexpr const char* kWhen = "p rounds to 0 in float32: nothing is dropped";
+  static bool can_implement(const Call& c, int) { return c.p == 0.0f; }
+  static DropPlan plan(const Call&, int) { return {}; }
+  static void launch(const Call& c, const DropPlan&, cudaStream_t s) { copy(c.in, c.out, s); }
+};
+
+template <class F>
+void with_type(DType dt, F&& f) {
+  switch (dt) {
+    case DType::float32: return f(float{});
+    case DType::float16: return f(__half{});
+    default: return f(__nv_bfloat16{});
+  }
 }
+
+// One vector per thread for float32, two for 16-bit types once the grid covers the GPU 4 times
+// over: more vectors per thread make CTAs long enough that the partial last wave costs more than
+// the extra bytes in flight gain (worklog, session 4). Misaligned tensors: 4 single elements,
+// twice.
+struct DenseTier {
+  static constexpr const char* kName = "dense";
+  static constexpr const char* kWhen = "both tensors contiguous";
+  static bool can_implement(const Call& c, int) { return c.in.is_contiguous() && c.out.is_contiguous(); }
+  static DropPlan plan(const Call& c, int device) {
+    const int64_t n = c.out.numel();
+    const int sms = runtime::device_props(device).multiProcessorCount;
+    const int size = static_cast<int>(dtype_size(c.out.dtype)), V = 16 / size;
+    const bool aligned = reinterpret_cast<uintptr_t>(c.in.data) % 16 == 0 && reinterpret_cast<uintptr_t>(c.out.data) % 16 == 0;
+    if (!aligned) return {4, 2, 0};
+    const bool large = n >= int64_t(kThreads) * 2 * V * 4 * sms;
+    return {V, size == 2 && large ? 2 : 1, 0};
+  }
+  static void launch(const Call& c, const DropPlan& p, cudaStream_t s) {
+    with_type(c.out.dtype, [&](auto type) {
+      using T = decltype(type);
+      constexpr int V = tile::kVec16<T>;
+      const auto* x = static_cast<const T*>(c.in.data);
+      auto* o = static_cast<T*>(c.out.data);
+      const int64_t n = c.out.numel();
+      if (p.vec != V) launch_dense<4, 2, false>(x, o, n, c.prm, s);
+      else if (p.unroll == 2) launch_dense<V, 2, true>(x, o, n, c.prm, s);
+      else launch_dense<V, 1, true>(x, o, n, c.prm, s);
+    });
+  }
+};
+
+struct StridedTier {
+  static constexpr const char* kName = "strided";
+  static constexpr const char* kWhen = "any other layout";
+  static bool can_implement(const Call&, int) { return true; }
+  static DropPlan plan(const Call& c, int device) {
+    const int64_t blocks = runtime::ceil_div(runtime::ceil_div(c.out.numel(), 4), kThreads);
+    const int64_t cap = 32LL * runtime::device_props(device).multiProcessorCount;
+    return {0, 0, static_cast<unsigned>(blocks < cap ? blocks : cap)};
+  }
+  static void launch(const Call& c, const DropPlan& p, cudaStream_t s) {
+    with_type(c.out.dtype, [&](auto type) {
+      using T = decltype(type);
+      dropout_strided_kernel<<<p.grid, kThreads, 0, s>>>(static_cast<const T*>(c.in.data), static_cast<T*>(c.out.data),
+                                                         c.out.numel(), runtime::make_indexer<2>({&c.out, &c.in}), c.prm);
+    });
+  }
+};
 
 void check_p(const char* op, double p) {
   if (p >= 0.0 && p <= 1.0) return;  // NaN fails too
@@ -214,15 +273,10 @@ void check_args(const char* op, const char* in_arg, const TensorView& in, const 
   check_p(op, p);
 }
 
-void launch(const TensorView& in, const TensorView& out, double p, uint64_t seed, uint64_t offset,
-            cudaStream_t stream) {
+void launch(const char* op, const TensorView& in, const TensorView& out, double p, uint64_t seed,
+            uint64_t offset, cudaStream_t stream) {
   if (out.numel() == 0) return;
   const auto pf = static_cast<float>(p);
-  // Every uniform is >= 0: p that rounds to 0 keeps everything with scale 1, a copy.
-  if (pf == 0.0f) {
-    copy(in, out, stream);
-    return;
-  }
   DropoutParams prm{};
   prm.keys = tile::philox_key_schedule(seed);
   prm.offset = offset;
@@ -230,11 +284,7 @@ void launch(const TensorView& in, const TensorView& out, double p, uint64_t seed
   prm.threshold = prm.keep_any ? tile::philox_uniform_threshold(pf) : 0u;
   prm.scale = prm.keep_any ? static_cast<float>(1.0 / (1.0 - p)) : 0.0f;
   runtime::DeviceGuard guard(out.device.index);
-  switch (out.dtype) {
-    case DType::float32: run<float>(in, out, prm, stream); break;
-    case DType::float16: run<__half>(in, out, prm, stream); break;
-    default: run<__nv_bfloat16>(in, out, prm, stream); break;
-  }
+  runtime::run_first<CopyTier, DenseTier, StridedTier>(op, Call{in, out, pf, prm}, out.device.index, stream);
   TESSERA_LAUNCH_CHECK();
 }
 
@@ -244,7 +294,7 @@ void dropout(const TensorView& x, const TensorView& out, double p, uint64_t seed
              cudaStream_t stream) {
   runtime::NvtxRange range("tessera::dropout");
   check_args("dropout", "x", x, "out", out, p);
-  launch(x, out, p, seed, offset, stream);
+  launch("dropout", x, out, p, seed, offset, stream);
 }
 
 void dropout_backward(const TensorView& grad_out, const TensorView& grad_in, double p,
@@ -252,7 +302,7 @@ void dropout_backward(const TensorView& grad_out, const TensorView& grad_in, dou
   runtime::NvtxRange range("tessera::dropout_backward");
   check_args("dropout_backward", "grad_out", grad_out, "grad_in", grad_in, p);
   // d out / d x is the forward's mask times scale: the same map applied to grad_out.
-  launch(grad_out, grad_in, p, seed, offset, stream);
+  launch("dropout_backward", grad_out, grad_in, p, seed, offset, stream);
 }
 
 uint64_t dropout_offset_increment(int64_t numel) {
