@@ -2,15 +2,19 @@
 //
 // Bytes: 3 * n * sizeof(T) for same-shape tensors (two reads, one write), 2 * n * sizeof(T) when b
 // is a scalar. No FLOP worth counting: the kernel is memory-bound and its target is the copy
-// bandwidth. Paths, fastest first: all dense (vectorized map), b a scalar (vectorized map with b
+// bandwidth. Tiers, fastest first: all dense (vectorized map), b a scalar (vectorized map with b
 // in a register), b dense over the trailing dimensions (rows kernel below), anything else
 // (strided map).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <string>
+
 #include "runtime/device.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/nvtx.hpp"
+#include "runtime/tier.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tile/map.cuh"
@@ -56,19 +60,6 @@ __global__ __launch_bounds__(tile::kMapThreads) void add_rows_kernel(const T* __
   }
 }
 
-template <class T>
-void launch_rows(const T* a, const T* b, T* out, int64_t n, int64_t inner, float alpha, int sms,
-                 cudaStream_t s) {
-  constexpr int V = tile::kVec16<T>;
-  const bool vec = inner % V == 0 && tile::is_aligned<T, V>(a) && tile::is_aligned<T, V>(b) &&
-                   tile::is_aligned<T, V>(out);
-  const int v = vec ? V : 1;
-  const long long blocks = (n / v + tile::kMapThreads - 1) / tile::kMapThreads;
-  const auto grid = static_cast<unsigned>(std::min<long long>(std::max(blocks, 1LL), 16LL * sms));
-  if (vec) add_rows_kernel<V><<<grid, tile::kMapThreads, 0, s>>>(a, b, out, n, inner, alpha);
-  else add_rows_kernel<1><<<grid, tile::kMapThreads, 0, s>>>(a, b, out, n, inner, alpha);
-}
-
 // True when bb (b broadcast to out's shape) is b's dense data repeated over leading dimensions.
 bool rows_broadcast(const TensorView& bb, const TensorView& b, int64_t& inner) {
   if (!b.is_contiguous()) return false;
@@ -81,39 +72,132 @@ bool rows_broadcast(const TensorView& bb, const TensorView& b, int64_t& inner) {
   return inner == b.numel();
 }
 
+// One call as the tiers see it, with the layout facts they choose by.
+template <class T>
+struct Call {
+  const TensorView& out;
+  TensorView ab, bb;     // a and b broadcast to out's shape (bb unset for a host scalar)
+  const T* a;
+  const T* b;            // null for a host scalar
+  float alpha, value;    // value: alpha * the host scalar
+  int64_t n, inner = 0;  // inner: b's length where it repeats over rows
+  bool dense_a, dense_b, one_b, rows;
+  int sms;
+  T* o() const { return static_cast<T*>(out.data); }
+};
+
+struct AddPlan {
+  tile::MapConfig config{};
+  unsigned grid = 0;  // strided and rows tiers
+  std::string describe() const {
+    if (grid) return std::to_string(grid) + " CTAs of " + std::to_string(tile::kMapThreads) + " threads";
+    return std::string(config.vec ? "16-byte vectors" : "single elements") + ", " + std::to_string(config.unroll) +
+           " per thread";
+  }
+};
+
+template <class T>
+AddPlan map_plan(const Call<T>& c, int nin) {
+  return nin == 2 ? AddPlan{tile::map_config<2>(c.n, c.o(), Inputs<T, 2>{{c.a, c.b}}, c.sms), 0}
+                  : AddPlan{tile::map_config<1>(c.n, c.o(), Inputs<T, 1>{{c.a}}, c.sms), 0};
+}
+
+template <class T>
+struct ScalarTier {
+  static constexpr const char* kName = "scalar";
+  static constexpr const char* kWhen = "b a host number, a and out dense: b in a register";
+  static bool can_implement(const Call<T>& c, int) { return !c.b && c.dense_a; }
+  static AddPlan plan(const Call<T>& c, int) { return map_plan(c, 1); }
+  static void launch(const Call<T>& c, const AddPlan& p, cudaStream_t s) {
+    tile::launch_map_contiguous<1>(c.n, c.o(), Inputs<T, 1>{{c.a}}, AddScalarValue{c.value}, p.config, s);
+  }
+};
+
+template <class T>
+struct ScalarStridedTier {
+  static constexpr const char* kName = "scalar_strided";
+  static constexpr const char* kWhen = "b a host number, any layout";
+  static bool can_implement(const Call<T>& c, int) { return !c.b; }
+  static AddPlan plan(const Call<T>& c, int) { return {{}, tile::map_strided_grid(c.n, c.sms)}; }
+  static void launch(const Call<T>& c, const AddPlan&, cudaStream_t s) {
+    tile::launch_map_strided<1>(c.n, c.o(), Inputs<T, 1>{{c.a}}, runtime::make_indexer<2>({&c.out, &c.ab}),
+                                AddScalarValue{c.value}, c.sms, s);
+  }
+};
+
+template <class T>
+struct ContiguousTier {
+  static constexpr const char* kName = "contiguous";
+  static constexpr const char* kWhen = "a, b and out dense, one shape";
+  static bool can_implement(const Call<T>& c, int) { return c.dense_a && c.dense_b; }
+  static AddPlan plan(const Call<T>& c, int) { return map_plan(c, 2); }
+  static void launch(const Call<T>& c, const AddPlan& p, cudaStream_t s) {
+    tile::launch_map_contiguous<2>(c.n, c.o(), Inputs<T, 2>{{c.a, c.b}}, AddOp{c.alpha}, p.config, s);
+  }
+};
+
+template <class T>
+struct OneElementTier {
+  static constexpr const char* kName = "one_element";
+  static constexpr const char* kWhen = "b one element on the device, a and out dense";
+  static bool can_implement(const Call<T>& c, int) { return c.dense_a && c.one_b; }
+  static AddPlan plan(const Call<T>& c, int) { return map_plan(c, 1); }
+  static void launch(const Call<T>& c, const AddPlan& p, cudaStream_t s) {
+    tile::launch_map_contiguous<1>(c.n, c.o(), Inputs<T, 1>{{c.a}}, AddScalarAt<T>{c.b, c.alpha}, p.config, s);
+  }
+};
+
+template <class T>
+struct RowsTier {
+  static constexpr const char* kName = "rows";
+  static constexpr const char* kWhen = "b dense over the trailing dimensions, repeated over rows";
+  static bool vec(const Call<T>& c) {
+    constexpr int V = tile::kVec16<T>;
+    return c.inner % V == 0 && tile::is_aligned<T, V>(c.a) && tile::is_aligned<T, V>(c.b) && tile::is_aligned<T, V>(c.o());
+  }
+  static bool can_implement(const Call<T>& c, int) { return c.dense_a && c.rows; }
+  static AddPlan plan(const Call<T>& c, int) {
+    const int v = vec(c) ? tile::kVec16<T> : 1;
+    const long long blocks = (c.n / v + tile::kMapThreads - 1) / tile::kMapThreads;
+    return {{vec(c), 1}, static_cast<unsigned>(std::min<long long>(std::max(blocks, 1LL), 16LL * c.sms))};
+  }
+  static void launch(const Call<T>& c, const AddPlan& p, cudaStream_t s) {
+    if (p.config.vec)
+      add_rows_kernel<tile::kVec16<T>><<<p.grid, tile::kMapThreads, 0, s>>>(c.a, c.b, c.o(), c.n, c.inner, c.alpha);
+    else add_rows_kernel<1><<<p.grid, tile::kMapThreads, 0, s>>>(c.a, c.b, c.o(), c.n, c.inner, c.alpha);
+  }
+};
+
+template <class T>
+struct StridedTier {
+  static constexpr const char* kName = "strided";
+  static constexpr const char* kWhen = "any other layout";
+  static bool can_implement(const Call<T>&, int) { return true; }
+  static AddPlan plan(const Call<T>& c, int) { return {{}, tile::map_strided_grid(c.n, c.sms)}; }
+  static void launch(const Call<T>& c, const AddPlan&, cudaStream_t s) {
+    tile::launch_map_strided<2>(c.n, c.o(), Inputs<T, 2>{{c.a, c.b}},
+                                runtime::make_indexer<3>({&c.out, &c.ab, &c.bb}), AddOp{c.alpha}, c.sms, s);
+  }
+};
+
 template <class T>
 void add_typed(const TensorView& a, const TensorView& b, const double* b_value, const TensorView& out,
                float alpha, cudaStream_t s) {
   const int64_t n = out.numel();
-  const int sms = runtime::device_props(out.device.index).multiProcessorCount;
-  auto* o = static_cast<T*>(out.data);
-  const TensorView ab = detail::broadcast_to("add", "a", a, out);
-  const auto* pa = static_cast<const T*>(a.data);
-  const bool dense_a = a.numel() == n && a.is_contiguous() && out.is_contiguous();
-
+  Call<T> c{out, detail::broadcast_to("add", "a", a, out), {}, static_cast<const T*>(a.data), nullptr, alpha, 0.0f, n};
+  c.sms = runtime::device_props(out.device.index).multiProcessorCount;
+  c.dense_a = a.numel() == n && a.is_contiguous() && out.is_contiguous();
   if (b_value) {
-    const AddScalarValue f{static_cast<float>(alpha * *b_value)};
-    if (dense_a) {
-      tile::launch_map_contiguous<1>(n, o, Inputs<T, 1>{{pa}}, f, sms, s);
-    } else {
-      auto idx = runtime::make_indexer<2>({&out, &ab});
-      tile::launch_map_strided<1>(n, o, Inputs<T, 1>{{pa}}, idx, f, sms, s);
-    }
+    c.value = static_cast<float>(alpha * *b_value);
+    runtime::run_first<ScalarTier<T>, ScalarStridedTier<T>>("add", c, out.device.index, s);
     return;
   }
-  const TensorView bb = detail::broadcast_to("add", "b", b, out);
-  const auto* pb = static_cast<const T*>(b.data);
-  int64_t inner = 0;
-  if (dense_a && b.numel() == n && b.is_contiguous()) {
-    tile::launch_map_contiguous<2>(n, o, Inputs<T, 2>{{pa, pb}}, AddOp{alpha}, sms, s);
-  } else if (dense_a && b.numel() == 1) {
-    tile::launch_map_contiguous<1>(n, o, Inputs<T, 1>{{pa}}, AddScalarAt<T>{pb, alpha}, sms, s);
-  } else if (dense_a && rows_broadcast(bb, b, inner)) {
-    launch_rows(pa, pb, o, n, inner, alpha, sms, s);
-  } else {
-    auto idx = runtime::make_indexer<3>({&out, &ab, &bb});
-    tile::launch_map_strided<2>(n, o, Inputs<T, 2>{{pa, pb}}, idx, AddOp{alpha}, sms, s);
-  }
+  c.bb = detail::broadcast_to("add", "b", b, out);
+  c.b = static_cast<const T*>(b.data);
+  c.dense_b = b.numel() == n && b.is_contiguous();
+  c.one_b = b.numel() == 1;
+  c.rows = c.dense_a && !c.dense_b && !c.one_b && rows_broadcast(c.bb, b, c.inner);
+  runtime::run_first<ContiguousTier<T>, OneElementTier<T>, RowsTier<T>, StridedTier<T>>("add", c, out.device.index, s);
 }
 
 void check_add(const TensorView& a, const TensorView* b, const TensorView& out) {
