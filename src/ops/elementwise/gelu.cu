@@ -11,7 +11,6 @@
 
 #include "ops/elementwise/map.cuh"
 #include "runtime/nvtx.hpp"
-#include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 
 namespace tessera {
@@ -110,12 +109,7 @@ struct GeluTanhBackward {
 void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximate,
           cudaStream_t stream) {
   runtime::NvtxRange range("tessera::gelu");
-  detail::check_cuda_tensor("gelu", "x", x);
-  detail::check_dtype_in("gelu", "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_like("gelu", "out", out, "x", x);
-  detail::check_no_internal_overlap("gelu", "out", out);
-  detail::check_no_overlap("gelu", "out", out, "x", x, /*allow_identical=*/true);
-  if (out.numel() == 0) return;
+  if (!elementwise::check_map("gelu", x, out)) return;
   if (approximate == GeluApproximate::tanh)
     elementwise::map_floats<GeluTanh, 1>("gelu", out, {&x}, stream);
   else
@@ -125,14 +119,7 @@ void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximat
 void gelu_backward(const TensorView& grad_out, const TensorView& x, const TensorView& grad_in,
                    GeluApproximate approximate, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::gelu_backward");
-  detail::check_cuda_tensor("gelu_backward", "x", x);
-  detail::check_dtype_in("gelu_backward", "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_like("gelu_backward", "grad_out", grad_out, "x", x);
-  detail::check_like("gelu_backward", "grad_in", grad_in, "x", x);
-  detail::check_no_internal_overlap("gelu_backward", "grad_in", grad_in);
-  detail::check_no_overlap("gelu_backward", "grad_in", grad_in, "x", x, true);
-  detail::check_no_overlap("gelu_backward", "grad_in", grad_in, "grad_out", grad_out, true);
-  if (grad_in.numel() == 0) return;
+  if (!elementwise::check_map_backward("gelu_backward", grad_out, x, grad_in)) return;
   if (approximate == GeluApproximate::tanh)
     elementwise::map_floats<GeluTanhBackward, 2>("gelu_backward", grad_in, {&grad_out, &x}, stream);
   else

@@ -1,7 +1,7 @@
 // The host side that every float elementwise map shares (gelu, silu, their backwards): the
 // dtype dispatch and the two kernel tiers, contiguous (vectors of 16 bytes where every pointer
 // allows) and strided (any layout, broadcast inputs with stride 0). An op file holds the functor,
-// its argument checks and one call of map_floats.
+// one call of check_map (or check_map_backward) and one of map_floats.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,6 +15,7 @@
 #include "runtime/device.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/tier.hpp"
+#include "runtime/validate.hpp"
 #include "tessera/tensor.hpp"
 #include "tile/map.cuh"
 
@@ -76,6 +77,30 @@ struct StridedTier {
                                   runtime::make_indexer<NIN + 1>(all), c.f, c.sms, s);
   }
 };
+
+// The checks of a float map out = f(x): x a float CUDA tensor, out like x, out not overlapping x
+// unless it is x. False when there is nothing to do (0 elements).
+inline bool check_map(const char* op, const TensorView& x, const TensorView& out) {
+  detail::check_cuda_tensor(op, "x", x);
+  detail::check_dtype_in(op, "x", x, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_like(op, "out", out, "x", x);
+  detail::check_no_internal_overlap(op, "out", out);
+  detail::check_no_overlap(op, "out", out, "x", x, /*allow_identical=*/true);
+  return out.numel() > 0;
+}
+
+// The same for its backward grad_in = g(grad_out, x).
+inline bool check_map_backward(const char* op, const TensorView& grad_out, const TensorView& x,
+                               const TensorView& grad_in) {
+  detail::check_cuda_tensor(op, "x", x);
+  detail::check_dtype_in(op, "x", x, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_like(op, "grad_out", grad_out, "x", x);
+  detail::check_like(op, "grad_in", grad_in, "x", x);
+  detail::check_no_internal_overlap(op, "grad_in", grad_in);
+  detail::check_no_overlap(op, "grad_in", grad_in, "x", x, true);
+  detail::check_no_overlap(op, "grad_in", grad_in, "grad_out", grad_out, true);
+  return grad_in.numel() > 0;
+}
 
 // out = F<fast>{}(ins...) elementwise, in float32, for float32, float16 and bfloat16 tensors of
 // out's dtype (fast: the half types, see exp_). The caller has checked the arguments.

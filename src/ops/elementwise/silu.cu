@@ -4,7 +4,6 @@
 // far under the memory time.
 #include "ops/elementwise/map.cuh"
 #include "runtime/nvtx.hpp"
-#include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 
 namespace tessera {
@@ -35,26 +34,14 @@ struct SiluBackward {
 
 void silu(const TensorView& x, const TensorView& out, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::silu");
-  detail::check_cuda_tensor("silu", "x", x);
-  detail::check_dtype_in("silu", "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_like("silu", "out", out, "x", x);
-  detail::check_no_internal_overlap("silu", "out", out);
-  detail::check_no_overlap("silu", "out", out, "x", x, /*allow_identical=*/true);
-  if (out.numel() == 0) return;
+  if (!elementwise::check_map("silu", x, out)) return;
   elementwise::map_floats<Silu, 1>("silu", out, {&x}, stream);
 }
 
 void silu_backward(const TensorView& grad_out, const TensorView& x, const TensorView& grad_in,
                    cudaStream_t stream) {
   runtime::NvtxRange range("tessera::silu_backward");
-  detail::check_cuda_tensor("silu_backward", "x", x);
-  detail::check_dtype_in("silu_backward", "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_like("silu_backward", "grad_out", grad_out, "x", x);
-  detail::check_like("silu_backward", "grad_in", grad_in, "x", x);
-  detail::check_no_internal_overlap("silu_backward", "grad_in", grad_in);
-  detail::check_no_overlap("silu_backward", "grad_in", grad_in, "x", x, true);
-  detail::check_no_overlap("silu_backward", "grad_in", grad_in, "grad_out", grad_out, true);
-  if (grad_in.numel() == 0) return;
+  if (!elementwise::check_map_backward("silu_backward", grad_out, x, grad_in)) return;
   elementwise::map_floats<SiluBackward, 2>("silu_backward", grad_in, {&grad_out, &x}, stream);
 }
 
