@@ -124,7 +124,9 @@ struct SoftmaxMerge {
     const float m = fmaxf(a.m, b.m);
     // Both maxima -inf: no finite term, but a NaN among -inf values must survive (s is 0 or NaN).
     if (m == -INFINITY) return {m, a.s + b.s};
-    return {m, a.s * fast_exp(a.m - m) + b.s * fast_exp(b.m - m)};
+    // Products rounded separately (no fma contraction): merge(a, b) and merge(b, a) give the same
+    // bits, so every lane of a butterfly ends with the same sum.
+    return {m, __fadd_rn(__fmul_rn(a.s, fast_exp(a.m - m)), __fmul_rn(b.s, fast_exp(b.m - m)))};
   }
 };
 
