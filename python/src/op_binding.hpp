@@ -25,6 +25,7 @@
 #include <array>
 #include <cstddef>
 #include <initializer_list>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -70,6 +71,15 @@ struct Alloc {
   bool own_dtype = false;  // the output's dtype is `dtype`, not like's
 };
 
+// Storage for one converted view, which to_view's result initializes in place: no zeroing before,
+// no copy after (a required tensor is always converted before it is read; an optional one only
+// where given).
+union Slot {
+  Slot() {}
+  TensorView view;
+};
+static_assert(std::is_trivially_destructible_v<TensorView>);
+
 template <auto Fn, class Sig = decltype(Fn)>
 struct OpBinding;
 
@@ -110,7 +120,7 @@ struct OpBinding<Fn, void (*)(P...)> {
     const cudaStream_t stream = as_stream(std::get<kStream>(args));
     std::vector<nb::object> keep;  // DLPack capsules, alive until the call returns
     nb::object result = nb::none();
-    TensorView views[kTensors > 0 ? kTensors : 1];
+    Slot views[kTensors > 0 ? kTensors : 1];
     bool given[kTensors > 0 ? kTensors : 1] = {};
     // A comma fold runs left to right: the arguments convert in order, as the library checks them.
     (convert<I, P>(std::get<I>(args), stream, keep, views, given, result), ...);
@@ -120,32 +130,33 @@ struct OpBinding<Fn, void (*)(P...)> {
   }
 
   template <std::size_t I, class T, class Py>
-  static void convert(const Py& py, cudaStream_t stream, std::vector<nb::object>& keep,
-                      TensorView* views, bool* given, nb::object& result) {
+  static void convert(const Py& py, cudaStream_t stream, std::vector<nb::object>& keep, Slot* views,
+                      bool* given, nb::object& result) {
     if constexpr (kIsTensor<T> || kIsOptional<T>) {
       constexpr int slot = kSlots[I];
       const nb::handle h = py;
       if (h.is_none()) {
         if (static_cast<int>(I) == out) {
-          const TensorView& src = views[kSlots[like]];
+          const TensorView& src = views[kSlots[like]].view;
+          TensorView* view = new (&views[slot].view) TensorView;
           result = new_output(src, alloc.own_dtype ? alloc.dtype : src.dtype, src.shape, src.ndim,
-                              true, views[slot]);
+                              true, *view);
           given[slot] = true;
           return;
         }
         if constexpr (kIsOptional<T>) return;
       }
-      views[slot] = to_view(op, names[I], h, stream, keep);
+      new (&views[slot].view) TensorView(to_view(op, names[I], h, stream, keep));
       given[slot] = true;
     }
   }
 
   template <std::size_t I, class T, class Py>
-  static decltype(auto) pass(const Py& py, const TensorView* views, const bool* given) {
+  static decltype(auto) pass(const Py& py, Slot* views, const bool* given) {
     if constexpr (kIsTensor<T>) {
-      return static_cast<const TensorView&>(views[kSlots[I]]);
+      return static_cast<const TensorView&>(views[kSlots[I]].view);
     } else if constexpr (kIsOptional<T>) {
-      return given[kSlots[I]] ? &views[kSlots[I]] : static_cast<const TensorView*>(nullptr);
+      return given[kSlots[I]] ? &views[kSlots[I]].view : static_cast<const TensorView*>(nullptr);
     } else if constexpr (kIsStream<T>) {
       return as_stream(py);
     } else {
