@@ -158,6 +158,10 @@ NB_MODULE(_C, m) {
                               {"grad_in", "x"},
                               "grad_in = grad_out * gelu'(x); returns a new DeviceArray when "
                               "grad_in is None.");
+  def_op<&silu>(m, "silu", {"x", "out", "stream"}, {"out", "x"},
+                "out = silu(x); returns a new DeviceArray when out is None.");
+  def_op<&silu_backward>(m, "silu_backward", {"grad_out", "x", "grad_in", "stream"}, {"grad_in", "x"},
+                         "grad_in = grad_out * silu'(x); returns a new DeviceArray when grad_in is None.");
   def_op<&out_before_dim<&softmax>>(m, "softmax", {"x", "out", "dim", "stream"}, {"out", "x"},
                                     "out = softmax(x) along dim; returns a new DeviceArray when "
                                     "out is None.");

@@ -1,5 +1,5 @@
-"""Elementwise operators with torch's signatures: add, gelu (and gelu's backward), dropout (and
-its backward), copy.
+"""Elementwise operators with torch's signatures: add, gelu and silu (and their backwards), dropout
+(and its backward), copy.
 
 Every function takes torch tensors, or any CUDA array that speaks DLPack (cupy, jax, ...), and
 returns the same kind it was given. All argument checks are the library's: a CPU tensor, an
@@ -7,7 +7,7 @@ unsupported dtype or mismatched shapes raise ValueError/TypeError with the C++ m
 the operator and its argument ('a', 'b' and 'out' for add; 'x' for gelu).
 
 Autograd: when grad mode is on and a torch input requires grad, the call goes through a
-torch.autograd.Function (gelu's backward runs tessera's gelu_backward kernel); otherwise it calls
+torch.autograd.Function (gelu's backward runs tessera's gelu_backward kernel, silu's silu_backward); otherwise it calls
 the kernel directly, without autograd's cost per call.
 """
 
@@ -18,7 +18,7 @@ from . import random as _random
 from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream, stand_in,
                        torch_if_tensor, torch_stream, torch_view, wrap_output)
 
-__all__ = ["add", "gelu", "gelu_backward", "dropout", "dropout_backward", "copy"]
+__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "dropout_backward", "copy"]
 
 
 def _approximate(approximate, op: str) -> bool:
@@ -111,7 +111,49 @@ def _add_dlpack(input, other, alpha, out):
     return out if out is not None else wrap_output(input, result)
 
 
-# ---- gelu -------------------------------------------------------------------------------------
+# ---- float maps: gelu, silu ------------------------------------------------------------------
+# One forward and one backward path for every float map out = f(x) (extra: f's own arguments,
+# passed on to the kernel after out/grad_in).
+
+def _map(op: str, fn, input, out, extra, function):
+    torch = torch_if_tensor(input)
+    if torch is None:
+        result = fn(as_arg(None, input, op, "x"), as_arg(None, out, op, "out"), *extra,
+                    dlpack_stream(input))
+        return out if out is not None else wrap_output(input, result)
+    if _requires_grad(torch, input):
+        if out is not None:
+            raise _no_grad_with_out(op)
+        return getattr(_functions(torch), function).apply(input, *extra)
+    return _map_torch(torch, op, fn, input, out, extra)
+
+
+def _map_torch(torch, op, fn, x, out, extra):
+    xv = torch_view(x)
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    fn(xv, as_arg(torch, out, op, "out"), *extra, torch_stream(xv))
+    return out
+
+
+def _map_backward(op: str, fn, grad_output, input, out, extra):
+    torch = torch_if_tensor(input)
+    if torch is None:
+        result = fn(as_arg(torch_if_tensor(grad_output), grad_output, op, "grad_out"),
+                    as_arg(None, input, op, "x"), as_arg(None, out, op, "grad_in"), *extra,
+                    dlpack_stream(input))
+        return out if out is not None else wrap_output(input, result)
+    return _map_backward_torch(torch, op, fn, grad_output, input, out, extra)
+
+
+def _map_backward_torch(torch, op, fn, grad, x, out, extra):
+    xv = torch_view(x)
+    gv = as_arg(torch, grad, op, "grad_out")
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    fn(gv, xv, as_arg(torch, out, op, "grad_in"), *extra, torch_stream(xv))
+    return out
+
 
 def gelu(input, approximate="none", *, out=None):
     """GELU, as :func:`torch.nn.functional.gelu`: ``x * Φ(x)`` with the erf form of the normal CDF
@@ -120,50 +162,26 @@ def gelu(input, approximate="none", *, out=None):
     ``out`` (not in torch's signature, keyword only) writes the result to a preallocated tensor of
     ``input``'s shape, dtype and device; it may be ``input`` itself.
     """
-    tanh = _approximate(approximate, "gelu")
-    torch = torch_if_tensor(input)
-    if torch is None:
-        stream = dlpack_stream(input)
-        result = _C.gelu(as_arg(None, input, "gelu", "x"), as_arg(None, out, "gelu", "out"), tanh,
-                         stream)
-        return out if out is not None else wrap_output(input, result)
-    if _requires_grad(torch, input):
-        if out is not None:
-            raise _no_grad_with_out("gelu")
-        return _functions(torch).Gelu.apply(input, tanh)
-    return _gelu_torch(torch, input, tanh, out)
-
-
-def _gelu_torch(torch, x, tanh, out):
-    xv = torch_view(x)
-    if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _C.gelu(xv, as_arg(torch, out, "gelu", "out"), tanh, torch_stream(xv))
-    return out
+    return _map("gelu", _C.gelu, input, out, (_approximate(approximate, "gelu"),), "Gelu")
 
 
 def gelu_backward(grad_output, input, *, approximate="none", out=None):
     """Gradient of :func:`gelu` with respect to ``input``: ``grad_output * gelu'(input)``, as
     ``torch.ops.aten.gelu_backward``. Not differentiable itself."""
     tanh = _approximate(approximate, "gelu_backward")
-    torch = torch_if_tensor(input)
-    if torch is None:
-        op = "gelu_backward"
-        result = _C.gelu_backward(as_arg(torch_if_tensor(grad_output), grad_output, op, "grad_out"),
-                                  as_arg(None, input, op, "x"), as_arg(None, out, op, "grad_in"),
-                                  tanh, dlpack_stream(input))
-        return out if out is not None else wrap_output(input, result)
-    return _gelu_backward_torch(torch, grad_output, input, tanh, out)
+    return _map_backward("gelu_backward", _C.gelu_backward, grad_output, input, out, (tanh,))
 
 
-def _gelu_backward_torch(torch, grad, x, tanh, out):
-    xv = torch_view(x)
-    gv = as_arg(torch, grad, "gelu_backward", "grad_out")
-    if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _C.gelu_backward(gv, xv, as_arg(torch, out, "gelu_backward", "grad_in"), tanh,
-                     torch_stream(xv))
-    return out
+def silu(input, *, out=None):
+    """SiLU (swish), as :func:`torch.nn.functional.silu`: ``x * sigmoid(x)``. ``out`` as for
+    :func:`gelu` (torch's ``inplace=True`` is ``out=input``)."""
+    return _map("silu", _C.silu, input, out, (), "Silu")
+
+
+def silu_backward(grad_output, input, *, out=None):
+    """Gradient of :func:`silu` with respect to ``input``, as ``torch.ops.aten.silu_backward``.
+    Not differentiable itself."""
+    return _map_backward("silu_backward", _C.silu_backward, grad_output, input, out, ())
 
 
 # ---- autograd ---------------------------------------------------------------------------------
@@ -202,24 +220,31 @@ def _define_functions(torch):
                 grad_b = g.sum_to_size(ctx.b_shape)
             return grad_a, grad_b, None
 
-    class Gelu(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, tanh):
-            ctx.save_for_backward(x)
-            ctx.tanh = tanh
-            return _gelu_torch(torch, x, tanh, None)
+    def map_function(op, fn, backward_fn):
+        # A float map's autograd.Function: saves x, runs the backward kernel on grad.
+        class MapFunction(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, *extra):
+                ctx.save_for_backward(x)
+                ctx.extra = extra
+                return _map_torch(torch, op, fn, x, None, extra)
 
-        @staticmethod
-        @once_differentiable
-        def backward(ctx, grad):
-            (x,) = ctx.saved_tensors
-            return _gelu_backward_torch(torch, grad, x, ctx.tanh, None), None
+            @staticmethod
+            @once_differentiable
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return (_map_backward_torch(torch, op + "_backward", backward_fn, grad, x, None,
+                                            ctx.extra),) + (None,) * len(ctx.extra)
+
+        MapFunction.__name__ = MapFunction.__qualname__ = op.capitalize()
+        return MapFunction
 
     class Functions:
         pass
 
     Functions.Add = Add
-    Functions.Gelu = Gelu
+    Functions.Gelu = map_function("gelu", _C.gelu, _C.gelu_backward)
+    Functions.Silu = map_function("silu", _C.silu, _C.silu_backward)
     return Functions
 
 

@@ -156,7 +156,7 @@ def test_broadcast_shape_is_torchs(a, b, out):
 # Bounds on the relative norm error against float64, per dtype: the ops' descriptions, as
 # `tessera verify` applies them (one bound per dtype for all the ops here, which
 # test_one_tolerance_per_dtype checks).
-DESCRIPTIONS = tessera.bench.ops("add,gelu")
+DESCRIPTIONS = tessera.bench.ops("add,gelu,silu")
 DTYPES = DESCRIPTIONS[0].dtypes
 TOL = {d: DESCRIPTIONS[0].tolerance(d) for d in DTYPES}
 
@@ -460,3 +460,48 @@ def test_cupy_in_cupy_out(torch):
         w = tessera.add(x, x)
     s.synchronize()
     assert_close(torch.from_dlpack(w), 2 * xt.double(), "float32")
+
+
+# ---- silu ---------------------------------------------------------------------------------------
+
+def test_silu_cpu_array_names_argument(np):
+    with pytest.raises(ValueError, match=r"tessera\.silu: argument 'x'.*CUDA"):
+        tessera.silu(np.ones(5, np.float32))
+    x = np.ones(5, np.float32)
+    with pytest.raises(ValueError, match=r"tessera\.silu_backward: argument 'x'.*CUDA"):
+        tessera.silu_backward(x, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_silu_matches_reference(torch, dtype, n):
+    x = 4 * randn(torch, n, dt(torch, dtype))
+    out = tessera.silu(x)
+    assert out.dtype == x.dtype and out.device == x.device
+    assert_close(out, torch.nn.functional.silu(x.double()), dtype)
+
+
+def test_silu_large_negative_non_contiguous_and_out(torch):
+    x = torch.linspace(-150, 10, 4099, device="cuda")  # exp(-x) overflows below -88
+    assert_close(tessera.silu(x), torch.nn.functional.silu(x.double()), "float32")
+    base = randn(torch, (48, 80), torch.bfloat16)
+    for v in (base.t(), base[::3, 1::2], base[:, :0]):
+        assert_close(tessera.silu(v), torch.nn.functional.silu(v.double()), "bfloat16")
+    expected = torch.nn.functional.silu(base.double())
+    assert tessera.silu(base, out=base) is base  # in place, as silu(inplace=True)
+    assert_close(base, expected, "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_backward_matches_torch_autograd(torch, dtype):
+    x = (4 * randn(torch, (129, 257), dt(torch, dtype))).requires_grad_()
+    g = randn(torch, (129, 257), dt(torch, dtype))
+    y = tessera.silu(x)
+    assert y.grad_fn is not None
+    (gx,) = torch.autograd.grad(y, x, g)
+    xd = x.detach().double().requires_grad_()
+    (ref,) = torch.autograd.grad(torch.nn.functional.silu(xd), xd, g.double())
+    assert_close(gx, ref, dtype)
+    assert_close(tessera.silu_backward(g, x.detach()), ref, dtype)
+    with pytest.raises(RuntimeError, match=r"tessera\.silu: argument 'out'"):
+        tessera.silu(x, out=torch.empty_like(x))
