@@ -134,3 +134,15 @@ def broadcast_shape(a, b):
             return None
         out.append(y if x == 1 else x)
     return tuple(out)
+
+
+def defined_on_first_use(define):
+    """f(torch) returning define(torch), computed once: a module's autograd.Function classes,
+    defined when first needed (torch is optional)."""
+    cache = []
+
+    def get(torch):
+        if not cache:
+            cache.append(define(torch))
+        return cache[0]
+    return get

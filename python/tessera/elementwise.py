@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from . import _C
 from . import random as _random
-from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream, stand_in,
-                       torch_if_tensor, torch_stream, torch_view, wrap_output)
+from ._interop import (as_arg, as_number, broadcast_shape, defined_on_first_use, dlpack_stream,
+                       stand_in, torch_if_tensor, torch_stream, torch_view, wrap_output)
 
-__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "dropout_backward", "copy"]
+__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "dropout_backward",
+           "copy"]
 
 
 def _approximate(approximate, op: str) -> bool:
@@ -186,15 +187,7 @@ def silu_backward(grad_output, input, *, out=None):
 
 # ---- autograd ---------------------------------------------------------------------------------
 
-_autograd = None
-
-
-def _functions(torch):
-    """The autograd.Function classes, defined on first use (torch is optional)."""
-    global _autograd
-    if _autograd is None:
-        _autograd = _define_functions(torch)
-    return _autograd
+_functions = defined_on_first_use(lambda torch: _define_functions(torch))
 
 
 def _define_functions(torch):

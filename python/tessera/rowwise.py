@@ -26,7 +26,8 @@ import math
 import operator
 
 from . import _C
-from ._interop import as_arg, dlpack_stream, torch_if_tensor, torch_stream, torch_view, wrap_output
+from ._interop import (as_arg, defined_on_first_use, dlpack_stream, torch_if_tensor, torch_stream,
+                       torch_view, wrap_output)
 from .elementwise import _no_grad_with_out
 
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
@@ -399,15 +400,7 @@ def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, want_in, want_w):
 
 # ---- autograd ---------------------------------------------------------------------------------
 
-_autograd = None
-
-
-def _functions(torch):
-    """The autograd.Function classes, defined on first use (torch is optional)."""
-    global _autograd
-    if _autograd is None:
-        _autograd = _define_functions(torch)
-    return _autograd
+_functions = defined_on_first_use(lambda torch: _define_functions(torch))
 
 
 def _define_functions(torch):
