@@ -70,6 +70,8 @@ struct Call {
   int64_t nv = 0;      // the row's 16-byte vectors in its frame (elements when !vec)
   bool coalesced = false;  // not dense, but enough rows, adjacent in memory, for the column tier
   int device = 0;
+  mutable int cluster_searched = 0;  // the cluster tier's choice, made once per call
+  mutable int cluster_threads = 0, cluster_size = 0;
 };
 
 struct RowsPlan {
@@ -164,10 +166,19 @@ struct ClusterTier {
       }
     return {kV, 0, 0};  // none fits
   }
-  static bool can_implement(const Call<Op, T>& c, const cudaDeviceProp& prop) {
-    return c.dense && c.vec && prop.major >= 9 && choose(c, prop).cluster > 0;
+  static RowsPlan chosen(const Call<Op, T>& c, const cudaDeviceProp& prop) {
+    if (!c.cluster_searched) {
+      const RowsPlan p = choose(c, prop);
+      c.cluster_searched = 1;
+      c.cluster_threads = p.threads;
+      c.cluster_size = p.cluster;
+    }
+    return {kVpt<Op>, c.cluster_threads, c.cluster_size};
   }
-  static RowsPlan plan(const Call<Op, T>& c, const cudaDeviceProp& prop) { return choose(c, prop); }
+  static bool can_implement(const Call<Op, T>& c, const cudaDeviceProp& prop) {
+    return c.dense && c.vec && prop.major >= 9 && chosen(c, prop).cluster > 0;
+  }
+  static RowsPlan plan(const Call<Op, T>& c, const cudaDeviceProp& prop) { return chosen(c, prop); }
   static void launch(const Call<Op, T>& c, const RowsPlan& p, cudaStream_t s) {
     launch_rows<Op, T, tile::kVec16<T>, kVpt<Op>, Scope::cluster>(c.a, p, s);
   }
