@@ -1,0 +1,445 @@
+// LayerNorm and RMSNorm forward: the kernels and their tiers (norm.cuh has what bounds them).
+//
+// A row is read once into registers (VPT vectors of V = 16 / sizeof(T) elements per thread),
+// reduced, normalized and written once. LayerNorm either sums x for the mean and then the squared
+// deviations from it (two group reductions; no E[x^2] - E[x]^2 cancellation), or, where registers
+// allow, has each thread take the mean and squared deviations of its own elements and merges
+// those (count, mean, M2) triples in one reduction (Chan et al.): one barrier round per row
+// instead of two. Weight and bias are read after the reductions (L1/L2 hits), a few vectors at a
+// time. The tiers, first that takes the row (vectors of V per row):
+//   warp: <= 64 vectors. A warp per row, VPT 1 or 2, four rows per CTA.
+//   vpt8-group (sm_90, float32 256..2048 vectors, 16-bit 512 (LayerNorm) or 1024 (RMSNorm) to
+//     2048): VPT 8 in a compile-time power-of-two group of 32..256 (the column offsets of the 8
+//     vectors are immediates), one row per group, CTAs of >= 256 threads: more CTAs per SM and
+//     fewer threads to reduce over than the VPT-4 tiers at these lengths.
+//   prefetch: <= 1024 vectors. VPT 4 in groups of <= 256 threads, up to 80 registers.
+//   vpt4: <= 4096 vectors (2048 for float32 on sm_90). VPT 4, one row per group of <= 1024.
+//   vpt8-wide (float32, sm_90, <= 8192 vectors): VPT 8 in a fixed group of 512 or 1024 (fixed so
+//     that the offsets are immediates; sm_80 spills even so): 512 threads keep two CTAs per SM
+//     where 1024 x 4 would allow one.
+//   stream: longer rows, read twice (norm_forward_stream_kernel).
+// Short rows (warp, prefetch: <= 16 KB) are persistent and load each group's next row before they
+// reduce the current one: with one row per group, nothing would be loaded while a row is reduced
+// and stored, too little in flight for rows this short.
+#include <algorithm>
+#include <string>
+
+#include "ops/rowwise/norm.cuh"
+#include "runtime/check.hpp"
+#include "runtime/tier.hpp"
+
+namespace tessera::norm {
+namespace {
+
+using runtime::ceil_div;
+
+constexpr int kFwdCta = 128;   // smallest CTA: 4 rows of one warp each
+constexpr int kFwdCta8 = 256;  // vpt8-group: CTAs of at least 256 threads (fp32 4096: two rows)
+// prefetch: CTAs of up to 256 threads, 3 per SM, i.e. up to 80 registers per thread (two 64-byte
+// row fragments do not fit in 64).
+constexpr int kPrefetchCta = 256, kPrefetchBlocks = 3;
+
+// ---- register-resident rows -------------------------------------------------------------------
+template <class T, int V, int VPT>
+__device__ __forceinline__ void load_row(Frag<T, V> (&x)[VPT], const RowLanes<V>& part, const T* xr) {
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) x[k] = part.load(xr, k, 0.0f);
+}
+
+// RMSNorm: mean(x^2).
+template <class T, int V, int VPT, class Reduce>
+__device__ __forceinline__ float mean_square(const Frag<T, V> (&x)[VPT], const Reduce& sum, int buf,
+                                             const FwdParams<T>& p) {
+  float q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+#pragma unroll
+    for (int e = 0; e < V; ++e) q = fmaf(x[k][e], x[k][e], q);
+  return sum(q, buf) * p.inv_n;
+}
+
+// LayerNorm in two reductions: the mean, then the squared deviations from it.
+template <class T, int V, int VPT, class Reduce>
+__device__ __forceinline__ void mean_var_two(Frag<T, V> (&x)[VPT], const RowLanes<V>& part, const Reduce& sum,
+                                             const FwdParams<T>& p, float& mean, float& var) {
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+#pragma unroll
+    for (int e = 0; e < V; ++e) s += x[k][e];
+  mean = sum(s, 0) * p.inv_n;
+  refresh(x, mean, p.zero);
+  float q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    if (!part.in(k)) continue;  // past the row end: x = 0, would add mean^2
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float d = x[k][e] - mean;
+      q = fmaf(d, d, q);
+    }
+  }
+  var = sum(q, 1) * p.inv_n;
+}
+
+// LayerNorm in one reduction: this thread's mean and squared deviations from it over its `mine`
+// elements (skipping vectors past the row end, which would add mean^2 each), merged over the group.
+template <class T, int V, int VPT, class Reduce>
+__device__ __forceinline__ void mean_var_merged(Frag<T, V> (&x)[VPT], const RowLanes<V>& part, const Reduce& sum,
+                                                int buf, int mine, const FwdParams<T>& p, float& mean, float& var) {
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+#pragma unroll
+    for (int e = 0; e < V; ++e) s += x[k][e];
+  const float m = mine ? s * __fdividef(1.0f, float(mine)) : 0.0f;
+  refresh(x, m, p.zero);  // convert x afresh below instead of holding the floats from above
+  float q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    if (!part.in(k)) continue;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float d = x[k][e] - m;
+      q = fmaf(d, d, q);
+    }
+  }
+  const Moments r = sum(Moments{float(mine), m, q}, buf);
+  mean = r.mean;
+  var = r.m2 * p.inv_n;
+}
+
+// Row groups of gs threads (kGs: fixed at compile time; 0: p.gs), VPT vectors per thread.
+// kPrefetch: the loop is persistent (the launcher sizes the grid to the resident CTAs) and each
+// group loads its next row into a second fragment before it reduces, normalizes and stores the
+// current one: two rows per group resident instead of one.
+// kMoments: LayerNorm merges moments (mean_var_merged) in the prefetching tiers where registers
+// allow; ptxas spills with the merge at 64 or 128 bytes of row per thread without prefetch, and at
+// 16-bit VPT 4 with it.
+// KB: weight and bias are loaded KB vectors at a time after the reduction, all in flight together
+// but not so many that they crowd the row out of the registers. 16-bit rows at VPT 8 take one at
+// a time (with two, LayerNorm spills and is slower); float32 rms_norm in groups of 32 spills 8
+// bytes with two, and is faster so than with one.
+template <class T, int V, int VPT, bool kRms, int kGs, bool kPrefetch>
+__global__ __launch_bounds__(kPrefetch && VPT == 4 ? kPrefetchCta : kMaxThreads,
+                             kPrefetch && VPT == 4 ? kPrefetchBlocks : 1)
+void norm_forward_kernel(const FwdParams<T> p) {
+  constexpr bool kMoments = !kRms && kPrefetch && (sizeof(T) == 4 || VPT * V < 32);
+  using Acc = std::conditional_t<kMoments, Moments, float>;
+  using Op = std::conditional_t<kMoments, MergeMoments, tile::Sum>;
+  __shared__ Acc slots[kBarrierGroups][2][32];
+  constexpr int KB = VPT < 2 ? VPT : VPT == 8 && sizeof(T) == 2 ? 1 : 2;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (VPT > 4) {  // fits in 64 registers on sm_90 only; the launcher knows
+    __trap();
+    return;
+  }
+#endif
+  const int gs = kGs ? kGs : p.gs, sub = threadIdx.x / gs, subs = blockDim.x / gs;
+  const RowLanes<V> part{static_cast<int>(threadIdx.x) - sub * gs, gs, static_cast<int>(p.n)};
+  GroupReduce<Acc, Op> sum{slots[sub < kBarrierGroups ? sub : 0][0], gs, 1 + sub, part.t >> 5};
+  // Elements of this thread inside the row (vectors past its end read as 0 and are not counted).
+  int mine = 0;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) mine += part.in(k) ? V : 0;
+  const int64_t first = int64_t(blockIdx.x) * subs + sub;
+  Frag<T, V> x[VPT];
+  if (kPrefetch && first < p.rows) load_row(x, part, p.x + first * p.stride[0]);
+  // Slot buffers alternate between consecutive reductions of a group: the barrier of the one in
+  // between is passed only after every thread has read the buffer (see GroupReduce). With one
+  // reduction per row they alternate by row.
+  int buf = 0;
+  for (int64_t row = first; row < p.rows; row += int64_t(gridDim.x) * subs, buf ^= 1) {
+    int64_t off[4];
+    row_offsets(p.stride, row, off);
+    Frag<T, V> next[VPT];
+    if constexpr (kPrefetch) {
+      const int64_t nrow = row + int64_t(gridDim.x) * subs;
+      if (nrow < p.rows) load_row(next, part, p.x + nrow * p.stride[0]);
+    } else {
+      load_row(x, part, p.x + off[0]);
+    }
+
+    float mean = 0.0f, var;
+    if constexpr (kRms) var = mean_square(x, sum, buf, p);
+    else if constexpr (!kMoments) mean_var_two(x, part, sum, p, mean, var);
+    else mean_var_merged(x, part, sum, buf, mine, p, mean, var);
+    const float rstd = rsqrtf(var + p.eps);
+    refresh(x, rstd, p.zero);
+    const int after = zero_after(rstd, p.zero);
+#pragma unroll
+    for (int k0 = 0; k0 < VPT; k0 += KB) {
+      Frag<T, V> w[KB], b[KB];
+#pragma unroll
+      for (int j = 0; j < KB; ++j) {
+        w[j] = part.param(p.w, ones<T>(), k0 + j, 1.0f, after);
+        b[j] = part.param(p.b, zeros<T>(), k0 + j, 0.0f, after);
+      }
+#pragma unroll
+      for (int j = 0; j < KB; ++j) {
+        float y[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) y[e] = fmaf((x[k0 + j][e] - mean) * rstd, w[j][e], b[j][e]);
+        part.store(p.out + off[1], k0 + j, pack_each<T, V>(y));
+      }
+    }
+    if (part.t == 0) {
+      if (p.mean) p.mean[off[2]] = mean;
+      if (p.rstd) p.rstd[off[3]] = rstd;
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) x[k] = next[k];
+    }
+  }
+}
+
+// ---- long rows --------------------------------------------------------------------------------
+// Rows longer than the register-resident tiers hold, read twice as torch.compile's norm kernels
+// do: one 1024-thread CTA per SM, persistent over rows. Pass 1 reduces the row (RMSNorm: the sum
+// of squares; LayerNorm: per-thread moments built chunk by chunk and merged, so mean and variance
+// take one reduction), marking its lines L2 evict_last; pass 2 reads it again from L2
+// (evict_first), normalizes and writes. Nothing of the row is held across the reduction. One row
+// per SM at a time keeps the rows being read twice within the L2, and 4 vectors per thread in
+// flight (64 KB per SM) keep enough bytes in flight.
+constexpr int kLongThreads = 1024, kLongU1 = 4, kLongU2 = 2;  // vectors per thread in flight, passes 1 / 2
+
+// The moments of U vectors at columns c0, c0 + step, ... (n is a multiple of V here, or V is 1: a
+// vector is wholly in the row or wholly past it, and those past it read as 0).
+template <class T, int V, int U>
+__device__ __forceinline__ Moments chunk_moments(const Frag<T, V> (&x)[U], int64_t c0, int64_t step, int64_t n) {
+  float cnt = 0.0f, sum = 0.0f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (c0 + u * step < n) cnt += float(V);
+#pragma unroll
+    for (int e = 0; e < V; ++e) sum += x[u][e];
+  }
+  const float mean = sum * __fdividef(1.0f, cnt);
+  float m2 = 0.0f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (c0 + u * step >= n) continue;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float d = x[u][e] - mean;
+      m2 = fmaf(d, d, m2);
+    }
+  }
+  return Moments{cnt, mean, m2};
+}
+
+template <class T, int V, bool kRms>
+__global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(const FwdParams<T> p) {
+  constexpr int kThreads = kLongThreads, U1 = kLongU1, U2 = kLongU2;
+  using A = std::conditional_t<kRms, float, Moments>;
+  using Op = std::conditional_t<kRms, tile::Sum, MergeMoments>;
+  __shared__ A slots[64];
+  const GroupReduce<A, Op> reduce{slots, kThreads, 1, int(threadIdx.x >> 5)};
+  const uint64_t keep = tile::l2_policy<tile::L2Hint::kEvictLast>();
+  const uint64_t drop = tile::l2_policy<tile::L2Hint::kEvictFirst>();
+  const int64_t step = int64_t(kThreads) * V, n = p.n;
+  int buf = 0;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x, buf ^= 1) {
+    int64_t off[4];
+    row_offsets(p.stride, row, off);
+    const T* xr = p.x + off[0];
+    A acc{};  // pass 1: this thread's sum of squares or moments, then the row's
+    for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += U1 * step) {
+      Frag<T, V> x[U1];
+#pragma unroll
+      for (int u = 0; u < U1; ++u) {
+        const int64_t c = c0 + u * step;
+        x[u] = c < n ? tile::load_frag_hint<T, V>(xr + c, keep) : splat<T, V>(0.0f);
+      }
+      if constexpr (kRms) {
+#pragma unroll
+        for (int u = 0; u < U1; ++u)
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc = fmaf(x[u][e], x[u][e], acc);
+      } else {
+        acc = MergeMoments{}(acc, chunk_moments(x, c0, step, n));
+      }
+    }
+    acc = reduce(acc, buf);
+    float mean = 0.0f, rstd;
+    if constexpr (kRms) {
+      rstd = rsqrtf(acc * p.inv_n + p.eps);
+    } else {
+      mean = acc.mean;
+      rstd = rsqrtf(acc.m2 * p.inv_n + p.eps);
+    }
+    for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += U2 * step) {  // pass 2
+      Frag<T, V> x[U2], w[U2], b[U2];
+#pragma unroll
+      for (int u = 0; u < U2; ++u) {
+        const int64_t c = c0 + u * step;
+        const bool in = c < n;
+        x[u] = in ? tile::load_frag_hint<T, V>(xr + c, drop) : splat<T, V>(0.0f);
+        w[u] = in && p.w ? tile::load_frag<T, V>(p.w + c) : splat<T, V>(1.0f);
+        b[u] = in && p.b ? tile::load_frag<T, V>(p.b + c) : splat<T, V>(0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < U2; ++u) {
+        const int64_t c = c0 + u * step;
+        if (c >= n) continue;
+        float y[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) y[e] = fmaf((x[u][e] - mean) * rstd, w[u][e], b[u][e]);
+        tile::store_frag<T, V>(p.out + off[1] + c, pack_each<T, V>(y));
+      }
+    }
+    if (threadIdx.x == 0) {
+      if (p.mean) p.mean[off[2]] = mean;
+      if (p.rstd) p.rstd[off[3]] = rstd;
+    }
+  }
+}
+
+// ---- tiers ------------------------------------------------------------------------------------
+template <class T>
+struct FwdPlan {
+  void (*kernel)(FwdParams<T>) = nullptr;
+  unsigned grid = 0;
+  int threads = 0, gs = 0, vpt = 0;
+  std::string describe() const {
+    return std::to_string(grid) + " CTAs x " + std::to_string(threads) + " threads, " +
+           (gs ? "rows in groups of " + std::to_string(gs) + ", " + std::to_string(vpt) + " vectors per thread"
+               : std::string("a row at a time per CTA"));
+  }
+};
+
+// Row groups of gs threads; CTAs of at least `cta` threads (several groups when gs is small).
+// Without prefetch one row per group; with it the grid is persistent: no more CTAs than are
+// resident at once, each group looping over rows with the next one's loads in flight. Of those,
+// only as many as give every group the same number of rows (+- 1): with 4096 rows and 3168
+// resident groups, 2048 groups of 2 rows rather than 928 of 2 and 2240 of 1: the kernel takes
+// two rows' time either way, and the fewer groups compete less for bandwidth.
+template <class T, int V, int VPT, bool kRms, int kGs = 0, bool kPrefetch = false>
+FwdPlan<T> plan_groups(const FwdParams<T>& p, int gs, int cta = kFwdCta) {
+  const int subs = gs < cta && cta % gs == 0 ? cta / gs : 1;
+  const auto kernel = norm_forward_kernel<T, V, VPT, kRms, kGs, kPrefetch>;
+  int64_t grid = ceil_div(p.rows, subs);
+  if constexpr (kPrefetch) {
+    const int64_t resident = int64_t(runtime::resident_ctas(reinterpret_cast<const void*>(kernel), gs * subs)) * subs;
+    const int64_t per_group = ceil_div(p.rows, resident);
+    grid = ceil_div(ceil_div(p.rows, per_group), subs);
+  }
+  return {kernel, runtime::grid_cap(grid), gs * subs, gs, VPT};
+}
+
+// What every forward tier shares: its launch.
+template <class T>
+struct FwdTier {
+  static void launch(const FwdParams<T>& args, const FwdPlan<T>& plan, cudaStream_t stream) {
+    FwdParams<T> p = args;
+    p.gs = plan.gs;
+    plan.kernel<<<plan.grid, plan.threads, 0, stream>>>(p);
+  }
+};
+
+template <class T, int V, bool kRms, int VPT>
+struct Warp : FwdTier<T> {
+  static constexpr const char* kName = VPT == 1 ? "warp" : "warp-2";
+  static constexpr const char* kWhen = VPT == 1 ? "rows of <= 32 vectors" : "rows of <= 64 vectors";
+  static bool can_implement(const FwdParams<T>& p, const Ctx&) { return vectors<V>(p.n) <= 32 * VPT; }
+  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
+    return plan_groups<T, V, VPT, kRms, 0, true>(p, 32);
+  }
+};
+
+// 16-bit RMSNorm rows of 512..1023 vectors stay on the prefetching tier, which is faster there.
+template <class T, int V, bool kRms>
+struct Vpt8Group : FwdTier<T> {
+  static constexpr const char* kName = "vpt8-group";
+  static constexpr const char* kWhen = "sm_90, mid-length rows (float32 256..2048 vectors, 16-bit 512|1024..2048)";
+  static bool can_implement(const FwdParams<T>& p, const Ctx& c) {
+    const int64_t nv = vectors<V>(p.n);
+    return V > 1 && c.major >= 9 && nv <= 2048 && nv >= (V == 4 ? 256 : kRms ? 1024 : 512);
+  }
+  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
+    if constexpr (V > 1) {
+      int gs = 32;
+      while (gs * 8 < vectors<V>(p.n)) gs *= 2;
+      const auto make = [&](auto g) { return plan_groups<T, V, 8, kRms, decltype(g)::value>(p, g, kFwdCta8); };
+      if constexpr (V == 4) return with_size<32, 64, 128, 256>(gs, make);
+      else return with_size<64, 128, 256>(gs, make);  // 16-bit rows here have >= 512 vectors
+    } else {
+      return {};
+    }
+  }
+};
+
+template <class T, int V, bool kRms>
+struct Prefetch : FwdTier<T> {
+  static constexpr const char* kName = "prefetch";
+  static constexpr const char* kWhen = "rows of <= 1024 vectors";
+  static bool can_implement(const FwdParams<T>& p, const Ctx&) { return vectors<V>(p.n) <= 4 * kPrefetchCta; }
+  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
+    return plan_groups<T, V, 4, kRms, 0, true>(p, round_up32(ceil_div(vectors<V>(p.n), 4)));
+  }
+};
+
+template <class T, int V, bool kRms>
+struct Vpt4 : FwdTier<T> {
+  static constexpr const char* kName = "vpt4";
+  static constexpr const char* kWhen = "rows of <= 4096 vectors (2048 for float32 on sm_90)";
+  static bool can_implement(const FwdParams<T>& p, const Ctx& c) {
+    const bool wide = V == 4 && c.major >= 9;
+    return vectors<V>(p.n) <= (wide ? 2 : 4) * kMaxThreads;
+  }
+  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
+    return plan_groups<T, V, 4, kRms>(p, round_up32(ceil_div(vectors<V>(p.n), 4)));
+  }
+};
+
+template <class T, int V, bool kRms>
+struct Vpt8Wide : FwdTier<T> {
+  static constexpr const char* kName = "vpt8-wide";
+  static constexpr const char* kWhen = "float32 on sm_90, rows of <= 8192 vectors";
+  static bool can_implement(const FwdParams<T>& p, const Ctx& c) {
+    return V == 4 && c.major >= 9 && vectors<V>(p.n) <= 8 * kMaxThreads;
+  }
+  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
+    if constexpr (V == 4) {
+      if (vectors<V>(p.n) <= 4 * kMaxThreads) return plan_groups<T, V, 8, kRms, 512>(p, 512);
+      return plan_groups<T, V, 8, kRms, 1024>(p, 1024);
+    } else {
+      return {};
+    }
+  }
+};
+
+template <class T, int V, bool kRms>
+struct Stream : FwdTier<T> {
+  static constexpr const char* kName = "stream";
+  static constexpr const char* kWhen = "rows longer than the register tiers hold: read twice, one CTA per SM";
+  static bool can_implement(const FwdParams<T>&, const Ctx&) { return true; }
+  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx& c) {
+    return {norm_forward_stream_kernel<T, V, kRms>, runtime::grid_cap(std::min<int64_t>(p.rows, c.sms)),
+            kLongThreads, 0, 0};
+  }
+};
+
+template <class T, int V, bool kRms>
+void forward_v(const char* op, const FwdParams<T>& p, const Ctx& ctx, cudaStream_t stream) {
+  runtime::run_first<Warp<T, V, kRms, 1>, Warp<T, V, kRms, 2>, Vpt8Group<T, V, kRms>, Prefetch<T, V, kRms>,
+                     Vpt4<T, V, kRms>, Vpt8Wide<T, V, kRms>, Stream<T, V, kRms>>(op, p, ctx, stream);
+}
+
+}  // namespace
+
+template <class T>
+void forward(const char* op, const FwdParams<T>& p, bool rms, bool vec, const Ctx& ctx, cudaStream_t stream) {
+  constexpr int V = tile::kVec16<T>;
+  if (rms) vec ? forward_v<T, V, true>(op, p, ctx, stream) : forward_v<T, 1, true>(op, p, ctx, stream);
+  else vec ? forward_v<T, V, false>(op, p, ctx, stream) : forward_v<T, 1, false>(op, p, ctx, stream);
+  TESSERA_LAUNCH_CHECK();
+}
+
+template void forward<float>(const char*, const FwdParams<float>&, bool, bool, const Ctx&, cudaStream_t);
+template void forward<__half>(const char*, const FwdParams<__half>&, bool, bool, const Ctx&, cudaStream_t);
+template void forward<__nv_bfloat16>(const char*, const FwdParams<__nv_bfloat16>&, bool, bool, const Ctx&,
+                                     cudaStream_t);
+
+}  // namespace tessera::norm
