@@ -20,7 +20,8 @@
 #   ab         needs --baseline DIR (a second staged devbin, e.g. devbin0): tessera bench of
 #              --ops from the baseline and from devbin alternately, AB_ROUNDS rounds (default 3),
 #              then scripts/compare_bench.py: per case the median of each side, new/old, the
-#              cases slower by more than 2%
+#              cases slower by more than 2% (AB_ARGS: extra `tessera bench` arguments, e.g.
+#              "--sizes 64k,1M")
 # The ctest filter: the GoogleTest suites whose names start with a word of a selected op's name or
 # family, in CamelCase (layer_norm: Layer*, Norm*, Rowwise*; isin: Isin*, Set*), and the selected
 # ops' generated verify tests (VerifyGpu.*/<op>); CTEST_FILTER replaces it.
@@ -95,7 +96,7 @@ ab_round() {  # ab_round SIDE DIR ROUND: one `tessera bench` of the selected ops
   local side=$1 dir=$2 r=$3
   # shellcheck disable=SC2086 # OP_ARGS: one operand per op
   env LD_LIBRARY_PATH="$dir" "$dir/tessera" bench $OP_ARGS --dtype "$BENCH_DTYPES" --no-peaks \
-      --out "$OUT/ab/$side$r" || return
+      --out "$OUT/ab/$side$r" ${AB_ARGS:-} || return
   find "$OUT/ab/$side$r" -type f ! -name bench.json -delete
 }
 

@@ -180,11 +180,13 @@ struct Call {
 };
 
 struct DropPlan {
-  int vec = 0, unroll = 0;  // dense tier: elements per vector, vectors per thread
+  bool vectors = false;     // dense tier: 16-byte vectors (both tensors aligned) or single elements
+  int vec = 0, unroll = 0;  // dense tier: elements per vector (or per group), groups per thread
   unsigned grid = 0;        // strided tier
   std::string describe() const {
     if (grid) return std::to_string(grid) + " CTAs of " + std::to_string(kThreads) + " threads";
-    return std::to_string(vec) + "-element vectors, " + std::to_string(unroll) + " per thread";
+    return std::to_string(vec) + (vectors ? "-element vectors, " : " single elements (misaligned), ") +
+           std::to_string(unroll) + " per thread";
   }
 };
 
@@ -219,9 +221,9 @@ struct DenseTier {
     const int sms = runtime::device_props(device).multiProcessorCount;
     const int size = static_cast<int>(dtype_size(c.out.dtype)), V = 16 / size;
     const bool aligned = reinterpret_cast<uintptr_t>(c.in.data) % 16 == 0 && reinterpret_cast<uintptr_t>(c.out.data) % 16 == 0;
-    if (!aligned) return {4, 2, 0};
+    if (!aligned) return {false, 4, 2, 0};
     const bool large = n >= int64_t(kThreads) * 2 * V * 4 * sms;
-    return {V, size == 2 && large ? 2 : 1, 0};
+    return {true, V, size == 2 && large ? 2 : 1, 0};
   }
   static void launch(const Call& c, const DropPlan& p, cudaStream_t s) {
     with_type(c.out.dtype, [&](auto type) {
@@ -230,7 +232,7 @@ struct DenseTier {
       const auto* x = static_cast<const T*>(c.in.data);
       auto* o = static_cast<T*>(c.out.data);
       const int64_t n = c.out.numel();
-      if (p.vec != V) launch_dense<4, 2, false>(x, o, n, c.prm, s);
+      if (!p.vectors) launch_dense<4, 2, false>(x, o, n, c.prm, s);
       else if (p.unroll == 2) launch_dense<V, 2, true>(x, o, n, c.prm, s);
       else launch_dense<V, 1, true>(x, o, n, c.prm, s);
     });
@@ -244,7 +246,7 @@ struct StridedTier {
   static DropPlan plan(const Call& c, int device) {
     const int64_t blocks = runtime::ceil_div(runtime::ceil_div(c.out.numel(), 4), kThreads);
     const int64_t cap = 32LL * runtime::device_props(device).multiProcessorCount;
-    return {0, 0, static_cast<unsigned>(blocks < cap ? blocks : cap)};
+    return {false, 0, 0, static_cast<unsigned>(blocks < cap ? blocks : cap)};
   }
   static void launch(const Call& c, const DropPlan& p, cudaStream_t s) {
     with_type(c.out.dtype, [&](auto type) {
