@@ -7,6 +7,8 @@
   gelu, gelu_tanh       tessera.gelu(out=) F.gelu           torch.compile(F.gelu)
   gelu_backward, gelu_tanh_backward
                         tessera.gelu_backward(out=)  torch.ops.aten.gelu_backward
+  silu                  tessera.silu(out=) F.silu           torch.compile(F.silu)
+  silu_backward         tessera.silu_backward(out=)  torch.ops.aten.silu_backward
 
 Sizes, input shapes, bytes and FLOPs are each op's description (tessera.bench.ops, the one
 `tessera bench` times): its bench sizes, in elements (--quick: the smallest, a middle one and the
@@ -32,7 +34,7 @@ import torch.nn.functional as F
 import tessera
 from common import Suite, add_selection_args, case, describe, dtypes_of, resolve_selection, sizes_of
 
-OPS = ["add", "gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward"]
+OPS = ["add", "gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward", "silu", "silu_backward"]
 
 try:
     import triton
@@ -75,30 +77,33 @@ def bench_add(suite: Suite, bench, dtype, n: int) -> None:
     suite.run("add", dtype, n, bench.bytes, providers, flops=bench.flops)
 
 
-def bench_gelu(suite: Suite, op: str, bench, dtype, n: int, compiled) -> None:
-    approximate = "tanh" if op == "gelu_tanh" else "none"
+def bench_activation(suite: Suite, op: str, bench, dtype, n: int, compiled) -> None:
     x = randn(bench.shapes[0], dtype)
     out = torch.empty_like(x)
-    providers = {
-        "tessera": lambda: tessera.gelu(x, approximate, out=out),
-        "torch": lambda: F.gelu(x, approximate=approximate),
-        "torch.compile": lambda: compiled[approximate](x),
-    }
+    if op == "silu":
+        ours, theirs = (lambda: tessera.silu(x, out=out)), (lambda: F.silu(x))
+    else:
+        approximate = "tanh" if op == "gelu_tanh" else "none"
+        ours = lambda: tessera.gelu(x, approximate, out=out)  # noqa: E731
+        theirs = lambda: F.gelu(x, approximate=approximate)  # noqa: E731
+    providers = {"tessera": ours, "torch": theirs, "torch.compile": lambda: compiled[op](x)}
     suite.run(op, dtype, n, bench.bytes, providers, flops=bench.flops)
 
 
-def bench_gelu_backward(suite: Suite, op: str, bench, dtype, n: int) -> None:
-    # The backward kernels themselves, each writing grad_in: tessera.gelu_backward(out=) against
-    # aten.gelu_backward, the kernel torch's autograd runs. (Autograd's own per-call overhead is
-    # the same for both and is left out.)
-    approximate = "tanh" if op == "gelu_tanh_backward" else "none"
+def bench_activation_backward(suite: Suite, op: str, bench, dtype, n: int) -> None:
+    # The backward kernels themselves, each writing grad_in: tessera's <op>_backward(out=) against
+    # the aten kernel torch's autograd runs. (Autograd's own per-call overhead is the same for both
+    # and is left out.)
     g, x = (randn(shape, dtype) for shape in bench.shapes[:2])  # grad_out, x: the op's order
     out = torch.empty_like(x)
-    providers = {
-        "tessera": lambda: tessera.gelu_backward(g, x, approximate=approximate, out=out),
-        "torch": lambda: torch.ops.aten.gelu_backward(g, x, approximate=approximate),
-    }
-    suite.run(op, dtype, n, bench.bytes, providers, flops=bench.flops)
+    if op == "silu_backward":
+        ours = lambda: tessera.silu_backward(g, x, out=out)  # noqa: E731
+        theirs = lambda: torch.ops.aten.silu_backward(g, x)  # noqa: E731
+    else:
+        approximate = "tanh" if op == "gelu_tanh_backward" else "none"
+        ours = lambda: tessera.gelu_backward(g, x, approximate=approximate, out=out)  # noqa: E731
+        theirs = lambda: torch.ops.aten.gelu_backward(g, x, approximate=approximate)  # noqa: E731
+    suite.run(op, dtype, n, bench.bytes, {"tessera": ours, "torch": theirs}, flops=bench.flops)
 
 
 def _gelu_erf(x):
@@ -107,6 +112,10 @@ def _gelu_erf(x):
 
 def _gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
+
+
+def _silu(x):
+    return F.silu(x)
 
 
 def parse_args():
@@ -122,11 +131,12 @@ def parse_args():
 def main() -> int:
     args = parse_args()
     suite = Suite("benchmarks/elementwise.py")
-    suite.note("F.gelu and torch.compile'd F.gelu have no out=: they are timed as they are, each "
+    suite.note("F.gelu, F.silu and their torch.compile'd forms have no out=: they are timed as they are, each "
                "call taking its output from torch's caching allocator (no cudaMalloc once warm); "
                "tessera and torch.add/Triton write to preallocated outputs")
-    suite.note("GELU backward: tessera.gelu_backward(out=) against torch.ops.aten.gelu_backward "
-               "(the kernel torch's autograd runs; it allocates grad_in from the caching allocator)")
+    suite.note("GELU and SiLU backward: tessera's <op>_backward(out=) against "
+               "torch.ops.aten.<op>_backward (the kernel torch's autograd runs; it allocates "
+               "grad_in from the caching allocator)")
     suite.note("bytes: every provider is credited with what the op's description says it must "
                "move, so GB/s ratios are time ratios")
     if triton is None:
@@ -135,12 +145,13 @@ def main() -> int:
         suite.note(f"Triton {triton.__version__}: the vector-add kernel of Triton's tutorial, "
                    "BLOCK=1024, one program per block")
 
-    # One compiled function per approximation, recompiled for every size and dtype (static shapes).
+    # One compiled function per op, recompiled for every size and dtype (static shapes).
     for name in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
-    compiled = {"none": torch.compile(_gelu_erf, dynamic=False),
-                "tanh": torch.compile(_gelu_tanh, dynamic=False)}
+    compiled = {"gelu": torch.compile(_gelu_erf, dynamic=False),
+                "gelu_tanh": torch.compile(_gelu_tanh, dynamic=False),
+                "silu": torch.compile(_silu, dynamic=False)}
 
     plan = {}  # size -> [(op, dtype)], so that one size's buffers go before the next is made
     for op in args.ops:
@@ -153,9 +164,9 @@ def main() -> int:
             if op == "add":
                 bench_add(suite, bench, dtype, n)
             elif op.endswith("_backward"):
-                bench_gelu_backward(suite, op, bench, dtype, n)
+                bench_activation_backward(suite, op, bench, dtype, n)
             else:
-                bench_gelu(suite, op, bench, dtype, n, compiled)
+                bench_activation(suite, op, bench, dtype, n, compiled)
         gc.collect()
         torch.cuda.empty_cache()
 
