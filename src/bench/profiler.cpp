@@ -14,6 +14,7 @@
 
 #include "bench/bench.hpp"
 #include "bench/format.hpp"
+#include "bench/toolkit_lib.hpp"
 #include "runtime/check.hpp"
 
 namespace tessera::bench {
@@ -28,9 +29,12 @@ using CuptiKernelRecord = CUpti_ActivityKernel10;  // CUDA 13.x
 using CuptiKernelRecord = CUpti_ActivityKernel9;   // CUDA 12.x
 #endif
 
+// CUPTI through the library opened at first use (toolkit_lib.hpp).
+#define TESSERA_CUPTI(fn) TESSERA_TOOLKIT_FN(cupti_library(), fn)
+
 [[noreturn]] void throw_cupti(CUptiResult r, const char* what) {
   const char* text = nullptr;
-  if (cuptiGetResultString(r, &text) != CUPTI_SUCCESS || !text) text = "unknown CUPTI error";
+  if (TESSERA_CUPTI(cuptiGetResultString)(r, &text) != CUPTI_SUCCESS || !text) text = "unknown CUPTI error";
   throw Error(ErrorKind::runtime, std::string("tessera.bench.profile_kernels: CUPTI error ") + text +
                                       " from " + what);
 }
@@ -79,11 +83,11 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t
   try {
     CUpti_Activity* record = nullptr;
     for (;;) {
-      const CUptiResult r = cuptiActivityGetNextRecord(buffer, valid_size, &record);
+      const CUptiResult r = TESSERA_CUPTI(cuptiActivityGetNextRecord)(buffer, valid_size, &record);
       if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;  // end of the buffer
       if (r != CUPTI_SUCCESS) {
         const char* text = nullptr;
-        cuptiGetResultString(r, &text);
+        TESSERA_CUPTI(cuptiGetResultString)(r, &text);
         if (c.error.empty()) c.error = std::string("reading a record: ") + (text ? text : "?");
         break;
       }
@@ -108,7 +112,7 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t
       c.kernels.push_back(std::move(t));
     }
     size_t dropped = 0;
-    if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS)
+    if (TESSERA_CUPTI(cuptiActivityGetNumDroppedRecords)(context, stream_id, &dropped) == CUPTI_SUCCESS)
       c.dropped += dropped;
   } catch (const std::exception& e) {  // bad_alloc: must not cross into CUPTI
     if (c.error.empty()) c.error = e.what();
@@ -130,24 +134,24 @@ std::string demangle(const std::string& name) {
 class TracingSession {
  public:
   TracingSession() {
-    TESSERA_CUPTI_CHECK(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed));
-    TESSERA_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    TESSERA_CUPTI_CHECK(TESSERA_CUPTI(cuptiActivityRegisterCallbacks)(on_buffer_requested, on_buffer_completed));
+    TESSERA_CUPTI_CHECK(TESSERA_CUPTI(cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     active_ = true;
   }
   // Normal end: every record delivered, errors reported.
   void finish() {
     TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
-    TESSERA_CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    TESSERA_CUPTI_CHECK(TESSERA_CUPTI(cuptiActivityFlushAll)(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     active_ = false;
-    TESSERA_CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    TESSERA_CUPTI_CHECK(TESSERA_CUPTI(cuptiActivityDisable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   }
   ~TracingSession() {
     if (!active_) return;
     // fn threw: drain and disable without throwing over the exception in flight.
     cudaDeviceSynchronize();
     cudaGetLastError();
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    TESSERA_CUPTI(cuptiActivityFlushAll)(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    TESSERA_CUPTI(cuptiActivityDisable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   }
   TracingSession(const TracingSession&) = delete;
   TracingSession& operator=(const TracingSession&) = delete;
