@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ops/registry.hpp"
+#include "tessera/version.hpp"
 
 namespace tessera::cli {
 namespace {
@@ -68,9 +69,9 @@ const std::vector<VerbSpec>& verb_specs() {
        "time ops over dtypes and sizes; report GB/s, TFLOP/s and % of the measured peaks",
        {{"--dtype", "LIST", "dtypes, comma-separated (default: each op's own), e.g. float32,bf16",
          [](Args& a, const std::string& v) {
-           for (DType d : parse_dtypes("--dtype", v)) a.dtypes.push_back(d);
+           for (auto& item : split("--dtype", v)) a.dtype_args.push_back(item);
          }},
-        {"--sizes", "LIST", "sizes in elements, comma-separated: 1048576, 2^20, 1M, 4k",
+        {"--sizes", "LIST", "sizes, comma-separated: 1048576, 2^20, 1M, 4k (meaning: below)",
          [](Args& a, const std::string& v) {
            for (int64_t s : parse_sizes("--sizes", v)) a.sizes.push_back(s);
          }},
@@ -85,8 +86,8 @@ const std::vector<VerbSpec>& verb_specs() {
         kNoPeaks, kDevice}},
       {Verb::profile, "profile", "OP", "per-kernel trace of one op: grid, registers, smem, time",
        {{"--dtype", "D", "dtype (default: the op's first)",
-         [](Args& a, const std::string& v) { a.dtypes = {parse_dtype("--dtype", v)}; }},
-        {"--size", "N", "size in elements (default: the op's largest bench size)",
+         [](Args& a, const std::string& v) { a.dtype_args = {v}; }},
+        {"--size", "N", "size (default: the op's largest bench size; meaning: below)",
          [](Args& a, const std::string& v) { a.sizes = {parse_size("--size", v)}; }},
         kDevice}},
       {Verb::help, "help", "[VERB]", "list the verbs, or show one verb's options", {}},
@@ -124,6 +125,88 @@ std::string dtype_list(const std::vector<DType>& dtypes) {
   std::string s;
   for (DType d : dtypes) s += (s.empty() ? "" : ", ") + std::string(dtype_name(d));
   return s;
+}
+
+// "gelu, gelu_backward", or "every rowwise op" where `ops` hold the whole family.
+std::string op_label(const std::vector<const ops::OpInfo*>& ops) {
+  std::string label;
+  auto add = [&](const std::string& part) { label += (label.empty() ? "" : ", ") + part; };
+  auto whole_family = [&](const std::string& family) {
+    for (const auto& op : ops::all_ops())
+      if (op.family == family && std::find(ops.begin(), ops.end(), &op) == ops.end()) return false;
+    return true;
+  };
+  std::vector<std::string> families;
+  for (const ops::OpInfo* op : ops) {
+    if (std::find(families.begin(), families.end(), op->family) != families.end()) continue;
+    if (whole_family(op->family)) {
+      families.push_back(op->family);
+      add("every " + op->family + " op");
+    } else {
+      add(op->name);
+    }
+  }
+  return label;
+}
+
+// "every rowwise op: float32, float16, bfloat16": ops that take the same dtypes, in registry order.
+std::vector<std::string> dtype_groups(const std::vector<const ops::OpInfo*>& ops) {
+  std::vector<std::pair<std::vector<const ops::OpInfo*>, std::string>> groups;  // (ops, dtypes)
+  for (const ops::OpInfo* op : ops) {
+    const std::string dtypes = dtype_list(op->dtypes);
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const auto& p) { return p.second == dtypes; });
+    if (g == groups.end()) groups.push_back({{op}, dtypes});
+    else g->first.push_back(op);
+  }
+  std::vector<std::string> lines;
+  for (const auto& [members, dtypes] : groups) lines.push_back(op_label(members) + ": " + dtypes);
+  return lines;
+}
+
+// "elementwise", "rowwise", ... with the size meaning and an example of the shape a size gives,
+// from the ops' own descriptions: a new family documents itself.
+std::string size_meanings() {
+  std::vector<std::string> seen;
+  std::string text;
+  for (const auto& op : ops::all_ops()) {
+    std::string key = op.family + "\n" + op.size_meaning;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
+    std::string line = "  " + op.family;
+    line.resize(std::max<size_t>(line.size() + 2, 15), ' ');
+    line += op.size_meaning;
+    if (op.bench_shape && !op.dtypes.empty() && !op.bench_sizes.empty()) {
+      int64_t size = op.bench_sizes.front();
+      line += "; " + format_size(size) + " gives " + op.bench_shape(op.dtypes.front(), size).shape;
+    }
+    text += line + "\n";
+  }
+  return text;
+}
+
+std::string dtype_lines() {
+  std::string text;
+  for (const auto& group : dtype_groups(resolve_ops({}))) text += "  " + group + "\n";
+  return text;
+}
+
+// The ops that a --dtype applies to: profile's one op, or each named op with its variants.
+std::vector<const ops::OpInfo*> dtype_ops(const Args& a) {
+  const ops::OpInfo* op = a.verb == Verb::profile ? ops::find_op(a.ops.at(0)) : nullptr;
+  return op ? std::vector<const ops::OpInfo*>{op} : resolve_ops(a.ops);
+}
+
+// --dtype items become dtypes; an unknown name is reported with what the selected ops take.
+void parse_dtype_args(Args& a) {
+  for (const auto& item : a.dtype_args) {
+    try {
+      a.dtypes.push_back(parse_dtype("--dtype", item));
+    } catch (const UsageError& e) {
+      throw UsageError("--dtype: unknown dtype '" + item + "'; the selected ops take " +
+                       dtypes_by_op(dtype_ops(a)) + " (short forms: fp32, fp16, bf16, fp64)");
+    }
+  }
 }
 
 }  // namespace
@@ -183,8 +266,11 @@ DType parse_dtype(const std::string& flag, const std::string& text) {
     if (name == alias) return dtype;
   for (int i = 0; i <= static_cast<int>(DType::bool_); ++i)
     if (name == dtype_name(static_cast<DType>(i))) return static_cast<DType>(i);
-  throw UsageError(flag + ": unknown dtype '" + text +
-                   "' (expected float32, float16, bfloat16, ... or fp32, fp16, bf16)");
+  std::string names;
+  for (int i = 0; i <= static_cast<int>(DType::bool_); ++i)
+    names += (names.empty() ? "" : ", ") + std::string(dtype_name(static_cast<DType>(i)));
+  throw UsageError(flag + ": unknown dtype '" + text + "' (dtypes: " + names +
+                   "; also fp32, fp16, bf16, fp64, float, half, double)");
 }
 
 std::vector<DType> parse_dtypes(const std::string& flag, const std::string& text) {
@@ -204,13 +290,31 @@ std::string format_size(int64_t size) {
 
 std::string verb_name(Verb verb) { return spec_of(verb).name; }
 
+std::string version_line() { return std::string("tessera ") + kVersion; }
+
+std::string dtypes_by_op(const std::vector<const ops::OpInfo*>& ops) {
+  std::string text;
+  for (const auto& group : dtype_groups(ops)) text += (text.empty() ? "" : "; ") + group;
+  return text;
+}
+
+// `tessera help [VERB]`, `tessera --help`, `tessera help --help`: the verb list or one verb's usage.
+Args parse_help(const std::vector<std::string>& args) {
+  Args a;
+  a.help = true;
+  if (args[1] == "help" && args.size() > 2 && !is_help(args[2]))
+    a.verb = parse_verb(args[2]);  // tessera help bench
+  if (args.size() > 3) throw UsageError("help: unexpected argument '" + args[3] + "'");
+  return a;
+}
+
 Args parse_args(const std::vector<std::string>& args) {
   Args a;
   if (args.size() < 2) throw UsageError("no verb given (try 'tessera --help')");
-  if (is_help(args[1]) || args[1] == "help") {
-    a.help = true;
-    if (args[1] == "help" && args.size() > 2) a.verb = parse_verb(args[2]);  // tessera help bench
-    if (args.size() > 3) throw UsageError("help: unexpected argument '" + args[3] + "'");
+  if (is_help(args[1]) || args[1] == "help") return parse_help(args);
+  if (args[1] == "--version") {
+    if (args.size() > 2) throw UsageError("--version: unexpected argument '" + args[2] + "'");
+    a.version = true;
     return a;
   }
   a.verb = parse_verb(args[1]);
@@ -254,6 +358,7 @@ Args parse_args(const std::vector<std::string>& args) {
   if (a.verb == Verb::profile && a.ops.size() != 1)
     throw UsageError("profile: expected one OP, got " + std::to_string(a.ops.size()) +
                      " (known: " + op_names() + ")");
+  parse_dtype_args(a);
   return a;
 }
 
@@ -296,14 +401,17 @@ std::vector<BenchItem> bench_plan(const Args& a) {
       for (int64_t size : sizes) plan.push_back({op, dtype, size});
     }
   }
-  if (plan.empty()) throw UsageError("no op supports dtype " + dtype_list(a.dtypes));
+  if (plan.empty())
+    throw UsageError("no selected op supports dtype " + dtype_list(a.dtypes) +
+                     " (supported: " + dtypes_by_op(selected) + ")");
   return plan;
 }
 
 std::string usage(Verb verb) {
   std::string text;
   if (verb == Verb::help) {
-    text = "usage: tessera VERB [options]   ('tessera VERB --help' for a verb's options)\n\nverbs:\n";
+    text = "usage: tessera VERB [options]   ('tessera help VERB' for a verb's options)\n"
+           "       tessera --version\n\nverbs:\n";
     for (const auto& s : verb_specs())
       text += "  " + std::string(s.name) + std::string(10 - std::string(s.name).size(), ' ') +
               s.summary + "\n";
@@ -321,6 +429,9 @@ std::string usage(Verb verb) {
   for (const auto& o : spec.options)
     line(std::string(o.name) + (o.metavar ? std::string(" ") + o.metavar : ""), o.help);
   line("-h, --help", "show this help");
+  if (verb == Verb::bench || verb == Verb::profile)
+    text += "\nwhat a size means, per family (and the shape a size gives):\n" + size_meanings() +
+            "\ndtypes, per op:\n" + dtype_lines();
   return text;
 }
 

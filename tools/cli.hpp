@@ -27,8 +27,11 @@ enum class Verb { help, info, verify, bench, profile };
 struct Args {
   Verb verb = Verb::help;
   bool help = false;             // print the usage of `verb` (the verb list for Verb::help), exit 0
+  bool version = false;          // --version: print the version, exit 0
   std::vector<std::string> ops;  // verify, bench: empty means every op; profile: exactly one
   std::vector<DType> dtypes;     // bench: empty means each op's own; profile: at most one
+  std::vector<std::string> dtype_args;  // --dtype items as typed: parsed into `dtypes` once the
+                                        // ops are known, so an error can name what they take
   std::vector<int64_t> sizes;    // bench: empty means each op's bench_sizes; profile: at most one
   std::string out_dir;           // bench --out
   int device = 0;
@@ -70,6 +73,11 @@ std::vector<const ops::OpInfo*> resolve_ops(const std::vector<std::string>& name
 std::string verb_name(Verb verb);
 // Usage text of a verb; Verb::help gives the list of verbs.
 std::string usage(Verb verb);
+// "tessera 0.1.0": what --version prints.
+std::string version_line();
+// The dtypes each op takes, ops with the same list grouped: "add, gelu: float32, float16; isin:
+// int32, ...". What a --dtype error and the --help texts show.
+std::string dtypes_by_op(const std::vector<const ops::OpInfo*>& ops);
 
 // Runs the command; returns the exit status (0 ok, 1 failure or no GPU, 2 bad command line).
 int run_cli(const std::vector<std::string>& args, std::ostream& out = std::cout,

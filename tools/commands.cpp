@@ -188,8 +188,8 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   std::vector<BenchItem> plan;
   try {
     a = parse_args(args);
-    if (a.help) {
-      out << usage(a.verb);
+    if (a.help || a.version) {
+      out << (a.version ? version_line() + "\n" : usage(a.verb));
       return 0;
     }
     // Planned before any GPU is touched: a bad op/dtype pair is a usage error on any machine.

@@ -1,5 +1,7 @@
 #include "runtime/device.hpp"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -19,13 +21,42 @@ int device_count() {
   return n;
 }
 
+namespace {
+
+// Whether the NVIDIA driver library can be loaded: without it every CUDA call fails, and the
+// runtime's own message for that case ("driver version is insufficient") points at an upgrade.
+bool driver_library_loads() {
+  if (dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)) return true;
+  // Kept open: the CUDA runtime loads the same library on its next call anyway.
+  return dlopen("libcuda.so.1", RTLD_LAZY) != nullptr;
+}
+
+// "13.0" from cudaDriverGetVersion's 13000.
+std::string cuda_version(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+std::string old_driver_reason() {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  if (driver == 0) return "the NVIDIA driver library loads but reports no CUDA version";
+  return "the NVIDIA driver supports CUDA " + cuda_version(driver) + ", this build needs CUDA " +
+         cuda_version(runtime) + " or newer";
+}
+
+}  // namespace
+
 std::string no_gpu_reason() {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   cudaGetLastError();
-  if (err != cudaSuccess) return std::string("no usable CUDA GPU (") + cudaGetErrorString(err) + ")";
-  if (n == 0) return "no CUDA GPU present";
-  return "";
+  if (err == cudaSuccess) return n == 0 ? "no CUDA GPU present" : "";
+  if (!driver_library_loads()) return "no NVIDIA driver found (libcuda.so.1 could not be loaded)";
+  if (err == cudaErrorInsufficientDriver) return old_driver_reason();
+  if (err == cudaErrorNoDevice) return "no CUDA GPU present (the NVIDIA driver sees none)";
+  return std::string("no usable CUDA GPU (") + cudaGetErrorName(err) + ": " +
+         cudaGetErrorString(err) + ")";
 }
 
 const cudaDeviceProp& device_props(int device) {

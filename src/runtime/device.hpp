@@ -10,7 +10,8 @@ namespace tessera::runtime {
 
 // Number of usable CUDA devices; 0 (not an error) when there is no GPU or driver.
 int device_count();
-// Why device_count() is 0, for skip messages ("no CUDA driver", ...); empty when GPUs exist.
+// Why device_count() is 0, in one line for users and skip messages: no driver library, a driver
+// older than this build's CUDA runtime (both versions named), no GPU; empty when GPUs exist.
 std::string no_gpu_reason();
 
 // Cached cudaGetDeviceProperties.

@@ -1,12 +1,18 @@
 // The `tessera` command line: parsing, planning and exit codes. CPU-only except run_cli, which
 // must fail cleanly (not crash) where there is no GPU.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "cli.hpp"
 #include "ops/registry.hpp"
+#include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "tessera/version.hpp"
 
 namespace tessera::cli {
 namespace {
@@ -132,6 +138,71 @@ TEST(CliVerb, UsageTexts) {
   EXPECT_TRUE(contains(usage(Verb::profile), "--size"));
 }
 
+// What run_cli prints: (exit status, stdout, stderr).
+struct CliRun {
+  int rc;
+  std::string out, err;
+};
+CliRun run(std::vector<std::string> args) {
+  args.insert(args.begin(), "tessera");
+  std::ostringstream out, err;
+  int rc = run_cli(args, out, err);
+  return {rc, out.str(), err.str()};
+}
+
+TEST(CliVerb, Version) {
+  EXPECT_TRUE(parse({"--version"}).version);
+  CliRun r = run({"--version"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("tessera ") + kVersion + "\n");
+  EXPECT_TRUE(contains(usage_error({"--version", "bench"}), "'bench'"));
+  EXPECT_TRUE(contains(usage(Verb::help), "--version"));
+}
+
+// The version the header states is the CMake project's.
+TEST(CliVerb, VersionMatchesCMakeProject) {
+  namespace fs = std::filesystem;
+  const fs::path cmake = fs::path(__FILE__).parent_path().parent_path().parent_path() / "CMakeLists.txt";
+  std::ifstream in(cmake);
+  if (!in) GTEST_SKIP() << "source tree not found at " << cmake;
+  std::stringstream text;
+  text << in.rdbuf();
+  std::smatch m;
+  const std::string s = text.str();
+  ASSERT_TRUE(std::regex_search(s, m, std::regex(R"(project\(tessera\s+VERSION\s+([0-9.]+))")));
+  EXPECT_EQ(m[1].str(), kVersion);
+}
+
+TEST(CliVerb, HelpVerbIsVerbHelp) {
+  for (const char* verb : {"info", "verify", "bench", "profile"}) {
+    CliRun help = run({"help", verb}), flag = run({verb, "--help"});
+    EXPECT_EQ(help.rc, 0) << help.err;
+    EXPECT_EQ(help.out, flag.out) << verb;
+    EXPECT_TRUE(contains(help.out, std::string("usage: tessera ") + verb)) << help.out;
+  }
+  for (auto args : {std::vector<std::string>{"help", "--help"}, {"help", "-h"}, {"help", "help"}}) {
+    CliRun r = run(args);
+    EXPECT_EQ(r.rc, 0) << args.back() << ": " << r.err;
+    EXPECT_EQ(r.out, usage(Verb::help)) << args.back();
+  }
+  CliRun bad = run({"help", "frobnicate"});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_TRUE(contains(bad.err, "'frobnicate'") && contains(bad.err, "info, verify, bench, profile"))
+      << bad.err;
+}
+
+TEST(CliVerb, BenchHelpSaysWhatASizeMeansPerFamily) {
+  for (Verb verb : {Verb::bench, Verb::profile}) {
+    const std::string text = usage(verb);
+    for (const auto& op : ops::all_ops()) {
+      EXPECT_TRUE(contains(text, op.size_meaning)) << op.name << ": " << op.size_meaning;
+      EXPECT_TRUE(contains(text, "  " + op.family + " ")) << op.family;
+      EXPECT_TRUE(contains(text, op.name)) << op.name;
+    }
+    EXPECT_FALSE(contains(text, "sizes in elements")) << text;
+  }
+}
+
 TEST(CliVerb, UnknownOrMissingVerb) {
   EXPECT_TRUE(contains(usage_error({}), "no verb"));
   std::string msg = usage_error({"frobnicate"});
@@ -227,6 +298,28 @@ TEST(CliProfile, Flags) {
   EXPECT_TRUE(contains(usage_error({"profile", "add", "--dtype", "fp32,bf16"}), "'fp32,bf16'"));
 }
 
+// An unknown dtype: the error names the dtypes each selected op takes, not a fixed list.
+TEST(CliDtype, UnknownDtypeNamesWhatTheOpsTake) {
+  std::string isin = usage_error({"bench", "isin", "--dtype", "fp8x"});
+  EXPECT_TRUE(contains(isin, "--dtype") && contains(isin, "'fp8x'")) << isin;
+  for (const char* dtype : {"int32", "int64", "uint8", "float64", "bfloat16"})
+    EXPECT_TRUE(contains(isin, dtype)) << dtype << ": " << isin;
+  EXPECT_TRUE(contains(isin, "isin_bitmap: int8, int16, uint8, float16, bfloat16")) << isin;
+  EXPECT_FALSE(contains(isin, "gelu")) << isin;
+
+  std::string gelu = usage_error({"bench", "gelu", "--dtype", "int"});
+  EXPECT_TRUE(contains(gelu, "gelu, gelu_backward") && contains(gelu, "float32, float16, bfloat16"))
+      << gelu;
+  EXPECT_TRUE(contains(gelu, "; the selected ops take gelu,")) << gelu;
+
+  // Ops named after --dtype count too; profile takes its one op by exact name.
+  std::string late = usage_error({"profile", "--dtype", "x", "isin_bitmap"});
+  EXPECT_TRUE(contains(late, "isin_bitmap: int8, int16, uint8, float16, bfloat16")) << late;
+  EXPECT_FALSE(contains(late, "isin_hash")) << late;
+  EXPECT_EQ(parse({"bench", "isin", "--dtype", "int32,fp16"}).dtypes,
+            (std::vector<DType>{DType::int32, DType::float16}));
+}
+
 TEST(CliPlan, BenchDefaultsComeFromTheRegistry) {
   const ops::OpInfo* add = ops::find_op("add");
   ASSERT_NE(add, nullptr);
@@ -302,7 +395,8 @@ TEST(CliRun, GpuVerbsFailCleanlyWithoutGpu) {
   int rc = run_cli({"tessera", "info", "--no-peaks"}, out, err);
   if (runtime::device_count() == 0) {
     EXPECT_EQ(rc, 1);
-    EXPECT_TRUE(contains(err.str(), "tessera: info needs a GPU")) << err.str();
+    EXPECT_TRUE(contains(err.str(), "tessera: info needs a GPU: " + runtime::no_gpu_reason()))
+        << err.str();
   } else {
     EXPECT_EQ(rc, 0) << err.str();
     EXPECT_TRUE(contains(out.str(), "compute capability"));
@@ -325,3 +419,65 @@ TEST(CliRun, DeviceOutOfRangeIsAUsageError) {
 
 }  // namespace
 }  // namespace tessera::cli
+
+namespace tessera {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+bool driver_library_present() {
+  return dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) || dlopen("libcuda.so.1", RTLD_LAZY);
+}
+
+// The message of the tessera::Error that a failing CUDA call raises through TESSERA_CUDA_CHECK.
+std::string cuda_check_error() {
+  cudaDeviceProp p{};
+  try {
+    TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&p, -1));  // fails with or without a GPU
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "cudaGetDeviceProperties(-1) succeeded";
+  return "";
+}
+
+TEST(CliErrors, SourcePathsAreRelativeToTheSourceRoot) {
+  static_assert(std::string_view(detail::source_path("/elsewhere/src/x/y.cpp")) == "y.cpp");
+  static_assert(std::string_view(detail::source_path("src/bench/peaks.cpp")) == "src/bench/peaks.cpp");
+  const std::string root(detail::source_root());
+  ASSERT_FALSE(root.empty()) << "check.hpp's __FILE__ does not end in src/runtime/check.hpp";
+  EXPECT_STREQ(detail::source_path((root + "src/bench/peaks.cpp").c_str()), "src/bench/peaks.cpp");
+  EXPECT_STREQ(detail::source_path(__FILE__), "tests/cpp/cli_test.cpp");
+}
+
+TEST(CliErrors, CudaErrorsCarryNoBuildPath) {
+  const std::string msg = cuda_check_error();
+  EXPECT_TRUE(contains(msg, "cudaGetDeviceProperties") && contains(msg, "tests/cpp/cli_test.cpp:"))
+      << msg;
+  const std::string root(detail::source_root());
+  if (root.starts_with("/")) {
+    EXPECT_FALSE(contains(msg, root)) << msg;
+  }
+  EXPECT_FALSE(contains(msg, "\n")) << msg;
+  if (runtime::device_count() == 0) {
+    EXPECT_TRUE(contains(msg, runtime::no_gpu_reason())) << msg;
+  }
+}
+
+TEST(CliErrors, NoGpuReasonNamesTheMissingDriver) {
+  if (runtime::device_count() > 0) {
+    EXPECT_EQ(runtime::no_gpu_reason(), "");
+    GTEST_SKIP() << "a GPU is present: there is no reason to give";
+  }
+  const std::string reason = runtime::no_gpu_reason();
+  EXPECT_FALSE(reason.empty());
+  EXPECT_FALSE(contains(reason, "insufficient")) << reason;  // the runtime's own, misleading words
+  if (!driver_library_present()) {
+    EXPECT_EQ(reason, "no NVIDIA driver found (libcuda.so.1 could not be loaded)");
+  }
+}
+
+}  // namespace
+}  // namespace tessera
