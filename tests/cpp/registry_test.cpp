@@ -51,7 +51,10 @@ TEST(Registry, EveryDescriptionIsComplete) {
     EXPECT_FALSE(op.summary.empty());
     EXPECT_FALSE(op.dtypes.empty());
     EXPECT_FALSE(op.bench_sizes.empty());
-    EXPECT_EQ(op.size_meaning, op.family == "rowwise" ? rows : std::string("elements"));
+    const std::string meaning = op.family == "rowwise" ? rows
+                                : op.family == "set"   ? "elements of both elements and test_elements"
+                                                       : "elements";
+    EXPECT_EQ(op.size_meaning, meaning);
     const bool exact = op.family == "set";
     for (DType dt : op.dtypes) {
       EXPECT_EQ(op.tolerance(dt), exact ? 0.0 : tessera::ops::default_tolerance(dt)) << tessera::dtype_name(dt);

@@ -198,7 +198,7 @@ const Registrar kRegistrar(10, [] {
                                                    : std::vector<int64_t>{1 << 10, 1 << 16, 1 << 20, 1 << 24};
     op.verify_cases = [path] { return isin_cases(path); };
     op.make_bench = [path](DType dt, int64_t n) { return isin_bench(dt, n, path); };
-    op.size_meaning = "elements";
+    op.size_meaning = "elements of both elements and test_elements";
     op.bench_shape = isin_shape;
     op.tolerance = [](DType) { return 0.0; };  // exact: one wrong bool fails
     ops.push_back(op);
