@@ -88,7 +88,7 @@ if "$PY" -c "import torch" 2>/dev/null; then has_torch=1; fi
 describe() {  # the first line of a benchmark script's docstring
   "$PY" -c 'import ast, sys; d = ast.get_docstring(ast.parse(open(sys.argv[1]).read())) or ""; print((d.splitlines() or [""])[0])' "$1"
 }
-declare -A what=([tessera]="tessera bench: every operator's default suite, against the GPU's measured limits")
+declare -A what=([tessera]="tessera bench: every operator over its dtypes and sizes, in GB/s, TFLOP/s and % of the GPU's measured peaks")
 for script in benchmarks/*.py; do
   name="$(basename "$script" .py)"
   [ "$name" = common ] && continue  # shared code, not a benchmark
@@ -111,17 +111,17 @@ rm -rf report/tessera
   echo
   echo "Written by \`bash scripts/main.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC')."
   for dir in report/*/; do
+    [ -d "$dir" ] || continue
     name="$(basename "$dir")"
     echo
     echo "## $name"
     echo
     echo "${what[$name]:-$name}"
     echo
-    find "$dir" -type f \( -name '*.md' -o -name '*.txt' -o -name '*.csv' -o -name '*.json' -o -name '*.svg' \) |
-      sort | while read -r f; do
-        rel="${f#report/}"
-        echo "- [$rel]($rel)"
-      done
+    find "$dir" -type f | sort | while read -r f; do
+      rel="${f#report/}"
+      echo "- [$rel]($rel)"
+    done
   done
 } >report/README.md
 echo "== report: report/README.md"
