@@ -82,8 +82,9 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t
   std::lock_guard<std::mutex> lock(c.mu);
   try {
     CUpti_Activity* record = nullptr;
+    const auto next_record = TESSERA_CUPTI(cuptiActivityGetNextRecord);
     for (;;) {
-      const CUptiResult r = TESSERA_CUPTI(cuptiActivityGetNextRecord)(buffer, valid_size, &record);
+      const CUptiResult r = next_record(buffer, valid_size, &record);
       if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;  // end of the buffer
       if (r != CUPTI_SUCCESS) {
         const char* text = nullptr;

@@ -14,8 +14,6 @@
 namespace tessera::bench {
 namespace {
 
-std::mutex open_mu;
-
 // The folder of this library's file (libtessera_harness.so), for the wheel's sibling folders.
 std::string own_dir() {
   Dl_info info{};
@@ -39,9 +37,10 @@ ToolkitLib::ToolkitLib(std::string what, std::string soname, std::vector<std::st
     : what_(std::move(what)), soname_(std::move(soname)), wheel_dirs_(std::move(wheel_dirs)) {}
 
 void ToolkitLib::open() const {
-  std::lock_guard<std::mutex> lock(open_mu);
-  if (tried_) return;
-  tried_ = true;
+  std::call_once(opened_, [this] { search(); });
+}
+
+void ToolkitLib::search() const {
   std::vector<std::string> candidates = {soname_};
   // The package sits in site-packages/tessera/ (the harness library there too); the NVIDIA
   // wheels in site-packages/nvidia/<dir>/lib.

@@ -10,6 +10,7 @@
 //   3. a CUDA toolkit: $CUDA_HOME, $CUDA_PATH, $CUDAToolkit_ROOT, /usr/local/cuda.
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@ class ToolkitLib {
   ToolkitLib(const ToolkitLib&) = delete;
   ToolkitLib& operator=(const ToolkitLib&) = delete;
 
-  // Opens the library on the first call (thread-safe); false when it was not found.
+  // Opens the library on the first call (thread-safe, once); false when it was not found.
   bool available() const;
   // Why it is not available: the file and the places searched. Empty when it is.
   std::string why_not() const;
@@ -33,11 +34,12 @@ class ToolkitLib {
 
  private:
   void open() const;
+  void search() const;
   std::string what_, soname_;
   std::vector<std::string> wheel_dirs_;
+  mutable std::once_flag opened_;
   mutable void* handle_ = nullptr;
   mutable std::string error_;
-  mutable bool tried_ = false;
 };
 
 const ToolkitLib& cublas_library();
