@@ -26,26 +26,26 @@ namespace {
 // ---- adapters: Python signatures that are not the library's -----------------------------------
 // torch's argument order puts out before dim; the library takes dim first.
 template <void (*Fn)(const TensorView&, int, const TensorView&, cudaStream_t)>
-void out_before_dim(const TensorView& x, const TensorView& out, int dim, cudaStream_t stream) {
-  Fn(x, dim, out, stream);
+void out_before_dim(const TensorView& input, const TensorView& out, int dim, cudaStream_t stream) {
+  Fn(input, dim, out, stream);
 }
 
 template <void (*Fn)(const TensorView&, const TensorView&, int, const TensorView&, cudaStream_t)>
-void grad_in_before_dim(const TensorView& grad_out, const TensorView& y, const TensorView& grad_in,
-                        int dim, cudaStream_t stream) {
-  Fn(grad_out, y, dim, grad_in, stream);
+void backward_out_before_dim(const TensorView& grad_output, const TensorView& output,
+                             const TensorView& out, int dim, cudaStream_t stream) {
+  Fn(grad_output, output, dim, out, stream);
 }
 
 // The Python layer has parsed approximate= into a flag.
 GeluApproximate approximate(bool tanh) { return tanh ? GeluApproximate::tanh : GeluApproximate::none; }
 
-void gelu_flag(const TensorView& x, const TensorView& out, bool tanh, cudaStream_t stream) {
-  gelu(x, out, approximate(tanh), stream);
+void gelu_flag(const TensorView& input, const TensorView& out, bool tanh, cudaStream_t stream) {
+  gelu(input, out, approximate(tanh), stream);
 }
 
-void gelu_backward_flag(const TensorView& grad_out, const TensorView& x, const TensorView& grad_in,
+void gelu_backward_flag(const TensorView& grad_output, const TensorView& input, const TensorView& out,
                         bool tanh, cudaStream_t stream) {
-  gelu_backward(grad_out, x, grad_in, approximate(tanh), stream);
+  gelu_backward(grad_output, input, out, approximate(tanh), stream);
 }
 
 IsinPath isin_path(const std::string& name) {
@@ -93,11 +93,11 @@ bool is_number(nb::handle h) { return PyFloat_Check(h.ptr()) || PyLong_Check(h.p
 nb::object py_add(nb::handle a, nb::handle b, nb::handle out, double alpha, uintptr_t stream_) {
   const cudaStream_t stream = as_stream(stream_);
   std::vector<nb::object> keep;
-  const TensorView av = to_view("add", "a", a, stream, keep);
+  const TensorView av = to_view("add", "input", a, stream, keep);
   const bool scalar = is_number(b);
   const double b_value = scalar ? PyFloat_AsDouble(b.ptr()) : 0.0;
   if (scalar && b_value == -1.0 && PyErr_Occurred()) throw nb::python_error();
-  const TensorView bv = scalar ? TensorView{} : to_view("add", "b", b, stream, keep);
+  const TensorView bv = scalar ? TensorView{} : to_view("add", "other", b, stream, keep);
 
   TensorView ov;
   nb::object result = nb::none();
@@ -149,62 +149,62 @@ NB_MODULE(_C, m) {
 
   // ---- operators: tensors are view tuples or DLPack objects (see tensors.hpp) ----
   const Alloc none{};
-  m.def("add", &py_add, "a"_a.none(), "b"_a.none(), "out"_a.none(), "alpha"_a, "stream"_a,
-        "out = a + alpha * b. a, b, out: view tuples or DLPack tensors (b may be a float); "
-        "out None allocates a DeviceArray (DLPack a only), which is returned.");
-  def_op<&gelu_flag>(m, "gelu", {"x", "out", "tanh", "stream"}, {"out", "x"},
-                     "out = gelu(x); returns a new DeviceArray when out is None.");
-  def_op<&gelu_backward_flag>(m, "gelu_backward", {"grad_out", "x", "grad_in", "tanh", "stream"},
-                              {"grad_in", "x"},
-                              "grad_in = grad_out * gelu'(x); returns a new DeviceArray when "
-                              "grad_in is None.");
-  def_op<&silu>(m, "silu", {"x", "out", "stream"}, {"out", "x"},
-                "out = silu(x); returns a new DeviceArray when out is None.");
-  def_op<&silu_backward>(m, "silu_backward", {"grad_out", "x", "grad_in", "stream"}, {"grad_in", "x"},
-                         "grad_in = grad_out * silu'(x); returns a new DeviceArray when grad_in is None.");
-  def_op<&out_before_dim<&softmax>>(m, "softmax", {"x", "out", "dim", "stream"}, {"out", "x"},
-                                    "out = softmax(x) along dim; returns a new DeviceArray when "
+  m.def("add", &py_add, "input"_a.none(), "other"_a.none(), "out"_a.none(), "alpha"_a, "stream"_a,
+        "out = input + alpha * other. input, other, out: view tuples or DLPack tensors (other "
+        "may be a float); out None allocates a DeviceArray (DLPack input only), which is returned.");
+  def_op<&gelu_flag>(m, "gelu", {"input", "out", "tanh", "stream"}, {"out", "input"},
+                     "out = gelu(input); returns a new DeviceArray when out is None.");
+  def_op<&gelu_backward_flag>(m, "gelu_backward", {"grad_output", "input", "out", "tanh", "stream"},
+                              {"out", "input"},
+                              "out = grad_output * gelu'(input); returns a new DeviceArray when "
+                              "out is None.");
+  def_op<&silu>(m, "silu", {"input", "out", "stream"}, {"out", "input"},
+                "out = silu(input); returns a new DeviceArray when out is None.");
+  def_op<&silu_backward>(m, "silu_backward", {"grad_output", "input", "out", "stream"}, {"out", "input"},
+                         "out = grad_output * silu'(input); returns a new DeviceArray when out is None.");
+  def_op<&out_before_dim<&softmax>>(m, "softmax", {"input", "out", "dim", "stream"}, {"out", "input"},
+                                    "out = softmax(input) along dim; returns a new DeviceArray when "
                                     "out is None.");
-  def_op<&out_before_dim<&log_softmax>>(m, "log_softmax", {"x", "out", "dim", "stream"},
-                                        {"out", "x"},
-                                        "out = log_softmax(x) along dim; returns a new DeviceArray "
+  def_op<&out_before_dim<&log_softmax>>(m, "log_softmax", {"input", "out", "dim", "stream"},
+                                        {"out", "input"},
+                                        "out = log_softmax(input) along dim; returns a new DeviceArray "
                                         "when out is None.");
-  def_op<&grad_in_before_dim<&softmax_backward>>(
-      m, "softmax_backward", {"grad_out", "y", "grad_in", "dim", "stream"}, {"grad_in", "y"},
-      "grad_in = y * (grad_out - sum_dim(grad_out * y)), y = softmax(x); returns a new "
-      "DeviceArray when grad_in is None.");
-  def_op<&grad_in_before_dim<&log_softmax_backward>>(
-      m, "log_softmax_backward", {"grad_out", "y", "grad_in", "dim", "stream"}, {"grad_in", "y"},
-      "grad_in = grad_out - exp(y) * sum_dim(grad_out), y = log_softmax(x); returns a new "
-      "DeviceArray when grad_in is None.");
+  def_op<&backward_out_before_dim<&softmax_backward>>(
+      m, "softmax_backward", {"grad_output", "output", "out", "dim", "stream"}, {"out", "output"},
+      "out = output * (grad_output - sum_dim(grad_output * output)), output = softmax(input); returns a new "
+      "DeviceArray when out is None.");
+  def_op<&backward_out_before_dim<&log_softmax_backward>>(
+      m, "log_softmax_backward", {"grad_output", "output", "out", "dim", "stream"}, {"out", "output"},
+      "out = grad_output - exp(output) * sum_dim(grad_output), output = log_softmax(input); returns a new "
+      "DeviceArray when out is None.");
   def_op<&layer_norm>(
       m, "layer_norm",
-      {"x", "normalized_ndim", "weight", "bias", "eps", "out", "mean", "rstd", "stream"},
-      {"out", "x"},
+      {"input", "normalized_ndim", "weight", "bias", "eps", "out", "mean", "rstd", "stream"},
+      {"out", "input"},
       "LayerNorm over the last normalized_ndim dimensions; mean and rstd (float32, the leading "
       "shape) are written where given. Returns a new DeviceArray when out is None.");
   def_op<&layer_norm_backward>(
       m, "layer_norm_backward",
-      {"grad_out", "x", "normalized_ndim", "mean", "rstd", "weight", "grad_in", "grad_weight",
+      {"grad_output", "input", "normalized_ndim", "mean", "rstd", "weight", "grad_input", "grad_weight",
        "grad_bias", "stream"},
       none, "Gradients of layer_norm into the given outputs (None: not computed).");
   def_op<&rms_norm>(m, "rms_norm",
-                    {"x", "normalized_ndim", "weight", "eps", "out", "rstd", "stream"},
-                    {"out", "x"},
+                    {"input", "normalized_ndim", "weight", "eps", "out", "rstd", "stream"},
+                    {"out", "input"},
                     "RMSNorm over the last normalized_ndim dimensions; rstd is written where "
                     "given. Returns a new DeviceArray when out is None.");
   def_op<&rms_norm_backward>(
       m, "rms_norm_backward",
-      {"grad_out", "x", "normalized_ndim", "rstd", "weight", "grad_in", "grad_weight", "stream"},
+      {"grad_output", "input", "normalized_ndim", "rstd", "weight", "grad_input", "grad_weight", "stream"},
       none, "Gradients of rms_norm into the given outputs (None: not computed).");
-  def_op<&dropout>(m, "dropout", {"x", "out", "p", "seed", "offset", "stream"}, {"out", "x"},
+  def_op<&dropout>(m, "dropout", {"input", "out", "p", "seed", "offset", "stream"}, {"out", "input"},
                    "Inverted dropout with the Philox stream (seed, offset); returns a new "
                    "DeviceArray when out is None.");
   def_op<&dropout_backward>(m, "dropout_backward",
-                            {"grad_out", "grad_in", "p", "seed", "offset", "stream"},
-                            {"grad_in", "grad_out"},
-                            "grad_in = grad_out * mask(seed, offset) / (1 - p); returns a new "
-                            "DeviceArray when grad_in is None.");
+                            {"grad_output", "out", "p", "seed", "offset", "stream"},
+                            {"out", "grad_output"},
+                            "out = grad_output * mask(seed, offset) / (1 - p); returns a new "
+                            "DeviceArray when out is None.");
   m.def("dropout_offset_increment", &tessera::dropout_offset_increment, "numel"_a,
         "Philox counters one dropout call over numel elements consumes.");
   def_op<&copy>(m, "copy", {"src", "dst", "stream"}, none,

@@ -1,6 +1,6 @@
 // One wrapper for every operator binding. Included once, by ext.cpp.
 //
-//   def_op<&fn>(m, "name", {"x", "out", "dim", "stream"}, {"out", "x"}, "doc");
+//   def_op<&fn>(m, "name", {"input", "out", "dim", "stream"}, {"out", "input"}, "doc");
 //
 // binds a library function `void fn(P...)` as _C.name with one Python argument per parameter, in
 // the same order, each taken as its type says:

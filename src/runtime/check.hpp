@@ -12,7 +12,7 @@
 
 namespace tessera::detail {
 
-// "tessera.add: argument 'b': expected <expected>, got <got>"
+// "tessera.add: argument 'other': expected <expected>, got <got>"
 [[noreturn]] void throw_arg(ErrorKind kind, const char* op, const char* arg,
                             const std::string& expected, const std::string& got);
 

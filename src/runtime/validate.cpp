@@ -107,13 +107,15 @@ void check_no_overlap(const char* op, const char* out_arg, const TensorView& out
               "an overlapping tensor");
 }
 
-int broadcast_shapes(const char* op, const TensorView& a, const TensorView& b, int64_t* out_shape) {
+int broadcast_shapes(const char* op, const char* a_arg, const TensorView& a, const char* b_arg,
+                     const TensorView& b, int64_t* out_shape) {
   const int nd = std::max(a.ndim, b.ndim);
   for (int i = 0; i < nd; ++i) {
     const int ia = a.ndim - nd + i, ib = b.ndim - nd + i;
     const int64_t sa = ia >= 0 ? a.shape[ia] : 1, sb = ib >= 0 ? b.shape[ib] : 1;
     if (sa != sb && sa != 1 && sb != 1)
-      throw_arg(ErrorKind::value, op, "b", "a shape broadcastable with a's " + a.shape_str(),
+      throw_arg(ErrorKind::value, op, b_arg,
+                "a shape broadcastable with " + std::string(a_arg) + "'s " + a.shape_str(),
                 b.shape_str());
     out_shape[i] = sa == 1 ? sb : sa;
   }

@@ -34,7 +34,8 @@ void check_no_overlap(const char* op, const char* out_arg, const TensorView& out
 TensorView broadcast_to(const char* op, const char* arg, const TensorView& t, const TensorView& shape_of);
 
 // Shape of a and b broadcast together, written into `out_shape`; returns its ndim.
-int broadcast_shapes(const char* op, const TensorView& a, const TensorView& b, int64_t* out_shape);
+int broadcast_shapes(const char* op, const char* a_arg, const TensorView& a, const char* b_arg,
+                     const TensorView& b, int64_t* out_shape);
 
 bool same_view(const TensorView& x, const TensorView& y);
 

@@ -12,7 +12,7 @@ int main() {
   } catch (const tessera::Error& e) {
     const std::string msg = e.what();
     std::printf("consumer: tessera %s: %s\n", tessera::kVersion, msg.c_str());
-    return msg.find("tessera.gelu: argument 'x'") != std::string::npos ? 0 : 1;
+    return msg.find("tessera.gelu: argument 'input'") != std::string::npos ? 0 : 1;
   }
   std::printf("consumer: expected tessera::Error\n");
   return 1;

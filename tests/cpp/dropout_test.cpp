@@ -168,19 +168,19 @@ TEST(DropoutChecks, ProbabilityOutOfRange) {
 TEST(DropoutChecks, DtypesAndShapes) {
   auto i32 = cuda_tensor(0x1000, DType::int32, {4});
   expect_error([&] { tessera::dropout(i32, i32, 0.5, 1, 0, nullptr); }, ErrorKind::type,
-               {"tessera.dropout: argument 'x'", "dtype in {float32, float16, bfloat16}", "got int32"});
+               {"tessera.dropout: argument 'input'", "dtype in {float32, float16, bfloat16}", "got int32"});
   auto f64 = cuda_tensor(0x1000, DType::float64, {4});
   expect_error([&] { tessera::dropout_backward(f64, f64, 0.5, 1, 0, nullptr); }, ErrorKind::type,
-               {"tessera.dropout_backward: argument 'grad_out'", "got float64"});
+               {"tessera.dropout_backward: argument 'grad_output'", "got float64"});
   auto x = cuda_tensor(0x1000, DType::bfloat16, {8, 4});
   auto o16 = cuda_tensor(0x9000, DType::float16, {8, 4});
   expect_error([&] { tessera::dropout(x, o16, 0.5, 1, 0, nullptr); }, ErrorKind::type,
-               {"argument 'out'", "dtype bfloat16 (that of 'x')", "got float16"});
+               {"argument 'out'", "dtype bfloat16 (that of 'input')", "got float16"});
   auto wrong = cuda_tensor(0x9000, DType::bfloat16, {4, 8});
   expect_error([&] { tessera::dropout(x, wrong, 0.5, 1, 0, nullptr); }, ErrorKind::value,
-               {"tessera.dropout: argument 'out'", "shape [8, 4] (that of 'x')", "got [4, 8]"});
+               {"tessera.dropout: argument 'out'", "shape [8, 4] (that of 'input')", "got [4, 8]"});
   expect_error([&] { tessera::dropout_backward(x, wrong, 0.5, 1, 0, nullptr); }, ErrorKind::value,
-               {"tessera.dropout_backward: argument 'grad_in'", "shape [8, 4] (that of 'grad_out')"});
+               {"tessera.dropout_backward: argument 'out'", "shape [8, 4] (that of 'grad_output')"});
 }
 
 TEST(DropoutChecks, DevicesPointersAndOverlap) {
@@ -188,20 +188,20 @@ TEST(DropoutChecks, DevicesPointersAndOverlap) {
   auto h = TensorView::contiguous(host.data(), DType::float32, {64}, kCpu);
   auto x = cuda_tensor(0x1000, DType::float32, {64});
   expect_error([&] { tessera::dropout(h, x, 0.5, 1, 0, nullptr); }, ErrorKind::value,
-               {"tessera.dropout: argument 'x'", "expected a CUDA tensor", "got a tensor on cpu"});
+               {"tessera.dropout: argument 'input'", "expected a CUDA tensor", "got a tensor on cpu"});
   expect_error([&] { tessera::dropout(x, h, 0.5, 1, 0, nullptr); }, ErrorKind::value,
                {"argument 'out'", "CUDA tensor"});
   auto other = cuda_tensor(0x9000, DType::float32, {64}, 1);
   expect_error([&] { tessera::dropout(x, other, 0.5, 1, 0, nullptr); }, ErrorKind::value,
-               {"argument 'out'", "device cuda:0 (that of 'x')", "got cuda:1"});
+               {"argument 'out'", "device cuda:0 (that of 'input')", "got cuda:1"});
   auto null = TensorView::contiguous(nullptr, DType::float32, {64});
   expect_error([&] { tessera::dropout(null, x, 0.5, 1, 0, nullptr); }, ErrorKind::value,
-               {"argument 'x'", "non-null data pointer"});
+               {"argument 'input'", "non-null data pointer"});
   auto shifted = cuda_tensor(0x1000 + 4 * 8, DType::float32, {64});
   expect_error([&] { tessera::dropout(x, shifted, 0.5, 1, 0, nullptr); }, ErrorKind::value,
-               {"tessera.dropout: argument 'out'", "does not overlap 'x'"});
+               {"tessera.dropout: argument 'out'", "does not overlap 'input'"});
   expect_error([&] { tessera::dropout_backward(x, shifted, 0.5, 1, 0, nullptr); }, ErrorKind::value,
-               {"tessera.dropout_backward: argument 'grad_in'", "does not overlap 'grad_out'"});
+               {"tessera.dropout_backward: argument 'out'", "does not overlap 'grad_output'"});
   auto bcast = TensorView::strided(fake(0x40000), DType::float32, {64}, {0});
   expect_error([&] { tessera::dropout(x, bcast, 0.5, 1, 0, nullptr); }, ErrorKind::value,
                {"argument 'out'", "stride 0"});

@@ -62,9 +62,9 @@ TEST(ElementwiseChecks, CpuTensorRejected) {
   auto a = TensorView::contiguous(host.data(), DType::float32, {4}, {tessera::DeviceType::cpu, 0});
   auto o = cuda_tensor(0x2000, DType::float32, {4});
   expect_error([&] { tessera::add(a, o, o, 1.0, nullptr); }, ErrorKind::value,
-               {"tessera.add: argument 'a'", "expected a CUDA tensor", "got a tensor on cpu"});
+               {"tessera.add: argument 'input'", "expected a CUDA tensor", "got a tensor on cpu"});
   expect_error([&] { tessera::gelu(a, o, GeluApproximate::none, nullptr); }, ErrorKind::value,
-               {"tessera.gelu: argument 'x'", "CUDA tensor"});
+               {"tessera.gelu: argument 'input'", "CUDA tensor"});
 }
 
 TEST(ElementwiseChecks, ShapesThatDoNotBroadcast) {
@@ -72,7 +72,7 @@ TEST(ElementwiseChecks, ShapesThatDoNotBroadcast) {
   auto b = cuda_tensor(0x9000, DType::float32, {3});
   auto o = cuda_tensor(0x20000, DType::float32, {4, 5});
   expect_error([&] { tessera::add(a, b, o, 1.0, nullptr); }, ErrorKind::value,
-               {"argument 'b'", "broadcastable with a's [4, 5]", "got [3]"});
+               {"argument 'other'", "broadcastable with input's [4, 5]", "got [3]"});
 }
 
 TEST(ElementwiseChecks, OutOfWrongShape) {
@@ -86,7 +86,7 @@ TEST(ElementwiseChecks, OutOfWrongShape) {
   expect_error([&] { tessera::gelu(x, y, GeluApproximate::tanh, nullptr); }, ErrorKind::value,
                {"tessera.gelu: argument 'out'", "shape [8]", "got [9]"});
   expect_error([&] { tessera::gelu_backward(y, x, x, GeluApproximate::none, nullptr); }, ErrorKind::value,
-               {"tessera.gelu_backward: argument 'grad_out'", "shape [8]", "got [9]"});
+               {"tessera.gelu_backward: argument 'grad_output'", "shape [8]", "got [9]"});
 }
 
 TEST(ElementwiseChecks, DtypesThatDoNotMatch) {
@@ -94,7 +94,7 @@ TEST(ElementwiseChecks, DtypesThatDoNotMatch) {
   auto b = cuda_tensor(0x9000, DType::float16, {4});
   auto o = cuda_tensor(0x20000, DType::float32, {4});
   expect_error([&] { tessera::add(a, b, o, 1.0, nullptr); }, ErrorKind::type,
-               {"argument 'b'", "dtype float32 (that of 'a')", "got float16"});
+               {"argument 'other'", "dtype float32 (that of 'input')", "got float16"});
   auto o16 = cuda_tensor(0x20000, DType::bfloat16, {4});
   expect_error([&] { tessera::gelu(a, o16, GeluApproximate::none, nullptr); }, ErrorKind::type,
                {"argument 'out'", "got bfloat16"});
@@ -103,7 +103,7 @@ TEST(ElementwiseChecks, DtypesThatDoNotMatch) {
 TEST(ElementwiseChecks, UnsupportedDtype) {
   auto a = cuda_tensor(0x1000, DType::int32, {4});
   expect_error([&] { tessera::add(a, a, a, 1.0, nullptr); }, ErrorKind::type,
-               {"argument 'a'", "dtype in {float32, float16, bfloat16}", "got int32"});
+               {"argument 'input'", "dtype in {float32, float16, bfloat16}", "got int32"});
   auto d = cuda_tensor(0x1000, DType::float64, {4});
   expect_error([&] { tessera::gelu(d, d, GeluApproximate::none, nullptr); }, ErrorKind::type, {"got float64"});
 }
@@ -112,14 +112,14 @@ TEST(ElementwiseChecks, DevicesThatDoNotMatch) {
   auto a = cuda_tensor(0x1000, DType::float32, {4}, 0);
   auto b = cuda_tensor(0x9000, DType::float32, {4}, 1);
   expect_error([&] { tessera::add(a, b, a, 1.0, nullptr); }, ErrorKind::value,
-               {"argument 'b'", "device cuda:0 (that of 'a')", "got cuda:1"});
+               {"argument 'other'", "device cuda:0 (that of 'input')", "got cuda:1"});
 }
 
 TEST(ElementwiseChecks, NullPointer) {
   auto a = TensorView::contiguous(nullptr, DType::float16, {4});
   auto o = cuda_tensor(0x9000, DType::float16, {4});
   expect_error([&] { tessera::add(a, o, o, 1.0, nullptr); }, ErrorKind::value,
-               {"argument 'a'", "non-null data pointer", "got nullptr"});
+               {"argument 'input'", "non-null data pointer", "got nullptr"});
   expect_error([&] { tessera::gelu(o, a, GeluApproximate::none, nullptr); }, ErrorKind::value,
                {"argument 'out'", "non-null"});
 }
@@ -129,10 +129,10 @@ TEST(ElementwiseChecks, OutOverlappingAnInput) {
   auto b = cuda_tensor(0x9000, DType::float32, {64});
   auto shifted = cuda_tensor(0x1000 + 4 * 8, DType::float32, {64});  // a, 8 elements on
   expect_error([&] { tessera::add(a, b, shifted, 1.0, nullptr); }, ErrorKind::value,
-               {"argument 'out'", "does not overlap 'a'", "got an overlapping tensor"});
-  expect_error([&] { tessera::add(b, a, shifted, 1.0, nullptr); }, ErrorKind::value, {"does not overlap 'b'"});
+               {"argument 'out'", "does not overlap 'input'", "got an overlapping tensor"});
+  expect_error([&] { tessera::add(b, a, shifted, 1.0, nullptr); }, ErrorKind::value, {"does not overlap 'other'"});
   expect_error([&] { tessera::gelu(a, shifted, GeluApproximate::none, nullptr); }, ErrorKind::value,
-               {"tessera.gelu: argument 'out'", "does not overlap 'x'"});
+               {"tessera.gelu: argument 'out'", "does not overlap 'input'"});
   auto bcast = TensorView::strided(fake(0x40000), DType::float32, {64}, {0});
   expect_error([&] { tessera::add(a, b, bcast, 1.0, nullptr); }, ErrorKind::value,
                {"argument 'out'", "elements do not overlap", "stride 0"});

@@ -221,13 +221,13 @@ TEST(NormChecks, WeightAndBiasMustHaveTheNormalizedShapeAndDtype) {
   const TensorView w7 = cuda_tensor(0x400000, DType::bfloat16, {7});
   expect_error([&] { tessera::layer_norm(a.x, 1, &w7, &a.b, 1e-5, a.out, nullptr, nullptr, nullptr); },
                ErrorKind::value,
-               {"tessera.layer_norm: argument 'weight'", "shape [8] (the normalized shape of 'x')", "got [7]"});
+               {"tessera.layer_norm: argument 'weight'", "shape [8] (the normalized shape of 'input')", "got [7]"});
   const TensorView b2 = cuda_tensor(0x500000, DType::bfloat16, {4, 8});
   expect_error([&] { tessera::layer_norm(a.x, 1, &a.w, &b2, 1e-5, a.out, nullptr, nullptr, nullptr); },
                ErrorKind::value, {"argument 'bias'", "got [4, 8]"});
   const TensorView wf = cuda_tensor(0x400000, DType::float32, {8});
   expect_error([&] { tessera::rms_norm(a.x, 1, &wf, 1e-5, a.out, nullptr, nullptr); }, ErrorKind::type,
-               {"tessera.rms_norm: argument 'weight'", "dtype bfloat16 (that of 'x')", "got float32"});
+               {"tessera.rms_norm: argument 'weight'", "dtype bfloat16 (that of 'input')", "got float32"});
   // Two normalized dimensions: the weight has both.
   const TensorView x3 = cuda_tensor(0x100000, DType::float16, {2, 3, 4});
   const TensorView o3 = cuda_tensor(0x200000, DType::float16, {2, 3, 4});
@@ -243,13 +243,13 @@ TEST(NormChecks, StatisticsMustBeFloat32OfTheLeadingShape) {
                ErrorKind::type, {"argument 'mean'", "dtype in {float32}", "got float16"});
   const TensorView rstd5 = cuda_tensor(0x700000, DType::float32, {5});
   expect_error([&] { tessera::rms_norm(a.x, 1, &a.w, 1e-5, a.out, &rstd5, nullptr); }, ErrorKind::value,
-               {"tessera.rms_norm: argument 'rstd'", "shape [4] (the leading shape of 'x')", "got [5]"});
+               {"tessera.rms_norm: argument 'rstd'", "shape [4] (the leading shape of 'input')", "got [5]"});
   expect_error([&] { tessera::layer_norm_backward(a.dy, a.x, 1, a.mean, rstd5, &a.w, &a.out, nullptr, nullptr, nullptr); },
                ErrorKind::value, {"tessera.layer_norm_backward: argument 'rstd'", "got [5]"});
   // Every dimension normalized: the statistics are 0-d.
   const TensorView rstd0 = cuda_tensor(0x700000, DType::float32, {});
   expect_error([&] { tessera::rms_norm(a.x, 2, nullptr, 1e-5, a.out, &a.rstd, nullptr); }, ErrorKind::value,
-               {"argument 'rstd'", "shape [] (the leading shape of 'x')", "got [4]"});
+               {"argument 'rstd'", "shape [] (the leading shape of 'input')", "got [4]"});
   EXPECT_NO_THROW(tessera::rms_norm(TensorView::contiguous(nullptr, DType::float32, {0, 8}), 2, nullptr, 1e-5,
                                     TensorView::contiguous(nullptr, DType::float32, {0, 8}), &rstd0, nullptr));
 }
@@ -266,19 +266,19 @@ TEST(NormChecks, TensorsLikeX) {
   std::vector<float> h(32);
   const TensorView cpu = TensorView::contiguous(h.data(), DType::bfloat16, {4, 8}, kCpu);
   expect_error([&] { tessera::layer_norm(cpu, 1, nullptr, nullptr, 1e-5, a.out, nullptr, nullptr, nullptr); },
-               ErrorKind::value, {"argument 'x'", "a CUDA tensor", "got a tensor on cpu"});
+               ErrorKind::value, {"argument 'input'", "a CUDA tensor", "got a tensor on cpu"});
   const TensorView xi = cuda_tensor(0x100000, DType::int32, {4, 8});
   expect_error([&] { tessera::rms_norm(xi, 1, nullptr, 1e-5, a.out, nullptr, nullptr); }, ErrorKind::type,
-               {"argument 'x'", "dtype in {float32, float16, bfloat16}", "got int32"});
+               {"argument 'input'", "dtype in {float32, float16, bfloat16}", "got int32"});
   const TensorView out48 = cuda_tensor(0x200000, DType::bfloat16, {8, 4});
   expect_error([&] { tessera::layer_norm(a.x, 1, nullptr, nullptr, 1e-5, out48, nullptr, nullptr, nullptr); },
-               ErrorKind::value, {"argument 'out'", "shape [4, 8] (that of 'x')", "got [8, 4]"});
+               ErrorKind::value, {"argument 'out'", "shape [4, 8] (that of 'input')", "got [8, 4]"});
   const TensorView dyf = cuda_tensor(0x300000, DType::float32, {4, 8});
   expect_error([&] { tessera::layer_norm_backward(dyf, a.x, 1, a.mean, a.rstd, nullptr, &a.out, nullptr, nullptr, nullptr); },
-               ErrorKind::type, {"argument 'grad_out'", "dtype bfloat16 (that of 'x')"});
+               ErrorKind::type, {"argument 'grad_output'", "dtype bfloat16 (that of 'input')"});
   const TensorView w1 = cuda_tensor(0x400000, DType::bfloat16, {8}, 1);
   expect_error([&] { tessera::rms_norm(a.x, 1, &w1, 1e-5, a.out, nullptr, nullptr); }, ErrorKind::value,
-               {"argument 'weight'", "device cuda:0 (that of 'x')", "got cuda:1"});
+               {"argument 'weight'", "device cuda:0 (that of 'input')", "got cuda:1"});
 }
 
 TEST(NormChecks, GradientArguments) {
@@ -297,16 +297,16 @@ TEST(NormChecks, OutputsMustNotOverlap) {
   Args a;
   const TensorView shifted = cuda_tensor(0x100000 + 16, DType::bfloat16, {4, 8});  // x, 8 elements on
   expect_error([&] { tessera::layer_norm(a.x, 1, nullptr, nullptr, 1e-5, shifted, nullptr, nullptr, nullptr); },
-               ErrorKind::value, {"argument 'out'", "does not overlap 'x'", "got an overlapping tensor"});
+               ErrorKind::value, {"argument 'out'", "does not overlap 'input'", "got an overlapping tensor"});
   expect_error([&] { tessera::layer_norm(a.x, 1, nullptr, nullptr, 1e-5, a.x, nullptr, nullptr, nullptr); },
-               ErrorKind::value, {"argument 'out'", "does not overlap 'x'"});
+               ErrorKind::value, {"argument 'out'", "does not overlap 'input'"});
   expect_error([&] { tessera::layer_norm(a.x, 1, &a.w, nullptr, 1e-5, a.out, &a.mean, &a.mean, nullptr); },
                ErrorKind::value, {"argument 'rstd'", "does not overlap 'mean'"});
   const TensorView on_w = cuda_tensor(0x400000, DType::float32, {4});
   expect_error([&] { tessera::rms_norm(a.x, 1, &a.w, 1e-5, a.out, &on_w, nullptr); }, ErrorKind::value,
                {"argument 'rstd'", "does not overlap 'weight'"});
   expect_error([&] { tessera::rms_norm_backward(a.dy, a.x, 1, a.rstd, &a.w, &a.dy, nullptr, nullptr); },
-               ErrorKind::value, {"argument 'grad_in'", "does not overlap 'grad_out'"});
+               ErrorKind::value, {"argument 'grad_input'", "does not overlap 'grad_output'"});
   expect_error([&] { tessera::layer_norm_backward(a.dy, a.x, 1, a.mean, a.rstd, &a.w, &a.out, &a.dw, &a.dw, nullptr); },
                ErrorKind::value, {"argument 'grad_bias'", "does not overlap 'grad_weight'"});
   const TensorView bcast = TensorView::strided(fake(0xa00000), DType::bfloat16, {4, 8}, {0, 1},

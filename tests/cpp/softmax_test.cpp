@@ -127,13 +127,13 @@ TEST(SoftmaxChecks, CpuTensorRejected) {
   auto x = TensorView::contiguous(h.data(), DType::float32, {4}, kCpu);
   auto o = cuda_tensor(0x2000, DType::float32, {4});
   expect_error([&] { tessera::softmax(x, -1, o, nullptr); }, ErrorKind::value,
-               {"tessera.softmax: argument 'x'", "expected a CUDA tensor", "got a tensor on cpu"});
+               {"tessera.softmax: argument 'input'", "expected a CUDA tensor", "got a tensor on cpu"});
   expect_error([&] { tessera::log_softmax(o, -1, x, nullptr); }, ErrorKind::value,
                {"tessera.log_softmax: argument 'out'", "CUDA tensor"});
   expect_error([&] { tessera::softmax_backward(x, o, 0, o, nullptr); }, ErrorKind::value,
-               {"tessera.softmax_backward: argument 'grad_out'", "CUDA tensor"});
+               {"tessera.softmax_backward: argument 'grad_output'", "CUDA tensor"});
   expect_error([&] { tessera::log_softmax_backward(o, x, 0, o, nullptr); }, ErrorKind::value,
-               {"tessera.log_softmax_backward: argument 'y'", "CUDA tensor"});
+               {"tessera.log_softmax_backward: argument 'output'", "CUDA tensor"});
 }
 
 TEST(SoftmaxChecks, Dtypes) {
@@ -141,29 +141,29 @@ TEST(SoftmaxChecks, Dtypes) {
   auto d = cuda_tensor(0x1000, DType::float64, {4});
   auto o = cuda_tensor(0x9000, DType::float32, {4});
   expect_error([&] { tessera::softmax(i, 0, i, nullptr); }, ErrorKind::type,
-               {"argument 'x'", "dtype in {float32, float16, bfloat16}", "got int32"});
+               {"argument 'input'", "dtype in {float32, float16, bfloat16}", "got int32"});
   expect_error([&] { tessera::log_softmax_backward(d, d, 0, d, nullptr); }, ErrorKind::type,
-               {"argument 'grad_out'", "got float64"});
+               {"argument 'grad_output'", "got float64"});
   auto h = cuda_tensor(0x1000, DType::float16, {4});
   expect_error([&] { tessera::softmax(h, 0, o, nullptr); }, ErrorKind::type,
-               {"argument 'out'", "dtype float16 (that of 'x')", "got float32"});
+               {"argument 'out'", "dtype float16 (that of 'input')", "got float32"});
   expect_error([&] { tessera::softmax_backward(o, h, 0, o, nullptr); }, ErrorKind::type,
-               {"argument 'y'", "dtype float32 (that of 'grad_out')", "got float16"});
+               {"argument 'output'", "dtype float32 (that of 'grad_output')", "got float16"});
 }
 
 TEST(SoftmaxChecks, ShapesAndDevices) {
   auto x = cuda_tensor(0x1000, DType::float32, {4, 5});
   auto o = cuda_tensor(0x9000, DType::float32, {5, 4});
   expect_error([&] { tessera::softmax(x, -1, o, nullptr); }, ErrorKind::value,
-               {"argument 'out'", "expected shape [4, 5] (that of 'x')", "got [5, 4]"});
+               {"argument 'out'", "expected shape [4, 5] (that of 'input')", "got [5, 4]"});
   auto g = cuda_tensor(0x20000, DType::float32, {4, 5});
   expect_error([&] { tessera::softmax_backward(g, o, -1, x, nullptr); }, ErrorKind::value,
-               {"argument 'y'", "shape [4, 5] (that of 'grad_out')", "got [5, 4]"});
+               {"argument 'output'", "shape [4, 5] (that of 'grad_output')", "got [5, 4]"});
   expect_error([&] { tessera::log_softmax_backward(g, x, -1, o, nullptr); }, ErrorKind::value,
-               {"argument 'grad_in'", "got [5, 4]"});
+               {"argument 'out'", "got [5, 4]"});
   auto other = cuda_tensor(0x9000, DType::float32, {4, 5}, 1);
   expect_error([&] { tessera::softmax(x, -1, other, nullptr); }, ErrorKind::value,
-               {"argument 'out'", "device cuda:0 (that of 'x')", "got cuda:1"});
+               {"argument 'out'", "device cuda:0 (that of 'input')", "got cuda:1"});
 }
 
 TEST(SoftmaxChecks, DimOutOfRange) {
@@ -186,7 +186,7 @@ TEST(SoftmaxChecks, Overlap) {
   auto x = cuda_tensor(0x1000, DType::float32, {8, 64});
   auto shifted = cuda_tensor(0x1000 + 4 * 8, DType::float32, {8, 64});
   expect_error([&] { tessera::softmax(x, -1, shifted, nullptr); }, ErrorKind::value,
-               {"tessera.softmax: argument 'out'", "does not overlap 'x'", "for in-place use", "got an overlapping tensor"});
+               {"tessera.softmax: argument 'out'", "does not overlap 'input'", "for in-place use", "got an overlapping tensor"});
   auto bcast = TensorView::strided(fake(0x40000), DType::float32, {8, 64}, {0, 1});
   expect_error([&] { tessera::log_softmax(x, -1, bcast, nullptr); }, ErrorKind::value,
                {"argument 'out'", "elements do not overlap", "stride 0 on dimension 0"});
@@ -194,10 +194,10 @@ TEST(SoftmaxChecks, Overlap) {
   auto g = cuda_tensor(0x100000, DType::float32, {8, 64});
   auto g_shifted = cuda_tensor(0x100000 + 4 * 8, DType::float32, {8, 64});
   expect_error([&] { tessera::softmax_backward(g, y, -1, g_shifted, nullptr); }, ErrorKind::value,
-               {"argument 'grad_in'", "does not overlap 'grad_out'", "for in-place use"});
+               {"argument 'out'", "does not overlap 'grad_output'", "for in-place use"});
   // grad_in may be grad_out itself, but not y.
   expect_error([&] { tessera::log_softmax_backward(g, y, -1, y, nullptr); }, ErrorKind::value,
-               {"tessera.log_softmax_backward: argument 'grad_in'", "does not overlap 'y'"});
+               {"tessera.log_softmax_backward: argument 'out'", "does not overlap 'output'"});
 }
 
 TEST(SoftmaxChecks, EmptyTensorsReturnWithoutTouchingTheGpu) {

@@ -31,24 +31,24 @@ STATS = cpu_view((4,))
 # op -> its arguments by name, in the binding's order (the Python signatures tessera's modules call
 # positionally), and the tensor argument the library names first.
 CALLS = {
-    "gelu": (dict(x=X, out=None, tanh=False, stream=0), "x"),
-    "gelu_backward": (dict(grad_out=X, x=X, grad_in=None, tanh=True, stream=0), "x"),
-    "softmax": (dict(x=X, out=None, dim=-1, stream=0), "x"),
-    "log_softmax": (dict(x=X, out=None, dim=-1, stream=0), "x"),
-    "softmax_backward": (dict(grad_out=X, y=X, grad_in=None, dim=-1, stream=0), "grad_out"),
-    "log_softmax_backward": (dict(grad_out=X, y=X, grad_in=None, dim=-1, stream=0), "grad_out"),
-    "layer_norm": (dict(x=X, normalized_ndim=1, weight=W, bias=W, eps=1e-5, out=None, mean=None,
-                        rstd=None, stream=0), "x"),
-    "layer_norm_backward": (dict(grad_out=X, x=X, normalized_ndim=1, mean=STATS, rstd=STATS,
-                                 weight=W, grad_in=X, grad_weight=W, grad_bias=W, stream=0),
-                            "x"),
-    "rms_norm": (dict(x=X, normalized_ndim=1, weight=None, eps=1e-6, out=None, rstd=None,
-                      stream=0), "x"),
-    "rms_norm_backward": (dict(grad_out=X, x=X, normalized_ndim=1, rstd=STATS, weight=None,
-                               grad_in=X, grad_weight=None, stream=0), "x"),
-    "dropout": (dict(x=X, out=None, p=0.5, seed=1, offset=0, stream=0), "x"),
-    "dropout_backward": (dict(grad_out=X, grad_in=None, p=0.5, seed=1, offset=0, stream=0),
-                         "grad_out"),
+    "gelu": (dict(input=X, out=None, tanh=False, stream=0), "input"),
+    "gelu_backward": (dict(grad_output=X, input=X, out=None, tanh=True, stream=0), "input"),
+    "softmax": (dict(input=X, out=None, dim=-1, stream=0), "input"),
+    "log_softmax": (dict(input=X, out=None, dim=-1, stream=0), "input"),
+    "softmax_backward": (dict(grad_output=X, output=X, out=None, dim=-1, stream=0), "grad_output"),
+    "log_softmax_backward": (dict(grad_output=X, output=X, out=None, dim=-1, stream=0), "grad_output"),
+    "layer_norm": (dict(input=X, normalized_ndim=1, weight=W, bias=W, eps=1e-5, out=None, mean=None,
+                        rstd=None, stream=0), "input"),
+    "layer_norm_backward": (dict(grad_output=X, input=X, normalized_ndim=1, mean=STATS, rstd=STATS,
+                                 weight=W, grad_input=X, grad_weight=W, grad_bias=W, stream=0),
+                            "input"),
+    "rms_norm": (dict(input=X, normalized_ndim=1, weight=None, eps=1e-6, out=None, rstd=None,
+                      stream=0), "input"),
+    "rms_norm_backward": (dict(grad_output=X, input=X, normalized_ndim=1, rstd=STATS, weight=None,
+                               grad_input=X, grad_weight=None, stream=0), "input"),
+    "dropout": (dict(input=X, out=None, p=0.5, seed=1, offset=0, stream=0), "input"),
+    "dropout_backward": (dict(grad_output=X, out=None, p=0.5, seed=1, offset=0, stream=0),
+                         "grad_output"),
     "copy": (dict(src=X, dst=X, stream=0), "src"),
     "isin": (dict(elements=X, test_elements=X, out=None, assume_unique=False, invert=False,
                   path="automatic", brute_force_max_test=1024, brute_force_max_work=1 << 26,
@@ -72,7 +72,7 @@ def test_keywords_are_the_argument_names(op):
 
 
 def test_a_missing_required_tensor_is_named():
-    with pytest.raises(TypeError, match=r"tessera\.softmax_backward: argument 'y': expected a "
+    with pytest.raises(TypeError, match=r"tessera\.softmax_backward: argument 'output': expected a "
                                         r"tensor.*got NoneType"):
         _C.softmax_backward(X, None, None, -1, 0)
     with pytest.raises(TypeError, match=r"tessera\.copy: argument 'dst'.*got NoneType"):
@@ -93,16 +93,16 @@ def test_arguments_convert_in_order():
 def test_view_tuple_layout_is_the_extensions():
     with pytest.raises(TypeError) as e:
         _C.gelu((0, 0, (4,)), None, False, 0)
-    assert str(e.value) == (f"tessera.gelu: argument 'x': expected a view tuple "
+    assert str(e.value) == (f"tessera.gelu: argument 'input': expected a view tuple "
                             f"({', '.join(_C.VIEW_FIELDS)}), got a tuple of 3 items")
-    with pytest.raises(TypeError, match=r"argument 'x': expected shape and strides as tuples"):
+    with pytest.raises(TypeError, match=r"argument 'input': expected shape and strides as tuples"):
         _C.gelu((0, 0, (4,), (1, 1), -1), None, False, 0)
 
 
 def test_unrepresentable_dtype_on_cuda_is_refused_by_name():
     fields = dict(data_ptr=0, dtype="complex64", shape=(4,), strides=(1,), device_index=0)
     view = tuple(fields[f] for f in _C.VIEW_FIELDS)
-    with pytest.raises(TypeError, match=r"tessera\.gelu: argument 'x': expected a dtype tessera "
+    with pytest.raises(TypeError, match=r"tessera\.gelu: argument 'input': expected a dtype tessera "
                                         r"supports .*got complex64"):
         _C.gelu(view, None, False, 0)
 

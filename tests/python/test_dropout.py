@@ -167,12 +167,12 @@ def test_cpu_array_gets_the_device_error_and_advances_the_generator(np):
     trandom.manual_seed(8)
     with pytest.raises(ValueError) as e:
         tessera.dropout(x, 0.5)
-    assert str(e.value) == f"tessera.dropout: argument 'x': {CPU_DEVICE_MSG}"
+    assert str(e.value) == f"tessera.dropout: argument 'input': {CPU_DEVICE_MSG}"
     assert trandom.get_rng_state() == (8, 4)  # ceil(15 / 4) counters taken
-    with pytest.raises(ValueError, match=r"tessera\.dropout: argument 'x': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"tessera\.dropout: argument 'input': " + CPU_DEVICE_MSG):
         tessera.dropout(x, 0.5, seed=3, offset=7)
     assert trandom.get_rng_state() == (8, 4)  # an explicit seed leaves the generator alone
-    with pytest.raises(ValueError, match=r"tessera\.dropout_backward: argument 'grad_out': "
+    with pytest.raises(ValueError, match=r"tessera\.dropout_backward: argument 'grad_output': "
                                          + CPU_DEVICE_MSG):
         tessera.dropout_backward(x, 0.5, 3, 7)
     with pytest.raises(ValueError, match=r"tessera\.copy: argument 'src': " + CPU_DEVICE_MSG):
@@ -192,7 +192,7 @@ def test_torch_cpu_tensors():
     assert tessera.dropout(x, 0.0) is x
     e = torch.empty(0, 3)
     assert tessera.dropout(e, 0.3) is e  # no elements: the input itself, as torch
-    with pytest.raises(ValueError, match=r"tessera\.dropout: argument 'x': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"tessera\.dropout: argument 'input': " + CPU_DEVICE_MSG):
         tessera.dropout(x.requires_grad_(), 0.3)
     with pytest.raises(RuntimeError, match=r"tessera\.copy: argument 'src'.*automatic diff"):
         tessera.copy(x, torch.empty(4, 4))
@@ -363,13 +363,13 @@ def test_inplace(torch):
 
 def test_dropout_errors_on_the_gpu(torch):
     x = positive(torch, 100, torch.float32)
-    with pytest.raises(TypeError, match=r"tessera\.dropout: argument 'x'.*got float64"):
+    with pytest.raises(TypeError, match=r"tessera\.dropout: argument 'input'.*got float64"):
         tessera.dropout(x.double(), 0.5, seed=1)
     with pytest.raises(ValueError, match=r"tessera\.dropout: argument 'out'.*shape"):
         tessera.dropout(x, 0.5, seed=1, out=torch.empty(99, device=DEV))
     with pytest.raises(RuntimeError, match=r"argument 'out'.*automatic differentiation"):
         tessera.dropout(x.clone().requires_grad_(), 0.5, out=torch.empty_like(x))
-    with pytest.raises(TypeError, match=r"tessera\.dropout_backward: argument 'grad_in'"):
+    with pytest.raises(TypeError, match=r"tessera\.dropout_backward: argument 'out'"):
         tessera.dropout_backward(x, 0.5, 1, 0, out=torch.empty(100, device=DEV, dtype=torch.half))
 
 

@@ -26,20 +26,20 @@ def test_add_cpu_array_names_argument_and_device(np):
     a = np.ones((3, 4), np.float32)
     with pytest.raises(ValueError) as e:
         tessera.add(a, a)
-    assert str(e.value) == f"tessera.add: argument 'a': {CPU_DEVICE_MSG}"
+    assert str(e.value) == f"tessera.add: argument 'input': {CPU_DEVICE_MSG}"
 
 
 def test_gelu_cpu_array_names_argument_and_device(np):
     with pytest.raises(ValueError) as e:
         tessera.gelu(np.ones(5, np.float32))
-    assert str(e.value) == f"tessera.gelu: argument 'x': {CPU_DEVICE_MSG}"
-    with pytest.raises(ValueError, match=r"tessera\.gelu: argument 'x'.*CUDA"):
+    assert str(e.value) == f"tessera.gelu: argument 'input': {CPU_DEVICE_MSG}"
+    with pytest.raises(ValueError, match=r"tessera\.gelu: argument 'input'.*CUDA"):
         tessera.gelu(np.ones(5, np.float32), approximate="tanh")
 
 
 def test_gelu_backward_cpu_array(np):
     x = np.ones(5, np.float32)
-    with pytest.raises(ValueError, match=r"tessera\.gelu_backward: argument 'x'.*CUDA tensor"):
+    with pytest.raises(ValueError, match=r"tessera\.gelu_backward: argument 'input'.*CUDA tensor"):
         tessera.gelu_backward(x, x)
 
 
@@ -55,17 +55,17 @@ def test_cpu_array_of_any_dtype_gets_the_device_error_first(np, dtype):
 
 
 def test_cpu_shape_mismatch_gets_the_device_error_first(np):
-    with pytest.raises(ValueError, match=r"argument 'a': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"argument 'input': " + CPU_DEVICE_MSG):
         tessera.add(np.ones(3, np.float32), np.ones(4, np.float32))
 
 
 def test_cpu_array_with_scalar_and_out(np):
     a = np.ones(3, np.float32)
-    with pytest.raises(ValueError, match=r"argument 'a': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"argument 'input': " + CPU_DEVICE_MSG):
         tessera.add(a, 2.5, alpha=3)
-    with pytest.raises(ValueError, match=r"argument 'a': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"argument 'input': " + CPU_DEVICE_MSG):
         tessera.add(a, a, out=np.empty(3, np.float32))
-    with pytest.raises(ValueError, match=r"argument 'x': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"argument 'input': " + CPU_DEVICE_MSG):
         tessera.gelu(a, out=a)
 
 
@@ -79,7 +79,7 @@ def test_read_only_and_strided_cpu_arrays(np):
 
 
 def test_too_many_dimensions(np):
-    with pytest.raises(ValueError, match=r"argument 'a': expected at most 8 dimensions, got 9"):
+    with pytest.raises(ValueError, match=r"argument 'input': expected at most 8 dimensions, got 9"):
         tessera.add(np.ones((1,) * 9, np.float32), 1.0)
 
 
@@ -94,23 +94,23 @@ def test_bad_approximate_names_the_argument(np, fn):
 
 
 def test_not_a_tensor_is_a_type_error(np):
-    with pytest.raises(TypeError, match=r"tessera\.add: argument 'a': expected a tensor.*got list"):
+    with pytest.raises(TypeError, match=r"tessera\.add: argument 'input': expected a tensor.*got list"):
         tessera.add([1.0, 2.0], 1.0)
-    with pytest.raises(TypeError, match=r"tessera\.gelu: argument 'x': expected a tensor.*got str"):
+    with pytest.raises(TypeError, match=r"tessera\.gelu: argument 'input': expected a tensor.*got str"):
         tessera.gelu("x")
     # A bad `other` is refused when it is converted, before the device checks run.
-    with pytest.raises(TypeError, match=r"tessera\.add: argument 'b': expected a tensor.*got str"):
+    with pytest.raises(TypeError, match=r"tessera\.add: argument 'other': expected a tensor.*got str"):
         tessera.add(np.ones(3, np.float32), "1")
 
 
 def test_a_tuple_is_not_a_tensor():
     # The extension reads tuples as torch view tuples (raw pointers): the API must refuse them.
     fake = (1 << 20, 0, (4,), (1,), 0)
-    with pytest.raises(TypeError, match=r"argument 'a'.*got tuple"):
+    with pytest.raises(TypeError, match=r"argument 'input'.*got tuple"):
         tessera.add(fake, fake)
-    with pytest.raises(TypeError, match=r"argument 'x'.*got tuple"):
+    with pytest.raises(TypeError, match=r"argument 'input'.*got tuple"):
         tessera.gelu(fake)
-    with pytest.raises(TypeError, match=r"argument 'grad_out'.*got tuple"):
+    with pytest.raises(TypeError, match=r"argument 'grad_output'.*got tuple"):
         tessera.gelu_backward(fake, fake)
 
 
@@ -120,14 +120,14 @@ def test_torch_cpu_tensors_get_the_library_errors():
     x = torch.ones(3, 4)
     with pytest.raises(ValueError) as e:
         tessera.add(x, x)
-    assert str(e.value) == f"tessera.add: argument 'a': {CPU_DEVICE_MSG}"
-    with pytest.raises(ValueError, match=r"tessera\.gelu: argument 'x': " + CPU_DEVICE_MSG):
+    assert str(e.value) == f"tessera.add: argument 'input': {CPU_DEVICE_MSG}"
+    with pytest.raises(ValueError, match=r"tessera\.gelu: argument 'input': " + CPU_DEVICE_MSG):
         tessera.gelu(x.to(torch.int32))
     with pytest.raises(ValueError, match=CPU_DEVICE_MSG):
         tessera.gelu(x.to(torch.complex64))
     with pytest.raises(ValueError, match=CPU_DEVICE_MSG):
         tessera.gelu(x.requires_grad_())  # through autograd.Function
-    with pytest.raises(ValueError, match=r"argument 'a': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"argument 'input': " + CPU_DEVICE_MSG):
         tessera.add(x.detach(), torch.ones(5))  # device before shapes
     with pytest.raises(ValueError, match=r"argument 'approximate'"):
         tessera.gelu(x, approximate="erf")
@@ -284,28 +284,28 @@ def test_add_in_place_and_overlap(torch):
 
 def test_add_dtype_and_device_mismatch(torch):
     a = randn(torch, 10, torch.float32)
-    with pytest.raises(TypeError, match=r"tessera\.add: argument 'b'.*float32.*got float16"):
+    with pytest.raises(TypeError, match=r"tessera\.add: argument 'other'.*float32.*got float16"):
         tessera.add(a, a.half())
-    with pytest.raises(ValueError, match=r"tessera\.add: argument 'b': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"tessera\.add: argument 'other': " + CPU_DEVICE_MSG):
         tessera.add(a, a.cpu())
-    with pytest.raises(ValueError, match=r"tessera\.add: argument 'a': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"tessera\.add: argument 'input': " + CPU_DEVICE_MSG):
         tessera.add(a.cpu(), a)
-    with pytest.raises(ValueError, match=r"argument 'b'.*broadcastable"):
+    with pytest.raises(ValueError, match=r"argument 'other'.*broadcastable"):
         tessera.add(a, randn(torch, 11, torch.float32))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int32"])
 def test_unsupported_dtypes_on_the_gpu(torch, dtype):
     x = torch.ones(8, device="cuda", dtype=dt(torch, dtype))
-    with pytest.raises(TypeError, match=rf"argument 'a'.*got {dtype}"):
+    with pytest.raises(TypeError, match=rf"argument 'input'.*got {dtype}"):
         tessera.add(x, x)
-    with pytest.raises(TypeError, match=rf"argument 'x'.*got {dtype}"):
+    with pytest.raises(TypeError, match=rf"argument 'input'.*got {dtype}"):
         tessera.gelu(x)
 
 
 def test_unrepresentable_dtype_on_the_gpu(torch):
     x = torch.ones(8, device="cuda", dtype=torch.complex64)
-    with pytest.raises(TypeError, match=r"tessera\.gelu: argument 'x'.*complex64"):
+    with pytest.raises(TypeError, match=r"tessera\.gelu: argument 'input'.*complex64"):
         tessera.gelu(x)
 
 
@@ -422,7 +422,7 @@ def test_output_on_the_input_device(torch):
         assert_close(z, x.double() + gelu_ref(torch, x, "none"), "float32")
     if torch.cuda.device_count() > 1:
         x = torch.randn(10, device="cuda:0")
-        with pytest.raises(ValueError, match=r"argument 'b'.*cuda:0.*got cuda:1"):
+        with pytest.raises(ValueError, match=r"argument 'other'.*cuda:0.*got cuda:1"):
             tessera.add(x, x.to("cuda:1"))
 
 
@@ -470,10 +470,10 @@ def test_cupy_in_cupy_out(torch):
 # ---- silu ---------------------------------------------------------------------------------------
 
 def test_silu_cpu_array_names_argument(np):
-    with pytest.raises(ValueError, match=r"tessera\.silu: argument 'x'.*CUDA"):
+    with pytest.raises(ValueError, match=r"tessera\.silu: argument 'input'.*CUDA"):
         tessera.silu(np.ones(5, np.float32))
     x = np.ones(5, np.float32)
-    with pytest.raises(ValueError, match=r"tessera\.silu_backward: argument 'x'.*CUDA"):
+    with pytest.raises(ValueError, match=r"tessera\.silu_backward: argument 'input'.*CUDA"):
         tessera.silu_backward(x, x)
 
 

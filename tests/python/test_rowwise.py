@@ -29,15 +29,15 @@ def test_softmax_cpu_array_names_argument_and_device(np, fn):
     x = np.ones((3, 4), np.float32)
     with pytest.raises(ValueError) as e:
         getattr(tessera, fn)(x, -1)
-    assert str(e.value) == f"tessera.{fn}: argument 'x': {CPU_DEVICE_MSG}"
-    with pytest.raises(ValueError, match=rf"tessera\.{fn}: argument 'x': {CPU_DEVICE_MSG}"):
+    assert str(e.value) == f"tessera.{fn}: argument 'input': {CPU_DEVICE_MSG}"
+    with pytest.raises(ValueError, match=rf"tessera\.{fn}: argument 'input': {CPU_DEVICE_MSG}"):
         getattr(tessera, fn)(x, 5)  # the device before the range of dim
 
 
 @pytest.mark.parametrize("fn", ["softmax_backward", "log_softmax_backward"])
 def test_softmax_backward_cpu_arrays(np, fn):
     x = np.ones((3, 4), np.float32)
-    with pytest.raises(ValueError, match=rf"tessera\.{fn}: argument 'grad_out': {CPU_DEVICE_MSG}"):
+    with pytest.raises(ValueError, match=rf"tessera\.{fn}: argument 'grad_output': {CPU_DEVICE_MSG}"):
         getattr(tessera, fn)(x, x, 1)
 
 
@@ -46,7 +46,7 @@ def test_norms_cpu_array_names_argument_and_device(np):
     for fn, args in (("layer_norm", ((4, 5),)), ("rms_norm", (5,))):
         with pytest.raises(ValueError) as e:
             getattr(tessera, fn)(x, *args)
-        assert str(e.value) == f"tessera.{fn}: argument 'x': {CPU_DEVICE_MSG}"
+        assert str(e.value) == f"tessera.{fn}: argument 'input': {CPU_DEVICE_MSG}"
 
 
 @pytest.mark.parametrize("fn", ["layer_norm", "rms_norm"])
@@ -110,9 +110,9 @@ def test_torch_only_functions_refuse_other_arrays(np):
 
 def test_a_tuple_is_not_a_tensor():
     fake = (1 << 20, 0, (4,), (1,), 0)
-    with pytest.raises(TypeError, match=r"tessera\.softmax: argument 'x'.*got tuple"):
+    with pytest.raises(TypeError, match=r"tessera\.softmax: argument 'input'.*got tuple"):
         tessera.softmax(fake, 0)
-    with pytest.raises(TypeError, match=r"argument 'normalized_shape'|argument 'x'"):
+    with pytest.raises(TypeError, match=r"argument 'normalized_shape'|argument 'input'"):
         tessera.layer_norm(fake, 4)
 
 
@@ -121,15 +121,15 @@ def test_torch_cpu_tensors_get_the_library_errors():
     x = torch.ones(3, 4)
     with pytest.raises(ValueError) as e:
         tessera.softmax(x, -1)
-    assert str(e.value) == f"tessera.softmax: argument 'x': {CPU_DEVICE_MSG}"
-    with pytest.raises(ValueError, match=r"tessera\.log_softmax: argument 'x': " + CPU_DEVICE_MSG):
+    assert str(e.value) == f"tessera.softmax: argument 'input': {CPU_DEVICE_MSG}"
+    with pytest.raises(ValueError, match=r"tessera\.log_softmax: argument 'input': " + CPU_DEVICE_MSG):
         tessera.log_softmax(x.requires_grad_(), 0)  # through autograd.Function
     x = x.detach()
-    with pytest.raises(ValueError, match=r"tessera\.layer_norm: argument 'x': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"tessera\.layer_norm: argument 'input': " + CPU_DEVICE_MSG):
         tessera.layer_norm(x, 4, torch.ones(4, requires_grad=True))
-    with pytest.raises(ValueError, match=r"tessera\.rms_norm: argument 'x': " + CPU_DEVICE_MSG):
+    with pytest.raises(ValueError, match=r"tessera\.rms_norm: argument 'input': " + CPU_DEVICE_MSG):
         tessera.rms_norm_forward(x, (3, 4))
-    with pytest.raises(ValueError, match=r"tessera\.layer_norm_backward: argument 'x': "
+    with pytest.raises(ValueError, match=r"tessera\.layer_norm_backward: argument 'input': "
                                          + CPU_DEVICE_MSG):
         tessera.layer_norm_backward(x, x, 4, torch.zeros(3), torch.ones(3))
     with pytest.raises(ValueError, match=r"argument 'normalized_shape'"):
@@ -343,7 +343,7 @@ def test_softmax_errors_on_the_gpu(torch):
         tessera.softmax(x, 2)
     with pytest.raises(ValueError, match=r"tessera\.log_softmax: argument 'dim'"):
         tessera.log_softmax(leaf(x), -3)
-    with pytest.raises(TypeError, match=r"tessera\.softmax: argument 'x'.*got float64"):
+    with pytest.raises(TypeError, match=r"tessera\.softmax: argument 'input'.*got float64"):
         tessera.softmax(x.double(), -1)
     with pytest.raises(ValueError, match=r"tessera\.softmax: argument 'out'.*shape"):
         tessera.softmax(x, -1, out=torch.empty(5, 4, device=DEV))
@@ -351,7 +351,7 @@ def test_softmax_errors_on_the_gpu(torch):
         tessera.softmax(x, -1, out=torch.empty(4, 5, device=DEV, dtype=torch.float16))
     with pytest.raises(RuntimeError, match=r"argument 'out'.*automatic differentiation"):
         tessera.softmax(leaf(x), -1, out=torch.empty_like(x))
-    with pytest.raises(ValueError, match=r"tessera\.softmax_backward: argument 'y'.*shape"):
+    with pytest.raises(ValueError, match=r"tessera\.softmax_backward: argument 'output'.*shape"):
         tessera.softmax_backward(x, x[:, :4], 1)
 
 
@@ -593,7 +593,7 @@ def test_norms_out_and_errors(torch):
     with pytest.raises(ValueError, match=r"tessera\.layer_norm: argument 'bias': "
                                          + CPU_DEVICE_MSG):
         tessera.layer_norm(x, 32, w, torch.zeros(32))
-    with pytest.raises(TypeError, match=r"tessera\.layer_norm: argument 'x'.*float64"):
+    with pytest.raises(TypeError, match=r"tessera\.layer_norm: argument 'input'.*float64"):
         tessera.layer_norm(x.double(), 32)
     with pytest.raises(ValueError, match=r"tessera\.layer_norm: argument 'eps'"):
         tessera.layer_norm(x, 32, eps=-1.0)

@@ -11,27 +11,29 @@
 
 namespace tessera {
 
-// out = a + alpha * b. a and b broadcast to out's shape with torch's rules (a scalar, a tensor
-// over leading dims, or any broadcastable shape); all three share one dtype and one device.
-// out may be a itself (same layout) for in-place use; any other overlap with an input is refused.
-void add(const TensorView& a, const TensorView& b, const TensorView& out, double alpha,
+// out = input + alpha * other. input and other broadcast to out's shape with torch's rules (a
+// scalar, a tensor over leading dims, or any broadcastable shape); all three share one dtype and
+// one device. out may be input itself (same layout) for in-place use; any other overlap with an
+// input is refused.
+void add(const TensorView& input, const TensorView& other, const TensorView& out, double alpha,
          cudaStream_t stream);
-// out = a + alpha * b for a host scalar b.
-void add(const TensorView& a, double b, const TensorView& out, double alpha, cudaStream_t stream);
+// out = input + alpha * other for a host scalar other.
+void add(const TensorView& input, double other, const TensorView& out, double alpha,
+         cudaStream_t stream);
 
 enum class GeluApproximate { none, tanh };  // erf form, or torch's tanh approximation
 
-// out = gelu(x); out has x's shape and dtype.
-void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximate,
+// out = gelu(input); out has input's shape and dtype.
+void gelu(const TensorView& input, const TensorView& out, GeluApproximate approximate,
           cudaStream_t stream);
-// grad_in = grad_out * gelu'(x); all three share one shape and dtype.
-void gelu_backward(const TensorView& grad_out, const TensorView& x, const TensorView& grad_in,
+// out = grad_output * gelu'(input); all three share one shape and dtype.
+void gelu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& out,
                    GeluApproximate approximate, cudaStream_t stream);
 
-// out = silu(x) = x * sigmoid(x); out has x's shape and dtype.
-void silu(const TensorView& x, const TensorView& out, cudaStream_t stream);
-// grad_in = grad_out * silu'(x); all three share one shape and dtype.
-void silu_backward(const TensorView& grad_out, const TensorView& x, const TensorView& grad_in,
+// out = silu(input) = input * sigmoid(input); out has input's shape and dtype.
+void silu(const TensorView& input, const TensorView& out, cudaStream_t stream);
+// out = grad_output * silu'(input); all three share one shape and dtype.
+void silu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& out,
                    cudaStream_t stream);
 
 // dst = src: any strides on either side (a transpose, a gather of a strided view), same shape and
@@ -39,16 +41,16 @@ void silu_backward(const TensorView& grad_out, const TensorView& x, const Tensor
 void copy(const TensorView& src, const TensorView& dst, cudaStream_t stream);
 
 // ---- dropout ----------------------------------------------------------------------------------
-// Inverted dropout on a counter-based generator (Philox4x32-10): element i of x (its row-major
-// index, whatever the strides) is kept when the uniform number drawn for counter
-// (offset + i / 4, lane i % 4) under key `seed` is >= p, and kept elements are scaled by
-// 1 / (1 - p). The mask is never stored: dropout_backward regenerates it from (seed, offset), so
-// the same (seed, offset) gives bit-identical results on every run. p = 0 copies x; p = 1 writes
-// zeros. 0 <= p <= 1. out has x's shape and dtype and may be x itself.
-void dropout(const TensorView& x, const TensorView& out, double p, uint64_t seed, uint64_t offset,
-             cudaStream_t stream);
-// grad_in = grad_out * mask(seed, offset) / (1 - p), with the forward's p, seed and offset.
-void dropout_backward(const TensorView& grad_out, const TensorView& grad_in, double p,
+// Inverted dropout on a counter-based generator (Philox4x32-10): element i of input (its row-major
+// index, whatever the strides) is kept when the uniform number drawn for counter (offset + i / 4,
+// lane i % 4) under key `seed` is >= p, and kept elements are scaled by 1 / (1 - p). The mask is
+// never stored: dropout_backward regenerates it from (seed, offset), so the same (seed, offset)
+// gives bit-identical results on every run. p = 0 copies input; p = 1 writes zeros. 0 <= p <= 1.
+// out has input's shape and dtype and may be input itself.
+void dropout(const TensorView& input, const TensorView& out, double p, uint64_t seed,
+             uint64_t offset, cudaStream_t stream);
+// out = grad_output * mask(seed, offset) / (1 - p), with the forward's p, seed and offset.
+void dropout_backward(const TensorView& grad_output, const TensorView& out, double p,
                       uint64_t seed, uint64_t offset, cudaStream_t stream);
 // Philox counters one call over `numel` elements consumes: ceil(numel / 4). A caller that keeps a
 // running offset adds this after each call so that no two calls share random numbers.

@@ -17,49 +17,54 @@
 namespace tessera {
 
 // ---- softmax ----------------------------------------------------------------------------------
-// out = softmax(x) along `dim` (negative counts from the end; a 0-d x is treated as [1]), as
-// torch.softmax: NaN in a row gives NaN for that row, a row of all -inf gives NaN.
-// out has x's shape and dtype; it may be x itself (same view) for in-place use.
-void softmax(const TensorView& x, int dim, const TensorView& out, cudaStream_t stream);
-// out = log_softmax(x) along `dim`, as torch.log_softmax.
-void log_softmax(const TensorView& x, int dim, const TensorView& out, cudaStream_t stream);
+// out = softmax(input) along `dim` (negative counts from the end; a 0-d input is treated as [1]),
+// as torch.softmax: NaN in a row gives NaN for that row, a row of all -inf gives NaN. out has
+// input's shape and dtype; it may be input itself (same view) for in-place use.
+void softmax(const TensorView& input, int dim, const TensorView& out, cudaStream_t stream);
+// out = log_softmax(input) along `dim`, as torch.log_softmax.
+void log_softmax(const TensorView& input, int dim, const TensorView& out, cudaStream_t stream);
 
-// grad_in = y * (grad_out - sum_dim(grad_out * y)), where y = softmax(x) is the forward's output.
-void softmax_backward(const TensorView& grad_out, const TensorView& y, int dim,
-                      const TensorView& grad_in, cudaStream_t stream);
-// grad_in = grad_out - exp(y) * sum_dim(grad_out), where y = log_softmax(x).
-void log_softmax_backward(const TensorView& grad_out, const TensorView& y, int dim,
-                          const TensorView& grad_in, cudaStream_t stream);
+// out = output * (grad_output - sum_dim(grad_output * output)), where output = softmax(input) is
+// the forward's output.
+void softmax_backward(const TensorView& grad_output, const TensorView& output, int dim,
+                      const TensorView& out, cudaStream_t stream);
+// out = grad_output - exp(output) * sum_dim(grad_output), where output = log_softmax(input).
+void log_softmax_backward(const TensorView& grad_output, const TensorView& output, int dim,
+                          const TensorView& out, cudaStream_t stream);
 
 // ---- LayerNorm and RMSNorm ----------------------------------------------------------------------
-// The last `normalized_ndim` dimensions of x (1 <= normalized_ndim <= x.ndim) are normalized
-// together: x is viewed as rows (the leading dimensions) of N = prod(normalized shape) elements.
-// weight and bias, where given (nullptr: none), have exactly the normalized shape and x's dtype.
-// mean and rstd are float32 tensors of the leading shape (x.shape[:-normalized_ndim]; 0-d when
-// every dimension is normalized); they may be nullptr when the caller does not need them.
+// The last `normalized_ndim` dimensions of input (1 <= normalized_ndim <= input.ndim) are
+// normalized together: input is viewed as rows (the leading dimensions) of N = prod(normalized
+// shape) elements. weight and bias, where given (nullptr: none), have exactly the normalized shape
+// and input's dtype. mean and rstd are float32 tensors of the leading shape
+// (input.shape[:-normalized_ndim]; 0-d when every dimension is normalized); they may be nullptr
+// when the caller does not need them.
 
-// out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps) (biased variance), as
+// out = (input - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps) (biased variance), as
 // torch.nn.functional.layer_norm.
-void layer_norm(const TensorView& x, int normalized_ndim, const TensorView* weight,
+void layer_norm(const TensorView& input, int normalized_ndim, const TensorView* weight,
                 const TensorView* bias, double eps, const TensorView& out, const TensorView* mean,
                 const TensorView* rstd, cudaStream_t stream);
 
-// Gradients of layer_norm, given the forward's saved mean and rstd. grad_in has x's shape;
+// Gradients of layer_norm, given the forward's saved mean and rstd. grad_input has input's shape;
 // grad_weight and grad_bias (each nullptr when not wanted; grad_weight needs weight) have the
 // normalized shape. grad_weight and grad_bias are reduced over rows in a fixed order: the same
 // inputs on the same GPU give bit-identical results on every run.
-void layer_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
-                         const TensorView& mean, const TensorView& rstd, const TensorView* weight,
-                         const TensorView* grad_in, const TensorView* grad_weight,
-                         const TensorView* grad_bias, cudaStream_t stream);
+void layer_norm_backward(const TensorView& grad_output, const TensorView& input,
+                         int normalized_ndim, const TensorView& mean, const TensorView& rstd,
+                         const TensorView* weight, const TensorView* grad_input,
+                         const TensorView* grad_weight, const TensorView* grad_bias,
+                         cudaStream_t stream);
 
-// out = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps), as torch.nn.functional.rms_norm.
-// (torch's default eps, finfo(dtype).eps, is the Python layer's business: here eps is explicit.)
-void rms_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, double eps,
+// out = input * rstd * weight, rstd = 1 / sqrt(mean(input^2) + eps), as
+// torch.nn.functional.rms_norm. (torch's default eps, finfo(dtype).eps, is the Python layer's
+// business: here eps is explicit.)
+void rms_norm(const TensorView& input, int normalized_ndim, const TensorView* weight, double eps,
               const TensorView& out, const TensorView* rstd, cudaStream_t stream);
 
-void rms_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
-                       const TensorView& rstd, const TensorView* weight, const TensorView* grad_in,
-                       const TensorView* grad_weight, cudaStream_t stream);
+void rms_norm_backward(const TensorView& grad_output, const TensorView& input,
+                       int normalized_ndim, const TensorView& rstd, const TensorView* weight,
+                       const TensorView* grad_input, const TensorView* grad_weight,
+                       cudaStream_t stream);
 
 }  // namespace tessera

@@ -184,7 +184,7 @@ template <class T>
 void add_typed(const TensorView& a, const TensorView& b, const double* b_value, const TensorView& out,
                float alpha, cudaStream_t s) {
   const int64_t n = out.numel();
-  Call<T> c{out, detail::broadcast_to("add", "a", a, out), {}, static_cast<const T*>(a.data), nullptr, alpha, 0.0f, n};
+  Call<T> c{out, detail::broadcast_to("add", "input", a, out), {}, static_cast<const T*>(a.data), nullptr, alpha, 0.0f, n};
   c.sms = runtime::device_props(out.device.index).multiProcessorCount;
   c.dense_a = a.numel() == n && a.is_contiguous() && out.is_contiguous();
   if (b_value) {
@@ -192,7 +192,7 @@ void add_typed(const TensorView& a, const TensorView& b, const double* b_value, 
     runtime::run_first<ScalarTier<T>, ScalarStridedTier<T>>("add", c, out.device.index, s);
     return;
   }
-  c.bb = detail::broadcast_to("add", "b", b, out);
+  c.bb = detail::broadcast_to("add", "other", b, out);
   c.b = static_cast<const T*>(b.data);
   c.dense_b = b.numel() == n && b.is_contiguous();
   c.one_b = b.numel() == 1;
@@ -202,22 +202,22 @@ void add_typed(const TensorView& a, const TensorView& b, const double* b_value, 
 
 void check_add(const TensorView& a, const TensorView* b, const TensorView& out) {
   using namespace detail;
-  check_cuda_tensor("add", "a", a);
-  check_dtype_in("add", "a", a, {DType::float32, DType::float16, DType::bfloat16});
+  check_cuda_tensor("add", "input", a);
+  check_dtype_in("add", "input", a, {DType::float32, DType::float16, DType::bfloat16});
   if (b) {
-    check_cuda_tensor("add", "b", *b);
-    check_same_device("add", "b", *b, "a", a);
-    check_same_dtype("add", "b", *b, "a", a);
+    check_cuda_tensor("add", "other", *b);
+    check_same_device("add", "other", *b, "input", a);
+    check_same_dtype("add", "other", *b, "input", a);
   }
   check_cuda_tensor("add", "out", out);
-  check_same_device("add", "out", out, "a", a);
-  check_same_dtype("add", "out", out, "a", a);
+  check_same_device("add", "out", out, "input", a);
+  check_same_dtype("add", "out", out, "input", a);
   TensorView expected = a;
-  if (b) expected.ndim = broadcast_shapes("add", a, *b, expected.shape);
+  if (b) expected.ndim = broadcast_shapes("add", "input", a, "other", *b, expected.shape);
   check_same_shape("add", "out", out, "a and b broadcast together", expected);
   check_no_internal_overlap("add", "out", out);
-  check_no_overlap("add", "out", out, "a", a, /*allow_identical=*/true);
-  if (b) check_no_overlap("add", "out", out, "b", *b, /*allow_identical=*/true);
+  check_no_overlap("add", "out", out, "input", a, /*allow_identical=*/true);
+  if (b) check_no_overlap("add", "out", out, "other", *b, /*allow_identical=*/true);
 }
 
 void add_impl(const TensorView& a, const TensorView* b, const double* b_value, const TensorView& out,

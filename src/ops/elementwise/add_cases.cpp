@@ -29,7 +29,7 @@ VerifyResult run_add(DType dt, const AddSpec& s) {
   if (!s.host_scalar) {
     b = make_tensor(dt, s.b, s.lb);
     fill_random(b, -4, 4, stream);
-    out_shape.ndim = detail::broadcast_shapes("add", a.view, b.view, out_shape.shape);
+    out_shape.ndim = detail::broadcast_shapes("add", "input", a.view, "other", b.view, out_shape.shape);
   }
   std::string name = std::string(dtype_name(dt)) + " a" + shape_str(s.a) + " " + layout_name(s.la);
   name += s.host_scalar ? " + scalar" : " + b" + shape_str(s.b) + " " + layout_name(s.lb);
@@ -42,8 +42,8 @@ VerifyResult run_add(DType dt, const AddSpec& s) {
     ref = reference::add(ha.view, scalar, s.alpha);
   } else {
     const HostCopy hb = to_host(b);
-    ref = reference::add(detail::broadcast_to("add", "a", ha.view, out_shape),
-                         detail::broadcast_to("add", "b", hb.view, out_shape), s.alpha);
+    ref = reference::add(detail::broadcast_to("add", "input", ha.view, out_shape),
+                         detail::broadcast_to("add", "other", hb.view, out_shape), s.alpha);
   }
   TestTensor out_storage;
   const TestTensor* out = &a;

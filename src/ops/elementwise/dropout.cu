@@ -295,14 +295,14 @@ void launch(const char* op, const TensorView& in, const TensorView& out, double 
 void dropout(const TensorView& x, const TensorView& out, double p, uint64_t seed, uint64_t offset,
              cudaStream_t stream) {
   runtime::NvtxRange range("tessera::dropout");
-  check_args("dropout", "x", x, "out", out, p);
+  check_args("dropout", "input", x, "out", out, p);
   launch("dropout", x, out, p, seed, offset, stream);
 }
 
 void dropout_backward(const TensorView& grad_out, const TensorView& grad_in, double p,
                       uint64_t seed, uint64_t offset, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::dropout_backward");
-  check_args("dropout_backward", "grad_out", grad_out, "grad_in", grad_in, p);
+  check_args("dropout_backward", "grad_output", grad_out, "out", grad_in, p);
   // d out / d x is the forward's mask times scale: the same map applied to grad_out.
   launch("dropout_backward", grad_out, grad_in, p, seed, offset, stream);
 }

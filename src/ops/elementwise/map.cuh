@@ -81,24 +81,24 @@ struct StridedTier {
 // The checks of a float map out = f(x): x a float CUDA tensor, out like x, out not overlapping x
 // unless it is x. False when there is nothing to do (0 elements).
 inline bool check_map(const char* op, const TensorView& x, const TensorView& out) {
-  detail::check_cuda_tensor(op, "x", x);
-  detail::check_dtype_in(op, "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_like(op, "out", out, "x", x);
+  detail::check_cuda_tensor(op, "input", x);
+  detail::check_dtype_in(op, "input", x, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_like(op, "out", out, "input", x);
   detail::check_no_internal_overlap(op, "out", out);
-  detail::check_no_overlap(op, "out", out, "x", x, /*allow_identical=*/true);
+  detail::check_no_overlap(op, "out", out, "input", x, /*allow_identical=*/true);
   return out.numel() > 0;
 }
 
 // The same for its backward grad_in = g(grad_out, x).
 inline bool check_map_backward(const char* op, const TensorView& grad_out, const TensorView& x,
                                const TensorView& grad_in) {
-  detail::check_cuda_tensor(op, "x", x);
-  detail::check_dtype_in(op, "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_like(op, "grad_out", grad_out, "x", x);
-  detail::check_like(op, "grad_in", grad_in, "x", x);
-  detail::check_no_internal_overlap(op, "grad_in", grad_in);
-  detail::check_no_overlap(op, "grad_in", grad_in, "x", x, true);
-  detail::check_no_overlap(op, "grad_in", grad_in, "grad_out", grad_out, true);
+  detail::check_cuda_tensor(op, "input", x);
+  detail::check_dtype_in(op, "input", x, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_like(op, "grad_output", grad_out, "input", x);
+  detail::check_like(op, "out", grad_in, "input", x);
+  detail::check_no_internal_overlap(op, "out", grad_in);
+  detail::check_no_overlap(op, "out", grad_in, "input", x, true);
+  detail::check_no_overlap(op, "out", grad_in, "grad_output", grad_out, true);
   return grad_in.numel() > 0;
 }
 

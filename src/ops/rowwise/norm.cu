@@ -132,8 +132,8 @@ void check_shape(const char* op, const char* arg, const TensorView& t, const int
 }
 
 void check_x(const char* op, const TensorView& x, int nnorm) {
-  detail::check_cuda_tensor(op, "x", x);
-  detail::check_dtype_in(op, "x", x, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_cuda_tensor(op, "input", x);
+  detail::check_dtype_in(op, "input", x, {DType::float32, DType::float16, DType::bfloat16});
   if (nnorm < 1 || nnorm > x.ndim)
     detail::throw_arg(ErrorKind::value, op, "normalized_ndim",
                       "1 <= normalized_ndim <= x.ndim = " + std::to_string(x.ndim), std::to_string(nnorm));
@@ -143,17 +143,17 @@ void check_x(const char* op, const TensorView& x, int nnorm) {
 // weight, bias, grad_weight, grad_bias: x's dtype, the normalized shape.
 void check_param(const char* op, const char* arg, const TensorView& t, const TensorView& x, int lead) {
   detail::check_cuda_tensor(op, arg, t);
-  detail::check_same_device(op, arg, t, "x", x);
-  detail::check_same_dtype(op, arg, t, "x", x);
-  check_shape(op, arg, t, x.shape + lead, x.ndim - lead, "the normalized shape of 'x'");
+  detail::check_same_device(op, arg, t, "input", x);
+  detail::check_same_dtype(op, arg, t, "input", x);
+  check_shape(op, arg, t, x.shape + lead, x.ndim - lead, "the normalized shape of 'input'");
 }
 
 // mean, rstd: float32, the leading shape.
 void check_stats(const char* op, const char* arg, const TensorView& t, const TensorView& x, int lead) {
   detail::check_cuda_tensor(op, arg, t);
-  detail::check_same_device(op, arg, t, "x", x);
+  detail::check_same_device(op, arg, t, "input", x);
   detail::check_dtype_in(op, arg, t, {DType::float32});
-  check_shape(op, arg, t, x.shape, lead, "the leading shape of 'x'");
+  check_shape(op, arg, t, x.shape, lead, "the leading shape of 'input'");
 }
 
 void check_eps(const char* op, double eps) {
@@ -191,11 +191,11 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
   if (weight) check_param(op, "weight", *weight, x, lead);
   if (bias) check_param(op, "bias", *bias, x, lead);
   check_eps(op, eps);
-  detail::check_like(op, "out", out, "x", x);
+  detail::check_like(op, "out", out, "input", x);
   if (mean) check_stats(op, "mean", *mean, x, lead);
   if (rstd) check_stats(op, "rstd", *rstd, x, lead);
   check_outputs(op, {{"out", &out}, {"mean", mean}, {"rstd", rstd}},
-                {{"x", &x}, {"weight", weight}, {"bias", bias}});
+                {{"input", &x}, {"weight", weight}, {"bias", bias}});
   if (x.numel() == 0) return;
 
   runtime::DeviceGuard guard(x.device.index);
@@ -240,11 +240,11 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const T
                    cudaStream_t stream) {
   check_x(op, x, nnorm);
   const int lead = x.ndim - nnorm;
-  detail::check_like(op, "grad_out", grad_out, "x", x);
+  detail::check_like(op, "grad_output", grad_out, "input", x);
   if (mean) check_stats(op, "mean", *mean, x, lead);
   check_stats(op, "rstd", rstd, x, lead);
   if (weight) check_param(op, "weight", *weight, x, lead);
-  if (grad_in) detail::check_like(op, "grad_in", *grad_in, "x", x);
+  if (grad_in) detail::check_like(op, "grad_input", *grad_in, "input", x);
   if (grad_weight) {
     if (!weight)
       detail::throw_arg(ErrorKind::value, op, "grad_weight", "nullptr when 'weight' is not given",
@@ -252,8 +252,8 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const T
     check_param(op, "grad_weight", *grad_weight, x, lead);
   }
   if (grad_bias) check_param(op, "grad_bias", *grad_bias, x, lead);
-  check_outputs(op, {{"grad_in", grad_in}, {"grad_weight", grad_weight}, {"grad_bias", grad_bias}},
-                {{"grad_out", &grad_out}, {"x", &x}, {"mean", mean}, {"rstd", &rstd}, {"weight", weight}});
+  check_outputs(op, {{"grad_input", grad_in}, {"grad_weight", grad_weight}, {"grad_bias", grad_bias}},
+                {{"grad_output", &grad_out}, {"input", &x}, {"mean", mean}, {"rstd", &rstd}, {"weight", weight}});
 
   const int64_t rows = product(x.shape, 0, lead), n = product(x.shape, lead, x.ndim);
   const bool sums = grad_weight || grad_bias;

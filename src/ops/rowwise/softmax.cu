@@ -390,12 +390,12 @@ TensorView at_least_1d(const TensorView& t) {
 
 template <bool Log>
 void forward(const char* op, const TensorView& x, int dim, const TensorView& out, cudaStream_t stream) {
-  detail::check_cuda_tensor(op, "x", x);
-  detail::check_dtype_in(op, "x", x, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_like(op, "out", out, "x", x);
+  detail::check_cuda_tensor(op, "input", x);
+  detail::check_dtype_in(op, "input", x, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_like(op, "out", out, "input", x);
   const int d = wrap_dim(op, dim, x.ndim);
   detail::check_no_internal_overlap(op, "out", out);
-  detail::check_no_overlap(op, "out", out, "x", x, /*allow_identical=*/true);
+  detail::check_no_overlap(op, "out", out, "input", x, /*allow_identical=*/true);
   if (out.numel() == 0) return;
   dispatch<SoftmaxOp<Log>, 1>(at_least_1d(out), {at_least_1d(x)}, d, stream);
 }
@@ -403,14 +403,14 @@ void forward(const char* op, const TensorView& x, int dim, const TensorView& out
 template <bool Log>
 void backward(const char* op, const TensorView& grad_out, const TensorView& y, int dim,
               const TensorView& grad_in, cudaStream_t stream) {
-  detail::check_cuda_tensor(op, "grad_out", grad_out);
-  detail::check_dtype_in(op, "grad_out", grad_out, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_like(op, "y", y, "grad_out", grad_out);
-  detail::check_like(op, "grad_in", grad_in, "grad_out", grad_out);
+  detail::check_cuda_tensor(op, "grad_output", grad_out);
+  detail::check_dtype_in(op, "grad_output", grad_out, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_like(op, "output", y, "grad_output", grad_out);
+  detail::check_like(op, "out", grad_in, "grad_output", grad_out);
   const int d = wrap_dim(op, dim, grad_out.ndim);
-  detail::check_no_internal_overlap(op, "grad_in", grad_in);
-  detail::check_no_overlap(op, "grad_in", grad_in, "grad_out", grad_out, /*allow_identical=*/true);
-  detail::check_no_overlap(op, "grad_in", grad_in, "y", y, /*allow_identical=*/false);
+  detail::check_no_internal_overlap(op, "out", grad_in);
+  detail::check_no_overlap(op, "out", grad_in, "grad_output", grad_out, /*allow_identical=*/true);
+  detail::check_no_overlap(op, "out", grad_in, "output", y, /*allow_identical=*/false);
   if (grad_in.numel() == 0) return;
   dispatch<SoftmaxBackwardOp<Log>, 2>(at_least_1d(grad_in), {at_least_1d(grad_out), at_least_1d(y)}, d, stream);
 }
