@@ -86,7 +86,7 @@ if [ ! -x "$BUILD/venv/bin/python" ]; then
   "$PY" -m venv "$BUILD/venv"
 fi
 "$BUILD/venv/bin/python" -m pip install -q --upgrade pip
-"$BUILD/venv/bin/python" -m pip install -q scikit-build-core nanobind pytest numpy
+"$BUILD/venv/bin/python" -m pip install -q scikit-build-core nanobind pytest numpy mypy
 TESSERA_CUDA_ARCHITECTURES="$ARCHS" "$BUILD/venv/bin/python" -m pip install -q --no-build-isolation \
   --config-settings=build-dir="$BUILD" \
   --config-settings=cmake.define.TESSERA_BUILD_TESTS=ON \

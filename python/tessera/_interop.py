@@ -13,14 +13,34 @@ from __future__ import annotations
 
 import numbers
 import sys
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
 from . import _C
+
+if TYPE_CHECKING:
+    import torch
 
 # The order torch_view and stand_in write the fields in; a mismatch would hand the extension raw
 # pointers in the wrong places, so it stops the import.
 if _C.VIEW_FIELDS != ("data_ptr", "dtype", "shape", "strides", "device_index"):
     raise ImportError(f"tessera._interop builds view tuples that tessera._C does not read: "
                       f"_C.VIEW_FIELDS is {_C.VIEW_FIELDS}")
+
+
+# Type annotations of the public functions (for type checkers; nothing here runs per call).
+class SupportsDLPack(Protocol):
+    """An array that speaks DLPack: cupy, jax, tessera.DeviceArray, ..."""
+
+    def __dlpack__(self, *, stream: Any = ...) -> Any: ...
+
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
+
+# A tensor argument: a torch tensor (torch is only imported by type checkers) or a DLPack array.
+TensorLike = Union["torch.Tensor", SupportsDLPack]
+# An operator returns the kind of tensor it was given (torch for torch, cupy for cupy); for other
+# DLPack producers it returns a tessera.DeviceArray, which this annotation does not tell apart.
+TensorT = TypeVar("TensorT", bound=TensorLike)
 
 # torch.dtype -> tessera dtype code, built the first time a torch tensor is seen.
 _torch_codes: dict | None = None

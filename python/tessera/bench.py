@@ -24,7 +24,10 @@ The operators' descriptions, which the `tessera` command and the benchmarks/ scr
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from . import _C
 
@@ -33,8 +36,10 @@ __all__ = ["do_bench", "peaks", "summarize", "Report", "ops", "op"]
 _STAT_KEYS = ("median_ms", "p20_ms", "p80_ms", "min_ms", "max_ms", "mean_ms")
 
 
-def do_bench(fn, *, warmup_ms=25, min_reps=25, max_reps=1000, budget_ms=100, flush_l2=True,
-             cuda_graph=False, graph_batch=20, stream=None) -> dict:
+def do_bench(fn: Callable[[], object], *, warmup_ms: float = 25, min_reps: int = 25,
+             max_reps: int = 1000, budget_ms: float = 100, flush_l2: bool = True,
+             cuda_graph: bool = False, graph_batch: int = 20,
+             stream: Any = None) -> dict[str, float]:
     """Times ``fn()`` on the GPU and returns its statistics in milliseconds.
 
     Args:
@@ -141,7 +146,7 @@ def _bench_cupy(cupy, fn, opts, flush_l2, cuda_graph, graph_batch, stream):
                           graph_batch=int(graph_batch), pass_stream=True, **opts)
 
 
-def peaks(stream=None) -> dict:
+def peaks(stream: Any = None) -> dict[str, Any]:
     """Ceilings measured on the current GPU: a 1 GiB device-to-device copy (copy_gbps, bytes read
     plus written per second) and a cuBLAS bf16 GEMM of 8192^3 (bf16_tflops), with the GPU's name,
     SM count, L2 and memory size, driver and runtime versions."""
@@ -154,7 +159,7 @@ def peaks(stream=None) -> dict:
     return _C.measure_peaks(handle)
 
 
-def ops(select=None) -> list:
+def ops(select: str | Iterable[str] | None = None) -> list[_C.OpInfo]:
     """The operators' descriptions (tessera._C.OpInfo), in the order `tessera verify` runs them.
 
     Each has ``name``, ``family``, ``summary``, ``dtypes`` (names), ``bench_sizes`` (the sizes
@@ -184,7 +189,7 @@ def ops(select=None) -> list:
     return [o for o in _C.ops() if o.name in wanted]
 
 
-def op(name: str):
+def op(name: str) -> _C.OpInfo:
     """The description of the op named exactly ``name`` (see :func:`ops`)."""
     for o in _C.ops():
         if o.name == name:
@@ -194,7 +199,7 @@ def op(name: str):
                      f"got {name!r}")
 
 
-def summarize(samples_ms) -> dict:
+def summarize(samples_ms: Iterable[float]) -> dict[str, float]:
     """Statistics of raw times in ms (median, p20, p80 by linear interpolation, min, max, mean)."""
     return _C.summarize([float(s) for s in samples_ms])
 
@@ -214,11 +219,12 @@ class Report:
     aligned table, CSV, JSON and one SVG plot per (op, dtype). Notes (how a provider was timed,
     caveats) go below the table and into the JSON."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._report = _C.Report()
         self.notes: list[str] = []
 
-    def add(self, op, provider, dtype, shape, size, bytes, flops, stats) -> None:
+    def add(self, op: str, provider: str, dtype: Any, shape: str | Sequence[int], size: int,
+            bytes: float, flops: float, stats: dict[str, float]) -> None:
         """One measurement. ``shape`` is a string or a sequence of ints, ``dtype`` a string or a
         torch dtype, ``size`` the x axis of the plots (e.g. the element count), ``bytes`` and
         ``flops`` what the op must move and compute, ``stats`` a dict from :func:`do_bench`."""
@@ -246,10 +252,10 @@ class Report:
             text = text.rstrip("\n") + "\n\nnotes:\n" + "".join(f"  - {n}\n" for n in self.notes)
         return text
 
-    def write_csv(self, path) -> None:
+    def write_csv(self, path: str | os.PathLike[str]) -> None:
         self._report.write_csv(str(path))
 
-    def write_json(self, path) -> None:
+    def write_json(self, path: str | os.PathLike[str]) -> None:
         self._report.write_json(str(path))
         if self.notes:
             with open(path, encoding="utf-8") as f:
@@ -259,9 +265,9 @@ class Report:
                 json.dump(doc, f, indent=2)
                 f.write("\n")
 
-    def write_svgs(self, directory) -> list[str]:
+    def write_svgs(self, directory: str | os.PathLike[str]) -> list[str]:
         """One SVG per (op, dtype) in ``directory`` (created if needed); returns their paths."""
         return list(self._report.write_svgs(str(directory)))
 
-    def svg(self, op: str, dtype) -> str:
+    def svg(self, op: str, dtype: Any) -> str:
         return self._report.svg(op, _dtype_str(dtype))

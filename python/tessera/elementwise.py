@@ -13,10 +13,15 @@ the kernel directly, without autograd's cost per call.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import _C
 from . import random as _random
 from ._interop import (as_arg, as_number, broadcast_shape, defined_on_first_use, dlpack_stream,
                        stand_in, torch_if_tensor, torch_stream, torch_view, wrap_output)
+
+if TYPE_CHECKING:
+    from ._interop import TensorLike, TensorT
 
 __all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "dropout_backward",
            "copy"]
@@ -45,7 +50,8 @@ def _no_grad_with_out(op: str):
 
 # ---- add --------------------------------------------------------------------------------------
 
-def add(input, other, *, alpha=1, out=None):
+def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
+        out: TensorT | None = None) -> TensorT:
     """``input + alpha * other``, as :func:`torch.add`.
 
     Args:
@@ -156,7 +162,7 @@ def _map_backward_torch(torch, op, fn, grad, x, out, extra):
     return out
 
 
-def gelu(input, approximate="none", *, out=None):
+def gelu(input: TensorT, approximate: str = "none", *, out: TensorT | None = None) -> TensorT:
     """GELU, as :func:`torch.nn.functional.gelu`: ``x * Φ(x)`` with the erf form of the normal CDF
     (``approximate='none'``) or torch's tanh approximation (``approximate='tanh'``).
 
@@ -166,20 +172,22 @@ def gelu(input, approximate="none", *, out=None):
     return _map("gelu", _C.gelu, input, out, (_approximate(approximate, "gelu"),), "Gelu")
 
 
-def gelu_backward(grad_output, input, *, approximate="none", out=None):
+def gelu_backward(grad_output: TensorLike, input: TensorT, *, approximate: str = "none",
+                  out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`gelu` with respect to ``input``: ``grad_output * gelu'(input)``, as
     ``torch.ops.aten.gelu_backward``. Not differentiable itself."""
     tanh = _approximate(approximate, "gelu_backward")
     return _map_backward("gelu_backward", _C.gelu_backward, grad_output, input, out, (tanh,))
 
 
-def silu(input, *, out=None):
+def silu(input: TensorT, *, out: TensorT | None = None) -> TensorT:
     """SiLU (swish), as :func:`torch.nn.functional.silu`: ``x * sigmoid(x)``. ``out`` as for
     :func:`gelu` (torch's ``inplace=True`` is ``out=input``)."""
     return _map("silu", _C.silu, input, out, (), "Silu")
 
 
-def silu_backward(grad_output, input, *, out=None):
+def silu_backward(grad_output: TensorLike, input: TensorT, *,
+                  out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`silu` with respect to ``input``, as ``torch.ops.aten.silu_backward``.
     Not differentiable itself."""
     return _map_backward("silu_backward", _C.silu_backward, grad_output, input, out, ())
@@ -290,7 +298,8 @@ def _dropout_stream(op: str, seed, offset, numel):
     return _random._take(_C.dropout_offset_increment(numel()))
 
 
-def dropout(input, p=0.5, training=True, inplace=False, *, seed=None, offset=0, out=None):
+def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool = False, *,
+            seed: int | None = None, offset: int = 0, out: TensorT | None = None) -> TensorT:
     """Inverted dropout, as :func:`torch.nn.functional.dropout`: each element is zeroed with
     probability ``p`` and the kept ones are scaled by ``1 / (1 - p)``.
 
@@ -348,7 +357,8 @@ def _dropout_torch(torch, x, p, seed, offset, out):
     return out
 
 
-def dropout_backward(grad_output, p, seed, offset, *, out=None):
+def dropout_backward(grad_output: TensorT, p: float, seed: int, offset: int, *,
+                     out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`dropout` with respect to its input, ``grad_output * mask / (1 - p)``,
     given the forward's ``p``, ``seed`` and ``offset`` (the mask is regenerated, not stored). Not
     differentiable itself."""
@@ -402,7 +412,7 @@ def _dropout_function(torch):
 
 # ---- copy -------------------------------------------------------------------------------------
 
-def copy(src, dst):
+def copy(src: TensorLike, dst: TensorT) -> TensorT:
     """``dst[...] = src`` for tensors of one shape and dtype in any two layouts (a transpose, a
     strided slice), as ``dst.copy_(src)`` without its broadcasting and dtype conversion. ``dst``
     must not overlap ``src`` unless it is the same view. Returns ``dst``. Not tracked by autograd:

@@ -58,7 +58,7 @@ def _reseed(value: int) -> None:
     _seed, _offset, _initial_seed = value, 0, value
 
 
-def manual_seed(seed) -> None:
+def manual_seed(seed: int) -> None:
     """Sets the seed and rewinds the offset to 0 (as ``torch.manual_seed`` does for its Philox
     generators). Accepts integers in [-2**63, 2**64); negative ones wrap modulo 2**64."""
     value = _as_uint64(seed, "manual_seed", "seed")
@@ -88,7 +88,7 @@ def get_rng_state() -> tuple[int, int]:
         return _seed, _offset
 
 
-def set_rng_state(state) -> None:
+def set_rng_state(state: tuple[int, int]) -> None:
     """Restores a ``(seed, offset)`` pair from :func:`get_rng_state`, so that the calls after it
     repeat the numbers drawn after that ``get_rng_state``."""
     global _seed, _offset

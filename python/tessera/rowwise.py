@@ -24,11 +24,18 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import _C
 from ._interop import (as_arg, defined_on_first_use, dlpack_stream, torch_if_tensor, torch_stream,
                        torch_view, wrap_output)
 from .elementwise import _no_grad_with_out
+
+if TYPE_CHECKING:
+    import torch
+
+    from ._interop import TensorLike, TensorT
 
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
@@ -147,7 +154,8 @@ def _param_grad(torch, x, k: int, like):
 
 # ---- softmax and log_softmax --------------------------------------------------------------------
 
-def softmax(input, dim=-1, dtype=None, *, out=None):
+def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
+            out: TensorT | None = None) -> TensorT:
     """Softmax along ``dim``, as :func:`torch.softmax`: a row containing NaN gives NaN, a row of
     all -inf gives NaN. ``dtype`` casts the input first (torch tensors only), as torch does.
 
@@ -157,7 +165,8 @@ def softmax(input, dim=-1, dtype=None, *, out=None):
     return _softmax_entry(input, dim, dtype, out, False)
 
 
-def log_softmax(input, dim=-1, dtype=None, *, out=None):
+def log_softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
+                out: TensorT | None = None) -> TensorT:
     """Log-softmax along ``dim``, as :func:`torch.log_softmax`; see :func:`softmax`."""
     return _softmax_entry(input, dim, dtype, out, True)
 
@@ -192,14 +201,16 @@ def _softmax_torch(torch, x, dim, log, out):
     return out
 
 
-def softmax_backward(grad_output, output, dim, *, out=None):
+def softmax_backward(grad_output: TensorLike, output: TensorT, dim: int, *,
+                     out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`softmax` with respect to its input, from the forward's ``output`` ``y``:
     ``y * (grad_output - sum_dim(grad_output * y))``, as ``torch.ops.aten._softmax_backward_data``
     (without its input_dtype: the result has ``output``'s dtype). Not differentiable itself."""
     return _softmax_backward_entry(grad_output, output, dim, out, False)
 
 
-def log_softmax_backward(grad_output, output, dim, *, out=None):
+def log_softmax_backward(grad_output: TensorLike, output: TensorT, dim: int, *,
+                         out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`log_softmax` from the forward's ``output`` ``y``:
     ``grad_output - exp(y) * sum_dim(grad_output)``, as
     ``torch.ops.aten._log_softmax_backward_data``. Not differentiable itself."""
@@ -231,7 +242,9 @@ def _softmax_backward_torch(torch, grad, y, dim, log, out):
 
 # ---- LayerNorm --------------------------------------------------------------------------------
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, out=None):
+def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
+               weight: TensorLike | None = None, bias: TensorLike | None = None,
+               eps: float = 1e-5, *, out: TensorT | None = None) -> TensorT:
     """LayerNorm over the trailing ``normalized_shape`` dimensions, as
     :func:`torch.nn.functional.layer_norm`: ``(x - mean) * rstd * weight + bias`` with
     ``rstd = 1 / sqrt(var + eps)`` (biased variance). Differentiable with respect to input,
@@ -272,7 +285,9 @@ def _layer_norm_torch(torch, x, k, weight, bias, eps, out, stats):
     return out, mean, rstd
 
 
-def layer_norm_forward(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int],
+                       weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                       eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(out, mean, rstd)``, as ``torch.native_layer_norm``, for use in a hand-written backward.
     mean and rstd are float32 with the leading shape ``input.shape[:-len(normalized_shape)]`` (not
     torch's ``leading + (1,) * len(normalized_shape)``). Torch tensors only; not differentiable
@@ -284,8 +299,12 @@ def layer_norm_forward(input, normalized_shape, weight=None, bias=None, eps=1e-5
     return _layer_norm_torch(torch, input, k, weight, bias, eps, None, True)
 
 
-def layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight=None,
-                        output_mask=(True, True, True)):
+def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
+                        normalized_shape: int | Sequence[int], mean: torch.Tensor,
+                        rstd: torch.Tensor, weight: torch.Tensor | None = None,
+                        output_mask: Sequence[bool] = (True, True, True)
+                        ) -> tuple[torch.Tensor | None, torch.Tensor | None,
+                                   torch.Tensor | None]:
     """``(grad_input, grad_weight, grad_bias)`` of :func:`layer_norm`, given the forward's mean and
     rstd (either the leading shape or torch's ``leading + (1,) * len(normalized_shape)``), as
     ``torch.ops.aten.native_layer_norm_backward``. An entry is None where ``output_mask`` turns it
@@ -320,7 +339,9 @@ def _layer_norm_backward_torch(torch, grad, x, k, mean, rstd, weight, want_in, w
 
 # ---- RMSNorm ----------------------------------------------------------------------------------
 
-def rms_norm(input, normalized_shape, weight=None, eps=None, *, out=None):
+def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
+             weight: TensorLike | None = None, eps: float | None = None, *,
+             out: TensorT | None = None) -> TensorT:
     """RMSNorm over the trailing ``normalized_shape`` dimensions, as
     :func:`torch.nn.functional.rms_norm`: ``x * rstd * weight`` with
     ``rstd = 1 / sqrt(mean(x^2) + eps)``. Differentiable with respect to input and weight.
@@ -356,7 +377,9 @@ def _rms_norm_torch(torch, x, k, weight, eps, out, stats):
     return out, rstd
 
 
-def rms_norm_forward(input, normalized_shape, weight=None, eps=None):
+def rms_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int],
+                     weight: torch.Tensor | None = None,
+                     eps: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, rstd)`` of :func:`rms_norm`, as ``torch.ops.aten._fused_rms_norm``, with rstd float32
     of the leading shape ``input.shape[:-len(normalized_shape)]``. Torch tensors only; not
     differentiable (use :func:`rms_norm` for autograd)."""
@@ -368,8 +391,11 @@ def rms_norm_forward(input, normalized_shape, weight=None, eps=None):
     return _rms_norm_torch(torch, input, k, weight, eps, None, True)
 
 
-def rms_norm_backward(grad_output, input, normalized_shape, rstd, weight=None,
-                      output_mask=(True, True)):
+def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
+                      normalized_shape: int | Sequence[int], rstd: torch.Tensor,
+                      weight: torch.Tensor | None = None,
+                      output_mask: Sequence[bool] = (True, True)
+                      ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_input, grad_weight)`` of :func:`rms_norm`, given the forward's rstd (the leading
     shape, or ``leading + (1,) * len(normalized_shape)``). An entry is None where ``output_mask``
     turns it off; grad_weight also where ``weight`` is None. grad_weight is bit-identical from run

@@ -18,10 +18,14 @@ are tunable: ``tessera.set.isin_thresholds`` holds the defaults each call uses.
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING
 
 from . import _C
 from ._interop import (as_arg, dlpack_stream, torch_if_tensor, torch_stream_of_either, torch_view,
                        wrap_output)
+
+if TYPE_CHECKING:
+    from ._interop import TensorLike, TensorT
 
 __all__ = ["isin", "isin_thresholds", "isin_path"]
 
@@ -46,7 +50,9 @@ def isin_path(dtype: str, num_elements: int, num_test: int) -> str:
                                int(t["brute_force_max_work"]), int(t["hash_min_test"]))
 
 
-def isin(elements, test_elements, *, assume_unique=False, invert=False, path="automatic", out=None):
+def isin(elements: TensorT | float, test_elements: TensorT | float, *,
+         assume_unique: bool = False, invert: bool = False, path: str = "automatic",
+         out: TensorLike | None = None) -> TensorT:
     """``elements in test_elements``, elementwise, as :func:`torch.isin`.
 
     Args:
