@@ -4,7 +4,7 @@
 Every function takes torch tensors, or any CUDA array that speaks DLPack (cupy, jax, ...), and
 returns the same kind it was given. All argument checks are the library's: a CPU tensor, an
 unsupported dtype or mismatched shapes raise ValueError/TypeError with the C++ message, which names
-the operator and its argument ('a', 'b' and 'out' for add; 'x' for gelu).
+the operator and its argument by the Python parameter's name ('input', 'other', 'out', ...).
 
 Autograd: when grad mode is on and a torch input requires grad, the call goes through a
 torch.autograd.Function (gelu's backward runs tessera's gelu_backward kernel, silu's silu_backward); otherwise it calls
@@ -74,7 +74,7 @@ def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
         if (other.dim() == 0 and input.is_cuda and not other.is_cuda and not other.requires_grad):
             other = other.item()
     elif as_number(other) is None:
-        raise TypeError(f"tessera.add: argument 'b': expected a torch tensor or a real number "
+        raise TypeError(f"tessera.add: argument 'other': expected a torch tensor or a real number "
                         f"(torch.from_dlpack converts other arrays), got {type(other).__name__}")
     if _requires_grad(torch, input, other):
         if out is not None:
@@ -111,21 +111,21 @@ def _refuse(op, av, bv, alpha, stream):
 
 def _add_dlpack(input, other, alpha, out):
     torch = torch_if_tensor(other)
-    a = as_arg(None, input, "add", "a")
+    a = as_arg(None, input, "add", "input")
     number = as_number(other)
-    b = as_arg(torch, other, "add", "b") if number is None else number
+    b = as_arg(torch, other, "add", "other") if number is None else number
     result = _C.add(a, b, as_arg(torch, out, "add", "out"), float(alpha), dlpack_stream(input))
     return out if out is not None else wrap_output(input, result)
 
 
 # ---- float maps: gelu, silu ------------------------------------------------------------------
 # One forward and one backward path for every float map out = f(x) (extra: f's own arguments,
-# passed on to the kernel after out/grad_in).
+# passed on to the kernel after out).
 
 def _map(op: str, fn, input, out, extra, function):
     torch = torch_if_tensor(input)
     if torch is None:
-        result = fn(as_arg(None, input, op, "x"), as_arg(None, out, op, "out"), *extra,
+        result = fn(as_arg(None, input, op, "input"), as_arg(None, out, op, "out"), *extra,
                     dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
     if _requires_grad(torch, input):
@@ -146,8 +146,8 @@ def _map_torch(torch, op, fn, x, out, extra):
 def _map_backward(op: str, fn, grad_output, input, out, extra):
     torch = torch_if_tensor(input)
     if torch is None:
-        result = fn(as_arg(torch_if_tensor(grad_output), grad_output, op, "grad_out"),
-                    as_arg(None, input, op, "x"), as_arg(None, out, op, "grad_in"), *extra,
+        result = fn(as_arg(torch_if_tensor(grad_output), grad_output, op, "grad_output"),
+                    as_arg(None, input, op, "input"), as_arg(None, out, op, "out"), *extra,
                     dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
     return _map_backward_torch(torch, op, fn, grad_output, input, out, extra)
@@ -155,10 +155,10 @@ def _map_backward(op: str, fn, grad_output, input, out, extra):
 
 def _map_backward_torch(torch, op, fn, grad, x, out, extra):
     xv = torch_view(x)
-    gv = as_arg(torch, grad, op, "grad_out")
+    gv = as_arg(torch, grad, op, "grad_output")
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    fn(gv, xv, as_arg(torch, out, op, "grad_in"), *extra, torch_stream(xv))
+    fn(gv, xv, as_arg(torch, out, op, "out"), *extra, torch_stream(xv))
     return out
 
 
@@ -279,7 +279,7 @@ def _uint64(v, op: str, arg: str) -> int:
 def _numel(x, op: str) -> int:
     shape = getattr(x, "shape", None)
     if shape is None:
-        raise TypeError(f"tessera.{op}: argument 'x': without seed=, expected a tensor with a "
+        raise TypeError(f"tessera.{op}: argument 'input': without seed=, expected a tensor with a "
                         f".shape (to advance the generator by its size), got {type(x).__name__}")
     n = 1
     for s in shape:
@@ -335,7 +335,7 @@ def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool
     seed, offset = _dropout_stream(
         op, seed, offset, input.numel if torch is not None else lambda: _numel(input, op))
     if torch is None:
-        result = _C.dropout(as_arg(None, input, op, "x"),
+        result = _C.dropout(as_arg(None, input, op, "input"),
                             as_arg(torch_if_tensor(out), out, op, "out"), p, seed, offset,
                             dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
@@ -367,8 +367,8 @@ def dropout_backward(grad_output: TensorT, p: float, seed: int, offset: int, *,
     seed, offset = _uint64(seed, op, "seed"), _uint64(offset, op, "offset")
     torch = torch_if_tensor(grad_output)
     if torch is None:
-        result = _C.dropout_backward(as_arg(None, grad_output, op, "grad_out"),
-                                     as_arg(torch_if_tensor(out), out, op, "grad_in"), p, seed,
+        result = _C.dropout_backward(as_arg(None, grad_output, op, "grad_output"),
+                                     as_arg(torch_if_tensor(out), out, op, "out"), p, seed,
                                      offset, dlpack_stream(grad_output))
         return out if out is not None else wrap_output(grad_output, result)
     return _dropout_backward_torch(torch, grad_output, p, seed, offset, out)
@@ -378,7 +378,7 @@ def _dropout_backward_torch(torch, grad, p, seed, offset, out):
     gv = torch_view(grad)
     if out is None:
         out = torch.empty(grad.shape, dtype=grad.dtype, device=grad.device)
-    _C.dropout_backward(gv, as_arg(torch, out, "dropout_backward", "grad_in"), p, seed, offset,
+    _C.dropout_backward(gv, as_arg(torch, out, "dropout_backward", "out"), p, seed, offset,
                         torch_stream(gv))
     return out
 

@@ -4,9 +4,10 @@ and RMSNorm over the trailing dimensions, with their backward functions.
 Inputs are torch tensors, or (for softmax, log_softmax, their backward functions, layer_norm and
 rms_norm) any CUDA array that speaks DLPack, which gets the same kind back. The argument checks
 are the library's: a CPU tensor, an unsupported dtype or a mismatched shape raise
-ValueError/TypeError with the C++ message, which names the operator and its C++ argument ('x',
-'out', 'weight', 'bias', 'grad_out', 'y', 'mean', 'rstd', ...). Checks of Python-only arguments
-(dim's type, normalized_shape, output_mask) run first, before any of them.
+ValueError/TypeError with the C++ message, which names the operator and the argument by its Python
+parameter's name ('input', 'out', 'weight', 'bias', 'grad_output', 'output', 'mean', 'rstd', ...).
+Checks of Python-only arguments (dim's type, normalized_shape, output_mask) run first, before any
+of them.
 
 Autograd: when grad mode is on and an input requires grad, softmax, log_softmax, layer_norm and
 rms_norm go through a torch.autograd.Function whose backward runs tessera's backward kernel
@@ -60,7 +61,7 @@ def _dim(dim, op: str) -> int:
                         f"got {type(dim).__name__}")
     d = operator.index(dim)
     if not -(1 << 31) <= d < (1 << 31):  # beyond any tensor's dimensions (and the C++ int)
-        raise ValueError(f"tessera.{op}: argument 'dim': expected a dimension of 'x', got {d}")
+        raise ValueError(f"tessera.{op}: argument 'dim': expected a dimension of 'input', got {d}")
     return d
 
 
@@ -83,7 +84,7 @@ def _normalized_ndim(normalized_shape, input, op: str) -> int:
                             f"sequence of ints, got {normalized_shape!r}") from None
     shape = getattr(input, "shape", None)
     if shape is None:
-        raise TypeError(f"tessera.{op}: argument 'x': expected a tensor with a .shape (a torch "
+        raise TypeError(f"tessera.{op}: argument 'input': expected a tensor with a .shape (a torch "
                         f"tensor, or an array with __dlpack__ and .shape), got "
                         f"{type(input).__name__}")
     shape = tuple(shape)
@@ -180,7 +181,8 @@ def _softmax_entry(input, dim, dtype, out, log):
             raise TypeError(f"tessera.{op}: argument 'dtype': casting needs a torch tensor input, "
                             f"got {type(input).__name__}")
         fn = _C.log_softmax if log else _C.softmax
-        result = fn(as_arg(None, input, op, "x"), _arg(out, op, "out"), dim, dlpack_stream(input))
+        result = fn(as_arg(None, input, op, "input"), _arg(out, op, "out"), dim,
+                    dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
     if dtype is not None and input.dtype != dtype:
         input = input.to(dtype)
@@ -223,8 +225,8 @@ def _softmax_backward_entry(grad, y, dim, out, log):
     torch = torch_if_tensor(y)
     if torch is None:
         fn = _C.log_softmax_backward if log else _C.softmax_backward
-        result = fn(_arg(grad, op, "grad_out"), as_arg(None, y, op, "y"), _arg(out, op, "grad_in"),
-                    dim, dlpack_stream(y))
+        result = fn(_arg(grad, op, "grad_output"), as_arg(None, y, op, "output"),
+                    _arg(out, op, "out"), dim, dlpack_stream(y))
         return out if out is not None else wrap_output(y, result)
     return _softmax_backward_torch(torch, grad, y, dim, log, out)
 
@@ -232,11 +234,11 @@ def _softmax_backward_entry(grad, y, dim, out, log):
 def _softmax_backward_torch(torch, grad, y, dim, log, out):
     op = "log_softmax_backward" if log else "softmax_backward"
     yv = torch_view(y)
-    gv = as_arg(torch, grad, op, "grad_out")
+    gv = as_arg(torch, grad, op, "grad_output")
     if out is None:
         out = torch.empty(y.shape, dtype=y.dtype, device=y.device)
     fn = _C.log_softmax_backward if log else _C.softmax_backward
-    fn(gv, yv, as_arg(torch, out, op, "grad_in"), dim, torch_stream(yv))
+    fn(gv, yv, as_arg(torch, out, op, "out"), dim, torch_stream(yv))
     return out
 
 
@@ -262,7 +264,7 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
     k = _normalized_ndim(normalized_shape, input, op)
     torch = torch_if_tensor(input)
     if torch is None:
-        result = _C.layer_norm(as_arg(None, input, op, "x"), k, _arg(weight, op, "weight"),
+        result = _C.layer_norm(as_arg(None, input, op, "input"), k, _arg(weight, op, "weight"),
                                _arg(bias, op, "bias"), float(eps), _arg(out, op, "out"), None,
                                None, dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
@@ -329,9 +331,9 @@ def _layer_norm_backward_torch(torch, grad, x, k, mean, rstd, weight, want_in, w
     gi = torch.empty(x.shape, dtype=x.dtype, device=x.device) if want_in else None
     gw = _param_grad(torch, x, k, weight) if want_w else None
     gb = _param_grad(torch, x, k, x) if want_b else None
-    _C.layer_norm_backward(as_arg(torch, grad, op, "grad_out"), xv, k,
+    _C.layer_norm_backward(as_arg(torch, grad, op, "grad_output"), xv, k,
                            as_arg(torch, mean, op, "mean"), as_arg(torch, rstd, op, "rstd"),
-                           as_arg(torch, weight, op, "weight"), as_arg(torch, gi, op, "grad_in"),
+                           as_arg(torch, weight, op, "weight"), as_arg(torch, gi, op, "grad_input"),
                            as_arg(torch, gw, op, "grad_weight"), as_arg(torch, gb, op, "grad_bias"),
                            torch_stream(xv))
     return gi, gw, gb
@@ -355,7 +357,7 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
     eps = RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
     torch = torch_if_tensor(input)
     if torch is None:
-        result = _C.rms_norm(as_arg(None, input, op, "x"), k, _arg(weight, op, "weight"), eps,
+        result = _C.rms_norm(as_arg(None, input, op, "input"), k, _arg(weight, op, "weight"), eps,
                              _arg(out, op, "out"), None, dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
     if _requires_grad(torch, input, weight):
@@ -417,9 +419,9 @@ def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, want_in, want_w):
     xv = torch_view(x)
     gi = torch.empty(x.shape, dtype=x.dtype, device=x.device) if want_in else None
     gw = _param_grad(torch, x, k, weight) if want_w else None
-    _C.rms_norm_backward(as_arg(torch, grad, op, "grad_out"), xv, k,
+    _C.rms_norm_backward(as_arg(torch, grad, op, "grad_output"), xv, k,
                          as_arg(torch, rstd, op, "rstd"), as_arg(torch, weight, op, "weight"),
-                         as_arg(torch, gi, op, "grad_in"), as_arg(torch, gw, op, "grad_weight"),
+                         as_arg(torch, gi, op, "grad_input"), as_arg(torch, gw, op, "grad_weight"),
                          torch_stream(xv))
     return gi, gw
 
