@@ -44,9 +44,11 @@ std::string shape_str(const int64_t* shape, int ndim);
 #define TESSERA_CUDA_CHECK(expr)                                                              \
   do {                                                                                        \
     cudaError_t tessera_err_ = (expr);                                                        \
-    if (tessera_err_ != cudaSuccess)                                                          \
+    if (tessera_err_ != cudaSuccess) {                                                        \
+      (void)cudaGetLastError(); /* reported here: not again by a later, unrelated check */   \
       ::tessera::detail::throw_cuda(tessera_err_, #expr,                                      \
                                     ::tessera::detail::source_path(__FILE__), __LINE__);      \
+    }                                                                                         \
   } while (0)
 
 // After every launch: configuration errors surface here, not at the next unrelated call.

@@ -52,6 +52,8 @@ int resident_ctas(const void* kernel, int threads, std::size_t smem = 0);
 // where the kernel cannot be launched as a cluster: the size does not fit, or the kernel holds no
 // sm_90 code (code JIT-compiled from compute_80 PTX on an sm_90 GPU traps in its cluster paths).
 // Sizes over 8 are allowed (non-portable) where the device takes them.
+// `kernel` (here and in resident_*) must be a kernel of this library: every module links its own
+// static CUDA runtime, which knows only the kernels compiled into that module.
 int active_clusters(const void* kernel, int cluster, int threads, int device);
 
 // The launch attribute for clusters of `cluster` CTAs along x.

@@ -138,11 +138,25 @@ TEST(TileRowGpu, ClusterReduceOverClustersOfTwoAndFourCtas) {
   TESSERA_REQUIRE_GPU();
   const int major = tessera::runtime::device_props(0).major;
   if (major < 9) GTEST_SKIP() << "cluster_reduce needs sm_90 (thread-block clusters); device major is " << major;
-  for (int c : {2, 4})
-    if (tessera::runtime::active_clusters(reinterpret_cast<const void*>(scope_kernel<tile::Scope::cluster>), c,
-                                          256, 0) == 0)
-      GTEST_SKIP() << "clusters of " << c << " CTAs unavailable: this build holds no sm_90 code "
-                   << "(CMAKE_CUDA_ARCHITECTURES) or the device refuses the size";
+  // The query runs on this module's CUDA runtime, the one that knows the kernel (the library's
+  // runtime::active_clusters answers for the library's own kernels only).
+  const void* kernel = reinterpret_cast<const void*>(scope_kernel<tile::Scope::cluster>);
+  cudaFuncAttributes fa{};
+  TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  if (fa.binaryVersion < 90)
+    GTEST_SKIP() << "this build holds no sm_90 code (CMAKE_CUDA_ARCHITECTURES): the kernel runs "
+                 << "sm_" << fa.binaryVersion << " code, which has no clusters";
+  for (int c : {2, 4}) {
+    cudaLaunchAttribute attr = tessera::runtime::cluster_attribute(c);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(c);
+    cfg.blockDim = dim3(256);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+    ASSERT_GT(n, 0) << "clusters of " << c << " CTAs of 256 threads";
+  }
   check_scope<tile::Scope::cluster>(6, 256, 2 * 256, 2);
   check_scope<tile::Scope::cluster>(12, 256, 4 * 256, 4);
 }
