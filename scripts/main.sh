@@ -23,7 +23,9 @@ else
   VENV="$ROOT/.venv"
   if [ ! -x "$VENV/bin/python" ]; then
     echo "== creating the virtual environment $VENV"
-    if ! "${PYTHON:-python3}" -m venv "$VENV"; then
+    # --system-site-packages: the peers installed for the system Python (torch, Triton) stay
+    # visible, so they are benchmarked; tessera and its build tools go into the venv.
+    if ! "${PYTHON:-python3}" -m venv --system-site-packages "$VENV"; then
       rm -rf "$VENV"
       echo "could not create $VENV: install Python's venv module (Debian/Ubuntu: apt-get install python3-venv)" >&2
       exit 1
@@ -36,8 +38,10 @@ PY="$VENV/bin/python"
 echo "== Python: $PY"
 
 echo "== build dependencies"
-"$PY" -m pip install -q --upgrade pip
-deps=(scikit-build-core nanobind)
+# Only what is missing, so that a machine without network access that has them can still build.
+deps=()
+"$PY" -c "import scikit_build_core" 2>/dev/null || deps+=(scikit-build-core)
+"$PY" -c "import nanobind" 2>/dev/null || deps+=(nanobind)
 # CMake >= 3.24 and a build tool: from PyPI, into the venv, where the system has none fit.
 cmake_ok() {
   local major minor
@@ -47,7 +51,7 @@ cmake_ok() {
 }
 if ! PATH="$VENV/bin:$PATH" cmake_ok; then deps+=(cmake); fi
 if ! PATH="$VENV/bin:$PATH" command -v ninja >/dev/null; then deps+=(ninja); fi
-"$PY" -m pip install -q "${deps[@]}"
+if [ "${#deps[@]}" -gt 0 ]; then "$PY" -m pip install -q "${deps[@]}"; fi
 
 echo "== building the CUDA library and the Python package (several minutes; architectures $TESSERA_CUDA_ARCHITECTURES)"
 build_args=()
