@@ -3,6 +3,7 @@
 
 #include "tessera/error.hpp"
 #include "tessera/ops/elementwise.hpp"
+#include "tessera/ops/matrix.hpp"
 #include "tessera/ops/rowwise.hpp"
 #include "tessera/ops/set.hpp"
 #include "tessera/tensor.hpp"

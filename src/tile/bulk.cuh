@@ -22,10 +22,12 @@ namespace tessera::tile {
 struct BulkBarrier {
   uint64_t* bar;  // in shared memory
 
-  // Once, by one thread; then bulk_barriers_ready() and a block barrier before any use.
-  __device__ __forceinline__ void init() const {
+  // Once, by one thread; then bulk_barriers_ready() and a block barrier before any use. A phase
+  // completes once `arrivals` threads have arrived (expect() counts as one) and the announced
+  // bytes have landed.
+  __device__ __forceinline__ void init(uint32_t arrivals = 1) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cuda::ptx::mbarrier_init(bar, 1);
+    cuda::ptx::mbarrier_init(bar, arrivals);
 #else
     __trap();
 #endif
@@ -43,6 +45,14 @@ struct BulkBarrier {
   __device__ __forceinline__ void copy(void* dst, const void* src, uint32_t bytes) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cuda::ptx::cp_async_bulk(cuda::ptx::space_shared, cuda::ptx::space_global, dst, src, bytes, bar);
+#else
+    __trap();
+#endif
+  }
+  // One arrival without bytes: a consumer saying it is done with what the phase brought.
+  __device__ __forceinline__ void arrive() const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    (void)cuda::ptx::mbarrier_arrive(bar);
 #else
     __trap();
 #endif

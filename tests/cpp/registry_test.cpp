@@ -29,11 +29,11 @@ TEST(Registry, OrderIsFamilyThenFileThenEntry) {
     names.push_back(op.name);
     if (families.empty() || families.back() != op.family) families.push_back(op.family);
   }
-  EXPECT_EQ(families, (std::vector<std::string>{"elementwise", "rowwise", "set"}));
+  EXPECT_EQ(families, (std::vector<std::string>{"elementwise", "rowwise", "matrix", "set"}));
   const std::vector<std::string> known = {
       "add", "gelu", "gelu_backward", "gelu_tanh", "gelu_tanh_backward", "dropout", "dropout_backward", "copy",
       "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
-      "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
+      "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "matmul",
       "isin", "isin_brute_force", "isin_sort", "isin_hash", "isin_bitmap",
   };
   std::size_t at = 0;
@@ -52,8 +52,9 @@ TEST(Registry, EveryDescriptionIsComplete) {
     EXPECT_FALSE(op.dtypes.empty());
     EXPECT_FALSE(op.bench_sizes.empty());
     const std::string meaning = op.family == "rowwise" ? rows
-                                : op.family == "set"   ? "elements of both elements and test_elements"
-                                                       : "elements";
+                                : op.family == "set"    ? "elements of both elements and test_elements"
+                                : op.family == "matrix" ? "M = N = K"
+                                                        : "elements";
     EXPECT_EQ(op.size_meaning, meaning);
     const bool exact = op.family == "set";
     for (DType dt : op.dtypes) {
@@ -66,7 +67,8 @@ TEST(Registry, EveryDescriptionIsComplete) {
         EXPECT_GE(main, n) << "the main tensor holds at least `size` elements";
         EXPECT_FALSE(s.shape.empty());
         EXPECT_GE(s.bytes, static_cast<double>(main) * tessera::dtype_size(dt));
-        EXPECT_EQ(s.flops, 0.0);
+        if (op.family == "matrix") EXPECT_EQ(s.flops, 2.0 * double(n) * double(n) * double(n));
+        else EXPECT_EQ(s.flops, 0.0);
       }
     }
   }

@@ -21,13 +21,6 @@
 
 namespace tessera::elementwise {
 
-// exp and division: the MUFU approximations (ex2.approx, rcp.approx; a few ulp of float32, far
-// below a half-type ulp) for half types, the accurate library forms for float32.
-template <bool Fast>
-__device__ __forceinline__ float exp_(float x) { return Fast ? __expf(x) : expf(x); }
-template <bool Fast>
-__device__ __forceinline__ float div_(float a, float b) { return Fast ? __fdividef(a, b) : a / b; }
-
 template <class T, int NIN, class F>
 struct MapCall {
   const TensorView* out;

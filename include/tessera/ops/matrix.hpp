@@ -1,0 +1,40 @@
+// Matrix operators: matmul (GEMM) with a fused epilogue. Checks arguments before any launch
+// (tessera::Error names the argument), returns at once when there is nothing to do, and enqueues
+// its kernels on `stream`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "tessera/tensor.hpp"
+
+namespace tessera {
+
+enum class Activation { none, relu, gelu, gelu_tanh, silu };
+const char* activation_name(Activation a);  // "none", "relu", "gelu", "gelu_tanh", "silu"
+
+// What matmul does besides the product, applied in its epilogue (no extra pass over memory):
+//   out = activation(alpha * (input @ other) + bias) + residual + beta * out
+// bias (nullptr: none) is a vector of N elements (any stride); residual (nullptr: none) has out's
+// shape (any strides, batch dimension of size 1 broadcast); both have out's dtype. beta = 0 does
+// not read out (NaN there does not propagate), as BLAS does.
+struct MatmulOptions {
+  const TensorView* bias = nullptr;
+  const TensorView* residual = nullptr;
+  Activation activation = Activation::none;
+  double alpha = 1.0;
+  double beta = 0.0;
+  // float32 inputs: multiply on the tensor cores in TF32 (10-bit mantissa) where true, as
+  // torch.backends.cuda.matmul.allow_tf32; exact float32 arithmetic where false.
+  bool allow_tf32 = false;
+};
+
+// out[b] = input[b] @ other[b] (+ the epilogue of `options`), in float32 accumulation.
+// input is [M, K] or [B, M, K], other [K, N] or [B, K, N], out [M, N] or [B, M, N]; a 2-d operand
+// is shared by every batch. Any strides: row- or column-major operands (and transposed views) take
+// the fast kernels without a copy; other layouts a slower one. input and other share one dtype
+// (float32, float16, bfloat16); out has that dtype or float32 and must not overlap the inputs.
+// K = 0 gives the epilogue applied to zeros.
+void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
+            const MatmulOptions& options, cudaStream_t stream);
+
+}  // namespace tessera

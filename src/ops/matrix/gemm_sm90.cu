@@ -1,0 +1,269 @@
+// The Hopper GEMM tier: TMA loads into a ring of shared-memory stages, wgmma on two consumer
+// warpgroups, one producer warp, a persistent grid walking the output tiles in grouped order.
+//
+// FLOPs and bytes: 2 M N K FLOPs against (M K + K N) * 2 + M N * sizeof(out) bytes at least; a
+// 128 x 256 tile with 64-deep K steps does 2 * 128 * 256 * 64 FLOPs per 48 KB loaded from L2, so
+// the kernel is bound by the tensor cores, not by memory, from a few hundred on in every
+// dimension. What it must do is keep the tensor cores fed: while the consumers multiply stage s,
+// the producer's copies fill stages s + 1 .. s + 3; a consumer keeps one wgmma group in flight
+// and releases a stage as soon as the group that read it has completed.
+//
+// Roles (384 threads, 3 warpgroups):
+//   warpgroup 0   the producer: gives up registers (setmaxnreg), one thread issues every copy
+//   warpgroups 1,2 consumers: rows 0-63 and 64-127 of the 128-row tile, 128 float32
+//                 accumulators per thread (64 x 256 per warpgroup), then the epilogue straight
+//                 from registers to global memory
+// Barriers per stage: `full` (the producer's expect + the copy engine's bytes) and `empty` (one
+// arrival per consumer warpgroup once its wgmma that read the stage has completed).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <type_traits>
+
+#include "ops/matrix/gemm.cuh"
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tma.hpp"
+#include "tile/bulk.cuh"
+#include "tile/tma.cuh"
+#include "tile/wgmma.cuh"
+
+namespace tessera::matrix {
+namespace {
+
+constexpr int kBM = 128, kBK = 64, kStages = 4, kConsumers = 2;
+constexpr int kThreads = 128 * (kConsumers + 1);
+
+template <class T, int BN>
+struct alignas(1024) Smem {
+  T a[kStages][kBM * kBK];  // each stage 1024-byte aligned (16 KB)
+  T b[kStages][BN * kBK];   // (16 or 32 KB)
+  uint64_t full[kStages];
+  uint64_t empty[kStages];
+};
+
+template <int Regs>
+__device__ __forceinline__ void set_max_registers_dec() {
+#ifdef TESSERA_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+template <int Regs>
+__device__ __forceinline__ void set_max_registers_inc() {
+#ifdef TESSERA_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+
+struct Operand {
+  bool batched;  // a 3-d map, the batch its outer coordinate (a 2-d map is shared by all)
+};
+
+__device__ __forceinline__ void load_tile(void* dst, const CUtensorMap* map, bool batched, int k,
+                                          int row, int b, const tile::BulkBarrier& bar) {
+  if (batched) tile::tma_load(dst, map, k, row, b, bar);
+  else tile::tma_load(dst, map, k, row, bar);
+}
+
+// The producer: one thread walks the same tiles as the consumers and fills the ring.
+template <class T, int BN>
+__device__ void produce(Smem<T, BN>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
+                        Operand a, Operand b, const TileOrder& order, int k_blocks) {
+  constexpr uint32_t kBytes = (kBM + BN) * kBK * sizeof(T);
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t t = blockIdx.x; t < order.count(); t += gridDim.x) {
+    int64_t batch;
+    int tm, tn;
+    order.at(t, batch, tm, tn);
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      const tile::BulkBarrier full{&s.full[stage]}, empty{&s.empty[stage]};
+      empty.wait(phase ^ 1);  // a fresh barrier's preceding phase counts as complete
+      full.expect(kBytes);
+      load_tile(s.a[stage], map_a, a.batched, kb * kBK, tm * kBM, int(batch), full);
+      load_tile(s.b[stage], map_b, b.batched, kb * kBK, tn * BN, int(batch), full);
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+  }
+}
+
+// A consumer warpgroup: `half` selects its 64 rows of the 128-row tile.
+template <class T, class OutT, int BN>
+__device__ void consume(Smem<T, BN>& s, const Epilogue<OutT>& epi, const TileOrder& order,
+                        int64_t m, int64_t n, int k_blocks, int half) {
+  using Mma = tile::wgmma::Mma<T, BN>;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  float acc[BN / 2];
+  int stage = 0, prev = 0;
+  uint32_t phase = 0;
+  for (int64_t t = blockIdx.x; t < order.count(); t += gridDim.x) {
+    int64_t batch;
+    int tm, tn;
+    order.at(t, batch, tm, tn);
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      tile::BulkBarrier{&s.full[stage]}.wait(phase);
+      const uint64_t da = tile::wgmma::kmajor_sw128(s.a[stage] + half * 64 * kBK);
+      const uint64_t db = tile::wgmma::kmajor_sw128(s.b[stage]);
+      tile::wgmma::fence();
+#pragma unroll
+      for (int k = 0; k < kBK / 16; ++k)  // 16 elements = 32 bytes = 2 descriptor units
+        Mma::run(acc, da + 2 * k, db + 2 * k, kb > 0 || k > 0);
+      tile::wgmma::commit();
+      tile::wgmma::wait<1>();  // the previous stage's group has completed: release it
+      if (kb > 0 && tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
+      prev = stage;
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    tile::wgmma::wait<0>();
+    if (tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
+    tile::wgmma::fence_operands(acc);
+
+    const int64_t row0 = int64_t(tm) * kBM + half * 64 + warp * 16 + lane / 4;
+    const int64_t col0 = int64_t(tn) * BN + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < BN / 2; ++j) {
+      const int64_t row = row0 + 8 * ((j / 2) % 2), col = col0 + 8 * (j / 4) + j % 2;
+      if (row < m && col < n) epi.template store<!std::is_same_v<OutT, float>>(batch, row, col, acc[j]);
+    }
+  }
+}
+
+template <class T, class OutT, int BN>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
+                     const __grid_constant__ CUtensorMap map_b, Operand a, Operand b,
+                     const Epilogue<OutT> epi, const TileOrder order, int64_t m, int64_t n,
+                     int k_blocks) {
+  extern __shared__ unsigned char smem_raw[];
+  auto& s = *reinterpret_cast<Smem<T, BN>*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const int role = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    tile::tma_prefetch(&map_a);
+    tile::tma_prefetch(&map_b);
+    for (int i = 0; i < kStages; ++i) {
+      tile::BulkBarrier{&s.full[i]}.init(1);
+      tile::BulkBarrier{&s.empty[i]}.init(kConsumers);
+    }
+    tile::bulk_barriers_ready();
+  }
+  __syncthreads();
+  if (role == 0) {
+    set_max_registers_dec<40>();
+    if (threadIdx.x == 0) produce(s, &map_a, &map_b, a, b, order, k_blocks);
+  } else {
+    set_max_registers_inc<232>();
+    consume(s, epi, order, m, n, k_blocks, role - 1);
+  }
+}
+
+template <class T>
+constexpr DType dtype_of() {
+  return std::is_same_v<T, __half> ? DType::float16 : DType::bfloat16;
+}
+
+// The map of an operand stored [batch, rows, K] with K contiguous (row stride `sr`, batch stride
+// `sb`, 0 when shared), in boxes of kBK x `box_rows`: a 3-d map only where batches differ.
+runtime::TmaShape operand_shape(int64_t rows, int64_t k, int64_t sr, int64_t sb, int64_t batch,
+                                int box_rows) {
+  runtime::TmaShape sh;
+  sh.rank = sb != 0 && batch > 1 ? 3 : 2;
+  sh.dims[0] = uint64_t(k), sh.dims[1] = uint64_t(rows), sh.dims[2] = uint64_t(batch);
+  sh.strides[0] = 1, sh.strides[1] = uint64_t(sr), sh.strides[2] = uint64_t(sb);
+  sh.box[0] = kBK, sh.box[1] = uint32_t(box_rows), sh.box[2] = 1;
+  return sh;
+}
+
+bool operand_ok(DType dt, const void* p, int64_t rows, int64_t k, int64_t sr, int64_t sb,
+                int64_t batch, int box_rows) {
+  return rows <= INT32_MAX && k <= INT32_MAX && batch <= INT32_MAX &&
+         runtime::tma_can_map(dt, p, operand_shape(rows, k, sr, sb, batch, box_rows),
+                              runtime::TmaSwizzle::b128);
+}
+
+CUtensorMap operand_map(DType dt, const void* p, int64_t rows, int64_t k, int64_t sr, int64_t sb,
+                        int64_t batch, int box_rows) {
+  return runtime::tma_map("matmul", dt, p, operand_shape(rows, k, sr, sb, batch, box_rows),
+                          runtime::TmaSwizzle::b128);
+}
+
+template <class T, class OutT, int BN>
+void launch_typed(const GemmArgs& g, int grid, cudaStream_t stream) {
+  const CUtensorMap ma = operand_map(g.dtype, g.a, g.m, g.k, g.a_sm, g.a_sb, g.batch, kBM);
+  const CUtensorMap mb = operand_map(g.dtype, g.b, g.n, g.k, g.b_sn, g.b_sb, g.batch, BN);
+  const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && g.batch > 1};
+  TileOrder order;
+  order.tiles_m = int((g.m + kBM - 1) / kBM);
+  order.tiles_n = int((g.n + BN - 1) / BN);
+  order.batch = g.batch;
+  const int k_blocks = int((g.k + kBK - 1) / kBK);
+  const std::size_t smem = sizeof(Smem<T, BN>) + 1024;
+  auto kernel = gemm_sm90_kernel<T, OutT, BN>;
+  runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  kernel<<<grid, kThreads, smem, stream>>>(ma, mb, a, b, Epilogue<OutT>::from(g), order, g.m, g.n,
+                                           k_blocks);
+  TESSERA_LAUNCH_CHECK();
+}
+
+template <class T, int BN>
+void launch_out(const GemmArgs& g, int grid, cudaStream_t stream) {
+  if (g.out_dtype == DType::float32) launch_typed<T, float, BN>(g, grid, stream);
+  else launch_typed<T, T, BN>(g, grid, stream);
+}
+
+int tiles(const GemmArgs& g, int bn) {
+  return int(std::min<int64_t>(INT32_MAX, ((g.m + kBM - 1) / kBM) * ((g.n + bn - 1) / bn) * g.batch));
+}
+
+// Whether the kernels hold sm_90a code (the build asked for it) on this GPU: asked once, since
+// a process's GPUs that pass `major == 9` share the answer.
+bool has_sm90a_code() {
+  static const bool yes = [] {
+    cudaFuncAttributes fa{};
+    const bool ok = cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(
+                        gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 256>)) == cudaSuccess;
+    (void)cudaGetLastError();
+    return ok && fa.binaryVersion == 90;
+  }();
+  return yes;
+}
+
+}  // namespace
+
+std::string Sm90Tier::Plan::describe() const {
+  return std::to_string(kBM) + " x " + std::to_string(bn) + " tiles, " + std::to_string(kStages) +
+         " stages, " + std::to_string(grid) + " persistent CTAs";
+}
+
+bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
+  if (ctx.major != 9 || g.k == 0) return false;
+  if (g.dtype != DType::bfloat16 && g.dtype != DType::float16) return false;
+  if (g.out_dtype != g.dtype && g.out_dtype != DType::float32) return false;
+  if (g.a_sk != 1 || g.b_sk != 1) return false;  // K contiguous in both operands
+  if (!has_sm90a_code()) return false;
+  return operand_ok(g.dtype, g.a, g.m, g.k, g.a_sm, g.a_sb, g.batch, kBM) &&
+         operand_ok(g.dtype, g.b, g.n, g.k, g.b_sn, g.b_sb, g.batch, 256);
+}
+
+Sm90Tier::Plan Sm90Tier::plan(const GemmArgs& g, const GemmCtx& ctx) {
+  Plan p;
+  // 128-wide tiles where 256-wide ones would leave SMs idle.
+  p.bn = tiles(g, 256) >= ctx.sms ? 256 : 128;
+  p.grid = std::max(1, std::min(tiles(g, p.bn), ctx.sms));
+  return p;
+}
+
+void Sm90Tier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
+  const bool half = g.dtype == DType::float16;
+  if (p.bn == 256) {
+    if (half) launch_out<__half, 256>(g, p.grid, stream);
+    else launch_out<__nv_bfloat16, 256>(g, p.grid, stream);
+  } else {
+    if (half) launch_out<__half, 128>(g, p.grid, stream);
+    else launch_out<__nv_bfloat16, 128>(g, p.grid, stream);
+  }
+}
+
+}  // namespace tessera::matrix

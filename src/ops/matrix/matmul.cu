@@ -1,0 +1,137 @@
+// matmul's host launcher: argument checks, the views resolved into GemmArgs (sizes and element
+// strides, a 2-d operand shared across batches by a batch stride of 0), and the tier choice.
+// The kernels are in gemm_*.cu.
+#include <string>
+
+#include "ops/matrix/gemm.cuh"
+#include "runtime/device.hpp"
+#include "runtime/nvtx.hpp"
+#include "runtime/tier.hpp"
+#include "runtime/validate.hpp"
+#include "tessera/ops/matrix.hpp"
+
+namespace tessera {
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::relu: return "relu";
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
+    case Activation::silu: return "silu";
+    default: return "none";
+  }
+}
+
+namespace {
+
+constexpr const char* kOp = "matmul";
+
+std::string dims(const TensorView& t) { return std::to_string(t.ndim) + "-d " + t.shape_str(); }
+
+void check_rank(const char* arg, const TensorView& t) {
+  if (t.ndim != 2 && t.ndim != 3)
+    detail::throw_arg(ErrorKind::value, kOp, arg, "a 2-d or 3-d tensor", dims(t));
+}
+
+// Batch stride of a 2-d or 3-d operand: 0 when 2-d (shared) or when its batch dimension is 1.
+int64_t batch_stride(const TensorView& t) { return t.ndim == 3 && t.shape[0] != 1 ? t.strides[0] : 0; }
+
+void check_batch(const char* arg, const TensorView& t, int64_t batch) {
+  if (t.ndim == 3 && t.shape[0] != batch && t.shape[0] != 1)
+    detail::throw_arg(ErrorKind::value, kOp, arg,
+                      "a batch of " + std::to_string(batch) + " (or 1, or 2-d: shared)", dims(t));
+}
+
+matrix::GemmArgs resolve(const TensorView& a, const TensorView& b, const TensorView& c,
+                         const MatmulOptions& o) {
+  for (auto [arg, t] : {std::pair{"input", &a}, std::pair{"other", &b}, std::pair{"out", &c}}) {
+    detail::check_cuda_tensor(kOp, arg, *t);
+    check_rank(arg, *t);
+  }
+  detail::check_dtype_in(kOp, "input", a, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_same_dtype(kOp, "other", b, "input", a);
+  detail::check_same_device(kOp, "other", b, "input", a);
+  detail::check_same_device(kOp, "out", c, "input", a);
+  if (c.dtype != a.dtype && c.dtype != DType::float32)
+    detail::throw_arg(ErrorKind::type, kOp, "out",
+                      std::string("dtype ") + dtype_name(a.dtype) + " (that of 'input') or float32",
+                      dtype_name(c.dtype));
+  const int64_t m = a.shape[a.ndim - 2], k = a.shape[a.ndim - 1];
+  const int64_t n = b.shape[b.ndim - 1];
+  if (b.shape[b.ndim - 2] != k)
+    detail::throw_arg(ErrorKind::value, kOp, "other",
+                      "K = " + std::to_string(k) + " rows (the columns of 'input' " +
+                          a.shape_str() + ")",
+                      b.shape_str());
+  const int64_t batch = c.ndim == 3 ? c.shape[0] : 1;
+  if (c.ndim == 2 && (a.ndim == 3 || b.ndim == 3) && std::max(a.ndim == 3 ? a.shape[0] : 1,
+                                                              b.ndim == 3 ? b.shape[0] : 1) != 1)
+    detail::throw_arg(ErrorKind::value, kOp, "out", "a 3-d tensor (the inputs are batched)", dims(c));
+  if (c.shape[c.ndim - 2] != m || c.shape[c.ndim - 1] != n)
+    detail::throw_arg(ErrorKind::value, kOp, "out",
+                      "[..., " + std::to_string(m) + ", " + std::to_string(n) + "] (M of 'input', N of 'other')",
+                      c.shape_str());
+  check_batch("input", a, batch);
+  check_batch("other", b, batch);
+  detail::check_no_internal_overlap(kOp, "out", c);
+  detail::check_no_overlap(kOp, "out", c, "input", a, false);
+  detail::check_no_overlap(kOp, "out", c, "other", b, false);
+
+  matrix::GemmArgs g;
+  g.dtype = a.dtype, g.out_dtype = c.dtype;
+  g.a = a.data, g.b = b.data, g.c = c.data;
+  g.m = m, g.n = n, g.k = k, g.batch = batch;
+  g.a_sb = batch_stride(a), g.a_sm = a.strides[a.ndim - 2], g.a_sk = a.strides[a.ndim - 1];
+  g.b_sb = batch_stride(b), g.b_sk = b.strides[b.ndim - 2], g.b_sn = b.strides[b.ndim - 1];
+  g.c_sb = c.ndim == 3 ? c.strides[0] : 0, g.c_sm = c.strides[c.ndim - 2], g.c_sn = c.strides[c.ndim - 1];
+  // A dimension of size 1 may carry any stride; the kernels' layout tests want it canonical.
+  if (k == 1) g.a_sk = 1, g.b_sk = 1;
+  if (m == 1) g.a_sm = k;
+  if (n == 1) g.b_sn = k;
+
+  if (o.bias) {
+    const TensorView& bias = *o.bias;
+    detail::check_cuda_tensor(kOp, "bias", bias);
+    detail::check_same_device(kOp, "bias", bias, "out", c);
+    detail::check_same_dtype(kOp, "bias", bias, "out", c);
+    if (bias.ndim != 1 || bias.shape[0] != n)
+      detail::throw_arg(ErrorKind::value, kOp, "bias", "shape [" + std::to_string(n) + "] (N)",
+                        bias.shape_str());
+    g.bias = bias.data, g.bias_sn = bias.strides[0];
+  }
+  if (o.residual) {
+    const TensorView& r = *o.residual;
+    detail::check_cuda_tensor(kOp, "residual", r);
+    detail::check_same_device(kOp, "residual", r, "out", c);
+    detail::check_same_dtype(kOp, "residual", r, "out", c);
+    const bool shape_ok = r.ndim == c.ndim && r.shape[r.ndim - 2] == m && r.shape[r.ndim - 1] == n &&
+                          (r.ndim == 2 || r.shape[0] == batch || r.shape[0] == 1);
+    if (!shape_ok)
+      detail::throw_arg(ErrorKind::value, kOp, "residual", "shape " + c.shape_str() + " (that of 'out')",
+                        r.shape_str());
+    detail::check_no_overlap(kOp, "out", c, "residual", r, true);
+    g.residual = r.data;
+    g.r_sb = r.ndim == 3 && r.shape[0] != 1 ? r.strides[0] : 0;
+    g.r_sm = r.strides[r.ndim - 2], g.r_sn = r.strides[r.ndim - 1];
+  }
+  g.alpha = float(o.alpha), g.beta = float(o.beta);
+  g.activation = o.activation;
+  g.allow_tf32 = o.allow_tf32;
+  g.device = a.device.index;
+  return g;
+}
+
+}  // namespace
+
+void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
+            const MatmulOptions& options, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::matmul");
+  const matrix::GemmArgs g = resolve(input, other, out, options);
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  runtime::DeviceGuard guard(g.device);
+  const cudaDeviceProp& props = runtime::device_props(g.device);
+  const matrix::GemmCtx ctx{props.multiProcessorCount, props.major};
+  runtime::run_first<matrix::Sm90Tier, matrix::SimtTier>(kOp, g, ctx, stream);
+}
+
+}  // namespace tessera

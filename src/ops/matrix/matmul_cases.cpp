@@ -1,0 +1,162 @@
+// Verify and bench cases for matmul, and its registration: what `tessera verify|bench|profile
+// matmul` run. The cases cover both tiers (the tensor-core tier takes 16-bit inputs with K
+// contiguous in both operands; everything else goes to the SIMT tier), tails in every dimension,
+// batches (each operand batched or shared), layouts, and each piece of the epilogue.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/matrix/matmul_reference.hpp"
+#include "ops/registry.hpp"
+#include "ops/verify.hpp"
+#include "tessera/ops/matrix.hpp"
+
+namespace tessera::ops {
+namespace {
+
+using Shape = std::vector<int64_t>;
+const std::vector<DType> kFloatTypes = {DType::float32, DType::float16, DType::bfloat16};
+
+struct MatmulSpec {
+  int64_t m, k, n;
+  int64_t batch_a = 0, batch_b = 0;  // 0: a 2-d operand
+  Layout a = Layout::contiguous;     // transposed: column-major
+  Layout b = Layout::transposed;     // transposed: column-major, i.e. K contiguous
+  bool bias = false, residual = false, out_f32 = false;
+  Activation activation = Activation::none;
+  double alpha = 1.0, beta = 0.0;
+};
+
+Shape shape_of(int64_t batch, int64_t rows, int64_t cols) {
+  return batch ? Shape{batch, rows, cols} : Shape{rows, cols};
+}
+
+std::string describe(DType dt, const MatmulSpec& s) {
+  std::string d = std::string(dtype_name(dt)) + " " + shape_str(shape_of(s.batch_a, s.m, s.k)) + " " +
+                  layout_name(s.a) + " @ " + shape_str(shape_of(s.batch_b, s.k, s.n)) + " " +
+                  layout_name(s.b);
+  if (s.out_f32) d += " -> float32";
+  if (s.bias) d += " +bias";
+  if (s.activation != Activation::none) d += std::string(" ") + activation_name(s.activation);
+  if (s.residual) d += " +residual";
+  if (s.alpha != 1.0) d += " alpha=" + std::to_string(s.alpha).substr(0, 4);
+  if (s.beta != 0.0) d += " beta=" + std::to_string(s.beta).substr(0, 4);
+  return d;
+}
+
+VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
+  cudaStream_t stream = nullptr;
+  const DType out_dt = s.out_f32 ? DType::float32 : dt;
+  const int64_t batch = std::max(s.batch_a, s.batch_b);
+  TestTensor a = make_tensor(dt, shape_of(s.batch_a, s.m, s.k), s.a);
+  TestTensor b = make_tensor(dt, shape_of(s.batch_b, s.k, s.n), s.b);
+  TestTensor out = make_tensor(out_dt, shape_of(batch, s.m, s.n), Layout::contiguous);
+  fill_random(a, -1, 1, stream);
+  fill_random(b, -1, 1, stream);
+  TestTensor bias, residual;
+  MatmulOptions o;
+  o.activation = s.activation, o.alpha = s.alpha, o.beta = s.beta;
+  if (s.bias) {
+    bias = make_tensor(out_dt, {s.n}, Layout::contiguous);
+    fill_random(bias, -1, 1, stream);
+    o.bias = &bias.view;
+  }
+  if (s.residual) {
+    residual = make_tensor(out_dt, shape_of(batch, s.m, s.n), Layout::transposed);
+    fill_random(residual, -1, 1, stream);
+    o.residual = &residual.view;
+  }
+  // With beta the output's old contents are an input; otherwise poison, to catch unwritten ones.
+  if (s.beta != 0.0) fill_random(out, -1, 1, stream);
+  else fill_poison(out, stream);
+  HostCopy ha = to_host(a), hb = to_host(b), hc = to_host(out);
+  HostCopy hbias = s.bias ? to_host(bias) : HostCopy{}, hres = s.residual ? to_host(residual) : HostCopy{};
+  MatmulOptions ho = o;
+  ho.bias = s.bias ? &hbias.view : nullptr;
+  ho.residual = s.residual ? &hres.view : nullptr;
+  const std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, ho);
+  matmul(a.view, b.view, out.view, o, stream);
+  return compare("matmul", describe(dt, s), out, ref, stream);
+}
+
+std::vector<VerifyCase> matmul_cases() {
+  using A = Activation;
+  const Layout C = Layout::contiguous, T = Layout::transposed;
+  const std::vector<MatmulSpec> specs = {
+      {128, 64, 256},                        // one tile
+      {300, 200, 520},                       // tails in M, N and K
+      {1, 4096, 1},                          // a dot product
+      {1000, 1000, 777},                     // many tiles, odd N
+      {2048, 64, 2304},                      // more tiles than SMs: several per CTA
+      {64, 0, 64},                           // K = 0
+      {130, 96, 200, 3, 3},                  // batched
+      {130, 96, 200, 4, 0},                  // batched input, shared other
+      {130, 96, 200, 0, 2},                  // shared input, batched other
+      {200, 150, 300, 0, 0, C, C},           // other row-major (N contiguous)
+      {200, 150, 300, 0, 0, T, T},           // input column-major
+      {64, 100, 72},                         // rows of 200 bytes: not TMA-aligned
+      {256, 128, 384, 0, 0, C, T, true, false, false, A::gelu, 0.5},
+      {256, 128, 384, 0, 0, C, T, false, true, false, A::none, 1.0, 0.5},
+      {256, 128, 384, 2, 2, C, T, true, true, false, A::silu},
+      {256, 128, 384, 0, 0, C, T, true, false, false, A::relu},
+      {256, 128, 384, 0, 0, C, T, true, false, false, A::gelu_tanh},
+      {256, 192, 320, 0, 0, C, T, false, false, true},  // float32 output
+      {64, 0, 64, 0, 0, C, T, true, true, false, A::gelu, 1.0, 0.5},  // K = 0 with an epilogue
+  };
+  std::vector<VerifyCase> cases;
+  for (DType dt : kFloatTypes)
+    for (const MatmulSpec& s : specs) {
+      if (s.out_f32 && dt == DType::float32) continue;
+      cases.push_back({describe(dt, s), false, [=] { return run_matmul(dt, s); }});
+    }
+  return cases;
+}
+
+// Square problems, M = N = K = size, input row-major and other K-contiguous (x @ W^T, the layout
+// of a linear layer).
+BenchShape matmul_shape(DType dt, int64_t n) {
+  BenchShape s;
+  s.shapes = {{n, n}, {n, n}};
+  s.shape = "[" + std::to_string(n) + ", " + std::to_string(n) + "] @ [" + std::to_string(n) + ", " +
+            std::to_string(n) + "]^T";
+  s.bytes = 3.0 * double(n) * double(n) * double(dtype_size(dt));
+  s.flops = 2.0 * double(n) * double(n) * double(n);
+  return s;
+}
+
+BenchCase matmul_bench(DType dt, int64_t n) {
+  const BenchShape shape = matmul_shape(dt, n);
+  struct State { TestTensor a, b, out; };
+  auto st = std::make_shared<State>();
+  st->a = make_tensor(dt, shape.shapes[0], Layout::contiguous);
+  st->b = make_tensor(dt, shape.shapes[1], Layout::transposed);
+  st->out = make_tensor(dt, {n, n}, Layout::contiguous);
+  fill_random(st->a, -1, 1, nullptr);
+  fill_random(st->b, -1, 1, nullptr);
+  BenchCase c = bench_case("matmul", dt, n, shape);
+  State* s = st.get();
+  c.run = [s](cudaStream_t stream) { matmul(s->a.view, s->b.view, s->out.view, {}, stream); };
+  c.state = st;
+  return c;
+}
+
+const Registrar kRegistrar(10, [] {
+  OpInfo op;
+  op.name = "matmul";
+  op.family = "matrix";
+  op.summary = "GEMM with a fused epilogue: activation(alpha * A @ B + bias) + residual + beta * C";
+  op.dtypes = kFloatTypes;
+  op.bench_sizes = {256, 512, 1024, 2048, 4096, 8192};
+  op.size_meaning = "M = N = K";
+  op.tolerance = default_tolerance;
+  op.verify_cases = matmul_cases;
+  op.make_bench = matmul_bench;
+  op.bench_shape = matmul_shape;
+  return std::vector<OpInfo>{op};
+});
+
+}  // namespace
+}  // namespace tessera::ops

@@ -1,0 +1,19 @@
+// CPU reference for matmul with its epilogue, in double precision. Inputs are host views with any
+// strides, shaped as tessera::matmul takes them; the result is row-major over out's shape.
+#pragma once
+
+#include <vector>
+
+#include "tessera/ops/matrix.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera::reference {
+
+double activation(double x, Activation a);
+
+// activation(alpha * input @ other + bias) + residual + beta * out_before (out_before: out's
+// contents before the call, read only where beta != 0).
+std::vector<double> matmul(const TensorView& input, const TensorView& other,
+                           const TensorView& out_before, const MatmulOptions& options);
+
+}  // namespace tessera::reference

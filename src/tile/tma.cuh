@@ -1,0 +1,50 @@
+// Tensor copies by the copy engine (TMA, sm_90): a box of a tensor map (runtime/tma.hpp) from
+// global into shared memory, completing on a BulkBarrier (tile/bulk.cuh) like the contiguous bulk
+// copies there. Boxes partly outside the tensor read zeros for the missing elements and still
+// count their full size against the barrier. sm_90 only: elsewhere these trap.
+#pragma once
+
+#include <cuda.h>
+#include <cuda/ptx>
+
+#include <cstdint>
+
+#include "tile/bulk.cuh"
+
+namespace tessera::tile {
+
+// The box at element coordinates (c0 innermost, c1) of `map` into `dst` (aligned as the map's
+// swizzle needs: 1024 bytes for the 128-byte swizzle).
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c0, int c1,
+                                         const BulkBarrier& bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int32_t coords[2] = {c0, c1};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, map,
+                                  coords, bar.bar);
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                         const BulkBarrier& bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int32_t coords[3] = {c0, c1, c2};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, map,
+                                  coords, bar.bar);
+#else
+  __trap();
+#endif
+}
+
+// Brings a map (a __grid_constant__ kernel parameter) into the descriptor cache ahead of its
+// first copy.
+__device__ __forceinline__ void tma_prefetch(const CUtensorMap* map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+#else
+  __trap();
+#endif
+}
+
+}  // namespace tessera::tile

@@ -1,0 +1,134 @@
+// Warpgroup matrix multiply (sm_90a's wgmma): a warpgroup of 4 consecutive warps multiplies a
+// 64 x 16 tile of A by a 16 x N tile of B (both in shared memory, named by descriptors) into
+// 64 x N float32 accumulators held in its registers, asynchronously.
+//
+// Use: fence() before the first wgmma that reads registers or shared memory written since; then
+// the multiplies; commit() closes a group; wait<n>() returns once at most n groups are pending,
+// after which their accumulators may be read and the shared memory they read reused.
+//
+// Accumulator layout (thread t of the warpgroup, warp w = t / 32, lane l = t % 32): d[j] holds
+// row 16 w + l / 4 + 8 ((j / 2) % 2), column 8 (j / 4) + 2 (l % 4) + j % 2.
+//
+// Shared-memory operands are "K-major" tiles with the 128-byte swizzle, as the copy engine writes
+// them with TmaSwizzle::b128 and a box 64 16-bit elements wide: row r (of M, or of N) holds its 64
+// K-values in 128 bytes, rows follow each other, and each 8-row group of 1024 bytes is swizzled as
+// a unit. Such a tile must start 1024-byte aligned. sm_90a only: elsewhere these trap.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace tessera::tile::wgmma {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TESSERA_WGMMA 1
+#endif
+
+// The descriptor of a K-major, 128-byte-swizzled tile starting at `smem` (shared memory).
+// Stepping 16 elements along K inside the 128-byte rows adds 32 bytes to the start address, i.e.
+// 2 to the descriptor.
+__device__ __forceinline__ uint64_t kmajor_sw128(const void* smem) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint64_t d = static_cast<uint64_t>((addr & 0x3FFFF) >> 4);  // start address
+  d |= uint64_t{1} << 16;                                      // leading offset: unused here
+  d |= uint64_t{1024 >> 4} << 32;                              // 8-row groups, 1024 bytes apart
+  d |= uint64_t{1} << 62;                                      // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void fence() {
+#ifdef TESSERA_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void commit() {
+#ifdef TESSERA_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+template <int Pending>
+__device__ __forceinline__ void wait() {
+#ifdef TESSERA_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Keeps the compiler from moving accumulator reads or writes across a fence or wait: the
+// registers are written by the asynchronous unit, which the compiler does not see.
+template <int Size>
+__device__ __forceinline__ void fence_operands(float (&d)[Size]) {
+#pragma unroll
+  for (int i = 0; i < Size; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (+)= A B for one 64 x N x 16 step; `accumulate` false overwrites d. TransA/TransB: 0 for
+// K-major operands, 1 for MN-major ones.
+template <class T, int N, int TransA = 0, int TransB = 0>
+struct Mma;
+
+#define TESSERA_WG_D8(i)                                                                         \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define TESSERA_WG_D32(i) \
+  TESSERA_WG_D8(i), TESSERA_WG_D8(i + 8), TESSERA_WG_D8(i + 16), TESSERA_WG_D8(i + 24)
+#define TESSERA_WG_D_N64(i) TESSERA_WG_D32(i)
+#define TESSERA_WG_D_N128(i) TESSERA_WG_D32(i), TESSERA_WG_D32(i + 32)
+#define TESSERA_WG_D_N256(i) TESSERA_WG_D_N128(i), TESSERA_WG_D_N128(i + 64)
+#define TESSERA_WG_REGS_N64 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define TESSERA_WG_REGS_N128 TESSERA_WG_REGS_N64 ", " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define TESSERA_WG_REGS_N256 TESSERA_WG_REGS_N128 ", " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
+#ifdef TESSERA_WGMMA
+// A, B, scale-d, trans-a, trans-b follow the N / 2 accumulators as operands IA .. IA + 4.
+#define TESSERA_WG_MMA(TYPE, PTX, N, IA, IB, IS, ITA, ITB)                                     \
+  template <int TransA, int TransB>                                                            \
+  struct Mma<TYPE, N, TransA, TransB> {                                                        \
+    __device__ __forceinline__ static void run(float (&d)[N / 2], uint64_t a, uint64_t b,      \
+                                               bool accumulate) {                              \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS ", 0;\n"                           \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX               \
+                   " {" TESSERA_WG_REGS_N##N "}, %" #IA ", %" #IB ", p, 1, 1, %" #ITA ", %" #ITB \
+                   ";\n}\n"                                                                    \
+                   : TESSERA_WG_D_N##N(0)                                                        \
+                   : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(TransA),           \
+                     "n"(TransB));                                                             \
+    }                                                                                          \
+  };
+#else
+#define TESSERA_WG_MMA(TYPE, PTX, N, IA, IB, IS, ITA, ITB)                                \
+  template <int TransA, int TransB>                                                       \
+  struct Mma<TYPE, N, TransA, TransB> {                                                   \
+    __device__ __forceinline__ static void run(float (&)[N / 2], uint64_t, uint64_t, bool) { \
+      __trap();                                                                           \
+    }                                                                                     \
+  };
+#endif
+
+TESSERA_WG_MMA(__nv_bfloat16, "bf16", 64, 32, 33, 34, 35, 36)
+TESSERA_WG_MMA(__nv_bfloat16, "bf16", 128, 64, 65, 66, 67, 68)
+TESSERA_WG_MMA(__nv_bfloat16, "bf16", 256, 128, 129, 130, 131, 132)
+TESSERA_WG_MMA(__half, "f16", 64, 32, 33, 34, 35, 36)
+TESSERA_WG_MMA(__half, "f16", 128, 64, 65, 66, 67, 68)
+TESSERA_WG_MMA(__half, "f16", 256, 128, 129, 130, 131, 132)
+
+#undef TESSERA_WG_MMA
+
+}  // namespace tessera::tile::wgmma
