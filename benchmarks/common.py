@@ -193,7 +193,7 @@ class Suite:
 
     def run(self, op: str, dtype, size: int, bytes_moved: float, providers: dict, *,
             reference: str | None = "torch", stream=None, flops: float = 0.0, shape=None,
-            tolerances: dict | None = None, timing: dict | None = None) -> None:
+            tolerances: dict | None = None, timing: dict | None = None, rounds: int = 1) -> None:
         """Checks every provider's output against the reference's, then times each one.
 
         providers: name -> callable without arguments returning its output tensor, or a tuple of
@@ -226,7 +226,7 @@ class Suite:
 
         method = timing_for(size) if timing is None else timing
         try:
-            results = self._time_all(op, dtype, label, providers, stream, method)
+            results = self._time_all(op, dtype, label, providers, stream, method, rounds)
         except Exception as e:  # noqa: BLE001 - a capture that fails must not lose the run
             if not method.get("cuda_graph"):
                 raise
@@ -245,12 +245,18 @@ class Suite:
     _shaped = False  # set once a row is added with its own shape: the ratio tables key on shapes
 
     @staticmethod
-    def _time_all(op, dtype, label, providers, stream, method) -> dict:
-        results = {}
-        for name, fn in providers.items():
-            print(f"  {op:<20} {dtype_name(dtype):<9} {label:>5}  {name}", flush=True)
-            results[name] = do_bench(fn, stream=stream, **method)
-        return results
+    def _time_all(op, dtype, label, providers, stream, method, rounds: int = 1) -> dict:
+        """Each provider timed once per round, the providers in turn within a round (so that
+        clock drift over the run reaches every provider alike); per provider, the round whose
+        median is the median of its rounds' medians."""
+        runs = {name: [] for name in providers}
+        for r in range(rounds):
+            for name, fn in providers.items():
+                tag = f"  round {r + 1}/{rounds}" if rounds > 1 else ""
+                print(f"  {op:<20} {dtype_name(dtype):<9} {label:>5}  {name}{tag}", flush=True)
+                runs[name].append(do_bench(fn, stream=stream, **method))
+        return {name: sorted(rs, key=lambda s: s["median_ms"])[len(rs) // 2]
+                for name, rs in runs.items()}
 
     def finish(self, out_dir: Path, ours: str = "tessera", baseline: str = "torch", *,
                best_peer: bool = False, peers=None) -> int:

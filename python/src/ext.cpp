@@ -75,6 +75,24 @@ void isin_flat(const TensorView& elements, const TensorView& test, const TensorV
   isin(elements, test, out, assume_unique, invert, stream, o);
 }
 
+Activation activation_from(const std::string& name) {
+  for (Activation a : {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh,
+                       Activation::silu})
+    if (name == activation_name(a)) return a;
+  detail::throw_arg(ErrorKind::value, "matmul", "activation",
+                    "None, 'relu', 'gelu', 'gelu_tanh' or 'silu'", "'" + name + "'");
+}
+
+// MatmulOptions as plain arguments ('none' for no activation).
+void matmul_flat(const TensorView& input, const TensorView& other, const TensorView& out,
+                 const TensorView* bias, const TensorView* residual, const std::string& activation,
+                 double alpha, double beta, bool allow_tf32, cudaStream_t stream) {
+  MatmulOptions o;
+  o.bias = bias, o.residual = residual, o.activation = activation_from(activation);
+  o.alpha = alpha, o.beta = beta, o.allow_tf32 = allow_tf32;
+  matmul(input, other, out, o, stream);
+}
+
 // ---- add: b may be a number, and the output takes the broadcast shape ------------------------
 // torch's broadcasting; false when the shapes do not broadcast (the operator then says so).
 bool broadcast_shape(const TensorView& a, const TensorView& b, int64_t* out, int& ndim) {
@@ -215,6 +233,12 @@ NB_MODULE(_C, m) {
                      {"out", "elements", DType::bool_, true},
                      "out = elements in test_elements (bool); returns a new DeviceArray when out "
                      "is None.");
+  def_op<&matmul_flat>(m, "matmul",
+                       {"input", "other", "out", "bias", "residual", "activation", "alpha", "beta",
+                        "allow_tf32", "stream"},
+                       none,
+                       "out = activation(alpha * input @ other + bias) + residual + beta * out, "
+                       "into the given out (2-d or 3-d views).");
   m.def("isin_choose_path",
         [](const std::string& dtype, int64_t m, int64_t n, int64_t bmax, int64_t bwork, int64_t hmin) {
           const DType d = dtype_from_name("isin_choose_path", "dtype", dtype);

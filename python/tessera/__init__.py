@@ -7,6 +7,7 @@
     p = tessera.softmax(z, dim=-1)                 # torch.softmax; also log_softmax
     h = tessera.layer_norm(z, (4096,), w, b)       # torch.nn.functional.layer_norm; rms_norm
     d = tessera.dropout(h, 0.1)                    # seeded by tessera.random (manual_seed, ...)
+    o = tessera.linear(d, w2, b2, activation="gelu")  # F.linear with a fused activation; matmul
 
 Inputs are torch tensors (zero-copy, on torch's current stream) or any CUDA array that speaks
 DLPack (cupy arrays come back as cupy arrays). Errors are the library's own messages, raised as
@@ -23,6 +24,7 @@ from . import random
 from ._C import DeviceArray
 from .elementwise import (add, copy, dropout, dropout_backward, gelu, gelu_backward, silu,
                           silu_backward)
+from .matrix import linear, matmul
 from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_softmax,
                       log_softmax_backward, rms_norm, rms_norm_backward, rms_norm_forward, softmax,
                       softmax_backward)
@@ -35,7 +37,7 @@ __version__: str = _C.__version__
 __all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "dropout_backward",
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
-           "rms_norm", "rms_norm_forward", "rms_norm_backward", "isin",
+           "rms_norm", "rms_norm_forward", "rms_norm_backward", "matmul", "linear", "isin",
            "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
 
 

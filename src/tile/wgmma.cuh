@@ -9,10 +9,13 @@
 // Accumulator layout (thread t of the warpgroup, warp w = t / 32, lane l = t % 32): d[j] holds
 // row 16 w + l / 4 + 8 ((j / 2) % 2), column 8 (j / 4) + 2 (l % 4) + j % 2.
 //
-// Shared-memory operands are "K-major" tiles with the 128-byte swizzle, as the copy engine writes
-// them with TmaSwizzle::b128 and a box 64 16-bit elements wide: row r (of M, or of N) holds its 64
-// K-values in 128 bytes, rows follow each other, and each 8-row group of 1024 bytes is swizzled as
-// a unit. Such a tile must start 1024-byte aligned. sm_90a only: elsewhere these trap.
+// Shared-memory operands are tiles with the 128-byte swizzle, as the copy engine writes them with
+// TmaSwizzle::b128 and a box 64 16-bit elements wide, in one of two orders:
+//   K-major   row r (of M, or of N) holds its 64 K-values in 128 bytes; rows follow each other.
+//   MN-major  row k holds 64 consecutive M (or N) values in 128 bytes; a tile wider than 64 is
+//             several such 64-wide column blocks one after the other, each `block_bytes` long.
+// Each 8-row group of 1024 bytes is swizzled as a unit; tiles start 1024-byte aligned.
+// sm_90a only: elsewhere these trap.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -34,6 +37,18 @@ __device__ __forceinline__ uint64_t kmajor_sw128(const void* smem) {
   uint64_t d = static_cast<uint64_t>((addr & 0x3FFFF) >> 4);  // start address
   d |= uint64_t{1} << 16;                                      // leading offset: unused here
   d |= uint64_t{1024 >> 4} << 32;                              // 8-row groups, 1024 bytes apart
+  d |= uint64_t{1} << 62;                                      // 128-byte swizzle
+  return d;
+}
+
+// The descriptor of an MN-major, 128-byte-swizzled tile at `smem` whose 64-wide column blocks
+// are `block_bytes` apart. Stepping 16 elements along K is 16 rows: 2048 bytes, 128 descriptor
+// units; multiply with TransA/TransB = 1.
+__device__ __forceinline__ uint64_t mnmajor_sw128(const void* smem, uint32_t block_bytes) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint64_t d = static_cast<uint64_t>((addr & 0x3FFFF) >> 4);  // start address
+  d |= static_cast<uint64_t>(block_bytes >> 4) << 16;          // next 64-wide block along M/N
+  d |= uint64_t{1024 >> 4} << 32;                              // next 8 rows along K
   d |= uint64_t{1} << 62;                                      // 128-byte swizzle
   return d;
 }

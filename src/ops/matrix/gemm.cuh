@@ -68,6 +68,34 @@ struct Epilogue {
   // half-type outputs.
   template <bool Fast>
   __device__ __forceinline__ void store(int64_t b, int64_t m, int64_t n, float acc) const {
+    OutT* p = c + b * c_sb + m * c_sm + n * c_sn;
+    *p = tile::from_float<OutT>(value<Fast>(b, m, n, acc, p));
+  }
+
+  // Elements (b, m, n) and (b, m, n + 1), the second where `both`: one store of the pair where
+  // the row is contiguous there and the pair aligned, else one store each.
+  template <bool Fast>
+  __device__ __forceinline__ void store2(int64_t b, int64_t m, int64_t n, float acc0, float acc1,
+                                         bool both) const {
+    OutT* p = c + b * c_sb + m * c_sm + n * c_sn;
+    if (both && c_sn == 1 && reinterpret_cast<uintptr_t>(p) % (2 * sizeof(OutT)) == 0) {
+      const float v0 = value<Fast>(b, m, n, acc0, p), v1 = value<Fast>(b, m, n + 1, acc1, p + 1);
+      Pair pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
+      *reinterpret_cast<Pair*>(p) = pair;
+      return;
+    }
+    *p = tile::from_float<OutT>(value<Fast>(b, m, n, acc0, p));
+    if (both) store<Fast>(b, m, n + 1, acc1);
+  }
+
+ private:
+  struct alignas(2 * sizeof(OutT)) Pair {
+    OutT x, y;
+  };
+
+  // The stored value of element (b, m, n) at p, in float32.
+  template <bool Fast>
+  __device__ __forceinline__ float value(int64_t b, int64_t m, int64_t n, float acc, const OutT* p) const {
     float v = alpha * acc;
     if (bias) v += tile::to_float(bias[n * bias_sn]);
     switch (activation) {
@@ -78,9 +106,8 @@ struct Epilogue {
       default: break;
     }
     if (residual) v += tile::to_float(residual[b * r_sb + m * r_sm + n * r_sn]);
-    OutT* p = c + b * c_sb + m * c_sm + n * c_sn;
     if (beta != 0.0f) v += beta * tile::to_float(*p);
-    *p = tile::from_float<OutT>(v);
+    return v;
   }
 };
 
@@ -110,8 +137,8 @@ struct TileOrder {
 struct Sm90Tier {
   static constexpr const char* kName = "sm90_wgmma";
   static constexpr const char* kWhen =
-      "sm_90, 16-bit inputs with K contiguous in both operands: TMA, wgmma, persistent, "
-      "warp-specialized";
+      "sm_90, 16-bit inputs, each operand with K or its rows contiguous (row- or column-major): "
+      "TMA, wgmma, persistent, warp-specialized";
   struct Plan {
     int bn = 256, grid = 0;
     std::string describe() const;

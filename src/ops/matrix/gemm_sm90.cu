@@ -13,6 +13,9 @@
 //   warpgroups 1,2 consumers: rows 0-63 and 64-127 of the 128-row tile, 128 float32
 //                 accumulators per thread (64 x 256 per warpgroup), then the epilogue straight
 //                 from registers to global memory
+// Operands: K-major (K contiguous) or MN-major (M or N contiguous), each its own template flag;
+// the copy engine writes either in the 128-byte swizzle and wgmma reads it with its transpose
+// flag, so no layout is copied first.
 // Barriers per stage: `full` (the producer's expect + the copy engine's bytes) and `empty` (one
 // arrival per consumer warpgroup once its wgmma that read the stage has completed).
 #include <cuda.h>
@@ -61,14 +64,34 @@ struct Operand {
   bool batched;  // a 3-d map, the batch its outer coordinate (a 2-d map is shared by all)
 };
 
-__device__ __forceinline__ void load_tile(void* dst, const CUtensorMap* map, bool batched, int k,
-                                          int row, int b, const tile::BulkBarrier& bar) {
-  if (batched) tile::tma_load(dst, map, k, row, b, bar);
-  else tile::tma_load(dst, map, k, row, bar);
+__device__ __forceinline__ void load_box(void* dst, const CUtensorMap* map, bool batched, int c0,
+                                         int c1, int b, const tile::BulkBarrier& bar) {
+  if (batched) tile::tma_load(dst, map, c0, c1, b, bar);
+  else tile::tma_load(dst, map, c0, c1, bar);
+}
+
+// One stage of an operand: `rows` rows (of M or N) from `row` on, K from `k` on. K-major: one box
+// of kBK x rows. MN-major: rows / 64 boxes of 64 x kBK, one per 64-wide column block.
+template <class T, bool KMajor, int Rows>
+__device__ __forceinline__ void load_operand(T* dst, const CUtensorMap* map, Operand op, int k,
+                                             int row, int b, const tile::BulkBarrier& bar) {
+  if constexpr (KMajor) {
+    load_box(dst, map, op.batched, k, row, b, bar);
+  } else {
+#pragma unroll
+    for (int c = 0; c < Rows / 64; ++c) load_box(dst + c * 64 * kBK, map, op.batched, row + c * 64, k, b, bar);
+  }
+}
+
+// The descriptor of 16-deep step `k` of a stage's operand, from row `row0` (a multiple of 64).
+template <class T, bool KMajor>
+__device__ __forceinline__ uint64_t operand_desc(const T* tile, int row0, int k) {
+  if constexpr (KMajor) return tile::wgmma::kmajor_sw128(tile + row0 * kBK) + 2 * k;
+  else return tile::wgmma::mnmajor_sw128(tile + row0 * kBK, 64 * kBK * sizeof(T)) + 128 * k;
 }
 
 // The producer: one thread walks the same tiles as the consumers and fills the ring.
-template <class T, int BN>
+template <class T, int BN, bool KA, bool KB>
 __device__ void produce(Smem<T, BN>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
                         Operand a, Operand b, const TileOrder& order, int k_blocks) {
   constexpr uint32_t kBytes = (kBM + BN) * kBK * sizeof(T);
@@ -82,18 +105,18 @@ __device__ void produce(Smem<T, BN>& s, const CUtensorMap* map_a, const CUtensor
       const tile::BulkBarrier full{&s.full[stage]}, empty{&s.empty[stage]};
       empty.wait(phase ^ 1);  // a fresh barrier's preceding phase counts as complete
       full.expect(kBytes);
-      load_tile(s.a[stage], map_a, a.batched, kb * kBK, tm * kBM, int(batch), full);
-      load_tile(s.b[stage], map_b, b.batched, kb * kBK, tn * BN, int(batch), full);
+      load_operand<T, KA, kBM>(s.a[stage], map_a, a, kb * kBK, tm * kBM, int(batch), full);
+      load_operand<T, KB, BN>(s.b[stage], map_b, b, kb * kBK, tn * BN, int(batch), full);
       if (++stage == kStages) stage = 0, phase ^= 1;
     }
   }
 }
 
 // A consumer warpgroup: `half` selects its 64 rows of the 128-row tile.
-template <class T, class OutT, int BN>
+template <class T, class OutT, int BN, bool KA, bool KB>
 __device__ void consume(Smem<T, BN>& s, const Epilogue<OutT>& epi, const TileOrder& order,
                         int64_t m, int64_t n, int k_blocks, int half) {
-  using Mma = tile::wgmma::Mma<T, BN>;
+  using Mma = tile::wgmma::Mma<T, BN, KA ? 0 : 1, KB ? 0 : 1>;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   float acc[BN / 2];
   int stage = 0, prev = 0;
@@ -104,12 +127,11 @@ __device__ void consume(Smem<T, BN>& s, const Epilogue<OutT>& epi, const TileOrd
     order.at(t, batch, tm, tn);
     for (int kb = 0; kb < k_blocks; ++kb) {
       tile::BulkBarrier{&s.full[stage]}.wait(phase);
-      const uint64_t da = tile::wgmma::kmajor_sw128(s.a[stage] + half * 64 * kBK);
-      const uint64_t db = tile::wgmma::kmajor_sw128(s.b[stage]);
       tile::wgmma::fence();
 #pragma unroll
-      for (int k = 0; k < kBK / 16; ++k)  // 16 elements = 32 bytes = 2 descriptor units
-        Mma::run(acc, da + 2 * k, db + 2 * k, kb > 0 || k > 0);
+      for (int k = 0; k < kBK / 16; ++k)
+        Mma::run(acc, operand_desc<T, KA>(s.a[stage], half * 64, k),
+                 operand_desc<T, KB>(s.b[stage], 0, k), kb > 0 || k > 0);
       tile::wgmma::commit();
       tile::wgmma::wait<1>();  // the previous stage's group has completed: release it
       if (kb > 0 && tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
@@ -123,14 +145,16 @@ __device__ void consume(Smem<T, BN>& s, const Epilogue<OutT>& epi, const TileOrd
     const int64_t row0 = int64_t(tm) * kBM + half * 64 + warp * 16 + lane / 4;
     const int64_t col0 = int64_t(tn) * BN + 2 * (lane % 4);
 #pragma unroll
-    for (int j = 0; j < BN / 2; ++j) {
-      const int64_t row = row0 + 8 * ((j / 2) % 2), col = col0 + 8 * (j / 4) + j % 2;
-      if (row < m && col < n) epi.template store<!std::is_same_v<OutT, float>>(batch, row, col, acc[j]);
+    for (int j = 0; j < BN / 2; j += 2) {  // d[j], d[j + 1]: columns col, col + 1 of one row
+      const int64_t row = row0 + 8 * ((j / 2) % 2), col = col0 + 8 * (j / 4);
+      if (row < m && col < n)
+        epi.template store2<!std::is_same_v<OutT, float>>(batch, row, col, acc[j], acc[j + 1],
+                                                          col + 1 < n);
     }
   }
 }
 
-template <class T, class OutT, int BN>
+template <class T, class OutT, int BN, bool KA, bool KB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b, Operand a, Operand b,
@@ -152,10 +176,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (role == 0) {
     set_max_registers_dec<40>();
-    if (threadIdx.x == 0) produce(s, &map_a, &map_b, a, b, order, k_blocks);
+    if (threadIdx.x == 0) produce<T, BN, KA, KB>(s, &map_a, &map_b, a, b, order, k_blocks);
   } else {
     set_max_registers_inc<232>();
-    consume(s, epi, order, m, n, k_blocks, role - 1);
+    consume<T, OutT, BN, KA, KB>(s, epi, order, m, n, k_blocks, role - 1);
   }
 }
 
@@ -164,35 +188,45 @@ constexpr DType dtype_of() {
   return std::is_same_v<T, __half> ? DType::float16 : DType::bfloat16;
 }
 
-// The map of an operand stored [batch, rows, K] with K contiguous (row stride `sr`, batch stride
-// `sb`, 0 when shared), in boxes of kBK x `box_rows`: a 3-d map only where batches differ.
-runtime::TmaShape operand_shape(int64_t rows, int64_t k, int64_t sr, int64_t sb, int64_t batch,
-                                int box_rows) {
+// How an operand of `rows` rows (M or N) and `k` columns lies in memory: K contiguous (row stride
+// `sr`) or its rows contiguous (K stride `sk`), batch stride `sb` (0: shared).
+struct OperandLayout {
+  const void* p;
+  int64_t rows, k, sr, sk, sb;
+  bool k_major() const { return sk == 1; }
+};
+
+// Its map, in boxes of what one stage takes (`box_rows` rows): a 3-d map only where batches
+// differ. K-major: kBK x box_rows boxes over (K, rows); MN-major: 64 x kBK boxes over (rows, K).
+runtime::TmaShape operand_shape(const OperandLayout& o, int64_t batch, int box_rows) {
   runtime::TmaShape sh;
-  sh.rank = sb != 0 && batch > 1 ? 3 : 2;
-  sh.dims[0] = uint64_t(k), sh.dims[1] = uint64_t(rows), sh.dims[2] = uint64_t(batch);
-  sh.strides[0] = 1, sh.strides[1] = uint64_t(sr), sh.strides[2] = uint64_t(sb);
-  sh.box[0] = kBK, sh.box[1] = uint32_t(box_rows), sh.box[2] = 1;
+  sh.rank = o.sb != 0 && batch > 1 ? 3 : 2;
+  const bool km = o.k_major();
+  sh.dims[0] = uint64_t(km ? o.k : o.rows), sh.dims[1] = uint64_t(km ? o.rows : o.k);
+  sh.dims[2] = uint64_t(batch);
+  sh.strides[0] = 1, sh.strides[1] = uint64_t(km ? o.sr : o.sk), sh.strides[2] = uint64_t(o.sb);
+  sh.box[0] = km ? kBK : 64, sh.box[1] = km ? uint32_t(box_rows) : kBK, sh.box[2] = 1;
   return sh;
 }
 
-bool operand_ok(DType dt, const void* p, int64_t rows, int64_t k, int64_t sr, int64_t sb,
-                int64_t batch, int box_rows) {
-  return rows <= INT32_MAX && k <= INT32_MAX && batch <= INT32_MAX &&
-         runtime::tma_can_map(dt, p, operand_shape(rows, k, sr, sb, batch, box_rows),
-                              runtime::TmaSwizzle::b128);
+bool operand_ok(DType dt, const OperandLayout& o, int64_t batch, int box_rows) {
+  if (!o.k_major() && o.sr != 1) return false;  // neither K nor the rows contiguous
+  return o.rows <= INT32_MAX && o.k <= INT32_MAX && batch <= INT32_MAX &&
+         runtime::tma_can_map(dt, o.p, operand_shape(o, batch, box_rows), runtime::TmaSwizzle::b128);
 }
 
-CUtensorMap operand_map(DType dt, const void* p, int64_t rows, int64_t k, int64_t sr, int64_t sb,
-                        int64_t batch, int box_rows) {
-  return runtime::tma_map("matmul", dt, p, operand_shape(rows, k, sr, sb, batch, box_rows),
+CUtensorMap operand_map(DType dt, const OperandLayout& o, int64_t batch, int box_rows) {
+  return runtime::tma_map("matmul", dt, o.p, operand_shape(o, batch, box_rows),
                           runtime::TmaSwizzle::b128);
 }
 
-template <class T, class OutT, int BN>
+OperandLayout layout_a(const GemmArgs& g) { return {g.a, g.m, g.k, g.a_sm, g.a_sk, g.a_sb}; }
+OperandLayout layout_b(const GemmArgs& g) { return {g.b, g.n, g.k, g.b_sn, g.b_sk, g.b_sb}; }
+
+template <class T, class OutT, int BN, bool KA, bool KB>
 void launch_typed(const GemmArgs& g, int grid, cudaStream_t stream) {
-  const CUtensorMap ma = operand_map(g.dtype, g.a, g.m, g.k, g.a_sm, g.a_sb, g.batch, kBM);
-  const CUtensorMap mb = operand_map(g.dtype, g.b, g.n, g.k, g.b_sn, g.b_sb, g.batch, BN);
+  const CUtensorMap ma = operand_map(g.dtype, layout_a(g), g.batch, kBM);
+  const CUtensorMap mb = operand_map(g.dtype, layout_b(g), g.batch, BN);
   const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && g.batch > 1};
   TileOrder order;
   order.tiles_m = int((g.m + kBM - 1) / kBM);
@@ -200,17 +234,26 @@ void launch_typed(const GemmArgs& g, int grid, cudaStream_t stream) {
   order.batch = g.batch;
   const int k_blocks = int((g.k + kBK - 1) / kBK);
   const std::size_t smem = sizeof(Smem<T, BN>) + 1024;
-  auto kernel = gemm_sm90_kernel<T, OutT, BN>;
+  auto kernel = gemm_sm90_kernel<T, OutT, BN, KA, KB>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   kernel<<<grid, kThreads, smem, stream>>>(ma, mb, a, b, Epilogue<OutT>::from(g), order, g.m, g.n,
                                            k_blocks);
   TESSERA_LAUNCH_CHECK();
 }
 
-template <class T, int BN>
+template <class T, int BN, bool KA, bool KB>
 void launch_out(const GemmArgs& g, int grid, cudaStream_t stream) {
-  if (g.out_dtype == DType::float32) launch_typed<T, float, BN>(g, grid, stream);
-  else launch_typed<T, T, BN>(g, grid, stream);
+  if (g.out_dtype == DType::float32) launch_typed<T, float, BN, KA, KB>(g, grid, stream);
+  else launch_typed<T, T, BN, KA, KB>(g, grid, stream);
+}
+
+template <class T, int BN>
+void launch_layout(const GemmArgs& g, int grid, cudaStream_t stream) {
+  const bool ka = layout_a(g).k_major(), kb = layout_b(g).k_major();
+  if (ka && kb) launch_out<T, BN, true, true>(g, grid, stream);
+  else if (ka) launch_out<T, BN, true, false>(g, grid, stream);
+  else if (kb) launch_out<T, BN, false, true>(g, grid, stream);
+  else launch_out<T, BN, false, false>(g, grid, stream);
 }
 
 int tiles(const GemmArgs& g, int bn) {
@@ -223,7 +266,7 @@ bool has_sm90a_code() {
   static const bool yes = [] {
     cudaFuncAttributes fa{};
     const bool ok = cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(
-                        gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 256>)) == cudaSuccess;
+                        gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 256, true, true>)) == cudaSuccess;
     (void)cudaGetLastError();
     return ok && fa.binaryVersion == 90;
   }();
@@ -241,10 +284,8 @@ bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
   if (ctx.major != 9 || g.k == 0) return false;
   if (g.dtype != DType::bfloat16 && g.dtype != DType::float16) return false;
   if (g.out_dtype != g.dtype && g.out_dtype != DType::float32) return false;
-  if (g.a_sk != 1 || g.b_sk != 1) return false;  // K contiguous in both operands
   if (!has_sm90a_code()) return false;
-  return operand_ok(g.dtype, g.a, g.m, g.k, g.a_sm, g.a_sb, g.batch, kBM) &&
-         operand_ok(g.dtype, g.b, g.n, g.k, g.b_sn, g.b_sb, g.batch, 256);
+  return operand_ok(g.dtype, layout_a(g), g.batch, kBM) && operand_ok(g.dtype, layout_b(g), g.batch, 256);
 }
 
 Sm90Tier::Plan Sm90Tier::plan(const GemmArgs& g, const GemmCtx& ctx) {
@@ -258,11 +299,11 @@ Sm90Tier::Plan Sm90Tier::plan(const GemmArgs& g, const GemmCtx& ctx) {
 void Sm90Tier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
   const bool half = g.dtype == DType::float16;
   if (p.bn == 256) {
-    if (half) launch_out<__half, 256>(g, p.grid, stream);
-    else launch_out<__nv_bfloat16, 256>(g, p.grid, stream);
+    if (half) launch_layout<__half, 256>(g, p.grid, stream);
+    else launch_layout<__nv_bfloat16, 256>(g, p.grid, stream);
   } else {
-    if (half) launch_out<__half, 128>(g, p.grid, stream);
-    else launch_out<__nv_bfloat16, 128>(g, p.grid, stream);
+    if (half) launch_layout<__half, 128>(g, p.grid, stream);
+    else launch_layout<__nv_bfloat16, 128>(g, p.grid, stream);
   }
 }
 

@@ -1,7 +1,8 @@
 // Verify and bench cases for matmul, and its registration: what `tessera verify|bench|profile
-// matmul` run. The cases cover both tiers (the tensor-core tier takes 16-bit inputs with K
-// contiguous in both operands; everything else goes to the SIMT tier), tails in every dimension,
-// batches (each operand batched or shared), layouts, and each piece of the epilogue.
+// matmul` run. The cases cover both tiers (the tensor-core tier takes 16-bit inputs with K or the
+// rows contiguous in each operand, TMA-aligned; everything else goes to the SIMT tier), tails in
+// every dimension, batches (each operand batched or shared), layouts, and each piece of the
+// epilogue.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -98,6 +99,10 @@ std::vector<VerifyCase> matmul_cases() {
       {200, 150, 300, 0, 0, C, C},           // other row-major (N contiguous)
       {200, 150, 300, 0, 0, T, T},           // input column-major
       {64, 100, 72},                         // rows of 200 bytes: not TMA-aligned
+      {256, 192, 320, 0, 0, C, C},           // row-major other (N contiguous)
+      {256, 192, 320, 0, 0, T, T},           // column-major input (M contiguous)
+      {328, 200, 520, 0, 0, T, C},           // both M/N contiguous, tails in M, N and K
+      {136, 96, 200, 3, 3, T, C},            // the same, batched
       {256, 128, 384, 0, 0, C, T, true, false, false, A::gelu, 0.5},
       {256, 128, 384, 0, 0, C, T, false, true, false, A::none, 1.0, 0.5},
       {256, 128, 384, 2, 2, C, T, true, true, false, A::silu},

@@ -1,0 +1,218 @@
+"""Matrix operators: matmul (GEMM with a fused epilogue) and linear, on torch tensors.
+
+    y = tessera.matmul(a, b, bias=b0, activation="gelu")   # gelu(a @ b + b0), one kernel
+    y = tessera.linear(x, w, bias)                         # F.linear: x @ w.T + bias
+
+``matmul(input, other, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0.0,
+out=None, out_dtype=None)`` computes
+
+    out = activation(alpha * (input @ other) + bias) + residual + beta * out
+
+with the whole epilogue applied as the product is stored. ``activation`` is None, 'relu', 'gelu',
+'gelu_tanh' or 'silu'. ``input`` is [..., M, K] and ``other`` [K, N] or [..., K, N] (batch
+dimensions broadcast as in torch.matmul); ``bias`` has N elements, ``residual`` the output's shape
+(or one that broadcasts to it), both in the output's dtype; ``beta`` reads ``out`` (so it needs
+``out=``). float16 and bfloat16 inputs run on the tensor cores where K is contiguous in both
+operands (a row-major ``input`` and ``other`` = ``w.T`` of a row-major ``w``: the layout of a
+linear layer), accumulating in float32; ``out_dtype=torch.float32`` keeps the float32 result.
+float32 inputs are computed in exact float32 arithmetic (tessera does not use TF32 yet, so
+``torch.backends.cuda.matmul.allow_tf32`` only permits what it does anyway).
+
+Autograd: when grad mode is on and a tensor argument requires grad, the call goes through a
+torch.autograd.Function whose backward runs tessera matmuls (dA = alpha dZ B^T, dB = alpha A^T dZ,
+dbias = sum of dZ), with dZ the gradient through the activation (tessera's gelu/silu backward
+kernels; the forward then stores the pre-activation product and applies the activation apart).
+
+Torch tensors only for now (DLPack arrays: through the C++ API).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Optional
+
+from . import _C
+from ._interop import as_arg, torch_if_tensor, torch_stream, torch_view
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["matmul", "linear"]
+
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+
+
+def _activation(activation) -> str:
+    if activation not in ACTIVATIONS:
+        raise ValueError("tessera.matmul: argument 'activation': expected None, 'relu', 'gelu', "
+                         f"'gelu_tanh' or 'silu', got {activation!r}")
+    return activation or "none"
+
+
+def _torch_only(x, arg: str):
+    torch = torch_if_tensor(x)
+    if torch is None:
+        raise TypeError(f"tessera.matmul: argument '{arg}': expected a torch tensor (DLPack arrays "
+                        f"go through the C++ API for now), got {type(x).__name__}")
+    return torch
+
+
+def _as_3d(torch, t, batch_shape, rows, cols):
+    """t broadcast to batch_shape + (rows, cols) as a 2-d tensor (no batch) or a 3-d one."""
+    if not batch_shape:
+        return t
+    if t.dim() == 2:  # shared by every batch
+        return t
+    t = t.expand(*batch_shape, rows, cols)
+    if len(batch_shape) == 1:
+        return t
+    try:
+        return t.view(-1, rows, cols)
+    except RuntimeError:  # batch dimensions that do not flatten in place
+        return t.reshape(-1, rows, cols)
+
+
+def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtype):
+    """The product with its epilogue, without autograd; returns the output tensor."""
+    if a.dim() < 2 or b.dim() < 2:
+        raise ValueError(f"tessera.matmul: arguments 'input' and 'other': expected at least 2 "
+                         f"dimensions, got {a.dim()} and {b.dim()}")
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    batch_shape = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    out_shape = batch_shape + (m, n)
+    dtype = out_dtype if out_dtype is not None else a.dtype
+    if out is None:
+        if beta != 0:
+            raise ValueError("tessera.matmul: argument 'beta': a nonzero beta reads 'out', "
+                             "which was not given")
+        out = torch.empty(out_shape, dtype=dtype, device=a.device)
+    elif tuple(out.shape) != out_shape:
+        raise ValueError(f"tessera.matmul: argument 'out': expected shape {list(out_shape)}, got "
+                         f"{list(out.shape)}")
+    a3 = _as_3d(torch, a, batch_shape, m, k)
+    b3 = _as_3d(torch, b, batch_shape, b.shape[-2], n)
+    if a3.dim() == 2 and b3.dim() == 3:
+        a3 = a3.unsqueeze(0)  # the library takes a 3-d output only with a 3-d operand batch
+    o3 = out if len(batch_shape) <= 1 else out.view(-1, m, n)
+    r3 = None
+    if residual is not None:
+        _torch_only(residual, "residual")
+        if tuple(residual.shape) != out_shape:
+            try:
+                residual = residual.expand(out_shape)
+            except RuntimeError:
+                raise ValueError(f"tessera.matmul: argument 'residual': expected a shape that "
+                                 f"broadcasts to {list(out_shape)}, got "
+                                 f"{list(residual.shape)}") from None
+        r3 = _as_3d(torch, residual, batch_shape, m, n)
+    av = torch_view(a3)
+    _C.matmul(av, as_arg(torch, b3, "matmul", "other"), as_arg(torch, o3, "matmul", "out"),
+              as_arg(torch, bias, "matmul", "bias"), as_arg(torch, r3, "matmul", "residual"),
+              _activation(activation), float(alpha), float(beta), False, torch_stream(av))
+    return out
+
+
+def _functions(torch):
+    global _Matmul
+    if _Matmul is None:
+        _Matmul = _define_autograd(torch)
+    return _Matmul
+
+
+_Matmul = None
+
+
+def _define_autograd(torch):
+    from .elementwise import gelu_backward, silu_backward
+
+    def act_backward(dy, z, activation):
+        if activation == "relu":
+            return dy * (z > 0).to(dy.dtype)
+        if activation in ("gelu", "gelu_tanh"):
+            return gelu_backward(dy, z, approximate="tanh" if activation == "gelu_tanh" else "none")
+        if activation == "silu":
+            return silu_backward(dy, z)
+        return dy
+
+    def act_forward(z, activation):
+        from .elementwise import gelu, silu
+        if activation == "relu":
+            return torch.relu(z)
+        if activation in ("gelu", "gelu_tanh"):
+            return gelu(z, approximate="tanh" if activation == "gelu_tanh" else "none")
+        if activation == "silu":
+            return silu(z)
+        return z
+
+    def reduce_to(g, shape):
+        """g summed over the dimensions that broadcast to it from `shape`."""
+        if tuple(g.shape) == tuple(shape):
+            return g
+        lead = g.dim() - len(shape)
+        g = g.sum(dim=tuple(range(lead))) if lead > 0 else g
+        dims = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
+        return g.sum(dim=dims, keepdim=True) if dims else g
+
+    class Matmul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b, bias, residual, activation, alpha, out_dtype):
+            z = _forward(torch, a, b, bias, None, None, alpha, 0.0, None, out_dtype)
+            y = act_forward(z, activation)
+            if residual is not None:
+                y = y + residual
+            ctx.save_for_backward(a, b, z if activation else None)
+            ctx.activation, ctx.alpha = activation, alpha
+            ctx.has_bias, ctx.has_residual = bias is not None, residual is not None
+            ctx.residual_shape = residual.shape if residual is not None else None
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            a, b, z = ctx.saved_tensors
+            dz = act_backward(dy.contiguous(), z, ctx.activation) if ctx.activation else dy
+            da = db = dbias = dres = None
+            if ctx.needs_input_grad[0]:
+                da = _forward(torch, dz.to(b.dtype), b.transpose(-1, -2), None, None, None,
+                              ctx.alpha, 0.0, None, a.dtype)
+                da = reduce_to(da, a.shape)
+            if ctx.needs_input_grad[1]:
+                db = _forward(torch, a.transpose(-1, -2), dz.to(a.dtype), None, None, None,
+                              ctx.alpha, 0.0, None, b.dtype)
+                db = reduce_to(db, b.shape)
+            if ctx.has_bias and ctx.needs_input_grad[2]:
+                dbias = dz.reshape(-1, dz.shape[-1]).sum(0)
+            if ctx.has_residual and ctx.needs_input_grad[3]:
+                dres = reduce_to(dy, ctx.residual_shape)
+            return da, db, dbias, dres, None, None, None
+
+    return Matmul
+
+
+def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
+           activation: Optional[str] = None, residual: Optional[torch.Tensor] = None,
+           alpha: float = 1.0, beta: float = 0.0, out: Optional[torch.Tensor] = None,
+           out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``activation(alpha * (input @ other) + bias) + residual + beta * out`` in one kernel; see
+    the module's documentation."""
+    torch = _torch_only(input, "input")
+    _torch_only(other, "other")
+    _activation(activation)
+    if not (isinstance(alpha, (int, float)) and math.isfinite(alpha)):
+        raise TypeError(f"tessera.matmul: argument 'alpha': expected a finite number, got {alpha!r}")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (input, other, bias, residual)):
+        if out is not None or beta != 0:
+            raise RuntimeError("tessera.matmul: out= and beta are not differentiable; call it "
+                               "under torch.no_grad() or without them")
+        return _functions(torch).apply(input, other, bias, residual, activation, float(alpha),
+                                       out_dtype)
+    return _forward(torch, input, other, bias, activation, residual, alpha, beta, out, out_dtype)
+
+
+def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *,
+           activation: Optional[str] = None) -> torch.Tensor:
+    """``torch.nn.functional.linear``: ``input @ weight.T + bias`` (weight [N, K]), with an
+    optional fused activation."""
+    _torch_only(weight, "weight")
+    return matmul(input, weight.transpose(-1, -2), bias=bias, activation=activation)

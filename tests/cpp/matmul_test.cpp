@@ -1,0 +1,88 @@
+// matmul: argument checks and messages (CPU), and which kernel tier each layout takes (GPU; the
+// results of every verify case are checked by Op/VerifyGpu.MatchesReference/matmul).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gpu.hpp"
+#include "ops/verify.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tier.hpp"
+#include "testing.hpp"
+#include "tessera/tessera.hpp"
+
+namespace {
+
+using tessera::DType;
+using tessera::ErrorKind;
+using tessera::MatmulOptions;
+using tessera::TensorView;
+using tessera::ops::Layout;
+using tessera::ops::make_tensor;
+using tessera::testing::cuda_tensor;
+using tessera::testing::expect_error;
+
+TEST(MatmulArgs, ShapesDtypesAndEpilogueAreChecked) {
+  const auto a = cuda_tensor(0x1000, DType::bfloat16, {64, 32});
+  const auto b = cuda_tensor(0x100000, DType::bfloat16, {32, 48});
+  const auto c = cuda_tensor(0x200000, DType::bfloat16, {64, 48});
+  const MatmulOptions none;
+  expect_error([&] { tessera::matmul(a, cuda_tensor(0x100000, DType::bfloat16, {31, 48}), c, none, nullptr); },
+               ErrorKind::value, {"tessera.matmul: argument 'other'", "K = 32 rows", "got [31, 48]"});
+  expect_error([&] { tessera::matmul(a, cuda_tensor(0x100000, DType::float16, {32, 48}), c, none, nullptr); },
+               ErrorKind::type, {"argument 'other'", "bfloat16", "got float16"});
+  expect_error([&] { tessera::matmul(a, b, cuda_tensor(0x200000, DType::float16, {64, 48}), none, nullptr); },
+               ErrorKind::type, {"argument 'out'", "bfloat16 (that of 'input') or float32", "got float16"});
+  expect_error([&] { tessera::matmul(a, b, cuda_tensor(0x200000, DType::bfloat16, {64, 47}), none, nullptr); },
+               ErrorKind::value, {"argument 'out'", "[..., 64, 48]", "got [64, 47]"});
+  expect_error([&] { tessera::matmul(cuda_tensor(0x1000, DType::bfloat16, {64}), b, c, none, nullptr); },
+               ErrorKind::value, {"argument 'input'", "a 2-d or 3-d tensor", "got 1-d [64]"});
+  expect_error([&] { tessera::matmul(cuda_tensor(0x1000, DType::int32, {64, 32}), b, c, none, nullptr); },
+               ErrorKind::type, {"argument 'input'", "got int32"});
+  const auto bias = cuda_tensor(0x300000, DType::bfloat16, {47});
+  MatmulOptions o;
+  o.bias = &bias;
+  expect_error([&] { tessera::matmul(a, b, c, o, nullptr); }, ErrorKind::value,
+               {"argument 'bias'", "shape [48] (N)", "got [47]"});
+  const auto res = cuda_tensor(0x300000, DType::bfloat16, {64, 47});
+  MatmulOptions r;
+  r.residual = &res;
+  expect_error([&] { tessera::matmul(a, b, c, r, nullptr); }, ErrorKind::value,
+               {"argument 'residual'", "shape [64, 48]"});
+  expect_error([&] { tessera::matmul(a, b, cuda_tensor(0x1000, DType::bfloat16, {64, 48}), none, nullptr); },
+               ErrorKind::value, {"argument 'out'", "overlap 'input'"});
+  expect_error([&] {
+    tessera::matmul(cuda_tensor(0x1000, DType::bfloat16, {3, 64, 32}), cuda_tensor(0x100000, DType::bfloat16, {2, 32, 48}),
+                    cuda_tensor(0x200000, DType::bfloat16, {3, 64, 48}), none, nullptr);
+  }, ErrorKind::value, {"argument 'other'", "a batch of 3"});
+}
+
+// The tier a call ran, from the launcher's trace.
+std::string tier_of(DType dt, Layout la, Layout lb, int64_t m, int64_t k, int64_t n) {
+  auto a = make_tensor(dt, {m, k}, la), b = make_tensor(dt, {k, n}, lb);
+  auto c = make_tensor(dt, {m, n}, Layout::contiguous);
+  tessera::runtime::set_tier_trace(true);
+  tessera::matmul(a.view, b.view, c.view, {}, nullptr);
+  const auto trace = tessera::runtime::take_tier_trace();
+  tessera::runtime::set_tier_trace(false);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return trace.empty() ? "" : trace.back().tier;
+}
+
+TEST(MatmulGpu, EveryRowOrColumnMajorLayoutTakesTheTensorCoresOnHopper) {
+  TESSERA_REQUIRE_GPU();
+  if (tessera::runtime::device_props(0).major != 9) GTEST_SKIP() << "the wgmma tier is for sm_90";
+  const Layout C = Layout::contiguous, T = Layout::transposed;
+  for (DType dt : {DType::bfloat16, DType::float16})
+    for (Layout la : {C, T})
+      for (Layout lb : {C, T})
+        EXPECT_EQ(tier_of(dt, la, lb, 256, 192, 320), "sm90_wgmma")
+            << tessera::dtype_name(dt) << " " << layout_name(la) << " @ " << layout_name(lb);
+  // float32, strided operands and rows that are not 16-byte multiples take the SIMT tier.
+  EXPECT_EQ(tier_of(DType::float32, C, T, 256, 192, 320), "simt");
+  EXPECT_EQ(tier_of(DType::bfloat16, Layout::strided, T, 256, 192, 320), "simt");
+  EXPECT_EQ(tier_of(DType::bfloat16, C, T, 64, 100, 72), "simt");
+}
+
+}  // namespace

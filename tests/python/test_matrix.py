@@ -1,0 +1,152 @@
+"""tessera.matmul and tessera.linear from Python.
+
+CPU-side tests (any machine): what is refused before anything reaches the GPU. GPU tests (the
+`torch` fixture): results against a float64 torch reference by relative norm error (the op's
+tolerance per output dtype), every layout and batch form, each piece of the epilogue, out=,
+and autograd against torch's own.
+"""
+
+import pytest
+
+import tessera
+
+CPU_DEVICE_MSG = "expected a CUDA tensor, got a tensor on cpu"
+
+
+# ---- CPU side ---------------------------------------------------------------------------------
+
+def test_matmul_takes_torch_tensors_only(np):
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(TypeError, match=r"tessera\.matmul: argument 'input': expected a torch "
+                                        r"tensor.*got ndarray"):
+        tessera.matmul(a, a)
+
+
+def test_matmul_cpu_tensor_names_the_argument():
+    torch = pytest.importorskip("torch")
+    a = torch.ones(4, 4)
+    with pytest.raises(ValueError) as e:
+        tessera.matmul(a, a)
+    assert str(e.value) == f"tessera.matmul: argument 'input': {CPU_DEVICE_MSG}"
+
+
+def test_matmul_bad_activation_is_refused_first():
+    torch = pytest.importorskip("torch")
+    a = torch.ones(4, 4)
+    with pytest.raises(ValueError, match=r"argument 'activation': expected None, 'relu', 'gelu', "
+                                         r"'gelu_tanh' or 'silu', got 'tanh'"):
+        tessera.matmul(a, a, activation="tanh")
+
+
+# ---- GPU ---------------------------------------------------------------------------------------
+
+TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+def rel_err(torch, got, ref):
+    ref = ref.double()
+    return ((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def act_ref(torch, z, activation):
+    F = torch.nn.functional
+    return {None: lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[activation](z)
+
+
+def operands(torch, dtype, m, k, n, b_layout="wt", a_layout="row"):
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    if a_layout == "col":
+        a = torch.randn(k, m, device="cuda", dtype=dtype).t()
+    if b_layout == "wt":  # other = W^T of a row-major W: K contiguous (a linear layer)
+        b = torch.randn(n, k, device="cuda", dtype=dtype).t()
+    else:  # row-major other: N contiguous
+        b = torch.randn(k, n, device="cuda", dtype=dtype)
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("mkn", [(128, 64, 256), (300, 200, 520), (1, 4096, 1), (1000, 1000, 777)])
+@pytest.mark.parametrize("b_layout,a_layout", [("wt", "row"), ("row", "row"), ("wt", "col")])
+def test_matmul_matches_reference(torch, dtype, mkn, b_layout, a_layout):
+    dt = getattr(torch, dtype)
+    a, b = operands(torch, dt, *mkn, b_layout, a_layout)
+    y = tessera.matmul(a, b)
+    assert y.dtype == dt and y.shape == (mkn[0], mkn[2])
+    assert rel_err(torch, y, a.double() @ b.double()) < TOL[dtype]
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_matmul_epilogue(torch, activation, dtype):
+    dt = getattr(torch, dtype)
+    a, b = operands(torch, dt, 256, 128, 384)
+    bias = torch.randn(384, device="cuda", dtype=dt)
+    res = torch.randn(256, 384, device="cuda", dtype=dt)
+    y = tessera.matmul(a, b, bias=bias, activation=activation, residual=res, alpha=0.5)
+    ref = act_ref(torch, 0.5 * (a.double() @ b.double()) + bias.double(), activation) + res.double()
+    assert rel_err(torch, y, ref) < TOL[dtype]
+
+
+def test_matmul_beta_reads_out_and_out_dtype(torch):
+    a, b = operands(torch, torch.bfloat16, 200, 64, 136)
+    out = torch.randn(200, 136, device="cuda", dtype=torch.float32)
+    old = out.clone()
+    r = tessera.matmul(a, b, beta=0.25, out=out, out_dtype=torch.float32)
+    assert r is out
+    assert rel_err(torch, out, a.double() @ b.double() + 0.25 * old.double()) < 1e-5
+    with pytest.raises(ValueError, match=r"argument 'beta': a nonzero beta reads 'out'"):
+        tessera.matmul(a, b, beta=1.0)
+
+
+@pytest.mark.parametrize("shapes", [((3, 130, 96), (3, 96, 200)), ((4, 130, 96), (96, 200)),
+                                    ((130, 96), (2, 96, 200)), ((2, 3, 64, 32), (32, 48)),
+                                    ((2, 1, 64, 32), (3, 32, 48))])
+def test_matmul_batches_broadcast_as_torch(torch, shapes):
+    a = torch.randn(*shapes[0], device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(*shapes[1], device="cuda", dtype=torch.bfloat16)
+    y = tessera.matmul(a, b)
+    ref = torch.matmul(a.double(), b.double())
+    assert y.shape == ref.shape
+    assert rel_err(torch, y, ref) < 1e-2
+
+
+def test_linear_matches_functional(torch):
+    x = torch.randn(4, 77, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(384, device="cuda", dtype=torch.bfloat16)
+    y = tessera.linear(x, w, bias, activation="gelu")
+    ref = torch.nn.functional.gelu(x.double() @ w.double().t() + bias.double())
+    assert y.shape == (4, 77, 384)
+    assert rel_err(torch, y, ref) < 1e-2
+
+
+def test_matmul_errors_name_the_argument(torch):
+    a, b = operands(torch, torch.bfloat16, 64, 32, 48)
+    with pytest.raises(ValueError, match=r"tessera\.matmul: argument 'other': expected K = 32 rows"):
+        tessera.matmul(a, torch.randn(31, 48, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"tessera\.matmul: argument 'bias': expected shape \[48\]"):
+        tessera.matmul(a, b, bias=torch.randn(47, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match=r"tessera\.matmul: argument 'other'.*bfloat16.*float16"):
+        tessera.matmul(a, b.half())
+    with pytest.raises(ValueError, match=r"argument 'residual'"):
+        tessera.matmul(a, b, residual=torch.randn(3, 48, device="cuda", dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
+def test_matmul_autograd_matches_torch(torch, activation):
+    a = torch.randn(3, 40, 24, device="cuda", dtype=torch.float32, requires_grad=True)
+    w = torch.randn(56, 24, device="cuda", dtype=torch.float32, requires_grad=True)
+    bias = torch.randn(56, device="cuda", dtype=torch.float32, requires_grad=True)
+    res = torch.randn(40, 56, device="cuda", dtype=torch.float32, requires_grad=True)
+    y = tessera.matmul(a, w.t(), bias=bias, activation=activation, residual=res, alpha=0.75)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    got = [t.grad.clone() for t in (a, w, bias, res)]
+    for t in (a, w, bias, res):
+        t.grad = None
+    ref = act_ref(torch, 0.75 * (a @ w.t()) + bias, activation) + res
+    ref.backward(dy)
+    for g, t in zip(got, (a, w, bias, res)):
+        assert g.shape == t.shape
+        assert rel_err(torch, g, t.grad) < 1e-5
