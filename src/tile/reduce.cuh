@@ -8,6 +8,8 @@
 
 #include <cstring>
 
+#include "tile/sync.cuh"
+
 namespace tessera::tile {
 
 struct Sum {
@@ -73,11 +75,11 @@ struct GroupReduce {
   __device__ __forceinline__ A operator()(A v, int buf, bool fence = false) const {
     v = warp_reduce(v, Op{});
     if (gs == 32) return v;
-    if (fence) asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
+    if (fence) group_sync(bar, gs);
     A* s = slots + buf * 32;
     const int lane = threadIdx.x & 31;
     if (lane == 0) s[warp] = v;
-    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(gs) : "memory");
+    group_sync(bar, gs);
     // Up to 8 warp partials: each thread adds them in order from shared memory (broadcast reads,
     // one round of latency), which is shorter than a butterfly; more: a butterfly over them.
     const int nw = gs >> 5;

@@ -46,6 +46,12 @@ struct GemmCtx {
 };
 
 // The epilogue as kernels take it, typed by the output dtype.
+//
+// Kernels store through it in one of two ways: `store` one element at a time (any layout), or
+// `with_activation` once per tile, which calls back with the activation as a type, then `row`
+// once per output row and `store_pair` per pair of neighbouring columns. The second keeps the
+// unrolled per-element code of a wgmma fragment short: the activation's switch, the 64-bit row
+// arithmetic and the layout checks happen once, not per element.
 template <class OutT>
 struct Epilogue {
   OutT* c;
@@ -56,59 +62,85 @@ struct Epilogue {
   int64_t r_sb, r_sm, r_sn;
   float alpha, beta;
   Activation activation;
+  bool pairs;  // C's rows contiguous and every even column's element aligned for a pair store
 
   static Epilogue from(const GemmArgs& g) {
+    const auto* c = static_cast<OutT*>(g.c);
+    const bool pairs = g.c_sn == 1 && g.c_sm % 2 == 0 && g.c_sb % 2 == 0 &&
+                       reinterpret_cast<uintptr_t>(c) % (2 * sizeof(OutT)) == 0;
     return {static_cast<OutT*>(g.c), g.c_sb, g.c_sm, g.c_sn,
             static_cast<const OutT*>(g.bias), g.bias_sn,
             static_cast<const OutT*>(g.residual), g.r_sb, g.r_sm, g.r_sn,
-            g.alpha, g.beta, g.activation};
+            g.alpha, g.beta, g.activation, pairs};
   }
 
-  // Stores element (b, m, n) from its accumulator. Fast: the MUFU forms of the activations, for
+  // Element (b, m, n) from its accumulator. Fast: the MUFU forms of the activations, for
   // half-type outputs.
   template <bool Fast>
   __device__ __forceinline__ void store(int64_t b, int64_t m, int64_t n, float acc) const {
-    OutT* p = c + b * c_sb + m * c_sm + n * c_sn;
-    *p = tile::from_float<OutT>(value<Fast>(b, m, n, acc, p));
+    with_activation<Fast>([&](auto act) { store_pair(row(b, m), n, acc, 0.0f, false, act); });
   }
 
-  // Elements (b, m, n) and (b, m, n + 1), the second where `both`: one store of the pair where
-  // the row is contiguous there and the pair aligned, else one store each.
-  template <bool Fast>
-  __device__ __forceinline__ void store2(int64_t b, int64_t m, int64_t n, float acc0, float acc1,
-                                         bool both) const {
-    OutT* p = c + b * c_sb + m * c_sm + n * c_sn;
-    if (both && c_sn == 1 && reinterpret_cast<uintptr_t>(p) % (2 * sizeof(OutT)) == 0) {
-      const float v0 = value<Fast>(b, m, n, acc0, p), v1 = value<Fast>(b, m, n + 1, acc1, p + 1);
-      Pair pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
-      *reinterpret_cast<Pair*>(p) = pair;
+  // Calls f(act) with the activation functor of this epilogue.
+  template <bool Fast, class F>
+  __device__ __forceinline__ void with_activation(F&& f) const {
+    switch (activation) {
+      case Activation::relu: f(tile::Relu{}); break;
+      case Activation::gelu: f(tile::GeluErf<Fast>{}); break;
+      case Activation::gelu_tanh: f(tile::GeluTanh<Fast>{}); break;
+      case Activation::silu: f(tile::Silu<Fast>{}); break;
+      default: f(Identity{}); break;
+    }
+  }
+
+  struct Row {
+    OutT* c;
+    const OutT* residual;
+  };
+
+  // The pointers of output row (b, m).
+  __device__ __forceinline__ Row row(int64_t b, int64_t m) const {
+    return {c + b * c_sb + m * c_sm, residual ? residual + b * r_sb + m * r_sm : nullptr};
+  }
+
+  // Elements n and, where `both`, n + 1 of row `r` (n even where `pairs` is to be used).
+  template <class Act>
+  __device__ __forceinline__ void store_pair(const Row& r, int64_t n, float acc0, float acc1,
+                                             bool both, Act act) const {
+    float v0 = alpha * acc0, v1 = alpha * acc1;
+    if (bias) {
+      v0 += tile::to_float(bias[n * bias_sn]);
+      if (both) v1 += tile::to_float(bias[(n + 1) * bias_sn]);
+    }
+    v0 = act(v0), v1 = act(v1);
+    if (r.residual) {
+      v0 += tile::to_float(r.residual[n * r_sn]);
+      if (both) v1 += tile::to_float(r.residual[(n + 1) * r_sn]);
+    }
+    OutT* p = r.c + n * c_sn;
+    if (both && pairs) {
+      if (beta != 0.0f) {
+        const Pair old = *reinterpret_cast<const Pair*>(p);
+        v0 += beta * tile::to_float(old.x), v1 += beta * tile::to_float(old.y);
+      }
+      *reinterpret_cast<Pair*>(p) = Pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
       return;
     }
-    *p = tile::from_float<OutT>(value<Fast>(b, m, n, acc0, p));
-    if (both) store<Fast>(b, m, n + 1, acc1);
+    if (beta != 0.0f) v0 += beta * tile::to_float(*p);
+    *p = tile::from_float<OutT>(v0);
+    if (both) {
+      if (beta != 0.0f) v1 += beta * tile::to_float(p[c_sn]);
+      p[c_sn] = tile::from_float<OutT>(v1);
+    }
   }
 
  private:
+  struct Identity {
+    __device__ __forceinline__ float operator()(float x) const { return x; }
+  };
   struct alignas(2 * sizeof(OutT)) Pair {
     OutT x, y;
   };
-
-  // The stored value of element (b, m, n) at p, in float32.
-  template <bool Fast>
-  __device__ __forceinline__ float value(int64_t b, int64_t m, int64_t n, float acc, const OutT* p) const {
-    float v = alpha * acc;
-    if (bias) v += tile::to_float(bias[n * bias_sn]);
-    switch (activation) {
-      case Activation::relu: v = tile::Relu{}(v); break;
-      case Activation::gelu: v = tile::GeluErf<Fast>{}(v); break;
-      case Activation::gelu_tanh: v = tile::GeluTanh<Fast>{}(v); break;
-      case Activation::silu: v = tile::Silu<Fast>{}(v); break;
-      default: break;
-    }
-    if (residual) v += tile::to_float(residual[b * r_sb + m * r_sm + n * r_sn]);
-    if (beta != 0.0f) v += beta * tile::to_float(*p);
-    return v;
-  }
 };
 
 // Output tiles in grouped order: tiles come `group` tile-rows at a time, down each column of

@@ -30,6 +30,7 @@
 #include "runtime/device.hpp"
 #include "runtime/tma.hpp"
 #include "tile/bulk.cuh"
+#include "tile/sync.cuh"
 #include "tile/tma.cuh"
 #include "tile/wgmma.cuh"
 
@@ -38,11 +39,16 @@ namespace {
 
 constexpr int kBM = 128, kBK = 64, kStages = 4, kConsumers = 2;
 constexpr int kThreads = 128 * (kConsumers + 1);
+// The epilogue passes a warpgroup's 64 x BN accumulators through shared memory kEpiCols columns
+// at a time; rows padded to kEpiStride floats put a warp's fragment writes and its row reads on
+// distinct banks.
+constexpr int kEpiCols = 32, kEpiStride = kEpiCols + 8;
 
 template <class T, int BN>
 struct alignas(1024) Smem {
   T a[kStages][kBM * kBK];  // each stage 1024-byte aligned (16 KB)
   T b[kStages][BN * kBK];   // (16 or 32 KB)
+  float epi[kConsumers][64 * kEpiStride];
   uint64_t full[kStages];
   uint64_t empty[kStages];
 };
@@ -112,6 +118,27 @@ __device__ void produce(Smem<T, BN>& s, const CUtensorMap* map_a, const CUtensor
   }
 }
 
+// One epilogue pass of a consumer warpgroup: the kEpiCols columns from `col0` of its 64 rows
+// from `row0`, read from `buf` a row segment per half warp (coalesced stores), the activation
+// chosen once per pass.
+template <class OutT>
+__device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* buf, int64_t batch,
+                                      int64_t row0, int64_t col0, int64_t m, int64_t n, int tid) {
+  constexpr int kPairs = kEpiCols / 2, kRowsPerStep = 128 / kPairs;
+  const int pair = tid % kPairs;
+  const int64_t col = col0 + 2 * pair;
+  if (col >= n) return;
+  const bool both = col + 1 < n;
+  const int rows = m - row0 < 64 ? int(m - row0) : 64;
+  epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
+#pragma unroll 2
+    for (int r = tid / kPairs; r < rows; r += kRowsPerStep) {
+      const float2 v = *reinterpret_cast<const float2*>(&buf[r * kEpiStride + 2 * pair]);
+      epi.store_pair(epi.row(batch, row0 + r), col, v.x, v.y, both, act);
+    }
+  });
+}
+
 // A consumer warpgroup: `half` selects its 64 rows of the 128-row tile.
 template <class T, class OutT, int BN, bool KA, bool KB>
 __device__ void consume(Smem<T, BN>& s, const Epilogue<OutT>& epi, const TileOrder& order,
@@ -142,14 +169,23 @@ __device__ void consume(Smem<T, BN>& s, const Epilogue<OutT>& epi, const TileOrd
     if (tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
     tile::wgmma::fence_operands(acc);
 
-    const int64_t row0 = int64_t(tm) * kBM + half * 64 + warp * 16 + lane / 4;
-    const int64_t col0 = int64_t(tn) * BN + 2 * (lane % 4);
+    // The accumulators (row 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and the next in d[4 i +
+    // 2 r], d[4 i + 2 r + 1]) through shared memory, a pass of kEpiCols columns at a time.
+    float* buf = s.epi[half];
+    const int64_t row0 = int64_t(tm) * kBM + half * 64, col0 = int64_t(tn) * BN;
 #pragma unroll
-    for (int j = 0; j < BN / 2; j += 2) {  // d[j], d[j + 1]: columns col, col + 1 of one row
-      const int64_t row = row0 + 8 * ((j / 2) % 2), col = col0 + 8 * (j / 4);
-      if (row < m && col < n)
-        epi.template store2<!std::is_same_v<OutT, float>>(batch, row, col, acc[j], acc[j + 1],
-                                                          col + 1 < n);
+    for (int pass = 0; pass < BN / kEpiCols; ++pass) {
+#pragma unroll
+      for (int i = 0; i < kEpiCols / 8; ++i)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int j = 4 * (pass * kEpiCols / 8 + i) + 2 * r;
+          *reinterpret_cast<float2*>(&buf[(warp * 16 + lane / 4 + 8 * r) * kEpiStride + 8 * i +
+                                          2 * (lane % 4)]) = make_float2(acc[j], acc[j + 1]);
+        }
+      tile::group_sync(1 + half, 128);
+      drain(epi, buf, batch, row0, col0 + pass * kEpiCols, m, n, tid);
+      tile::group_sync(1 + half, 128);
     }
   }
 }
