@@ -172,7 +172,8 @@ struct Sm90Tier {
       "sm_90, 16-bit inputs, each operand with K or its rows contiguous (row- or column-major): "
       "TMA, wgmma, persistent, warp-specialized";
   struct Plan {
-    int bn = 256, grid = 0;
+    bool pingpong = false;  // else cooperative (gemm_sm90.cu says what each is)
+    int grid = 0;
     std::string describe() const;
   };
   static bool can_implement(const GemmArgs& g, const GemmCtx& ctx);

@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -37,20 +38,37 @@
 namespace tessera::matrix {
 namespace {
 
-constexpr int kBM = 128, kBK = 64, kStages = 4, kConsumers = 2;
+constexpr int kBM = 128, kBK = 64, kConsumers = 2;
 constexpr int kThreads = 128 * (kConsumers + 1);
-// The epilogue passes a warpgroup's 64 x BN accumulators through shared memory kEpiCols columns
-// at a time; rows padded to kEpiStride floats put a warp's fragment writes and its row reads on
+// The epilogue passes a consumer's accumulators through shared memory kEpiCols columns at a
+// time; rows padded to kEpiStride floats put a warp's fragment writes and its row reads on
 // distinct banks.
 constexpr int kEpiCols = 32, kEpiStride = kEpiCols + 8;
 
-template <class T, int BN>
+// How the consumers share the work; both walk the CTA's tiles (kBM x BN) in the same order.
+//   cooperative  both consumers on each tile, rows 0-63 and 64-127 (64 x 256 accumulators each)
+//   pingpong     each consumer a whole tile (two 64 x 128 fragments), the consumers on
+//                alternate tiles and their main loops in turns: one's epilogue runs while the
+//                other's main loop keeps the tensor cores busy
+template <int BN_, bool PingPong>
+struct Schedule {
+  static constexpr int BN = BN_;
+  static constexpr bool kPingPong = PingPong;
+  static constexpr int kStages = PingPong ? 5 : 4;                   // as many as fit
+  static constexpr int kRows = PingPong ? kBM : kBM / kConsumers;    // a consumer's tile rows
+  static constexpr int kReaders = PingPong ? 1 : kConsumers;         // consumers reading a stage
+};
+using Cooperative = Schedule<256, false>;
+using PingPong = Schedule<128, true>;
+
+template <class T, class S>
 struct alignas(1024) Smem {
-  T a[kStages][kBM * kBK];  // each stage 1024-byte aligned (16 KB)
-  T b[kStages][BN * kBK];   // (16 or 32 KB)
-  float epi[kConsumers][64 * kEpiStride];
-  uint64_t full[kStages];
-  uint64_t empty[kStages];
+  T a[S::kStages][kBM * kBK];    // each stage 1024-byte aligned (16 KB)
+  T b[S::kStages][S::BN * kBK];  // (16 or 32 KB)
+  float epi[kConsumers][S::kRows * kEpiStride];
+  uint64_t full[S::kStages];
+  uint64_t empty[S::kStages];
+  uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
 };
 
 template <int Regs>
@@ -97,9 +115,10 @@ __device__ __forceinline__ uint64_t operand_desc(const T* tile, int row0, int k)
 }
 
 // The producer: one thread walks the same tiles as the consumers and fills the ring.
-template <class T, int BN, bool KA, bool KB>
-__device__ void produce(Smem<T, BN>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
+template <class T, class S, bool KA, bool KB>
+__device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
                         Operand a, Operand b, const TileOrder& order, int k_blocks) {
+  constexpr int BN = S::BN, kStages = S::kStages;
   constexpr uint32_t kBytes = (kBM + BN) * kBK * sizeof(T);
   int stage = 0;
   uint32_t phase = 0;
@@ -118,10 +137,10 @@ __device__ void produce(Smem<T, BN>& s, const CUtensorMap* map_a, const CUtensor
   }
 }
 
-// One epilogue pass of a consumer warpgroup: the kEpiCols columns from `col0` of its 64 rows
+// One epilogue pass of a consumer warpgroup: the kEpiCols columns from `col0` of its Rows rows
 // from `row0`, read from `buf` a row segment per half warp (coalesced stores), the activation
 // chosen once per pass.
-template <class OutT>
+template <int Rows, class OutT>
 __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* buf, int64_t batch,
                                       int64_t row0, int64_t col0, int64_t m, int64_t n, int tid) {
   constexpr int kPairs = kEpiCols / 2, kRowsPerStep = 128 / kPairs;
@@ -129,7 +148,7 @@ __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* bu
   const int64_t col = col0 + 2 * pair;
   if (col >= n) return;
   const bool both = col + 1 < n;
-  const int rows = m - row0 < 64 ? int(m - row0) : 64;
+  const int rows = m - row0 < Rows ? int(m - row0) : Rows;
   epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
 #pragma unroll 2
     for (int r = tid / kPairs; r < rows; r += kRowsPerStep) {
@@ -139,83 +158,100 @@ __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* bu
   });
 }
 
-// A consumer warpgroup: `half` selects its 64 rows of the 128-row tile.
-template <class T, class OutT, int BN, bool KA, bool KB>
-__device__ void consume(Smem<T, BN>& s, const Epilogue<OutT>& epi, const TileOrder& order,
-                        int64_t m, int64_t n, int k_blocks, int half) {
+// Consumer `wg`: its tiles are the CTA's j-th (every one: cooperative; j = wg, wg + 2, ...:
+// pingpong). Tile j's K blocks are the ring's positions j * k_blocks on.
+template <class T, class OutT, class S, bool KA, bool KB>
+__device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const TileOrder& order,
+                        int64_t m, int64_t n, int k_blocks, int wg) {
+  constexpr int BN = S::BN, kStages = S::kStages, kFrags = S::kRows / 64;
   using Mma = tile::wgmma::Mma<T, BN, KA ? 0 : 1, KB ? 0 : 1>;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  float acc[BN / 2];
-  int stage = 0, prev = 0;
-  uint32_t phase = 0;
-  for (int64_t t = blockIdx.x; t < order.count(); t += gridDim.x) {
+  const int rows0 = S::kPingPong ? 0 : wg * 64;  // the consumer's first row in the tile
+  float acc[kFrags][BN / 2];
+  for (int64_t j = S::kPingPong ? wg : 0;; j += S::kPingPong ? kConsumers : 1) {
+    const int64_t t = blockIdx.x + j * gridDim.x;
+    if (t >= order.count()) break;
     int64_t batch;
     int tm, tn;
     order.at(t, batch, tm, tn);
+    // Pingpong: wait for the other consumer to be done with tile j - 1's ring positions, so
+    // that this one waits on no barrier more than one phase ahead.
+    if (S::kPingPong && j > 0) tile::BulkBarrier{&s.turn[wg]}.wait(uint32_t((j - 1) / 2) & 1);
+    const int64_t pos = j * k_blocks;
+    int stage = int(pos % kStages), prev = 0;
+    uint32_t phase = uint32_t(pos / kStages) & 1;
     for (int kb = 0; kb < k_blocks; ++kb) {
       tile::BulkBarrier{&s.full[stage]}.wait(phase);
       tile::wgmma::fence();
 #pragma unroll
       for (int k = 0; k < kBK / 16; ++k)
-        Mma::run(acc, operand_desc<T, KA>(s.a[stage], half * 64, k),
-                 operand_desc<T, KB>(s.b[stage], 0, k), kb > 0 || k > 0);
+#pragma unroll
+        for (int f = 0; f < kFrags; ++f)
+          Mma::run(acc[f], operand_desc<T, KA>(s.a[stage], rows0 + 64 * f, k),
+                   operand_desc<T, KB>(s.b[stage], 0, k), kb > 0 || k > 0);
       tile::wgmma::commit();
       tile::wgmma::wait<1>();  // the previous stage's group has completed: release it
       if (kb > 0 && tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
       prev = stage;
       if (++stage == kStages) stage = 0, phase ^= 1;
     }
+    if (S::kPingPong && tid == 0) tile::BulkBarrier{&s.turn[1 - wg]}.arrive();
     tile::wgmma::wait<0>();
     if (tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
-    tile::wgmma::fence_operands(acc);
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) tile::wgmma::fence_operands(acc[f]);
 
-    // The accumulators (row 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and the next in d[4 i +
-    // 2 r], d[4 i + 2 r + 1]) through shared memory, a pass of kEpiCols columns at a time.
-    float* buf = s.epi[half];
-    const int64_t row0 = int64_t(tm) * kBM + half * 64, col0 = int64_t(tn) * BN;
+    // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
+    // the next in d[4 i + 2 r], d[4 i + 2 r + 1]) through shared memory, kEpiCols columns a pass.
+    float* buf = s.epi[wg];
+    const int64_t row0 = int64_t(tm) * kBM + rows0, col0 = int64_t(tn) * BN;
 #pragma unroll
     for (int pass = 0; pass < BN / kEpiCols; ++pass) {
 #pragma unroll
-      for (int i = 0; i < kEpiCols / 8; ++i)
+      for (int f = 0; f < kFrags; ++f)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int j = 4 * (pass * kEpiCols / 8 + i) + 2 * r;
-          *reinterpret_cast<float2*>(&buf[(warp * 16 + lane / 4 + 8 * r) * kEpiStride + 8 * i +
-                                          2 * (lane % 4)]) = make_float2(acc[j], acc[j + 1]);
-        }
-      tile::group_sync(1 + half, 128);
-      drain(epi, buf, batch, row0, col0 + pass * kEpiCols, m, n, tid);
-      tile::group_sync(1 + half, 128);
+        for (int i = 0; i < kEpiCols / 8; ++i)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int jj = 4 * (pass * kEpiCols / 8 + i) + 2 * r;
+            *reinterpret_cast<float2*>(&buf[(64 * f + warp * 16 + lane / 4 + 8 * r) * kEpiStride +
+                                            8 * i + 2 * (lane % 4)]) =
+                make_float2(acc[f][jj], acc[f][jj + 1]);
+          }
+      tile::group_sync(1 + wg, 128);
+      drain<S::kRows>(epi, buf, batch, row0, col0 + pass * kEpiCols, m, n, tid);
+      tile::group_sync(1 + wg, 128);
     }
   }
 }
 
-template <class T, class OutT, int BN, bool KA, bool KB>
+template <class T, class OutT, class S, bool KA, bool KB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b, Operand a, Operand b,
                      const Epilogue<OutT> epi, const TileOrder order, int64_t m, int64_t n,
                      int k_blocks) {
   extern __shared__ unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<Smem<T, BN>*>(
+  auto& s = *reinterpret_cast<Smem<T, S>*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const int role = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     tile::tma_prefetch(&map_a);
     tile::tma_prefetch(&map_b);
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < S::kStages; ++i) {
       tile::BulkBarrier{&s.full[i]}.init(1);
-      tile::BulkBarrier{&s.empty[i]}.init(kConsumers);
+      tile::BulkBarrier{&s.empty[i]}.init(S::kReaders);
     }
+    for (int i = 0; i < kConsumers; ++i) tile::BulkBarrier{&s.turn[i]}.init(1);
     tile::bulk_barriers_ready();
   }
   __syncthreads();
   if (role == 0) {
     set_max_registers_dec<40>();
-    if (threadIdx.x == 0) produce<T, BN, KA, KB>(s, &map_a, &map_b, a, b, order, k_blocks);
+    if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, order, k_blocks);
   } else {
     set_max_registers_inc<232>();
-    consume<T, OutT, BN, KA, KB>(s, epi, order, m, n, k_blocks, role - 1);
+    consume<T, OutT, S, KA, KB>(s, epi, order, m, n, k_blocks, role - 1);
   }
 }
 
@@ -259,8 +295,9 @@ CUtensorMap operand_map(DType dt, const OperandLayout& o, int64_t batch, int box
 OperandLayout layout_a(const GemmArgs& g) { return {g.a, g.m, g.k, g.a_sm, g.a_sk, g.a_sb}; }
 OperandLayout layout_b(const GemmArgs& g) { return {g.b, g.n, g.k, g.b_sn, g.b_sk, g.b_sb}; }
 
-template <class T, class OutT, int BN, bool KA, bool KB>
+template <class T, class OutT, class S, bool KA, bool KB>
 void launch_typed(const GemmArgs& g, int grid, cudaStream_t stream) {
+  constexpr int BN = S::BN;
   const CUtensorMap ma = operand_map(g.dtype, layout_a(g), g.batch, kBM);
   const CUtensorMap mb = operand_map(g.dtype, layout_b(g), g.batch, BN);
   const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && g.batch > 1};
@@ -269,28 +306,32 @@ void launch_typed(const GemmArgs& g, int grid, cudaStream_t stream) {
   order.tiles_n = int((g.n + BN - 1) / BN);
   order.batch = g.batch;
   const int k_blocks = int((g.k + kBK - 1) / kBK);
-  const std::size_t smem = sizeof(Smem<T, BN>) + 1024;
-  auto kernel = gemm_sm90_kernel<T, OutT, BN, KA, KB>;
+  const std::size_t smem = sizeof(Smem<T, S>) + 1024;
+  auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   kernel<<<grid, kThreads, smem, stream>>>(ma, mb, a, b, Epilogue<OutT>::from(g), order, g.m, g.n,
                                            k_blocks);
   TESSERA_LAUNCH_CHECK();
 }
 
-template <class T, int BN, bool KA, bool KB>
+template <class T, class S, bool KA, bool KB>
 void launch_out(const GemmArgs& g, int grid, cudaStream_t stream) {
-  if (g.out_dtype == DType::float32) launch_typed<T, float, BN, KA, KB>(g, grid, stream);
-  else launch_typed<T, T, BN, KA, KB>(g, grid, stream);
+  if (g.out_dtype == DType::float32) launch_typed<T, float, S, KA, KB>(g, grid, stream);
+  else launch_typed<T, T, S, KA, KB>(g, grid, stream);
 }
 
-template <class T, int BN>
+template <class T, class S>
 void launch_layout(const GemmArgs& g, int grid, cudaStream_t stream) {
   const bool ka = layout_a(g).k_major(), kb = layout_b(g).k_major();
-  if (ka && kb) launch_out<T, BN, true, true>(g, grid, stream);
-  else if (ka) launch_out<T, BN, true, false>(g, grid, stream);
-  else if (kb) launch_out<T, BN, false, true>(g, grid, stream);
-  else launch_out<T, BN, false, false>(g, grid, stream);
+  if (ka && kb) launch_out<T, S, true, true>(g, grid, stream);
+  else if (ka) launch_out<T, S, true, false>(g, grid, stream);
+  else if (kb) launch_out<T, S, false, true>(g, grid, stream);
+  else launch_out<T, S, false, false>(g, grid, stream);
 }
+
+// Pingpong where 256-wide tiles would leave SMs idle; TESSERA_MATMUL_SCHEDULE=pingpong or
+// cooperative forces one (for measuring them against each other).
+bool plan_pingpong(const GemmArgs& g, const GemmCtx& ctx);
 
 int tiles(const GemmArgs& g, int bn) {
   return int(std::min<int64_t>(INT32_MAX, ((g.m + kBM - 1) / kBM) * ((g.n + bn - 1) / bn) * g.batch));
@@ -302,18 +343,28 @@ bool has_sm90a_code() {
   static const bool yes = [] {
     cudaFuncAttributes fa{};
     const bool ok = cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(
-                        gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, 256, true, true>)) == cudaSuccess;
+                        gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, Cooperative, true, true>)) == cudaSuccess;
     (void)cudaGetLastError();
     return ok && fa.binaryVersion == 90;
   }();
   return yes;
 }
 
+bool plan_pingpong(const GemmArgs& g, const GemmCtx& ctx) {
+  if (const char* e = std::getenv("TESSERA_MATMUL_SCHEDULE")) {
+    if (std::string(e) == "pingpong") return true;
+    if (std::string(e) == "cooperative") return false;
+  }
+  return tiles(g, Cooperative::BN) < ctx.sms;
+}
+
 }  // namespace
 
 std::string Sm90Tier::Plan::describe() const {
-  return std::to_string(kBM) + " x " + std::to_string(bn) + " tiles, " + std::to_string(kStages) +
-         " stages, " + std::to_string(grid) + " persistent CTAs";
+  return std::string(pingpong ? "pingpong, " : "cooperative, ") + std::to_string(kBM) + " x " +
+         std::to_string(pingpong ? PingPong::BN : Cooperative::BN) + " tiles, " +
+         std::to_string(pingpong ? PingPong::kStages : Cooperative::kStages) + " stages, " +
+         std::to_string(grid) + " persistent CTAs";
 }
 
 bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
@@ -326,20 +377,19 @@ bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
 
 Sm90Tier::Plan Sm90Tier::plan(const GemmArgs& g, const GemmCtx& ctx) {
   Plan p;
-  // 128-wide tiles where 256-wide ones would leave SMs idle.
-  p.bn = tiles(g, 256) >= ctx.sms ? 256 : 128;
-  p.grid = std::max(1, std::min(tiles(g, p.bn), ctx.sms));
+  p.pingpong = plan_pingpong(g, ctx);
+  p.grid = std::max(1, std::min(tiles(g, p.pingpong ? PingPong::BN : Cooperative::BN), ctx.sms));
   return p;
 }
 
 void Sm90Tier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
   const bool half = g.dtype == DType::float16;
-  if (p.bn == 256) {
-    if (half) launch_layout<__half, 256>(g, p.grid, stream);
-    else launch_layout<__nv_bfloat16, 256>(g, p.grid, stream);
+  if (p.pingpong) {
+    if (half) launch_layout<__half, PingPong>(g, p.grid, stream);
+    else launch_layout<__nv_bfloat16, PingPong>(g, p.grid, stream);
   } else {
-    if (half) launch_layout<__half, 128>(g, p.grid, stream);
-    else launch_layout<__nv_bfloat16, 128>(g, p.grid, stream);
+    if (half) launch_layout<__half, Cooperative>(g, p.grid, stream);
+    else launch_layout<__nv_bfloat16, Cooperative>(g, p.grid, stream);
   }
 }
 
