@@ -2,7 +2,7 @@
 """matmul against torch.matmul (cuBLAS), in one run, by one method, in interleaved rounds.
 
     python benchmarks/matrix.py [--out DIR] [--quick] [--ops LIST] [--dtypes LIST] [--rounds R]
-                                [--self-check]
+                                [--self-check] [--layouts] [--sweep]
 
 Cases: matmul's description (tessera.bench.ops, what `tessera bench matmul` times): square
 problems M = N = K of its bench sizes (--quick: the smallest, a middle and the largest), input
@@ -13,11 +13,17 @@ Providers: tessera.matmul(out=) and torch.matmul(out=), float32 in exact arithme
 Timing: the L2 flushed before each repetition; each size timed in --rounds rounds (default 5),
 the providers in turn within a round, and per provider the round with the median median. With
 --self-check a second torch provider ("torch2") shows what the method reads on identical calls.
+
+--layouts adds matmul_nn (other row-major, N contiguous) and matmul_tn (input column-major) at
+4096 and 8192 in bfloat16 and float16. --sweep adds linear-layer shapes in bfloat16: M in
+{1, 16, 128, 1024, 8192} against the (N, K) of Llama-3-8B's projections {(4096, 4096),
+(14336, 4096), (4096, 14336), (128256, 4096)}, and prints their geometric mean ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -37,12 +43,29 @@ TOLERANCES = {
 }
 
 
+LLAMA_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
+SWEEP_M = [1, 16, 128, 1024, 8192]
+
+
+def operands(m: int, n: int, k: int, dtype, layout: str):
+    """input [m, k] and other [k, n] in `layout`: NT (other = W^T, K contiguous in both), NN
+    (other row-major) or TN (input column-major, other = W^T)."""
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+    a = randn(k, m).t() if layout == "TN" else randn(m, k)
+    b = randn(k, n) if layout == "NN" else randn(n, k).t()
+    return a, b
+
+
 def bench_case(suite: Suite, dtype, size: int, rounds: int, self_check: bool) -> None:
     bench = case(describe("matmul"), dtype, size)
     (m, k), (_, n) = bench.shapes[0], bench.shapes[1]
-    a = torch.randn(m, k, device="cuda", dtype=dtype)
-    w = torch.randn(n, k, device="cuda", dtype=dtype)
-    b = w.t()
+    bench_gemm(suite, "matmul", dtype, m, n, k, "NT", rounds, self_check, size=size)
+
+
+def bench_gemm(suite: Suite, op: str, dtype, m: int, n: int, k: int, layout: str, rounds: int,
+               self_check: bool, size: int = 0) -> None:
+    a, b = operands(m, n, k, dtype, layout)
     out_t = torch.empty(m, n, device="cuda", dtype=dtype)
     out_c = torch.empty(m, n, device="cuda", dtype=dtype)
     providers = {
@@ -52,7 +75,8 @@ def bench_case(suite: Suite, dtype, size: int, rounds: int, self_check: bool) ->
     if self_check:
         out_c2 = torch.empty(m, n, device="cuda", dtype=dtype)
         providers["torch2"] = lambda: torch.matmul(a, b, out=out_c2)
-    suite.run("matmul", dtype, size, bench.bytes, providers, flops=bench.flops,
+    nbytes = float((m * k + k * n + m * n) * a.element_size())
+    suite.run(op, dtype, size or m, nbytes, providers, flops=2.0 * m * n * k,
               shape=(m, n, k), tolerances=TOLERANCES, rounds=rounds,
               timing=dict(cuda_graph=False, flush_l2=True))
 
@@ -63,6 +87,8 @@ def main() -> int:
     p.add_argument("--out", default="report", type=Path)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--self-check", action="store_true")
+    p.add_argument("--layouts", action="store_true")
+    p.add_argument("--sweep", action="store_true")
     args = p.parse_args()
     resolve_selection(p, args, OPS)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -77,12 +103,44 @@ def main() -> int:
                 suite.attempt(what, lambda: bench_case(suite, dtype, size, args.rounds,
                                                        args.self_check))
                 torch.cuda.empty_cache()
+    if args.layouts:
+        for dtype in (torch.bfloat16, torch.float16):
+            for op, layout in (("matmul_nn", "NN"), ("matmul_tn", "TN")):
+                for size in (4096, 8192):
+                    suite.attempt(f"{op} {dtype_name(dtype)} {size}", lambda: bench_gemm(
+                        suite, op, dtype, size, size, size, layout, args.rounds, args.self_check))
+                    torch.cuda.empty_cache()
+    if args.sweep:
+        for n, k in LLAMA_NK:
+            for m in SWEEP_M:
+                suite.attempt(f"linear bfloat16 {m}x{n}x{k}", lambda: bench_gemm(
+                    suite, "linear", torch.bfloat16, m, n, k, "NT", args.rounds, args.self_check))
+                torch.cuda.empty_cache()
     failures = suite.finish(args.out, best_peer=True, peers=["torch"])
+    if args.sweep:
+        print()
+        print(sweep_summary(suite))
     if args.self_check:
         print()
         print("harness self-check: torch2 / torch (identical calls)")
         print(ratio_table(suite.report, "torch2", "torch", by_shape=True))
     return 1 if failures else 0
+
+
+def sweep_summary(suite: Suite) -> str:
+    """The linear sweep's geometric mean of tessera/torch and its lowest ratio."""
+    times: dict = {}
+    for r in suite.report.rows():
+        if r["op"] == "linear":
+            times.setdefault(str(r["shape"]), {})[r["provider"]] = r["gbps"]
+    ratios = {s: t["tessera"] / t["torch"] for s, t in times.items()
+              if t.get("torch") and "tessera" in t}
+    if not ratios:
+        return "linear sweep: no shape measured"
+    geo = math.exp(sum(math.log(x) for x in ratios.values()) / len(ratios))
+    low = min(ratios, key=ratios.get)
+    return (f"linear sweep, bfloat16, {len(ratios)} shapes: geometric mean tessera/torch "
+            f"{geo:.2f}, lowest {ratios[low]:.2f} at {low} (M, N, K)")
 
 
 if __name__ == "__main__":

@@ -48,10 +48,10 @@ struct GemmCtx {
 // The epilogue as kernels take it, typed by the output dtype.
 //
 // Kernels store through it in one of two ways: `store` one element at a time (any layout), or
-// `with_activation` once per tile, which calls back with the activation as a type, then `row`
-// once per output row and `store_pair` per pair of neighbouring columns. The second keeps the
-// unrolled per-element code of a wgmma fragment short: the activation's switch, the 64-bit row
-// arithmetic and the layout checks happen once, not per element.
+// `with_activation` once per block of outputs, which calls back with the activation as a type,
+// then `cols` once per pair of neighbouring columns, `row` once per row and `store_pair` per
+// pair: the activation's switch, the bias loads and the 64-bit row arithmetic happen once, not
+// per element.
 template <class OutT>
 struct Epilogue {
   OutT* c;
@@ -78,7 +78,7 @@ struct Epilogue {
   // half-type outputs.
   template <bool Fast>
   __device__ __forceinline__ void store(int64_t b, int64_t m, int64_t n, float acc) const {
-    with_activation<Fast>([&](auto act) { store_pair(row(b, m), n, acc, 0.0f, false, act); });
+    with_activation<Fast>([&](auto act) { store_pair(row(b, m), cols(n, false), acc, 0.0f, act); });
   }
 
   // Calls f(act) with the activation functor of this epilogue.
@@ -97,22 +97,34 @@ struct Epilogue {
     OutT* c;
     const OutT* residual;
   };
+  struct Cols {
+    int64_t n;
+    bool both;  // column n + 1 too
+    float bias0, bias1;
+  };
+
+  // Columns n and, where `both`, n + 1 (n even where `pairs` is to be used), their bias loaded.
+  __device__ __forceinline__ Cols cols(int64_t n, bool both) const {
+    Cols k{n, both, 0.0f, 0.0f};
+    if (bias) {
+      k.bias0 = tile::to_float(bias[n * bias_sn]);
+      if (both) k.bias1 = tile::to_float(bias[(n + 1) * bias_sn]);
+    }
+    return k;
+  }
 
   // The pointers of output row (b, m).
   __device__ __forceinline__ Row row(int64_t b, int64_t m) const {
     return {c + b * c_sb + m * c_sm, residual ? residual + b * r_sb + m * r_sm : nullptr};
   }
 
-  // Elements n and, where `both`, n + 1 of row `r` (n even where `pairs` is to be used).
+  // The elements of columns `k` of row `r`.
   template <class Act>
-  __device__ __forceinline__ void store_pair(const Row& r, int64_t n, float acc0, float acc1,
-                                             bool both, Act act) const {
-    float v0 = alpha * acc0, v1 = alpha * acc1;
-    if (bias) {
-      v0 += tile::to_float(bias[n * bias_sn]);
-      if (both) v1 += tile::to_float(bias[(n + 1) * bias_sn]);
-    }
-    v0 = act(v0), v1 = act(v1);
+  __device__ __forceinline__ void store_pair(const Row& r, const Cols& k, float acc0, float acc1,
+                                             Act act) const {
+    const int64_t n = k.n;
+    const bool both = k.both;
+    float v0 = act(alpha * acc0 + k.bias0), v1 = act(alpha * acc1 + k.bias1);
     if (r.residual) {
       v0 += tile::to_float(r.residual[n * r_sn]);
       if (both) v1 += tile::to_float(r.residual[(n + 1) * r_sn]);

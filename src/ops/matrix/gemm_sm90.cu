@@ -138,22 +138,26 @@ __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorM
 }
 
 // One epilogue pass of a consumer warpgroup: the kEpiCols columns from `col0` of its Rows rows
-// from `row0`, read from `buf` a row segment per half warp (coalesced stores), the activation
-// chosen once per pass.
+// from `row0`, read from `buf` four columns a thread, a row segment per 8 threads (coalesced
+// stores), the activation chosen and the bias loaded once per pass.
 template <int Rows, class OutT>
 __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* buf, int64_t batch,
                                       int64_t row0, int64_t col0, int64_t m, int64_t n, int tid) {
-  constexpr int kPairs = kEpiCols / 2, kRowsPerStep = 128 / kPairs;
-  const int pair = tid % kPairs;
-  const int64_t col = col0 + 2 * pair;
+  constexpr int kQuads = kEpiCols / 4, kRowsPerStep = 128 / kQuads;
+  const int quad = tid % kQuads;
+  const int64_t col = col0 + 4 * quad;
   if (col >= n) return;
-  const bool both = col + 1 < n;
+  const auto lo = epi.cols(col, col + 1 < n);
+  const bool hi = col + 2 < n;
+  const auto hi_cols = epi.cols(hi ? col + 2 : col, col + 3 < n);
   const int rows = m - row0 < Rows ? int(m - row0) : Rows;
   epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
 #pragma unroll 2
-    for (int r = tid / kPairs; r < rows; r += kRowsPerStep) {
-      const float2 v = *reinterpret_cast<const float2*>(&buf[r * kEpiStride + 2 * pair]);
-      epi.store_pair(epi.row(batch, row0 + r), col, v.x, v.y, both, act);
+    for (int r = tid / kQuads; r < rows; r += kRowsPerStep) {
+      const float4 v = *reinterpret_cast<const float4*>(&buf[r * kEpiStride + 4 * quad]);
+      const auto row = epi.row(batch, row0 + r);
+      epi.store_pair(row, lo, v.x, v.y, act);
+      if (hi) epi.store_pair(row, hi_cols, v.z, v.w, act);
     }
   });
 }
