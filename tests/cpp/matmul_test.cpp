@@ -79,6 +79,12 @@ TEST(MatmulGpu, EveryRowOrColumnMajorLayoutTakesTheTensorCoresOnHopper) {
       for (Layout lb : {C, T})
         EXPECT_EQ(tier_of(dt, la, lb, 256, 192, 320), "sm90_wgmma")
             << tessera::dtype_name(dt) << " " << layout_name(la) << " @ " << layout_name(lb);
+  // Few output tiles against a long K split K over the idle SMs, in every layout.
+  for (Layout la : {C, T})
+    for (Layout lb : {C, T})
+      EXPECT_EQ(tier_of(DType::bfloat16, la, lb, 16, 4096, 512), "sm90_split_k")
+          << layout_name(la) << " @ " << layout_name(lb);
+  EXPECT_EQ(tier_of(DType::bfloat16, C, T, 16, 4000, 512), "sm90_wgmma");  // K not in 64-blocks
   // float32, strided operands and rows that are not 16-byte multiples take the SIMT tier.
   EXPECT_EQ(tier_of(DType::float32, C, T, 256, 192, 320), "simt");
   EXPECT_EQ(tier_of(DType::bfloat16, Layout::strided, T, 256, 192, 320), "simt");

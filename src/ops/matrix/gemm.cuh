@@ -193,6 +193,26 @@ struct Sm90Tier {
   static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
 };
 
+// K cut into `splits` chunks where the output tiles are too few to fill the GPU: the sm90 tier
+// computes each chunk's product into a float32 slice of scratch memory (a batched GEMM whose batch
+// steps along K), then a reduction sums the slices in order and applies the epilogue.
+struct SplitKTier {
+  static constexpr const char* kName = "sm90_split_k";
+  static constexpr const char* kWhen =
+      "sm_90, 16-bit inputs, one matrix, output tiles fewer than half the SMs and K a multiple of "
+      "64 with at least 1024 of it: K split over the idle SMs";
+  struct Plan {
+    int splits = 1;
+    int64_t chunk = 0;
+    int sms = 0;
+    Sm90Tier::Plan inner;
+    std::string describe() const;
+  };
+  static bool can_implement(const GemmArgs& g, const GemmCtx& ctx);
+  static Plan plan(const GemmArgs& g, const GemmCtx& ctx);
+  static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
+};
+
 struct SimtTier {
   static constexpr const char* kName = "simt";
   static constexpr const char* kWhen = "any dtype, layout and GPU: float32 FMAs on 64 x 64 tiles";

@@ -109,6 +109,10 @@ std::vector<VerifyCase> matmul_cases() {
       {256, 128, 384, 0, 0, C, T, true, false, false, A::relu},
       {256, 128, 384, 0, 0, C, T, true, false, false, A::gelu_tanh},
       {256, 192, 320, 0, 0, C, T, false, false, true},  // float32 output
+      {1, 4096, 1000},                                  // split K: one row, a tail in N
+      {70, 2048, 384, 0, 0, C, T, true, true, false, A::gelu, 0.5, 0.5},  // split K, epilogue
+      {16, 3584, 256, 0, 0, T, C},                      // split K, M/N-contiguous operands
+      {8, 2048, 256, 0, 0, C, T, false, false, true},   // split K, float32 output
       {64, 0, 64, 0, 0, C, T, true, true, false, A::gelu, 1.0, 0.5},  // K = 0 with an epilogue
   };
   std::vector<VerifyCase> cases;
