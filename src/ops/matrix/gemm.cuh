@@ -65,10 +65,10 @@ struct Epilogue {
   bool pairs;  // C's rows contiguous and every even column's element aligned for a pair store
 
   static Epilogue from(const GemmArgs& g) {
-    const auto* c = static_cast<OutT*>(g.c);
+    auto* c = static_cast<OutT*>(g.c);
     const bool pairs = g.c_sn == 1 && g.c_sm % 2 == 0 && g.c_sb % 2 == 0 &&
                        reinterpret_cast<uintptr_t>(c) % (2 * sizeof(OutT)) == 0;
-    return {static_cast<OutT*>(g.c), g.c_sb, g.c_sm, g.c_sn,
+    return {c, g.c_sb, g.c_sm, g.c_sn,
             static_cast<const OutT*>(g.bias), g.bias_sn,
             static_cast<const OutT*>(g.residual), g.r_sb, g.r_sm, g.r_sn,
             g.alpha, g.beta, g.activation, pairs};

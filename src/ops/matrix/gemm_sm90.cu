@@ -5,14 +5,15 @@
 // 128 x 256 tile with 64-deep K steps does 2 * 128 * 256 * 64 FLOPs per 48 KB loaded from L2, so
 // the kernel is bound by the tensor cores, not by memory, from a few hundred on in every
 // dimension. What it must do is keep the tensor cores fed: while the consumers multiply stage s,
-// the producer's copies fill stages s + 1 .. s + 3; a consumer keeps one wgmma group in flight
+// the producer's copies fill the stages after it; a consumer keeps one wgmma group in flight
 // and releases a stage as soon as the group that read it has completed.
 //
 // Roles (384 threads, 3 warpgroups):
 //   warpgroup 0   the producer: gives up registers (setmaxnreg), one thread issues every copy
-//   warpgroups 1,2 consumers: rows 0-63 and 64-127 of the 128-row tile, 128 float32
-//                 accumulators per thread (64 x 256 per warpgroup), then the epilogue straight
-//                 from registers to global memory
+//   warpgroups 1,2 consumers: 128 float32 accumulators per thread, shared out by the schedule
+//                 (Schedule below), then the epilogue through shared memory: a short loop of
+//                 coalesced stores, since an unrolled per-element epilogue is fetched anew for
+//                 every tile and costs more than the main loop
 // Operands: K-major (K contiguous) or MN-major (M or N contiguous), each its own template flag;
 // the copy engine writes either in the 128-byte swizzle and wgmma reads it with its transpose
 // flag, so no layout is copied first.
@@ -355,10 +356,13 @@ bool has_sm90a_code() {
 }
 
 bool plan_pingpong(const GemmArgs& g, const GemmCtx& ctx) {
-  if (const char* e = std::getenv("TESSERA_MATMUL_SCHEDULE")) {
-    if (std::string(e) == "pingpong") return true;
-    if (std::string(e) == "cooperative") return false;
-  }
+  // 0: by the rule, 1: pingpong, 2: cooperative; read once per process.
+  static const int forced = [] {
+    const char* e = std::getenv("TESSERA_MATMUL_SCHEDULE");
+    const std::string v = e ? e : "";
+    return v == "pingpong" ? 1 : v == "cooperative" ? 2 : 0;
+  }();
+  if (forced) return forced == 1;
   return tiles(g, Cooperative::BN) < ctx.sms;
 }
 

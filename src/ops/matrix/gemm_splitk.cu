@@ -53,19 +53,20 @@ template <class OutT>
 __global__ void split_k_sum(const float* __restrict__ ws, int splits, int64_t m, int64_t n,
                             const Epilogue<OutT> epi) {
   const int64_t pairs = (n + 1) / 2, chunk = m * n;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * pairs;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / pairs, col = 2 * (i % pairs);
-    const bool both = col + 1 < n;
-    const float* p = ws + row * n + col;
-    float s0 = 0.0f, s1 = 0.0f;
-    for (int c = 0; c < splits; ++c, p += chunk) {
-      s0 += p[0];
-      if (both) s1 += p[1];
+  epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * pairs;
+         i += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t row = i / pairs, col = 2 * (i % pairs);
+      const bool both = col + 1 < n;
+      const float* p = ws + row * n + col;
+      float s0 = 0.0f, s1 = 0.0f;
+      for (int c = 0; c < splits; ++c, p += chunk) {
+        s0 += p[0];
+        if (both) s1 += p[1];
+      }
+      epi.store_pair(epi.row(0, row), epi.cols(col, both), s0, s1, act);
     }
-    epi.template with_activation<!std::is_same_v<OutT, float>>(
-        [&](auto act) { epi.store_pair(epi.row(0, row), epi.cols(col, both), s0, s1, act); });
-  }
+  });
 }
 
 template <class OutT>
