@@ -14,6 +14,11 @@
 //
 // `tessera profile` names the tier each call ran and why: while tracing is on (set_tier_trace),
 // run_first records (op, tier, kWhen and the plan). Off, the cost is one relaxed atomic load.
+//
+// Tests and measurements may force a tier: set_forced_tier("matmul", "sm80_mma"), or the
+// environment's TESSERA_FORCE_TIER="matmul=sm80_mma,softmax=warp" (read once, at load). A forced
+// tier is tried first; where it cannot implement the arguments, the list runs in order as usual
+// (the trace says which ran), so forcing never turns a valid call into an error.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,6 +39,7 @@ struct TierChoice {
 
 namespace detail {
 extern std::atomic<bool> tier_trace_enabled;
+extern std::atomic<bool> any_tier_forced;
 }
 
 inline bool tier_trace_on() { return detail::tier_trace_enabled.load(std::memory_order_relaxed); }
@@ -42,6 +48,11 @@ void set_tier_trace(bool on);
 void record_tier(TierChoice choice);
 // What was recorded since tracing started, and clears it.
 std::vector<TierChoice> take_tier_trace();
+
+// Forces `tier` (a kName) for `op`; an empty `tier` lifts it.
+void set_forced_tier(const std::string& op, const std::string& tier);
+// The tier forced for `op`, or empty.
+std::string forced_tier(const char* op);
 
 template <class Tier, class Args, class Ctx>
 bool try_tier(const char* op, const Args& args, const Ctx& ctx, cudaStream_t stream) {
@@ -56,6 +67,10 @@ bool try_tier(const char* op, const Args& args, const Ctx& ctx, cudaStream_t str
 // arguments its launcher passes, so none matching is a bug in the launcher, reported as such.
 template <class... Tiers, class Args, class Ctx>
 void run_first(const char* op, const Args& args, const Ctx& ctx, cudaStream_t stream) {
+  if (detail::any_tier_forced.load(std::memory_order_relaxed)) {
+    const std::string f = forced_tier(op);
+    if (!f.empty() && ((f == Tiers::kName && try_tier<Tiers>(op, args, ctx, stream)) || ...)) return;
+  }
   if (!(try_tier<Tiers>(op, args, ctx, stream) || ...))
     throw Error(ErrorKind::runtime, std::string(op) + ": internal error: no kernel tier takes these arguments");
 }

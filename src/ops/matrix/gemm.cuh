@@ -213,6 +213,22 @@ struct SplitKTier {
   static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
 };
 
+// The portable tensor-core tier, for sm_80 on (A100, L40, and Hopper where sm_90a code is not
+// built): mma.sync on fragments loaded with ldmatrix, cp.async filling a multistage ring
+// (gemm_sm80.cu).
+struct Sm80Tier {
+  static constexpr const char* kName = "sm80_mma";
+  static constexpr const char* kWhen =
+      "sm_80 on, 16-bit inputs, each operand with K or its rows contiguous: mma.sync, cp.async";
+  struct Plan {
+    dim3 grid;
+    std::string describe() const;
+  };
+  static bool can_implement(const GemmArgs& g, const GemmCtx& ctx);
+  static Plan plan(const GemmArgs& g, const GemmCtx& ctx);
+  static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
+};
+
 struct SimtTier {
   static constexpr const char* kName = "simt";
   static constexpr const char* kWhen = "any dtype, layout and GPU: float32 FMAs on 64 x 64 tiles";

@@ -131,7 +131,7 @@ void matmul(const TensorView& input, const TensorView& other, const TensorView& 
   runtime::DeviceGuard guard(g.device);
   const cudaDeviceProp& props = runtime::device_props(g.device);
   const matrix::GemmCtx ctx{props.multiProcessorCount, props.major};
-  runtime::run_first<matrix::SplitKTier, matrix::Sm90Tier, matrix::SimtTier>(kOp, g, ctx, stream);
+  runtime::run_first<matrix::SplitKTier, matrix::Sm90Tier, matrix::Sm80Tier, matrix::SimtTier>(kOp, g, ctx, stream);
 }
 
 }  // namespace tessera
