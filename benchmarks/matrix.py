@@ -18,6 +18,11 @@ the providers in turn within a round, and per provider the round with the median
 4096 and 8192 in bfloat16 and float16. --sweep adds linear-layer shapes in bfloat16: M in
 {1, 16, 128, 1024, 8192} against the (N, K) of Llama-3-8B's projections {(4096, 4096),
 (14336, 4096), (4096, 14336), (128256, 4096)}, and prints their geometric mean ratio.
+--narrow adds, at 4096 and 8192 (other = W^T): float32 with TF32 allowed on both sides
+(matmul_tf32, torch.set_float32_matmul_precision("high") for those calls), float8 e4m3
+(scaled_mm against torch._scaled_mm with use_fast_accum=True, the same accumulation, and False as
+a second peer), and bias + GELU fused at 8192 x 8192 x 4096 bfloat16 (matmul_bias_gelu against
+torch's addmm then gelu).
 """
 
 from __future__ import annotations
@@ -81,6 +86,70 @@ def bench_gemm(suite: Suite, op: str, dtype, m: int, n: int, k: int, layout: str
               timing=dict(cuda_graph=False, flush_l2=True))
 
 
+def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool) -> None:
+    a, b = operands(size, size, size, torch.float32, "NT")
+    out_t, out_c = (torch.empty(size, size, device="cuda") for _ in range(2))
+
+    def torch_tf32(out):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return torch.matmul(a, b, out=out)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+
+    def tessera_tf32():
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return tessera.matmul(a, b, out=out_t)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+
+    providers = {"tessera": tessera_tf32, "torch": lambda: torch_tf32(out_c)}
+    if self_check:
+        out_c2 = torch.empty(size, size, device="cuda")
+        providers["torch2"] = lambda: torch_tf32(out_c2)
+    suite.run("matmul_tf32", torch.float32, size, float(3 * size * size * 4), providers,
+              flops=2.0 * size ** 3, shape=(size, size, size),
+              tolerances={torch.float32: dict(rtol=2e-2, atol=5e-2)}, rounds=rounds,
+              timing=dict(cuda_graph=False, flush_l2=True))
+
+
+def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool) -> None:
+    dt = torch.float8_e4m3fn
+    a = (torch.rand(size, size, device="cuda") * 2 - 1).to(dt)
+    b = (torch.rand(size, size, device="cuda") * 2 - 1).to(dt).t()
+    one = torch.tensor(1.0, device="cuda")
+    providers = {
+        "tessera": lambda: tessera.scaled_mm(a, b, one, one, out_dtype=torch.bfloat16),
+        "torch": lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16,
+                                          use_fast_accum=True),
+        "torch_accurate": lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16,
+                                                   use_fast_accum=False),
+    }
+    if self_check:
+        providers["torch2"] = lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16,
+                                                       use_fast_accum=True)
+    suite.run("scaled_mm", dt, size, float(2 * size * size + 2 * size * size), providers,
+              flops=2.0 * size ** 3, shape=(size, size, size), tolerances=TOLERANCES,
+              rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
+
+
+def bench_bias_gelu(suite: Suite, rounds: int, self_check: bool) -> None:
+    m, n, k = 8192, 8192, 4096
+    a, b = operands(m, n, k, torch.bfloat16, "NT")
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    F = torch.nn.functional
+    providers = {
+        "tessera": lambda: tessera.matmul(a, b, bias=bias, activation="gelu"),
+        "torch": lambda: F.gelu(torch.addmm(bias, a, b)),
+    }
+    if self_check:
+        providers["torch2"] = lambda: F.gelu(torch.addmm(bias, a, b))
+    suite.run("matmul_bias_gelu", torch.bfloat16, m, float((m * k + k * n + 2 * m * n) * 2),
+              providers, flops=2.0 * m * n * k, shape=(m, n, k), tolerances=TOLERANCES,
+              rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_selection_args(p, OPS, dtypes="bfloat16,float16,float32")
@@ -89,6 +158,7 @@ def main() -> int:
     p.add_argument("--self-check", action="store_true")
     p.add_argument("--layouts", action="store_true")
     p.add_argument("--sweep", action="store_true")
+    p.add_argument("--narrow", action="store_true")
     args = p.parse_args()
     resolve_selection(p, args, OPS)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -116,6 +186,15 @@ def main() -> int:
                 suite.attempt(f"linear bfloat16 {m}x{n}x{k}", lambda: bench_gemm(
                     suite, "linear", torch.bfloat16, m, n, k, "NT", args.rounds, args.self_check))
                 torch.cuda.empty_cache()
+    if args.narrow:
+        for size in (4096, 8192):
+            suite.attempt(f"matmul_tf32 {size}", lambda: bench_tf32(suite, size, args.rounds,
+                                                                    args.self_check))
+            suite.attempt(f"scaled_mm e4m3 {size}", lambda: bench_fp8(suite, size, args.rounds,
+                                                                      args.self_check))
+            torch.cuda.empty_cache()
+        suite.attempt("matmul bias+gelu", lambda: bench_bias_gelu(suite, args.rounds,
+                                                                  args.self_check))
     failures = suite.finish(args.out, best_peer=True, peers=["torch"])
     if args.sweep:
         print()

@@ -90,6 +90,30 @@ const std::vector<VerbSpec>& verb_specs() {
         {"--size", "N", "size (default: the op's largest bench size; meaning: below)",
          [](Args& a, const std::string& v) { a.sizes = {parse_size("--size", v)}; }},
         kDevice}},
+      {Verb::tune, "tune", "[OPS...]",
+       "tune configs ahead of time into the tune cache (ops with configs: matmul, alias gemm), "
+       "or list the cache (--show)",
+       {{"--shapes", "LIST", "MxNxK problems, comma-separated, e.g. 4096x4096x4096,16x4096x14336",
+         [](Args& a, const std::string& v) {
+           for (const GemmShape& s : parse_gemm_shapes("--shapes", v)) a.shapes.push_back(s);
+         }},
+        {"--dtype", "LIST", "input dtypes, comma-separated (default bfloat16)",
+         [](Args& a, const std::string& v) {
+           for (auto& item : split("--dtype", v)) a.dtype_args.push_back(item);
+         }},
+        {"--layout", "LIST",
+         "nt (default: input row-major, other the transpose of a row-major [N, K], as in a "
+         "linear layer), nn, tn, tt; comma-separated",
+         [](Args& a, const std::string& v) {
+           for (auto& item : split("--layout", v)) {
+             if (item != "nn" && item != "nt" && item != "tn" && item != "tt")
+               throw UsageError("--layout: expected nn, nt, tn or tt, got '" + item + "'");
+             a.layouts.push_back(item);
+           }
+         }},
+        {"--show", nullptr, "list the tune cache (every machine's records) and exit",
+         [](Args& a, const std::string&) { a.show = true; }},
+        kDevice}},
       {Verb::help, "help", "[VERB]", "list the verbs, or show one verb's options", {}},
   };
   return specs;
@@ -264,10 +288,10 @@ DType parse_dtype(const std::string& flag, const std::string& text) {
       {"double", DType::float64}};
   for (const auto& [alias, dtype] : aliases)
     if (name == alias) return dtype;
-  for (int i = 0; i <= static_cast<int>(DType::bool_); ++i)
+  for (int i = 0; i < kDTypeCount; ++i)
     if (name == dtype_name(static_cast<DType>(i))) return static_cast<DType>(i);
   std::string names;
-  for (int i = 0; i <= static_cast<int>(DType::bool_); ++i)
+  for (int i = 0; i < kDTypeCount; ++i)
     names += (names.empty() ? "" : ", ") + std::string(dtype_name(static_cast<DType>(i)));
   throw UsageError(flag + ": unknown dtype '" + text + "' (dtypes: " + names +
                    "; also fp32, fp16, bf16, fp64, float, half, double)");
@@ -331,6 +355,12 @@ Args parse_args(const std::vector<std::string>& args) {
     const std::string& arg = args[i];
     if (arg.size() < 2 || arg[0] != '-') {
       if (!*spec.operands) throw UsageError(verb + ": unexpected argument '" + arg + "'");
+      if (a.verb == Verb::tune) {
+        if (arg != "matmul" && arg != "gemm")
+          throw UsageError("tune: unknown op '" + arg + "' (ops with configs: matmul, alias gemm)");
+        a.ops.push_back("matmul");
+        continue;
+      }
       if (ops::select_ops(arg).empty())
         throw UsageError("unknown op '" + arg + "' (known: " + op_names() + ")");
       a.ops.push_back(arg);
@@ -358,8 +388,27 @@ Args parse_args(const std::vector<std::string>& args) {
   if (a.verb == Verb::profile && a.ops.size() != 1)
     throw UsageError("profile: expected one OP, got " + std::to_string(a.ops.size()) +
                      " (known: " + op_names() + ")");
+  if (a.verb == Verb::tune && !a.show && a.shapes.empty())
+    throw UsageError("tune: expected --shapes (what to tune) or --show (list the cache)");
   parse_dtype_args(a);
   return a;
+}
+
+std::vector<GemmShape> parse_gemm_shapes(const std::string& flag, const std::string& text) {
+  std::vector<GemmShape> shapes;
+  for (const auto& item : split(flag, text)) {
+    int64_t dims[3] = {0, 0, 0};
+    size_t start = 0;
+    for (int d = 0; d < 3; ++d) {
+      const size_t x = d < 2 ? item.find('x', start) : item.size();
+      if (x == std::string::npos)
+        throw UsageError(flag + ": expected MxNxK (e.g. 4096x4096x4096), got '" + item + "'");
+      dims[d] = parse_size(flag, item.substr(start, x - start));
+      start = x + 1;
+    }
+    shapes.push_back({dims[0], dims[1], dims[2]});
+  }
+  return shapes;
 }
 
 std::vector<const ops::OpInfo*> resolve_ops(const std::vector<std::string>& names) {

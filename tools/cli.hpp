@@ -16,13 +16,20 @@ struct OpInfo;  // src/ops/registry.hpp, kept out of this header so tools/ needs
 
 namespace tessera::cli {
 
+// An M x N x K problem: what `tessera tune matmul --shapes` takes ("4096x4096x4096").
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+};
+// "MxNxK" items, comma-separated, each positive.
+std::vector<GemmShape> parse_gemm_shapes(const std::string& flag, const std::string& text);
+
 // A bad command line. run_cli prints "tessera: <message>" and exits 2.
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-enum class Verb { help, info, verify, bench, profile };
+enum class Verb { help, info, verify, bench, profile, tune };
 
 struct Args {
   Verb verb = Verb::help;
@@ -40,6 +47,9 @@ struct Args {
   bool peaks = true;             // info, bench: --no-peaks clears it
   bool graph = false;            // bench --graph
   bool flush_l2 = true;          // bench --no-flush clears it
+  std::vector<GemmShape> shapes;  // tune --shapes
+  std::vector<std::string> layouts;  // tune --layout: "nt" (default), "nn", "tn", "tt"
+  bool show = false;             // tune --show: list the cache instead of tuning
 };
 
 // args[0] is the program name. Throws UsageError for unknown verbs, options, ops or bad values.

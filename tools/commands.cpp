@@ -7,12 +7,16 @@
 #include <string>
 
 #include "bench/bench.hpp"
+#include "bench/fill.hpp"
 #include "cli.hpp"
 #include "ops/registry.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "runtime/memory.hpp"
 #include "runtime/tier.hpp"
+#include "runtime/tuner.hpp"
 #include "tessera/error.hpp"
+#include "tessera/ops/matrix.hpp"
 
 namespace tessera::cli {
 namespace {
@@ -181,6 +185,74 @@ int profile(const BenchItem& item, std::ostream& out) {
   return 0;
 }
 
+// The tune cache, every machine's records, this machine's marked with '*'.
+int tune_show(const Args& a, std::ostream& out) {
+  runtime::TuneCache& cache = runtime::tune_cache(a.device);
+  out << "tune cache: " << (cache.path().empty() ? "(in memory: no cache directory)" : cache.path())
+      << "\n";
+  const auto records = cache.list();
+  for (const auto& r : records)
+    out << (r.id == cache.identity() ? "* " : "  ") << r.op << "  " << r.key << "  "
+        << r.entry.config << strf("  %.1f us", r.entry.time_us) << "  (" << r.id.gpu_name << ", "
+        << r.id.sm_count << " SMs, driver " << cuda_version(r.id.driver_version) << ", runtime "
+        << cuda_version(r.id.runtime_version) << ", tessera " << r.id.tessera_version << ")\n";
+  out << records.size() << " record(s); * marks those of this GPU and software\n";
+  return 0;
+}
+
+// A matmul operand of `rows` x `cols` as the layout letter says: 'n' row-major, 't' the
+// transpose of a row-major [cols, rows] matrix.
+TensorView operand(void* data, DType dt, int64_t rows, int64_t cols, char layout, int device) {
+  TensorView v;
+  v.data = data, v.dtype = dt, v.ndim = 2, v.device = {DeviceType::cuda, device};
+  v.shape[0] = rows, v.shape[1] = cols;
+  v.strides[0] = layout == 'n' ? cols : 1;
+  v.strides[1] = layout == 'n' ? 1 : rows;
+  return v;
+}
+
+// Each shape, dtype and layout: a matmul call with tuning on, which measures the candidates
+// where the cache lacks the shape's bucket and stores the winner.
+int tune(const Args& a, std::ostream& out, std::ostream& err) {
+  if (a.show) return tune_show(a, out);
+  const std::vector<DType> dtypes = a.dtypes.empty() ? std::vector<DType>{DType::bfloat16} : a.dtypes;
+  const std::vector<std::string> layouts = a.layouts.empty() ? std::vector<std::string>{"nt"} : a.layouts;
+  Stream stream;
+  const bool was_on = runtime::autotune_enabled();
+  runtime::set_autotune(true);
+  runtime::set_tune_listener([&](const std::string& key, int done, int of) {
+    err << "\r  tuning " << key << "  " << done << "/" << of << (done == of ? "\n" : "") << std::flush;
+  });
+  int failed = 0;
+  for (const GemmShape& s : a.shapes)
+    for (DType dt : dtypes)
+      for (const std::string& l : layouts) {
+        const std::string what = strf("matmul %lldx%lldx%lld %s %s", (long long)s.m,
+                                      (long long)s.n, (long long)s.k, dtype_name(dt), l.c_str());
+        try {
+          const std::size_t e = dtype_size(dt);
+          runtime::DeviceBuffer ab(std::size_t(s.m * s.k) * e), bb(std::size_t(s.k * s.n) * e),
+              cb(std::size_t(s.m * s.n) * e);
+          bench::fill_uniform(ab.data(), dt, s.m * s.k, -1, 1, 1, stream.get());
+          bench::fill_uniform(bb.data(), dt, s.k * s.n, -1, 1, 2, stream.get());
+          const TensorView av = operand(ab.data(), dt, s.m, s.k, l[0], a.device);
+          const TensorView bv = operand(bb.data(), dt, s.k, s.n, l[1], a.device);
+          const TensorView cv = operand(cb.data(), dt, s.m, s.n, 'n', a.device);
+          MatmulOptions o;
+          o.allow_tf32 = dt == DType::float32;
+          matmul(av, bv, cv, o, stream.get());
+          TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+          out << "done  " << what << "\n";
+        } catch (const Error& e) {
+          ++failed;
+          out << "FAIL  " << what << ": " << e.what() << "\n";
+        }
+      }
+  runtime::set_tune_listener({});
+  runtime::set_autotune(was_on);
+  return tune_show(a, out) || failed ? 1 : 0;
+}
+
 }  // namespace
 
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -217,6 +289,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       case Verb::verify: return verify(a, out);
       case Verb::bench: return bench_ops(a, plan, out, err);
       case Verb::profile: return profile(plan.front(), out);
+      case Verb::tune: return tune(a, out, err);
       case Verb::help: break;  // handled above: help always sets a.help
     }
     return 0;

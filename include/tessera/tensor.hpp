@@ -8,7 +8,12 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { float32, float16, bfloat16, float64, int8, int16, int32, int64, uint8, bool_ };
+// float8_e4m3fn and float8_e5m2 (1 byte each, torch's spelling) are taken by scaled_mm only.
+enum class DType : uint8_t {
+  float32, float16, bfloat16, float64, int8, int16, int32, int64, uint8, bool_,
+  float8_e4m3fn, float8_e5m2
+};
+constexpr int kDTypeCount = static_cast<int>(DType::float8_e5m2) + 1;
 
 const char* dtype_name(DType dtype);     // "float32", "bfloat16", ... (torch's spelling)
 std::size_t dtype_size(DType dtype);     // bytes per element

@@ -7,4 +7,5 @@
 #include "tessera/ops/rowwise.hpp"
 #include "tessera/ops/set.hpp"
 #include "tessera/tensor.hpp"
+#include "tessera/tune.hpp"
 #include "tessera/version.hpp"

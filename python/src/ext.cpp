@@ -93,6 +93,12 @@ void matmul_flat(const TensorView& input, const TensorView& other, const TensorV
   matmul(input, other, out, o, stream);
 }
 
+void scaled_mm_flat(const TensorView& input, const TensorView& other, const TensorView& scale_a,
+                    const TensorView& scale_b, const TensorView& out, const TensorView* bias,
+                    cudaStream_t stream) {
+  scaled_mm(input, other, scale_a, scale_b, out, bias, stream);
+}
+
 // ---- add: b may be a number, and the output takes the broadcast shape ------------------------
 // torch's broadcasting; false when the shapes do not broadcast (the operator then says so).
 bool broadcast_shape(const TensorView& a, const TensorView& b, int64_t* out, int& ndim) {
@@ -239,6 +245,14 @@ NB_MODULE(_C, m) {
                        none,
                        "out = activation(alpha * input @ other + bias) + residual + beta * out, "
                        "into the given out (2-d or 3-d views).");
+  def_op<&scaled_mm_flat>(m, "scaled_mm",
+                          {"input", "other", "scale_a", "scale_b", "out", "bias", "stream"}, none,
+                          "out = scale_a * scale_b * (input @ other) + bias for float8 inputs, "
+                          "into the given out (2-d views).");
+  m.def("set_autotune", &tessera::set_autotune, "on"_a,
+        "Tune GEMM configs on first use of each shape bucket (TESSERA_AUTOTUNE=1 at start).");
+  m.def("autotune_enabled", &tessera::autotune_enabled,
+        "Whether configs are tuned on first use.");
   m.def("isin_choose_path",
         [](const std::string& dtype, int64_t m, int64_t n, int64_t bmax, int64_t bwork, int64_t hmin) {
           const DType d = dtype_from_name("isin_choose_path", "dtype", dtype);

@@ -74,7 +74,8 @@ constexpr const char* kCapsuleVersioned = "dltensor_versioned";
 
 constexpr DType kDTypes[] = {DType::float32, DType::float16, DType::bfloat16, DType::float64,
                              DType::int8,    DType::int16,   DType::int32,    DType::int64,
-                             DType::uint8,   DType::bool_};
+                             DType::uint8,   DType::bool_, DType::float8_e4m3fn,
+                             DType::float8_e5m2};
 
 [[noreturn]] void fail(ErrorKind kind, const char* op, const char* arg, const std::string& expected,
                        const std::string& got) {

@@ -24,7 +24,7 @@ from . import random
 from ._C import DeviceArray
 from .elementwise import (add, copy, dropout, dropout_backward, gelu, gelu_backward, silu,
                           silu_backward)
-from .matrix import linear, matmul
+from .matrix import linear, matmul, scaled_mm
 from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_softmax,
                       log_softmax_backward, rms_norm, rms_norm_backward, rms_norm_forward, softmax,
                       softmax_backward)
@@ -37,8 +37,20 @@ __version__: str = _C.__version__
 __all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "dropout_backward",
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
-           "rms_norm", "rms_norm_forward", "rms_norm_backward", "matmul", "linear", "isin",
-           "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
+           "rms_norm", "rms_norm_forward", "rms_norm_backward", "matmul", "linear", "scaled_mm",
+           "isin", "set_autotune", "autotune_enabled", "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
+
+
+def set_autotune(on: bool) -> None:
+    """Tune the configs of ops that have them (matmul) on first use of each shape bucket, keeping
+    the result in the tune cache (also the environment's TESSERA_AUTOTUNE=1). Off by default:
+    configs already in the cache (``tessera tune gemm``) are used either way."""
+    _C.set_autotune(bool(on))
+
+
+def autotune_enabled() -> bool:
+    """Whether configs are tuned on first use."""
+    return _C.autotune_enabled()
 
 
 def is_available() -> bool:

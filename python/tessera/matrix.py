@@ -15,8 +15,16 @@ dimensions broadcast as in torch.matmul); ``bias`` has N elements, ``residual`` 
 ``out=``). float16 and bfloat16 inputs run on the tensor cores where K is contiguous in both
 operands (a row-major ``input`` and ``other`` = ``w.T`` of a row-major ``w``: the layout of a
 linear layer), accumulating in float32; ``out_dtype=torch.float32`` keeps the float32 result.
-float32 inputs are computed in exact float32 arithmetic (tessera does not use TF32 yet, so
-``torch.backends.cuda.matmul.allow_tf32`` only permits what it does anyway).
+float32 inputs follow torch's setting: exact float32 arithmetic under
+``torch.set_float32_matmul_precision("highest")`` (the default), TF32 tensor cores where "high" or
+"medium" (or ``torch.backends.cuda.matmul.allow_tf32 = True``) allows it, read at each call.
+
+``scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=None)`` is ``torch._scaled_mm`` with
+per-tensor scales: float8 ``a`` [M, K] (row-major) and ``b`` [K, N] (column-major, e.g. ``w.t()``
+of a row-major [N, K] ``w``), float32 one-element scales, output bfloat16 unless ``out_dtype``
+says float16 or float32 (float8 outputs are not offered). The products accumulate in the tensor
+cores' float32 accumulator without periodic promotion, as ``use_fast_accum=True`` does.
+No autograd.
 
 Autograd: when grad mode is on and a tensor argument requires grad, the call goes through a
 torch.autograd.Function whose backward runs tessera matmuls (dA = alpha dZ B^T, dB = alpha A^T dZ,
@@ -37,7 +45,7 @@ from ._interop import as_arg, torch_if_tensor, torch_stream, torch_view
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["matmul", "linear"]
+__all__ = ["matmul", "linear", "scaled_mm"]
 
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 
@@ -107,9 +115,10 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
                                  f"{list(residual.shape)}") from None
         r3 = _as_3d(torch, residual, batch_shape, m, n)
     av = torch_view(a3)
+    tf32 = a.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest"
     _C.matmul(av, as_arg(torch, b3, "matmul", "other"), as_arg(torch, o3, "matmul", "out"),
               as_arg(torch, bias, "matmul", "bias"), as_arg(torch, r3, "matmul", "residual"),
-              _activation(activation), float(alpha), float(beta), False, torch_stream(av))
+              _activation(activation), float(alpha), float(beta), tf32, torch_stream(av))
     return out
 
 
@@ -216,3 +225,28 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     optional fused activation."""
     _torch_only(weight, "weight")
     return matmul(input, weight.transpose(-1, -2), bias=bias, activation=activation)
+
+
+def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
+              scale_b: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
+              out_dtype: Optional[torch.dtype] = None, scale_result=None,
+              use_fast_accum: bool = True) -> torch.Tensor:
+    """``torch._scaled_mm`` with per-tensor scales: ``scale_a * scale_b * (input @ other) + bias``
+    for float8 inputs; see the module's documentation."""
+    torch = _torch_only(input, "input")
+    for arg, t in (("other", other), ("scale_a", scale_a), ("scale_b", scale_b)):
+        _torch_only(t, arg)
+    if scale_result is not None:
+        raise ValueError("tessera.scaled_mm: argument 'scale_result': float8 outputs are not "
+                         "offered, so there is no result scale; expected None")
+    if input.dim() != 2 or other.dim() != 2:
+        raise ValueError(f"tessera.scaled_mm: arguments 'input' and 'other': expected 2-d "
+                         f"tensors, got {input.dim()}-d and {other.dim()}-d")
+    dtype = out_dtype if out_dtype is not None else torch.bfloat16
+    out = torch.empty((input.shape[0], other.shape[1]), dtype=dtype, device=input.device)
+    av = torch_view(input)
+    _C.scaled_mm(av, as_arg(torch, other, "scaled_mm", "other"),
+                 as_arg(torch, scale_a, "scaled_mm", "scale_a"),
+                 as_arg(torch, scale_b, "scaled_mm", "scale_b"), torch_view(out),
+                 as_arg(torch, bias, "scaled_mm", "bias"), torch_stream(av))
+    return out

@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 
@@ -32,6 +33,12 @@ __device__ __forceinline__ T from_double(double x) { return static_cast<T>(floor
 template <> __device__ __forceinline__ float from_double<float>(double x) { return static_cast<float>(x); }
 template <> __device__ __forceinline__ double from_double<double>(double x) { return x; }
 template <> __device__ __forceinline__ bool from_double<bool>(double x) { return floor(x) != 0.0; }
+template <> __device__ __forceinline__ __nv_fp8_e4m3 from_double<__nv_fp8_e4m3>(double x) {
+  return __nv_fp8_e4m3(x);
+}
+template <> __device__ __forceinline__ __nv_fp8_e5m2 from_double<__nv_fp8_e5m2>(double x) {
+  return __nv_fp8_e5m2(x);
+}
 template <> __device__ __forceinline__ __half from_double<__half>(double x) { return __double2half(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_double<__nv_bfloat16>(double x) {
   return __double2bfloat16(x);
@@ -87,6 +94,8 @@ void fill_uniform(void* data, DType dtype, int64_t count, double lo, double hi, 
     case DType::int64: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<int64_t*>(data), count, lo, scale, seed); break;
     case DType::uint8: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<uint8_t*>(data), count, lo, scale, seed); break;
     case DType::bool_: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<bool*>(data), count, lo, scale, seed); break;
+    case DType::float8_e4m3fn: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_fp8_e4m3*>(data), count, lo, scale, seed); break;
+    case DType::float8_e5m2: fill_uniform_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_fp8_e5m2*>(data), count, lo, scale, seed); break;
   }
   TESSERA_LAUNCH_CHECK();
 }

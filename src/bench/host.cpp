@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <thread>
@@ -34,6 +35,10 @@ double load_double(const TensorView& t, int64_t i) {
     case DType::int64: return static_cast<double>(static_cast<const int64_t*>(t.data)[off]);
     case DType::uint8: return static_cast<const uint8_t*>(t.data)[off];
     case DType::bool_: return static_cast<const bool*>(t.data)[off] ? 1.0 : 0.0;
+    case DType::float8_e4m3fn:
+      return float(static_cast<const __nv_fp8_e4m3*>(t.data)[off]);
+    case DType::float8_e5m2:
+      return float(static_cast<const __nv_fp8_e5m2*>(t.data)[off]);
   }
   detail::throw_arg(ErrorKind::type, "load_double", "t", "a known dtype", dtype_name(t.dtype));
 }
@@ -45,6 +50,8 @@ void store_double(const TensorView& t, int64_t i, double v) {
     case DType::float64: static_cast<double*>(t.data)[off] = v; return;
     case DType::float16: static_cast<__half*>(t.data)[off] = __double2half(v); return;
     case DType::bfloat16: static_cast<__nv_bfloat16*>(t.data)[off] = __double2bfloat16(v); return;
+    case DType::float8_e4m3fn: static_cast<__nv_fp8_e4m3*>(t.data)[off] = __nv_fp8_e4m3(v); return;
+    case DType::float8_e5m2: static_cast<__nv_fp8_e5m2*>(t.data)[off] = __nv_fp8_e5m2(v); return;
     default: break;
   }
   detail::throw_arg(ErrorKind::type, "store_double", "t", "a floating dtype", dtype_name(t.dtype));

@@ -17,6 +17,8 @@ const char* dtype_name(DType d) {
     case DType::int64: return "int64";
     case DType::uint8: return "uint8";
     case DType::bool_: return "bool";
+    case DType::float8_e4m3fn: return "float8_e4m3fn";
+    case DType::float8_e5m2: return "float8_e5m2";
   }
   return "unknown";
 }
@@ -27,12 +29,14 @@ std::size_t dtype_size(DType d) {
     case DType::float32: case DType::int32: return 4;
     case DType::float16: case DType::bfloat16: case DType::int16: return 2;
     case DType::int8: case DType::uint8: case DType::bool_: return 1;
+    case DType::float8_e4m3fn: case DType::float8_e5m2: return 1;
   }
   return 0;
 }
 
 bool is_floating(DType d) {
-  return d == DType::float32 || d == DType::float16 || d == DType::bfloat16 || d == DType::float64;
+  return d == DType::float32 || d == DType::float16 || d == DType::bfloat16 || d == DType::float64 ||
+         d == DType::float8_e4m3fn || d == DType::float8_e5m2;
 }
 
 std::string to_string(Device d) {

@@ -1,6 +1,7 @@
 // Warpgroup matrix multiply (sm_90a's wgmma): a warpgroup of 4 consecutive warps multiplies a
 // 64 x 16 tile of A by a 16 x N tile of B (both in shared memory, named by descriptors) into
-// 64 x N float32 accumulators held in its registers, asynchronously.
+// 64 x N float32 accumulators held in its registers, asynchronously. 16 is the depth of a 16-bit
+// step: 32 bytes of K, which is 8 for tf32 (float operands) and 32 for fp8.
 //
 // Use: fence() before the first wgmma that reads registers or shared memory written since; then
 // the multiplies; commit() closes a group; wait<n>() returns once at most n groups are pending,
@@ -11,7 +12,8 @@
 //
 // Shared-memory operands are tiles with the 128-byte swizzle, as the copy engine writes them with
 // TmaSwizzle::b128 and a box 64 16-bit elements wide, in one of two orders:
-//   K-major   row r (of M, or of N) holds its 64 K-values in 128 bytes; rows follow each other.
+//   K-major   row r (of M, or of N) holds 128 bytes of K (64 16-bit values); rows follow each
+//             other.
 //   MN-major  row k holds 64 consecutive M (or N) values in 128 bytes; a tile wider than 64 is
 //             several such 64-wide column blocks one after the other, each `block_bytes` long.
 // Each 8-row group of 1024 bytes is swizzled as a unit; tiles start 1024-byte aligned.
@@ -20,6 +22,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -137,6 +140,31 @@ struct Mma;
   };
 #endif
 
+#ifdef TESSERA_WGMMA
+// tf32 (float operands, 8-deep steps) and fp8 (32-deep steps): K-major operands only, so no
+// transpose operands; each step is still 32 bytes of K.
+#define TESSERA_WG_MMA_KMAJOR(TYPE, PTX, K, N, IA, IB, IS)                                    \
+  template <>                                                                                \
+  struct Mma<TYPE, N, 0, 0> {                                                                \
+    __device__ __forceinline__ static void run(float (&d)[N / 2], uint64_t a, uint64_t b,    \
+                                               bool accumulate) {                            \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS ", 0;\n"                         \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k" #K ".f32." PTX "." PTX          \
+                   " {" TESSERA_WG_REGS_N##N "}, %" #IA ", %" #IB ", p, 1, 1;\n}\n"            \
+                   : TESSERA_WG_D_N##N(0)                                                      \
+                   : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));                     \
+    }                                                                                        \
+  };
+#else
+#define TESSERA_WG_MMA_KMAJOR(TYPE, PTX, K, N, IA, IB, IS)                                  \
+  template <>                                                                              \
+  struct Mma<TYPE, N, 0, 0> {                                                              \
+    __device__ __forceinline__ static void run(float (&)[N / 2], uint64_t, uint64_t, bool) { \
+      __trap();                                                                            \
+    }                                                                                      \
+  };
+#endif
+
 TESSERA_WG_MMA(__nv_bfloat16, "bf16", 64, 32, 33, 34, 35, 36)
 TESSERA_WG_MMA(__nv_bfloat16, "bf16", 128, 64, 65, 66, 67, 68)
 TESSERA_WG_MMA(__nv_bfloat16, "bf16", 256, 128, 129, 130, 131, 132)
@@ -144,6 +172,14 @@ TESSERA_WG_MMA(__half, "f16", 64, 32, 33, 34, 35, 36)
 TESSERA_WG_MMA(__half, "f16", 128, 64, 65, 66, 67, 68)
 TESSERA_WG_MMA(__half, "f16", 256, 128, 129, 130, 131, 132)
 
+TESSERA_WG_MMA_KMAJOR(float, "tf32", 8, 128, 64, 65, 66)
+TESSERA_WG_MMA_KMAJOR(float, "tf32", 8, 256, 128, 129, 130)
+TESSERA_WG_MMA_KMAJOR(__nv_fp8_e4m3, "e4m3", 32, 128, 64, 65, 66)
+TESSERA_WG_MMA_KMAJOR(__nv_fp8_e4m3, "e4m3", 32, 256, 128, 129, 130)
+TESSERA_WG_MMA_KMAJOR(__nv_fp8_e5m2, "e5m2", 32, 128, 64, 65, 66)
+TESSERA_WG_MMA_KMAJOR(__nv_fp8_e5m2, "e5m2", 32, 256, 128, 129, 130)
+
 #undef TESSERA_WG_MMA
+#undef TESSERA_WG_MMA_KMAJOR
 
 }  // namespace tessera::tile::wgmma

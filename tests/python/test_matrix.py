@@ -150,3 +150,64 @@ def test_matmul_autograd_matches_torch(torch, activation):
     for g, t in zip(got, (a, w, bias, res)):
         assert g.shape == t.shape
         assert rel_err(torch, g, t.grad) < 1e-5
+
+
+# ---- float32 precision, float8 scaled_mm, autotuning ---------------------------------------------
+
+def test_float32_follows_torch_matmul_precision(torch):
+    a = torch.randn(256, 512, device="cuda")
+    b = torch.randn(512, 384, device="cuda")
+    ref = a.double() @ b.double()
+    old = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert rel_err(torch, tessera.matmul(a, b), ref) <= 1e-5
+        torch.set_float32_matmul_precision("high")  # TF32 allowed: a 10-bit mantissa
+        w = torch.randn(384, 512, device="cuda")
+        err = rel_err(torch, tessera.linear(a, w), a.double() @ w.double().t())
+        assert 1e-6 < err <= 2e-3  # TF32's rounding is visible: the tensor cores ran
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
+@pytest.mark.parametrize("fp8", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("out_dtype", [None, "float16", "float32"])
+def test_scaled_mm_matches_torch(torch, fp8, out_dtype):
+    dt = getattr(torch, fp8)
+    a = (torch.rand(300, 512, device="cuda") * 4 - 2).to(dt)
+    w = (torch.rand(528, 512, device="cuda") * 4 - 2).to(dt)
+    sa = torch.tensor(0.5, device="cuda")
+    sb = torch.tensor(1.5, device="cuda")
+    bias_dt = getattr(torch, out_dtype) if out_dtype else torch.bfloat16
+    bias = torch.randn(528, device="cuda", dtype=bias_dt)
+    got = tessera.scaled_mm(a, w.t(), sa, sb, bias=bias,
+                            out_dtype=getattr(torch, out_dtype) if out_dtype else None)
+    assert got.dtype == bias_dt and got.shape == (300, 528)
+    ref = 0.75 * (a.double() @ w.double().t()) + bias.double()
+    assert rel_err(torch, got, ref) <= (1e-5 if out_dtype == "float32" else 1e-2)
+
+
+def test_scaled_mm_errors_name_the_argument(torch):
+    a = torch.ones(64, 32, device="cuda").to(torch.float8_e4m3fn)
+    s = torch.tensor(1.0, device="cuda")
+    with pytest.raises(TypeError, match=r"tessera\.scaled_mm: argument 'input'.*got bfloat16"):
+        tessera.scaled_mm(a.to(torch.bfloat16), a.t(), s, s)
+    with pytest.raises(ValueError, match=r"argument 'scale_a'.*one element"):
+        tessera.scaled_mm(a, a.t(), torch.ones(2, device="cuda"), s)
+    with pytest.raises(ValueError, match=r"argument 'scale_result'"):
+        tessera.scaled_mm(a, a.t(), s, s, scale_result=s)
+
+
+def test_set_autotune_toggles(torch):
+    was = tessera.autotune_enabled()
+    try:
+        tessera.set_autotune(True)
+        assert tessera.autotune_enabled()
+        a = torch.randn(96, 1056, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(1000, 1056, device="cuda", dtype=torch.bfloat16)
+        y = tessera.linear(a, w)  # tunes this bucket on first use, then runs the winner
+        assert rel_err(torch, y, a.double() @ w.double().t()) <= 1e-2
+        tessera.set_autotune(False)
+        assert not tessera.autotune_enabled()
+    finally:
+        tessera.set_autotune(was)

@@ -37,4 +37,14 @@ struct MatmulOptions {
 void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
             const MatmulOptions& options, cudaStream_t stream);
 
+// out = scale_a * scale_b * (input @ other) + bias, as torch._scaled_mm with per-tensor scales:
+// input [M, K] and other [K, N] of one float8 dtype (float8_e4m3fn or float8_e5m2); scale_a and
+// scale_b float32 tensors of one element, read on the device; out [M, N] bfloat16, float16 or
+// float32; bias (nullptr: none) N elements of out's dtype. Float32 accumulation. input row-major
+// and other column-major (K contiguous in both: torch's layout) take the tensor cores on sm_90;
+// other layouts and GPUs a slower kernel.
+void scaled_mm(const TensorView& input, const TensorView& other, const TensorView& scale_a,
+               const TensorView& scale_b, const TensorView& out, const TensorView* bias,
+               cudaStream_t stream);
+
 }  // namespace tessera

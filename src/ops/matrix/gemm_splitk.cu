@@ -16,19 +16,24 @@
 namespace tessera::matrix {
 namespace {
 
-constexpr int kTile = 128, kBlockK = 64;
+constexpr int kTile = 128;
 constexpr int kMinChunk = 1024;  // K per chunk, at least: shorter chunks spend more on the sum
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The number of chunks: as many as fill the SMs the output tiles leave idle, dividing K's 64-wide
-// blocks evenly (each chunk's map then ends exactly at its last block), each chunk kMinChunk at
-// least; 1 where splitting does not pay.
+// The sm90 kernel's stage depth: 128 bytes of K.
+int64_t block_k(DType dt) { return 128 / int64_t(dtype_size(dt)); }
+
+// The number of chunks: the tuner's where it chose (and K's blocks divide evenly); else as many
+// as fill the SMs the output tiles leave idle, dividing K's blocks evenly (each chunk's map then
+// ends exactly at its last block), each chunk kMinChunk at least; 1 where splitting does not pay.
 int choose_splits(const GemmArgs& g, const GemmCtx& ctx) {
-  if (g.batch != 1 || g.k % kBlockK != 0) return 1;
+  const int64_t bk = block_k(g.dtype);
+  if (g.batch != 1 || g.k % bk != 0 || g.config.splits == 1) return 1;
+  const int64_t blocks = g.k / bk;
+  if (g.config.splits >= 2) return blocks % g.config.splits == 0 ? g.config.splits : 1;
   const int64_t tiles = ceil_div(g.m, kTile) * ceil_div(g.n, kTile);
   if (2 * tiles > ctx.sms) return 1;
-  const int64_t blocks = g.k / kBlockK;
   const int64_t most = std::min<int64_t>(ctx.sms / tiles, g.k / kMinChunk);
   for (int64_t s = most; s >= 2; --s)
     if (blocks % s == 0) return int(s);
@@ -45,13 +50,15 @@ GemmArgs chunked(const GemmArgs& g, int splits, void* ws) {
   s.c_sb = g.m * g.n, s.c_sm = g.n, s.c_sn = 1;
   s.bias = nullptr, s.residual = nullptr;
   s.alpha = 1.0f, s.beta = 0.0f, s.activation = Activation::none;
+  s.scale_a = s.scale_b = nullptr;
   return s;
 }
 
 // out = epilogue(sum of the chunks), in chunk order (the same bits every run), two columns a thread.
 template <class OutT>
 __global__ void split_k_sum(const float* __restrict__ ws, int splits, int64_t m, int64_t n,
-                            const Epilogue<OutT> epi) {
+                            const Epilogue<OutT> epi_args) {
+  const Epilogue<OutT> epi = epi_args.resolved();
   const int64_t pairs = (n + 1) / 2, chunk = m * n;
   epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * pairs;

@@ -24,38 +24,45 @@ const char* activation_name(Activation a) {
 
 namespace {
 
-constexpr const char* kOp = "matmul";
-
 std::string dims(const TensorView& t) { return std::to_string(t.ndim) + "-d " + t.shape_str(); }
 
-void check_rank(const char* arg, const TensorView& t) {
+void check_rank(const char* op, const char* arg, const TensorView& t) {
   if (t.ndim != 2 && t.ndim != 3)
-    detail::throw_arg(ErrorKind::value, kOp, arg, "a 2-d or 3-d tensor", dims(t));
+    detail::throw_arg(ErrorKind::value, op, arg, "a 2-d or 3-d tensor", dims(t));
 }
 
 // Batch stride of a 2-d or 3-d operand: 0 when 2-d (shared) or when its batch dimension is 1.
 int64_t batch_stride(const TensorView& t) { return t.ndim == 3 && t.shape[0] != 1 ? t.strides[0] : 0; }
 
-void check_batch(const char* arg, const TensorView& t, int64_t batch) {
+void check_batch(const char* op, const char* arg, const TensorView& t, int64_t batch) {
   if (t.ndim == 3 && t.shape[0] != batch && t.shape[0] != 1)
-    detail::throw_arg(ErrorKind::value, kOp, arg,
+    detail::throw_arg(ErrorKind::value, op, arg,
                       "a batch of " + std::to_string(batch) + " (or 1, or 2-d: shared)", dims(t));
 }
 
-matrix::GemmArgs resolve(const TensorView& a, const TensorView& b, const TensorView& c,
-                         const MatmulOptions& o) {
-  for (auto [arg, t] : {std::pair{"input", &a}, std::pair{"other", &b}, std::pair{"out", &c}}) {
-    detail::check_cuda_tensor(kOp, arg, *t);
-    check_rank(arg, *t);
-  }
-  detail::check_dtype_in(kOp, "input", a, {DType::float32, DType::float16, DType::bfloat16});
-  detail::check_same_dtype(kOp, "other", b, "input", a);
-  detail::check_same_device(kOp, "other", b, "input", a);
-  detail::check_same_device(kOp, "out", c, "input", a);
-  if (c.dtype != a.dtype && c.dtype != DType::float32)
-    detail::throw_arg(ErrorKind::type, kOp, "out",
+// The dtype checks of matmul (16-bit or float32 inputs; out of their dtype or float32) and
+// scaled_mm (float8 inputs; out bfloat16, float16 or float32).
+void check_dtypes(const char* op, const TensorView& a, const TensorView& b, const TensorView& c) {
+  const bool fp8 = std::string(op) == "scaled_mm";
+  if (fp8) detail::check_dtype_in(op, "input", a, {DType::float8_e4m3fn, DType::float8_e5m2});
+  else detail::check_dtype_in(op, "input", a, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_same_dtype(op, "other", b, "input", a);
+  if (fp8) detail::check_dtype_in(op, "out", c, {DType::bfloat16, DType::float16, DType::float32});
+  else if (c.dtype != a.dtype && c.dtype != DType::float32)
+    detail::throw_arg(ErrorKind::type, op, "out",
                       std::string("dtype ") + dtype_name(a.dtype) + " (that of 'input') or float32",
                       dtype_name(c.dtype));
+}
+
+matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView& b,
+                         const TensorView& c, const MatmulOptions& o) {
+  for (auto [arg, t] : {std::pair{"input", &a}, std::pair{"other", &b}, std::pair{"out", &c}}) {
+    detail::check_cuda_tensor(kOp, arg, *t);
+    check_rank(kOp, arg, *t);
+  }
+  check_dtypes(kOp, a, b, c);
+  detail::check_same_device(kOp, "other", b, "input", a);
+  detail::check_same_device(kOp, "out", c, "input", a);
   const int64_t m = a.shape[a.ndim - 2], k = a.shape[a.ndim - 1];
   const int64_t n = b.shape[b.ndim - 1];
   if (b.shape[b.ndim - 2] != k)
@@ -71,8 +78,8 @@ matrix::GemmArgs resolve(const TensorView& a, const TensorView& b, const TensorV
     detail::throw_arg(ErrorKind::value, kOp, "out",
                       "[..., " + std::to_string(m) + ", " + std::to_string(n) + "] (M of 'input', N of 'other')",
                       c.shape_str());
-  check_batch("input", a, batch);
-  check_batch("other", b, batch);
+  check_batch(kOp, "input", a, batch);
+  check_batch(kOp, "other", b, batch);
   detail::check_no_internal_overlap(kOp, "out", c);
   detail::check_no_overlap(kOp, "out", c, "input", a, false);
   detail::check_no_overlap(kOp, "out", c, "other", b, false);
@@ -121,17 +128,52 @@ matrix::GemmArgs resolve(const TensorView& a, const TensorView& b, const TensorV
   return g;
 }
 
-}  // namespace
+void check_scale(const char* arg, const TensorView& s, const TensorView& input) {
+  detail::check_cuda_tensor("scaled_mm", arg, s);
+  detail::check_same_device("scaled_mm", arg, s, "input", input);
+  detail::check_dtype_in("scaled_mm", arg, s, {DType::float32});
+  if (s.numel() != 1)
+    detail::throw_arg(ErrorKind::value, "scaled_mm", arg, "one element (a per-tensor scale)",
+                      s.shape_str());
+}
 
-void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
-            const MatmulOptions& options, cudaStream_t stream) {
-  runtime::NvtxRange range("tessera::matmul");
-  const matrix::GemmArgs g = resolve(input, other, out, options);
+void run(const char* op, matrix::GemmArgs& g, cudaStream_t stream) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   runtime::DeviceGuard guard(g.device);
   const cudaDeviceProp& props = runtime::device_props(g.device);
   const matrix::GemmCtx ctx{props.multiProcessorCount, props.major};
-  runtime::run_first<matrix::SplitKTier, matrix::Sm90Tier, matrix::Sm80Tier, matrix::SimtTier>(kOp, g, ctx, stream);
+  g.config = matrix::tuned_config(op, g, ctx, stream);
+  matrix::run_gemm(op, g, ctx, stream);
+}
+
+}  // namespace
+
+void matrix::run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_t stream) {
+  runtime::run_first<SplitKTier, Sm90Tier, Sm80Tier, SimtTier>(op, g, ctx, stream);
+}
+
+void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
+            const MatmulOptions& options, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::matmul");
+  matrix::GemmArgs g = resolve("matmul", input, other, out, options);
+  run("matmul", g, stream);
+}
+
+void scaled_mm(const TensorView& input, const TensorView& other, const TensorView& scale_a,
+               const TensorView& scale_b, const TensorView& out, const TensorView* bias,
+               cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::scaled_mm");
+  for (auto [arg, t] : {std::pair{"input", &input}, std::pair{"other", &other}, std::pair{"out", &out}})
+    if (t->ndim != 2)
+      detail::throw_arg(ErrorKind::value, "scaled_mm", arg, "a 2-d tensor", dims(*t));
+  MatmulOptions o;
+  o.bias = bias;
+  matrix::GemmArgs g = resolve("scaled_mm", input, other, out, o);
+  check_scale("scale_a", scale_a, input);
+  check_scale("scale_b", scale_b, input);
+  g.scale_a = static_cast<const float*>(scale_a.data);
+  g.scale_b = static_cast<const float*>(scale_b.data);
+  run("scaled_mm", g, stream);
 }
 
 }  // namespace tessera

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/host.hpp"
 #include "ops/matrix/matmul_reference.hpp"
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
@@ -29,6 +30,7 @@ struct MatmulSpec {
   bool bias = false, residual = false, out_f32 = false;
   Activation activation = Activation::none;
   double alpha = 1.0, beta = 0.0;
+  bool tf32 = false;  // float32 inputs on the TF32 tensor cores (the matmul_tf32 variant)
 };
 
 Shape shape_of(int64_t batch, int64_t rows, int64_t cols) {
@@ -59,7 +61,7 @@ VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
   fill_random(b, -1, 1, stream);
   TestTensor bias, residual;
   MatmulOptions o;
-  o.activation = s.activation, o.alpha = s.alpha, o.beta = s.beta;
+  o.activation = s.activation, o.alpha = s.alpha, o.beta = s.beta, o.allow_tf32 = s.tf32;
   if (s.bias) {
     bias = make_tensor(out_dt, {s.n}, Layout::contiguous);
     fill_random(bias, -1, 1, stream);
@@ -80,7 +82,36 @@ VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
   ho.residual = s.residual ? &hres.view : nullptr;
   const std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, ho);
   matmul(a.view, b.view, out.view, o, stream);
-  return compare("matmul", describe(dt, s), out, ref, stream);
+  return compare(s.tf32 ? "matmul_tf32" : "matmul", describe(dt, s), out, ref, stream);
+}
+
+// scaled_mm: float8 inputs (input row-major, other K-contiguous unless `s` says otherwise),
+// per-tensor scales, out in `out_dt`; the reference multiplies the float8 values as stored.
+VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
+  cudaStream_t stream = nullptr;
+  TestTensor a = make_tensor(dt, {s.m, s.k}, s.a), b = make_tensor(dt, {s.k, s.n}, s.b);
+  TestTensor out = make_tensor(out_dt, {s.m, s.n}, Layout::contiguous);
+  TestTensor sa = make_tensor(DType::float32, {1}, Layout::contiguous);
+  TestTensor sb = make_tensor(DType::float32, {1}, Layout::contiguous);
+  fill_random(a, -2, 2, stream);
+  fill_random(b, -2, 2, stream);
+  fill_random(sa, 0.25, 0.5, stream);
+  fill_random(sb, 1, 2, stream);
+  TestTensor bias;
+  if (s.bias) {
+    bias = make_tensor(out_dt, {s.n}, Layout::contiguous);
+    fill_random(bias, -1, 1, stream);
+  }
+  fill_poison(out, stream);
+  HostCopy ha = to_host(a), hb = to_host(b), hc = to_host(out), hsa = to_host(sa), hsb = to_host(sb);
+  HostCopy hbias = s.bias ? to_host(bias) : HostCopy{};
+  MatmulOptions ho;
+  ho.alpha = host::load_double(hsa.view, 0) * host::load_double(hsb.view, 0);
+  ho.bias = s.bias ? &hbias.view : nullptr;
+  const std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, ho);
+  scaled_mm(a.view, b.view, sa.view, sb.view, out.view, s.bias ? &bias.view : nullptr, stream);
+  std::string name = describe(dt, s) + " -> " + dtype_name(out_dt);
+  return compare("scaled_mm", name, out, ref, stream);
 }
 
 std::vector<VerifyCase> matmul_cases() {
@@ -124,6 +155,51 @@ std::vector<VerifyCase> matmul_cases() {
   return cases;
 }
 
+// float32 with TF32 allowed: the tensor cores where both operands are K-contiguous, the exact
+// kernel elsewhere (within the same bound).
+std::vector<VerifyCase> matmul_tf32_cases() {
+  using A = Activation;
+  const Layout C = Layout::contiguous, T = Layout::transposed;
+  std::vector<MatmulSpec> specs = {
+      {128, 32, 256},                                            // one tile, one stage
+      {300, 200, 520},                                           // tails in M, N and K
+      {1000, 1000, 777},                                         // many tiles
+      {130, 96, 200, 3, 3},                                      // batched
+      {256, 128, 384, 0, 0, C, T, true, true, false, A::gelu, 0.5, 0.0},
+      {1, 4096, 1000},                                           // split K
+      {200, 150, 300, 0, 0, C, C},                               // not K-contiguous: exact
+  };
+  std::vector<VerifyCase> cases;
+  for (MatmulSpec s : specs) {
+    s.tf32 = true;
+    cases.push_back({describe(DType::float32, s) + " tf32", false,
+                     [=] { return run_matmul(DType::float32, s); }});
+  }
+  return cases;
+}
+
+std::vector<VerifyCase> scaled_mm_cases() {
+  const Layout C = Layout::contiguous, T = Layout::transposed;
+  const std::vector<MatmulSpec> specs = {
+      {128, 128, 256},                         // one tile, one stage
+      {300, 208, 528},                         // tails in M and N; K in 16-byte rows
+      {1000, 1024, 784},                       // many tiles
+      {256, 512, 384, 0, 0, C, T, true},       // bias
+      {16, 4096, 512},                         // split K
+      {200, 96, 136, 0, 0, C, C},              // other N-contiguous: the slower kernel
+      {64, 100, 72},                           // rows of 100 bytes: not TMA-aligned
+  };
+  std::vector<VerifyCase> cases;
+  for (DType dt : {DType::float8_e4m3fn, DType::float8_e5m2})
+    for (DType out : {DType::bfloat16, DType::float16, DType::float32})
+      for (const MatmulSpec& s : specs) {
+        if (out != DType::bfloat16 && s.m != 300) continue;  // other outputs: one case each
+        cases.push_back({describe(dt, s) + " -> " + dtype_name(out), false,
+                         [=] { return run_scaled_mm(dt, out, s); }});
+      }
+  return cases;
+}
+
 // Square problems, M = N = K = size, input row-major and other K-contiguous (x @ W^T, the layout
 // of a linear layer).
 BenchShape matmul_shape(DType dt, int64_t n) {
@@ -136,18 +212,30 @@ BenchShape matmul_shape(DType dt, int64_t n) {
   return s;
 }
 
-BenchCase matmul_bench(DType dt, int64_t n) {
+// op: "matmul", "matmul_tf32" (float32 with TF32 allowed) or "scaled_mm" (float8 inputs, unit
+// scales, bfloat16 out).
+BenchCase gemm_bench(const std::string& op, DType dt, int64_t n) {
   const BenchShape shape = matmul_shape(dt, n);
-  struct State { TestTensor a, b, out; };
+  struct State { TestTensor a, b, out, scale; };
   auto st = std::make_shared<State>();
+  const bool fp8 = op == "scaled_mm";
   st->a = make_tensor(dt, shape.shapes[0], Layout::contiguous);
   st->b = make_tensor(dt, shape.shapes[1], Layout::transposed);
-  st->out = make_tensor(dt, {n, n}, Layout::contiguous);
+  st->out = make_tensor(fp8 ? DType::bfloat16 : dt, {n, n}, Layout::contiguous);
+  st->scale = make_tensor(DType::float32, {1}, Layout::contiguous);
   fill_random(st->a, -1, 1, nullptr);
   fill_random(st->b, -1, 1, nullptr);
-  BenchCase c = bench_case("matmul", dt, n, shape);
+  fill_random(st->scale, 1, 1.0001, nullptr);
+  BenchCase c = bench_case(op, dt, n, shape);
   State* s = st.get();
-  c.run = [s](cudaStream_t stream) { matmul(s->a.view, s->b.view, s->out.view, {}, stream); };
+  MatmulOptions o;
+  o.allow_tf32 = op == "matmul_tf32";
+  if (fp8)
+    c.run = [s](cudaStream_t stream) {
+      scaled_mm(s->a.view, s->b.view, s->scale.view, s->scale.view, s->out.view, nullptr, stream);
+    };
+  else
+    c.run = [s, o](cudaStream_t stream) { matmul(s->a.view, s->b.view, s->out.view, o, stream); };
   c.state = st;
   return c;
 }
@@ -162,9 +250,26 @@ const Registrar kRegistrar(10, [] {
   op.size_meaning = "M = N = K";
   op.tolerance = default_tolerance;
   op.verify_cases = matmul_cases;
-  op.make_bench = matmul_bench;
+  op.make_bench = [](DType dt, int64_t n) { return gemm_bench("matmul", dt, n); };
   op.bench_shape = matmul_shape;
-  return std::vector<OpInfo>{op};
+
+  OpInfo tf32 = op;
+  tf32.name = "matmul_tf32";
+  tf32.summary = "matmul of float32 inputs with TF32 allowed (torch's allow_tf32)";
+  tf32.dtypes = {DType::float32};
+  // A 10-bit mantissa: products carry relative errors near 2^-11.
+  tf32.tolerance = [](DType) { return 2e-3; };
+  tf32.verify_cases = matmul_tf32_cases;
+  tf32.make_bench = [](DType dt, int64_t n) { return gemm_bench("matmul_tf32", dt, n); };
+
+  OpInfo fp8 = op;
+  fp8.name = "scaled_mm";
+  fp8.summary = "float8 GEMM with per-tensor scales (torch._scaled_mm): scale_a * scale_b * A @ B + bias";
+  fp8.dtypes = {DType::float8_e4m3fn, DType::float8_e5m2};
+  fp8.tolerance = default_tolerance;  // of the output dtype; the reference takes the float8 inputs
+  fp8.verify_cases = scaled_mm_cases;
+  fp8.make_bench = [](DType dt, int64_t n) { return gemm_bench("scaled_mm", dt, n); };
+  return std::vector<OpInfo>{op, tf32, fp8};
 });
 
 }  // namespace

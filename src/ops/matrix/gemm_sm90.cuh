@@ -1,0 +1,364 @@
+// The Hopper GEMM kernel: TMA loads into a ring of shared-memory stages, wgmma on two consumer
+// warpgroups, one producer warp, a persistent grid walking the output tiles in grouped order.
+// Inputs bf16 or fp16 (any of the four layouts), float32 as tf32 and fp8 (both K-major: wgmma
+// transposes 16-bit operands only). A stage is 128 bytes of K whatever the dtype.
+//
+// FLOPs and bytes: 2 M N K FLOPs against (M K + K N) * 2 + M N * sizeof(out) bytes at least; a
+// 128 x 256 tile with 64-deep K steps does 2 * 128 * 256 * 64 FLOPs per 48 KB loaded from L2, so
+// the kernel is bound by the tensor cores, not by memory, from a few hundred on in every
+// dimension. What it must do is keep the tensor cores fed: while the consumers multiply stage s,
+// the producer's copies fill the stages after it; a consumer keeps one wgmma group in flight
+// and releases a stage as soon as the group that read it has completed.
+//
+// Roles (384 threads, 3 warpgroups):
+//   warpgroup 0   the producer: gives up registers (setmaxnreg), one thread issues every copy
+//   warpgroups 1,2 consumers: 128 float32 accumulators per thread, shared out by the schedule
+//                 (Schedule below), then the epilogue through shared memory: a short loop of
+//                 coalesced stores, since an unrolled per-element epilogue is fetched anew for
+//                 every tile and costs more than the main loop
+// Operands: K-major (K contiguous) or MN-major (M or N contiguous, 16-bit), each its own template
+// flag; the copy engine writes either in the 128-byte swizzle and wgmma reads it with its
+// transpose flag, so no layout is copied first.
+// Barriers per stage: `full` (the producer's expect + the copy engine's bytes) and `empty` (one
+// arrival per consumer warpgroup once its wgmma that read the stage has completed).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <string>
+#include <type_traits>
+
+#include "ops/matrix/gemm.cuh"
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tma.hpp"
+#include "tile/bulk.cuh"
+#include "tile/sync.cuh"
+#include "tile/tma.cuh"
+#include "tile/wgmma.cuh"
+
+namespace tessera::matrix::sm90 {
+
+
+constexpr int kBM = 128, kConsumers = 2;
+// A stage holds 128 bytes of K per row (the swizzle's width): 64 16-bit values, 32 tf32, 128 fp8.
+template <class T>
+constexpr int kBK = 128 / int(sizeof(T));
+constexpr int kKSteps = 4;  // wgmma steps per stage, 32 bytes of K each
+constexpr int kThreads = 128 * (kConsumers + 1);
+// The epilogue passes a consumer's accumulators through shared memory kEpiCols columns at a
+// time; rows padded to kEpiStride floats put a warp's fragment writes and its row reads on
+// distinct banks.
+constexpr int kEpiCols = 32, kEpiStride = kEpiCols + 8;
+
+// How the consumers share the work; both walk the CTA's tiles (kBM x BN) in the same order.
+//   cooperative  both consumers on each tile, rows 0-63 and 64-127 (64 x 256 accumulators each)
+//   pingpong     each consumer a whole tile (two 64 x 128 fragments), the consumers on
+//                alternate tiles and their main loops in turns: one's epilogue runs while the
+//                other's main loop keeps the tensor cores busy
+template <int BN_, bool PingPong>
+struct Schedule {
+  static constexpr int BN = BN_;
+  static constexpr bool kPingPong = PingPong;
+  static constexpr int kStages = PingPong ? 5 : 4;                   // as many as fit
+  static constexpr int kRows = PingPong ? kBM : kBM / kConsumers;    // a consumer's tile rows
+  static constexpr int kReaders = PingPong ? 1 : kConsumers;         // consumers reading a stage
+};
+using Cooperative = Schedule<256, false>;
+using PingPong = Schedule<128, true>;
+
+template <class T, class S>
+struct alignas(1024) Smem {
+  T a[S::kStages][kBM * kBK<T>];    // each stage 1024-byte aligned (16 KB)
+  T b[S::kStages][S::BN * kBK<T>];  // (16 or 32 KB)
+  float epi[kConsumers][S::kRows * kEpiStride];
+  uint64_t full[S::kStages];
+  uint64_t empty[S::kStages];
+  uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
+};
+
+template <int Regs>
+__device__ __forceinline__ void set_max_registers_dec() {
+#ifdef TESSERA_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+template <int Regs>
+__device__ __forceinline__ void set_max_registers_inc() {
+#ifdef TESSERA_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+
+struct Operand {
+  bool batched;  // a 3-d map, the batch its outer coordinate (a 2-d map is shared by all)
+};
+
+__device__ __forceinline__ void load_box(void* dst, const CUtensorMap* map, bool batched, int c0,
+                                         int c1, int b, const tile::BulkBarrier& bar) {
+  if (batched) tile::tma_load(dst, map, c0, c1, b, bar);
+  else tile::tma_load(dst, map, c0, c1, bar);
+}
+
+// One stage of an operand: `rows` rows (of M or N) from `row` on, K from `k` on. K-major: one box
+// of kBK x rows. MN-major (16-bit only): rows / 64 boxes of 64 x kBK, one per 64-wide column block.
+template <class T, bool KMajor, int Rows>
+__device__ __forceinline__ void load_operand(T* dst, const CUtensorMap* map, Operand op, int k,
+                                             int row, int b, const tile::BulkBarrier& bar) {
+  if constexpr (KMajor) {
+    load_box(dst, map, op.batched, k, row, b, bar);
+  } else {
+#pragma unroll
+    for (int c = 0; c < Rows / 64; ++c)
+      load_box(dst + c * 64 * kBK<T>, map, op.batched, row + c * 64, k, b, bar);
+  }
+}
+
+// The descriptor of step `k` (32 bytes of K) of a stage's operand, from row `row0` (a multiple
+// of 64).
+template <class T, bool KMajor>
+__device__ __forceinline__ uint64_t operand_desc(const T* tile, int row0, int k) {
+  if constexpr (KMajor) return tile::wgmma::kmajor_sw128(tile + row0 * kBK<T>) + 2 * k;
+  else return tile::wgmma::mnmajor_sw128(tile + row0 * kBK<T>, 64 * kBK<T> * sizeof(T)) + 128 * k;
+}
+
+// The producer: one thread walks the same tiles as the consumers and fills the ring.
+template <class T, class S, bool KA, bool KB>
+__device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
+                        Operand a, Operand b, const TileOrder& order, int k_blocks) {
+  constexpr int BN = S::BN, kStages = S::kStages;
+  constexpr uint32_t kBytes = (kBM + BN) * kBK<T> * sizeof(T);
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t t = blockIdx.x; t < order.count(); t += gridDim.x) {
+    int64_t batch;
+    int tm, tn;
+    order.at(t, batch, tm, tn);
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      const tile::BulkBarrier full{&s.full[stage]}, empty{&s.empty[stage]};
+      empty.wait(phase ^ 1);  // a fresh barrier's preceding phase counts as complete
+      full.expect(kBytes);
+      load_operand<T, KA, kBM>(s.a[stage], map_a, a, kb * kBK<T>, tm * kBM, int(batch), full);
+      load_operand<T, KB, BN>(s.b[stage], map_b, b, kb * kBK<T>, tn * BN, int(batch), full);
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+  }
+}
+
+// One epilogue pass of a consumer warpgroup: the kEpiCols columns from `col0` of its Rows rows
+// from `row0`, read from `buf` four columns a thread, a row segment per 8 threads (coalesced
+// stores), the activation chosen and the bias loaded once per pass.
+template <int Rows, class OutT>
+__device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* buf, int64_t batch,
+                                      int64_t row0, int64_t col0, int64_t m, int64_t n, int tid) {
+  constexpr int kQuads = kEpiCols / 4, kRowsPerStep = 128 / kQuads;
+  const int quad = tid % kQuads;
+  const int64_t col = col0 + 4 * quad;
+  if (col >= n) return;
+  const auto lo = epi.cols(col, col + 1 < n);
+  const bool hi = col + 2 < n;
+  const auto hi_cols = epi.cols(hi ? col + 2 : col, col + 3 < n);
+  const int rows = m - row0 < Rows ? int(m - row0) : Rows;
+  epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
+#pragma unroll 2
+    for (int r = tid / kQuads; r < rows; r += kRowsPerStep) {
+      const float4 v = *reinterpret_cast<const float4*>(&buf[r * kEpiStride + 4 * quad]);
+      const auto row = epi.row(batch, row0 + r);
+      epi.store_pair(row, lo, v.x, v.y, act);
+      if (hi) epi.store_pair(row, hi_cols, v.z, v.w, act);
+    }
+  });
+}
+
+// Consumer `wg`: its tiles are the CTA's j-th (every one: cooperative; j = wg, wg + 2, ...:
+// pingpong). Tile j's K blocks are the ring's positions j * k_blocks on.
+template <class T, class OutT, class S, bool KA, bool KB>
+__device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const TileOrder& order,
+                        int64_t m, int64_t n, int k_blocks, int wg) {
+  constexpr int BN = S::BN, kStages = S::kStages, kFrags = S::kRows / 64;
+  using Mma = tile::wgmma::Mma<T, BN, KA ? 0 : 1, KB ? 0 : 1>;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int rows0 = S::kPingPong ? 0 : wg * 64;  // the consumer's first row in the tile
+  float acc[kFrags][BN / 2];
+  for (int64_t j = S::kPingPong ? wg : 0;; j += S::kPingPong ? kConsumers : 1) {
+    const int64_t t = blockIdx.x + j * gridDim.x;
+    if (t >= order.count()) break;
+    int64_t batch;
+    int tm, tn;
+    order.at(t, batch, tm, tn);
+    // Pingpong: wait for the other consumer to be done with tile j - 1's ring positions, so
+    // that this one waits on no barrier more than one phase ahead.
+    if (S::kPingPong && j > 0) tile::BulkBarrier{&s.turn[wg]}.wait(uint32_t((j - 1) / 2) & 1);
+    const int64_t pos = j * k_blocks;
+    int stage = int(pos % kStages), prev = 0;
+    uint32_t phase = uint32_t(pos / kStages) & 1;
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      tile::BulkBarrier{&s.full[stage]}.wait(phase);
+      tile::wgmma::fence();
+#pragma unroll
+      for (int k = 0; k < kKSteps; ++k)
+#pragma unroll
+        for (int f = 0; f < kFrags; ++f)
+          Mma::run(acc[f], operand_desc<T, KA>(s.a[stage], rows0 + 64 * f, k),
+                   operand_desc<T, KB>(s.b[stage], 0, k), kb > 0 || k > 0);
+      tile::wgmma::commit();
+      tile::wgmma::wait<1>();  // the previous stage's group has completed: release it
+      if (kb > 0 && tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
+      prev = stage;
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    if (S::kPingPong && tid == 0) tile::BulkBarrier{&s.turn[1 - wg]}.arrive();
+    tile::wgmma::wait<0>();
+    if (tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) tile::wgmma::fence_operands(acc[f]);
+
+    // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
+    // the next in d[4 i + 2 r], d[4 i + 2 r + 1]) through shared memory, kEpiCols columns a pass.
+    float* buf = s.epi[wg];
+    const int64_t row0 = int64_t(tm) * kBM + rows0, col0 = int64_t(tn) * BN;
+#pragma unroll
+    for (int pass = 0; pass < BN / kEpiCols; ++pass) {
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+        for (int i = 0; i < kEpiCols / 8; ++i)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int jj = 4 * (pass * kEpiCols / 8 + i) + 2 * r;
+            *reinterpret_cast<float2*>(&buf[(64 * f + warp * 16 + lane / 4 + 8 * r) * kEpiStride +
+                                            8 * i + 2 * (lane % 4)]) =
+                make_float2(acc[f][jj], acc[f][jj + 1]);
+          }
+      tile::group_sync(1 + wg, 128);
+      drain<S::kRows>(epi, buf, batch, row0, col0 + pass * kEpiCols, m, n, tid);
+      tile::group_sync(1 + wg, 128);
+    }
+  }
+}
+
+template <class T, class OutT, class S, bool KA, bool KB>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
+                     const __grid_constant__ CUtensorMap map_b, Operand a, Operand b,
+                     const Epilogue<OutT> epi_args, const TileOrder order, int64_t m, int64_t n,
+                     int k_blocks) {
+  extern __shared__ unsigned char smem_raw[];
+  auto& s = *reinterpret_cast<Smem<T, S>*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const int role = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    tile::tma_prefetch(&map_a);
+    tile::tma_prefetch(&map_b);
+    for (int i = 0; i < S::kStages; ++i) {
+      tile::BulkBarrier{&s.full[i]}.init(1);
+      tile::BulkBarrier{&s.empty[i]}.init(S::kReaders);
+    }
+    for (int i = 0; i < kConsumers; ++i) tile::BulkBarrier{&s.turn[i]}.init(1);
+    tile::bulk_barriers_ready();
+  }
+  __syncthreads();
+  if (role == 0) {
+    set_max_registers_dec<40>();
+    if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, order, k_blocks);
+  } else {
+    set_max_registers_inc<232>();
+    consume<T, OutT, S, KA, KB>(s, epi_args.resolved(), order, m, n, k_blocks, role - 1);
+  }
+}
+
+// How an operand of `rows` rows (M or N) and `k` columns lies in memory: K contiguous (row stride
+// `sr`) or its rows contiguous (K stride `sk`), batch stride `sb` (0: shared).
+struct OperandLayout {
+  const void* p;
+  int64_t rows, k, sr, sk, sb;
+  bool k_major() const { return sk == 1; }
+};
+
+// Its map, in boxes of what one stage takes (`box_rows` rows): a 3-d map only where batches
+// differ. K-major: kBK x box_rows boxes over (K, rows); MN-major: 64 x kBK boxes over (rows, K).
+inline runtime::TmaShape operand_shape(DType dt, const OperandLayout& o, int64_t batch,
+                                       int box_rows) {
+  const uint32_t bk = 128 / uint32_t(dtype_size(dt));
+  runtime::TmaShape sh;
+  sh.rank = o.sb != 0 && batch > 1 ? 3 : 2;
+  const bool km = o.k_major();
+  sh.dims[0] = uint64_t(km ? o.k : o.rows), sh.dims[1] = uint64_t(km ? o.rows : o.k);
+  sh.dims[2] = uint64_t(batch);
+  sh.strides[0] = 1, sh.strides[1] = uint64_t(km ? o.sr : o.sk), sh.strides[2] = uint64_t(o.sb);
+  sh.box[0] = km ? bk : 64, sh.box[1] = km ? uint32_t(box_rows) : bk, sh.box[2] = 1;
+  return sh;
+}
+
+// MN-major operands are for 16-bit dtypes: wgmma transposes only those.
+inline bool operand_ok(DType dt, const OperandLayout& o, int64_t batch, int box_rows) {
+  if (!o.k_major() && (o.sr != 1 || dtype_size(dt) != 2)) return false;
+  return o.rows <= INT32_MAX && o.k <= INT32_MAX && batch <= INT32_MAX &&
+         runtime::tma_can_map(dt, o.p, operand_shape(dt, o, batch, box_rows), runtime::TmaSwizzle::b128);
+}
+
+inline CUtensorMap operand_map(DType dt, const OperandLayout& o, int64_t batch, int box_rows) {
+  return runtime::tma_map("matmul", dt, o.p, operand_shape(dt, o, batch, box_rows),
+                          runtime::TmaSwizzle::b128);
+}
+
+inline OperandLayout layout_a(const GemmArgs& g) { return {g.a, g.m, g.k, g.a_sm, g.a_sk, g.a_sb}; }
+inline OperandLayout layout_b(const GemmArgs& g) { return {g.b, g.n, g.k, g.b_sn, g.b_sk, g.b_sb}; }
+
+template <class T, class OutT, class S, bool KA, bool KB>
+void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+  constexpr int BN = S::BN;
+  const CUtensorMap ma = operand_map(g.dtype, layout_a(g), g.batch, kBM);
+  const CUtensorMap mb = operand_map(g.dtype, layout_b(g), g.batch, BN);
+  const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && g.batch > 1};
+  TileOrder order;
+  order.tiles_m = int((g.m + kBM - 1) / kBM);
+  order.tiles_n = int((g.n + BN - 1) / BN);
+  order.group = p.group;
+  order.batch = g.batch;
+  const int k_blocks = int((g.k + kBK<T> - 1) / kBK<T>);
+  const std::size_t smem = sizeof(Smem<T, S>) + 1024;
+  auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
+  runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, a, b, Epilogue<OutT>::from(g), order, g.m,
+                                             g.n, k_blocks);
+  TESSERA_LAUNCH_CHECK();
+}
+
+// Outputs: the input's dtype or float32 for 16-bit inputs, float32 for tf32, bfloat16, float16 or
+// float32 for fp8.
+template <class T, class S, bool KA, bool KB>
+void launch_out(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+  if (g.out_dtype == DType::float32) launch_typed<T, float, S, KA, KB>(g, p, stream);
+  else if constexpr (sizeof(T) == 2) launch_typed<T, T, S, KA, KB>(g, p, stream);
+  else if constexpr (sizeof(T) == 1) {
+    if (g.out_dtype == DType::float16) launch_typed<T, __half, S, KA, KB>(g, p, stream);
+    else launch_typed<T, __nv_bfloat16, S, KA, KB>(g, p, stream);
+  }
+}
+
+template <class T, class S>
+void launch_layout(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+  const bool ka = layout_a(g).k_major(), kb = layout_b(g).k_major();
+  if constexpr (sizeof(T) == 2) {
+    if (ka && kb) launch_out<T, S, true, true>(g, p, stream);
+    else if (ka) launch_out<T, S, true, false>(g, p, stream);
+    else if (kb) launch_out<T, S, false, true>(g, p, stream);
+    else launch_out<T, S, false, false>(g, p, stream);
+  } else {
+    launch_out<T, S, true, true>(g, p, stream);  // operand_ok took K-major operands only
+  }
+}
+
+// The launch for inputs of type T (bf16, fp16; float as tf32; fp8), instantiated by
+// gemm_sm90.cu (16-bit) and gemm_sm90_narrow.cu (tf32, fp8), whose kernels compile apart.
+template <class T>
+void launch_sm90(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+  if (p.pingpong) launch_layout<T, PingPong>(g, p, stream);
+  else launch_layout<T, Cooperative>(g, p, stream);
+}
+
+}  // namespace tessera::matrix::sm90

@@ -1,0 +1,98 @@
+// matmul's half of the autotuner (runtime/tuner.hpp has the other): the key a result is kept
+// under, the candidate space, and the config each call runs with.
+//
+// Key: the tier family and arch, the dtypes (float32 marked where TF32 is allowed), each
+// operand's layout (k: K contiguous, m/n: its rows contiguous, s: neither) and the shape bucket,
+// each of M, N, K and the batch rounded up to a power of two: shapes of one bucket share a result.
+// Candidates: the default (the tiers' own rules) first; both sm90 schedules with raster groups of
+// 4, 8 and 16 tile-rows; split-K into 2, 4 and 8 chunks where K allows. Tiers other than the sm90
+// ones have no configs yet, so elsewhere there is nothing to tune.
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/matrix/gemm.cuh"
+#include "runtime/scratch.hpp"
+#include "runtime/tuner.hpp"
+
+namespace tessera::matrix {
+namespace {
+
+std::mutex override_mu;
+std::optional<GemmConfig> config_override;
+
+int64_t bucket(int64_t v) {
+  int64_t b = 1;
+  while (b < v) b *= 2;
+  return b;
+}
+
+char layout(int64_t rows_stride, int64_t k_stride) {
+  return k_stride == 1 ? 'k' : rows_stride == 1 ? 'r' : 's';
+}
+
+// The arguments a candidate is timed with: the output into scratch (contiguous, beta 0), so that
+// timing runs never touch the caller's output.
+GemmArgs timing_args(const GemmArgs& g, void* out) {
+  GemmArgs t = g;
+  t.c = out;
+  t.c_sn = 1, t.c_sm = g.n, t.c_sb = g.m * g.n;
+  t.beta = 0.0f;
+  return t;
+}
+
+}  // namespace
+
+std::string tune_key(const GemmArgs& g, const GemmCtx& ctx) {
+  std::string key = "sm" + std::to_string(ctx.major) + "0|" + dtype_name(g.dtype);
+  if (g.dtype == DType::float32 && g.allow_tf32) key += "+tf32";
+  key += std::string(">") + dtype_name(g.out_dtype) + "|a" + layout(g.a_sm, g.a_sk) + "b" +
+         layout(g.b_sn, g.b_sk) + "|m" + std::to_string(bucket(g.m)) + "-n" +
+         std::to_string(bucket(g.n)) + "-k" + std::to_string(bucket(g.k)) + "-b" +
+         std::to_string(bucket(g.batch));
+  return key;
+}
+
+std::vector<GemmConfig> candidates(const GemmArgs& g, const GemmCtx& ctx) {
+  std::vector<GemmConfig> out{GemmConfig{}};
+  if (!Sm90Tier::can_implement(g, ctx)) return out;
+  for (int schedule : {1, 2})
+    for (int group : {4, 8, 16}) out.push_back({schedule, group, 1});
+  const int64_t bk = 128 / int64_t(dtype_size(g.dtype));
+  if (g.batch == 1 && g.k % bk == 0)
+    for (int splits : {2, 4, 8})
+      if ((g.k / bk) % splits == 0 && g.k / splits >= 256)
+        for (int schedule : {1, 2}) out.push_back({schedule, 8, splits});
+  return out;
+}
+
+void set_config_override(std::optional<GemmConfig> config) {
+  std::lock_guard<std::mutex> lock(override_mu);
+  config_override = config;
+}
+
+GemmConfig tuned_config(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_t stream) {
+  {
+    std::lock_guard<std::mutex> lock(override_mu);
+    if (config_override) return *config_override;
+  }
+  const bool tune = runtime::autotune_enabled();
+  if (!tune && !runtime::has_tuned(g.device, op)) return {};
+  std::vector<std::string> names;
+  if (tune)
+    for (const GemmConfig& c : candidates(g, ctx)) names.push_back(to_string(c));
+  std::optional<runtime::Scratch> out;
+  const auto run = [&](const std::string& name) {
+    if (!out) out.emplace(std::size_t(g.batch * g.m * g.n) * dtype_size(g.out_dtype), stream);
+    GemmArgs t = timing_args(g, out->data());
+    parse_config(name, t.config);
+    run_gemm(op, t, ctx, stream);
+  };
+  const auto found = runtime::tuned_config(g.device, op, tune_key(g, ctx), tune, names, run, stream);
+  GemmConfig c;
+  if (found && parse_config(*found, c)) return c;
+  return {};
+}
+
+}  // namespace tessera::matrix

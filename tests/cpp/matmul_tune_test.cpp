@@ -1,0 +1,208 @@
+// matmul's autotuner side and its narrow inputs: the config spelling, the cache key, the candidate
+// space (CPU); every candidate config computing the same product within bounds, TF32 and float8
+// taking the tensor cores, and tuning on first use storing its choice (GPU). The cache file itself
+// (corrupt, foreign, stale, concurrent writers) is tested in tune_cache_test.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gpu.hpp"
+#include "ops/matrix/gemm.cuh"
+#include "ops/matrix/matmul_reference.hpp"
+#include "ops/verify.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tier.hpp"
+#include "runtime/tuner.hpp"
+#include "testing.hpp"
+#include "tessera/tessera.hpp"
+
+namespace {
+
+using tessera::DType;
+using tessera::ErrorKind;
+using tessera::matrix::GemmArgs;
+using tessera::matrix::GemmConfig;
+using tessera::matrix::GemmCtx;
+using tessera::ops::Layout;
+using tessera::ops::make_tensor;
+using tessera::ops::TestTensor;
+using tessera::testing::cuda_tensor;
+using tessera::testing::expect_error;
+
+TEST(MatmulTune, ConfigSpellingRoundTrips) {
+  for (const GemmConfig c : {GemmConfig{}, GemmConfig{1, 4, 1}, GemmConfig{2, 16, 8}}) {
+    GemmConfig back;
+    ASSERT_TRUE(tessera::matrix::parse_config(to_string(c), back)) << to_string(c);
+    EXPECT_TRUE(back == c) << to_string(c);
+  }
+  EXPECT_EQ(to_string(GemmConfig{2, 8, 4}), "schedule=pingpong,group=8,splits=4");
+  GemmConfig c;
+  for (const char* bad : {"", "schedule=fast,group=8,splits=1", "schedule=auto,group=8",
+                          "schedule=auto,group=8,splits=1x", "schedule=auto,group=-1,splits=1",
+                          "schedule=auto,group=8,splits=999"})
+    EXPECT_FALSE(tessera::matrix::parse_config(bad, c)) << bad;
+}
+
+GemmArgs args(DType dt, int64_t m, int64_t n, int64_t k) {
+  GemmArgs g;
+  g.dtype = g.out_dtype = dt;
+  g.m = m, g.n = n, g.k = k;
+  g.a_sm = k, g.a_sk = 1, g.b_sk = 1, g.b_sn = k, g.c_sm = n, g.c_sn = 1;
+  return g;
+}
+
+TEST(MatmulTune, KeyNamesArchDtypesLayoutsAndBucket) {
+  const GemmCtx h100{132, 9};
+  GemmArgs g = args(DType::bfloat16, 3000, 4096, 4000);
+  EXPECT_EQ(tessera::matrix::tune_key(g, h100), "sm90|bfloat16>bfloat16|akbk|m4096-n4096-k4096-b1");
+  // Shapes of one bucket share a key; another bucket, layout or TF32 setting does not.
+  GemmArgs same = args(DType::bfloat16, 2049, 4000, 3000);
+  EXPECT_EQ(tessera::matrix::tune_key(same, h100), tessera::matrix::tune_key(g, h100));
+  GemmArgs rows = g;
+  rows.b_sk = 4096, rows.b_sn = 1;
+  EXPECT_EQ(tessera::matrix::tune_key(rows, h100), "sm90|bfloat16>bfloat16|akbr|m4096-n4096-k4096-b1");
+  GemmArgs f = args(DType::float32, 64, 64, 64);
+  f.allow_tf32 = true;
+  EXPECT_EQ(tessera::matrix::tune_key(f, GemmCtx{108, 8}), "sm80|float32+tf32>float32|akbk|m64-n64-k64-b1");
+}
+
+TEST(MatmulTune, CandidatesStartWithTheDefault) {
+  // Off sm_90 (or where the sm90 tier declines) there is nothing to choose.
+  const auto none = tessera::matrix::candidates(args(DType::bfloat16, 1024, 1024, 1024), GemmCtx{108, 8});
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_TRUE(none[0] == GemmConfig{});
+}
+
+TEST(MatmulArgs, ScaledMmChecksItsArguments) {
+  const auto a = cuda_tensor(0x1000, DType::float8_e4m3fn, {64, 32});
+  const auto b = cuda_tensor(0x100000, DType::float8_e4m3fn, {32, 48});
+  const auto c = cuda_tensor(0x200000, DType::bfloat16, {64, 48});
+  const auto s = cuda_tensor(0x300000, DType::float32, {1});
+  expect_error([&] { tessera::scaled_mm(cuda_tensor(0x1000, DType::bfloat16, {64, 32}), b, s, s, c, nullptr, nullptr); },
+               ErrorKind::type, {"tessera.scaled_mm: argument 'input'", "float8_e4m3fn", "got bfloat16"});
+  expect_error([&] { tessera::scaled_mm(a, cuda_tensor(0x100000, DType::float8_e5m2, {32, 48}), s, s, c, nullptr, nullptr); },
+               ErrorKind::type, {"argument 'other'", "got float8_e5m2"});
+  expect_error([&] { tessera::scaled_mm(a, b, s, s, cuda_tensor(0x200000, DType::float8_e4m3fn, {64, 48}), nullptr, nullptr); },
+               ErrorKind::type, {"argument 'out'", "got float8_e4m3fn"});
+  expect_error([&] { tessera::scaled_mm(a, b, cuda_tensor(0x300000, DType::float32, {2}), s, c, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'scale_a'", "one element", "got [2]"});
+  expect_error([&] { tessera::scaled_mm(a, b, s, cuda_tensor(0x300000, DType::float16, {1}), c, nullptr, nullptr); },
+               ErrorKind::type, {"argument 'scale_b'", "got float16"});
+  expect_error([&] { tessera::scaled_mm(cuda_tensor(0x1000, DType::float8_e4m3fn, {2, 64, 32}), b, s, s, c, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'input'", "a 2-d tensor"});
+}
+
+// One problem, its reference, and the check of a result against it.
+struct Problem {
+  DType dt, out_dt;
+  bool tf32 = false, fp8 = false;
+  TestTensor a, b, out, scale;
+  std::vector<double> ref;
+
+  Problem(DType dt_, int64_t m, int64_t n, int64_t k, bool tf32_ = false)
+      : dt(dt_), out_dt(dt_ == DType::float8_e4m3fn ? DType::bfloat16 : dt_), tf32(tf32_),
+        fp8(dt_ == DType::float8_e4m3fn) {
+    a = make_tensor(dt, {m, k}, Layout::contiguous);
+    b = make_tensor(dt, {k, n}, Layout::transposed);
+    out = make_tensor(out_dt, {m, n}, Layout::contiguous);
+    scale = make_tensor(DType::float32, {1}, Layout::contiguous);
+    tessera::ops::fill_random(a, -1, 1, nullptr);
+    tessera::ops::fill_random(b, -1, 1, nullptr);
+    tessera::ops::fill_random(scale, 1, 1, nullptr);
+    auto ha = tessera::ops::to_host(a), hb = tessera::ops::to_host(b), hc = tessera::ops::to_host(out);
+    ref = tessera::reference::matmul(ha.view, hb.view, hc.view, {});
+  }
+  void run() {
+    tessera::ops::fill_poison(out, nullptr);
+    if (fp8) {
+      tessera::scaled_mm(a.view, b.view, scale.view, scale.view, out.view, nullptr, nullptr);
+    } else {
+      tessera::MatmulOptions o;
+      o.allow_tf32 = tf32;
+      tessera::matmul(a.view, b.view, out.view, o, nullptr);
+    }
+  }
+  tessera::ops::VerifyResult check(const std::string& name) {
+    return tessera::ops::compare(fp8 ? "scaled_mm" : tf32 ? "matmul_tf32" : "matmul", name, out, ref, nullptr);
+  }
+  GemmArgs gemm_args() const {
+    GemmArgs g = args(dt, a.view.shape[0], b.view.shape[1], a.view.shape[1]);
+    g.out_dtype = out_dt, g.allow_tf32 = tf32;
+    g.a = a.view.data, g.b = b.view.data, g.c = out.view.data;
+    return g;
+  }
+};
+
+// The tier and plan a call ran, from the launcher's trace.
+std::string traced(Problem& p) {
+  tessera::runtime::set_tier_trace(true);
+  p.run();
+  const auto trace = tessera::runtime::take_tier_trace();
+  tessera::runtime::set_tier_trace(false);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return trace.empty() ? "" : trace.back().tier + ": " + trace.back().why;
+}
+
+TEST(MatmulTuneGpu, EveryCandidateConfigComputesTheProduct) {
+  TESSERA_REQUIRE_GPU();
+  const auto& props = tessera::runtime::device_props(0);
+  const GemmCtx ctx{props.multiProcessorCount, props.major};
+  // K long enough for split-K candidates; tails in M and N.
+  std::vector<Problem> problems;
+  problems.emplace_back(DType::bfloat16, 200, 520, 1024);
+  problems.emplace_back(DType::float16, 200, 520, 1024);
+  problems.emplace_back(DType::float32, 200, 520, 1024, true);
+  problems.emplace_back(DType::float8_e4m3fn, 200, 528, 1024);
+  for (Problem& p : problems) {
+    const auto configs = tessera::matrix::candidates(p.gemm_args(), ctx);
+    if (props.major == 9) EXPECT_GE(configs.size(), 7u) << dtype_name(p.dt);
+    for (const GemmConfig& c : configs) {
+      tessera::matrix::set_config_override(c);
+      const std::string tier = traced(p);
+      const auto r = p.check(to_string(c));
+      EXPECT_TRUE(r.passed) << dtype_name(p.dt) << " " << to_string(c) << " (" << tier
+                            << "): rel_err " << r.rel_err << ", unwritten " << r.unwritten << " "
+                            << r.detail;
+    }
+    tessera::matrix::set_config_override(std::nullopt);
+  }
+}
+
+TEST(MatmulTuneGpu, Tf32AndFloat8TakeTheTensorCoresOnHopper) {
+  TESSERA_REQUIRE_GPU();
+  if (tessera::runtime::device_props(0).major != 9) GTEST_SKIP() << "the wgmma tier is for sm_90";
+  Problem tf32(DType::float32, 256, 320, 192, true), exact(DType::float32, 256, 320, 192, false);
+  Problem fp8(DType::float8_e4m3fn, 256, 320, 192);
+  EXPECT_EQ(traced(tf32).rfind("sm90_wgmma", 0), 0u) << traced(tf32);
+  EXPECT_EQ(traced(exact).rfind("simt", 0), 0u) << traced(exact);
+  EXPECT_EQ(traced(fp8).rfind("sm90_wgmma", 0), 0u) << traced(fp8);
+  for (Problem* p : {&tf32, &exact, &fp8}) {
+    p->run();
+    EXPECT_TRUE(p->check("tier").passed) << dtype_name(p->dt);
+  }
+}
+
+TEST(MatmulTuneGpu, TuningOnFirstUseStoresItsChoice) {
+  TESSERA_REQUIRE_GPU();
+  const auto& props = tessera::runtime::device_props(0);
+  if (props.major != 9) GTEST_SKIP() << "configs are for the sm90 tiers";
+  const GemmCtx ctx{props.multiProcessorCount, props.major};
+  // An odd bucket, so that an earlier run's cache is unlikely to hold it already.
+  Problem p(DType::float16, 72, 1000, 1088);
+  const std::string key = tessera::matrix::tune_key(p.gemm_args(), ctx);
+  const bool was = tessera::autotune_enabled();
+  tessera::set_autotune(true);
+  p.run();
+  tessera::set_autotune(was);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto found = tessera::runtime::tune_cache(0).find("matmul", key);
+  ASSERT_TRUE(found.has_value()) << key;
+  GemmConfig c;
+  EXPECT_TRUE(tessera::matrix::parse_config(found->config, c)) << found->config;
+  EXPECT_TRUE(tessera::runtime::has_tuned(0, "matmul"));
+  // The tuned call wrote the caller's output once, correctly (candidates ran into scratch).
+  EXPECT_TRUE(p.check("tuned").passed);
+}
+
+}  // namespace
