@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tessera/ops/matrix.hpp"
 #include "tessera/tensor.hpp"
@@ -19,6 +22,36 @@
 #include "tile/convert.cuh"
 
 namespace tessera::matrix {
+
+// A launch configuration the autotuner may choose (0 in a field: the tiers' own rule), spelt in
+// the tune cache as to_string gives it: "schedule=pingpong,group=8,splits=1".
+struct GemmConfig {
+  int schedule = 0;  // sm90: 0 the rule, 1 cooperative, 2 pingpong
+  int group = 0;     // tile-rows per group of the raster order (TileOrder); 0: 8
+  int splits = 0;    // chunks of K: 0 the split-K tier's rule, 1 none, n >= 2 n (where K allows)
+  bool operator==(const GemmConfig& o) const {
+    return schedule == o.schedule && group == o.group && splits == o.splits;
+  }
+};
+
+inline std::string to_string(const GemmConfig& c) {
+  const char* sched[] = {"auto", "cooperative", "pingpong"};
+  return std::string("schedule=") + sched[c.schedule] + ",group=" + std::to_string(c.group) +
+         ",splits=" + std::to_string(c.splits);
+}
+
+// The config of to_string's spelling; false (and `c` unspecified) for anything else.
+inline bool parse_config(const std::string& s, GemmConfig& c) {
+  c = {};
+  char sched[16] = {};
+  int used = 0;
+  if (std::sscanf(s.c_str(), "schedule=%15[a-z],group=%d,splits=%d%n", sched, &c.group, &c.splits,
+                  &used) != 3 || used != int(s.size()))
+    return false;
+  const std::string v = sched;
+  c.schedule = v == "auto" ? 0 : v == "cooperative" ? 1 : v == "pingpong" ? 2 : -1;
+  return c.schedule >= 0 && c.group >= 0 && c.group <= 64 && c.splits >= 0 && c.splits <= 64;
+}
 
 struct GemmArgs {
   DType dtype = DType::bfloat16;      // of A and B
@@ -35,8 +68,11 @@ struct GemmArgs {
   const void* residual = nullptr;
   int64_t r_sb = 0, r_sm = 0, r_sn = 0;
   float alpha = 1.0f, beta = 0.0f;
+  const float* scale_a = nullptr;  // scaled_mm: device scalars multiplying alpha
+  const float* scale_b = nullptr;
   Activation activation = Activation::none;
   bool allow_tf32 = false;
+  GemmConfig config;
   int device = 0;
 };
 
@@ -61,6 +97,8 @@ struct Epilogue {
   const OutT* residual;
   int64_t r_sb, r_sm, r_sn;
   float alpha, beta;
+  const float* scale_a;  // where set, alpha is multiplied by *scale_a * *scale_b (resolved())
+  const float* scale_b;
   Activation activation;
   bool pairs;  // C's rows contiguous and every even column's element aligned for a pair store
 
@@ -71,7 +109,16 @@ struct Epilogue {
     return {c, g.c_sb, g.c_sm, g.c_sn,
             static_cast<const OutT*>(g.bias), g.bias_sn,
             static_cast<const OutT*>(g.residual), g.r_sb, g.r_sm, g.r_sn,
-            g.alpha, g.beta, g.activation, pairs};
+            g.alpha, g.beta, g.scale_a, g.scale_b, g.activation, pairs};
+  }
+
+  // This epilogue with the device scales folded into alpha: what kernels store through.
+  __device__ __forceinline__ Epilogue resolved() const {
+    Epilogue e = *this;
+    if (scale_a) e.alpha *= *scale_a;
+    if (scale_b) e.alpha *= *scale_b;
+    e.scale_a = e.scale_b = nullptr;
+    return e;
   }
 
   // Element (b, m, n) from its accumulator. Fast: the MUFU forms of the activations, for
@@ -181,10 +228,11 @@ struct TileOrder {
 struct Sm90Tier {
   static constexpr const char* kName = "sm90_wgmma";
   static constexpr const char* kWhen =
-      "sm_90, 16-bit inputs, each operand with K or its rows contiguous (row- or column-major): "
-      "TMA, wgmma, persistent, warp-specialized";
+      "sm_90, 16-bit inputs with K or the rows of each operand contiguous (row- or column-major), "
+      "or tf32 and fp8 inputs with K contiguous in both: TMA, wgmma, persistent, warp-specialized";
   struct Plan {
-    bool pingpong = false;  // else cooperative (gemm_sm90.cu says what each is)
+    bool pingpong = false;  // else cooperative (gemm_sm90.cuh says what each is)
+    int group = 8;          // TileOrder::group
     int grid = 0;
     std::string describe() const;
   };
@@ -199,8 +247,8 @@ struct Sm90Tier {
 struct SplitKTier {
   static constexpr const char* kName = "sm90_split_k";
   static constexpr const char* kWhen =
-      "sm_90, 16-bit inputs, one matrix, output tiles fewer than half the SMs and K a multiple of "
-      "64 with at least 1024 of it: K split over the idle SMs";
+      "sm_90, the sm90 tier's inputs, one matrix, output tiles fewer than half the SMs and K a "
+      "multiple of 128 bytes with at least 1024 of it: K split over the idle SMs";
   struct Plan {
     int splits = 1;
     int64_t chunk = 0;
@@ -221,6 +269,8 @@ struct Sm80Tier {
   static constexpr const char* kWhen =
       "sm_80 on, 16-bit inputs, each operand with K or its rows contiguous: mma.sync, cp.async";
   struct Plan {
+    bool wide = false;  // 128 x 256 tiles, else 128 x 128 (gemm_sm80.cu says when)
+    int group = 8;      // TileOrder::group
     dim3 grid;
     std::string describe() const;
   };
@@ -229,10 +279,26 @@ struct Sm80Tier {
   static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
 };
 
+// The autotuner's side for matmul (gemm_tune.cu): the cache key of a call, its candidate
+// configs (the default first), and the config a call runs with: the override where one is set
+// (tests of every candidate), the cache's, a tuned one (tuning on first use), else the default.
+std::string tune_key(const GemmArgs& g, const GemmCtx& ctx);
+std::vector<GemmConfig> candidates(const GemmArgs& g, const GemmCtx& ctx);
+GemmConfig tuned_config(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_t stream);
+void set_config_override(std::optional<GemmConfig> config);
+
+// Runs the first tier that takes `g` (matmul.cu).
+void run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_t stream);
+
 struct SimtTier {
   static constexpr const char* kName = "simt";
-  static constexpr const char* kWhen = "any dtype, layout and GPU: float32 FMAs on 64 x 64 tiles";
+  static constexpr const char* kWhen =
+      "any dtype, layout and GPU, float32 FMAs: float32 operands each K- or MN-major with 16-byte "
+      "aligned rows on 128 x 128 tiles, anything else on 64 x 64 tiles through the strides";
   struct Plan {
+    bool fast = false;  // the float32 kernel (else the generic one)
+    bool a_kmajor = false, b_kmajor = false;  // fast: each operand's contiguous dimension is K
+    TileOrder order;  // fast: the output tiles in grouped order
     dim3 grid;
     std::string describe() const;
   };
