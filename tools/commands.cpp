@@ -8,6 +8,7 @@
 
 #include "bench/bench.hpp"
 #include "bench/fill.hpp"
+#include "bench/toolkit_lib.hpp"
 #include "cli.hpp"
 #include "ops/registry.hpp"
 #include "runtime/check.hpp"
@@ -113,6 +114,28 @@ int verify(const Args& a, std::ostream& out) {
   return failed ? 1 : 0;
 }
 
+// The tiers and plans one run of `c` took ("sm90_wgmma: cooperative, 128 x 256 tiles, ..."),
+// from an untimed run under the tier trace; empty for ops without tiers.
+std::string traced_config(ops::BenchCase& c, cudaStream_t stream) {
+  runtime::set_tier_trace(true);
+  std::vector<runtime::TierChoice> tiers;
+  try {
+    c.run(stream);
+    tiers = runtime::take_tier_trace();
+  } catch (...) {
+    runtime::set_tier_trace(false);
+    throw;
+  }
+  runtime::set_tier_trace(false);
+  std::string config;
+  for (const auto& t : tiers) {
+    const std::size_t plan = t.why.rfind(": ");
+    config += (config.empty() ? "" : "; ") + t.tier + " (" +
+              (plan == std::string::npos ? t.why : t.why.substr(plan + 2)) + ")";
+  }
+  return config;
+}
+
 int bench_ops(const Args& a, const std::vector<BenchItem>& plan, std::ostream& out,
               std::ostream& err) {
   bench::Report report;
@@ -127,20 +150,23 @@ int bench_ops(const Args& a, const std::vector<BenchItem>& plan, std::ostream& o
   bench::Progress progress(static_cast<int>(plan.size()), err);
   for (const BenchItem& item : plan) {
     progress.step(item.op->name + " " + dtype_name(item.dtype) + " " + format_size(item.size));
-    bench::Row row;
-    {
-      // Scoped so the case's buffers are freed before the next (maybe larger) one is allocated.
-      ops::BenchCase c = item.op->make_bench(item.dtype, item.size);
+    // Scoped so the case's buffers are freed before the next (maybe larger) one is allocated.
+    const auto time = [&](ops::BenchCase c, const char* provider) {
+      bench::Row row;
+      if (std::string(provider) == "tessera") row.config = traced_config(c, stream.get());
       row.stats = bench::time_op(c.run, stream.get(), options);
       row.op = c.op;
-      row.provider = "tessera";
+      row.provider = provider;
       row.dtype = c.dtype;
       row.shape = c.shape;
       row.size = c.size;
       row.bytes = c.bytes;
       row.flops = c.flops;
-    }
-    report.add(row);
+      report.add(row);
+    };
+    time(item.op->make_bench(item.dtype, item.size), "tessera");
+    if (item.op->make_baseline && bench::cublas_library().available())
+      time(item.op->make_baseline(item.dtype, item.size), "cuBLAS");
   }
   progress.done();
   out << report.table();
@@ -230,17 +256,25 @@ int tune(const Args& a, std::ostream& out, std::ostream& err) {
         const std::string what = strf("matmul %lldx%lldx%lld %s %s", (long long)s.m,
                                       (long long)s.n, (long long)s.k, dtype_name(dt), l.c_str());
         try {
+          // float8 goes through scaled_mm (unit scales, bfloat16 out); float32 is tuned as TF32,
+          // the only float32 path with configs.
+          const bool fp8 = dt == DType::float8_e4m3fn || dt == DType::float8_e5m2;
+          const DType out_dt = fp8 ? DType::bfloat16 : dt;
           const std::size_t e = dtype_size(dt);
           runtime::DeviceBuffer ab(std::size_t(s.m * s.k) * e), bb(std::size_t(s.k * s.n) * e),
-              cb(std::size_t(s.m * s.n) * e);
+              cb(std::size_t(s.m * s.n) * dtype_size(out_dt)), sb(sizeof(float));
           bench::fill_uniform(ab.data(), dt, s.m * s.k, -1, 1, 1, stream.get());
           bench::fill_uniform(bb.data(), dt, s.k * s.n, -1, 1, 2, stream.get());
+          bench::fill_uniform(sb.data(), DType::float32, 1, 1, 1, 3, stream.get());
           const TensorView av = operand(ab.data(), dt, s.m, s.k, l[0], a.device);
           const TensorView bv = operand(bb.data(), dt, s.k, s.n, l[1], a.device);
-          const TensorView cv = operand(cb.data(), dt, s.m, s.n, 'n', a.device);
+          const TensorView cv = operand(cb.data(), out_dt, s.m, s.n, 'n', a.device);
+          const TensorView scale = TensorView::contiguous(sb.data(), DType::float32, {1},
+                                                          {DeviceType::cuda, a.device});
           MatmulOptions o;
           o.allow_tf32 = dt == DType::float32;
-          matmul(av, bv, cv, o, stream.get());
+          if (fp8) scaled_mm(av, bv, scale, scale, cv, nullptr, stream.get());
+          else matmul(av, bv, cv, o, stream.get());
           TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
           out << "done  " << what << "\n";
         } catch (const Error& e) {

@@ -60,6 +60,7 @@ struct Row {
   int64_t size = 0;  // x axis of plots
   double bytes = 0, flops = 0;
   Stats stats;
+  std::string config;  // the kernel tier and plan that ran (tessera's rows; empty otherwise)
 };
 double gbps(const Row& r);    // bytes / median
 double tflops(const Row& r);  // flops / median

@@ -1,10 +1,9 @@
 // The ceilings every benchmark row is compared with, measured on this GPU in this run: a large
 // device-to-device copy (bandwidth) and a large cuBLAS bf16 GEMM (tensor-core throughput).
-#include <cublas_v2.h>
-
 #include <string>
 
 #include "bench/bench.hpp"
+#include "bench/cublas.hpp"
 #include "bench/fill.hpp"
 #include "bench/toolkit_lib.hpp"
 #include "runtime/check.hpp"
@@ -14,41 +13,6 @@
 
 namespace tessera::bench {
 namespace {
-
-[[noreturn]] void throw_cublas(cublasStatus_t st, const char* what) {
-  throw Error(ErrorKind::runtime, std::string("tessera.bench.measure_peaks: cuBLAS error ") +
-                                      TESSERA_TOOLKIT_FN(cublas_library(), cublasGetStatusString)(st) +
-                                      " from " + what);
-}
-
-// cuBLAS through the library opened at first use (toolkit_lib.hpp).
-#define TESSERA_CUBLAS(fn) TESSERA_TOOLKIT_FN(cublas_library(), fn)
-
-#define TESSERA_CUBLAS_CHECK(expr)                                   \
-  do {                                                               \
-    cublasStatus_t tessera_st_ = (expr);                             \
-    if (tessera_st_ != CUBLAS_STATUS_SUCCESS) throw_cublas(tessera_st_, #expr); \
-  } while (0)
-
-class CublasHandle {
- public:
-  explicit CublasHandle(cudaStream_t stream) {
-    TESSERA_CUBLAS_CHECK(TESSERA_CUBLAS(cublasCreate)(&h_));
-    try {
-      TESSERA_CUBLAS_CHECK(TESSERA_CUBLAS(cublasSetStream)(h_, stream));
-    } catch (...) {
-      TESSERA_CUBLAS(cublasDestroy)(h_);
-      throw;
-    }
-  }
-  ~CublasHandle() { TESSERA_CUBLAS(cublasDestroy)(h_); }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  cublasHandle_t get() const { return h_; }
-
- private:
-  cublasHandle_t h_ = nullptr;
-};
 
 // 1 GiB: far beyond any L2, long enough (~0.5 ms at 4 TB/s) that launch cost is noise.
 constexpr std::size_t kCopyBytes = std::size_t{1} << 30;
@@ -74,22 +38,9 @@ double measure_bf16_tflops(cudaStream_t stream) {
   // Random inputs, never zeros: tensor-core power (and so clocks) depend on the data.
   bench::fill_uniform(a.data(), DType::bfloat16, n * n, -1, 1, 0xa11ce, stream);
   bench::fill_uniform(b.data(), DType::bfloat16, n * n, -1, 1, 0xb0b, stream);
-  CublasHandle handle(stream);
-  const float alpha = 1.0f, beta = 0.0f;
-  const auto set_stream = TESSERA_CUBLAS(cublasSetStream);
-  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                                    const void*, const void*, cudaDataType, int, const void*,
-                                    cudaDataType, int, const void*, void*, cudaDataType, int,
-                                    cublasComputeType_t, cublasGemmAlgo_t);
-  const auto gemm = TESSERA_TOOLKIT_FN_AS(cublas_library(), cublasGemmEx, GemmEx);
+  const CublasGemm gemm;
   const Stats st = time_op(
-      [&](cudaStream_t s) {
-        TESSERA_CUBLAS_CHECK(set_stream(handle.get(), s));
-        TESSERA_CUBLAS_CHECK(gemm(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, kGemmDim, kGemmDim,
-                                          kGemmDim, &alpha, a.data(), CUDA_R_16BF, kGemmDim, b.data(),
-                                          CUDA_R_16BF, kGemmDim, &beta, c.data(), CUDA_R_16BF, kGemmDim,
-                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      },
+      [&](cudaStream_t s) { gemm.run(DType::bfloat16, false, n, n, n, a.data(), b.data(), c.data(), s); },
       stream);
   return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) /
          st.median_ms * 1e-9;

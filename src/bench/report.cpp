@@ -78,6 +78,10 @@ std::string Report::table() const {
   for (std::size_t w : width) rule += w;
   out << std::string(rule, '-') << '\n';
   for (const auto& row : cells) emit([&](std::size_t c) { return row[c]; });
+  // What ran, below the table: a column would be wider than the rest of it.
+  for (const Row& r : rows_)
+    if (!r.config.empty())
+      out << "  ran: " << r.op << " " << r.dtype << " " << r.shape << ": " << r.config << '\n';
   return out.str();
 }
 
@@ -132,7 +136,9 @@ void Report::write_json(const std::string& path) const {
         << ", \"reps\": " << s.reps << ", \"gbps\": " << opt_number(d.gbps, "null")
         << ", \"tflops\": " << opt_number(d.tflops, "null")
         << ", \"pct_copy\": " << opt_number(d.pct_copy, "null")
-        << ", \"pct_gemm\": " << opt_number(d.pct_gemm, "null") << "}";
+        << ", \"pct_gemm\": " << opt_number(d.pct_gemm, "null");
+    if (!r.config.empty()) out << ", \"config\": " << json_string(r.config);
+    out << "}";
   }
   out << (rows_.empty() ? "]\n}\n" : "\n  ]\n}\n");
   format::write_file(path, out.str(), "write_json");

@@ -63,6 +63,9 @@ struct OpInfo {
   std::function<std::vector<VerifyCase>()> verify_cases;
   // Builds a bench case for dtype and size on the current device, from bench_shape(dtype, size).
   std::function<BenchCase(DType, int64_t)> make_bench;
+  // The same case on the peer library, timed beside it by `tessera bench` (cuBLAS for matmul);
+  // empty where there is none in process.
+  std::function<BenchCase(DType, int64_t)> make_baseline;
   // What `size` means for this op: "elements", or "row length N (rows = min(4096, 2^26 / N))".
   std::string size_meaning;
   std::function<BenchShape(DType, int64_t)> bench_shape;  // the source make_bench reads

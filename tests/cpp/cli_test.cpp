@@ -298,6 +298,26 @@ TEST(CliProfile, Flags) {
   EXPECT_TRUE(contains(usage_error({"profile", "add", "--dtype", "fp32,bf16"}), "'fp32,bf16'"));
 }
 
+TEST(CliTune, ShapesLayoutsAndShow) {
+  Args a = parse({"tune", "gemm", "--shapes", "4096x4096x4096,16x14336x4k", "--dtype", "bf16,fp16",
+                  "--layout", "nt,nn"});
+  EXPECT_EQ(a.verb, Verb::tune);
+  EXPECT_EQ(a.ops, std::vector<std::string>{"matmul"});  // gemm is matmul's alias here
+  ASSERT_EQ(a.shapes.size(), 2u);
+  EXPECT_EQ(a.shapes[1].m, 16);
+  EXPECT_EQ(a.shapes[1].n, 14336);
+  EXPECT_EQ(a.shapes[1].k, 4096);
+  EXPECT_EQ(a.dtypes, (std::vector<DType>{DType::bfloat16, DType::float16}));
+  EXPECT_EQ(a.layouts, (std::vector<std::string>{"nt", "nn"}));
+  EXPECT_TRUE(parse({"tune", "--show"}).show);
+  EXPECT_TRUE(contains(usage_error({"tune", "matmul"}), "expected --shapes"));
+  EXPECT_TRUE(contains(usage_error({"tune", "softmax", "--show"}), "ops with configs: matmul"));
+  EXPECT_TRUE(contains(usage_error({"tune", "matmul", "--shapes", "64x64"}), "expected MxNxK"));
+  EXPECT_TRUE(contains(usage_error({"tune", "matmul", "--shapes", "64x0x64"}), "positive"));
+  EXPECT_TRUE(contains(usage_error({"tune", "matmul", "--shapes", "64x64x64", "--layout", "xy"}),
+                       "expected nn, nt, tn or tt"));
+}
+
 // An unknown dtype: the error names the dtypes each selected op takes, not a fixed list.
 TEST(CliDtype, UnknownDtypeNamesWhatTheOpsTake) {
   std::string isin = usage_error({"bench", "isin", "--dtype", "fp8x"});

@@ -184,7 +184,8 @@ def test_scaled_mm_matches_torch(torch, fp8, out_dtype):
                             out_dtype=getattr(torch, out_dtype) if out_dtype else None)
     assert got.dtype == bias_dt and got.shape == (300, 528)
     ref = 0.75 * (a.double() @ w.double().t()) + bias.double()
-    assert rel_err(torch, got, ref) <= (1e-5 if out_dtype == "float32" else 1e-2)
+    # float8 products are summed in the tensor cores' narrower accumulator (use_fast_accum).
+    assert rel_err(torch, got, ref) <= (1e-3 if out_dtype == "float32" else 1e-2)
 
 
 def test_scaled_mm_errors_name_the_argument(torch):

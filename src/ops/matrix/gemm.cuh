@@ -293,8 +293,9 @@ void run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_
 struct SimtTier {
   static constexpr const char* kName = "simt";
   static constexpr const char* kWhen =
-      "any dtype, layout and GPU, float32 FMAs: float32 operands each K- or MN-major with 16-byte "
-      "aligned rows on 128 x 128 tiles, anything else on 64 x 64 tiles through the strides";
+      "any dtype, layout and GPU, float32 FMAs: float32 operands on sm_80 on, each K-major or "
+      "MN-major with 16-byte aligned rows, on 128 x 128 tiles; anything else on 64 x 64 tiles "
+      "through the strides";
   struct Plan {
     bool fast = false;  // the float32 kernel (else the generic one)
     bool a_kmajor = false, b_kmajor = false;  // fast: each operand's contiguous dimension is K

@@ -1,12 +1,18 @@
 // The GEMM tier that takes anything: any dtype, any strides, any GPU, K = 0. Exact float32
-// arithmetic (FFMA), so it is also the float32 path where TF32 is not allowed.
+// arithmetic (FFMA), so it is also tessera's float32 matmul where TF32 is not allowed.
 //
-// Each CTA of 256 threads computes a 64 x 64 output tile, 4 x 4 elements per thread, staging
-// 16-deep slices of A and B in shared memory as float32 (converted once, on load). Loads go
-// through the operands' strides element by element: this tier is for correctness on every layout,
-// not for speed on the common ones, which the tensor-core tiers take.
+// Two kernels:
+//   float32   float32 operands (sm_80 on), each K-major (K contiguous) or MN-major (its rows
+//             contiguous and 16-byte aligned): 128 x 128 output tiles, 256 threads of 8 x 8
+//             outputs each, cp.async copies into a ring of shared-memory slices. The float32
+//             workhorse, in the design of the classic SGEMM kernels.
+//   generic   everything else (other strides and alignments, 16-bit and float8 inputs): 64 x 64
+//             tiles, 4 x 4 outputs per thread, loads element by element through the strides.
+//             The layouts that matter for 16-bit inputs are the tensor-core tiers'; this kernel is
+//             what correctness rests on everywhere else.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <string>
 #include <type_traits>
@@ -18,7 +24,11 @@
 namespace tessera::matrix {
 namespace {
 
-constexpr int kTile = 64, kDepth = 16, kThreads = 256;
+constexpr int kThreads = 256;
+
+// ---- generic ---------------------------------------------------------------------------------
+
+constexpr int kTile = 64, kDepth = 16;
 
 template <class T>
 struct Operands {
@@ -27,12 +37,15 @@ struct Operands {
   int64_t a_sb, a_sm, a_sk, b_sb, b_sk, b_sn;
 };
 
+// Thread (ty, tx) owns rows ty + 16 i and the column pairs 2 tx + 32 j (+ 1), so that the
+// epilogue stores neighbouring columns together.
 template <class T, class OutT>
 __global__ void __launch_bounds__(kThreads)
     gemm_simt_kernel(const Operands<T> op, const Epilogue<OutT> epi, int64_t m, int64_t n,
                      int64_t k, int64_t batch) {
   __shared__ float as[kDepth][kTile + 4];  // as[kk][row]
   __shared__ float bs[kDepth][kTile + 4];  // bs[kk][col]
+  const auto e = epi.resolved();
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int64_t n0 = int64_t(blockIdx.x) * kTile;
   for (int64_t b = blockIdx.z; b < batch; b += gridDim.z)
@@ -54,7 +67,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int kk = 0; kk < kDepth; ++kk) {
         float av[4], bv[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) av[i] = as[kk][ty + 16 * i], bv[i] = bs[kk][tx + 16 * i];
+        for (int i = 0; i < 4; ++i)
+          av[i] = as[kk][ty + 16 * i], bv[i] = bs[kk][2 * tx + 32 * (i / 2) + i % 2];
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -62,14 +76,18 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
     }
+    e.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const int64_t col = n0 + 2 * tx + 32 * j;
+        if (col >= n) continue;
+        const auto cols = e.cols(col, col + 1 < n);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t row = m0 + ty + 16 * i, col = n0 + tx + 16 * j;
-        if (row < m && col < n)
-          epi.template store<!std::is_same_v<OutT, float>>(b, row, col, acc[i][j]);
+        for (int i = 0; i < 4; ++i)
+          if (m0 + ty + 16 * i < m)
+            e.store_pair(e.row(b, m0 + ty + 16 * i), cols, acc[i][2 * j], acc[i][2 * j + 1], act);
       }
+    });
   }
 }
 
@@ -83,20 +101,227 @@ void launch_typed(const GemmArgs& g, dim3 grid, cudaStream_t stream) {
 }
 
 template <class T>
+constexpr bool kIsFp8 = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
+
+// Outputs: float32, or the input dtype; float8 inputs (scaled_mm) store bfloat16 or float16.
+template <class T>
 void launch_in(const GemmArgs& g, dim3 grid, cudaStream_t stream) {
-  if (g.out_dtype == DType::float32) launch_typed<T, float>(g, grid, stream);
-  else launch_typed<T, T>(g, grid, stream);
+  if (g.out_dtype == DType::float32) return launch_typed<T, float>(g, grid, stream);
+  if constexpr (kIsFp8<T>) {
+    if (g.out_dtype == DType::bfloat16) return launch_typed<T, __nv_bfloat16>(g, grid, stream);
+    if (g.out_dtype == DType::float16) return launch_typed<T, __half>(g, grid, stream);
+    throw Error(ErrorKind::runtime, std::string("matmul: internal error: float8 inputs with out ") +
+                                        dtype_name(g.out_dtype));
+  } else {
+    launch_typed<T, T>(g, grid, stream);
+  }
+}
+
+// ---- float32 ---------------------------------------------------------------------------------
+//
+// Each operand is seen as [MN, K] (A as it is, B transposed) and staged K-outer in shared memory,
+// s[k][mn], so that a thread's 4 consecutive rows (or columns) are one 16-byte shared load. The
+// copies are cp.async (sm_80 on), kStages slices in flight, so that no registers hold the next
+// slice: an MN-major operand in 16-byte copies, a K-major one transposed on the way in by 4-byte
+// copies. Zero fill (the copies' source size) covers the tails in M, N and K.
+
+constexpr int kBig = 128, kSlice = 8, kPad = 4, kStages = 4;
+constexpr int kSmem = 2 * kStages * kSlice * (kBig + kPad) * int(sizeof(float));
+
+struct Operand {
+  const float* p;
+  int64_t s_b, s_mn, s_k, extent;  // strides (elements) and the length along MN
+};
+
+// Copies `bytes` (0 to Size) from global src to shared dst, zero-filling the rest of Size.
+template <int Size>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, int bytes) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (Size == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(bytes));
+#else
+  __trap();  // plan() sends older GPUs to the generic kernel
+#endif
+}
+
+// Closes this thread's group of copies; waits until at most N groups are still in flight.
+__device__ __forceinline__ void commit_copies() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wait_copies() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// One thread's share of each 128 x kSlice slice of an operand, per 8 of K: K-major, 4 rows 32
+// apart, one K each, a warp covering 4 whole 32-byte rows and the 32 shared-memory banks;
+// MN-major, 4 consecutive MN of one K, a warp reading 512 contiguous bytes.
+template <bool KMajor>
+struct Stage {
+  const float* p;  // the share's first element in the next slice
+  int in;          // K-major: bit i, whether row i is in range; MN-major: elements in range, <= 4
+
+  static __device__ __forceinline__ int kk() { return KMajor ? threadIdx.x % 8 : threadIdx.x / 32; }
+  static __device__ __forceinline__ int mn() {
+    return KMajor ? threadIdx.x / 8 : threadIdx.x % 32 * 4;
+  }
+
+  __device__ Stage(const Operand& o, int64_t b, int64_t mn0) {
+    const int64_t left = o.extent - mn0 - mn();
+    p = o.p + b * o.s_b + (mn0 + mn()) * o.s_mn + kk() * o.s_k;
+    in = KMajor ? (left > 0) | (left > 32) << 1 | (left > 64) << 2 | (left > 96) << 3
+                : int(left < 0 ? 0 : left < 4 ? left : 4);
+  }
+
+  // Starts the copy of the next slice, which has `rem` of K from its start on, into s.
+  __device__ __forceinline__ void issue(float (*s)[kBig + kPad], int rem, const Operand& o) {
+#pragma unroll
+    for (int h = 0; h < kSlice; h += 8) {
+      const bool k_in = kk() + h < rem;
+      if (KMajor) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          copy_async<4>(&s[kk() + h][mn() + 32 * i], p + h + 32 * i * o.s_mn,
+                        k_in && (in >> i & 1) ? 4 : 0);
+      } else {
+        copy_async<16>(&s[kk() + h][mn()], p + h * o.s_k, k_in ? 4 * in : 0);
+      }
+    }
+    p += KMajor ? kSlice : kSlice * o.s_k;
+  }
+};
+
+// Two float4s of shared memory `apart` floats apart, as 8 floats.
+__device__ __forceinline__ void frag(float (&v)[8], const float* p, int apart) {
+  *reinterpret_cast<float4*>(v) = *reinterpret_cast<const float4*>(p);
+  *reinterpret_cast<float4*>(v + 4) = *reinterpret_cast<const float4*>(p + apart);
+}
+
+// Warps in a 4 x 2 grid of 32 x 64 each; a warp's lanes 4 x 8, each owning a 2 x 2 grid of
+// 4 x 4 blocks 16 rows and 32 columns apart. A k step reads one float4 per block row and column:
+// lanes of a quarter-warp read 8 consecutive float4s of B (all banks) and one of A (broadcast).
+template <bool KA, bool KB>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemm_f32_kernel(const Operand a_op, const Operand b_op, const Epilogue<float> epi,
+                    const TileOrder order, int k) {
+  extern __shared__ float4 smem[];  // as[kStages], then bs[kStages]
+  auto* as = reinterpret_cast<float(*)[kSlice][kBig + kPad]>(smem);
+  auto* bs = as + kStages;
+  __shared__ int64_t tile[3];  // batch, first row, first column: kept out of the loop's registers
+  const auto e = epi.resolved();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tm = warp / 2 * 32 + lane / 8 * 4, tn = warp % 2 * 64 + lane % 8 * 4;
+  float acc[8][8] = {};
+  {
+    int64_t b;
+    int tile_m, tile_n;
+    order.at(blockIdx.x, b, tile_m, tile_n);
+    if (threadIdx.x == 0)
+      tile[0] = b, tile[1] = int64_t(tile_m) * kBig, tile[2] = int64_t(tile_n) * kBig;
+    Stage<KA> sa(a_op, b, int64_t(tile_m) * kBig);
+    Stage<KB> sb(b_op, b, int64_t(tile_n) * kBig);
+    const int slices = (k + kSlice - 1) / kSlice;
+    // Groups are committed even when empty, so that the wait below counts slices.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < slices) sa.issue(as[s], k - s * kSlice, a_op), sb.issue(bs[s], k - s * kSlice, b_op);
+      commit_copies();
+    }
+    for (int s = 0; s < slices; ++s) {
+      wait_copies<kStages - 2>();  // this thread's copies of slice s have landed
+      __syncthreads();             // everyone's; and slice s - 1's buffer is read by all
+      const int next = s + kStages - 1, cur = s % kStages;
+      if (next < slices) {
+        sa.issue(as[next % kStages], k - next * kSlice, a_op);
+        sb.issue(bs[next % kStages], k - next * kSlice, b_op);
+      }
+      commit_copies();
+#pragma unroll
+      for (int kk = 0; kk < kSlice; ++kk) {
+        float av[8], bv[8];
+        frag(av, &as[cur][kk][tm], 16);
+        frag(bv, &bs[cur][kk][tn], 32);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+      }
+    }
+    wait_copies<0>();
+    __syncthreads();  // tile[] written
+  }
+  const int64_t b = tile[0], m0 = tile[1] + tm, n0 = tile[2] + tn;
+  e.with_activation<false>([&](auto act) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // column pairs: n0, n0 + 2, n0 + 32, n0 + 34
+      const int64_t col = n0 + j / 2 * 32 + j % 2 * 2;
+      if (col >= b_op.extent) continue;
+      const auto cols = e.cols(col, col + 1 < b_op.extent);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {  // rows m0 + 0..3, m0 + 16..19
+        const int64_t row = m0 + i / 4 * 16 + i % 4;
+        if (row < a_op.extent)
+          e.store_pair(e.row(b, row), cols, acc[i][2 * j], acc[i][2 * j + 1], act);
+      }
+    }
+  });
+}
+
+// An operand the float32 kernel takes: K-major (K contiguous; rows at any alignment, copied 4
+// bytes at a time) or MN-major (MN contiguous, every row start 16-byte aligned). A dimension of
+// extent 1 may have any stride.
+bool copyable(const void* p, int64_t s_b, int64_t s_mn, int64_t s_k, int64_t mn, int64_t k,
+              bool& k_major) {
+  k_major = s_k == 1 || k == 1;
+  return k_major || ((s_mn == 1 || mn == 1) && s_k % 4 == 0 && s_b % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(p) % 16 == 0);
+}
+
+template <bool KA, bool KB>
+void launch_f32(const GemmArgs& g, const SimtTier::Plan& p, cudaStream_t stream) {
+  const Operand a{static_cast<const float*>(g.a), g.a_sb, g.a_sm, g.a_sk, g.m};
+  const Operand b{static_cast<const float*>(g.b), g.b_sb, g.b_sn, g.b_sk, g.n};
+  if constexpr (kSmem > 48 * 1024)
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<KA, KB>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  gemm_f32_kernel<KA, KB><<<p.grid, kThreads, kSmem, stream>>>(a, b, Epilogue<float>::from(g),
+                                                               p.order, int(g.k));
+  TESSERA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
 std::string SimtTier::Plan::describe() const {
-  return std::to_string(kTile) + " x " + std::to_string(kTile) + " tiles, grid " +
-         std::to_string(grid.x) + " x " + std::to_string(grid.y) + " x " + std::to_string(grid.z);
+  if (!fast)
+    return "generic " + std::to_string(kTile) + " x " + std::to_string(kTile) +
+           " tiles through strides, grid " + std::to_string(grid.x) + " x " +
+           std::to_string(grid.y) + " x " + std::to_string(grid.z);
+  return "float32 " + std::to_string(kBig) + " x " + std::to_string(kBig) +
+         " tiles, 8 x 8 per thread, A " + (a_kmajor ? "K" : "M") + "-major, B " +
+         (b_kmajor ? "K" : "N") + "-major, group " + std::to_string(order.group) + ", grid " +
+         std::to_string(grid.x);
 }
 
-SimtTier::Plan SimtTier::plan(const GemmArgs& g, const GemmCtx&) {
+SimtTier::Plan SimtTier::plan(const GemmArgs& g, const GemmCtx& ctx) {
   Plan p;
+  p.fast = ctx.major >= 8 && g.dtype == DType::float32 && g.out_dtype == DType::float32 &&
+           g.k < (1 << 30) && copyable(g.a, g.a_sb, g.a_sm, g.a_sk, g.m, g.k, p.a_kmajor) &&
+           copyable(g.b, g.b_sb, g.b_sn, g.b_sk, g.n, g.k, p.b_kmajor);
+  if (p.fast) {
+    p.order.tiles_m = int((g.m + kBig - 1) / kBig);
+    p.order.tiles_n = int((g.n + kBig - 1) / kBig);
+    p.order.batch = g.batch;
+    p.order.group = g.config.group > 0 ? g.config.group : 8;
+    p.grid = dim3(unsigned(p.order.count()));  // one tile per CTA: under 2^31 in any memory
+    return p;
+  }
   p.grid = dim3(unsigned((g.n + kTile - 1) / kTile),
                 unsigned(std::min<int64_t>((g.m + kTile - 1) / kTile, 65535)),
                 unsigned(std::min<int64_t>(g.batch, 65535)));
@@ -104,9 +329,17 @@ SimtTier::Plan SimtTier::plan(const GemmArgs& g, const GemmCtx&) {
 }
 
 void SimtTier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
+  if (p.fast) {
+    using Launch = void (*)(const GemmArgs&, const Plan&, cudaStream_t);
+    const Launch f32[2][2] = {{launch_f32<false, false>, launch_f32<false, true>},
+                              {launch_f32<true, false>, launch_f32<true, true>}};
+    return f32[p.a_kmajor][p.b_kmajor](g, p, stream);
+  }
   switch (g.dtype) {
     case DType::float16: launch_in<__half>(g, p.grid, stream); break;
     case DType::bfloat16: launch_in<__nv_bfloat16>(g, p.grid, stream); break;
+    case DType::float8_e4m3fn: launch_in<__nv_fp8_e4m3>(g, p.grid, stream); break;
+    case DType::float8_e5m2: launch_in<__nv_fp8_e5m2>(g, p.grid, stream); break;
     default: launch_in<float>(g, p.grid, stream); break;
   }
 }
