@@ -22,7 +22,7 @@ the providers in turn within a round, and per provider the round with the median
 (matmul_tf32, torch.set_float32_matmul_precision("high") around those calls), float8 e4m3
 (scaled_mm against torch._scaled_mm with use_fast_accum=True, the same accumulation, and False as
 a second peer), and bias + GELU fused at 8192 x 8192 x 4096 bfloat16 (matmul_bias_gelu against
-torch's addmm then gelu).
+torch.matmul, + bias, gelu; and addmm then gelu).
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ TOLERANCES = {
 # TF32 keeps 10 mantissa bits of each input: both sides' products carry errors near 2^-11 of
 # their size, summed over K terms; an output near zero may differ by a few tenths at K = 8192.
 TF32_TOLERANCE = dict(rtol=2e-2, atol=1.0)
+# float8 with fast accumulation (the tensor cores' narrower accumulator) against cuBLAS's promoted
+# one: sums of 8192 products of size ~0.3 differ by up to ~1 between the two.
+FP8_TOLERANCE = dict(rtol=2e-2, atol=2.0)
 
 LLAMA_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
 SWEEP_M = [1, 16, 128, 1024, 8192]
@@ -133,7 +136,7 @@ def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool) -> None:
                                                        use_fast_accum=True)
     suite.run("scaled_mm", dt, size, float(2 * size * size + 2 * size * size), providers,
               flops=2.0 * size ** 3, shape=(size, size, size),
-              tolerances={dt: TOLERANCES[torch.bfloat16]},
+              tolerances={dt: FP8_TOLERANCE},
               rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
 
 
@@ -142,12 +145,15 @@ def bench_bias_gelu(suite: Suite, rounds: int, self_check: bool) -> None:
     a, b = operands(m, n, k, torch.bfloat16, "NT")
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     F = torch.nn.functional
+    # The bar's peer: cuBLAS, then torch's bias add and GELU; addmm (bias in cuBLASLt's epilogue,
+    # then GELU) as a second one.
     providers = {
         "tessera": lambda: tessera.matmul(a, b, bias=bias, activation="gelu"),
-        "torch": lambda: F.gelu(torch.addmm(bias, a, b)),
+        "torch": lambda: F.gelu(torch.matmul(a, b) + bias),
+        "torch_addmm": lambda: F.gelu(torch.addmm(bias, a, b)),
     }
     if self_check:
-        providers["torch2"] = lambda: F.gelu(torch.addmm(bias, a, b))
+        providers["torch2"] = lambda: F.gelu(torch.matmul(a, b) + bias)
     suite.run("matmul_bias_gelu", torch.bfloat16, m, float((m * k + k * n + 2 * m * n) * 2),
               providers, flops=2.0 * m * n * k, shape=(m, n, k), tolerances=TOLERANCES,
               rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))

@@ -57,8 +57,11 @@ TEST(Registry, EveryDescriptionIsComplete) {
                                                         : "elements";
     EXPECT_EQ(op.size_meaning, meaning);
     const bool exact = op.family == "set";
+    // matmul with TF32 allowed rounds float32 inputs to a 10-bit mantissa: its own bound.
+    const bool tf32 = op.name == "matmul_tf32";
     for (DType dt : op.dtypes) {
-      EXPECT_EQ(op.tolerance(dt), exact ? 0.0 : tessera::ops::default_tolerance(dt)) << tessera::dtype_name(dt);
+      EXPECT_EQ(op.tolerance(dt), exact ? 0.0 : tf32 ? 2e-3 : tessera::ops::default_tolerance(dt))
+          << tessera::dtype_name(dt);
       for (int64_t n : op.bench_sizes) {
         const auto s = op.bench_shape(dt, n);
         ASSERT_FALSE(s.shapes.empty());

@@ -37,7 +37,9 @@ bool has_sm90a_code() {
 }
 
 // The tuner's choice where it made one; else TESSERA_MATMUL_SCHEDULE=pingpong or cooperative (for
-// measuring them against each other); else pingpong where 256-wide tiles would leave SMs idle.
+// measuring them against each other); else pingpong where 256-wide tiles would leave SMs idle or
+// the epilogue computes a transcendental activation per element: cooperative consumers run the
+// epilogue together while the tensor cores wait, pingpong ones under each other's main loop.
 bool plan_pingpong(const GemmArgs& g, const GemmCtx& ctx) {
   if (g.config.schedule) return g.config.schedule == 2;
   // 0: by the rule, 1: pingpong, 2: cooperative; read once per process.
@@ -47,7 +49,9 @@ bool plan_pingpong(const GemmArgs& g, const GemmCtx& ctx) {
     return v == "pingpong" ? 1 : v == "cooperative" ? 2 : 0;
   }();
   if (forced) return forced == 1;
-  return tiles(g, Cooperative::BN) < ctx.sms;
+  const bool costly_epilogue = g.activation == Activation::gelu ||
+                               g.activation == Activation::gelu_tanh || g.activation == Activation::silu;
+  return costly_epilogue || tiles(g, Cooperative::BN) < ctx.sms;
 }
 
 bool out_ok(DType in, DType out) {

@@ -2,8 +2,9 @@
 // under, the candidate space, and the config each call runs with.
 //
 // Key: the tier family and arch, the dtypes (float32 marked where TF32 is allowed), each
-// operand's layout (k: K contiguous, m/n: its rows contiguous, s: neither) and the shape bucket,
-// each of M, N, K and the batch rounded up to a power of two: shapes of one bucket share a result.
+// operand's layout (k: K contiguous, r: its rows contiguous, s: neither), the shape bucket (each
+// of M, N, K and the batch rounded up to a power of two: shapes of one bucket share a result) and
+// the activation where there is one.
 // Candidates: the default (the tiers' own rules) first; both sm90 schedules with raster groups of
 // 4, 8 and 16 tile-rows; split-K into 2, 4 and 8 chunks where K allows. Tiers other than the sm90
 // ones have no configs yet, so elsewhere there is nothing to tune.
@@ -51,6 +52,8 @@ std::string tune_key(const GemmArgs& g, const GemmCtx& ctx) {
          layout(g.b_sn, g.b_sk) + "|m" + std::to_string(bucket(g.m)) + "-n" +
          std::to_string(bucket(g.n)) + "-k" + std::to_string(bucket(g.k)) + "-b" +
          std::to_string(bucket(g.batch));
+  // The epilogue's cost moves the best schedule: a per-element activation is part of the key.
+  if (g.activation != Activation::none) key += std::string("|") + activation_name(g.activation);
   return key;
 }
 
