@@ -229,7 +229,8 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
 
 def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
               scale_b: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
-              out_dtype: Optional[torch.dtype] = None, scale_result=None,
+              out_dtype: Optional[torch.dtype] = None,
+              scale_result: Optional[torch.Tensor] = None,
               use_fast_accum: bool = True) -> torch.Tensor:
     """``torch._scaled_mm`` with per-tensor scales: ``scale_a * scale_b * (input @ other) + bias``
     for float8 inputs; see the module's documentation."""
