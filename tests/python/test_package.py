@@ -49,8 +49,9 @@ def test_no_gpu_when_devices_hidden():
 
 def test_dtype_codes_follow_the_library():
     assert list(tessera._C.DTYPES) == ["float32", "float16", "bfloat16", "float64", "int8", "int16",
-                                       "int32", "int64", "uint8", "bool"]
-    assert sorted(tessera._C.DTYPES.values()) == list(range(10))
+                                       "int32", "int64", "uint8", "bool", "float8_e4m3fn",
+                                       "float8_e5m2"]
+    assert sorted(tessera._C.DTYPES.values()) == list(range(12))
 
 
 def test_wheel_layout():
