@@ -24,14 +24,16 @@ int tiles(const GemmArgs& g, int bn) {
 }
 
 // Whether the kernels hold sm_90a code (the build asked for it) on this GPU: asked once, since
-// a process's GPUs that pass `major == 9` share the answer.
+// a process's GPUs that pass `major == 9` share the answer. A build for sm_80 only also reports
+// binary version 90 on Hopper (its PTX compiled there), with trap stubs for wgmma: the PTX version
+// tells them apart, as runtime/device.cpp does.
 bool has_sm90a_code() {
   static const bool yes = [] {
     cudaFuncAttributes fa{};
     const bool ok = cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(
                         gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, Cooperative, true, true>)) == cudaSuccess;
     (void)cudaGetLastError();
-    return ok && fa.binaryVersion == 90;
+    return ok && fa.binaryVersion == 90 && fa.ptxVersion >= 90;
   }();
   return yes;
 }
