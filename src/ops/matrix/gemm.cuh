@@ -269,7 +269,7 @@ struct Sm80Tier {
   static constexpr const char* kWhen =
       "sm_80 on, 16-bit inputs, each operand with K or its rows contiguous: mma.sync, cp.async";
   struct Plan {
-    bool wide = false;  // 128 x 256 tiles, else 128 x 128 (gemm_sm80.cu says when)
+    int tile = 0;       // 128 x 128 tiles on 0: 4 warps, 1: 8 warps (gemm_sm80.cu's shapes)
     int group = 8;      // TileOrder::group
     dim3 grid;
     std::string describe() const;
