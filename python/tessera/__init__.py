@@ -18,7 +18,9 @@ Submodules: ``tessera.random`` (dropout's generator: manual_seed, get_rng_state,
 bench, profile on the local GPU) is installed with the package.
 """
 
-from . import _C
+import sys
+
+from . import _C, _interop
 from . import bench
 from . import random
 from ._C import DeviceArray
@@ -31,6 +33,9 @@ from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_s
 from .set import isin
 
 __version__: str = _C.__version__
+
+if "torch" in sys.modules:  # else on the first torch tensor (tessera never imports torch itself)
+    _interop.init_ops(sys.modules["torch"])
 
 # tessera.copy and tessera.random are left out of __all__: a star import would shadow the
 # standard library's copy and random modules.

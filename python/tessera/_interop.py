@@ -45,6 +45,13 @@ TensorT = TypeVar("TensorT", bound=TensorLike)
 # torch.dtype -> tessera dtype code, built the first time a torch tensor is seen.
 _torch_codes: dict | None = None
 _torch_raw_stream = None
+# Once torch is seen: torch.Tensor, and torch.ops.tessera where its library is built (None
+# otherwise). The public functions call the registered ops for a plain torch.Tensor input (their
+# fast path: `type(x) is Tensor and ops is not None`); everything else takes their Python paths.
+Tensor = None
+ops = None
+torch_module = None  # the torch module, once seen
+allows_tf32 = None  # () -> whether torch's float32 matmul precision allows TF32 (tessera._torch)
 
 
 def torch_if_tensor(x):
@@ -67,6 +74,18 @@ def _init_torch(torch) -> None:
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     _torch_raw_stream = raw if raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
     _torch_codes = codes
+    init_ops(torch)
+
+
+def init_ops(torch) -> None:
+    """Loads tessera's torch ops (tessera._torch) and sets Tensor and ops."""
+    global Tensor, ops, torch_module, allows_tf32
+    if Tensor is None:
+        from . import _torch  # (when called by _torch's import: the module as far as it got)
+        ops = _torch.ops
+        allows_tf32 = _torch.allows_tf32
+        torch_module = torch
+        Tensor = torch.Tensor
 
 
 def torch_view(t) -> tuple:

@@ -6,16 +6,18 @@ returns the same kind it was given. All argument checks are the library's: a CPU
 unsupported dtype or mismatched shapes raise ValueError/TypeError with the C++ message, which names
 the operator and its argument by the Python parameter's name ('input', 'other', 'out', ...).
 
-Autograd: when grad mode is on and a torch input requires grad, the call goes through a
-torch.autograd.Function (gelu's backward runs tessera's gelu_backward kernel, silu's silu_backward); otherwise it calls
-the kernel directly, without autograd's cost per call.
+torch tensors go through tessera's registered torch ops (torch.ops.tessera.*: autograd in C++,
+traceable by torch.compile) where the wheel was built with torch; the forms the ops do not take
+(out=, a 0-d CPU tensor as add's other) and wheels without the ops take the Python paths below,
+whose autograd is a torch.autograd.Function (gelu's backward runs tessera's gelu_backward
+kernel, silu's silu_backward).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _C
+from . import _C, _interop
 from . import random as _random
 from ._interop import (as_arg, as_number, broadcast_shape, defined_on_first_use, dlpack_stream,
                        stand_in, torch_if_tensor, torch_stream, torch_view, wrap_output)
@@ -66,6 +68,16 @@ def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
         ``out``, or a new tensor of the broadcast shape (a torch tensor for torch inputs, a cupy
         array for cupy inputs, a :class:`tessera.DeviceArray` for other DLPack inputs).
     """
+    ops = _interop.ops
+    if out is None and ops is not None and type(input) is _interop.Tensor:
+        # Keyword arguments cost the op's argument parsing more than positional ones: left out
+        # where they are the defaults.
+        if type(other) is _interop.Tensor and other.is_cuda:
+            return ops.add.default(input, other) if alpha == 1 else \
+                ops.add.default(input, other, alpha=alpha)
+        if type(other) is float or type(other) is int:
+            return ops.add.Scalar(input, other) if alpha == 1 else \
+                ops.add.Scalar(input, other, alpha=alpha)
     torch = torch_if_tensor(input)
     if torch is None:
         return _add_dlpack(input, other, alpha, out)
@@ -169,6 +181,10 @@ def gelu(input: TensorT, approximate: str = "none", *, out: TensorT | None = Non
     ``out`` (not in torch's signature, keyword only) writes the result to a preallocated tensor of
     ``input``'s shape, dtype and device; it may be ``input`` itself.
     """
+    ops = _interop.ops
+    if out is None and ops is not None and type(input) is _interop.Tensor:
+        return ops.gelu.default(input) if approximate == "none" else \
+            ops.gelu.default(input, approximate=approximate)
     return _map("gelu", _C.gelu, input, out, (_approximate(approximate, "gelu"),), "Gelu")
 
 
@@ -176,6 +192,10 @@ def gelu_backward(grad_output: TensorLike, input: TensorT, *, approximate: str =
                   out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`gelu` with respect to ``input``: ``grad_output * gelu'(input)``, as
     ``torch.ops.aten.gelu_backward``. Not differentiable itself."""
+    ops = _interop.ops
+    if out is None and ops is not None and type(input) is _interop.Tensor:
+        return ops.gelu_backward.default(grad_output, input) if approximate == "none" else \
+            ops.gelu_backward.default(grad_output, input, approximate=approximate)
     tanh = _approximate(approximate, "gelu_backward")
     return _map_backward("gelu_backward", _C.gelu_backward, grad_output, input, out, (tanh,))
 
@@ -183,6 +203,9 @@ def gelu_backward(grad_output: TensorLike, input: TensorT, *, approximate: str =
 def silu(input: TensorT, *, out: TensorT | None = None) -> TensorT:
     """SiLU (swish), as :func:`torch.nn.functional.silu`: ``x * sigmoid(x)``. ``out`` as for
     :func:`gelu` (torch's ``inplace=True`` is ``out=input``)."""
+    ops = _interop.ops
+    if out is None and ops is not None and type(input) is _interop.Tensor:
+        return ops.silu.default(input)
     return _map("silu", _C.silu, input, out, (), "Silu")
 
 
@@ -190,6 +213,9 @@ def silu_backward(grad_output: TensorLike, input: TensorT, *,
                   out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`silu` with respect to ``input``, as ``torch.ops.aten.silu_backward``.
     Not differentiable itself."""
+    ops = _interop.ops
+    if out is None and ops is not None and type(input) is _interop.Tensor:
+        return ops.silu_backward.default(grad_output, input)
     return _map_backward("silu_backward", _C.silu_backward, grad_output, input, out, ())
 
 
@@ -276,6 +302,11 @@ def _uint64(v, op: str, arg: str) -> int:
     return value
 
 
+def _int64(v: int) -> int:
+    """A uint64 as the int64 of the same bits (the ops' schemas take int; C++ reads it back)."""
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
 def _numel(x, op: str) -> int:
     shape = getattr(x, "shape", None)
     if shape is None:
@@ -339,6 +370,8 @@ def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool
                             as_arg(torch_if_tensor(out), out, op, "out"), p, seed, offset,
                             dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
+    if out is None and _interop.ops is not None and type(input) is _interop.Tensor:
+        return _interop.ops.dropout.default(input, p, _int64(seed), _int64(offset))
     if _requires_grad(torch, input):
         if out is not None and out is not input:
             raise _no_grad_with_out(op)
@@ -365,6 +398,9 @@ def dropout_backward(grad_output: TensorT, p: float, seed: int, offset: int, *,
     op = "dropout_backward"
     p = _probability(p, op)
     seed, offset = _uint64(seed, op, "seed"), _uint64(offset, op, "offset")
+    ops = _interop.ops
+    if out is None and ops is not None and type(grad_output) is _interop.Tensor:
+        return ops.dropout_backward.default(grad_output, p, _int64(seed), _int64(offset))
     torch = torch_if_tensor(grad_output)
     if torch is None:
         result = _C.dropout_backward(as_arg(None, grad_output, op, "grad_output"),

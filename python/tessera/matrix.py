@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
-from . import _C
+from . import _C, _interop
 from ._interop import as_arg, torch_if_tensor, torch_stream, torch_view
 
 if TYPE_CHECKING:
@@ -63,6 +63,17 @@ def _torch_only(x, arg: str):
         raise TypeError(f"tessera.matmul: argument '{arg}': expected a torch tensor (DLPack arrays "
                         f"go through the C++ API for now), got {type(x).__name__}")
     return torch
+
+
+def _grad_wanted(a, b, bias) -> bool:
+    torch = _interop.torch_module
+    return torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (
+        bias is not None and bias.requires_grad))
+
+
+def _tf32(a) -> bool:
+    """TF32 for float32 inputs where torch's matmul precision allows it (read at each call)."""
+    return a.dtype == _interop.torch_module.float32 and _interop.allows_tf32()
 
 
 def _as_3d(torch, t, batch_shape, rows, cols):
@@ -90,11 +101,13 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
     batch_shape = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     out_shape = batch_shape + (m, n)
     dtype = out_dtype if out_dtype is not None else a.dtype
+    allocate = out is None
     if out is None:
         if beta != 0:
             raise ValueError("tessera.matmul: argument 'beta': a nonzero beta reads 'out', "
                              "which was not given")
-        out = torch.empty(out_shape, dtype=dtype, device=a.device)
+        if _interop.ops is None:
+            out = torch.empty(out_shape, dtype=dtype, device=a.device)
     elif tuple(out.shape) != out_shape:
         raise ValueError(f"tessera.matmul: argument 'out': expected shape {list(out_shape)}, got "
                          f"{list(out.shape)}")
@@ -102,7 +115,6 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
     b3 = _as_3d(torch, b, batch_shape, b.shape[-2], n)
     if a3.dim() == 2 and b3.dim() == 3:
         a3 = a3.unsqueeze(0)  # the library takes a 3-d output only with a 3-d operand batch
-    o3 = out if len(batch_shape) <= 1 else out.view(-1, m, n)
     r3 = None
     if residual is not None:
         _torch_only(residual, "residual")
@@ -114,8 +126,14 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
                                  f"broadcasts to {list(out_shape)}, got "
                                  f"{list(residual.shape)}") from None
         r3 = _as_3d(torch, residual, batch_shape, m, n)
+    tf32 = _tf32(a)
+    if allocate and _interop.ops is not None:  # the registered op allocates the output
+        result = _interop.ops.matmul.default(
+            a3, b3, bias=bias, residual=r3, activation=_activation(activation), alpha=float(alpha),
+            out_dtype=out_dtype, allow_tf32=tf32)
+        return result if len(batch_shape) <= 1 else result.view(out_shape)
+    o3 = out if len(batch_shape) <= 1 else out.view(-1, m, n)
     av = torch_view(a3)
-    tf32 = a.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest"
     _C.matmul(av, as_arg(torch, b3, "matmul", "other"), as_arg(torch, o3, "matmul", "out"),
               as_arg(torch, bias, "matmul", "bias"), as_arg(torch, r3, "matmul", "residual"),
               _activation(activation), float(alpha), float(beta), tf32, torch_stream(av))
@@ -204,6 +222,13 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
            out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """``activation(alpha * (input @ other) + bias) + residual + beta * out`` in one kernel; see
     the module's documentation."""
+    ops = _interop.ops
+    if ops is not None and out is None and residual is None and beta == 0 \
+            and isinstance(input, _interop.Tensor) and isinstance(other, _interop.Tensor) \
+            and input.dim() == 2 and other.dim() == 2 and not _grad_wanted(input, other, bias) \
+            and type(alpha) in (int, float) and math.isfinite(alpha):
+        return ops.matmul.default(input, other, bias=bias, activation=_activation(activation),
+                                  alpha=alpha, out_dtype=out_dtype, allow_tf32=_tf32(input))
     torch = _torch_only(input, "input")
     _torch_only(other, "other")
     _activation(activation)
@@ -243,6 +268,9 @@ def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
     if input.dim() != 2 or other.dim() != 2:
         raise ValueError(f"tessera.scaled_mm: arguments 'input' and 'other': expected 2-d "
                          f"tensors, got {input.dim()}-d and {other.dim()}-d")
+    if _interop.ops is not None:
+        return _interop.ops.scaled_mm.default(input, other, scale_a, scale_b, bias=bias,
+                                              out_dtype=out_dtype)
     dtype = out_dtype if out_dtype is not None else torch.bfloat16
     out = torch.empty((input.shape[0], other.shape[1]), dtype=dtype, device=input.device)
     av = torch_view(input)

@@ -9,7 +9,10 @@ parameter's name ('input', 'out', 'weight', 'bias', 'grad_output', 'output', 'me
 Checks of Python-only arguments (dim's type, normalized_shape, output_mask) run first, before any
 of them.
 
-Autograd: when grad mode is on and an input requires grad, softmax, log_softmax, layer_norm and
+torch tensors go through tessera's registered torch ops (torch.ops.tessera.*: autograd in C++,
+traceable by torch.compile) where the wheel was built with torch. The forms the ops do not take
+(out=, dtype=, a subclass of torch.Tensor as input) and wheels without the ops take the Python
+paths: when grad mode is on and an input requires grad, softmax, log_softmax, layer_norm and
 rms_norm go through a torch.autograd.Function whose backward runs tessera's backward kernel
 (softmax saves its output; the norms save input, mean/rstd and weight); otherwise they call the
 forward kernel alone, without autograd's cost per call. The backward functions are not
@@ -28,7 +31,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from . import _C
+from . import _C, _interop
 from ._interop import (as_arg, defined_on_first_use, dlpack_stream, torch_if_tensor, torch_stream,
                        torch_view, wrap_output)
 from .elementwise import _no_grad_with_out
@@ -98,6 +101,17 @@ def _normalized_ndim(normalized_shape, input, op: str) -> int:
     return k
 
 
+def _shape_arg(normalized_shape):
+    """normalized_shape as the ops' int[] takes it (an int, a tuple, list or torch.Size of ints);
+    None for anything else, which the Python path checks and refuses by name."""
+    t = type(normalized_shape)
+    if t is int:
+        return (normalized_shape,)
+    if t is tuple or t is list or isinstance(normalized_shape, tuple):
+        return normalized_shape
+    return None
+
+
 def _output_mask(mask, n: int, op: str) -> tuple:
     try:
         m = tuple(bool(v) for v in mask)
@@ -163,12 +177,20 @@ def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
     ``out`` (keyword only, not in torch's signature) writes the result to a preallocated tensor of
     the input's shape, dtype and device; it may be the input itself.
     """
+    ops = _interop.ops
+    if out is None and dtype is None and ops is not None and type(input) is _interop.Tensor \
+            and type(dim) is int:
+        return ops.softmax.default(input, dim)
     return _softmax_entry(input, dim, dtype, out, False)
 
 
 def log_softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
                 out: TensorT | None = None) -> TensorT:
     """Log-softmax along ``dim``, as :func:`torch.log_softmax`; see :func:`softmax`."""
+    ops = _interop.ops
+    if out is None and dtype is None and ops is not None and type(input) is _interop.Tensor \
+            and type(dim) is int:
+        return ops.log_softmax.default(input, dim)
     return _softmax_entry(input, dim, dtype, out, True)
 
 
@@ -208,6 +230,9 @@ def softmax_backward(grad_output: TensorLike, output: TensorT, dim: int, *,
     """Gradient of :func:`softmax` with respect to its input, from the forward's ``output`` ``y``:
     ``y * (grad_output - sum_dim(grad_output * y))``, as ``torch.ops.aten._softmax_backward_data``
     (without its input_dtype: the result has ``output``'s dtype). Not differentiable itself."""
+    ops = _interop.ops
+    if out is None and ops is not None and type(output) is _interop.Tensor and type(dim) is int:
+        return ops.softmax_backward.default(grad_output, output, dim)
     return _softmax_backward_entry(grad_output, output, dim, out, False)
 
 
@@ -216,6 +241,9 @@ def log_softmax_backward(grad_output: TensorLike, output: TensorT, dim: int, *,
     """Gradient of :func:`log_softmax` from the forward's ``output`` ``y``:
     ``grad_output - exp(y) * sum_dim(grad_output)``, as
     ``torch.ops.aten._log_softmax_backward_data``. Not differentiable itself."""
+    ops = _interop.ops
+    if out is None and ops is not None and type(output) is _interop.Tensor and type(dim) is int:
+        return ops.log_softmax_backward.default(grad_output, output, dim)
     return _softmax_backward_entry(grad_output, output, dim, out, True)
 
 
@@ -260,6 +288,11 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
         eps: added to the variance.
         out: optional preallocated output (keyword only, not in torch's signature).
     """
+    ops = _interop.ops
+    if out is None and ops is not None and type(input) is _interop.Tensor:
+        shape = _shape_arg(normalized_shape)
+        if shape is not None:
+            return ops.layer_norm.default(input, shape, weight, bias, eps)[0]
     op = "layer_norm"
     k = _normalized_ndim(normalized_shape, input, op)
     torch = torch_if_tensor(input)
@@ -294,6 +327,11 @@ def layer_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int
     mean and rstd are float32 with the leading shape ``input.shape[:-len(normalized_shape)]`` (not
     torch's ``leading + (1,) * len(normalized_shape)``). Torch tensors only; not differentiable
     (use :func:`layer_norm` for autograd)."""
+    ops = _interop.ops
+    if ops is not None and type(input) is _interop.Tensor:
+        shape = _shape_arg(normalized_shape)
+        if shape is not None:
+            return ops.layer_norm.default(input, shape, weight, bias, eps)
     op = "layer_norm_forward"
     torch = torch_if_tensor(input)
     _torch_only(torch, input, op, "for DLPack arrays use tessera.layer_norm")
@@ -319,6 +357,9 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     k = _normalized_ndim(normalized_shape, input, op)
     mask = _output_mask(output_mask, 3, op)
     mean, rstd = _stats_view(torch, mean, input, k), _stats_view(torch, rstd, input, k)
+    if _interop.ops is not None and type(input) is _interop.Tensor:
+        return _interop.ops.layer_norm_backward.default(
+            grad_output, input, tuple(input.shape[input.dim() - k:]), mean, rstd, weight, mask)
     return _layer_norm_backward_torch(torch, grad_output, input, k, mean, rstd, weight, mask[0],
                                       mask[1] and weight is not None, mask[2])
 
@@ -352,6 +393,12 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
     2**-23: torch documents ``finfo(input.dtype).eps`` but resolves it with its accumulation type.
     Other arguments as in :func:`layer_norm`.
     """
+    ops = _interop.ops
+    if out is None and ops is not None and type(input) is _interop.Tensor:
+        shape = _shape_arg(normalized_shape)
+        if shape is not None:
+            return ops.rms_norm.default(input, shape, weight,
+                                        RMS_NORM_DEFAULT_EPS if eps is None else eps)[0]
     op = "rms_norm"
     k = _normalized_ndim(normalized_shape, input, op)
     eps = RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
@@ -385,6 +432,12 @@ def rms_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int],
     """``(out, rstd)`` of :func:`rms_norm`, as ``torch.ops.aten._fused_rms_norm``, with rstd float32
     of the leading shape ``input.shape[:-len(normalized_shape)]``. Torch tensors only; not
     differentiable (use :func:`rms_norm` for autograd)."""
+    ops = _interop.ops
+    if ops is not None and type(input) is _interop.Tensor:
+        shape = _shape_arg(normalized_shape)
+        if shape is not None:
+            return ops.rms_norm.default(input, shape, weight,
+                                        RMS_NORM_DEFAULT_EPS if eps is None else eps)
     op = "rms_norm_forward"
     torch = torch_if_tensor(input)
     _torch_only(torch, input, op, "for DLPack arrays use tessera.rms_norm")
@@ -408,6 +461,9 @@ def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     k = _normalized_ndim(normalized_shape, input, op)
     mask = _output_mask(output_mask, 2, op)
     rstd = _stats_view(torch, rstd, input, k)
+    if _interop.ops is not None and type(input) is _interop.Tensor:
+        return _interop.ops.rms_norm_backward.default(
+            grad_output, input, tuple(input.shape[input.dim() - k:]), rstd, weight, mask)
     return _rms_norm_backward_torch(torch, grad_output, input, k, rstd, weight, mask[0],
                                     mask[1] and weight is not None)
 

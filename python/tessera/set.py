@@ -20,7 +20,7 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING
 
-from . import _C
+from . import _C, _interop
 from ._interop import (as_arg, dlpack_stream, torch_if_tensor, torch_stream_of_either, torch_view,
                        wrap_output)
 
@@ -71,11 +71,17 @@ def isin(elements: TensorT | float, test_elements: TensorT | float, *,
     if torch is None:
         return _isin_dlpack(elements, test_elements, assume_unique, invert, path, out)
     elements, test_elements = _promote(torch, elements, test_elements)
+    t = isin_thresholds
+    if out is None and _interop.ops is not None:
+        return _interop.ops.isin.default(
+            elements, test_elements, assume_unique=bool(assume_unique), invert=bool(invert),
+            path=path, brute_force_max_test=int(t["brute_force_max_test"]),
+            brute_force_max_work=int(t["brute_force_max_work"]),
+            hash_min_test=int(t["hash_min_test"]))
     ev = torch_view(elements)
     tv = torch_view(test_elements)
     if out is None:
         out = torch.empty(elements.shape, dtype=torch.bool, device=elements.device)
-    t = isin_thresholds
     _C.isin(ev, tv, as_arg(torch, out, "isin", "out"), bool(assume_unique), bool(invert), path,
             int(t["brute_force_max_test"]), int(t["brute_force_max_work"]), int(t["hash_min_test"]),
             torch_stream_of_either(ev, tv))

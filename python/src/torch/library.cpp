@@ -1,0 +1,61 @@
+// libtessera_torch: tessera's operators as torch ops (torch.ops.tessera.*), loaded by
+// tessera._torch through torch.ops.load_library. This file defines the namespace: one schema per
+// line of each op description's torch_schemas (the descriptions tessera verify and bench read),
+// so no list of ops lives here. The families' files register the kernels.
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <string>
+
+#include "binding.hpp"
+#include "ops/registry.hpp"
+
+namespace tessera::torch_ops {
+
+bool dtype_of(c10::ScalarType t, DType& out) {
+  switch (t) {
+    case c10::ScalarType::Float: out = DType::float32; return true;
+    case c10::ScalarType::Half: out = DType::float16; return true;
+    case c10::ScalarType::BFloat16: out = DType::bfloat16; return true;
+    case c10::ScalarType::Double: out = DType::float64; return true;
+    case c10::ScalarType::Char: out = DType::int8; return true;
+    case c10::ScalarType::Short: out = DType::int16; return true;
+    case c10::ScalarType::Int: out = DType::int32; return true;
+    case c10::ScalarType::Long: out = DType::int64; return true;
+    case c10::ScalarType::Byte: out = DType::uint8; return true;
+    case c10::ScalarType::Bool: out = DType::bool_; return true;
+    case c10::ScalarType::Float8_e4m3fn: out = DType::float8_e4m3fn; return true;
+    case c10::ScalarType::Float8_e5m2: out = DType::float8_e5m2; return true;
+    default: return false;
+  }
+}
+
+TensorView view(const char* op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.defined(), "tessera.", op, ": argument '", arg, "': expected a tensor, got None");
+  TensorView v;
+  TORCH_CHECK_TYPE(dtype_of(t.scalar_type(), v.dtype), "tessera.", op, ": argument '", arg,
+                   "': dtype ", c10::toString(t.scalar_type()), " is not supported");
+  TORCH_CHECK_VALUE(t.dim() <= kMaxDims, "tessera.", op, ": argument '", arg, "': expected at most ",
+                    kMaxDims, " dimensions, got ", t.dim());
+  v.data = t.data_ptr();
+  v.ndim = static_cast<int>(t.dim());
+  for (int i = 0; i < v.ndim; ++i) {
+    v.shape[i] = t.size(i);
+    v.strides[i] = t.stride(i);
+  }
+  v.device = t.is_cuda() ? Device{DeviceType::cuda, t.get_device()} : Device{DeviceType::cpu, 0};
+  return v;
+}
+
+cudaStream_t stream_of(const at::Tensor& t) {
+  return t.is_cuda() ? c10::cuda::getCurrentCUDAStream(t.get_device()).stream() : nullptr;
+}
+
+}  // namespace tessera::torch_ops
+
+TORCH_LIBRARY(tessera, m) {
+  m.set_python_module("tessera._torch");
+  for (const tessera::ops::OpInfo& op : tessera::ops::all_ops())
+    for (const std::string& schema : op.torch_schemas) m.def(schema.c_str());
+}

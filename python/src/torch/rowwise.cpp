@@ -1,0 +1,299 @@
+// The row-wise family as torch ops: softmax and log_softmax (and their backwards), layer_norm and
+// rms_norm (and their backwards). Schemas: the descriptions' (src/ops/rowwise/*_cases.cpp).
+// mean and rstd are float32 tensors of the leading shape, input.shape[:-len(normalized_shape)].
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "binding.hpp"
+
+namespace tessera::torch_ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using OptTensor = std::optional<at::Tensor>;
+using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
+
+// ---- softmax --------------------------------------------------------------------------------------
+
+template <void (*Fn)(const TensorView&, int, const TensorView&, cudaStream_t)>
+at::Tensor softmax_like(const char* op, const at::Tensor& input, int64_t dim) {
+  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
+  guarded([&] {
+    TORCH_CHECK_VALUE(dim >= INT32_MIN && dim <= INT32_MAX, "tessera.", op,
+                      ": argument 'dim': expected a dimension of 'input', got ", dim);
+    Fn(view(op, "input", input), static_cast<int>(dim), view(op, "out", out), stream_of(input));
+  });
+  return out;
+}
+
+template <void (*Fn)(const TensorView&, const TensorView&, int, const TensorView&, cudaStream_t)>
+at::Tensor softmax_backward_like(const char* op, const at::Tensor& grad_output,
+                                 const at::Tensor& output, int64_t dim) {
+  at::Tensor out = at::empty_like(grad_output, at::MemoryFormat::Contiguous);
+  guarded([&] {
+    TORCH_CHECK_VALUE(dim >= INT32_MIN && dim <= INT32_MAX, "tessera.", op,
+                      ": argument 'dim': expected a dimension of 'grad_output', got ", dim);
+    Fn(view(op, "grad_output", grad_output), view(op, "output", output), static_cast<int>(dim),
+       view(op, "out", out), stream_of(grad_output));
+  });
+  return out;
+}
+
+at::Tensor softmax(const at::Tensor& x, int64_t dim) {
+  return softmax_like<&tessera::softmax>("softmax", x, dim);
+}
+at::Tensor log_softmax(const at::Tensor& x, int64_t dim) {
+  return softmax_like<&tessera::log_softmax>("log_softmax", x, dim);
+}
+at::Tensor softmax_backward(const at::Tensor& g, const at::Tensor& y, int64_t dim) {
+  return softmax_backward_like<&tessera::softmax_backward>("softmax_backward", g, y, dim);
+}
+at::Tensor log_softmax_backward(const at::Tensor& g, const at::Tensor& y, int64_t dim) {
+  return softmax_backward_like<&tessera::log_softmax_backward>("log_softmax_backward", g, y, dim);
+}
+
+// Saves the output; the backward op takes it (softmax's and log_softmax's both need only y).
+template <bool Log>
+struct SoftmaxFunction : torch::autograd::Function<SoftmaxFunction<Log>> {
+  static const auto& op() {
+    static const auto h = handle<at::Tensor(const at::Tensor&, int64_t)>(Log ? "log_softmax" : "softmax");
+    return h;
+  }
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t dim) {
+    at::Tensor y = call_below_autograd(op(), input, dim);
+    ctx->save_for_backward({y});
+    ctx->saved_data["dim"] = dim;
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>(
+        Log ? "log_softmax_backward" : "softmax_backward");
+    return {op.call(grads[0], ctx->get_saved_variables()[0], ctx->saved_data["dim"].toInt()),
+            at::Tensor()};
+  }
+};
+
+template <bool Log>
+at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) {
+  if (!records(x)) return call_below_autograd(SoftmaxFunction<Log>::op(), x, dim);
+  return SoftmaxFunction<Log>::apply(x, dim);
+}
+
+// ---- layer_norm and rms_norm ----------------------------------------------------------------------
+
+std::string shape_list(at::IntArrayRef s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// len(normalized_shape), after checking that it is the trailing part of input's shape.
+int normalized_ndim(const char* op, const at::Tensor& input, at::IntArrayRef normalized) {
+  const int64_t k = static_cast<int64_t>(normalized.size()), nd = input.dim();
+  const bool ok = k > 0 && k <= nd && input.sizes().slice(nd - k) == normalized;
+  TORCH_CHECK_VALUE(ok, "tessera.", op, ": argument 'normalized_shape': expected the trailing "
+                    "dimensions of the input's shape ", shape_list(input.sizes()), " (",
+                    nd ? "1 to " + std::to_string(nd) + " of them" : std::string("a 0-d input has none"),
+                    "), got ", shape_list(normalized));
+  return static_cast<int>(k);
+}
+
+// `count` float32 statistics of the leading shape; NaN where rows have no elements (their
+// statistics are undefined and the library writes nothing).
+std::vector<at::Tensor> new_stats(const at::Tensor& x, int k, int count) {
+  const at::IntArrayRef lead = x.sizes().slice(0, x.dim() - k);
+  std::vector<at::Tensor> stats;
+  for (int i = 0; i < count; ++i) {
+    stats.push_back(at::empty(lead, x.options().dtype(at::kFloat)));
+    if (x.numel() == 0 && stats.back().numel() > 0) stats.back().fill_(NAN);
+  }
+  return stats;
+}
+
+// A parameter's gradient: the normalized shape, the parameter's dtype.
+at::Tensor param_grad(const at::Tensor& x, int k, const OptTensor& like) {
+  const auto dtype = like && like->defined() ? like->scalar_type() : x.scalar_type();
+  return at::empty(x.sizes().slice(x.dim() - k), x.options().dtype(dtype));
+}
+
+Tensor3 layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
+                   const OptTensor& bias, double eps) {
+  const int k = normalized_ndim("layer_norm", input, normalized_shape);
+  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
+  auto stats = new_stats(input, k, 2);
+  guarded([&] {
+    TensorView w, b;
+    const TensorView mean = view("layer_norm", "mean", stats[0]), rstd = view("layer_norm", "rstd", stats[1]);
+    tessera::layer_norm(view("layer_norm", "input", input), k, optional_view("layer_norm", "weight", weight, w),
+                        optional_view("layer_norm", "bias", bias, b), eps, view("layer_norm", "out", out),
+                        &mean, &rstd, stream_of(input));
+  });
+  return {out, stats[0], stats[1]};
+}
+
+Tensor3 layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                            at::IntArrayRef normalized_shape, const at::Tensor& mean,
+                            const at::Tensor& rstd, const OptTensor& weight,
+                            std::array<bool, 3> mask) {
+  const char* op = "layer_norm_backward";
+  const int k = normalized_ndim(op, input, normalized_shape);
+  at::Tensor gi, gw, gb;
+  if (mask[0]) gi = at::empty_like(input, at::MemoryFormat::Contiguous);
+  if (mask[1] && weight && weight->defined()) gw = param_grad(input, k, weight);
+  if (mask[2]) gb = param_grad(input, k, weight);
+  guarded([&] {
+    TensorView w, vi, vw, vb;
+    tessera::layer_norm_backward(
+        view(op, "grad_output", grad_output), view(op, "input", input), k, view(op, "mean", mean),
+        view(op, "rstd", rstd), optional_view(op, "weight", weight, w),
+        optional_view(op, "grad_input", gi, vi), optional_view(op, "grad_weight", gw, vw),
+        optional_view(op, "grad_bias", gb, vb), stream_of(grad_output));
+  });
+  return {gi, gw, gb};
+}
+
+Tensor2 rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
+                 double eps) {
+  const int k = normalized_ndim("rms_norm", input, normalized_shape);
+  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
+  auto stats = new_stats(input, k, 1);
+  guarded([&] {
+    TensorView w;
+    const TensorView rstd = view("rms_norm", "rstd", stats[0]);
+    tessera::rms_norm(view("rms_norm", "input", input), k, optional_view("rms_norm", "weight", weight, w),
+                      eps, view("rms_norm", "out", out), &rstd, stream_of(input));
+  });
+  return {out, stats[0]};
+}
+
+Tensor2 rms_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                          at::IntArrayRef normalized_shape, const at::Tensor& rstd,
+                          const OptTensor& weight, std::array<bool, 2> mask) {
+  const char* op = "rms_norm_backward";
+  const int k = normalized_ndim(op, input, normalized_shape);
+  at::Tensor gi, gw;
+  if (mask[0]) gi = at::empty_like(input, at::MemoryFormat::Contiguous);
+  if (mask[1] && weight && weight->defined()) gw = param_grad(input, k, weight);
+  guarded([&] {
+    TensorView w, vi, vw;
+    tessera::rms_norm_backward(view(op, "grad_output", grad_output), view(op, "input", input), k,
+                               view(op, "rstd", rstd), optional_view(op, "weight", weight, w),
+                               optional_view(op, "grad_input", gi, vi),
+                               optional_view(op, "grad_weight", gw, vw), stream_of(grad_output));
+  });
+  return {gi, gw};
+}
+
+// The norms save input, the statistics and weight; their backward ops compute the gradients
+// autograd asks for (output_mask), in one pass.
+struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
+  static const auto& op() {
+    static const auto h = handle<Tensor3(const at::Tensor&, at::IntArrayRef, const OptTensor&,
+                                         const OptTensor&, double)>("layer_norm");
+    return h;
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input,
+                               std::vector<int64_t> normalized_shape, const OptTensor& weight,
+                               const OptTensor& bias, double eps) {
+    auto [out, mean, rstd] = call_below_autograd(op(), input, normalized_shape, weight, bias, eps);
+    ctx->save_for_backward({input, mean, rstd, weight.value_or(at::Tensor())});
+    ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->saved_data["bias"] = bias.has_value() && bias->defined();
+    ctx->mark_non_differentiable({mean, rstd});
+    return {out, mean, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op =
+        handle<Tensor3(const at::Tensor&, const at::Tensor&, at::IntArrayRef, const at::Tensor&,
+                       const at::Tensor&, const OptTensor&, std::array<bool, 3>)>("layer_norm_backward");
+    const auto saved = ctx->get_saved_variables();
+    const OptTensor weight = saved[3].defined() ? OptTensor(saved[3]) : std::nullopt;
+    const auto shape = ctx->saved_data["normalized_shape"].toIntVector();
+    // needs_input_grad counts the tensor arguments that were given: input, weight?, bias?
+    size_t edge = 1;
+    const bool want_w = weight && ctx->needs_input_grad(edge++);
+    const bool want_b = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(edge);
+    auto [gi, gw, gb] = op.call(grads[0], saved[0], shape, saved[1], saved[2], weight,
+                                {ctx->needs_input_grad(0), want_w, want_b});
+    return {gi, at::Tensor(), gw, gb, at::Tensor()};
+  }
+};
+
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static const auto& op() {
+    static const auto h =
+        handle<Tensor2(const at::Tensor&, at::IntArrayRef, const OptTensor&, double)>("rms_norm");
+    return h;
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input,
+                               std::vector<int64_t> normalized_shape, const OptTensor& weight,
+                               double eps) {
+    auto [out, rstd] = call_below_autograd(op(), input, normalized_shape, weight, eps);
+    ctx->save_for_backward({input, rstd, weight.value_or(at::Tensor())});
+    ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->mark_non_differentiable({rstd});
+    return {out, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op =
+        handle<Tensor2(const at::Tensor&, const at::Tensor&, at::IntArrayRef, const at::Tensor&,
+                       const OptTensor&, std::array<bool, 2>)>("rms_norm_backward");
+    const auto saved = ctx->get_saved_variables();
+    const OptTensor weight = saved[2].defined() ? OptTensor(saved[2]) : std::nullopt;
+    const auto shape = ctx->saved_data["normalized_shape"].toIntVector();
+    // needs_input_grad counts the tensor arguments that were given: input, weight?
+    auto [gi, gw] = op.call(grads[0], saved[0], shape, saved[1], weight,
+                            {ctx->needs_input_grad(0), weight && ctx->needs_input_grad(1)});
+    return {gi, at::Tensor(), gw, at::Tensor()};
+  }
+};
+
+Tensor3 layer_norm_autograd(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                            const OptTensor& weight, const OptTensor& bias, double eps) {
+  if (!records(input, weight, bias))
+    return call_below_autograd(LayerNormFunction::op(), input, normalized_shape, weight, bias, eps);
+  auto r = LayerNormFunction::apply(input, normalized_shape.vec(), weight, bias, eps);
+  return {r[0], r[1], r[2]};
+}
+
+Tensor2 rms_norm_autograd(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                          const OptTensor& weight, double eps) {
+  if (!records(input, weight))
+    return call_below_autograd(RmsNormFunction::op(), input, normalized_shape, weight, eps);
+  auto r = RmsNormFunction::apply(input, normalized_shape.vec(), weight, eps);
+  return {r[0], r[1]};
+}
+
+void kernels(torch::Library& m) {
+  m.impl("softmax", &softmax);
+  m.impl("log_softmax", &log_softmax);
+  m.impl("softmax_backward", &softmax_backward);
+  m.impl("log_softmax_backward", &log_softmax_backward);
+  m.impl("layer_norm", &layer_norm);
+  m.impl("layer_norm_backward", &layer_norm_backward);
+  m.impl("rms_norm", &rms_norm);
+  m.impl("rms_norm_backward", &rms_norm_backward);
+}
+
+}  // namespace
+}  // namespace tessera::torch_ops
+
+TORCH_LIBRARY_IMPL(tessera, CUDA, m) { tessera::torch_ops::kernels(m); }
+TORCH_LIBRARY_IMPL(tessera, CPU, m) { tessera::torch_ops::kernels(m); }
+
+TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
+  using namespace tessera::torch_ops;
+  m.impl("softmax", &softmax_autograd<false>);
+  m.impl("log_softmax", &softmax_autograd<true>);
+  m.impl("layer_norm", &layer_norm_autograd);
+  m.impl("rms_norm", &rms_norm_autograd);
+}

@@ -1,0 +1,116 @@
+"""tessera's operators as torch ops: ``torch.ops.tessera.*``.
+
+The compiled library next to this module (libtessera_torch.so, built with the wheel where the
+building Python had torch: ``pip install --no-build-isolation .``) defines every op from its
+description's schema and registers its CUDA kernel and, for the differentiable ones, its autograd
+kernel, all in C++. This module loads it and registers the fake kernels (shapes, dtypes and strides
+only) that FakeTensor and torch.compile trace with.
+
+The public functions (tessera.softmax, ...) call these ops for torch tensors. Without the library
+(a wheel built in an isolated environment, without torch) ``ops`` is None and they take their
+Python paths instead.
+
+Imported by tessera._interop once torch is present; importing it imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import _interop
+
+_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtessera_torch.so")
+
+if os.path.exists(_PATH):
+    torch.ops.load_library(_PATH)
+    ops = torch.ops.tessera
+else:
+    ops = None
+
+
+def _like(t):
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+def _stats(x, normalized_shape, count):
+    lead = x.shape[:x.dim() - len(normalized_shape)]
+    return tuple(x.new_empty(lead, dtype=torch.float32) for _ in range(count))
+
+
+def _param_grad(x, normalized_shape, weight):
+    dtype = weight.dtype if weight is not None else x.dtype
+    return x.new_empty(tuple(normalized_shape), dtype=dtype)
+
+
+def _register_fakes():
+    fake = torch.library.register_fake
+
+    @fake("tessera::add")
+    def _add(input, other, *, alpha=1):
+        return input.new_empty(torch.broadcast_shapes(input.shape, other.shape))
+
+    @fake("tessera::add.Scalar")
+    def _add_scalar(input, other, *, alpha=1):
+        return _like(input)
+
+    for name in ("gelu", "silu", "softmax", "log_softmax", "dropout"):
+        fake(f"tessera::{name}", lambda input, *args, **kwargs: _like(input))
+    for name in ("gelu_backward", "silu_backward", "softmax_backward", "log_softmax_backward",
+                 "dropout_backward"):
+        fake(f"tessera::{name}", lambda grad_output, *args, **kwargs: _like(grad_output))
+
+    @fake("tessera::copy")
+    def _copy(src, dst):
+        return None
+
+    @fake("tessera::layer_norm")
+    def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+        return (_like(input),) + _stats(input, normalized_shape, 2)
+
+    @fake("tessera::layer_norm_backward")
+    def _layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight, output_mask):
+        return (_like(input) if output_mask[0] else None,
+                _param_grad(input, normalized_shape, weight)
+                if output_mask[1] and weight is not None else None,
+                _param_grad(input, normalized_shape, weight) if output_mask[2] else None)
+
+    @fake("tessera::rms_norm")
+    def _rms_norm(input, normalized_shape, weight, eps):
+        return (_like(input),) + _stats(input, normalized_shape, 1)
+
+    @fake("tessera::rms_norm_backward")
+    def _rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask):
+        return (_like(input) if output_mask[0] else None,
+                _param_grad(input, normalized_shape, weight)
+                if output_mask[1] and weight is not None else None)
+
+    @fake("tessera::isin")
+    def _isin(elements, test_elements, **kwargs):
+        return elements.new_empty(elements.shape, dtype=torch.bool)
+
+    @fake("tessera::matmul")
+    def _matmul(input, other, *, bias=None, residual=None, activation="none", alpha=1.0,
+                out_dtype=None, allow_tf32=False):
+        m, n = input.shape[-2], other.shape[-1]
+        shape = (m, n) if input.dim() == 2 and other.dim() == 2 else (
+            (input if input.dim() == 3 else other).shape[0], m, n)
+        return input.new_empty(shape, dtype=out_dtype or input.dtype)
+
+    @fake("tessera::scaled_mm")
+    def _scaled_mm(input, other, scale_a, scale_b, *, bias=None, out_dtype=None):
+        return input.new_empty((input.shape[0], other.shape[1]),
+                               dtype=out_dtype or torch.bfloat16)
+
+
+# torch.compile cannot trace torch.get_float32_matmul_precision (it returns a str): it reads the
+# setting once, while tracing, and the compiled graph keeps that choice.
+allows_tf32 = torch.compiler.assume_constant_result(
+    lambda: torch.get_float32_matmul_precision() != "highest")
+
+if ops is not None:
+    _register_fakes()
+
+# The public functions' fast path reads tessera._interop's copy of the above.
+_interop.init_ops(torch)
