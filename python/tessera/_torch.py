@@ -94,8 +94,9 @@ def _register_fakes():
     def _matmul(input, other, *, bias=None, residual=None, activation="none", alpha=1.0,
                 out_dtype=None, allow_tf32=False):
         m, n = input.shape[-2], other.shape[-1]
-        shape = (m, n) if input.dim() == 2 and other.dim() == 2 else (
-            (input if input.dim() == 3 else other).shape[0], m, n)
+        batch = max(input.shape[0] if input.dim() == 3 else 1,
+                    other.shape[0] if other.dim() == 3 else 1)
+        shape = (m, n) if input.dim() == 2 and other.dim() == 2 else (batch, m, n)
         return input.new_empty(shape, dtype=out_dtype or input.dtype)
 
     @fake("tessera::scaled_mm")

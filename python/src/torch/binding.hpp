@@ -30,7 +30,9 @@ namespace tessera::torch_ops {
 bool dtype_of(c10::ScalarType t, DType& out);
 
 // The view of a tensor (any device: the library refuses what it cannot run, by name). A dtype the
-// library does not represent is refused here, naming the op and the argument.
+// library does not represent is refused here, naming the op and the argument; so a kernel views
+// its arguments in the order the library checks them (inputs first: C++ evaluates function
+// arguments in no set order), and allocates its outputs after.
 TensorView view(const char* op, const char* arg, const at::Tensor& t);
 
 // The view of an optional tensor argument, kept in `slot`; nullptr where it is absent.

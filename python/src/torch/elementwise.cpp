@@ -37,85 +37,85 @@ GeluApproximate approximate_of(c10::string_view s) {
 // ---- CUDA kernels ---------------------------------------------------------------------------------
 
 at::Tensor add(const at::Tensor& input, const at::Tensor& other, double alpha) {
+  const TensorView a = view("add", "input", input), b = view("add", "other", other);
   std::vector<int64_t> shape;
   // Shapes that do not broadcast: a 0-d stand-in output, which the library refuses by name
   // after its checks of devices and dtypes.
   const bool ok = broadcast(input.sizes(), other.sizes(), shape);
   at::Tensor out = at::empty(ok ? at::IntArrayRef(shape) : at::IntArrayRef{}, input.options());
-  guarded([&] {
-    tessera::add(view("add", "input", input), view("add", "other", other), view("add", "out", out),
-                 alpha, stream_of(input));
-  });
+  guarded([&] { tessera::add(a, b, view("add", "out", out), alpha, stream_of(input)); });
   return out;
 }
 
 at::Tensor add_scalar(const at::Tensor& input, double other, double alpha) {
+  const TensorView a = view("add", "input", input);
   at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
-  guarded([&] {
-    tessera::add(view("add", "input", input), other, view("add", "out", out), alpha, stream_of(input));
-  });
+  guarded([&] { tessera::add(a, other, view("add", "out", out), alpha, stream_of(input)); });
   return out;
 }
 
 at::Tensor gelu(const at::Tensor& input, c10::string_view approximate) {
+  const TensorView x = view("gelu", "input", input);
   at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
   guarded([&] {
-    tessera::gelu(view("gelu", "input", input), view("gelu", "out", out), approximate_of(approximate),
-                  stream_of(input));
+    tessera::gelu(x, view("gelu", "out", out), approximate_of(approximate), stream_of(input));
   });
   return out;
 }
 
 at::Tensor gelu_backward(const at::Tensor& grad_output, const at::Tensor& input,
                          c10::string_view approximate) {
+  const TensorView g = view("gelu_backward", "grad_output", grad_output);
+  const TensorView x = view("gelu_backward", "input", input);
   at::Tensor out = at::empty_like(grad_output, at::MemoryFormat::Contiguous);
   guarded([&] {
-    tessera::gelu_backward(view("gelu_backward", "grad_output", grad_output),
-                           view("gelu_backward", "input", input), view("gelu_backward", "out", out),
-                           approximate_of(approximate), stream_of(grad_output));
-  });
-  return out;
-}
-
-at::Tensor silu(const at::Tensor& input) {
-  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
-  guarded([&] {
-    tessera::silu(view("silu", "input", input), view("silu", "out", out), stream_of(input));
-  });
-  return out;
-}
-
-at::Tensor silu_backward(const at::Tensor& grad_output, const at::Tensor& input) {
-  at::Tensor out = at::empty_like(grad_output, at::MemoryFormat::Contiguous);
-  guarded([&] {
-    tessera::silu_backward(view("silu_backward", "grad_output", grad_output),
-                           view("silu_backward", "input", input), view("silu_backward", "out", out),
+    tessera::gelu_backward(g, x, view("gelu_backward", "out", out), approximate_of(approximate),
                            stream_of(grad_output));
   });
   return out;
 }
 
+at::Tensor silu(const at::Tensor& input) {
+  const TensorView x = view("silu", "input", input);
+  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
+  guarded([&] { tessera::silu(x, view("silu", "out", out), stream_of(input)); });
+  return out;
+}
+
+at::Tensor silu_backward(const at::Tensor& grad_output, const at::Tensor& input) {
+  const TensorView g = view("silu_backward", "grad_output", grad_output);
+  const TensorView x = view("silu_backward", "input", input);
+  at::Tensor out = at::empty_like(grad_output, at::MemoryFormat::Contiguous);
+  guarded([&] {
+    tessera::silu_backward(g, x, view("silu_backward", "out", out), stream_of(grad_output));
+  });
+  return out;
+}
+
 at::Tensor dropout(const at::Tensor& input, double p, int64_t seed, int64_t offset) {
+  const TensorView x = view("dropout", "input", input);
   at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
   guarded([&] {
-    tessera::dropout(view("dropout", "input", input), view("dropout", "out", out), p,
-                     static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), stream_of(input));
+    tessera::dropout(x, view("dropout", "out", out), p, static_cast<uint64_t>(seed),
+                     static_cast<uint64_t>(offset), stream_of(input));
   });
   return out;
 }
 
 at::Tensor dropout_backward(const at::Tensor& grad_output, double p, int64_t seed, int64_t offset) {
+  const TensorView g = view("dropout_backward", "grad_output", grad_output);
   at::Tensor out = at::empty_like(grad_output, at::MemoryFormat::Contiguous);
   guarded([&] {
-    tessera::dropout_backward(view("dropout_backward", "grad_output", grad_output),
-                              view("dropout_backward", "out", out), p, static_cast<uint64_t>(seed),
-                              static_cast<uint64_t>(offset), stream_of(grad_output));
+    tessera::dropout_backward(g, view("dropout_backward", "out", out), p,
+                              static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
+                              stream_of(grad_output));
   });
   return out;
 }
 
 void copy(const at::Tensor& src, const at::Tensor& dst) {
-  guarded([&] { tessera::copy(view("copy", "src", src), view("copy", "dst", dst), stream_of(src)); });
+  const TensorView s = view("copy", "src", src), d = view("copy", "dst", dst);
+  guarded([&] { tessera::copy(s, d, stream_of(src)); });
 }
 
 // ---- autograd -------------------------------------------------------------------------------------

@@ -31,11 +31,30 @@ bool dtype_of(c10::ScalarType t, DType& out) {
   }
 }
 
+namespace {
+// torch's Python name of a dtype tessera lacks ("complex64"), as its messages spell dtypes.
+std::string torch_name(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::ComplexHalf: return "complex32";
+    case c10::ScalarType::ComplexFloat: return "complex64";
+    case c10::ScalarType::ComplexDouble: return "complex128";
+    case c10::ScalarType::UInt16: return "uint16";
+    case c10::ScalarType::UInt32: return "uint32";
+    case c10::ScalarType::UInt64: return "uint64";
+    default: return c10::toString(t);
+  }
+}
+}  // namespace
+
 TensorView view(const char* op, const char* arg, const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.defined(), "tessera.", op, ": argument '", arg, "': expected a tensor, got None");
   TensorView v;
-  TORCH_CHECK_TYPE(dtype_of(t.scalar_type(), v.dtype), "tessera.", op, ": argument '", arg,
-                   "': dtype ", c10::toString(t.scalar_type()), " is not supported");
+  // A dtype tessera lacks on a tensor off the GPU: the library's device check refuses it first
+  // (as it would any CPU tensor), so the view stands in uint8.
+  TORCH_CHECK_TYPE(dtype_of(t.scalar_type(), v.dtype) || !t.is_cuda(), "tessera.", op,
+                   ": argument '", arg, "': expected a dtype tessera supports (float32, float16, "
+                   "bfloat16, ...), got ", torch_name(t.scalar_type()));
+  if (!t.is_cuda() && !dtype_of(t.scalar_type(), v.dtype)) v.dtype = DType::uint8;
   TORCH_CHECK_VALUE(t.dim() <= kMaxDims, "tessera.", op, ": argument '", arg, "': expected at most ",
                     kMaxDims, " dimensions, got ", t.dim());
   v.data = t.data_ptr();

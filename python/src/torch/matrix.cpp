@@ -3,6 +3,7 @@
 // (src/ops/matrix/matmul_cases.cpp).
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,7 +30,8 @@ std::vector<int64_t> product_shape(const at::Tensor& a, const at::Tensor& b) {
   if (da < 2 || da > 3 || db < 2 || db > 3) return {};
   const int64_t m = a.size(-2), n = b.size(-1);
   if (da == 2 && db == 2) return {m, n};
-  return {da == 3 ? a.size(0) : b.size(0), m, n};
+  // A batch of 1 (or a 2-d operand) is shared by the other's batches.
+  return {std::max(da == 3 ? a.size(0) : 1, db == 3 ? b.size(0) : 1), m, n};
 }
 
 at::Tensor matmul(const at::Tensor& input, const at::Tensor& other, const OptTensor& bias,
@@ -39,31 +41,28 @@ at::Tensor matmul(const at::Tensor& input, const at::Tensor& other, const OptTen
   o.activation = activation_of(activation);
   o.alpha = alpha;
   o.allow_tf32 = allow_tf32;
+  TensorView b, r;
+  const TensorView a = view("matmul", "input", input), bv = view("matmul", "other", other);
+  o.bias = optional_view("matmul", "bias", bias, b);
+  o.residual = optional_view("matmul", "residual", residual, r);
   at::Tensor out = at::empty(product_shape(input, other),
                              input.options().dtype(out_dtype.value_or(input.scalar_type())));
-  guarded([&] {
-    TensorView b, r;
-    o.bias = optional_view("matmul", "bias", bias, b);
-    o.residual = optional_view("matmul", "residual", residual, r);
-    tessera::matmul(view("matmul", "input", input), view("matmul", "other", other),
-                    view("matmul", "out", out), o, stream_of(input));
-  });
+  guarded([&] { tessera::matmul(a, bv, view("matmul", "out", out), o, stream_of(input)); });
   return out;
 }
 
 at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at::Tensor& scale_a,
                      const at::Tensor& scale_b, const OptTensor& bias,
                      std::optional<at::ScalarType> out_dtype) {
+  const char* op = "scaled_mm";
+  TensorView b;
+  const TensorView a = view(op, "input", input), bv = view(op, "other", other);
+  const TensorView sa = view(op, "scale_a", scale_a), sb = view(op, "scale_b", scale_b);
+  const TensorView* bp = optional_view(op, "bias", bias, b);
   const bool ok = input.dim() == 2 && other.dim() == 2;
   at::Tensor out = at::empty(ok ? std::vector<int64_t>{input.size(0), other.size(1)} : std::vector<int64_t>{},
                              input.options().dtype(out_dtype.value_or(at::kBFloat16)));
-  guarded([&] {
-    TensorView b;
-    tessera::scaled_mm(view("scaled_mm", "input", input), view("scaled_mm", "other", other),
-                       view("scaled_mm", "scale_a", scale_a), view("scaled_mm", "scale_b", scale_b),
-                       view("scaled_mm", "out", out), optional_view("scaled_mm", "bias", bias, b),
-                       stream_of(input));
-  });
+  guarded([&] { tessera::scaled_mm(a, bv, sa, sb, view(op, "out", out), bp, stream_of(input)); });
   return out;
 }
 

@@ -26,25 +26,22 @@ using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
 
 template <void (*Fn)(const TensorView&, int, const TensorView&, cudaStream_t)>
 at::Tensor softmax_like(const char* op, const at::Tensor& input, int64_t dim) {
+  const TensorView x = view(op, "input", input);
+  TORCH_CHECK_VALUE(dim >= INT32_MIN && dim <= INT32_MAX, "tessera.", op,
+                    ": argument 'dim': expected a dimension of 'input', got ", dim);
   at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
-  guarded([&] {
-    TORCH_CHECK_VALUE(dim >= INT32_MIN && dim <= INT32_MAX, "tessera.", op,
-                      ": argument 'dim': expected a dimension of 'input', got ", dim);
-    Fn(view(op, "input", input), static_cast<int>(dim), view(op, "out", out), stream_of(input));
-  });
+  guarded([&] { Fn(x, static_cast<int>(dim), view(op, "out", out), stream_of(input)); });
   return out;
 }
 
 template <void (*Fn)(const TensorView&, const TensorView&, int, const TensorView&, cudaStream_t)>
 at::Tensor softmax_backward_like(const char* op, const at::Tensor& grad_output,
                                  const at::Tensor& output, int64_t dim) {
+  const TensorView g = view(op, "grad_output", grad_output), y = view(op, "output", output);
+  TORCH_CHECK_VALUE(dim >= INT32_MIN && dim <= INT32_MAX, "tessera.", op,
+                    ": argument 'dim': expected a dimension of 'grad_output', got ", dim);
   at::Tensor out = at::empty_like(grad_output, at::MemoryFormat::Contiguous);
-  guarded([&] {
-    TORCH_CHECK_VALUE(dim >= INT32_MIN && dim <= INT32_MAX, "tessera.", op,
-                      ": argument 'dim': expected a dimension of 'grad_output', got ", dim);
-    Fn(view(op, "grad_output", grad_output), view(op, "output", output), static_cast<int>(dim),
-       view(op, "out", out), stream_of(grad_output));
-  });
+  guarded([&] { Fn(g, y, static_cast<int>(dim), view(op, "out", out), stream_of(grad_output)); });
   return out;
 }
 
@@ -127,15 +124,17 @@ at::Tensor param_grad(const at::Tensor& x, int k, const OptTensor& like) {
 
 Tensor3 layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
                    const OptTensor& bias, double eps) {
-  const int k = normalized_ndim("layer_norm", input, normalized_shape);
+  const char* op = "layer_norm";
+  const int k = normalized_ndim(op, input, normalized_shape);
+  TensorView w, b;
+  const TensorView x = view(op, "input", input);
+  const TensorView* wp = optional_view(op, "weight", weight, w);
+  const TensorView* bp = optional_view(op, "bias", bias, b);
   at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
   auto stats = new_stats(input, k, 2);
   guarded([&] {
-    TensorView w, b;
-    const TensorView mean = view("layer_norm", "mean", stats[0]), rstd = view("layer_norm", "rstd", stats[1]);
-    tessera::layer_norm(view("layer_norm", "input", input), k, optional_view("layer_norm", "weight", weight, w),
-                        optional_view("layer_norm", "bias", bias, b), eps, view("layer_norm", "out", out),
-                        &mean, &rstd, stream_of(input));
+    const TensorView mean = view(op, "mean", stats[0]), rstd = view(op, "rstd", stats[1]);
+    tessera::layer_norm(x, k, wp, bp, eps, view(op, "out", out), &mean, &rstd, stream_of(input));
   });
   return {out, stats[0], stats[1]};
 }
@@ -146,31 +145,35 @@ Tensor3 layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& inp
                             std::array<bool, 3> mask) {
   const char* op = "layer_norm_backward";
   const int k = normalized_ndim(op, input, normalized_shape);
+  if (!mask[0] && !(mask[1] && weight && weight->defined()) && !mask[2]) return {};  // nothing wanted
+  TensorView w, vi, vw, vb;
+  const TensorView g = view(op, "grad_output", grad_output), x = view(op, "input", input);
+  const TensorView vm = view(op, "mean", mean), vr = view(op, "rstd", rstd);
+  const TensorView* wp = optional_view(op, "weight", weight, w);
   at::Tensor gi, gw, gb;
   if (mask[0]) gi = at::empty_like(input, at::MemoryFormat::Contiguous);
   if (mask[1] && weight && weight->defined()) gw = param_grad(input, k, weight);
   if (mask[2]) gb = param_grad(input, k, weight);
   guarded([&] {
-    TensorView w, vi, vw, vb;
-    tessera::layer_norm_backward(
-        view(op, "grad_output", grad_output), view(op, "input", input), k, view(op, "mean", mean),
-        view(op, "rstd", rstd), optional_view(op, "weight", weight, w),
-        optional_view(op, "grad_input", gi, vi), optional_view(op, "grad_weight", gw, vw),
-        optional_view(op, "grad_bias", gb, vb), stream_of(grad_output));
+    tessera::layer_norm_backward(g, x, k, vm, vr, wp, optional_view(op, "grad_input", gi, vi),
+                                 optional_view(op, "grad_weight", gw, vw),
+                                 optional_view(op, "grad_bias", gb, vb), stream_of(grad_output));
   });
   return {gi, gw, gb};
 }
 
 Tensor2 rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
                  double eps) {
-  const int k = normalized_ndim("rms_norm", input, normalized_shape);
+  const char* op = "rms_norm";
+  const int k = normalized_ndim(op, input, normalized_shape);
+  TensorView w;
+  const TensorView x = view(op, "input", input);
+  const TensorView* wp = optional_view(op, "weight", weight, w);
   at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
   auto stats = new_stats(input, k, 1);
   guarded([&] {
-    TensorView w;
-    const TensorView rstd = view("rms_norm", "rstd", stats[0]);
-    tessera::rms_norm(view("rms_norm", "input", input), k, optional_view("rms_norm", "weight", weight, w),
-                      eps, view("rms_norm", "out", out), &rstd, stream_of(input));
+    const TensorView rstd = view(op, "rstd", stats[0]);
+    tessera::rms_norm(x, k, wp, eps, view(op, "out", out), &rstd, stream_of(input));
   });
   return {out, stats[0]};
 }
@@ -180,14 +183,16 @@ Tensor2 rms_norm_backward(const at::Tensor& grad_output, const at::Tensor& input
                           const OptTensor& weight, std::array<bool, 2> mask) {
   const char* op = "rms_norm_backward";
   const int k = normalized_ndim(op, input, normalized_shape);
+  if (!mask[0] && !(mask[1] && weight && weight->defined())) return {};  // nothing wanted
+  TensorView w, vi, vw;
+  const TensorView g = view(op, "grad_output", grad_output), x = view(op, "input", input);
+  const TensorView vr = view(op, "rstd", rstd);
+  const TensorView* wp = optional_view(op, "weight", weight, w);
   at::Tensor gi, gw;
   if (mask[0]) gi = at::empty_like(input, at::MemoryFormat::Contiguous);
   if (mask[1] && weight && weight->defined()) gw = param_grad(input, k, weight);
   guarded([&] {
-    TensorView w, vi, vw;
-    tessera::rms_norm_backward(view(op, "grad_output", grad_output), view(op, "input", input), k,
-                               view(op, "rstd", rstd), optional_view(op, "weight", weight, w),
-                               optional_view(op, "grad_input", gi, vi),
+    tessera::rms_norm_backward(g, x, k, vr, wp, optional_view(op, "grad_input", gi, vi),
                                optional_view(op, "grad_weight", gw, vw), stream_of(grad_output));
   });
   return {gi, gw};

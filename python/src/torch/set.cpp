@@ -25,10 +25,11 @@ at::Tensor isin(const at::Tensor& elements, const at::Tensor& test_elements, boo
   o.brute_force_max_test = brute_force_max_test;
   o.brute_force_max_work = brute_force_max_work;
   o.hash_min_test = hash_min_test;
+  const TensorView e = view("isin", "elements", elements);
+  const TensorView t = view("isin", "test_elements", test_elements);
   at::Tensor out = at::empty(elements.sizes(), elements.options().dtype(at::kBool));
   guarded([&] {
-    tessera::isin(view("isin", "elements", elements), view("isin", "test_elements", test_elements),
-                  view("isin", "out", out), assume_unique, invert, stream_of(elements), o);
+    tessera::isin(e, t, view("isin", "out", out), assume_unique, invert, stream_of(elements), o);
   });
   return out;
 }
