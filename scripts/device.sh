@@ -47,6 +47,10 @@ STEPS="${STEPS:-env ctest verify pytest pybench bench}"
 OP_ARGS="${OPS//,/ }"  # the command's operands: names separated by spaces
 BENCH_DTYPES="${BENCH_DTYPES:-float32,bfloat16}"
 
+# A packed devbin (scripts/stage_devbin.sh) where devbin itself was not carried.
+if [ ! -d devbin ] && [ -f devbin-pack/devbin.tar.xz ]; then
+  python3 -c "import tarfile; tarfile.open('devbin-pack/devbin.tar.xz').extractall('.')"
+fi
 # devbin's binaries find devbin's libraries (libtessera, libtessera_harness) through this; the
 # Python steps use the wheel's own.
 export DEVLIB="LD_LIBRARY_PATH=$PWD/devbin"

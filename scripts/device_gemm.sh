@@ -7,6 +7,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
+if [ ! -d devbin ] && [ -f devbin-pack/devbin.tar.xz ]; then  # packed: scripts/stage_devbin.sh
+  python3 -c "import tarfile; tarfile.open('devbin-pack/devbin.tar.xz').extractall('.')"
+fi
 export LD_LIBRARY_PATH="$PWD/devbin"
 export TESSERA_CACHE_DIR="$OUT/cache"
 BIN=devbin/tessera
