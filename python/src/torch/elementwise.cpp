@@ -238,7 +238,6 @@ at::Tensor dropout_autograd(const at::Tensor& input, double p, int64_t seed, int
   return DropoutFunction::apply(input, p, seed, offset);
 }
 
-
 void kernels(torch::Library& m) {
   m.impl("add", &add);
   m.impl("add.Scalar", &add_scalar);
