@@ -51,7 +51,6 @@ _torch_raw_stream = None
 Tensor = None
 ops = None
 torch_module = None  # the torch module, once seen
-allows_tf32 = None  # () -> whether torch's float32 matmul precision allows TF32 (tessera._torch)
 
 
 def torch_if_tensor(x):
@@ -79,11 +78,10 @@ def _init_torch(torch) -> None:
 
 def init_ops(torch) -> None:
     """Loads tessera's torch ops (tessera._torch) and sets Tensor and ops."""
-    global Tensor, ops, torch_module, allows_tf32
+    global Tensor, ops, torch_module
     if Tensor is None:
         from . import _torch  # (when called by _torch's import: the module as far as it got)
         ops = _torch.ops
-        allows_tf32 = _torch.allows_tf32
         torch_module = torch
         Tensor = torch.Tensor
 

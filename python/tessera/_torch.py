@@ -92,7 +92,7 @@ def _register_fakes():
 
     @fake("tessera::matmul")
     def _matmul(input, other, *, bias=None, residual=None, activation="none", alpha=1.0,
-                out_dtype=None, allow_tf32=False):
+                out_dtype=None, allow_tf32=None):
         m, n = input.shape[-2], other.shape[-1]
         batch = max(input.shape[0] if input.dim() == 3 else 1,
                     other.shape[0] if other.dim() == 3 else 1)
@@ -104,11 +104,6 @@ def _register_fakes():
         return input.new_empty((input.shape[0], other.shape[1]),
                                dtype=out_dtype or torch.bfloat16)
 
-
-# torch.compile cannot trace torch.get_float32_matmul_precision (it returns a str): it reads the
-# setting once, while tracing, and the compiled graph keeps that choice.
-allows_tf32 = torch.compiler.assume_constant_result(
-    lambda: torch.get_float32_matmul_precision() != "highest")
 
 if ops is not None:
     _register_fakes()

@@ -71,11 +71,6 @@ def _grad_wanted(a, b, bias) -> bool:
         bias is not None and bias.requires_grad))
 
 
-def _tf32(a) -> bool:
-    """TF32 for float32 inputs where torch's matmul precision allows it (read at each call)."""
-    return a.dtype == _interop.torch_module.float32 and _interop.allows_tf32()
-
-
 def _as_3d(torch, t, batch_shape, rows, cols):
     """t broadcast to batch_shape + (rows, cols) as a 2-d tensor (no batch) or a 3-d one."""
     if not batch_shape:
@@ -126,12 +121,14 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
                                  f"broadcasts to {list(out_shape)}, got "
                                  f"{list(residual.shape)}") from None
         r3 = _as_3d(torch, residual, batch_shape, m, n)
-    tf32 = _tf32(a)
-    if allocate and _interop.ops is not None:  # the registered op allocates the output
+    if allocate and _interop.ops is not None:  # the registered op allocates the output; it reads
+        # torch's float32 matmul precision itself (at run time, also in a compiled graph)
         result = _interop.ops.matmul.default(
             a3, b3, bias=bias, residual=r3, activation=_activation(activation), alpha=float(alpha),
-            out_dtype=out_dtype, allow_tf32=tf32)
+            out_dtype=out_dtype)
         return result if len(batch_shape) <= 1 else result.view(out_shape)
+    # TF32 for float32 inputs where torch's matmul precision allows it, read at each call.
+    tf32 = a.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest"
     o3 = out if len(batch_shape) <= 1 else out.view(-1, m, n)
     av = torch_view(a3)
     _C.matmul(av, as_arg(torch, b3, "matmul", "other"), as_arg(torch, o3, "matmul", "out"),
@@ -228,7 +225,7 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
             and input.dim() == 2 and other.dim() == 2 and not _grad_wanted(input, other, bias) \
             and type(alpha) in (int, float) and math.isfinite(alpha):
         return ops.matmul.default(input, other, bias=bias, activation=_activation(activation),
-                                  alpha=alpha, out_dtype=out_dtype, allow_tf32=_tf32(input))
+                                  alpha=alpha, out_dtype=out_dtype)
     torch = _torch_only(input, "input")
     _torch_only(other, "other")
     _activation(activation)

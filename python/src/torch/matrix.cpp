@@ -1,6 +1,7 @@
 // The matrix family as torch ops: matmul (the library's 2-d/3-d operands; the Python layer views
 // torch.matmul's shapes as these) and scaled_mm. Schemas: the descriptions'
 // (src/ops/matrix/matmul_cases.cpp).
+#include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
@@ -36,11 +37,13 @@ std::vector<int64_t> product_shape(const at::Tensor& a, const at::Tensor& b) {
 
 at::Tensor matmul(const at::Tensor& input, const at::Tensor& other, const OptTensor& bias,
                   const OptTensor& residual, c10::string_view activation, double alpha,
-                  std::optional<at::ScalarType> out_dtype, bool allow_tf32) {
+                  std::optional<at::ScalarType> out_dtype, std::optional<bool> allow_tf32) {
   MatmulOptions o;
   o.activation = activation_of(activation);
   o.alpha = alpha;
-  o.allow_tf32 = allow_tf32;
+  // torch.get_float32_matmul_precision() != "highest", as torch.matmul reads it.
+  o.allow_tf32 = allow_tf32.value_or(at::globalContext().float32MatmulPrecision() !=
+                                     at::Float32MatmulPrecision::HIGHEST);
   TensorView b, r;
   const TensorView a = view("matmul", "input", input), bv = view("matmul", "other", other);
   o.bias = optional_view("matmul", "bias", bias, b);

@@ -265,10 +265,11 @@ const Registrar kRegistrar(10, [] {
   op.make_baseline = [](DType dt, int64_t n) { return cublas_bench("matmul", dt, n); };
   op.bench_shape = matmul_shape;
   // input [M, K] or [B, M, K], other [K, N] or [B, K, N] (the library's operands; the Python layer
-  // views torch.matmul's shapes as these).
+  // views torch.matmul's shapes as these). allow_tf32=None: torch's float32 matmul precision, read
+  // at each call (also in a compiled graph).
   op.torch_schemas = {"matmul(Tensor input, Tensor other, *, Tensor? bias=None, Tensor? residual=None, "
                       "str activation='none', float alpha=1, ScalarType? out_dtype=None, "
-                      "bool allow_tf32=False) -> Tensor"};
+                      "bool? allow_tf32=None) -> Tensor"};
 
   OpInfo tf32 = op;
   tf32.torch_schemas = {};  // matmul's allow_tf32
