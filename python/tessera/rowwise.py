@@ -107,7 +107,7 @@ def _shape_arg(normalized_shape):
     t = type(normalized_shape)
     if t is int:
         return (normalized_shape,)
-    if t is tuple or t is list or isinstance(normalized_shape, tuple):
+    if t is list or isinstance(normalized_shape, tuple):
         return normalized_shape
     return None
 
