@@ -26,8 +26,9 @@ says float16 or float32 (float8 outputs are not offered). The products accumulat
 cores' float32 accumulator without periodic promotion, as ``use_fast_accum=True`` does.
 No autograd.
 
-Autograd: when grad mode is on and a tensor argument requires grad, the call goes through a
-torch.autograd.Function whose backward runs tessera matmuls (dA = alpha dZ B^T, dB = alpha A^T dZ,
+Autograd: torch.ops.tessera.matmul's own (C++) where the wheel has the torch ops; otherwise, when
+grad mode is on and a tensor argument requires grad, the call goes through a
+torch.autograd.Function. Either backward runs tessera matmuls (dA = alpha dZ B^T, dB = alpha A^T dZ,
 dbias = sum of dZ), with dZ the gradient through the activation (tessera's gelu/silu backward
 kernels; the forward then stores the pre-activation product and applies the activation apart).
 
@@ -63,12 +64,6 @@ def _torch_only(x, arg: str):
         raise TypeError(f"tessera.matmul: argument '{arg}': expected a torch tensor (DLPack arrays "
                         f"go through the C++ API for now), got {type(x).__name__}")
     return torch
-
-
-def _grad_wanted(a, b, bias) -> bool:
-    torch = _interop.torch_module
-    return torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (
-        bias is not None and bias.requires_grad))
 
 
 def _as_3d(torch, t, batch_shape, rows, cols):
@@ -222,7 +217,7 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
     ops = _interop.ops
     if ops is not None and out is None and residual is None and beta == 0 \
             and isinstance(input, _interop.Tensor) and isinstance(other, _interop.Tensor) \
-            and input.dim() == 2 and other.dim() == 2 and not _grad_wanted(input, other, bias) \
+            and input.dim() == 2 and other.dim() == 2 \
             and type(alpha) in (int, float) and math.isfinite(alpha):
         return ops.matmul.default(input, other, bias=bias, activation=_activation(activation),
                                   alpha=alpha, out_dtype=out_dtype)
@@ -236,6 +231,9 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
         if out is not None or beta != 0:
             raise RuntimeError("tessera.matmul: out= and beta are not differentiable; call it "
                                "under torch.no_grad() or without them")
+        if _interop.ops is not None:  # the registered op's autograd (C++)
+            return _forward(torch, input, other, bias, activation, residual, alpha, 0.0, None,
+                            out_dtype)
         return _functions(torch).apply(input, other, bias, residual, activation, float(alpha),
                                        out_dtype)
     return _forward(torch, input, other, bias, activation, residual, alpha, beta, out, out_dtype)

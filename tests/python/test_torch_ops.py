@@ -69,9 +69,10 @@ def samples(torch, name, dtype):
         t = torch.randint(0, 20, (7,), device="cuda", dtype=torch.int32)
         return [((e, t), {}), ((e, t), {"invert": True, "path": "sort"})]
     if name == "matmul":
-        return [((x(16, 32, grad=False), x(32, 24, grad=False)),
-                 {"bias": x(24, grad=False), "activation": "gelu"}),
-                ((x(2, 16, 32, grad=False), x(32, 24, grad=False)), {"alpha": 0.5})]
+        return [((x(16, 32), x(32, 24)), {"bias": x(24), "activation": "gelu"}),
+                ((x(16, 32), x(32, 24)), {"residual": x(16, 24), "activation": "relu"}),
+                ((x(2, 16, 32), x(32, 24)), {"alpha": 0.5, "residual": x(2, 16, 24)}),
+                ((x(1, 16, 32), x(3, 32, 24)), {"activation": "silu"})]
     if name == "scaled_mm":
         a = torch.randn(16, 64, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(24, 64, device="cuda").to(torch.float8_e4m3fn).t()

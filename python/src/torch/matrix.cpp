@@ -3,6 +3,8 @@
 // (src/ops/matrix/matmul_cases.cpp).
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/relu.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <optional>
@@ -69,6 +71,127 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
   return out;
 }
 
+// ---- autograd ---------------------------------------------------------------------------------
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using MatmulSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
+                             c10::string_view, double, std::optional<at::ScalarType>,
+                             std::optional<bool>);
+
+const c10::TypedOperatorHandle<MatmulSig>& matmul_op() {
+  static const auto h = handle<MatmulSig>("matmul");
+  return h;
+}
+
+// The activation applied apart from the product, so that the product (its input) can be kept.
+at::Tensor activate(const at::Tensor& z, Activation a) {
+  static const auto gelu = handle<at::Tensor(const at::Tensor&, c10::string_view)>("gelu");
+  static const auto silu = handle<at::Tensor(const at::Tensor&)>("silu");
+  switch (a) {
+    case Activation::relu: return at::relu(z);
+    case Activation::gelu: return gelu.call(z, "none");
+    case Activation::gelu_tanh: return gelu.call(z, "tanh");
+    case Activation::silu: return silu.call(z);
+    default: return z;
+  }
+}
+
+at::Tensor activate_backward(const at::Tensor& g, const at::Tensor& z, Activation a) {
+  static const auto gelu = handle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>(
+      "gelu_backward");
+  static const auto silu = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("silu_backward");
+  switch (a) {
+    case Activation::relu: return g.mul(z.gt(0));
+    case Activation::gelu: return gelu.call(g, z, "none");
+    case Activation::gelu_tanh: return gelu.call(g, z, "tanh");
+    case Activation::silu: return silu.call(g, z);
+    default: return g;
+  }
+}
+
+// A gradient of the product's batch shape summed to an operand's: over the batch for a 2-d
+// (shared) operand, keeping a batch of 1.
+at::Tensor sum_to_operand(const at::Tensor& g, at::IntArrayRef shape) {
+  if (g.sizes() == shape) return g;
+  if (shape.size() == 2) return g.sum(0);
+  return g.sum(0, /*keepdim=*/true);
+}
+
+// out = activation(alpha * input @ other + bias) + residual. Without an activation the residual
+// is fused into the product (its gradient is the output's); with one, the product keeps the
+// pre-activation for the backward and the activation and residual follow apart.
+struct MatmulFunction : torch::autograd::Function<MatmulFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other,
+                            const OptTensor& bias, const OptTensor& residual,
+                            c10::string_view activation, double alpha,
+                            std::optional<at::ScalarType> out_dtype, std::optional<bool> allow_tf32) {
+    const Activation act = activation_of(activation);
+    const bool fused = act == Activation::none;
+    at::Tensor z = call_below_autograd(matmul_op(), input, other, bias,
+                                       fused ? residual : OptTensor(), "none", alpha, out_dtype,
+                                       allow_tf32);
+    at::Tensor y = z;
+    if (!fused) {
+      y = activate(z, act);
+      if (residual && residual->defined()) y = y.add(*residual);
+    }
+    ctx->save_for_backward({input, other, fused ? at::Tensor() : z});
+    ctx->saved_data["activation"] = std::string(activation);
+    ctx->saved_data["alpha"] = alpha;
+    ctx->saved_data["allow_tf32"] = allow_tf32;
+    ctx->saved_data["bias"] = bias && bias->defined();
+    ctx->saved_data["residual"] = residual && residual->defined() ? residual->sizes().vec()
+                                                                 : std::vector<int64_t>{};
+    return y;
+  }
+
+  // dZ = dY through the activation; dA = alpha dZ B^T, dB = alpha A^T dZ (one product over the
+  // flattened batch where B is shared), dbias = the sum of dZ over rows, dresidual = dY.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &a = saved[0], &b = saved[1], &z = saved[2];
+    const Activation act = activation_of(ctx->saved_data["activation"].toStringRef());
+    const double alpha = ctx->saved_data["alpha"].toDouble();
+    const auto tf32 = ctx->saved_data["allow_tf32"].toOptional<bool>();
+    const bool has_bias = ctx->saved_data["bias"].toBool();
+    const auto residual = ctx->saved_data["residual"].toIntVector();
+    const at::Tensor g = grads[0].contiguous();
+    const at::Tensor dz = activate_backward(g, z, act);
+    size_t edge = 2;  // needs_input_grad counts the tensors given: input, other, bias?, residual?
+    const bool want_bias = has_bias && ctx->needs_input_grad(edge++);
+    const bool want_residual = !residual.empty() && ctx->needs_input_grad(edge);
+    at::Tensor da, db, dbias, dres;
+    if (ctx->needs_input_grad(0))
+      da = sum_to_operand(matmul_op().call(dz.to(b.scalar_type()), b.transpose(-1, -2), {}, {},
+                                           "none", alpha, a.scalar_type(), tf32),
+                          a.sizes());
+    if (ctx->needs_input_grad(1)) {
+      if (b.dim() == 2 && a.dim() == 3) {
+        const int64_t k = a.size(-1), n = dz.size(-1);
+        db = matmul_op().call(a.reshape({-1, k}).transpose(0, 1), dz.reshape({-1, n}).to(a.scalar_type()),
+                              {}, {}, "none", alpha, b.scalar_type(), tf32);
+      } else {
+        db = sum_to_operand(matmul_op().call(a.transpose(-1, -2), dz.to(a.scalar_type()), {}, {}, "none",
+                                             alpha, b.scalar_type(), tf32),
+                            b.sizes());
+      }
+    }
+    if (want_bias) dbias = dz.reshape({-1, dz.size(-1)}).sum(0);
+    if (want_residual) dres = sum_to_operand(g, residual);
+    return {da, db, dbias, dres, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor matmul_autograd(const at::Tensor& input, const at::Tensor& other, const OptTensor& bias,
+                           const OptTensor& residual, c10::string_view activation, double alpha,
+                           std::optional<at::ScalarType> out_dtype, std::optional<bool> allow_tf32) {
+  if (!records(input, other, bias, residual))
+    return call_below_autograd(matmul_op(), input, other, bias, residual, activation, alpha,
+                               out_dtype, allow_tf32);
+  return MatmulFunction::apply(input, other, bias, residual, activation, alpha, out_dtype, allow_tf32);
+}
+
 void kernels(torch::Library& m) {
   m.impl("matmul", &matmul);
   m.impl("scaled_mm", &scaled_mm);
@@ -79,3 +202,4 @@ void kernels(torch::Library& m) {
 
 TORCH_LIBRARY_IMPL(tessera, CUDA, m) { tessera::torch_ops::kernels(m); }
 TORCH_LIBRARY_IMPL(tessera, CPU, m) { tessera::torch_ops::kernels(m); }
+TORCH_LIBRARY_IMPL(tessera, Autograd, m) { m.impl("matmul", &tessera::torch_ops::matmul_autograd); }
