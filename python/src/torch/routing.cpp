@@ -1,0 +1,250 @@
+// tessera.enable(): torch's own functions routed to tessera's kernels for the CUDA dispatch key.
+//
+// enable() registers, for each chosen aten op, a CUDA kernel that runs tessera's op where it takes
+// the arguments (CUDA tensors of one float dtype tessera supports, the forms below) and otherwise
+// torch's own CUDA kernel, called directly through at::cuda:: (no dispatch, so no recursion into
+// this override). The registrations live in one torch::Library object: disable() destroys it and
+// torch's kernels are back. Autograd is untouched: aten's derivative formulas run above and call
+// the routed backward ops (softmax's _softmax_backward_data, ...), which route in turn.
+#include "binding.hpp"  // first: torch's per-backend headers below assume ATen's core ones
+
+#include <ATen/ops/_fused_rms_norm_backward_cuda_dispatch.h>
+#include <ATen/ops/_fused_rms_norm_cuda_dispatch.h>
+#include <ATen/ops/_log_softmax_backward_data_cuda_dispatch.h>
+#include <ATen/ops/_log_softmax_cuda_dispatch.h>
+#include <ATen/ops/_softmax_backward_data_cuda_dispatch.h>
+#include <ATen/ops/_softmax_cuda_dispatch.h>
+#include <ATen/ops/add_cuda_dispatch.h>
+#include <ATen/ops/gelu_backward_cuda_dispatch.h>
+#include <ATen/ops/gelu_cuda_dispatch.h>
+#include <ATen/ops/isin_cuda_dispatch.h>
+#include <ATen/ops/native_layer_norm_backward_cuda_dispatch.h>
+#include <ATen/ops/native_layer_norm_cuda_dispatch.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tessera::torch_ops {
+namespace {
+
+using OptTensor = std::optional<at::Tensor>;
+using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
+
+// The routable ops, in the order of the counters (and of tessera._routing's names).
+constexpr const char* kRouted[] = {
+    "add.Tensor", "gelu", "gelu_backward", "_softmax", "_log_softmax", "_softmax_backward_data",
+    "_log_softmax_backward_data", "native_layer_norm", "native_layer_norm_backward",
+    "_fused_rms_norm", "_fused_rms_norm_backward", "isin.Tensor_Tensor"};
+constexpr int kCount = static_cast<int>(std::size(kRouted));
+enum Route { kAdd, kGelu, kGeluBackward, kSoftmax, kLogSoftmax, kSoftmaxBackward, kLogSoftmaxBackward,
+             kLayerNorm, kLayerNormBackward, kRmsNorm, kRmsNormBackward, kIsin };
+
+std::array<std::atomic<int64_t>, 2 * kCount> counts{};  // [2 r]: tessera, [2 r + 1]: torch
+std::atomic<bool> counting{false};
+std::mutex mu;
+std::unique_ptr<torch::Library> routes;  // the live registrations (null: none)
+
+// Counts a call of route `r` (where enable(log=True) asked for it) and says whether it is tessera's.
+bool ran(Route r, bool tessera) {
+  if (counting.load(std::memory_order_relaxed))
+    counts[2 * r + (tessera ? 0 : 1)].fetch_add(1, std::memory_order_relaxed);
+  return tessera;
+}
+
+bool float_dtype(const at::Tensor& t) {
+  const auto s = t.scalar_type();
+  return s == at::kFloat || s == at::kHalf || s == at::kBFloat16;
+}
+
+// CUDA tensors of one float dtype tessera takes, on one device (an absent optional passes).
+bool takes(const at::Tensor& first) { return first.is_cuda() && float_dtype(first); }
+bool takes(const at::Tensor& first, const at::Tensor& t) {
+  return t.is_cuda() && t.scalar_type() == first.scalar_type() && t.device() == first.device();
+}
+bool takes(const at::Tensor& first, const OptTensor& t) { return !t || !t->defined() || takes(first, *t); }
+template <class... T>
+bool all_take(const at::Tensor& first, const T&... rest) {
+  return takes(first) && (takes(first, rest) && ...);
+}
+
+// ---- the routed kernels ---------------------------------------------------------------------------
+
+at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("add");
+  if (ran(kAdd, all_take(self, other) && !alpha.isComplex())) return op.call(self, other, alpha.toDouble());
+  return at::cuda::add(self, other, alpha);
+}
+
+at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
+  static const auto op = handle<at::Tensor(const at::Tensor&, c10::string_view)>("gelu");
+  if (ran(kGelu, all_take(self))) return op.call(self, approximate);
+  return at::cuda::gelu(self, approximate);
+}
+
+at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
+  static const auto op =
+      handle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>("gelu_backward");
+  if (ran(kGeluBackward, all_take(self, grad) && grad.sizes() == self.sizes()))
+    return op.call(grad, self, approximate);
+  return at::cuda::gelu_backward(grad, self, approximate);
+}
+
+// half_to_float (a float32 result of a half input) is torch's alone.
+template <bool Log>
+at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+  static const auto op = handle<at::Tensor(const at::Tensor&, int64_t)>(Log ? "log_softmax" : "softmax");
+  if (ran(Log ? kLogSoftmax : kSoftmax, all_take(self) && !half_to_float)) return op.call(self, dim);
+  return Log ? at::cuda::_log_softmax(self, dim, half_to_float) : at::cuda::_softmax(self, dim, half_to_float);
+}
+
+template <bool Log>
+at::Tensor softmax_backward(const at::Tensor& grad, const at::Tensor& output, int64_t dim,
+                            at::ScalarType input_dtype) {
+  static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>(
+      Log ? "log_softmax_backward" : "softmax_backward");
+  if (ran(Log ? kLogSoftmaxBackward : kSoftmaxBackward,
+          all_take(output, grad) && input_dtype == output.scalar_type()))
+    return op.call(grad, output, dim);
+  return Log ? at::cuda::_log_softmax_backward_data(grad, output, dim, input_dtype)
+             : at::cuda::_softmax_backward_data(grad, output, dim, input_dtype);
+}
+
+// torch's statistics have the normalized dimensions kept (size 1); tessera's the leading shape.
+std::vector<int64_t> kept_shape(const at::Tensor& x, int64_t k) {
+  std::vector<int64_t> s(x.sizes().begin(), x.sizes().end() - k);
+  s.insert(s.end(), k, 1);
+  return s;
+}
+
+Tensor3 native_layer_norm(const at::Tensor& input, at::IntArrayRef shape, const OptTensor& weight,
+                          const OptTensor& bias, double eps) {
+  static const auto op = handle<Tensor3(const at::Tensor&, at::IntArrayRef, const OptTensor&,
+                                        const OptTensor&, double)>("layer_norm");
+  if (ran(kLayerNorm, all_take(input, weight, bias) && input.numel() > 0)) {
+    auto [out, mean, rstd] = op.call(input, shape, weight, bias, eps);
+    const auto kept = kept_shape(input, static_cast<int64_t>(shape.size()));
+    return {out, mean.view(kept), rstd.view(kept)};
+  }
+  return at::cuda::native_layer_norm(input, shape, weight, bias, eps);
+}
+
+Tensor3 native_layer_norm_backward(const at::Tensor& grad, const at::Tensor& input,
+                                   at::IntArrayRef shape, const at::Tensor& mean,
+                                   const at::Tensor& rstd, const OptTensor& weight,
+                                   const OptTensor& bias, std::array<bool, 3> mask) {
+  static const auto op =
+      handle<Tensor3(const at::Tensor&, const at::Tensor&, at::IntArrayRef, const at::Tensor&,
+                     const at::Tensor&, const OptTensor&, std::array<bool, 3>)>("layer_norm_backward");
+  const int64_t k = static_cast<int64_t>(shape.size());
+  const bool f32_stats = mean.scalar_type() == at::kFloat && rstd.scalar_type() == at::kFloat;
+  if (ran(kLayerNormBackward, all_take(input, grad, weight) && f32_stats && input.numel() > 0)) {
+    const at::IntArrayRef lead = input.sizes().slice(0, input.dim() - k);
+    // A bias gradient is asked for only where there is a bias (torch's convention).
+    auto [gi, gw, gb] = op.call(grad, input, shape, mean.reshape(lead), rstd.reshape(lead), weight,
+                                {mask[0], mask[1], mask[2] && bias && bias->defined()});
+    return {gi, gw, gb};
+  }
+  return at::cuda::native_layer_norm_backward(grad, input, shape, mean, rstd, weight, bias, mask);
+}
+
+// torch's default eps: float32's epsilon for every dtype tessera takes (its accumulation type).
+Tensor2 fused_rms_norm(const at::Tensor& input, at::IntArrayRef shape, const OptTensor& weight,
+                       std::optional<double> eps) {
+  static const auto op =
+      handle<Tensor2(const at::Tensor&, at::IntArrayRef, const OptTensor&, double)>("rms_norm");
+  if (ran(kRmsNorm, all_take(input, weight) && input.numel() > 0)) {
+    auto [out, rstd] = op.call(input, shape, weight, eps.value_or(1.1920928955078125e-07));
+    return {out, rstd.view(kept_shape(input, static_cast<int64_t>(shape.size())))};
+  }
+  return at::cuda::_fused_rms_norm(input, shape, weight, eps);
+}
+
+Tensor2 fused_rms_norm_backward(const at::Tensor& grad, const at::Tensor& input, at::IntArrayRef shape,
+                                const at::Tensor& rstd, const OptTensor& weight, std::array<bool, 2> mask) {
+  static const auto op =
+      handle<Tensor2(const at::Tensor&, const at::Tensor&, at::IntArrayRef, const at::Tensor&,
+                     const OptTensor&, std::array<bool, 2>)>("rms_norm_backward");
+  const int64_t k = static_cast<int64_t>(shape.size());
+  if (ran(kRmsNormBackward, all_take(input, grad, weight) && rstd.scalar_type() == at::kFloat &&
+                                input.numel() > 0))
+    return op.call(grad, input, shape, rstd.reshape(input.sizes().slice(0, input.dim() - k)), weight, mask);
+  return at::cuda::_fused_rms_norm_backward(grad, input, shape, rstd, weight, mask);
+}
+
+// isin takes every dtype both share (no promotion here: torch's kernel does it otherwise).
+at::Tensor isin(const at::Tensor& elements, const at::Tensor& test, bool assume_unique, bool invert) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("tessera::isin", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, bool, bool,
+                                               c10::string_view, int64_t, int64_t, int64_t)>();
+  const IsinOptions o;
+  const bool same = elements.is_cuda() && test.is_cuda() && elements.device() == test.device() &&
+                    elements.scalar_type() == test.scalar_type();
+  DType dt;
+  if (ran(kIsin, same && dtype_of(elements.scalar_type(), dt)))
+    return op.call(elements, test, assume_unique, invert, "automatic", o.brute_force_max_test,
+                   o.brute_force_max_work, o.hash_min_test);
+  return at::cuda::isin(elements, test, assume_unique, invert);
+}
+
+void register_route(torch::Library& m, int r) {
+  switch (r) {
+    case kAdd: m.impl("add.Tensor", &add); break;
+    case kGelu: m.impl("gelu", &gelu); break;
+    case kGeluBackward: m.impl("gelu_backward", &gelu_backward); break;
+    case kSoftmax: m.impl("_softmax", &softmax<false>); break;
+    case kLogSoftmax: m.impl("_log_softmax", &softmax<true>); break;
+    case kSoftmaxBackward: m.impl("_softmax_backward_data", &softmax_backward<false>); break;
+    case kLogSoftmaxBackward: m.impl("_log_softmax_backward_data", &softmax_backward<true>); break;
+    case kLayerNorm: m.impl("native_layer_norm", &native_layer_norm); break;
+    case kLayerNormBackward: m.impl("native_layer_norm_backward", &native_layer_norm_backward); break;
+    case kRmsNorm: m.impl("_fused_rms_norm", &fused_rms_norm); break;
+    case kRmsNormBackward: m.impl("_fused_rms_norm_backward", &fused_rms_norm_backward); break;
+    case kIsin: m.impl("isin.Tensor_Tensor", &isin); break;
+  }
+}
+
+// ---- control (tessera._routing) ---------------------------------------------------------------------
+
+// Routes exactly `ops` (names from route_names), replacing what was routed; [] routes none.
+void route(std::vector<std::string> ops, bool log) {
+  std::lock_guard<std::mutex> lock(mu);
+  routes.reset();  // torch's kernels are back before the new set goes in
+  for (auto& c : counts) c.store(0);
+  counting.store(log);
+  if (ops.empty()) return;
+  routes = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::CUDA,
+                                            __FILE__, __LINE__);
+  for (const std::string& name : ops) {
+    int r = 0;
+    while (r < kCount && name != kRouted[r]) ++r;
+    TORCH_CHECK_VALUE(r < kCount, "tessera.enable: no routable op '", name, "'");
+    register_route(*routes, r);
+  }
+}
+
+std::string route_names() {
+  std::string s;
+  for (int r = 0; r < kCount; ++r) s += (r ? "," : "") + std::string(kRouted[r]);
+  return s;
+}
+
+std::vector<int64_t> route_counts() {
+  std::vector<int64_t> v;
+  for (const auto& c : counts) v.push_back(c.load());
+  return v;
+}
+
+}  // namespace
+}  // namespace tessera::torch_ops
+
+// Control ops, not operators: no description, no tensors (a catch-all kernel each).
+TORCH_LIBRARY_FRAGMENT(tessera, m) {
+  m.def("_route(str[] ops, bool log) -> ()", &tessera::torch_ops::route);
+  m.def("_route_names() -> str", &tessera::torch_ops::route_names);
+  m.def("_route_counts() -> int[]", &tessera::torch_ops::route_counts);
+}

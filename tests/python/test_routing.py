@@ -1,0 +1,83 @@
+"""tessera.enable(): torch's own functions routed to tessera's kernels (python/src/torch/routing.cpp).
+Routed, torch's functions give torch's results (forward and backward), fall back to torch's
+kernels for what tessera does not take (CPU tensors, float64, mixed dtypes) and count what ran
+where; disable() and the context manager give the ops back."""
+
+import pytest
+
+import tessera
+
+
+@pytest.fixture
+def routed(torch):
+    from tessera import _torch
+    if _torch.ops is None:
+        pytest.skip("the wheel was built without torch (an isolated build): no torch ops")
+    yield torch
+    tessera.disable()
+
+
+def _cases(torch, dtype):
+    import torch.nn.functional as F
+    d = dict(device="cuda", dtype=dtype)
+    x = torch.randn(64, 256, **d, requires_grad=True)
+    y = torch.randn(64, 256, **d)
+    w, b = torch.randn(256, **d, requires_grad=True), torch.randn(256, **d, requires_grad=True)
+    return [
+        ("add", lambda: torch.add(x, y)),
+        ("gelu", lambda: F.gelu(x, approximate="tanh")),
+        ("softmax", lambda: torch.softmax(x, -1)),
+        ("log_softmax", lambda: torch.log_softmax(x, -1)),
+        ("layer_norm", lambda: F.layer_norm(x, (256,), w, b)),
+        ("rms_norm", lambda: F.rms_norm(x, (256,), w)),
+    ], (x, w, b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_routed_functions_match_torch_forward_and_backward(routed, dtype):
+    torch = routed
+    cases, leaves = _cases(torch, getattr(torch, dtype))
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == "bfloat16" else dict(rtol=1e-5, atol=1e-5)
+    for name, f in cases:
+        want = f()
+        want_grads = torch.autograd.grad(want.float().sum(), leaves, allow_unused=True)
+        with tessera.use_tessera(include=[name], log=True):
+            got = f()
+            got_grads = torch.autograd.grad(got.float().sum(), leaves, allow_unused=True)
+            counts = tessera.routing_counts()
+        torch.testing.assert_close(got, want, **tol)
+        for g, h in zip(got_grads, want_grads):
+            if h is not None:
+                torch.testing.assert_close(g, h, **tol)
+        assert sum(c["tessera"] for c in counts.values()) >= 1, (name, counts)
+
+
+def test_fallbacks_are_torchs_results(routed):
+    torch = routed
+    cpu = torch.randn(8, 16)
+    x64 = torch.randn(8, 16, device="cuda", dtype=torch.float64)
+    half, single = torch.randn(8, 16, device="cuda", dtype=torch.float16), torch.randn(8, 16, device="cuda")
+    want = [torch.softmax(cpu, -1), torch.softmax(x64, -1), torch.add(half, single)]
+    tessera.enable(log=True)
+    got = [torch.softmax(cpu, -1), torch.softmax(x64, -1), torch.add(half, single)]  # no error
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g, w)
+    counts = tessera.routing_counts()
+    assert counts["_softmax"]["torch"] == 1 and counts["_softmax"]["tessera"] == 0  # CPU: no CUDA key
+    assert counts["add.Tensor"]["torch"] == 1
+
+
+def test_disable_gives_the_ops_back(routed):
+    torch = routed
+    with tessera.use_tessera(log=True):
+        pass
+    x = torch.randn(8, 16, device="cuda")
+    tessera.enable(include=["softmax"], log=True)
+    tessera.disable()
+    torch.softmax(x, -1)
+    assert all(c["tessera"] == 0 for c in tessera.routing_counts().values())
+
+
+def test_include_names_are_checked(routed):
+    with pytest.raises(ValueError, match=r"argument 'include'"):
+        tessera.enable(include=["matmul_nope"])
