@@ -79,11 +79,15 @@ def backward_call(op, forward, x, w, b, g):
 
 
 def check(op, dtype, got, want):
-    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    """Each gradient within a tolerance of torch's, relative to its largest value: the column sums
+    of dw and db add thousands of terms in another order."""
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
     for i, (a, e) in enumerate(zip(got, want)):
-        if not torch.allclose(a.float(), e.float(), **tol):
-            err = (a.float() - e.float()).abs().max().item()
-            raise AssertionError(f"{op} {dtype}: gradient {i} differs from torch's by {err}")
+        err = (a.float() - e.float()).abs().max().item()
+        scale = e.float().abs().max().item()
+        if not err <= tol * max(scale, 1e-6):
+            raise AssertionError(f"{op} {dtype}: gradient {i} differs from torch's by {err} "
+                                 f"(largest value {scale})")
 
 
 def main():
