@@ -1,9 +1,9 @@
 """Routing torch's own functions to tessera: ``tessera.enable()``, ``tessera.disable()``,
 ``with tessera.use_tessera():``.
 
-While enabled, the aten ops behind torch.add, F.gelu, torch.softmax / log_softmax, F.layer_norm,
-F.rms_norm and torch.isin (and their backward ops) run tessera's kernels for the CUDA dispatch
-key wherever tessera takes the arguments, and torch's own kernels otherwise (a CPU tensor,
+While enabled, the aten ops behind torch.add, F.gelu, F.silu, torch.softmax / log_softmax,
+F.layer_norm, F.rms_norm and torch.isin (and their backward ops) run tessera's kernels for the
+CUDA dispatch key wherever tessera takes the arguments, and torch's own kernels otherwise (a CPU tensor,
 float64, mixed dtypes, softmax's half_to_float, ...): never an error, never another result. The
 kernels are the torch library's (libtessera_torch.so, python/src/torch/routing.cpp); this module
 chooses which ops and reads the counters.

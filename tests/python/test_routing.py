@@ -26,6 +26,7 @@ def _cases(torch, dtype):
     return [
         ("add", lambda: torch.add(x, y)),
         ("gelu", lambda: F.gelu(x, approximate="tanh")),
+        ("silu", lambda: F.silu(x)),
         ("softmax", lambda: torch.softmax(x, -1)),
         ("log_softmax", lambda: torch.log_softmax(x, -1)),
         ("layer_norm", lambda: F.layer_norm(x, (256,), w, b)),

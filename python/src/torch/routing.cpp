@@ -20,6 +20,8 @@
 #include <ATen/ops/isin_cuda_dispatch.h>
 #include <ATen/ops/native_layer_norm_backward_cuda_dispatch.h>
 #include <ATen/ops/native_layer_norm_cuda_dispatch.h>
+#include <ATen/ops/silu_backward_cuda_dispatch.h>
+#include <ATen/ops/silu_cuda_dispatch.h>
 
 #include <array>
 #include <atomic>
@@ -37,12 +39,13 @@ using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
 
 // The routable ops, in the order of the counters (and of tessera._routing's names).
 constexpr const char* kRouted[] = {
-    "add.Tensor", "gelu", "gelu_backward", "_softmax", "_log_softmax", "_softmax_backward_data",
-    "_log_softmax_backward_data", "native_layer_norm", "native_layer_norm_backward",
-    "_fused_rms_norm", "_fused_rms_norm_backward", "isin.Tensor_Tensor"};
+    "add.Tensor", "gelu", "gelu_backward", "silu", "silu_backward", "_softmax", "_log_softmax",
+    "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm",
+    "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward", "isin.Tensor_Tensor"};
 constexpr int kCount = static_cast<int>(std::size(kRouted));
-enum Route { kAdd, kGelu, kGeluBackward, kSoftmax, kLogSoftmax, kSoftmaxBackward, kLogSoftmaxBackward,
-             kLayerNorm, kLayerNormBackward, kRmsNorm, kRmsNormBackward, kIsin };
+enum Route { kAdd, kGelu, kGeluBackward, kSilu, kSiluBackward, kSoftmax, kLogSoftmax,
+             kSoftmaxBackward, kLogSoftmaxBackward, kLayerNorm, kLayerNormBackward, kRmsNorm,
+             kRmsNormBackward, kIsin };
 
 std::array<std::atomic<int64_t>, 2 * kCount> counts{};  // [2 r]: tessera, [2 r + 1]: torch
 std::atomic<bool> counting{false};
@@ -92,6 +95,19 @@ at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::st
   if (ran(kGeluBackward, all_take(self, grad) && grad.sizes() == self.sizes()))
     return op.call(grad, self, approximate);
   return at::cuda::gelu_backward(grad, self, approximate);
+}
+
+at::Tensor silu(const at::Tensor& self) {
+  static const auto op = handle<at::Tensor(const at::Tensor&)>("silu");
+  if (ran(kSilu, all_take(self))) return op.call(self);
+  return at::cuda::silu(self);
+}
+
+at::Tensor silu_backward(const at::Tensor& grad, const at::Tensor& self) {
+  static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("silu_backward");
+  if (ran(kSiluBackward, all_take(self, grad) && grad.sizes() == self.sizes()))
+    return op.call(grad, self);
+  return at::cuda::silu_backward(grad, self);
 }
 
 // half_to_float (a float32 result of a half input) is torch's alone.
@@ -196,6 +212,8 @@ void register_route(torch::Library& m, int r) {
     case kAdd: m.impl("add.Tensor", &add); break;
     case kGelu: m.impl("gelu", &gelu); break;
     case kGeluBackward: m.impl("gelu_backward", &gelu_backward); break;
+    case kSilu: m.impl("silu", &silu); break;
+    case kSiluBackward: m.impl("silu_backward", &silu_backward); break;
     case kSoftmax: m.impl("_softmax", &softmax<false>); break;
     case kLogSoftmax: m.impl("_log_softmax", &softmax<true>); break;
     case kSoftmaxBackward: m.impl("_softmax_backward_data", &softmax_backward<false>); break;

@@ -214,12 +214,14 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     ctx->saved_data["normalized_shape"] = normalized_shape;
     ctx->saved_data["bias"] = bias.has_value() && bias->defined();
     ctx->mark_non_differentiable({mean, rstd});
+    ctx->set_materialize_grads(false);  // the statistics get no gradient: no zeros to fill
     return {out, mean, rstd};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     static const auto op =
         handle<Tensor3(const at::Tensor&, const at::Tensor&, at::IntArrayRef, const at::Tensor&,
                        const at::Tensor&, const OptTensor&, std::array<bool, 3>)>("layer_norm_backward");
+    if (!grads[0].defined()) return variable_list(5);
     const auto saved = ctx->get_saved_variables();
     const OptTensor weight = saved[3].defined() ? OptTensor(saved[3]) : std::nullopt;
     const auto shape = ctx->saved_data["normalized_shape"].toIntVector();
@@ -246,12 +248,14 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     ctx->save_for_backward({input, rstd, weight.value_or(at::Tensor())});
     ctx->saved_data["normalized_shape"] = normalized_shape;
     ctx->mark_non_differentiable({rstd});
+    ctx->set_materialize_grads(false);
     return {out, rstd};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     static const auto op =
         handle<Tensor2(const at::Tensor&, const at::Tensor&, at::IntArrayRef, const at::Tensor&,
                        const OptTensor&, std::array<bool, 2>)>("rms_norm_backward");
+    if (!grads[0].defined()) return variable_list(4);
     const auto saved = ctx->get_saved_variables();
     const OptTensor weight = saved[2].defined() ? OptTensor(saved[2]) : std::nullopt;
     const auto shape = ctx->saved_data["normalized_shape"].toIntVector();
