@@ -51,6 +51,7 @@ _torch_raw_stream = None
 Tensor = None
 ops = None
 torch_module = None  # the torch module, once seen
+FLOATS = frozenset()  # torch's float32, float16 and bfloat16, once seen: the float kernels' dtypes
 
 
 def torch_if_tensor(x):
@@ -78,12 +79,34 @@ def _init_torch(torch) -> None:
 
 def init_ops(torch) -> None:
     """Loads tessera's torch ops (tessera._torch) and sets Tensor and ops."""
-    global Tensor, ops, torch_module
+    global Tensor, ops, torch_module, FLOATS
     if Tensor is None:
         from . import _torch  # (when called by _torch's import: the module as far as it got)
         ops = _torch.ops
         torch_module = torch
+        FLOATS = frozenset((torch.float32, torch.float16, torch.bfloat16))
         Tensor = torch.Tensor
+
+
+def outside_kernels(first, *rest, dtypes=None, cast=None) -> bool:
+    """torch's contract for the signatures tessera mirrors: True where ``first`` is a torch tensor
+    that tessera's kernels do not take (not a CUDA tensor, or of a dtype outside ``dtypes``, by
+    default FLOATS), or where a torch tensor among ``rest`` differs from it in dtype or device
+    (None and other objects are ignored). ``cast``: the dtype the call converts ``first`` to
+    first (softmax's dtype=), if any. The public functions give those calls to torch's own
+    function: torch's result, or torch's error. Arrays that are not torch tensors keep tessera's
+    errors."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(first, torch.Tensor):
+        return False
+    init_ops(torch)
+    dtype = first.dtype if cast is None else cast
+    if not first.is_cuda or dtype not in (FLOATS if dtypes is None else dtypes):
+        return True
+    for t in rest:
+        if isinstance(t, torch.Tensor) and (t.dtype != dtype or t.device != first.device):
+            return True
+    return False
 
 
 def torch_view(t) -> tuple:

@@ -15,6 +15,8 @@ kernel, silu's silu_backward).
 
 from __future__ import annotations
 
+import numbers
+import sys
 from typing import TYPE_CHECKING
 
 from . import _C, _interop
@@ -69,15 +71,20 @@ def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
         array for cupy inputs, a :class:`tessera.DeviceArray` for other DLPack inputs).
     """
     ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor:
+    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+            and input.dtype in _interop.FLOATS:
         # Keyword arguments cost the op's argument parsing more than positional ones: left out
         # where they are the defaults.
-        if type(other) is _interop.Tensor and other.is_cuda:
+        if type(other) is _interop.Tensor and other.dtype is input.dtype and other.is_cuda:
             return ops.add.default(input, other) if alpha == 1 else \
                 ops.add.default(input, other, alpha=alpha)
         if type(other) is float or type(other) is int:
             return ops.add.Scalar(input, other) if alpha == 1 else \
                 ops.add.Scalar(input, other, alpha=alpha)
+    if out is None:
+        result = _add_by_torch(input, other, alpha)
+        if result is not None:
+            return result
     torch = torch_if_tensor(input)
     if torch is None:
         return _add_dlpack(input, other, alpha, out)
@@ -93,6 +100,38 @@ def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
             raise _no_grad_with_out("add")
         return _functions(torch).Add.apply(input, other, alpha)
     return _add_torch(torch, input, other, alpha, out)
+
+
+def _add_by_torch(input, other, alpha):
+    """torch.add's contract where tessera's kernel does not take the call: a number first, two
+    numbers, integer, float64 or complex tensors, mixed dtypes (torch's promotion), CPU tensors.
+    Returns torch's result (or raises torch's error); None where tessera's kernel takes the call
+    or tessera's own error is the answer (an argument that is no tensor or number; arrays that are
+    not torch tensors)."""
+    torch = torch_if_tensor(input) or torch_if_tensor(other)
+    if torch is None:
+        torch = sys.modules.get("torch")
+        if torch is None or as_number(input) is None or as_number(other) is None:
+            return None
+        return torch.add(input, other, alpha=alpha)  # two numbers: a 0-dim tensor, as torch gives
+    if not isinstance(input, torch.Tensor):
+        if not isinstance(input, numbers.Number):
+            return None
+        if alpha == 1 and type(input) in (int, float) and not _interop.outside_kernels(other):
+            return add(other, input)  # c + x is x + c: the same sums, on tessera's kernel
+        return torch.add(input, other, alpha=alpha)
+    if isinstance(other, torch.Tensor):
+        if other.dim() == 0 and not other.is_cuda and input.is_cuda:
+            # A CPU 0-dim tensor is a number to torch: tessera's kernel where it is a real one.
+            if other.dtype.is_complex or _interop.outside_kernels(input):
+                return torch.add(input, other, alpha=alpha)
+            return None
+        return torch.add(input, other, alpha=alpha) if _interop.outside_kernels(input, other) else None
+    if as_number(other) is None:
+        if isinstance(other, numbers.Complex):
+            return torch.add(input, other, alpha=alpha)
+        return None
+    return torch.add(input, other, alpha=alpha) if _interop.outside_kernels(input) else None
 
 
 def _add_torch(torch, a, b, alpha, out):
@@ -182,9 +221,12 @@ def gelu(input: TensorT, approximate: str = "none", *, out: TensorT | None = Non
     ``input``'s shape, dtype and device; it may be ``input`` itself.
     """
     ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor:
+    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+            and input.dtype in _interop.FLOATS:
         return ops.gelu.default(input) if approximate == "none" else \
             ops.gelu.default(input, approximate=approximate)
+    if out is None and _interop.outside_kernels(input):
+        return _interop.torch_module.nn.functional.gelu(input, approximate=approximate)
     return _map("gelu", _C.gelu, input, out, (_approximate(approximate, "gelu"),), "Gelu")
 
 
@@ -193,9 +235,14 @@ def gelu_backward(grad_output: TensorLike, input: TensorT, *, approximate: str =
     """Gradient of :func:`gelu` with respect to ``input``: ``grad_output * gelu'(input)``, as
     ``torch.ops.aten.gelu_backward``. Not differentiable itself."""
     ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor:
+    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+            and input.dtype in _interop.FLOATS and type(grad_output) is _interop.Tensor \
+            and grad_output.dtype is input.dtype:
         return ops.gelu_backward.default(grad_output, input) if approximate == "none" else \
             ops.gelu_backward.default(grad_output, input, approximate=approximate)
+    if out is None and _interop.outside_kernels(input, grad_output):
+        return _interop.torch_module.ops.aten.gelu_backward(grad_output, input,
+                                                            approximate=approximate)
     tanh = _approximate(approximate, "gelu_backward")
     return _map_backward("gelu_backward", _C.gelu_backward, grad_output, input, out, (tanh,))
 
@@ -204,8 +251,11 @@ def silu(input: TensorT, *, out: TensorT | None = None) -> TensorT:
     """SiLU (swish), as :func:`torch.nn.functional.silu`: ``x * sigmoid(x)``. ``out`` as for
     :func:`gelu` (torch's ``inplace=True`` is ``out=input``)."""
     ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor:
+    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+            and input.dtype in _interop.FLOATS:
         return ops.silu.default(input)
+    if out is None and _interop.outside_kernels(input):
+        return _interop.torch_module.nn.functional.silu(input)
     return _map("silu", _C.silu, input, out, (), "Silu")
 
 
@@ -214,8 +264,12 @@ def silu_backward(grad_output: TensorLike, input: TensorT, *,
     """Gradient of :func:`silu` with respect to ``input``, as ``torch.ops.aten.silu_backward``.
     Not differentiable itself."""
     ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor:
+    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+            and input.dtype in _interop.FLOATS and type(grad_output) is _interop.Tensor \
+            and grad_output.dtype is input.dtype:
         return ops.silu_backward.default(grad_output, input)
+    if out is None and _interop.outside_kernels(input, grad_output):
+        return _interop.torch_module.ops.aten.silu_backward(grad_output, input)
     return _map_backward("silu_backward", _C.silu_backward, grad_output, input, out, ())
 
 
@@ -350,6 +404,9 @@ def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool
     """
     op = "dropout"
     p = _probability(p, op)
+    if seed is None and out is None and _interop.outside_kernels(input):
+        # torch's dropout, from torch's generator (a given seed asks for tessera's masks).
+        return _interop.torch_module.nn.functional.dropout(input, p, training, inplace)
     torch = torch_if_tensor(input)
     if inplace:
         if out is not None and out is not input:

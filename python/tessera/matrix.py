@@ -38,6 +38,7 @@ Torch tensors only for now (DLPack arrays: through the C++ API).
 from __future__ import annotations
 
 import math
+import sys
 from typing import TYPE_CHECKING, Optional
 
 from . import _C, _interop
@@ -217,10 +218,14 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
     ops = _interop.ops
     if ops is not None and out is None and residual is None and beta == 0 \
             and isinstance(input, _interop.Tensor) and isinstance(other, _interop.Tensor) \
-            and input.dim() == 2 and other.dim() == 2 \
+            and input.dim() == 2 and other.dim() == 2 and input.is_cuda \
+            and input.dtype in _interop.FLOATS and other.dtype is input.dtype \
             and type(alpha) in (int, float) and math.isfinite(alpha):
         return ops.matmul.default(input, other, bias=bias, activation=_activation(activation),
                                   alpha=alpha, out_dtype=out_dtype)
+    if bias is None and activation is None and residual is None and alpha == 1 and beta == 0 \
+            and out is None and out_dtype is None and _torch_takes_over(input, other):
+        return _interop.torch_module.matmul(input, other)
     torch = _torch_only(input, "input")
     _torch_only(other, "other")
     _activation(activation)
@@ -243,8 +248,30 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
            activation: Optional[str] = None) -> torch.Tensor:
     """``torch.nn.functional.linear``: ``input @ weight.T + bias`` (weight [N, K]), with an
     optional fused activation."""
+    if activation is None and _torch_takes_over(input, weight, bias):
+        return _interop.torch_module.nn.functional.linear(input, weight, bias)
     _torch_only(weight, "weight")
     return matmul(input, weight.transpose(-1, -2), bias=bias, activation=activation)
+
+
+def _torch_takes_over(input, other, bias=None) -> bool:
+    """torch's contract for matmul and linear called with torch's arguments alone: torch's own
+    function for tensors tessera's kernels do not take (CPU, float64, integer or mixed dtypes) and
+    for shapes outside them (1-d, or more than 3 dimensions)."""
+    global _kernel_dtypes
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(input, torch.Tensor):
+        return False
+    if _kernel_dtypes is None:
+        _kernel_dtypes = frozenset(getattr(torch, n) for n in (
+            "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
+    if _interop.outside_kernels(input, other, bias, dtypes=_kernel_dtypes):
+        return True
+    return isinstance(other, torch.Tensor) and (input.dim() not in (2, 3)
+                                                or other.dim() not in (2, 3))
+
+
+_kernel_dtypes = None  # matmul's dtypes as torch dtypes, once torch is seen
 
 
 def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,

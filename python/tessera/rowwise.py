@@ -179,8 +179,10 @@ def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
     """
     ops = _interop.ops
     if out is None and dtype is None and ops is not None and type(input) is _interop.Tensor \
-            and type(dim) is int:
+            and type(dim) is int and input.is_cuda and input.dtype in _interop.FLOATS:
         return ops.softmax.default(input, dim)
+    if out is None and _interop.outside_kernels(input, cast=dtype):
+        return _interop.torch_module.softmax(input, dim, dtype=dtype)
     return _softmax_entry(input, dim, dtype, out, False)
 
 
@@ -189,8 +191,10 @@ def log_softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None,
     """Log-softmax along ``dim``, as :func:`torch.log_softmax`; see :func:`softmax`."""
     ops = _interop.ops
     if out is None and dtype is None and ops is not None and type(input) is _interop.Tensor \
-            and type(dim) is int:
+            and type(dim) is int and input.is_cuda and input.dtype in _interop.FLOATS:
         return ops.log_softmax.default(input, dim)
+    if out is None and _interop.outside_kernels(input, cast=dtype):
+        return _interop.torch_module.log_softmax(input, dim, dtype=dtype)
     return _softmax_entry(input, dim, dtype, out, True)
 
 
@@ -284,15 +288,21 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
         input: a CUDA tensor (float32, float16 or bfloat16), any strides.
         normalized_shape: an int or a sequence of ints equal to ``input.shape[-len:]``.
         weight, bias: None, or tensors of exactly ``normalized_shape`` in the input's dtype
-            (torch also accepts float32 parameters for half inputs; tessera does not).
+            (other dtypes, as torch's float32 parameters for half inputs, run torch's own
+            layer_norm).
         eps: added to the variance.
         out: optional preallocated output (keyword only, not in torch's signature).
     """
     ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor:
+    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+            and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype) \
+            and (bias is None or bias.dtype is input.dtype):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
             return ops.layer_norm.default(input, shape, weight, bias, eps)[0]
+    if out is None and _interop.outside_kernels(input, weight, bias):
+        return _interop.torch_module.nn.functional.layer_norm(input, normalized_shape, weight,
+                                                              bias, eps)
     op = "layer_norm"
     k = _normalized_ndim(normalized_shape, input, op)
     torch = torch_if_tensor(input)
@@ -394,11 +404,14 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
     Other arguments as in :func:`layer_norm`.
     """
     ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor:
+    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+            and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
             return ops.rms_norm.default(input, shape, weight,
                                         RMS_NORM_DEFAULT_EPS if eps is None else eps)[0]
+    if out is None and _interop.outside_kernels(input, weight):
+        return _interop.torch_module.nn.functional.rms_norm(input, normalized_shape, weight, eps)
     op = "rms_norm"
     k = _normalized_ndim(normalized_shape, input, op)
     eps = RMS_NORM_DEFAULT_EPS if eps is None else float(eps)

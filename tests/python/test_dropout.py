@@ -192,8 +192,10 @@ def test_torch_cpu_tensors():
     assert tessera.dropout(x, 0.0) is x
     e = torch.empty(0, 3)
     assert tessera.dropout(e, 0.3) is e  # no elements: the input itself, as torch
+    y = tessera.dropout(x.requires_grad_(), 0.3)  # torch's own dropout, from torch's generator
+    assert y.requires_grad and y.shape == x.shape
     with pytest.raises(ValueError, match=r"tessera\.dropout: argument 'input': " + CPU_DEVICE_MSG):
-        tessera.dropout(x.requires_grad_(), 0.3)
+        tessera.dropout(x, 0.3, seed=1)  # a seed asks for tessera's masks
     with pytest.raises(RuntimeError, match=r"tessera\.copy: argument 'src'.*automatic diff"):
         tessera.copy(x, torch.empty(4, 4))
     with pytest.raises(ValueError, match=r"tessera\.copy: argument 'src': " + CPU_DEVICE_MSG):

@@ -114,23 +114,39 @@ def test_a_tuple_is_not_a_tensor():
         tessera.gelu_backward(fake, fake)
 
 
-def test_torch_cpu_tensors_get_the_library_errors():
-    # No GPU needed: the torch path reaches the same checks for a CPU tensor.
+def test_torch_cpu_tensors_get_torchs_results():
+    # torch's contract for the signatures tessera mirrors: what its kernels do not take (a CPU
+    # tensor) runs torch's own function, with torch's result or torch's error. No GPU needed.
     torch = pytest.importorskip("torch", reason="torch not installed")
-    x = torch.ones(3, 4)
-    with pytest.raises(ValueError) as e:
-        tessera.add(x, x)
-    assert str(e.value) == f"tessera.add: argument 'input': {CPU_DEVICE_MSG}"
+    F = torch.nn.functional
+    x = torch.randn(3, 4)
+    assert torch.equal(tessera.add(x, x), torch.add(x, x))
+    assert torch.equal(tessera.add(x, 2, alpha=3), torch.add(x, 2, alpha=3))
+    assert torch.equal(tessera.add(0.5, x), torch.add(0.5, x))
+    assert torch.equal(tessera.gelu(x), F.gelu(x))
+    assert torch.equal(tessera.silu(x), F.silu(x))
+    g = tessera.gelu(x.clone().requires_grad_())
+    assert g.requires_grad and torch.equal(g, F.gelu(x))
+    with pytest.raises(RuntimeError):
+        tessera.add(x, torch.ones(5))  # torch's own error for shapes that do not broadcast
+    # out= is tessera's own argument: its calls keep tessera's checks.
     with pytest.raises(ValueError, match=r"tessera\.gelu: argument 'input': " + CPU_DEVICE_MSG):
-        tessera.gelu(x.to(torch.int32))
-    with pytest.raises(ValueError, match=CPU_DEVICE_MSG):
-        tessera.gelu(x.to(torch.complex64))
-    with pytest.raises(ValueError, match=CPU_DEVICE_MSG):
-        tessera.gelu(x.requires_grad_())  # through autograd.Function
-    with pytest.raises(ValueError, match=r"argument 'input': " + CPU_DEVICE_MSG):
-        tessera.add(x.detach(), torch.ones(5))  # device before shapes
-    with pytest.raises(ValueError, match=r"argument 'approximate'"):
-        tessera.gelu(x, approximate="erf")
+        tessera.gelu(x, out=torch.empty(3, 4))
+    with pytest.raises(ValueError, match=r"tessera\.add: argument 'input': " + CPU_DEVICE_MSG):
+        tessera.add(x, x, out=torch.empty(3, 4))
+
+
+def test_add_takes_what_torch_add_takes():
+    # Numbers on either side, two numbers, integer tensors, torch's promotion (CPU: torch's own).
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    i = torch.arange(6, dtype=torch.int32).view(2, 3)
+    f = torch.randn(2, 3)
+    cases = [(0.5, f, 1), (2, f, 1), (1, 2, 1), (1.5, 2, 1), (i, i, 1), (i, 3, 2), (i, 0.5, 1),
+             (i, f, 1), (f.double(), f, 1), (f, 1j, 1)]
+    for a, b, alpha in cases:
+        want = torch.add(a, b, alpha=alpha)
+        got = tessera.add(a, b, alpha=alpha)
+        assert got.dtype == want.dtype and torch.equal(got, want), (a, b, alpha)
 
 
 def test_device_array_without_gpu_or_with_bad_arguments():
@@ -284,23 +300,49 @@ def test_add_in_place_and_overlap(torch):
 
 def test_add_dtype_and_device_mismatch(torch):
     a = randn(torch, 10, torch.float32)
-    with pytest.raises(TypeError, match=r"tessera\.add: argument 'other'.*float32.*got float16"):
-        tessera.add(a, a.half())
-    with pytest.raises(ValueError, match=r"tessera\.add: argument 'other': " + CPU_DEVICE_MSG):
+    # Mixed dtypes promote as torch.add does (torch's result); devices that differ get torch's
+    # own error.
+    got = tessera.add(a, a.half())
+    assert got.dtype == torch.float32 and torch.equal(got, torch.add(a, a.half()))
+    with pytest.raises(RuntimeError, match="device"):
         tessera.add(a, a.cpu())
-    with pytest.raises(ValueError, match=r"tessera\.add: argument 'input': " + CPU_DEVICE_MSG):
+    with pytest.raises(RuntimeError, match="device"):
         tessera.add(a.cpu(), a)
+    # out= is tessera's own argument: its calls keep tessera's checks.
+    with pytest.raises(TypeError, match=r"tessera\.add: argument 'other'.*float32.*got float16"):
+        tessera.add(a, a.half(), out=torch.empty_like(a))
     with pytest.raises(ValueError, match=r"argument 'other'.*broadcastable"):
         tessera.add(a, randn(torch, 11, torch.float32))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int32"])
-def test_unsupported_dtypes_on_the_gpu(torch, dtype):
-    x = torch.ones(8, device="cuda", dtype=dt(torch, dtype))
+def test_dtypes_outside_the_kernels_get_torchs_results(torch, dtype):
+    F = torch.nn.functional
+    x = torch.arange(8, device="cuda").to(dt(torch, dtype))
+    assert torch.equal(tessera.add(x, x), torch.add(x, x))
+    assert torch.equal(tessera.add(x, 2.5), torch.add(x, 2.5))  # int + float: float32, as torch
+    assert torch.equal(tessera.add(1, x), torch.add(1, x))
+    if dtype == "float64":
+        assert torch.equal(tessera.gelu(x), F.gelu(x))
+    else:
+        with pytest.raises(RuntimeError):  # torch's own refusal
+            tessera.gelu(x)
     with pytest.raises(TypeError, match=rf"argument 'input'.*got {dtype}"):
-        tessera.add(x, x)
-    with pytest.raises(TypeError, match=rf"argument 'input'.*got {dtype}"):
-        tessera.gelu(x)
+        tessera.gelu(x, out=torch.empty_like(x))  # out= is tessera's: its checks
+
+
+def test_add_numbers_and_promotion_on_the_gpu(torch):
+    # Where the kernel takes the call it runs (a number on either side of a float tensor);
+    # elsewhere torch's promotion gives torch's dtype and values.
+    f = randn(torch, (4, 5), torch.bfloat16)
+    i = torch.arange(20, device="cuda", dtype=torch.int64).view(4, 5)
+    for a, b in [(0.5, f), (f, 3), (3, f), (i, f), (f, i), (i, 0.5), (f.float(), f), (i, i)]:
+        want = torch.add(a, b)
+        got = tessera.add(a, b)
+        assert got.dtype == want.dtype and got.device == want.device
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    got = tessera.add(0.5, f, alpha=2)
+    torch.testing.assert_close(got, torch.add(0.5, f, alpha=2), rtol=0, atol=0)
 
 
 def test_unrepresentable_dtype_on_the_gpu(torch):

@@ -22,11 +22,15 @@ def test_matmul_takes_torch_tensors_only(np):
         tessera.matmul(a, a)
 
 
-def test_matmul_cpu_tensor_names_the_argument():
+def test_matmul_cpu_tensors():
+    # torch's contract: with torch's arguments alone, a CPU tensor runs torch's own function;
+    # tessera's own arguments keep tessera's checks.
     torch = pytest.importorskip("torch")
-    a = torch.ones(4, 4)
+    a = torch.randn(4, 4)
+    assert torch.equal(tessera.matmul(a, a), torch.matmul(a, a))
+    assert torch.equal(tessera.linear(a, a), torch.nn.functional.linear(a, a))
     with pytest.raises(ValueError) as e:
-        tessera.matmul(a, a)
+        tessera.matmul(a, a, activation="relu")
     assert str(e.value) == f"tessera.matmul: argument 'input': {CPU_DEVICE_MSG}"
 
 

@@ -82,3 +82,47 @@ def test_disable_gives_the_ops_back(routed):
 def test_include_names_are_checked(routed):
     with pytest.raises(ValueError, match=r"argument 'include'"):
         tessera.enable(include=["matmul_nope"])
+
+
+def test_strided_inputs_match_torch(routed):
+    torch = routed
+    x = torch.randn(48, 80, device="cuda").t()  # not contiguous
+    w = torch.randn(48, device="cuda")
+    want = [torch.softmax(x, -1), torch.nn.functional.layer_norm(x, (48,), w), torch.add(x, x[:1])]
+    with tessera.use_tessera(log=True):
+        got = [torch.softmax(x, -1), torch.nn.functional.layer_norm(x, (48,), w),
+               torch.add(x, x[:1])]
+        counts = tessera.routing_counts()
+    for g, h in zip(got, want):
+        torch.testing.assert_close(g, h, rtol=1e-5, atol=1e-5)
+    assert counts["_softmax"]["tessera"] == 1
+
+
+def test_compile_and_cuda_graphs_with_routing(routed):
+    torch = routed
+    F = torch.nn.functional
+    x = torch.randn(64, 256, device="cuda", requires_grad=True)
+    w = torch.randn(256, device="cuda", requires_grad=True)
+
+    def f(x, w):
+        return F.silu(F.rms_norm(x, (256,), w)).softmax(-1).sum()
+
+    want = torch.autograd.grad(f(x, w), (x, w))
+    with tessera.use_tessera():
+        compiled = torch.compile(f, fullgraph=True)
+        got = torch.autograd.grad(compiled(x, w), (x, w))
+        for g, h in zip(got, want):
+            torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-5)
+        # A CUDA graph of routed ops: captured, replayed, torch's result.
+        y = torch.randn(64, 256, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.softmax(y, -1)  # warm-up on a side stream, as torch asks before capture
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = torch.softmax(y, -1)
+        y.copy_(torch.randn(64, 256, device="cuda"))
+        graph.replay()
+        torch.testing.assert_close(out, torch.softmax(y.double(), -1).float(), rtol=1e-5, atol=1e-6)

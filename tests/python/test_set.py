@@ -92,8 +92,9 @@ def test_out_and_duplicates(torch):
 
 def test_errors(torch):
     e = torch.tensor([1, 2], device="cuda")
+    assert torch.equal(tessera.isin(e.cpu(), e.cpu()), torch.isin(e.cpu(), e.cpu()))  # torch's
     with pytest.raises(ValueError, match="'elements'.*CUDA"):
-        tessera.isin(e.cpu(), e)
+        tessera.isin(e.cpu(), e, path="sort")  # a path is tessera's argument: its checks
     with pytest.raises(TypeError, match="two numbers"):
         tessera.isin(1, 2)
     with pytest.raises(TypeError, match="'out'.*bool"):
