@@ -56,6 +56,8 @@ FLOATS = frozenset()  # torch's float32, float16 and bfloat16, once seen: the fl
 
 def torch_if_tensor(x):
     """The torch module when ``x`` is a torch tensor, else None."""
+    if Tensor is not None:  # torch seen: no lookup in sys.modules, which torch.compile traces
+        return torch_module if isinstance(x, Tensor) else None
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         return torch
@@ -96,8 +98,8 @@ def outside_kernels(first, *rest, dtypes=None, cast=None) -> bool:
     first (softmax's dtype=), if any. The public functions give those calls to torch's own
     function: torch's result, or torch's error. Arrays that are not torch tensors keep tessera's
     errors."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(first, torch.Tensor):
+    torch = torch_if_tensor(first)
+    if torch is None:
         return False
     init_ops(torch)
     dtype = first.dtype if cast is None else cast

@@ -38,7 +38,6 @@ Torch tensors only for now (DLPack arrays: through the C++ API).
 from __future__ import annotations
 
 import math
-import sys
 from typing import TYPE_CHECKING, Optional
 
 from . import _C, _interop
@@ -259,8 +258,8 @@ def _torch_takes_over(input, other, bias=None) -> bool:
     function for tensors tessera's kernels do not take (CPU, float64, integer or mixed dtypes) and
     for shapes outside them (1-d, or more than 3 dimensions)."""
     global _kernel_dtypes
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(input, torch.Tensor):
+    torch = torch_if_tensor(input)
+    if torch is None:
         return False
     if _kernel_dtypes is None:
         _kernel_dtypes = frozenset(getattr(torch, n) for n in (

@@ -276,6 +276,14 @@ def _softmax_backward_torch(torch, grad, y, dim, log, out):
 
 # ---- LayerNorm --------------------------------------------------------------------------------
 
+def _torch_shape(normalized_shape):
+    """normalized_shape as torch's functions take it: a sequence (tessera also takes an int)."""
+    try:
+        return (operator.index(normalized_shape),)
+    except TypeError:
+        return normalized_shape
+
+
 def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
                weight: TensorLike | None = None, bias: TensorLike | None = None,
                eps: float = 1e-5, *, out: TensorT | None = None) -> TensorT:
@@ -301,8 +309,8 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
         if shape is not None:
             return ops.layer_norm.default(input, shape, weight, bias, eps)[0]
     if out is None and _interop.outside_kernels(input, weight, bias):
-        return _interop.torch_module.nn.functional.layer_norm(input, normalized_shape, weight,
-                                                              bias, eps)
+        return _interop.torch_module.nn.functional.layer_norm(
+            input, _torch_shape(normalized_shape), weight, bias, eps)
     op = "layer_norm"
     k = _normalized_ndim(normalized_shape, input, op)
     torch = torch_if_tensor(input)
@@ -411,7 +419,8 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
             return ops.rms_norm.default(input, shape, weight,
                                         RMS_NORM_DEFAULT_EPS if eps is None else eps)[0]
     if out is None and _interop.outside_kernels(input, weight):
-        return _interop.torch_module.nn.functional.rms_norm(input, normalized_shape, weight, eps)
+        return _interop.torch_module.nn.functional.rms_norm(
+            input, _torch_shape(normalized_shape), weight, eps)
     op = "rms_norm"
     k = _normalized_ndim(normalized_shape, input, op)
     eps = RMS_NORM_DEFAULT_EPS if eps is None else float(eps)

@@ -70,9 +70,9 @@ def isin(elements: TensorT | float, test_elements: TensorT | float, *,
     torch = torch_if_tensor(elements) or torch_if_tensor(test_elements)
     if torch is None:
         return _isin_dlpack(elements, test_elements, assume_unique, invert, path, out)
-    if out is None and path == "automatic" and any(
-            isinstance(x, torch.Tensor) and not x.is_cuda for x in (elements, test_elements)):
-        # torch's contract: CPU tensors get torch's own isin.
+    if out is None and path == "automatic" and not any(
+            isinstance(x, torch.Tensor) and x.is_cuda for x in (elements, test_elements)):
+        # torch's contract: CPU tensors (no CUDA one) get torch's own isin.
         return torch.isin(elements, test_elements, assume_unique=assume_unique, invert=invert)
     elements, test_elements = _promote(torch, elements, test_elements)
     t = isin_thresholds

@@ -131,8 +131,10 @@ def test_matmul_errors_name_the_argument(torch):
         tessera.matmul(a, torch.randn(31, 48, device="cuda", dtype=torch.bfloat16))
     with pytest.raises(ValueError, match=r"tessera\.matmul: argument 'bias': expected shape \[48\]"):
         tessera.matmul(a, b, bias=torch.randn(47, device="cuda", dtype=torch.bfloat16))
-    with pytest.raises(TypeError, match=r"tessera\.matmul: argument 'other'.*bfloat16.*float16"):
+    with pytest.raises(RuntimeError, match="same dtype"):  # torch's arguments alone: torch's error
         tessera.matmul(a, b.half())
+    with pytest.raises(TypeError, match=r"tessera\.matmul: argument 'other'.*bfloat16.*float16"):
+        tessera.matmul(a, b.half(), activation="relu")
     with pytest.raises(ValueError, match=r"argument 'residual'"):
         tessera.matmul(a, b, residual=torch.randn(3, 48, device="cuda", dtype=torch.bfloat16))
 
