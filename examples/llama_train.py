@@ -187,12 +187,12 @@ def train(mode, compiled, steps, c, data, seed=0, bf16=True):
     return losses, times, counts
 
 
-def profile_steps(c, data, steps=3):
-    """torch.profiler's CUDA kernel table for a few eager steps under tessera.enable()."""
+def profile_steps(c, data, steps=3, routed=True):
+    """torch.profiler's CUDA kernel table for a few eager steps (under tessera.enable())."""
     from torch.profiler import ProfilerActivity, profile
     torch.manual_seed(0)
     model = Llama(c, TORCH_FNS).cuda()
-    with tessera.use_tessera():
+    with tessera.use_tessera() if routed else contextlib.nullcontext():
         for _ in range(2):  # warm-up outside the profile
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 model(data[:c.batch, :-1], data[:c.batch, 1:]).backward()
@@ -296,6 +296,8 @@ def main():
     if args.profile:
         report += "\nCUDA kernels of 3 eager steps under tessera.enable():\n\n```\n"
         report += profile_steps(c, data) + "\n```\n"
+        report += "\nThe same steps without tessera:\n\n```\n"
+        report += profile_steps(c, data, routed=False) + "\n```\n"
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(report)
     print(report)
