@@ -205,7 +205,9 @@ def profile_steps(c, data, steps=3, routed=True):
     for e in prof.key_averages():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             rows[e.key] = (e.count, getattr(e, "device_time_total", 0.0))
-    lines = [f"{'kernel':100s} {'calls':>6s} {'total us':>10s}  owner"]
+    total = sum(us for _, us in rows.values()) / steps / 1e3
+    lines = [f"GPU time per step (forward and backward, kernels only): {total:.2f} ms", "",
+             f"{'kernel':100s} {'calls':>6s} {'total us':>10s}  owner"]
     for key, (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
         if us <= 0:
             continue

@@ -74,38 +74,45 @@ template <class... T>
 bool all_take(const at::Tensor& first, const T&... rest) {
   return takes(first) && (takes(first, rest) && ...);
 }
+// The elementwise routes also ask for contiguous tensors: torch's kernels run permuted dense
+// layouts as flat arrays, where tessera's strided path indexes every element.
+template <class... T>
+bool all_dense(const T&... t) {
+  return (t.is_contiguous() && ...);
+}
 
 // ---- the routed kernels ---------------------------------------------------------------------------
 
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("add");
-  if (ran(kAdd, all_take(self, other) && !alpha.isComplex())) return op.call(self, other, alpha.toDouble());
+  if (ran(kAdd, all_take(self, other) && all_dense(self, other) && !alpha.isComplex()))
+    return op.call(self, other, alpha.toDouble());
   return at::cuda::add(self, other, alpha);
 }
 
 at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
   static const auto op = handle<at::Tensor(const at::Tensor&, c10::string_view)>("gelu");
-  if (ran(kGelu, all_take(self))) return op.call(self, approximate);
+  if (ran(kGelu, all_take(self) && all_dense(self))) return op.call(self, approximate);
   return at::cuda::gelu(self, approximate);
 }
 
 at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
   static const auto op =
       handle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>("gelu_backward");
-  if (ran(kGeluBackward, all_take(self, grad) && grad.sizes() == self.sizes()))
+  if (ran(kGeluBackward, all_take(self, grad) && all_dense(self, grad) && grad.sizes() == self.sizes()))
     return op.call(grad, self, approximate);
   return at::cuda::gelu_backward(grad, self, approximate);
 }
 
 at::Tensor silu(const at::Tensor& self) {
   static const auto op = handle<at::Tensor(const at::Tensor&)>("silu");
-  if (ran(kSilu, all_take(self))) return op.call(self);
+  if (ran(kSilu, all_take(self) && all_dense(self))) return op.call(self);
   return at::cuda::silu(self);
 }
 
 at::Tensor silu_backward(const at::Tensor& grad, const at::Tensor& self) {
   static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("silu_backward");
-  if (ran(kSiluBackward, all_take(self, grad) && grad.sizes() == self.sizes()))
+  if (ran(kSiluBackward, all_take(self, grad) && all_dense(self, grad) && grad.sizes() == self.sizes()))
     return op.call(grad, self);
   return at::cuda::silu_backward(grad, self);
 }
