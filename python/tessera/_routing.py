@@ -8,8 +8,13 @@ float64, mixed dtypes, softmax's half_to_float, ...): never an error, never anot
 kernels are the torch library's (libtessera_torch.so, python/src/torch/routing.cpp); this module
 chooses which ops and reads the counters.
 
-``include`` / ``exclude`` name ops by family ("softmax", "layer_norm", ...; a family brings its
-backward op) or by their aten names ("_softmax_backward_data"). ``log=True`` counts, per aten op,
+The GEMMs (aten's mm, addmm and bmm, family "matmul": tessera's matmul where both operands are
+row- or column-major) are routable but not routed unless named: tessera's GEMM is below cuBLAS
+on many shapes (docs/PERF.md), so ``enable()`` leaves them to torch and
+``enable(include=tessera.routable())`` routes everything.
+
+``include`` / ``exclude`` name ops by family ("softmax", "layer_norm", "matmul", ...; a family
+brings its backward op) or by their aten names ("_softmax_backward_data", "addmm"). ``log=True`` counts, per aten op,
 the calls that ran on tessera and on torch: ``tessera.routing_counts()``.
 """
 
@@ -34,8 +39,13 @@ def _ops():
     return torch.ops.tessera
 
 
+_GEMMS = ("mm", "addmm", "bmm")
+
+
 def _family(name: str) -> str:
-    """The family of an aten op name: '_softmax_backward_data' -> 'softmax'."""
+    """The family of an aten op name: '_softmax_backward_data' -> 'softmax', 'addmm' -> 'matmul'."""
+    if name in _GEMMS:
+        return "matmul"
     base = name.split(".")[0].lstrip("_")
     for prefix in ("native_", "fused_"):
         base = base[len(prefix):] if base.startswith(prefix) else base
@@ -59,6 +69,8 @@ def _chosen(include: Iterable[str] | None, exclude: Iterable[str] | None) -> lis
                                  f"{sorted(known)}, got {n!r}")
     inc = None if include is None else set(include)
     exc = set(exclude or ())
+    if inc is None:
+        exc |= set(_GEMMS)  # opt-in only (module docstring)
     return [n for n in names
             if (inc is None or n in inc or _family(n) in inc) and n not in exc
             and _family(n) not in exc]
@@ -74,8 +86,8 @@ def _route(names: list[str], log: bool) -> None:
 
 def enable(include: Iterable[str] | None = None, exclude: Iterable[str] | None = None, *,
            log: bool = False) -> None:
-    """Routes the chosen aten ops (all where ``include`` is None) to tessera for CUDA tensors,
-    replacing what was routed before."""
+    """Routes the chosen aten ops (where ``include`` is None: all but the GEMMs) to tessera for
+    CUDA tensors, replacing what was routed before."""
     _route(_chosen(include, exclude), bool(log))
 
 

@@ -404,8 +404,11 @@ def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool
     """
     op = "dropout"
     p = _probability(p, op)
-    if seed is None and out is None and _interop.outside_kernels(input):
-        # torch's dropout, from torch's generator (a given seed asks for tessera's masks).
+    if seed is None and out is None and (_interop.outside_kernels(input) or (
+            _interop.Tensor is not None and _interop.torch_module.compiler.is_compiling())):
+        # torch's dropout, from torch's generator (a given seed asks for tessera's masks). Also
+        # in a torch.compile graph: tessera's generator state is Python ints, which a graph
+        # would freeze into one mask for every call.
         return _interop.torch_module.nn.functional.dropout(input, p, training, inplace)
     torch = torch_if_tensor(input)
     if inplace:

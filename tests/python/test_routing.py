@@ -126,3 +126,30 @@ def test_compile_and_cuda_graphs_with_routing(routed):
         y.copy_(torch.randn(64, 256, device="cuda"))
         graph.replay()
         torch.testing.assert_close(out, torch.softmax(y.double(), -1).float(), rtol=1e-5, atol=1e-6)
+
+
+def test_gemms_are_routed_on_request(routed):
+    torch = routed
+    F = torch.nn.functional
+    d = dict(device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(64, 128, **d, requires_grad=True)
+    w = torch.randn(96, 128, **d, requires_grad=True)
+    b = torch.randn(96, **d, requires_grad=True)
+    a3, b3 = torch.randn(4, 32, 64, **d), torch.randn(4, 64, 16, **d)
+
+    def run():
+        y = F.linear(x, w, b)  # addmm, its backward mm
+        grads = torch.autograd.grad(y.float().sum(), (x, w, b))
+        return [y, torch.mm(x, w.t()), torch.bmm(a3, b3), *grads]
+
+    want = run()
+    with tessera.use_tessera(log=True):  # the default leaves the GEMMs to torch
+        run()
+        assert tessera.routing_counts()["mm"]["tessera"] == 0
+    with tessera.use_tessera(include=["matmul"], log=True):
+        got = run()
+        counts = tessera.routing_counts()
+    for g, h in zip(got, want):
+        torch.testing.assert_close(g, h, rtol=2e-2, atol=5e-2)
+    for op in ("mm", "addmm", "bmm"):
+        assert counts[op]["tessera"] >= 1, (op, counts[op])

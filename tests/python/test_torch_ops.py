@@ -167,3 +167,20 @@ def test_compile_fullgraph_forward_and_backward(torch, tops, mode):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
         for a, b in zip(compiled_in, eager_in):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_dropout_draws_a_new_mask_each_call(torch, tops):
+    # Without a seed, a compiled graph takes torch's dropout (torch's generator, in the graph):
+    # tessera's Python-int generator state would be frozen into one mask.
+    torch._dynamo.reset()
+    x = torch.ones(4096, device="cuda")
+    f = torch.compile(lambda t: tessera.dropout(t, 0.5), fullgraph=True)
+    a, b = f(x), f(x)
+    for y in (a, b):
+        assert set(torch.unique(y).tolist()) <= {0.0, 2.0}
+        assert 0.4 < (y == 0).float().mean().item() < 0.6
+    assert not torch.equal(a, b)
+    # With a seed the mask is tessera's and the same on every call, compiled or not.
+    g = torch.compile(lambda t: tessera.dropout(t, 0.5, seed=3, offset=0), fullgraph=True)
+    assert torch.equal(g(x), g(x))
+    assert torch.equal(g(x), tessera.dropout(x, 0.5, seed=3, offset=0))

@@ -15,9 +15,12 @@
 #include <ATen/ops/_softmax_backward_data_cuda_dispatch.h>
 #include <ATen/ops/_softmax_cuda_dispatch.h>
 #include <ATen/ops/add_cuda_dispatch.h>
+#include <ATen/ops/addmm_cuda_dispatch.h>
+#include <ATen/ops/bmm_cuda_dispatch.h>
 #include <ATen/ops/gelu_backward_cuda_dispatch.h>
 #include <ATen/ops/gelu_cuda_dispatch.h>
 #include <ATen/ops/isin_cuda_dispatch.h>
+#include <ATen/ops/mm_cuda_dispatch.h>
 #include <ATen/ops/native_layer_norm_backward_cuda_dispatch.h>
 #include <ATen/ops/native_layer_norm_cuda_dispatch.h>
 #include <ATen/ops/silu_backward_cuda_dispatch.h>
@@ -41,11 +44,12 @@ using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
 constexpr const char* kRouted[] = {
     "add.Tensor", "gelu", "gelu_backward", "silu", "silu_backward", "_softmax", "_log_softmax",
     "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm",
-    "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward", "isin.Tensor_Tensor"};
+    "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward", "isin.Tensor_Tensor",
+    "mm", "addmm", "bmm"};
 constexpr int kCount = static_cast<int>(std::size(kRouted));
 enum Route { kAdd, kGelu, kGeluBackward, kSilu, kSiluBackward, kSoftmax, kLogSoftmax,
              kSoftmaxBackward, kLogSoftmaxBackward, kLayerNorm, kLayerNormBackward, kRmsNorm,
-             kRmsNormBackward, kIsin };
+             kRmsNormBackward, kIsin, kMm, kAddmm, kBmm };
 
 std::array<std::atomic<int64_t>, 2 * kCount> counts{};  // [2 r]: tessera, [2 r + 1]: torch
 std::atomic<bool> counting{false};
@@ -214,6 +218,55 @@ at::Tensor isin(const at::Tensor& elements, const at::Tensor& test, bool assume_
   return at::cuda::isin(elements, test, assume_unique, invert);
 }
 
+// ---- GEMMs: tessera's matmul op, where both operands are row- or column-major ----------------------
+
+using MatmulSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
+                             c10::string_view, double, std::optional<at::ScalarType>, std::optional<bool>);
+
+const auto& matmul_op() {
+  static const auto h = handle<MatmulSig>("matmul");
+  return h;
+}
+
+// A unit stride in one of the two trailing dimensions: the layouts the tensor-core tiers read.
+bool gemm_layout(const at::Tensor& t) {
+  const int64_t d = t.dim();
+  return t.stride(d - 1) == 1 || t.stride(d - 2) == 1;
+}
+
+bool gemm_takes(const at::Tensor& a, const at::Tensor& b, int64_t rank) {
+  return all_take(a, b) && a.dim() == rank && b.dim() == rank && a.numel() > 0 && b.numel() > 0 &&
+         gemm_layout(a) && gemm_layout(b);
+}
+
+at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
+  if (ran(kMm, gemm_takes(self, mat2, 2)))
+    return matmul_op().call(self, mat2, std::nullopt, std::nullopt, "none", 1.0, std::nullopt, std::nullopt);
+  return at::cuda::mm(self, mat2);
+}
+
+at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
+  if (ran(kBmm, gemm_takes(self, mat2, 3) && self.size(0) == mat2.size(0)))
+    return matmul_op().call(self, mat2, std::nullopt, std::nullopt, "none", 1.0, std::nullopt, std::nullopt);
+  return at::cuda::bmm(self, mat2);
+}
+
+// beta * self + alpha * (mat1 @ mat2): with beta 1, a bias row [N] is the epilogue's bias and a
+// full [M, N] self its residual.
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                 const at::Scalar& beta, const at::Scalar& alpha) {
+  const bool plain = !beta.isComplex() && !alpha.isComplex() && beta.toDouble() == 1.0 &&
+                     takes(mat1, self) && gemm_takes(mat1, mat2, 2);
+  const int64_t n = mat2.dim() == 2 ? mat2.size(1) : -1;
+  const bool row = plain && self.dim() == 1 && self.size(0) == n;
+  const bool full = plain && self.dim() == 2 && self.size(0) == mat1.size(0) && self.size(1) == n;
+  if (ran(kAddmm, row || full))
+    return matmul_op().call(mat1, mat2, row ? OptTensor(self) : std::nullopt,
+                            full ? OptTensor(self) : std::nullopt, "none", alpha.toDouble(),
+                            std::nullopt, std::nullopt);
+  return at::cuda::addmm(self, mat1, mat2, beta, alpha);
+}
+
 void register_route(torch::Library& m, int r) {
   switch (r) {
     case kAdd: m.impl("add.Tensor", &add); break;
@@ -230,6 +283,9 @@ void register_route(torch::Library& m, int r) {
     case kRmsNorm: m.impl("_fused_rms_norm", &fused_rms_norm); break;
     case kRmsNormBackward: m.impl("_fused_rms_norm_backward", &fused_rms_norm_backward); break;
     case kIsin: m.impl("isin.Tensor_Tensor", &isin); break;
+    case kMm: m.impl("mm", &mm); break;
+    case kAddmm: m.impl("addmm", &addmm); break;
+    case kBmm: m.impl("bmm", &bmm); break;
   }
 }
 
