@@ -16,16 +16,14 @@ min(4096, 2^26 / N)); layer_norm (dx, dw, db) and rms_norm (dx, dw) at 4096 x N 
 4096 and 8192. float32 and bfloat16.
 """
 import argparse
-import json
-import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 import tessera
+from common import write_results
 
 try:
     from triton.testing import do_bench as _triton_do_bench
@@ -129,15 +127,8 @@ def main():
     print("==== final table (backward through autograd, median of rounds)")
     print(table)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                "tessera": tessera.__version__, "rounds": args.rounds,
-                "timer": "triton.testing.do_bench" if _triton_do_bench else "tessera.bench.do_bench",
-                "date": time.strftime("%Y-%m-%d")}
-        with open(os.path.join(args.out, "autograd.json"), "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        with open(os.path.join(args.out, "autograd.md"), "w") as f:
-            f.write(table + "\n")
+        timer = "triton.testing.do_bench" if _triton_do_bench else "tessera.bench.do_bench"
+        write_results(args.out, "autograd", {"rounds": args.rounds, "timer": timer}, rows, table)
     return 0
 
 

@@ -15,8 +15,11 @@ ask Suite.finish for a last table against the best peer of each row (best_peer_t
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -42,6 +45,21 @@ TOLERANCES = {
     torch.float16: dict(rtol=1e-2, atol=1e-2),
     torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2),
 }
+
+
+def write_results(out_dir, name: str, meta: dict, rows: list, table: str) -> None:
+    """`name`.json (meta: GPU, versions, date, plus `meta`; the rows) and `name`.md (the table) in
+    out_dir, created if needed."""
+    import json
+    import os
+    import time
+    os.makedirs(out_dir, exist_ok=True)
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "tessera": tessera.__version__, "date": time.strftime("%Y-%m-%d"), **meta}
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    with open(os.path.join(out_dir, name + ".md"), "w") as f:
+        f.write(table + "\n")
 
 
 def dtype_name(dtype) -> str:

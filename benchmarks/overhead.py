@@ -18,8 +18,6 @@ user's full cost of a differentiable call.
 Prints a table (us per call, tessera / torch) and writes overhead.json and overhead.md to --out.
 """
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
@@ -28,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import tessera
+from common import write_results
 
 
 def cases():
@@ -152,14 +151,8 @@ def main():
     table = "\n".join(lines)
     print(table)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                "tessera": tessera.__version__, "calls": args.calls, "rounds": args.rounds,
-                "date": time.strftime("%Y-%m-%d")}
-        with open(os.path.join(args.out, "overhead.json"), "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        with open(os.path.join(args.out, "overhead.md"), "w") as f:
-            f.write(table + "\n")
+        write_results(args.out, "overhead", {"calls": args.calls, "rounds": args.rounds}, rows,
+                      table)
     return 0
 
 
