@@ -50,6 +50,11 @@ _torch_raw_stream = None
 # fast path: `type(x) is Tensor and ops is not None`); everything else takes their Python paths.
 Tensor = None
 ops = None
+# tessera._torch_fast where built: the public functions' no-grad calls on plain CUDA tensors, with
+# torch.compiler.is_dynamo_compiling (False when called, True where dynamo traces) to skip it in
+# compiled graphs, which take the registered ops.
+fast = None
+dynamo_compiling = None
 torch_module = None  # the torch module, once seen
 FLOATS = frozenset()  # torch's float32, float16 and bfloat16, once seen: the float kernels' dtypes
 
@@ -81,10 +86,12 @@ def _init_torch(torch) -> None:
 
 def init_ops(torch) -> None:
     """Loads tessera's torch ops (tessera._torch) and sets Tensor and ops."""
-    global Tensor, ops, torch_module, FLOATS
+    global Tensor, ops, torch_module, FLOATS, fast, dynamo_compiling
     if Tensor is None:
         from . import _torch  # (when called by _torch's import: the module as far as it got)
         ops = _torch.ops
+        fast = getattr(_torch, "fast", None)
+        dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
         torch_module = torch
         FLOATS = frozenset((torch.float32, torch.float16, torch.bfloat16))
         Tensor = torch.Tensor

@@ -70,6 +70,11 @@ def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
         ``out``, or a new tensor of the broadcast shape (a torch tensor for torch inputs, a cupy
         array for cupy inputs, a :class:`tessera.DeviceArray` for other DLPack inputs).
     """
+    fast = _interop.fast
+    if fast is not None and out is None and not _interop.dynamo_compiling():
+        r = fast.add(input, other) if alpha == 1 else fast.add(input, other, alpha)
+        if r is not None:
+            return r
     ops = _interop.ops
     if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
             and input.dtype in _interop.FLOATS:
@@ -220,6 +225,12 @@ def gelu(input: TensorT, approximate: str = "none", *, out: TensorT | None = Non
     ``out`` (not in torch's signature, keyword only) writes the result to a preallocated tensor of
     ``input``'s shape, dtype and device; it may be ``input`` itself.
     """
+    fast = _interop.fast
+    if fast is not None and out is None and not _interop.dynamo_compiling():
+        r = fast.gelu(input) if approximate == "none" else \
+            fast.gelu(input, True) if approximate == "tanh" else None
+        if r is not None:
+            return r
     ops = _interop.ops
     if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
             and input.dtype in _interop.FLOATS:
@@ -250,6 +261,11 @@ def gelu_backward(grad_output: TensorLike, input: TensorT, *, approximate: str =
 def silu(input: TensorT, *, out: TensorT | None = None) -> TensorT:
     """SiLU (swish), as :func:`torch.nn.functional.silu`: ``x * sigmoid(x)``. ``out`` as for
     :func:`gelu` (torch's ``inplace=True`` is ``out=input``)."""
+    fast = _interop.fast
+    if fast is not None and out is None and not _interop.dynamo_compiling():
+        r = fast.silu(input)
+        if r is not None:
+            return r
     ops = _interop.ops
     if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
             and input.dtype in _interop.FLOATS:

@@ -214,6 +214,12 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
            out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """``activation(alpha * (input @ other) + bias) + residual + beta * out`` in one kernel; see
     the module's documentation."""
+    fast = _interop.fast
+    if fast is not None and activation is None and residual is None and alpha == 1 and beta == 0 \
+            and out is None and out_dtype is None and not _interop.dynamo_compiling():
+        r = fast.matmul(input, other) if bias is None else fast.matmul(input, other, bias)
+        if r is not None:
+            return r
     ops = _interop.ops
     if ops is not None and out is None and residual is None and beta == 0 \
             and isinstance(input, _interop.Tensor) and isinstance(other, _interop.Tensor) \
@@ -247,6 +253,11 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
            activation: Optional[str] = None) -> torch.Tensor:
     """``torch.nn.functional.linear``: ``input @ weight.T + bias`` (weight [N, K]), with an
     optional fused activation."""
+    fast = _interop.fast
+    if fast is not None and activation is None and not _interop.dynamo_compiling():
+        r = fast.linear(input, weight) if bias is None else fast.linear(input, weight, bias)
+        if r is not None:
+            return r
     if activation is None and _torch_takes_over(input, weight, bias):
         return _interop.torch_module.nn.functional.linear(input, weight, bias)
     _torch_only(weight, "weight")

@@ -177,6 +177,11 @@ def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
     ``out`` (keyword only, not in torch's signature) writes the result to a preallocated tensor of
     the input's shape, dtype and device; it may be the input itself.
     """
+    fast = _interop.fast
+    if fast is not None and out is None and dtype is None and not _interop.dynamo_compiling():
+        r = fast.softmax(input, dim)
+        if r is not None:
+            return r
     ops = _interop.ops
     if out is None and dtype is None and ops is not None and type(input) is _interop.Tensor \
             and type(dim) is int and input.is_cuda and input.dtype in _interop.FLOATS:
@@ -189,6 +194,11 @@ def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
 def log_softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
                 out: TensorT | None = None) -> TensorT:
     """Log-softmax along ``dim``, as :func:`torch.log_softmax`; see :func:`softmax`."""
+    fast = _interop.fast
+    if fast is not None and out is None and dtype is None and not _interop.dynamo_compiling():
+        r = fast.log_softmax(input, dim)
+        if r is not None:
+            return r
     ops = _interop.ops
     if out is None and dtype is None and ops is not None and type(input) is _interop.Tensor \
             and type(dim) is int and input.is_cuda and input.dtype in _interop.FLOATS:
@@ -301,6 +311,11 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
         eps: added to the variance.
         out: optional preallocated output (keyword only, not in torch's signature).
     """
+    fast = _interop.fast
+    if fast is not None and out is None and not _interop.dynamo_compiling():
+        r = fast.layer_norm(input, normalized_shape, weight, bias, eps)
+        if r is not None:
+            return r
     ops = _interop.ops
     if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
             and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype) \
@@ -411,6 +426,12 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
     2**-23: torch documents ``finfo(input.dtype).eps`` but resolves it with its accumulation type.
     Other arguments as in :func:`layer_norm`.
     """
+    fast = _interop.fast
+    if fast is not None and out is None and not _interop.dynamo_compiling():
+        r = fast.rms_norm(input, normalized_shape, weight,
+                          RMS_NORM_DEFAULT_EPS if eps is None else eps)
+        if r is not None:
+            return r
     ops = _interop.ops
     if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
             and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype):

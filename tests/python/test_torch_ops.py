@@ -184,3 +184,47 @@ def test_compiled_dropout_draws_a_new_mask_each_call(torch, tops):
     g = torch.compile(lambda t: tessera.dropout(t, 0.5, seed=3, offset=0), fullgraph=True)
     assert torch.equal(g(x), g(x))
     assert torch.equal(g(x), tessera.dropout(x, 0.5, seed=3, offset=0))
+
+
+def test_no_grad_shortcut_takes_plain_tensors_only(torch, tops):
+    """tessera._torch_fast takes no-grad calls on exact CUDA tensors in a thread without modes;
+    everything else goes through the registered op (and the dispatcher)."""
+    from tessera import _torch
+    fast = _torch.fast
+    if fast is None:
+        pytest.skip("built without torch's Python library: no shortcut")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Quiet(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(64, 256, device="cuda")
+    assert fast.takes(x) and fast.takes(x.t()) and fast.takes(x.half())
+    assert not fast.takes(x.double()) and not fast.takes(x.cpu())
+    assert not fast.takes(x.clone().requires_grad_())
+    with torch.no_grad():
+        assert fast.takes(x.clone().requires_grad_())
+    assert not fast.takes(torch.nn.Parameter(x))  # a subclass
+    with Quiet():
+        assert not fast.takes(x)
+    assert not torch.vmap(lambda r: torch.tensor(fast.takes(r)))(x).any()
+    # The same kernels either way: the shortcut's results are the op's, bit for bit.
+    w, b = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
+    m = torch.randn(256, 128, device="cuda")
+    pairs = [(tessera.add(x, x, alpha=2.0), tops.add.default(x, x, alpha=2.0)),
+             (tessera.add(x, 3), tops.add.Scalar(x, 3)),
+             (tessera.gelu(x, "tanh"), tops.gelu.default(x, approximate="tanh")),
+             (tessera.silu(x), tops.silu.default(x)),
+             (tessera.softmax(x, 0), tops.softmax.default(x, 0)),
+             (tessera.log_softmax(x, -1), tops.log_softmax.default(x, -1)),
+             (tessera.layer_norm(x, x.shape[-1:], w, b), tops.layer_norm.default(x, [256], w, b)[0]),
+             (tessera.rms_norm(x, 256, w), tops.rms_norm.default(x, [256], w, 2.0 ** -23)[0]),
+             (tessera.matmul(x, m), tops.matmul.default(x, m)),
+             (tessera.linear(x, m.t(), b[:128]), tops.matmul.default(x, m, bias=b[:128]))]
+    for got, want in pairs:
+        assert torch.equal(got, want)
+    # The profiler still names the op.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        tessera.softmax(x, -1)
+    assert "tessera::softmax" in {e.key for e in prof.key_averages()}

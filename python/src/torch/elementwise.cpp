@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "fast.hpp"
 
 namespace tessera::torch_ops {
 namespace {
@@ -265,3 +266,16 @@ TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   m.impl("silu", &silu_autograd);
   m.impl("dropout", &dropout_autograd);
 }
+
+namespace tessera::torch_ops::fast {
+at::Tensor add(const at::Tensor& input, const at::Tensor& other, double alpha) {
+  return torch_ops::add(input, other, alpha);
+}
+at::Tensor add_scalar(const at::Tensor& input, double other, double alpha) {
+  return torch_ops::add_scalar(input, other, alpha);
+}
+at::Tensor gelu(const at::Tensor& input, bool tanh) {
+  return torch_ops::gelu(input, tanh ? "tanh" : "none");
+}
+at::Tensor silu(const at::Tensor& input) { return torch_ops::silu(input); }
+}  // namespace tessera::torch_ops::fast

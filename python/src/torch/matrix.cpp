@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "fast.hpp"
 
 namespace tessera::torch_ops {
 namespace {
@@ -203,3 +204,10 @@ void kernels(torch::Library& m) {
 TORCH_LIBRARY_IMPL(tessera, CUDA, m) { tessera::torch_ops::kernels(m); }
 TORCH_LIBRARY_IMPL(tessera, CPU, m) { tessera::torch_ops::kernels(m); }
 TORCH_LIBRARY_IMPL(tessera, Autograd, m) { m.impl("matmul", &tessera::torch_ops::matmul_autograd); }
+
+namespace tessera::torch_ops::fast {
+at::Tensor matmul(const at::Tensor& input, const at::Tensor& other,
+                  const std::optional<at::Tensor>& bias) {
+  return torch_ops::matmul(input, other, bias, std::nullopt, "none", 1.0, std::nullopt, std::nullopt);
+}
+}  // namespace tessera::torch_ops::fast

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "fast.hpp"
 
 namespace tessera::torch_ops {
 namespace {
@@ -306,3 +307,38 @@ TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   m.impl("layer_norm", &layer_norm_autograd);
   m.impl("rms_norm", &rms_norm_autograd);
 }
+
+namespace tessera::torch_ops::fast {
+at::Tensor softmax(const at::Tensor& input, int64_t dim) { return torch_ops::softmax(input, dim); }
+at::Tensor log_softmax(const at::Tensor& input, int64_t dim) {
+  return torch_ops::log_softmax(input, dim);
+}
+
+at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                      double eps) {
+  const char* op = "layer_norm";
+  const int k = normalized_ndim(op, input, normalized_shape);
+  TensorView w, b;
+  const TensorView x = view(op, "input", input);
+  const TensorView* wp = optional_view(op, "weight", weight, w);
+  const TensorView* bp = optional_view(op, "bias", bias, b);
+  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
+  guarded([&] {
+    tessera::layer_norm(x, k, wp, bp, eps, view(op, "out", out), nullptr, nullptr, stream_of(input));
+  });
+  return out;
+}
+
+at::Tensor rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                    const std::optional<at::Tensor>& weight, double eps) {
+  const char* op = "rms_norm";
+  const int k = normalized_ndim(op, input, normalized_shape);
+  TensorView w;
+  const TensorView x = view(op, "input", input);
+  const TensorView* wp = optional_view(op, "weight", weight, w);
+  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
+  guarded([&] { tessera::rms_norm(x, k, wp, eps, view(op, "out", out), nullptr, stream_of(input)); });
+  return out;
+}
+}  // namespace tessera::torch_ops::fast

@@ -1,0 +1,27 @@
+// The torch ops' CUDA kernels that tessera._torch_fast calls without the dispatcher (fast.cpp):
+// the public functions' calls that need no autograd, on plain CUDA tensors. Defined by the family
+// files next to the ops' kernels; each is the op's CUDA kernel, except that the norms compute no
+// statistics (nothing will ask for them).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace tessera::torch_ops::fast {
+
+at::Tensor add(const at::Tensor& input, const at::Tensor& other, double alpha);
+at::Tensor add_scalar(const at::Tensor& input, double other, double alpha);
+at::Tensor gelu(const at::Tensor& input, bool tanh);
+at::Tensor silu(const at::Tensor& input);
+at::Tensor softmax(const at::Tensor& input, int64_t dim);
+at::Tensor log_softmax(const at::Tensor& input, int64_t dim);
+at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                      double eps);
+at::Tensor rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                    const std::optional<at::Tensor>& weight, double eps);
+at::Tensor matmul(const at::Tensor& input, const at::Tensor& other,
+                  const std::optional<at::Tensor>& bias);
+
+}  // namespace tessera::torch_ops::fast
