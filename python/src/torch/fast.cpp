@@ -39,10 +39,17 @@ const c10::DispatchKeySet kWrapped =
                          c10::DispatchKey::Negative, c10::DispatchKey::ZeroTensor,
                          c10::DispatchKey::NestedTensor});
 
+// Keys a thread includes while something must see every call: Python modes, functorch's
+// transforms (vmap, grad), functionalization. (BackendSelect and ADInplaceOrView are always in.)
+const c10::DispatchKeySet kModeKeys =
+    c10::python_ks | c10::functorch_transforms_ks |
+    c10::DispatchKeySet({c10::DispatchKey::Functionalize, c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+                         c10::DispatchKey::FuncTorchDynamicLayerBackMode, c10::DispatchKey::PreDispatch});
+
 // Nothing in this thread that must see calls in the dispatcher.
 bool quiet() {
   return c10::impl::TorchDispatchModeTLS::stack_len() == 0 && !at::impl::torch_function_mode_enabled() &&
-         c10::impl::tls_local_dispatch_key_set().included_.empty();
+         !c10::impl::tls_local_dispatch_key_set().included_.has_any(kModeKeys);
 }
 
 // The tensor of `o` where it is a plain CUDA tensor the kernels take; nullptr otherwise.
