@@ -1,0 +1,188 @@
+// Attention's CPU reference: known values, masks (causal bottom-right, sliding window, fully masked
+// rows), soft-capping, GQA against repeated heads, varlen against padded sequences, the backward
+// against central finite differences, and its argument checks. No GPU needed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ops/attention/attention_reference.hpp"
+#include "testing.hpp"
+
+namespace {
+
+using tessera::DType;
+using tessera::ErrorKind;
+using tessera::TensorView;
+using tessera::testing::expect_error;
+namespace ref = tessera::reference;
+
+const tessera::Device kCpu{tessera::DeviceType::cpu, 0};
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TensorView host(std::vector<double>& v, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(v.data(), DType::float64, shape, kCpu);
+}
+
+std::vector<double> randn(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> dist;
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(gen);
+  return v;
+}
+
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+TEST(AttentionReference, KnownValuesAndSoftcap) {
+  // One query against two keys, head_dim 1, scale 1: p = softmax([0, 1]).
+  std::vector<double> q = {1}, k = {0, 1}, v = {0, 10};
+  ref::AttentionSpec s;
+  s.scale = 1;
+  auto r = ref::attention_forward(host(q, {1, 1, 1, 1}), host(k, {1, 2, 1, 1}), host(v, {1, 2, 1, 1}), s);
+  const double e = std::exp(1.0);
+  expect_near_all(r.out, {10 * e / (1 + e)}, 1e-12);
+  expect_near_all(r.lse, {std::log(1 + e)}, 1e-12);
+  // Soft-capped: the second score is 0.5 * tanh(1 / 0.5).
+  s.softcap = 0.5;
+  r = ref::attention_forward(host(q, {1, 1, 1, 1}), host(k, {1, 2, 1, 1}), host(v, {1, 2, 1, 1}), s);
+  const double c = std::exp(0.5 * std::tanh(2.0));
+  expect_near_all(r.out, {10 * c / (1 + c)}, 1e-12);
+}
+
+TEST(AttentionReference, MasksAlignBottomRight) {
+  // q = 0: every visible key scores 0, so each output row is the mean of the values it sees.
+  std::vector<double> q(2, 0.0), k = randn(3, 1), v = {1, 2, 4};
+  ref::AttentionSpec s;
+  auto r = ref::attention_forward(host(q, {1, 2, 1, 1}), host(k, {1, 3, 1, 1}), host(v, {1, 3, 1, 1}), s);
+  expect_near_all(r.out, {7.0 / 3, 7.0 / 3}, 1e-12);
+  s.causal = true;  // 2 queries, 3 keys: the diagonal shifts by one (query 0 sees keys 0 and 1)
+  r = ref::attention_forward(host(q, {1, 2, 1, 1}), host(k, {1, 3, 1, 1}), host(v, {1, 3, 1, 1}), s);
+  expect_near_all(r.out, {1.5, 7.0 / 3}, 1e-12);
+  expect_near_all(r.lse, {std::log(2.0), std::log(3.0)}, 1e-12);
+  // Sliding window (1, 0) over 4 queries and 4 keys: query 3 sees keys 2 and 3.
+  std::vector<double> q4(4, 0.0), k4 = randn(4, 2), v4 = {1, 2, 4, 8};
+  s = {};
+  s.window_left = 1;
+  s.window_right = 0;
+  r = ref::attention_forward(host(q4, {1, 4, 1, 1}), host(k4, {1, 4, 1, 1}), host(v4, {1, 4, 1, 1}), s);
+  expect_near_all(r.out, {1, 1.5, 3, 6}, 1e-12);
+}
+
+TEST(AttentionReference, FullyMaskedRowsGiveZeroAndInfiniteLse) {
+  // 3 queries, 1 key, causal: the diagonal shifts by -2, so queries 0 and 1 see nothing.
+  std::vector<double> q = randn(3, 3), k = randn(1, 4), v = {5};
+  ref::AttentionSpec s;
+  s.causal = true;
+  const auto r = ref::attention_forward(host(q, {1, 3, 1, 1}), host(k, {1, 1, 1, 1}), host(v, {1, 1, 1, 1}), s);
+  expect_near_all(r.out, {0, 0, 5}, 0);
+  EXPECT_EQ(r.lse[0], kInf);
+  EXPECT_EQ(r.lse[1], kInf);
+  EXPECT_NEAR(r.lse[2], q[2] * k[0], 1e-12);
+  std::vector<double> g = {1, 1, 1};
+  const auto grads = ref::attention_backward(host(g, {1, 3, 1, 1}), host(q, {1, 3, 1, 1}),
+                                             host(k, {1, 1, 1, 1}), host(v, {1, 1, 1, 1}), s);
+  expect_near_all(grads.dq, {0, 0, 0}, 0);  // no NaN: masked rows contribute nothing
+  expect_near_all(grads.dv, {1}, 1e-12);
+}
+
+TEST(AttentionReference, GqaIsRepeatedHeads) {
+  // 4 query heads on 2 key/value heads equal 4 heads with each key/value head repeated twice.
+  const int64_t b = 2, sq = 3, sk = 5, d = 4;
+  std::vector<double> q = randn(b * sq * 4 * d, 4), k = randn(b * sk * 2 * d, 5), v = randn(b * sk * 2 * d, 6);
+  std::vector<double> k4(b * sk * 4 * d), v4(k4.size());
+  for (int64_t r = 0; r < b * sk; ++r)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t x = 0; x < d; ++x) {
+        k4[(r * 4 + h) * d + x] = k[(r * 2 + h / 2) * d + x];
+        v4[(r * 4 + h) * d + x] = v[(r * 2 + h / 2) * d + x];
+      }
+  ref::AttentionSpec s;
+  s.causal = true;
+  const auto gqa = ref::attention_forward(host(q, {b, sq, 4, d}), host(k, {b, sk, 2, d}), host(v, {b, sk, 2, d}), s);
+  const auto mha = ref::attention_forward(host(q, {b, sq, 4, d}), host(k4, {b, sk, 4, d}), host(v4, {b, sk, 4, d}), s);
+  expect_near_all(gqa.out, mha.out, 1e-12);
+  expect_near_all(gqa.lse, mha.lse, 1e-12);
+  std::vector<double> g = randn(gqa.out.size(), 7);
+  const auto g2 = ref::attention_backward(host(g, {b, sq, 4, d}), host(q, {b, sq, 4, d}), host(k, {b, sk, 2, d}),
+                                          host(v, {b, sk, 2, d}), s);
+  const auto g4 = ref::attention_backward(host(g, {b, sq, 4, d}), host(q, {b, sq, 4, d}), host(k4, {b, sk, 4, d}),
+                                          host(v4, {b, sk, 4, d}), s);
+  expect_near_all(g2.dq, g4.dq, 1e-12);
+  for (int64_t r = 0; r < b * sk; ++r)  // a shared head's gradient sums its group's
+    for (int64_t x = 0; x < d; ++x)
+      for (int64_t h = 0; h < 2; ++h) {
+        EXPECT_NEAR(g2.dk[(r * 2 + h) * d + x], g4.dk[(r * 4 + 2 * h) * d + x] + g4.dk[(r * 4 + 2 * h + 1) * d + x], 1e-12);
+        EXPECT_NEAR(g2.dv[(r * 2 + h) * d + x], g4.dv[(r * 4 + 2 * h) * d + x] + g4.dv[(r * 4 + 2 * h + 1) * d + x], 1e-12);
+      }
+}
+
+TEST(AttentionReference, VarlenIsEachSequenceAlone) {
+  const int64_t h = 2, d = 3;
+  const std::vector<int64_t> cu_q = {0, 2, 5}, cu_k = {0, 3, 4};
+  std::vector<double> q = randn(5 * h * d, 8), k = randn(4 * h * d, 9), v = randn(4 * h * d, 10);
+  ref::AttentionSpec s;
+  s.causal = true;
+  const auto packed = ref::attention_varlen_forward(host(q, {5, h, d}), host(k, {4, h, d}), host(v, {4, h, d}),
+                                                    cu_q, cu_k, s);
+  for (int b = 0; b < 2; ++b) {
+    const int64_t lq = cu_q[b + 1] - cu_q[b], lk = cu_k[b + 1] - cu_k[b];
+    std::vector<double> qb(q.begin() + cu_q[b] * h * d, q.begin() + cu_q[b + 1] * h * d);
+    std::vector<double> kb(k.begin() + cu_k[b] * h * d, k.begin() + cu_k[b + 1] * h * d);
+    std::vector<double> vb(v.begin() + cu_k[b] * h * d, v.begin() + cu_k[b + 1] * h * d);
+    const auto one = ref::attention_forward(host(qb, {1, lq, h, d}), host(kb, {1, lk, h, d}), host(vb, {1, lk, h, d}), s);
+    for (int64_t i = 0; i < lq * h * d; ++i) EXPECT_NEAR(packed.out[cu_q[b] * h * d + i], one.out[i], 1e-12);
+    for (int64_t hh = 0; hh < h; ++hh)
+      for (int64_t i = 0; i < lq; ++i)
+        EXPECT_EQ(packed.lse[hh * 5 + cu_q[b] + i], one.lse[hh * lq + i]);
+  }
+}
+
+TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
+  const int64_t b = 1, sq = 3, sk = 4, hq = 2, hk = 1, d = 3;
+  std::vector<double> q = randn(b * sq * hq * d, 11), k = randn(b * sk * hk * d, 12), v = randn(b * sk * hk * d, 13);
+  std::vector<double> g = randn(q.size(), 14);
+  ref::AttentionSpec s;
+  s.causal = true;
+  s.window_left = 2;
+  s.softcap = 1.5;
+  auto loss = [&] {  // sum(out * g)
+    const auto r = ref::attention_forward(host(q, {b, sq, hq, d}), host(k, {b, sk, hk, d}), host(v, {b, sk, hk, d}), s);
+    double l = 0;
+    for (size_t i = 0; i < g.size(); ++i) l += r.out[i] * g[i];
+    return l;
+  };
+  const auto grads = ref::attention_backward(host(g, {b, sq, hq, d}), host(q, {b, sq, hq, d}),
+                                             host(k, {b, sk, hk, d}), host(v, {b, sk, hk, d}), s);
+  const double h = 1e-6;
+  for (auto [x, want] : {std::pair{&q, &grads.dq}, {&k, &grads.dk}, {&v, &grads.dv}})
+    for (size_t i = 0; i < x->size(); ++i) {
+      const double keep = (*x)[i];
+      (*x)[i] = keep + h;
+      const double up = loss();
+      (*x)[i] = keep - h;
+      const double down = loss();
+      (*x)[i] = keep;
+      EXPECT_NEAR((*want)[i], (up - down) / (2 * h), 1e-7) << "element " << i;
+    }
+}
+
+TEST(AttentionReference, ArgumentChecks) {
+  std::vector<double> q = randn(3 * 4, 15), k = randn(2 * 4, 16);
+  ref::AttentionSpec s;
+  expect_error([&] { ref::attention_forward(host(q, {1, 1, 3, 4}), host(k, {1, 1, 2, 4}), host(k, {1, 1, 2, 4}), s); },
+               ErrorKind::value, {"'k'", "heads dividing q's 3"});
+  expect_error([&] { ref::attention_forward(host(q, {1, 3, 4}), host(k, {1, 2, 4}), host(k, {1, 2, 4}), s); },
+               ErrorKind::value, {"'q'", "4-d"});
+  std::vector<double> q2 = randn(2 * 4, 17);
+  expect_error([&] {
+    ref::attention_varlen_forward(host(q2, {2, 1, 4}), host(k, {2, 1, 4}), host(k, {2, 1, 4}), {0, 2, 1}, {0, 1, 2}, s);
+  }, ErrorKind::value, {"cu_seqlens_q"});
+}
+
+}  // namespace
