@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tessera/error.hpp"
+#include "tessera/ops/attention.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/matrix.hpp"
 #include "tessera/ops/rowwise.hpp"

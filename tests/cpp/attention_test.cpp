@@ -1,14 +1,23 @@
-// Attention's CPU reference: known values, masks (causal bottom-right, sliding window, fully masked
-// rows), soft-capping, GQA against repeated heads, varlen against padded sequences, the backward
-// against central finite differences, and its argument checks. No GPU needed.
+// Attention's CPU reference (no GPU needed): known values, masks (causal bottom-right, sliding
+// window, fully masked rows), soft-capping, GQA against repeated heads, varlen against padded
+// sequences, the backward against central finite differences, and its argument checks. The GPU
+// kernel (generic tier) against the reference over those variants, in both layouts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "gpu.hpp"
 #include "ops/attention/attention_reference.hpp"
+#include "runtime/memory.hpp"
+#include "tessera/ops/attention.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -183,6 +192,145 @@ TEST(AttentionReference, ArgumentChecks) {
   expect_error([&] {
     ref::attention_varlen_forward(host(q2, {2, 1, 4}), host(k, {2, 1, 4}), host(k, {2, 1, 4}), {0, 2, 1}, {0, 1, 2}, s);
   }, ErrorKind::value, {"cu_seqlens_q"});
+}
+
+// ---- the GPU kernel against the reference ----------------------------------------------------
+
+struct GpuCase {
+  int64_t b, sq, sk, hq, hk, d, dv;
+  ref::AttentionSpec spec;
+  bool heads_major;  // the tensors stored [batch, heads, seq, dim] (torch's SDPA layout)
+};
+
+// Uploads host doubles as `dt` in the case's storage order; returns the [batch, seq, heads, dim]
+// view of it (a transposed view when heads_major).
+TensorView upload(tessera::runtime::DeviceBuffer& buf, const std::vector<double>& x, DType dt, int64_t b,
+                  int64_t s, int64_t h, int64_t d, bool heads_major) {
+  const size_t es = dt == DType::float32 ? 4 : 2;
+  std::vector<unsigned char> bytes(x.size() * es);
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t si = 0; si < s; ++si)
+      for (int64_t hi = 0; hi < h; ++hi)
+        for (int64_t di = 0; di < d; ++di) {
+          const double val = x[((bi * s + si) * h + hi) * d + di];
+          const int64_t at = heads_major ? ((bi * h + hi) * s + si) * d + di : ((bi * s + si) * h + hi) * d + di;
+          if (dt == DType::float32) {
+            const float f = static_cast<float>(val);
+            std::memcpy(&bytes[at * es], &f, 4);
+          } else {
+            const __half f = __float2half(static_cast<float>(val));
+            std::memcpy(&bytes[at * es], &f, 2);
+          }
+        }
+  buf = tessera::runtime::DeviceBuffer(bytes.size());
+  EXPECT_EQ(cudaMemcpy(buf.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  const int64_t shape[4] = {b, s, h, d};
+  const int64_t strides[4] = {heads_major ? h * s * d : s * h * d, heads_major ? d : h * d,
+                              heads_major ? s * d : d, 1};
+  return TensorView::make(buf.data(), dt, shape, strides, 4, tessera::Device{tessera::DeviceType::cuda, 0});
+}
+
+double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(want[i])) {
+      EXPECT_EQ(got[i], want[i]) << "element " << i;
+      continue;
+    }
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void run_gpu_case(const GpuCase& c, DType dt, double tol) {
+  std::vector<double> q = randn(c.b * c.sq * c.hq * c.d, 21), k = randn(c.b * c.sk * c.hk * c.d, 22),
+                      v = randn(c.b * c.sk * c.hk * c.dv, 23);
+  tessera::runtime::DeviceBuffer bq, bk, bv, bo, bl;
+  const TensorView tq = upload(bq, q, dt, c.b, c.sq, c.hq, c.d, c.heads_major);
+  const TensorView tk = upload(bk, k, dt, c.b, c.sk, c.hk, c.d, c.heads_major);
+  const TensorView tv = upload(bv, v, dt, c.b, c.sk, c.hk, c.dv, c.heads_major);
+  bo = tessera::runtime::DeviceBuffer(c.b * c.sq * c.hq * c.dv * (dt == DType::float32 ? 4 : 2));
+  const TensorView tout = TensorView::contiguous(bo.data(), dt, {c.b, c.sq, c.hq, c.dv},
+                                                 tessera::Device{tessera::DeviceType::cuda, 0});
+  bl = tessera::runtime::DeviceBuffer(c.b * c.hq * c.sq * sizeof(float));
+  const TensorView tl = TensorView::contiguous(bl.data(), DType::float32, {c.b, c.hq, c.sq},
+                                               tessera::Device{tessera::DeviceType::cuda, 0});
+  tessera::AttentionOptions o;
+  o.scale = c.spec.scale, o.causal = c.spec.causal, o.window_left = c.spec.window_left;
+  o.window_right = c.spec.window_right, o.softcap = c.spec.softcap;
+  tessera::attention(tq, tk, tv, tout, &tl, o, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // The reference sees the inputs rounded to dt, as the kernel does.
+  auto rounded = [&](std::vector<double> x) {
+    if (dt != DType::float32)
+      for (double& e : x) e = __half2float(__float2half(static_cast<float>(e)));
+    return x;
+  };
+  std::vector<double> rq = rounded(q), rk = rounded(k), rv = rounded(v);
+  const auto want = ref::attention_forward(host(rq, {c.b, c.sq, c.hq, c.d}), host(rk, {c.b, c.sk, c.hk, c.d}),
+                                           host(rv, {c.b, c.sk, c.hk, c.dv}), c.spec);
+  const size_t n = want.out.size();
+  std::vector<double> got(n), lse(want.lse.size());
+  std::vector<unsigned char> raw(n * (dt == DType::float32 ? 4 : 2));
+  ASSERT_EQ(cudaMemcpy(raw.data(), bo.data(), raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < n; ++i) {
+    if (dt == DType::float32) {
+      float f;
+      std::memcpy(&f, &raw[i * 4], 4);
+      got[i] = f;
+    } else {
+      __half f;
+      std::memcpy(&f, &raw[i * 2], 2);
+      got[i] = __half2float(f);
+    }
+  }
+  std::vector<float> lf(lse.size());
+  ASSERT_EQ(cudaMemcpy(lf.data(), bl.data(), lf.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < lf.size(); ++i) lse[i] = lf[i];
+  EXPECT_LE(rel_err(got, want.out), tol);
+  EXPECT_LE(rel_err(lse, want.lse), 1e-5);
+}
+
+TEST(AttentionGpu, GenericKernelMatchesTheReference) {
+  TESSERA_REQUIRE_GPU();
+  auto spec = [](bool causal, int64_t wl, int64_t wr, double cap) {
+    ref::AttentionSpec s;
+    s.causal = causal, s.window_left = wl, s.window_right = wr, s.softcap = cap;
+    return s;
+  };
+  const std::vector<GpuCase> cases = {
+      {2, 17, 17, 4, 4, 64, 64, spec(false, -1, -1, 0), false},
+      {2, 17, 33, 4, 4, 64, 64, spec(true, -1, -1, 0), false},   // causal, seq_q < seq_k
+      {1, 40, 7, 2, 2, 128, 128, spec(true, -1, -1, 0), false},  // causal, fully masked rows
+      {1, 127, 127, 8, 2, 128, 128, spec(true, -1, -1, 0), true},  // GQA, SDPA layout
+      {3, 1, 1000, 4, 1, 80, 48, spec(false, -1, -1, 0), false},   // decode-like, MQA, dv != d
+      {1, 100, 100, 2, 2, 256, 256, spec(false, 16, 4, 0), true},  // sliding window, head_dim 256
+      {2, 33, 65, 4, 2, 64, 64, spec(true, 8, -1, 30.0), false},   // window + soft-cap
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE("case b=" + std::to_string(c.b) + " sq=" + std::to_string(c.sq) + " sk=" + std::to_string(c.sk) +
+                 " d=" + std::to_string(c.d));
+    run_gpu_case(c, DType::float32, 1e-5);
+    run_gpu_case(c, DType::float16, 2e-3);
+  }
+}
+
+TEST(AttentionChecks, NameTheArgument) {
+  using tessera::testing::cuda_tensor;
+  const TensorView q = cuda_tensor(0x1000, DType::bfloat16, {1, 4, 6, 64});
+  const TensorView k = cuda_tensor(0x100000, DType::bfloat16, {1, 5, 4, 64});
+  const TensorView o = cuda_tensor(0x200000, DType::bfloat16, {1, 4, 6, 64});
+  expect_error([&] { tessera::attention(q, k, k, o, nullptr, {}, nullptr); }, ErrorKind::value,
+               {"tessera.attention: argument 'k'", "heads_kv dividing q's 6"});
+  const TensorView k3 = cuda_tensor(0x100000, DType::bfloat16, {1, 5, 3, 64});
+  const TensorView kf = cuda_tensor(0x100000, DType::float16, {1, 5, 3, 64});
+  expect_error([&] { tessera::attention(q, kf, k3, o, nullptr, {}, nullptr); }, ErrorKind::type, {"'k'"});
+  const TensorView big = cuda_tensor(0x1000, DType::bfloat16, {1, 4, 6, 512});
+  const TensorView kbig = cuda_tensor(0x100000, DType::bfloat16, {1, 5, 3, 512});
+  const TensorView obig = cuda_tensor(0x200000, DType::bfloat16, {1, 4, 6, 512});
+  expect_error([&] { tessera::attention(big, kbig, kbig, obig, nullptr, {}, nullptr); }, ErrorKind::value,
+               {"'q'", "at most 256"});
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+// Attention: out = softmax(scale * Q K^T, masked) V, in FlashAttention's layout. Checks arguments
+// before any launch (tessera::Error names the argument), returns at once when there is nothing to
+// do, and enqueues its kernel on `stream`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "tessera/tensor.hpp"
+
+namespace tessera {
+
+struct AttentionOptions {
+  double scale = 0.0;         // 0: 1 / sqrt(head_dim)
+  bool causal = false;        // the diagonal aligned to the bottom right when seq_q != seq_k
+  int64_t window_left = -1;   // sliding window: keys before the diagonal a query sees (-1: all)
+  int64_t window_right = -1;  // keys after it (-1: all; causal caps it at 0)
+  double softcap = 0.0;       // scores become softcap * tanh(score / softcap) where > 0
+};
+
+// q [batch, seq_q, heads_q, head_dim], k [batch, seq_k, heads_kv, head_dim], v [batch, seq_k,
+// heads_kv, head_dim_v], out [batch, seq_q, heads_q, head_dim_v]: CUDA tensors of one dtype
+// (float32, float16, bfloat16), any strides; heads_q a multiple of heads_kv (GQA, MQA); head
+// dimensions up to 256. lse (optional) [batch, heads_q, seq_q] float32: the log-sum-exp of each
+// row's scores. A query that sees no key gets output 0 and lse +inf (FlashAttention's
+// convention: no NaN). Math in float32.
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const TensorView* lse, const AttentionOptions& options, cudaStream_t stream);
+
+}  // namespace tessera

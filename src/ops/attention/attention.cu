@@ -1,0 +1,186 @@
+// attention: out = softmax(scale * Q K^T, masked) V (tessera/ops/attention.hpp).
+//
+// The generic tier: one warp per query row, each lane holding head_dim / 32 of the row's query
+// and output, keys visited in order with the online softmax (running max and sum in float32).
+// Any strides, any head dimension up to 256, every mask; what the tensor-core tiers will be
+// checked against on the GPU, and what runs where they do not apply.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/validate.hpp"
+#include "tessera/ops/attention.hpp"
+#include "tile/convert.cuh"
+
+namespace tessera {
+namespace {
+
+constexpr const char* kOp = "attention";
+constexpr int kWarps = 4;     // query rows per CTA
+constexpr int kMaxDim = 256;  // head dimensions a lane's registers hold: 8 values per lane
+
+struct Strides {
+  int64_t b, s, h, d;
+};
+
+struct Params {
+  const void *q, *k, *v;
+  void* out;
+  float* lse;  // nullable; [batch, heads_q, seq_q] contiguous
+  Strides sq, sk, sv, so;
+  int64_t batch, seq_q, seq_k, heads_q, group, dim, dim_v;
+  float scale, softcap;
+  bool causal;
+  int64_t window_left, window_right;
+};
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
+  using tile::to_float;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= p.batch * p.heads_q * p.seq_q) return;
+  const int64_t i = row % p.seq_q, h = row / p.seq_q % p.heads_q, b = row / p.seq_q / p.heads_q;
+  const int64_t hk = h / p.group;
+  const T* q = static_cast<const T*>(p.q) + b * p.sq.b + i * p.sq.s + h * p.sq.h;
+  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + hk * p.sk.h;
+  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + hk * p.sv.h;
+
+  float qr[kMaxDim / 32], acc[kMaxDim / 32];
+#pragma unroll
+  for (int c = 0; c < kMaxDim / 32; ++c) {
+    const int64_t d = lane + 32 * c;
+    qr[c] = d < p.dim ? to_float(q[d * p.sq.d]) * p.scale : 0.f;
+    acc[c] = 0.f;
+  }
+  // The keys this query sees: [lo, hi], the diagonal shifted by seq_k - seq_q.
+  const int64_t diag = i + p.seq_k - p.seq_q;
+  int64_t hi = p.causal ? diag : p.seq_k - 1;
+  if (p.window_right >= 0) hi = min(hi, diag + p.window_right);
+  hi = min(hi, p.seq_k - 1);
+  const int64_t lo = p.window_left >= 0 ? max(int64_t(0), diag - p.window_left) : 0;
+
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j = lo; j <= hi; ++j) {
+    const T* kj = k + j * p.sk.s;
+    float s = 0.f;
+#pragma unroll
+    for (int c = 0; c < kMaxDim / 32; ++c) {
+      const int64_t d = lane + 32 * c;
+      if (d < p.dim) s += qr[c] * to_float(kj[d * p.sk.d]);
+    }
+    s = warp_sum(s);
+    if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new), e = expf(s - m_new);
+    l = l * corr + e;
+    const T* vj = v + j * p.sv.s;
+#pragma unroll
+    for (int c = 0; c < kMaxDim / 32; ++c) {
+      const int64_t d = lane + 32 * c;
+      acc[c] = acc[c] * corr + (d < p.dim_v ? e * to_float(vj[d * p.sv.d]) : 0.f);
+    }
+    m = m_new;
+  }
+  T* o = static_cast<T*>(p.out) + b * p.so.b + i * p.so.s + h * p.so.h;
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+  for (int c = 0; c < kMaxDim / 32; ++c) {
+    const int64_t d = lane + 32 * c;
+    if (d < p.dim_v) o[d * p.so.d] = tile::from_float<T>(acc[c] * inv);
+  }
+  if (p.lse && lane == 0) p.lse[(b * p.heads_q + h) * p.seq_q + i] = l > 0.f ? m + logf(l) : INFINITY;
+}
+
+Strides strides_of(const TensorView& t) { return {t.strides[0], t.strides[1], t.strides[2], t.strides[3]}; }
+
+void check(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+           const TensorView* lse, const AttentionOptions& o) {
+  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}}) {
+    detail::check_cuda_tensor(kOp, arg, *t);
+    if (t->ndim != 4)
+      detail::throw_arg(ErrorKind::value, kOp, arg, "a 4-d tensor [batch, seq, heads, head_dim]",
+                        std::to_string(t->ndim) + "-d");
+  }
+  detail::check_dtype_in(kOp, "q", q, {DType::float32, DType::float16, DType::bfloat16});
+  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"k", &k}, {"v", &v}, {"out", &out}}) {
+    detail::check_same_dtype(kOp, arg, *t, "q", q);
+    detail::check_same_device(kOp, arg, *t, "q", q);
+  }
+  const auto dims = [](const TensorView& t) {
+    return "[" + std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + ", " + std::to_string(t.shape[2]) +
+           ", " + std::to_string(t.shape[3]) + "]";
+  };
+  if (k.shape[0] != q.shape[0] || k.shape[3] != q.shape[3] || k.shape[2] == 0 || q.shape[2] % k.shape[2] != 0)
+    detail::throw_arg(ErrorKind::value, kOp, "k",
+                      "[batch, seq_k, heads_kv, head_dim] with q's batch " + std::to_string(q.shape[0]) +
+                          " and head_dim " + std::to_string(q.shape[3]) + ", heads_kv dividing q's " +
+                          std::to_string(q.shape[2]),
+                      dims(k));
+  if (v.shape[0] != k.shape[0] || v.shape[1] != k.shape[1] || v.shape[2] != k.shape[2])
+    detail::throw_arg(ErrorKind::value, kOp, "v", "k's batch, seq_k and heads_kv " + dims(k), dims(v));
+  if (out.shape[0] != q.shape[0] || out.shape[1] != q.shape[1] || out.shape[2] != q.shape[2] ||
+      out.shape[3] != v.shape[3])
+    detail::throw_arg(ErrorKind::value, kOp, "out", "[batch, seq_q, heads_q, head_dim_v] = [" +
+                      std::to_string(q.shape[0]) + ", " + std::to_string(q.shape[1]) + ", " +
+                      std::to_string(q.shape[2]) + ", " + std::to_string(v.shape[3]) + "]", dims(out));
+  if (q.shape[3] > kMaxDim || v.shape[3] > kMaxDim)
+    detail::throw_arg(ErrorKind::value, kOp, q.shape[3] > kMaxDim ? "q" : "v",
+                      "a head dimension of at most " + std::to_string(kMaxDim), dims(q.shape[3] > kMaxDim ? q : v));
+  detail::check_no_internal_overlap(kOp, "out", out);
+  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"q", &q}, {"k", &k}, {"v", &v}})
+    detail::check_no_overlap(kOp, "out", out, arg, *t, false);
+  if (lse) {
+    detail::check_cuda_tensor(kOp, "lse", *lse);
+    detail::check_dtype_in(kOp, "lse", *lse, {DType::float32});
+    detail::check_same_device(kOp, "lse", *lse, "q", q);
+    const bool shape = lse->ndim == 3 && lse->shape[0] == q.shape[0] && lse->shape[1] == q.shape[2] &&
+                       lse->shape[2] == q.shape[1];
+    if (!shape || !lse->is_contiguous())
+      detail::throw_arg(ErrorKind::value, kOp, "lse", "a contiguous [batch, heads_q, seq_q] tensor",
+                        std::to_string(lse->ndim) + "-d" + (shape ? ", not contiguous" : ""));
+  }
+  if (!(o.scale >= 0) || !std::isfinite(o.scale))
+    detail::throw_arg(ErrorKind::value, kOp, "scale", "a finite number >= 0 (0: 1 / sqrt(head_dim))",
+                      std::to_string(o.scale));
+  if (!(o.softcap >= 0) || !std::isfinite(o.softcap))
+    detail::throw_arg(ErrorKind::value, kOp, "softcap", "a finite number >= 0 (0: none)", std::to_string(o.softcap));
+}
+
+}  // namespace
+
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const TensorView* lse, const AttentionOptions& options, cudaStream_t stream) {
+  check(q, k, v, out, lse, options);
+  if (out.numel() == 0) return;
+  runtime::DeviceGuard guard(q.device.index);
+  Params p{};
+  p.q = q.data, p.k = k.data, p.v = v.data, p.out = out.data;
+  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  p.sq = strides_of(q), p.sk = strides_of(k), p.sv = strides_of(v), p.so = strides_of(out);
+  p.batch = q.shape[0], p.seq_q = q.shape[1], p.seq_k = k.shape[1], p.heads_q = q.shape[2];
+  p.group = q.shape[2] / k.shape[2], p.dim = q.shape[3], p.dim_v = v.shape[3];
+  p.scale = static_cast<float>(options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape[3])));
+  p.softcap = static_cast<float>(options.softcap);
+  p.causal = options.causal, p.window_left = options.window_left, p.window_right = options.window_right;
+  const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  const unsigned grid = static_cast<unsigned>(runtime::ceil_div(rows, kWarps));
+  switch (q.dtype) {
+    case DType::float32: attention_rows_kernel<float><<<grid, kWarps * 32, 0, stream>>>(p); break;
+    case DType::float16: attention_rows_kernel<__half><<<grid, kWarps * 32, 0, stream>>>(p); break;
+    default: attention_rows_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(p); break;
+  }
+  TESSERA_LAUNCH_CHECK();
+}
+
+}  // namespace tessera
