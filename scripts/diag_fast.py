@@ -1,3 +1,5 @@
+"""Why tessera._torch_fast would not take a call on a plain CUDA tensor: the tensor's dispatch
+keys, the thread's included and excluded keys, the active modes, and takes() itself."""
 import torch, tessera
 from tessera import _torch
 x = torch.randn(4, 4, device="cuda")
