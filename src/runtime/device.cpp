@@ -166,4 +166,15 @@ int active_clusters(const void* kernel, int cluster, int threads, int device) {
   return n;
 }
 
+bool has_sm90a_code(const void* kernel) {
+  static std::mutex mu;
+  static std::map<const void*, bool> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(kernel); it != cache.end()) return it->second;
+  cudaFuncAttributes fa{};
+  const bool ok = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess;
+  (void)cudaGetLastError();
+  return cache[kernel] = ok && fa.binaryVersion == 90 && fa.ptxVersion >= 90;
+}
+
 }  // namespace tessera::runtime

@@ -56,6 +56,12 @@ int resident_ctas(const void* kernel, int threads, std::size_t smem = 0);
 // static CUDA runtime, which knows only the kernels compiled into that module.
 int active_clusters(const void* kernel, int cluster, int threads, int device);
 
+// Whether `kernel` (of this library) holds sm_90a code for the current device: its wgmma and
+// setmaxnreg run only then. A build for sm_80 only also reports binary version 90 on Hopper (its
+// PTX compiled there) with trap stubs for those instructions; the PTX version tells them apart.
+// Asked once per kernel.
+bool has_sm90a_code(const void* kernel);
+
 // The launch attribute for clusters of `cluster` CTAs along x.
 cudaLaunchAttribute cluster_attribute(int cluster);
 

@@ -52,12 +52,12 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 
 bool tma_can_map(DType dtype, const void* base, const TmaShape& s, TmaSwizzle swizzle) {
   const uint64_t elem = dtype_size(dtype);
-  if (reinterpret_cast<uintptr_t>(base) % 16 != 0 || s.rank < 2 || s.rank > 3 || s.strides[0] != 1)
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0 || s.rank < 2 || s.rank > 5 || s.strides[0] != 1)
     return false;
   for (int i = 0; i < s.rank; ++i) {
     if (s.dims[i] == 0 || s.dims[i] > (uint64_t{1} << 32) || s.box[i] == 0 || s.box[i] > 256)
       return false;
-    if (i > 0 && ((s.strides[i] * elem) % 16 != 0 || s.strides[i] * elem >= (uint64_t{1} << 40)))
+    if (i > 0 && (s.strides[i] == 0 || (s.strides[i] * elem) % 16 != 0 || s.strides[i] * elem >= (uint64_t{1} << 40)))
       return false;
   }
   if ((s.box[0] * elem) % 16 != 0) return false;
@@ -72,8 +72,8 @@ CUtensorMap tma_map(const char* op, DType dtype, const void* base, const TmaShap
     detail::throw_arg(ErrorKind::runtime, op, "tensor map",
                       "the driver's cuTensorMapEncodeTiled", "none in this driver");
   const uint64_t elem = dtype_size(dtype);
-  cuuint64_t dims[3], strides[2];
-  cuuint32_t box[3], elem_strides[3] = {1, 1, 1};
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], elem_strides[5] = {1, 1, 1, 1, 1};
   for (int i = 0; i < s.rank; ++i) {
     dims[i] = s.dims[i];
     box[i] = s.box[i];

@@ -13,18 +13,18 @@ namespace tessera::runtime {
 
 enum class TmaSwizzle { none, b32, b64, b128 };
 
-// A 2-d or 3-d tiled map over `t`'s last two dimensions (and one leading batch dimension):
-// dims are given innermost first, as the copy engine takes them. Boxes are `box[0]` x `box[1]`
-// (x `box[2]`) elements; out-of-range elements of a box read as zeros and are not written.
+// A tiled map of 2 to 5 dimensions, given innermost first, as the copy engine takes them. Boxes
+// are box[0] x box[1] x ... elements; out-of-range elements of a box read as zeros and are not
+// written.
 struct TmaShape {
   int rank = 2;
-  uint64_t dims[3] = {0, 0, 1};     // elements, innermost first
-  uint64_t strides[3] = {0, 0, 0};  // elements; strides[0] must be 1
-  uint32_t box[3] = {0, 0, 1};
+  uint64_t dims[5] = {0, 0, 1, 1, 1};     // elements, innermost first
+  uint64_t strides[5] = {0, 0, 0, 0, 0};  // elements; strides[0] must be 1
+  uint32_t box[5] = {0, 0, 1, 1, 1};
 };
 
 // Whether the copy engine can address `shape` of `dtype` at `base`: a 16-byte aligned base, 16-byte
-// multiples for every stride but the innermost, an innermost stride of 1, and sizes within its
+// multiples (nonzero) for every stride but the innermost, an innermost stride of 1, and sizes within its
 // limits. Launchers check this and take another path where it fails.
 bool tma_can_map(DType dtype, const void* base, const TmaShape& shape, TmaSwizzle swizzle);
 

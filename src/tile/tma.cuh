@@ -37,6 +37,17 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
 #endif
 }
 
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                         int c3, const BulkBarrier& bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int32_t coords[4] = {c0, c1, c2, c3};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, map,
+                                  coords, bar.bar);
+#else
+  __trap();
+#endif
+}
+
 // Brings a map (a __grid_constant__ kernel parameter) into the descriptor cache ahead of its
 // first copy.
 __device__ __forceinline__ void tma_prefetch(const CUtensorMap* map) {

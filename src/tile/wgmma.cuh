@@ -81,12 +81,33 @@ __device__ __forceinline__ void wait() {
 #endif
 }
 
+// Warpgroup register reallocation (setmaxnreg): a producer warpgroup gives registers back so that
+// its consumers may claim more. Takes effect only in kernels with a register cap at entry
+// (__launch_bounds__(threads, 1)) whose warpgroups each take one branch of an if/else.
+template <int Regs>
+__device__ __forceinline__ void release_registers() {
+#ifdef TESSERA_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+template <int Regs>
+__device__ __forceinline__ void claim_registers() {
+#ifdef TESSERA_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+
 // Keeps the compiler from moving accumulator reads or writes across a fence or wait: the
 // registers are written by the asynchronous unit, which the compiler does not see.
 template <int Size>
 __device__ __forceinline__ void fence_operands(float (&d)[Size]) {
 #pragma unroll
   for (int i = 0; i < Size; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int Size>
+__device__ __forceinline__ void fence_operands(uint32_t (&r)[Size]) {
+#pragma unroll
+  for (int i = 0; i < Size; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
 // d (+)= A B for one 64 x N x 16 step; `accumulate` false overwrites d. TransA/TransB: 0 for
@@ -179,7 +200,51 @@ TESSERA_WG_MMA_KMAJOR(__nv_fp8_e4m3, "e4m3", 32, 256, 128, 129, 130)
 TESSERA_WG_MMA_KMAJOR(__nv_fp8_e5m2, "e5m2", 32, 128, 64, 65, 66)
 TESSERA_WG_MMA_KMAJOR(__nv_fp8_e5m2, "e5m2", 32, 256, 128, 129, 130)
 
+
+// d (+)= A B with A from registers (16-bit types): per warp w, the rows 16 w .. 16 w + 15 of a
+// 64 x 16 step, thread l holding in a[0..3] the pairs (row g, cols 2 t, 2 t + 1), (row g + 8, the
+// same cols), (row g, cols 2 t + 8, 2 t + 9), (row g + 8, those), g = l / 4, t = l % 4, the lower
+// column in the low half. That is the accumulator layout of a 64 x 16 slice of d, so a product
+// such as attention's P re-enters a multiply by packing d[8 k .. 8 k + 7] pairwise, in order.
+// B from shared memory as in Mma; the registers stay read until the group completes.
+template <class T, int N, int TransB = 0>
+struct MmaRS;
+
+#ifdef TESSERA_WGMMA
+#define TESSERA_WG_MMA_RS(TYPE, PTX, N, IA0, IA1, IA2, IA3, IB, IS, ITB)                       \
+  template <int TransB>                                                                        \
+  struct MmaRS<TYPE, N, TransB> {                                                              \
+    __device__ __forceinline__ static void run(float (&d)[N / 2], const uint32_t (&a)[4],      \
+                                               uint64_t b, bool accumulate) {                  \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS ", 0;\n"                           \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX               \
+                   " {" TESSERA_WG_REGS_N##N "}, {%" #IA0 ", %" #IA1 ", %" #IA2 ", %" #IA3 "}, %" #IB \
+                   ", p, 1, 1, %" #ITB ";\n}\n"                                                \
+                   : TESSERA_WG_D_N##N(0)                                                        \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),                       \
+                     "r"(static_cast<int>(accumulate)), "n"(TransB));                          \
+    }                                                                                          \
+  };
+#else
+#define TESSERA_WG_MMA_RS(TYPE, PTX, N, IA0, IA1, IA2, IA3, IB, IS, ITB)                     \
+  template <int TransB>                                                                      \
+  struct MmaRS<TYPE, N, TransB> {                                                            \
+    __device__ __forceinline__ static void run(float (&)[N / 2], const uint32_t (&)[4],      \
+                                               uint64_t, bool) {                             \
+      __trap();                                                                              \
+    }                                                                                        \
+  };
+#endif
+
+TESSERA_WG_MMA_RS(__nv_bfloat16, "bf16", 64, 32, 33, 34, 35, 36, 37, 38)
+TESSERA_WG_MMA_RS(__nv_bfloat16, "bf16", 128, 64, 65, 66, 67, 68, 69, 70)
+TESSERA_WG_MMA_RS(__nv_bfloat16, "bf16", 256, 128, 129, 130, 131, 132, 133, 134)
+TESSERA_WG_MMA_RS(__half, "f16", 64, 32, 33, 34, 35, 36, 37, 38)
+TESSERA_WG_MMA_RS(__half, "f16", 128, 64, 65, 66, 67, 68, 69, 70)
+TESSERA_WG_MMA_RS(__half, "f16", 256, 128, 129, 130, 131, 132, 133, 134)
+
 #undef TESSERA_WG_MMA
+#undef TESSERA_WG_MMA_RS
 #undef TESSERA_WG_MMA_KMAJOR
 
 }  // namespace tessera::tile::wgmma

@@ -1,7 +1,8 @@
 // Attention's CPU reference (no GPU needed): known values, masks (causal bottom-right, sliding
 // window, fully masked rows), soft-capping, GQA against repeated heads, varlen against padded
 // sequences, the backward against central finite differences, and its argument checks. The GPU
-// kernel (generic tier) against the reference over those variants, in both layouts.
+// kernels (the generic tier, and the sm90 tier on Hopper) against the reference over those
+// variants, odd lengths and both layouts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,11 +12,13 @@
 #include <random>
 #include <vector>
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include "gpu.hpp"
 #include "ops/attention/attention_reference.hpp"
+#include "runtime/device.hpp"
 #include "runtime/memory.hpp"
 #include "tessera/ops/attention.hpp"
 #include "testing.hpp"
@@ -202,6 +205,35 @@ struct GpuCase {
   bool heads_major;  // the tensors stored [batch, heads, seq, dim] (torch's SDPA layout)
 };
 
+// A double rounded to dt's storage and its bytes, and back.
+void store_as(DType dt, double x, unsigned char* at) {
+  if (dt == DType::float32) {
+    const float f = static_cast<float>(x);
+    std::memcpy(at, &f, 4);
+  } else if (dt == DType::float16) {
+    const __half f = __float2half(static_cast<float>(x));
+    std::memcpy(at, &f, 2);
+  } else {
+    const __nv_bfloat16 f = __float2bfloat16(static_cast<float>(x));
+    std::memcpy(at, &f, 2);
+  }
+}
+double load_as(DType dt, const unsigned char* at) {
+  if (dt == DType::float32) {
+    float f;
+    std::memcpy(&f, at, 4);
+    return f;
+  }
+  if (dt == DType::float16) {
+    __half f;
+    std::memcpy(&f, at, 2);
+    return __half2float(f);
+  }
+  __nv_bfloat16 f;
+  std::memcpy(&f, at, 2);
+  return __bfloat162float(f);
+}
+
 // Uploads host doubles as `dt` in the case's storage order; returns the [batch, seq, heads, dim]
 // view of it (a transposed view when heads_major).
 TensorView upload(tessera::runtime::DeviceBuffer& buf, const std::vector<double>& x, DType dt, int64_t b,
@@ -212,15 +244,8 @@ TensorView upload(tessera::runtime::DeviceBuffer& buf, const std::vector<double>
     for (int64_t si = 0; si < s; ++si)
       for (int64_t hi = 0; hi < h; ++hi)
         for (int64_t di = 0; di < d; ++di) {
-          const double val = x[((bi * s + si) * h + hi) * d + di];
           const int64_t at = heads_major ? ((bi * h + hi) * s + si) * d + di : ((bi * s + si) * h + hi) * d + di;
-          if (dt == DType::float32) {
-            const float f = static_cast<float>(val);
-            std::memcpy(&bytes[at * es], &f, 4);
-          } else {
-            const __half f = __float2half(static_cast<float>(val));
-            std::memcpy(&bytes[at * es], &f, 2);
-          }
+          store_as(dt, x[((bi * s + si) * h + hi) * d + di], &bytes[at * es]);
         }
   buf = tessera::runtime::DeviceBuffer(bytes.size());
   EXPECT_EQ(cudaMemcpy(buf.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
@@ -243,7 +268,7 @@ double rel_err(const std::vector<double>& got, const std::vector<double>& want) 
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-void run_gpu_case(const GpuCase& c, DType dt, double tol) {
+void run_gpu_case(const GpuCase& c, DType dt, double tol, tessera::AttentionTier tier) {
   std::vector<double> q = randn(c.b * c.sq * c.hq * c.d, 21), k = randn(c.b * c.sk * c.hk * c.d, 22),
                       v = randn(c.b * c.sk * c.hk * c.dv, 23);
   tessera::runtime::DeviceBuffer bq, bk, bv, bo, bl;
@@ -258,13 +283,13 @@ void run_gpu_case(const GpuCase& c, DType dt, double tol) {
                                                tessera::Device{tessera::DeviceType::cuda, 0});
   tessera::AttentionOptions o;
   o.scale = c.spec.scale, o.causal = c.spec.causal, o.window_left = c.spec.window_left;
-  o.window_right = c.spec.window_right, o.softcap = c.spec.softcap;
+  o.window_right = c.spec.window_right, o.softcap = c.spec.softcap, o.tier = tier;
   tessera::attention(tq, tk, tv, tout, &tl, o, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   // The reference sees the inputs rounded to dt, as the kernel does.
   auto rounded = [&](std::vector<double> x) {
-    if (dt != DType::float32)
-      for (double& e : x) e = __half2float(__float2half(static_cast<float>(e)));
+    unsigned char b[4];
+    for (double& e : x) store_as(dt, e, b), e = load_as(dt, b);
     return x;
   };
   std::vector<double> rq = rounded(q), rk = rounded(k), rv = rounded(v);
@@ -274,17 +299,7 @@ void run_gpu_case(const GpuCase& c, DType dt, double tol) {
   std::vector<double> got(n), lse(want.lse.size());
   std::vector<unsigned char> raw(n * (dt == DType::float32 ? 4 : 2));
   ASSERT_EQ(cudaMemcpy(raw.data(), bo.data(), raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  for (size_t i = 0; i < n; ++i) {
-    if (dt == DType::float32) {
-      float f;
-      std::memcpy(&f, &raw[i * 4], 4);
-      got[i] = f;
-    } else {
-      __half f;
-      std::memcpy(&f, &raw[i * 2], 2);
-      got[i] = __half2float(f);
-    }
-  }
+  for (size_t i = 0; i < n; ++i) got[i] = load_as(dt, &raw[i * (dt == DType::float32 ? 4 : 2)]);
   std::vector<float> lf(lse.size());
   ASSERT_EQ(cudaMemcpy(lf.data(), bl.data(), lf.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (size_t i = 0; i < lf.size(); ++i) lse[i] = lf[i];
@@ -292,13 +307,22 @@ void run_gpu_case(const GpuCase& c, DType dt, double tol) {
   EXPECT_LE(rel_err(lse, want.lse), 1e-5);
 }
 
+ref::AttentionSpec spec(bool causal, int64_t wl, int64_t wr, double cap) {
+  ref::AttentionSpec s;
+  s.causal = causal, s.window_left = wl, s.window_right = wr, s.softcap = cap;
+  return s;
+}
+
+std::string name_of(const GpuCase& c) {
+  return "b=" + std::to_string(c.b) + " sq=" + std::to_string(c.sq) + " sk=" + std::to_string(c.sk) +
+         " hq=" + std::to_string(c.hq) + " hk=" + std::to_string(c.hk) + " d=" + std::to_string(c.d) +
+         (c.spec.causal ? " causal" : "") + " window=(" + std::to_string(c.spec.window_left) + ", " +
+         std::to_string(c.spec.window_right) + ") softcap=" + std::to_string(c.spec.softcap) +
+         (c.heads_major ? " [b, h, s, d]" : "");
+}
+
 TEST(AttentionGpu, GenericKernelMatchesTheReference) {
   TESSERA_REQUIRE_GPU();
-  auto spec = [](bool causal, int64_t wl, int64_t wr, double cap) {
-    ref::AttentionSpec s;
-    s.causal = causal, s.window_left = wl, s.window_right = wr, s.softcap = cap;
-    return s;
-  };
   const std::vector<GpuCase> cases = {
       {2, 17, 17, 4, 4, 64, 64, spec(false, -1, -1, 0), false},
       {2, 17, 33, 4, 4, 64, 64, spec(true, -1, -1, 0), false},   // causal, seq_q < seq_k
@@ -309,10 +333,36 @@ TEST(AttentionGpu, GenericKernelMatchesTheReference) {
       {2, 33, 65, 4, 2, 64, 64, spec(true, 8, -1, 30.0), false},   // window + soft-cap
   };
   for (const auto& c : cases) {
-    SCOPED_TRACE("case b=" + std::to_string(c.b) + " sq=" + std::to_string(c.sq) + " sk=" + std::to_string(c.sk) +
-                 " d=" + std::to_string(c.d));
-    run_gpu_case(c, DType::float32, 1e-5);
-    run_gpu_case(c, DType::float16, 2e-3);
+    SCOPED_TRACE(name_of(c));
+    run_gpu_case(c, DType::float32, 1e-5, tessera::AttentionTier::generic);
+    run_gpu_case(c, DType::float16, 2e-3, tessera::AttentionTier::generic);
+  }
+}
+
+// The tensor-core tier: P goes through the tensor cores in the input's dtype, so the bound is a
+// few units of its rounding (as FlashAttention's own); odd lengths cross every tile boundary.
+TEST(AttentionGpu, Sm90KernelMatchesTheReference) {
+  TESSERA_REQUIRE_GPU();
+  if (tessera::runtime::device_props(0).major != 9) GTEST_SKIP() << "the sm90 tier is for sm_90";
+  const std::vector<GpuCase> cases = {
+      {1, 1, 1, 2, 2, 64, 64, spec(false, -1, -1, 0), false},
+      {2, 17, 17, 4, 4, 64, 64, spec(false, -1, -1, 0), false},
+      {2, 17, 33, 4, 4, 128, 128, spec(true, -1, -1, 0), false},    // causal, seq_q < seq_k
+      {1, 40, 7, 2, 2, 128, 128, spec(true, -1, -1, 0), false},     // causal, fully masked rows
+      {1, 127, 127, 8, 2, 128, 128, spec(true, -1, -1, 0), true},   // GQA, SDPA layout
+      {1, 300, 1000, 4, 1, 128, 128, spec(false, -1, -1, 0), false},  // MQA, many key tiles
+      {1, 1000, 1000, 2, 2, 64, 64, spec(true, -1, -1, 0), false},
+      {1, 100, 100, 2, 2, 256, 256, spec(false, 16, 4, 0), true},   // sliding window, head_dim 256
+      {1, 257, 300, 2, 1, 256, 256, spec(true, -1, -1, 0), false},
+      {2, 33, 65, 4, 2, 64, 64, spec(true, 8, -1, 30.0), false},    // window + soft-cap
+      {1, 300, 300, 2, 2, 128, 128, spec(false, 50, 50, 0), false}, // window on both sides
+      {1, 4097, 200, 1, 1, 64, 64, spec(true, -1, -1, 0), false},   // many query tiles
+      {1, 200, 4097, 1, 1, 128, 128, spec(false, -1, -1, 0), false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(name_of(c));
+    run_gpu_case(c, DType::float16, 2e-3, tessera::AttentionTier::sm90);
+    run_gpu_case(c, DType::bfloat16, 1e-2, tessera::AttentionTier::sm90);
   }
 }
 
@@ -331,6 +381,19 @@ TEST(AttentionChecks, NameTheArgument) {
   const TensorView obig = cuda_tensor(0x200000, DType::bfloat16, {1, 4, 6, 512});
   expect_error([&] { tessera::attention(big, kbig, kbig, obig, nullptr, {}, nullptr); }, ErrorKind::value,
                {"'q'", "at most 256"});
+}
+
+// Naming a tier that cannot take the call is an error, not a silent fallback.
+TEST(AttentionChecks, NamedTierMustApply) {
+  TESSERA_REQUIRE_GPU();
+  using tessera::testing::cuda_tensor;
+  tessera::AttentionOptions sm90;
+  sm90.tier = tessera::AttentionTier::sm90;
+  const TensorView q80 = cuda_tensor(0x1000, DType::bfloat16, {1, 4, 6, 80});
+  const TensorView k80 = cuda_tensor(0x100000, DType::bfloat16, {1, 5, 3, 80});
+  const TensorView o80 = cuda_tensor(0x200000, DType::bfloat16, {1, 4, 6, 80});
+  expect_error([&] { tessera::attention(q80, k80, k80, o80, nullptr, sm90, nullptr); }, ErrorKind::value,
+               {"'tier'", "sm90 tier"});
 }
 
 }  // namespace

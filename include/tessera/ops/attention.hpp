@@ -11,12 +11,20 @@
 
 namespace tessera {
 
+// Which kernel runs a call: the fastest that takes it, or one named (to check and measure the
+// kernels against each other; naming one that cannot take the call is an error).
+//   generic  any GPU, dtype, strides and head dimension up to 256
+//   sm90     Hopper (sm_90a build): bfloat16/float16, head_dim = head_dim_v in {64, 128, 256}, the
+//            head dimension contiguous, other strides multiples of 16 bytes, 16-byte aligned data
+enum class AttentionTier { automatic, generic, sm90 };
+
 struct AttentionOptions {
   double scale = 0.0;         // 0: 1 / sqrt(head_dim)
   bool causal = false;        // the diagonal aligned to the bottom right when seq_q != seq_k
   int64_t window_left = -1;   // sliding window: keys before the diagonal a query sees (-1: all)
   int64_t window_right = -1;  // keys after it (-1: all; causal caps it at 0)
   double softcap = 0.0;       // scores become softcap * tanh(score / softcap) where > 0
+  AttentionTier tier = AttentionTier::automatic;
 };
 
 // q [batch, seq_q, heads_q, head_dim], k [batch, seq_k, heads_kv, head_dim], v [batch, seq_k,

@@ -2,8 +2,8 @@
 //
 // The generic tier: one warp per query row, each lane holding head_dim / 32 of the row's query
 // and output, keys visited in order with the online softmax (running max and sum in float32).
-// Any strides, any head dimension up to 256, every mask; what the tensor-core tiers will be
-// checked against on the GPU, and what runs where they do not apply.
+// Any strides, any head dimension up to 256, every mask; what the tensor-core tier
+// (attention_sm90.cu) is checked against on the GPU, and what runs where it does not apply.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -14,30 +14,19 @@
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/validate.hpp"
+#include "ops/attention/attention.cuh"
 #include "tessera/ops/attention.hpp"
 #include "tile/convert.cuh"
 
 namespace tessera {
 namespace {
 
+using attn::Params;
+using attn::Strides;
+
 constexpr const char* kOp = "attention";
 constexpr int kWarps = 4;     // query rows per CTA
 constexpr int kMaxDim = 256;  // head dimensions a lane's registers hold: 8 values per lane
-
-struct Strides {
-  int64_t b, s, h, d;
-};
-
-struct Params {
-  const void *q, *k, *v;
-  void* out;
-  float* lse;  // nullable; [batch, heads_q, seq_q] contiguous
-  Strides sq, sk, sv, so;
-  int64_t batch, seq_q, seq_k, heads_q, group, dim, dim_v;
-  float scale, softcap;
-  bool causal;
-  int64_t window_left, window_right;
-};
 
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -63,12 +52,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
     qr[c] = d < p.dim ? to_float(q[d * p.sq.d]) * p.scale : 0.f;
     acc[c] = 0.f;
   }
-  // The keys this query sees: [lo, hi], the diagonal shifted by seq_k - seq_q.
-  const int64_t diag = i + p.seq_k - p.seq_q;
-  int64_t hi = p.causal ? diag : p.seq_k - 1;
-  if (p.window_right >= 0) hi = min(hi, diag + p.window_right);
-  hi = min(hi, p.seq_k - 1);
-  const int64_t lo = p.window_left >= 0 ? max(int64_t(0), diag - p.window_left) : 0;
+  const attn::KeyRange r = attn::key_range(i, p.seq_q, p.seq_k, p.causal, p.window_left, p.window_right);
+  const int64_t lo = r.lo, hi = r.hi;
 
   float m = -INFINITY, l = 0.f;
   for (int64_t j = lo; j <= hi; ++j) {
@@ -173,6 +158,13 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
   p.scale = static_cast<float>(options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape[3])));
   p.softcap = static_cast<float>(options.softcap);
   p.causal = options.causal, p.window_left = options.window_left, p.window_right = options.window_right;
+  p.dtype = q.dtype, p.device = q.device.index;
+  if (options.tier != AttentionTier::generic && attn::sm90_can_implement(p)) return attn::sm90_launch(p, stream);
+  if (options.tier == AttentionTier::sm90)
+    detail::throw_arg(ErrorKind::value, kOp, "tier",
+                      "a call the sm90 tier takes (Hopper, bfloat16/float16, head_dim = head_dim_v in {64, 128, "
+                      "256}, the head dimension contiguous, 16-byte aligned strides and data)",
+                      "one it does not");
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   const unsigned grid = static_cast<unsigned>(runtime::ceil_div(rows, kWarps));
   switch (q.dtype) {

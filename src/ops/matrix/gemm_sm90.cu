@@ -23,19 +23,11 @@ int tiles(const GemmArgs& g, int bn) {
   return int(std::min<int64_t>(INT32_MAX, ((g.m + kBM - 1) / kBM) * ((g.n + bn - 1) / bn) * g.batch));
 }
 
-// Whether the kernels hold sm_90a code (the build asked for it) on this GPU: asked once, since
-// a process's GPUs that pass `major == 9` share the answer. A build for sm_80 only also reports
-// binary version 90 on Hopper (its PTX compiled there), with trap stubs for wgmma: the PTX version
-// tells them apart, as runtime/device.cpp does.
+// Whether the kernels hold sm_90a code (the build asked for it) on this GPU: a process's GPUs
+// that pass `major == 9` share the answer.
 bool has_sm90a_code() {
-  static const bool yes = [] {
-    cudaFuncAttributes fa{};
-    const bool ok = cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(
-                        gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, Cooperative, true, true>)) == cudaSuccess;
-    (void)cudaGetLastError();
-    return ok && fa.binaryVersion == 90 && fa.ptxVersion >= 90;
-  }();
-  return yes;
+  return runtime::has_sm90a_code(reinterpret_cast<const void*>(
+      gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, Cooperative, true, true>));
 }
 
 // The tuner's choice where it made one; else TESSERA_MATMUL_SCHEDULE=pingpong or cooperative (for

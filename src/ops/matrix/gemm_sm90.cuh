@@ -80,19 +80,6 @@ struct alignas(1024) Smem {
   uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
 };
 
-template <int Regs>
-__device__ __forceinline__ void set_max_registers_dec() {
-#ifdef TESSERA_WGMMA
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
-#endif
-}
-template <int Regs>
-__device__ __forceinline__ void set_max_registers_inc() {
-#ifdef TESSERA_WGMMA
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
-#endif
-}
-
 struct Operand {
   bool batched;  // a 3-d map, the batch its outer coordinate (a 2-d map is shared by all)
 };
@@ -262,10 +249,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (role == 0) {
-    set_max_registers_dec<40>();
+    tile::wgmma::release_registers<40>();
     if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, order, k_blocks);
   } else {
-    set_max_registers_inc<232>();
+    tile::wgmma::claim_registers<232>();
     consume<T, OutT, S, KA, KB>(s, epi_args.resolved(), order, m, n, k_blocks, role - 1);
   }
 }

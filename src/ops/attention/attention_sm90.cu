@@ -1,0 +1,414 @@
+// The Hopper attention tier: FlashAttention's forward, warp-specialized, on TMA and wgmma.
+//
+// FLOPs against exponentials: a 128-query x 128-key tile at head_dim 128 is 4 * 128^3 FLOPs,
+// about 2048 cycles of an SM's tensor cores, and 128^2 exponentials, 1024 cycles of its MUFU at
+// 16 a cycle. The softmax must therefore run while the tensor cores multiply, not between their
+// multiplies; HBM is no limit (K and V come from L2 for every query tile after the first).
+//
+// Roles (384 threads, 3 warpgroups, one CTA per 128 query rows of one head):
+//   warpgroup 0    the producer: one thread loads Q once, then K and V tile by tile into a ring
+//                  of stages (TMA, 128-byte swizzle), from the last key tile to the first so the
+//                  masked tiles of a causal row come first
+//   warpgroups 1,2 consumers of 64 query rows each, on the same K and V: S = Q K^T (wgmma, both
+//                  operands in shared memory), the online softmax in float32 registers (exp2,
+//                  the scale folded into one FMA), P re-entering the tensor cores from registers
+//                  as bf16/fp16 for O += P V
+// Overlap: within a warpgroup, S of tile j+1 is issued before P V of tile j, so the softmax of
+// j+1 runs under that product; between the two, named barriers hand the tensor cores back and
+// forth (FlashAttention-3's ping-pong), so one's softmax runs under the other's multiplies.
+// Masks (causal, window, the end of the keys) are applied only on tiles that cross a boundary.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/attention/attention.cuh"
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tma.hpp"
+#include "tile/activation.cuh"
+#include "tile/bulk.cuh"
+#include "tile/sync.cuh"
+#include "tile/tma.cuh"
+#include "tile/wgmma.cuh"
+
+namespace tessera::attn {
+namespace sm90 {
+
+constexpr int kBM = 128;  // query rows per CTA: 64 per consumer warpgroup
+constexpr int kThreads = 384;
+constexpr int kTurnBar = 1;  // named barriers 1, 2: consumer 0's and 1's turn at the tensor cores
+constexpr int kEpiBar = 3;   // 3, 4: a consumer's epilogue
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// Tile sizes per head dimension: a stage holds one key tile of K and one of V; key tiles shrink
+// at 256 so that Q, two stages and the 64 x 256 accumulators fit.
+template <int D_>
+struct Shape {
+  static constexpr int D = D_, kChunks = D / 64;  // 64-wide column blocks: the swizzle's 128 bytes
+  static constexpr int BN = D <= 128 ? 128 : 64;
+  static constexpr int kStages = D <= 64 ? 3 : 2;
+};
+
+// Each operand tile is [chunk][rows][64], 1024-byte aligned, as the copy engine writes it.
+template <class T, class C>
+struct alignas(1024) Smem {
+  T q[C::kChunks][kBM * 64];
+  T k[C::kStages][C::kChunks][C::BN * 64];
+  T v[C::kStages][C::kChunks][C::BN * 64];
+  uint64_t q_full, k_full[C::kStages], v_full[C::kStages], k_empty[C::kStages], v_empty[C::kStages];
+};
+
+struct Fwd {
+  void* out;
+  Strides so;
+  float* lse;  // nullable
+  int64_t lse_b, lse_h;
+  int64_t seq_q, seq_k;
+  int group;
+  float scale, mul, softcap;  // mul: what takes a (capped) score to log2 units
+  bool causal;
+  int64_t window_left, window_right;
+};
+
+// A CTA's share: its query rows, and the key tiles they see, [n_first, n_last] (none when
+// n_last < n_first); tiles inside [lo_max, hi_min] need no mask for any of the rows.
+struct Work {
+  int m_block, h, b;
+  int n_first, n_last;
+  int64_t lo_max, hi_min;
+};
+
+template <int BN>
+__device__ Work work_of(const Fwd& f) {
+  Work w;
+  w.m_block = f.causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+  w.h = int(blockIdx.y), w.b = int(blockIdx.z);
+  const int64_t r0 = int64_t(w.m_block) * kBM, r1 = min(r0 + kBM, f.seq_q) - 1;
+  const KeyRange a = key_range(r0, f.seq_q, f.seq_k, f.causal, f.window_left, f.window_right);
+  const KeyRange z = key_range(r1, f.seq_q, f.seq_k, f.causal, f.window_left, f.window_right);
+  w.n_first = int(a.lo / BN);
+  w.n_last = z.hi < a.lo ? w.n_first - 1 : int(z.hi / BN);
+  w.lo_max = z.lo, w.hi_min = a.hi;
+  return w;
+}
+
+template <class T, class C>
+__device__ void produce(Smem<T, C>& s, const CUtensorMap* mq, const CUtensorMap* mk,
+                        const CUtensorMap* mv, const Work& w, int hk) {
+  constexpr uint32_t kTileBytes = C::BN * C::D * sizeof(T);
+  if (w.n_last < w.n_first) return;
+  const tile::BulkBarrier qf{&s.q_full};
+  qf.expect(kBM * C::D * sizeof(T));
+#pragma unroll
+  for (int c = 0; c < C::kChunks; ++c) tile::tma_load(s.q[c], mq, 64 * c, w.m_block * kBM, w.h, w.b, qf);
+  for (int n = w.n_last, it = 0; n >= w.n_first; --n, ++it) {
+    const int st = it % C::kStages;
+    const uint32_t ph = uint32_t(it / C::kStages) & 1;
+    const tile::BulkBarrier kf{&s.k_full[st]}, ke{&s.k_empty[st]}, vf{&s.v_full[st]}, ve{&s.v_empty[st]};
+    ke.wait(ph ^ 1);  // a fresh barrier's preceding phase counts as complete
+    kf.expect(kTileBytes);
+#pragma unroll
+    for (int c = 0; c < C::kChunks; ++c) tile::tma_load(s.k[st][c], mk, 64 * c, n * C::BN, hk, w.b, kf);
+    ve.wait(ph ^ 1);
+    vf.expect(kTileBytes);
+#pragma unroll
+    for (int c = 0; c < C::kChunks; ++c) tile::tma_load(s.v[st][c], mv, 64 * c, n * C::BN, hk, w.b, vf);
+  }
+}
+
+// S = Q K^T for the warpgroup's 64 rows (K-major operands, 16 of head_dim a step).
+template <class T, class C>
+__device__ __forceinline__ void issue_qk(Smem<T, C>& s, int st, int wg, float (&sc)[C::BN / 2]) {
+  using Mma = tile::wgmma::Mma<T, C::BN, 0, 0>;
+#pragma unroll
+  for (int kk = 0; kk < C::D / 16; ++kk) {
+    const int c = kk / 4, off = 2 * (kk % 4);
+    Mma::run(sc, tile::wgmma::kmajor_sw128(&s.q[c][wg * 64 * 64]) + off,
+             tile::wgmma::kmajor_sw128(&s.k[st][c][0]) + off, kk > 0);
+  }
+}
+
+// O (+)= P V: P from registers, V MN-major (head_dim contiguous), 16 keys a step.
+template <class T, class C>
+__device__ __forceinline__ void issue_pv(Smem<T, C>& s, int st, const uint32_t (&pr)[C::BN / 16][4],
+                                         float (&o)[C::D / 2], bool accumulate) {
+  using Mma = tile::wgmma::MmaRS<T, C::D, 1>;
+#pragma unroll
+  for (int kk = 0; kk < C::BN / 16; ++kk)
+    Mma::run(o, pr[kk], tile::wgmma::mnmajor_sw128(&s.v[st][0][0], C::BN * 128) + 128 * kk,
+             accumulate || kk > 0);
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// The accumulator layout (tile/wgmma.cuh): sc[j] is row g + 8 ((j / 2) % 2) of the thread's
+// quad, key 8 (j / 4) + 2 (l % 4) + j % 2 of the tile. A row's values are spread over a quad.
+__device__ __forceinline__ int row_of(int j) { return (j / 2) % 2; }
+
+template <int N>
+__device__ __forceinline__ void mask_tile(float (&sc)[N], int64_t key0, const int64_t (&lo)[2],
+                                          const int64_t (&hi)[2], int lane) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const int64_t key = key0 + 8 * (j / 4) + 2 * (lane % 4) + j % 2;
+    if (key < lo[row_of(j)] || key > hi[row_of(j)]) sc[j] = -INFINITY;
+  }
+}
+
+// The online softmax over one tile: new row maxima m (in score units), the factor corr that
+// rescales what was summed so far, P = exp2(mul (s - m)) in place of the scores, and l the
+// thread's part of the row sums. A row with nothing unmasked yet keeps m = -inf and P = 0.
+template <int N>
+__device__ __forceinline__ void online_softmax(float (&sc)[N], float (&m)[2], float (&l)[2],
+                                               float (&corr)[2], float mul) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = m[r];
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      if (row_of(j) == r) mx = fmaxf(mx, sc[j]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float ms = mx == -INFINITY ? 0.f : mx * mul;
+    corr[r] = tile::ex2_approx(m[r] * mul - ms);
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      if (row_of(j) == r) {
+        sc[j] = tile::ex2_approx(fmaf(sc[j], mul, -ms));
+        sum += sc[j];
+      }
+    l[r] = l[r] * corr[r] + sum;
+    m[r] = mx;
+  }
+}
+
+// Normalizes O, stages it through the warpgroup's own rows of Q's shared memory (in the copy
+// engine's swizzle, so a quad's 16-byte writes and the row reads spread over the banks), then
+// stores 16 bytes a thread, a row's bytes contiguous; and writes the rows' lse.
+template <class T, class C>
+__device__ void store_out(Smem<T, C>& s, const Fwd& f, const Work& w, float (&o)[C::D / 2],
+                          const float (&m)[2], float (&l)[2], int wg) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int64_t row_base = int64_t(w.m_block) * kBM + wg * 64;
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    const int64_t row = row_base + warp * 16 + lane / 4 + 8 * r;
+    if (f.lse && lane % 4 == 0 && row < f.seq_q)
+      f.lse[w.b * f.lse_b + w.h * f.lse_h + row] = l[r] > 0.f ? (m[r] * f.mul + log2f(l[r])) * kLn2 : INFINITY;
+  }
+#pragma unroll
+  for (int j = 0; j < C::D / 2; j += 2) {
+    const int col = 8 * (j / 4) + 2 * (lane % 4), row = warp * 16 + lane / 4 + 8 * row_of(j);
+    const int u = (col % 64) / 8;
+    *reinterpret_cast<uint32_t*>(&s.q[col / 64][(wg * 64 + row) * 64 + ((u ^ (row % 8)) * 8) + col % 8]) =
+        pack2<T>(o[j] * inv[row_of(j)], o[j + 1] * inv[row_of(j)]);
+  }
+  tile::group_sync(kEpiBar + wg, 128);
+  constexpr int kUnits = C::D / 8;  // 16-byte units per row
+  T* out = static_cast<T*>(f.out) + w.b * f.so.b + w.h * f.so.h;
+#pragma unroll 4
+  for (int idx = tid; idx < 64 * kUnits; idx += 128) {
+    const int row = idx / kUnits, u = idx % kUnits, uu = u % 8;
+    if (row_base + row >= f.seq_q) break;
+    *reinterpret_cast<uint4*>(out + (row_base + row) * f.so.s + 8 * u) =
+        *reinterpret_cast<const uint4*>(&s.q[u / 8][(wg * 64 + row) * 64 + (uu ^ (row % 8)) * 8]);
+  }
+}
+
+// A consumer warpgroup: iteration `it` issues S of tile it (while there is one) and P V of tile
+// it - 1 (from the second on), then computes tile it's softmax while P V runs.
+template <class T, class C>
+__device__ void consume(Smem<T, C>& s, const Fwd& f, const Work& w, int wg) {
+  constexpr int BN = C::BN, kS = C::kStages;
+  const int tid = threadIdx.x % 128, lane = tid % 32;
+  const int64_t row0 = int64_t(w.m_block) * kBM + wg * 64 + (tid / 32) * 16 + lane / 4;
+  int64_t lo[2], hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const KeyRange kr = key_range(row0 + 8 * r, f.seq_q, f.seq_k, f.causal, f.window_left, f.window_right);
+    lo[r] = kr.lo, hi[r] = kr.hi;
+  }
+  float o[C::D / 2], sc[BN / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, corr[2];
+  uint32_t pr[BN / 16][4];
+#pragma unroll
+  for (int j = 0; j < C::D / 2; ++j) o[j] = 0.f;
+  const int tiles = w.n_last - w.n_first + 1;
+  if (tiles > 0) tile::BulkBarrier{&s.q_full}.wait(0);
+  if (tiles > 0 && wg == 1) tile::group_arrive(kTurnBar, 256);  // consumer 0 goes first
+  for (int it = 0; it <= tiles && tiles > 0; ++it) {
+    const bool qk = it < tiles, pv = it > 0;
+    const int st = it % kS, pst = (it + kS - 1) % kS;
+    if (qk) tile::BulkBarrier{&s.k_full[st]}.wait(uint32_t(it / kS) & 1);
+    if (pv) tile::BulkBarrier{&s.v_full[pst]}.wait(uint32_t((it - 1) / kS) & 1);
+    tile::group_sync(kTurnBar + wg, 256);
+    tile::wgmma::fence();
+    if (qk) issue_qk(s, st, wg, sc), tile::wgmma::commit();
+    if (pv) issue_pv(s, pst, pr, o, it > 1), tile::wgmma::commit();
+    if (!(wg == 1 && it == tiles)) tile::group_arrive(kTurnBar + 1 - wg, 256);
+    if (qk) {
+      if (pv) tile::wgmma::wait<1>();
+      else tile::wgmma::wait<0>();
+      tile::wgmma::fence_operands(sc);
+      if (tid == 0) tile::BulkBarrier{&s.k_empty[st]}.arrive();
+      const int64_t key0 = int64_t(w.n_last - it) * BN;
+      if (f.softcap > 0.f) {
+#pragma unroll
+        for (int j = 0; j < BN / 2; ++j) sc[j] = f.softcap * tanhf(sc[j] * f.scale / f.softcap);
+      }
+      if (key0 < w.lo_max || key0 + BN - 1 > w.hi_min) mask_tile(sc, key0, lo, hi, lane);
+      online_softmax(sc, m, l, corr, f.mul);
+    }
+    if (pv) {
+      tile::wgmma::wait<0>();
+      tile::wgmma::fence_operands(o);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) tile::wgmma::fence_operands(pr[kk]);
+      if (tid == 0) tile::BulkBarrier{&s.v_empty[pst]}.arrive();
+    }
+    if (qk) {
+#pragma unroll
+      for (int j = 0; j < C::D / 2; ++j) o[j] *= corr[row_of(j)];
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) pr[kk][r] = pack2<T>(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
+    }
+  }
+  store_out(s, f, w, o, m, l, wg);
+}
+
+template <class T, class C>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_sm90_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mk,
+                          const __grid_constant__ CUtensorMap mv, const Fwd f) {
+  extern __shared__ unsigned char smem_raw[];
+  auto& s = *reinterpret_cast<Smem<T, C>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const Work w = work_of<C::BN>(f);
+  if (threadIdx.x == 0) {
+    tile::tma_prefetch(&mq);
+    tile::tma_prefetch(&mk);
+    tile::tma_prefetch(&mv);
+    tile::BulkBarrier{&s.q_full}.init(1);
+    for (int i = 0; i < C::kStages; ++i) {
+      tile::BulkBarrier{&s.k_full[i]}.init(1);
+      tile::BulkBarrier{&s.v_full[i]}.init(1);
+      tile::BulkBarrier{&s.k_empty[i]}.init(2);
+      tile::BulkBarrier{&s.v_empty[i]}.init(2);
+    }
+    tile::bulk_barriers_ready();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    tile::wgmma::release_registers<24>();
+    if (threadIdx.x == 0) produce(s, &mq, &mk, &mv, w, w.h / f.group);
+  } else {
+    tile::wgmma::claim_registers<240>();
+    consume(s, f, w, int(threadIdx.x / 128) - 1);
+  }
+}
+
+// A [batch, seq, heads, head_dim] tensor as the copy engine's 4-d map (head_dim innermost),
+// boxes of 64 x `rows`. A dimension of size 1 gets a packed stride: its stride is never stepped
+// and may be anything, including what the copy engine refuses.
+runtime::TmaShape shape_of(const Strides& st, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
+                           int rows) {
+  runtime::TmaShape sh;
+  sh.rank = 4;
+  const int64_t dims[4] = {dim, seq, heads, batch}, stride[4] = {1, st.s, st.h, st.b};
+  for (int i = 0; i < 4; ++i) {
+    sh.dims[i] = uint64_t(dims[i]);
+    sh.strides[i] = i > 0 && dims[i] == 1 ? sh.strides[i - 1] * sh.dims[i - 1] : uint64_t(stride[i]);
+  }
+  sh.box[0] = 64, sh.box[1] = uint32_t(rows);
+  return sh;
+}
+
+template <class T, class C>
+const void* kernel_of() {
+  return reinterpret_cast<const void*>(attention_sm90_kernel<T, C>);
+}
+
+struct Maps {
+  runtime::TmaShape q, k, v;
+};
+
+template <int BN>
+Maps maps_of(const Params& p) {
+  const int64_t heads_kv = p.heads_q / p.group;
+  return {shape_of(p.sq, p.batch, p.seq_q, p.heads_q, p.dim, kBM),
+          shape_of(p.sk, p.batch, p.seq_k, heads_kv, p.dim, BN),
+          shape_of(p.sv, p.batch, p.seq_k, heads_kv, p.dim, BN)};
+}
+
+template <class T, int D>
+void launch_typed(const Params& p, cudaStream_t stream) {
+  using C = Shape<D>;
+  const Maps mp = maps_of<C::BN>(p);
+  const CUtensorMap mq = runtime::tma_map("attention", p.dtype, p.q, mp.q, runtime::TmaSwizzle::b128);
+  const CUtensorMap mk = runtime::tma_map("attention", p.dtype, p.k, mp.k, runtime::TmaSwizzle::b128);
+  const CUtensorMap mv = runtime::tma_map("attention", p.dtype, p.v, mp.v, runtime::TmaSwizzle::b128);
+  Fwd f{};
+  f.out = p.out, f.so = p.so, f.lse = p.lse, f.lse_b = p.heads_q * p.seq_q, f.lse_h = p.seq_q;
+  f.seq_q = p.seq_q, f.seq_k = p.seq_k, f.group = int(p.group);
+  f.scale = p.scale, f.softcap = p.softcap, f.mul = (p.softcap > 0 ? 1.f : p.scale) * kLog2e;
+  f.causal = p.causal, f.window_left = p.window_left, f.window_right = p.window_right;
+  const dim3 grid(unsigned((p.seq_q + kBM - 1) / kBM), unsigned(p.heads_q), unsigned(p.batch));
+  const std::size_t smem = sizeof(Smem<T, C>) + 1024;
+  auto kernel = attention_sm90_kernel<T, C>;
+  runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  kernel<<<grid, kThreads, smem, stream>>>(mq, mk, mv, f);
+  TESSERA_LAUNCH_CHECK();
+}
+
+template <class T>
+void launch_dim(const Params& p, cudaStream_t stream) {
+  if (p.dim == 64) launch_typed<T, 64>(p, stream);
+  else if (p.dim == 128) launch_typed<T, 128>(p, stream);
+  else launch_typed<T, 256>(p, stream);
+}
+
+}  // namespace sm90
+
+bool sm90_can_implement(const Params& p) {
+  using namespace sm90;
+  if (p.dtype != DType::bfloat16 && p.dtype != DType::float16) return false;
+  if (p.dim != p.dim_v || (p.dim != 64 && p.dim != 128 && p.dim != 256)) return false;
+  if (runtime::device_props(p.device).major != 9 ||
+      !runtime::has_sm90a_code(kernel_of<__nv_bfloat16, Shape<128>>()))
+    return false;
+  if (p.heads_q > 65535 || p.batch > 65535 || p.seq_q > INT32_MAX || p.seq_k > INT32_MAX) return false;
+  // The output is written 16 bytes a thread.
+  const auto aligned = [](int64_t s) { return s % 8 == 0; };
+  if (p.so.d != 1 || reinterpret_cast<uintptr_t>(p.out) % 16 != 0 || !aligned(p.so.s) || !aligned(p.so.h) ||
+      !aligned(p.so.b))
+    return false;
+  const Maps mp = p.dim == 256 ? maps_of<Shape<256>::BN>(p) : maps_of<Shape<128>::BN>(p);
+  return runtime::tma_can_map(p.dtype, p.q, mp.q, runtime::TmaSwizzle::b128) &&
+         runtime::tma_can_map(p.dtype, p.k, mp.k, runtime::TmaSwizzle::b128) &&
+         runtime::tma_can_map(p.dtype, p.v, mp.v, runtime::TmaSwizzle::b128);
+}
+
+void sm90_launch(const Params& p, cudaStream_t stream) {
+  if (p.dtype == DType::float16) sm90::launch_dim<__half>(p, stream);
+  else sm90::launch_dim<__nv_bfloat16>(p, stream);
+}
+
+}  // namespace tessera::attn
