@@ -233,8 +233,33 @@ __device__ void store_out(Smem<T, C>& s, const Fwd& f, const Work& w, float (&o)
   }
 }
 
-// A consumer warpgroup: iteration `it` issues S of tile it (while there is one) and P V of tile
-// it - 1 (from the second on), then computes tile it's softmax while P V runs.
+// Tile `it` (key tile n_last - it) from scores to P: the soft-cap, the masks where the tile
+// crosses a boundary, the online softmax.
+template <int BN>
+__device__ __forceinline__ void scores_to_p(float (&sc)[BN / 2], const Fwd& f, const Work& w, int it,
+                                            const int64_t (&lo)[2], const int64_t (&hi)[2], float (&m)[2],
+                                            float (&l)[2], float (&corr)[2], int lane) {
+  const int64_t key0 = int64_t(w.n_last - it) * BN;
+  if (f.softcap > 0.f) {
+#pragma unroll
+    for (int j = 0; j < BN / 2; ++j) sc[j] = f.softcap * tanhf(sc[j] * f.scale / f.softcap);
+  }
+  if (key0 < w.lo_max || key0 + BN - 1 > w.hi_min) mask_tile(sc, key0, lo, hi, lane);
+  online_softmax(sc, m, l, corr, f.mul);
+}
+
+template <class T, int BN>
+__device__ __forceinline__ void pack_p(const float (&sc)[BN / 2], uint32_t (&pr)[BN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pr[kk][r] = pack2<T>(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
+}
+
+// A consumer warpgroup. Iteration `it` issues S of tile it and P V of tile it - 1, then computes
+// tile it's softmax while P V runs; the first S and the last P V stand outside the loop, so that
+// every multiply is issued on a path the compiler sees all of the warpgroup take (a multiply
+// under a branch is serialized with its neighbours). Each issue waits for the warpgroup's turn.
 template <class T, class C>
 __device__ void consume(Smem<T, C>& s, const Fwd& f, const Work& w, int wg) {
   constexpr int BN = C::BN, kS = C::kStages;
@@ -251,46 +276,58 @@ __device__ void consume(Smem<T, C>& s, const Fwd& f, const Work& w, int wg) {
 #pragma unroll
   for (int j = 0; j < C::D / 2; ++j) o[j] = 0.f;
   const int tiles = w.n_last - w.n_first + 1;
-  if (tiles > 0) tile::BulkBarrier{&s.q_full}.wait(0);
-  if (tiles > 0 && wg == 1) tile::group_arrive(kTurnBar, 256);  // consumer 0 goes first
-  for (int it = 0; it <= tiles && tiles > 0; ++it) {
-    const bool qk = it < tiles, pv = it > 0;
-    const int st = it % kS, pst = (it + kS - 1) % kS;
-    if (qk) tile::BulkBarrier{&s.k_full[st]}.wait(uint32_t(it / kS) & 1);
-    if (pv) tile::BulkBarrier{&s.v_full[pst]}.wait(uint32_t((it - 1) / kS) & 1);
-    tile::group_sync(kTurnBar + wg, 256);
+  const auto full = [&](uint64_t* bar, int it) { tile::BulkBarrier{bar}.wait(uint32_t(it / kS) & 1); };
+  const auto release = [&](uint64_t* bar) { if (tid == 0) tile::BulkBarrier{bar}.arrive(); };
+  const auto my_turn = [&] { tile::group_sync(kTurnBar + wg, 256); };
+  const auto your_turn = [&] { tile::group_arrive(kTurnBar + 1 - wg, 256); };
+  if (tiles > 0) {
+    tile::BulkBarrier{&s.q_full}.wait(0);
+    if (wg == 1) tile::group_arrive(kTurnBar, 256);  // consumer 0 goes first
+    full(&s.k_full[0], 0);
+    my_turn();
     tile::wgmma::fence();
-    if (qk) issue_qk(s, st, wg, sc), tile::wgmma::commit();
-    if (pv) issue_pv(s, pst, pr, o, it > 1), tile::wgmma::commit();
-    if (!(wg == 1 && it == tiles)) tile::group_arrive(kTurnBar + 1 - wg, 256);
-    if (qk) {
-      if (pv) tile::wgmma::wait<1>();
-      else tile::wgmma::wait<0>();
+    issue_qk(s, 0, wg, sc);
+    tile::wgmma::commit();
+    your_turn();
+    tile::wgmma::wait<0>();
+    tile::wgmma::fence_operands(sc);
+    release(&s.k_empty[0]);
+    scores_to_p<BN>(sc, f, w, 0, lo, hi, m, l, corr, lane);
+    pack_p<T, BN>(sc, pr);
+    for (int it = 1; it < tiles; ++it) {
+      const int st = it % kS, pst = (it - 1) % kS;
+      full(&s.k_full[st], it);
+      full(&s.v_full[pst], it - 1);
+      my_turn();
+      tile::wgmma::fence();
+      issue_qk(s, st, wg, sc);
+      tile::wgmma::commit();
+      issue_pv(s, pst, pr, o, it > 1);
+      tile::wgmma::commit();
+      your_turn();
+      tile::wgmma::wait<1>();
       tile::wgmma::fence_operands(sc);
-      if (tid == 0) tile::BulkBarrier{&s.k_empty[st]}.arrive();
-      const int64_t key0 = int64_t(w.n_last - it) * BN;
-      if (f.softcap > 0.f) {
-#pragma unroll
-        for (int j = 0; j < BN / 2; ++j) sc[j] = f.softcap * tanhf(sc[j] * f.scale / f.softcap);
-      }
-      if (key0 < w.lo_max || key0 + BN - 1 > w.hi_min) mask_tile(sc, key0, lo, hi, lane);
-      online_softmax(sc, m, l, corr, f.mul);
-    }
-    if (pv) {
+      release(&s.k_empty[st]);
+      scores_to_p<BN>(sc, f, w, it, lo, hi, m, l, corr, lane);
       tile::wgmma::wait<0>();
       tile::wgmma::fence_operands(o);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) tile::wgmma::fence_operands(pr[kk]);
-      if (tid == 0) tile::BulkBarrier{&s.v_empty[pst]}.arrive();
-    }
-    if (qk) {
+      release(&s.v_empty[pst]);
 #pragma unroll
       for (int j = 0; j < C::D / 2; ++j) o[j] *= corr[row_of(j)];
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) pr[kk][r] = pack2<T>(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
+      pack_p<T, BN>(sc, pr);
     }
+    const int pst = (tiles - 1) % kS;
+    full(&s.v_full[pst], tiles - 1);
+    my_turn();
+    tile::wgmma::fence();
+    issue_pv(s, pst, pr, o, tiles > 1);
+    tile::wgmma::commit();
+    if (wg == 0) your_turn();  // consumer 1 has had its last turn
+    tile::wgmma::wait<0>();
+    tile::wgmma::fence_operands(o);
+    release(&s.v_empty[pst]);
   }
   store_out(s, f, w, o, m, l, wg);
 }
