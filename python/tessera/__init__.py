@@ -8,6 +8,7 @@
     h = tessera.layer_norm(z, (4096,), w, b)       # torch.nn.functional.layer_norm; rms_norm
     d = tessera.dropout(h, 0.1)                    # seeded by tessera.random (manual_seed, ...)
     o = tessera.linear(d, w2, b2, activation="gelu")  # F.linear with a fused activation; matmul
+    a = tessera.scaled_dot_product_attention(q, k, v, is_causal=True)  # also flash_attention
 
 Inputs are torch tensors (zero-copy, on torch's current stream) or any CUDA array that speaks
 DLPack (cupy arrays come back as cupy arrays). Errors are the library's own messages, raised as
@@ -31,6 +32,7 @@ from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_s
                       log_softmax_backward, rms_norm, rms_norm_backward, rms_norm_forward, softmax,
                       softmax_backward)
 from .set import isin
+from .attention import flash_attention, scaled_dot_product_attention
 from ._routing import disable, enable, routable, routing_counts, use_tessera
 
 __version__: str = _C.__version__
@@ -44,7 +46,7 @@ __all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
            "rms_norm", "rms_norm_forward", "rms_norm_backward", "matmul", "linear", "scaled_mm",
-           "isin", "enable", "disable", "use_tessera", "routing_counts", "routable",
+           "isin", "flash_attention", "scaled_dot_product_attention", "enable", "disable", "use_tessera", "routing_counts", "routable",
            "set_autotune", "autotune_enabled", "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
 
 

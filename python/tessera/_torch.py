@@ -104,6 +104,15 @@ def _register_fakes():
         shape = (m, n) if input.dim() == 2 and other.dim() == 2 else (batch, m, n)
         return input.new_empty(shape, dtype=out_dtype or input.dtype)
 
+    @fake("tessera::attention")
+    def _attention(q, k, v, *, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0):
+        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
+        return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+    @fake("tessera::attention_backward")
+    def _attention_backward(grad_out, q, k, v, out, lse, **kwargs):
+        return _like(q), _like(k), _like(v)
+
     @fake("tessera::scaled_mm")
     def _scaled_mm(input, other, scale_a, scale_b, *, bias=None, out_dtype=None):
         return input.new_empty((input.shape[0], other.shape[1]),

@@ -78,6 +78,14 @@ def samples(torch, name, dtype):
         b = torch.randn(24, 64, device="cuda").to(torch.float8_e4m3fn).t()
         one = torch.ones((), device="cuda")
         return [((a, b, one, one), {"out_dtype": dt})]
+    if name == "attention":
+        return [((x(2, 17, 4, 64), x(2, 33, 2, 64), x(2, 33, 2, 64)), {"causal": True}),
+                ((x(1, 8, 2, 128), x(1, 8, 2, 128), x(1, 8, 2, 128)),
+                 {"scale": 0.3, "window_left": 2, "softcap": 20.0})]
+    if name == "attention_backward":
+        q, k, v = x(1, 9, 2, 64, grad=False), x(1, 12, 1, 64, grad=False), x(1, 12, 1, 64, grad=False)
+        out, lse = torch.ops.tessera.attention(q, k, v, causal=True)
+        return [((x(1, 9, 2, 64, grad=False), q, k, v, out, lse), {"causal": True})]
     raise AssertionError(f"no samples for torch.ops.tessera.{name}: add them here")
 
 

@@ -36,4 +36,12 @@ struct AttentionOptions {
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const TensorView* lse, const AttentionOptions& options, cudaStream_t stream);
 
+// The gradients of attention(q, k, v, out, lse, options) for grad_out (the shape of out): dq, dk
+// and dv with the shapes and dtype of q, k and v, any strides. lse is the forward's (required:
+// the backward recomputes the probabilities from it). Summed in float32 in a fixed order, so the
+// results are the same from run to run. A query that saw no key contributes nothing.
+void attention_backward(const TensorView& grad_out, const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const TensorView& lse, const TensorView& dq, const TensorView& dk,
+                        const TensorView& dv, const AttentionOptions& options, cudaStream_t stream);
+
 }  // namespace tessera

@@ -17,6 +17,7 @@
 #include "ops/attention/attention.cuh"
 #include "tessera/ops/attention.hpp"
 #include "tile/convert.cuh"
+#include "tile/reduce.cuh"
 
 namespace tessera {
 namespace {
@@ -26,12 +27,7 @@ using attn::Strides;
 
 constexpr const char* kOp = "attention";
 constexpr int kWarps = 4;     // query rows per CTA
-constexpr int kMaxDim = 256;  // head dimensions a lane's registers hold: 8 values per lane
-
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
+constexpr int kMaxDim = attn::kMaxHeadDim;  // a lane's registers hold 8 values of a row
 
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
@@ -64,7 +60,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
       const int64_t d = lane + 32 * c;
       if (d < p.dim) s += qr[c] * to_float(kj[d * p.sk.d]);
     }
-    s = warp_sum(s);
+    s = tile::warp_sum(s);
     if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new), e = expf(s - m_new);
@@ -87,72 +83,74 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
   if (p.lse && lane == 0) p.lse[(b * p.heads_q + h) * p.seq_q + i] = l > 0.f ? m + logf(l) : INFINITY;
 }
 
-Strides strides_of(const TensorView& t) { return {t.strides[0], t.strides[1], t.strides[2], t.strides[3]}; }
+}  // namespace
 
-void check(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-           const TensorView* lse, const AttentionOptions& o) {
+namespace attn {
+
+void check_arguments(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const TensorView* lse, const AttentionOptions& o) {
   for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}}) {
-    detail::check_cuda_tensor(kOp, arg, *t);
+    detail::check_cuda_tensor(op, arg, *t);
     if (t->ndim != 4)
-      detail::throw_arg(ErrorKind::value, kOp, arg, "a 4-d tensor [batch, seq, heads, head_dim]",
+      detail::throw_arg(ErrorKind::value, op, arg, "a 4-d tensor [batch, seq, heads, head_dim]",
                         std::to_string(t->ndim) + "-d");
   }
-  detail::check_dtype_in(kOp, "q", q, {DType::float32, DType::float16, DType::bfloat16});
+  detail::check_dtype_in(op, "q", q, {DType::float32, DType::float16, DType::bfloat16});
   for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"k", &k}, {"v", &v}, {"out", &out}}) {
-    detail::check_same_dtype(kOp, arg, *t, "q", q);
-    detail::check_same_device(kOp, arg, *t, "q", q);
+    detail::check_same_dtype(op, arg, *t, "q", q);
+    detail::check_same_device(op, arg, *t, "q", q);
   }
   const auto dims = [](const TensorView& t) {
     return "[" + std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + ", " + std::to_string(t.shape[2]) +
            ", " + std::to_string(t.shape[3]) + "]";
   };
   if (k.shape[0] != q.shape[0] || k.shape[3] != q.shape[3] || k.shape[2] == 0 || q.shape[2] % k.shape[2] != 0)
-    detail::throw_arg(ErrorKind::value, kOp, "k",
+    detail::throw_arg(ErrorKind::value, op, "k",
                       "[batch, seq_k, heads_kv, head_dim] with q's batch " + std::to_string(q.shape[0]) +
                           " and head_dim " + std::to_string(q.shape[3]) + ", heads_kv dividing q's " +
                           std::to_string(q.shape[2]),
                       dims(k));
   if (v.shape[0] != k.shape[0] || v.shape[1] != k.shape[1] || v.shape[2] != k.shape[2])
-    detail::throw_arg(ErrorKind::value, kOp, "v", "k's batch, seq_k and heads_kv " + dims(k), dims(v));
+    detail::throw_arg(ErrorKind::value, op, "v", "k's batch, seq_k and heads_kv " + dims(k), dims(v));
   if (out.shape[0] != q.shape[0] || out.shape[1] != q.shape[1] || out.shape[2] != q.shape[2] ||
       out.shape[3] != v.shape[3])
-    detail::throw_arg(ErrorKind::value, kOp, "out", "[batch, seq_q, heads_q, head_dim_v] = [" +
+    detail::throw_arg(ErrorKind::value, op, "out", "[batch, seq_q, heads_q, head_dim_v] = [" +
                       std::to_string(q.shape[0]) + ", " + std::to_string(q.shape[1]) + ", " +
                       std::to_string(q.shape[2]) + ", " + std::to_string(v.shape[3]) + "]", dims(out));
-  if (q.shape[3] > kMaxDim || v.shape[3] > kMaxDim)
-    detail::throw_arg(ErrorKind::value, kOp, q.shape[3] > kMaxDim ? "q" : "v",
-                      "a head dimension of at most " + std::to_string(kMaxDim), dims(q.shape[3] > kMaxDim ? q : v));
-  detail::check_no_internal_overlap(kOp, "out", out);
+  if (q.shape[3] > kMaxHeadDim || v.shape[3] > kMaxHeadDim)
+    detail::throw_arg(ErrorKind::value, op, q.shape[3] > kMaxHeadDim ? "q" : "v",
+                      "a head dimension of at most " + std::to_string(kMaxHeadDim), dims(q.shape[3] > kMaxHeadDim ? q : v));
+  detail::check_no_internal_overlap(op, "out", out);
   for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"q", &q}, {"k", &k}, {"v", &v}})
-    detail::check_no_overlap(kOp, "out", out, arg, *t, false);
+    detail::check_no_overlap(op, "out", out, arg, *t, false);
   if (lse) {
-    detail::check_cuda_tensor(kOp, "lse", *lse);
-    detail::check_dtype_in(kOp, "lse", *lse, {DType::float32});
-    detail::check_same_device(kOp, "lse", *lse, "q", q);
+    detail::check_cuda_tensor(op, "lse", *lse);
+    detail::check_dtype_in(op, "lse", *lse, {DType::float32});
+    detail::check_same_device(op, "lse", *lse, "q", q);
     const bool shape = lse->ndim == 3 && lse->shape[0] == q.shape[0] && lse->shape[1] == q.shape[2] &&
                        lse->shape[2] == q.shape[1];
     if (!shape || !lse->is_contiguous())
-      detail::throw_arg(ErrorKind::value, kOp, "lse", "a contiguous [batch, heads_q, seq_q] tensor",
+      detail::throw_arg(ErrorKind::value, op, "lse", "a contiguous [batch, heads_q, seq_q] tensor",
                         std::to_string(lse->ndim) + "-d" + (shape ? ", not contiguous" : ""));
   }
   if (!(o.scale >= 0) || !std::isfinite(o.scale))
-    detail::throw_arg(ErrorKind::value, kOp, "scale", "a finite number >= 0 (0: 1 / sqrt(head_dim))",
+    detail::throw_arg(ErrorKind::value, op, "scale", "a finite number >= 0 (0: 1 / sqrt(head_dim))",
                       std::to_string(o.scale));
   if (!(o.softcap >= 0) || !std::isfinite(o.softcap))
-    detail::throw_arg(ErrorKind::value, kOp, "softcap", "a finite number >= 0 (0: none)", std::to_string(o.softcap));
+    detail::throw_arg(ErrorKind::value, op, "softcap", "a finite number >= 0 (0: none)", std::to_string(o.softcap));
 }
 
-}  // namespace
+}  // namespace attn
 
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const TensorView* lse, const AttentionOptions& options, cudaStream_t stream) {
-  check(q, k, v, out, lse, options);
+  attn::check_arguments(kOp, q, k, v, out, lse, options);
   if (out.numel() == 0) return;
   runtime::DeviceGuard guard(q.device.index);
   Params p{};
   p.q = q.data, p.k = k.data, p.v = v.data, p.out = out.data;
   p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
-  p.sq = strides_of(q), p.sk = strides_of(k), p.sv = strides_of(v), p.so = strides_of(out);
+  p.sq = attn::strides_of(q), p.sk = attn::strides_of(k), p.sv = attn::strides_of(v), p.so = attn::strides_of(out);
   p.batch = q.shape[0], p.seq_q = q.shape[1], p.seq_k = k.shape[1], p.heads_q = q.shape[2];
   p.group = q.shape[2] / k.shape[2], p.dim = q.shape[3], p.dim_v = v.shape[3];
   p.scale = static_cast<float>(options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape[3])));

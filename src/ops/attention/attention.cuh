@@ -6,13 +6,21 @@
 
 #include <cstdint>
 
+#include "tessera/ops/attention.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::attn {
 
+constexpr int kMaxHeadDim = 256;  // what the generic kernels hold in registers
+
 struct Strides {
   int64_t b, s, h, d;  // elements
 };
+inline Strides strides_of(const TensorView& t) { return {t.strides[0], t.strides[1], t.strides[2], t.strides[3]}; }
+
+// The forward's argument checks (attention.cu), naming `op` in errors; lse may be null.
+void check_arguments(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const TensorView* lse, const AttentionOptions& o);
 
 struct Params {
   DType dtype;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,35 @@ VerifyResult run_attention(const std::string& op, DType dt, const Spec& s) {
   return compare(op, describe(dt, s), out, ref.out, stream);
 }
 
+// The backward: dq, dk, dv against the reference's, each compared as compare() does; the result
+// is the worst of the three.
+VerifyResult run_backward(DType dt, const Spec& s) {
+  cudaStream_t stream = nullptr;
+  TestTensor q = bshd(dt, s.b, s.sq, s.hq, s.d, s.heads_major), k = bshd(dt, s.b, s.sk, s.hk, s.d, s.heads_major),
+             v = bshd(dt, s.b, s.sk, s.hk, s.d, s.heads_major), go = bshd(dt, s.b, s.sq, s.hq, s.d, false),
+             out = bshd(dt, s.b, s.sq, s.hq, s.d, false), dq = bshd(dt, s.b, s.sq, s.hq, s.d, false),
+             dk = bshd(dt, s.b, s.sk, s.hk, s.d, false), dv = bshd(dt, s.b, s.sk, s.hk, s.d, false);
+  TestTensor lse = make_tensor(DType::float32, {s.b, s.hq, s.sq}, Layout::contiguous);
+  for (TestTensor* t : {&q, &k, &v, &go}) fill_random(*t, -2, 2, stream);
+  for (TestTensor* t : {&dq, &dk, &dv}) fill_poison(*t, stream);
+  attention(q.view, k.view, v.view, out.view, &lse.view, options_of(s), stream);
+  attention_backward(go.view, q.view, k.view, v.view, out.view, lse.view, dq.view, dk.view, dv.view, options_of(s),
+                     stream);
+  HostCopy hq = to_host(q), hk = to_host(k), hv = to_host(v), hgo = to_host(go);
+  reference::AttentionSpec rs;
+  rs.causal = s.causal, rs.window_left = s.window_left, rs.window_right = s.window_right, rs.softcap = s.softcap;
+  const reference::AttentionGrads ref = reference::attention_backward(hgo.view, hq.view, hk.view, hv.view, rs);
+  const std::string name = describe(dt, s);
+  VerifyResult worst = compare("attention_backward", name + " dq", dq, ref.dq, stream);
+  for (const auto& [t, r, what] : {std::tuple<TestTensor*, const std::vector<double>*, const char*>{&dk, &ref.dk, " dk"},
+                                   {&dv, &ref.dv, " dv"}}) {
+    VerifyResult x = compare("attention_backward", name + what, *t, *r, stream);
+    if (!x.passed || (worst.passed && x.rel_err > worst.rel_err)) worst = x;
+  }
+  worst.name = name;
+  return worst;
+}
+
 std::vector<Spec> specs(bool causal_only) {
   std::vector<Spec> all = {
       {2, 17, 17, 4, 4, 64},
@@ -93,16 +123,28 @@ std::vector<VerifyCase> cases(const std::string& op, bool causal_only) {
   return c;
 }
 
+std::vector<VerifyCase> backward_cases() {
+  std::vector<VerifyCase> c;
+  for (DType dt : kTypes)
+    for (const Spec& s : specs(false))
+      if (s.sq * s.sk <= 300 * 300) c.push_back({describe(dt, s), false, [=] { return run_backward(dt, s); }});
+  return c;
+}
+
 // Sequence length n at head_dim 128, batch x heads = (16384 / n, at least 1) x 32: 4 x 32 at 4096,
 // 1 x 32 at 16384. FLOPs 4 b h n^2 d (the two products), half of that under the causal mask;
 // bytes: Q, K, V read and O written once.
-BenchShape attention_shape(DType dt, int64_t n, bool causal) {
+BenchShape attention_shape(DType dt, int64_t n, bool causal, bool backward = false) {
   const int64_t b = std::max<int64_t>(1, 16384 / n), h = 32, d = 128;
   BenchShape s;
   s.shapes = {{b, n, h, d}, {b, n, h, d}, {b, n, h, d}};
   s.shape = shape_str({b, n, h, d}) + (causal ? " causal" : "");
   s.bytes = 4.0 * double(b * n * h * d) * double(dtype_size(dt));
   s.flops = 4.0 * double(b * h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
+  if (backward) {  // FlashAttention's count: 2.5 times the forward's (five products, not two)
+    s.flops *= 2.5;
+    s.bytes *= 2.0;  // q, k, v, out, grad_out read; dq, dk, dv written
+  }
   return s;
 }
 
@@ -120,6 +162,26 @@ BenchCase attention_bench(const std::string& op, DType dt, int64_t n, bool causa
   o.causal = causal;
   State* s = st.get();
   c.run = [s, o](cudaStream_t stream) { attention(s->q.view, s->k.view, s->v.view, s->out.view, nullptr, o, stream); };
+  c.state = st;
+  return c;
+}
+
+BenchCase backward_bench(DType dt, int64_t n) {
+  const BenchShape shape = attention_shape(dt, n, false, true);
+  struct State { TestTensor q, k, v, out, go, lse, dq, dk, dv; };
+  auto st = std::make_shared<State>();
+  for (TestTensor* t : {&st->q, &st->k, &st->v, &st->out, &st->go, &st->dq, &st->dk, &st->dv})
+    *t = make_tensor(dt, shape.shapes[0], Layout::contiguous);
+  const auto& sh = shape.shapes[0];
+  st->lse = make_tensor(DType::float32, {sh[0], sh[2], sh[1]}, Layout::contiguous);
+  for (TestTensor* t : {&st->q, &st->k, &st->v, &st->go}) fill_random(*t, -2, 2, nullptr);
+  attention(st->q.view, st->k.view, st->v.view, st->out.view, &st->lse.view, {}, nullptr);
+  BenchCase c = bench_case("attention_backward", dt, n, shape);
+  State* s = st.get();
+  c.run = [s](cudaStream_t stream) {
+    attention_backward(s->go.view, s->q.view, s->k.view, s->v.view, s->out.view, s->lse.view, s->dq.view, s->dk.view,
+                       s->dv.view, {}, stream);
+  };
   c.state = st;
   return c;
 }
@@ -143,7 +205,21 @@ const Registrar kRegistrar(10, [] {
   causal.verify_cases = [] { return cases("attention_causal", true); };
   causal.make_bench = [](DType dt, int64_t n) { return attention_bench("attention_causal", dt, n, true); };
   causal.bench_shape = [](DType dt, int64_t n) { return attention_shape(dt, n, true); };
-  return std::vector<OpInfo>{op, causal};
+  op.torch_schemas = {"attention(Tensor q, Tensor k, Tensor v, *, bool causal=False, float? scale=None, "
+                      "int window_left=-1, int window_right=-1, float softcap=0.0) -> (Tensor, Tensor)"};
+  causal.torch_schemas = {};
+
+  OpInfo backward = op;
+  backward.name = "attention_backward";
+  backward.summary = "dq, dk, dv of attention from the forward's out and lse (deterministic)";
+  backward.bench_sizes = {512, 1024, 2048};
+  backward.verify_cases = backward_cases;
+  backward.make_bench = backward_bench;
+  backward.bench_shape = [](DType dt, int64_t n) { return attention_shape(dt, n, false, true); };
+  backward.torch_schemas = {"attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, "
+                            "Tensor lse, *, bool causal=False, float? scale=None, int window_left=-1, "
+                            "int window_right=-1, float softcap=0.0) -> (Tensor, Tensor, Tensor)"};
+  return std::vector<OpInfo>{op, causal, backward};
 });
 
 }  // namespace

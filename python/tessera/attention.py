@@ -1,0 +1,84 @@
+"""Attention: ``softmax(scale * Q K^T, masked) V`` on tessera's kernels, for torch tensors.
+
+Two layouts, one kernel (a transposed view costs nothing):
+
+- :func:`scaled_dot_product_attention`: torch's signature and layout, (batch, heads, seq,
+  head_dim), as :func:`torch.nn.functional.scaled_dot_product_attention`.
+- :func:`flash_attention`: FlashAttention's, (batch, seq, heads, head_dim), with its options
+  (bottom-right causal alignment, sliding window, soft-cap) and the log-sum-exp on request.
+
+Both are differentiable (dq, dk, dv through autograd). The math is float32 whatever the dtype. A
+query that sees no key (causal with seq_q > seq_k, or a window) gets output 0, no NaN, and lse
++inf, as FlashAttention gives. On Hopper, bf16/fp16 at head_dim 64, 128 and 256 run the
+tensor-core forward; every other case runs the generic kernel (head_dim up to 256).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _interop
+
+
+def _ops(torch, name: str):
+    _interop.init_ops(torch)
+    ops = _interop.ops
+    if ops is None:
+        raise RuntimeError(f"tessera.{name}: needs tessera's torch ops (a wheel built with torch "
+                           "present: pip install --no-build-isolation .)")
+    return ops
+
+
+def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: float | None = None,
+                    window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                    return_lse: bool = False) -> Any:
+    """Attention in FlashAttention's layout: q (batch, seq_q, heads_q, head_dim), k
+    (batch, seq_k, heads_kv, head_dim), v (batch, seq_k, heads_kv, head_dim_v); heads_q a multiple
+    of heads_kv (GQA and MQA, with no copy of k and v). Returns out (batch, seq_q, heads_q,
+    head_dim_v), and with ``return_lse`` also the float32 log-sum-exp (batch, heads_q, seq_q).
+
+    ``causal`` aligns the diagonal to the bottom right when seq_q != seq_k (query i sees key j
+    where j <= i + seq_k - seq_q), as flash_attn_func does. ``window_size`` (left, right): keys
+    that far before and after that diagonal (-1: unbounded). ``softcap`` > 0 turns scores s into
+    softcap * tanh(s / softcap). ``softmax_scale`` defaults to 1 / sqrt(head_dim).
+    """
+    torch = _interop.torch_if_tensor(q)
+    if torch is None:
+        raise TypeError(f"tessera.flash_attention: argument 'q': expected a torch tensor, got {type(q).__name__}")
+    left, right = window_size
+    out, lse = _ops(torch, "flash_attention").attention.default(
+        q, k, v, causal=bool(causal), scale=None if softmax_scale is None else float(softmax_scale),
+        window_left=int(left), window_right=int(right), softcap=float(softcap))
+    return (out, lse) if return_lse else out
+
+
+def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None, enable_gqa: bool = False) -> Any:
+    """:func:`torch.nn.functional.scaled_dot_product_attention` on tessera's kernels: query
+    (batch, heads_q, seq_q, head_dim), key and value (batch, heads_kv, seq_k, ...).
+
+    Calls tessera does not take are torch's own function, with torch's result or error: an
+    ``attn_mask``, ``dropout_p`` > 0, inputs that are not 4-d CUDA float tensors of one dtype,
+    ``is_causal`` with seq_q != seq_k (torch aligns that mask to the top left, FlashAttention to
+    the bottom right), heads that differ without ``enable_gqa``, and head dimensions over 256.
+    """
+    torch = _interop.torch_if_tensor(query)
+    if torch is None:
+        raise TypeError("tessera.scaled_dot_product_attention: argument 'query': expected a torch tensor, "
+                        f"got {type(query).__name__}")
+    takes = (attn_mask is None and dropout_p == 0.0
+             and not _interop.outside_kernels(query, key, value)
+             and query.dim() == 4 and key.dim() == 4 and value.dim() == 4
+             and (not is_causal or query.size(2) == key.size(2))
+             and (query.size(1) == key.size(1) or enable_gqa)
+             and query.size(-1) <= 256 and value.size(-1) <= 256
+             and (scale is None or scale > 0))
+    if not takes:
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+            scale=scale, enable_gqa=enable_gqa)
+    out, _ = _ops(torch, "scaled_dot_product_attention").attention.default(
+        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(is_causal),
+        scale=None if scale is None else float(scale))
+    return out.transpose(1, 2)

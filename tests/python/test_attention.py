@@ -1,0 +1,150 @@
+"""tessera.flash_attention and tessera.scaled_dot_product_attention against a float64 reference
+(masks, GQA/MQA, soft-cap, odd and unequal lengths, fully masked rows), forward and backward
+through autograd, held to FlashAttention's own bound: at most twice the error of the same
+reference computed in the inputs' dtype. Also torch's contract (what falls back to torch's SDPA)
+and the errors that name their argument."""
+
+import math
+
+import pytest
+
+import tessera
+
+
+def reference(torch, q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0):
+    """softmax(scale q k^T, masked) v in q's dtype and device, FlashAttention's layout; rows that
+    see no key give 0. Returns (out, lse) with lse +inf on such rows."""
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    k = k.repeat_interleave(hq // hk, dim=2)
+    v = v.repeat_interleave(hq // hk, dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", q, k) * (scale if scale is not None else 1 / math.sqrt(d))
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device)[:, None]
+    j = torch.arange(sk, device=q.device)[None, :]
+    diag = i + sk - sq
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        keep &= j <= diag
+    if window[0] >= 0:
+        keep &= j >= diag - window[0]
+    if window[1] >= 0:
+        keep &= j <= diag + window[1]
+    s = s.masked_fill(~keep, -1e4 if s.dtype != torch.float64 else -1e300)
+    seen = keep.any(-1)[:, None].to(s.dtype)
+    p = torch.softmax(s, -1) * seen
+    out = torch.einsum("bhij,bjhd->bihd", p.to(v.dtype), v)
+    lse = torch.where(seen[:, 0].bool(), torch.logsumexp(s.double(), -1), torch.tensor(math.inf, device=q.device))
+    return out, lse
+
+
+def inputs(torch, dtype, b, sq, sk, hq, hk, d, dv=None):
+    def x(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
+    return x(b, sq, hq, d), x(b, sk, hk, d), x(b, sk, hk, dv or d)
+
+
+def check_bound(torch, got, low, exact, what):
+    """FlashAttention's bound: max |got - exact| <= 2 max |low - exact| (+ float32 rounding)."""
+    err = (got.double() - exact).abs().max().item()
+    base = (low.double() - exact).abs().max().item()
+    assert err <= 2 * base + 1e-5 * exact.abs().max().item() + 1e-6, (what, err, base)
+
+
+CASES = [
+    # b, sq, sk, hq, hk, d, options
+    (2, 17, 17, 4, 4, 64, {}),
+    (1, 1, 1, 2, 2, 128, {}),
+    (2, 127, 127, 8, 2, 128, {"causal": True}),
+    (1, 40, 7, 2, 2, 128, {"causal": True}),               # fully masked rows
+    (1, 300, 1000, 4, 1, 128, {}),                         # MQA, seq_q < seq_k
+    (1, 1000, 1000, 2, 2, 64, {"causal": True}),
+    (1, 257, 300, 2, 1, 256, {"causal": True}),
+    (1, 100, 100, 2, 2, 256, {"window_size": (16, 4)}),
+    (2, 33, 65, 4, 2, 64, {"causal": True, "window_size": (8, -1), "softcap": 30.0}),
+    (1, 4097, 64, 1, 1, 64, {"causal": True}),
+    (1, 2, 100, 4, 1, 80, {}),                              # head_dim 80: the generic kernel
+]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])) + "".join(sorted(c[6])))
+def test_forward_and_backward_within_flash_attentions_bound(torch, dtype, case):
+    b, sq, sk, hq, hk, d, opts = case
+    dt = getattr(torch, dtype)
+    q, k, v = inputs(torch, dt, b, sq, sk, hq, hk, d)
+    ref_opts = {"causal": opts.get("causal", False), "window": opts.get("window_size", (-1, -1)),
+                "softcap": opts.get("softcap", 0.0)}
+    out, lse = tessera.flash_attention(q, k, v, return_lse=True, **opts)
+    exact_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    exact, exact_lse = reference(torch, *exact_in, **ref_opts)
+    low, _ = reference(torch, q, k, v, **ref_opts)
+    check_bound(torch, out, low, exact, "out")
+    assert torch.equal(torch.isinf(lse), torch.isinf(exact_lse))
+    finite = torch.isfinite(exact_lse)
+    assert torch.allclose(lse[finite].double(), exact_lse[finite], atol=1e-3, rtol=1e-4)
+    assert not torch.isnan(out).any()
+    if sq * sk > 300 * 1000 and dtype != "float32":
+        return  # the generic backward is slow on long rows; the shorter cases cover its paths
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    exact_grads = torch.autograd.grad(exact, exact_in, g.double())
+    low_grads = torch.autograd.grad(low, (q, k, v), g)
+    for name, got, lo, ex in zip("qkv", grads, low_grads, exact_grads):
+        check_bound(torch, got, lo, ex, "d" + name)
+
+
+def test_fully_masked_rows_are_zero_with_infinite_lse(torch):
+    q, k, v = inputs(torch, torch.bfloat16, 1, 8, 3, 2, 2, 128)
+    out, lse = tessera.flash_attention(q, k, v, causal=True, return_lse=True)
+    assert torch.count_nonzero(out[:, :5]) == 0 and torch.isinf(lse[:, :, :5]).all()
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_sdpa_matches_torch(torch, dtype):
+    F = torch.nn.functional
+    dt = getattr(torch, dtype)
+    q = torch.randn(2, 8, 300, 128, device="cuda", dtype=dt, requires_grad=True)
+    k = torch.randn(2, 2, 300, 128, device="cuda", dtype=dt, requires_grad=True)
+    v = torch.randn(2, 2, 300, 128, device="cuda", dtype=dt, requires_grad=True)
+    for causal in (False, True):
+        got = tessera.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, enable_gqa=True)
+        low = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        assert got.shape == want.shape and got.dtype == dt
+        check_bound(torch, got, low, want, "sdpa")
+
+
+def test_sdpa_gives_torch_what_it_does_not_take(torch):
+    F = torch.nn.functional
+    q, k, v = (torch.randn(1, 2, 16, 64, device="cuda") for _ in range(3))
+    mask = torch.rand(16, 16, device="cuda") > 0.5
+    assert torch.equal(tessera.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                       F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    kk = torch.randn(1, 2, 20, 64, device="cuda")  # causal with seq_q != seq_k: torch's top-left mask
+    assert torch.allclose(tessera.scaled_dot_product_attention(q, kk, kk, is_causal=True),
+                          F.scaled_dot_product_attention(q, kk, kk, is_causal=True), atol=1e-6)
+    k1 = torch.randn(1, 1, 16, 64, device="cuda")  # heads differ without enable_gqa: torch's call
+    assert torch.equal(tessera.scaled_dot_product_attention(q, k1, k1), F.scaled_dot_product_attention(q, k1, k1))
+    cpu = q.cpu()
+    assert torch.allclose(tessera.scaled_dot_product_attention(cpu, cpu, cpu),
+                          F.scaled_dot_product_attention(cpu, cpu, cpu))
+
+
+def test_errors_name_the_argument(torch):
+    q = torch.randn(1, 4, 6, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 4, 4, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="argument 'k'.*heads_kv dividing"):
+        tessera.flash_attention(q, k, k)
+    with pytest.raises(TypeError, match="argument 'k'"):
+        tessera.flash_attention(q, k.half(), k.half())
+    with pytest.raises(ValueError, match="argument 'q'.*at most 256"):
+        big = torch.randn(1, 4, 2, 512, device="cuda", dtype=torch.bfloat16)
+        tessera.flash_attention(big, big, big)
+    with pytest.raises(ValueError, match="argument 'scale'"):
+        tessera.flash_attention(q, q, q, softmax_scale=-1.0)
+    with pytest.raises(TypeError, match="argument 'q'"):
+        tessera.flash_attention([1.0], k, k)
