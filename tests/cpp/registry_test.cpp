@@ -29,12 +29,12 @@ TEST(Registry, OrderIsFamilyThenFileThenEntry) {
     names.push_back(op.name);
     if (families.empty() || families.back() != op.family) families.push_back(op.family);
   }
-  EXPECT_EQ(families, (std::vector<std::string>{"elementwise", "rowwise", "matrix", "set"}));
+  EXPECT_EQ(families, (std::vector<std::string>{"elementwise", "rowwise", "matrix", "attention", "set"}));
   const std::vector<std::string> known = {
       "add", "gelu", "gelu_backward", "gelu_tanh", "gelu_tanh_backward", "dropout", "dropout_backward", "copy",
       "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
       "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "matmul",
-      "isin", "isin_brute_force", "isin_sort", "isin_hash", "isin_bitmap",
+      "attention", "attention_causal", "attention_backward", "isin", "isin_brute_force", "isin_sort", "isin_hash", "isin_bitmap",
   };
   std::size_t at = 0;
   for (const auto& n : names)
@@ -54,7 +54,9 @@ TEST(Registry, EveryDescriptionIsComplete) {
     const std::string meaning = op.family == "rowwise" ? rows
                                 : op.family == "set"    ? "elements of both elements and test_elements"
                                 : op.family == "matrix" ? "M = N = K"
-                                                        : "elements";
+                                : op.family == "attention"
+                                    ? "sequence length n (batch x heads = max(1, 16384 / n) x 32, head_dim 128)"
+                                    : "elements";
     EXPECT_EQ(op.size_meaning, meaning);
     const bool exact = op.family == "set";
     // matmul with TF32 allowed rounds float32 inputs to a 10-bit mantissa: its own bound.
@@ -71,6 +73,7 @@ TEST(Registry, EveryDescriptionIsComplete) {
         EXPECT_FALSE(s.shape.empty());
         EXPECT_GE(s.bytes, static_cast<double>(main) * tessera::dtype_size(dt));
         if (op.family == "matrix") EXPECT_EQ(s.flops, 2.0 * double(n) * double(n) * double(n));
+        else if (op.family == "attention") EXPECT_GT(s.flops, 0.0);  // 4 b h n^2 d, halved or scaled
         else EXPECT_EQ(s.flops, 0.0);
       }
     }
