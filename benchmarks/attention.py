@@ -59,12 +59,48 @@ def kernels_of(fn) -> list:
     return [e.key for e in prof.key_averages()]
 
 
+def extras(rounds: int) -> list:
+    """The GQA and varlen bars: 32 query heads on 8 KV heads against 32 on 32 (4 x 4096, d 128),
+    and 64 packed sequences of random lengths in [1, 4096] against the padded batch (32 heads, d
+    128); each as TFLOP/s of the FLOPs the call must do (varlen: the sum over its sequences)."""
+    lines = []
+    g = torch.Generator().manual_seed(0)
+    x = lambda *shape: torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+    q, k8, v8, k32, v32 = x(4, 32, 4096, 128), x(4, 8, 4096, 128), x(4, 8, 4096, 128), x(4, 32, 4096, 128), x(4, 32, 4096, 128)
+    t = {"gqa": [], "mha": []}
+    for _ in range(rounds):
+        t["gqa"].append(bench_ms(lambda: tessera.scaled_dot_product_attention(q, k8, v8, enable_gqa=True)))
+        t["mha"].append(bench_ms(lambda: tessera.scaled_dot_product_attention(q, k32, v32)))
+    flops = 4.0 * 4 * 32 * 4096 * 4096 * 128
+    gqa, mha = (flops / statistics.median(t[n]) / 1e9 for n in ("gqa", "mha"))
+    lines.append(f"| GQA 32/8 vs MHA, 4 x 4096, d 128 | {gqa:.0f} | {mha:.0f} | {gqa / mha:.3f} |")
+    del q, k8, v8, k32, v32
+    lens = torch.randint(1, 4097, (64,), generator=g)
+    cu = torch.zeros(65, dtype=torch.int32)
+    cu[1:] = torch.cumsum(lens, 0)
+    cu = cu.cuda()
+    total, mx = int(lens.sum()), int(lens.max())
+    qp, kp, vp = x(total, 32, 128), x(total, 32, 128), x(total, 32, 128)
+    pq, pk, pv = x(64, mx, 32, 128), x(64, mx, 32, 128), x(64, mx, 32, 128)
+    t = {"varlen": [], "padded": []}
+    for _ in range(rounds):
+        t["varlen"].append(bench_ms(lambda: tessera.flash_attention_varlen(qp, kp, vp, cu, cu, mx, mx)))
+        t["padded"].append(bench_ms(lambda: tessera.flash_attention(pq, pk, pv)))
+    useful = sum(4.0 * 32 * int(n) ** 2 * 128 for n in lens)
+    varlen = useful / statistics.median(t["varlen"]) / 1e9
+    padded = 4.0 * 64 * 32 * mx * mx * 128 / statistics.median(t["padded"]) / 1e9
+    lines.append(f"| varlen 64 x [1, 4096] vs padded, 32 heads, d 128 | {varlen:.0f} | {padded:.0f} | "
+                 f"{varlen / padded:.3f} |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dims", default="128,64")
     ap.add_argument("--quick", action="store_true", help="the 4 x 32 x 4096 shape only")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--extras", action="store_true", help="also the GQA and varlen bars")
     args = ap.parse_args()
     shapes = [(4, 32, 4096)] if args.quick else [(4, 32, 4096), (16, 16, 1024), (1, 32, 16384)]
     rows = []
@@ -101,6 +137,8 @@ def main() -> None:
                      f"{r['efficient_tflops']:.0f} | {r['tessera_tflops'] / r['cudnn_tflops']:.2f} | "
                      f"{r['tessera_tflops'] / r['flash2_tflops']:.2f} | "
                      f"{r['cudnn2_tflops'] / r['cudnn_tflops']:.2f} |")
+    if args.extras:
+        lines += ["", "| case | tessera | baseline | ratio |", "| --- | --- | --- | --- |"] + extras(args.rounds)
     table = "\n".join(lines)
     print("==== final table (forward, bf16, TFLOP/s, median of interleaved rounds)")
     print(table)

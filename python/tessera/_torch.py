@@ -109,6 +109,15 @@ def _register_fakes():
         out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
         return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
+    @fake("tessera::attention.varlen")
+    def _attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **kwargs):
+        out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
+        return out, q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+    @fake("tessera::attention_backward.varlen")
+    def _attention_varlen_backward(grad_out, q, k, v, out, lse, *args, **kwargs):
+        return _like(q), _like(k), _like(v)
+
     @fake("tessera::attention_backward")
     def _attention_backward(grad_out, q, k, v, out, lse, **kwargs):
         return _like(q), _like(k), _like(v)

@@ -52,6 +52,29 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_sca
     return (out, lse) if return_lse else out
 
 
+def flash_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
+                           max_seqlen_k: int, *, causal: bool = False, softmax_scale: float | None = None,
+                           window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                           return_lse: bool = False) -> Any:
+    """:func:`flash_attention` over packed sequences of different lengths, as flash_attn_varlen_func
+    takes them: q (total_q, heads_q, head_dim), k and v (total_k, heads_kv, ...); sequence b is
+    rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` of q (likewise for k and v), the offsets int32
+    CUDA tensors of batch + 1 entries from 0. Masks apply within each sequence. lse is (heads_q,
+    total_q). The offsets are checked on the host (a copy and a wait on the stream): not
+    increasing, not ending at the packed length, or a sequence longer than its max is a
+    ValueError naming the argument.
+    """
+    torch = _interop.torch_if_tensor(q)
+    if torch is None:
+        raise TypeError(f"tessera.flash_attention_varlen: argument 'q': expected a torch tensor, got {type(q).__name__}")
+    left, right = window_size
+    out, lse = _ops(torch, "flash_attention_varlen").attention.varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal=bool(causal),
+        scale=None if softmax_scale is None else float(softmax_scale), window_left=int(left),
+        window_right=int(right), softcap=float(softcap))
+    return (out, lse) if return_lse else out
+
+
 def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None, enable_gqa: bool = False) -> Any:

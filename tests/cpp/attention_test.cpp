@@ -404,6 +404,104 @@ TEST(AttentionGpu, BackwardMatchesTheReference) {
   }
 }
 
+// Packed sequences (lengths 5, 0, 300, 1, 130; keys 7, 3, 300, 64, 1) through attention_varlen
+// and its backward against the reference's varlen forms: both tiers forward, the backward.
+void run_varlen_case(DType dt, int64_t d, const ref::AttentionSpec& spec, double tol) {
+  const auto dev = tessera::Device{tessera::DeviceType::cuda, 0};
+  const std::vector<int64_t> cq = {0, 5, 5, 305, 306, 436}, ck = {0, 7, 10, 310, 374, 375};
+  const int64_t tq = cq.back(), tk = ck.back(), hq = 4, hk = 2, b = int64_t(cq.size()) - 1;
+  std::vector<double> q = randn(tq * hq * d, 41), k = randn(tk * hk * d, 42), v = randn(tk * hk * d, 43),
+                      go = randn(tq * hq * d, 44);
+  tessera::runtime::DeviceBuffer bq, bk, bv, bgo, bo, bl, bdq, bdk, bdv, bcq, bck;
+  // [total, heads, dim] is the upload of a batch of one, squeezed.
+  auto packed = [&](tessera::runtime::DeviceBuffer& buf, const std::vector<double>& x, int64_t n, int64_t h) {
+    TensorView t = upload(buf, x, dt, 1, n, h, d, false);
+    return TensorView::make(t.data, dt, &t.shape[1], &t.strides[1], 3, dev);
+  };
+  const TensorView tq_ = packed(bq, q, tq, hq), tk_ = packed(bk, k, tk, hk), tv_ = packed(bv, v, tk, hk),
+                   tgo = packed(bgo, go, tq, hq);
+  const size_t es = dt == DType::float32 ? 4 : 2;
+  auto alloc = [&](tessera::runtime::DeviceBuffer& buf, std::initializer_list<int64_t> shape, DType t) {
+    int64_t n = 1;
+    for (int64_t e : shape) n *= e;
+    buf = tessera::runtime::DeviceBuffer(std::max<int64_t>(n, 1) * (t == DType::float32 ? 4 : es));
+    return TensorView::contiguous(buf.data(), t, shape, dev);
+  };
+  const TensorView to = alloc(bo, {tq, hq, d}, dt), tl = alloc(bl, {hq, tq}, DType::float32),
+                   tdq = alloc(bdq, {tq, hq, d}, dt), tdk = alloc(bdk, {tk, hk, d}, dt), tdv = alloc(bdv, {tk, hk, d}, dt);
+  auto offsets = [&](tessera::runtime::DeviceBuffer& buf, const std::vector<int64_t>& c) {
+    std::vector<int32_t> h(c.begin(), c.end());
+    buf = tessera::runtime::DeviceBuffer(h.size() * 4);
+    EXPECT_EQ(cudaMemcpy(buf.data(), h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    return TensorView::contiguous(buf.data(), DType::int32, {int64_t(h.size())}, dev);
+  };
+  const TensorView tcq = offsets(bcq, cq), tck = offsets(bck, ck);
+  tessera::AttentionOptions o;
+  o.causal = spec.causal, o.window_left = spec.window_left, o.window_right = spec.window_right, o.softcap = spec.softcap;
+  tessera::attention_varlen(tq_, tk_, tv_, to, &tl, tcq, tck, 300, 300, o, nullptr);
+  tessera::attention_varlen_backward(tgo, tq_, tk_, tv_, to, tl, tdq, tdk, tdv, tcq, tck, 300, 300, o, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto rounded = [&](std::vector<double> x) {
+    unsigned char bytes[4];
+    for (double& e : x) store_as(dt, e, bytes), e = load_as(dt, bytes);
+    return x;
+  };
+  std::vector<double> rq = rounded(q), rk = rounded(k), rv = rounded(v), rgo = rounded(go);
+  const auto hq3 = host(rq, {tq, hq, d}), hk3 = host(rk, {tk, hk, d}), hv3 = host(rv, {tk, hk, d});
+  const auto want = ref::attention_varlen_forward(hq3, hk3, hv3, cq, ck, spec);
+  const auto grads = ref::attention_varlen_backward(host(rgo, {tq, hq, d}), hq3, hk3, hv3, cq, ck, spec);
+  auto fetch = [&](const tessera::runtime::DeviceBuffer& buf, size_t n) {
+    std::vector<unsigned char> raw(n * es);
+    EXPECT_EQ(cudaMemcpy(raw.data(), buf.data(), raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<double> got(n);
+    for (size_t i = 0; i < n; ++i) got[i] = load_as(dt, &raw[i * es]);
+    return got;
+  };
+  std::vector<float> lf(want.lse.size());
+  ASSERT_EQ(cudaMemcpy(lf.data(), bl.data(), lf.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_LE(rel_err(fetch(bo, want.out.size()), want.out), tol) << "out";
+  EXPECT_LE(rel_err(std::vector<double>(lf.begin(), lf.end()), want.lse), 1e-5) << "lse";
+  EXPECT_LE(rel_err(fetch(bdq, grads.dq.size()), grads.dq), 3 * tol) << "dq";
+  EXPECT_LE(rel_err(fetch(bdk, grads.dk.size()), grads.dk), 3 * tol) << "dk";
+  EXPECT_LE(rel_err(fetch(bdv, grads.dv.size()), grads.dv), 3 * tol) << "dv";
+  (void)b;
+}
+
+TEST(AttentionGpu, VarlenMatchesTheReference) {
+  TESSERA_REQUIRE_GPU();
+  for (const auto& sp : {spec(false, -1, -1, 0), spec(true, -1, -1, 0), spec(true, 32, -1, 20.0)}) {
+    SCOPED_TRACE(std::string(sp.causal ? "causal" : "full") + (sp.window_left >= 0 ? " window softcap" : ""));
+    run_varlen_case(DType::float32, 64, sp, 1e-5);
+    run_varlen_case(DType::bfloat16, 128, sp, 1e-2);
+    run_varlen_case(DType::float16, 64, sp, 2e-3);
+  }
+}
+
+// The offsets are checked before any launch, each error naming its argument.
+TEST(AttentionChecks, VarlenOffsets) {
+  TESSERA_REQUIRE_GPU();
+  const auto dev = tessera::Device{tessera::DeviceType::cuda, 0};
+  tessera::runtime::DeviceBuffer bq(40 * 2 * 64 * 2), bo(40 * 2 * 64 * 2), bc(4 * 4);
+  const TensorView q = TensorView::contiguous(bq.data(), DType::bfloat16, {40, 2, 64}, dev);
+  const TensorView o = TensorView::contiguous(bo.data(), DType::bfloat16, {40, 2, 64}, dev);
+  const TensorView cu = TensorView::contiguous(bc.data(), DType::int32, {4}, dev);
+  auto with = [&](std::vector<int32_t> h) {
+    EXPECT_EQ(cudaMemcpy(bc.data(), h.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+  };
+  with({0, 10, 5, 40});
+  expect_error([&] { tessera::attention_varlen(q, q, q, o, nullptr, cu, cu, 40, 40, {}, nullptr); }, ErrorKind::value,
+               {"'cu_seqlens_q'", "non-decreasing"});
+  with({0, 10, 20, 39});
+  expect_error([&] { tessera::attention_varlen(q, q, q, o, nullptr, cu, cu, 40, 40, {}, nullptr); }, ErrorKind::value,
+               {"'cu_seqlens_q'", "packed length 40"});
+  with({0, 10, 20, 40});
+  expect_error([&] { tessera::attention_varlen(q, q, q, o, nullptr, cu, cu, 15, 40, {}, nullptr); }, ErrorKind::value,
+               {"'max_seqlen_q'", "sequence 2 of 20"});
+  const TensorView q4 = TensorView::contiguous(bq.data(), DType::bfloat16, {1, 40, 2, 64}, dev);
+  expect_error([&] { tessera::attention_varlen(q4, q, q, o, nullptr, cu, cu, 40, 40, {}, nullptr); }, ErrorKind::value,
+               {"'q'", "3-d"});
+}
+
 // The tensor-core tier: P goes through the tensor cores in the input's dtype, so the bound is a
 // few units of its rounding (as FlashAttention's own); odd lengths cross every tile boundary.
 TEST(AttentionGpu, Sm90KernelMatchesTheReference) {

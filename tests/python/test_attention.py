@@ -148,3 +148,44 @@ def test_errors_name_the_argument(torch):
         tessera.flash_attention(q, q, q, softmax_scale=-1.0)
     with pytest.raises(TypeError, match="argument 'q'"):
         tessera.flash_attention([1.0], k, k)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_is_each_sequence_alone(torch, dtype, causal):
+    dt = getattr(torch, dtype)
+    lens_q, lens_k = [5, 0, 300, 1, 130], [7, 3, 300, 64, 1]
+    cu_q = torch.tensor([0] + list(__import__("itertools").accumulate(lens_q)), device="cuda", dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(__import__("itertools").accumulate(lens_k)), device="cuda", dtype=torch.int32)
+    q = torch.randn(sum(lens_q), 4, 128, device="cuda", dtype=dt, requires_grad=True)
+    k = torch.randn(sum(lens_k), 2, 128, device="cuda", dtype=dt, requires_grad=True)
+    v = torch.randn(sum(lens_k), 2, 128, device="cuda", dtype=dt, requires_grad=True)
+    out, lse = tessera.flash_attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                              return_lse=True)
+    assert out.shape == q.shape and lse.shape == (4, sum(lens_q))
+    g = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), g)
+    for b in range(len(lens_q)):
+        sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if lens_q[b] == 0:
+            continue
+        qb, kb, vb = (t.detach()[s][None].requires_grad_() for t, s in ((q, sq), (k, sk), (v, sk)))
+        ob, lb = tessera.flash_attention(qb, kb, vb, causal=causal, return_lse=True)
+        gb = torch.autograd.grad(ob, (qb, kb, vb), g[sq][None])
+        tol = dict(atol=2e-2, rtol=2e-2) if dtype == "bfloat16" else dict(atol=1e-5, rtol=1e-5)
+        assert torch.allclose(out[sq], ob[0], **tol)
+        assert torch.equal(torch.isinf(lse[:, sq]), torch.isinf(lb[0]))
+        for got, want in zip((dq[sq], dk[sk], dv[sk]), gb):
+            assert torch.allclose(got, want[0], **tol)
+
+
+def test_varlen_offsets_are_checked(torch):
+    q = torch.randn(40, 2, 64, device="cuda", dtype=torch.bfloat16)
+    bad = torch.tensor([0, 10, 5, 40], device="cuda", dtype=torch.int32)
+    with pytest.raises(ValueError, match="argument 'cu_seqlens_q'.*non-decreasing"):
+        tessera.flash_attention_varlen(q, q, q, bad, bad, 40, 40)
+    ok = torch.tensor([0, 10, 20, 40], device="cuda", dtype=torch.int32)
+    with pytest.raises(ValueError, match="argument 'max_seqlen_k'"):
+        tessera.flash_attention_varlen(q, q, q, ok, ok, 40, 15)
+    with pytest.raises(TypeError, match="argument 'cu_seqlens_q'"):
+        tessera.flash_attention_varlen(q, q, q, ok.long(), ok, 40, 40)

@@ -86,6 +86,14 @@ def samples(torch, name, dtype):
         q, k, v = x(1, 9, 2, 64, grad=False), x(1, 12, 1, 64, grad=False), x(1, 12, 1, 64, grad=False)
         out, lse = torch.ops.tessera.attention(q, k, v, causal=True)
         return [((x(1, 9, 2, 64, grad=False), q, k, v, out, lse), {"causal": True})]
+    if name in ("attention.varlen", "attention_backward.varlen"):
+        cu = torch.tensor([0, 5, 5, 17], device="cuda", dtype=torch.int32)
+        q, k, v = x(17, 4, 64, grad=name == "attention.varlen"), x(17, 2, 64), x(17, 2, 64)
+        if name == "attention.varlen":
+            return [((q, k, v, cu, cu, 12, 12), {"causal": True})]
+        q, k, v = (t.detach() for t in (q, k, v))
+        out, lse = torch.ops.tessera.attention.varlen(q, k, v, cu, cu, 12, 12)
+        return [((x(17, 4, 64, grad=False), q, k, v, out, lse, cu, cu, 12, 12), {})]
     raise AssertionError(f"no samples for torch.ops.tessera.{name}: add them here")
 
 

@@ -36,6 +36,18 @@ struct AttentionOptions {
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const TensorView* lse, const AttentionOptions& options, cudaStream_t stream);
 
+// Packed sequences of different lengths, as flash_attn_varlen_func takes them: q [total_q,
+// heads_q, head_dim], k [total_k, heads_kv, head_dim], v [total_k, heads_kv, head_dim_v], out
+// [total_q, heads_q, head_dim_v], lse (optional) [heads_q, total_q] float32; sequence b is rows
+// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (and likewise of k and v), cu_seqlens int32 CUDA
+// tensors of batch + 1 offsets from 0. The offsets are checked on the host (a copy and a wait on
+// `stream`, so not inside a CUDA graph capture): non-decreasing, ending at the packed length, no
+// sequence longer than max_seqlen_q / max_seqlen_k. Masks apply within each sequence.
+void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                      const TensorView* lse, const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
+                      int64_t max_seqlen_q, int64_t max_seqlen_k, const AttentionOptions& options,
+                      cudaStream_t stream);
+
 // The gradients of attention(q, k, v, out, lse, options) for grad_out (the shape of out): dq, dk
 // and dv with the shapes and dtype of q, k and v, any strides. lse is the forward's (required:
 // the backward recomputes the probabilities from it). Summed in float32 in a fixed order, so the
@@ -43,5 +55,12 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
 void attention_backward(const TensorView& grad_out, const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const TensorView& lse, const TensorView& dq, const TensorView& dk,
                         const TensorView& dv, const AttentionOptions& options, cudaStream_t stream);
+
+// The backward of attention_varlen: lse [heads_q, total_q], dq, dk, dv packed like q, k, v.
+void attention_varlen_backward(const TensorView& grad_out, const TensorView& q, const TensorView& k,
+                               const TensorView& v, const TensorView& out, const TensorView& lse, const TensorView& dq,
+                               const TensorView& dk, const TensorView& dv, const TensorView& cu_seqlens_q,
+                               const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                               const AttentionOptions& options, cudaStream_t stream);
 
 }  // namespace tessera

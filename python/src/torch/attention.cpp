@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "binding.hpp"
 
@@ -68,6 +69,59 @@ Tensor3 attention_backward(const at::Tensor& grad_out, const at::Tensor& q, cons
   return {dq, dk, dv};
 }
 
+Tensor2 attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_q,
+                         const at::Tensor& cu_k, int64_t max_q, int64_t max_k, bool causal, std::optional<double> scale,
+                         int64_t window_left, int64_t window_right, double softcap) {
+  const char* op = "attention_varlen";
+  const TensorView tq = view(op, "q", q), tk = view(op, "k", k), tv = view(op, "v", v),
+                   tcq = view(op, "cu_seqlens_q", cu_q), tck = view(op, "cu_seqlens_k", cu_k);
+  check_scale(op, scale);
+  const bool shaped = q.dim() == 3 && v.dim() == 3;
+  at::Tensor out = shaped ? at::empty({q.size(0), q.size(1), v.size(2)}, q.options()) : at::empty_like(q);
+  at::Tensor lse = at::empty(shaped ? std::vector<int64_t>{q.size(1), q.size(0)} : std::vector<int64_t>{0},
+                             q.options().dtype(at::kFloat));
+  guarded([&] {
+    const TensorView tl = view(op, "lse", lse);
+    tessera::attention_varlen(tq, tk, tv, view(op, "out", out), &tl, tcq, tck, max_q, max_k,
+                              options_of(causal, scale, window_left, window_right, softcap), stream_of(q));
+  });
+  return {out, lse};
+}
+
+Tensor3 attention_varlen_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                                  const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                  const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
+                                  bool causal, std::optional<double> scale, int64_t window_left, int64_t window_right,
+                                  double softcap) {
+  const char* op = "attention_varlen_backward";
+  const TensorView tg = view(op, "grad_out", grad_out), tq = view(op, "q", q), tk = view(op, "k", k),
+                   tv = view(op, "v", v), to = view(op, "out", out), tl = view(op, "lse", lse),
+                   tcq = view(op, "cu_seqlens_q", cu_q), tck = view(op, "cu_seqlens_k", cu_k);
+  check_scale(op, scale);
+  at::Tensor dq = at::empty_like(q, at::MemoryFormat::Contiguous), dk = at::empty_like(k, at::MemoryFormat::Contiguous),
+             dv = at::empty_like(v, at::MemoryFormat::Contiguous);
+  guarded([&] {
+    tessera::attention_varlen_backward(tg, tq, tk, tv, to, tl, view(op, "dq", dq), view(op, "dk", dk),
+                                       view(op, "dv", dv), tcq, tck, max_q, max_k,
+                                       options_of(causal, scale, window_left, window_right, softcap), stream_of(q));
+  });
+  return {dq, dk, dv};
+}
+
+// The options an autograd node keeps for its backward.
+void save_options(AutogradContext* ctx, bool causal, std::optional<double> scale, int64_t window_left,
+                  int64_t window_right, double softcap) {
+  ctx->saved_data["causal"] = causal;
+  ctx->saved_data["scale"] = scale ? *scale : 0.0;
+  ctx->saved_data["window_left"] = window_left;
+  ctx->saved_data["window_right"] = window_right;
+  ctx->saved_data["softcap"] = softcap;
+}
+std::optional<double> saved_scale(AutogradContext* ctx) {
+  const double scale = ctx->saved_data["scale"].toDouble();
+  return scale > 0 ? std::optional<double>(scale) : std::nullopt;
+}
+
 struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
   static const auto& op() {
     static const auto h = handle<Tensor2(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool,
@@ -79,11 +133,7 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
                                double softcap) {
     auto [out, lse] = call_below_autograd(op(), q, k, v, causal, scale, window_left, window_right, softcap);
     ctx->save_for_backward({q, k, v, out, lse});
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["scale"] = scale ? *scale : 0.0;
-    ctx->saved_data["window_left"] = window_left;
-    ctx->saved_data["window_right"] = window_right;
-    ctx->saved_data["softcap"] = softcap;
+    save_options(ctx, causal, scale, window_left, window_right, softcap);
     ctx->mark_non_differentiable({lse});
     return {out, lse};
   }
@@ -93,14 +143,61 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
                                           int64_t, double)>("attention_backward");
     const auto s = ctx->get_saved_variables();
     const at::Tensor grad = grads[0].defined() ? grads[0] : at::zeros_like(s[3]);
-    const double scale = ctx->saved_data["scale"].toDouble();
-    auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], ctx->saved_data["causal"].toBool(),
-                                scale > 0 ? std::optional<double>(scale) : std::nullopt,
+    auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], ctx->saved_data["causal"].toBool(), saved_scale(ctx),
                                 ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
                                 ctx->saved_data["softcap"].toDouble());
     return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
+
+struct VarlenFunction : torch::autograd::Function<VarlenFunction> {
+  using Sig = Tensor2(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                      int64_t, int64_t, bool, std::optional<double>, int64_t, int64_t, double);
+  static const c10::TypedOperatorHandle<Sig>& op() {
+    static const auto h = c10::Dispatcher::singleton().findSchemaOrThrow("tessera::attention", "varlen").typed<Sig>();
+    return h;
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
+                               bool causal, std::optional<double> scale, int64_t window_left, int64_t window_right,
+                               double softcap) {
+    auto [out, lse] = call_below_autograd(op(), q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_left,
+                                          window_right, softcap);
+    ctx->save_for_backward({q, k, v, out, lse, cu_q, cu_k});
+    save_options(ctx, causal, scale, window_left, window_right, softcap);
+    ctx->saved_data["max_q"] = max_q;
+    ctx->saved_data["max_k"] = max_k;
+    ctx->mark_non_differentiable({lse});
+    return {out, lse};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    using BSig = Tensor3(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t, bool,
+                         std::optional<double>, int64_t, int64_t, double);
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("tessera::attention_backward", "varlen").typed<BSig>();
+    const auto s = ctx->get_saved_variables();
+    const at::Tensor grad = grads[0].defined() ? grads[0] : at::zeros_like(s[3]);
+    auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], s[5], s[6], ctx->saved_data["max_q"].toInt(),
+                                ctx->saved_data["max_k"].toInt(), ctx->saved_data["causal"].toBool(), saved_scale(ctx),
+                                ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
+                                ctx->saved_data["softcap"].toDouble());
+    variable_list r(12);
+    r[0] = dq, r[1] = dk, r[2] = dv;
+    return r;
+  }
+};
+
+Tensor2 attention_varlen_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
+                                  bool causal, std::optional<double> scale, int64_t window_left,
+                                  int64_t window_right, double softcap) {
+  if (!records(q, k, v))
+    return call_below_autograd(VarlenFunction::op(), q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_left,
+                               window_right, softcap);
+  auto r = VarlenFunction::apply(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_left, window_right, softcap);
+  return {r[0], r[1]};
+}
 
 Tensor2 attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                            std::optional<double> scale, int64_t window_left, int64_t window_right, double softcap) {
@@ -113,6 +210,8 @@ Tensor2 attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::T
 void kernels(torch::Library& m) {
   m.impl("attention", &attention);
   m.impl("attention_backward", &attention_backward);
+  m.impl("attention.varlen", &attention_varlen);
+  m.impl("attention_backward.varlen", &attention_varlen_backward);
 }
 
 }  // namespace
@@ -120,4 +219,7 @@ void kernels(torch::Library& m) {
 
 TORCH_LIBRARY_IMPL(tessera, CUDA, m) { tessera::torch_ops::kernels(m); }
 TORCH_LIBRARY_IMPL(tessera, CPU, m) { tessera::torch_ops::kernels(m); }
-TORCH_LIBRARY_IMPL(tessera, Autograd, m) { m.impl("attention", &tessera::torch_ops::attention_autograd); }
+TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
+  m.impl("attention", &tessera::torch_ops::attention_autograd);
+  m.impl("attention.varlen", &tessera::torch_ops::attention_varlen_autograd);
+}

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
@@ -36,10 +38,12 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= p.batch * p.heads_q * p.seq_q) return;
   const int64_t i = row % p.seq_q, h = row / p.seq_q % p.heads_q, b = row / p.seq_q / p.heads_q;
+  const attn::Seq sq = attn::seq_of(p, b);
+  if (i >= sq.len_q) return;
   const int64_t hk = h / p.group;
-  const T* q = static_cast<const T*>(p.q) + b * p.sq.b + i * p.sq.s + h * p.sq.h;
-  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + hk * p.sk.h;
-  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + hk * p.sv.h;
+  const T* q = static_cast<const T*>(p.q) + b * p.sq.b + (sq.q0 + i) * p.sq.s + h * p.sq.h;
+  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + sq.k0 * p.sk.s + hk * p.sk.h;
+  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + sq.k0 * p.sv.s + hk * p.sv.h;
 
   float qr[kMaxDim / 32], acc[kMaxDim / 32];
 #pragma unroll
@@ -48,7 +52,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
     qr[c] = d < p.dim ? to_float(q[d * p.sq.d]) * p.scale : 0.f;
     acc[c] = 0.f;
   }
-  const attn::KeyRange r = attn::key_range(i, p.seq_q, p.seq_k, p.causal, p.window_left, p.window_right);
+  const attn::KeyRange r = attn::key_range(i, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
   const int64_t lo = r.lo, hi = r.hi;
 
   float m = -INFINITY, l = 0.f;
@@ -73,14 +77,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
     }
     m = m_new;
   }
-  T* o = static_cast<T*>(p.out) + b * p.so.b + i * p.so.s + h * p.so.h;
+  T* o = static_cast<T*>(p.out) + b * p.so.b + (sq.q0 + i) * p.so.s + h * p.so.h;
   const float inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
   for (int c = 0; c < kMaxDim / 32; ++c) {
     const int64_t d = lane + 32 * c;
     if (d < p.dim_v) o[d * p.so.d] = tile::from_float<T>(acc[c] * inv);
   }
-  if (p.lse && lane == 0) p.lse[(b * p.heads_q + h) * p.seq_q + i] = l > 0.f ? m + logf(l) : INFINITY;
+  if (p.lse && lane == 0) p.lse[b * p.lse_b + h * p.lse_h + sq.q0 + i] = l > 0.f ? m + logf(l) : INFINITY;
 }
 
 }  // namespace
@@ -142,35 +146,138 @@ void check_arguments(const char* op, const TensorView& q, const TensorView& k, c
 
 }  // namespace attn
 
-void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const TensorView* lse, const AttentionOptions& options, cudaStream_t stream) {
-  attn::check_arguments(kOp, q, k, v, out, lse, options);
-  if (out.numel() == 0) return;
-  runtime::DeviceGuard guard(q.device.index);
-  Params p{};
-  p.q = q.data, p.k = k.data, p.v = v.data, p.out = out.data;
-  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
-  p.sq = attn::strides_of(q), p.sk = attn::strides_of(k), p.sv = attn::strides_of(v), p.so = attn::strides_of(out);
-  p.batch = q.shape[0], p.seq_q = q.shape[1], p.seq_k = k.shape[1], p.heads_q = q.shape[2];
-  p.group = q.shape[2] / k.shape[2], p.dim = q.shape[3], p.dim_v = v.shape[3];
-  p.scale = static_cast<float>(options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape[3])));
-  p.softcap = static_cast<float>(options.softcap);
-  p.causal = options.causal, p.window_left = options.window_left, p.window_right = options.window_right;
-  p.dtype = q.dtype, p.device = q.device.index;
-  if (options.tier != AttentionTier::generic && attn::sm90_can_implement(p)) return attn::sm90_launch(p, stream);
-  if (options.tier == AttentionTier::sm90)
-    detail::throw_arg(ErrorKind::value, kOp, "tier",
+namespace {
+
+// Runs the first tier that takes `p` (or the one named).
+void launch(const char* op, const Params& p, AttentionTier tier, cudaStream_t stream) {
+  if (tier != AttentionTier::generic && attn::sm90_can_implement(p)) return attn::sm90_launch(p, stream);
+  if (tier == AttentionTier::sm90)
+    detail::throw_arg(ErrorKind::value, op, "tier",
                       "a call the sm90 tier takes (Hopper, bfloat16/float16, head_dim = head_dim_v in {64, 128, "
                       "256}, the head dimension contiguous, 16-byte aligned strides and data)",
                       "one it does not");
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  if (rows == 0) return;
   const unsigned grid = static_cast<unsigned>(runtime::ceil_div(rows, kWarps));
-  switch (q.dtype) {
+  switch (p.dtype) {
     case DType::float32: attention_rows_kernel<float><<<grid, kWarps * 32, 0, stream>>>(p); break;
     case DType::float16: attention_rows_kernel<__half><<<grid, kWarps * 32, 0, stream>>>(p); break;
     default: attention_rows_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(p); break;
   }
   TESSERA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+namespace attn {
+
+Params params_of(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                 const AttentionOptions& options) {
+  Params p{};
+  p.dtype = q.dtype, p.device = q.device.index;
+  p.q = q.data, p.k = k.data, p.v = v.data, p.out = out.data;
+  p.sq = strides_of(q), p.sk = strides_of(k), p.sv = strides_of(v), p.so = strides_of(out);
+  p.batch = q.shape[0], p.seq_q = q.shape[1], p.seq_k = k.shape[1], p.heads_q = q.shape[2];
+  p.group = q.shape[2] / k.shape[2], p.dim = q.shape[3], p.dim_v = v.shape[3];
+  p.scale = static_cast<float>(options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape[3])));
+  p.softcap = static_cast<float>(options.softcap);
+  p.causal = options.causal, p.window_left = options.window_left, p.window_right = options.window_right;
+  p.lse_b = p.heads_q * p.seq_q, p.lse_h = p.seq_q;
+  return p;
+}
+
+TensorView as_batch_of_one(const TensorView& t) {
+  TensorView b = t;
+  b.ndim = t.ndim + 1;
+  for (int d = t.ndim; d > 0; --d) b.shape[d] = t.shape[d - 1], b.strides[d] = t.strides[d - 1];
+  b.shape[0] = 1, b.strides[0] = 0;
+  return b;
+}
+
+void check_packed(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
+                  const TensorView& out, const TensorView* lse) {
+  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}})
+    if (t->ndim != 3)
+      detail::throw_arg(ErrorKind::value, op, arg, "a 3-d tensor [total, heads, head_dim] (packed sequences)",
+                        std::to_string(t->ndim) + "-d");
+  if (lse && (lse->ndim != 2 || lse->shape[0] != q.shape[1] || lse->shape[1] != q.shape[0]))
+    detail::throw_arg(ErrorKind::value, op, "lse", "a [heads_q, total_q] tensor",
+                      std::to_string(lse->ndim) + "-d");
+}
+
+Varlen check_varlen(const char* op, const TensorView& q, const TensorView& k, const TensorView& cu_seqlens_q,
+                    const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, cudaStream_t stream) {
+  Varlen r;
+  const std::pair<const char*, const TensorView*> cus[2] = {{"cu_seqlens_q", &cu_seqlens_q}, {"cu_seqlens_k", &cu_seqlens_k}};
+  std::vector<int32_t> host[2];
+  for (int s = 0; s < 2; ++s) {
+    const auto& [arg, t] = cus[s];
+    detail::check_cuda_tensor(op, arg, *t);
+    detail::check_dtype_in(op, arg, *t, {DType::int32});
+    detail::check_same_device(op, arg, *t, "q", q);
+    if (t->ndim != 1 || t->shape[0] < 2 || !t->is_contiguous() || t->shape[0] != cu_seqlens_q.shape[0])
+      detail::throw_arg(ErrorKind::value, op, arg, "a contiguous 1-d tensor of batch + 1 >= 2 offsets, as long as "
+                        "cu_seqlens_q", std::to_string(t->ndim) + "-d of " + std::to_string(t->shape[0]));
+    host[s].resize(size_t(t->shape[0]));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(host[s].data(), t->data, host[s].size() * 4, cudaMemcpyDeviceToHost, stream));
+  }
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int64_t total[2] = {q.shape[0], k.shape[0]}, maxima[2] = {max_seqlen_q, max_seqlen_k};
+  const char* max_arg[2] = {"max_seqlen_q", "max_seqlen_k"};
+  for (int s = 0; s < 2; ++s) {
+    const auto& h = host[s];
+    if (h[0] != 0 || h.back() != total[s])
+      detail::throw_arg(ErrorKind::value, op, cus[s].first, "offsets from 0 to the packed length " + std::to_string(total[s]),
+                        "[" + std::to_string(h[0]) + ", ..., " + std::to_string(h.back()) + "]");
+    for (size_t b = 1; b < h.size(); ++b) {
+      if (h[b] < h[b - 1])
+        detail::throw_arg(ErrorKind::value, op, cus[s].first, "non-decreasing offsets",
+                          "offset " + std::to_string(b) + " = " + std::to_string(h[b]) + " < " + std::to_string(h[b - 1]));
+      if (h[b] - h[b - 1] > maxima[s])
+        detail::throw_arg(ErrorKind::value, op, max_arg[s], "at least every sequence's length",
+                          std::to_string(maxima[s]) + ", with sequence " + std::to_string(b - 1) + " of " +
+                              std::to_string(h[b] - h[b - 1]));
+    }
+  }
+  r.batch = int64_t(host[0].size()) - 1;
+  return r;
+}
+
+void use_varlen(Params& p, const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k, int64_t batch,
+                int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t total_q, int64_t total_k) {
+  p.cu_q = static_cast<const int32_t*>(cu_seqlens_q.data), p.cu_k = static_cast<const int32_t*>(cu_seqlens_k.data);
+  p.batch = batch, p.seq_q = max_seqlen_q, p.seq_k = max_seqlen_k;
+  p.lse_b = 0, p.lse_h = total_q, p.total_q = total_q, p.total_k = total_k;
+}
+
+}  // namespace attn
+
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const TensorView* lse, const AttentionOptions& options, cudaStream_t stream) {
+  attn::check_arguments(kOp, q, k, v, out, lse, options);
+  if (out.numel() == 0) return;
+  runtime::DeviceGuard guard(q.device.index);
+  Params p = attn::params_of(q, k, v, out, options);
+  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  launch(kOp, p, options.tier, stream);
+}
+
+void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                      const TensorView* lse, const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
+                      int64_t max_seqlen_q, int64_t max_seqlen_k, const AttentionOptions& options,
+                      cudaStream_t stream) {
+  constexpr const char* op = "attention_varlen";
+  attn::check_packed(op, q, k, v, out, lse);
+  const TensorView q4 = attn::as_batch_of_one(q), k4 = attn::as_batch_of_one(k), v4 = attn::as_batch_of_one(v),
+                   o4 = attn::as_batch_of_one(out), l3 = lse ? attn::as_batch_of_one(*lse) : TensorView{};
+  attn::check_arguments(op, q4, k4, v4, o4, lse ? &l3 : nullptr, options);
+  const attn::Varlen vl = attn::check_varlen(op, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, stream);
+  if (out.numel() == 0) return;
+  runtime::DeviceGuard guard(q.device.index);
+  Params p = attn::params_of(q4, k4, v4, o4, options);
+  attn::use_varlen(p, cu_seqlens_q, cu_seqlens_k, vl.batch, max_seqlen_q, max_seqlen_k, q.shape[0], k.shape[0]);
+  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  launch(op, p, options.tier, stream);
 }
 
 }  // namespace tessera

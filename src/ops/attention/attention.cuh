@@ -33,7 +33,29 @@ struct Params {
   float scale, softcap;  // softcap 0: none
   bool causal;
   int64_t window_left, window_right;  // -1: unbounded
+  // lse (and the backward's delta) of query i of sequence b, head h: b * lse_b + h * lse_h + q0 + i.
+  int64_t lse_b, lse_h;
+  // Packed sequences (varlen): batch + 1 offsets into the rows of q and k (the tensors [total,
+  // heads, dim], their batch stride 0); seq_q and seq_k are then the longest lengths.
+  const int32_t* cu_q = nullptr;
+  const int32_t* cu_k = nullptr;
+  int64_t total_q = 0, total_k = 0;  // varlen: the packed lengths
 };
+
+// Sequence b: its first query and key rows, and its lengths.
+struct Seq {
+  int64_t q0, k0, len_q, len_k;
+};
+__device__ inline Seq seq_of(const Params& p, int64_t b) {
+  if (!p.cu_q) return {0, 0, p.seq_q, p.seq_k};
+  const int64_t q0 = p.cu_q[b], k0 = p.cu_k[b];
+  return {q0, k0, p.cu_q[b + 1] - q0, p.cu_k[b + 1] - k0};
+}
+
+// The Params of a call (options resolved; lse laid out [batch, heads_q, seq_q]), from 4-d views;
+// varlen callers then set cu_q, cu_k, the maxima and lse's layout.
+Params params_of(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                 const AttentionOptions& options);
 
 // The keys query row i (of seq_q) sees: [lo, hi], the diagonal shifted by seq_k - seq_q so that
 // the last query sees the last key (FlashAttention's bottom-right alignment). Empty when hi < lo.
@@ -50,6 +72,21 @@ __host__ __device__ inline KeyRange key_range(int64_t i, int64_t seq_q, int64_t 
   if (lo < 0) lo = 0;
   return {lo, hi};
 }
+
+// Packed sequences (varlen): a [total, heads, dim] tensor as the 4-d [1, total, heads, dim] the
+// kernels take (and lse [heads, total] as [1, heads, total]); the shape checks of packed
+// arguments; cu_seqlens checked on the host (a copy and a wait on `stream`): int32 offsets from 0
+// to the packed length, non-decreasing, no sequence longer than its max_seqlen.
+TensorView as_batch_of_one(const TensorView& t);
+void check_packed(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
+                  const TensorView& out, const TensorView* lse);
+struct Varlen {
+  int64_t batch = 0;
+};
+Varlen check_varlen(const char* op, const TensorView& q, const TensorView& k, const TensorView& cu_seqlens_q,
+                    const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, cudaStream_t stream);
+void use_varlen(Params& p, const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k, int64_t batch,
+                int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t total_q, int64_t total_k);
 
 // The Hopper tier (attention_sm90.cu): TMA, wgmma, warp-specialized; bf16 and fp16, head_dim =
 // head_dim_v in {64, 128, 256}, the head dimension contiguous and the other strides the copy

@@ -87,15 +87,18 @@ __global__ void __launch_bounds__(kWarps * 32) attention_dq_kernel(Params p, Gra
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= p.batch * p.heads_q * p.seq_q) return;
   const int64_t i = row % p.seq_q, h = row / p.seq_q % p.heads_q, b = row / p.seq_q / p.heads_q, hk = h / p.group;
+  const attn::Seq sq = attn::seq_of(p, b);
+  if (i >= sq.len_q) return;
+  const int64_t t = sq.q0 + i, stat = b * p.lse_b + h * p.lse_h + t;
   float q[kVals], dout[kVals], x[kVals], acc[kVals] = {};
-  load_row(q, static_cast<const T*>(p.q) + b * p.sq.b + i * p.sq.s + h * p.sq.h, p.sq.d, p.dim, lane);
-  load_row(dout, static_cast<const T*>(g.dout) + b * g.sdo.b + i * g.sdo.s + h * g.sdo.h, g.sdo.d, p.dim_v, lane);
-  load_row(x, static_cast<const T*>(g.out) + b * p.so.b + i * p.so.s + h * p.so.h, p.so.d, p.dim_v, lane);
-  const float delta = dot(dout, x), lse = g.lse[row];
-  if (lane == 0) g.delta[row] = delta;
-  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + hk * p.sk.h;
-  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + hk * p.sv.h;
-  const attn::KeyRange r = attn::key_range(i, p.seq_q, p.seq_k, p.causal, p.window_left, p.window_right);
+  load_row(q, static_cast<const T*>(p.q) + b * p.sq.b + t * p.sq.s + h * p.sq.h, p.sq.d, p.dim, lane);
+  load_row(dout, static_cast<const T*>(g.dout) + b * g.sdo.b + t * g.sdo.s + h * g.sdo.h, g.sdo.d, p.dim_v, lane);
+  load_row(x, static_cast<const T*>(g.out) + b * p.so.b + t * p.so.s + h * p.so.h, p.so.d, p.dim_v, lane);
+  const float delta = dot(dout, x), lse = g.lse[stat];
+  if (lane == 0) g.delta[stat] = delta;
+  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + sq.k0 * p.sk.s + hk * p.sk.h;
+  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + sq.k0 * p.sv.s + hk * p.sv.h;
+  const attn::KeyRange r = attn::key_range(i, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
   for (int64_t j = r.lo; j <= r.hi; ++j) {
     load_row(x, k + j * p.sk.s, p.sk.d, p.dim, lane);
     const Prob pr = prob(dot(q, x), p, lse);
@@ -105,13 +108,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_dq_kernel(Params p, Gra
 #pragma unroll
     for (int c = 0; c < kVals; ++c) acc[c] += ds * x[c];
   }
-  store_row(static_cast<T*>(g.dq) + b * g.sdq.b + i * g.sdq.s + h * g.sdq.h, g.sdq.d, acc, p.scale, p.dim, lane);
+  store_row(static_cast<T*>(g.dq) + b * g.sdq.b + t * g.sdq.s + h * g.sdq.h, g.sdq.d, acc, p.scale, p.dim, lane);
 }
 
-// The queries of one head that see key j: i in [lo, hi] (the key ranges inverted).
-__device__ __forceinline__ attn::KeyRange query_range(int64_t j, const Params& p) {
-  const int64_t off = p.seq_k - p.seq_q;
-  int64_t lo = 0, hi = p.seq_q - 1;
+// The queries of one head of sequence `sq` that see key j: i in [lo, hi] (the key ranges
+// inverted).
+__device__ __forceinline__ attn::KeyRange query_range(int64_t j, const Params& p, const attn::Seq& sq) {
+  const int64_t off = sq.len_k - sq.len_q;
+  int64_t lo = 0, hi = sq.len_q - 1;
   if (p.causal) lo = max(lo, j - off);
   if (p.window_right >= 0) lo = max(lo, j - off - p.window_right);
   if (p.window_left >= 0) hi = min(hi, j - off + p.window_left);
@@ -125,14 +129,17 @@ __global__ void __launch_bounds__(kWarps * 32) attention_dkdv_kernel(Params p, G
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= p.batch * heads_kv * p.seq_k) return;
   const int64_t j = row % p.seq_k, hk = row / p.seq_k % heads_kv, b = row / p.seq_k / heads_kv;
+  const attn::Seq sq = attn::seq_of(p, b);
+  if (j >= sq.len_k) return;
+  const int64_t t = sq.k0 + j;
   float k[kVals], v[kVals], dk[kVals] = {}, dv[kVals] = {};
-  load_row(k, static_cast<const T*>(p.k) + b * p.sk.b + j * p.sk.s + hk * p.sk.h, p.sk.d, p.dim, lane);
-  load_row(v, static_cast<const T*>(p.v) + b * p.sv.b + j * p.sv.s + hk * p.sv.h, p.sv.d, p.dim_v, lane);
-  const attn::KeyRange qr = query_range(j, p);
+  load_row(k, static_cast<const T*>(p.k) + b * p.sk.b + t * p.sk.s + hk * p.sk.h, p.sk.d, p.dim, lane);
+  load_row(v, static_cast<const T*>(p.v) + b * p.sv.b + t * p.sv.s + hk * p.sv.h, p.sv.d, p.dim_v, lane);
+  const attn::KeyRange qr = query_range(j, p, sq);
   for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
-    const T* q = static_cast<const T*>(p.q) + b * p.sq.b + h * p.sq.h;
-    const T* dout = static_cast<const T*>(g.dout) + b * g.sdo.b + h * g.sdo.h;
-    const int64_t stats = (b * p.heads_q + h) * p.seq_q;
+    const T* q = static_cast<const T*>(p.q) + b * p.sq.b + sq.q0 * p.sq.s + h * p.sq.h;
+    const T* dout = static_cast<const T*>(g.dout) + b * g.sdo.b + sq.q0 * g.sdo.s + h * g.sdo.h;
+    const int64_t stats = b * p.lse_b + h * p.lse_h + sq.q0;
     for (int64_t i = qr.lo; i <= qr.hi; ++i) {
       float qi[kVals], di[kVals];
       load_row(qi, q + i * p.sq.s, p.sq.d, p.dim, lane);
@@ -143,8 +150,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_dkdv_kernel(Params p, G
       for (int c = 0; c < kVals; ++c) dv[c] += pr.p * di[c], dk[c] += ds * qi[c];
     }
   }
-  store_row(static_cast<T*>(g.dk) + b * g.sdk.b + j * g.sdk.s + hk * g.sdk.h, g.sdk.d, dk, p.scale, p.dim, lane);
-  store_row(static_cast<T*>(g.dv) + b * g.sdv.b + j * g.sdv.s + hk * g.sdv.h, g.sdv.d, dv, 1.f, p.dim_v, lane);
+  store_row(static_cast<T*>(g.dk) + b * g.sdk.b + t * g.sdk.s + hk * g.sdk.h, g.sdk.d, dk, p.scale, p.dim, lane);
+  store_row(static_cast<T*>(g.dv) + b * g.sdv.b + t * g.sdv.s + hk * g.sdv.h, g.sdv.d, dv, 1.f, p.dim_v, lane);
 }
 
 template <class T>
@@ -158,13 +165,49 @@ void launch(const Params& p, const Grad& g, cudaStream_t stream) {
   TESSERA_LAUNCH_CHECK();
 }
 
-void check_grad(const char* arg, const TensorView& t, const char* like_arg, const TensorView& like) {
-  detail::check_cuda_tensor(kOp, arg, t);
-  detail::check_same_dtype(kOp, arg, t, like_arg, like);
-  detail::check_same_device(kOp, arg, t, like_arg, like);
+void check_grad(const char* op, const char* arg, const TensorView& t, const char* like_arg, const TensorView& like) {
+  detail::check_cuda_tensor(op, arg, t);
+  detail::check_same_dtype(op, arg, t, like_arg, like);
+  detail::check_same_device(op, arg, t, like_arg, like);
   bool same = t.ndim == like.ndim;
   for (int d = 0; same && d < t.ndim; ++d) same = t.shape[d] == like.shape[d];
-  if (!same) detail::throw_arg(ErrorKind::value, kOp, arg, std::string("the shape of '") + like_arg + "'", "another shape");
+  if (!same) detail::throw_arg(ErrorKind::value, op, arg, std::string("the shape of '") + like_arg + "'", "another shape");
+}
+
+// The checks every backward shares (on 4-d views), then the launch with `p` as the caller
+// resolved it.
+void check_backward(const char* op, const TensorView& grad_out, const TensorView& q, const TensorView& k,
+                    const TensorView& v, const TensorView& out, const TensorView& lse, const TensorView& dq,
+                    const TensorView& dk, const TensorView& dv, const AttentionOptions& options) {
+  attn::check_arguments(op, q, k, v, out, &lse, options);
+  check_grad(op, "grad_out", grad_out, "out", out);
+  check_grad(op, "dq", dq, "q", q);
+  check_grad(op, "dk", dk, "k", k);
+  check_grad(op, "dv", dv, "v", v);
+  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
+    detail::check_no_internal_overlap(op, arg, *t);
+    for (const auto& [in, u] : {std::pair<const char*, const TensorView*>{"grad_out", &grad_out}, {"q", &q},
+                                {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}})
+      detail::check_no_overlap(op, arg, *t, in, *u, false);
+  }
+  detail::check_no_overlap(op, "dq", dq, "dk", dk, false);
+  detail::check_no_overlap(op, "dq", dq, "dv", dv, false);
+  detail::check_no_overlap(op, "dk", dk, "dv", dv, false);
+  if (options.tier == AttentionTier::sm90)
+    detail::throw_arg(ErrorKind::value, op, "tier", "automatic or generic (the backward has no sm90 tier yet)", "sm90");
+}
+
+void run_backward(const Params& p, const TensorView& grad_out, const TensorView& lse, const TensorView& dq,
+                  const TensorView& dk, const TensorView& dv, cudaStream_t stream) {
+  runtime::Scratch delta(
+      std::max<int64_t>({1, p.batch * p.heads_q * p.seq_q, p.heads_q * p.total_q}) * sizeof(float), stream);
+  const Grad g{grad_out.data, p.out, static_cast<const float*>(lse.data), delta.as<float>(), dq.data, dk.data, dv.data,
+               attn::strides_of(grad_out), attn::strides_of(dq), attn::strides_of(dk), attn::strides_of(dv)};
+  switch (p.dtype) {
+    case DType::float32: launch<float>(p, g, stream); break;
+    case DType::float16: launch<__half>(p, g, stream); break;
+    default: launch<__nv_bfloat16>(p, g, stream); break;
+  }
 }
 
 }  // namespace
@@ -172,41 +215,31 @@ void check_grad(const char* arg, const TensorView& t, const char* like_arg, cons
 void attention_backward(const TensorView& grad_out, const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const TensorView& lse, const TensorView& dq, const TensorView& dk,
                         const TensorView& dv, const AttentionOptions& options, cudaStream_t stream) {
-  attn::check_arguments(kOp, q, k, v, out, &lse, options);
-  check_grad("grad_out", grad_out, "out", out);
-  check_grad("dq", dq, "q", q);
-  check_grad("dk", dk, "k", k);
-  check_grad("dv", dv, "v", v);
-  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
-    detail::check_no_internal_overlap(kOp, arg, *t);
-    for (const auto& [in, u] : {std::pair<const char*, const TensorView*>{"grad_out", &grad_out}, {"q", &q},
-                                {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}})
-      detail::check_no_overlap(kOp, arg, *t, in, *u, false);
-  }
-  detail::check_no_overlap(kOp, "dq", dq, "dk", dk, false);
-  detail::check_no_overlap(kOp, "dq", dq, "dv", dv, false);
-  detail::check_no_overlap(kOp, "dk", dk, "dv", dv, false);
-  if (options.tier == AttentionTier::sm90)
-    detail::throw_arg(ErrorKind::value, kOp, "tier", "automatic or generic (the backward has no sm90 tier yet)", "sm90");
+  check_backward(kOp, grad_out, q, k, v, out, lse, dq, dk, dv, options);
   if (dq.numel() + dk.numel() + dv.numel() == 0) return;
   runtime::DeviceGuard guard(q.device.index);
-  Params p{};
-  p.dtype = q.dtype, p.device = q.device.index;
-  p.q = q.data, p.k = k.data, p.v = v.data;
-  p.sq = attn::strides_of(q), p.sk = attn::strides_of(k), p.sv = attn::strides_of(v), p.so = attn::strides_of(out);
-  p.batch = q.shape[0], p.seq_q = q.shape[1], p.seq_k = k.shape[1], p.heads_q = q.shape[2];
-  p.group = q.shape[2] / k.shape[2], p.dim = q.shape[3], p.dim_v = v.shape[3];
-  p.scale = static_cast<float>(options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape[3])));
-  p.softcap = static_cast<float>(options.softcap);
-  p.causal = options.causal, p.window_left = options.window_left, p.window_right = options.window_right;
-  runtime::Scratch delta(std::max<int64_t>(1, p.batch * p.heads_q * p.seq_q) * sizeof(float), stream);
-  Grad g{grad_out.data, out.data, static_cast<const float*>(lse.data), delta.as<float>(), dq.data, dk.data, dv.data,
-         attn::strides_of(grad_out), attn::strides_of(dq), attn::strides_of(dk), attn::strides_of(dv)};
-  switch (q.dtype) {
-    case DType::float32: launch<float>(p, g, stream); break;
-    case DType::float16: launch<__half>(p, g, stream); break;
-    default: launch<__nv_bfloat16>(p, g, stream); break;
-  }
+  run_backward(attn::params_of(q, k, v, out, options), grad_out, lse, dq, dk, dv, stream);
+}
+
+void attention_varlen_backward(const TensorView& grad_out, const TensorView& q, const TensorView& k,
+                               const TensorView& v, const TensorView& out, const TensorView& lse, const TensorView& dq,
+                               const TensorView& dk, const TensorView& dv, const TensorView& cu_seqlens_q,
+                               const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                               const AttentionOptions& options, cudaStream_t stream) {
+  constexpr const char* op = "attention_varlen_backward";
+  attn::check_packed(op, q, k, v, out, &lse);
+  using attn::as_batch_of_one;
+  const TensorView q4 = as_batch_of_one(q), k4 = as_batch_of_one(k), v4 = as_batch_of_one(v), o4 = as_batch_of_one(out);
+  check_backward(op, grad_out.ndim == 3 ? as_batch_of_one(grad_out) : grad_out, q4, k4, v4, o4, as_batch_of_one(lse),
+                 dq.ndim == 3 ? as_batch_of_one(dq) : dq, dk.ndim == 3 ? as_batch_of_one(dk) : dk,
+                 dv.ndim == 3 ? as_batch_of_one(dv) : dv, options);
+  const attn::Varlen vl = attn::check_varlen(op, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, stream);
+  if (dq.numel() + dk.numel() + dv.numel() == 0) return;
+  runtime::DeviceGuard guard(q.device.index);
+  Params p = attn::params_of(q4, k4, v4, o4, options);
+  attn::use_varlen(p, cu_seqlens_q, cu_seqlens_k, vl.batch, max_seqlen_q, max_seqlen_k, q.shape[0], k.shape[0]);
+  run_backward(p, as_batch_of_one(grad_out), lse, as_batch_of_one(dq), as_batch_of_one(dk), as_batch_of_one(dv),
+               stream);
 }
 
 }  // namespace tessera

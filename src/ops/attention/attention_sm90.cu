@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -68,16 +69,19 @@ struct Fwd {
   float* lse;  // nullable
   int64_t lse_b, lse_h;
   int64_t seq_q, seq_k;
+  const int32_t *cu_q, *cu_k;  // varlen: sequence offsets (seq_q, seq_k unused)
   int group;
   float scale, mul, softcap;  // mul: what takes a (capped) score to log2 units
   bool causal;
   int64_t window_left, window_right;
 };
 
-// A CTA's share: its query rows, and the key tiles they see, [n_first, n_last] (none when
+// A CTA's share: its query rows of sequence b (rows q0 + m_block * kBM on of the tensors, the
+// copy engine's batch coordinate tb), and the key tiles they see, [n_first, n_last] (none when
 // n_last < n_first); tiles inside [lo_max, hi_min] need no mask for any of the rows.
 struct Work {
-  int m_block, h, b;
+  int m_block, h, b, tb;
+  int64_t q0, k0, len_q, len_k;
   int n_first, n_last;
   int64_t lo_max, hi_min;
 };
@@ -87,9 +91,19 @@ __device__ Work work_of(const Fwd& f) {
   Work w;
   w.m_block = f.causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
   w.h = int(blockIdx.y), w.b = int(blockIdx.z);
-  const int64_t r0 = int64_t(w.m_block) * kBM, r1 = min(r0 + kBM, f.seq_q) - 1;
-  const KeyRange a = key_range(r0, f.seq_q, f.seq_k, f.causal, f.window_left, f.window_right);
-  const KeyRange z = key_range(r1, f.seq_q, f.seq_k, f.causal, f.window_left, f.window_right);
+  if (f.cu_q) {
+    w.q0 = f.cu_q[w.b], w.k0 = f.cu_k[w.b], w.tb = 0;
+    w.len_q = f.cu_q[w.b + 1] - w.q0, w.len_k = f.cu_k[w.b + 1] - w.k0;
+  } else {
+    w.q0 = w.k0 = 0, w.tb = w.b, w.len_q = f.seq_q, w.len_k = f.seq_k;
+  }
+  const int64_t r0 = int64_t(w.m_block) * kBM, r1 = min(r0 + kBM, w.len_q) - 1;
+  if (r1 < r0) {  // a shorter sequence than the grid's longest
+    w.n_first = 0, w.n_last = -1, w.lo_max = 0, w.hi_min = -1;
+    return w;
+  }
+  const KeyRange a = key_range(r0, w.len_q, w.len_k, f.causal, f.window_left, f.window_right);
+  const KeyRange z = key_range(r1, w.len_q, w.len_k, f.causal, f.window_left, f.window_right);
   w.n_first = int(a.lo / BN);
   w.n_last = z.hi < a.lo ? w.n_first - 1 : int(z.hi / BN);
   w.lo_max = z.lo, w.hi_min = a.hi;
@@ -104,7 +118,7 @@ __device__ void produce(Smem<T, C>& s, const CUtensorMap* mq, const CUtensorMap*
   const tile::BulkBarrier qf{&s.q_full};
   qf.expect(kBM * C::D * sizeof(T));
 #pragma unroll
-  for (int c = 0; c < C::kChunks; ++c) tile::tma_load(s.q[c], mq, 64 * c, w.m_block * kBM, w.h, w.b, qf);
+  for (int c = 0; c < C::kChunks; ++c) tile::tma_load(s.q[c], mq, 64 * c, int(w.q0) + w.m_block * kBM, w.h, w.tb, qf);
   for (int n = w.n_last, it = 0; n >= w.n_first; --n, ++it) {
     const int st = it % C::kStages;
     const uint32_t ph = uint32_t(it / C::kStages) & 1;
@@ -112,11 +126,11 @@ __device__ void produce(Smem<T, C>& s, const CUtensorMap* mq, const CUtensorMap*
     ke.wait(ph ^ 1);  // a fresh barrier's preceding phase counts as complete
     kf.expect(kTileBytes);
 #pragma unroll
-    for (int c = 0; c < C::kChunks; ++c) tile::tma_load(s.k[st][c], mk, 64 * c, n * C::BN, hk, w.b, kf);
+    for (int c = 0; c < C::kChunks; ++c) tile::tma_load(s.k[st][c], mk, 64 * c, int(w.k0) + n * C::BN, hk, w.tb, kf);
     ve.wait(ph ^ 1);
     vf.expect(kTileBytes);
 #pragma unroll
-    for (int c = 0; c < C::kChunks; ++c) tile::tma_load(s.v[st][c], mv, 64 * c, n * C::BN, hk, w.b, vf);
+    for (int c = 0; c < C::kChunks; ++c) tile::tma_load(s.v[st][c], mv, 64 * c, int(w.k0) + n * C::BN, hk, w.tb, vf);
   }
 }
 
@@ -211,8 +225,8 @@ __device__ void store_out(Smem<T, C>& s, const Fwd& f, const Work& w, float (&o)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
     const int64_t row = row_base + warp * 16 + lane / 4 + 8 * r;
-    if (f.lse && lane % 4 == 0 && row < f.seq_q)
-      f.lse[w.b * f.lse_b + w.h * f.lse_h + row] = l[r] > 0.f ? (m[r] * f.mul + log2f(l[r])) * kLn2 : INFINITY;
+    if (f.lse && lane % 4 == 0 && row < w.len_q)
+      f.lse[w.b * f.lse_b + w.h * f.lse_h + w.q0 + row] = l[r] > 0.f ? (m[r] * f.mul + log2f(l[r])) * kLn2 : INFINITY;
   }
 #pragma unroll
   for (int j = 0; j < C::D / 2; j += 2) {
@@ -227,8 +241,8 @@ __device__ void store_out(Smem<T, C>& s, const Fwd& f, const Work& w, float (&o)
 #pragma unroll 4
   for (int idx = tid; idx < 64 * kUnits; idx += 128) {
     const int row = idx / kUnits, u = idx % kUnits, uu = u % 8;
-    if (row_base + row >= f.seq_q) break;
-    *reinterpret_cast<uint4*>(out + (row_base + row) * f.so.s + 8 * u) =
+    if (row_base + row >= w.len_q) break;
+    *reinterpret_cast<uint4*>(out + (w.q0 + row_base + row) * f.so.s + 8 * u) =
         *reinterpret_cast<const uint4*>(&s.q[u / 8][(wg * 64 + row) * 64 + (uu ^ (row % 8)) * 8]);
   }
 }
@@ -268,7 +282,7 @@ __device__ void consume(Smem<T, C>& s, const Fwd& f, const Work& w, int wg) {
   int64_t lo[2], hi[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const KeyRange kr = key_range(row0 + 8 * r, f.seq_q, f.seq_k, f.causal, f.window_left, f.window_right);
+    const KeyRange kr = key_range(row0 + 8 * r, w.len_q, w.len_k, f.causal, f.window_left, f.window_right);
     lo[r] = kr.lo, hi[r] = kr.hi;
   }
   float o[C::D / 2], sc[BN / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, corr[2];
@@ -389,10 +403,10 @@ struct Maps {
 
 template <int BN>
 Maps maps_of(const Params& p) {
-  const int64_t heads_kv = p.heads_q / p.group;
-  return {shape_of(p.sq, p.batch, p.seq_q, p.heads_q, p.dim, kBM),
-          shape_of(p.sk, p.batch, p.seq_k, heads_kv, p.dim, BN),
-          shape_of(p.sv, p.batch, p.seq_k, heads_kv, p.dim, BN)};
+  const int64_t heads_kv = p.heads_q / p.group, batch = p.cu_q ? 1 : p.batch;
+  const int64_t rows_q = p.cu_q ? p.total_q : p.seq_q, rows_k = p.cu_q ? p.total_k : p.seq_k;
+  return {shape_of(p.sq, batch, rows_q, p.heads_q, p.dim, kBM), shape_of(p.sk, batch, rows_k, heads_kv, p.dim, BN),
+          shape_of(p.sv, batch, rows_k, heads_kv, p.dim, BN)};
 }
 
 template <class T, int D>
@@ -403,8 +417,8 @@ void launch_typed(const Params& p, cudaStream_t stream) {
   const CUtensorMap mk = runtime::tma_map("attention", p.dtype, p.k, mp.k, runtime::TmaSwizzle::b128);
   const CUtensorMap mv = runtime::tma_map("attention", p.dtype, p.v, mp.v, runtime::TmaSwizzle::b128);
   Fwd f{};
-  f.out = p.out, f.so = p.so, f.lse = p.lse, f.lse_b = p.heads_q * p.seq_q, f.lse_h = p.seq_q;
-  f.seq_q = p.seq_q, f.seq_k = p.seq_k, f.group = int(p.group);
+  f.out = p.out, f.so = p.so, f.lse = p.lse, f.lse_b = p.lse_b, f.lse_h = p.lse_h;
+  f.seq_q = p.seq_q, f.seq_k = p.seq_k, f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.group = int(p.group);
   f.scale = p.scale, f.softcap = p.softcap, f.mul = (p.softcap > 0 ? 1.f : p.scale) * kLog2e;
   f.causal = p.causal, f.window_left = p.window_left, f.window_right = p.window_right;
   const dim3 grid(unsigned((p.seq_q + kBM - 1) / kBM), unsigned(p.heads_q), unsigned(p.batch));
@@ -431,7 +445,8 @@ bool sm90_can_implement(const Params& p) {
   if (runtime::device_props(p.device).major != 9 ||
       !runtime::has_sm90a_code(kernel_of<__nv_bfloat16, Shape<128>>()))
     return false;
-  if (p.heads_q > 65535 || p.batch > 65535 || p.seq_q > INT32_MAX || p.seq_k > INT32_MAX) return false;
+  if (p.heads_q > 65535 || p.batch > 65535 || std::max({p.seq_q, p.seq_k, p.total_q, p.total_k}) > INT32_MAX / 2)
+    return false;
   // The output is written 16 bytes a thread.
   const auto aligned = [](int64_t s) { return s % 8 == 0; };
   if (p.so.d != 1 || reinterpret_cast<uintptr_t>(p.out) % 16 != 0 || !aligned(p.so.s) || !aligned(p.so.h) ||
