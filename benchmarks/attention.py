@@ -91,6 +91,16 @@ def extras(rounds: int) -> list:
     padded = 4.0 * 64 * 32 * mx * mx * 128 / statistics.median(t["padded"]) / 1e9
     lines.append(f"| varlen 64 x [1, 4096] vs padded, 32 heads, d 128 | {varlen:.0f} | {padded:.0f} | "
                  f"{varlen / padded:.3f} |")
+    # Decode: one query against a 32768-key cache, batch 1, 32 heads; bytes K and V once.
+    q1, kc, vc = x(1, 32, 1, 128), x(1, 32, 32768, 128), x(1, 32, 32768, 128)
+    t = {"tessera": [], "torch": []}
+    for _ in range(rounds):
+        t["tessera"].append(bench_ms(lambda: tessera.scaled_dot_product_attention(q1, kc, vc)))
+        t["torch"].append(bench_ms(lambda: F.scaled_dot_product_attention(q1, kc, vc)))
+    nbytes = 2.0 * 32 * 32768 * 128 * 2
+    ours, theirs = (nbytes / statistics.median(t[n]) / 1e6 for n in ("tessera", "torch"))
+    lines.append(f"| decode 1 x 32 x 32768, d 128 (GB/s; baseline: torch's SDPA) | {ours:.0f} | {theirs:.0f} | "
+                 f"{ours / theirs:.3f} |")
     return lines
 
 

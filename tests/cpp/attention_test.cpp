@@ -404,6 +404,25 @@ TEST(AttentionGpu, BackwardMatchesTheReference) {
   }
 }
 
+// The decode tier: a few queries, keys split into chunks and merged; lengths that leave chunks
+// empty or partly masked, and fully masked rows.
+TEST(AttentionGpu, DecodeKernelMatchesTheReference) {
+  TESSERA_REQUIRE_GPU();
+  const std::vector<GpuCase> cases = {
+      {1, 1, 4097, 4, 4, 128, 128, spec(false, -1, -1, 0), false},
+      {2, 3, 1000, 8, 2, 64, 64, spec(true, -1, -1, 0), false},    // GQA, causal
+      {1, 16, 300, 2, 1, 256, 256, spec(false, 20, 3, 0), true},   // window, SDPA layout
+      {1, 1, 5, 2, 2, 128, 128, spec(false, -1, -1, 0), false},    // fewer keys than a chunk
+      {1, 4, 2, 2, 2, 64, 64, spec(true, -1, -1, 0), false},       // fully masked rows
+      {2, 2, 777, 4, 4, 128, 128, spec(true, 100, -1, 25.0), false},  // window + soft-cap
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(name_of(c));
+    run_gpu_case(c, DType::float16, 2e-3, tessera::AttentionTier::decode);
+    run_gpu_case(c, DType::bfloat16, 1e-2, tessera::AttentionTier::decode);
+  }
+}
+
 // Packed sequences (lengths 5, 0, 300, 1, 130; keys 7, 3, 300, 64, 1) through attention_varlen
 // and its backward against the reference's varlen forms: both tiers forward, the backward.
 void run_varlen_case(DType dt, int64_t d, const ref::AttentionSpec& spec, double tol) {

@@ -16,7 +16,9 @@ namespace tessera {
 //   generic  any GPU, dtype, strides and head dimension up to 256
 //   sm90     Hopper (sm_90a build): bfloat16/float16, head_dim = head_dim_v in {64, 128, 256}, the
 //            head dimension contiguous, other strides multiples of 16 bytes, 16-byte aligned data
-enum class AttentionTier { automatic, generic, sm90 };
+//   decode   a few queries (seq_q <= 16) against many keys, split over the keys and merged
+//            (flash-decoding); bfloat16/float16, head_dim as sm90's, 16-byte aligned rows
+enum class AttentionTier { automatic, generic, sm90, decode };
 
 struct AttentionOptions {
   double scale = 0.0;         // 0: 1 / sqrt(head_dim)

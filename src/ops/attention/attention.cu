@@ -150,7 +150,13 @@ namespace {
 
 // Runs the first tier that takes `p` (or the one named).
 void launch(const char* op, const Params& p, AttentionTier tier, cudaStream_t stream) {
-  if (tier != AttentionTier::generic && attn::sm90_can_implement(p)) return attn::sm90_launch(p, stream);
+  const bool any = tier == AttentionTier::automatic;
+  if ((any || tier == AttentionTier::decode) && attn::decode_can_implement(p)) return attn::decode_launch(p, stream);
+  if (tier == AttentionTier::decode)
+    detail::throw_arg(ErrorKind::value, op, "tier",
+                      "a call the decode tier takes (seq_q <= 16, bfloat16/float16, head_dim = head_dim_v in {64, "
+                      "128, 256}, 16-byte aligned rows)", "one it does not");
+  if ((any || tier == AttentionTier::sm90) && attn::sm90_can_implement(p)) return attn::sm90_launch(p, stream);
   if (tier == AttentionTier::sm90)
     detail::throw_arg(ErrorKind::value, op, "tier",
                       "a call the sm90 tier takes (Hopper, bfloat16/float16, head_dim = head_dim_v in {64, 128, "

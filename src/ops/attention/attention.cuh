@@ -94,4 +94,9 @@ void use_varlen(Params& p, const TensorView& cu_seqlens_q, const TensorView& cu_
 bool sm90_can_implement(const Params& p);
 void sm90_launch(const Params& p, cudaStream_t stream);
 
+// The decode tier (attention_decode.cu): seq_q <= 16, keys split into chunks over the SMs, then
+// merged; bf16/fp16, head_dim = head_dim_v in {64, 128, 256}, 16-byte aligned rows; any GPU.
+bool decode_can_implement(const Params& p);
+void decode_launch(const Params& p, cudaStream_t stream);
+
 }  // namespace tessera::attn

@@ -1,0 +1,187 @@
+// The decode tier of attention: a few queries against a long key sequence (generation with a KV
+// cache), split over the keys (flash-decoding) so that batch 1 fills the GPU.
+//
+// Bytes: the call must read K and V once, 2 seq_k heads_kv head_dim elements, and does 4 flops
+// per element read per query: memory-bound, so the work is split into enough CTAs to keep HBM
+// busy (several per SM), each streaming one chunk of keys with 16-byte loads. A group of
+// head_dim / 8 lanes holds one key row (8 elements a lane), so a warp walks 256 / head_dim keys at
+// once, each group with its own online softmax; the groups, then the warps, are merged through
+// shared memory into the chunk's partial (unnormalized O, row max, row sum), and a second kernel
+// merges the chunks of each query row and writes out and lse.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/attention/attention.cuh"
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/scratch.hpp"
+#include "tile/activation.cuh"
+#include "tile/convert.cuh"
+
+namespace tessera::attn {
+namespace decode {
+
+constexpr int kWarps = 4;
+constexpr int kMaxQueries = 16;  // seq_q this tier takes
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+struct Split {
+  float* o;  // [rows, splits, D] unnormalized partial outputs
+  float* ml;  // [rows, splits, 2] each partial's max (log2 units) and sum
+  int splits, chunk;
+};
+
+__device__ __forceinline__ void load8(float (&r)[8], const void* p) {
+  const uint4 u = *static_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[2 * i] = __uint_as_float(w[i] << 16), r[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+}
+__device__ __forceinline__ void load8_half(float (&r)[8], const void* p) {
+  const uint4 u = *static_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    r[2 * i] = f.x, r[2 * i + 1] = f.y;
+  }
+}
+template <class T>
+__device__ __forceinline__ void load_row8(float (&r)[8], const T* p) {
+  if constexpr (std::is_same_v<T, __half>) load8_half(r, p);
+  else load8(r, p);
+}
+
+// Query row (b, h, i) of grid (splits, heads_q, batch * seq_q) against chunk blockIdx.x of its keys.
+template <class T, int D>
+__global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(Params p, Split sp) {
+  constexpr int L = D / 8, G = 32 / L;  // lanes per key, keys per warp step
+  __shared__ float s_o[kWarps * G][D];
+  __shared__ float s_ml[kWarps * G][2];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, grp = lane / L, sub = lane % L;
+  const int64_t h = blockIdx.y, i = blockIdx.z % p.seq_q, b = blockIdx.z / p.seq_q, hk = h / p.group;
+  const Seq sq = seq_of(p, b);
+  const int64_t row = (b * p.heads_q + h) * p.seq_q + i;  // the split scratch's row
+  float q[8], acc[8] = {}, m = -INFINITY, l = 0.f;
+  const float mul = (p.softcap > 0.f ? 1.f : p.scale) * kLog2e;
+  KeyRange r{0, -1};
+  if (i < sq.len_q) {
+    load_row8(q, static_cast<const T*>(p.q) + b * p.sq.b + (sq.q0 + i) * p.sq.s + h * p.sq.h + 8 * sub);
+    r = key_range(i, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
+  }
+  const int64_t lo = max(r.lo, int64_t(blockIdx.x) * sp.chunk), hi = min(r.hi, int64_t(blockIdx.x + 1) * sp.chunk - 1);
+  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + sq.k0 * p.sk.s + hk * p.sk.h + 8 * sub;
+  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + sq.k0 * p.sv.s + hk * p.sv.h + 8 * sub;
+  // The warp steps together (its shuffles need every lane); a group past the chunk's end adds nothing.
+  for (int64_t j0 = lo + warp * G; j0 <= hi; j0 += kWarps * G) {
+    const int64_t j = j0 + grp;
+    const bool valid = j <= hi;
+    float kr[8] = {}, vr[8] = {};
+    if (valid) {
+      load_row8(kr, k + j * p.sk.s);
+      load_row8(vr, v + j * p.sv.s);
+    }
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s += q[e] * kr[e];
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (!valid) continue;
+    if (p.softcap > 0.f) s = p.softcap * tanhf(s * p.scale / p.softcap);
+    const float x = s * mul, m_new = fmaxf(m, x);
+    const float corr = tile::ex2_approx(m - m_new), e = tile::ex2_approx(x - m_new);
+    l = l * corr + e;
+#pragma unroll
+    for (int d = 0; d < 8; ++d) acc[d] = acc[d] * corr + e * vr[d];
+    m = m_new;
+  }
+  const int g = warp * G + grp;
+#pragma unroll
+  for (int d = 0; d < 8; ++d) s_o[g][8 * sub + d] = acc[d];
+  if (sub == 0) s_ml[g][0] = m, s_ml[g][1] = l;
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += kWarps * 32) {
+    float mx = -INFINITY;
+    for (int x = 0; x < kWarps * G; ++x) mx = fmaxf(mx, s_ml[x][0]);
+    float o = 0.f, sum = 0.f;
+    for (int x = 0; x < kWarps * G; ++x) {
+      const float w = mx == -INFINITY ? 0.f : tile::ex2_approx(s_ml[x][0] - mx);
+      o += w * s_o[x][d], sum += w * s_ml[x][1];
+    }
+    const int64_t at = row * sp.splits + blockIdx.x;
+    sp.o[at * D + d] = o;
+    if (d == 0) sp.ml[2 * at] = mx, sp.ml[2 * at + 1] = sum;
+  }
+}
+
+// One query row per CTA: the chunks' partials merged, out and lse written.
+template <class T, int D>
+__global__ void __launch_bounds__(D) decode_combine_kernel(Params p, Split sp) {
+  const int64_t h = blockIdx.y, i = blockIdx.z % p.seq_q, b = blockIdx.z / p.seq_q;
+  const Seq sq = seq_of(p, b);
+  if (i >= sq.len_q) return;
+  const int64_t row = (b * p.heads_q + h) * p.seq_q + i;
+  const float* ml = sp.ml + 2 * row * sp.splits;
+  float mx = -INFINITY;
+  for (int s = 0; s < sp.splits; ++s) mx = fmaxf(mx, ml[2 * s]);
+  float o = 0.f, sum = 0.f;
+  for (int s = 0; s < sp.splits; ++s) {
+    const float w = mx == -INFINITY ? 0.f : tile::ex2_approx(ml[2 * s] - mx);
+    o += w * sp.o[(row * sp.splits + s) * D + threadIdx.x], sum += w * ml[2 * s + 1];
+  }
+  T* out = static_cast<T*>(p.out) + b * p.so.b + (sq.q0 + i) * p.so.s + h * p.so.h;
+  out[threadIdx.x * p.so.d] = tile::from_float<T>(sum > 0.f ? o / sum : 0.f);
+  if (p.lse && threadIdx.x == 0)
+    p.lse[b * p.lse_b + h * p.lse_h + sq.q0 + i] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : INFINITY;
+}
+
+template <class T, int D>
+void launch_typed(const Params& p, cudaStream_t stream) {
+  const int sms = runtime::device_props(p.device).multiProcessorCount;
+  const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  // Enough chunks for several CTAs per SM, none shorter than 256 keys.
+  const int64_t want = std::max<int64_t>(1, (8LL * sms + rows - 1) / rows);
+  const int splits = int(std::clamp<int64_t>(std::min(want, (p.seq_k + 255) / 256), 1, 1024));
+  Split sp;
+  sp.splits = splits;
+  sp.chunk = int((p.seq_k + splits - 1) / splits);
+  runtime::Scratch o(size_t(rows) * splits * D * sizeof(float), stream), ml(size_t(rows) * splits * 2 * sizeof(float), stream);
+  sp.o = o.as<float>(), sp.ml = ml.as<float>();
+  const dim3 grid(unsigned(splits), unsigned(p.heads_q), unsigned(p.batch * p.seq_q));
+  decode_split_kernel<T, D><<<grid, kWarps * 32, 0, stream>>>(p, sp);
+  TESSERA_LAUNCH_CHECK();
+  decode_combine_kernel<T, D><<<dim3(1, unsigned(p.heads_q), unsigned(p.batch * p.seq_q)), D, 0, stream>>>(p, sp);
+  TESSERA_LAUNCH_CHECK();
+}
+
+template <class T>
+void launch_dim(const Params& p, cudaStream_t stream) {
+  if (p.dim == 64) launch_typed<T, 64>(p, stream);
+  else if (p.dim == 128) launch_typed<T, 128>(p, stream);
+  else launch_typed<T, 256>(p, stream);
+}
+
+}  // namespace decode
+
+bool decode_can_implement(const Params& p) {
+  if (p.dtype != DType::bfloat16 && p.dtype != DType::float16) return false;
+  if (p.dim != p.dim_v || (p.dim != 64 && p.dim != 128 && p.dim != 256)) return false;
+  if (p.seq_q > decode::kMaxQueries || p.heads_q > 65535 || p.batch * p.seq_q > 65535) return false;
+  // 16-byte rows of q, k and v: the head dimension contiguous, other strides and data aligned.
+  const auto rows_ok = [](const void* ptr, const Strides& s) {
+    return s.d == 1 && reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.b % 8 == 0 && s.s % 8 == 0 && s.h % 8 == 0;
+  };
+  return rows_ok(p.q, p.sq) && rows_ok(p.k, p.sk) && rows_ok(p.v, p.sv);
+}
+
+void decode_launch(const Params& p, cudaStream_t stream) {
+  if (p.dtype == DType::float16) decode::launch_dim<__half>(p, stream);
+  else decode::launch_dim<__nv_bfloat16>(p, stream);
+}
+
+}  // namespace tessera::attn
