@@ -255,6 +255,28 @@ TensorView upload(tessera::runtime::DeviceBuffer& buf, const std::vector<double>
   return TensorView::make(buf.data(), dt, shape, strides, 4, tessera::Device{tessera::DeviceType::cuda, 0});
 }
 
+// x rounded to dt, as the kernels see it.
+std::vector<double> rounded(DType dt, std::vector<double> x) {
+  unsigned char bytes[4];
+  for (double& e : x) store_as(dt, e, bytes), e = load_as(dt, bytes);
+  return x;
+}
+
+// A contiguous device tensor of `shape` in buf.
+TensorView alloc(tessera::runtime::DeviceBuffer& buf, std::initializer_list<int64_t> shape, DType dt) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  buf = tessera::runtime::DeviceBuffer(std::max<int64_t>(n, 1) * (dt == DType::float32 ? 4 : 2));
+  return TensorView::contiguous(buf.data(), dt, shape, tessera::Device{tessera::DeviceType::cuda, 0});
+}
+
+tessera::AttentionOptions options_of(const ref::AttentionSpec& spec) {
+  tessera::AttentionOptions o;
+  o.scale = spec.scale, o.causal = spec.causal, o.window_left = spec.window_left, o.window_right = spec.window_right;
+  o.softcap = spec.softcap;
+  return o;
+}
+
 double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -275,24 +297,13 @@ void run_gpu_case(const GpuCase& c, DType dt, double tol, tessera::AttentionTier
   const TensorView tq = upload(bq, q, dt, c.b, c.sq, c.hq, c.d, c.heads_major);
   const TensorView tk = upload(bk, k, dt, c.b, c.sk, c.hk, c.d, c.heads_major);
   const TensorView tv = upload(bv, v, dt, c.b, c.sk, c.hk, c.dv, c.heads_major);
-  bo = tessera::runtime::DeviceBuffer(c.b * c.sq * c.hq * c.dv * (dt == DType::float32 ? 4 : 2));
-  const TensorView tout = TensorView::contiguous(bo.data(), dt, {c.b, c.sq, c.hq, c.dv},
-                                                 tessera::Device{tessera::DeviceType::cuda, 0});
-  bl = tessera::runtime::DeviceBuffer(c.b * c.hq * c.sq * sizeof(float));
-  const TensorView tl = TensorView::contiguous(bl.data(), DType::float32, {c.b, c.hq, c.sq},
-                                               tessera::Device{tessera::DeviceType::cuda, 0});
-  tessera::AttentionOptions o;
-  o.scale = c.spec.scale, o.causal = c.spec.causal, o.window_left = c.spec.window_left;
-  o.window_right = c.spec.window_right, o.softcap = c.spec.softcap, o.tier = tier;
+  const TensorView tout = alloc(bo, {c.b, c.sq, c.hq, c.dv}, dt), tl = alloc(bl, {c.b, c.hq, c.sq}, DType::float32);
+  tessera::AttentionOptions o = options_of(c.spec);
+  o.tier = tier;
   tessera::attention(tq, tk, tv, tout, &tl, o, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   // The reference sees the inputs rounded to dt, as the kernel does.
-  auto rounded = [&](std::vector<double> x) {
-    unsigned char b[4];
-    for (double& e : x) store_as(dt, e, b), e = load_as(dt, b);
-    return x;
-  };
-  std::vector<double> rq = rounded(q), rk = rounded(k), rv = rounded(v);
+  std::vector<double> rq = rounded(dt, q), rk = rounded(dt, k), rv = rounded(dt, v);
   const auto want = ref::attention_forward(host(rq, {c.b, c.sq, c.hq, c.d}), host(rk, {c.b, c.sk, c.hk, c.d}),
                                            host(rv, {c.b, c.sk, c.hk, c.dv}), c.spec);
   const size_t n = want.out.size();
@@ -351,27 +362,14 @@ void run_backward_case(const GpuCase& c, DType dt, double tol) {
   const TensorView tv = upload(bv, v, dt, c.b, c.sk, c.hk, c.dv, c.heads_major);
   const TensorView tgo = upload(bgo, go, dt, c.b, c.sq, c.hq, c.dv, c.heads_major);
   const size_t es = dt == DType::float32 ? 4 : 2;
-  auto alloc = [&](tessera::runtime::DeviceBuffer& buf, std::initializer_list<int64_t> shape, DType t) {
-    int64_t n = 1;
-    for (int64_t e : shape) n *= e;
-    buf = tessera::runtime::DeviceBuffer(std::max<int64_t>(n, 1) * (t == DType::float32 ? 4 : es));
-    return TensorView::contiguous(buf.data(), t, shape, dev);
-  };
   const TensorView to = alloc(bo, {c.b, c.sq, c.hq, c.dv}, dt), tl = alloc(bl, {c.b, c.hq, c.sq}, DType::float32);
   const TensorView tdq = alloc(bdq, {c.b, c.sq, c.hq, c.d}, dt), tdk = alloc(bdk, {c.b, c.sk, c.hk, c.d}, dt),
                    tdv = alloc(bdv, {c.b, c.sk, c.hk, c.dv}, dt);
-  tessera::AttentionOptions o;
-  o.causal = c.spec.causal, o.window_left = c.spec.window_left, o.window_right = c.spec.window_right;
-  o.softcap = c.spec.softcap;
+  const tessera::AttentionOptions o = options_of(c.spec);
   tessera::attention(tq, tk, tv, to, &tl, o, nullptr);
   tessera::attention_backward(tgo, tq, tk, tv, to, tl, tdq, tdk, tdv, o, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  auto rounded = [&](std::vector<double> x) {
-    unsigned char b[4];
-    for (double& e : x) store_as(dt, e, b), e = load_as(dt, b);
-    return x;
-  };
-  std::vector<double> rq = rounded(q), rk = rounded(k), rv = rounded(v), rgo = rounded(go);
+  std::vector<double> rq = rounded(dt, q), rk = rounded(dt, k), rv = rounded(dt, v), rgo = rounded(dt, go);
   const auto want = ref::attention_backward(host(rgo, {c.b, c.sq, c.hq, c.dv}), host(rq, {c.b, c.sq, c.hq, c.d}),
                                             host(rk, {c.b, c.sk, c.hk, c.d}), host(rv, {c.b, c.sk, c.hk, c.dv}), c.spec);
   auto fetch = [&](const tessera::runtime::DeviceBuffer& buf, size_t n) {
@@ -440,12 +438,6 @@ void run_varlen_case(DType dt, int64_t d, const ref::AttentionSpec& spec, double
   const TensorView tq_ = packed(bq, q, tq, hq), tk_ = packed(bk, k, tk, hk), tv_ = packed(bv, v, tk, hk),
                    tgo = packed(bgo, go, tq, hq);
   const size_t es = dt == DType::float32 ? 4 : 2;
-  auto alloc = [&](tessera::runtime::DeviceBuffer& buf, std::initializer_list<int64_t> shape, DType t) {
-    int64_t n = 1;
-    for (int64_t e : shape) n *= e;
-    buf = tessera::runtime::DeviceBuffer(std::max<int64_t>(n, 1) * (t == DType::float32 ? 4 : es));
-    return TensorView::contiguous(buf.data(), t, shape, dev);
-  };
   const TensorView to = alloc(bo, {tq, hq, d}, dt), tl = alloc(bl, {hq, tq}, DType::float32),
                    tdq = alloc(bdq, {tq, hq, d}, dt), tdk = alloc(bdk, {tk, hk, d}, dt), tdv = alloc(bdv, {tk, hk, d}, dt);
   auto offsets = [&](tessera::runtime::DeviceBuffer& buf, const std::vector<int64_t>& c) {
@@ -455,17 +447,11 @@ void run_varlen_case(DType dt, int64_t d, const ref::AttentionSpec& spec, double
     return TensorView::contiguous(buf.data(), DType::int32, {int64_t(h.size())}, dev);
   };
   const TensorView tcq = offsets(bcq, cq), tck = offsets(bck, ck);
-  tessera::AttentionOptions o;
-  o.causal = spec.causal, o.window_left = spec.window_left, o.window_right = spec.window_right, o.softcap = spec.softcap;
+  const tessera::AttentionOptions o = options_of(spec);
   tessera::attention_varlen(tq_, tk_, tv_, to, &tl, tcq, tck, 300, 300, o, nullptr);
   tessera::attention_varlen_backward(tgo, tq_, tk_, tv_, to, tl, tdq, tdk, tdv, tcq, tck, 300, 300, o, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  auto rounded = [&](std::vector<double> x) {
-    unsigned char bytes[4];
-    for (double& e : x) store_as(dt, e, bytes), e = load_as(dt, bytes);
-    return x;
-  };
-  std::vector<double> rq = rounded(q), rk = rounded(k), rv = rounded(v), rgo = rounded(go);
+  std::vector<double> rq = rounded(dt, q), rk = rounded(dt, k), rv = rounded(dt, v), rgo = rounded(dt, go);
   const auto hq3 = host(rq, {tq, hq, d}), hk3 = host(rk, {tk, hk, d}), hv3 = host(rv, {tk, hk, d});
   const auto want = ref::attention_varlen_forward(hq3, hk3, hv3, cq, ck, spec);
   const auto grads = ref::attention_varlen_backward(host(rgo, {tq, hq, d}), hq3, hk3, hv3, cq, ck, spec);

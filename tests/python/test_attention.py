@@ -4,6 +4,7 @@ through autograd, held to FlashAttention's own bound: at most twice the error of
 reference computed in the inputs' dtype. Also torch's contract (what falls back to torch's SDPA)
 and the errors that name their argument."""
 
+import itertools
 import math
 
 import pytest
@@ -155,8 +156,8 @@ def test_errors_name_the_argument(torch):
 def test_varlen_is_each_sequence_alone(torch, dtype, causal):
     dt = getattr(torch, dtype)
     lens_q, lens_k = [5, 0, 300, 1, 130], [7, 3, 300, 64, 1]
-    cu_q = torch.tensor([0] + list(__import__("itertools").accumulate(lens_q)), device="cuda", dtype=torch.int32)
-    cu_k = torch.tensor([0] + list(__import__("itertools").accumulate(lens_k)), device="cuda", dtype=torch.int32)
+    cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), device="cuda", dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), device="cuda", dtype=torch.int32)
     q = torch.randn(sum(lens_q), 4, 128, device="cuda", dtype=dt, requires_grad=True)
     k = torch.randn(sum(lens_k), 2, 128, device="cuda", dtype=dt, requires_grad=True)
     v = torch.randn(sum(lens_k), 2, 128, device="cuda", dtype=dt, requires_grad=True)

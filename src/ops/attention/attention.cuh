@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "tessera/ops/attention.hpp"
 #include "tessera/tensor.hpp"
@@ -87,6 +88,15 @@ Varlen check_varlen(const char* op, const TensorView& q, const TensorView& k, co
                     const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, cudaStream_t stream);
 void use_varlen(Params& p, const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k, int64_t batch,
                 int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t total_q, int64_t total_k);
+
+// Calls f(std::integral_constant<int, D>{}) for head dimension D = `dim`, 64, 128 or 256: the
+// head dimensions the tensor-core and decode tiers compile for.
+template <class F>
+void with_head_dim(int64_t dim, F&& f) {
+  if (dim == 64) f(std::integral_constant<int, 64>{});
+  else if (dim == 128) f(std::integral_constant<int, 128>{});
+  else f(std::integral_constant<int, 256>{});
+}
 
 // The Hopper tier (attention_sm90.cu): TMA, wgmma, warp-specialized; bf16 and fp16, head_dim =
 // head_dim_v in {64, 128, 256}, the head dimension contiguous and the other strides the copy

@@ -429,13 +429,6 @@ void launch_typed(const Params& p, cudaStream_t stream) {
   TESSERA_LAUNCH_CHECK();
 }
 
-template <class T>
-void launch_dim(const Params& p, cudaStream_t stream) {
-  if (p.dim == 64) launch_typed<T, 64>(p, stream);
-  else if (p.dim == 128) launch_typed<T, 128>(p, stream);
-  else launch_typed<T, 256>(p, stream);
-}
-
 }  // namespace sm90
 
 bool sm90_can_implement(const Params& p) {
@@ -459,8 +452,10 @@ bool sm90_can_implement(const Params& p) {
 }
 
 void sm90_launch(const Params& p, cudaStream_t stream) {
-  if (p.dtype == DType::float16) sm90::launch_dim<__half>(p, stream);
-  else sm90::launch_dim<__nv_bfloat16>(p, stream);
+  with_head_dim(p.dim, [&](auto d) {
+    if (p.dtype == DType::float16) sm90::launch_typed<__half, d>(p, stream);
+    else sm90::launch_typed<__nv_bfloat16, d>(p, stream);
+  });
 }
 
 }  // namespace tessera::attn
