@@ -6,6 +6,10 @@
 // Use: fence() before the first wgmma that reads registers or shared memory written since; then
 // the multiplies; commit() closes a group; wait<n>() returns once at most n groups are pending,
 // after which their accumulators may be read and the shared memory they read reused.
+// Issue multiplies on paths every thread of the warpgroup visibly takes (loop bodies, not under
+// an `if` on a run-time flag): ptxas otherwise serializes each wgmma with a wait of its own, and
+// says so only in an info line ("Potential Performance Loss: wgmma.mma_async instructions are
+// serialized"), not as a warning.
 //
 // Accumulator layout (thread t of the warpgroup, warp w = t / 32, lane l = t % 32): d[j] holds
 // row 16 w + l / 4 + 8 ((j / 2) % 2), column 8 (j / 4) + 2 (l % 4) + j % 2.
