@@ -125,6 +125,8 @@ def test_bench_shapes_follow_the_size_and_dtype():
         main = o.bench_shape(o.dtypes[0], n).shapes[0]
         if o.size_meaning.startswith("elements"):
             assert numel(main) == n, o.name
+        elif o.size_meaning.startswith("sequence length"):  # [batch, seq, heads, head_dim]
+            assert main[1] == n, (o.name, o.size_meaning, main)
         else:  # a row length
             assert main[-1] == n, (o.name, o.size_meaning, main)
     softmax = tessera.bench.op("softmax")
