@@ -23,19 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import tessera
-from common import write_results
-
-try:
-    from triton.testing import do_bench as _triton_do_bench
-except ImportError:  # pragma: no cover - triton is optional
-    _triton_do_bench = None
-
-
-def bench_ms(fn) -> float:
-    if _triton_do_bench is not None:
-        return float(_triton_do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    return tessera.bench.do_bench(fn, warmup_ms=25, budget_ms=100, flush_l2=True)["median_ms"]
-
+from common import bench_ms, write_results
 
 def rows_for(n: int) -> int:
     return min(4096, (1 << 26) // n)

@@ -47,6 +47,21 @@ TOLERANCES = {
 }
 
 
+try:
+    from triton.testing import do_bench as _triton_do_bench
+except ImportError:  # pragma: no cover - triton is optional
+    _triton_do_bench = None
+
+
+def bench_ms(fn) -> float:
+    """Milliseconds per call of fn as a user times it: triton's do_bench (L2 flushed before each
+    call, median) where triton is installed, tessera.bench.do_bench with the same settings
+    otherwise."""
+    if _triton_do_bench is not None:
+        return float(_triton_do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    return tessera.bench.do_bench(fn, warmup_ms=25, budget_ms=100, flush_l2=True)["median_ms"]
+
+
 def write_results(out_dir, name: str, meta: dict, rows: list, table: str) -> None:
     """`name`.json (meta: GPU, versions, date, plus `meta`; the rows) and `name`.md (the table) in
     out_dir, created if needed."""
