@@ -270,6 +270,16 @@ TensorView alloc(tessera::runtime::DeviceBuffer& buf, std::initializer_list<int6
   return TensorView::contiguous(buf.data(), dt, shape, tessera::Device{tessera::DeviceType::cuda, 0});
 }
 
+// The first n elements of a device buffer of dt, as doubles.
+std::vector<double> download(DType dt, const tessera::runtime::DeviceBuffer& buf, size_t n) {
+  const size_t es = dt == DType::float32 ? 4 : 2;
+  std::vector<unsigned char> raw(n * es);
+  EXPECT_EQ(cudaMemcpy(raw.data(), buf.data(), raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<double> got(n);
+  for (size_t i = 0; i < n; ++i) got[i] = load_as(dt, &raw[i * es]);
+  return got;
+}
+
 tessera::AttentionOptions options_of(const ref::AttentionSpec& spec) {
   tessera::AttentionOptions o;
   o.scale = spec.scale, o.causal = spec.causal, o.window_left = spec.window_left, o.window_right = spec.window_right;
@@ -306,11 +316,8 @@ void run_gpu_case(const GpuCase& c, DType dt, double tol, tessera::AttentionTier
   std::vector<double> rq = rounded(dt, q), rk = rounded(dt, k), rv = rounded(dt, v);
   const auto want = ref::attention_forward(host(rq, {c.b, c.sq, c.hq, c.d}), host(rk, {c.b, c.sk, c.hk, c.d}),
                                            host(rv, {c.b, c.sk, c.hk, c.dv}), c.spec);
-  const size_t n = want.out.size();
-  std::vector<double> got(n), lse(want.lse.size());
-  std::vector<unsigned char> raw(n * (dt == DType::float32 ? 4 : 2));
-  ASSERT_EQ(cudaMemcpy(raw.data(), bo.data(), raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  for (size_t i = 0; i < n; ++i) got[i] = load_as(dt, &raw[i * (dt == DType::float32 ? 4 : 2)]);
+  const std::vector<double> got = download(dt, bo, want.out.size());
+  std::vector<double> lse(want.lse.size());
   std::vector<float> lf(lse.size());
   ASSERT_EQ(cudaMemcpy(lf.data(), bl.data(), lf.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (size_t i = 0; i < lf.size(); ++i) lse[i] = lf[i];
@@ -361,7 +368,6 @@ void run_backward_case(const GpuCase& c, DType dt, double tol) {
   const TensorView tk = upload(bk, k, dt, c.b, c.sk, c.hk, c.d, c.heads_major);
   const TensorView tv = upload(bv, v, dt, c.b, c.sk, c.hk, c.dv, c.heads_major);
   const TensorView tgo = upload(bgo, go, dt, c.b, c.sq, c.hq, c.dv, c.heads_major);
-  const size_t es = dt == DType::float32 ? 4 : 2;
   const TensorView to = alloc(bo, {c.b, c.sq, c.hq, c.dv}, dt), tl = alloc(bl, {c.b, c.hq, c.sq}, DType::float32);
   const TensorView tdq = alloc(bdq, {c.b, c.sq, c.hq, c.d}, dt), tdk = alloc(bdk, {c.b, c.sk, c.hk, c.d}, dt),
                    tdv = alloc(bdv, {c.b, c.sk, c.hk, c.dv}, dt);
@@ -372,16 +378,9 @@ void run_backward_case(const GpuCase& c, DType dt, double tol) {
   std::vector<double> rq = rounded(dt, q), rk = rounded(dt, k), rv = rounded(dt, v), rgo = rounded(dt, go);
   const auto want = ref::attention_backward(host(rgo, {c.b, c.sq, c.hq, c.dv}), host(rq, {c.b, c.sq, c.hq, c.d}),
                                             host(rk, {c.b, c.sk, c.hk, c.d}), host(rv, {c.b, c.sk, c.hk, c.dv}), c.spec);
-  auto fetch = [&](const tessera::runtime::DeviceBuffer& buf, size_t n) {
-    std::vector<unsigned char> raw(n * es);
-    EXPECT_EQ(cudaMemcpy(raw.data(), buf.data(), raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    std::vector<double> got(n);
-    for (size_t i = 0; i < n; ++i) got[i] = load_as(dt, &raw[i * es]);
-    return got;
-  };
-  EXPECT_LE(rel_err(fetch(bdq, want.dq.size()), want.dq), tol) << "dq";
-  EXPECT_LE(rel_err(fetch(bdk, want.dk.size()), want.dk), tol) << "dk";
-  EXPECT_LE(rel_err(fetch(bdv, want.dv.size()), want.dv), tol) << "dv";
+  EXPECT_LE(rel_err(download(dt, bdq, want.dq.size()), want.dq), tol) << "dq";
+  EXPECT_LE(rel_err(download(dt, bdk, want.dk.size()), want.dk), tol) << "dk";
+  EXPECT_LE(rel_err(download(dt, bdv, want.dv.size()), want.dv), tol) << "dv";
 }
 
 TEST(AttentionGpu, BackwardMatchesTheReference) {
@@ -437,7 +436,6 @@ void run_varlen_case(DType dt, int64_t d, const ref::AttentionSpec& spec, double
   };
   const TensorView tq_ = packed(bq, q, tq, hq), tk_ = packed(bk, k, tk, hk), tv_ = packed(bv, v, tk, hk),
                    tgo = packed(bgo, go, tq, hq);
-  const size_t es = dt == DType::float32 ? 4 : 2;
   const TensorView to = alloc(bo, {tq, hq, d}, dt), tl = alloc(bl, {hq, tq}, DType::float32),
                    tdq = alloc(bdq, {tq, hq, d}, dt), tdk = alloc(bdk, {tk, hk, d}, dt), tdv = alloc(bdv, {tk, hk, d}, dt);
   auto offsets = [&](tessera::runtime::DeviceBuffer& buf, const std::vector<int64_t>& c) {
@@ -455,20 +453,13 @@ void run_varlen_case(DType dt, int64_t d, const ref::AttentionSpec& spec, double
   const auto hq3 = host(rq, {tq, hq, d}), hk3 = host(rk, {tk, hk, d}), hv3 = host(rv, {tk, hk, d});
   const auto want = ref::attention_varlen_forward(hq3, hk3, hv3, cq, ck, spec);
   const auto grads = ref::attention_varlen_backward(host(rgo, {tq, hq, d}), hq3, hk3, hv3, cq, ck, spec);
-  auto fetch = [&](const tessera::runtime::DeviceBuffer& buf, size_t n) {
-    std::vector<unsigned char> raw(n * es);
-    EXPECT_EQ(cudaMemcpy(raw.data(), buf.data(), raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    std::vector<double> got(n);
-    for (size_t i = 0; i < n; ++i) got[i] = load_as(dt, &raw[i * es]);
-    return got;
-  };
   std::vector<float> lf(want.lse.size());
   ASSERT_EQ(cudaMemcpy(lf.data(), bl.data(), lf.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_LE(rel_err(fetch(bo, want.out.size()), want.out), tol) << "out";
+  EXPECT_LE(rel_err(download(dt, bo, want.out.size()), want.out), tol) << "out";
   EXPECT_LE(rel_err(std::vector<double>(lf.begin(), lf.end()), want.lse), 1e-5) << "lse";
-  EXPECT_LE(rel_err(fetch(bdq, grads.dq.size()), grads.dq), 3 * tol) << "dq";
-  EXPECT_LE(rel_err(fetch(bdk, grads.dk.size()), grads.dk), 3 * tol) << "dk";
-  EXPECT_LE(rel_err(fetch(bdv, grads.dv.size()), grads.dv), 3 * tol) << "dv";
+  EXPECT_LE(rel_err(download(dt, bdq, grads.dq.size()), grads.dq), 3 * tol) << "dq";
+  EXPECT_LE(rel_err(download(dt, bdk, grads.dk.size()), grads.dk), 3 * tol) << "dk";
+  EXPECT_LE(rel_err(download(dt, bdv, grads.dv.size()), grads.dv), 3 * tol) << "dv";
   (void)b;
 }
 
