@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Attention forward against torch's SDPA backends, in TFLOP/s, as a user calls it.
+"""Attention forward (or backward) against torch's SDPA backends, in TFLOP/s, as a user calls it.
 
-    python benchmarks/attention.py [--rounds R] [--dims 128,64] [--quick] [--out DIR]
+    python benchmarks/attention.py [--rounds R] [--dims 128,64] [--quick] [--backward] [--out DIR]
 
 Providers, timed in the same run and interleaved within each of R rounds (each case reports the
 median over rounds): tessera.scaled_dot_product_attention; F.scaled_dot_product_attention under
@@ -9,6 +9,10 @@ sdpa_kernel(CUDNN_ATTENTION), (FLASH_ATTENTION) (FlashAttention-2) and (EFFICIEN
 and "cudnn2", cuDNN timed a second time, so cudnn2 / cudnn is the harness's own noise. Timing is
 triton's do_bench (L2 flushed before each call, median of the calls). FLOPs: 4 b h s^2 d per
 forward, half of that under the causal mask.
+
+--backward times the backward instead, through autograd as training meets it: the forward once,
+then torch.autograd.grad(out, (q, k, v), grad, retain_graph=True) per call; FLOPs 2.5 times the
+forward's (five products of the forward's size against its two).
 
 Shapes (the attention issue's): batch x heads = 4 x 32 at seq 4096, 16 x 16 at 1024, 1 x 32 at
 16384; head_dim 128 and 64; bf16; causal and not. Each output is checked against cuDNN's first.
@@ -37,6 +41,13 @@ PROVIDERS = {
     "flash2": torch_backend(SDPBackend.FLASH_ATTENTION),
     "efficient": torch_backend(SDPBackend.EFFICIENT_ATTENTION),
 }
+
+
+def backward_of(fn, q, k, v, causal, grad):
+    """A call that runs fn's backward for `grad` (its forward done once, outside the timing)."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = fn(q, k, v, causal)
+    return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
 
 
 def kernels_of(fn) -> list:
@@ -99,6 +110,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the 4 x 32 x 4096 shape only")
     ap.add_argument("--out", default=None)
     ap.add_argument("--extras", action="store_true", help="also the GQA and varlen bars")
+    ap.add_argument("--backward", action="store_true", help="time the backward (through autograd)")
     args = ap.parse_args()
     shapes = [(4, 32, 4096)] if args.quick else [(4, 32, 4096), (16, 16, 1024), (1, 32, 16384)]
     rows = []
@@ -106,17 +118,28 @@ def main() -> None:
         for b, h, s in shapes:
             for causal in (False, True):
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                names = kernels_of(lambda: PROVIDERS["tessera"](q, k, v, causal))
-                assert any("attention_sm90" in n for n in names), f"tessera's kernel did not run: {names}"
-                want = PROVIDERS["cudnn"](q, k, v, causal)
-                got = PROVIDERS["tessera"](q, k, v, causal)
-                err = (got.float() - want.float()).abs().max().item()
-                assert err < 2e-2, f"tessera differs from cuDNN by {err} at {(b, h, s, d, causal)}"
-                flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+                if args.backward:
+                    grad = torch.randn_like(q)
+                    calls = {p: backward_of(fn, q, k, v, causal, grad) for p, fn in PROVIDERS.items()}
+                    names = kernels_of(calls["tessera"])
+                    assert any("attention_bwd_sm90" in n for n in names), f"tessera's kernel did not run: {names}"
+                    want, got = calls["cudnn"](), calls["tessera"]()
+                    for name, w, g in zip("qkv", want, got):
+                        err = ((g.float() - w.float()).norm() / w.float().norm()).item()
+                        assert err < 2e-2, f"tessera's d{name} differs from cuDNN's by {err} (relative) at {(b, h, s, d, causal)}"
+                    flops = 2.5 * 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+                else:
+                    calls = {p: (lambda fn=fn: fn(q, k, v, causal)) for p, fn in PROVIDERS.items()}
+                    names = kernels_of(calls["tessera"])
+                    assert any("attention_sm90" in n for n in names), f"tessera's kernel did not run: {names}"
+                    want, got = calls["cudnn"](), calls["tessera"]()
+                    err = (got.float() - want.float()).abs().max().item()
+                    assert err < 2e-2, f"tessera differs from cuDNN by {err} at {(b, h, s, d, causal)}"
+                    flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
                 times = {p: [] for p in PROVIDERS}
                 for _ in range(args.rounds):
-                    for p, fn in PROVIDERS.items():
-                        times[p].append(bench_ms(lambda: fn(q, k, v, causal)))
+                    for p, fn in calls.items():
+                        times[p].append(bench_ms(fn))
                 med = {p: statistics.median(t) for p, t in times.items()}
                 row = {"b": b, "h": h, "s": s, "d": d, "causal": causal,
                        **{p + "_tflops": flops / med[p] / 1e9 for p in PROVIDERS}}
@@ -126,7 +149,7 @@ def main() -> None:
                       f"  | tessera/cudnn {med['cudnn'] / med['tessera']:.3f}"
                       f"  tessera/flash2 {med['flash2'] / med['tessera']:.3f}"
                       f"  cudnn2/cudnn {med['cudnn'] / med['cudnn2']:.3f}", flush=True)
-                del q, k, v
+                del q, k, v, calls
     header = "| b x h x s | d | causal | tessera | cuDNN | FA2 | efficient | tessera / cuDNN | tessera / FA2 | cuDNN vs itself |"
     lines = [header, "|" + " --- |" * 10]
     for r in rows:
@@ -138,10 +161,11 @@ def main() -> None:
     if args.extras:
         lines += ["", "| case | tessera | baseline | ratio |", "| --- | --- | --- | --- |"] + extras(args.rounds)
     table = "\n".join(lines)
-    print("==== final table (forward, bf16, TFLOP/s, median of interleaved rounds)")
+    print(f"==== final table ({'backward' if args.backward else 'forward'}, bf16, TFLOP/s, median of interleaved rounds)")
     print(table)
     if args.out:
-        write_results(args.out, "attention", {"rounds": args.rounds}, rows, table)
+        write_results(args.out, "attention_backward" if args.backward else "attention", {"rounds": args.rounds},
+                      rows, table)
 
 
 if __name__ == "__main__":

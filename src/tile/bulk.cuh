@@ -77,4 +77,48 @@ __device__ __forceinline__ void bulk_barriers_ready() {
 #endif
 }
 
+// The other direction: a CTA's float32 partial sums, staged in shared memory, added into global
+// memory by the copy engine (cp.reduce.async.bulk), so that many CTAs accumulate into one buffer
+// without a thread issuing an atomic per value. The order of the additions is not fixed.
+//
+// Use: the threads write the staging buffer, fence_async_shared(), a barrier among them; then one
+// thread issues bulk_reduce_add() and bulk_commit(); before the buffer is written again, that
+// thread waits with bulk_wait_read<0>() (the copy engine has read it) and a barrier follows.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add, dst, src,
+                                  bytes);
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void bulk_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cuda::ptx::cp_async_bulk_commit_group();
+#else
+  __trap();
+#endif
+}
+
+// Returns once at most `Pending` committed groups still read their shared-memory sources.
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<Pending>{});
+#else
+  __trap();
+#endif
+}
+
+// Makes this thread's ordinary writes to shared memory visible to the copy engine and to wgmma
+// (the async proxy), which read shared memory on their own path.
+__device__ __forceinline__ void fence_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+#else
+  __trap();
+#endif
+}
+
 }  // namespace tessera::tile

@@ -357,9 +357,10 @@ TEST(AttentionGpu, GenericKernelMatchesTheReference) {
   }
 }
 
-// The backward (generic tier) against the reference's dq, dk, dv; the forward's out and lse come
+// The backward (on `tier`) against the reference's dq, dk, dv; the forward's out and lse come
 // from the GPU, as they do in training.
-void run_backward_case(const GpuCase& c, DType dt, double tol) {
+void run_backward_case(const GpuCase& c, DType dt, double tol,
+                       tessera::AttentionTier tier = tessera::AttentionTier::generic) {
   const auto dev = tessera::Device{tessera::DeviceType::cuda, 0};
   std::vector<double> q = randn(c.b * c.sq * c.hq * c.d, 31), k = randn(c.b * c.sk * c.hk * c.d, 32),
                       v = randn(c.b * c.sk * c.hk * c.dv, 33), go = randn(c.b * c.sq * c.hq * c.dv, 34);
@@ -371,8 +372,9 @@ void run_backward_case(const GpuCase& c, DType dt, double tol) {
   const TensorView to = alloc(bo, {c.b, c.sq, c.hq, c.dv}, dt), tl = alloc(bl, {c.b, c.hq, c.sq}, DType::float32);
   const TensorView tdq = alloc(bdq, {c.b, c.sq, c.hq, c.d}, dt), tdk = alloc(bdk, {c.b, c.sk, c.hk, c.d}, dt),
                    tdv = alloc(bdv, {c.b, c.sk, c.hk, c.dv}, dt);
-  const tessera::AttentionOptions o = options_of(c.spec);
+  tessera::AttentionOptions o = options_of(c.spec);
   tessera::attention(tq, tk, tv, to, &tl, o, nullptr);
+  o.tier = tier;
   tessera::attention_backward(tgo, tq, tk, tv, to, tl, tdq, tdk, tdv, o, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<double> rq = rounded(dt, q), rk = rounded(dt, k), rv = rounded(dt, v), rgo = rounded(dt, go);
@@ -522,6 +524,31 @@ TEST(AttentionGpu, Sm90KernelMatchesTheReference) {
     SCOPED_TRACE(name_of(c));
     run_gpu_case(c, DType::float16, 2e-3, tessera::AttentionTier::sm90);
     run_gpu_case(c, DType::bfloat16, 1e-2, tessera::AttentionTier::sm90);
+  }
+}
+
+// The tensor-core backward: P and dS enter the tensor cores in the input's dtype, and dq is summed
+// across CTAs in float32; odd lengths cross every tile boundary, keys no query sees get zero
+// gradients, GQA sums dk and dv over the group.
+TEST(AttentionGpu, Sm90BackwardMatchesTheReference) {
+  TESSERA_REQUIRE_GPU();
+  if (tessera::runtime::device_props(0).major != 9) GTEST_SKIP() << "the sm90 tier is for sm_90";
+  const std::vector<GpuCase> cases = {
+      {1, 1, 5, 2, 2, 64, 64, spec(false, -1, -1, 0), false},
+      {2, 17, 33, 4, 2, 64, 64, spec(true, -1, -1, 0), false},      // causal, GQA, seq_q < seq_k
+      {1, 40, 7, 2, 2, 128, 128, spec(true, -1, -1, 0), false},     // fully masked rows
+      {1, 127, 127, 8, 2, 128, 128, spec(true, -1, -1, 0), true},   // SDPA layout
+      {1, 300, 1000, 4, 1, 128, 128, spec(false, -1, -1, 0), false},  // MQA, many key tiles
+      {1, 1000, 1000, 2, 2, 64, 64, spec(true, -1, -1, 0), false},
+      {2, 33, 65, 4, 2, 64, 64, spec(true, 8, -1, 30.0), false},    // window + soft-cap
+      {1, 300, 300, 2, 2, 128, 128, spec(false, 50, 50, 0), false}, // window on both sides
+      {1, 1000, 200, 1, 1, 64, 64, spec(true, -1, -1, 0), false},   // many query tiles, empty rows
+      {1, 200, 1000, 2, 2, 128, 128, spec(false, -1, -1, 20.0), false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(name_of(c));
+    run_backward_case(c, DType::float16, 1e-3, tessera::AttentionTier::sm90);
+    run_backward_case(c, DType::bfloat16, 6e-3, tessera::AttentionTier::sm90);
   }
 }
 

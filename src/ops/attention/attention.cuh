@@ -74,6 +74,17 @@ __host__ __device__ inline KeyRange key_range(int64_t i, int64_t seq_q, int64_t 
   return {lo, hi};
 }
 
+// The queries that see key j: [lo, hi], key_range inverted (empty when hi < lo or j >= seq_k).
+__host__ __device__ inline KeyRange query_range(int64_t j, int64_t seq_q, int64_t seq_k, bool causal,
+                                                int64_t window_left, int64_t window_right) {
+  const int64_t off = seq_k - seq_q;
+  int64_t lo = 0, hi = j < seq_k ? seq_q - 1 : -1;
+  if (causal && j - off > lo) lo = j - off;
+  if (window_right >= 0 && j - off - window_right > lo) lo = j - off - window_right;
+  if (window_left >= 0 && j - off + window_left < hi) hi = j - off + window_left;
+  return {lo, hi};
+}
+
 // Packed sequences (varlen): a [total, heads, dim] tensor as the 4-d [1, total, heads, dim] the
 // kernels take (and lse [heads, total] as [1, heads, total]); the shape checks of packed
 // arguments; cu_seqlens checked on the host (a copy and a wait on `stream`): int32 offsets from 0
@@ -103,6 +114,22 @@ void with_head_dim(int64_t dim, F&& f) {
 // engine can address.
 bool sm90_can_implement(const Params& p);
 void sm90_launch(const Params& p, cudaStream_t stream);
+
+// What the backward takes beyond the forward's Params (whose out is the forward's output).
+struct BackwardArgs {
+  const void* dout;
+  Strides sdo;
+  const float* lse;  // laid out as Params' lse_b, lse_h say
+  void *dq, *dk, *dv;
+  Strides sdq, sdk, sdv;
+};
+
+// The Hopper backward (attention_backward_sm90.cu): bf16 and fp16, head_dim = head_dim_v in {64,
+// 128}; q, k, v and grad_out as the forward's sm90 tier takes them, dk and dv with the head
+// dimension contiguous and 16-byte aligned rows. dq is summed across CTAs by atomic additions in
+// float32, so its last bits may differ from run to run.
+bool sm90_backward_can_implement(const Params& p, const BackwardArgs& a);
+void sm90_backward_launch(const Params& p, const BackwardArgs& a, cudaStream_t stream);
 
 // The decode tier (attention_decode.cu): seq_q <= 16, keys split into chunks over the SMs, then
 // merged; bf16/fp16, head_dim = head_dim_v in {64, 128, 256}, 16-byte aligned rows; any GPU.

@@ -111,17 +111,6 @@ __global__ void __launch_bounds__(kWarps * 32) attention_dq_kernel(Params p, Gra
   store_row(static_cast<T*>(g.dq) + b * g.sdq.b + t * g.sdq.s + h * g.sdq.h, g.sdq.d, acc, p.scale, p.dim, lane);
 }
 
-// The queries of one head of sequence `sq` that see key j: i in [lo, hi] (the key ranges
-// inverted).
-__device__ __forceinline__ attn::KeyRange query_range(int64_t j, const Params& p, const attn::Seq& sq) {
-  const int64_t off = sq.len_k - sq.len_q;
-  int64_t lo = 0, hi = sq.len_q - 1;
-  if (p.causal) lo = max(lo, j - off);
-  if (p.window_right >= 0) lo = max(lo, j - off - p.window_right);
-  if (p.window_left >= 0) hi = min(hi, j - off + p.window_left);
-  return {lo, hi};
-}
-
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32) attention_dkdv_kernel(Params p, Grad g) {
   const int lane = threadIdx.x % 32;
@@ -135,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_dkdv_kernel(Params p, G
   float k[kVals], v[kVals], dk[kVals] = {}, dv[kVals] = {};
   load_row(k, static_cast<const T*>(p.k) + b * p.sk.b + t * p.sk.s + hk * p.sk.h, p.sk.d, p.dim, lane);
   load_row(v, static_cast<const T*>(p.v) + b * p.sv.b + t * p.sv.s + hk * p.sv.h, p.sv.d, p.dim_v, lane);
-  const attn::KeyRange qr = query_range(j, p, sq);
+  const attn::KeyRange qr = attn::query_range(j, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
   for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
     const T* q = static_cast<const T*>(p.q) + b * p.sq.b + sq.q0 * p.sq.s + h * p.sq.h;
     const T* dout = static_cast<const T*>(g.dout) + b * g.sdo.b + sq.q0 * g.sdo.s + h * g.sdo.h;
@@ -193,16 +182,26 @@ void check_backward(const char* op, const TensorView& grad_out, const TensorView
   detail::check_no_overlap(op, "dq", dq, "dk", dk, false);
   detail::check_no_overlap(op, "dq", dq, "dv", dv, false);
   detail::check_no_overlap(op, "dk", dk, "dv", dv, false);
-  if (options.tier == AttentionTier::sm90)
-    detail::throw_arg(ErrorKind::value, op, "tier", "automatic or generic (the backward has no sm90 tier yet)", "sm90");
+  if (options.tier == AttentionTier::decode)
+    detail::throw_arg(ErrorKind::value, op, "tier", "automatic, generic or sm90 (the backward has no decode tier)",
+                      "decode");
 }
 
-void run_backward(const Params& p, const TensorView& grad_out, const TensorView& lse, const TensorView& dq,
-                  const TensorView& dk, const TensorView& dv, cudaStream_t stream) {
+void run_backward(const char* op, const Params& p, const TensorView& grad_out, const TensorView& lse, const TensorView& dq,
+                  const TensorView& dk, const TensorView& dv, AttentionTier tier, cudaStream_t stream) {
+  const attn::BackwardArgs a{grad_out.data, attn::strides_of(grad_out), static_cast<const float*>(lse.data),
+                             dq.data, dk.data, dv.data, attn::strides_of(dq), attn::strides_of(dk),
+                             attn::strides_of(dv)};
+  if (tier != AttentionTier::generic && attn::sm90_backward_can_implement(p, a))
+    return attn::sm90_backward_launch(p, a, stream);
+  if (tier == AttentionTier::sm90)
+    detail::throw_arg(ErrorKind::value, op, "tier",
+                      "a call the sm90 tier takes (Hopper, bfloat16/float16, head_dim = head_dim_v in {64, 128}, "
+                      "the head dimension contiguous, 16-byte aligned rows)",
+                      "sm90");
   runtime::Scratch delta(
       std::max<int64_t>({1, p.batch * p.heads_q * p.seq_q, p.heads_q * p.total_q}) * sizeof(float), stream);
-  const Grad g{grad_out.data, p.out, static_cast<const float*>(lse.data), delta.as<float>(), dq.data, dk.data, dv.data,
-               attn::strides_of(grad_out), attn::strides_of(dq), attn::strides_of(dk), attn::strides_of(dv)};
+  const Grad g{a.dout, p.out, a.lse, delta.as<float>(), a.dq, a.dk, a.dv, a.sdo, a.sdq, a.sdk, a.sdv};
   switch (p.dtype) {
     case DType::float32: launch<float>(p, g, stream); break;
     case DType::float16: launch<__half>(p, g, stream); break;
@@ -218,7 +217,7 @@ void attention_backward(const TensorView& grad_out, const TensorView& q, const T
   check_backward(kOp, grad_out, q, k, v, out, lse, dq, dk, dv, options);
   if (dq.numel() + dk.numel() + dv.numel() == 0) return;
   runtime::DeviceGuard guard(q.device.index);
-  run_backward(attn::params_of(q, k, v, out, options), grad_out, lse, dq, dk, dv, stream);
+  run_backward(kOp, attn::params_of(q, k, v, out, options), grad_out, lse, dq, dk, dv, options.tier, stream);
 }
 
 void attention_varlen_backward(const TensorView& grad_out, const TensorView& q, const TensorView& k,
@@ -238,8 +237,8 @@ void attention_varlen_backward(const TensorView& grad_out, const TensorView& q, 
   runtime::DeviceGuard guard(q.device.index);
   Params p = attn::params_of(q4, k4, v4, o4, options);
   attn::use_varlen(p, cu_seqlens_q, cu_seqlens_k, vl.batch, max_seqlen_q, max_seqlen_k, q.shape[0], k.shape[0]);
-  run_backward(p, as_batch_of_one(grad_out), lse, as_batch_of_one(dq), as_batch_of_one(dk), as_batch_of_one(dv),
-               stream);
+  run_backward(op, p, as_batch_of_one(grad_out), lse, as_batch_of_one(dq), as_batch_of_one(dk), as_batch_of_one(dv),
+               options.tier, stream);
 }
 
 }  // namespace tessera

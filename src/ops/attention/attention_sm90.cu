@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "ops/attention/attention.cuh"
+#include "ops/attention/attention_sm90.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/tma.hpp"
@@ -43,7 +44,6 @@ constexpr int kBM = 128;  // query rows per CTA: 64 per consumer warpgroup
 constexpr int kThreads = 384;
 constexpr int kTurnBar = 1;  // named barriers 1, 2: consumer 0's and 1's turn at the tensor cores
 constexpr int kEpiBar = 3;   // 3, 4: a consumer's epilogue
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // Tile sizes per head dimension: a stage holds one key tile of K and one of V; key tiles shrink
 // at 256 so that Q, two stages and the 64 x 256 accumulators fit.
@@ -157,27 +157,12 @@ __device__ __forceinline__ void issue_pv(Smem<T, C>& s, int st, const uint32_t (
              accumulate || kk > 0);
 }
 
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-}
-
-// The accumulator layout (tile/wgmma.cuh): sc[j] is row g + 8 ((j / 2) % 2) of the thread's
-// quad, key 8 (j / 4) + 2 (l % 4) + j % 2 of the tile. A row's values are spread over a quad.
-__device__ __forceinline__ int row_of(int j) { return (j / 2) % 2; }
-
 template <int N>
 __device__ __forceinline__ void mask_tile(float (&sc)[N], int64_t key0, const int64_t (&lo)[2],
                                           const int64_t (&hi)[2], int lane) {
 #pragma unroll
   for (int j = 0; j < N; ++j) {
-    const int64_t key = key0 + 8 * (j / 4) + 2 * (lane % 4) + j % 2;
+    const int64_t key = key0 + col_of(j, lane);
     if (key < lo[row_of(j)] || key > hi[row_of(j)]) sc[j] = -INFINITY;
   }
 }
@@ -210,9 +195,8 @@ __device__ __forceinline__ void online_softmax(float (&sc)[N], float (&m)[2], fl
   }
 }
 
-// Normalizes O, stages it through the warpgroup's own rows of Q's shared memory (in the copy
-// engine's swizzle, so a quad's 16-byte writes and the row reads spread over the banks), then
-// stores 16 bytes a thread, a row's bytes contiguous; and writes the rows' lse.
+// Normalizes O and writes it (staged through the warpgroup's own rows of Q's shared memory), and
+// the rows' lse.
 template <class T, class C>
 __device__ void store_out(Smem<T, C>& s, const Fwd& f, const Work& w, float (&o)[C::D / 2],
                           const float (&m)[2], float (&l)[2], int wg) {
@@ -228,23 +212,8 @@ __device__ void store_out(Smem<T, C>& s, const Fwd& f, const Work& w, float (&o)
     if (f.lse && lane % 4 == 0 && row < w.len_q)
       f.lse[w.b * f.lse_b + w.h * f.lse_h + w.q0 + row] = l[r] > 0.f ? (m[r] * f.mul + log2f(l[r])) * kLn2 : INFINITY;
   }
-#pragma unroll
-  for (int j = 0; j < C::D / 2; j += 2) {
-    const int col = 8 * (j / 4) + 2 * (lane % 4), row = warp * 16 + lane / 4 + 8 * row_of(j);
-    const int u = (col % 64) / 8;
-    *reinterpret_cast<uint32_t*>(&s.q[col / 64][(wg * 64 + row) * 64 + ((u ^ (row % 8)) * 8) + col % 8]) =
-        pack2<T>(o[j] * inv[row_of(j)], o[j + 1] * inv[row_of(j)]);
-  }
-  tile::group_sync(kEpiBar + wg, 128);
-  constexpr int kUnits = C::D / 8;  // 16-byte units per row
-  T* out = static_cast<T*>(f.out) + w.b * f.so.b + w.h * f.so.h;
-#pragma unroll 4
-  for (int idx = tid; idx < 64 * kUnits; idx += 128) {
-    const int row = idx / kUnits, u = idx % kUnits, uu = u % 8;
-    if (row_base + row >= w.len_q) break;
-    *reinterpret_cast<uint4*>(out + (w.q0 + row_base + row) * f.so.s + 8 * u) =
-        *reinterpret_cast<const uint4*>(&s.q[u / 8][(wg * 64 + row) * 64 + (uu ^ (row % 8)) * 8]);
-  }
+  T* out = static_cast<T*>(f.out) + w.b * f.so.b + w.h * f.so.h + (w.q0 + row_base) * f.so.s;
+  store_tile<T, C::D>(&s.q[0][0], kBM, wg * 64, o, inv, out, f.so.s, w.len_q - row_base, kEpiBar + wg);
 }
 
 // Tile `it` (key tile n_last - it) from scores to P: the soft-cap, the masks where the tile
@@ -260,14 +229,6 @@ __device__ __forceinline__ void scores_to_p(float (&sc)[BN / 2], const Fwd& f, c
   }
   if (key0 < w.lo_max || key0 + BN - 1 > w.hi_min) mask_tile(sc, key0, lo, hi, lane);
   online_softmax(sc, m, l, corr, f.mul);
-}
-
-template <class T, int BN>
-__device__ __forceinline__ void pack_p(const float (&sc)[BN / 2], uint32_t (&pr)[BN / 16][4]) {
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) pr[kk][r] = pack2<T>(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
 }
 
 // A consumer warpgroup. Iteration `it` issues S of tile it and P V of tile it - 1, then computes
@@ -307,7 +268,7 @@ __device__ void consume(Smem<T, C>& s, const Fwd& f, const Work& w, int wg) {
     tile::wgmma::fence_operands(sc);
     release(&s.k_empty[0]);
     scores_to_p<BN>(sc, f, w, 0, lo, hi, m, l, corr, lane);
-    pack_p<T, BN>(sc, pr);
+    pack_a<T, BN>(sc, pr);
     for (int it = 1; it < tiles; ++it) {
       const int st = it % kS, pst = (it - 1) % kS;
       full(&s.k_full[st], it);
@@ -330,7 +291,7 @@ __device__ void consume(Smem<T, C>& s, const Fwd& f, const Work& w, int wg) {
       release(&s.v_empty[pst]);
 #pragma unroll
       for (int j = 0; j < C::D / 2; ++j) o[j] *= corr[row_of(j)];
-      pack_p<T, BN>(sc, pr);
+      pack_a<T, BN>(sc, pr);
     }
     const int pst = (tiles - 1) % kS;
     full(&s.v_full[pst], tiles - 1);
@@ -374,22 +335,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     tile::wgmma::claim_registers<240>();
     consume(s, f, w, int(threadIdx.x / 128) - 1);
   }
-}
-
-// A [batch, seq, heads, head_dim] tensor as the copy engine's 4-d map (head_dim innermost),
-// boxes of 64 x `rows`. A dimension of size 1 gets a packed stride: its stride is never stepped
-// and may be anything, including what the copy engine refuses.
-runtime::TmaShape shape_of(const Strides& st, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
-                           int rows) {
-  runtime::TmaShape sh;
-  sh.rank = 4;
-  const int64_t dims[4] = {dim, seq, heads, batch}, stride[4] = {1, st.s, st.h, st.b};
-  for (int i = 0; i < 4; ++i) {
-    sh.dims[i] = uint64_t(dims[i]);
-    sh.strides[i] = i > 0 && dims[i] == 1 ? sh.strides[i - 1] * sh.dims[i - 1] : uint64_t(stride[i]);
-  }
-  sh.box[0] = 64, sh.box[1] = uint32_t(rows);
-  return sh;
 }
 
 template <class T, class C>

@@ -1,0 +1,88 @@
+// What the Hopper attention kernels (forward and backward) share: the copy engine's view of a
+// [batch, seq, heads, head_dim] tensor, the accumulator layout's rows and packing, and the
+// staged store of a warpgroup's 64-row tile.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/attention/attention.cuh"
+#include "runtime/tma.hpp"
+#include "tile/sync.cuh"
+
+namespace tessera::attn::sm90 {
+
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// A [batch, seq, heads, head_dim] tensor as the copy engine's 4-d map (head_dim innermost),
+// boxes of 64 x `rows`. A dimension of size 1 gets a packed stride: its stride is never stepped
+// and may be anything, including what the copy engine refuses.
+inline runtime::TmaShape shape_of(const Strides& st, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
+                                  int rows) {
+  runtime::TmaShape sh;
+  sh.rank = 4;
+  const int64_t dims[4] = {dim, seq, heads, batch}, stride[4] = {1, st.s, st.h, st.b};
+  for (int i = 0; i < 4; ++i) {
+    sh.dims[i] = uint64_t(dims[i]);
+    sh.strides[i] = i > 0 && dims[i] == 1 ? sh.strides[i - 1] * sh.dims[i - 1] : uint64_t(stride[i]);
+  }
+  sh.box[0] = 64, sh.box[1] = uint32_t(rows);
+  return sh;
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// The accumulator layout (tile/wgmma.cuh): d[j] is row g + 8 ((j / 2) % 2) of the thread's quad
+// (g = lane / 4), column 8 (j / 4) + 2 (lane % 4) + j % 2. A row's values are spread over a quad.
+__device__ __forceinline__ int row_of(int j) { return (j / 2) % 2; }
+__device__ __forceinline__ int col_of(int j, int lane) { return 8 * (j / 4) + 2 * (lane % 4) + j % 2; }
+
+// An accumulator tile 64 x N as the A operand of a register-sourced multiply, 16 columns a step.
+template <class T, int N>
+__device__ __forceinline__ void pack_a(const float (&d)[N / 2], uint32_t (&a)[N / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[kk][r] = pack2<T>(d[8 * kk + 2 * r], d[8 * kk + 2 * r + 1]);
+}
+
+// Stores a warpgroup's 64 x D float32 accumulator tile, row r times mul[r's half], as T: staged
+// through rows row0 .. row0 + 63 of `buf` (a [D / 64][buf_rows][64] tile in the copy engine's
+// 128-byte swizzle, so a quad's writes and the row reads spread over the banks), then after a
+// barrier among the warpgroup (named barrier `bar`) copied 16 bytes a thread to `out` (row r at
+// out + r * stride, a row's bytes contiguous), rows below `valid` only.
+template <class T, int D>
+__device__ void store_tile(T* buf, int buf_rows, int row0, const float (&acc)[D / 2], const float (&mul)[2],
+                           T* out, int64_t stride, int64_t valid, int bar) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+#pragma unroll
+  for (int j = 0; j < D / 2; j += 2) {
+    const int col = col_of(j, lane), row = row0 + warp * 16 + lane / 4 + 8 * row_of(j);
+    const int u = (col % 64) / 8;
+    *reinterpret_cast<uint32_t*>(&buf[(col / 64) * buf_rows * 64 + row * 64 + ((u ^ (row % 8)) * 8) + col % 8]) =
+        pack2<T>(acc[j] * mul[row_of(j)], acc[j + 1] * mul[row_of(j)]);
+  }
+  tile::group_sync(bar, 128);
+  constexpr int kUnits = D / 8;  // 16-byte units per row
+#pragma unroll 4
+  for (int idx = tid; idx < 64 * kUnits; idx += 128) {
+    const int row = idx / kUnits, u = idx % kUnits, uu = u % 8, r = row0 + row;
+    if (row >= valid) break;
+    *reinterpret_cast<uint4*>(out + row * stride + 8 * u) =
+        *reinterpret_cast<const uint4*>(&buf[(u / 8) * buf_rows * 64 + r * 64 + (uu ^ (r % 8)) * 8]);
+  }
+}
+
+}  // namespace tessera::attn::sm90
