@@ -105,7 +105,8 @@ def _register_fakes():
         return input.new_empty(shape, dtype=out_dtype or input.dtype)
 
     @fake("tessera::attention")
-    def _attention(q, k, v, *, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0):
+    def _attention(q, k, v, *, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0,
+                   deterministic=False):
         out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
         return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 

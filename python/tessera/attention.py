@@ -7,10 +7,15 @@ Two layouts, one kernel (a transposed view costs nothing):
 - :func:`flash_attention`: FlashAttention's, (batch, seq, heads, head_dim), with its options
   (bottom-right causal alignment, sliding window, soft-cap) and the log-sum-exp on request.
 
-Both are differentiable (dq, dk, dv through autograd). The math is float32 whatever the dtype. A
+Both are differentiable (dq, dk, dv through autograd). The math is float32 whatever the dtype. On
+the tensor-core backward, dq is summed across key tiles by atomic additions, so its last bits may
+differ from run to run; ``deterministic=True`` (or torch's
+``torch.use_deterministic_algorithms(True)`` for :func:`scaled_dot_product_attention`) sums in a
+fixed order instead, somewhat slower. A
 query that sees no key (causal with seq_q > seq_k, or a window) gets output 0, no NaN, and lse
 +inf, as FlashAttention gives. On Hopper, bf16/fp16 at head_dim 64, 128 and 256 run the
-tensor-core forward; every other case runs the generic kernel (head_dim up to 256).
+tensor-core forward (the backward at head_dim 64 and 128); every other case runs the generic
+kernels (head_dim up to 256).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ def _ops(torch, name: str):
 
 def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: float | None = None,
                     window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
-                    return_lse: bool = False) -> Any:
+                    return_lse: bool = False, deterministic: bool = False) -> Any:
     """Attention in FlashAttention's layout: q (batch, seq_q, heads_q, head_dim), k
     (batch, seq_k, heads_kv, head_dim), v (batch, seq_k, heads_kv, head_dim_v); heads_q a multiple
     of heads_kv (GQA and MQA, with no copy of k and v). Returns out (batch, seq_q, heads_q,
@@ -41,6 +46,7 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_sca
     where j <= i + seq_k - seq_q), as flash_attn_func does. ``window_size`` (left, right): keys
     that far before and after that diagonal (-1: unbounded). ``softcap`` > 0 turns scores s into
     softcap * tanh(s / softcap). ``softmax_scale`` defaults to 1 / sqrt(head_dim).
+    ``deterministic``: the backward's dq summed in a fixed order (the same bits every run).
     """
     torch = _interop.torch_if_tensor(q)
     if torch is None:
@@ -48,14 +54,15 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_sca
     left, right = window_size
     out, lse = _ops(torch, "flash_attention").attention.default(
         q, k, v, causal=bool(causal), scale=None if softmax_scale is None else float(softmax_scale),
-        window_left=int(left), window_right=int(right), softcap=float(softcap))
+        window_left=int(left), window_right=int(right), softcap=float(softcap),
+        deterministic=bool(deterministic))
     return (out, lse) if return_lse else out
 
 
 def flash_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
                            max_seqlen_k: int, *, causal: bool = False, softmax_scale: float | None = None,
                            window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
-                           return_lse: bool = False) -> Any:
+                           return_lse: bool = False, deterministic: bool = False) -> Any:
     """:func:`flash_attention` over packed sequences of different lengths, as flash_attn_varlen_func
     takes them: q (total_q, heads_q, head_dim), k and v (total_k, heads_kv, ...); sequence b is
     rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` of q (likewise for k and v), the offsets int32
@@ -71,7 +78,7 @@ def flash_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     out, lse = _ops(torch, "flash_attention_varlen").attention.varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal=bool(causal),
         scale=None if softmax_scale is None else float(softmax_scale), window_left=int(left),
-        window_right=int(right), softcap=float(softcap))
+        window_right=int(right), softcap=float(softcap), deterministic=bool(deterministic))
     return (out, lse) if return_lse else out
 
 
@@ -103,5 +110,6 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
             scale=scale, enable_gqa=enable_gqa)
     out, _ = _ops(torch, "scaled_dot_product_attention").attention.default(
         query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(is_causal),
-        scale=None if scale is None else float(scale))
+        scale=None if scale is None else float(scale),
+        deterministic=torch.are_deterministic_algorithms_enabled())
     return out.transpose(1, 2)

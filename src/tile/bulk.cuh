@@ -111,6 +111,28 @@ __device__ __forceinline__ void bulk_wait_read() {
 #endif
 }
 
+// Returns once at most `Pending` committed groups are still in progress: the others' writes to
+// global memory are done (after which a release, e.g. fence_async_global() and an atomic, may
+// publish them).
+template <int Pending>
+__device__ __forceinline__ void bulk_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<Pending>{});
+#else
+  __trap();
+#endif
+}
+
+// Orders this thread's global-memory accesses through the copy engine (the async proxy) with its
+// ordinary ones, both ways.
+__device__ __forceinline__ void fence_async_global() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
+#else
+  __trap();
+#endif
+}
+
 // Makes this thread's ordinary writes to shared memory visible to the copy engine and to wgmma
 // (the async proxy), which read shared memory on their own path.
 __device__ __forceinline__ void fence_async_shared() {

@@ -358,9 +358,10 @@ TEST(AttentionGpu, GenericKernelMatchesTheReference) {
 }
 
 // The backward (on `tier`) against the reference's dq, dk, dv; the forward's out and lse come
-// from the GPU, as they do in training.
-void run_backward_case(const GpuCase& c, DType dt, double tol,
-                       tessera::AttentionTier tier = tessera::AttentionTier::generic) {
+// from the GPU, as they do in training. Returns dq as computed.
+std::vector<double> run_backward_case(const GpuCase& c, DType dt, double tol,
+                                      tessera::AttentionTier tier = tessera::AttentionTier::generic,
+                                      bool deterministic = false) {
   const auto dev = tessera::Device{tessera::DeviceType::cuda, 0};
   std::vector<double> q = randn(c.b * c.sq * c.hq * c.d, 31), k = randn(c.b * c.sk * c.hk * c.d, 32),
                       v = randn(c.b * c.sk * c.hk * c.dv, 33), go = randn(c.b * c.sq * c.hq * c.dv, 34);
@@ -374,15 +375,16 @@ void run_backward_case(const GpuCase& c, DType dt, double tol,
                    tdv = alloc(bdv, {c.b, c.sk, c.hk, c.dv}, dt);
   tessera::AttentionOptions o = options_of(c.spec);
   tessera::attention(tq, tk, tv, to, &tl, o, nullptr);
-  o.tier = tier;
+  o.tier = tier, o.deterministic = deterministic;
   tessera::attention_backward(tgo, tq, tk, tv, to, tl, tdq, tdk, tdv, o, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<double> rq = rounded(dt, q), rk = rounded(dt, k), rv = rounded(dt, v), rgo = rounded(dt, go);
   const auto want = ref::attention_backward(host(rgo, {c.b, c.sq, c.hq, c.dv}), host(rq, {c.b, c.sq, c.hq, c.d}),
                                             host(rk, {c.b, c.sk, c.hk, c.d}), host(rv, {c.b, c.sk, c.hk, c.dv}), c.spec);
   EXPECT_LE(rel_err(download(dt, bdq, want.dq.size()), want.dq), tol) << "dq";
   EXPECT_LE(rel_err(download(dt, bdk, want.dk.size()), want.dk), tol) << "dk";
   EXPECT_LE(rel_err(download(dt, bdv, want.dv.size()), want.dv), tol) << "dv";
+  return download(dt, bdq, want.dq.size());
 }
 
 TEST(AttentionGpu, BackwardMatchesTheReference) {
@@ -549,6 +551,25 @@ TEST(AttentionGpu, Sm90BackwardMatchesTheReference) {
     SCOPED_TRACE(name_of(c));
     run_backward_case(c, DType::float16, 1e-3, tessera::AttentionTier::sm90);
     run_backward_case(c, DType::bfloat16, 6e-3, tessera::AttentionTier::sm90);
+  }
+}
+
+// deterministic: dq is added across key tiles in a fixed order, so two runs give the same bits;
+// cases where many key tiles add into each query tile, a left window (whose runs of key tiles
+// do not start at the first), GQA.
+TEST(AttentionGpu, Sm90BackwardDeterministic) {
+  TESSERA_REQUIRE_GPU();
+  if (tessera::runtime::device_props(0).major != 9) GTEST_SKIP() << "the sm90 tier is for sm_90";
+  const std::vector<GpuCase> cases = {
+      {1, 1000, 1000, 4, 2, 64, 64, spec(true, -1, -1, 0), false},
+      {1, 700, 900, 2, 2, 128, 128, spec(false, 300, 20, 0), false},
+      {2, 300, 1100, 2, 1, 128, 128, spec(false, -1, -1, 0), false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(name_of(c));
+    const auto first = run_backward_case(c, DType::bfloat16, 6e-3, tessera::AttentionTier::sm90, true);
+    const auto second = run_backward_case(c, DType::bfloat16, 6e-3, tessera::AttentionTier::sm90, true);
+    EXPECT_TRUE(first == second) << "dq differs between two deterministic runs";
   }
 }
 

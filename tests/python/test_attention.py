@@ -47,10 +47,11 @@ def inputs(torch, dtype, b, sq, sk, hq, hk, d, dv=None):
 
 
 def check_bound(torch, got, low, exact, what):
-    """FlashAttention's bound: max |got - exact| <= 2 max |low - exact| (+ float32 rounding)."""
+    """FlashAttention's bound: max |got - exact| <= 2 max |low - exact| (+ float32 rounding, of
+    unit-sized terms where the exact result is 0: dq and dk of a query that sees one key)."""
     err = (got.double() - exact).abs().max().item()
     base = (low.double() - exact).abs().max().item()
-    assert err <= 2 * base + 1e-5 * exact.abs().max().item() + 1e-6, (what, err, base)
+    assert err <= 2 * base + 1e-5 * max(exact.abs().max().item(), 1.0), (what, err, base)
 
 
 CASES = [
@@ -86,7 +87,7 @@ def test_forward_and_backward_within_flash_attentions_bound(torch, dtype, case):
     finite = torch.isfinite(exact_lse)
     assert torch.allclose(lse[finite].double(), exact_lse[finite], atol=1e-3, rtol=1e-4)
     assert not torch.isnan(out).any()
-    if sq * sk > 300 * 1000 and dtype != "float32":
+    if sq * sk > 300 * 1000 and dtype != "float32" and d not in (64, 128):
         return  # the generic backward is slow on long rows; the shorter cases cover its paths
     g = torch.randn_like(out)
     grads = torch.autograd.grad(out, (q, k, v), g)
@@ -94,6 +95,17 @@ def test_forward_and_backward_within_flash_attentions_bound(torch, dtype, case):
     low_grads = torch.autograd.grad(low, (q, k, v), g)
     for name, got, lo, ex in zip("qkv", grads, low_grads, exact_grads):
         check_bound(torch, got, lo, ex, "d" + name)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_deterministic_backward_repeats_bit_for_bit(torch, causal):
+    q, k, v = inputs(torch, torch.bfloat16, 1, 1000, 1100, 4, 2, 128)
+    out = tessera.flash_attention(q, k, v, causal=causal, deterministic=True)
+    g = torch.randn_like(out)
+    first = torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
+    second = torch.autograd.grad(out, (q, k, v), g)
+    for name, a, b in zip("qkv", first, second):
+        assert torch.equal(a, b), "d" + name
 
 
 def test_fully_masked_rows_are_zero_with_infinite_lse(torch):

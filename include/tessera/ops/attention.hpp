@@ -26,6 +26,7 @@ struct AttentionOptions {
   int64_t window_left = -1;   // sliding window: keys before the diagonal a query sees (-1: all)
   int64_t window_right = -1;  // keys after it (-1: all; causal caps it at 0)
   double softcap = 0.0;       // scores become softcap * tanh(score / softcap) where > 0
+  bool deterministic = false; // backward: dq summed in a fixed order, the same bits every run
   AttentionTier tier = AttentionTier::automatic;
 };
 
@@ -52,8 +53,12 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
 
 // The gradients of attention(q, k, v, out, lse, options) for grad_out (the shape of out): dq, dk
 // and dv with the shapes and dtype of q, k and v, any strides. lse is the forward's (required:
-// the backward recomputes the probabilities from it). Summed in float32 in a fixed order, so the
-// results are the same from run to run. A query that saw no key contributes nothing.
+// the backward recomputes the probabilities from it). Summed in float32. dk and dv are summed in a
+// fixed order; dq, on the sm90 tier, by atomic additions across key tiles whose order varies, so
+// its last bits may differ from run to run, unless options.deterministic (then in a fixed order,
+// at some cost in speed). The generic tier is always deterministic. A query that saw no key
+// contributes nothing. Tiers: generic and sm90 (bfloat16/float16, head_dim = head_dim_v in {64,
+// 128}, the head dimension of every tensor contiguous with 16-byte aligned rows).
 void attention_backward(const TensorView& grad_out, const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const TensorView& lse, const TensorView& dq, const TensorView& dk,
                         const TensorView& dv, const AttentionOptions& options, cudaStream_t stream);

@@ -22,10 +22,10 @@ using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
 using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
 AttentionOptions options_of(bool causal, std::optional<double> scale, int64_t window_left, int64_t window_right,
-                            double softcap) {
+                            double softcap, bool deterministic) {
   AttentionOptions o;
   o.causal = causal, o.scale = scale ? *scale : 0.0, o.window_left = window_left, o.window_right = window_right;
-  o.softcap = softcap;
+  o.softcap = softcap, o.deterministic = deterministic;
   return o;
 }
 
@@ -37,7 +37,8 @@ void check_scale(const char* op, std::optional<double> scale) {
 }
 
 Tensor2 attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                  std::optional<double> scale, int64_t window_left, int64_t window_right, double softcap) {
+                  std::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
+                  bool deterministic) {
   const char* op = "attention";
   const TensorView tq = view(op, "q", q), tk = view(op, "k", k), tv = view(op, "v", v);
   check_scale(op, scale);
@@ -48,14 +49,14 @@ Tensor2 attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   guarded([&] {
     const TensorView tl = view(op, "lse", lse);
     tessera::attention(tq, tk, tv, view(op, "out", out), &tl,
-                       options_of(causal, scale, window_left, window_right, softcap), stream_of(q));
+                       options_of(causal, scale, window_left, window_right, softcap, deterministic), stream_of(q));
   });
   return {out, lse};
 }
 
 Tensor3 attention_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale,
-                           int64_t window_left, int64_t window_right, double softcap) {
+                           int64_t window_left, int64_t window_right, double softcap, bool deterministic) {
   const char* op = "attention_backward";
   const TensorView tg = view(op, "grad_out", grad_out), tq = view(op, "q", q), tk = view(op, "k", k),
                    tv = view(op, "v", v), to = view(op, "out", out), tl = view(op, "lse", lse);
@@ -64,14 +65,15 @@ Tensor3 attention_backward(const at::Tensor& grad_out, const at::Tensor& q, cons
              dv = at::empty_like(v, at::MemoryFormat::Contiguous);
   guarded([&] {
     tessera::attention_backward(tg, tq, tk, tv, to, tl, view(op, "dq", dq), view(op, "dk", dk), view(op, "dv", dv),
-                                options_of(causal, scale, window_left, window_right, softcap), stream_of(q));
+                                options_of(causal, scale, window_left, window_right, softcap, deterministic),
+                                stream_of(q));
   });
   return {dq, dk, dv};
 }
 
 Tensor2 attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_q,
                          const at::Tensor& cu_k, int64_t max_q, int64_t max_k, bool causal, std::optional<double> scale,
-                         int64_t window_left, int64_t window_right, double softcap) {
+                         int64_t window_left, int64_t window_right, double softcap, bool deterministic) {
   const char* op = "attention_varlen";
   const TensorView tq = view(op, "q", q), tk = view(op, "k", k), tv = view(op, "v", v),
                    tcq = view(op, "cu_seqlens_q", cu_q), tck = view(op, "cu_seqlens_k", cu_k);
@@ -83,7 +85,8 @@ Tensor2 attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Ten
   guarded([&] {
     const TensorView tl = view(op, "lse", lse);
     tessera::attention_varlen(tq, tk, tv, view(op, "out", out), &tl, tcq, tck, max_q, max_k,
-                              options_of(causal, scale, window_left, window_right, softcap), stream_of(q));
+                              options_of(causal, scale, window_left, window_right, softcap, deterministic),
+                              stream_of(q));
   });
   return {out, lse};
 }
@@ -92,7 +95,7 @@ Tensor3 attention_varlen_backward(const at::Tensor& grad_out, const at::Tensor& 
                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                   const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
                                   bool causal, std::optional<double> scale, int64_t window_left, int64_t window_right,
-                                  double softcap) {
+                                  double softcap, bool deterministic) {
   const char* op = "attention_varlen_backward";
   const TensorView tg = view(op, "grad_out", grad_out), tq = view(op, "q", q), tk = view(op, "k", k),
                    tv = view(op, "v", v), to = view(op, "out", out), tl = view(op, "lse", lse),
@@ -103,14 +106,16 @@ Tensor3 attention_varlen_backward(const at::Tensor& grad_out, const at::Tensor& 
   guarded([&] {
     tessera::attention_varlen_backward(tg, tq, tk, tv, to, tl, view(op, "dq", dq), view(op, "dk", dk),
                                        view(op, "dv", dv), tcq, tck, max_q, max_k,
-                                       options_of(causal, scale, window_left, window_right, softcap), stream_of(q));
+                                       options_of(causal, scale, window_left, window_right, softcap, deterministic),
+                                stream_of(q));
   });
   return {dq, dk, dv};
 }
 
 // The options an autograd node keeps for its backward.
 void save_options(AutogradContext* ctx, bool causal, std::optional<double> scale, int64_t window_left,
-                  int64_t window_right, double softcap) {
+                  int64_t window_right, double softcap, bool deterministic) {
+  ctx->saved_data["deterministic"] = deterministic;
   ctx->saved_data["causal"] = causal;
   ctx->saved_data["scale"] = scale ? *scale : 0.0;
   ctx->saved_data["window_left"] = window_left;
@@ -125,34 +130,37 @@ std::optional<double> saved_scale(AutogradContext* ctx) {
 struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
   static const auto& op() {
     static const auto h = handle<Tensor2(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool,
-                                         std::optional<double>, int64_t, int64_t, double)>("attention");
+                                         std::optional<double>, int64_t, int64_t, double, bool)>("attention");
     return h;
   }
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                bool causal, std::optional<double> scale, int64_t window_left, int64_t window_right,
-                               double softcap) {
-    auto [out, lse] = call_below_autograd(op(), q, k, v, causal, scale, window_left, window_right, softcap);
+                               double softcap, bool deterministic) {
+    auto [out, lse] =
+        call_below_autograd(op(), q, k, v, causal, scale, window_left, window_right, softcap, deterministic);
     ctx->save_for_backward({q, k, v, out, lse});
-    save_options(ctx, causal, scale, window_left, window_right, softcap);
+    save_options(ctx, causal, scale, window_left, window_right, softcap, deterministic);
     ctx->mark_non_differentiable({lse});
     return {out, lse};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     static const auto op = handle<Tensor3(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                           const at::Tensor&, const at::Tensor&, bool, std::optional<double>, int64_t,
-                                          int64_t, double)>("attention_backward");
+                                          int64_t, double, bool)>("attention_backward");
     const auto s = ctx->get_saved_variables();
-    const at::Tensor grad = grads[0].defined() ? grads[0] : at::zeros_like(s[3]);
+    // Contiguous: a broadcast gradient (of a sum) would otherwise send the backward to the generic
+    // tier, whose rounding differs from the tensor-core tier's.
+    const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s[3]);
     auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], ctx->saved_data["causal"].toBool(), saved_scale(ctx),
                                 ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
-                                ctx->saved_data["softcap"].toDouble());
-    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+                                ctx->saved_data["softcap"].toDouble(), ctx->saved_data["deterministic"].toBool());
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 struct VarlenFunction : torch::autograd::Function<VarlenFunction> {
   using Sig = Tensor2(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                      int64_t, int64_t, bool, std::optional<double>, int64_t, int64_t, double);
+                      int64_t, int64_t, bool, std::optional<double>, int64_t, int64_t, double, bool);
   static const c10::TypedOperatorHandle<Sig>& op() {
     static const auto h = c10::Dispatcher::singleton().findSchemaOrThrow("tessera::attention", "varlen").typed<Sig>();
     return h;
@@ -160,11 +168,11 @@ struct VarlenFunction : torch::autograd::Function<VarlenFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
                                bool causal, std::optional<double> scale, int64_t window_left, int64_t window_right,
-                               double softcap) {
+                               double softcap, bool deterministic) {
     auto [out, lse] = call_below_autograd(op(), q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_left,
-                                          window_right, softcap);
+                                          window_right, softcap, deterministic);
     ctx->save_for_backward({q, k, v, out, lse, cu_q, cu_k});
-    save_options(ctx, causal, scale, window_left, window_right, softcap);
+    save_options(ctx, causal, scale, window_left, window_right, softcap, deterministic);
     ctx->saved_data["max_q"] = max_q;
     ctx->saved_data["max_k"] = max_k;
     ctx->mark_non_differentiable({lse});
@@ -173,16 +181,18 @@ struct VarlenFunction : torch::autograd::Function<VarlenFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     using BSig = Tensor3(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                          const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t, bool,
-                         std::optional<double>, int64_t, int64_t, double);
+                         std::optional<double>, int64_t, int64_t, double, bool);
     static const auto op =
         c10::Dispatcher::singleton().findSchemaOrThrow("tessera::attention_backward", "varlen").typed<BSig>();
     const auto s = ctx->get_saved_variables();
-    const at::Tensor grad = grads[0].defined() ? grads[0] : at::zeros_like(s[3]);
+    // Contiguous: a broadcast gradient (of a sum) would otherwise send the backward to the generic
+    // tier, whose rounding differs from the tensor-core tier's.
+    const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s[3]);
     auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], s[5], s[6], ctx->saved_data["max_q"].toInt(),
                                 ctx->saved_data["max_k"].toInt(), ctx->saved_data["causal"].toBool(), saved_scale(ctx),
                                 ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
-                                ctx->saved_data["softcap"].toDouble());
-    variable_list r(12);
+                                ctx->saved_data["softcap"].toDouble(), ctx->saved_data["deterministic"].toBool());
+    variable_list r(13);
     r[0] = dq, r[1] = dk, r[2] = dv;
     return r;
   }
@@ -191,19 +201,22 @@ struct VarlenFunction : torch::autograd::Function<VarlenFunction> {
 Tensor2 attention_varlen_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
                                   bool causal, std::optional<double> scale, int64_t window_left,
-                                  int64_t window_right, double softcap) {
+                                  int64_t window_right, double softcap, bool deterministic) {
   if (!records(q, k, v))
     return call_below_autograd(VarlenFunction::op(), q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_left,
-                               window_right, softcap);
-  auto r = VarlenFunction::apply(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_left, window_right, softcap);
+                               window_right, softcap, deterministic);
+  auto r = VarlenFunction::apply(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_left, window_right, softcap,
+                                 deterministic);
   return {r[0], r[1]};
 }
 
 Tensor2 attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                           std::optional<double> scale, int64_t window_left, int64_t window_right, double softcap) {
+                           std::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
+                           bool deterministic) {
   if (!records(q, k, v))
-    return call_below_autograd(AttentionFunction::op(), q, k, v, causal, scale, window_left, window_right, softcap);
-  auto r = AttentionFunction::apply(q, k, v, causal, scale, window_left, window_right, softcap);
+    return call_below_autograd(AttentionFunction::op(), q, k, v, causal, scale, window_left, window_right, softcap,
+                               deterministic);
+  auto r = AttentionFunction::apply(q, k, v, causal, scale, window_left, window_right, softcap, deterministic);
   return {r[0], r[1]};
 }
 

@@ -188,6 +188,7 @@ Params params_of(const TensorView& q, const TensorView& k, const TensorView& v, 
   p.scale = static_cast<float>(options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape[3])));
   p.softcap = static_cast<float>(options.softcap);
   p.causal = options.causal, p.window_left = options.window_left, p.window_right = options.window_right;
+  p.deterministic = options.deterministic;
   p.lse_b = p.heads_q * p.seq_q, p.lse_h = p.seq_q;
   return p;
 }

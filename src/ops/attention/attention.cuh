@@ -34,6 +34,7 @@ struct Params {
   float scale, softcap;  // softcap 0: none
   bool causal;
   int64_t window_left, window_right;  // -1: unbounded
+  bool deterministic;                 // the backward's dq summed in a fixed order
   // lse (and the backward's delta) of query i of sequence b, head h: b * lse_b + h * lse_h + q0 + i.
   int64_t lse_b, lse_h;
   // Packed sequences (varlen): batch + 1 offsets into the rows of q and k (the tensors [total,
@@ -125,9 +126,9 @@ struct BackwardArgs {
 };
 
 // The Hopper backward (attention_backward_sm90.cu): bf16 and fp16, head_dim = head_dim_v in {64,
-// 128}; q, k, v and grad_out as the forward's sm90 tier takes them, dk and dv with the head
+// 128}; q, k, v and grad_out as the forward's sm90 tier takes them, out, dk and dv with the head
 // dimension contiguous and 16-byte aligned rows. dq is summed across CTAs by atomic additions in
-// float32, so its last bits may differ from run to run.
+// float32, so its last bits may differ from run to run, unless p.deterministic.
 bool sm90_backward_can_implement(const Params& p, const BackwardArgs& a);
 void sm90_backward_launch(const Params& p, const BackwardArgs& a, cudaStream_t stream);
 

@@ -9,14 +9,16 @@
 //
 // Roles (384 threads, 3 warpgroups):
 //   warpgroup 0    the producer: one thread loads K and V once, then per step the query tile's Q,
-//                  dO, lse and delta into a ring of stages
+//                  dO, lse and delta into a ring of stages; one thread of its second warp adds
+//                  each step's dQ into the float32 sum (bulk reduce-add from shared memory)
 //   warpgroups 1,2 consumers of 64 keys each. They compute the transposes, S^T = K Q^T and
 //                  dP^T = V dO^T (keys are the rows, so P^T and dS^T sit in registers as the A
-//                  operands of dV and dK), then meet to put dS^T in shared memory, from where each
-//                  multiplies half of dQ's columns: dQ[:, half] = dS K[:, half].
+//                  operands of dV and dK), then put dS^T in shared memory, the A operand of dQ
+//                  (how the two share dQ's product: Shape).
 // Before: delta = rowsum(dO * O) and lse in log2 units, padded per 64-query tile; after: dQ from
 // float32 to the output dtype, times the scale.
 #include <cuda.h>
+#include <cuda/atomic>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -25,6 +27,7 @@
 #include <cstdint>
 
 #include "ops/attention/attention.cuh"
+#include "ops/attention/attention_backward_sm90.cuh"
 #include "ops/attention/attention_sm90.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
@@ -32,8 +35,6 @@
 #include "runtime/tma.hpp"
 #include "tile/activation.cuh"
 #include "tile/bulk.cuh"
-#include "tile/convert.cuh"
-#include "tile/reduce.cuh"
 #include "tile/sync.cuh"
 #include "tile/tma.cuh"
 #include "tile/wgmma.cuh"
@@ -45,35 +46,29 @@ using sm90::col_of;
 using sm90::kLog2e;
 using sm90::row_of;
 
-constexpr int kBM = 64;   // queries per step
-constexpr int kBN = 128;  // keys per CTA: 64 per consumer warpgroup
 constexpr int kThreads = 384;
-constexpr int kStages = 2;
 constexpr int kDsBar = 1;   // both consumers' dS^T in shared memory
-constexpr int kEpiBar = 2;  // 2, 3: a consumer's staging of dQ, dK, dV
-
-template <int D_>
-struct Shape {
-  static constexpr int D = D_, kChunks = D / 64, kHalf = D / 2;
-};
+constexpr int kEpiBar = 2;  // 2, 3: a consumer's staging of dK and dV
+constexpr int kTurnBar = 4; // 4, 5: split-K, consumer 0's and 1's turn to issue S and dP
 
 // Operand tiles are [chunk][rows][64] in the copy engine's 128-byte swizzle, 1024-byte aligned.
 template <class T, class C>
 struct alignas(1024) Smem {
   T k[C::kChunks][kBN * 64];
   T v[C::kChunks][kBN * 64];
-  T q[kStages][C::kChunks][kBM * 64];
-  T dout[kStages][C::kChunks][kBM * 64];
+  T q[C::kStages][C::kChunks][kBM * 64];
+  T dout[C::kStages][C::kChunks][kBM * 64];
   T ds[2][kBN * kBM];             // dS^T of a step, [key][query]: dQ's A operand, MN-major
-  float dq[2][kBM * C::kHalf];    // each consumer's half of dQ, in accumulator order
-  float lse[kStages][kBM], delta[kStages][kBM];
-  uint64_t kv_full, q_full[kStages], q_empty[kStages];
+  float dq[2][kBM * C::kCols];    // each consumer's dQ product, in accumulator order
+  float lse[C::kStages][kBM], delta[C::kStages][kBM];
+  uint64_t kv_full, q_full[C::kStages], q_empty[C::kStages], dq_full[2], dq_empty[2];
 };
 
 struct Bwd {
   void *dk, *dv;
   Strides sdk, sdv;
-  float* dq_acc;             // [batch * heads_q][m_blocks][2 halves][kBM * D / 2], accumulator order
+  float* dq_acc;             // [batch * heads_q][m_blocks][kParts][kBM * kCols], accumulator order
+  int* order;                 // deterministic dq (else null): [batch * heads_q][m_blocks][kParts] additions done
   const float *lse2, *delta;  // [batch * heads_q][m_blocks * kBM]; padding rows +inf and 0
   int64_t m_blocks, seq_q, seq_k;
   const int32_t *cu_q, *cu_k;
@@ -83,15 +78,27 @@ struct Bwd {
   int64_t window_left, window_right;
 };
 
-// A CTA's share: keys key0 .. key0 + kBN - 1 of head hk of sequence b, and the query tiles
-// [m_first, m_last] of each query head of the group that see any of them. Tiles inside the
-// query rows [full_lo, full_hi] see all the keys and need no mask.
+// A CTA's share: keys key0 .. key0 + kBN - 1 of head hk of sequence b, and the n_m query tiles
+// from m_first of each query head of the group that see any of them.
 struct Work {
   int hk, b, tb;
   int64_t q0, k0, len_q, len_k, key0;
   int m_first, n_m, steps;
-  int64_t full_lo, full_hi;
 };
+
+// The query tiles [first, last] that see any of the keys key0 .. key0 + kBN - 1 (none: last <
+// first). Both ends grow with key0.
+struct Tiles {
+  int first, last;
+};
+__device__ Tiles tiles_of(int64_t key0, int64_t len_q, int64_t len_k, const Bwd& f) {
+  if (key0 >= len_k) return {0, -1};
+  const int64_t key_last = min(key0 + kBN, len_k) - 1;
+  const KeyRange a = query_range(key0, len_q, len_k, f.causal, f.window_left, f.window_right);
+  const KeyRange z = query_range(key_last, len_q, len_k, f.causal, f.window_left, f.window_right);
+  if (z.hi < a.lo) return {0, -1};
+  return {int(a.lo / kBM), int(z.hi / kBM)};
+}
 
 __device__ Work work_of(const Bwd& f) {
   Work w;
@@ -102,17 +109,31 @@ __device__ Work work_of(const Bwd& f) {
   } else {
     w.q0 = w.k0 = 0, w.tb = w.b, w.len_q = f.seq_q, w.len_k = f.seq_k;
   }
-  w.m_first = 0, w.n_m = 0, w.steps = 0, w.full_lo = 0, w.full_hi = -1;
-  if (w.key0 >= w.len_k) return w;
-  const int64_t key_last = min(w.key0 + kBN, w.len_k) - 1;
-  const KeyRange a = query_range(w.key0, w.len_q, w.len_k, f.causal, f.window_left, f.window_right);
-  const KeyRange z = query_range(key_last, w.len_q, w.len_k, f.causal, f.window_left, f.window_right);
-  if (z.hi < a.lo) return w;
-  w.m_first = int(a.lo / kBM);
-  w.n_m = int(z.hi / kBM) - w.m_first + 1;
+  const Tiles t = tiles_of(w.key0, w.len_q, w.len_k, f);
+  w.m_first = t.first, w.n_m = t.last - t.first + 1;
   w.steps = w.n_m * f.group;
-  if (w.key0 + kBN <= w.len_k) w.full_lo = z.lo, w.full_hi = a.hi;
   return w;
+}
+
+// Deterministic dq: the key tiles that add into query tile m are a contiguous run of this
+// sequence's (both ends of tiles_of grow with the keys), added in key order; this CTA's place in
+// the run. The run starts at key tile 0 unless a left window hides the first keys from the tile's
+// queries: query i sees no key before i + seq_k - seq_q - window_left.
+__device__ int rank_of(int m, const Work& w, const Bwd& f) {
+  if (f.window_left < 0) return int(blockIdx.x);
+  const int64_t first_key = int64_t(m) * kBM + (w.len_k - w.len_q) - f.window_left;
+  return int(blockIdx.x) - int(max(first_key, int64_t(0)) / kBN);
+}
+
+// Step `it` of a CTA: query head h (of the group), query tile m.
+struct Step {
+  int h, m;
+};
+__device__ __forceinline__ Step step_of(const Work& w, const Bwd& f, int it) {
+  return {w.hk * f.group + it / w.n_m, w.m_first + it % w.n_m};
+}
+__device__ __forceinline__ int64_t head_of(const Work& w, const Bwd& f, int h) {  // b * heads_q + h
+  return int64_t(w.b) * gridDim.y * f.group + h;
 }
 
 template <class T, class C>
@@ -128,9 +149,10 @@ __device__ void produce(Smem<T, C>& s, const Bwd& f, const CUtensorMap* mq, cons
     tile::tma_load(s.v[c], mv, 64 * c, int(w.k0 + w.key0), w.hk, w.tb, kv);
   }
   for (int it = 0; it < w.steps; ++it) {
-    const int st = it % kStages, h = w.hk * f.group + it / w.n_m, m = w.m_first + it % w.n_m;
+    const int st = it % C::kStages;
+    const auto [h, m] = step_of(w, f, it);
     const tile::BulkBarrier full{&s.q_full[st]}, empty{&s.q_empty[st]};
-    empty.wait((uint32_t(it / kStages) & 1) ^ 1);  // a fresh barrier's preceding phase counts as complete
+    empty.wait((uint32_t(it / C::kStages) & 1) ^ 1);  // a fresh barrier's preceding phase counts as complete
     full.expect(2 * kBM * kRowBytes + 2 * kBM * sizeof(float));
     const int row = int(w.q0) + m * kBM;
 #pragma unroll
@@ -138,7 +160,7 @@ __device__ void produce(Smem<T, C>& s, const Bwd& f, const CUtensorMap* mq, cons
       tile::tma_load(s.q[st][c], mq, 64 * c, row, h, w.tb, full);
       tile::tma_load(s.dout[st][c], mdo, 64 * c, row, h, w.tb, full);
     }
-    const int64_t stat = ((int64_t(w.b) * gridDim.y * f.group + h) * f.m_blocks + m) * kBM;
+    const int64_t stat = (head_of(w, f, h) * f.m_blocks + m) * kBM;
     full.copy(s.lse[st], f.lse2 + stat, kBM * sizeof(float));
     full.copy(s.delta[st], f.delta + stat, kBM * sizeof(float));
   }
@@ -166,39 +188,44 @@ __device__ __forceinline__ void issue_keys_by_dim(const uint32_t (&x)[kBM / 16][
     Mma::run(acc, x[kk], tile::wgmma::mnmajor_sw128(b, kBM * 128) + 128 * kk, true);
 }
 
-// dQ[:, half wg] = dS K[:, half wg]: dS^T and K both [key][...] in shared memory, MN-major.
+// The consumer's dQ product (Shape): dS^T and K both [key][...] in shared memory, MN-major.
 template <class T, class C>
-__device__ __forceinline__ void issue_dq(Smem<T, C>& s, int buf, int wg, float (&dq)[C::kHalf / 2]) {
-  using Mma = tile::wgmma::Mma<T, C::kHalf, 1, 1>;
-  const int col = wg * C::kHalf;
-  const T* kh = &s.k[col / 64][col % 64];
+__device__ __forceinline__ void issue_dq(Smem<T, C>& s, int buf, int wg, float (&dq)[C::kCols / 2]) {
+  using Mma = tile::wgmma::Mma<T, C::kCols, 1, 1>;
+  constexpr int kKeys = C::kSplitK ? 64 : kBN;
+  const int key0 = C::kSplitK ? wg * 64 : 0, col = C::kSplitK ? 0 : wg * C::kCols;
+  const T* kh = &s.k[col / 64][key0 * 64 + col % 64];
 #pragma unroll
-  for (int kk = 0; kk < kBN / 16; ++kk)
-    Mma::run(dq, tile::wgmma::mnmajor_sw128(&s.ds[buf][0], kBN * 128) + 128 * kk,
+  for (int kk = 0; kk < kKeys / 16; ++kk)
+    Mma::run(dq, tile::wgmma::mnmajor_sw128(&s.ds[buf][key0 * 64], kBN * 128) + 128 * kk,
              tile::wgmma::mnmajor_sw128(kh, kBN * 128) + 128 * kk, kk > 0);
 }
 
-// P^T from S^T in place, and each element's factor for dS (the soft-cap's derivative, 1 - tanh^2,
-// recovered from P itself to keep the registers of a second tile free: where P = 0, dS = 0).
-template <class C>
-__device__ __forceinline__ void probabilities(float (&p)[kBM / 2], const Bwd& f, const float* lse2, int64_t q_base,
-                                              bool masked, const int64_t (&lo)[2], const int64_t (&hi)[2], int lane) {
+// P^T from S^T in place, zero outside the keys' query ranges [lo, hi] (relative to the step's
+// first query; branch-free, so that the loop has one body, small enough for the instruction
+// cache). Cap: the soft-cap.
+template <bool Cap>
+__device__ __forceinline__ void probabilities(float (&p)[kBM / 2], const Bwd& f, const float* lse2, const int (&lo)[2],
+                                              const int (&hi)[2], int lane) {
 #pragma unroll
   for (int j = 0; j < kBM / 2; ++j) {
     const int col = col_of(j, lane);
-    const float x = f.softcap > 0.f ? f.softcap * tanhf(p[j] * f.scale / f.softcap) : p[j];
-    p[j] = tile::ex2_approx(fmaf(x, f.mul, -lse2[col]));
-    if (masked && (q_base + col < lo[row_of(j)] || q_base + col > hi[row_of(j)])) p[j] = 0.f;
+    const float x = Cap ? f.softcap * tanhf(p[j] * f.scale / f.softcap) : p[j];
+    const float e = tile::ex2_approx(fmaf(x, f.mul, -lse2[col]));
+    p[j] = col < lo[row_of(j)] || col > hi[row_of(j)] ? 0.f : e;
   }
 }
 
+// dS^T = P^T (dP^T - delta) in place of dP^T, times the soft-cap's derivative 1 - tanh^2,
+// recovered from P itself (where P = 0, dS = 0) to keep the registers of a second tile free.
+template <bool Cap>
 __device__ __forceinline__ void scores_grad(float (&dp)[kBM / 2], const float (&p)[kBM / 2], const Bwd& f,
                                             const float* lse2, const float* delta, int lane) {
 #pragma unroll
   for (int j = 0; j < kBM / 2; ++j) {
     const int col = col_of(j, lane);
     float g = p[j] * (dp[j] - delta[col]);
-    if (f.softcap > 0.f) {
+    if (Cap) {
       const float t = p[j] > 0.f ? (__log2f(p[j]) + lse2[col]) / (f.mul * f.softcap) : 0.f;
       g *= 1.f - t * t;
     }
@@ -219,68 +246,139 @@ __device__ __forceinline__ void stage_ds(T* ds, const float (&g)[kBM / 2], int w
   }
 }
 
-// The warpgroup's half of dQ: staged in accumulator order (16 bytes a thread, no bank conflicts),
-// then added into dq_acc by the copy engine. The previous step's addition must have read the
-// staging buffer first.
+// The warpgroup's half of dQ, staged in accumulator order (16 bytes a thread, no bank conflicts)
+// for the producer warpgroup's second warp to add into dq_acc (add_dq), once the previous step's
+// addition has read the buffer.
 template <class T, class C>
-__device__ __forceinline__ void add_dq(Smem<T, C>& s, const float (&dq)[C::kHalf / 2], float* dst, int wg, int tid) {
-  if (tid == 0) tile::bulk_wait_read<0>();
-  tile::group_sync(kEpiBar + wg, 128);
+__device__ __forceinline__ void stage_dq(Smem<T, C>& s, const float (&dq)[C::kCols / 2], int it, int wg, int tid) {
+  tile::BulkBarrier{&s.dq_empty[wg]}.wait((uint32_t(it) & 1) ^ 1);
   float4* buf = reinterpret_cast<float4*>(s.dq[wg]);
 #pragma unroll
-  for (int j4 = 0; j4 < C::kHalf / 8; ++j4)
+  for (int j4 = 0; j4 < C::kCols / 8; ++j4)
     buf[j4 * 128 + tid] = make_float4(dq[4 * j4], dq[4 * j4 + 1], dq[4 * j4 + 2], dq[4 * j4 + 3]);
   tile::fence_async_shared();
-  tile::group_sync(kEpiBar + wg, 128);
-  if (tid == 0) {
-    tile::bulk_reduce_add(dst, s.dq[wg], kBM * C::kHalf * sizeof(float));
-    tile::bulk_commit();
+  tile::BulkBarrier{&s.dq_full[wg]}.arrive();
+}
+
+// One thread: each step's two halves of dQ added into dq_acc by the copy engine (bulk reduce-add);
+// a buffer is handed back once the copy engine has read it. Deterministic: each addition waits
+// for its turn among the CTAs that add into the same tile, and completes before passing it on.
+template <class T, class C>
+__device__ void add_dq(Smem<T, C>& s, const Bwd& f, const Work& w) {
+  for (int it = 0; it < w.steps; ++it) {
+    const auto [h, m] = step_of(w, f, it);
+    const int rank = f.order ? rank_of(m, w, f) : 0;
+#pragma unroll
+    for (int wg = 0; wg < 2; ++wg) {
+      // Split-K: both consumers add into the one tile, consumer 0 first.
+      const int part = C::kSplitK ? 0 : wg, turn_of_mine = C::kSplitK ? 2 * rank + wg : rank;
+      const int64_t tile = (head_of(w, f, h) * f.m_blocks + m) * C::kParts + part;
+      tile::BulkBarrier{&s.dq_full[wg]}.wait(uint32_t(it) & 1);
+      if (f.order) {
+        cuda::atomic_ref<int, cuda::thread_scope_device> turn(f.order[tile]);
+        while (turn.load(cuda::memory_order_acquire) != turn_of_mine) {
+        }
+        tile::fence_async_global();
+      }
+      tile::bulk_reduce_add(f.dq_acc + tile * (kBM * C::kCols), s.dq[wg], kBM * C::kCols * sizeof(float));
+      tile::bulk_commit();
+      if (f.order) {
+        tile::bulk_wait<0>();
+        tile::fence_async_global();
+        cuda::atomic_ref<int, cuda::thread_scope_device>(f.order[tile]).fetch_add(1, cuda::memory_order_release);
+      }
+      tile::bulk_wait_read<0>();
+      tile::BulkBarrier{&s.dq_empty[wg]}.arrive();
+    }
   }
 }
 
-template <class T, class C>
-__device__ void consume(Smem<T, C>& s, const Bwd& f, const Work& w, int wg) {
-  const int tid = threadIdx.x % 128, lane = tid % 32;
-  const int64_t key = w.key0 + wg * 64 + (tid / 32) * 16 + lane / 4;
-  int64_t lo[2], hi[2];
+// The query ranges [lo, hi] of the thread's two keys (its rows of the consumer's 64), and each
+// step's view of them: relative to the step's first query, clamped to [-1, kBM].
+__device__ __forceinline__ void key_ranges(const Work& w, const Bwd& f, int wg, int64_t (&lo)[2], int64_t (&hi)[2]) {
+  const int tid = threadIdx.x % 128;
+  const int64_t key = w.key0 + wg * 64 + (tid / 32) * 16 + (tid % 32) / 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const KeyRange qr = query_range(key + 8 * r, w.len_q, w.len_k, f.causal, f.window_left, f.window_right);
     lo[r] = qr.lo, hi[r] = qr.hi;
   }
+}
+__device__ __forceinline__ void step_ranges(const int64_t (&lo)[2], const int64_t (&hi)[2], int m, int (&rlo)[2],
+                                            int (&rhi)[2]) {
+  const int64_t q_base = int64_t(m) * kBM;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rlo[r] = int(min(max(lo[r] - q_base, int64_t(-1)), int64_t(kBM)));
+    rhi[r] = int(min(max(hi[r] - q_base, int64_t(-1)), int64_t(kBM)));
+  }
+}
+
+// Writes the consumer's dK (times the scale) and dV, staged through its own rows of K and V:
+// both consumers must be past their last multiply.
+template <class T, class C>
+__device__ void store_dkdv(Smem<T, C>& s, const Bwd& f, const Work& w, const float (&dk)[C::D / 2],
+                           const float (&dv)[C::D / 2], int wg) {
+  const int64_t row0 = w.k0 + w.key0 + wg * 64, valid = w.len_k - w.key0 - wg * 64;
+  const float one[2] = {1.f, 1.f}, scale[2] = {f.scale, f.scale};
+  T* dvp = static_cast<T*>(f.dv) + w.b * f.sdv.b + w.hk * f.sdv.h + row0 * f.sdv.s;
+  sm90::store_tile<T, C::D>(&s.v[0][0], kBN, wg * 64, dv, one, dvp, f.sdv.s, valid, kEpiBar + wg);
+  T* dkp = static_cast<T*>(f.dk) + w.b * f.sdk.b + w.hk * f.sdk.h + row0 * f.sdk.s;
+  sm90::store_tile<T, C::D>(&s.k[0][0], kBN, wg * 64, dk, scale, dkp, f.sdk.s, valid, kEpiBar + wg);
+}
+
+template <class T, class C>
+__device__ __forceinline__ void issue_scores(Smem<T, C>& s, int st, int wg, float (&p)[kBM / 2], float (&g)[kBM / 2]) {
+  tile::wgmma::fence();
+  issue_keys_by_queries<T, C>(&s.k[0][0], &s.q[st][0][0], wg, p);
+  tile::wgmma::commit();
+  issue_keys_by_queries<T, C>(&s.v[0][0], &s.dout[st][0][0], wg, g);
+  tile::wgmma::commit();
+}
+
+// A consumer warpgroup, a step at a time. Split-N: the consumers meet each step to share dS^T.
+// Split-K: they never meet, and take turns to issue S and dP (named barriers), so that the tensor
+// cores run one's while the other computes P and dS, rather than both at once. (Issuing step
+// it + 1's S and dP before step it's dQ is read would keep multiplies in flight across the loop's
+// back edge, which ptxas serializes.)
+template <class T, class C, bool Cap>
+__device__ void consume(Smem<T, C>& s, const Bwd& f, const Work& w, int wg) {
+  const int tid = threadIdx.x % 128, lane = tid % 32;
+  int64_t lo[2], hi[2];
+  key_ranges(w, f, wg, lo, hi);
   float dk[C::D / 2], dv[C::D / 2];
 #pragma unroll
   for (int j = 0; j < C::D / 2; ++j) dk[j] = dv[j] = 0.f;
   if (w.steps > 0) tile::BulkBarrier{&s.kv_full}.wait(0);
+  if (C::kSplitK && wg == 1 && w.steps > 0) tile::group_arrive(kTurnBar, 256);  // consumer 0 goes first
   for (int it = 0; it < w.steps; ++it) {
-    const int st = it % kStages, h = w.hk * f.group + it / w.n_m, m = w.m_first + it % w.n_m;
-    const int64_t q_base = int64_t(m) * kBM;
-    const bool masked = q_base < w.full_lo || q_base + kBM - 1 > w.full_hi;
-    float p[kBM / 2], g[kBM / 2], dq[C::kHalf / 2];
+    const int st = it % C::kStages;
+    int rlo[2], rhi[2];
+    step_ranges(lo, hi, step_of(w, f, it).m, rlo, rhi);
+    float p[kBM / 2], g[kBM / 2], dq[C::kCols / 2];
     uint32_t pa[kBM / 16][4], ga[kBM / 16][4];
-    tile::BulkBarrier{&s.q_full[st]}.wait(uint32_t(it / kStages) & 1);
-    tile::wgmma::fence();
-    issue_keys_by_queries<T, C>(&s.k[0][0], &s.q[st][0][0], wg, p);
-    tile::wgmma::commit();
-    issue_keys_by_queries<T, C>(&s.v[0][0], &s.dout[st][0][0], wg, g);
-    tile::wgmma::commit();
+    tile::BulkBarrier{&s.q_full[st]}.wait(uint32_t(it / C::kStages) & 1);
+    if constexpr (C::kSplitK) tile::group_sync(kTurnBar + wg, 256);
+    issue_scores(s, st, wg, p, g);
+    if (C::kSplitK && (wg == 0 || it + 1 < w.steps)) tile::group_arrive(kTurnBar + 1 - wg, 256);
     tile::wgmma::wait<1>();
     tile::wgmma::fence_operands(p);
-    probabilities<C>(p, f, s.lse[st], q_base, masked, lo, hi, lane);
+    probabilities<Cap>(p, f, s.lse[st], rlo, rhi, lane);
     sm90::pack_a<T, kBM>(p, pa);
     tile::wgmma::fence();
     issue_keys_by_dim<T, C>(pa, &s.dout[st][0][0], dv);
     tile::wgmma::commit();
     tile::wgmma::wait<1>();
     tile::wgmma::fence_operands(g);
-    scores_grad(g, p, f, s.lse[st], s.delta[st], lane);
+    scores_grad<Cap>(g, p, f, s.lse[st], s.delta[st], lane);
     sm90::pack_a<T, kBM>(g, ga);
     stage_ds<T>(s.ds[it % 2], g, wg, tid);
     tile::wgmma::fence();
     issue_keys_by_dim<T, C>(ga, &s.q[st][0][0], dk);
     tile::wgmma::commit();
     tile::fence_async_shared();
-    tile::group_sync(kDsBar, 256);
+    if constexpr (C::kSplitK) tile::group_sync(kEpiBar + wg, 128);
+    else tile::group_sync(kDsBar, 256);
     issue_dq(s, it % 2, wg, dq);
     tile::wgmma::commit();
     tile::wgmma::wait<0>();
@@ -293,27 +391,22 @@ __device__ void consume(Smem<T, C>& s, const Bwd& f, const Work& w, int wg) {
       tile::wgmma::fence_operands(ga[kk]);
     }
     if (tid == 0) tile::BulkBarrier{&s.q_empty[st]}.arrive();
-    const int64_t bh = int64_t(w.b) * gridDim.y * f.group + h;
-    add_dq(s, dq, f.dq_acc + ((bh * f.m_blocks + m) * 2 + wg) * (kBM * C::kHalf), wg, tid);
+    stage_dq(s, dq, it, wg, tid);
   }
-  // Both consumers are past their last multiply: K and V may be overwritten with dK and dV.
   tile::group_sync(kDsBar, 256);
-  const int64_t row0 = w.k0 + w.key0 + wg * 64, valid = w.len_k - w.key0 - wg * 64;
-  const float one[2] = {1.f, 1.f}, scale[2] = {f.scale, f.scale};
-  T* dvp = static_cast<T*>(f.dv) + w.b * f.sdv.b + w.hk * f.sdv.h + row0 * f.sdv.s;
-  sm90::store_tile<T, C::D>(&s.v[0][0], kBN, wg * 64, dv, one, dvp, f.sdv.s, valid, kEpiBar + wg);
-  T* dkp = static_cast<T*>(f.dk) + w.b * f.sdk.b + w.hk * f.sdk.h + row0 * f.sdk.s;
-  sm90::store_tile<T, C::D>(&s.k[0][0], kBN, wg * 64, dk, scale, dkp, f.sdk.s, valid, kEpiBar + wg);
-  if (tid == 0) tile::bulk_wait_read<0>();
+  store_dkdv(s, f, w, dk, dv, wg);
 }
 
-template <class T, class C>
+template <class T, class C, bool Cap>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_bwd_sm90_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mk,
                               const __grid_constant__ CUtensorMap mv, const __grid_constant__ CUtensorMap mdo,
                               const Bwd f) {
+  // Aligned by an offset from the shared array itself (not through an integer), so that the
+  // compiler keeps knowing the pointer is to shared memory and emits shared loads and stores.
   extern __shared__ unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<Smem<T, C>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  auto& s = *reinterpret_cast<Smem<T, C>*>(smem_raw + ((1024 - base % 1024) % 1024));
   const Work w = work_of(f);
   if (w.key0 >= w.len_k) return;  // a shorter sequence than the grid's longest
   if (threadIdx.x == 0) {
@@ -322,9 +415,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     tile::tma_prefetch(&mv);
     tile::tma_prefetch(&mdo);
     tile::BulkBarrier{&s.kv_full}.init(1);
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < C::kStages; ++i) {
       tile::BulkBarrier{&s.q_full[i]}.init(1);
       tile::BulkBarrier{&s.q_empty[i]}.init(2);
+    }
+    for (int i = 0; i < 2; ++i) {
+      tile::BulkBarrier{&s.dq_full[i]}.init(128);
+      tile::BulkBarrier{&s.dq_empty[i]}.init(1);
     }
     tile::bulk_barriers_ready();
   }
@@ -332,60 +429,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x < 128) {
     tile::wgmma::release_registers<24>();
     if (threadIdx.x == 0) produce(s, f, &mq, &mk, &mv, &mdo, w);
+    if (threadIdx.x == 32) add_dq(s, f, w);
   } else {
     tile::wgmma::claim_registers<240>();
-    consume(s, f, w, int(threadIdx.x / 128) - 1);
+    consume<T, C, Cap>(s, f, w, int(threadIdx.x / 128) - 1);
   }
-}
-
-// delta = rowsum(dO * O) and lse in log2 units, a warp per row of the padded [batch * heads_q]
-// [m_blocks * kBM] layout; padding rows and rows that saw no key get lse2 = +inf (P = 0).
-template <class T>
-__global__ void __launch_bounds__(256) prepare_kernel(Params p, const void* dout, Strides sdo, const float* lse,
-                                                      float* lse2, float* delta, int64_t rows_per_head) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;
-  if (row >= p.batch * p.heads_q * rows_per_head) return;
-  const int64_t i = row % rows_per_head, bh = row / rows_per_head, h = bh % p.heads_q, b = bh / p.heads_q;
-  const Seq sq = seq_of(p, b);
-  float d = 0.f, l = INFINITY;
-  if (i < sq.len_q) {
-    const T* o = static_cast<const T*>(p.out) + b * p.so.b + (sq.q0 + i) * p.so.s + h * p.so.h;
-    const T* g = static_cast<const T*>(dout) + b * sdo.b + (sq.q0 + i) * sdo.s + h * sdo.h;
-    for (int64_t c = lane; c < p.dim_v; c += 32) d += tile::to_float(o[c * p.so.d]) * tile::to_float(g[c * sdo.d]);
-    d = tile::warp_sum(d);
-    l = lse[b * p.lse_b + h * p.lse_h + sq.q0 + i] * kLog2e;
-  }
-  if (lane == 0) lse2[row] = l, delta[row] = d;
-}
-
-// dq = scale * dq_acc, from the accumulator order of add_dq: in a half of D / 2 columns, element
-// (r, c) was thread 32 (r / 16) + 4 (r % 8) + (c % 8) / 2's value j = 4 (c / 8) + 2 ((r % 16) / 8)
-// + c % 2, at float (j / 4) * 512 + thread * 4 + j % 4. Two columns a thread.
-template <class T, int D>
-__global__ void __launch_bounds__(256) finish_dq_kernel(Params p, const float* dq_acc, void* dq, Strides sdq,
-                                                        int64_t m_blocks) {
-  constexpr int kHalf = D / 2;
-  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x, pairs = D / 2;
-  const int64_t rows_per_head = m_blocks * kBM;
-  if (idx >= p.batch * p.heads_q * rows_per_head * pairs) return;
-  const int c = int(idx % pairs) * 2;
-  const int64_t row = idx / pairs, i = row % rows_per_head, bh = row / rows_per_head;
-  const int64_t h = bh % p.heads_q, b = bh / p.heads_q;
-  const Seq sq = seq_of(p, b);
-  if (i >= sq.len_q) return;
-  const int r = int(i % kBM), half = c / kHalf, hc = c % kHalf;
-  const int thread = 32 * (r / 16) + 4 * (r % 8) + (hc % 8) / 2, j = 4 * (hc / 8) + 2 * ((r % 16) / 8);
-  const float* src = dq_acc + ((bh * m_blocks + i / kBM) * 2 + half) * (kBM * kHalf) + (j / 4) * 512 + thread * 4 + j % 4;
-  const float2 v = *reinterpret_cast<const float2*>(src);
-  T* out = static_cast<T*>(dq) + b * sdq.b + (sq.q0 + i) * sdq.s + h * sdq.h;
-  out[c * sdq.d] = tile::from_float<T>(v.x * p.scale);
-  out[(c + 1) * sdq.d] = tile::from_float<T>(v.y * p.scale);
 }
 
 template <class T, class C>
 const void* kernel_of() {
-  return reinterpret_cast<const void*>(attention_bwd_sm90_kernel<T, C>);
+  return reinterpret_cast<const void*>(attention_bwd_sm90_kernel<T, C, false>);
 }
 
 struct Maps {
@@ -412,26 +465,28 @@ void launch_typed(const Params& p, const BackwardArgs& a, cudaStream_t stream) {
   const CUtensorMap mdo = runtime::tma_map(op, p.dtype, a.dout, mp.dout, runtime::TmaSwizzle::b128);
   const int64_t m_blocks = (p.seq_q + kBM - 1) / kBM, rows = p.batch * p.heads_q * m_blocks * kBM;
   runtime::Scratch stats(std::size_t(2 * rows) * sizeof(float), stream);
-  runtime::Scratch dq_acc(std::size_t(rows * D) * sizeof(float), stream);
+  runtime::Scratch dq_acc(std::size_t(rows * D) * sizeof(float), stream);  // kParts * kCols = D
   TESSERA_CUDA_CHECK(cudaMemsetAsync(dq_acc.data(), 0, dq_acc.bytes(), stream));
-  prepare_kernel<T><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(p, a.dout, a.sdo, a.lse, stats.as<float>(),
-                                                                  stats.as<float>() + rows, m_blocks * kBM);
-  TESSERA_LAUNCH_CHECK();
+  runtime::Scratch order;
+  if (p.deterministic) {
+    order = runtime::Scratch(std::size_t(rows / kBM * C::kParts) * sizeof(int), stream);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(order.data(), 0, order.bytes(), stream));
+  }
+  prepare(p, a, stats.as<float>(), stats.as<float>() + rows, m_blocks, stream);
   Bwd f{};
   f.dk = a.dk, f.dv = a.dv, f.sdk = a.sdk, f.sdv = a.sdv, f.dq_acc = dq_acc.as<float>();
+  f.order = order.as<int>();
   f.lse2 = stats.as<float>(), f.delta = stats.as<float>() + rows, f.m_blocks = m_blocks;
   f.seq_q = p.seq_q, f.seq_k = p.seq_k, f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.group = int(p.group);
   f.scale = p.scale, f.softcap = p.softcap, f.mul = (p.softcap > 0 ? 1.f : p.scale) * kLog2e;
   f.causal = p.causal, f.window_left = p.window_left, f.window_right = p.window_right;
   const dim3 grid(unsigned((p.seq_k + kBN - 1) / kBN), unsigned(p.heads_q / p.group), unsigned(p.batch));
   const std::size_t smem = sizeof(Smem<T, C>) + 1024;
-  auto kernel = attention_bwd_sm90_kernel<T, C>;
+  auto kernel = p.softcap > 0 ? attention_bwd_sm90_kernel<T, C, true> : attention_bwd_sm90_kernel<T, C, false>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   kernel<<<grid, kThreads, smem, stream>>>(mq, mk, mv, mdo, f);
   TESSERA_LAUNCH_CHECK();
-  const int64_t pairs = rows * (D / 2);
-  finish_dq_kernel<T, D><<<unsigned((pairs + 255) / 256), 256, 0, stream>>>(p, dq_acc.as<float>(), a.dq, a.sdq,
-                                                                          m_blocks);
+  finish_dq(p, a, dq_acc.as<float>(), m_blocks, stream);
   TESSERA_LAUNCH_CHECK();
 }
 
@@ -446,11 +501,11 @@ bool sm90_backward_can_implement(const Params& p, const BackwardArgs& a) {
     return false;
   if (p.heads_q > 65535 || p.batch > 65535 || std::max({p.seq_q, p.seq_k, p.total_q, p.total_k}) > INT32_MAX / 2)
     return false;
-  // dK and dV are written 16 bytes a thread.
+  // dK and dV are written, out (the forward's) read, 16 bytes a thread.
   const auto aligned = [](const void* ptr, const Strides& s) {
     return s.d == 1 && reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.s % 8 == 0 && s.h % 8 == 0 && s.b % 8 == 0;
   };
-  if (!aligned(a.dk, a.sdk) || !aligned(a.dv, a.sdv)) return false;
+  if (!aligned(a.dk, a.sdk) || !aligned(a.dv, a.sdv) || !aligned(p.out, p.so)) return false;
   const Maps mp = maps_of(p, a.sdo);
   return runtime::tma_can_map(p.dtype, p.q, mp.q, runtime::TmaSwizzle::b128) &&
          runtime::tma_can_map(p.dtype, p.k, mp.k, runtime::TmaSwizzle::b128) &&

@@ -206,26 +206,29 @@ const Registrar kRegistrar(10, [] {
   causal.make_bench = [](DType dt, int64_t n) { return attention_bench("attention_causal", dt, n, true); };
   causal.bench_shape = [](DType dt, int64_t n) { return attention_shape(dt, n, true); };
   op.torch_schemas = {"attention(Tensor q, Tensor k, Tensor v, *, bool causal=False, float? scale=None, "
-                      "int window_left=-1, int window_right=-1, float softcap=0.0) -> (Tensor, Tensor)",
+                      "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False) "
+                      "-> (Tensor, Tensor)",
                       "attention.varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
                       "int max_seqlen_q, int max_seqlen_k, *, bool causal=False, float? scale=None, "
-                      "int window_left=-1, int window_right=-1, float softcap=0.0) -> (Tensor, Tensor)"};
+                      "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False) "
+                      "-> (Tensor, Tensor)"};
   causal.torch_schemas = {};
 
   OpInfo backward = op;
   backward.name = "attention_backward";
-  backward.summary = "dq, dk, dv of attention from the forward's out and lse (deterministic)";
-  backward.bench_sizes = {512, 1024, 2048};
+  backward.summary = "dq, dk, dv of attention from the forward's out and lse";
   backward.verify_cases = backward_cases;
   backward.make_bench = backward_bench;
   backward.bench_shape = [](DType dt, int64_t n) { return attention_shape(dt, n, false, true); };
   backward.torch_schemas = {"attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, "
                             "Tensor lse, *, bool causal=False, float? scale=None, int window_left=-1, "
-                            "int window_right=-1, float softcap=0.0) -> (Tensor, Tensor, Tensor)",
+                            "int window_right=-1, float softcap=0.0, bool deterministic=False) "
+                            "-> (Tensor, Tensor, Tensor)",
                             "attention_backward.varlen(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, "
                             "Tensor lse, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
                             "int max_seqlen_k, *, bool causal=False, float? scale=None, int window_left=-1, "
-                            "int window_right=-1, float softcap=0.0) -> (Tensor, Tensor, Tensor)"};
+                            "int window_right=-1, float softcap=0.0, bool deterministic=False) "
+                            "-> (Tensor, Tensor, Tensor)"};
   return std::vector<OpInfo>{op, causal, backward};
 });
 
