@@ -78,7 +78,7 @@ struct Bwd {
   int64_t window_left, window_right;
 };
 
-// A CTA's share: keys key0 .. key0 + kBN - 1 of head hk of sequence b, and the n_m query tiles
+// A CTA's share: key tile n (keys key0 .. key0 + kBN - 1) of head hk of sequence b, and the n_m query tiles
 // from m_first of each query head of the group that see any of them.
 struct Work {
   int hk, b, tb;
@@ -102,7 +102,10 @@ __device__ Tiles tiles_of(int64_t key0, int64_t len_q, int64_t len_k, const Bwd&
 
 __device__ Work work_of(const Bwd& f) {
   Work w;
-  w.hk = int(blockIdx.y), w.b = int(blockIdx.z), w.key0 = int64_t(blockIdx.x) * kBN;
+  // Deterministic: the key tiles from the last (rank_of), so that a CTA waits only on CTAs that
+  // were dispatched before it, never on one that cannot start until it finishes.
+  const int n = f.order ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+  w.hk = int(blockIdx.y), w.b = int(blockIdx.z), w.key0 = int64_t(n) * kBN;
   if (f.cu_q) {
     w.q0 = f.cu_q[w.b], w.k0 = f.cu_k[w.b], w.tb = 0;
     w.len_q = f.cu_q[w.b + 1] - w.q0, w.len_k = f.cu_k[w.b + 1] - w.k0;
@@ -116,13 +119,18 @@ __device__ Work work_of(const Bwd& f) {
 }
 
 // Deterministic dq: the key tiles that add into query tile m are a contiguous run of this
-// sequence's (both ends of tiles_of grow with the keys), added in key order; this CTA's place in
-// the run. The run starts at key tile 0 unless a left window hides the first keys from the tile's
-// queries: query i sees no key before i + seq_k - seq_q - window_left.
-__device__ int rank_of(int m, const Work& w, const Bwd& f) {
-  if (f.window_left < 0) return int(blockIdx.x);
-  const int64_t first_key = int64_t(m) * kBM + (w.len_k - w.len_q) - f.window_left;
-  return int(blockIdx.x) - int(max(first_key, int64_t(0)) / kBN);
+// sequence's (both ends of tiles_of grow with the keys), added from the last to the first: under
+// a causal mask key tile n reaches query tile m after fewer steps than tile n - 1 does, so that
+// order keeps the CTAs from waiting on each other. The run ends at the last key that tile m's last
+// query sees: none after i + seq_k - seq_q (plus window_right) for query i, where bounded. Not
+// inlined: it runs in the producer warpgroup, whose few registers the loop around it needs.
+__device__ __noinline__ int rank_of(int m, const Work& w, const Bwd& f) {
+  int64_t last = w.len_k - 1;
+  if (f.causal || f.window_right >= 0) {
+    const int64_t right = f.causal ? min(f.window_right >= 0 ? f.window_right : int64_t(0), int64_t(0)) : f.window_right;
+    last = min(last, int64_t(m) * kBM + kBM - 1 + (w.len_k - w.len_q) + right);
+  }
+  return int(last / kBN) - int(w.key0 / kBN);
 }
 
 // Step `it` of a CTA: query head h (of the group), query tile m.
@@ -294,23 +302,24 @@ __device__ void add_dq(Smem<T, C>& s, const Bwd& f, const Work& w) {
 }
 
 // The query ranges [lo, hi] of the thread's two keys (its rows of the consumer's 64), and each
-// step's view of them: relative to the step's first query, clamped to [-1, kBM].
-__device__ __forceinline__ void key_ranges(const Work& w, const Bwd& f, int wg, int64_t (&lo)[2], int64_t (&hi)[2]) {
+// step's view of them: relative to the step's first query, clamped to [-1, kBM]. (int: the
+// launcher keeps lengths under 2^30.)
+__device__ __forceinline__ void key_ranges(const Work& w, const Bwd& f, int wg, int (&lo)[2], int (&hi)[2]) {
   const int tid = threadIdx.x % 128;
   const int64_t key = w.key0 + wg * 64 + (tid / 32) * 16 + (tid % 32) / 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const KeyRange qr = query_range(key + 8 * r, w.len_q, w.len_k, f.causal, f.window_left, f.window_right);
-    lo[r] = qr.lo, hi[r] = qr.hi;
+    lo[r] = int(qr.lo), hi[r] = int(qr.hi);
   }
 }
-__device__ __forceinline__ void step_ranges(const int64_t (&lo)[2], const int64_t (&hi)[2], int m, int (&rlo)[2],
+__device__ __forceinline__ void step_ranges(const int (&lo)[2], const int (&hi)[2], int m, int (&rlo)[2],
                                             int (&rhi)[2]) {
-  const int64_t q_base = int64_t(m) * kBM;
+  const int q_base = m * kBM;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    rlo[r] = int(min(max(lo[r] - q_base, int64_t(-1)), int64_t(kBM)));
-    rhi[r] = int(min(max(hi[r] - q_base, int64_t(-1)), int64_t(kBM)));
+    rlo[r] = min(max(lo[r] - q_base, -1), kBM);
+    rhi[r] = min(max(hi[r] - q_base, -1), kBM);
   }
 }
 
@@ -344,7 +353,7 @@ __device__ __forceinline__ void issue_scores(Smem<T, C>& s, int st, int wg, floa
 template <class T, class C, bool Cap>
 __device__ void consume(Smem<T, C>& s, const Bwd& f, const Work& w, int wg) {
   const int tid = threadIdx.x % 128, lane = tid % 32;
-  int64_t lo[2], hi[2];
+  int lo[2], hi[2];
   key_ranges(w, f, wg, lo, hi);
   float dk[C::D / 2], dv[C::D / 2];
 #pragma unroll
