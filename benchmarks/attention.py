@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Attention forward (or backward) against torch's SDPA backends, in TFLOP/s, as a user calls it.
 
-    python benchmarks/attention.py [--rounds R] [--dims 128,64] [--quick] [--backward] [--out DIR]
+    python benchmarks/attention.py [--rounds R] [--dims 128,64] [--quick] [--backward]
+                                   [--deterministic] [--out DIR]
 
 Providers, timed in the same run and interleaved within each of R rounds (each case reports the
 median over rounds): tessera.scaled_dot_product_attention; F.scaled_dot_product_attention under
@@ -12,7 +13,8 @@ forward, half of that under the causal mask.
 
 --backward times the backward instead, through autograd as training meets it: the forward once,
 then torch.autograd.grad(out, (q, k, v), grad, retain_graph=True) per call; FLOPs 2.5 times the
-forward's (five products of the forward's size against its two).
+forward's (five products of the forward's size against its two). --deterministic adds the provider
+"tessera_det": tessera with deterministic=True (dq summed in a fixed order).
 
 Shapes (the attention issue's): batch x heads = 4 x 32 at seq 4096, 16 x 16 at 1024, 1 x 32 at
 16384; head_dim 128 and 64; bf16; causal and not. Each output is checked against cuDNN's first.
@@ -111,7 +113,11 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--extras", action="store_true", help="also the GQA and varlen bars")
     ap.add_argument("--backward", action="store_true", help="time the backward (through autograd)")
+    ap.add_argument("--deterministic", action="store_true", help="also tessera with deterministic=True")
     args = ap.parse_args()
+    if args.deterministic:
+        PROVIDERS["tessera_det"] = lambda q, k, v, causal: tessera.flash_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, deterministic=True).transpose(1, 2)
     shapes = [(4, 32, 4096)] if args.quick else [(4, 32, 4096), (16, 16, 1024), (1, 32, 16384)]
     rows = []
     for d in [int(x) for x in args.dims.split(",")]:
@@ -158,6 +164,11 @@ def main() -> None:
                      f"{r['efficient_tflops']:.0f} | {r['tessera_tflops'] / r['cudnn_tflops']:.2f} | "
                      f"{r['tessera_tflops'] / r['flash2_tflops']:.2f} | "
                      f"{r['cudnn2_tflops'] / r['cudnn_tflops']:.2f} |")
+    if args.deterministic:
+        lines += ["", "| b x h x s | d | causal | tessera | tessera, deterministic | ratio |", "|" + " --- |" * 6]
+        lines += [f"| {r['b']} x {r['h']} x {r['s']} | {r['d']} | {'yes' if r['causal'] else 'no'} | "
+                  f"{r['tessera_tflops']:.0f} | {r['tessera_det_tflops']:.0f} | "
+                  f"{r['tessera_det_tflops'] / r['tessera_tflops']:.2f} |" for r in rows]
     if args.extras:
         lines += ["", "| case | tessera | baseline | ratio |", "| --- | --- | --- | --- |"] + extras(args.rounds)
     table = "\n".join(lines)

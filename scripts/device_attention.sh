@@ -5,7 +5,8 @@
 #   here:   bash scripts/stage_devbin.sh (BUILD_DIR=build-main) and the devwheel steps in
 #           scripts/devwheel.sh
 #   device: bash scripts/device_attention.sh [steps]      (carry ["devbin-pack", "devwheel"])
-# Steps (default: ctest verify pytest bwd fwd): bwd and fwd take BENCH_ARGS (e.g. --quick).
+# Steps (default: ctest verify pytest bwd fwd): bwd and fwd take BENCH_ARGS (e.g. --quick);
+# sanitize: compute-sanitizer memcheck over the tensor-core and varlen tests.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -31,6 +32,8 @@ step() {  # step NAME CMD...: run with a time limit, log to $OUT/NAME.log, recor
 for s in $STEPS; do
   case $s in
     ctest) step ctest devbin/tessera_tests --gtest_filter='Attention*:*VerifyGpu*attention*' ;;
+    sanitize) step sanitize compute-sanitizer --tool memcheck --error-exitcode 1 devbin/tessera_tests \
+                --gtest_filter='AttentionGpu.Sm90*:AttentionGpu.Varlen*:AttentionGpu.Decode*' ;;
     verify) step verify devbin/tessera verify attention attention_causal attention_backward ;;
     pytest) step pytest python3 -m pytest -q -rs tests/python/test_attention.py tests/python/test_torch_ops.py -k attention ;;
     bwd) step bwd python3 benchmarks/attention.py --backward --rounds 3 ${BENCH_ARGS:-} ;;

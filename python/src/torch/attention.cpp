@@ -112,6 +112,15 @@ Tensor3 attention_varlen_backward(const at::Tensor& grad_out, const at::Tensor& 
   return {dq, dk, dv};
 }
 
+// The gradient as the tensor-core backward takes it: a broadcast one (of a sum: stride 0) or one
+// with a strided last dimension would otherwise go to the generic tier, whose rounding differs;
+// other layouts (a transposed view, as SDPA's) pass as they are.
+at::Tensor dense(const at::Tensor& g) {
+  bool ok = g.dim() == 0 || g.stride(-1) == 1;
+  for (int64_t d = 0; ok && d < g.dim(); ++d) ok = g.stride(d) != 0 || g.size(d) <= 1;
+  return ok ? g : g.contiguous();
+}
+
 // The options an autograd node keeps for its backward.
 void save_options(AutogradContext* ctx, bool causal, std::optional<double> scale, int64_t window_left,
                   int64_t window_right, double softcap, bool deterministic) {
@@ -148,9 +157,7 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
                                           const at::Tensor&, const at::Tensor&, bool, std::optional<double>, int64_t,
                                           int64_t, double, bool)>("attention_backward");
     const auto s = ctx->get_saved_variables();
-    // Contiguous: a broadcast gradient (of a sum) would otherwise send the backward to the generic
-    // tier, whose rounding differs from the tensor-core tier's.
-    const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s[3]);
+    const at::Tensor grad = grads[0].defined() ? dense(grads[0]) : at::zeros_like(s[3]);
     auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], ctx->saved_data["causal"].toBool(), saved_scale(ctx),
                                 ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
                                 ctx->saved_data["softcap"].toDouble(), ctx->saved_data["deterministic"].toBool());
@@ -185,9 +192,7 @@ struct VarlenFunction : torch::autograd::Function<VarlenFunction> {
     static const auto op =
         c10::Dispatcher::singleton().findSchemaOrThrow("tessera::attention_backward", "varlen").typed<BSig>();
     const auto s = ctx->get_saved_variables();
-    // Contiguous: a broadcast gradient (of a sum) would otherwise send the backward to the generic
-    // tier, whose rounding differs from the tensor-core tier's.
-    const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s[3]);
+    const at::Tensor grad = grads[0].defined() ? dense(grads[0]) : at::zeros_like(s[3]);
     auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], s[5], s[6], ctx->saved_data["max_q"].toInt(),
                                 ctx->saved_data["max_k"].toInt(), ctx->saved_data["causal"].toBool(), saved_scale(ctx),
                                 ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
