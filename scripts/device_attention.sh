@@ -35,7 +35,8 @@ for s in $STEPS; do
     sanitize) step sanitize compute-sanitizer --tool memcheck --error-exitcode 1 devbin/tessera_tests \
                 --gtest_filter='AttentionGpu.Sm90*:AttentionGpu.Varlen*:AttentionGpu.Decode*' ;;
     verify) step verify devbin/tessera verify attention attention_causal attention_backward ;;
-    pytest) step pytest python3 -m pytest -q -rs tests/python/test_attention.py tests/python/test_torch_ops.py -k attention ;;
+    pytest) step pytest bash -c "python3 -m pytest -q -rs tests/python/test_attention.py tests/python/test_routing.py &&
+                                 python3 -m pytest -q -rs tests/python/test_torch_ops.py -k attention" ;;
     bwd) step bwd python3 benchmarks/attention.py --backward --rounds 3 ${BENCH_ARGS:-} ;;
     fwd) step fwd python3 benchmarks/attention.py --rounds 3 --extras ${BENCH_ARGS:-} ;;
     *) echo "device_attention.sh: unknown step $s" >&2 ;;

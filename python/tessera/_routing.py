@@ -9,9 +9,14 @@ kernels are the torch library's (libtessera_torch.so, python/src/torch/routing.c
 chooses which ops and reads the counters.
 
 The GEMMs (aten's mm, addmm and bmm, family "matmul": tessera's matmul where both operands are
-row- or column-major) are routable but not routed unless named: tessera's GEMM is below cuBLAS
-on many shapes (docs/PERF.md), so ``enable()`` leaves them to torch and
-``enable(include=tessera.routable())`` routes everything.
+row- or column-major) and attention (family "attention": the ops of F.scaled_dot_product_attention's
+cuDNN backend, which torch picks on Hopper, forward and backward; tessera's attention where it
+takes the call: no mask, no dropout, causal only with seq_q = seq_k; dq in a fixed order under
+torch.use_deterministic_algorithms) are routable but not routed unless named: tessera's GEMM is
+below cuBLAS on many shapes and its attention below cuDNN at short sequences (docs/PERF.md), so
+``enable()`` leaves them to torch and ``enable(include=tessera.routable())`` routes everything.
+A routed attention forward hands its lse to the routed backward only: switching routing between
+a forward and its backward is not supported.
 
 ``include`` / ``exclude`` name ops by family ("softmax", "layer_norm", "matmul", ...; a family
 brings its backward op) or by their aten names ("_softmax_backward_data", "addmm"). ``log=True`` counts, per aten op,
@@ -40,12 +45,16 @@ def _ops():
 
 
 _GEMMS = ("mm", "addmm", "bmm")
+_ATTENTION = ("_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward")
+_OPT_IN = _GEMMS + _ATTENTION
 
 
 def _family(name: str) -> str:
     """The family of an aten op name: '_softmax_backward_data' -> 'softmax', 'addmm' -> 'matmul'."""
     if name in _GEMMS:
         return "matmul"
+    if name in _ATTENTION:
+        return "attention"
     base = name.split(".")[0].lstrip("_")
     for prefix in ("native_", "fused_"):
         base = base[len(prefix):] if base.startswith(prefix) else base
@@ -70,7 +79,7 @@ def _chosen(include: Iterable[str] | None, exclude: Iterable[str] | None) -> lis
     inc = None if include is None else set(include)
     exc = set(exclude or ())
     if inc is None:
-        exc |= set(_GEMMS)  # opt-in only (module docstring)
+        exc |= set(_OPT_IN)  # opt-in only (module docstring)
     return [n for n in names
             if (inc is None or n in inc or _family(n) in inc) and n not in exc
             and _family(n) not in exc]
@@ -86,7 +95,7 @@ def _route(names: list[str], log: bool) -> None:
 
 def enable(include: Iterable[str] | None = None, exclude: Iterable[str] | None = None, *,
            log: bool = False) -> None:
-    """Routes the chosen aten ops (where ``include`` is None: all but the GEMMs) to tessera for
+    """Routes the chosen aten ops (where ``include`` is None: all but the GEMMs and attention) to tessera for
     CUDA tensors, replacing what was routed before."""
     _route(_chosen(include, exclude), bool(log))
 

@@ -153,3 +153,35 @@ def test_gemms_are_routed_on_request(routed):
         torch.testing.assert_close(g, h, rtol=2e-2, atol=5e-2)
     for op in ("mm", "addmm", "bmm"):
         assert counts[op]["tessera"] >= 1, (op, counts[op])
+
+
+def test_sdpa_routes_to_tesseras_attention(routed):
+    """F.scaled_dot_product_attention's cuDNN ops (torch's pick on Hopper) routed when named: the
+    forward and backward are tessera's (its own function's results; the backward within
+    FlashAttention's rounding of cuDNN's), a masked call stays torch's, and enable() alone does
+    not route them."""
+    torch = routed
+    import torch.nn.functional as F
+    q, k, v = (torch.randn(2, 4, 300, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    if torch._fused_sdp_choice(q, k, v, is_causal=True) != 3:  # SDPBackend.CUDNN_ATTENTION
+        pytest.skip("torch does not pick its cuDNN backend for this call here")
+    g = torch.randn_like(q)
+    want = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), g)
+    ours = tessera.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ours_grads = torch.autograd.grad(ours, (q, k, v), g)
+    tessera.enable(log=True)
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert tessera.routing_counts()["_scaled_dot_product_cudnn_attention"] == {"tessera": 0, "torch": 0}
+    with tessera.use_tessera(include=["attention"], log=True):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        got = torch.autograd.grad(out, (q, k, v), g)
+        mask = torch.ones(300, 300, device="cuda", dtype=torch.bool).tril()
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        counts = tessera.routing_counts()
+    assert torch.equal(out, ours)
+    for name, a, b, c in zip("qkv", got, ours_grads, want):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2, msg=f"d{name} against tessera's own")
+        torch.testing.assert_close(a, c, rtol=5e-2, atol=5e-2, msg=f"d{name} against cuDNN")
+    assert counts["_scaled_dot_product_cudnn_attention"]["tessera"] == 1
+    assert counts["_scaled_dot_product_cudnn_attention_backward"]["tessera"] == 1

@@ -23,8 +23,13 @@
 #include <ATen/ops/mm_cuda_dispatch.h>
 #include <ATen/ops/native_layer_norm_backward_cuda_dispatch.h>
 #include <ATen/ops/native_layer_norm_cuda_dispatch.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention_backward_cuda_dispatch.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention_cuda_dispatch.h>
 #include <ATen/ops/silu_backward_cuda_dispatch.h>
 #include <ATen/ops/silu_cuda_dispatch.h>
+
+#include <ATen/Context.h>
+#include <ATen/ops/zeros.h>
 
 #include <array>
 #include <atomic>
@@ -45,11 +50,11 @@ constexpr const char* kRouted[] = {
     "add.Tensor", "gelu", "gelu_backward", "silu", "silu_backward", "_softmax", "_log_softmax",
     "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm",
     "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward", "isin.Tensor_Tensor",
-    "mm", "addmm", "bmm"};
+    "mm", "addmm", "bmm", "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward"};
 constexpr int kCount = static_cast<int>(std::size(kRouted));
 enum Route { kAdd, kGelu, kGeluBackward, kSilu, kSiluBackward, kSoftmax, kLogSoftmax,
              kSoftmaxBackward, kLogSoftmaxBackward, kLayerNorm, kLayerNormBackward, kRmsNorm,
-             kRmsNormBackward, kIsin, kMm, kAddmm, kBmm };
+             kRmsNormBackward, kIsin, kMm, kAddmm, kBmm, kSdpa, kSdpaBackward };
 
 std::array<std::atomic<int64_t>, 2 * kCount> counts{};  // [2 r]: tessera, [2 r + 1]: torch
 std::atomic<bool> counting{false};
@@ -267,6 +272,65 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
   return at::cuda::addmm(self, mat1, mat2, beta, alpha);
 }
 
+// ---- scaled_dot_product_attention: its cuDNN backend's ops (what F.scaled_dot_product_attention
+// picks on Hopper), on tessera's attention where it takes the call --------------------------------
+//
+// The forward's lse goes only to the backward of the same call, so both decide alike from the same
+// arguments: a routed forward has a routed backward (and torch's forward torch's backward), as long
+// as routing is not switched between the two.
+
+using Sdpa = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
+                        at::Tensor, at::Tensor>;
+
+const auto& attention_op() {
+  static const auto h = handle<Tensor2(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool,
+                                       std::optional<double>, int64_t, int64_t, double, bool)>("attention");
+  return h;
+}
+const auto& attention_backward_op() {
+  static const auto h =
+      handle<Tensor3(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                     const at::Tensor&, bool, std::optional<double>, int64_t, int64_t, double, bool)>(
+          "attention_backward");
+  return h;
+}
+
+// What tessera's attention takes of an SDPA call ([batch, heads, seq, head_dim] tensors): no mask,
+// no dropout, causal only with seq_q = seq_k (torch's causal mask is top-left aligned otherwise).
+bool sdpa_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool has_bias, double dropout,
+                bool causal, std::optional<double> scale) {
+  return !has_bias && dropout == 0.0 && all_take(q, k, v) && q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
+         k.size(1) > 0 && q.size(1) % k.size(1) == 0 && (!causal || q.size(2) == k.size(2)) &&
+         q.size(3) <= 256 && v.size(3) <= 256 && (!scale || *scale > 0);
+}
+
+Sdpa sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& bias, bool compute_lse,
+          double dropout, bool causal, bool debug_mask, std::optional<double> scale) {
+  const bool has_bias = bias && bias->defined();
+  if (!ran(kSdpa, !debug_mask && sdpa_takes(q, k, v, has_bias, dropout, causal, scale)))
+    return at::cuda::_scaled_dot_product_cudnn_attention(q, k, v, bias, compute_lse, dropout, causal, debug_mask,
+                                                         scale);
+  auto [out, lse] = attention_op().call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, scale, -1,
+                                        -1, 0.0, at::globalContext().deterministicAlgorithms());
+  const at::Tensor seed = at::zeros({}, q.options().dtype(at::kLong));
+  return {out.transpose(1, 2), lse.unsqueeze(-1), at::Tensor(), at::Tensor(), c10::SymInt(q.size(2)),
+          c10::SymInt(k.size(2)), seed, seed.clone(), at::Tensor()};
+}
+
+Tensor3 sdpa_backward(const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const at::Tensor& out, const at::Tensor& lse, const at::Tensor& seed, const at::Tensor& offset,
+                      const at::Tensor& bias, const at::Tensor& cum_q, const at::Tensor& cum_k, c10::SymInt max_q,
+                      c10::SymInt max_k, double dropout, bool causal, std::optional<double> scale) {
+  if (!ran(kSdpaBackward, sdpa_takes(q, k, v, bias.defined(), dropout, causal, scale) && all_take(q, grad, out)))
+    return at::cuda::_scaled_dot_product_cudnn_attention_backward(grad, q, k, v, out, lse, seed, offset, bias, cum_q,
+                                                                  cum_k, max_q.expect_int(), max_k.expect_int(),
+                                                                  dropout, causal, scale);
+  auto [dq, dk, dv] = attention_backward_op().call(
+      grad.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2),
+      lse.squeeze(-1), causal, scale, -1, -1, 0.0, at::globalContext().deterministicAlgorithms());
+  return {dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)};
+}
+
 void register_route(torch::Library& m, int r) {
   switch (r) {
     case kAdd: m.impl("add.Tensor", &add); break;
@@ -286,6 +350,8 @@ void register_route(torch::Library& m, int r) {
     case kMm: m.impl("mm", &mm); break;
     case kAddmm: m.impl("addmm", &addmm); break;
     case kBmm: m.impl("bmm", &bmm); break;
+    case kSdpa: m.impl("_scaled_dot_product_cudnn_attention", &sdpa); break;
+    case kSdpaBackward: m.impl("_scaled_dot_product_cudnn_attention_backward", &sdpa_backward); break;
   }
 }
 
