@@ -68,7 +68,7 @@ struct Bwd {
   void *dk, *dv;
   Strides sdk, sdv;
   float* dq_acc;             // [batch * heads_q][m_blocks][kParts][kBM * kCols], accumulator order
-  int* order;                 // deterministic dq (else null): [batch * heads_q][m_blocks][kParts] additions done
+  int* order;  // deterministic dq (else null): additions done, [batch * heads_q][m_blocks][kParts]
   const float *lse2, *delta;  // [batch * heads_q][m_blocks * kBM]; padding rows +inf and 0
   int64_t m_blocks, seq_q, seq_k;
   const int32_t *cu_q, *cu_k;
@@ -78,8 +78,8 @@ struct Bwd {
   int64_t window_left, window_right;
 };
 
-// A CTA's share: key tile n (keys key0 .. key0 + kBN - 1) of head hk of sequence b, and the n_m query tiles
-// from m_first of each query head of the group that see any of them.
+// A CTA's share: a key tile (keys key0 .. key0 + kBN - 1) of head hk of sequence b, and the n_m
+// query tiles from m_first of each query head of the group that see any of them.
 struct Work {
   int hk, b, tb;
   int64_t q0, k0, len_q, len_k, key0;
@@ -127,7 +127,7 @@ __device__ Work work_of(const Bwd& f) {
 __device__ __noinline__ int rank_of(int m, const Work& w, const Bwd& f) {
   int64_t last = w.len_k - 1;
   if (f.causal || f.window_right >= 0) {
-    const int64_t right = f.causal ? min(f.window_right >= 0 ? f.window_right : int64_t(0), int64_t(0)) : f.window_right;
+    const int64_t right = f.causal ? int64_t(0) : f.window_right;  // causal caps the window at 0
     last = min(last, int64_t(m) * kBM + kBM - 1 + (w.len_k - w.len_q) + right);
   }
   return int(last / kBN) - int(w.key0 / kBN);
@@ -254,7 +254,7 @@ __device__ __forceinline__ void stage_ds(T* ds, const float (&g)[kBM / 2], int w
   }
 }
 
-// The warpgroup's half of dQ, staged in accumulator order (16 bytes a thread, no bank conflicts)
+// The consumer's dQ product, staged in accumulator order (16 bytes a thread, no bank conflicts)
 // for the producer warpgroup's second warp to add into dq_acc (add_dq), once the previous step's
 // addition has read the buffer.
 template <class T, class C>
@@ -268,7 +268,7 @@ __device__ __forceinline__ void stage_dq(Smem<T, C>& s, const float (&dq)[C::kCo
   tile::BulkBarrier{&s.dq_full[wg]}.arrive();
 }
 
-// One thread: each step's two halves of dQ added into dq_acc by the copy engine (bulk reduce-add);
+// One thread: each step's two dQ products added into dq_acc by the copy engine (bulk reduce-add);
 // a buffer is handed back once the copy engine has read it. Deterministic: each addition waits
 // for its turn among the CTAs that add into the same tile, and completes before passing it on.
 template <class T, class C>
