@@ -124,12 +124,9 @@ struct Mma;
       "+f"(d[i + 6]), "+f"(d[i + 7])
 #define TESSERA_WG_D32(i) \
   TESSERA_WG_D8(i), TESSERA_WG_D8(i + 8), TESSERA_WG_D8(i + 16), TESSERA_WG_D8(i + 24)
-#define TESSERA_WG_D_N32(i) TESSERA_WG_D8(i), TESSERA_WG_D8(i + 8)
 #define TESSERA_WG_D_N64(i) TESSERA_WG_D32(i)
 #define TESSERA_WG_D_N128(i) TESSERA_WG_D32(i), TESSERA_WG_D32(i + 32)
 #define TESSERA_WG_D_N256(i) TESSERA_WG_D_N128(i), TESSERA_WG_D_N128(i + 64)
-#define TESSERA_WG_REGS_N32 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define TESSERA_WG_REGS_N64 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -193,11 +190,9 @@ struct Mma;
   };
 #endif
 
-TESSERA_WG_MMA(__nv_bfloat16, "bf16", 32, 16, 17, 18, 19, 20)
 TESSERA_WG_MMA(__nv_bfloat16, "bf16", 64, 32, 33, 34, 35, 36)
 TESSERA_WG_MMA(__nv_bfloat16, "bf16", 128, 64, 65, 66, 67, 68)
 TESSERA_WG_MMA(__nv_bfloat16, "bf16", 256, 128, 129, 130, 131, 132)
-TESSERA_WG_MMA(__half, "f16", 32, 16, 17, 18, 19, 20)
 TESSERA_WG_MMA(__half, "f16", 64, 32, 33, 34, 35, 36)
 TESSERA_WG_MMA(__half, "f16", 128, 64, 65, 66, 67, 68)
 TESSERA_WG_MMA(__half, "f16", 256, 128, 129, 130, 131, 132)

@@ -601,6 +601,18 @@ TEST(AttentionChecks, NamedTierMustApply) {
   const TensorView o80 = cuda_tensor(0x200000, DType::bfloat16, {1, 4, 6, 80});
   expect_error([&] { tessera::attention(q80, k80, k80, o80, nullptr, sm90, nullptr); }, ErrorKind::value,
                {"'tier'", "sm90 tier"});
+  // The backward: sm90 takes head_dim 64 and 128 only; it has no decode tier.
+  const TensorView l80 = cuda_tensor(0x300000, DType::float32, {1, 6, 4});
+  const TensorView g80 = cuda_tensor(0x400000, DType::bfloat16, {1, 4, 6, 80});
+  const TensorView dq = cuda_tensor(0x500000, DType::bfloat16, {1, 4, 6, 80});
+  const TensorView dk = cuda_tensor(0x600000, DType::bfloat16, {1, 5, 3, 80});
+  const TensorView dv = cuda_tensor(0x700000, DType::bfloat16, {1, 5, 3, 80});
+  expect_error([&] { tessera::attention_backward(g80, q80, k80, k80, o80, l80, dq, dk, dv, sm90, nullptr); },
+               ErrorKind::value, {"attention_backward", "'tier'", "sm90 tier"});
+  tessera::AttentionOptions decode;
+  decode.tier = tessera::AttentionTier::decode;
+  expect_error([&] { tessera::attention_backward(g80, q80, k80, k80, o80, l80, dq, dk, dv, decode, nullptr); },
+               ErrorKind::value, {"'tier'", "no decode tier"});
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 //   derivative 1 - tanh^2), dQ_i = scale sum_j dS_ij K_j, dK_j = scale sum_i dS_ij Q_i.
 // The generic tier: a warp per query row for delta and dQ, then a warp per key row (over the
 // query heads of its group) for dK and dV; each gradient row is summed by one warp in a fixed
-// order, so the results are deterministic, with no atomics. Any strides, head dimensions up to 256.
+// order, so the results are deterministic, with no atomics. Any strides, head dimensions up to 256;
+// what runs where the tensor-core tier (attention_backward_sm90.cu, tried first) does not apply.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
