@@ -35,6 +35,7 @@
 #include "runtime/tma.hpp"
 #include "tile/activation.cuh"
 #include "tile/bulk.cuh"
+#include "tile/smem.cuh"
 #include "tile/sync.cuh"
 #include "tile/tma.cuh"
 #include "tile/wgmma.cuh"
@@ -411,11 +412,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     attention_bwd_sm90_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mk,
                               const __grid_constant__ CUtensorMap mv, const __grid_constant__ CUtensorMap mdo,
                               const Bwd f) {
-  // Aligned by an offset from the shared array itself (not through an integer), so that the
-  // compiler keeps knowing the pointer is to shared memory and emits shared loads and stores.
   extern __shared__ unsigned char smem_raw[];
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  auto& s = *reinterpret_cast<Smem<T, C>*>(smem_raw + ((1024 - base % 1024) % 1024));
+  auto& s = tile::aligned_smem<Smem<T, C>, 1024>(smem_raw);
   const Work w = work_of(f);
   if (w.key0 >= w.len_k) return;  // a shorter sequence than the grid's longest
   if (threadIdx.x == 0) {

@@ -33,6 +33,7 @@
 #include "runtime/tma.hpp"
 #include "tile/activation.cuh"
 #include "tile/bulk.cuh"
+#include "tile/smem.cuh"
 #include "tile/sync.cuh"
 #include "tile/tma.cuh"
 #include "tile/wgmma.cuh"
@@ -312,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     attention_sm90_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mk,
                           const __grid_constant__ CUtensorMap mv, const Fwd f) {
   extern __shared__ unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<Smem<T, C>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  auto& s = tile::aligned_smem<Smem<T, C>, 1024>(smem_raw);
   const Work w = work_of<C::BN>(f);
   if (threadIdx.x == 0) {
     tile::tma_prefetch(&mq);
