@@ -54,11 +54,22 @@ Tensor2 attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   return {out, lse};
 }
 
+// The gradient as the tensor-core backward takes it: a broadcast one (of a sum: stride 0) or one
+// with a strided last dimension would otherwise go to the generic tier (slow, and rounded
+// differently), from autograd and from the routed SDPA alike; other layouts (a transposed view, as
+// SDPA's) pass as they are.
+at::Tensor dense(const at::Tensor& g) {
+  bool ok = g.dim() == 0 || g.stride(-1) == 1;
+  for (int64_t d = 0; ok && d < g.dim(); ++d) ok = g.stride(d) != 0 || g.size(d) <= 1;
+  return ok ? g : g.contiguous();
+}
+
 Tensor3 attention_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& out, const at::Tensor& lse, bool causal, std::optional<double> scale,
                            int64_t window_left, int64_t window_right, double softcap, bool deterministic) {
   const char* op = "attention_backward";
-  const TensorView tg = view(op, "grad_out", grad_out), tq = view(op, "q", q), tk = view(op, "k", k),
+  const at::Tensor g = dense(grad_out);
+  const TensorView tg = view(op, "grad_out", g), tq = view(op, "q", q), tk = view(op, "k", k),
                    tv = view(op, "v", v), to = view(op, "out", out), tl = view(op, "lse", lse);
   check_scale(op, scale);
   at::Tensor dq = at::empty_like(q, at::MemoryFormat::Contiguous), dk = at::empty_like(k, at::MemoryFormat::Contiguous),
@@ -97,7 +108,8 @@ Tensor3 attention_varlen_backward(const at::Tensor& grad_out, const at::Tensor& 
                                   bool causal, std::optional<double> scale, int64_t window_left, int64_t window_right,
                                   double softcap, bool deterministic) {
   const char* op = "attention_varlen_backward";
-  const TensorView tg = view(op, "grad_out", grad_out), tq = view(op, "q", q), tk = view(op, "k", k),
+  const at::Tensor g = dense(grad_out);
+  const TensorView tg = view(op, "grad_out", g), tq = view(op, "q", q), tk = view(op, "k", k),
                    tv = view(op, "v", v), to = view(op, "out", out), tl = view(op, "lse", lse),
                    tcq = view(op, "cu_seqlens_q", cu_q), tck = view(op, "cu_seqlens_k", cu_k);
   check_scale(op, scale);
@@ -107,18 +119,9 @@ Tensor3 attention_varlen_backward(const at::Tensor& grad_out, const at::Tensor& 
     tessera::attention_varlen_backward(tg, tq, tk, tv, to, tl, view(op, "dq", dq), view(op, "dk", dk),
                                        view(op, "dv", dv), tcq, tck, max_q, max_k,
                                        options_of(causal, scale, window_left, window_right, softcap, deterministic),
-                                stream_of(q));
+                                       stream_of(q));
   });
   return {dq, dk, dv};
-}
-
-// The gradient as the tensor-core backward takes it: a broadcast one (of a sum: stride 0) or one
-// with a strided last dimension would otherwise go to the generic tier, whose rounding differs;
-// other layouts (a transposed view, as SDPA's) pass as they are.
-at::Tensor dense(const at::Tensor& g) {
-  bool ok = g.dim() == 0 || g.stride(-1) == 1;
-  for (int64_t d = 0; ok && d < g.dim(); ++d) ok = g.stride(d) != 0 || g.size(d) <= 1;
-  return ok ? g : g.contiguous();
 }
 
 // The options an autograd node keeps for its backward.
@@ -157,7 +160,7 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
                                           const at::Tensor&, const at::Tensor&, bool, std::optional<double>, int64_t,
                                           int64_t, double, bool)>("attention_backward");
     const auto s = ctx->get_saved_variables();
-    const at::Tensor grad = grads[0].defined() ? dense(grads[0]) : at::zeros_like(s[3]);
+    const at::Tensor grad = grads[0].defined() ? grads[0] : at::zeros_like(s[3]);
     auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], ctx->saved_data["causal"].toBool(), saved_scale(ctx),
                                 ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
                                 ctx->saved_data["softcap"].toDouble(), ctx->saved_data["deterministic"].toBool());
@@ -192,7 +195,7 @@ struct VarlenFunction : torch::autograd::Function<VarlenFunction> {
     static const auto op =
         c10::Dispatcher::singleton().findSchemaOrThrow("tessera::attention_backward", "varlen").typed<BSig>();
     const auto s = ctx->get_saved_variables();
-    const at::Tensor grad = grads[0].defined() ? dense(grads[0]) : at::zeros_like(s[3]);
+    const at::Tensor grad = grads[0].defined() ? grads[0] : at::zeros_like(s[3]);
     auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], s[5], s[6], ctx->saved_data["max_q"].toInt(),
                                 ctx->saved_data["max_k"].toInt(), ctx->saved_data["causal"].toBool(), saved_scale(ctx),
                                 ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
