@@ -102,6 +102,25 @@ def extras(rounds: int) -> list:
     ours, theirs = (nbytes / statistics.median(t[n]) / 1e6 for n in ("tessera", "torch"))
     lines.append(f"| decode 1 x 32 x 32768, d 128 (GB/s; baseline: torch's SDPA) | {ours:.0f} | {theirs:.0f} | "
                  f"{ours / theirs:.3f} |")
+    # The same decode from a paged cache (blocks of 256 and 16 keys, handed out shuffled) against
+    # the contiguous cache (flash_attention_with_kvcache both): the cost of the block table.
+    q1 = q1.transpose(1, 2)
+    kc, vc = kc.transpose(1, 2).contiguous(), vc.transpose(1, 2).contiguous()
+    lens = torch.full((1,), 32768, dtype=torch.int32, device="cuda")
+    for bs in (256, 16):
+        perm = torch.randperm(32768 // bs, generator=g).cuda()
+        kp, vp = kc.view(-1, bs, 32, 128)[perm].contiguous(), vc.view(-1, bs, 32, 128)[perm].contiguous()
+        table = torch.argsort(perm).to(torch.int32)[None]  # block i of the sequence is at kp[table[0, i]]
+        want = tessera.flash_attention_with_kvcache(q1, kc, vc, lens)
+        got = tessera.flash_attention_with_kvcache(q1, kp, vp, lens, block_table=table)
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+        t = {"paged": [], "contiguous": []}
+        for _ in range(rounds):
+            t["paged"].append(bench_ms(lambda: tessera.flash_attention_with_kvcache(q1, kp, vp, lens, block_table=table)))
+            t["contiguous"].append(bench_ms(lambda: tessera.flash_attention_with_kvcache(q1, kc, vc, lens)))
+        paged, contiguous = (nbytes / statistics.median(t[n]) / 1e6 for n in ("paged", "contiguous"))
+        lines.append(f"| decode, paged cache (blocks of {bs}) vs contiguous, 1 x 32 x 32768 (GB/s) | {paged:.0f} | "
+                     f"{contiguous:.0f} | {paged / contiguous:.3f} |")
     return lines
 
 

@@ -2,11 +2,11 @@
 # One call on the GPU machine for the attention family: the C++ tests and verify cases, the Python
 # tests (through the workstation's torch-op library, scripts/devwheel.sh), then the forward and
 # backward benchmarks against torch's SDPA backends; logs under $OUT, a short summary last.
-#   here:   bash scripts/stage_devbin.sh (BUILD_DIR=build-main) and the devwheel steps in
-#           scripts/devwheel.sh
+#   here:   BUILD_DIR=build-main bash scripts/stage_devbin.sh && bash scripts/stage_devpkg.sh
 #   device: bash scripts/device_attention.sh [steps]      (carry ["devbin-pack", "devwheel"])
 # Steps (default: ctest verify pytest bwd fwd): bwd and fwd take BENCH_ARGS (e.g. --quick);
-# sanitize: compute-sanitizer memcheck over the tensor-core and varlen tests.
+# sanitize: compute-sanitizer memcheck over the tensor-core, varlen, decode and KV cache tests;
+# tune: `tessera tune attention` on the decode shape.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -33,7 +33,8 @@ for s in $STEPS; do
   case $s in
     ctest) step ctest devbin/tessera_tests --gtest_filter='Attention*:*VerifyGpu*attention*' ;;
     sanitize) step sanitize compute-sanitizer --tool memcheck --error-exitcode 1 devbin/tessera_tests \
-                --gtest_filter='AttentionGpu.Sm90*:AttentionGpu.Varlen*:AttentionGpu.Decode*' ;;
+                --gtest_filter='AttentionGpu.Sm90*:AttentionGpu.Varlen*:AttentionGpu.Decode*:AttentionGpu.KvCache*' ;;
+    tune) step tune env TESSERA_CACHE_DIR="$OUT/cache" devbin/tessera tune attention --shapes 1x1x32768x32x8x128,8x1x8192x32x8x128 ;;
     verify) step verify devbin/tessera verify attention attention_causal attention_backward ;;
     pytest) step pytest bash -c "python3 -m pytest -q -rs tests/python/test_attention.py tests/python/test_routing.py &&
                                  python3 -m pytest -q -rs tests/python/test_torch_ops.py -k attention" ;;

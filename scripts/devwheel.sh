@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Device run: install tessera in seconds instead of minutes. With a wheel carried in devwheel/ (one
-# that an earlier call built and sent back through $OUT), installs it, then lays over it the
-# working tree's Python files and, where present, devwheel/libtessera_torch.so (the torch ops,
-# built on the workstation, where torch's headers and libraries match the device's torch):
-#   here:   cmake --build build-main --target tessera_torch && cp build-main/python/libtessera_torch.so devwheel/
-#           && cmake -P scripts/devwheel_rpath.cmake
+# Device run: install tessera in seconds instead of minutes. Either a package staged on the
+# workstation (devwheel/pkg, scripts/stage_devpkg.sh: the extension and the torch ops, with the
+# caller laying devbin's libraries over it), or a wheel carried in devwheel/ (one that an earlier
+# call built and sent back through $OUT) with the working tree's Python files laid over it.
 #   device: bash scripts/devwheel.sh            (carry ["devwheel"])
-# Without a wheel, builds one for sm_90a (several minutes), installs it and leaves it in $OUT to
-# be copied into devwheel/ for the next call. The wheel's libraries must come from the same
-# sources as the workstation's build (src/, include/): the overlay replaces no C++ library.
+# With neither, builds a wheel for sm_90a (several minutes), installs it and leaves it in $OUT to
+# be copied into devwheel/ for the next call. Staged libraries must come from the same sources as
+# the workstation's build (src/, include/).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
+# A package staged on the workstation (scripts/stage_devpkg.sh: the extension for the device's
+# Python and the torch ops), completed by the caller with devbin's libraries: no build here.
+if [ -d devwheel/pkg ]; then
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  rm -rf "$site/tessera" && mkdir -p "$site/tessera" || exit
+  cp devwheel/pkg/* python/tessera/*.py python/tessera/py.typed "$site/tessera/" || exit
+  echo "tessera staged from devwheel/pkg at $site/tessera"
+  exit 0
+fi
 whl=$(ls devwheel/tessera-*.whl 2>/dev/null | head -1)
 if [ -z "$whl" ]; then
   TESSERA_CUDA_ARCHITECTURES=90a python3 -m pip wheel --no-build-isolation --no-deps -q -w "$OUT" . || exit
@@ -20,7 +27,4 @@ fi
 python3 -m pip install --no-deps --force-reinstall -q "$whl" || exit
 pkg=$(cd /tmp && python3 -c "import importlib.util as u; print(u.find_spec('tessera').submodule_search_locations[0])")
 cp python/tessera/*.py "$pkg"/
-if [ -f devwheel/libtessera_torch.so ] && [ -n "$(ls devwheel/tessera-*.whl 2>/dev/null)" ]; then
-  cp devwheel/libtessera_torch.so "$pkg"/
-fi
 echo "tessera installed from $whl at $pkg"

@@ -1,3 +1,3 @@
-# cmake -P scripts/devwheel_rpath.cmake: the torch ops library staged in devwheel/ finds tessera's
-# libraries next to it, as the installed one does (scripts/devwheel.sh).
-file(RPATH_SET FILE devwheel/libtessera_torch.so NEW_RPATH "$ORIGIN")
+# cmake -DF=devwheel/pkg/x.so -P scripts/devwheel_rpath.cmake: a library staged for the device
+# (scripts/stage_devpkg.sh) finds tessera's libraries next to it, as the installed one does.
+file(RPATH_SET FILE "${F}" NEW_RPATH "$ORIGIN")

@@ -91,12 +91,13 @@ const std::vector<VerbSpec>& verb_specs() {
          [](Args& a, const std::string& v) { a.sizes = {parse_size("--size", v)}; }},
         kDevice}},
       {Verb::tune, "tune", "[OPS...]",
-       "tune configs ahead of time into the tune cache (ops with configs: matmul, alias gemm), "
-       "or list the cache (--show)",
-       {{"--shapes", "LIST", "MxNxK problems, comma-separated, e.g. 4096x4096x4096,16x4096x14336",
-         [](Args& a, const std::string& v) {
-           for (const GemmShape& s : parse_gemm_shapes("--shapes", v)) a.shapes.push_back(s);
-         }},
+       "tune configs ahead of time into the tune cache (ops with configs: matmul, alias gemm; "
+       "attention, whose decode tier tunes its split), or list the cache (--show)",
+       {{"--shapes", "LIST",
+         "problems, comma-separated: MxNxK for matmul (e.g. 4096x4096x4096,16x4096x14336), "
+         "BxSQxSKxHQxHKxD for attention (batch, seq_q, seq_k, heads_q, heads_kv, head_dim; "
+         "e.g. 1x1x32768x32x8x128)",
+         [](Args& a, const std::string& v) { parse_tune_shapes("--shapes", v, a.shapes, a.attention_shapes); }},
         {"--dtype", "LIST", "input dtypes, comma-separated (default bfloat16)",
          [](Args& a, const std::string& v) {
            for (auto& item : split("--dtype", v)) a.dtype_args.push_back(item);
@@ -356,9 +357,9 @@ Args parse_args(const std::vector<std::string>& args) {
     if (arg.size() < 2 || arg[0] != '-') {
       if (!*spec.operands) throw UsageError(verb + ": unexpected argument '" + arg + "'");
       if (a.verb == Verb::tune) {
-        if (arg != "matmul" && arg != "gemm")
-          throw UsageError("tune: unknown op '" + arg + "' (ops with configs: matmul, alias gemm)");
-        a.ops.push_back("matmul");
+        if (arg != "matmul" && arg != "gemm" && arg != "attention")
+          throw UsageError("tune: unknown op '" + arg + "' (ops with configs: matmul, alias gemm; attention)");
+        a.ops.push_back(arg == "attention" ? arg : "matmul");
         continue;
       }
       if (ops::select_ops(arg).empty())
@@ -388,27 +389,38 @@ Args parse_args(const std::vector<std::string>& args) {
   if (a.verb == Verb::profile && a.ops.size() != 1)
     throw UsageError("profile: expected one OP, got " + std::to_string(a.ops.size()) +
                      " (known: " + op_names() + ")");
-  if (a.verb == Verb::tune && !a.show && a.shapes.empty())
-    throw UsageError("tune: expected --shapes (what to tune) or --show (list the cache)");
+  if (a.verb == Verb::tune && !a.show) {
+    if (a.shapes.empty() && a.attention_shapes.empty())
+      throw UsageError("tune: expected --shapes (what to tune) or --show (list the cache)");
+    const auto named = [&](const char* op) {
+      return a.ops.empty() || std::find(a.ops.begin(), a.ops.end(), op) != a.ops.end();
+    };
+    if (!a.shapes.empty() && !named("matmul"))
+      throw UsageError("tune: --shapes has MxNxK items, and matmul is not among the ops named");
+    if (!a.attention_shapes.empty() && !named("attention"))
+      throw UsageError("tune: --shapes has attention items (six dimensions), and attention is not among the ops named");
+  }
   parse_dtype_args(a);
   return a;
 }
 
-std::vector<GemmShape> parse_gemm_shapes(const std::string& flag, const std::string& text) {
-  std::vector<GemmShape> shapes;
+void parse_tune_shapes(const std::string& flag, const std::string& text, std::vector<GemmShape>& gemm,
+                       std::vector<AttentionShape>& attention) {
   for (const auto& item : split(flag, text)) {
-    int64_t dims[3] = {0, 0, 0};
+    std::vector<int64_t> dims;
     size_t start = 0;
-    for (int d = 0; d < 3; ++d) {
-      const size_t x = d < 2 ? item.find('x', start) : item.size();
-      if (x == std::string::npos)
-        throw UsageError(flag + ": expected MxNxK (e.g. 4096x4096x4096), got '" + item + "'");
-      dims[d] = parse_size(flag, item.substr(start, x - start));
+    while (true) {
+      const size_t x = item.find('x', start);
+      dims.push_back(parse_size(flag, item.substr(start, x == std::string::npos ? std::string::npos : x - start)));
+      if (x == std::string::npos) break;
       start = x + 1;
     }
-    shapes.push_back({dims[0], dims[1], dims[2]});
+    if (dims.size() == 3) gemm.push_back({dims[0], dims[1], dims[2]});
+    else if (dims.size() == 6) attention.push_back({dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]});
+    else
+      throw UsageError(flag + ": expected MxNxK (matmul, e.g. 4096x4096x4096) or BxSQxSKxHQxHKxD (attention, e.g. "
+                       "1x1x32768x32x8x128), got '" + item + "'");
   }
-  return shapes;
 }
 
 std::vector<const ops::OpInfo*> resolve_ops(const std::vector<std::string>& names) {

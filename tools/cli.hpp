@@ -20,8 +20,14 @@ namespace tessera::cli {
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
 };
-// "MxNxK" items, comma-separated, each positive.
-std::vector<GemmShape> parse_gemm_shapes(const std::string& flag, const std::string& text);
+// An attention call, batch x seq_q x seq_k x heads_q x heads_kv x head_dim: what `tessera tune
+// attention --shapes` takes ("1x1x32768x32x8x128").
+struct AttentionShape {
+  int64_t batch = 0, seq_q = 0, seq_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+};
+// Comma-separated items of positive dimensions: three (MxNxK) go to `gemm`, six to `attention`.
+void parse_tune_shapes(const std::string& flag, const std::string& text, std::vector<GemmShape>& gemm,
+                       std::vector<AttentionShape>& attention);
 
 // A bad command line. run_cli prints "tessera: <message>" and exits 2.
 class UsageError : public std::runtime_error {
@@ -47,7 +53,8 @@ struct Args {
   bool peaks = true;             // info, bench: --no-peaks clears it
   bool graph = false;            // bench --graph
   bool flush_l2 = true;          // bench --no-flush clears it
-  std::vector<GemmShape> shapes;  // tune --shapes
+  std::vector<GemmShape> shapes;  // tune --shapes: matmul's
+  std::vector<AttentionShape> attention_shapes;  // tune --shapes: attention's
   std::vector<std::string> layouts;  // tune --layout: "nt" (default), "nn", "tn", "tt"
   bool show = false;             // tune --show: list the cache instead of tuning
 };

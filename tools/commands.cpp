@@ -17,6 +17,7 @@
 #include "runtime/tier.hpp"
 #include "runtime/tuner.hpp"
 #include "tessera/error.hpp"
+#include "tessera/ops/attention.hpp"
 #include "tessera/ops/matrix.hpp"
 
 namespace tessera::cli {
@@ -282,6 +283,34 @@ int tune(const Args& a, std::ostream& out, std::ostream& err) {
           out << "FAIL  " << what << ": " << e.what() << "\n";
         }
       }
+  // attention: a call per shape and dtype, contiguous tensors; its decode tier (seq_q <= 16)
+  // tunes its split over the keys, the other tiers have no configs yet.
+  for (const AttentionShape& s : a.attention_shapes)
+    for (DType dt : dtypes) {
+      const std::string what = strf("attention %lldx%lldx%lldx%lldx%lldx%lld %s", (long long)s.batch,
+                                    (long long)s.seq_q, (long long)s.seq_k, (long long)s.heads_q,
+                                    (long long)s.heads_kv, (long long)s.head_dim, dtype_name(dt));
+      try {
+        const std::size_t e = dtype_size(dt);
+        const int64_t nq = s.batch * s.seq_q * s.heads_q * s.head_dim, nk = s.batch * s.seq_k * s.heads_kv * s.head_dim;
+        runtime::DeviceBuffer qb(std::size_t(nq) * e), kb(std::size_t(nk) * e), vb(std::size_t(nk) * e),
+            ob(std::size_t(nq) * e);
+        bench::fill_uniform(qb.data(), dt, nq, -1, 1, 1, stream.get());
+        bench::fill_uniform(kb.data(), dt, nk, -1, 1, 2, stream.get());
+        bench::fill_uniform(vb.data(), dt, nk, -1, 1, 3, stream.get());
+        const Device dev{DeviceType::cuda, a.device};
+        const TensorView q = TensorView::contiguous(qb.data(), dt, {s.batch, s.seq_q, s.heads_q, s.head_dim}, dev);
+        const TensorView k = TensorView::contiguous(kb.data(), dt, {s.batch, s.seq_k, s.heads_kv, s.head_dim}, dev);
+        const TensorView v = TensorView::contiguous(vb.data(), dt, {s.batch, s.seq_k, s.heads_kv, s.head_dim}, dev);
+        const TensorView o = TensorView::contiguous(ob.data(), dt, {s.batch, s.seq_q, s.heads_q, s.head_dim}, dev);
+        attention(q, k, v, o, nullptr, {}, stream.get());
+        TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        out << "done  " << what << (s.seq_q > 16 ? " (no configs: the decode tier takes seq_q <= 16)" : "") << "\n";
+      } catch (const Error& e) {
+        ++failed;
+        out << "FAIL  " << what << ": " << e.what() << "\n";
+      }
+    }
   runtime::set_tune_listener({});
   runtime::set_autotune(was_on);
   return tune_show(a, out) || failed ? 1 : 0;

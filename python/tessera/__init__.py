@@ -32,7 +32,8 @@ from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_s
                       log_softmax_backward, rms_norm, rms_norm_backward, rms_norm_forward, softmax,
                       softmax_backward)
 from .set import isin
-from .attention import flash_attention, flash_attention_varlen, scaled_dot_product_attention
+from .attention import (flash_attention, flash_attention_varlen, flash_attention_with_kvcache,
+                        scaled_dot_product_attention)
 from ._routing import disable, enable, routable, routing_counts, use_tessera
 
 __version__: str = _C.__version__
@@ -46,7 +47,7 @@ __all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
            "rms_norm", "rms_norm_forward", "rms_norm_backward", "matmul", "linear", "scaled_mm",
-           "isin", "flash_attention", "flash_attention_varlen",
+           "isin", "flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache",
            "scaled_dot_product_attention", "enable", "disable", "use_tessera", "routing_counts", "routable",
            "set_autotune", "autotune_enabled", "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
 

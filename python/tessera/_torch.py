@@ -115,6 +115,11 @@ def _register_fakes():
         out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
         return out, q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
+    @fake("tessera::attention.kvcache")
+    def _attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, **kwargs):
+        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
+        return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
     @fake("tessera::attention_backward.varlen")
     def _attention_varlen_backward(grad_out, q, k, v, out, lse, *args, **kwargs):
         return _like(q), _like(k), _like(v)

@@ -82,6 +82,42 @@ def flash_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     return (out, lse) if return_lse else out
 
 
+def flash_attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any = None, *,
+                                 block_table: Any = None, causal: bool = False,
+                                 softmax_scale: float | None = None, window_size: tuple[int, int] = (-1, -1),
+                                 softcap: float = 0.0, return_lse: bool = False) -> Any:
+    """Attention of a few new queries against a KV cache, as flash_attn_with_kvcache takes one
+    (generation). q (batch, seq_q, heads_q, head_dim); sequence b sees the first
+    ``cache_seqlens[b]`` keys of its cache (an int32 CUDA tensor of batch lengths, an int for
+    all, or None for the whole cache), and ``causal`` aligns its last query with its last key.
+
+    Without ``block_table``: k_cache (batch, cache_len, heads_kv, head_dim), v_cache likewise.
+    With one (a paged cache, as vLLM keeps it): ``block_table`` (batch, max_blocks) int32 names the
+    cache blocks of each sequence in order, k_cache and v_cache (num_blocks, block_size, heads_kv,
+    head_dim), any block size. Options and the returned lse are :func:`flash_attention`'s.
+
+    The lengths and block ids are read on the GPU only, so the call can be captured in a CUDA
+    graph: a length beyond the cache, or a block id outside it, turns that sequence's output into
+    NaN (nothing outside the cache is read). Appending the new keys to the cache is the caller's
+    (``k_cache[b, pos] = k``); inference only: no backward.
+    """
+    torch = _interop.torch_if_tensor(q)
+    if torch is None:
+        raise TypeError("tessera.flash_attention_with_kvcache: argument 'q': expected a torch tensor, "
+                        f"got {type(q).__name__}")
+    if cache_seqlens is None or isinstance(cache_seqlens, int):
+        if cache_seqlens is None:
+            cache_seqlens = (block_table.size(-1) * k_cache.size(1) if block_table is not None
+                             else k_cache.size(1))
+        cache_seqlens = torch.full((q.size(0),), int(cache_seqlens), dtype=torch.int32, device=q.device)
+    left, right = window_size
+    out, lse = _ops(torch, "flash_attention_with_kvcache").attention.kvcache(
+        q, k_cache, v_cache, cache_seqlens, block_table, causal=bool(causal),
+        scale=None if softmax_scale is None else float(softmax_scale), window_left=int(left),
+        window_right=int(right), softcap=float(softcap))
+    return (out, lse) if return_lse else out
+
+
 def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None, enable_gqa: bool = False) -> Any:

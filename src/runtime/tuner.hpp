@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -18,6 +19,14 @@
 #include "runtime/tune_cache.hpp"
 
 namespace tessera::runtime {
+
+// v rounded up to a power of two: the shape buckets of tune keys (shapes of one bucket share a
+// result).
+inline int64_t shape_bucket(int64_t v) {
+  int64_t b = 1;
+  while (b < v) b *= 2;
+  return b;
+}
 
 // Tuning on first use: TESSERA_AUTOTUNE=1 (read once), or set_autotune.
 bool autotune_enabled();

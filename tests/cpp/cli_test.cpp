@@ -318,6 +318,20 @@ TEST(CliTune, ShapesLayoutsAndShow) {
                        "expected nn, nt, tn or tt"));
 }
 
+// attention's shapes have six dimensions; each item goes to the op its arity names.
+TEST(CliTune, AttentionShapes) {
+  Args a = parse({"tune", "attention", "matmul", "--shapes", "1x1x32kx32x8x128,64x64x64"});
+  EXPECT_EQ(a.ops, (std::vector<std::string>{"attention", "matmul"}));
+  ASSERT_EQ(a.attention_shapes.size(), 1u);
+  EXPECT_EQ(a.attention_shapes[0].seq_k, 32768);
+  EXPECT_EQ(a.attention_shapes[0].heads_kv, 8);
+  EXPECT_EQ(a.attention_shapes[0].head_dim, 128);
+  ASSERT_EQ(a.shapes.size(), 1u);
+  EXPECT_TRUE(contains(usage_error({"tune", "matmul", "--shapes", "1x1x64x2x2x64"}), "attention is not among"));
+  EXPECT_TRUE(contains(usage_error({"tune", "attention", "--shapes", "64x64x64"}), "matmul is not among"));
+  EXPECT_TRUE(contains(usage_error({"tune", "attention", "--shapes", "1x1x64x2x64"}), "BxSQxSKxHQxHKxD"));
+}
+
 // An unknown dtype: the error names the dtypes each selected op takes, not a fixed list.
 TEST(CliDtype, UnknownDtypeNamesWhatTheOpsTake) {
   std::string isin = usage_error({"bench", "isin", "--dtype", "fp8x"});

@@ -202,3 +202,69 @@ def test_varlen_offsets_are_checked(torch):
         tessera.flash_attention_varlen(q, q, q, ok, ok, 40, 15)
     with pytest.raises(TypeError, match="argument 'cu_seqlens_q'"):
         tessera.flash_attention_varlen(q, q, q, ok.long(), ok, 40, 40)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("seq_q,causal,block_size", [(1, False, 256), (4, True, 16), (3, True, 0)])
+def test_kvcache_is_attention_over_the_cached_keys(torch, dtype, seq_q, causal, block_size):
+    """Paged and contiguous caches against the reference over each sequence's cached keys, under
+    FlashAttention's bound; a CUDA graph capture of the call replays with new lengths."""
+    dt = getattr(torch, dtype)
+    lens, hq, hk, d, cap = [1000, 0, 517], 8, 2, 128, 1024
+    b = len(lens)
+    q = torch.randn(b, seq_q, hq, d, device="cuda", dtype=dt)
+    if block_size:
+        num_blocks = b * cap // block_size + 3
+        table = torch.randperm(num_blocks, device="cuda", dtype=torch.int32)[:b * cap // block_size].view(b, -1)
+        k_cache = torch.randn(num_blocks, block_size, hk, d, device="cuda", dtype=dt)
+        v_cache = torch.randn_like(k_cache)
+        rows = [table[s].repeat_interleave(block_size).long() * block_size + torch.arange(cap, device="cuda") % block_size
+                for s in range(b)]
+        k_seq = [k_cache.flatten(0, 1)[r] for r in rows]
+        v_seq = [v_cache.flatten(0, 1)[r] for r in rows]
+    else:
+        table = None
+        k_cache = torch.randn(b, cap, hk, d, device="cuda", dtype=dt)
+        v_cache = torch.randn_like(k_cache)
+        k_seq, v_seq = list(k_cache), list(v_cache)
+    seqlens = torch.tensor(lens, device="cuda", dtype=torch.int32)
+    out, lse = tessera.flash_attention_with_kvcache(q, k_cache, v_cache, seqlens, block_table=table,
+                                                    causal=causal, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (b, hq, seq_q)
+    for s, n in enumerate(lens):
+        if n == 0:
+            assert torch.equal(out[s], torch.zeros_like(out[s])) and torch.isinf(lse[s]).all()
+            continue
+        qs, ks, vs = q[s:s + 1], k_seq[s][None, :n], v_seq[s][None, :n]
+        exact, exact_lse = reference(torch, qs.double(), ks.double(), vs.double(), causal=causal)
+        low, _ = reference(torch, qs, ks, vs, causal=causal)
+        check_bound(torch, out[s:s + 1], low, exact, f"sequence {s}")
+        assert torch.allclose(lse[s].double(), exact_lse[0], atol=1e-4)
+    # Captured once, replayed with the lengths changed in place: the lengths are read on the GPU.
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replay = tessera.flash_attention_with_kvcache(q, k_cache, v_cache, seqlens, block_table=table,
+                                                      causal=causal)
+    seqlens.copy_(torch.tensor([517, 1000, 0], device="cuda", dtype=torch.int32))
+    graph.replay()
+    want = tessera.flash_attention_with_kvcache(q, k_cache, v_cache, seqlens, block_table=table, causal=causal)
+    assert torch.equal(replay, want)
+    assert torch.equal(replay[2], torch.zeros_like(replay[2]))
+
+
+def test_kvcache_bad_entries_give_nan_and_arguments_are_checked(torch):
+    q = torch.randn(2, 1, 4, 64, device="cuda", dtype=torch.bfloat16)
+    k_cache = torch.randn(8, 16, 2, 64, device="cuda", dtype=torch.bfloat16)
+    table = torch.tensor([[0, 1], [2, 9]], device="cuda", dtype=torch.int32)  # block 9 is past the cache
+    out = tessera.flash_attention_with_kvcache(q, k_cache, k_cache, torch.tensor([20, 20], device="cuda",
+                                               dtype=torch.int32), block_table=table)
+    assert not out[0].isnan().any() and out[1].isnan().all()
+    out = tessera.flash_attention_with_kvcache(q, k_cache, k_cache, 33, block_table=table[:1].expand(2, 2))
+    assert out.isnan().all()  # 33 keys past a two-block cache of 32
+    with pytest.raises(TypeError, match="argument 'block_table'"):
+        tessera.flash_attention_with_kvcache(q, k_cache, k_cache, 4, block_table=table.long())
+    with pytest.raises(ValueError, match="argument 'cache_seqlens'"):
+        tessera.flash_attention_with_kvcache(q, k_cache, k_cache, torch.ones(3, device="cuda", dtype=torch.int32),
+                                             block_table=table)
+    with pytest.raises(ValueError, match="argument 'k_cache'"):
+        tessera.flash_attention_with_kvcache(q, k_cache[..., :32], k_cache[..., :32], 4, block_table=table)

@@ -94,6 +94,12 @@ def samples(torch, name, dtype):
         q, k, v = (t.detach() for t in (q, k, v))
         out, lse = torch.ops.tessera.attention.varlen(q, k, v, cu, cu, 12, 12)
         return [((x(17, 4, 64, grad=False), q, k, v, out, lse, cu, cu, 12, 12), {})]
+    if name == "attention.kvcache":
+        k, v = x(6, 16, 2, 64, grad=False), x(6, 16, 2, 64, grad=False)
+        lens = torch.tensor([20, 0], device="cuda", dtype=torch.int32)
+        table = torch.tensor([[4, 1], [0, 5]], device="cuda", dtype=torch.int32)
+        return [((x(2, 1, 4, 64, grad=False), k, v, lens, table), {"softcap": 10.0}),
+                ((x(2, 3, 4, 64, grad=False), k[:2], v[:2], lens.clamp(max=16)), {"causal": True})]
     raise AssertionError(f"no samples for torch.ops.tessera.{name}: add them here")
 
 

@@ -51,6 +51,23 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
                       int64_t max_seqlen_q, int64_t max_seqlen_k, const AttentionOptions& options,
                       cudaStream_t stream);
 
+// Attention against a KV cache, as flash_attn_with_kvcache takes one (generation: a few new
+// queries per sequence against the keys cached so far). Sequence b sees the first
+// cache_seqlens[b] keys of its cache; causal aligns its last query with its last key.
+//   block_table null: k_cache [batch, cache_len, heads_kv, head_dim], v_cache [batch, cache_len,
+//     heads_kv, head_dim_v], any strides.
+//   block_table [batch, max_blocks] int32 (a paged cache, as vLLM keeps one): k_cache
+//     [num_blocks, block_size, heads_kv, head_dim], v_cache likewise; key j of sequence b is row
+//     j % block_size of block block_table[b, j / block_size]. Any block size.
+// q [batch, seq_q, heads_q, head_dim], out, lse and options as attention's; cache_seqlens [batch]
+// int32. The lengths and block ids are read on the device only, so the call can be captured in a
+// CUDA graph: a length outside [0, max_blocks * block_size] (cache_len without a table) or a block
+// id outside [0, num_blocks) makes that sequence's output NaN, and nothing outside the cache is
+// read. No backward: an inference op. Tiers: decode (seq_q <= 16) and generic.
+void attention_kvcache(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                       const TensorView& out, const TensorView* lse, const TensorView& cache_seqlens,
+                       const TensorView* block_table, const AttentionOptions& options, cudaStream_t stream);
+
 // The gradients of attention(q, k, v, out, lse, options) for grad_out (the shape of out): dq, dk
 // and dv with the shapes and dtype of q, k and v, any strides. lse is the forward's (required:
 // the backward recomputes the probabilities from it). Summed in float32. dk and dv are summed in a

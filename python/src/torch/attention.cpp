@@ -102,6 +102,28 @@ Tensor2 attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return {out, lse};
 }
 
+// Inference only: no autograd kernel, so torch refuses a backward through it by name.
+Tensor2 attention_kvcache(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& cache_seqlens, const std::optional<at::Tensor>& block_table, bool causal,
+                          std::optional<double> scale, int64_t window_left, int64_t window_right, double softcap) {
+  const char* op = "attention_kvcache";
+  TensorView slot;
+  const TensorView tq = view(op, "q", q), tk = view(op, "k_cache", k_cache), tv = view(op, "v_cache", v_cache),
+                   tn = view(op, "cache_seqlens", cache_seqlens);
+  const TensorView* tt = optional_view(op, "block_table", block_table, slot);
+  check_scale(op, scale);
+  const bool shaped = q.dim() == 4 && v_cache.dim() == 4;
+  at::Tensor out = shaped ? at::empty({q.size(0), q.size(1), q.size(2), v_cache.size(3)}, q.options()) : at::empty_like(q);
+  at::Tensor lse = shaped ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat))
+                          : at::empty({0}, q.options().dtype(at::kFloat));
+  guarded([&] {
+    const TensorView tl = view(op, "lse", lse);
+    tessera::attention_kvcache(tq, tk, tv, view(op, "out", out), &tl, tn, tt,
+                               options_of(causal, scale, window_left, window_right, softcap, false), stream_of(q));
+  });
+  return {out, lse};
+}
+
 Tensor3 attention_varlen_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                   const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
@@ -232,6 +254,7 @@ void kernels(torch::Library& m) {
   m.impl("attention", &attention);
   m.impl("attention_backward", &attention_backward);
   m.impl("attention.varlen", &attention_varlen);
+  m.impl("attention.kvcache", &attention_kvcache);
   m.impl("attention_backward.varlen", &attention_varlen_backward);
 }
 

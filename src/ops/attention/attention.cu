@@ -42,8 +42,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
   if (i >= sq.len_q) return;
   const int64_t hk = h / p.group;
   const T* q = static_cast<const T*>(p.q) + b * p.sq.b + (sq.q0 + i) * p.sq.s + h * p.sq.h;
-  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + sq.k0 * p.sk.s + hk * p.sk.h;
-  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + sq.k0 * p.sv.s + hk * p.sv.h;
+  const T* k = static_cast<const T*>(p.k) + hk * p.sk.h;
+  const T* v = static_cast<const T*>(p.v) + hk * p.sv.h;
 
   float qr[kMaxDim / 32], acc[kMaxDim / 32];
 #pragma unroll
@@ -56,8 +56,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
   const int64_t lo = r.lo, hi = r.hi;
 
   float m = -INFINITY, l = 0.f;
+  bool bad = sq.bad;  // a KV cache's length or block id out of range: the row becomes NaN
   for (int64_t j = lo; j <= hi; ++j) {
-    const T* kj = k + j * p.sk.s;
+    const attn::KeyAt at = attn::key_at(p, b, sq.k0, j);
+    if (at.b < 0) {
+      bad = true;
+      continue;
+    }
+    const T* kj = k + at.b * p.sk.b + at.s * p.sk.s;
     float s = 0.f;
 #pragma unroll
     for (int c = 0; c < kMaxDim / 32; ++c) {
@@ -69,7 +75,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new), e = expf(s - m_new);
     l = l * corr + e;
-    const T* vj = v + j * p.sv.s;
+    const T* vj = v + at.b * p.sv.b + at.s * p.sv.s;
 #pragma unroll
     for (int c = 0; c < kMaxDim / 32; ++c) {
       const int64_t d = lane + 32 * c;
@@ -78,13 +84,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
     m = m_new;
   }
   T* o = static_cast<T*>(p.out) + b * p.so.b + (sq.q0 + i) * p.so.s + h * p.so.h;
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  if (bad) l = NAN;
+  const float inv = l == 0.f ? 0.f : 1.f / l;  // l is 0 where no key was seen; NaN stays NaN
 #pragma unroll
   for (int c = 0; c < kMaxDim / 32; ++c) {
     const int64_t d = lane + 32 * c;
     if (d < p.dim_v) o[d * p.so.d] = tile::from_float<T>(acc[c] * inv);
   }
-  if (p.lse && lane == 0) p.lse[b * p.lse_b + h * p.lse_h + sq.q0 + i] = l > 0.f ? m + logf(l) : INFINITY;
+  if (p.lse && lane == 0) p.lse[b * p.lse_b + h * p.lse_h + sq.q0 + i] = l == 0.f ? INFINITY : m + logf(l);
 }
 
 }  // namespace
@@ -92,15 +99,17 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
 namespace attn {
 
 void check_arguments(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& out, const TensorView* lse, const AttentionOptions& o) {
-  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}}) {
+                     const TensorView& out, const TensorView* lse, const AttentionOptions& o, bool paged) {
+  const char* names[4] = {"q", paged ? "k_cache" : "k", paged ? "v_cache" : "v", "out"};
+  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{names[0], &q}, {names[1], &k}, {names[2], &v},
+                               {names[3], &out}}) {
     detail::check_cuda_tensor(op, arg, *t);
     if (t->ndim != 4)
       detail::throw_arg(ErrorKind::value, op, arg, "a 4-d tensor [batch, seq, heads, head_dim]",
                         std::to_string(t->ndim) + "-d");
   }
   detail::check_dtype_in(op, "q", q, {DType::float32, DType::float16, DType::bfloat16});
-  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"k", &k}, {"v", &v}, {"out", &out}}) {
+  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{names[1], &k}, {names[2], &v}, {names[3], &out}}) {
     detail::check_same_dtype(op, arg, *t, "q", q);
     detail::check_same_device(op, arg, *t, "q", q);
   }
@@ -108,24 +117,30 @@ void check_arguments(const char* op, const TensorView& q, const TensorView& k, c
     return "[" + std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + ", " + std::to_string(t.shape[2]) +
            ", " + std::to_string(t.shape[3]) + "]";
   };
-  if (k.shape[0] != q.shape[0] || k.shape[3] != q.shape[3] || k.shape[2] == 0 || q.shape[2] % k.shape[2] != 0)
-    detail::throw_arg(ErrorKind::value, op, "k",
-                      "[batch, seq_k, heads_kv, head_dim] with q's batch " + std::to_string(q.shape[0]) +
-                          " and head_dim " + std::to_string(q.shape[3]) + ", heads_kv dividing q's " +
+  const char* k_arg = paged ? "k_cache" : "k";
+  const char* v_arg = paged ? "v_cache" : "v";
+  if ((!paged && k.shape[0] != q.shape[0]) || k.shape[3] != q.shape[3] || k.shape[2] == 0 ||
+      q.shape[2] % k.shape[2] != 0)
+    detail::throw_arg(ErrorKind::value, op, k_arg,
+                      (paged ? std::string("[num_blocks, block_size, heads_kv, head_dim] with")
+                             : "[batch, seq_k, heads_kv, head_dim] with q's batch " + std::to_string(q.shape[0]) +
+                                   " and") +
+                          " head_dim " + std::to_string(q.shape[3]) + ", heads_kv dividing q's " +
                           std::to_string(q.shape[2]),
                       dims(k));
   if (v.shape[0] != k.shape[0] || v.shape[1] != k.shape[1] || v.shape[2] != k.shape[2])
-    detail::throw_arg(ErrorKind::value, op, "v", "k's batch, seq_k and heads_kv " + dims(k), dims(v));
+    detail::throw_arg(ErrorKind::value, op, v_arg,
+                      std::string(k_arg) + "'s first three dimensions " + dims(k), dims(v));
   if (out.shape[0] != q.shape[0] || out.shape[1] != q.shape[1] || out.shape[2] != q.shape[2] ||
       out.shape[3] != v.shape[3])
     detail::throw_arg(ErrorKind::value, op, "out", "[batch, seq_q, heads_q, head_dim_v] = [" +
                       std::to_string(q.shape[0]) + ", " + std::to_string(q.shape[1]) + ", " +
                       std::to_string(q.shape[2]) + ", " + std::to_string(v.shape[3]) + "]", dims(out));
   if (q.shape[3] > kMaxHeadDim || v.shape[3] > kMaxHeadDim)
-    detail::throw_arg(ErrorKind::value, op, q.shape[3] > kMaxHeadDim ? "q" : "v",
+    detail::throw_arg(ErrorKind::value, op, q.shape[3] > kMaxHeadDim ? "q" : v_arg,
                       "a head dimension of at most " + std::to_string(kMaxHeadDim), dims(q.shape[3] > kMaxHeadDim ? q : v));
   detail::check_no_internal_overlap(op, "out", out);
-  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"q", &q}, {"k", &k}, {"v", &v}})
+  for (const auto& [arg, t] : {std::pair<const char*, const TensorView*>{"q", &q}, {k_arg, &k}, {v_arg, &v}})
     detail::check_no_overlap(op, "out", out, arg, *t, false);
   if (lse) {
     detail::check_cuda_tensor(op, "lse", *lse);
@@ -283,6 +298,51 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
   runtime::DeviceGuard guard(q.device.index);
   Params p = attn::params_of(q4, k4, v4, o4, options);
   attn::use_varlen(p, cu_seqlens_q, cu_seqlens_k, vl.batch, max_seqlen_q, max_seqlen_k, q.shape[0], k.shape[0]);
+  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  launch(op, p, options.tier, stream);
+}
+
+void attention_kvcache(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                       const TensorView& out, const TensorView* lse, const TensorView& cache_seqlens,
+                       const TensorView* block_table, const AttentionOptions& options, cudaStream_t stream) {
+  constexpr const char* op = "attention_kvcache";
+  attn::check_arguments(op, q, k_cache, v_cache, out, lse, options, block_table != nullptr);
+  const int64_t batch = q.shape[0];
+  detail::check_cuda_tensor(op, "cache_seqlens", cache_seqlens);
+  detail::check_dtype_in(op, "cache_seqlens", cache_seqlens, {DType::int32});
+  detail::check_same_device(op, "cache_seqlens", cache_seqlens, "q", q);
+  if (cache_seqlens.ndim != 1 || cache_seqlens.shape[0] != batch || !cache_seqlens.is_contiguous())
+    detail::throw_arg(ErrorKind::value, op, "cache_seqlens",
+                      "a contiguous 1-d tensor of q's batch " + std::to_string(batch) + " lengths",
+                      std::to_string(cache_seqlens.ndim) + "-d of " +
+                          (cache_seqlens.ndim ? std::to_string(cache_seqlens.shape[0]) : std::string("1")));
+  int64_t capacity = k_cache.shape[1];  // keys a sequence can hold
+  if (block_table) {
+    const TensorView& t = *block_table;
+    detail::check_cuda_tensor(op, "block_table", t);
+    detail::check_dtype_in(op, "block_table", t, {DType::int32});
+    detail::check_same_device(op, "block_table", t, "q", q);
+    if (t.ndim != 2 || t.shape[0] != batch || t.shape[1] < 1 || t.strides[1] != 1)
+      detail::throw_arg(ErrorKind::value, op, "block_table",
+                        "a [batch = " + std::to_string(batch) + ", max_blocks >= 1] tensor with contiguous rows",
+                        std::to_string(t.ndim) + "-d" + (t.ndim == 2 ? " [" + std::to_string(t.shape[0]) + ", " +
+                                                              std::to_string(t.shape[1]) + "]" : std::string()));
+    if (k_cache.shape[1] < 1)
+      detail::throw_arg(ErrorKind::value, op, "k_cache", "blocks of at least one row", "block_size 0");
+    capacity = t.shape[1] * k_cache.shape[1];
+  }
+  if (capacity > INT32_MAX)
+    detail::throw_arg(ErrorKind::value, op, block_table ? "block_table" : "k_cache",
+                      "a cache of at most 2^31 - 1 keys a sequence", std::to_string(capacity));
+  if (out.numel() == 0) return;
+  runtime::DeviceGuard guard(q.device.index);
+  Params p = attn::params_of(q, k_cache, v_cache, out, options);
+  p.seq_k = capacity;
+  p.len_k = static_cast<const int32_t*>(cache_seqlens.data);
+  if (block_table) {
+    p.table = static_cast<const int32_t*>(block_table->data);
+    p.table_stride = block_table->strides[0], p.block_size = k_cache.shape[1], p.num_blocks = k_cache.shape[0];
+  }
   p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
   launch(op, p, options.tier, stream);
 }

@@ -20,8 +20,9 @@ struct Strides {
 inline Strides strides_of(const TensorView& t) { return {t.strides[0], t.strides[1], t.strides[2], t.strides[3]}; }
 
 // The forward's argument checks (attention.cu), naming `op` in errors; lse may be null.
+// paged: k and v are [num_blocks, block_size, heads_kv, dim] cache blocks, their batch free.
 void check_arguments(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& out, const TensorView* lse, const AttentionOptions& o);
+                     const TensorView& out, const TensorView* lse, const AttentionOptions& o, bool paged = false);
 
 struct Params {
   DType dtype;
@@ -42,16 +43,42 @@ struct Params {
   const int32_t* cu_q = nullptr;
   const int32_t* cu_k = nullptr;
   int64_t total_q = 0, total_k = 0;  // varlen: the packed lengths
+  // A KV cache (attention_kvcache): sequence b sees its first len_k[b] keys of seq_k; with a block
+  // table, key j of sequence b is row j % block_size of cache block table[b * table_stride + j /
+  // block_size] (k and v [num_blocks, block_size, heads_kv, dim], whose batch stride is a block's).
+  const int32_t* len_k = nullptr;
+  const int32_t* table = nullptr;
+  int64_t table_stride = 0, block_size = 0, num_blocks = 0;
 };
 
-// Sequence b: its first query and key rows, and its lengths.
+// Sequence b: its first query and key rows, and its lengths. `bad`: a KV cache length outside
+// [0, seq_k] (taken as seq_k), which the kernels turn into NaN.
 struct Seq {
   int64_t q0, k0, len_q, len_k;
+  bool bad = false;
 };
 __device__ inline Seq seq_of(const Params& p, int64_t b) {
+  if (p.len_k) {
+    const int64_t n = p.len_k[b];
+    const bool bad = n < 0 || n > p.seq_k;
+    return {0, 0, p.seq_q, bad ? p.seq_k : n, bad};
+  }
   if (!p.cu_q) return {0, 0, p.seq_q, p.seq_k};
   const int64_t q0 = p.cu_q[b], k0 = p.cu_k[b];
   return {q0, k0, p.cu_q[b + 1] - q0, p.cu_k[b + 1] - k0};
+}
+
+// Where key j of sequence b (whose keys start at row k0) lies: k's batch (a cache block, under a
+// block table) and row; batch -1 where the block table names a block outside the cache.
+struct KeyAt {
+  int64_t b, s;
+};
+__device__ inline KeyAt key_at(const Params& p, int64_t b, int64_t k0, int64_t j) {
+  if (!p.table) return {b, k0 + j};
+  // 32-bit division: the host keeps a cache's capacity below 2^31 keys.
+  const int32_t jj = int32_t(j), bs = int32_t(p.block_size);
+  const int64_t blk = p.table[b * p.table_stride + jj / bs];
+  return {blk >= 0 && blk < p.num_blocks ? blk : -1, jj % bs};
 }
 
 // The Params of a call (options resolved; lse laid out [batch, heads_q, seq_q]), from 4-d views;

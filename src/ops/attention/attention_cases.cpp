@@ -211,7 +211,10 @@ const Registrar kRegistrar(10, [] {
                       "attention.varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
                       "int max_seqlen_q, int max_seqlen_k, *, bool causal=False, float? scale=None, "
                       "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False) "
-                      "-> (Tensor, Tensor)"};
+                      "-> (Tensor, Tensor)",
+                      "attention.kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+                      "Tensor? block_table=None, *, bool causal=False, float? scale=None, int window_left=-1, "
+                      "int window_right=-1, float softcap=0.0) -> (Tensor, Tensor)"};
   causal.torch_schemas = {};
 
   OpInfo backward = op;

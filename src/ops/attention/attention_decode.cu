@@ -14,12 +14,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "ops/attention/attention.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tuner.hpp"
 #include "tile/activation.cuh"
 #include "tile/convert.cuh"
 
@@ -75,16 +79,22 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(Params p, Spl
     r = key_range(i, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
   }
   const int64_t lo = max(r.lo, int64_t(blockIdx.x) * sp.chunk), hi = min(r.hi, int64_t(blockIdx.x + 1) * sp.chunk - 1);
-  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + sq.k0 * p.sk.s + hk * p.sk.h + 8 * sub;
-  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + sq.k0 * p.sv.s + hk * p.sv.h + 8 * sub;
+  const T* k = static_cast<const T*>(p.k) + hk * p.sk.h + 8 * sub;
+  const T* v = static_cast<const T*>(p.v) + hk * p.sv.h + 8 * sub;
+  bool bad = sq.bad;  // a KV cache's length or block id out of range: the row becomes NaN
   // The warp steps together (its shuffles need every lane); a group past the chunk's end adds nothing.
   for (int64_t j0 = lo + warp * G; j0 <= hi; j0 += kWarps * G) {
     const int64_t j = j0 + grp;
     const bool valid = j <= hi;
     float kr[8] = {}, vr[8] = {};
     if (valid) {
-      load_row8(kr, k + j * p.sk.s);
-      load_row8(vr, v + j * p.sv.s);
+      const KeyAt at = key_at(p, b, sq.k0, j);
+      if (at.b >= 0) {
+        load_row8(kr, k + at.b * p.sk.b + at.s * p.sk.s);
+        load_row8(vr, v + at.b * p.sv.b + at.s * p.sv.s);
+      } else {
+        bad = true;
+      }
     }
     float s = 0.f;
 #pragma unroll
@@ -100,6 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(Params p, Spl
     for (int d = 0; d < 8; ++d) acc[d] = acc[d] * corr + e * vr[d];
     m = m_new;
   }
+  if (bad) l = NAN;  // carried through both merges into out and lse
   const int g = warp * G + grp;
 #pragma unroll
   for (int d = 0; d < 8; ++d) s_o[g][8 * sub + d] = acc[d];
@@ -135,18 +146,15 @@ __global__ void __launch_bounds__(D) decode_combine_kernel(Params p, Split sp) {
     o += w * sp.o[(row * sp.splits + s) * D + threadIdx.x], sum += w * ml[2 * s + 1];
   }
   T* out = static_cast<T*>(p.out) + b * p.so.b + (sq.q0 + i) * p.so.s + h * p.so.h;
-  out[threadIdx.x * p.so.d] = tile::from_float<T>(sum > 0.f ? o / sum : 0.f);
+  // sum is 0 where the row saw no key; a NaN (a bad cache entry, or NaN inputs) stays NaN.
+  out[threadIdx.x * p.so.d] = tile::from_float<T>(sum == 0.f ? 0.f : o / sum);
   if (p.lse && threadIdx.x == 0)
-    p.lse[b * p.lse_b + h * p.lse_h + sq.q0 + i] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : INFINITY;
+    p.lse[b * p.lse_b + h * p.lse_h + sq.q0 + i] = sum == 0.f ? INFINITY : (mx + log2f(sum)) * kLn2;
 }
 
 template <class T, int D>
-void launch_typed(const Params& p, cudaStream_t stream) {
-  const int sms = runtime::device_props(p.device).multiProcessorCount;
+void launch_typed(const Params& p, int splits, cudaStream_t stream) {
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
-  // Enough chunks for several CTAs per SM, none shorter than 256 keys.
-  const int64_t want = std::max<int64_t>(1, (8LL * sms + rows - 1) / rows);
-  const int splits = int(std::clamp<int64_t>(std::min(want, (p.seq_k + 255) / 256), 1, 1024));
   Split sp;
   sp.splits = splits;
   sp.chunk = int((p.seq_k + splits - 1) / splits);
@@ -157,6 +165,52 @@ void launch_typed(const Params& p, cudaStream_t stream) {
   TESSERA_LAUNCH_CHECK();
   decode_combine_kernel<T, D><<<dim3(1, unsigned(p.heads_q), unsigned(p.batch * p.seq_q)), D, 0, stream>>>(p, sp);
   TESSERA_LAUNCH_CHECK();
+}
+
+void launch(const Params& p, int splits, cudaStream_t stream) {
+  with_head_dim(p.dim, [&](auto d) {
+    if (p.dtype == DType::float16) launch_typed<__half, d>(p, splits, stream);
+    else launch_typed<__nv_bfloat16, d>(p, splits, stream);
+  });
+}
+
+constexpr int kMaxSplits = 1024;
+
+// The default split: enough chunks for several CTAs per SM, none shorter than 256 keys.
+int default_splits(const Params& p) {
+  const int sms = runtime::device_props(p.device).multiProcessorCount;
+  const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  const int64_t want = std::max<int64_t>(1, (8LL * sms + rows - 1) / rows);
+  return int(std::clamp<int64_t>(std::min(want, (p.seq_k + 255) / 256), 1, kMaxSplits));
+}
+
+// The tuned split count (runtime/tuner.hpp): keyed by arch, dtype, head dimension, the query rows
+// and keys (each rounded up to a power of two) and whether a block table is read; candidates the
+// default, then a quarter to four times it and a single chunk, none shorter than 64 keys.
+int tuned_splits(const Params& p, cudaStream_t stream) {
+  const int base = default_splits(p);
+  const bool tune = runtime::autotune_enabled();
+  if (!tune && !runtime::has_tuned(p.device, "attention")) return base;
+  const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  const std::string key = "sm" + std::to_string(runtime::device_props(p.device).major) + "0|decode|" +
+                          dtype_name(p.dtype) + "|d" + std::to_string(p.dim) + "|rows" +
+                          std::to_string(runtime::shape_bucket(rows)) + "|k" +
+                          std::to_string(runtime::shape_bucket(p.seq_k)) + (p.table ? "|paged" : "");
+  std::vector<std::string> names;
+  if (tune) {
+    const int most = int(std::clamp<int64_t>((p.seq_k + 63) / 64, 1, kMaxSplits));
+    std::vector<int> counts = {base};
+    for (int c : {base / 4, base / 2, base * 2, base * 4, 1})
+      if (c >= 1 && c <= most && std::find(counts.begin(), counts.end(), c) == counts.end()) counts.push_back(c);
+    for (int c : counts) names.push_back("splits=" + std::to_string(c));
+  }
+  const auto parse = [](const std::string& name) {
+    return name.rfind("splits=", 0) == 0 ? std::clamp(std::atoi(name.c_str() + 7), 1, kMaxSplits) : 0;
+  };
+  const auto run = [&](const std::string& name) { launch(p, parse(name), stream); };
+  const auto found = runtime::tuned_config(p.device, "attention", key, tune, names, run, stream);
+  const int c = found ? parse(*found) : 0;
+  return c > 0 ? c : base;
 }
 
 }  // namespace decode
@@ -172,11 +226,6 @@ bool decode_can_implement(const Params& p) {
   return rows_ok(p.q, p.sq) && rows_ok(p.k, p.sk) && rows_ok(p.v, p.sv);
 }
 
-void decode_launch(const Params& p, cudaStream_t stream) {
-  with_head_dim(p.dim, [&](auto d) {
-    if (p.dtype == DType::float16) decode::launch_typed<__half, d>(p, stream);
-    else decode::launch_typed<__nv_bfloat16, d>(p, stream);
-  });
-}
+void decode_launch(const Params& p, cudaStream_t stream) { decode::launch(p, decode::tuned_splits(p, stream), stream); }
 
 }  // namespace tessera::attn

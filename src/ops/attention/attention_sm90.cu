@@ -381,6 +381,7 @@ bool sm90_can_implement(const Params& p) {
   using namespace sm90;
   if (p.dtype != DType::bfloat16 && p.dtype != DType::float16) return false;
   if (p.dim != p.dim_v || (p.dim != 64 && p.dim != 128 && p.dim != 256)) return false;
+  if (p.len_k) return false;  // a KV cache: the decode and generic tiers
   if (runtime::device_props(p.device).major != 9 ||
       !runtime::has_sm90a_code(kernel_of<__nv_bfloat16, Shape<128>>()))
     return false;

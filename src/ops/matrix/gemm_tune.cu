@@ -23,12 +23,6 @@ namespace {
 std::mutex override_mu;
 std::optional<GemmConfig> config_override;
 
-int64_t bucket(int64_t v) {
-  int64_t b = 1;
-  while (b < v) b *= 2;
-  return b;
-}
-
 char layout(int64_t rows_stride, int64_t k_stride) {
   return k_stride == 1 ? 'k' : rows_stride == 1 ? 'r' : 's';
 }
@@ -49,9 +43,9 @@ std::string tune_key(const GemmArgs& g, const GemmCtx& ctx) {
   std::string key = "sm" + std::to_string(ctx.major) + "0|" + dtype_name(g.dtype);
   if (g.dtype == DType::float32 && g.allow_tf32) key += "+tf32";
   key += std::string(">") + dtype_name(g.out_dtype) + "|a" + layout(g.a_sm, g.a_sk) + "b" +
-         layout(g.b_sn, g.b_sk) + "|m" + std::to_string(bucket(g.m)) + "-n" +
-         std::to_string(bucket(g.n)) + "-k" + std::to_string(bucket(g.k)) + "-b" +
-         std::to_string(bucket(g.batch));
+         layout(g.b_sn, g.b_sk) + "|m" + std::to_string(runtime::shape_bucket(g.m)) + "-n" +
+         std::to_string(runtime::shape_bucket(g.n)) + "-k" + std::to_string(runtime::shape_bucket(g.k)) + "-b" +
+         std::to_string(runtime::shape_bucket(g.batch));
   // The epilogue's cost moves the best schedule: a per-element activation is part of the key.
   if (g.activation != Activation::none) key += std::string("|") + activation_name(g.activation);
   return key;
