@@ -102,6 +102,17 @@ def extras(rounds: int) -> list:
     ours, theirs = (nbytes / statistics.median(t[n]) / 1e6 for n in ("tessera", "torch"))
     lines.append(f"| decode 1 x 32 x 32768, d 128 (GB/s; baseline: torch's SDPA) | {ours:.0f} | {theirs:.0f} | "
                  f"{ours / theirs:.3f} |")
+    # GQA decode: batch 8, 32 query heads on 8 KV heads, 8192 keys; bytes K and V once.
+    qg, kg, vg = x(8, 32, 1, 128), x(8, 8, 8192, 128), x(8, 8, 8192, 128)
+    t = {"tessera": [], "torch": []}
+    for _ in range(rounds):
+        t["tessera"].append(bench_ms(lambda: tessera.scaled_dot_product_attention(qg, kg, vg, enable_gqa=True)))
+        t["torch"].append(bench_ms(lambda: F.scaled_dot_product_attention(qg, kg, vg, enable_gqa=True)))
+    gbytes = 2.0 * 8 * 8 * 8192 * 128 * 2
+    ours_g, theirs_g = (gbytes / statistics.median(t[n]) / 1e6 for n in ("tessera", "torch"))
+    lines.append(f"| decode GQA 8 x 32/8 x 8192, d 128 (GB/s; baseline: torch's SDPA) | {ours_g:.0f} | "
+                 f"{theirs_g:.0f} | {ours_g / theirs_g:.3f} |")
+    del qg, kg, vg
     # The same decode from a paged cache (blocks of 256 and 16 keys, handed out shuffled) against
     # the contiguous cache (flash_attention_with_kvcache both): the cost of the block table.
     q1 = q1.transpose(1, 2)

@@ -5,9 +5,11 @@
 // per element read per query: memory-bound, so the work is split into enough CTAs to keep HBM
 // busy (several per SM), each streaming one chunk of keys with 16-byte loads. A group of
 // head_dim / 8 lanes holds one key row (8 elements a lane), so a warp walks 256 / head_dim keys at
-// once, each group with its own online softmax; the groups, then the warps, are merged through
-// shared memory into the chunk's partial (unnormalized O, row max, row sum), and a second kernel
-// merges the chunks of each query row and writes out and lse.
+// once (two such steps in flight a loop), each group with its own online softmax; the groups, then
+// the warps, are merged through shared memory into the chunk's partial (unnormalized O, row max,
+// row sum), and a second kernel merges the chunks of each query row and writes out and lse. A CTA
+// takes up to 8 query rows that share a KV head (a GQA group's heads, a sequence's queries), so
+// each key row crosses from memory once for all of them rather than once per query head.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -38,6 +40,7 @@ struct Split {
   float* o;  // [rows, splits, D] unnormalized partial outputs
   float* ml;  // [rows, splits, 2] each partial's max (log2 units) and sum
   int splits, chunk;
+  int64_t row_blocks;  // CTAs per KV head: ceil(group x seq_q / R)
 };
 
 __device__ __forceinline__ void load8(float (&r)[8], const void* p) {
@@ -61,70 +64,108 @@ __device__ __forceinline__ void load_row8(float (&r)[8], const T* p) {
   else load8(r, p);
 }
 
-// Query row (b, h, i) of grid (splits, heads_q, batch * seq_q) against chunk blockIdx.x of its keys.
-template <class T, int D>
+// The R query rows of a CTA: rows rho = first .. first + R - 1 of the group x seq_q rows that
+// share KV head hk (rho = i * group + g: query i of head hk * group + g), so that each key row is
+// loaded once for all of them (GQA heads, and the queries of one sequence).
+struct Rows {
+  int64_t first, count;  // count: the group x seq_q rows of the KV head
+  __device__ int64_t head(const Params& p, int64_t hk, int r) const { return hk * p.group + (first + r) % p.group; }
+  __device__ int64_t query(const Params& p, int r) const { return (first + r) / p.group; }
+};
+
+// Query rows of CTA (split blockIdx.x, KV head and row block blockIdx.y, batch blockIdx.z) against
+// chunk blockIdx.x of their keys.
+template <class T, int D, int R>
 __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(Params p, Split sp) {
   constexpr int L = D / 8, G = 32 / L;  // lanes per key, keys per warp step
-  __shared__ float s_o[kWarps * G][D];
-  __shared__ float s_ml[kWarps * G][2];
+  __shared__ float s_o[kWarps * G][R][D];
+  __shared__ float s_ml[kWarps * G][R][2];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, grp = lane / L, sub = lane % L;
-  const int64_t h = blockIdx.y, i = blockIdx.z % p.seq_q, b = blockIdx.z / p.seq_q, hk = h / p.group;
+  const int64_t b = blockIdx.z, hk = blockIdx.y / sp.row_blocks;
+  const Rows rows{int64_t(blockIdx.y % sp.row_blocks) * R, p.group * p.seq_q};
   const Seq sq = seq_of(p, b);
-  const int64_t row = (b * p.heads_q + h) * p.seq_q + i;  // the split scratch's row
-  float q[8], acc[8] = {}, m = -INFINITY, l = 0.f;
   const float mul = (p.softcap > 0.f ? 1.f : p.scale) * kLog2e;
-  KeyRange r{0, -1};
-  if (i < sq.len_q) {
-    load_row8(q, static_cast<const T*>(p.q) + b * p.sq.b + (sq.q0 + i) * p.sq.s + h * p.sq.h + 8 * sub);
-    r = key_range(i, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
+  float q[R][8], acc[R][8], m[R], l[R];
+  int32_t lo[R], hi[R];  // each row's keys; the host keeps seq_k below 2^31
+  int64_t lo_all = INT64_MAX, hi_all = -1;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t i = rows.query(p, r);
+    KeyRange kr{0, -1};
+    if (rows.first + r < rows.count && i < sq.len_q) {
+      load_row8(q[r], static_cast<const T*>(p.q) + b * p.sq.b + (sq.q0 + i) * p.sq.s + rows.head(p, hk, r) * p.sq.h + 8 * sub);
+      kr = key_range(i, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
+    }
+    lo[r] = int32_t(kr.lo), hi[r] = int32_t(kr.hi), m[r] = -INFINITY, l[r] = 0.f;
+    if (kr.hi >= kr.lo) lo_all = min(lo_all, kr.lo), hi_all = max(hi_all, kr.hi);
+#pragma unroll
+    for (int d = 0; d < 8; ++d) acc[r][d] = 0.f;
   }
-  const int64_t lo = max(r.lo, int64_t(blockIdx.x) * sp.chunk), hi = min(r.hi, int64_t(blockIdx.x + 1) * sp.chunk - 1);
+  const int64_t j_lo = max(lo_all, int64_t(blockIdx.x) * sp.chunk), j_hi = min(hi_all, int64_t(blockIdx.x + 1) * sp.chunk - 1);
   const T* k = static_cast<const T*>(p.k) + hk * p.sk.h + 8 * sub;
   const T* v = static_cast<const T*>(p.v) + hk * p.sv.h + 8 * sub;
-  bool bad = sq.bad;  // a KV cache's length or block id out of range: the row becomes NaN
-  // The warp steps together (its shuffles need every lane); a group past the chunk's end adds nothing.
-  for (int64_t j0 = lo + warp * G; j0 <= hi; j0 += kWarps * G) {
-    const int64_t j = j0 + grp;
-    const bool valid = j <= hi;
-    float kr[8] = {}, vr[8] = {};
-    if (valid) {
-      const KeyAt at = key_at(p, b, sq.k0, j);
-      if (at.b >= 0) {
-        load_row8(kr, k + at.b * p.sk.b + at.s * p.sk.s);
-        load_row8(vr, v + at.b * p.sv.b + at.s * p.sv.s);
-      } else {
-        bad = true;
+  bool bad = sq.bad;  // a KV cache's length or block id out of range: the rows become NaN
+  // Two key steps a loop: both steps' loads are in flight before either's math. The warp steps
+  // together (its shuffles need every lane); a group past the chunk's end adds nothing.
+  constexpr int64_t kStep = kWarps * G;
+  for (int64_t j0 = j_lo + warp * G; j0 <= j_hi; j0 += 2 * kStep) {
+    float kr[2][8] = {}, vr[2][8] = {};
+    bool valid[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int64_t j = j0 + u * kStep + grp;
+      valid[u] = j <= j_hi;
+      if (valid[u]) {
+        const KeyAt at = key_at(p, b, sq.k0, j);
+        if (at.b >= 0) {
+          load_row8(kr[u], k + at.b * p.sk.b + at.s * p.sk.s);
+          load_row8(vr[u], v + at.b * p.sv.b + at.s * p.sv.s);
+        } else {
+          bad = true;
+        }
       }
     }
-    float s = 0.f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) s += q[e] * kr[e];
+    for (int u = 0; u < 2; ++u) {
+      const int64_t j = j0 + u * kStep + grp;
 #pragma unroll
-    for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (!valid) continue;
-    if (p.softcap > 0.f) s = p.softcap * tanhf(s * p.scale / p.softcap);
-    const float x = s * mul, m_new = fmaxf(m, x);
-    const float corr = tile::ex2_approx(m - m_new), e = tile::ex2_approx(x - m_new);
-    l = l * corr + e;
+      for (int r = 0; r < R; ++r) {
+        float s = 0.f;
 #pragma unroll
-    for (int d = 0; d < 8; ++d) acc[d] = acc[d] * corr + e * vr[d];
-    m = m_new;
+        for (int e = 0; e < 8; ++e) s += q[r][e] * kr[u][e];
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (!valid[u] || j < lo[r] || j > hi[r]) continue;
+        if (p.softcap > 0.f) s = p.softcap * tanhf(s * p.scale / p.softcap);
+        const float x = s * mul, m_new = fmaxf(m[r], x);
+        const float corr = tile::ex2_approx(m[r] - m_new), e = tile::ex2_approx(x - m_new);
+        l[r] = l[r] * corr + e;
+#pragma unroll
+        for (int d = 0; d < 8; ++d) acc[r][d] = acc[r][d] * corr + e * vr[u][d];
+        m[r] = m_new;
+      }
+    }
   }
-  if (bad) l = NAN;  // carried through both merges into out and lse
   const int g = warp * G + grp;
 #pragma unroll
-  for (int d = 0; d < 8; ++d) s_o[g][8 * sub + d] = acc[d];
-  if (sub == 0) s_ml[g][0] = m, s_ml[g][1] = l;
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int d = 0; d < 8; ++d) s_o[g][r][8 * sub + d] = acc[r][d];
+    if (sub == 0) s_ml[g][r][0] = m[r], s_ml[g][r][1] = bad ? NAN : l[r];  // NaN carried into out and lse
+  }
   __syncthreads();
-  for (int d = threadIdx.x; d < D; d += kWarps * 32) {
+  for (int x = threadIdx.x; x < R * D; x += kWarps * 32) {
+    const int r = x / D, d = x % D;
+    const int64_t i = rows.query(p, r);
+    if (rows.first + r >= rows.count || i >= sq.len_q) continue;
     float mx = -INFINITY;
-    for (int x = 0; x < kWarps * G; ++x) mx = fmaxf(mx, s_ml[x][0]);
+    for (int y = 0; y < kWarps * G; ++y) mx = fmaxf(mx, s_ml[y][r][0]);
     float o = 0.f, sum = 0.f;
-    for (int x = 0; x < kWarps * G; ++x) {
-      const float w = mx == -INFINITY ? 0.f : tile::ex2_approx(s_ml[x][0] - mx);
-      o += w * s_o[x][d], sum += w * s_ml[x][1];
+    for (int y = 0; y < kWarps * G; ++y) {
+      const float w = mx == -INFINITY ? 0.f : tile::ex2_approx(s_ml[y][r][0] - mx);
+      o += w * s_o[y][r][d], sum += w * s_ml[y][r][1];
     }
-    const int64_t at = row * sp.splits + blockIdx.x;
+    const int64_t at = ((b * p.heads_q + rows.head(p, hk, r)) * p.seq_q + i) * sp.splits + blockIdx.x;
     sp.o[at * D + d] = o;
     if (d == 0) sp.ml[2 * at] = mx, sp.ml[2 * at + 1] = sum;
   }
@@ -152,25 +193,47 @@ __global__ void __launch_bounds__(D) decode_combine_kernel(Params p, Split sp) {
     p.lse[b * p.lse_b + h * p.lse_h + sq.q0 + i] = sum == 0.f ? INFINITY : (mx + log2f(sum)) * kLn2;
 }
 
-template <class T, int D>
+// Query rows a CTA takes: the smallest power of two covering the rows that share a KV head (the
+// GQA group x seq_q), at most 8.
+int pack_of(const Params& p) {
+  const int64_t n = p.group * p.seq_q;
+  return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
+}
+// CTAs per split: batch x KV heads x row blocks.
+int64_t ctas_per_split(const Params& p) {
+  return p.batch * (p.heads_q / p.group) * runtime::ceil_div(p.group * p.seq_q, int64_t(pack_of(p)));
+}
+
+template <class T, int D, int R>
 void launch_typed(const Params& p, int splits, cudaStream_t stream) {
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   Split sp;
   sp.splits = splits;
   sp.chunk = int((p.seq_k + splits - 1) / splits);
+  sp.row_blocks = runtime::ceil_div(p.group * p.seq_q, int64_t(R));
   runtime::Scratch o(size_t(rows) * splits * D * sizeof(float), stream), ml(size_t(rows) * splits * 2 * sizeof(float), stream);
   sp.o = o.as<float>(), sp.ml = ml.as<float>();
-  const dim3 grid(unsigned(splits), unsigned(p.heads_q), unsigned(p.batch * p.seq_q));
-  decode_split_kernel<T, D><<<grid, kWarps * 32, 0, stream>>>(p, sp);
+  const dim3 grid(unsigned(splits), unsigned(p.heads_q / p.group * sp.row_blocks), unsigned(p.batch));
+  decode_split_kernel<T, D, R><<<grid, kWarps * 32, 0, stream>>>(p, sp);
   TESSERA_LAUNCH_CHECK();
   decode_combine_kernel<T, D><<<dim3(1, unsigned(p.heads_q), unsigned(p.batch * p.seq_q)), D, 0, stream>>>(p, sp);
   TESSERA_LAUNCH_CHECK();
 }
 
+template <class T, int D>
+void launch_packed(const Params& p, int splits, cudaStream_t stream) {
+  switch (pack_of(p)) {
+    case 1: return launch_typed<T, D, 1>(p, splits, stream);
+    case 2: return launch_typed<T, D, 2>(p, splits, stream);
+    case 4: return launch_typed<T, D, 4>(p, splits, stream);
+    default: return launch_typed<T, D, 8>(p, splits, stream);
+  }
+}
+
 void launch(const Params& p, int splits, cudaStream_t stream) {
   with_head_dim(p.dim, [&](auto d) {
-    if (p.dtype == DType::float16) launch_typed<__half, d>(p, splits, stream);
-    else launch_typed<__nv_bfloat16, d>(p, splits, stream);
+    if (p.dtype == DType::float16) launch_packed<__half, d>(p, splits, stream);
+    else launch_packed<__nv_bfloat16, d>(p, splits, stream);
   });
 }
 
@@ -179,23 +242,24 @@ constexpr int kMaxSplits = 1024;
 // The default split: enough chunks for several CTAs per SM, none shorter than 256 keys.
 int default_splits(const Params& p) {
   const int sms = runtime::device_props(p.device).multiProcessorCount;
-  const int64_t rows = p.batch * p.heads_q * p.seq_q;
-  const int64_t want = std::max<int64_t>(1, (8LL * sms + rows - 1) / rows);
+  const int64_t units = ctas_per_split(p);
+  const int64_t want = std::max<int64_t>(1, (8LL * sms + units - 1) / units);
   return int(std::clamp<int64_t>(std::min(want, (p.seq_k + 255) / 256), 1, kMaxSplits));
 }
 
-// The tuned split count (runtime/tuner.hpp): keyed by arch, dtype, head dimension, the query rows
-// and keys (each rounded up to a power of two) and whether a block table is read; candidates the
+// The tuned split count (runtime/tuner.hpp): keyed by arch, dtype, head dimension, the CTAs per
+// split and the keys (each rounded up to a power of two), the rows a CTA takes and whether a block
+// table is read; candidates the
 // default, then a quarter to four times it and a single chunk, none shorter than 64 keys.
 int tuned_splits(const Params& p, cudaStream_t stream) {
   const int base = default_splits(p);
   const bool tune = runtime::autotune_enabled();
   if (!tune && !runtime::has_tuned(p.device, "attention")) return base;
-  const int64_t rows = p.batch * p.heads_q * p.seq_q;
   const std::string key = "sm" + std::to_string(runtime::device_props(p.device).major) + "0|decode|" +
-                          dtype_name(p.dtype) + "|d" + std::to_string(p.dim) + "|rows" +
-                          std::to_string(runtime::shape_bucket(rows)) + "|k" +
-                          std::to_string(runtime::shape_bucket(p.seq_k)) + (p.table ? "|paged" : "");
+                          dtype_name(p.dtype) + "|d" + std::to_string(p.dim) + "|ctas" +
+                          std::to_string(runtime::shape_bucket(ctas_per_split(p))) + "|rows" +
+                          std::to_string(pack_of(p)) + "|k" + std::to_string(runtime::shape_bucket(p.seq_k)) +
+                          (p.table ? "|paged" : "");
   std::vector<std::string> names;
   if (tune) {
     const int most = int(std::clamp<int64_t>((p.seq_k + 63) / 64, 1, kMaxSplits));
@@ -218,7 +282,9 @@ int tuned_splits(const Params& p, cudaStream_t stream) {
 bool decode_can_implement(const Params& p) {
   if (p.dtype != DType::bfloat16 && p.dtype != DType::float16) return false;
   if (p.dim != p.dim_v || (p.dim != 64 && p.dim != 128 && p.dim != 256)) return false;
-  if (p.seq_q > decode::kMaxQueries || p.heads_q > 65535 || p.batch * p.seq_q > 65535) return false;
+  if (p.seq_q > decode::kMaxQueries || p.heads_q > 65535 || p.batch * p.seq_q > 65535 || p.seq_k > INT32_MAX / 2)
+    return false;
+  if (p.heads_q / p.group * runtime::ceil_div(p.group * p.seq_q, int64_t(decode::pack_of(p))) > 65535) return false;
   // 16-byte rows of q, k and v: the head dimension contiguous, other strides and data aligned.
   const auto rows_ok = [](const void* ptr, const Strides& s) {
     return s.d == 1 && reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.b % 8 == 0 && s.s % 8 == 0 && s.h % 8 == 0;
