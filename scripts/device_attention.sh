@@ -6,7 +6,7 @@
 #   device: bash scripts/device_attention.sh [steps]      (carry ["devbin-pack", "devwheel"])
 # Steps (default: ctest verify pytest bwd fwd): bwd and fwd take BENCH_ARGS (e.g. --quick);
 # sanitize: compute-sanitizer memcheck over the tensor-core, varlen, decode and KV cache tests;
-# tune: `tessera tune attention` on the decode shape.
+# tune: `tessera tune attention` on the decode shape. STEP_TIMEOUT: seconds a step may take (900).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -25,7 +25,7 @@ summary=()
 step() {  # step NAME CMD...: run with a time limit, log to $OUT/NAME.log, record the last line
   local name=$1; shift
   local t0=$SECONDS
-  timeout 900 "$@" >"$OUT/$name.log" 2>&1
+  timeout "${STEP_TIMEOUT:-900}" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   summary+=("$(printf '%-8s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log" | cut -c1-110)")")
 }

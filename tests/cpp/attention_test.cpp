@@ -438,7 +438,7 @@ TEST(AttentionGpu, DecodeTuningStoresItsSplit) {
   tessera::set_autotune(was);
   bool found = false;
   for (const auto& r : tessera::runtime::tune_cache(0).list())
-    if (r.op == "attention" && r.key.find("|decode|float16|d64|rows8|k2048") != std::string::npos) {
+    if (r.op == "attention" && r.key.find("|decode|float16|d64|ctas2|rows4|k2048") != std::string::npos) {
       found = true;
       EXPECT_EQ(r.entry.config.rfind("splits=", 0), 0u) << r.entry.config;
     }

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(Params p, Spl
   const float mul = (p.softcap > 0.f ? 1.f : p.scale) * kLog2e;
   float q[R][8], acc[R][8], m[R], l[R];
   int32_t lo[R], hi[R];  // each row's keys; the host keeps seq_k below 2^31
-  int64_t lo_all = INT64_MAX, hi_all = -1;
+  int64_t lo_all = INT32_MAX, hi_all = -1;  // no row with keys: an empty loop (no overflow)
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int64_t i = rows.query(p, r);
