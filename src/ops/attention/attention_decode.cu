@@ -76,7 +76,8 @@ struct Rows {
 // Query rows of CTA (split blockIdx.x, KV head and row block blockIdx.y, batch blockIdx.z) against
 // chunk blockIdx.x of their keys.
 template <class T, int D, int R>
-__global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(Params p, Split sp) {
+__global__ void __launch_bounds__(kWarps * 32, R == 1 ? 8 : R == 2 ? 5 : R == 4 ? 4 : 2)
+decode_split_kernel(Params p, Split sp) {
   constexpr int L = D / 8, G = 32 / L;  // lanes per key, keys per warp step
   __shared__ float s_o[kWarps * G][R][D];
   __shared__ float s_ml[kWarps * G][R][2];
@@ -105,14 +106,16 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(Params p, Spl
   const T* k = static_cast<const T*>(p.k) + hk * p.sk.h + 8 * sub;
   const T* v = static_cast<const T*>(p.v) + hk * p.sv.h + 8 * sub;
   bool bad = sq.bad;  // a KV cache's length or block id out of range: the rows become NaN
-  // Two key steps a loop: both steps' loads are in flight before either's math. The warp steps
-  // together (its shuffles need every lane); a group past the chunk's end adds nothing.
+  // U key steps a loop, their loads in flight before any step's math (one: the registers of more
+  // cost CTAs per SM, which hold as many loads in flight). The warp steps together (its shuffles
+  // need every lane); a group past the chunk's end adds nothing.
+  constexpr int U = 1;
   constexpr int64_t kStep = kWarps * G;
-  for (int64_t j0 = j_lo + warp * G; j0 <= j_hi; j0 += 2 * kStep) {
-    float kr[2][8] = {}, vr[2][8] = {};
-    bool valid[2];
+  for (int64_t j0 = j_lo + warp * G; j0 <= j_hi; j0 += U * kStep) {
+    float kr[U][8] = {}, vr[U][8] = {};
+    bool valid[U];
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t j = j0 + u * kStep + grp;
       valid[u] = j <= j_hi;
       if (valid[u]) {
@@ -126,7 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(Params p, Spl
       }
     }
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t j = j0 + u * kStep + grp;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -137,12 +140,18 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(Params p, Spl
         for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         if (!valid[u] || j < lo[r] || j > hi[r]) continue;
         if (p.softcap > 0.f) s = p.softcap * tanhf(s * p.scale / p.softcap);
-        const float x = s * mul, m_new = fmaxf(m[r], x);
-        const float corr = tile::ex2_approx(m[r] - m_new), e = tile::ex2_approx(x - m_new);
-        l[r] = l[r] * corr + e;
+        const float x = s * mul;
+        if (x > m[r]) {  // a new max (rare once a few keys are in): rescale what is summed so far
+          const float corr = tile::ex2_approx(m[r] - x);
+          l[r] *= corr;
 #pragma unroll
-        for (int d = 0; d < 8; ++d) acc[r][d] = acc[r][d] * corr + e * vr[u][d];
-        m[r] = m_new;
+          for (int d = 0; d < 8; ++d) acc[r][d] *= corr;
+          m[r] = x;
+        }
+        const float e = tile::ex2_approx(x - m[r]);
+        l[r] += e;
+#pragma unroll
+        for (int d = 0; d < 8; ++d) acc[r][d] = fmaf(e, vr[u][d], acc[r][d]);
       }
     }
   }
@@ -239,11 +248,27 @@ void launch(const Params& p, int splits, cudaStream_t stream) {
 
 constexpr int kMaxSplits = 1024;
 
-// The default split: enough chunks for several CTAs per SM, none shorter than 256 keys.
+// The split kernel p runs (its registers set how many CTAs fit on an SM).
+const void* split_kernel_of(const Params& p) {
+  const void* fn = nullptr;
+  with_head_dim(p.dim, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    const int r = pack_of(p);
+    const bool h = p.dtype == DType::float16;
+    fn = r == 1   ? (h ? (const void*)decode_split_kernel<__half, D, 1> : (const void*)decode_split_kernel<__nv_bfloat16, D, 1>)
+         : r == 2 ? (h ? (const void*)decode_split_kernel<__half, D, 2> : (const void*)decode_split_kernel<__nv_bfloat16, D, 2>)
+         : r == 4 ? (h ? (const void*)decode_split_kernel<__half, D, 4> : (const void*)decode_split_kernel<__nv_bfloat16, D, 4>)
+                  : (h ? (const void*)decode_split_kernel<__half, D, 8> : (const void*)decode_split_kernel<__nv_bfloat16, D, 8>);
+  });
+  return fn;
+}
+
+// The default split: one full wave of the CTAs that fit on the GPU at once (a memory-bound kernel
+// gains nothing from a second wave but its tail), no chunk shorter than 256 keys.
 int default_splits(const Params& p) {
-  const int sms = runtime::device_props(p.device).multiProcessorCount;
   const int64_t units = ctas_per_split(p);
-  const int64_t want = std::max<int64_t>(1, (8LL * sms + units - 1) / units);
+  const int64_t resident = runtime::resident_ctas(split_kernel_of(p), kWarps * 32);
+  const int64_t want = std::max<int64_t>(1, resident / units);
   return int(std::clamp<int64_t>(std::min(want, (p.seq_k + 255) / 256), 1, kMaxSplits));
 }
 
