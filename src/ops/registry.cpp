@@ -23,7 +23,7 @@ std::vector<Entry>& entries() {
 }
 
 int family_rank(const std::string& family) {
-  static const char* const kFamilies[] = {"elementwise", "rowwise", "matrix", "attention", "set"};
+  static const char* const kFamilies[] = {"elementwise", "rowwise", "matrix", "attention", "loss", "set"};
   const auto it = std::find(std::begin(kFamilies), std::end(kFamilies), family);
   return static_cast<int>(it - std::begin(kFamilies));  // unknown families after the known ones
 }

@@ -29,12 +29,12 @@ TEST(Registry, OrderIsFamilyThenFileThenEntry) {
     names.push_back(op.name);
     if (families.empty() || families.back() != op.family) families.push_back(op.family);
   }
-  EXPECT_EQ(families, (std::vector<std::string>{"elementwise", "rowwise", "matrix", "attention", "set"}));
+  EXPECT_EQ(families, (std::vector<std::string>{"elementwise", "rowwise", "matrix", "attention", "loss", "set"}));
   const std::vector<std::string> known = {
       "add", "gelu", "gelu_backward", "gelu_tanh", "gelu_tanh_backward", "dropout", "dropout_backward", "copy",
       "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
       "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "matmul",
-      "attention", "attention_causal", "attention_backward", "isin", "isin_brute_force", "isin_sort", "isin_hash", "isin_bitmap",
+      "attention", "attention_causal", "attention_backward", "cross_entropy", "isin", "isin_brute_force", "isin_sort", "isin_hash", "isin_bitmap",
   };
   std::size_t at = 0;
   for (const auto& n : names)
@@ -56,7 +56,8 @@ TEST(Registry, EveryDescriptionIsComplete) {
                                 : op.family == "matrix" ? "M = N = K"
                                 : op.family == "attention"
                                     ? "sequence length n (batch x heads = max(1, 16384 / n) x 32, head_dim 128)"
-                                    : "elements";
+                                : op.family == "loss" ? "classes V (rows: 8192, fewer where N V would pass 2^31)"
+                                                      : "elements";
     EXPECT_EQ(op.size_meaning, meaning);
     const bool exact = op.family == "set";
     // matmul with TF32 allowed rounds float32 inputs to a 10-bit mantissa: its own bound.

@@ -1,0 +1,40 @@
+// Losses: cross-entropy over class scores, with torch's semantics for the arguments it shares with
+// torch.nn.functional.cross_entropy. Checks arguments before any launch (tessera::Error names the
+// argument) and enqueues its kernels on `stream`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "tessera/tensor.hpp"
+
+namespace tessera {
+
+enum class Reduction { none, mean, sum };
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;   // rows with this target add nothing (loss 0, gradient 0)
+  Reduction reduction = Reduction::mean;  // mean: over the rows not ignored (none left: NaN, as torch)
+  double label_smoothing = 0.0;  // in [0, 1]: the target is (1 - e) one-hot + e / V uniform
+  double z_loss = 0.0;           // >= 0: adds z_loss * lse^2 per row (PaLM's z-loss)
+  double softcap = 0.0;          // > 0: logits become softcap * tanh(logits / softcap) first
+};
+
+// The cross-entropy of each row of logits [N, V] (float32, float16, bfloat16; the class dimension
+// contiguous, rows any stride) against target [N] (int64 or int32 class indices), in one pass
+// over the logits that also writes the gradient:
+//   loss_i = lse_i - (1 - e) y_{i,t} - (e / V) sum_j y_{i,j} + z lse_i^2, y = the (capped) logits,
+//   lse_i = log sum_j exp(y_{i,j});
+//   loss: float32, [] for mean and sum, [N] for none (ignored rows 0);
+//   lse (optional, nullptr: not written): float32 [N];
+//   grad (optional): d loss / d logits for a loss gradient of 1, [N, V] in the logits' dtype
+//     (contiguous classes); it may be logits itself (the same view), so that training needs no
+//     second N x V buffer. Ignored rows get 0.
+// A target outside [0, V) that is not ignore_index makes its row's loss and gradient NaN (checked
+// on the device: no synchronization). Math in float32.
+void cross_entropy(const TensorView& logits, const TensorView& target, const TensorView& loss,
+                   const TensorView* lse, const TensorView* grad, const CrossEntropyOptions& options,
+                   cudaStream_t stream);
+
+}  // namespace tessera

@@ -1,0 +1,292 @@
+// cross_entropy: the loss of each row of logits against its target class, and the gradient, in
+// one kernel (tessera/ops/loss.hpp).
+//
+// Bytes: the loss needs the logits read once; the gradient, written in the same kernel, one
+// write: 2 N V sizeof(T), the floor for training's forward plus backward. A CTA takes a row at a
+// time (a persistent grid of two CTAs per SM): pass 1 streams the row into (max, sum of exp, sum)
+// with four 16-byte loads in flight per thread, the CTA merges them, and pass 2 streams the row
+// again and writes the gradient. Pass 2 finds the row in L2: the rows in flight at once (two per
+// SM, 256 KB each at V = 128k in bf16) fit in it, so HBM sees one read and one write.
+//
+// Semantics as torch's F.cross_entropy (class indices): ignored rows add 0 and count for nothing
+// in the mean; a mean over no rows is NaN. NaN logits give NaN. A target out of range gives NaN
+// (torch raises a device-side assertion; a NaN keeps the call free of synchronization).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/scratch.hpp"
+#include "runtime/validate.hpp"
+#include "tessera/ops/loss.hpp"
+#include "tile/convert.cuh"
+#include "tile/reduce.cuh"
+#include "tile/row.cuh"
+
+namespace tessera {
+namespace {
+
+constexpr const char* kOp = "cross_entropy";
+constexpr int kThreads = 512;
+constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+
+struct CeArgs {
+  const void* logits;
+  void* grad;  // null: not written
+  int64_t ls, gs;  // row strides, elements
+  const void* target;
+  bool target64;
+  int64_t rows, classes, ignore;
+  float eps, z, cap;  // label smoothing, z-loss, soft-cap (0: none)
+  float* row_loss;    // [rows]: the output (none) or scratch (mean, sum)
+  float* lse;         // nullable
+  const int* valid;   // mean: the rows not ignored (device); else null
+};
+
+// Per-thread, then per-row, accumulator: the online max and sum of exp, and the sum of logits.
+struct Acc {
+  float m, s, sum;
+};
+struct AccMerge {
+  __device__ Acc operator()(Acc a, Acc b) const {
+    const float m = fmaxf(a.m, b.m);
+    const float s = m == -INFINITY ? a.s + b.s
+                                   : __fadd_rn(__fmul_rn(a.s, tile::fast_exp(a.m - m)), __fmul_rn(b.s, tile::fast_exp(b.m - m)));
+    return {m, s, a.sum + b.sum};
+  }
+};
+
+__device__ __forceinline__ float capped(float x, float cap) { return cap > 0.f ? cap * tanhf(x / cap) : x; }
+
+__device__ __forceinline__ void add(Acc& a, float y) {
+  a.sum += y;
+  if (y > a.m) a.s *= tile::fast_exp(a.m - y), a.m = y;  // a.m = -inf: the sum so far is 0
+  a.s += y == -INFINITY ? 0.f : tile::fast_exp(y - a.m);
+}
+
+// VW elements of a row as loaded (16 bytes when VW > 1), kept packed until each is used: four
+// of them in flight per thread cost 16 registers rather than 32 floats.
+template <class T, int VW>
+struct Pack {
+  std::conditional_t<VW == 1, T, uint4> raw;
+  __device__ __forceinline__ void load(const T* at) {
+    if constexpr (VW == 1) raw = *at;
+    else raw = *reinterpret_cast<const uint4*>(at);
+  }
+  __device__ __forceinline__ float operator[](int i) const {
+    if constexpr (VW == 1) return tile::to_float(raw);
+    else return tile::to_float(reinterpret_cast<const T*>(&raw)[i]);
+  }
+};
+
+template <class T, int VW>
+__device__ __forceinline__ void store_vec(T* at, const float (&g)[VW]) {
+  if constexpr (VW == 1) {
+    *at = tile::from_float<T>(g[0]);
+  } else {
+    uint4 u;
+    T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int i = 0; i < VW; ++i) e[i] = tile::from_float<T>(g[i]);
+    *reinterpret_cast<uint4*>(at) = u;
+  }
+}
+
+// Rows blockIdx.x, blockIdx.x + gridDim.x, ...: VW elements a load (the host checked that the
+// rows are aligned to it and V a multiple of it).
+template <class T, int VW>
+__global__ void __launch_bounds__(kThreads, 2) cross_entropy_kernel(CeArgs a) {
+  __shared__ Acc scratch[32];
+  __shared__ float s_target_logit;
+  const int V = int(a.classes), step = kThreads * VW;  // the host keeps V below 2^31
+  const float inv_v = 1.f / float(V);
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const T* x = static_cast<const T*>(a.logits) + r * a.ls;
+    const int64_t t = a.target64 ? static_cast<const int64_t*>(a.target)[r] : static_cast<const int32_t*>(a.target)[r];
+    const bool ignored = t == a.ignore, bad = !ignored && (t < 0 || t >= V);
+    // Read before the merge's barrier: with grad = logits, pass 2 overwrites it.
+    if (threadIdx.x == 0) s_target_logit = ignored || bad ? 0.f : capped(tile::to_float(x[t]), a.cap);
+    Acc acc{-INFINITY, 0.f, 0.f};
+    for (int c0 = int(threadIdx.x) * VW; c0 < V; c0 += kUnroll * step) {
+      Pack<T, VW> v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (c0 + u * step < V) v[u].load(x + c0 + u * step);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (c0 + u * step < V)
+#pragma unroll
+          for (int i = 0; i < VW; ++i) add(acc, capped(v[u][i], a.cap));
+    }
+    acc = tile::block_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch);
+    const float lse = acc.m + logf(acc.s);
+    if (threadIdx.x == 0) {
+      const float loss = lse - (1.f - a.eps) * s_target_logit - a.eps * inv_v * acc.sum + a.z * lse * lse;
+      a.row_loss[r] = ignored ? 0.f : bad ? NAN : loss;
+      if (a.lse) a.lse[r] = lse;
+    }
+    if (!a.grad) continue;
+    // d loss / d y_j = p_j (1 + 2 z lse) - e / V - (1 - e) [j = t]; times 1 - tanh^2 under the cap.
+    const float scale = ignored ? 0.f : bad ? NAN : a.valid ? 1.f / float(*a.valid) : 1.f;
+    const float coef = (1.f + 2.f * a.z * lse) * scale, flat = a.eps * inv_v * scale, hit = (1.f - a.eps) * scale;
+    T* g = static_cast<T*>(a.grad) + r * a.gs;
+    for (int c0 = int(threadIdx.x) * VW; c0 < V; c0 += kUnroll * step) {
+      Pack<T, VW> v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (c0 + u * step < V) v[u].load(x + c0 + u * step);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (c0 + u * step >= V) continue;
+        float out[VW];
+#pragma unroll
+        for (int i = 0; i < VW; ++i) {
+          const float y = capped(v[u][i], a.cap);
+          float d = tile::fast_exp(y - lse) * coef - flat - (c0 + u * step + i == t ? hit : 0.f);
+          if (a.cap > 0.f) d *= 1.f - (y / a.cap) * (y / a.cap);
+          out[i] = d;
+        }
+        store_vec<T, VW>(g + c0 + u * step, out);
+      }
+    }
+  }
+}
+
+// The rows not ignored, for the mean.
+__global__ void __launch_bounds__(1024) count_kernel(const void* target, bool target64, int64_t rows, int64_t ignore,
+                                                     int* valid) {
+  __shared__ int scratch[32];
+  int n = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int64_t t = target64 ? static_cast<const int64_t*>(target)[r] : static_cast<const int32_t*>(target)[r];
+    n += t != ignore;
+  }
+  n = tile::block_sum(n, scratch);
+  if (threadIdx.x == 0) *valid = n;
+}
+
+// The per-row losses summed in a fixed order (the same bits every run); the mean divides by the
+// rows not ignored (none: 0 / 0 = NaN, as torch).
+__global__ void __launch_bounds__(1024) reduce_kernel(const float* row_loss, int64_t rows, const int* valid, float* loss) {
+  __shared__ float scratch[32];
+  float s = 0.f;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += row_loss[r];
+  s = tile::block_sum(s, scratch);
+  if (threadIdx.x == 0) *loss = valid ? s / float(*valid) : s;
+}
+
+template <class T>
+void launch_rows(const CeArgs& a, bool vec, cudaStream_t stream) {
+  const int device = [] { int d = 0; cudaGetDevice(&d); return d; }();
+  const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, 2LL * runtime::device_props(device).multiProcessorCount));
+  if (vec) cross_entropy_kernel<T, 16 / sizeof(T)><<<grid, kThreads, 0, stream>>>(a);
+  else cross_entropy_kernel<T, 1><<<grid, kThreads, 0, stream>>>(a);
+  TESSERA_LAUNCH_CHECK();
+}
+
+void check(const TensorView& logits, const TensorView& target, const TensorView& loss, const TensorView* lse,
+           const TensorView* grad, const CrossEntropyOptions& o) {
+  detail::check_cuda_tensor(kOp, "logits", logits);
+  detail::check_dtype_in(kOp, "logits", logits, {DType::float32, DType::float16, DType::bfloat16});
+  if (logits.ndim != 2 || logits.shape[1] < 1 || logits.shape[1] > INT32_MAX - 65536 ||
+      (logits.strides[1] != 1 && logits.shape[1] > 1))
+    detail::throw_arg(ErrorKind::value, kOp, "logits",
+                      "a 2-d tensor [N, V] with 1 <= V < 2^31 - 2^16 and the class dimension contiguous",
+                      std::to_string(logits.ndim) + "-d" +
+                          (logits.ndim == 2 ? " [" + std::to_string(logits.shape[0]) + ", " +
+                                                  std::to_string(logits.shape[1]) + "], class stride " +
+                                                  std::to_string(logits.strides[1])
+                                            : std::string()));
+  detail::check_cuda_tensor(kOp, "target", target);
+  detail::check_dtype_in(kOp, "target", target, {DType::int64, DType::int32});
+  detail::check_same_device(kOp, "target", target, "logits", logits);
+  if (target.ndim != 1 || target.shape[0] != logits.shape[0] || (target.strides[0] != 1 && target.shape[0] > 1))
+    detail::throw_arg(ErrorKind::value, kOp, "target",
+                      "a contiguous 1-d tensor of logits' N = " + std::to_string(logits.shape[0]) + " class indices",
+                      std::to_string(target.ndim) + "-d" + (target.ndim == 1 ? " of " + std::to_string(target.shape[0]) : std::string()));
+  detail::check_cuda_tensor(kOp, "loss", loss);
+  detail::check_dtype_in(kOp, "loss", loss, {DType::float32});
+  detail::check_same_device(kOp, "loss", loss, "logits", logits);
+  const bool none = o.reduction == Reduction::none;
+  if (none ? (loss.ndim != 1 || loss.shape[0] != logits.shape[0] || (loss.strides[0] != 1 && loss.shape[0] > 1))
+           : loss.ndim != 0)
+    detail::throw_arg(ErrorKind::value, kOp, "loss",
+                      none ? "a contiguous 1-d float32 tensor of N = " + std::to_string(logits.shape[0]) + " (reduction none)"
+                           : std::string("a 0-d float32 tensor (reduction mean or sum)"),
+                      std::to_string(loss.ndim) + "-d");
+  if (lse) {
+    detail::check_cuda_tensor(kOp, "lse", *lse);
+    detail::check_dtype_in(kOp, "lse", *lse, {DType::float32});
+    detail::check_same_device(kOp, "lse", *lse, "logits", logits);
+    if (lse->ndim != 1 || lse->shape[0] != logits.shape[0] || (lse->strides[0] != 1 && lse->shape[0] > 1))
+      detail::throw_arg(ErrorKind::value, kOp, "lse", "a contiguous 1-d float32 tensor of N = " + std::to_string(logits.shape[0]),
+                        std::to_string(lse->ndim) + "-d");
+  }
+  if (grad) {
+    detail::check_like(kOp, "grad", *grad, "logits", logits);
+    if (grad->strides[1] != 1 && grad->shape[1] > 1)
+      detail::throw_arg(ErrorKind::value, kOp, "grad", "the class dimension contiguous",
+                        "class stride " + std::to_string(grad->strides[1]));
+    detail::check_no_internal_overlap(kOp, "grad", *grad);
+    detail::check_no_overlap(kOp, "grad", *grad, "logits", logits, true);
+    detail::check_no_overlap(kOp, "grad", *grad, "target", target, false);
+    detail::check_no_overlap(kOp, "grad", *grad, "loss", loss, false);
+  }
+  detail::check_no_overlap(kOp, "loss", loss, "logits", logits, false);
+  if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
+    detail::throw_arg(ErrorKind::value, kOp, "label_smoothing", "a number in [0, 1]", std::to_string(o.label_smoothing));
+  if (!(o.z_loss >= 0.0) || !std::isfinite(o.z_loss))
+    detail::throw_arg(ErrorKind::value, kOp, "z_loss", "a finite number >= 0", std::to_string(o.z_loss));
+  if (!(o.softcap >= 0.0) || !std::isfinite(o.softcap))
+    detail::throw_arg(ErrorKind::value, kOp, "softcap", "a finite number >= 0 (0: none)", std::to_string(o.softcap));
+}
+
+}  // namespace
+
+void cross_entropy(const TensorView& logits, const TensorView& target, const TensorView& loss, const TensorView* lse,
+                   const TensorView* grad, const CrossEntropyOptions& options, cudaStream_t stream) {
+  check(logits, target, loss, lse, grad, options);
+  runtime::DeviceGuard guard(logits.device.index);
+  const int64_t rows = logits.shape[0];
+  const bool none = options.reduction == Reduction::none, mean = options.reduction == Reduction::mean;
+  if (none && rows == 0) return;
+  CeArgs a{};
+  a.logits = logits.data, a.grad = grad ? grad->data : nullptr;
+  a.ls = logits.strides[0], a.gs = grad ? grad->strides[0] : 0;
+  a.target = target.data, a.target64 = target.dtype == DType::int64;
+  a.rows = rows, a.classes = logits.shape[1], a.ignore = options.ignore_index;
+  a.eps = float(options.label_smoothing), a.z = float(options.z_loss), a.cap = float(options.softcap);
+  a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  runtime::Scratch row_loss(none ? 0 : size_t(std::max<int64_t>(rows, 1)) * sizeof(float), stream),
+      valid(mean ? sizeof(int) : 0, stream);
+  a.row_loss = none ? static_cast<float*>(loss.data) : row_loss.as<float>();
+  a.valid = mean ? valid.as<int>() : nullptr;
+  if (mean) {
+    count_kernel<<<1, 1024, 0, stream>>>(a.target, a.target64, rows, a.ignore, valid.as<int>());
+    TESSERA_LAUNCH_CHECK();
+  }
+  if (rows > 0) {
+    // 16-byte loads where every row (and the gradient's) starts 16-byte aligned and V fills them.
+    const size_t es = dtype_size(logits.dtype), vw = 16 / es;
+    const auto aligned = [&](const void* p, int64_t stride) {
+      return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (rows == 1 || stride % int64_t(vw) == 0);
+    };
+    const bool vec = a.classes % int64_t(vw) == 0 && aligned(a.logits, a.ls) && (!grad || aligned(a.grad, a.gs));
+    switch (logits.dtype) {
+      case DType::float32: launch_rows<float>(a, vec, stream); break;
+      case DType::float16: launch_rows<__half>(a, vec, stream); break;
+      default: launch_rows<__nv_bfloat16>(a, vec, stream); break;
+    }
+  }
+  if (!none) {
+    reduce_kernel<<<1, 1024, 0, stream>>>(a.row_loss, rows, a.valid, static_cast<float*>(loss.data));
+    TESSERA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,172 @@
+// Verify and bench cases for cross_entropy, and its registration: what `tessera verify|bench|profile
+// cross_entropy` run. The cases walk vocabularies from 1 class to 128256 (16-byte and scalar
+// paths), padded rows, int32 and int64 targets with ignored rows, every reduction, label
+// smoothing, z-loss and soft-cap, and the gradient written over the logits.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/host.hpp"
+#include "ops/loss/cross_entropy_reference.hpp"
+#include "ops/registry.hpp"
+#include "ops/verify.hpp"
+#include "runtime/check.hpp"
+#include "tessera/ops/loss.hpp"
+
+namespace tessera::ops {
+namespace {
+
+const std::vector<DType> kTypes = {DType::float32, DType::float16, DType::bfloat16};
+
+struct Spec {
+  int64_t rows = 0, classes = 0;
+  Reduction reduction = Reduction::mean;
+  reference::CrossEntropySpec ref;
+  bool padded = false;    // rows 8 elements longer than the classes (a strided view)
+  bool inplace = false;   // the gradient written over the logits
+  bool int32 = false;     // int32 targets
+};
+
+std::string describe(DType dt, const Spec& s) {
+  static const char* reductions[] = {"none", "mean", "sum"};
+  std::string d = std::string(dtype_name(dt)) + " " + shape_str({s.rows, s.classes}) + " " +
+                  reductions[int(s.reduction)];
+  if (s.ref.label_smoothing > 0) d += " smoothing " + std::to_string(s.ref.label_smoothing).substr(0, 4);
+  if (s.ref.z_loss > 0) d += " z-loss";
+  if (s.ref.softcap > 0) d += " softcap";
+  if (s.padded) d += " padded rows";
+  if (s.inplace) d += " in place";
+  if (s.int32) d += " int32 targets";
+  return d;
+}
+
+// Targets uniform over the classes, every fifth row ignored.
+std::vector<int64_t> targets(const Spec& s, unsigned seed) {
+  std::mt19937_64 g(seed);
+  std::vector<int64_t> t(size_t(s.rows));
+  for (int64_t r = 0; r < s.rows; ++r) t[size_t(r)] = r % 5 == 3 ? s.ref.ignore_index : int64_t(g() % uint64_t(s.classes));
+  return t;
+}
+
+TestTensor upload_targets(const std::vector<int64_t>& t, bool int32) {
+  TestTensor d = make_tensor(int32 ? DType::int32 : DType::int64, {int64_t(t.size())}, Layout::contiguous);
+  std::vector<int32_t> narrow(t.begin(), t.end());
+  const void* src = int32 ? static_cast<const void*>(narrow.data()) : static_cast<const void*>(t.data());
+  TESSERA_CUDA_CHECK(cudaMemcpy(d.storage.data(), src, t.size() * (int32 ? 4 : 8), cudaMemcpyHostToDevice));
+  return d;
+}
+
+VerifyResult run_case(DType dt, const Spec& s) {
+  cudaStream_t stream = nullptr;
+  TestTensor logits = make_tensor(dt, {s.rows, s.classes + (s.padded ? 8 : 0)}, Layout::contiguous);
+  fill_random(logits, -8, 8, stream);
+  if (s.padded) logits.view.shape[1] = s.classes;
+  const std::vector<int64_t> t = targets(s, unsigned(s.rows * 31 + s.classes));
+  TestTensor target = upload_targets(t, s.int32);
+  const bool none = s.reduction == Reduction::none;
+  TestTensor loss = none ? make_tensor(DType::float32, {s.rows}, Layout::contiguous)
+                         : make_tensor(DType::float32, {}, Layout::contiguous);
+  TestTensor lse = make_tensor(DType::float32, {s.rows}, Layout::contiguous);
+  TestTensor grad = make_tensor(dt, {s.rows, s.classes}, Layout::contiguous);
+  for (TestTensor* o : {&loss, &lse, &grad}) fill_poison(*o, stream);
+  const HostCopy hx = to_host(logits);
+  std::vector<double> x(size_t(s.rows * s.classes));
+  for (int64_t i = 0; i < s.rows * s.classes; ++i) x[size_t(i)] = host::load_double(hx.view, i);
+  CrossEntropyOptions o;
+  o.ignore_index = s.ref.ignore_index, o.reduction = s.reduction, o.label_smoothing = s.ref.label_smoothing;
+  o.z_loss = s.ref.z_loss, o.softcap = s.ref.softcap;
+  const TensorView& g = s.inplace ? logits.view : grad.view;
+  cross_entropy(logits.view, target.view, loss.view, &lse.view, &g, o, stream);
+  // The reference's per-row losses and gradients, reduced and scaled as the reduction asks.
+  const reference::CrossEntropyRows ref = reference::cross_entropy(x, t, s.rows, s.classes, s.ref);
+  const double scale = s.reduction == Reduction::mean ? 1.0 / double(ref.valid) : 1.0;
+  std::vector<double> want_grad = ref.grad;
+  for (double& v : want_grad) v *= scale;
+  std::vector<double> want_loss = ref.loss;
+  if (!none) {
+    double sum = 0;
+    for (double v : ref.loss) sum += v;
+    want_loss = {sum * scale};
+  }
+  const std::string name = describe(dt, s);
+  VerifyResult worst = compare("cross_entropy", name + " loss", loss, want_loss, stream);
+  TestTensor* grad_out = &grad;
+  if (s.inplace) grad_out = &logits;  // compared over the logits' storage (its padding untouched)
+  for (const auto& [t_, r, what] : {std::tuple<TestTensor*, const std::vector<double>*, const char*>{grad_out, &want_grad, " grad"},
+                                    {&lse, &ref.lse, " lse"}}) {
+    VerifyResult v = compare("cross_entropy", name + what, *t_, *r, stream);
+    if (!v.passed || (worst.passed && v.rel_err > worst.rel_err)) worst = v;
+  }
+  worst.name = name;
+  return worst;
+}
+
+std::vector<VerifyCase> cases() {
+  std::vector<Spec> all;
+  reference::CrossEntropySpec plain, smooth, z, cap;
+  smooth.label_smoothing = 0.1, z.z_loss = 1e-4, cap.softcap = 30.0;
+  all.push_back({64, 1, Reduction::mean, plain});
+  all.push_back({33, 3, Reduction::none, plain, false, false, true});
+  all.push_back({17, 50257, Reduction::mean, smooth});                      // odd V: the scalar path
+  all.push_back({40, 4096, Reduction::sum, z, true});                       // padded rows
+  all.push_back({9, 128256, Reduction::mean, cap, false, true});            // in place
+  all.push_back({300, 1000, Reduction::none, smooth, false, false, true});  // many rows, int32
+  std::vector<VerifyCase> c;
+  for (DType dt : kTypes)
+    for (const Spec& s : all) c.push_back({describe(dt, s), false, [=] { return run_case(dt, s); }});
+  return c;
+}
+
+// V classes over 8192 rows (fewer where the logits would pass 2^31 elements), the gradient in
+// place: bytes the logits read and the gradient written, once each.
+BenchShape ce_shape(DType dt, int64_t v) {
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(8192, (int64_t(1) << 31) / v));
+  BenchShape s;
+  s.shapes = {{rows, v}, {rows}};
+  s.shape = shape_str({rows, v});
+  s.bytes = 2.0 * double(rows) * double(v) * double(dtype_size(dt));
+  return s;
+}
+
+BenchCase ce_bench(DType dt, int64_t v) {
+  const BenchShape shape = ce_shape(dt, v);
+  struct State { TestTensor logits, target, loss; };
+  auto st = std::make_shared<State>();
+  st->logits = make_tensor(dt, shape.shapes[0], Layout::contiguous);
+  fill_random(st->logits, -8, 8, nullptr);
+  Spec s;
+  s.rows = shape.shapes[0][0], s.classes = v;
+  st->target = upload_targets(targets(s, 7), false);
+  st->loss = make_tensor(DType::float32, {}, Layout::contiguous);
+  BenchCase c = bench_case("cross_entropy", dt, v, shape);
+  State* p = st.get();
+  // In place, as training runs it: each call overwrites the logits with the gradient, which is
+  // as good a set of logits as any for the next (the timing does not depend on the values).
+  c.run = [p](cudaStream_t stream) {
+    cross_entropy(p->logits.view, p->target.view, p->loss.view, nullptr, &p->logits.view, {}, stream);
+  };
+  c.state = st;
+  return c;
+}
+
+const Registrar kRegistrar(10, [] {
+  OpInfo op;
+  op.name = "cross_entropy";
+  op.family = "loss";
+  op.summary = "cross-entropy of logits [N, V] against class targets, with the gradient in the same pass";
+  op.dtypes = kTypes;
+  op.bench_sizes = {1024, 8192, 32000, 50257, 128256, 256000};
+  op.size_meaning = "classes V (rows: 8192, fewer where N V would pass 2^31)";
+  op.tolerance = default_tolerance;
+  op.verify_cases = cases;
+  op.make_bench = ce_bench;
+  op.bench_shape = ce_shape;
+  return std::vector<OpInfo>{op};
+});
+
+}  // namespace
+}  // namespace tessera::ops
