@@ -10,7 +10,9 @@ BUILD="${BUILD_DIR:-build-main}"
 PY="${PY312:-/work/venv312/bin/python3}"
 # torch's package directory without importing it (its CUDA libraries are not installed here).
 TORCH_DIR=$("$PY" -c 'import importlib.util as u; print(u.find_spec("torch").submodule_search_locations[0])')
-cmake -S . -B "$BUILD" -DTESSERA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$PY" "-DTESSERA_TORCH_DIR=$TORCH_DIR" >/dev/null
+# Another Python's cached findings (a wheel build in the same directory, scripts/test.sh) go first.
+cmake -S . -B "$BUILD" -U 'Python_*' -U '_Python_*' -U 'Python3_*' -UCMAKE_MODULE_PATH -DTESSERA_BUILD_PYTHON=ON \
+      "-DPython_EXECUTABLE=$PY" "-DTESSERA_TORCH_DIR=$TORCH_DIR" >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target _C tessera_torch _torch_fast
 rm -rf devwheel && mkdir -p devwheel/pkg
 cp "$BUILD"/python/_C*.so "$BUILD"/python/_torch_fast*.so "$BUILD"/python/libtessera_torch.so devwheel/pkg/

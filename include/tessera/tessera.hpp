@@ -4,6 +4,7 @@
 #include "tessera/error.hpp"
 #include "tessera/ops/attention.hpp"
 #include "tessera/ops/elementwise.hpp"
+#include "tessera/ops/loss.hpp"
 #include "tessera/ops/matrix.hpp"
 #include "tessera/ops/rowwise.hpp"
 #include "tessera/ops/set.hpp"

@@ -94,6 +94,15 @@ def samples(torch, name, dtype):
         q, k, v = (t.detach() for t in (q, k, v))
         out, lse = torch.ops.tessera.attention.varlen(q, k, v, cu, cu, 12, 12)
         return [((x(17, 4, 64, grad=False), q, k, v, out, lse, cu, cu, 12, 12), {})]
+    if name in ("cross_entropy", "cross_entropy.inplace", "cross_entropy.backward"):
+        t = torch.tensor([1, -100, 5, 0], device="cuda")
+        if name == "cross_entropy":
+            return [((x(4, 10), t), {}), ((x(4, 10), t), {"reduction": "none", "label_smoothing": 0.1}),
+                    ((x(4, 16), t.int()), {"reduction": "sum", "softcap": 5.0, "z_loss": 1e-3, "with_grad": True})]
+        if name == "cross_entropy.inplace":
+            return [((x(4, 10, grad=False), t), {"reduction": "none"}), ((x(4, 16, grad=False), t), {})]
+        return [((torch.tensor(0.5, device="cuda"), x(4, 10, grad=False)), {}),
+                ((torch.rand(4, device="cuda"), x(4, 16, grad=False)), {"reduction": "none"})]
     if name == "attention.kvcache":
         k, v = x(6, 16, 2, 64, grad=False), x(6, 16, 2, 64, grad=False)
         lens = torch.tensor([20, 0], device="cuda", dtype=torch.int32)

@@ -37,4 +37,10 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
                    const TensorView* lse, const TensorView* grad, const CrossEntropyOptions& options,
                    cudaStream_t stream);
 
+// The backward: grad (cross_entropy's gradient, for a loss gradient of 1) scaled in place by
+// grad_loss, float32: [] for mean and sum, [N] (any stride) for none. Rows whose factor is exactly
+// 1 are left as they are, so training's backward (a loss gradient of 1) costs no pass over grad.
+void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad, Reduction reduction,
+                            cudaStream_t stream);
+
 }  // namespace tessera

@@ -102,7 +102,6 @@ __device__ __forceinline__ void store_vec(T* at, const float (&g)[VW]) {
 template <class T, int VW>
 __global__ void __launch_bounds__(kThreads, 2) cross_entropy_kernel(CeArgs a) {
   __shared__ Acc scratch[32];
-  __shared__ float s_target_logit;
   const int V = int(a.classes), step = kThreads * VW;  // the host keeps V below 2^31
   const float inv_v = 1.f / float(V);
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
@@ -110,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 2) cross_entropy_kernel(CeArgs a) {
     const int64_t t = a.target64 ? static_cast<const int64_t*>(a.target)[r] : static_cast<const int32_t*>(a.target)[r];
     const bool ignored = t == a.ignore, bad = !ignored && (t < 0 || t >= V);
     // Read before the merge's barrier: with grad = logits, pass 2 overwrites it.
-    if (threadIdx.x == 0) s_target_logit = ignored || bad ? 0.f : capped(tile::to_float(x[t]), a.cap);
+    const float target_logit = threadIdx.x == 0 && !ignored && !bad ? capped(tile::to_float(x[t]), a.cap) : 0.f;
     Acc acc{-INFINITY, 0.f, 0.f};
     for (int c0 = int(threadIdx.x) * VW; c0 < V; c0 += kUnroll * step) {
       Pack<T, VW> v[kUnroll];
@@ -126,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 2) cross_entropy_kernel(CeArgs a) {
     acc = tile::block_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch);
     const float lse = acc.m + logf(acc.s);
     if (threadIdx.x == 0) {
-      const float loss = lse - (1.f - a.eps) * s_target_logit - a.eps * inv_v * acc.sum + a.z * lse * lse;
+      const float loss = lse - (1.f - a.eps) * target_logit - a.eps * inv_v * acc.sum + a.z * lse * lse;
       a.row_loss[r] = ignored ? 0.f : bad ? NAN : loss;
       if (a.lse) a.lse[r] = lse;
     }
@@ -180,13 +179,45 @@ __global__ void __launch_bounds__(1024) reduce_kernel(const float* row_loss, int
   if (threadIdx.x == 0) *loss = valid ? s / float(*valid) : s;
 }
 
+// Row r of grad times its factor (grad_loss[0], or grad_loss[r * stride] for none); a factor of
+// exactly 1 leaves the row unread.
+template <class T, int VW>
+__global__ void __launch_bounds__(kThreads) scale_kernel(const float* grad_loss, int64_t stride, T* grad, int64_t gs,
+                                                         int64_t rows, int classes) {
+  const int step = kThreads * VW;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float f = grad_loss[r * stride];
+    if (f == 1.f) continue;
+    T* g = grad + r * gs;
+    for (int c = int(threadIdx.x) * VW; c < classes; c += step) {
+      Pack<T, VW> v;
+      v.load(g + c);
+      float out[VW];
+#pragma unroll
+      for (int i = 0; i < VW; ++i) out[i] = v[i] * f;
+      store_vec<T, VW>(g + c, out);
+    }
+  }
+}
+
+int current_sms() {
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  return runtime::device_props(device).multiProcessorCount;
+}
+
 template <class T>
 void launch_rows(const CeArgs& a, bool vec, cudaStream_t stream) {
-  const int device = [] { int d = 0; cudaGetDevice(&d); return d; }();
-  const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, 2LL * runtime::device_props(device).multiProcessorCount));
+  const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, 2LL * current_sms()));
   if (vec) cross_entropy_kernel<T, 16 / sizeof(T)><<<grid, kThreads, 0, stream>>>(a);
   else cross_entropy_kernel<T, 1><<<grid, kThreads, 0, stream>>>(a);
   TESSERA_LAUNCH_CHECK();
+}
+
+// 16-byte accesses where every row starts 16-byte aligned and the classes fill the vectors.
+bool vectorizable(const TensorView& t) {
+  const int64_t vw = 16 / int64_t(dtype_size(t.dtype));
+  return t.shape[1] % vw == 0 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.shape[0] <= 1 || t.strides[0] % vw == 0);
 }
 
 void check(const TensorView& logits, const TensorView& target, const TensorView& loss, const TensorView* lse,
@@ -271,12 +302,7 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
     TESSERA_LAUNCH_CHECK();
   }
   if (rows > 0) {
-    // 16-byte loads where every row (and the gradient's) starts 16-byte aligned and V fills them.
-    const size_t es = dtype_size(logits.dtype), vw = 16 / es;
-    const auto aligned = [&](const void* p, int64_t stride) {
-      return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (rows == 1 || stride % int64_t(vw) == 0);
-    };
-    const bool vec = a.classes % int64_t(vw) == 0 && aligned(a.logits, a.ls) && (!grad || aligned(a.grad, a.gs));
+    const bool vec = vectorizable(logits) && (!grad || vectorizable(*grad));
     switch (logits.dtype) {
       case DType::float32: launch_rows<float>(a, vec, stream); break;
       case DType::float16: launch_rows<__half>(a, vec, stream); break;
@@ -287,6 +313,46 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
     reduce_kernel<<<1, 1024, 0, stream>>>(a.row_loss, rows, a.valid, static_cast<float*>(loss.data));
     TESSERA_LAUNCH_CHECK();
   }
+}
+
+void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad, Reduction reduction,
+                            cudaStream_t stream) {
+  constexpr const char* op = "cross_entropy_backward";
+  detail::check_cuda_tensor(op, "grad", grad);
+  detail::check_dtype_in(op, "grad", grad, {DType::float32, DType::float16, DType::bfloat16});
+  if (grad.ndim != 2 || grad.shape[1] > INT32_MAX - 65536 || (grad.strides[1] != 1 && grad.shape[1] > 1))
+    detail::throw_arg(ErrorKind::value, op, "grad", "a 2-d tensor [N, V] with the class dimension contiguous",
+                      std::to_string(grad.ndim) + "-d");
+  detail::check_no_internal_overlap(op, "grad", grad);
+  detail::check_cuda_tensor(op, "grad_loss", grad_loss);
+  detail::check_dtype_in(op, "grad_loss", grad_loss, {DType::float32});
+  detail::check_same_device(op, "grad_loss", grad_loss, "grad", grad);
+  const bool none = reduction == Reduction::none;
+  if (none ? grad_loss.ndim != 1 || grad_loss.shape[0] != grad.shape[0] : grad_loss.ndim != 0)
+    detail::throw_arg(ErrorKind::value, op, "grad_loss",
+                      none ? "a 1-d tensor of grad's N = " + std::to_string(grad.shape[0]) + " (reduction none)"
+                           : std::string("a 0-d tensor (reduction mean or sum)"),
+                      std::to_string(grad_loss.ndim) + "-d");
+  detail::check_no_overlap(op, "grad", grad, "grad_loss", grad_loss, false);
+  const int64_t rows = grad.shape[0];
+  if (rows == 0 || grad.shape[1] == 0) return;
+  runtime::DeviceGuard guard(grad.device.index);
+  const unsigned blocks = runtime::grid_cap(std::min<int64_t>(rows, 2LL * current_sms()));
+  const float* f = static_cast<const float*>(grad_loss.data);
+  const int64_t fs = none ? grad_loss.strides[0] : 0, gs = grad.strides[0];
+  const int v = int(grad.shape[1]);
+  const bool vec = vectorizable(grad);
+  const auto run = [&](auto* g) {
+    using T = std::remove_pointer_t<decltype(g)>;
+    if (vec) scale_kernel<T, 16 / sizeof(T)><<<blocks, kThreads, 0, stream>>>(f, fs, g, gs, rows, v);
+    else scale_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(f, fs, g, gs, rows, v);
+  };
+  switch (grad.dtype) {
+    case DType::float32: run(static_cast<float*>(grad.data)); break;
+    case DType::float16: run(static_cast<__half*>(grad.data)); break;
+    default: run(static_cast<__nv_bfloat16*>(grad.data)); break;
+  }
+  TESSERA_LAUNCH_CHECK();
 }
 
 }  // namespace tessera

@@ -1,0 +1,61 @@
+"""Cross-entropy on tessera's kernels, for torch tensors: the loss and its gradient in one pass over
+the logits (the backward only scales the saved gradient, and skips even that where the loss
+gradient is 1, as in training)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _interop
+
+
+def _ops(torch):
+    _interop.init_ops(torch)
+    if _interop.ops is None:
+        raise RuntimeError("tessera.cross_entropy: needs tessera's torch ops (a wheel built with torch "
+                           "present: pip install --no-build-isolation .)")
+    return _interop.ops
+
+
+def cross_entropy(logits: Any, target: Any, *, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
+                  inplace_grad: bool = False, return_lse: bool = False) -> Any:
+    """:func:`torch.nn.functional.cross_entropy` with class-index targets: logits (N, V) in
+    float32, float16 or bfloat16 (the class dimension contiguous), target (N,) int64 or int32.
+    Returns the float32 loss (a scalar for 'mean' and 'sum', (N,) for 'none'), and with
+    ``return_lse`` also each row's float32 log-sum-exp.
+
+    ``ignore_index``, ``reduction`` and ``label_smoothing`` are torch's ('mean' over the rows not
+    ignored; all ignored: NaN). ``z_loss`` adds z_loss * lse^2 per row; ``softcap`` > 0 turns the
+    logits into softcap * tanh(logits / softcap) first. A target out of range (and not ignored)
+    gives NaN for its row (torch raises a device-side assertion instead).
+
+    The gradient is computed in the forward's pass over the logits. ``inplace_grad=True`` writes
+    it over the logits themselves (Liger's trick): training then needs no second N x V buffer,
+    but the logits' values are gone after the call, and nothing else may need them (an op before
+    this one that saved its output for its own backward). A second backward through the same loss
+    (retain_graph) is refused: the saved gradient is scaled in place by the first.
+    """
+    torch = _interop.torch_if_tensor(logits)
+    if torch is None:
+        raise TypeError(f"tessera.cross_entropy: argument 'logits': expected a torch tensor, got {type(logits).__name__}")
+    if logits.dim() == 1 and target.dim() == 0:  # one row, as torch takes it
+        out = cross_entropy(logits[None], target[None], ignore_index=ignore_index, reduction=reduction,
+                            label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
+                            inplace_grad=inplace_grad, return_lse=return_lse)
+        if reduction != "none":
+            return out
+        return (out[0][0], out[1][0]) if return_lse else out[0]
+    if logits.dim() != 2:
+        raise ValueError("tessera.cross_entropy: argument 'logits': expected (N, V) class scores (flatten (B, T, V) "
+                         f"to (B * T, V)), got {logits.dim()}-d")
+    if logits.stride(-1) != 1 and logits.size(-1) > 1:
+        logits = logits.contiguous()  # the kernel reads rows of contiguous classes
+    kw = dict(ignore_index=int(ignore_index), reduction=str(reduction), label_smoothing=float(label_smoothing),
+              z_loss=float(z_loss), softcap=float(softcap or 0.0))
+    ops = _ops(torch)
+    if inplace_grad:
+        loss, lse = ops.cross_entropy.inplace(logits, target, **kw)
+    else:
+        loss, lse, _ = ops.cross_entropy.default(logits, target, **kw)
+    return (loss, lse) if return_lse else loss
