@@ -136,7 +136,8 @@ def main() -> None:
         x = base.clone().requires_grad_()
         loss = fn(x, target)
         (g,) = torch.autograd.grad(loss, x)
-        assert torch.allclose(loss.float(), want.float(), rtol=2e-3), (name, loss.item(), want.item())
+        rtol = 1e-2 if loss.dtype == torch.bfloat16 else 2e-3  # torch_bf16 returns a bf16 loss
+        assert torch.allclose(loss.float(), want.float(), rtol=rtol), (name, loss.item(), want.item())
         err = (g.float() - want_g.float()).norm() / want_g.float().norm()
         assert err < 1e-2, (name, err.item())
         del x, g, loss

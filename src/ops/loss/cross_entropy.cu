@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "runtime/launch.cuh"
 #include "runtime/scratch.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/loss.hpp"
@@ -34,6 +36,7 @@ namespace {
 constexpr const char* kOp = "cross_entropy";
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+constexpr int64_t kChunkBytes = 100 << 10;  // a cluster CTA's share of a row: two CTAs per SM
 
 struct CeArgs {
   const void* logits;
@@ -97,62 +100,125 @@ __device__ __forceinline__ void store_vec(T* at, const float (&g)[VW]) {
   }
 }
 
-// Rows blockIdx.x, blockIdx.x + gridDim.x, ...: VW elements a load (the host checked that the
-// rows are aligned to it and V a multiple of it).
+// The row's constants once its (max, sum of exp, sum) is known: loss and lse written (by
+// `writer`), and the gradient's factors: d loss / d y_j = p_j (1 + 2 z lse) - e / V - (1 - e)
+// [j = t], times the mean's 1 / valid; under the cap times 1 - tanh^2 as well.
+struct RowEnd {
+  float lse, coef, flat, hit;
+};
+__device__ __forceinline__ RowEnd finish_row(const CeArgs& a, int64_t r, const Acc& acc, bool ignored, bool bad,
+                                             float target_logit, bool writer) {
+  const float inv_v = 1.f / float(a.classes), lse = acc.m + logf(acc.s);
+  if (writer) {
+    const float loss = lse - (1.f - a.eps) * target_logit - a.eps * inv_v * acc.sum + a.z * lse * lse;
+    a.row_loss[r] = ignored ? 0.f : bad ? NAN : loss;
+    if (a.lse) a.lse[r] = lse;
+  }
+  const float scale = ignored ? 0.f : bad ? NAN : a.valid ? 1.f / float(*a.valid) : 1.f;
+  return {lse, (1.f + 2.f * a.z * lse) * scale, a.eps * inv_v * scale, (1.f - a.eps) * scale};
+}
+
+// Pass 1 over columns [0, n) of x, kUnroll loads in flight per thread; where `held` is given the
+// loaded vectors are also kept there (the cluster tier's shared memory).
+template <class T, int VW>
+__device__ __forceinline__ Acc accumulate(const T* x, int n, float cap, T* held) {
+  const int step = kThreads * VW;
+  Acc acc{-INFINITY, 0.f, 0.f};
+  for (int c0 = int(threadIdx.x) * VW; c0 < n; c0 += kUnroll * step) {
+    Pack<T, VW> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (c0 + u * step < n) v[u].load(x + c0 + u * step);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (c0 + u * step >= n) continue;
+      if (held) *reinterpret_cast<decltype(v[u].raw)*>(held + c0 + u * step) = v[u].raw;
+#pragma unroll
+      for (int i = 0; i < VW; ++i) add(acc, capped(v[u][i], cap));
+    }
+  }
+  return acc;
+}
+
+// Pass 2: the gradient of columns [0, n) from src (global memory or the held chunk) to g; `c0`
+// is the first column's index in the row (for the target's).
+template <class T, int VW>
+__device__ __forceinline__ void write_grad(const CeArgs& a, const RowEnd& e, const T* src, T* g, int n, int64_t col0,
+                                           int64_t t) {
+  const int step = kThreads * VW;
+  for (int c0 = int(threadIdx.x) * VW; c0 < n; c0 += kUnroll * step) {
+    Pack<T, VW> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (c0 + u * step < n) v[u].load(src + c0 + u * step);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (c0 + u * step >= n) continue;
+      float out[VW];
+#pragma unroll
+      for (int i = 0; i < VW; ++i) {
+        const float y = capped(v[u][i], a.cap);
+        float d = tile::fast_exp(y - e.lse) * e.coef - e.flat - (col0 + c0 + u * step + i == t ? e.hit : 0.f);
+        if (a.cap > 0.f) d *= 1.f - (y / a.cap) * (y / a.cap);
+        out[i] = d;
+      }
+      store_vec<T, VW>(g + c0 + u * step, out);
+    }
+  }
+}
+
+struct RowTarget {
+  int64_t t;
+  bool ignored, bad;
+};
+__device__ __forceinline__ RowTarget target_of(const CeArgs& a, int64_t r) {
+  const int64_t t = a.target64 ? static_cast<const int64_t*>(a.target)[r] : static_cast<const int32_t*>(a.target)[r];
+  const bool ignored = t == a.ignore;
+  return {t, ignored, !ignored && (t < 0 || t >= a.classes)};
+}
+
+// The stream tier: a CTA per row at a time (rows blockIdx.x, + gridDim.x, ...), pass 2 reading
+// the row again (from L2 where it still is). VW elements a load: the host checked that the rows
+// are aligned to it and V a multiple of it.
 template <class T, int VW>
 __global__ void __launch_bounds__(kThreads, 2) cross_entropy_kernel(CeArgs a) {
   __shared__ Acc scratch[32];
-  const int V = int(a.classes), step = kThreads * VW;  // the host keeps V below 2^31
-  const float inv_v = 1.f / float(V);
+  const int V = int(a.classes);  // the host keeps V below 2^31
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T* x = static_cast<const T*>(a.logits) + r * a.ls;
-    const int64_t t = a.target64 ? static_cast<const int64_t*>(a.target)[r] : static_cast<const int32_t*>(a.target)[r];
-    const bool ignored = t == a.ignore, bad = !ignored && (t < 0 || t >= V);
+    const RowTarget rt = target_of(a, r);
     // Read before the merge's barrier: with grad = logits, pass 2 overwrites it.
-    const float target_logit = threadIdx.x == 0 && !ignored && !bad ? capped(tile::to_float(x[t]), a.cap) : 0.f;
-    Acc acc{-INFINITY, 0.f, 0.f};
-    for (int c0 = int(threadIdx.x) * VW; c0 < V; c0 += kUnroll * step) {
-      Pack<T, VW> v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (c0 + u * step < V) v[u].load(x + c0 + u * step);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (c0 + u * step < V)
-#pragma unroll
-          for (int i = 0; i < VW; ++i) add(acc, capped(v[u][i], a.cap));
-    }
+    const bool writer = threadIdx.x == 0;
+    const float xt = writer && !rt.ignored && !rt.bad ? capped(tile::to_float(x[rt.t]), a.cap) : 0.f;
+    Acc acc = accumulate<T, VW>(x, V, a.cap, nullptr);
     acc = tile::block_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch);
-    const float lse = acc.m + logf(acc.s);
-    if (threadIdx.x == 0) {
-      const float loss = lse - (1.f - a.eps) * target_logit - a.eps * inv_v * acc.sum + a.z * lse * lse;
-      a.row_loss[r] = ignored ? 0.f : bad ? NAN : loss;
-      if (a.lse) a.lse[r] = lse;
-    }
-    if (!a.grad) continue;
-    // d loss / d y_j = p_j (1 + 2 z lse) - e / V - (1 - e) [j = t]; times 1 - tanh^2 under the cap.
-    const float scale = ignored ? 0.f : bad ? NAN : a.valid ? 1.f / float(*a.valid) : 1.f;
-    const float coef = (1.f + 2.f * a.z * lse) * scale, flat = a.eps * inv_v * scale, hit = (1.f - a.eps) * scale;
-    T* g = static_cast<T*>(a.grad) + r * a.gs;
-    for (int c0 = int(threadIdx.x) * VW; c0 < V; c0 += kUnroll * step) {
-      Pack<T, VW> v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (c0 + u * step < V) v[u].load(x + c0 + u * step);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (c0 + u * step >= V) continue;
-        float out[VW];
-#pragma unroll
-        for (int i = 0; i < VW; ++i) {
-          const float y = capped(v[u][i], a.cap);
-          float d = tile::fast_exp(y - lse) * coef - flat - (c0 + u * step + i == t ? hit : 0.f);
-          if (a.cap > 0.f) d *= 1.f - (y / a.cap) * (y / a.cap);
-          out[i] = d;
-        }
-        store_vec<T, VW>(g + c0 + u * step, out);
-      }
-    }
+    const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
+    if (a.grad) write_grad<T, VW>(a, e, x, static_cast<T*>(a.grad) + r * a.gs, V, 0, rt.t);
+  }
+}
+
+// The cluster tier (sm_90): a row split over a cluster of `cluster` CTAs, each holding its chunk
+// of `chunk` columns in shared memory from the load to the gradient's store, so the row crosses
+// HBM once each way whatever L2 holds. The chunks' accumulators meet through distributed shared
+// memory (tile::cluster_reduce).
+template <class T, int VW>
+__global__ void __launch_bounds__(kThreads, 2) cross_entropy_cluster_kernel(CeArgs a, int cluster, int chunk) {
+  extern __shared__ uint4 row_smem[];
+  T* held = reinterpret_cast<T*>(row_smem);
+  __shared__ Acc scratch[32];
+  __shared__ Acc slot;
+  const int rank = tile::cluster_rank(), V = int(a.classes);
+  const int lo = rank * chunk, n = max(0, min(V - lo, chunk));  // this CTA's columns
+  for (int64_t r = blockIdx.x / cluster; r < a.rows; r += gridDim.x / cluster) {
+    const T* x = static_cast<const T*>(a.logits) + r * a.ls;
+    const RowTarget rt = target_of(a, r);
+    const bool writer = rank == 0 && threadIdx.x == 0;
+    const float xt = writer && !rt.ignored && !rt.bad ? capped(tile::to_float(x[rt.t]), a.cap) : 0.f;
+    Acc acc = accumulate<T, VW>(x + lo, n, a.cap, held);
+    acc = tile::cluster_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch, &slot);
+    const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
+    if (a.grad) write_grad<T, VW>(a, e, held, static_cast<T*>(a.grad) + r * a.gs + lo, n, lo, rt.t);
+    __syncthreads();  // the chunk is read before the next row's loads overwrite it
   }
 }
 
@@ -206,10 +272,28 @@ int current_sms() {
   return runtime::device_props(device).multiProcessorCount;
 }
 
+// The cluster tier where it applies (sm_90, 16-byte vectors, a row in at most 8 chunks of
+// kChunkBytes, clusters resident), else the stream tier.
 template <class T>
-void launch_rows(const CeArgs& a, bool vec, cudaStream_t stream) {
+void launch_rows(const CeArgs& a, bool vec, int device, cudaStream_t stream) {
+  constexpr int VW = 16 / sizeof(T);
+  if (vec && runtime::device_props(device).major >= 9) {
+    auto* kernel = cross_entropy_cluster_kernel<T, VW>;
+    const int cluster = int(runtime::ceil_div(a.classes * int64_t(sizeof(T)), kChunkBytes));
+    const int chunk = int(runtime::ceil_div(runtime::ceil_div(a.classes, cluster), VW) * VW);
+    const size_t smem = size_t(chunk) * sizeof(T);
+    const int active = cluster <= 8 ? runtime::active_clusters(reinterpret_cast<const void*>(kernel), cluster, kThreads,
+                                                               device, smem)
+                                    : 0;
+    if (active > 0) {
+      const unsigned grid = unsigned(std::min<int64_t>(active, a.rows) * cluster);
+      runtime::launch_cluster(kernel, dim3(grid), dim3(kThreads), smem, cluster, stream, a, cluster, chunk);
+      TESSERA_LAUNCH_CHECK();
+      return;
+    }
+  }
   const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, 2LL * current_sms()));
-  if (vec) cross_entropy_kernel<T, 16 / sizeof(T)><<<grid, kThreads, 0, stream>>>(a);
+  if (vec) cross_entropy_kernel<T, VW><<<grid, kThreads, 0, stream>>>(a);
   else cross_entropy_kernel<T, 1><<<grid, kThreads, 0, stream>>>(a);
   TESSERA_LAUNCH_CHECK();
 }
@@ -303,10 +387,11 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
   }
   if (rows > 0) {
     const bool vec = vectorizable(logits) && (!grad || vectorizable(*grad));
+    const int device = logits.device.index;
     switch (logits.dtype) {
-      case DType::float32: launch_rows<float>(a, vec, stream); break;
-      case DType::float16: launch_rows<__half>(a, vec, stream); break;
-      default: launch_rows<__nv_bfloat16>(a, vec, stream); break;
+      case DType::float32: launch_rows<float>(a, vec, device, stream); break;
+      case DType::float16: launch_rows<__half>(a, vec, device, stream); break;
+      default: launch_rows<__nv_bfloat16>(a, vec, device, stream); break;
     }
   }
   if (!none) {
