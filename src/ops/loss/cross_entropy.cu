@@ -26,6 +26,7 @@
 #include "runtime/scratch.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/loss.hpp"
+#include "tile/bulk.cuh"
 #include "tile/convert.cuh"
 #include "tile/reduce.cuh"
 #include "tile/row.cuh"
@@ -36,7 +37,7 @@ namespace {
 constexpr const char* kOp = "cross_entropy";
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
-constexpr int64_t kChunkBytes = 100 << 10;  // a cluster CTA's share of a row: two CTAs per SM
+constexpr int64_t kChunkBytes = 100 << 10;  // a cluster CTA's share of a row, twice (two slots) per SM
 
 struct CeArgs {
   const void* logits;
@@ -118,10 +119,10 @@ __device__ __forceinline__ RowEnd finish_row(const CeArgs& a, int64_t r, const A
   return {lse, (1.f + 2.f * a.z * lse) * scale, a.eps * inv_v * scale, (1.f - a.eps) * scale};
 }
 
-// Pass 1 over columns [0, n) of x, kUnroll loads in flight per thread; where `held` is given the
-// loaded vectors are also kept there (the cluster tier's shared memory).
+// Pass 1 over columns [0, n) of x (global memory or a staged chunk), kUnroll loads in flight per
+// thread.
 template <class T, int VW>
-__device__ __forceinline__ Acc accumulate(const T* x, int n, float cap, T* held) {
+__device__ __forceinline__ Acc accumulate(const T* x, int n, float cap) {
   const int step = kThreads * VW;
   Acc acc{-INFINITY, 0.f, 0.f};
   for (int c0 = int(threadIdx.x) * VW; c0 < n; c0 += kUnroll * step) {
@@ -130,12 +131,10 @@ __device__ __forceinline__ Acc accumulate(const T* x, int n, float cap, T* held)
     for (int u = 0; u < kUnroll; ++u)
       if (c0 + u * step < n) v[u].load(x + c0 + u * step);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (c0 + u * step >= n) continue;
-      if (held) *reinterpret_cast<decltype(v[u].raw)*>(held + c0 + u * step) = v[u].raw;
+    for (int u = 0; u < kUnroll; ++u)
+      if (c0 + u * step < n)
 #pragma unroll
-      for (int i = 0; i < VW; ++i) add(acc, capped(v[u][i], cap));
-    }
+        for (int i = 0; i < VW; ++i) add(acc, capped(v[u][i], cap));
   }
   return acc;
 }
@@ -190,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 2) cross_entropy_kernel(CeArgs a) {
     // Read before the merge's barrier: with grad = logits, pass 2 overwrites it.
     const bool writer = threadIdx.x == 0;
     const float xt = writer && !rt.ignored && !rt.bad ? capped(tile::to_float(x[rt.t]), a.cap) : 0.f;
-    Acc acc = accumulate<T, VW>(x, V, a.cap, nullptr);
+    Acc acc = accumulate<T, VW>(x, V, a.cap);
     acc = tile::block_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch);
     const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
     if (a.grad) write_grad<T, VW>(a, e, x, static_cast<T*>(a.grad) + r * a.gs, V, 0, rt.t);
@@ -199,26 +198,49 @@ __global__ void __launch_bounds__(kThreads, 2) cross_entropy_kernel(CeArgs a) {
 
 // The cluster tier (sm_90): a row split over a cluster of `cluster` CTAs, each holding its chunk
 // of `chunk` columns in shared memory from the load to the gradient's store, so the row crosses
-// HBM once each way whatever L2 holds. The chunks' accumulators meet through distributed shared
-// memory (tile::cluster_reduce).
+// HBM once each way whatever L2 holds. Two slots: one thread keeps the next row's chunk in flight
+// (a bulk copy, tile/bulk.cuh) while the CTA computes on this one. The chunks' accumulators meet
+// through distributed shared memory (tile::cluster_reduce).
 template <class T, int VW>
-__global__ void __launch_bounds__(kThreads, 2) cross_entropy_cluster_kernel(CeArgs a, int cluster, int chunk) {
+__global__ void __launch_bounds__(kThreads, 1) cross_entropy_cluster_kernel(CeArgs a, int cluster, int chunk) {
   extern __shared__ uint4 row_smem[];
-  T* held = reinterpret_cast<T*>(row_smem);
+  __shared__ uint64_t full[2];
   __shared__ Acc scratch[32];
   __shared__ Acc slot;
   const int rank = tile::cluster_rank(), V = int(a.classes);
   const int lo = rank * chunk, n = max(0, min(V - lo, chunk));  // this CTA's columns
-  for (int64_t r = blockIdx.x / cluster; r < a.rows; r += gridDim.x / cluster) {
-    const T* x = static_cast<const T*>(a.logits) + r * a.ls;
+  const int64_t first = blockIdx.x / cluster, stride = gridDim.x / cluster;
+  const bool leader = threadIdx.x == 0;
+  const auto fill = [&](int s, int64_t r) {  // by the leader: row r's chunk into slot s
+    const tile::BulkBarrier bar{&full[s]};
+    bar.expect(uint32_t(n) * sizeof(T));
+    bar.copy(reinterpret_cast<T*>(row_smem) + int64_t(s) * chunk, static_cast<const T*>(a.logits) + r * a.ls + lo,
+             uint32_t(n) * sizeof(T));
+  };
+  if (leader) {
+    tile::BulkBarrier{&full[0]}.init(), tile::BulkBarrier{&full[1]}.init();
+    tile::bulk_barriers_ready();
+  }
+  __syncthreads();
+  if (leader && n > 0)
+    for (int s = 0; s < 2; ++s)
+      if (first + s * stride < a.rows) fill(s, first + s * stride);
+  int i = 0;
+  for (int64_t r = first; r < a.rows; r += stride, ++i) {
+    const int s = i & 1;
+    const T* held = reinterpret_cast<const T*>(row_smem) + int64_t(s) * chunk;
+    if (n > 0) tile::BulkBarrier{&full[s]}.wait(uint32_t(i >> 1) & 1u);
     const RowTarget rt = target_of(a, r);
-    const bool writer = rank == 0 && threadIdx.x == 0;
+    const bool writer = rank == 0 && leader;
+    const T* x = static_cast<const T*>(a.logits) + r * a.ls;
+    // Read before the cluster meets: with grad = logits, the CTAs then overwrite the row.
     const float xt = writer && !rt.ignored && !rt.bad ? capped(tile::to_float(x[rt.t]), a.cap) : 0.f;
-    Acc acc = accumulate<T, VW>(x + lo, n, a.cap, held);
+    Acc acc = accumulate<T, VW>(held, n, a.cap);
     acc = tile::cluster_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch, &slot);
     const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
     if (a.grad) write_grad<T, VW>(a, e, held, static_cast<T*>(a.grad) + r * a.gs + lo, n, lo, rt.t);
-    __syncthreads();  // the chunk is read before the next row's loads overwrite it
+    __syncthreads();  // every thread is done with slot s: it takes row r + 2 strides
+    if (leader && n > 0 && r + 2 * stride < a.rows) fill(s, r + 2 * stride);
   }
 }
 
@@ -281,7 +303,7 @@ void launch_rows(const CeArgs& a, bool vec, int device, cudaStream_t stream) {
     auto* kernel = cross_entropy_cluster_kernel<T, VW>;
     const int cluster = int(runtime::ceil_div(a.classes * int64_t(sizeof(T)), kChunkBytes));
     const int chunk = int(runtime::ceil_div(runtime::ceil_div(a.classes, cluster), VW) * VW);
-    const size_t smem = size_t(chunk) * sizeof(T);
+    const size_t smem = 2 * size_t(chunk) * sizeof(T);  // two slots
     const int active = cluster <= 8 ? runtime::active_clusters(reinterpret_cast<const void*>(kernel), cluster, kThreads,
                                                                device, smem)
                                     : 0;
