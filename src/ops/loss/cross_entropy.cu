@@ -3,10 +3,12 @@
 //
 // Bytes: the loss needs the logits read once; the gradient, written in the same kernel, one
 // write: 2 N V sizeof(T), the floor for training's forward plus backward. A CTA takes a row at a
-// time (a persistent grid of two CTAs per SM): pass 1 streams the row into (max, sum of exp, sum)
-// with four 16-byte loads in flight per thread, the CTA merges them, and pass 2 streams the row
-// again and writes the gradient. Pass 2 finds the row in L2: the rows in flight at once (two per
-// SM, 256 KB each at V = 128k in bf16) fit in it, so HBM sees one read and one write.
+// time (a persistent grid of one 1024-thread CTA per SM): pass 1 streams the row into (max, sum
+// of exp, sum) with four 16-byte loads in flight per thread, the CTA merges them, and pass 2
+// streams the row again, from its end, and writes the gradient. Pass 2 reads the row from L2
+// where it is still there: the rows in flight at once (one per SM, 256 KB each at V = 128k in
+// bf16) fit in it; pass 1's loads mark their lines evict-last, and pass 2's loads and the
+// gradient's stores mark theirs evict-first, so that they do not push out rows still to be read.
 //
 // Semantics as torch's F.cross_entropy (class indices): ignored rows add 0 and count for nothing
 // in the mean; a mean over no rows is NaN. NaN logits give NaN. A target out of range gives NaN
@@ -22,22 +24,22 @@
 
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
-#include "runtime/launch.cuh"
 #include "runtime/scratch.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/loss.hpp"
-#include "tile/bulk.cuh"
+#include "tile/activation.cuh"
 #include "tile/convert.cuh"
 #include "tile/reduce.cuh"
+#include "tile/vec.cuh"
 #include "tile/row.cuh"
 
 namespace tessera {
 namespace {
 
 constexpr const char* kOp = "cross_entropy";
-constexpr int kThreads = 512;
+constexpr int kThreads = 1024;
+constexpr int kScaleThreads = 512;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
-constexpr int64_t kChunkBytes = 100 << 10;  // a cluster CTA's share of a row, twice (two slots) per SM
 
 struct CeArgs {
   const void* logits;
@@ -67,10 +69,22 @@ struct AccMerge {
 
 __device__ __forceinline__ float capped(float x, float cap) { return cap > 0.f ? cap * tanhf(x / cap) : x; }
 
-__device__ __forceinline__ void add(Acc& a, float y) {
-  a.sum += y;
-  if (y > a.m) a.s *= tile::fast_exp(a.m - y), a.m = y;  // a.m = -inf: the sum so far is 0
-  a.s += y == -INFINITY ? 0.f : tile::fast_exp(y - a.m);
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Adds one vector of (capped) logits: its max first, one rescale test per vector rather than per
+// element, then each exp as one FFMA and one MUFU ex2 (in log2 units against the running max).
+template <int VW>
+__device__ __forceinline__ void add(Acc& a, const float (&y)[VW]) {
+  float mv = y[0];
+#pragma unroll
+  for (int i = 1; i < VW; ++i) mv = fmaxf(mv, y[i]);
+#pragma unroll
+  for (int i = 0; i < VW; ++i) a.sum += y[i];
+  if (mv > a.m) a.s *= tile::ex2_approx((a.m - mv) * kLog2e), a.m = mv;  // a.m = -inf: the sum so far is 0
+  if (a.m == -INFINITY) return;  // nothing but -inf so far: adds 0 (a NaN still reaches the sum)
+  const float m2 = a.m * kLog2e;
+#pragma unroll
+  for (int i = 0; i < VW; ++i) a.s += tile::ex2_approx(fmaf(y[i], kLog2e, -m2));
 }
 
 // VW elements of a row as loaded (16 bytes when VW > 1), kept packed until each is used: four
@@ -78,9 +92,11 @@ __device__ __forceinline__ void add(Acc& a, float y) {
 template <class T, int VW>
 struct Pack {
   std::conditional_t<VW == 1, T, uint4> raw;
-  __device__ __forceinline__ void load(const T* at) {
+  // With an L2 policy (tile::l2_policy): pass 1 keeps the row's lines (evict-last) for pass 2,
+  // whose reads mark them evict-first, the last use.
+  __device__ __forceinline__ void load(const T* at, uint64_t policy) {
     if constexpr (VW == 1) raw = *at;
-    else raw = *reinterpret_cast<const uint4*>(at);
+    else raw = tile::load_16B_hint(at, policy);
   }
   __device__ __forceinline__ float operator[](int i) const {
     if constexpr (VW == 1) return tile::to_float(raw);
@@ -97,7 +113,7 @@ __device__ __forceinline__ void store_vec(T* at, const float (&g)[VW]) {
     T* e = reinterpret_cast<T*>(&u);
 #pragma unroll
     for (int i = 0; i < VW; ++i) e[i] = tile::from_float<T>(g[i]);
-    *reinterpret_cast<uint4*>(at) = u;
+    __stcs(reinterpret_cast<uint4*>(at), u);  // streamed: the gradient is not read here again
   }
 }
 
@@ -124,32 +140,41 @@ __device__ __forceinline__ RowEnd finish_row(const CeArgs& a, int64_t r, const A
 template <class T, int VW>
 __device__ __forceinline__ Acc accumulate(const T* x, int n, float cap) {
   const int step = kThreads * VW;
+  const uint64_t keep = tile::l2_policy<tile::L2Hint::kEvictLast>();
   Acc acc{-INFINITY, 0.f, 0.f};
   for (int c0 = int(threadIdx.x) * VW; c0 < n; c0 += kUnroll * step) {
     Pack<T, VW> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (c0 + u * step < n) v[u].load(x + c0 + u * step);
+      if (c0 + u * step < n) v[u].load(x + c0 + u * step, keep);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (c0 + u * step < n)
+    for (int u = 0; u < kUnroll; ++u) {
+      if (c0 + u * step >= n) continue;
+      float y[VW];
 #pragma unroll
-        for (int i = 0; i < VW; ++i) add(acc, capped(v[u][i], cap));
+      for (int i = 0; i < VW; ++i) y[i] = capped(v[u][i], cap);
+      add(acc, y);
+    }
   }
   return acc;
 }
 
-// Pass 2: the gradient of columns [0, n) from src (global memory or the held chunk) to g; `c0`
-// is the first column's index in the row (for the target's).
+// Pass 2: the gradient of columns [0, n) from src to g; `col0` is the first column's index in the
+// row (for the target's). The row is walked from its end: the columns read last in pass 1 are
+// the likeliest to be in L2 still.
 template <class T, int VW>
 __device__ __forceinline__ void write_grad(const CeArgs& a, const RowEnd& e, const T* src, T* g, int n, int64_t col0,
                                            int64_t t) {
-  const int step = kThreads * VW;
-  for (int c0 = int(threadIdx.x) * VW; c0 < n; c0 += kUnroll * step) {
+  const int step = kThreads * VW, block = kUnroll * step;
+  const uint64_t last = tile::l2_policy<tile::L2Hint::kEvictFirst>();
+  const int tt = t >= col0 && t < col0 + n ? int(t - col0) : -1;  // the target's column here (32-bit)
+  const float lse2 = e.lse * kLog2e;
+  for (int base = (n - 1) / block * block; base >= 0; base -= block) {
+    const int c0 = base + int(threadIdx.x) * VW;
     Pack<T, VW> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (c0 + u * step < n) v[u].load(src + c0 + u * step);
+      if (c0 + u * step < n) v[u].load(src + c0 + u * step, last);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (c0 + u * step >= n) continue;
@@ -157,7 +182,7 @@ __device__ __forceinline__ void write_grad(const CeArgs& a, const RowEnd& e, con
 #pragma unroll
       for (int i = 0; i < VW; ++i) {
         const float y = capped(v[u][i], a.cap);
-        float d = tile::fast_exp(y - e.lse) * e.coef - e.flat - (col0 + c0 + u * step + i == t ? e.hit : 0.f);
+        float d = tile::ex2_approx(fmaf(y, kLog2e, -lse2)) * e.coef - e.flat - (c0 + u * step + i == tt ? e.hit : 0.f);
         if (a.cap > 0.f) d *= 1.f - (y / a.cap) * (y / a.cap);
         out[i] = d;
       }
@@ -180,7 +205,7 @@ __device__ __forceinline__ RowTarget target_of(const CeArgs& a, int64_t r) {
 // the row again (from L2 where it still is). VW elements a load: the host checked that the rows
 // are aligned to it and V a multiple of it.
 template <class T, int VW>
-__global__ void __launch_bounds__(kThreads, 2) cross_entropy_kernel(CeArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) cross_entropy_kernel(CeArgs a) {
   __shared__ Acc scratch[32];
   const int V = int(a.classes);  // the host keeps V below 2^31
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
@@ -193,54 +218,6 @@ __global__ void __launch_bounds__(kThreads, 2) cross_entropy_kernel(CeArgs a) {
     acc = tile::block_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch);
     const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
     if (a.grad) write_grad<T, VW>(a, e, x, static_cast<T*>(a.grad) + r * a.gs, V, 0, rt.t);
-  }
-}
-
-// The cluster tier (sm_90): a row split over a cluster of `cluster` CTAs, each holding its chunk
-// of `chunk` columns in shared memory from the load to the gradient's store, so the row crosses
-// HBM once each way whatever L2 holds. Two slots: one thread keeps the next row's chunk in flight
-// (a bulk copy, tile/bulk.cuh) while the CTA computes on this one. The chunks' accumulators meet
-// through distributed shared memory (tile::cluster_reduce).
-template <class T, int VW>
-__global__ void __launch_bounds__(kThreads, 1) cross_entropy_cluster_kernel(CeArgs a, int cluster, int chunk) {
-  extern __shared__ uint4 row_smem[];
-  __shared__ uint64_t full[2];
-  __shared__ Acc scratch[32];
-  __shared__ Acc slot;
-  const int rank = tile::cluster_rank(), V = int(a.classes);
-  const int lo = rank * chunk, n = max(0, min(V - lo, chunk));  // this CTA's columns
-  const int64_t first = blockIdx.x / cluster, stride = gridDim.x / cluster;
-  const bool leader = threadIdx.x == 0;
-  const auto fill = [&](int s, int64_t r) {  // by the leader: row r's chunk into slot s
-    const tile::BulkBarrier bar{&full[s]};
-    bar.expect(uint32_t(n) * sizeof(T));
-    bar.copy(reinterpret_cast<T*>(row_smem) + int64_t(s) * chunk, static_cast<const T*>(a.logits) + r * a.ls + lo,
-             uint32_t(n) * sizeof(T));
-  };
-  if (leader) {
-    tile::BulkBarrier{&full[0]}.init(), tile::BulkBarrier{&full[1]}.init();
-    tile::bulk_barriers_ready();
-  }
-  __syncthreads();
-  if (leader && n > 0)
-    for (int s = 0; s < 2; ++s)
-      if (first + s * stride < a.rows) fill(s, first + s * stride);
-  int i = 0;
-  for (int64_t r = first; r < a.rows; r += stride, ++i) {
-    const int s = i & 1;
-    const T* held = reinterpret_cast<const T*>(row_smem) + int64_t(s) * chunk;
-    if (n > 0) tile::BulkBarrier{&full[s]}.wait(uint32_t(i >> 1) & 1u);
-    const RowTarget rt = target_of(a, r);
-    const bool writer = rank == 0 && leader;
-    const T* x = static_cast<const T*>(a.logits) + r * a.ls;
-    // Read before the cluster meets: with grad = logits, the CTAs then overwrite the row.
-    const float xt = writer && !rt.ignored && !rt.bad ? capped(tile::to_float(x[rt.t]), a.cap) : 0.f;
-    Acc acc = accumulate<T, VW>(held, n, a.cap);
-    acc = tile::cluster_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch, &slot);
-    const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
-    if (a.grad) write_grad<T, VW>(a, e, held, static_cast<T*>(a.grad) + r * a.gs + lo, n, lo, rt.t);
-    __syncthreads();  // every thread is done with slot s: it takes row r + 2 strides
-    if (leader && n > 0 && r + 2 * stride < a.rows) fill(s, r + 2 * stride);
   }
 }
 
@@ -270,16 +247,17 @@ __global__ void __launch_bounds__(1024) reduce_kernel(const float* row_loss, int
 // Row r of grad times its factor (grad_loss[0], or grad_loss[r * stride] for none); a factor of
 // exactly 1 leaves the row unread.
 template <class T, int VW>
-__global__ void __launch_bounds__(kThreads) scale_kernel(const float* grad_loss, int64_t stride, T* grad, int64_t gs,
+__global__ void __launch_bounds__(kScaleThreads) scale_kernel(const float* grad_loss, int64_t stride, T* grad, int64_t gs,
                                                          int64_t rows, int classes) {
-  const int step = kThreads * VW;
+  const int step = kScaleThreads * VW;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float f = grad_loss[r * stride];
     if (f == 1.f) continue;
+    const uint64_t policy = tile::l2_policy<tile::L2Hint::kEvictFirst>();
     T* g = grad + r * gs;
     for (int c = int(threadIdx.x) * VW; c < classes; c += step) {
       Pack<T, VW> v;
-      v.load(g + c);
+      v.load(g + c, policy);
       float out[VW];
 #pragma unroll
       for (int i = 0; i < VW; ++i) out[i] = v[i] * f;
@@ -294,28 +272,12 @@ int current_sms() {
   return runtime::device_props(device).multiProcessorCount;
 }
 
-// The cluster tier where it applies (sm_90, 16-byte vectors, a row in at most 8 chunks of
-// kChunkBytes, clusters resident), else the stream tier.
+// A CTA per SM: the rows in flight at once (one per SM, 256 KB each at V = 128k in bf16) fit in
+// L2, so pass 2 finds its row there.
 template <class T>
 void launch_rows(const CeArgs& a, bool vec, int device, cudaStream_t stream) {
-  constexpr int VW = 16 / sizeof(T);
-  if (vec && runtime::device_props(device).major >= 9) {
-    auto* kernel = cross_entropy_cluster_kernel<T, VW>;
-    const int cluster = int(runtime::ceil_div(a.classes * int64_t(sizeof(T)), kChunkBytes));
-    const int chunk = int(runtime::ceil_div(runtime::ceil_div(a.classes, cluster), VW) * VW);
-    const size_t smem = 2 * size_t(chunk) * sizeof(T);  // two slots
-    const int active = cluster <= 8 ? runtime::active_clusters(reinterpret_cast<const void*>(kernel), cluster, kThreads,
-                                                               device, smem)
-                                    : 0;
-    if (active > 0) {
-      const unsigned grid = unsigned(std::min<int64_t>(active, a.rows) * cluster);
-      runtime::launch_cluster(kernel, dim3(grid), dim3(kThreads), smem, cluster, stream, a, cluster, chunk);
-      TESSERA_LAUNCH_CHECK();
-      return;
-    }
-  }
-  const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, 2LL * current_sms()));
-  if (vec) cross_entropy_kernel<T, VW><<<grid, kThreads, 0, stream>>>(a);
+  const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, runtime::device_props(device).multiProcessorCount));
+  if (vec) cross_entropy_kernel<T, 16 / sizeof(T)><<<grid, kThreads, 0, stream>>>(a);
   else cross_entropy_kernel<T, 1><<<grid, kThreads, 0, stream>>>(a);
   TESSERA_LAUNCH_CHECK();
 }
@@ -451,8 +413,8 @@ void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad,
   const bool vec = vectorizable(grad);
   const auto run = [&](auto* g) {
     using T = std::remove_pointer_t<decltype(g)>;
-    if (vec) scale_kernel<T, 16 / sizeof(T)><<<blocks, kThreads, 0, stream>>>(f, fs, g, gs, rows, v);
-    else scale_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(f, fs, g, gs, rows, v);
+    if (vec) scale_kernel<T, 16 / sizeof(T)><<<blocks, kScaleThreads, 0, stream>>>(f, fs, g, gs, rows, v);
+    else scale_kernel<T, 1><<<blocks, kScaleThreads, 0, stream>>>(f, fs, g, gs, rows, v);
   };
   switch (grad.dtype) {
     case DType::float32: run(static_cast<float*>(grad.data)); break;
