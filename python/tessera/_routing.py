@@ -4,7 +4,11 @@
 While enabled, the aten ops behind torch.add, F.gelu, F.silu, torch.softmax / log_softmax,
 F.layer_norm, F.rms_norm and torch.isin (and their backward ops) run tessera's kernels for the
 CUDA dispatch key wherever tessera takes the arguments, and torch's own kernels otherwise (a CPU tensor,
-float64, mixed dtypes, softmax's half_to_float, ...): never an error, never another result. The
+float64, mixed dtypes, softmax's half_to_float, ...): never an error, never another result.
+F.cross_entropy (aten's cross_entropy_loss, family "cross_entropy") is routed at the AutogradCUDA
+key, since torch decomposes it before any backend kernel: tessera's fused loss and gradient for
+class-index targets without class weights (the loss in the input's dtype, as torch's), torch's
+decomposition otherwise. The
 kernels are the torch library's (libtessera_torch.so, python/src/torch/routing.cpp); this module
 chooses which ops and reads the counters.
 
@@ -53,6 +57,8 @@ def _family(name: str) -> str:
     """The family of an aten op name: '_softmax_backward_data' -> 'softmax', 'addmm' -> 'matmul'."""
     if name in _GEMMS:
         return "matmul"
+    if name == "cross_entropy_loss":
+        return "cross_entropy"
     if name in _ATTENTION:
         return "attention"
     base = name.split(".")[0].lstrip("_")

@@ -23,6 +23,8 @@ def _cases(torch, dtype):
     x = torch.randn(64, 256, **d, requires_grad=True)
     y = torch.randn(64, 256, **d)
     w, b = torch.randn(256, **d, requires_grad=True), torch.randn(256, **d, requires_grad=True)
+    t = torch.randint(0, 256, (64,), device="cuda")
+    t[::5] = -100
     return [
         ("add", lambda: torch.add(x, y)),
         ("gelu", lambda: F.gelu(x, approximate="tanh")),
@@ -31,6 +33,7 @@ def _cases(torch, dtype):
         ("log_softmax", lambda: torch.log_softmax(x, -1)),
         ("layer_norm", lambda: F.layer_norm(x, (256,), w, b)),
         ("rms_norm", lambda: F.rms_norm(x, (256,), w)),
+        ("cross_entropy", lambda: F.cross_entropy(x, t, label_smoothing=0.1)),
     ], (x, w, b)
 
 
@@ -185,3 +188,27 @@ def test_sdpa_routes_to_tesseras_attention(routed):
         torch.testing.assert_close(a, c, rtol=5e-2, atol=5e-2, msg=f"d{name} against cuDNN")
     assert counts["_scaled_dot_product_cudnn_attention"]["tessera"] == 1
     assert counts["_scaled_dot_product_cudnn_attention_backward"]["tessera"] == 1
+
+
+def test_cross_entropy_routes_where_tessera_takes_it(routed):
+    """F.cross_entropy (routed at the AutogradCUDA key) runs tessera's fused loss for class-index
+    targets, every reduction, with torch's loss dtype; class weights and probability targets stay
+    torch's."""
+    torch = routed
+    import torch.nn.functional as F
+    x = torch.randn(32, 1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, 1000, (32,), device="cuda")
+    for kw in (dict(), dict(reduction="sum", ignore_index=3), dict(reduction="none", label_smoothing=0.2)):
+        want = F.cross_entropy(x.float(), t, **kw)
+        (want_g,) = torch.autograd.grad(want.sum(), x)
+        with tessera.use_tessera(include=["cross_entropy"], log=True):
+            got = F.cross_entropy(x, t, **kw)
+            (got_g,) = torch.autograd.grad(got.float().sum(), x)
+            counts = tessera.routing_counts()["cross_entropy_loss"]
+        assert got.dtype == torch.bfloat16 and counts == {"tessera": 1, "torch": 0}, (kw, counts)
+        torch.testing.assert_close(got.float(), want, rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(got_g.float(), want_g.float(), rtol=2e-2, atol=1e-6)
+    with tessera.use_tessera(log=True):
+        F.cross_entropy(x, t, weight=torch.rand(1000, device="cuda", dtype=torch.bfloat16))
+        F.cross_entropy(x, torch.softmax(torch.randn(32, 1000, device="cuda", dtype=torch.bfloat16), -1))
+        assert tessera.routing_counts()["cross_entropy_loss"] == {"tessera": 0, "torch": 2}

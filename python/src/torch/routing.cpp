@@ -25,6 +25,7 @@
 #include <ATen/ops/native_layer_norm_cuda_dispatch.h>
 #include <ATen/ops/_scaled_dot_product_cudnn_attention_backward_cuda_dispatch.h>
 #include <ATen/ops/_scaled_dot_product_cudnn_attention_cuda_dispatch.h>
+#include <ATen/ops/cross_entropy_loss_native.h>
 #include <ATen/ops/silu_backward_cuda_dispatch.h>
 #include <ATen/ops/silu_cuda_dispatch.h>
 
@@ -50,16 +51,21 @@ constexpr const char* kRouted[] = {
     "add.Tensor", "gelu", "gelu_backward", "silu", "silu_backward", "_softmax", "_log_softmax",
     "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm",
     "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward", "isin.Tensor_Tensor",
-    "mm", "addmm", "bmm", "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward"};
+    "mm", "addmm", "bmm", "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+    "cross_entropy_loss"};
 constexpr int kCount = static_cast<int>(std::size(kRouted));
 enum Route { kAdd, kGelu, kGeluBackward, kSilu, kSiluBackward, kSoftmax, kLogSoftmax,
              kSoftmaxBackward, kLogSoftmaxBackward, kLayerNorm, kLayerNormBackward, kRmsNorm,
-             kRmsNormBackward, kIsin, kMm, kAddmm, kBmm, kSdpa, kSdpaBackward };
+             kRmsNormBackward, kIsin, kMm, kAddmm, kBmm, kSdpa, kSdpaBackward, kCrossEntropy };
+// Routes registered for the AutogradCUDA key, not CUDA: aten ops that torch decomposes before any
+// backend kernel (CompositeImplicitAutograd), whose kernel here brings its own autograd.
+constexpr bool at_autograd(int r) { return r == kCrossEntropy; }
 
 std::array<std::atomic<int64_t>, 2 * kCount> counts{};  // [2 r]: tessera, [2 r + 1]: torch
 std::atomic<bool> counting{false};
 std::mutex mu;
-std::unique_ptr<torch::Library> routes;  // the live registrations (null: none)
+std::unique_ptr<torch::Library> routes;           // the live registrations (null: none)
+std::unique_ptr<torch::Library> autograd_routes;  // those of the AutogradCUDA key
 
 // Counts a call of route `r` (where enable(log=True) asked for it) and says whether it is tessera's.
 bool ran(Route r, bool tessera) {
@@ -331,6 +337,27 @@ Tensor3 sdpa_backward(const at::Tensor& grad, const at::Tensor& q, const at::Ten
   return {dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)};
 }
 
+// F.cross_entropy (aten's cross_entropy_loss, which torch otherwise decomposes into log_softmax
+// and nll_loss): tessera's fused loss and gradient for class-index targets without weights, the
+// loss in the input's dtype as torch returns it; anything else torch's own decomposition.
+at::Tensor cross_entropy_loss(const at::Tensor& self, const at::Tensor& target, const OptTensor& weight,
+                              int64_t reduction, c10::SymInt ignore_index, double label_smoothing) {
+  static const auto op = handle<Tensor3(const at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double,
+                                        double, double, bool)>("cross_entropy");
+  const bool take = takes(self) && self.dim() == 2 && self.size(1) > 0 && target.dim() == 1 &&
+                    target.scalar_type() == at::kLong && target.device() == self.device() &&
+                    (!weight || !weight->defined()) && label_smoothing >= 0.0 && label_smoothing <= 1.0 &&
+                    ignore_index.maybe_as_int().has_value();
+  if (ran(kCrossEntropy, take)) {
+    const char* r = reduction == at::Reduction::Mean ? "mean" : reduction == at::Reduction::Sum ? "sum" : "none";
+    const at::Tensor loss =
+        std::get<0>(op.call(self, target, ignore_index.expect_int(), r, label_smoothing, 0.0, 0.0, false));
+    return loss.to(self.scalar_type());
+  }
+  return at::native::cross_entropy_loss_symint(self, target, weight, reduction, std::move(ignore_index),
+                                               label_smoothing);
+}
+
 void register_route(torch::Library& m, int r) {
   switch (r) {
     case kAdd: m.impl("add.Tensor", &add); break;
@@ -352,6 +379,7 @@ void register_route(torch::Library& m, int r) {
     case kBmm: m.impl("bmm", &bmm); break;
     case kSdpa: m.impl("_scaled_dot_product_cudnn_attention", &sdpa); break;
     case kSdpaBackward: m.impl("_scaled_dot_product_cudnn_attention_backward", &sdpa_backward); break;
+    case kCrossEntropy: m.impl("cross_entropy_loss", &cross_entropy_loss); break;
   }
 }
 
@@ -361,16 +389,19 @@ void register_route(torch::Library& m, int r) {
 void route(std::vector<std::string> ops, bool log) {
   std::lock_guard<std::mutex> lock(mu);
   routes.reset();  // torch's kernels are back before the new set goes in
+  autograd_routes.reset();
   for (auto& c : counts) c.store(0);
   counting.store(log);
   if (ops.empty()) return;
   routes = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::CUDA,
                                             __FILE__, __LINE__);
+  autograd_routes = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradCUDA,
+                                                     __FILE__, __LINE__);
   for (const std::string& name : ops) {
     int r = 0;
     while (r < kCount && name != kRouted[r]) ++r;
     TORCH_CHECK_VALUE(r < kCount, "tessera.enable: no routable op '", name, "'");
-    register_route(*routes, r);
+    register_route(at_autograd(r) ? *autograd_routes : *routes, r);
   }
 }
 
