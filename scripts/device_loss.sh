@@ -5,7 +5,7 @@
 # $OUT, a short summary last.
 #   here:   BUILD_DIR=build-main bash scripts/stage_devbin.sh && bash scripts/stage_devpkg.sh
 #   device: bash scripts/device_loss.sh [steps]      (carry ["devbin-pack", "devwheel"])
-# Steps (default: ctest pytest cbench bench sanitize). STEP_TIMEOUT: seconds a step may take (600).
+# Steps (default: ctest pytest cbench bench sanitize; flce: the linear cross-entropy bench). STEP_TIMEOUT: seconds a step may take (600).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -34,11 +34,12 @@ for s in $STEPS; do
                                  python3 -m pytest -q -rs tests/python/test_torch_ops.py -k cross_entropy" ;;
     cbench) step cbench devbin/tessera bench cross_entropy --dtype bf16 ;;
     bench) step bench python3 benchmarks/cross_entropy.py --rounds "${ROUNDS:-3}" ;;
+    flce) step flce python3 benchmarks/cross_entropy.py --linear --rounds "${ROUNDS:-3}" ;;
     sanitize) step sanitize compute-sanitizer --tool memcheck --error-exitcode 1 devbin/tessera_tests \
                 --gtest_filter='CrossEntropy*:*VerifyGpu*cross_entropy*' ;;
     *) echo "device_loss.sh: unknown step $s" >&2 ;;
   esac
 done
-[ -f "$OUT/bench.log" ] && sed -n '/==== final table/,$p' "$OUT/bench.log"
+for s in bench flce; do [ -f "$OUT/$s.log" ] && sed -n '/==== final table/,$p' "$OUT/$s.log"; done
 [ -f "$OUT/cbench.log" ] && tail -n 12 "$OUT/cbench.log"
 printf '%s\n' "${summary[@]}"

@@ -34,7 +34,7 @@ from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_s
 from .set import isin
 from .attention import (flash_attention, flash_attention_varlen, flash_attention_with_kvcache,
                         scaled_dot_product_attention)
-from .loss import cross_entropy
+from .loss import cross_entropy, linear_cross_entropy
 from ._routing import disable, enable, routable, routing_counts, use_tessera
 
 __version__: str = _C.__version__
@@ -49,7 +49,7 @@ __all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
            "rms_norm", "rms_norm_forward", "rms_norm_backward", "matmul", "linear", "scaled_mm",
            "isin", "flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache",
-           "scaled_dot_product_attention", "cross_entropy", "enable", "disable", "use_tessera", "routing_counts", "routable",
+           "scaled_dot_product_attention", "cross_entropy", "linear_cross_entropy", "enable", "disable", "use_tessera", "routing_counts", "routable",
            "set_autotune", "autotune_enabled", "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
 
 

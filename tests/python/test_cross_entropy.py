@@ -11,7 +11,7 @@ import tessera
 def reference(torch, logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, z_loss=0.0,
               softcap=None):
     """The loss in float64 from the formulas of tessera's documentation, through torch's autograd."""
-    x = logits.detach().double().requires_grad_()
+    x = logits if logits.requires_grad and logits.dtype == torch.float64 else logits.detach().double().requires_grad_()
     y = softcap * torch.tanh(x / softcap) if softcap else x
     loss = torch.nn.functional.cross_entropy(y, target.long(), ignore_index=ignore_index, reduction="none",
                                              label_smoothing=label_smoothing)
@@ -130,3 +130,31 @@ def test_errors_name_the_argument(torch):
         tessera.cross_entropy(logits, torch.zeros(4, device="cuda", dtype=torch.long), label_smoothing=2.0)
     with pytest.raises(ValueError, match="argument 'logits'"):
         tessera.cross_entropy(logits[None], torch.zeros(4, device="cuda", dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("case", [dict(), dict(reduction="sum", label_smoothing=0.1, bias=True),
+                                  dict(reduction="none", z_loss=1e-3)])
+def test_linear_cross_entropy_against_float64(torch, dtype, case):
+    """The fused linear cross-entropy in chunks (three of 128 rows and a remainder) against
+    F.linear then the loss in float64: loss and the gradients of hidden, weight and bias."""
+    case = dict(case)
+    dt = getattr(torch, dtype)
+    n, h, v = 300, 64, 1000
+    hidden = (torch.randn(n, h, device="cuda") / 4).to(dt).requires_grad_()
+    weight = torch.randn(v, h, device="cuda").to(dt).requires_grad_()
+    bias = torch.randn(v, device="cuda").to(dt).requires_grad_() if case.pop("bias", False) else None
+    target = torch.randint(0, v, (n,), device="cuda")
+    target[::7] = -100
+    loss = tessera.linear_cross_entropy(hidden, weight, target, bias, chunk_size=128, **case)
+    leaves = [t for t in (hidden, weight, bias) if t is not None]
+    seed = torch.rand_like(loss, dtype=torch.float32)
+    grads = torch.autograd.grad(loss, leaves, seed.to(loss.dtype))
+    x64 = [t.detach().double().requires_grad_() for t in leaves]
+    logits = x64[0] @ x64[1].t() + (x64[2] if bias is not None else 0)
+    want, x = reference(torch, logits, target, **case)
+    want_grads = torch.autograd.grad(want, x64, seed.double())
+    rel = 2e-5 if dtype == "float32" else 1e-2
+    close(loss, want.detach(), rel)
+    for g, w in zip(grads, want_grads):
+        close(g, w, rel if dtype == "float32" else 2e-2)
