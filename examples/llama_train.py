@@ -2,7 +2,7 @@
 """A small Llama-style decoder in plain PyTorch, trained on generated data with and without
 tessera.
 
-    python examples/llama_train.py [--steps 300] [--modes torch,enable,ops] [--no-compile]
+    python examples/llama_train.py [--steps 300] [--modes torch,enable,ops,flce] [--no-compile]
                                    [--profile] [--out DIR]
 
 The model is what a PyTorch user writes: token embedding, decoder blocks of RMSNorm, causal
@@ -18,13 +18,15 @@ Modes (each trains the same model from the same initial weights on the same batc
           takes the arguments (tessera.routing_counts() says how many calls did);
   ops     the model calling tessera's functions itself (tessera.rms_norm, tessera.silu,
           tessera.log_softmax): registered torch ops, which torch.compile keeps as they are,
-          where it would lower the aten ops of `enable` into its own kernels.
+          where it would lower the aten ops of `enable` into its own kernels;
+  flce    torch's model with the output projection and the loss fused into
+          tessera.linear_cross_entropy (no logits held; eager only).
 Each mode runs eagerly and, unless --no-compile, under torch.compile(fullgraph=True). The
 reference for "within bf16 noise" is torch's own run without autocast ("torch fp32", eager): the
 gap between its curve and torch's bf16 one is what bf16 alone moves the loss by.
 
 Writes losses.json (per run, per step), loss.svg (the eager curves) and report.md (the table
-printed last: median step time, losses, gaps to torch's curve, calls routed to tessera; with
+printed last: median step time, peak memory, losses, gaps to torch's curve, calls routed to tessera; with
 --profile, torch.profiler's CUDA kernels for a few eager steps under tessera.enable(), tessera's
 marked) to --out.
 """
@@ -58,6 +60,17 @@ TORCH_FNS = dict(rms_norm=F.rms_norm, silu=F.silu,
                  cross_entropy=lambda logits, t: F.cross_entropy(logits, t))
 TESSERA_FNS = dict(rms_norm=tessera.rms_norm, silu=tessera.silu,
                    cross_entropy=lambda logits, t: F.nll_loss(tessera.log_softmax(logits.float(), -1), t))
+
+
+def fused_head_loss(h, weight, t):
+    """The output projection and the loss in one: tessera.linear_cross_entropy, in autocast's
+    dtype where autocast is on (as the projection would have run), never holding the logits."""
+    dt = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else h.dtype
+    return tessera.linear_cross_entropy(h.to(dt), weight.to(dt), t)
+
+
+FLCE_FNS = dict(TORCH_FNS, head_loss=fused_head_loss)
+FNS = {"torch": TORCH_FNS, "enable": TORCH_FNS, "ops": TESSERA_FNS, "flce": FLCE_FNS}
 
 
 def rotary(seq, head_dim, device):
@@ -136,7 +149,10 @@ class Llama(nn.Module):
         x = self.embed(tokens)
         for blk in self.blocks:
             x = blk(x, self.cos, self.sin)
-        logits = self.head(self.norm(x))
+        h = self.norm(x)
+        if "head_loss" in self.fns:
+            return self.fns["head_loss"](h.reshape(-1, h.shape[-1]), self.head.weight, targets.reshape(-1))
+        logits = self.head(h)
         return self.fns["cross_entropy"](logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
@@ -163,11 +179,13 @@ def train(mode, compiled, steps, c, data, seed=0, bf16=True):
     """Trains from the initial weights of `seed` (under bf16 autocast, or in float32); returns
     per-step losses and times (ms), and the routing counters for mode 'enable'."""
     torch.manual_seed(seed)
-    model = Llama(c, TESSERA_FNS if mode == "ops" else TORCH_FNS).cuda()
+    model = Llama(c, FNS[mode]).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=lr_at(0, steps), weight_decay=0.1, fused=True)
     step_fn = torch.compile(model, fullgraph=True) if compiled else model
     routed = tessera.use_tessera(log=True) if mode == "enable" else contextlib.nullcontext()
     losses, times = [], []
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
     with routed:
         for i in range(steps):
             batch = data[(i * c.batch) % len(data):][:c.batch]
@@ -184,7 +202,8 @@ def train(mode, compiled, steps, c, data, seed=0, bf16=True):
             times.append((time.perf_counter() - t0) * 1e3)
             losses.append(loss.item())
         counts = tessera.routing_counts() if mode == "enable" else None
-    return losses, times, counts
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    return losses, times, counts, peak
 
 
 def profile_steps(c, data, steps=3, routed=True):
@@ -252,7 +271,7 @@ def svg_plot(curves, title):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--modes", default="torch,enable,ops")
+    ap.add_argument("--modes", default="torch,enable,ops,flce")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--out", default="llama_out")
@@ -263,7 +282,8 @@ def main():
     runs = {}  # name -> (losses, times, counts)
     modes = args.modes.split(",")
     for mode in modes + (["torch fp32"] if "torch" in modes else []):
-        for compiled in ([False] if args.no_compile or mode == "torch fp32" else [False, True]):
+        # flce's chunk loop (a Python loop that sizes its chunks from free memory) runs eagerly.
+        for compiled in ([False] if args.no_compile or mode in ("torch fp32", "flce") else [False, True]):
             name = mode + (" compiled" if compiled else "")
             runs[name] = train(mode.split()[0], compiled, args.steps, c, data,
                                bf16=mode != "torch fp32")
@@ -271,27 +291,27 @@ def main():
                   f"{statistics.median(runs[name][1][10:]):.2f} ms", flush=True)
     ref = runs["torch"][0] if "torch" in runs else None
     rows = []
-    for name, (losses, times, counts) in runs.items():
+    for name, (losses, times, counts, peak) in runs.items():
         tail = losses[-50:]
         diff = max(abs(a - b) for a, b in zip(losses, ref)) if ref else float("nan")
         tail_diff = (statistics.mean(tail) - statistics.mean(ref[-50:])) if ref else float("nan")
         routed = sum(v["tessera"] for v in counts.values()) if counts else 0
         rows.append((name, statistics.median(times[10:]), losses[-1], statistics.mean(tail),
-                     tail_diff, diff, routed))
+                     tail_diff, diff, routed, peak))
     with open(os.path.join(args.out, "losses.json"), "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "tessera": tessera.__version__, "steps": args.steps,
                    "date": time.strftime("%Y-%m-%d"),
-                   "runs": {k: {"loss": v[0], "ms": v[1], "routing_counts": v[2]}
+                   "runs": {k: {"loss": v[0], "ms": v[1], "routing_counts": v[2], "peak_mib": v[3]}
                             for k, v in runs.items()}}, f)
     eager = {k: v[0] for k, v in runs.items() if "compiled" not in k}
     with open(os.path.join(args.out, "loss.svg"), "w") as f:
         f.write(svg_plot(eager, f"Llama-style decoder, {args.steps} steps, bf16 autocast "
                                 f"({torch.cuda.get_device_name()})"))
-    lines = ["| run | median step (ms) | final loss | mean loss, last 50 | "
+    lines = ["| run | median step (ms) | peak memory (MiB) | final loss | mean loss, last 50 | "
              "vs torch, last 50 | largest step gap to torch | calls routed to tessera |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r[0]} | {r[1]:.2f} | {r[2]:.4f} | {r[3]:.4f} | {r[4]:+.4f} | {r[5]:.4f} | {r[6]} |"
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r[0]} | {r[1]:.2f} | {r[7]:.0f} | {r[2]:.4f} | {r[3]:.4f} | {r[4]:+.4f} | {r[5]:.4f} | {r[6]} |"
               for r in rows]
     table = "\n".join(lines)
     report = table + "\n"
