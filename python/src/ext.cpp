@@ -17,6 +17,7 @@
 
 #include "bench_bindings.hpp"
 #include "op_binding.hpp"
+#include "runtime/scratch.hpp"
 #include "tensors.hpp"
 #include "tessera/tessera.hpp"
 
@@ -170,6 +171,10 @@ NB_MODULE(_C, m) {
   m.def("device_count", &runtime::device_count, "Number of usable CUDA devices (0 without a GPU).");
   m.def("no_gpu_reason", &runtime::no_gpu_reason,
         "Why device_count() is 0 ('no CUDA GPU present', ...); empty when GPUs exist.");
+  m.def("scratch_peak_bytes", &runtime::scratch_peak_bytes, "device"_a,
+        "Most bytes of tessera's scratch memory in use on `device` at once since reset_scratch_peak.");
+  m.def("reset_scratch_peak", &runtime::reset_scratch_peak, "device"_a,
+        "Restarts scratch_peak_bytes from what is in use now.");
 
   // ---- operators: tensors are view tuples or DLPack objects (see tensors.hpp) ----
   const Alloc none{};

@@ -39,7 +39,7 @@ _STAT_KEYS = ("median_ms", "p20_ms", "p80_ms", "min_ms", "max_ms", "mean_ms")
 def do_bench(fn: Callable[[], object], *, warmup_ms: float = 25, min_reps: int = 25,
              max_reps: int = 1000, budget_ms: float = 100, flush_l2: bool = True,
              cuda_graph: bool = False, graph_batch: int = 20,
-             stream: Any = None) -> dict[str, float]:
+             stream: Any = None, memory: bool = False) -> dict[str, float]:
     """Times ``fn()`` on the GPU and returns its statistics in milliseconds.
 
     Args:
@@ -57,9 +57,14 @@ def do_bench(fn: Callable[[], object], *, warmup_ms: float = 25, min_reps: int =
             for ``fn``; by default the current stream. In graph mode a non-default stream given
             here is also the capture stream (so the backward of a forward run on it is captured).
 
+        memory: also measure one more call's memory (torch users): ``extra_mb``, the peak of
+            torch's allocator during the call above what was allocated before it (what the call
+            returns included), and ``scratch_mb``, the most of tessera's own scratch memory (its
+            pool, which torch's counters do not see) in use at once during it. MB are 10^6 bytes.
+
     Returns:
         dict with median_ms, p20_ms, p80_ms, min_ms, max_ms, mean_ms (per call) and reps (timed
-        repetitions; graph replays in graph mode).
+        repetitions; graph replays in graph mode); with ``memory``, extra_mb and scratch_mb.
     """
     opts = dict(warmup_ms=float(warmup_ms), min_reps=int(min_reps), max_reps=int(max_reps),
                 budget_ms=float(budget_ms))
@@ -73,7 +78,13 @@ def do_bench(fn: Callable[[], object], *, warmup_ms: float = 25, min_reps: int =
     if _torch_cuda(torch):
         if isinstance(stream, int):
             stream = torch.cuda.ExternalStream(stream) if stream else torch.cuda.default_stream()
-        return _bench_torch(torch, fn, opts, flush_l2, cuda_graph, graph_batch, stream)
+        stats = _bench_torch(torch, fn, opts, flush_l2, cuda_graph, graph_batch, stream)
+        if memory:
+            stats.update(_memory_torch(torch, fn, stream))
+        return stats
+    if memory:
+        raise ValueError("tessera.bench.do_bench: argument 'memory': measuring memory needs torch's CUDA "
+                         "allocator")
     if cuda_graph:
         raise ValueError("tessera.bench.do_bench: argument 'cuda_graph': graph mode needs torch or "
                          "cupy to route fn's launches to the capture stream")
@@ -111,6 +122,24 @@ def _bench_torch(torch, fn, opts, flush_l2, cuda_graph, graph_batch, stream):
             torch.cuda.synchronize(stream.device)
             del graph  # its memory pool goes back to the caching allocator
         return _per_call(stats, graph_batch)
+
+
+def _memory_torch(torch, fn, stream) -> dict[str, float]:
+    """One call's memory: torch's allocator peak above what was allocated before it, and the
+    high-water mark of tessera's scratch pool during it."""
+    stream = stream or torch.cuda.current_stream()
+    device = stream.device.index if stream.device.index is not None else torch.cuda.current_device()
+    with torch.cuda.stream(stream):
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        _C.reset_scratch_peak(device)
+        out = fn()
+        torch.cuda.synchronize(device)
+        extra = torch.cuda.max_memory_allocated(device) - before
+        scratch = _C.scratch_peak_bytes(device)
+        del out
+    return {"extra_mb": extra / 1e6, "scratch_mb": scratch / 1e6}
 
 
 def _capture_torch(torch, fn, batch, stream):

@@ -63,4 +63,15 @@ Scratch& Scratch::operator=(Scratch&& o) noexcept {
   return *this;
 }
 
+std::size_t scratch_peak_bytes(int device) {
+  unsigned long long high = 0;  // the attribute is a 64-bit count
+  TESSERA_CUDA_CHECK(cudaMemPoolGetAttribute(pool_for(device), cudaMemPoolAttrUsedMemHigh, &high));
+  return static_cast<std::size_t>(high);
+}
+
+void reset_scratch_peak(int device) {
+  unsigned long long zero = 0;  // the driver takes 0 as "the current use"
+  TESSERA_CUDA_CHECK(cudaMemPoolSetAttribute(pool_for(device), cudaMemPoolAttrUsedMemHigh, &zero));
+}
+
 }  // namespace tessera::runtime

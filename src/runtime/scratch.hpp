@@ -33,4 +33,10 @@ class Scratch {
   cudaStream_t stream_ = nullptr;
 };
 
+// The high-water mark of the scratch memory in use on `device` since the last reset (the pool's
+// own counter), and the reset, which sets it to what is in use now: what a call holds beyond its
+// arguments, for memory reports (tessera.bench.do_bench(memory=True)).
+std::size_t scratch_peak_bytes(int device);
+void reset_scratch_peak(int device);
+
 }  // namespace tessera::runtime

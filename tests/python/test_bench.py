@@ -204,3 +204,16 @@ def test_do_bench_graph_mode(torch):
 def test_peaks(torch):
     p = tessera.bench.peaks()
     assert p["copy_gbps"] > 0 and p["bf16_tflops"] > 0 and p["sm_count"] > 0 and p["gpu"]
+
+
+def test_do_bench_memory_counts_torch_and_tessera_scratch(torch):
+    """memory=True: one call's peak above what was allocated (what it returns included), and the
+    high-water mark of tessera's own scratch pool, which torch's counters do not see."""
+    from tessera.bench import do_bench
+    stats = do_bench(lambda: torch.empty(1_000_000, device="cuda"), memory=True, min_reps=3, budget_ms=1)
+    assert 3.9 <= stats["extra_mb"] <= 4.5, stats
+    logits = torch.randn(4096, 1000, device="cuda")
+    target = torch.randint(0, 1000, (4096,), device="cuda")
+    stats = do_bench(lambda: tessera.cross_entropy(logits, target), memory=True, min_reps=3, budget_ms=1)
+    assert stats["scratch_mb"] >= 4096 * 4 / 1e6, stats  # the per-row losses the mean sums
+    assert stats["extra_mb"] < 1.0, stats  # the loss and lse only: no gradient without autograd
