@@ -2,7 +2,8 @@
 // window, fully masked rows), soft-capping, GQA against repeated heads, varlen against padded
 // sequences, the backward against central finite differences, and its argument checks. The GPU
 // kernels (the generic tier, and the sm90 tier on Hopper) against the reference over those
-// variants, odd lengths and both layouts.
+// variants, odd lengths and both layouts; the decode tier and the KV cache are in
+// attention_decode_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,10 +21,9 @@
 #include "ops/attention/attention_reference.hpp"
 #include "runtime/device.hpp"
 #include "runtime/memory.hpp"
-#include "runtime/tuner.hpp"
 #include "tessera/ops/attention.hpp"
-#include "tessera/tune.hpp"
 #include "testing.hpp"
+#include "attention_testing.hpp"
 
 namespace {
 
@@ -32,21 +32,7 @@ using tessera::ErrorKind;
 using tessera::TensorView;
 using tessera::testing::expect_error;
 namespace ref = tessera::reference;
-
-const tessera::Device kCpu{tessera::DeviceType::cpu, 0};
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-TensorView host(std::vector<double>& v, std::initializer_list<int64_t> shape) {
-  return TensorView::contiguous(v.data(), DType::float64, shape, kCpu);
-}
-
-std::vector<double> randn(size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist;
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
+using namespace tessera::testing::attention;
 
 void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol) {
   ASSERT_EQ(got.size(), want.size());
@@ -199,147 +185,7 @@ TEST(AttentionReference, ArgumentChecks) {
   }, ErrorKind::value, {"cu_seqlens_q"});
 }
 
-// ---- the GPU kernel against the reference ----------------------------------------------------
-
-struct GpuCase {
-  int64_t b, sq, sk, hq, hk, d, dv;
-  ref::AttentionSpec spec;
-  bool heads_major;  // the tensors stored [batch, heads, seq, dim] (torch's SDPA layout)
-};
-
-// A double rounded to dt's storage and its bytes, and back.
-void store_as(DType dt, double x, unsigned char* at) {
-  if (dt == DType::float32) {
-    const float f = static_cast<float>(x);
-    std::memcpy(at, &f, 4);
-  } else if (dt == DType::float16) {
-    const __half f = __float2half(static_cast<float>(x));
-    std::memcpy(at, &f, 2);
-  } else {
-    const __nv_bfloat16 f = __float2bfloat16(static_cast<float>(x));
-    std::memcpy(at, &f, 2);
-  }
-}
-double load_as(DType dt, const unsigned char* at) {
-  if (dt == DType::float32) {
-    float f;
-    std::memcpy(&f, at, 4);
-    return f;
-  }
-  if (dt == DType::float16) {
-    __half f;
-    std::memcpy(&f, at, 2);
-    return __half2float(f);
-  }
-  __nv_bfloat16 f;
-  std::memcpy(&f, at, 2);
-  return __bfloat162float(f);
-}
-
-// Uploads host doubles as `dt` in the case's storage order; returns the [batch, seq, heads, dim]
-// view of it (a transposed view when heads_major).
-TensorView upload(tessera::runtime::DeviceBuffer& buf, const std::vector<double>& x, DType dt, int64_t b,
-                  int64_t s, int64_t h, int64_t d, bool heads_major) {
-  const size_t es = dt == DType::float32 ? 4 : 2;
-  std::vector<unsigned char> bytes(x.size() * es);
-  for (int64_t bi = 0; bi < b; ++bi)
-    for (int64_t si = 0; si < s; ++si)
-      for (int64_t hi = 0; hi < h; ++hi)
-        for (int64_t di = 0; di < d; ++di) {
-          const int64_t at = heads_major ? ((bi * h + hi) * s + si) * d + di : ((bi * s + si) * h + hi) * d + di;
-          store_as(dt, x[((bi * s + si) * h + hi) * d + di], &bytes[at * es]);
-        }
-  buf = tessera::runtime::DeviceBuffer(bytes.size());
-  EXPECT_EQ(cudaMemcpy(buf.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  const int64_t shape[4] = {b, s, h, d};
-  const int64_t strides[4] = {heads_major ? h * s * d : s * h * d, heads_major ? d : h * d,
-                              heads_major ? s * d : d, 1};
-  return TensorView::make(buf.data(), dt, shape, strides, 4, tessera::Device{tessera::DeviceType::cuda, 0});
-}
-
-// x rounded to dt, as the kernels see it.
-std::vector<double> rounded(DType dt, std::vector<double> x) {
-  unsigned char bytes[4];
-  for (double& e : x) store_as(dt, e, bytes), e = load_as(dt, bytes);
-  return x;
-}
-
-// A contiguous device tensor of `shape` in buf.
-TensorView alloc(tessera::runtime::DeviceBuffer& buf, std::initializer_list<int64_t> shape, DType dt) {
-  int64_t n = 1;
-  for (int64_t e : shape) n *= e;
-  buf = tessera::runtime::DeviceBuffer(std::max<int64_t>(n, 1) * (dt == DType::float32 ? 4 : 2));
-  return TensorView::contiguous(buf.data(), dt, shape, tessera::Device{tessera::DeviceType::cuda, 0});
-}
-
-// The first n elements of a device buffer of dt, as doubles.
-std::vector<double> download(DType dt, const tessera::runtime::DeviceBuffer& buf, size_t n) {
-  const size_t es = dt == DType::float32 ? 4 : 2;
-  std::vector<unsigned char> raw(n * es);
-  EXPECT_EQ(cudaMemcpy(raw.data(), buf.data(), raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  std::vector<double> got(n);
-  for (size_t i = 0; i < n; ++i) got[i] = load_as(dt, &raw[i * es]);
-  return got;
-}
-
-tessera::AttentionOptions options_of(const ref::AttentionSpec& spec) {
-  tessera::AttentionOptions o;
-  o.scale = spec.scale, o.causal = spec.causal, o.window_left = spec.window_left, o.window_right = spec.window_right;
-  o.softcap = spec.softcap;
-  return o;
-}
-
-double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isinf(want[i])) {
-      EXPECT_EQ(got[i], want[i]) << "element " << i;
-      continue;
-    }
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
-void run_gpu_case(const GpuCase& c, DType dt, double tol, tessera::AttentionTier tier) {
-  std::vector<double> q = randn(c.b * c.sq * c.hq * c.d, 21), k = randn(c.b * c.sk * c.hk * c.d, 22),
-                      v = randn(c.b * c.sk * c.hk * c.dv, 23);
-  tessera::runtime::DeviceBuffer bq, bk, bv, bo, bl;
-  const TensorView tq = upload(bq, q, dt, c.b, c.sq, c.hq, c.d, c.heads_major);
-  const TensorView tk = upload(bk, k, dt, c.b, c.sk, c.hk, c.d, c.heads_major);
-  const TensorView tv = upload(bv, v, dt, c.b, c.sk, c.hk, c.dv, c.heads_major);
-  const TensorView tout = alloc(bo, {c.b, c.sq, c.hq, c.dv}, dt), tl = alloc(bl, {c.b, c.hq, c.sq}, DType::float32);
-  tessera::AttentionOptions o = options_of(c.spec);
-  o.tier = tier;
-  tessera::attention(tq, tk, tv, tout, &tl, o, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  // The reference sees the inputs rounded to dt, as the kernel does.
-  std::vector<double> rq = rounded(dt, q), rk = rounded(dt, k), rv = rounded(dt, v);
-  const auto want = ref::attention_forward(host(rq, {c.b, c.sq, c.hq, c.d}), host(rk, {c.b, c.sk, c.hk, c.d}),
-                                           host(rv, {c.b, c.sk, c.hk, c.dv}), c.spec);
-  const std::vector<double> got = download(dt, bo, want.out.size());
-  std::vector<double> lse(want.lse.size());
-  std::vector<float> lf(lse.size());
-  ASSERT_EQ(cudaMemcpy(lf.data(), bl.data(), lf.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (size_t i = 0; i < lf.size(); ++i) lse[i] = lf[i];
-  EXPECT_LE(rel_err(got, want.out), tol);
-  EXPECT_LE(rel_err(lse, want.lse), 1e-5);
-}
-
-ref::AttentionSpec spec(bool causal, int64_t wl, int64_t wr, double cap) {
-  ref::AttentionSpec s;
-  s.causal = causal, s.window_left = wl, s.window_right = wr, s.softcap = cap;
-  return s;
-}
-
-std::string name_of(const GpuCase& c) {
-  return "b=" + std::to_string(c.b) + " sq=" + std::to_string(c.sq) + " sk=" + std::to_string(c.sk) +
-         " hq=" + std::to_string(c.hq) + " hk=" + std::to_string(c.hk) + " d=" + std::to_string(c.d) +
-         (c.spec.causal ? " causal" : "") + " window=(" + std::to_string(c.spec.window_left) + ", " +
-         std::to_string(c.spec.window_right) + ") softcap=" + std::to_string(c.spec.softcap) +
-         (c.heads_major ? " [b, h, s, d]" : "");
-}
+// ---- the GPU kernels against the reference (helpers: attention_testing.hpp) ------------------
 
 TEST(AttentionGpu, GenericKernelMatchesTheReference) {
   TESSERA_REQUIRE_GPU();
@@ -407,45 +253,6 @@ TEST(AttentionGpu, BackwardMatchesTheReference) {
   }
 }
 
-// The decode tier: a few queries, keys split into chunks and merged; lengths that leave chunks
-// empty or partly masked, and fully masked rows.
-TEST(AttentionGpu, DecodeKernelMatchesTheReference) {
-  TESSERA_REQUIRE_GPU();
-  const std::vector<GpuCase> cases = {
-      {1, 1, 4097, 4, 4, 128, 128, spec(false, -1, -1, 0), false},
-      {2, 3, 1000, 8, 2, 64, 64, spec(true, -1, -1, 0), false},    // GQA, causal
-      {1, 16, 300, 2, 1, 256, 256, spec(false, 20, 3, 0), true},   // window, SDPA layout
-      {1, 1, 5, 2, 2, 128, 128, spec(false, -1, -1, 0), false},    // fewer keys than a chunk
-      {1, 4, 2, 2, 2, 64, 64, spec(true, -1, -1, 0), false},       // fully masked rows
-      {2, 2, 777, 4, 4, 128, 128, spec(true, 100, -1, 25.0), false},  // window + soft-cap
-  };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(name_of(c));
-    run_gpu_case(c, DType::float16, 2e-3, tessera::AttentionTier::decode);
-    run_gpu_case(c, DType::bfloat16, 1e-2, tessera::AttentionTier::decode);
-  }
-}
-
-// Tuning on first use measures the decode tier's split counts and stores the choice; the tuned
-// call's result still matches the reference (every candidate writes the whole output).
-TEST(AttentionGpu, DecodeTuningStoresItsSplit) {
-  TESSERA_REQUIRE_GPU();
-  const bool was = tessera::autotune_enabled();
-  tessera::set_autotune(true);
-  // An odd key bucket, so that an earlier run's cache is unlikely to hold it already.
-  run_gpu_case({1, 2, 1500, 4, 2, 64, 64, spec(true, -1, -1, 0), false}, DType::float16, 2e-3,
-               tessera::AttentionTier::decode);
-  tessera::set_autotune(was);
-  bool found = false;
-  for (const auto& r : tessera::runtime::tune_cache(0).list())
-    if (r.op == "attention" && r.key.find("|decode|float16|d64|ctas2|rows4|k2048") != std::string::npos) {
-      found = true;
-      EXPECT_EQ(r.entry.config.rfind("splits=", 0), 0u) << r.entry.config;
-    }
-  EXPECT_TRUE(found);
-  EXPECT_TRUE(tessera::runtime::has_tuned(0, "attention"));
-}
-
 // Packed sequences (lengths 5, 0, 300, 1, 130; keys 7, 3, 300, 64, 1) through attention_varlen
 // and its backward against the reference's varlen forms: both tiers forward, the backward.
 void run_varlen_case(DType dt, int64_t d, const ref::AttentionSpec& spec, double tol) {
@@ -497,133 +304,6 @@ TEST(AttentionGpu, VarlenMatchesTheReference) {
     run_varlen_case(DType::bfloat16, 128, sp, 1e-2);
     run_varlen_case(DType::float16, 64, sp, 2e-3);
   }
-}
-
-// A KV cache, contiguous per sequence or paged (blocks handed out in a shuffled order), against
-// the varlen reference over each sequence's first cache_seqlens[b] keys. Lengths: one full, one
-// empty (its rows see no key), one that ends inside a block.
-struct KvCase {
-  int64_t seq_q, d, block_size;  // block_size 0: no block table
-  ref::AttentionSpec spec;
-};
-
-void run_kvcache_case(const KvCase& c, DType dt, double tol, tessera::AttentionTier tier) {
-  const auto dev = tessera::Device{tessera::DeviceType::cuda, 0};
-  const std::vector<int64_t> lens = {1000, 0, 517};
-  const int64_t b = 3, hq = 8, hk = 2, d = c.d, capacity = 1024;
-  const int64_t bs = c.block_size ? c.block_size : capacity, max_blocks = capacity / bs;
-  const int64_t num_blocks = c.block_size ? b * max_blocks + 5 : b;  // a few blocks no sequence uses
-  std::vector<int32_t> table(size_t(b * max_blocks));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7 + 3) % size_t(num_blocks));
-  std::vector<double> q = randn(b * c.seq_q * hq * d, 51), k = randn(num_blocks * bs * hk * d, 52),
-                      v = randn(num_blocks * bs * hk * d, 53);
-  tessera::runtime::DeviceBuffer bq, bk, bv, bo, bl, bt, bn;
-  const TensorView tq = upload(bq, q, dt, b, c.seq_q, hq, d, false), tk = upload(bk, k, dt, num_blocks, bs, hk, d, false),
-                   tv = upload(bv, v, dt, num_blocks, bs, hk, d, false);
-  const TensorView to = alloc(bo, {b, c.seq_q, hq, d}, dt), tl = alloc(bl, {b, hq, c.seq_q}, DType::float32);
-  std::vector<int32_t> lens32(lens.begin(), lens.end());
-  bn = tessera::runtime::DeviceBuffer(lens32.size() * 4);
-  bt = tessera::runtime::DeviceBuffer(table.size() * 4);
-  ASSERT_EQ(cudaMemcpy(bn.data(), lens32.data(), lens32.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(bt.data(), table.data(), table.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  const TensorView tn = TensorView::contiguous(bn.data(), DType::int32, {b}, dev);
-  const TensorView tt = TensorView::contiguous(bt.data(), DType::int32, {b, max_blocks}, dev);
-  tessera::AttentionOptions o = options_of(c.spec);
-  o.tier = tier;
-  tessera::attention_kvcache(tq, tk, tv, to, &tl, tn, c.block_size ? &tt : nullptr, o, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  // Each sequence's keys gathered into the packed layout the varlen reference takes.
-  std::vector<double> rq = rounded(dt, q), rk = rounded(dt, k), rv = rounded(dt, v), pk, pv;
-  std::vector<int64_t> cq = {0}, ck = {0};
-  for (int64_t s = 0; s < b; ++s) {
-    for (int64_t j = 0; j < lens[size_t(s)]; ++j) {
-      const int64_t blk = c.block_size ? table[size_t(s * max_blocks + j / bs)] : s, row = j % bs;
-      const size_t at = size_t(((blk * bs + row) * hk) * d);
-      pk.insert(pk.end(), rk.begin() + at, rk.begin() + at + hk * d);
-      pv.insert(pv.end(), rv.begin() + at, rv.begin() + at + hk * d);
-    }
-    cq.push_back(cq.back() + c.seq_q), ck.push_back(ck.back() + lens[size_t(s)]);
-  }
-  const auto want = ref::attention_varlen_forward(host(rq, {b * c.seq_q, hq, d}), host(pk, {ck.back(), hk, d}),
-                                                  host(pv, {ck.back(), hk, d}), cq, ck, c.spec);
-  std::vector<float> lf(size_t(b * hq * c.seq_q));
-  ASSERT_EQ(cudaMemcpy(lf.data(), bl.data(), lf.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  std::vector<double> lse(lf.size()), want_lse(lf.size());  // ours [b, hq, seq_q]; the reference's [hq, b * seq_q]
-  for (int64_t s = 0; s < b; ++s)
-    for (int64_t h = 0; h < hq; ++h)
-      for (int64_t i = 0; i < c.seq_q; ++i) {
-        lse[size_t((s * hq + h) * c.seq_q + i)] = lf[size_t((s * hq + h) * c.seq_q + i)];
-        want_lse[size_t((s * hq + h) * c.seq_q + i)] = want.lse[size_t(h * b * c.seq_q + s * c.seq_q + i)];
-      }
-  EXPECT_LE(rel_err(download(dt, bo, want.out.size()), want.out), tol) << "out";
-  EXPECT_LE(rel_err(lse, want_lse), 1e-5) << "lse";
-}
-
-TEST(AttentionGpu, KvCacheMatchesTheReference) {
-  TESSERA_REQUIRE_GPU();
-  const std::vector<KvCase> cases = {
-      {1, 128, 256, spec(false, -1, -1, 0)},
-      {1, 128, 0, spec(false, -1, -1, 0)},      // no block table
-      {4, 64, 16, spec(true, -1, -1, 0)},       // a few queries, causal from the cache's end
-      {3, 128, 48, spec(true, 100, -1, 30.0)},  // a block size that is no power of two; window, soft-cap
-      {20, 256, 64, spec(true, -1, -1, 0)},     // more queries than the decode tier takes
-  };
-  for (const auto& c : cases) {
-    SCOPED_TRACE("seq_q " + std::to_string(c.seq_q) + " head_dim " + std::to_string(c.d) + " block_size " +
-                 std::to_string(c.block_size) + (c.spec.causal ? " causal" : ""));
-    for (auto tier : {tessera::AttentionTier::automatic, tessera::AttentionTier::generic}) {
-      run_kvcache_case(c, DType::bfloat16, 1e-2, tier);
-      run_kvcache_case(c, DType::float16, 2e-3, tier);
-    }
-    run_kvcache_case(c, DType::float32, 1e-5, tessera::AttentionTier::automatic);
-  }
-}
-
-// Lengths past the cache and block ids outside it make that sequence's rows NaN (checked on the
-// device); the other sequences' rows are untouched by it. Bad arguments name themselves.
-TEST(AttentionGpu, KvCacheBadEntriesGiveNaN) {
-  TESSERA_REQUIRE_GPU();
-  const auto dev = tessera::Device{tessera::DeviceType::cuda, 0};
-  const int64_t b = 3, bs = 16, max_blocks = 4, num_blocks = 12, h = 2, d = 64;
-  tessera::runtime::DeviceBuffer bq, bk, bo, bl, bt(b * max_blocks * 4), bn(b * 4);
-  const TensorView q = upload(bq, randn(b * h * d, 61), DType::bfloat16, b, 1, h, d, false);
-  const TensorView k = upload(bk, randn(num_blocks * bs * h * d, 62), DType::bfloat16, num_blocks, bs, h, d, false);
-  const TensorView o = alloc(bo, {b, 1, h, d}, DType::bfloat16), l = alloc(bl, {b, h, 1}, DType::float32);
-  // Sequence 0: fine; 1: a length past max_blocks * block_size; 2: a block id past the cache.
-  const std::vector<int32_t> lens = {40, 65, 40}, table = {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 9, 10};
-  ASSERT_EQ(cudaMemcpy(bn.data(), lens.data(), 12, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(bt.data(), table.data(), 48, cudaMemcpyHostToDevice), cudaSuccess);
-  const TensorView n = TensorView::contiguous(bn.data(), DType::int32, {b}, dev);
-  const TensorView t = TensorView::contiguous(bt.data(), DType::int32, {b, max_blocks}, dev);
-  for (auto tier : {tessera::AttentionTier::decode, tessera::AttentionTier::generic}) {
-    tessera::AttentionOptions opt;
-    opt.tier = tier;
-    tessera::attention_kvcache(q, k, k, o, &l, n, &t, opt, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<double> out = download(DType::bfloat16, bo, size_t(b * h * d));
-    std::vector<float> lse(size_t(b * h));
-    ASSERT_EQ(cudaMemcpy(lse.data(), bl.data(), lse.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (int64_t s = 0; s < b; ++s)
-      for (int64_t e = 0; e < h * d; ++e) EXPECT_EQ(std::isnan(out[size_t(s * h * d + e)]), s != 0) << s << " " << e;
-    for (int64_t s = 0; s < b; ++s)
-      for (int64_t e = 0; e < h; ++e) EXPECT_EQ(std::isnan(lse[size_t(s * h + e)]), s != 0) << s;
-  }
-  const TensorView nf = TensorView::contiguous(bn.data(), DType::float32, {b}, dev);
-  expect_error([&] { tessera::attention_kvcache(q, k, k, o, nullptr, nf, &t, {}, nullptr); }, ErrorKind::type,
-               {"attention_kvcache", "'cache_seqlens'"});
-  const TensorView n2 = TensorView::contiguous(bn.data(), DType::int32, {2}, dev);
-  expect_error([&] { tessera::attention_kvcache(q, k, k, o, nullptr, n2, &t, {}, nullptr); }, ErrorKind::value,
-               {"'cache_seqlens'", "batch 3"});
-  const TensorView t1 = TensorView::contiguous(bt.data(), DType::int32, {b * max_blocks}, dev);
-  expect_error([&] { tessera::attention_kvcache(q, k, k, o, nullptr, n, &t1, {}, nullptr); }, ErrorKind::value,
-               {"'block_table'", "max_blocks"});
-  const TensorView k3 = TensorView::contiguous(bk.data(), DType::bfloat16, {num_blocks, bs, 3, d}, dev);
-  expect_error([&] { tessera::attention_kvcache(q, k3, k3, o, nullptr, n, &t, {}, nullptr); }, ErrorKind::value,
-               {"'k_cache'", "[num_blocks, block_size, heads_kv, head_dim]"});
-  tessera::AttentionOptions sm90;
-  sm90.tier = tessera::AttentionTier::sm90;
-  expect_error([&] { tessera::attention_kvcache(q, k, k, o, nullptr, n, &t, sm90, nullptr); }, ErrorKind::value,
-               {"'tier'"});
 }
 
 // The offsets are checked before any launch, each error naming its argument.
