@@ -5,8 +5,7 @@
 // per element read per query: memory-bound, so the work is split into enough CTAs to keep HBM
 // busy (several per SM), each streaming one chunk of keys with 16-byte loads. A group of
 // head_dim / 8 lanes holds one key row (8 elements a lane), so a warp walks 256 / head_dim keys at
-// once (two such steps in flight a loop), each group with its own online softmax; the groups, then
-// the warps, are merged through shared memory into the chunk's partial (unnormalized O, row max,
+// once, each group with its own online softmax; the groups, then the warps, are merged through shared memory into the chunk's partial (unnormalized O, row max,
 // row sum), and a second kernel merges the chunks of each query row and writes out and lse. A CTA
 // takes up to 8 query rows that share a KV head (a GQA group's heads, a sequence's queries), so
 // each key row crosses from memory once for all of them rather than once per query head.
@@ -106,53 +105,43 @@ decode_split_kernel(Params p, Split sp) {
   const T* k = static_cast<const T*>(p.k) + hk * p.sk.h + 8 * sub;
   const T* v = static_cast<const T*>(p.v) + hk * p.sv.h + 8 * sub;
   bool bad = sq.bad;  // a KV cache's length or block id out of range: the rows become NaN
-  // U key steps a loop, their loads in flight before any step's math (one: the registers of more
-  // cost CTAs per SM, which hold as many loads in flight). The warp steps together (its shuffles
-  // need every lane); a group past the chunk's end adds nothing.
-  constexpr int U = 1;
-  constexpr int64_t kStep = kWarps * G;
-  for (int64_t j0 = j_lo + warp * G; j0 <= j_hi; j0 += U * kStep) {
-    float kr[U][8] = {}, vr[U][8] = {};
-    bool valid[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t j = j0 + u * kStep + grp;
-      valid[u] = j <= j_hi;
-      if (valid[u]) {
-        const KeyAt at = key_at(p, b, sq.k0, j);
-        if (at.b >= 0) {
-          load_row8(kr[u], k + at.b * p.sk.b + at.s * p.sk.s);
-          load_row8(vr[u], v + at.b * p.sv.b + at.s * p.sv.s);
-        } else {
-          bad = true;
-        }
+  // The warp steps together (its shuffles need every lane); a group past the chunk's end adds
+  // nothing. One key step a loop: the registers of more would cost CTAs per SM, which hold as
+  // many loads in flight.
+  for (int64_t j0 = j_lo + warp * G; j0 <= j_hi; j0 += kWarps * G) {
+    const int64_t j = j0 + grp;
+    const bool valid = j <= j_hi;
+    float kr[8] = {}, vr[8] = {};
+    if (valid) {
+      const KeyAt at = key_at(p, b, sq.k0, j);
+      if (at.b >= 0) {
+        load_row8(kr, k + at.b * p.sk.b + at.s * p.sk.s);
+        load_row8(vr, v + at.b * p.sv.b + at.s * p.sv.s);
+      } else {
+        bad = true;
       }
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t j = j0 + u * kStep + grp;
+    for (int r = 0; r < R; ++r) {
+      float s = 0.f;
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float s = 0.f;
+      for (int e = 0; e < 8; ++e) s += q[r][e] * kr[e];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s += q[r][e] * kr[u][e];
+      for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (!valid || j < lo[r] || j > hi[r]) continue;
+      if (p.softcap > 0.f) s = p.softcap * tanhf(s * p.scale / p.softcap);
+      const float x = s * mul;
+      if (x > m[r]) {  // a new max (rare once a few keys are in): rescale what is summed so far
+        const float corr = tile::ex2_approx(m[r] - x);
+        l[r] *= corr;
 #pragma unroll
-        for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (!valid[u] || j < lo[r] || j > hi[r]) continue;
-        if (p.softcap > 0.f) s = p.softcap * tanhf(s * p.scale / p.softcap);
-        const float x = s * mul;
-        if (x > m[r]) {  // a new max (rare once a few keys are in): rescale what is summed so far
-          const float corr = tile::ex2_approx(m[r] - x);
-          l[r] *= corr;
-#pragma unroll
-          for (int d = 0; d < 8; ++d) acc[r][d] *= corr;
-          m[r] = x;
-        }
-        const float e = tile::ex2_approx(x - m[r]);
-        l[r] += e;
-#pragma unroll
-        for (int d = 0; d < 8; ++d) acc[r][d] = fmaf(e, vr[u][d], acc[r][d]);
+        for (int d = 0; d < 8; ++d) acc[r][d] *= corr;
+        m[r] = x;
       }
+      const float e = tile::ex2_approx(x - m[r]);
+      l[r] += e;
+#pragma unroll
+      for (int d = 0; d < 8; ++d) acc[r][d] = fmaf(e, vr[d], acc[r][d]);
     }
   }
   const int g = warp * G + grp;
