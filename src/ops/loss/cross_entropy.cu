@@ -3,8 +3,9 @@
 //
 // Bytes: the loss needs the logits read once; the gradient, written in the same kernel, one
 // write: 2 N V sizeof(T), the floor for training's forward plus backward. A CTA takes a row at a
-// time (a persistent grid of one 1024-thread CTA per SM): pass 1 streams the row into (max, sum
-// of exp, sum) with four 16-byte loads in flight per thread, the CTA merges them, and pass 2
+// time (a persistent grid of one 1024-thread CTA per SM; for short rows smaller CTAs, several per
+// SM): pass 1 streams the row into (max, sum of exp, sum) with four 16-byte loads in flight per
+// thread, the CTA merges them, and pass 2
 // streams the row again, from its end, and writes the gradient. Pass 2 reads the row from L2
 // where it is still there: the rows in flight at once (one per SM, 256 KB each at V = 128k in
 // bf16) fit in it; pass 1's loads mark their lines evict-last, and pass 2's loads and the
@@ -37,7 +38,7 @@ namespace tessera {
 namespace {
 
 constexpr const char* kOp = "cross_entropy";
-constexpr int kThreads = 1024;
+constexpr int kThreads = 1024;  // a long row's CTA; shorter rows take fewer (launch_rows)
 constexpr int kScaleThreads = 512;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
 
@@ -137,9 +138,9 @@ __device__ __forceinline__ RowEnd finish_row(const CeArgs& a, int64_t r, const A
 
 // Pass 1 over columns [0, n) of x (global memory or a staged chunk), kUnroll loads in flight per
 // thread.
-template <class T, int VW>
+template <class T, int VW, int THREADS>
 __device__ __forceinline__ Acc accumulate(const T* x, int n, float cap) {
-  const int step = kThreads * VW;
+  const int step = THREADS * VW;
   const uint64_t keep = tile::l2_policy<tile::L2Hint::kEvictLast>();
   Acc acc{-INFINITY, 0.f, 0.f};
   for (int c0 = int(threadIdx.x) * VW; c0 < n; c0 += kUnroll * step) {
@@ -162,10 +163,10 @@ __device__ __forceinline__ Acc accumulate(const T* x, int n, float cap) {
 // Pass 2: the gradient of columns [0, n) from src to g; `col0` is the first column's index in the
 // row (for the target's). The row is walked from its end: the columns read last in pass 1 are
 // the likeliest to be in L2 still.
-template <class T, int VW>
+template <class T, int VW, int THREADS>
 __device__ __forceinline__ void write_grad(const CeArgs& a, const RowEnd& e, const T* src, T* g, int n, int64_t col0,
                                            int64_t t) {
-  const int step = kThreads * VW, block = kUnroll * step;
+  const int step = THREADS * VW, block = kUnroll * step;
   const uint64_t last = tile::l2_policy<tile::L2Hint::kEvictFirst>();
   const int tt = t >= col0 && t < col0 + n ? int(t - col0) : -1;  // the target's column here (32-bit)
   const float lse2 = e.lse * kLog2e;
@@ -204,8 +205,8 @@ __device__ __forceinline__ RowTarget target_of(const CeArgs& a, int64_t r) {
 // The stream tier: a CTA per row at a time (rows blockIdx.x, + gridDim.x, ...), pass 2 reading
 // the row again (from L2 where it still is). VW elements a load: the host checked that the rows
 // are aligned to it and V a multiple of it.
-template <class T, int VW>
-__global__ void __launch_bounds__(kThreads, 1) cross_entropy_kernel(CeArgs a) {
+template <class T, int VW, int THREADS>
+__global__ void __launch_bounds__(THREADS, kThreads / THREADS) cross_entropy_kernel(CeArgs a) {
   __shared__ Acc scratch[32];
   const int V = int(a.classes);  // the host keeps V below 2^31
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
@@ -214,10 +215,10 @@ __global__ void __launch_bounds__(kThreads, 1) cross_entropy_kernel(CeArgs a) {
     // Read before the merge's barrier: with grad = logits, pass 2 overwrites it.
     const bool writer = threadIdx.x == 0;
     const float xt = writer && !rt.ignored && !rt.bad ? capped(tile::to_float(x[rt.t]), a.cap) : 0.f;
-    Acc acc = accumulate<T, VW>(x, V, a.cap);
+    Acc acc = accumulate<T, VW, THREADS>(x, V, a.cap);
     acc = tile::block_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch);
     const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
-    if (a.grad) write_grad<T, VW>(a, e, x, static_cast<T*>(a.grad) + r * a.gs, V, 0, rt.t);
+    if (a.grad) write_grad<T, VW, THREADS>(a, e, x, static_cast<T*>(a.grad) + r * a.gs, V, 0, rt.t);
   }
 }
 
@@ -272,13 +273,29 @@ int current_sms() {
   return runtime::device_props(device).multiProcessorCount;
 }
 
-// A CTA per SM: the rows in flight at once (one per SM, 256 KB each at V = 128k in bf16) fit in
-// L2, so pass 2 finds its row there.
+template <class T, int VW>
+void launch_sized(const CeArgs& a, int threads, unsigned grid, cudaStream_t stream) {
+  switch (threads) {
+    case 128: return cross_entropy_kernel<T, VW, 128><<<grid, 128, 0, stream>>>(a);
+    case 256: return cross_entropy_kernel<T, VW, 256><<<grid, 256, 0, stream>>>(a);
+    case 512: return cross_entropy_kernel<T, VW, 512><<<grid, 512, 0, stream>>>(a);
+    default: return cross_entropy_kernel<T, VW, kThreads><<<grid, kThreads, 0, stream>>>(a);
+  }
+}
+
+// A 1024-thread CTA per SM for long rows: the rows in flight at once (one per SM, 256 KB each at
+// V = 128k in bf16) fit in L2, so pass 2 finds its row there. A row that fewer threads cover in
+// one step of kUnroll loads each takes that many (128 at least), with 1024 / threads CTAs per SM,
+// so an SM keeps as many rows in flight rather than one mostly idle CTA.
 template <class T>
 void launch_rows(const CeArgs& a, bool vec, int device, cudaStream_t stream) {
-  const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, runtime::device_props(device).multiProcessorCount));
-  if (vec) cross_entropy_kernel<T, 16 / sizeof(T)><<<grid, kThreads, 0, stream>>>(a);
-  else cross_entropy_kernel<T, 1><<<grid, kThreads, 0, stream>>>(a);
+  const int vw = vec ? 16 / int(sizeof(T)) : 1;
+  int threads = 128;
+  while (threads < kThreads && int64_t(threads) * kUnroll * vw < a.classes) threads *= 2;
+  const int64_t sms = runtime::device_props(device).multiProcessorCount;
+  const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, sms * (kThreads / threads)));
+  if (vec) launch_sized<T, 16 / sizeof(T)>(a, threads, grid, stream);
+  else launch_sized<T, 1>(a, threads, grid, stream);
   TESSERA_LAUNCH_CHECK();
 }
 
