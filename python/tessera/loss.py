@@ -64,15 +64,15 @@ def cross_entropy(logits: Any, target: Any, *, ignore_index: int = -100, reducti
 _LCE = None  # the autograd Function, defined on first use (tessera never imports torch itself)
 
 
-def _chunk_rows(torch, n: int, v: int, dtype, device, chunk_size) -> int:
+def _chunk_rows(torch, v: int, element_size: int, device, chunk_size) -> int:
     """Token rows per chunk: the caller's, else as many as keep one chunk's logits within a
     quarter of the free memory and 512 MB, in multiples of 256."""
     if chunk_size:
         return max(1, int(chunk_size))
     free, _ = torch.cuda.mem_get_info(device)
     budget = min(free // 4, 512 << 20)
-    rows = budget // (v * torch.tensor([], dtype=dtype).element_size())
-    return int(max(256, rows // 256 * 256)) if rows >= 256 else int(max(1, rows))
+    rows = budget // (v * element_size)
+    return int(rows // 256 * 256) if rows >= 256 else int(max(1, rows))
 
 
 def _lce_function(torch):
@@ -185,7 +185,7 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
                          f"got {reduction!r}")
     kw = dict(ignore_index=int(ignore_index), reduction=reduction, label_smoothing=float(label_smoothing),
               z_loss=float(z_loss), softcap=float(softcap or 0.0))
-    chunk = _chunk_rows(torch, hidden.shape[0], weight.shape[0], hidden.dtype, hidden.device, chunk_size)
+    chunk = _chunk_rows(torch, weight.shape[0], hidden.element_size(), hidden.device, chunk_size)
     fn = _lce_function(torch)
     loss, lse = fn.apply(hidden.contiguous(), weight.contiguous(), bias, target.contiguous(), kw, chunk)
     return (loss, lse) if return_lse else loss

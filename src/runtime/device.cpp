@@ -142,12 +142,11 @@ cudaLaunchAttribute cluster_attribute(int cluster) {
   return attr;
 }
 
-int active_clusters(const void* kernel, int cluster, int threads, int device, std::size_t smem) {
-  if (smem) allow_dynamic_smem(kernel, smem);
+int active_clusters(const void* kernel, int cluster, int threads, int device) {
   static std::mutex mu;
-  static std::map<std::tuple<const void*, int, int, int, std::size_t>, int> cache;
+  static std::map<std::tuple<const void*, int, int, int>, int> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(kernel, cluster, threads, device, smem);
+  const auto key = std::make_tuple(kernel, cluster, threads, device);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   int n = 0;
   cudaFuncAttributes fa{};
@@ -158,7 +157,6 @@ int active_clusters(const void* kernel, int cluster, int threads, int device, st
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(cluster);
     cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) n = 0;

@@ -54,8 +54,7 @@ int resident_ctas(const void* kernel, int threads, std::size_t smem = 0);
 // Sizes over 8 are allowed (non-portable) where the device takes them.
 // `kernel` (here and in resident_*) must be a kernel of this library: every module links its own
 // static CUDA runtime, which knows only the kernels compiled into that module.
-// `smem`: bytes of dynamic shared memory per CTA (declared first, as resident_blocks_per_sm does).
-int active_clusters(const void* kernel, int cluster, int threads, int device, std::size_t smem = 0);
+int active_clusters(const void* kernel, int cluster, int threads, int device);
 
 // Whether `kernel` (of this library) holds sm_90a code for the current device: its wgmma and
 // setmaxnreg run only then. A build for sm_80 only also reports binary version 90 on Hopper (its
