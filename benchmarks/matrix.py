@@ -159,6 +159,26 @@ def bench_bias_gelu(suite: Suite, rounds: int, self_check: bool) -> None:
               rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
 
 
+def bench_accumulate(suite: Suite, beta: float, rounds: int, self_check: bool) -> None:
+    """The linear cross-entropy's d_weight step: out (V x H) += G^T (V x chunk, V contiguous) @ h
+    (chunk x H): the epilogue reads the output (beta 1) as well as writing it. The outputs drift
+    apart over the repetitions, so nothing is compared here (the tests check beta)."""
+    v, h, chunk = 128256, 4096, 2048
+    g = torch.randn(chunk, v, device="cuda", dtype=torch.bfloat16).t()
+    x = torch.randn(chunk, h, device="cuda", dtype=torch.bfloat16)
+    outs = {name: torch.randn(v, h, device="cuda", dtype=torch.bfloat16) for name in ("tessera", "torch", "torch2")}
+    providers = {
+        "tessera": lambda: tessera.matmul(g, x, out=outs["tessera"], beta=beta),
+        "torch": (lambda: outs["torch"].addmm_(g, x)) if beta else (lambda: torch.matmul(g, x, out=outs["torch"])),
+    }
+    if self_check:
+        providers["torch2"] = (lambda: outs["torch2"].addmm_(g, x)) if beta else \
+            (lambda: torch.matmul(g, x, out=outs["torch2"]))
+    suite.run(f"matmul_beta{beta:g}", torch.bfloat16, v, float((v * chunk + chunk * h + (1 + (beta != 0)) * v * h) * 2),
+              providers, flops=2.0 * v * h * chunk, shape=(v, h, chunk), reference=None,
+              rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_selection_args(p, OPS, dtypes="bfloat16,float16,float32")
@@ -168,13 +188,15 @@ def main() -> int:
     p.add_argument("--layouts", action="store_true")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--narrow", action="store_true")
+    p.add_argument("--accumulate", action="store_true", help="the linear cross-entropy's d_weight GEMM, beta 0 and 1")
+    p.add_argument("--no-sizes", action="store_true", help="skip the size sweep: only the extra cases asked for")
     args = p.parse_args()
     resolve_selection(p, args, OPS)
     torch.backends.cuda.matmul.allow_tf32 = False
     suite = Suite("benchmarks/matrix.py")
     suite.note(f"each size in {args.rounds} interleaved rounds, the L2 flushed before each "
                "repetition; other = W^T (K contiguous); float32 without TF32 on both sides")
-    if "matmul" in args.ops:
+    if "matmul" in args.ops and not args.no_sizes:
         desc = describe("matmul")
         for dtype in dtypes_of(desc, args.dtypes):
             for size in sizes_of(desc, args.quick):
@@ -204,6 +226,11 @@ def main() -> int:
             torch.cuda.empty_cache()
         suite.attempt("matmul bias+gelu", lambda: bench_bias_gelu(suite, args.rounds,
                                                                   args.self_check))
+    if args.accumulate:
+        for beta in (0.0, 1.0):
+            suite.attempt(f"matmul beta {beta:g}", lambda: bench_accumulate(suite, beta, args.rounds,
+                                                                            args.self_check))
+            torch.cuda.empty_cache()
     failures = suite.finish(args.out, best_peer=True, peers=["torch"])
     if args.sweep:
         print()

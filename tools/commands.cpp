@@ -14,6 +14,7 @@
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/memory.hpp"
+#include "runtime/scratch.hpp"
 #include "runtime/tier.hpp"
 #include "runtime/tuner.hpp"
 #include "tessera/error.hpp"
@@ -154,7 +155,16 @@ int bench_ops(const Args& a, const std::vector<BenchItem>& plan, std::ostream& o
     // Scoped so the case's buffers are freed before the next (maybe larger) one is allocated.
     const auto time = [&](ops::BenchCase c, const char* provider) {
       bench::Row row;
-      if (std::string(provider) == "tessera") row.config = traced_config(c, stream.get());
+      if (std::string(provider) == "tessera") {
+        // The traced call also measures the scratch one call holds beyond what was in use.
+        int device = 0;
+        TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+        runtime::reset_scratch_peak(device);
+        const std::size_t before = runtime::scratch_peak_bytes(device);
+        row.config = traced_config(c, stream.get());
+        TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        row.scratch_mb = double(runtime::scratch_peak_bytes(device) - before) / double(1 << 20);
+      }
       row.stats = bench::time_op(c.run, stream.get(), options);
       row.op = c.op;
       row.provider = provider;

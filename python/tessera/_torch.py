@@ -145,6 +145,15 @@ def _register_fakes():
     def _cross_entropy_backward(grad_loss, grad, *, reduction="mean"):
         return None
 
+    @fake("tessera::linear_cross_entropy")
+    def _linear_cross_entropy(hidden, weight, bias, target, *, reduction="mean", with_grad=False, **kwargs):
+        n = hidden.shape[0]
+        loss = hidden.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
+        empty = hidden.new_empty((0,))
+        grads = (hidden.new_empty(hidden.shape), weight.new_empty(weight.shape),
+                 bias.new_empty(bias.shape) if bias is not None else empty) if with_grad else (empty, empty, empty)
+        return (loss, hidden.new_empty((n,), dtype=torch.float32), *grads)
+
     @fake("tessera::scaled_mm")
     def _scaled_mm(input, other, scale_a, scale_b, *, bias=None, out_dtype=None):
         return input.new_empty((input.shape[0], other.shape[1]),

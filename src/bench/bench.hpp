@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,9 @@ struct Row {
   double bytes = 0, flops = 0;
   Stats stats;
   std::string config;  // the kernel tier and plan that ran (tessera's rows; empty otherwise)
+  // The most scratch memory one call held beyond what was in use before it (tessera's pool, MB);
+  // unset where not measured (a peer's rows).
+  std::optional<double> scratch_mb;
 };
 double gbps(const Row& r);    // bytes / median
 double tflops(const Row& r);  // flops / median
@@ -74,7 +78,7 @@ class Report {
   bool has_peaks() const { return has_peaks_; }
 
   // Aligned text table: op, provider, dtype, shape, median/p20/p80 (us), GB/s, % of copy,
-  // TFLOP/s, % of GEMM (percentages only when peaks are set).
+  // TFLOP/s, % of GEMM (percentages only when peaks are set), scratch MB (where measured).
   std::string table() const;
   void write_csv(const std::string& path) const;
   void write_json(const std::string& path) const;

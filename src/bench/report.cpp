@@ -36,11 +36,11 @@ std::string json_number(double v) { return std::isfinite(v) ? format::number(v) 
 }  // namespace
 
 std::string Report::table() const {
-  constexpr std::size_t kCols = 11;
+  constexpr std::size_t kCols = 12;
   // Text columns align left, numbers right, as a reader scans them.
   const std::array<const char*, kCols> header = {"op",     "provider", "dtype", "shape",
                                                  "median_us", "p20_us", "p80_us", "GB/s",
-                                                 "%copy",  "TFLOP/s",  "%gemm"};
+                                                 "%copy",  "TFLOP/s",  "%gemm", "scratch_MB"};
   constexpr std::size_t kTextCols = 4;
 
   std::vector<std::array<std::string, kCols>> cells;
@@ -51,7 +51,7 @@ std::string Report::table() const {
     cells.push_back({r.op, r.provider, r.dtype, r.shape, format::fixed(r.stats.median_ms * 1e3, 2),
                      format::fixed(r.stats.p20_ms * 1e3, 2), format::fixed(r.stats.p80_ms * 1e3, 2),
                      opt_fixed(d.gbps, 1), opt_fixed(d.pct_copy, 1), opt_fixed(d.tflops, 2),
-                     opt_fixed(d.pct_gemm, 1)});
+                     opt_fixed(d.pct_gemm, 1), opt_fixed(r.scratch_mb, 1)});
   }
 
   std::array<std::size_t, kCols> width{};
@@ -88,7 +88,7 @@ std::string Report::table() const {
 void Report::write_csv(const std::string& path) const {
   std::ostringstream out;
   out << "op,provider,dtype,shape,size,bytes,flops,median_ms,p20_ms,p80_ms,min_ms,max_ms,mean_ms,"
-         "reps,gbps,tflops,pct_copy,pct_gemm\n";
+         "reps,gbps,tflops,pct_copy,pct_gemm,scratch_mb\n";
   const Peaks* peaks = has_peaks_ ? &peaks_ : nullptr;
   for (const Row& r : rows_) {
     const Derived d = format::derive(r, peaks);
@@ -100,7 +100,8 @@ void Report::write_csv(const std::string& path) const {
         << format::number(s.p80_ms) << ',' << format::number(s.min_ms) << ','
         << format::number(s.max_ms) << ',' << format::number(s.mean_ms) << ',' << s.reps << ','
         << opt_number(d.gbps, "") << ',' << opt_number(d.tflops, "") << ','
-        << opt_number(d.pct_copy, "") << ',' << opt_number(d.pct_gemm, "") << '\n';
+        << opt_number(d.pct_copy, "") << ',' << opt_number(d.pct_gemm, "") << ','
+        << opt_number(r.scratch_mb, "") << '\n';
   }
   format::write_file(path, out.str(), "write_csv");
 }
@@ -136,7 +137,8 @@ void Report::write_json(const std::string& path) const {
         << ", \"reps\": " << s.reps << ", \"gbps\": " << opt_number(d.gbps, "null")
         << ", \"tflops\": " << opt_number(d.tflops, "null")
         << ", \"pct_copy\": " << opt_number(d.pct_copy, "null")
-        << ", \"pct_gemm\": " << opt_number(d.pct_gemm, "null");
+        << ", \"pct_gemm\": " << opt_number(d.pct_gemm, "null")
+        << ", \"scratch_mb\": " << opt_number(r.scratch_mb, "null");
     if (!r.config.empty()) out << ", \"config\": " << json_string(r.config);
     out << "}";
   }

@@ -88,6 +88,10 @@ HostCopy to_host(const TestTensor& t) {
   return h;
 }
 
+void to_device(TestTensor& t, const HostCopy& h) {
+  TESSERA_CUDA_CHECK(cudaMemcpy(t.storage.data(), h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice));
+}
+
 VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
                      const std::vector<double>& ref, cudaStream_t stream) {
   VerifyResult r;
@@ -142,8 +146,6 @@ VerifyResult compare(const std::string& op, const std::string& name, const TestT
   return r;
 }
 
-namespace {
-// v rounded to dtype the way the kernels round: to float first, then to the storage type.
 double round_to(DType dt, double v) {
   const auto f = static_cast<float>(v);
   switch (dt) {
@@ -152,7 +154,6 @@ double round_to(DType dt, double v) {
     default: return f;
   }
 }
-}  // namespace
 
 void check_exact(VerifyResult& r, const TestTensor& out, const std::vector<double>& ref) {
   const HostCopy h = to_host(out);

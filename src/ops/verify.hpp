@@ -43,12 +43,17 @@ struct HostCopy {
   TensorView view;  // device = cpu
 };
 HostCopy to_host(const TestTensor& t);
+// Writes a host copy (edited, or made by to_host of another tensor of its shape) back over `t`.
+void to_device(TestTensor& t, const HostCopy& h);
 
 // Compares `out` (on the device) with `ref` (row-major, double) and fills a VerifyResult:
 // poison count on the GPU, then norms on the host. NaN or Inf where the reference is finite fails.
 // The bound is the registered op's tolerance for out's dtype, so `op` must be a registered name.
 VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
                      const std::vector<double>& ref, cudaStream_t stream);
+
+// v rounded to dtype the way the kernels round: to float first, then to the storage type.
+double round_to(DType dt, double v);
 
 // For operators whose every output element is determined exactly (a copy; a dropout, whose kept
 // elements are x * scale in float rounded once to the storage type): fails `r` unless every

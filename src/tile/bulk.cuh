@@ -143,4 +143,14 @@ __device__ __forceinline__ void fence_async_shared() {
 #endif
 }
 
+// Asks the copy engine to bring `bytes` of global memory from `src` into L2, for a read that comes
+// later. Nothing waits on it and it changes no data: a hint. 16-byte aligned, a multiple of 16.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+
 }  // namespace tessera::tile

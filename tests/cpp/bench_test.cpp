@@ -119,6 +119,7 @@ tb::Report sample_report() {
   const double f = 2.0 * 4096.0 * 4096.0 * 4096.0;
   tb::Row g = row("gemm", "tessera", "bfloat16", int64_t{1} << 24, 3.0 * 2 * 4096 * 4096, f, 0.5);
   g.shape = "[4096, 4096, 4096]";
+  g.scratch_mb = 12.5;
   rep.add(g);
   return rep;
 }
@@ -436,7 +437,7 @@ TEST(BenchReport, TableHasColumnsAndDashesWhereMeaningless) {
   for (std::string l; std::getline(in, l);) lines.push_back(l);
   ASSERT_EQ(lines.size(), 2 + rep.rows().size());  // header, rule, rows
   for (const char* col : {"op", "provider", "dtype", "shape", "median_us", "p20_us", "p80_us",
-                          "GB/s", "%copy", "TFLOP/s", "%gemm"})
+                          "GB/s", "%copy", "TFLOP/s", "%gemm", "scratch_MB"})
     EXPECT_NE(lines[0].find(col), std::string::npos) << col;
   // Numbers are right-aligned in the last column, so every line is as wide as the header.
   for (const auto& l : lines) EXPECT_EQ(l.size(), lines[0].size()) << l;
@@ -445,7 +446,7 @@ TEST(BenchReport, TableHasColumnsAndDashesWhereMeaningless) {
   std::istringstream r1(lines[2]);
   std::vector<std::string> cells;
   for (std::string c; r1 >> c;) cells.push_back(c);
-  ASSERT_EQ(cells.size(), 11u) << lines[2];
+  ASSERT_EQ(cells.size(), 12u) << lines[2];
   EXPECT_EQ(cells[0], "add");
   EXPECT_EQ(cells[1], "tessera");
   EXPECT_EQ(cells[3], "[1048576]");
@@ -454,8 +455,10 @@ TEST(BenchReport, TableHasColumnsAndDashesWhereMeaningless) {
   EXPECT_EQ(cells[8], "-");
   EXPECT_EQ(cells[9], "-");
   EXPECT_EQ(cells[10], "-");
-  // The GEMM row has TFLOP/s.
+  EXPECT_EQ(cells[11], "-");  // scratch not measured
+  // The GEMM row has TFLOP/s, and its scratch last.
   EXPECT_NE(lines.back().find("274.88"), std::string::npos) << lines.back();
+  EXPECT_EQ(lines.back().substr(lines.back().size() - 4), "12.5") << lines.back();
 }
 
 TEST(BenchReport, TableShowsPercentOfPeaks) {
@@ -467,7 +470,7 @@ TEST(BenchReport, TableShowsPercentOfPeaks) {
   std::istringstream r1(lines[2]);
   std::vector<std::string> cells;
   for (std::string c; r1 >> c;) cells.push_back(c);
-  ASSERT_EQ(cells.size(), 11u);
+  ASSERT_EQ(cells.size(), 12u);
   EXPECT_EQ(cells[8], "60.0");  // 2400 of 4000 GB/s
   EXPECT_EQ(cells[10], "-");    // still no FLOPs
   // GEMM: 274.88 of 800 TFLOP/s = 34.4 %.
@@ -488,7 +491,8 @@ TEST(BenchReport, CsvRoundTrips) {
   const auto& h = rows[0];
   const std::vector<std::string> expected_header = {
       "op",     "provider", "dtype",  "shape",  "size",    "bytes",  "flops", "median_ms", "p20_ms",
-      "p80_ms", "min_ms",   "max_ms", "mean_ms", "reps",   "gbps",   "tflops", "pct_copy", "pct_gemm"};
+      "p80_ms", "min_ms",   "max_ms", "mean_ms", "reps",   "gbps",   "tflops", "pct_copy", "pct_gemm",
+      "scratch_mb"};
   ASSERT_EQ(h, expected_header);
   std::map<std::string, std::size_t> col;
   for (std::size_t i = 0; i < h.size(); ++i) col[h[i]] = i;
@@ -521,6 +525,8 @@ TEST(BenchReport, CsvHasPercentagesWithPeaks) {
   EXPECT_NEAR(std::stod(rows[1][16]), 60.0, 1e-6);  // pct_copy
   EXPECT_EQ(rows[1][17], "");                      // pct_gemm: no FLOPs
   EXPECT_NEAR(std::stod(rows.back()[17]), 100.0 * 274.877906944 / 800, 1e-6);
+  EXPECT_EQ(rows[1][18], "");  // scratch not measured
+  EXPECT_DOUBLE_EQ(std::stod(rows.back()[18]), 12.5);
 }
 
 TEST(BenchReport, JsonParsesAndEscapes) {
@@ -541,7 +547,7 @@ TEST(BenchReport, JsonParsesAndEscapes) {
   ASSERT_EQ(rows.items.size(), rep.rows().size());
   for (const char* key : {"op", "provider", "dtype", "shape", "size", "bytes", "flops", "median_ms",
                           "p20_ms", "p80_ms", "min_ms", "max_ms", "mean_ms", "reps", "gbps",
-                          "tflops", "pct_copy", "pct_gemm"})
+                          "tflops", "pct_copy", "pct_gemm", "scratch_mb"})
     EXPECT_TRUE(rows.items[0].has(key)) << key;
   EXPECT_EQ(rows.items.back()["op"].str, odd.op);  // escapes decode to the original
   EXPECT_EQ(rows.items.back()["provider"].str, "p<1>");

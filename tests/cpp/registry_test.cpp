@@ -56,6 +56,7 @@ TEST(Registry, EveryDescriptionIsComplete) {
                                 : op.family == "matrix" ? "M = N = K"
                                 : op.family == "attention"
                                     ? "sequence length n (batch x heads = max(1, 16384 / n) x 32, head_dim 128)"
+                                : op.name == "linear_cross_entropy" ? "classes V (N 8192 tokens, H 4096)"
                                 : op.family == "loss" ? "classes V (rows: 8192, fewer where N V would pass 2^31)"
                                                       : "elements";
     EXPECT_EQ(op.size_meaning, meaning);
@@ -75,6 +76,7 @@ TEST(Registry, EveryDescriptionIsComplete) {
         EXPECT_GE(s.bytes, static_cast<double>(main) * tessera::dtype_size(dt));
         if (op.family == "matrix") EXPECT_EQ(s.flops, 2.0 * double(n) * double(n) * double(n));
         else if (op.family == "attention") EXPECT_GT(s.flops, 0.0);  // 4 b h n^2 d, halved or scaled
+        else if (op.name == "linear_cross_entropy") EXPECT_EQ(s.flops, 6.0 * 8192 * 4096 * double(n));
         else EXPECT_EQ(s.flops, 0.0);
       }
     }

@@ -158,3 +158,30 @@ def test_linear_cross_entropy_against_float64(torch, dtype, case):
     close(loss, want.detach(), rel)
     for g, w in zip(grads, want_grads):
         close(g, w, rel)
+
+
+def test_linear_cross_entropy_edges_and_errors(torch):
+    """All rows ignored: a NaN mean and zero gradients (torch's); a second backward refused; the
+    chunk loop's argument errors name the argument."""
+    hidden = torch.randn(6, 8, device="cuda", requires_grad=True)
+    weight = torch.randn(10, 8, device="cuda", requires_grad=True)
+    ignored = torch.full((6,), -100, device="cuda")
+    loss = tessera.linear_cross_entropy(hidden, weight, ignored, chunk_size=4)
+    assert torch.isnan(loss)
+    dh, dw = torch.autograd.grad(loss, (hidden, weight), retain_graph=True)
+    assert dh.abs().max() == 0 and dw.abs().max() == 0
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        torch.autograd.grad(loss, (hidden, weight))
+    target = torch.randint(0, 10, (6,), device="cuda")
+    with pytest.raises(ValueError, match="argument 'weight'"):
+        tessera.linear_cross_entropy(hidden, weight[:, :4], target)
+    with pytest.raises(ValueError, match="argument 'target'"):
+        tessera.linear_cross_entropy(hidden, weight, target[:5])
+    with pytest.raises(ValueError, match="argument 'bias'"):
+        tessera.linear_cross_entropy(hidden, weight, target, torch.zeros(9, device="cuda"))
+    with pytest.raises(ValueError, match="argument 'reduction'"):
+        tessera.linear_cross_entropy(hidden, weight, target, reduction="avg")
+    with pytest.raises(ValueError, match="argument 'chunk_size'"):
+        tessera.linear_cross_entropy(hidden, weight, target, chunk_size=0)
+    with pytest.raises(TypeError, match="argument 'weight'"):
+        tessera.linear_cross_entropy(hidden, weight.double(), target)

@@ -103,6 +103,12 @@ def samples(torch, name, dtype):
             return [((x(4, 10, grad=False), t), {"reduction": "none"}), ((x(4, 16, grad=False), t), {})]
         return [((torch.tensor(0.5, device="cuda"), x(4, 10, grad=False)), {}),
                 ((torch.rand(4, device="cuda"), x(4, 16, grad=False)), {"reduction": "none"})]
+    if name == "linear_cross_entropy":
+        t = torch.tensor([1, -100, 5, 0, 9], device="cuda")
+        return [((x(5, 8), x(12, 8), None, t), {"chunk_rows": 2}),
+                ((x(5, 8), x(12, 8), x(12), t.int()), {"reduction": "sum", "z_loss": 1e-3, "with_grad": True}),
+                ((x(5, 8), x(12, 8), None, t), {"reduction": "none", "with_grad": True,
+                                                 "grad_loss": torch.rand(5, device="cuda")})]
     if name == "attention.kvcache":
         k, v = x(6, 16, 2, 64, grad=False), x(6, 16, 2, 64, grad=False)
         lens = torch.tensor([20, 0], device="cuda", dtype=torch.int32)

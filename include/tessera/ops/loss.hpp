@@ -43,4 +43,34 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
 void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad, Reduction reduction,
                             cudaStream_t stream);
 
+// Fused linear cross-entropy (FLCE): cross_entropy(hidden @ weight^T + bias, target) and its
+// gradients without the [N, V] logits, for a language model's output projection and loss.
+struct LinearCrossEntropyOptions : CrossEntropyOptions {
+  // Where a chunk's logits and then their gradient go: contiguous, of hidden's dtype, at least V
+  // elements (the chunk is as many token rows as it holds, up to chunk_rows); nullptr: tessera's
+  // scratch pool, chunk_rows rows (0: as many as fit in 512 MB, a multiple of 256).
+  const TensorView* workspace = nullptr;
+  int64_t chunk_rows = 0;
+};
+
+// The gradients wanted (each nullptr: not computed), for the loss gradient grad_loss (float32, []
+// for mean and sum, [N] for none; nullptr: 1).
+struct LinearCrossEntropyGrads {
+  const TensorView* d_hidden = nullptr;  // [N, H], hidden's dtype
+  const TensorView* d_weight = nullptr;  // [V, H], weight's dtype (overwritten, not added to)
+  const TensorView* d_bias = nullptr;    // [V], bias's dtype
+  const TensorView* grad_loss = nullptr;
+};
+
+// hidden [N, H] and weight [V, H] of one dtype (bfloat16, float16; float32 in exact float32), bias
+// [V] or nullptr, target [N] int64 or int32; loss and lse as cross_entropy's (lse optional). The
+// tokens go in chunks: each chunk's logits by tessera::matmul into the workspace, their loss and
+// gradient in place (cross_entropy), then that chunk's part of d_hidden and d_weight by two more
+// GEMMs, the mean's 1 / count and grad_loss folded into the GEMMs' scale (read on the device). The
+// extra memory is one chunk of logits. Options and semantics are cross_entropy's.
+void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, const TensorView* bias,
+                          const TensorView& target, const TensorView& loss, const TensorView* lse,
+                          const LinearCrossEntropyGrads& grads, const LinearCrossEntropyOptions& options,
+                          cudaStream_t stream);
+
 }  // namespace tessera

@@ -22,6 +22,9 @@ struct MatmulOptions {
   const TensorView* residual = nullptr;
   Activation activation = Activation::none;
   double alpha = 1.0;
+  // Optional: a float32 tensor of one element, read on the device, multiplying alpha (a factor
+  // known only on the GPU, such as 1 / the count of a mean, without a synchronization).
+  const TensorView* scale = nullptr;
   double beta = 0.0;
   // float32 inputs: multiply on the tensor cores in TF32 (10-bit mantissa) where true, as
   // torch.backends.cuda.matmul.allow_tf32; exact float32 arithmetic where false.

@@ -2,11 +2,17 @@
 // loss gradient of 1), its in-place overload (the gradient written over the logits), and the
 // backward overload that scales a saved gradient in place by the loss's gradient. The autograd
 // kernel ties them: the forward computes the gradient in the same pass, the backward only scales
-// it (nothing at all where the loss gradient is 1, as in training).
+// it (nothing at all where the loss gradient is 1, as in training). linear_cross_entropy likewise:
+// its forward computes the gradients for a loss gradient of 1 and the backward scales them;
+// with reduction 'none' the backward runs the chunks again with the per-row loss gradients.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -19,6 +25,8 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
 using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using Tensor5 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using OptTensor = std::optional<at::Tensor>;
 
 Reduction reduction_of(const char* op, c10::string_view r) {
   if (r == "mean") return Reduction::mean;
@@ -166,7 +174,134 @@ Tensor2 cross_entropy_inplace_autograd(at::Tensor& logits, const at::Tensor& tar
   return {r[0], r[1]};
 }
 
+// Token rows per chunk: the caller's, else as many as keep one chunk's logits within a quarter
+// of the free memory and 512 MB, in multiples of 256.
+int64_t chunk_rows_for(const at::Tensor& hidden, int64_t v, int64_t n, int64_t chunk_rows) {
+  if (chunk_rows > 0) return std::max<int64_t>(1, std::min(chunk_rows, n));
+  size_t free = 0, total = 0;
+  if (hidden.is_cuda() && cudaMemGetInfo(&free, &total) != cudaSuccess) free = 0, (void)cudaGetLastError();
+  const int64_t budget = std::min<int64_t>(int64_t(free / 4), int64_t(512) << 20);
+  int64_t rows = v > 0 ? budget / (v * int64_t(hidden.element_size())) : 1;
+  rows = rows >= 256 ? rows / 256 * 256 : std::max<int64_t>(1, rows);
+  return std::max<int64_t>(1, std::min(rows, n));
+}
+
+Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
+                             const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
+                             double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
+                             bool with_grad, const OptTensor& grad_loss) {
+  const char* op = "linear_cross_entropy";
+  const TensorView th = view(op, "hidden", hidden), tw = view(op, "weight", weight);
+  TensorView tb_slot, tg_slot;
+  const TensorView* tb = optional_view(op, "bias", bias, tb_slot);
+  const TensorView tt = view(op, "target", target);
+  const TensorView* tg = optional_view(op, "grad_loss", grad_loss, tg_slot);
+  LinearCrossEntropyOptions o;
+  static_cast<CrossEntropyOptions&>(o) = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
+  const int64_t n = hidden.dim() == 2 ? hidden.size(0) : 0, v = weight.dim() == 2 ? weight.size(0) : 0;
+  auto [loss, lse] = outputs(hidden, o.reduction);
+  const auto none_like = [](const at::Tensor& t) { return at::empty({0}, t.options()); };
+  at::Tensor dh = with_grad ? at::empty(hidden.sizes(), hidden.options()) : none_like(hidden);
+  at::Tensor dw = with_grad ? at::empty(weight.sizes(), weight.options()) : none_like(weight);
+  const bool has_bias = bias && bias->defined();
+  at::Tensor db = with_grad && has_bias ? at::empty(bias->sizes(), bias->options()) : none_like(weight);
+  at::Tensor ws = at::empty({chunk_rows_for(hidden, v, n, chunk_rows) * std::max<int64_t>(v, 1)}, hidden.options());
+  guarded([&] {
+    const TensorView tl = view(op, "loss", loss), ts = view(op, "lse", lse), tws = view(op, "workspace", ws);
+    TensorView tdh, tdw, tdb;
+    LinearCrossEntropyGrads g;
+    if (with_grad) {
+      tdh = view(op, "d_hidden", dh), tdw = view(op, "d_weight", dw);
+      g.d_hidden = &tdh, g.d_weight = &tdw;
+      if (has_bias) tdb = view(op, "d_bias", db), g.d_bias = &tdb;
+    }
+    g.grad_loss = tg;
+    o.workspace = &tws;
+    tessera::linear_cross_entropy(th, tw, tb, tt, tl, &ts, g, o, stream_of(hidden));
+  });
+  return {loss, lse, dh, dw, db};
+}
+
+using LceSig = Tensor5(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&, int64_t,
+                       c10::string_view, double, double, double, int64_t, bool, const OptTensor&);
+
+// Mean and sum: the forward's gradients (for a loss gradient of 1), scaled in place by the loss's
+// gradient, once (a second backward is refused, as cross_entropy's). None: the chunks again.
+struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropyFunction> {
+  static const auto& op() {
+    static const auto h = handle<LceSig>("linear_cross_entropy");
+    return h;
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                               const OptTensor& bias, const at::Tensor& target, int64_t ignore_index,
+                               c10::string_view reduction, double label_smoothing, double z_loss, double softcap,
+                               int64_t chunk_rows) {
+    const bool none = reduction == "none";
+    auto [loss, lse, dh, dw, db] = call_below_autograd(op(), hidden, weight, bias, target, ignore_index, reduction,
+                                                       label_smoothing, z_loss, softcap, chunk_rows, !none, OptTensor());
+    if (none) {
+      ctx->save_for_backward({hidden, weight, bias ? *bias : at::Tensor(), target});
+    } else {
+      ctx->saved_data["dh"] = dh, ctx->saved_data["dw"] = dw, ctx->saved_data["db"] = db;
+    }
+    ctx->saved_data["reduction"] = std::string(reduction);
+    ctx->saved_data["options"] = std::vector<double>{double(ignore_index), label_smoothing, z_loss, softcap,
+                                                     double(chunk_rows)};
+    ctx->saved_data["bias"] = bias && bias->defined();
+    ctx->mark_non_differentiable({lse});
+    return {loss, lse};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const std::string reduction = ctx->saved_data["reduction"].toStringRef();
+    const bool has_bias = ctx->saved_data["bias"].toBool();
+    variable_list r(10);
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    if (reduction == "none") {
+      const auto saved = ctx->get_saved_variables();
+      const auto opt = ctx->saved_data["options"].toDoubleVector();
+      const at::Tensor g = grads[0].defined() ? grads[0].to(at::kFloat).contiguous()
+                                              : at::zeros({saved[0].size(0)}, f.device(saved[0].device()));
+      auto [loss, lse, dh, dw, db] =
+          call_below_autograd(op(), saved[0], saved[1], has_bias ? OptTensor(saved[2]) : OptTensor(), saved[3],
+                              int64_t(opt[0]), "none", opt[1], opt[2], opt[3], int64_t(opt[4]), true, OptTensor(g));
+      r[0] = dh, r[1] = dw, r[2] = has_bias ? db : at::Tensor();
+      return r;
+    }
+    TORCH_CHECK(ctx->saved_data.count("dh"),
+                "tessera.linear_cross_entropy: a second backward through the same loss (retain_graph) is not "
+                "supported: the forward's gradients are scaled in place by the first");
+    at::Tensor dh = ctx->saved_data["dh"].toTensor(), dw = ctx->saved_data["dw"].toTensor(),
+               db = ctx->saved_data["db"].toTensor();
+    for (const char* k : {"dh", "dw", "db"}) ctx->saved_data.erase(k);
+    static const auto scale = c10::Dispatcher::singleton()
+                                  .findSchemaOrThrow("tessera::cross_entropy", "backward")
+                                  .typed<void(const at::Tensor&, at::Tensor&, c10::string_view)>();
+    const at::Tensor g = grads[0].defined() ? grads[0].to(at::kFloat) : at::zeros({}, f.device(dh.device()));
+    for (at::Tensor* t : {&dh, &dw, &db})
+      if (t->numel() > 0) {
+        at::Tensor rows = t->dim() == 2 ? *t : t->view({1, -1});
+        scale.call(g, rows, "mean");
+      }
+    r[0] = dh, r[1] = dw, r[2] = has_bias ? db : at::Tensor();
+    return r;
+  }
+};
+
+Tensor5 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
+                                      const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
+                                      double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
+                                      bool with_grad, const OptTensor& grad_loss) {
+  if (!records(hidden, weight, bias))
+    return call_below_autograd(LinearCrossEntropyFunction::op(), hidden, weight, bias, target, ignore_index,
+                               reduction, label_smoothing, z_loss, softcap, chunk_rows, with_grad, grad_loss);
+  auto r = LinearCrossEntropyFunction::apply(hidden, weight, bias, target, ignore_index, reduction, label_smoothing,
+                                             z_loss, softcap, chunk_rows);
+  const at::Tensor empty = at::empty({0}, hidden.options());
+  return {r[0], r[1], empty, empty, empty};
+}
+
 void kernels(torch::Library& m) {
+  m.impl("linear_cross_entropy", &linear_cross_entropy);
   m.impl("cross_entropy", &cross_entropy);
   m.impl("cross_entropy.inplace", &cross_entropy_inplace);
   m.impl("cross_entropy.backward", &cross_entropy_backward);
@@ -180,4 +315,5 @@ TORCH_LIBRARY_IMPL(tessera, CPU, m) { tessera::torch_ops::kernels(m); }
 TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   m.impl("cross_entropy", &tessera::torch_ops::cross_entropy_autograd);
   m.impl("cross_entropy.inplace", &tessera::torch_ops::cross_entropy_inplace_autograd);
+  m.impl("linear_cross_entropy", &tessera::torch_ops::linear_cross_entropy_autograd);
 }

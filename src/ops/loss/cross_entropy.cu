@@ -23,6 +23,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ops/loss/reduce.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/scratch.hpp"
@@ -202,9 +203,22 @@ __device__ __forceinline__ RowTarget target_of(const CeArgs& a, int64_t r) {
   return {t, ignored, !ignored && (t < 0 || t >= a.classes)};
 }
 
+// A row of n columns from x as a scalar head up to the first 16-byte boundary, `body` columns of
+// 16-byte vectors (VW a load), and a scalar tail: so that any V and row stride (GPT-2's odd
+// 50257) stream in 16-byte loads. VW = 1: all body.
+struct Split {
+  int head, body;
+};
+template <class T, int VW>
+__device__ __forceinline__ Split split_row(const T* x, int n) {
+  if constexpr (VW == 1) return {0, n};
+  const int head = min(n, int((16 - reinterpret_cast<uintptr_t>(x) % 16) % 16 / sizeof(T)));
+  return {head, (n - head) / VW * VW};
+}
+
 // The stream tier: a CTA per row at a time (rows blockIdx.x, + gridDim.x, ...), pass 2 reading
-// the row again (from L2 where it still is). VW elements a load: the host checked that the rows
-// are aligned to it and V a multiple of it.
+// the row again (from L2 where it still is). VW > 1: the body of each row in 16-byte loads, the
+// host having checked that the gradient's rows lie as the logits' do against 16-byte boundaries.
 template <class T, int VW, int THREADS>
 __global__ void __launch_bounds__(THREADS, kThreads / THREADS) cross_entropy_kernel(CeArgs a) {
   __shared__ Acc scratch[32];
@@ -215,10 +229,20 @@ __global__ void __launch_bounds__(THREADS, kThreads / THREADS) cross_entropy_ker
     // Read before the merge's barrier: with grad = logits, pass 2 overwrites it.
     const bool writer = threadIdx.x == 0;
     const float xt = writer && !rt.ignored && !rt.bad ? capped(tile::to_float(x[rt.t]), a.cap) : 0.f;
-    Acc acc = accumulate<T, VW, THREADS>(x, V, a.cap);
+    const Split sp = split_row<T, VW>(x, V);
+    const int end = sp.head + sp.body;
+    Acc acc = accumulate<T, VW, THREADS>(x + sp.head, sp.body, a.cap);
+    if constexpr (VW > 1) {
+      acc = AccMerge{}(acc, accumulate<T, 1, THREADS>(x, sp.head, a.cap));
+      acc = AccMerge{}(acc, accumulate<T, 1, THREADS>(x + end, V - end, a.cap));
+    }
     acc = tile::block_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch);
     const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
-    if (a.grad) write_grad<T, VW, THREADS>(a, e, x, static_cast<T*>(a.grad) + r * a.gs, V, 0, rt.t);
+    if (!a.grad) continue;
+    T* g = static_cast<T*>(a.grad) + r * a.gs;
+    if constexpr (VW > 1) write_grad<T, 1, THREADS>(a, e, x + end, g + end, V - end, end, rt.t);
+    write_grad<T, VW, THREADS>(a, e, x + sp.head, g + sp.head, sp.body, sp.head, rt.t);
+    if constexpr (VW > 1) write_grad<T, 1, THREADS>(a, e, x, g, sp.head, 0, rt.t);
   }
 }
 
@@ -297,6 +321,16 @@ void launch_rows(const CeArgs& a, bool vec, int device, cudaStream_t stream) {
   if (vec) launch_sized<T, 16 / sizeof(T)>(a, threads, grid, stream);
   else launch_sized<T, 1>(a, threads, grid, stream);
   TESSERA_LAUNCH_CHECK();
+}
+
+// The stream tier's 16-byte loads: rows in any alignment, so long as the gradient's lie as the
+// logits' do (the same view, or the same offsets from 16-byte boundaries row by row).
+bool same_alignment(const TensorView& logits, const TensorView* grad) {
+  if (!grad) return true;
+  const int64_t e = int64_t(dtype_size(logits.dtype));
+  const auto offset = [](const TensorView& t) { return reinterpret_cast<uintptr_t>(t.data) % 16; };
+  return offset(logits) == offset(*grad) &&
+         (logits.shape[0] <= 1 || (logits.strides[0] * e) % 16 == (grad->strides[0] * e) % 16);
 }
 
 // 16-byte accesses where every row starts 16-byte aligned and the classes fill the vectors.
@@ -383,11 +417,10 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
   a.row_loss = none ? static_cast<float*>(loss.data) : row_loss.as<float>();
   a.valid = mean ? valid.as<int>() : nullptr;
   if (mean) {
-    count_kernel<<<1, 1024, 0, stream>>>(a.target, a.target64, rows, a.ignore, valid.as<int>());
-    TESSERA_LAUNCH_CHECK();
+    loss::count_valid(a.target, a.target64, rows, a.ignore, valid.as<int>(), stream);
   }
   if (rows > 0) {
-    const bool vec = vectorizable(logits) && (!grad || vectorizable(*grad));
+    const bool vec = same_alignment(logits, grad);
     const int device = logits.device.index;
     switch (logits.dtype) {
       case DType::float32: launch_rows<float>(a, vec, device, stream); break;
@@ -396,9 +429,19 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
     }
   }
   if (!none) {
-    reduce_kernel<<<1, 1024, 0, stream>>>(a.row_loss, rows, a.valid, static_cast<float*>(loss.data));
-    TESSERA_LAUNCH_CHECK();
+    loss::sum_rows(a.row_loss, rows, a.valid, static_cast<float*>(loss.data), stream);
   }
+}
+
+void loss::count_valid(const void* target, bool target64, int64_t rows, int64_t ignore, int* valid,
+                       cudaStream_t stream) {
+  count_kernel<<<1, 1024, 0, stream>>>(target, target64, rows, ignore, valid);
+  TESSERA_LAUNCH_CHECK();
+}
+
+void loss::sum_rows(const float* row_loss, int64_t rows, const int* valid, float* loss, cudaStream_t stream) {
+  reduce_kernel<<<1, 1024, 0, stream>>>(row_loss, rows, valid, loss);
+  TESSERA_LAUNCH_CHECK();
 }
 
 void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad, Reduction reduction,

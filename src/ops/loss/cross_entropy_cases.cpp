@@ -1,7 +1,8 @@
 // Verify and bench cases for cross_entropy, and its registration: what `tessera verify|bench|profile
-// cross_entropy` run. The cases walk vocabularies from 1 class to 128256 (16-byte and scalar
-// paths), padded rows, int32 and int64 targets with ignored rows, every reduction, label
-// smoothing, z-loss and soft-cap, and the gradient written over the logits.
+// cross_entropy` run. The cases walk vocabularies from 1 class to 128256 (rows on and off 16-byte
+// boundaries, and the scalar path where the gradient's rows lie otherwise than the logits'),
+// padded rows, int32 and int64 targets with ignored rows, every reduction, label smoothing,
+// z-loss and soft-cap, and the gradient written over the logits.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -26,7 +27,7 @@ struct Spec {
   int64_t rows = 0, classes = 0;
   Reduction reduction = Reduction::mean;
   reference::CrossEntropySpec ref;
-  bool padded = false;    // rows 8 elements longer than the classes (a strided view)
+  bool padded = false;    // rows 3 elements longer than the classes (a strided view)
   bool inplace = false;   // the gradient written over the logits
   bool int32 = false;     // int32 targets
 };
@@ -62,7 +63,7 @@ TestTensor upload_targets(const std::vector<int64_t>& t, bool int32) {
 
 VerifyResult run_case(DType dt, const Spec& s) {
   cudaStream_t stream = nullptr;
-  TestTensor logits = make_tensor(dt, {s.rows, s.classes + (s.padded ? 8 : 0)}, Layout::contiguous);
+  TestTensor logits = make_tensor(dt, {s.rows, s.classes + (s.padded ? 3 : 0)}, Layout::contiguous);
   fill_random(logits, -8, 8, stream);
   if (s.padded) logits.view.shape[1] = s.classes;
   const std::vector<int64_t> t = targets(s, unsigned(s.rows * 31 + s.classes));
@@ -111,8 +112,8 @@ std::vector<VerifyCase> cases() {
   smooth.label_smoothing = 0.1, z.z_loss = 1e-4, cap.softcap = 30.0;
   all.push_back({64, 1, Reduction::mean, plain});
   all.push_back({33, 3, Reduction::none, plain, false, false, true});
-  all.push_back({17, 50257, Reduction::mean, smooth});                      // odd V: the scalar path
-  all.push_back({40, 4096, Reduction::sum, z, true});                       // padded rows
+  all.push_back({17, 50257, Reduction::mean, smooth});                      // odd V: a scalar head and tail
+  all.push_back({40, 4096, Reduction::sum, z, true});                       // padded rows: the scalar path
   all.push_back({9, 128256, Reduction::mean, cap, false, true});            // in place
   all.push_back({300, 1000, Reduction::none, smooth, false, false, true});  // many rows, int32
   std::vector<VerifyCase> c;

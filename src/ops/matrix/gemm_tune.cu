@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ops/matrix/gemm.cuh"
+#include "runtime/check.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/tuner.hpp"
 
@@ -27,13 +28,12 @@ char layout(int64_t rows_stride, int64_t k_stride) {
   return k_stride == 1 ? 'k' : rows_stride == 1 ? 'r' : 's';
 }
 
-// The arguments a candidate is timed with: the output into scratch (contiguous, beta 0), so that
-// timing runs never touch the caller's output.
+// The arguments a candidate is timed with: the output into scratch (contiguous, zeroed where beta
+// reads it), so that timing runs never touch the caller's output but pay for its epilogue.
 GemmArgs timing_args(const GemmArgs& g, void* out) {
   GemmArgs t = g;
   t.c = out;
   t.c_sn = 1, t.c_sm = g.n, t.c_sb = g.m * g.n;
-  t.beta = 0.0f;
   return t;
 }
 
@@ -46,8 +46,10 @@ std::string tune_key(const GemmArgs& g, const GemmCtx& ctx) {
          layout(g.b_sn, g.b_sk) + "|m" + std::to_string(runtime::shape_bucket(g.m)) + "-n" +
          std::to_string(runtime::shape_bucket(g.n)) + "-k" + std::to_string(runtime::shape_bucket(g.k)) + "-b" +
          std::to_string(runtime::shape_bucket(g.batch));
-  // The epilogue's cost moves the best schedule: a per-element activation is part of the key.
+  // The epilogue's cost moves the best schedule: a per-element activation, or reading the old
+  // output (beta), is part of the key.
   if (g.activation != Activation::none) key += std::string("|") + activation_name(g.activation);
+  if (g.beta != 0.0f) key += "|beta";
   return key;
 }
 
@@ -81,7 +83,11 @@ GemmConfig tuned_config(const char* op, const GemmArgs& g, const GemmCtx& ctx, c
     for (const GemmConfig& c : candidates(g, ctx)) names.push_back(to_string(c));
   std::optional<runtime::Scratch> out;
   const auto run = [&](const std::string& name) {
-    if (!out) out.emplace(std::size_t(g.batch * g.m * g.n) * dtype_size(g.out_dtype), stream);
+    if (!out) {
+      const std::size_t bytes = std::size_t(g.batch * g.m * g.n) * dtype_size(g.out_dtype);
+      out.emplace(bytes, stream);
+      if (g.beta != 0.0f) TESSERA_CUDA_CHECK(cudaMemsetAsync(out->data(), 0, bytes, stream));
+    }
     GemmArgs t = timing_args(g, out->data());
     parse_config(name, t.config);
     run_gemm(op, t, ctx, stream);

@@ -54,6 +54,14 @@ void check_dtypes(const char* op, const TensorView& a, const TensorView& b, cons
                       dtype_name(c.dtype));
 }
 
+// A device scalar multiplying alpha: float32, one element, on the device of `like`.
+void check_scale(const char* op, const char* arg, const TensorView& s, const TensorView& like) {
+  detail::check_cuda_tensor(op, arg, s);
+  detail::check_same_device(op, arg, s, "input", like);
+  detail::check_dtype_in(op, arg, s, {DType::float32});
+  if (s.numel() != 1) detail::throw_arg(ErrorKind::value, op, arg, "one element", s.shape_str());
+}
+
 matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView& b,
                          const TensorView& c, const MatmulOptions& o) {
   for (auto [arg, t] : {std::pair{"input", &a}, std::pair{"other", &b}, std::pair{"out", &c}}) {
@@ -121,20 +129,15 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
     g.r_sb = r.ndim == 3 && r.shape[0] != 1 ? r.strides[0] : 0;
     g.r_sm = r.strides[r.ndim - 2], g.r_sn = r.strides[r.ndim - 1];
   }
+  if (o.scale) {
+    check_scale(kOp, "scale", *o.scale, a);
+    g.scale_a = static_cast<const float*>(o.scale->data);
+  }
   g.alpha = float(o.alpha), g.beta = float(o.beta);
   g.activation = o.activation;
   g.allow_tf32 = o.allow_tf32;
   g.device = a.device.index;
   return g;
-}
-
-void check_scale(const char* arg, const TensorView& s, const TensorView& input) {
-  detail::check_cuda_tensor("scaled_mm", arg, s);
-  detail::check_same_device("scaled_mm", arg, s, "input", input);
-  detail::check_dtype_in("scaled_mm", arg, s, {DType::float32});
-  if (s.numel() != 1)
-    detail::throw_arg(ErrorKind::value, "scaled_mm", arg, "one element (a per-tensor scale)",
-                      s.shape_str());
 }
 
 void run(const char* op, matrix::GemmArgs& g, cudaStream_t stream) {
@@ -169,8 +172,8 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
   MatmulOptions o;
   o.bias = bias;
   matrix::GemmArgs g = resolve("scaled_mm", input, other, out, o);
-  check_scale("scale_a", scale_a, input);
-  check_scale("scale_b", scale_b, input);
+  check_scale("scaled_mm", "scale_a", scale_a, input);
+  check_scale("scaled_mm", "scale_b", scale_b, input);
   g.scale_a = static_cast<const float*>(scale_a.data);
   g.scale_b = static_cast<const float*>(scale_b.data);
   run("scaled_mm", g, stream);

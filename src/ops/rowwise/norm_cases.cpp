@@ -71,7 +71,7 @@ TestTensor upload(DType dt, const Shape& shape, Layout layout, bool narrow, cons
   fill_poison(t, nullptr);
   HostCopy h = to_host(t);
   for (int64_t i = 0; i < t.view.numel(); ++i) host::store_double(h.view, i, values[static_cast<std::size_t>(i)]);
-  TESSERA_CUDA_CHECK(cudaMemcpy(t.storage.data(), h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice));
+  to_device(t, h);
   return t;
 }
 

@@ -69,7 +69,7 @@ void set_special_rows(TestTensor& t, int dim, Kind kind) {
     for (int64_t k = 0; k + 1 < g.n; ++k) set(4, k, -kInf);
     for (int64_t k = 0; k < g.n * 3 / 4; ++k) set(5, k, k == g.n / 4 ? std::numeric_limits<double>::quiet_NaN() : -kInf);
   }
-  TESSERA_CUDA_CHECK(cudaMemcpy(t.storage.data(), h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice));
+  to_device(t, h);
 }
 
 std::string case_name(DType dt, const Spec& s) {

@@ -59,7 +59,7 @@ void poke(TestTensor& t, const std::vector<long double>& values) {
       }
     }
   }
-  TESSERA_CUDA_CHECK(cudaMemcpy(t.storage.data(), h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice));
+  to_device(t, h);
 }
 
 // Extremes of the dtype (the all-ones key of the integer types is its maximum), NaN, signed zeros.

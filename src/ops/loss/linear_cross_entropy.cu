@@ -1,0 +1,262 @@
+// linear_cross_entropy: the cross-entropy of hidden @ weight^T + bias against target, and its
+// gradients, without the [N, V] logits (tessera/ops/loss.hpp).
+//
+// FLOPs and bytes: three GEMMs of 2 N V H FLOPs each (the logits, d_hidden = G W and
+// d_weight = G^T hidden, G the logits' gradient), against which the cross-entropy's pass over a
+// chunk (read, then its gradient written in place) is small: the op runs at the GEMM's rate. The
+// chunks bound the memory to one chunk's logits. d_weight takes each chunk's part added to the
+// previous ones (the GEMM's beta), V H sizeof(T) more bytes read per chunk after the first: chunks
+// as large as the memory allows keep that small.
+//
+// The mean's 1 / count and the loss gradient multiply the GEMMs' products through their device
+// scale, so that neither is a pass of its own and nothing synchronizes.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "ops/loss/reduce.hpp"
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/nvtx.hpp"
+#include "runtime/scratch.hpp"
+#include "runtime/validate.hpp"
+#include "tessera/ops/loss.hpp"
+#include "tessera/ops/matrix.hpp"
+#include "tile/convert.cuh"
+
+namespace tessera {
+namespace {
+
+constexpr const char* kOp = "linear_cross_entropy";
+constexpr int64_t kScratchChunkBytes = int64_t(512) << 20;
+constexpr int kBiasThreads = 256, kBiasUnroll = 8;
+
+// Rows [r0, r0 + rows) of a 1-d or 2-d view.
+TensorView rows_of(const TensorView& t, int64_t r0, int64_t rows) {
+  TensorView v = t;
+  v.data = static_cast<char*>(t.data) + r0 * t.strides[0] * int64_t(dtype_size(t.dtype));
+  v.shape[0] = rows;
+  return v;
+}
+
+TensorView transposed(const TensorView& t) {
+  TensorView v = t;
+  std::swap(v.shape[0], v.shape[1]);
+  std::swap(v.strides[0], v.strides[1]);
+  return v;
+}
+
+// The factor of the gradients: the loss gradient (1 where none is given), over the count for a
+// mean. A mean over no rows has only ignored rows, whose gradients are 0 and stay 0 (as torch's).
+__global__ void factor_kernel(const int* valid, const float* grad_loss, float* factor) {
+  const float g = grad_loss ? *grad_loss : 1.0f;
+  *factor = !valid ? g : *valid > 0 ? g / float(*valid) : 0.0f;
+}
+
+// d_bias, a column per thread: acc[c] = (first ? 0 : acc[c]) + the chunk's column sum of grad; on
+// the last chunk (out set) out[c] = factor * that instead. Rows in a fixed order: the same bits
+// every run.
+template <class T>
+__global__ void __launch_bounds__(kBiasThreads)
+    bias_grad_kernel(const T* grad, int64_t gs, int64_t rows, int64_t classes, float* acc,
+                     bool first, T* out, int64_t os, const float* factor) {
+  const int64_t c = blockIdx.x * int64_t(kBiasThreads) + threadIdx.x;
+  if (c >= classes) return;
+  float s[kBiasUnroll] = {};
+  int64_t r = 0;
+  for (; r + kBiasUnroll <= rows; r += kBiasUnroll)
+#pragma unroll
+    for (int i = 0; i < kBiasUnroll; ++i) s[i] += tile::to_float(grad[(r + i) * gs + c]);
+  for (; r < rows; ++r) s[0] += tile::to_float(grad[r * gs + c]);
+  float total = first ? 0.0f : acc[c];
+#pragma unroll
+  for (int i = 0; i < kBiasUnroll; ++i) total += s[i];
+  if (out) out[c * os] = tile::from_float<T>(factor ? total * *factor : total);
+  else acc[c] = total;
+}
+
+void launch_bias_grad(const TensorView& g, float* acc, bool first, const TensorView* out,
+                      const float* factor, cudaStream_t stream) {
+  const int64_t rows = g.shape[0], classes = g.shape[1];
+  const unsigned blocks = runtime::grid_cap((classes + kBiasThreads - 1) / kBiasThreads);
+  const auto run = [&](auto* p) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+    bias_grad_kernel<T><<<blocks, kBiasThreads, 0, stream>>>(
+        p, g.strides[0], rows, classes, acc, first, out ? static_cast<T*>(out->data) : nullptr,
+        out ? out->strides[0] : 0, factor);
+  };
+  switch (g.dtype) {
+    case DType::float32: run(static_cast<const float*>(g.data)); break;
+    case DType::float16: run(static_cast<const __half*>(g.data)); break;
+    default: run(static_cast<const __nv_bfloat16*>(g.data)); break;
+  }
+  TESSERA_LAUNCH_CHECK();
+}
+
+std::string dims(const TensorView& t) { return std::to_string(t.ndim) + "-d " + t.shape_str(); }
+
+// A 2-d or 1-d argument of `shape` (`what` says it in words for the error).
+void check_shape(const char* arg, const TensorView& t, std::initializer_list<int64_t> shape,
+                 const std::string& what) {
+  bool ok = t.ndim == int(shape.size());
+  int i = 0;
+  for (int64_t s : shape) ok = ok && t.shape[i++] == s;
+  if (!ok) detail::throw_arg(ErrorKind::value, kOp, arg, what, dims(t));
+}
+
+void check(const TensorView& hidden, const TensorView& weight, const TensorView* bias,
+           const TensorView& target, const TensorView& loss, const TensorView* lse,
+           const LinearCrossEntropyGrads& g, const LinearCrossEntropyOptions& o) {
+  detail::check_cuda_tensor(kOp, "hidden", hidden);
+  detail::check_dtype_in(kOp, "hidden", hidden, {DType::bfloat16, DType::float16, DType::float32});
+  if (hidden.ndim != 2)
+    detail::throw_arg(ErrorKind::value, kOp, "hidden", "a 2-d tensor [N, H]", dims(hidden));
+  const int64_t n = hidden.shape[0], h = hidden.shape[1];
+  detail::check_cuda_tensor(kOp, "weight", weight);
+  detail::check_same_dtype(kOp, "weight", weight, "hidden", hidden);
+  detail::check_same_device(kOp, "weight", weight, "hidden", hidden);
+  if (weight.ndim != 2 || weight.shape[1] != h || weight.shape[0] < 1)
+    detail::throw_arg(ErrorKind::value, kOp, "weight",
+                      "a 2-d tensor [V, H] with V >= 1 and H = " + std::to_string(h) + " (hidden's)", dims(weight));
+  const int64_t v = weight.shape[0];
+  if (bias) {
+    detail::check_cuda_tensor(kOp, "bias", *bias);
+    detail::check_same_dtype(kOp, "bias", *bias, "weight", weight);
+    detail::check_same_device(kOp, "bias", *bias, "weight", weight);
+    check_shape("bias", *bias, {v}, "a 1-d tensor of V = " + std::to_string(v));
+  }
+  detail::check_cuda_tensor(kOp, "target", target);
+  detail::check_dtype_in(kOp, "target", target, {DType::int64, DType::int32});
+  detail::check_same_device(kOp, "target", target, "hidden", hidden);
+  check_shape("target", target, {n}, "a 1-d tensor of hidden's N = " + std::to_string(n));
+  const bool none = o.reduction == Reduction::none;
+  const std::string n_floats = "a contiguous 1-d float32 tensor of N = " + std::to_string(n);
+  detail::check_cuda_tensor(kOp, "loss", loss);
+  detail::check_dtype_in(kOp, "loss", loss, {DType::float32});
+  detail::check_same_device(kOp, "loss", loss, "hidden", hidden);
+  if (none) check_shape("loss", loss, {n}, n_floats + " (reduction none)");
+  else check_shape("loss", loss, {}, "a 0-d float32 tensor (reduction mean or sum)");
+  if (lse) {
+    detail::check_cuda_tensor(kOp, "lse", *lse);
+    detail::check_dtype_in(kOp, "lse", *lse, {DType::float32});
+    detail::check_same_device(kOp, "lse", *lse, "hidden", hidden);
+    check_shape("lse", *lse, {n}, n_floats);
+  }
+  for (auto [arg, t] : {std::pair{"loss", &loss}, std::pair{"lse", lse}})
+    if (t && t->ndim == 1 && t->strides[0] != 1 && n > 1)
+      detail::throw_arg(ErrorKind::value, kOp, arg, n_floats, "stride " + std::to_string(t->strides[0]));
+  for (auto [arg, t] : {std::pair{"d_hidden", g.d_hidden}, std::pair{"d_weight", g.d_weight}}) {
+    if (!t) continue;
+    const TensorView& like = t == g.d_hidden ? hidden : weight;
+    detail::check_like(kOp, arg, *t, t == g.d_hidden ? "hidden" : "weight", like);
+    detail::check_no_internal_overlap(kOp, arg, *t);
+    detail::check_no_overlap(kOp, arg, *t, "hidden", hidden, false);
+    detail::check_no_overlap(kOp, arg, *t, "weight", weight, false);
+  }
+  if (g.d_bias) {
+    if (!bias) detail::throw_arg(ErrorKind::value, kOp, "d_bias", "nullptr (there is no bias)", "a tensor");
+    detail::check_like(kOp, "d_bias", *g.d_bias, "bias", *bias);
+    detail::check_no_internal_overlap(kOp, "d_bias", *g.d_bias);
+    detail::check_no_overlap(kOp, "d_bias", *g.d_bias, "bias", *bias, false);
+  }
+  if (g.grad_loss) {
+    detail::check_cuda_tensor(kOp, "grad_loss", *g.grad_loss);
+    detail::check_dtype_in(kOp, "grad_loss", *g.grad_loss, {DType::float32});
+    detail::check_same_device(kOp, "grad_loss", *g.grad_loss, "hidden", hidden);
+    if (none) check_shape("grad_loss", *g.grad_loss, {n}, "a 1-d tensor of N = " + std::to_string(n) + " (reduction none)");
+    else check_shape("grad_loss", *g.grad_loss, {}, "a 0-d tensor (reduction mean or sum)");
+  }
+  if (const TensorView* w = o.workspace) {
+    detail::check_cuda_tensor(kOp, "workspace", *w);
+    detail::check_same_dtype(kOp, "workspace", *w, "hidden", hidden);
+    detail::check_same_device(kOp, "workspace", *w, "hidden", hidden);
+    if (!w->is_contiguous() || w->numel() < v)
+      detail::throw_arg(ErrorKind::value, kOp, "workspace",
+                        "a contiguous tensor of at least V = " + std::to_string(v) + " elements", dims(*w));
+    for (auto [arg, t] : {std::pair{"hidden", &hidden}, std::pair{"weight", &weight}, std::pair{"target", &target},
+                          std::pair{"loss", &loss}, std::pair{"bias", bias}, std::pair{"lse", lse},
+                          std::pair{"d_hidden", g.d_hidden}, std::pair{"d_weight", g.d_weight},
+                          std::pair{"d_bias", g.d_bias}, std::pair{"grad_loss", g.grad_loss}})
+      if (t) detail::check_no_overlap(kOp, "workspace", *w, arg, *t, false);
+  }
+  if (o.chunk_rows < 0)
+    detail::throw_arg(ErrorKind::value, kOp, "chunk_rows", "a count >= 0 (0: chosen)", std::to_string(o.chunk_rows));
+}
+
+}  // namespace
+
+void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, const TensorView* bias,
+                          const TensorView& target, const TensorView& loss, const TensorView* lse,
+                          const LinearCrossEntropyGrads& grads, const LinearCrossEntropyOptions& options,
+                          cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::linear_cross_entropy");
+  check(hidden, weight, bias, target, loss, lse, grads, options);
+  runtime::DeviceGuard guard(hidden.device.index);
+  const Device dev = hidden.device;
+  const int64_t n = hidden.shape[0], v = weight.shape[0];
+  const int64_t elem = int64_t(dtype_size(hidden.dtype));
+  const bool none = options.reduction == Reduction::none, mean = options.reduction == Reduction::mean;
+  const bool want = grads.d_hidden || grads.d_weight || grads.d_bias;
+
+  int64_t chunk = options.workspace ? options.workspace->numel() / v : kScratchChunkBytes / (v * elem);
+  if (!options.workspace && chunk >= 256) chunk = chunk / 256 * 256;
+  if (options.chunk_rows > 0) chunk = std::min(chunk, options.chunk_rows);
+  chunk = std::max<int64_t>(1, std::min(chunk, n));
+  runtime::Scratch own(options.workspace || n == 0 ? 0 : std::size_t(chunk * v * elem), stream);
+  void* ws = options.workspace ? options.workspace->data : own.data();
+  runtime::Scratch row_loss(none ? 0 : std::size_t(std::max<int64_t>(n, 1)) * sizeof(float), stream),
+      valid(mean ? sizeof(int) : 0, stream), factor(sizeof(float), stream),
+      bias_acc(grads.d_bias ? std::size_t(v) * sizeof(float) : 0, stream);
+  if (mean) loss::count_valid(target.data, target.dtype == DType::int64, n, options.ignore_index, valid.as<int>(), stream);
+
+  // The gradients' factor where it is not 1 for every row (none: per-row, applied to the chunk).
+  const TensorView factor_view = TensorView::contiguous(factor.data(), DType::float32, {}, dev);
+  const bool scaled = want && !none && (mean || grads.grad_loss);
+  if (scaled) {
+    factor_kernel<<<1, 1, 0, stream>>>(mean ? valid.as<int>() : nullptr,
+                                       grads.grad_loss ? static_cast<const float*>(grads.grad_loss->data) : nullptr,
+                                       factor.as<float>());
+    TESSERA_LAUNCH_CHECK();
+  }
+  if (want && n == 0) {  // no chunk runs: d_weight and d_bias are the gradients of an empty sum
+    const TensorView none_rows = TensorView::contiguous(ws, hidden.dtype, {0, v}, dev);
+    if (grads.d_weight) matmul(transposed(none_rows), hidden, *grads.d_weight, MatmulOptions{}, stream);
+    if (grads.d_bias) launch_bias_grad(none_rows, bias_acc.as<float>(), true, grads.d_bias, nullptr, stream);
+  }
+
+  CrossEntropyOptions ce = options;
+  ce.reduction = Reduction::none;
+  const TensorView row_losses = none ? loss : TensorView::contiguous(row_loss.data(), DType::float32, {n}, dev);
+  MatmulOptions fwd, bwd;
+  fwd.bias = bias;
+  bwd.scale = scaled ? &factor_view : nullptr;
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t rows = std::min(chunk, n - c0);
+    const TensorView logits = TensorView::contiguous(ws, hidden.dtype, {rows, v}, dev);
+    const TensorView h = rows_of(hidden, c0, rows);
+    matmul(h, transposed(weight), logits, fwd, stream);
+    const TensorView lse_rows = lse ? rows_of(*lse, c0, rows) : TensorView{};
+    cross_entropy(logits, rows_of(target, c0, rows), rows_of(row_losses, c0, rows), lse ? &lse_rows : nullptr,
+                  want ? &logits : nullptr, ce, stream);
+    if (!want) continue;
+    if (none && grads.grad_loss)
+      cross_entropy_backward(rows_of(*grads.grad_loss, c0, rows), logits, Reduction::none, stream);
+    if (grads.d_hidden) matmul(logits, weight, rows_of(*grads.d_hidden, c0, rows), bwd, stream);
+    if (grads.d_weight) {
+      MatmulOptions acc = bwd;
+      acc.beta = c0 > 0 ? 1.0 : 0.0;
+      matmul(transposed(logits), h, *grads.d_weight, acc, stream);
+    }
+    if (grads.d_bias)
+      launch_bias_grad(logits, bias_acc.as<float>(), c0 == 0, c0 + rows >= n ? grads.d_bias : nullptr,
+                       scaled ? factor.as<float>() : nullptr, stream);
+  }
+  if (!none) loss::sum_rows(row_loss.as<float>(), n, mean ? valid.as<int>() : nullptr, static_cast<float*>(loss.data), stream);
+}
+
+}  // namespace tessera
