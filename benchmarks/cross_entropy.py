@@ -132,6 +132,9 @@ def linear_main(args) -> None:
         "torch2": lambda a, b: F.cross_entropy(F.linear(a, b), target),
         "tessera": lambda a, b: tessera.linear_cross_entropy(a, b, target),
     }
+    for rows in args.chunks:  # other chunk sizes than the default, side by side
+        providers[f"tessera_chunk{rows}"] = lambda a, b, rows=rows: tessera.linear_cross_entropy(
+            a, b, target, chunk_size=rows)
     returned = (n * h + v * h) * x.element_size() / 1e6
 
     def call(name):
@@ -167,6 +170,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--linear", action="store_true", help="the fused linear cross-entropy instead")
     ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--chunks", type=lambda v: [int(x) for x in v.split(",") if x], default=[],
+                    help="--linear: also tessera with these chunk sizes (token rows)")
     args = ap.parse_args()
     if args.linear:
         return linear_main(args)

@@ -26,7 +26,7 @@ for s in $STEPS; do
               --rounds "${ROUNDS:-3}" --out "$OUT/gemmpp" ;;
     cbench) step cbench devbin/tessera bench cross_entropy linear_cross_entropy --dtype bf16 ;;
     bench) step bench python3 benchmarks/cross_entropy.py --rounds "${ROUNDS:-3}" ;;
-    flce) step flce python3 benchmarks/cross_entropy.py --linear --rounds "${ROUNDS:-3}" ;;
+    flce) step flce python3 benchmarks/cross_entropy.py --linear --rounds "${ROUNDS:-3}" ${CHUNKS:+--chunks $CHUNKS} ;;
     sanitize) step sanitize compute-sanitizer --tool memcheck --error-exitcode 1 devbin/tessera_tests \
                 --gtest_filter='*CrossEntropy*:*VerifyGpu*cross_entropy*' ;;
     *) echo "device_loss.sh: unknown step $s" >&2 ;;

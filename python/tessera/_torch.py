@@ -149,10 +149,10 @@ def _register_fakes():
     def _linear_cross_entropy(hidden, weight, bias, target, *, reduction="mean", with_grad=False, **kwargs):
         n = hidden.shape[0]
         loss = hidden.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
-        empty = hidden.new_empty((0,))
-        grads = (hidden.new_empty(hidden.shape), weight.new_empty(weight.shape),
-                 bias.new_empty(bias.shape) if bias is not None else empty) if with_grad else (empty, empty, empty)
-        return (loss, hidden.new_empty((n,), dtype=torch.float32), *grads)
+        def grad(t, like):  # each output its own tensor, as the kernel's: none alias another
+            return like.new_empty(like.shape) if with_grad and like is not None else t.new_empty((0,))
+        return (loss, hidden.new_empty((n,), dtype=torch.float32), grad(hidden, hidden), grad(weight, weight),
+                grad(weight, bias))
 
     @fake("tessera::scaled_mm")
     def _scaled_mm(input, other, scale_a, scale_b, *, bias=None, out_dtype=None):

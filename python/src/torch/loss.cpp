@@ -7,6 +7,7 @@
 // with reduction 'none' the backward runs the chunks again with the per-row loss gradients.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cuda_runtime_api.h>
@@ -175,12 +176,12 @@ Tensor2 cross_entropy_inplace_autograd(at::Tensor& logits, const at::Tensor& tar
 }
 
 // Token rows per chunk: the caller's, else as many as keep one chunk's logits within a quarter
-// of the free memory and 512 MB, in multiples of 256.
+// of the free memory and 1 GiB, in multiples of 256.
 int64_t chunk_rows_for(const at::Tensor& hidden, int64_t v, int64_t n, int64_t chunk_rows) {
   if (chunk_rows > 0) return std::max<int64_t>(1, std::min(chunk_rows, n));
   size_t free = 0, total = 0;
   if (hidden.is_cuda() && cudaMemGetInfo(&free, &total) != cudaSuccess) free = 0, (void)cudaGetLastError();
-  const int64_t budget = std::min<int64_t>(int64_t(free / 4), int64_t(512) << 20);
+  const int64_t budget = std::min<int64_t>(int64_t(free / 4), int64_t(1) << 30);
   int64_t rows = v > 0 ? budget / (v * int64_t(hidden.element_size())) : 1;
   rows = rows >= 256 ? rows / 256 * 256 : std::max<int64_t>(1, rows);
   return std::max<int64_t>(1, std::min(rows, n));
@@ -260,7 +261,7 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
       const auto saved = ctx->get_saved_variables();
       const auto opt = ctx->saved_data["options"].toDoubleVector();
       const at::Tensor g = grads[0].defined() ? grads[0].to(at::kFloat).contiguous()
-                                              : at::zeros({saved[0].size(0)}, f.device(saved[0].device()));
+                                              : at::zeros_like(saved[3], saved[3].options().dtype(at::kFloat));
       auto [loss, lse, dh, dw, db] =
           call_below_autograd(op(), saved[0], saved[1], has_bias ? OptTensor(saved[2]) : OptTensor(), saved[3],
                               int64_t(opt[0]), "none", opt[1], opt[2], opt[3], int64_t(opt[4]), true, OptTensor(g));
@@ -278,8 +279,8 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                   .typed<void(const at::Tensor&, at::Tensor&, c10::string_view)>();
     const at::Tensor g = grads[0].defined() ? grads[0].to(at::kFloat) : at::zeros({}, f.device(dh.device()));
     for (at::Tensor* t : {&dh, &dw, &db})
-      if (t->numel() > 0) {
-        at::Tensor rows = t->dim() == 2 ? *t : t->view({1, -1});
+      if (t != &db || has_bias) {  // (without a bias, db is an empty placeholder)
+        at::Tensor rows = t->dim() == 2 ? *t : t->unsqueeze(0);
         scale.call(g, rows, "mean");
       }
     r[0] = dh, r[1] = dw, r[2] = has_bias ? db : at::Tensor();
@@ -296,8 +297,9 @@ Tensor5 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor
                                reduction, label_smoothing, z_loss, softcap, chunk_rows, with_grad, grad_loss);
   auto r = LinearCrossEntropyFunction::apply(hidden, weight, bias, target, ignore_index, reduction, label_smoothing,
                                              z_loss, softcap, chunk_rows);
-  const at::Tensor empty = at::empty({0}, hidden.options());
-  return {r[0], r[1], empty, empty, empty};
+  // The gradients go to autograd, not out of the op: three placeholders, none aliasing another.
+  return {r[0], r[1], at::empty({0}, hidden.options()), at::empty({0}, weight.options()),
+          at::empty({0}, weight.options())};
 }
 
 void kernels(torch::Library& m) {

@@ -205,21 +205,22 @@ __device__ __forceinline__ RowTarget target_of(const CeArgs& a, int64_t r) {
 
 // A row of n columns from x as a scalar head up to the first 16-byte boundary, `body` columns of
 // 16-byte vectors (VW a load), and a scalar tail: so that any V and row stride (GPT-2's odd
-// 50257) stream in 16-byte loads. VW = 1: all body.
+// 50257) stream in 16-byte loads. Without Split (rows aligned, V a multiple of VW): all body.
 struct Split {
   int head, body;
 };
-template <class T, int VW>
+template <class T, int VW, bool kSplit>
 __device__ __forceinline__ Split split_row(const T* x, int n) {
-  if constexpr (VW == 1) return {0, n};
+  if constexpr (!kSplit) return {0, n};
   const int head = min(n, int((16 - reinterpret_cast<uintptr_t>(x) % 16) % 16 / sizeof(T)));
   return {head, (n - head) / VW * VW};
 }
 
 // The stream tier: a CTA per row at a time (rows blockIdx.x, + gridDim.x, ...), pass 2 reading
-// the row again (from L2 where it still is). VW > 1: the body of each row in 16-byte loads, the
-// host having checked that the gradient's rows lie as the logits' do against 16-byte boundaries.
-template <class T, int VW, int THREADS>
+// the row again (from L2 where it still is). VW > 1: 16-byte loads, of whole rows, or (kSplit)
+// of each row's body, the host having checked that the gradient's rows lie as the logits' do
+// against 16-byte boundaries.
+template <class T, int VW, int THREADS, bool kSplit>
 __global__ void __launch_bounds__(THREADS, kThreads / THREADS) cross_entropy_kernel(CeArgs a) {
   __shared__ Acc scratch[32];
   const int V = int(a.classes);  // the host keeps V below 2^31
@@ -229,10 +230,10 @@ __global__ void __launch_bounds__(THREADS, kThreads / THREADS) cross_entropy_ker
     // Read before the merge's barrier: with grad = logits, pass 2 overwrites it.
     const bool writer = threadIdx.x == 0;
     const float xt = writer && !rt.ignored && !rt.bad ? capped(tile::to_float(x[rt.t]), a.cap) : 0.f;
-    const Split sp = split_row<T, VW>(x, V);
+    const Split sp = split_row<T, VW, kSplit>(x, V);
     const int end = sp.head + sp.body;
     Acc acc = accumulate<T, VW, THREADS>(x + sp.head, sp.body, a.cap);
-    if constexpr (VW > 1) {
+    if constexpr (kSplit) {
       acc = AccMerge{}(acc, accumulate<T, 1, THREADS>(x, sp.head, a.cap));
       acc = AccMerge{}(acc, accumulate<T, 1, THREADS>(x + end, V - end, a.cap));
     }
@@ -240,9 +241,9 @@ __global__ void __launch_bounds__(THREADS, kThreads / THREADS) cross_entropy_ker
     const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
     if (!a.grad) continue;
     T* g = static_cast<T*>(a.grad) + r * a.gs;
-    if constexpr (VW > 1) write_grad<T, 1, THREADS>(a, e, x + end, g + end, V - end, end, rt.t);
+    if constexpr (kSplit) write_grad<T, 1, THREADS>(a, e, x + end, g + end, V - end, end, rt.t);
     write_grad<T, VW, THREADS>(a, e, x + sp.head, g + sp.head, sp.body, sp.head, rt.t);
-    if constexpr (VW > 1) write_grad<T, 1, THREADS>(a, e, x, g, sp.head, 0, rt.t);
+    if constexpr (kSplit) write_grad<T, 1, THREADS>(a, e, x, g, sp.head, 0, rt.t);
   }
 }
 
@@ -297,13 +298,13 @@ int current_sms() {
   return runtime::device_props(device).multiProcessorCount;
 }
 
-template <class T, int VW>
+template <class T, int VW, bool kSplit>
 void launch_sized(const CeArgs& a, int threads, unsigned grid, cudaStream_t stream) {
   switch (threads) {
-    case 128: return cross_entropy_kernel<T, VW, 128><<<grid, 128, 0, stream>>>(a);
-    case 256: return cross_entropy_kernel<T, VW, 256><<<grid, 256, 0, stream>>>(a);
-    case 512: return cross_entropy_kernel<T, VW, 512><<<grid, 512, 0, stream>>>(a);
-    default: return cross_entropy_kernel<T, VW, kThreads><<<grid, kThreads, 0, stream>>>(a);
+    case 128: return cross_entropy_kernel<T, VW, 128, kSplit><<<grid, 128, 0, stream>>>(a);
+    case 256: return cross_entropy_kernel<T, VW, 256, kSplit><<<grid, 256, 0, stream>>>(a);
+    case 512: return cross_entropy_kernel<T, VW, 512, kSplit><<<grid, 512, 0, stream>>>(a);
+    default: return cross_entropy_kernel<T, VW, kThreads, kSplit><<<grid, kThreads, 0, stream>>>(a);
   }
 }
 
@@ -311,15 +312,19 @@ void launch_sized(const CeArgs& a, int threads, unsigned grid, cudaStream_t stre
 // V = 128k in bf16) fit in L2, so pass 2 finds its row there. A row that fewer threads cover in
 // one step of kUnroll loads each takes that many (128 at least), with 1024 / threads CTAs per SM,
 // so an SM keeps as many rows in flight rather than one mostly idle CTA.
+enum class Access { scalar, vectors, split };  // split: 16-byte vectors between a scalar head and tail
+
 template <class T>
-void launch_rows(const CeArgs& a, bool vec, int device, cudaStream_t stream) {
+void launch_rows(const CeArgs& a, Access access, int device, cudaStream_t stream) {
+  const bool vec = access != Access::scalar;
   const int vw = vec ? 16 / int(sizeof(T)) : 1;
   int threads = 128;
   while (threads < kThreads && int64_t(threads) * kUnroll * vw < a.classes) threads *= 2;
   const int64_t sms = runtime::device_props(device).multiProcessorCount;
   const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, sms * (kThreads / threads)));
-  if (vec) launch_sized<T, 16 / sizeof(T)>(a, threads, grid, stream);
-  else launch_sized<T, 1>(a, threads, grid, stream);
+  if (access == Access::vectors) launch_sized<T, 16 / sizeof(T), false>(a, threads, grid, stream);
+  else if (access == Access::split) launch_sized<T, 16 / sizeof(T), true>(a, threads, grid, stream);
+  else launch_sized<T, 1, false>(a, threads, grid, stream);
   TESSERA_LAUNCH_CHECK();
 }
 
@@ -420,12 +425,14 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
     loss::count_valid(a.target, a.target64, rows, a.ignore, valid.as<int>(), stream);
   }
   if (rows > 0) {
-    const bool vec = same_alignment(logits, grad);
+    const Access access = !same_alignment(logits, grad) ? Access::scalar
+                          : vectorizable(logits) && (!grad || vectorizable(*grad)) ? Access::vectors
+                                                                                   : Access::split;
     const int device = logits.device.index;
     switch (logits.dtype) {
-      case DType::float32: launch_rows<float>(a, vec, device, stream); break;
-      case DType::float16: launch_rows<__half>(a, vec, device, stream); break;
-      default: launch_rows<__nv_bfloat16>(a, vec, device, stream); break;
+      case DType::float32: launch_rows<float>(a, access, device, stream); break;
+      case DType::float16: launch_rows<__half>(a, access, device, stream); break;
+      default: launch_rows<__nv_bfloat16>(a, access, device, stream); break;
     }
   }
   if (!none) {

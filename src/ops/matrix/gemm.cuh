@@ -19,6 +19,7 @@
 #include "tessera/ops/matrix.hpp"
 #include "tessera/tensor.hpp"
 #include "tile/activation.cuh"
+#include "tile/bulk.cuh"
 #include "tile/convert.cuh"
 
 namespace tessera::matrix {
@@ -101,15 +102,26 @@ struct Epilogue {
   const float* scale_b;
   Activation activation;
   bool pairs;  // C's rows contiguous and every even column's element aligned for a pair store
+  bool prefetch;  // beta != 0 and C's rows 16-byte aligned: prefetch_row may bring them into L2
 
   static Epilogue from(const GemmArgs& g) {
     auto* c = static_cast<OutT*>(g.c);
+    const int64_t e = sizeof(OutT);
     const bool pairs = g.c_sn == 1 && g.c_sm % 2 == 0 && g.c_sb % 2 == 0 &&
                        reinterpret_cast<uintptr_t>(c) % (2 * sizeof(OutT)) == 0;
+    const bool prefetch = g.beta != 0.0f && g.c_sn == 1 && reinterpret_cast<uintptr_t>(c) % 16 == 0 &&
+                          g.c_sm * e % 16 == 0 && g.c_sb * e % 16 == 0;
     return {c, g.c_sb, g.c_sm, g.c_sn,
             static_cast<const OutT*>(g.bias), g.bias_sn,
             static_cast<const OutT*>(g.residual), g.r_sb, g.r_sm, g.r_sn,
-            g.alpha, g.beta, g.scale_a, g.scale_b, g.activation, pairs};
+            g.alpha, g.beta, g.scale_a, g.scale_b, g.activation, pairs, prefetch};
+  }
+
+  // Asks for `cols` old output elements of row (b, m) from column `col` (16-byte aligned, as
+  // `prefetch` says) in L2, ahead of the epilogue's reads: a hint, sm_90's bulk prefetch.
+  __device__ __forceinline__ void prefetch_row(int64_t b, int64_t m, int64_t col, int64_t cols) const {
+    const auto bytes = uint32_t(cols * int64_t(sizeof(OutT))) / 16 * 16;
+    if (bytes) tile::bulk_prefetch_l2(c + b * c_sb + m * c_sm + col, bytes);
   }
 
   // This epilogue with the device scales folded into alpha: what kernels store through.
@@ -165,80 +177,32 @@ struct Epilogue {
     return {c + b * c_sb + m * c_sm, residual ? residual + b * r_sb + m * r_sm : nullptr};
   }
 
-  // What is added to columns `k` of row `r` after the activation: the residual plus beta times
-  // the old values (zeros where there is neither). Kernels that store many rows load these for
-  // several rows before storing any (store_quads), so that they wait on memory once, not per row.
-  __device__ __forceinline__ float2 addend(const Row& r, const Cols& k) const {
-    float2 a{0.0f, 0.0f};
-    const int64_t n = k.n;
-    if (r.residual) {
-      a.x = tile::to_float(r.residual[n * r_sn]);
-      if (k.both) a.y = tile::to_float(r.residual[(n + 1) * r_sn]);
-    }
-    if (beta != 0.0f) {
-      const OutT* p = r.c + n * c_sn;
-      if (k.both && pairs) {
-        const Pair old = *reinterpret_cast<const Pair*>(p);
-        a.x += beta * tile::to_float(old.x), a.y += beta * tile::to_float(old.y);
-      } else {
-        a.x += beta * tile::to_float(*p);
-        if (k.both) a.y += beta * tile::to_float(p[c_sn]);
-      }
-    }
-    return a;
-  }
-
   // The elements of columns `k` of row `r`.
   template <class Act>
   __device__ __forceinline__ void store_pair(const Row& r, const Cols& k, float acc0, float acc1,
                                              Act act) const {
-    store_pair(r, k, acc0, acc1, act, addend(r, k));
-  }
-
-  // The same with their addend loaded already.
-  template <class Act>
-  __device__ __forceinline__ void store_pair(const Row& r, const Cols& k, float acc0, float acc1,
-                                             Act act, float2 add) const {
-    const float v0 = act(alpha * acc0 + k.bias0) + add.x, v1 = act(alpha * acc1 + k.bias1) + add.y;
-    OutT* p = r.c + k.n * c_sn;
-    if (k.both && pairs) {
+    const int64_t n = k.n;
+    const bool both = k.both;
+    float v0 = act(alpha * acc0 + k.bias0), v1 = act(alpha * acc1 + k.bias1);
+    if (r.residual) {
+      v0 += tile::to_float(r.residual[n * r_sn]);
+      if (both) v1 += tile::to_float(r.residual[(n + 1) * r_sn]);
+    }
+    OutT* p = r.c + n * c_sn;
+    if (both && pairs) {
+      if (beta != 0.0f) {
+        const Pair old = *reinterpret_cast<const Pair*>(p);
+        v0 += beta * tile::to_float(old.x), v1 += beta * tile::to_float(old.y);
+      }
       *reinterpret_cast<Pair*>(p) = Pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
       return;
     }
+    if (beta != 0.0f) v0 += beta * tile::to_float(*p);
     *p = tile::from_float<OutT>(v0);
-    if (k.both) p[c_sn] = tile::from_float<OutT>(v1);
-  }
-
-  // Rows r0, r0 + step, ... (< rows) of output rows row0 + r of batch b, four columns from `col`
-  // (those < n), their accumulators value(r) (a float4): the staged epilogue of the tensor-core
-  // tiers. The addends of kAhead rows are loaded before any of them is stored (4 registers a
-  // row: a kernel whose accumulators leave few takes fewer rows).
-  template <int kAhead, bool Fast, class Value>
-  __device__ __forceinline__ void store_quads(int64_t b, int64_t row0, int r0, int rows, int step,
-                                              int64_t col, int64_t n, Value value) const {
-    const Cols lo = cols(col, col + 1 < n);
-    const bool hi = col + 2 < n;
-    const Cols hi_cols = cols(hi ? col + 2 : col, col + 3 < n);
-    with_activation<Fast>([&](auto act) {
-      for (int r = r0; r < rows; r += kAhead * step) {
-        float2 add[kAhead][2];
-#pragma unroll
-        for (int i = 0; i < kAhead; ++i)
-          if (r + i * step < rows) {
-            const Row row_i = row(b, row0 + r + i * step);
-            add[i][0] = addend(row_i, lo);
-            add[i][1] = hi ? addend(row_i, hi_cols) : float2{0.0f, 0.0f};
-          }
-#pragma unroll
-        for (int i = 0; i < kAhead; ++i)
-          if (r + i * step < rows) {
-            const Row row_i = row(b, row0 + r + i * step);
-            const float4 v = value(r + i * step);
-            store_pair(row_i, lo, v.x, v.y, act, add[i][0]);
-            if (hi) store_pair(row_i, hi_cols, v.z, v.w, act, add[i][1]);
-          }
-      }
-    });
+    if (both) {
+      if (beta != 0.0f) v1 += beta * tile::to_float(p[c_sn]);
+      p[c_sn] = tile::from_float<OutT>(v1);
+    }
   }
 
  private:

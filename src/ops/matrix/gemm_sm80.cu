@@ -265,11 +265,21 @@ __device__ __forceinline__ void store_tile(const Epilogue<OutT>& e,
         }
     __syncwarp();
     const int c = pass * kEpiCols + 4 * (lane % 8);
-    if (c < cols)
-      e.template store_quads<4, !std::is_same_v<OutT, float>>(
-          batch, row0, lane / 8, rows, 4, col0 + c, col0 + cols, [&](int r) {
-            return *reinterpret_cast<const float4*>(&buf[r * kEpiStride + c - pass * kEpiCols]);
-          });
+    if (c < cols) {
+      const auto lo = e.cols(col0 + c, c + 1 < cols);
+      const bool hi = c + 2 < cols;
+      const auto hi_cols = e.cols(col0 + (hi ? c + 2 : c), c + 3 < cols);
+      e.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
+#pragma unroll 1
+        for (int r = lane / 8; r < rows; r += 4) {
+          const float4 v =
+              *reinterpret_cast<const float4*>(&buf[r * kEpiStride + c - pass * kEpiCols]);
+          const auto row = e.row(batch, row0 + r);
+          e.store_pair(row, lo, v.x, v.y, act);
+          if (hi) e.store_pair(row, hi_cols, v.z, v.w, act);
+        }
+      });
+    }
     __syncwarp();
   }
 }

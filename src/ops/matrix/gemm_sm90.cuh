@@ -112,38 +112,10 @@ __device__ __forceinline__ uint64_t operand_desc(const T* tile, int row0, int k)
   else return tile::wgmma::mnmajor_sw128(tile + row0 * kBK<T>, 64 * kBK<T> * sizeof(T)) + 128 * k;
 }
 
-// C's rows where the epilogue reads them (beta != 0) and they are 16-byte aligned, else c null:
-// the producer brings a tile's into L2 with its last stage, so that the epilogue, a few stages
-// later, finds them there instead of waiting on DRAM once a pass.
-struct OldC {
-  const char* c = nullptr;
-  int64_t sb = 0, sm = 0, m = 0, row_bytes = 0;  // strides and the row's length in bytes
-  int elem = 0;
-
-  template <class OutT>
-  static OldC from(const GemmArgs& g) {
-    const int64_t e = sizeof(OutT);
-    const bool aligned = reinterpret_cast<uintptr_t>(g.c) % 16 == 0 && g.c_sn == 1 &&
-                         g.c_sm * e % 16 == 0 && g.c_sb * e % 16 == 0;
-    if (g.beta == 0.0f || !aligned) return {};
-    return {static_cast<const char*>(g.c), g.c_sb * e, g.c_sm * e, g.m, g.n * e, int(e)};
-  }
-
-  template <int BN>
-  __device__ __forceinline__ void prefetch(int64_t batch, int tm, int tn) const {
-    const int64_t col = int64_t(tn) * BN * elem;
-    const int64_t bytes = min(int64_t(BN) * elem, row_bytes - col) / 16 * 16;
-    if (bytes <= 0) return;
-    for (int64_t r = int64_t(tm) * kBM; r < min(m, int64_t(tm + 1) * kBM); ++r)
-      tile::bulk_prefetch_l2(c + batch * sb + r * sm + col, uint32_t(bytes));
-  }
-};
-
 // The producer: one thread walks the same tiles as the consumers and fills the ring.
 template <class T, class S, bool KA, bool KB>
 __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                        Operand a, Operand b, const OldC& old_c, const TileOrder& order,
-                        int k_blocks) {
+                        Operand a, Operand b, const TileOrder& order, int k_blocks) {
   constexpr int BN = S::BN, kStages = S::kStages;
   constexpr uint32_t kBytes = (kBM + BN) * kBK<T> * sizeof(T);
   int stage = 0;
@@ -160,13 +132,12 @@ __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorM
       load_operand<T, KB, BN>(s.b[stage], map_b, b, kb * kBK<T>, tn * BN, int(batch), full);
       if (++stage == kStages) stage = 0, phase ^= 1;
     }
-    if (old_c.c) old_c.prefetch<BN>(batch, tm, tn);
   }
 }
 
 // One epilogue pass of a consumer warpgroup: the kEpiCols columns from `col0` of its Rows rows
 // from `row0`, read from `buf` four columns a thread, a row segment per 8 threads (coalesced
-// stores).
+// stores), the activation chosen and the bias loaded once per pass.
 template <int Rows, class OutT>
 __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* buf, int64_t batch,
                                       int64_t row0, int64_t col0, int64_t m, int64_t n, int tid) {
@@ -174,12 +145,19 @@ __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* bu
   const int quad = tid % kQuads;
   const int64_t col = col0 + 4 * quad;
   if (col >= n) return;
+  const auto lo = epi.cols(col, col + 1 < n);
+  const bool hi = col + 2 < n;
+  const auto hi_cols = epi.cols(hi ? col + 2 : col, col + 3 < n);
   const int rows = m - row0 < Rows ? int(m - row0) : Rows;
-  // Pingpong's consumers hold twice the accumulator rows of cooperative ones: fewer rows ahead.
-  constexpr int kAhead = Rows > 64 ? 2 : 4;
-  epi.template store_quads<kAhead, !std::is_same_v<OutT, float>>(
-      batch, row0, tid / kQuads, rows, kRowsPerStep, col, n,
-      [&](int r) { return *reinterpret_cast<const float4*>(&buf[r * kEpiStride + 4 * quad]); });
+  epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
+#pragma unroll 2
+    for (int r = tid / kQuads; r < rows; r += kRowsPerStep) {
+      const float4 v = *reinterpret_cast<const float4*>(&buf[r * kEpiStride + 4 * quad]);
+      const auto row = epi.row(batch, row0 + r);
+      epi.store_pair(row, lo, v.x, v.y, act);
+      if (hi) epi.store_pair(row, hi_cols, v.z, v.w, act);
+    }
+  });
 }
 
 // Consumer `wg`: its tiles are the CTA's j-th (every one: cooperative; j = wg, wg + 2, ...:
@@ -204,7 +182,12 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const TileOrde
     const int64_t pos = j * k_blocks;
     int stage = int(pos % kStages), prev = 0;
     uint32_t phase = uint32_t(pos / kStages) & 1;
+    const int64_t row0 = int64_t(tm) * kBM + rows0, col0 = int64_t(tn) * BN;
+    // With beta, this tile's old output into L2 a few stages before the epilogue reads it, a row
+    // a thread, so that the epilogue's reads do not wait on DRAM.
+    const int prefetch_at = epi.prefetch && tid < S::kRows && row0 + tid < m ? max(0, k_blocks - kStages) : -1;
     for (int kb = 0; kb < k_blocks; ++kb) {
+      if (kb == prefetch_at) epi.prefetch_row(batch, row0 + tid, col0, min(int64_t(BN), n - col0));
       tile::BulkBarrier{&s.full[stage]}.wait(phase);
       tile::wgmma::fence();
 #pragma unroll
@@ -228,7 +211,6 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const TileOrde
     // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
     // the next in d[4 i + 2 r], d[4 i + 2 r + 1]) through shared memory, kEpiCols columns a pass.
     float* buf = s.epi[wg];
-    const int64_t row0 = int64_t(tm) * kBM + rows0, col0 = int64_t(tn) * BN;
 #pragma unroll
     for (int pass = 0; pass < BN / kEpiCols; ++pass) {
 #pragma unroll
@@ -253,8 +235,8 @@ template <class T, class OutT, class S, bool KA, bool KB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b, Operand a, Operand b,
-                     const Epilogue<OutT> epi_args, const OldC old_c, const TileOrder order,
-                     int64_t m, int64_t n, int k_blocks) {
+                     const Epilogue<OutT> epi_args, const TileOrder order, int64_t m, int64_t n,
+                     int k_blocks) {
   extern __shared__ unsigned char smem_raw[];
   auto& s = *reinterpret_cast<Smem<T, S>*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -272,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (role == 0) {
     tile::wgmma::release_registers<40>();
-    if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, old_c, order, k_blocks);
+    if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, order, k_blocks);
   } else {
     tile::wgmma::claim_registers<232>();
     consume<T, OutT, S, KA, KB>(s, epi_args.resolved(), order, m, n, k_blocks, role - 1);
@@ -332,8 +314,8 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-  kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, a, b, Epilogue<OutT>::from(g),
-                                             OldC::from<OutT>(g), order, g.m, g.n, k_blocks);
+  kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, a, b, Epilogue<OutT>::from(g), order, g.m,
+                                             g.n, k_blocks);
   TESSERA_LAUNCH_CHECK();
 }
 
