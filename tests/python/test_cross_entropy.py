@@ -185,3 +185,19 @@ def test_linear_cross_entropy_edges_and_errors(torch):
         tessera.linear_cross_entropy(hidden, weight, target, chunk_size=0)
     with pytest.raises(TypeError, match="argument 'weight'"):
         tessera.linear_cross_entropy(hidden, weight.double(), target)
+
+
+def test_linear_cross_entropy_frozen_weight(torch):
+    """A weight that needs no gradient gets none computed (the op's output_mask), and d_hidden is
+    still right."""
+    hidden = (torch.randn(40, 32, device="cuda") / 4).requires_grad_()
+    weight = torch.randn(100, 32, device="cuda")
+    target = torch.randint(0, 100, (40,), device="cuda")
+    loss = tessera.linear_cross_entropy(hidden, weight, target, chunk_size=16)
+    (dh,) = torch.autograd.grad(loss, hidden)
+    h64 = hidden.detach().double().requires_grad_()
+    want = torch.nn.functional.cross_entropy(h64 @ weight.double().t(), target)
+    (want_dh,) = torch.autograd.grad(want, h64)
+    close(dh, want_dh, 2e-5)
+    out = torch.ops.tessera.linear_cross_entropy(hidden.detach(), weight, None, target, output_mask=[True, False, False])
+    assert out[2].shape == hidden.shape and out[3].numel() == 0 and out[4].numel() == 0

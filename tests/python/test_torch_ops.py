@@ -106,8 +106,9 @@ def samples(torch, name, dtype):
     if name == "linear_cross_entropy":
         t = torch.tensor([1, -100, 5, 0, 9], device="cuda")
         return [((x(5, 8), x(12, 8), None, t), {"chunk_rows": 2}),
-                ((x(5, 8), x(12, 8), x(12), t.int()), {"reduction": "sum", "z_loss": 1e-3, "with_grad": True}),
-                ((x(5, 8), x(12, 8), None, t), {"reduction": "none", "with_grad": True,
+                ((x(5, 8), x(12, 8), x(12), t.int()), {"reduction": "sum", "z_loss": 1e-3,
+                                                        "output_mask": [True, True, True]}),
+                ((x(5, 8), x(12, 8), None, t), {"reduction": "none", "output_mask": [True, False, False],
                                                  "grad_loss": torch.rand(5, device="cuda")})]
     if name == "attention.kvcache":
         k, v = x(6, 16, 2, 64, grad=False), x(6, 16, 2, 64, grad=False)

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -190,7 +191,7 @@ int64_t chunk_rows_for(const at::Tensor& hidden, int64_t v, int64_t n, int64_t c
 Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
                              const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
                              double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
-                             bool with_grad, const OptTensor& grad_loss) {
+                             std::array<bool, 3> output_mask, const OptTensor& grad_loss) {
   const char* op = "linear_cross_entropy";
   const TensorView th = view(op, "hidden", hidden), tw = view(op, "weight", weight);
   TensorView tb_slot, tg_slot;
@@ -201,21 +202,22 @@ Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
   static_cast<CrossEntropyOptions&>(o) = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
   const int64_t n = hidden.dim() == 2 ? hidden.size(0) : 0, v = weight.dim() == 2 ? weight.size(0) : 0;
   auto [loss, lse] = outputs(hidden, o.reduction);
-  const auto none_like = [](const at::Tensor& t) { return at::empty({0}, t.options()); };
-  at::Tensor dh = with_grad ? at::empty(hidden.sizes(), hidden.options()) : none_like(hidden);
-  at::Tensor dw = with_grad ? at::empty(weight.sizes(), weight.options()) : none_like(weight);
+  // The gradients asked for (hidden, weight, bias), each in its input's shape; the others empty.
   const bool has_bias = bias && bias->defined();
-  at::Tensor db = with_grad && has_bias ? at::empty(bias->sizes(), bias->options()) : none_like(weight);
+  const bool want[3] = {output_mask[0], output_mask[1], output_mask[2] && has_bias};
+  const auto grad_of = [](bool on, const at::Tensor& like, const at::Tensor& t) {
+    return on ? at::empty(t.sizes(), t.options()) : at::empty({0}, like.options());
+  };
+  at::Tensor dh = grad_of(want[0], hidden, hidden), dw = grad_of(want[1], weight, weight);
+  at::Tensor db = grad_of(want[2], weight, has_bias ? *bias : weight);
   at::Tensor ws = at::empty({chunk_rows_for(hidden, v, n, chunk_rows) * std::max<int64_t>(v, 1)}, hidden.options());
   guarded([&] {
     const TensorView tl = view(op, "loss", loss), ts = view(op, "lse", lse), tws = view(op, "workspace", ws);
     TensorView tdh, tdw, tdb;
     LinearCrossEntropyGrads g;
-    if (with_grad) {
-      tdh = view(op, "d_hidden", dh), tdw = view(op, "d_weight", dw);
-      g.d_hidden = &tdh, g.d_weight = &tdw;
-      if (has_bias) tdb = view(op, "d_bias", db), g.d_bias = &tdb;
-    }
+    if (want[0]) tdh = view(op, "d_hidden", dh), g.d_hidden = &tdh;
+    if (want[1]) tdw = view(op, "d_weight", dw), g.d_weight = &tdw;
+    if (want[2]) tdb = view(op, "d_bias", db), g.d_bias = &tdb;
     g.grad_loss = tg;
     o.workspace = &tws;
     tessera::linear_cross_entropy(th, tw, tb, tt, tl, &ts, g, o, stream_of(hidden));
@@ -224,7 +226,8 @@ Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
 }
 
 using LceSig = Tensor5(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&, int64_t,
-                       c10::string_view, double, double, double, int64_t, bool, const OptTensor&);
+                       c10::string_view, double, double, double, int64_t, std::array<bool, 3>,
+                       const OptTensor&);
 
 // Mean and sum: the forward's gradients (for a loss gradient of 1), scaled in place by the loss's
 // gradient, once (a second backward is refused, as cross_entropy's). None: the chunks again.
@@ -237,13 +240,17 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                const OptTensor& bias, const at::Tensor& target, int64_t ignore_index,
                                c10::string_view reduction, double label_smoothing, double z_loss, double softcap,
                                int64_t chunk_rows) {
+    // Only the gradients autograd will ask for (a frozen output projection takes no d_weight).
     const bool none = reduction == "none";
+    const std::array<bool, 3> mask = {!none && hidden.requires_grad(), !none && weight.requires_grad(),
+                                      !none && bias && bias->requires_grad()};
     auto [loss, lse, dh, dw, db] = call_below_autograd(op(), hidden, weight, bias, target, ignore_index, reduction,
-                                                       label_smoothing, z_loss, softcap, chunk_rows, !none, OptTensor());
+                                                       label_smoothing, z_loss, softcap, chunk_rows, mask, OptTensor());
     if (none) {
       ctx->save_for_backward({hidden, weight, bias ? *bias : at::Tensor(), target});
     } else {
       ctx->saved_data["dh"] = dh, ctx->saved_data["dw"] = dw, ctx->saved_data["db"] = db;
+      ctx->saved_data["mask"] = std::vector<bool>(mask.begin(), mask.end());
     }
     ctx->saved_data["reduction"] = std::string(reduction);
     ctx->saved_data["options"] = std::vector<double>{double(ignore_index), label_smoothing, z_loss, softcap,
@@ -262,10 +269,12 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
       const auto opt = ctx->saved_data["options"].toDoubleVector();
       const at::Tensor g = grads[0].defined() ? grads[0].to(at::kFloat).contiguous()
                                               : at::zeros_like(saved[3], saved[3].options().dtype(at::kFloat));
+      const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                        has_bias && ctx->needs_input_grad(2)};
       auto [loss, lse, dh, dw, db] =
           call_below_autograd(op(), saved[0], saved[1], has_bias ? OptTensor(saved[2]) : OptTensor(), saved[3],
-                              int64_t(opt[0]), "none", opt[1], opt[2], opt[3], int64_t(opt[4]), true, OptTensor(g));
-      r[0] = dh, r[1] = dw, r[2] = has_bias ? db : at::Tensor();
+                              int64_t(opt[0]), "none", opt[1], opt[2], opt[3], int64_t(opt[4]), mask, OptTensor(g));
+      r[0] = mask[0] ? dh : at::Tensor(), r[1] = mask[1] ? dw : at::Tensor(), r[2] = mask[2] ? db : at::Tensor();
       return r;
     }
     TORCH_CHECK(ctx->saved_data.count("dh"),
@@ -278,12 +287,17 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                   .findSchemaOrThrow("tessera::cross_entropy", "backward")
                                   .typed<void(const at::Tensor&, at::Tensor&, c10::string_view)>();
     const at::Tensor g = grads[0].defined() ? grads[0].to(at::kFloat) : at::zeros({}, f.device(dh.device()));
-    for (at::Tensor* t : {&dh, &dw, &db})
-      if (t != &db || has_bias) {  // (without a bias, db is an empty placeholder)
-        at::Tensor rows = t->dim() == 2 ? *t : t->unsqueeze(0);
-        scale.call(g, rows, "mean");
+    const auto mask = ctx->saved_data["mask"].toBoolList();
+    at::Tensor* out[3] = {&dh, &dw, &db};
+    for (int i = 0; i < 3; ++i) {
+      if (!mask[i]) {  // not computed: an empty placeholder
+        *out[i] = at::Tensor();
+        continue;
       }
-    r[0] = dh, r[1] = dw, r[2] = has_bias ? db : at::Tensor();
+      at::Tensor rows = out[i]->dim() == 2 ? *out[i] : out[i]->unsqueeze(0);
+      scale.call(g, rows, "mean");
+    }
+    r[0] = dh, r[1] = dw, r[2] = db;
     return r;
   }
 };
@@ -291,10 +305,10 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
 Tensor5 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
                                       const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
                                       double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
-                                      bool with_grad, const OptTensor& grad_loss) {
+                                      std::array<bool, 3> output_mask, const OptTensor& grad_loss) {
   if (!records(hidden, weight, bias))
     return call_below_autograd(LinearCrossEntropyFunction::op(), hidden, weight, bias, target, ignore_index,
-                               reduction, label_smoothing, z_loss, softcap, chunk_rows, with_grad, grad_loss);
+                               reduction, label_smoothing, z_loss, softcap, chunk_rows, output_mask, grad_loss);
   auto r = LinearCrossEntropyFunction::apply(hidden, weight, bias, target, ignore_index, reduction, label_smoothing,
                                              z_loss, softcap, chunk_rows);
   // The gradients go to autograd, not out of the op: three placeholders, none aliasing another.

@@ -228,7 +228,7 @@ const Registrar kRegistrar(20, [] {
   op.torch_schemas = {
       "linear_cross_entropy(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, *, int ignore_index=-100, "
       "str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, int chunk_rows=0, "
-      "bool with_grad=False, Tensor? grad_loss=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"};
+      "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"};
   return std::vector<OpInfo>{op};
 });
 
