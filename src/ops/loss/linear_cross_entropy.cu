@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -155,14 +156,11 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
     const TensorView& like = t == g.d_hidden ? hidden : weight;
     detail::check_like(kOp, arg, *t, t == g.d_hidden ? "hidden" : "weight", like);
     detail::check_no_internal_overlap(kOp, arg, *t);
-    detail::check_no_overlap(kOp, arg, *t, "hidden", hidden, false);
-    detail::check_no_overlap(kOp, arg, *t, "weight", weight, false);
   }
   if (g.d_bias) {
     if (!bias) detail::throw_arg(ErrorKind::value, kOp, "d_bias", "nullptr (there is no bias)", "a tensor");
     detail::check_like(kOp, "d_bias", *g.d_bias, "bias", *bias);
     detail::check_no_internal_overlap(kOp, "d_bias", *g.d_bias);
-    detail::check_no_overlap(kOp, "d_bias", *g.d_bias, "bias", *bias, false);
   }
   if (g.grad_loss) {
     detail::check_cuda_tensor(kOp, "grad_loss", *g.grad_loss);
@@ -171,6 +169,20 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
     if (none) check_shape("grad_loss", *g.grad_loss, {n}, "a 1-d tensor of N = " + std::to_string(n) + " (reduction none)");
     else check_shape("grad_loss", *g.grad_loss, {}, "a 0-d tensor (reduction mean or sum)");
   }
+  // The outputs apart from one another and from every input.
+  using Arg = std::pair<const char*, const TensorView*>;
+  const Arg outs[] = {{"loss", &loss}, {"lse", lse}, {"d_hidden", g.d_hidden}, {"d_weight", g.d_weight},
+                      {"d_bias", g.d_bias}};
+  const Arg ins[] = {{"hidden", &hidden}, {"weight", &weight}, {"bias", bias}, {"target", &target},
+                     {"grad_loss", g.grad_loss}};
+  for (std::size_t i = 0; i < std::size(outs); ++i) {
+    if (!outs[i].second) continue;
+    for (std::size_t j = i + 1; j < std::size(outs); ++j)
+      if (outs[j].second)
+        detail::check_no_overlap(kOp, outs[j].first, *outs[j].second, outs[i].first, *outs[i].second, false);
+    for (const Arg& in : ins)
+      if (in.second) detail::check_no_overlap(kOp, outs[i].first, *outs[i].second, in.first, *in.second, false);
+  }
   if (const TensorView* w = o.workspace) {
     detail::check_cuda_tensor(kOp, "workspace", *w);
     detail::check_same_dtype(kOp, "workspace", *w, "hidden", hidden);
@@ -178,11 +190,11 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
     if (!w->is_contiguous() || w->numel() < v)
       detail::throw_arg(ErrorKind::value, kOp, "workspace",
                         "a contiguous tensor of at least V = " + std::to_string(v) + " elements", dims(*w));
-    for (auto [arg, t] : {std::pair{"hidden", &hidden}, std::pair{"weight", &weight}, std::pair{"target", &target},
-                          std::pair{"loss", &loss}, std::pair{"bias", bias}, std::pair{"lse", lse},
-                          std::pair{"d_hidden", g.d_hidden}, std::pair{"d_weight", g.d_weight},
-                          std::pair{"d_bias", g.d_bias}, std::pair{"grad_loss", g.grad_loss}})
-      if (t) detail::check_no_overlap(kOp, "workspace", *w, arg, *t, false);
+    const auto apart = [&](const Arg& a) {
+      if (a.second) detail::check_no_overlap(kOp, "workspace", *w, a.first, *a.second, false);
+    };
+    for (const Arg& a : outs) apart(a);
+    for (const Arg& a : ins) apart(a);
   }
   if (o.chunk_rows < 0)
     detail::throw_arg(ErrorKind::value, kOp, "chunk_rows", "a count >= 0 (0: chosen)", std::to_string(o.chunk_rows));
