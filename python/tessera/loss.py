@@ -84,6 +84,8 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
                         f"{type(hidden).__name__}")
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"tessera.linear_cross_entropy: argument 'chunk_size': expected a count >= 1, got {chunk_size!r}")
+    if isinstance(target, torch.Tensor) and not target.is_contiguous():
+        target = target.contiguous()  # the kernels read the targets of a chunk as one run
     loss, lse, *_ = _ops(torch).linear_cross_entropy.default(
         hidden, weight, bias, target, ignore_index=int(ignore_index), reduction=str(reduction),
         label_smoothing=float(label_smoothing), z_loss=float(z_loss), softcap=float(softcap or 0.0),

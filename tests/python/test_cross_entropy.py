@@ -173,6 +173,9 @@ def test_linear_cross_entropy_edges_and_errors(torch):
     with pytest.raises(RuntimeError, match="retain_graph"):
         torch.autograd.grad(loss, (hidden, weight))
     target = torch.randint(0, 10, (6,), device="cuda")
+    strided = torch.randint(0, 10, (12,), device="cuda")[::2]  # taken as a contiguous copy
+    assert torch.equal(tessera.linear_cross_entropy(hidden.detach(), weight.detach(), strided),
+                       tessera.linear_cross_entropy(hidden.detach(), weight.detach(), strided.contiguous()))
     with pytest.raises(ValueError, match="argument 'weight'"):
         tessera.linear_cross_entropy(hidden, weight[:, :4], target)
     with pytest.raises(ValueError, match="argument 'target'"):

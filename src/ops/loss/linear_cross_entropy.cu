@@ -134,7 +134,9 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
   detail::check_cuda_tensor(kOp, "target", target);
   detail::check_dtype_in(kOp, "target", target, {DType::int64, DType::int32});
   detail::check_same_device(kOp, "target", target, "hidden", hidden);
-  check_shape("target", target, {n}, "a 1-d tensor of hidden's N = " + std::to_string(n));
+  check_shape("target", target, {n}, "a contiguous 1-d tensor of hidden's N = " + std::to_string(n));
+  if (target.strides[0] != 1 && n > 1)
+    detail::throw_arg(ErrorKind::value, kOp, "target", "a contiguous 1-d tensor", "stride " + std::to_string(target.strides[0]));
   const bool none = o.reduction == Reduction::none;
   const std::string n_floats = "a contiguous 1-d float32 tensor of N = " + std::to_string(n);
   detail::check_cuda_tensor(kOp, "loss", loss);
