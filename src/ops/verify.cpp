@@ -92,6 +92,18 @@ void to_device(TestTensor& t, const HostCopy& h) {
   TESSERA_CUDA_CHECK(cudaMemcpy(t.storage.data(), h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice));
 }
 
+TestTensor upload(DType dtype, const std::vector<int64_t>& shape, const std::vector<double>& values) {
+  TestTensor d = make_tensor(dtype, shape, Layout::contiguous);
+  HostCopy h = to_host(d);
+  for (int64_t i = 0; i < h.view.numel(); ++i) {
+    if (dtype == DType::int64) static_cast<int64_t*>(h.view.data)[i] = int64_t(values[size_t(i)]);
+    else if (dtype == DType::int32) static_cast<int32_t*>(h.view.data)[i] = int32_t(values[size_t(i)]);
+    else host::store_double(h.view, i, values[size_t(i)]);
+  }
+  to_device(d, h);
+  return d;
+}
+
 VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
                      const std::vector<double>& ref, cudaStream_t stream) {
   VerifyResult r;

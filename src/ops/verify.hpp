@@ -52,6 +52,10 @@ void to_device(TestTensor& t, const HostCopy& h);
 VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
                      const std::vector<double>& ref, cudaStream_t stream);
 
+// A contiguous device tensor of `shape` holding `values` (row-major): float dtypes rounded as
+// stored, int32 / int64 exactly (class indices, lengths).
+TestTensor upload(DType dtype, const std::vector<int64_t>& shape, const std::vector<double>& values);
+
 // v rounded to dtype the way the kernels round: to float first, then to the storage type.
 double round_to(DType dt, double v);
 

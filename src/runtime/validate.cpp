@@ -144,4 +144,6 @@ TensorView broadcast_to(const char* op, const char* arg, const TensorView& t, co
   return r;
 }
 
+std::string dims(const TensorView& t) { return std::to_string(t.ndim) + "-d " + t.shape_str(); }
+
 }  // namespace tessera::detail

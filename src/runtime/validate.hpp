@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <string>
 
 #include "runtime/check.hpp"
 #include "tessera/tensor.hpp"
@@ -38,5 +39,8 @@ int broadcast_shapes(const char* op, const char* a_arg, const TensorView& a, con
                      const TensorView& b, int64_t* out_shape);
 
 bool same_view(const TensorView& x, const TensorView& y);
+
+// "2-d [8, 100]": how errors say what a tensor argument was.
+std::string dims(const TensorView& t);
 
 }  // namespace tessera::detail

@@ -15,7 +15,6 @@
 #include "ops/loss/cross_entropy_reference.hpp"
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
-#include "runtime/check.hpp"
 #include "tessera/ops/loss.hpp"
 
 namespace tessera::ops {
@@ -54,11 +53,7 @@ std::vector<int64_t> targets(const Spec& s, unsigned seed) {
 }
 
 TestTensor upload_targets(const std::vector<int64_t>& t, bool int32) {
-  TestTensor d = make_tensor(int32 ? DType::int32 : DType::int64, {int64_t(t.size())}, Layout::contiguous);
-  std::vector<int32_t> narrow(t.begin(), t.end());
-  const void* src = int32 ? static_cast<const void*>(narrow.data()) : static_cast<const void*>(t.data());
-  TESSERA_CUDA_CHECK(cudaMemcpy(d.storage.data(), src, t.size() * (int32 ? 4 : 8), cudaMemcpyHostToDevice));
-  return d;
+  return upload(int32 ? DType::int32 : DType::int64, {int64_t(t.size())}, std::vector<double>(t.begin(), t.end()));
 }
 
 VerifyResult run_case(DType dt, const Spec& s) {

@@ -99,15 +99,13 @@ void launch_bias_grad(const TensorView& g, float* acc, bool first, const TensorV
   TESSERA_LAUNCH_CHECK();
 }
 
-std::string dims(const TensorView& t) { return std::to_string(t.ndim) + "-d " + t.shape_str(); }
-
 // A 2-d or 1-d argument of `shape` (`what` says it in words for the error).
 void check_shape(const char* arg, const TensorView& t, std::initializer_list<int64_t> shape,
                  const std::string& what) {
   bool ok = t.ndim == int(shape.size());
   int i = 0;
   for (int64_t s : shape) ok = ok && t.shape[i++] == s;
-  if (!ok) detail::throw_arg(ErrorKind::value, kOp, arg, what, dims(t));
+  if (!ok) detail::throw_arg(ErrorKind::value, kOp, arg, what, detail::dims(t));
 }
 
 void check(const TensorView& hidden, const TensorView& weight, const TensorView* bias,
@@ -116,14 +114,14 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
   detail::check_cuda_tensor(kOp, "hidden", hidden);
   detail::check_dtype_in(kOp, "hidden", hidden, {DType::bfloat16, DType::float16, DType::float32});
   if (hidden.ndim != 2)
-    detail::throw_arg(ErrorKind::value, kOp, "hidden", "a 2-d tensor [N, H]", dims(hidden));
+    detail::throw_arg(ErrorKind::value, kOp, "hidden", "a 2-d tensor [N, H]", detail::dims(hidden));
   const int64_t n = hidden.shape[0], h = hidden.shape[1];
   detail::check_cuda_tensor(kOp, "weight", weight);
   detail::check_same_dtype(kOp, "weight", weight, "hidden", hidden);
   detail::check_same_device(kOp, "weight", weight, "hidden", hidden);
   if (weight.ndim != 2 || weight.shape[1] != h || weight.shape[0] < 1)
     detail::throw_arg(ErrorKind::value, kOp, "weight",
-                      "a 2-d tensor [V, H] with V >= 1 and H = " + std::to_string(h) + " (hidden's)", dims(weight));
+                      "a 2-d tensor [V, H] with V >= 1 and H = " + std::to_string(h) + " (hidden's)", detail::dims(weight));
   const int64_t v = weight.shape[0];
   if (bias) {
     detail::check_cuda_tensor(kOp, "bias", *bias);
@@ -191,7 +189,7 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
     detail::check_same_device(kOp, "workspace", *w, "hidden", hidden);
     if (!w->is_contiguous() || w->numel() < v)
       detail::throw_arg(ErrorKind::value, kOp, "workspace",
-                        "a contiguous tensor of at least V = " + std::to_string(v) + " elements", dims(*w));
+                        "a contiguous tensor of at least V = " + std::to_string(v) + " elements", detail::dims(*w));
     const auto apart = [&](const Arg& a) {
       if (a.second) detail::check_no_overlap(kOp, "workspace", *w, a.first, *a.second, false);
     };

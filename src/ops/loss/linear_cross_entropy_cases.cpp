@@ -15,7 +15,6 @@
 #include "ops/loss/cross_entropy_reference.hpp"
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
-#include "runtime/check.hpp"
 #include "tessera/ops/loss.hpp"
 
 namespace tessera::ops {
@@ -54,19 +53,6 @@ std::vector<double> host_values(const TestTensor& t) {
   std::vector<double> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) x[size_t(i)] = host::load_double(c.view, i);
   return x;
-}
-
-// A device tensor of the values x (float dtypes) or of int64 / int32 class indices.
-TestTensor upload(DType dt, const std::vector<int64_t>& shape, const std::vector<double>& x) {
-  TestTensor d = make_tensor(dt, shape, Layout::contiguous);
-  HostCopy h = to_host(d);
-  for (int64_t i = 0; i < h.view.numel(); ++i) {
-    if (dt == DType::int64) static_cast<int64_t*>(h.view.data)[i] = int64_t(x[size_t(i)]);
-    else if (dt == DType::int32) static_cast<int32_t*>(h.view.data)[i] = int32_t(x[size_t(i)]);
-    else host::store_double(h.view, i, x[size_t(i)]);
-  }
-  to_device(d, h);
-  return d;
 }
 
 VerifyResult run_case(DType dt, const Spec& s) {

@@ -24,11 +24,9 @@ const char* activation_name(Activation a) {
 
 namespace {
 
-std::string dims(const TensorView& t) { return std::to_string(t.ndim) + "-d " + t.shape_str(); }
-
 void check_rank(const char* op, const char* arg, const TensorView& t) {
   if (t.ndim != 2 && t.ndim != 3)
-    detail::throw_arg(ErrorKind::value, op, arg, "a 2-d or 3-d tensor", dims(t));
+    detail::throw_arg(ErrorKind::value, op, arg, "a 2-d or 3-d tensor", detail::dims(t));
 }
 
 // Batch stride of a 2-d or 3-d operand: 0 when 2-d (shared) or when its batch dimension is 1.
@@ -37,7 +35,7 @@ int64_t batch_stride(const TensorView& t) { return t.ndim == 3 && t.shape[0] != 
 void check_batch(const char* op, const char* arg, const TensorView& t, int64_t batch) {
   if (t.ndim == 3 && t.shape[0] != batch && t.shape[0] != 1)
     detail::throw_arg(ErrorKind::value, op, arg,
-                      "a batch of " + std::to_string(batch) + " (or 1, or 2-d: shared)", dims(t));
+                      "a batch of " + std::to_string(batch) + " (or 1, or 2-d: shared)", detail::dims(t));
 }
 
 // The dtype checks of matmul (16-bit or float32 inputs; out of their dtype or float32) and
@@ -81,7 +79,7 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
   const int64_t batch = c.ndim == 3 ? c.shape[0] : 1;
   if (c.ndim == 2 && (a.ndim == 3 || b.ndim == 3) && std::max(a.ndim == 3 ? a.shape[0] : 1,
                                                               b.ndim == 3 ? b.shape[0] : 1) != 1)
-    detail::throw_arg(ErrorKind::value, kOp, "out", "a 3-d tensor (the inputs are batched)", dims(c));
+    detail::throw_arg(ErrorKind::value, kOp, "out", "a 3-d tensor (the inputs are batched)", detail::dims(c));
   if (c.shape[c.ndim - 2] != m || c.shape[c.ndim - 1] != n)
     detail::throw_arg(ErrorKind::value, kOp, "out",
                       "[..., " + std::to_string(m) + ", " + std::to_string(n) + "] (M of 'input', N of 'other')",
@@ -168,7 +166,7 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
   runtime::NvtxRange range("tessera::scaled_mm");
   for (auto [arg, t] : {std::pair{"input", &input}, std::pair{"other", &other}, std::pair{"out", &out}})
     if (t->ndim != 2)
-      detail::throw_arg(ErrorKind::value, "scaled_mm", arg, "a 2-d tensor", dims(*t));
+      detail::throw_arg(ErrorKind::value, "scaled_mm", arg, "a 2-d tensor", detail::dims(*t));
   MatmulOptions o;
   o.bias = bias;
   matrix::GemmArgs g = resolve("scaled_mm", input, other, out, o);
