@@ -14,12 +14,15 @@ Timing: the L2 flushed before each repetition; each size timed in --rounds round
 the providers in turn within a round, and per provider the round with the median median. With
 --self-check a second torch provider ("torch2") shows what the method reads on identical calls.
 
---layouts adds matmul_nn (other row-major, N contiguous) and matmul_tn (input column-major) at
-4096 and 8192 in bfloat16 and float16. --sweep adds linear-layer shapes in bfloat16: M in
+Layouts are named as torch users meet them, for C = A @ B: the first letter says whether A is a
+transposed view (column-major, M contiguous), the second whether B is (K contiguous, W^T):
+NT is x @ W^T. --layouts adds matmul_nn (both row-major) and matmul_tn (A column-major, B
+row-major) at 4096 and 8192 in bfloat16 and float16. --sweep adds linear-layer shapes in bfloat16: M in
 {1, 16, 128, 1024, 8192} against the (N, K) of Llama-3-8B's projections {(4096, 4096),
 (14336, 4096), (4096, 14336), (128256, 4096)}, and prints their geometric mean ratio.
 --narrow adds, at 4096 and 8192 (other = W^T): float32 with TF32 allowed on both sides
-(matmul_tf32, torch.set_float32_matmul_precision("high") around those calls), float8 e4m3
+(matmul_tf32, torch.set_float32_matmul_precision("high") around those calls; at 8192 also in the
+layouts NN, TN and TT), float8 e4m3
 (scaled_mm against torch._scaled_mm with use_fast_accum=True, the same accumulation, and False as
 a second peer), and bias + GELU fused at 8192 x 8192 x 4096 bfloat16 (matmul_bias_gelu against
 torch.matmul, + bias, gelu; and addmm then gelu).
@@ -59,12 +62,12 @@ SWEEP_M = [1, 16, 128, 1024, 8192]
 
 
 def operands(m: int, n: int, k: int, dtype, layout: str):
-    """input [m, k] and other [k, n] in `layout`: NT (other = W^T, K contiguous in both), NN
-    (other row-major) or TN (input column-major, other = W^T)."""
+    """input [m, k] and other [k, n] in `layout` (NN, NT, TN or TT): a T makes that operand a
+    transposed view, so NT is x @ W^T (K contiguous in both)."""
     def randn(*shape):
         return torch.randn(*shape, device="cuda", dtype=dtype)
-    a = randn(k, m).t() if layout == "TN" else randn(m, k)
-    b = randn(k, n) if layout == "NN" else randn(n, k).t()
+    a = randn(k, m).t() if layout[0] == "T" else randn(m, k)
+    b = randn(n, k).t() if layout[1] == "T" else randn(k, n)
     return a, b
 
 
@@ -92,8 +95,8 @@ def bench_gemm(suite: Suite, op: str, dtype, m: int, n: int, k: int, layout: str
               timing=dict(cuda_graph=False, flush_l2=True))
 
 
-def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool) -> None:
-    a, b = operands(size, size, size, torch.float32, "NT")
+def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool, layout: str = "NT") -> None:
+    a, b = operands(size, size, size, torch.float32, layout)
     out_t, out_c = (torch.empty(size, size, device="cuda") for _ in range(2))
 
     def tf32(fn):
@@ -113,7 +116,8 @@ def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool) -> None:
     if self_check:
         out_c2 = torch.empty(size, size, device="cuda")
         providers["torch2"] = lambda: torch_tf32(out_c2)
-    suite.run("matmul_tf32", torch.float32, size, float(3 * size * size * 4), providers,
+    op = "matmul_tf32" if layout == "NT" else "matmul_tf32_" + layout.lower()
+    suite.run(op, torch.float32, size, float(3 * size * size * 4), providers,
               flops=2.0 * size ** 3, shape=(size, size, size),
               tolerances={torch.float32: TF32_TOLERANCE}, rounds=rounds,
               timing=dict(cuda_graph=False, flush_l2=True))
@@ -224,6 +228,10 @@ def main() -> int:
             suite.attempt(f"scaled_mm e4m3 {size}", lambda: bench_fp8(suite, size, args.rounds,
                                                                       args.self_check))
             torch.cuda.empty_cache()
+        for layout in ("NN", "TN", "TT"):
+            suite.attempt(f"matmul_tf32 {layout} 8192", lambda: bench_tf32(
+                suite, 8192, args.rounds, args.self_check, layout))
+            torch.cuda.empty_cache()
         suite.attempt("matmul bias+gelu", lambda: bench_bias_gelu(suite, args.rounds,
                                                                   args.self_check))
     if args.accumulate:
@@ -234,7 +242,7 @@ def main() -> int:
     failures = suite.finish(args.out, best_peer=True, peers=["torch"])
     if args.sweep:
         print()
-        print(sweep_summary(suite))
+        print(sweep_summary(suite, copy_rate()))
     if args.self_check:
         print()
         print("harness self-check: torch2 / torch (identical calls)")
@@ -242,20 +250,42 @@ def main() -> int:
     return 1 if failures else 0
 
 
-def sweep_summary(suite: Suite) -> str:
-    """The linear sweep's geometric mean of tessera/torch and its lowest ratio."""
+def copy_rate(nbytes: int = 2 << 30) -> float:
+    """GB/s of a device-to-device copy moving `nbytes` (half read, half written; median of
+    do_bench, the L2 flushed before each repetition): by default 1 GiB each way, the ceiling; at a
+    weight's size, what a kernel moving that many bytes reaches, launch and ramp included."""
+    from triton.testing import do_bench
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+    del src, dst
+    torch.cuda.empty_cache()
+    return nbytes / ms / 1e6
+
+
+def sweep_summary(suite: Suite, copy_gbps: float) -> str:
+    """The linear sweep's geometric mean of tessera/torch and its lowest ratio; for M <= 16, the
+    weight's bytes over tessera's time against the copy rate."""
     times: dict = {}
+    skinny = []
     for r in suite.report.rows():
         if r["op"] == "linear":
             times.setdefault(str(r["shape"]), {})[r["provider"]] = r["gbps"]
+            m, n, k = (int(d) for d in str(r["shape"]).replace(",", "x").strip("()[] ").split("x"))
+            if r["provider"] == "tessera" and m <= 16:
+                weight_gbps = r["gbps"] * (n * k) / (m * k + k * n + m * n)
+                same = copy_rate(2 * n * k)
+                skinny.append(f"  {m}x{n}x{k}: {weight_gbps:.0f} GB/s on the weight, "
+                              f"{weight_gbps / copy_gbps:.0%} of the copy rate ({copy_gbps:.0f} GB/s); "
+                              f"a copy of the weight's bytes: {same:.0f} GB/s")
     ratios = {s: t["tessera"] / t["torch"] for s, t in times.items()
               if t.get("torch") and "tessera" in t}
     if not ratios:
         return "linear sweep: no shape measured"
     geo = math.exp(sum(math.log(x) for x in ratios.values()) / len(ratios))
     low = min(ratios, key=ratios.get)
-    return (f"linear sweep, bfloat16, {len(ratios)} shapes: geometric mean tessera/torch "
-            f"{geo:.2f}, lowest {ratios[low]:.2f} at {low} (M, N, K)")
+    return "\n".join([f"linear sweep, bfloat16, {len(ratios)} shapes: geometric mean tessera/torch "
+                      f"{geo:.2f}, lowest {ratios[low]:.2f} at {low} (M, N, K)"] + skinny)
 
 
 if __name__ == "__main__":

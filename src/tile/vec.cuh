@@ -102,4 +102,15 @@ __device__ __forceinline__ uint4 load_16B_hint(const void* p, uint64_t policy) {
   return r;
 }
 
+// One 16-byte load (16-byte aligned address) of data read once: kept out of L1, and the rest of
+// its 256-byte L2 line fetched along with it, for streams such as a weight matrix read a few
+// rows per warp. Through the read-only path: the kernel must not write what it reads so.
+__device__ __forceinline__ uint4 load_16B_stream(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
 }  // namespace tessera::tile

@@ -58,16 +58,19 @@ TEST(MatmulArgs, ShapesDtypesAndEpilogueAreChecked) {
   }, ErrorKind::value, {"argument 'other'", "a batch of 3"});
 }
 
-// The tier a call ran, from the launcher's trace.
-std::string tier_of(DType dt, Layout la, Layout lb, int64_t m, int64_t k, int64_t n) {
+// The tier the launcher chose for a call (the first it recorded: a tier that runs others, such as
+// the relayout, records theirs after its own), from its trace.
+std::string tier_of(DType dt, Layout la, Layout lb, int64_t m, int64_t k, int64_t n, bool tf32 = false) {
   auto a = make_tensor(dt, {m, k}, la), b = make_tensor(dt, {k, n}, lb);
   auto c = make_tensor(dt, {m, n}, Layout::contiguous);
+  MatmulOptions o;
+  o.allow_tf32 = tf32;
   tessera::runtime::set_tier_trace(true);
-  tessera::matmul(a.view, b.view, c.view, {}, nullptr);
+  tessera::matmul(a.view, b.view, c.view, o, nullptr);
   const auto trace = tessera::runtime::take_tier_trace();
   tessera::runtime::set_tier_trace(false);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return trace.empty() ? "" : trace.back().tier;
+  return trace.empty() ? "" : trace.front().tier;
 }
 
 TEST(MatmulGpu, EveryRowOrColumnMajorLayoutTakesTheTensorCoresOnHopper) {
@@ -79,12 +82,19 @@ TEST(MatmulGpu, EveryRowOrColumnMajorLayoutTakesTheTensorCoresOnHopper) {
       for (Layout lb : {C, T})
         EXPECT_EQ(tier_of(dt, la, lb, 256, 192, 320), "sm90_wgmma")
             << tessera::dtype_name(dt) << " " << layout_name(la) << " @ " << layout_name(lb);
-  // Few output tiles against a long K split K over the idle SMs, in every layout.
+  // Few rows against a K-contiguous weight stream it on the skinny tier; in the other layouts,
+  // few output tiles against a long K split K over the idle SMs.
+  for (Layout la : {C, T}) {
+    EXPECT_EQ(tier_of(DType::bfloat16, la, T, 16, 4096, 512), "skinny") << layout_name(la);
+    EXPECT_EQ(tier_of(DType::bfloat16, la, C, 16, 4096, 512), "sm90_split_k") << layout_name(la);
+  }
+  EXPECT_EQ(tier_of(DType::bfloat16, C, T, 33, 4096, 512), "sm90_split_k");  // M over the skinny tier's
+  EXPECT_EQ(tier_of(DType::bfloat16, C, C, 16, 4000, 512), "sm90_wgmma");   // K not in 64-blocks
+  // TF32 in every layout: an operand whose K is not contiguous is copied K-contiguous first.
   for (Layout la : {C, T})
     for (Layout lb : {C, T})
-      EXPECT_EQ(tier_of(DType::bfloat16, la, lb, 16, 4096, 512), "sm90_split_k")
+      EXPECT_EQ(tier_of(DType::float32, la, lb, 256, 192, 320, true), la == C && lb == T ? "sm90_wgmma" : "sm90_relayout")
           << layout_name(la) << " @ " << layout_name(lb);
-  EXPECT_EQ(tier_of(DType::bfloat16, C, T, 16, 4000, 512), "sm90_wgmma");  // K not in 64-blocks
   // float32, strided operands and rows that are not 16-byte multiples take the SIMT tier.
   EXPECT_EQ(tier_of(DType::float32, C, T, 256, 192, 320), "simt");
   EXPECT_EQ(tier_of(DType::bfloat16, Layout::strided, T, 256, 192, 320), "simt");

@@ -273,6 +273,44 @@ struct SplitKTier {
   static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
 };
 
+// Few rows against a weight with K contiguous (x @ W^T at decode and small batch): the weight
+// streamed once across every SM in 16-byte runs, mma.sync, K split where its columns are few
+// (gemm_skinny.cu).
+struct SkinnyTier {
+  static constexpr const char* kName = "skinny";
+  static constexpr const char* kWhen =
+      "sm_80 on, M <= 32, one matrix, 16-bit inputs, `other` with K contiguous (x @ W^T) and "
+      "16-byte aligned rows, K a multiple of 8, no explicit config: the weight streamed at the "
+      "copy rate, K split over the SMs where the columns are few";
+  struct Plan {
+    int m_tiles = 1;  // M padded to 16 m_tiles
+    int splits = 1;   // chunks of K, summed in order by the last CTA of each column block
+    int64_t chunk = 0;
+    int64_t blocks = 0;  // column blocks
+    std::string describe() const;
+  };
+  static bool can_implement(const GemmArgs& g, const GemmCtx& ctx);
+  static Plan plan(const GemmArgs& g, const GemmCtx& ctx);
+  static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
+};
+
+// float32 with TF32 allowed and an operand whose K is not contiguous: that operand copied
+// K-contiguous into scratch, then the sm90 tiers (gemm_relayout.cu), since wgmma reads tf32
+// K-major only.
+struct RelayoutTier {
+  static constexpr const char* kName = "sm90_relayout";
+  static constexpr const char* kWhen =
+      "sm_90, float32 with TF32 allowed, an operand whose K is not contiguous: copied "
+      "K-contiguous (a tiled transpose), then the sm90 tiers";
+  struct Plan {
+    bool a = false, b = false;  // which operands are copied
+    std::string describe() const;
+  };
+  static bool can_implement(const GemmArgs& g, const GemmCtx& ctx);
+  static Plan plan(const GemmArgs& g, const GemmCtx& ctx);
+  static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
+};
+
 // The portable tensor-core tier, for sm_80 on (A100, L40, and Hopper where sm_90a code is not
 // built): mma.sync on fragments loaded with ldmatrix, cp.async filling a multistage ring
 // (gemm_sm80.cu).

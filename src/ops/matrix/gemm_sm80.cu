@@ -24,6 +24,7 @@
 #include "ops/matrix/gemm.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "tile/mma.cuh"
 
 namespace tessera::matrix {
 namespace {
@@ -73,35 +74,6 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Four 8 x 8 matrices of 16-bit elements, lane l giving the address of row l % 8 of matrix l / 8;
-// register j of lane l holds row l / 4, columns 2 (l % 4) and the next of matrix j (Trans: of its
-// transpose).
-template <bool Trans>
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  if constexpr (Trans)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-// d += a b on an m16n8k16 tile: a row-major 16 x 16, b column-major 16 x 8, d float32.
-template <class T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-  if constexpr (std::is_same_v<T, __half>)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // ---- shared-memory tiles ------------------------------------------------------------------------
@@ -173,7 +145,7 @@ struct FragLoader {
   // Load f of step kk from the tile at shared `tile`.
   __device__ __forceinline__ void load(uint32_t (&r)[4], uint32_t tile, int f, int kk) const {
     const uint32_t o = KMajor ? off[kk] + f * 16 * kBK * 2 : off[f] + kk * 16 * Rows * 2;
-    ldmatrix_x4<!KMajor>(r, tile + o);
+    tile::ldmatrix_x4<!KMajor>(r, tile + o);
   }
 };
 
@@ -201,7 +173,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[S::kMT][S::kNT][4],
 #pragma unroll
     for (int mt = 0; mt < S::kMT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < S::kNT; ++nt) mma16816<T>(acc[mt][nt], a[mt], b[nt]);
+      for (int nt = 0; nt < S::kNT; ++nt) tile::mma_m16n8k16<T>(acc[mt][nt], a[mt], b[nt]);
   }
 }
 

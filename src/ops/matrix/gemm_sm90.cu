@@ -31,9 +31,12 @@ bool has_sm90a_code() {
 }
 
 // The tuner's choice where it made one; else TESSERA_MATMUL_SCHEDULE=pingpong or cooperative (for
-// measuring them against each other); else pingpong where 256-wide tiles would leave SMs idle or
-// the epilogue computes a transcendental activation per element: cooperative consumers run the
-// epilogue together while the tensor cores wait, pingpong ones under each other's main loop.
+// measuring them against each other); else pingpong where 256-wide tiles come in fewer than four
+// waves or the epilogue computes a transcendental activation per element: cooperative consumers
+// run the epilogue together while the tensor cores wait, pingpong ones under each other's main
+// loop, which pays where the epilogues are a larger share of the time (short K per tile in few
+// waves) and where a partial last wave leaves SMs idle; in many waves the 256-wide tiles' lower
+// shared-memory traffic per FLOP wins.
 bool plan_pingpong(const GemmArgs& g, const GemmCtx& ctx) {
   if (g.config.schedule) return g.config.schedule == 2;
   // 0: by the rule, 1: pingpong, 2: cooperative; read once per process.
@@ -45,7 +48,7 @@ bool plan_pingpong(const GemmArgs& g, const GemmCtx& ctx) {
   if (forced) return forced == 1;
   const bool costly_epilogue = g.activation == Activation::gelu ||
                                g.activation == Activation::gelu_tanh || g.activation == Activation::silu;
-  return costly_epilogue || tiles(g, Cooperative::BN) < ctx.sms;
+  return costly_epilogue || tiles(g, Cooperative::BN) < 4 * ctx.sms;
 }
 
 bool out_ok(DType in, DType out) {

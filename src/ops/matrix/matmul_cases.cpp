@@ -146,6 +146,14 @@ std::vector<VerifyCase> matmul_cases() {
       {16, 3584, 256, 0, 0, T, C},                      // split K, M/N-contiguous operands
       {8, 2048, 256, 0, 0, C, T, false, false, true},   // split K, float32 output
       {64, 0, 64, 0, 0, C, T, true, true, false, A::gelu, 1.0, 0.5},  // K = 0 with an epilogue
+      // The skinny tier (M <= 32, other K-contiguous): one chunk, K split, tails in N and K.
+      {1, 4096, 4096},                                   // a decode step: K split
+      {5, 1000, 777},                                    // odd N, K not a multiple of the step
+      {16, 256, 64},                                     // one piece, fewer columns than a CTA
+      {32, 1536, 200, 0, 0, T, T, true, false, false, A::gelu},  // M padded to 32, A strided
+      {24, 4104, 136, 0, 0, C, T, false, true, true, A::none, 1.0, 0.5},  // f32 out, beta
+      {12, 8200, 520, 0, 0, C, T, true, true, false, A::silu, 0.5},  // many chunks, an epilogue
+      {2, 3000, 20000},                                  // no split: several pieces of K
   };
   std::vector<VerifyCase> cases;
   for (DType dt : kFloatTypes)
@@ -156,8 +164,8 @@ std::vector<VerifyCase> matmul_cases() {
   return cases;
 }
 
-// float32 with TF32 allowed: the tensor cores where both operands are K-contiguous, the exact
-// kernel elsewhere (within the same bound).
+// float32 with TF32 allowed: the tensor cores, with an operand that is not K-contiguous copied
+// K-contiguous first; the exact kernel where rows are not 16-byte aligned (within the same bound).
 std::vector<VerifyCase> matmul_tf32_cases() {
   using A = Activation;
   const Layout C = Layout::contiguous, T = Layout::transposed;
@@ -168,7 +176,11 @@ std::vector<VerifyCase> matmul_tf32_cases() {
       {130, 96, 200, 3, 3},                                      // batched
       {256, 128, 384, 0, 0, C, T, true, true, false, A::gelu, 0.5, 0.0},
       {1, 4096, 1000},                                           // split K
-      {200, 150, 300, 0, 0, C, C},                               // not K-contiguous: exact
+      {200, 150, 300, 0, 0, C, C},  // not K-contiguous, rows not 16-byte aligned: exact
+      {256, 192, 320, 0, 0, C, C},  // other row-major: copied K-contiguous
+      {256, 192, 320, 0, 0, T, T},  // input column-major: copied
+      {136, 96, 200, 3, 3, T, C},   // both copied, batched
+      {130, 96, 200, 0, 2, C, C},   // shared input, batched other copied
   };
   std::vector<VerifyCase> cases;
   for (MatmulSpec s : specs) {
