@@ -70,6 +70,17 @@ struct Copy {
   const TensorView& dst;
 };
 
+// Calls f(W{}) with the unsigned word type of an element of `dtype`: copies move raw bits.
+template <class F>
+void with_word(DType dtype, F&& f) {
+  switch (dtype_size(dtype)) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    default: f(uint64_t{}); break;
+  }
+}
+
 // The transpose that `c` is, if it is one: at most three dimensions once merged, dst's last one
 // contiguous and src's second to last.
 bool as_transpose(const Copy& c, Transposed& t) {
@@ -127,12 +138,7 @@ struct TransposeTier {
   static void launch(const Copy& c, const CopyPlan&, cudaStream_t s) {
     Transposed t;
     as_transpose(c, t);
-    switch (dtype_size(c.dst.dtype)) {
-      case 1: run<uint8_t>(c, t, s); break;
-      case 2: run<uint16_t>(c, t, s); break;
-      case 4: run<uint32_t>(c, t, s); break;
-      default: run<uint64_t>(c, t, s); break;
-    }
+    with_word(c.dst.dtype, [&](auto w) { run<decltype(w)>(c, t, s); });
     TESSERA_LAUNCH_CHECK();
   }
 };
@@ -154,12 +160,7 @@ struct StridedTier {
                                                             runtime::make_indexer<2>({&c.dst, &c.src}));
   }
   static void launch(const Copy& c, const CopyPlan& p, cudaStream_t s) {
-    switch (dtype_size(c.dst.dtype)) {
-      case 1: run<uint8_t>(c, p, s); break;
-      case 2: run<uint16_t>(c, p, s); break;
-      case 4: run<uint32_t>(c, p, s); break;
-      default: run<uint64_t>(c, p, s); break;
-    }
+    with_word(c.dst.dtype, [&](auto w) { run<decltype(w)>(c, p, s); });
     TESSERA_LAUNCH_CHECK();
   }
 };
