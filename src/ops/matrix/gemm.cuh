@@ -304,6 +304,7 @@ struct RelayoutTier {
       "K-contiguous (a tiled transpose), then the sm90 tiers";
   struct Plan {
     bool a = false, b = false;  // which operands are copied
+    GemmCtx ctx;                // for the sm90 tiers that then run
     std::string describe() const;
   };
   static bool can_implement(const GemmArgs& g, const GemmCtx& ctx);

@@ -5,7 +5,6 @@
 // tf32 rate: from a few thousand on in each dimension, a few percent of the product's time, where
 // the exact float32 tier it replaces runs several times slower.
 #include "ops/matrix/gemm.cuh"
-#include "runtime/device.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/tier.hpp"
 #include "tessera/ops/elementwise.hpp"
@@ -49,11 +48,11 @@ bool RelayoutTier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
   // Scratch is 256-byte aligned: a stand-in pointer of that alignment asks the sm90 tier.
   alignas(256) static const float probe[1] = {};
   const GemmArgs r = relaid(g, const_cast<float*>(probe), const_cast<float*>(probe));
-  return r.k % 4 == 0 && Sm90Tier::can_implement(r, ctx);
+  return Sm90Tier::can_implement(r, ctx);  // K-major rows 16-byte aligned, as TMA needs
 }
 
-RelayoutTier::Plan RelayoutTier::plan(const GemmArgs& g, const GemmCtx&) {
-  return {!k_major_a(g), !k_major_b(g)};
+RelayoutTier::Plan RelayoutTier::plan(const GemmArgs& g, const GemmCtx& ctx) {
+  return {!k_major_a(g), !k_major_b(g), ctx};
 }
 
 void RelayoutTier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
@@ -70,8 +69,7 @@ void RelayoutTier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream)
          operand_view(b.data(), batches_b, g.n, g.k, g.n * g.k, g.k, 1, g.device), stream);
   }
   const GemmArgs r = relaid(g, a.data(), b.data());
-  const cudaDeviceProp& props = runtime::device_props(g.device);
-  runtime::run_first<SplitKTier, Sm90Tier>("matmul", r, GemmCtx{props.multiProcessorCount, props.major}, stream);
+  runtime::run_first<SplitKTier, Sm90Tier>("matmul", r, p.ctx, stream);
 }
 
 }  // namespace tessera::matrix

@@ -24,6 +24,7 @@
 
 #include "ops/matrix/gemm.cuh"
 #include "runtime/check.hpp"
+#include "runtime/device.hpp"
 #include "runtime/scratch.hpp"
 #include "tile/mma.cuh"
 #include "tile/vec.cuh"
@@ -189,8 +190,6 @@ __global__ void __launch_bounds__(kThreads, kResident) skinny_kernel(const Skinn
   });
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 bool is_16bit(DType dt) { return dt == DType::bfloat16 || dt == DType::float16; }
 
 template <class T, class OutT>
@@ -232,11 +231,11 @@ bool SkinnyTier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
 SkinnyTier::Plan SkinnyTier::plan(const GemmArgs& g, const GemmCtx& ctx) {
   Plan p;
   p.m_tiles = g.m <= 16 ? 1 : 2;
-  p.blocks = ceil_div(g.n, kRows);
+  p.blocks = runtime::ceil_div(g.n, kRows);
   const int64_t wave = kResident * int64_t(ctx.sms);
   const int64_t splits = std::max<int64_t>(1, std::min(wave / p.blocks, g.k / kMinChunk));
-  p.chunk = ceil_div(ceil_div(g.k, splits), kStep * kUnroll) * (kStep * kUnroll);
-  p.splits = int(ceil_div(g.k, p.chunk));
+  p.chunk = runtime::ceil_div(runtime::ceil_div(g.k, splits), kStep * kUnroll) * (kStep * kUnroll);
+  p.splits = int(runtime::ceil_div(g.k, p.chunk));
   return p;
 }
 
