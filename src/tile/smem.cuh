@@ -15,4 +15,11 @@ __device__ __forceinline__ T& aligned_smem(unsigned char* raw) {
   return *reinterpret_cast<T*>(raw + (Align - base % Align) % Align);
 }
 
+// The byte offset of byte `b` (< 128) of row `row` in a tile of 128-byte rows laid out in the
+// copy engine's 128-byte swizzle (TmaSwizzle::b128): the row's 16-byte chunks permuted by the
+// row's position in its group of 8, which puts 8 rows' same chunk on distinct banks.
+__device__ __forceinline__ uint32_t sw128_offset(uint32_t row, uint32_t b) {
+  return row * 128 + ((((b >> 4) ^ row) & 7) << 4) + (b & 15);
+}
+
 }  // namespace tessera::tile

@@ -48,6 +48,29 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
 #endif
 }
 
+// The other direction: the box at (c0, c1[, c2]) of `map` from `src` in shared memory (written in
+// the map's swizzle, then fence_async_shared() by each writer and a barrier among them), by one
+// thread, in the bulk group that its next bulk_commit() closes. Elements outside the tensor are
+// not written. Before `src` is written again, the issuing thread waits with bulk_wait_read();
+// before the CTA exits, with bulk_wait_read<0>().
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, int c0, int c1, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int32_t coords[2] = {c0, c1};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map, coords, src);
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, int c0, int c1, int c2, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int32_t coords[3] = {c0, c1, c2};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map, coords, src);
+#else
+  __trap();
+#endif
+}
+
 // Brings a map (a __grid_constant__ kernel parameter) into the descriptor cache ahead of its
 // first copy.
 __device__ __forceinline__ void tma_prefetch(const CUtensorMap* map) {

@@ -36,6 +36,7 @@
 #include "runtime/device.hpp"
 #include "runtime/tma.hpp"
 #include "tile/bulk.cuh"
+#include "tile/smem.cuh"
 #include "tile/sync.cuh"
 #include "tile/tma.cuh"
 #include "tile/wgmma.cuh"
@@ -74,7 +75,9 @@ template <class T, class S>
 struct alignas(1024) Smem {
   T a[S::kStages][kBM * kBK<T>];    // each stage 1024-byte aligned (16 KB)
   T b[S::kStages][S::BN * kBK<T>];  // (16 or 32 KB)
-  float epi[kConsumers][S::kRows * kEpiStride];
+  // Each consumer's output staging: two buffers of kRows 128-byte rows (TMA stores, store_tma),
+  // or float32 rows of kEpiStride (drain).
+  unsigned char out[kConsumers][2 * S::kRows * 128];
   uint64_t full[S::kStages];
   uint64_t empty[S::kStages];
   uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
@@ -83,6 +86,10 @@ struct alignas(1024) Smem {
 struct Operand {
   bool batched;  // a 3-d map, the batch its outer coordinate (a 2-d map is shared by all)
 };
+
+// How the output leaves: 0 through `drain` (any layout, beta, residual); 2 or 3: TMA stores
+// (store_tma) through the output's 2-d or 3-d (batched) map.
+enum OutPath : int { kDrain = 0, kTma2 = 2, kTma3 = 3 };
 
 __device__ __forceinline__ void load_box(void* dst, const CUtensorMap* map, bool batched, int c0,
                                          int c1, int b, const tile::BulkBarrier& bar) {
@@ -160,11 +167,59 @@ __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* bu
   });
 }
 
+// The consumer's tile (rows from `row0`, columns from `col0`) by TMA stores: 128 bytes of columns
+// (a sub-tile) at a time, alpha, bias and the activation applied, into one of two staging buffers
+// in the 128-byte swizzle. One thread stores each sub-tile and waits only until the store before
+// the previous one has read its buffer, so the writes into shared memory are all the epilogue
+// costs the tensor cores; the stores drain under the next tile's main loop.
+template <class S, class OutT, int Frags, int Acc>
+__device__ __forceinline__ void store_tma(unsigned char* out, const CUtensorMap* map, OutPath path,
+                                          const Epilogue<OutT>& epi, const float (&acc)[Frags][Acc],
+                                          int64_t batch, int64_t row0, int64_t col0, int64_t n, int wg) {
+  constexpr int kCols = 128 / int(sizeof(OutT)), kSubtiles = S::BN / kCols;
+  static_assert(kSubtiles % 2 == 0, "a tile's sub-tiles alternate the two buffers evenly");
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  struct alignas(2 * sizeof(OutT)) Pair {
+    OutT x, y;
+  };
+  epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
+#pragma unroll
+    for (int p = 0; p < kSubtiles; ++p) {
+      unsigned char* buf = out + (p % 2) * (S::kRows * 128);
+      if (tid == 0) tile::bulk_wait_read<1>();
+      tile::group_sync(1 + wg, 128);
+#pragma unroll
+      for (int i = 0; i < kCols / 8; ++i) {
+        const int c = p * kCols + 8 * i + 2 * (lane % 4);  // the thread's two columns in the tile
+        const auto cols = epi.cols(col0 + c < n ? col0 + c : 0, col0 + c + 1 < n);
+#pragma unroll
+        for (int f = 0; f < Frags; ++f)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = 64 * f + 16 * warp + lane / 4 + 8 * r, j = 4 * (c / 8) + 2 * r;
+            const Pair v{tile::from_float<OutT>(act(epi.alpha * acc[f][j] + cols.bias0)),
+                         tile::from_float<OutT>(act(epi.alpha * acc[f][j + 1] + cols.bias1))};
+            *reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, (c % kCols) * sizeof(OutT))) = v;
+          }
+      }
+      tile::fence_async_shared();
+      tile::group_sync(1 + wg, 128);
+      if (tid == 0) {
+        const int x = int(col0) + p * kCols, y = int(row0);
+        if (path == kTma3) tile::tma_store(map, x, y, int(batch), buf);
+        else tile::tma_store(map, x, y, buf);
+        tile::bulk_commit();
+      }
+    }
+  });
+}
+
 // Consumer `wg`: its tiles are the CTA's j-th (every one: cooperative; j = wg, wg + 2, ...:
 // pingpong). Tile j's K blocks are the ring's positions j * k_blocks on.
 template <class T, class OutT, class S, bool KA, bool KB>
-__device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const TileOrder& order,
-                        int64_t m, int64_t n, int k_blocks, int wg) {
+__device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensorMap* map_c,
+                        OutPath path, const TileOrder& order, int64_t m, int64_t n, int k_blocks,
+                        int wg) {
   constexpr int BN = S::BN, kStages = S::kStages, kFrags = S::kRows / 64;
   using Mma = tile::wgmma::Mma<T, BN, KA ? 0 : 1, KB ? 0 : 1>;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
@@ -208,9 +263,13 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const TileOrde
 #pragma unroll
     for (int f = 0; f < kFrags; ++f) tile::wgmma::fence_operands(acc[f]);
 
+    if (path != kDrain) {
+      store_tma<S>(s.out[wg], map_c, path, epi, acc, batch, row0, col0, n, wg);
+      continue;
+    }
     // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
     // the next in d[4 i + 2 r], d[4 i + 2 r + 1]) through shared memory, kEpiCols columns a pass.
-    float* buf = s.epi[wg];
+    float* buf = reinterpret_cast<float*>(s.out[wg]);
 #pragma unroll
     for (int pass = 0; pass < BN / kEpiCols; ++pass) {
 #pragma unroll
@@ -229,21 +288,23 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const TileOrde
       tile::group_sync(1 + wg, 128);
     }
   }
+  if (path != kDrain && threadIdx.x % 128 == 0) tile::bulk_wait_read<0>();  // before smem goes
 }
 
 template <class T, class OutT, class S, bool KA, bool KB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
-                     const __grid_constant__ CUtensorMap map_b, Operand a, Operand b,
+                     const __grid_constant__ CUtensorMap map_b,
+                     const __grid_constant__ CUtensorMap map_c, Operand a, Operand b, OutPath path,
                      const Epilogue<OutT> epi_args, const TileOrder order, int64_t m, int64_t n,
                      int k_blocks) {
   extern __shared__ unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<Smem<T, S>*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  auto& s = tile::aligned_smem<Smem<T, S>, 1024>(smem_raw);
   const int role = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     tile::tma_prefetch(&map_a);
     tile::tma_prefetch(&map_b);
+    if (path != kDrain) tile::tma_prefetch(&map_c);
     for (int i = 0; i < S::kStages; ++i) {
       tile::BulkBarrier{&s.full[i]}.init(1);
       tile::BulkBarrier{&s.empty[i]}.init(S::kReaders);
@@ -257,7 +318,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, order, k_blocks);
   } else {
     tile::wgmma::claim_registers<232>();
-    consume<T, OutT, S, KA, KB>(s, epi_args.resolved(), order, m, n, k_blocks, role - 1);
+    consume<T, OutT, S, KA, KB>(s, epi_args.resolved(), &map_c, path, order, m, n, k_blocks,
+                                role - 1);
   }
 }
 
@@ -296,6 +358,28 @@ inline CUtensorMap operand_map(DType dt, const OperandLayout& o, int64_t batch, 
                           runtime::TmaSwizzle::b128);
 }
 
+// The output's map for TMA stores: boxes of 128 bytes of columns by `rows` rows, a 3-d map where
+// batches differ.
+inline runtime::TmaShape out_shape(const GemmArgs& g, int rows) {
+  runtime::TmaShape sh;
+  sh.rank = g.batch > 1 ? 3 : 2;
+  sh.dims[0] = uint64_t(g.n), sh.dims[1] = uint64_t(g.m), sh.dims[2] = uint64_t(g.batch);
+  sh.strides[0] = 1, sh.strides[1] = uint64_t(g.c_sm), sh.strides[2] = uint64_t(g.c_sb);
+  sh.box[0] = 128 / uint32_t(dtype_size(g.out_dtype)), sh.box[1] = uint32_t(rows), sh.box[2] = 1;
+  return sh;
+}
+
+// TMA stores take outputs with contiguous rows that the copy engine can address, and epilogues
+// that read nothing of the old output or a residual (those go through drain).
+inline OutPath out_path(const GemmArgs& g, int rows) {
+  if (g.beta != 0.0f || g.residual || g.c_sn != 1 || (g.batch > 1 && g.c_sb == 0) ||
+      g.m > INT32_MAX || g.n > INT32_MAX || g.batch > INT32_MAX)
+    return kDrain;
+  const runtime::TmaShape sh = out_shape(g, rows);
+  if (!runtime::tma_can_map(g.out_dtype, g.c, sh, runtime::TmaSwizzle::b128)) return kDrain;
+  return sh.rank == 3 ? kTma3 : kTma2;
+}
+
 inline OperandLayout layout_a(const GemmArgs& g) { return {g.a, g.m, g.k, g.a_sm, g.a_sk, g.a_sb}; }
 inline OperandLayout layout_b(const GemmArgs& g) { return {g.b, g.n, g.k, g.b_sn, g.b_sk, g.b_sb}; }
 
@@ -305,6 +389,10 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   const CUtensorMap ma = operand_map(g.dtype, layout_a(g), g.batch, kBM);
   const CUtensorMap mb = operand_map(g.dtype, layout_b(g), g.batch, BN);
   const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && g.batch > 1};
+  const OutPath path = out_path(g, S::kRows);
+  CUtensorMap mc{};
+  if (path != kDrain)
+    mc = runtime::tma_map("matmul", g.out_dtype, g.c, out_shape(g, S::kRows), runtime::TmaSwizzle::b128);
   TileOrder order;
   order.tiles_m = int((g.m + kBM - 1) / kBM);
   order.tiles_n = int((g.n + BN - 1) / BN);
@@ -314,8 +402,8 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-  kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, a, b, Epilogue<OutT>::from(g), order, g.m,
-                                             g.n, k_blocks);
+  kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, mc, a, b, path, Epilogue<OutT>::from(g),
+                                             order, g.m, g.n, k_blocks);
   TESSERA_LAUNCH_CHECK();
 }
 

@@ -1,0 +1,147 @@
+// The GEMM lab: the sm90 kernel's 16-bit instances for x @ W^T (both operands K-major, bf16 out)
+// against cuBLAS, built apart from the library so that a kernel change is compiled in a minute
+// and measured in one short device call. Not part of the build; dev/gemm_lab.sh builds and runs it.
+//
+//   gemm_lab [--rounds R] [--schedule cooperative|pingpong|both] M,N,K ...
+//
+// Per shape: the largest difference from cuBLAS relative to cuBLAS's largest value (a check, not
+// a test), then interleaved rounds (cuBLAS, tessera, cuBLAS again), each call after an L2 flush,
+// timed by events; medians. "peer/peer" is cuBLAS against itself: the harness's own noise.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ops/matrix/gemm_sm90.cuh"
+
+using namespace tessera;
+using namespace tessera::matrix;
+
+template <class E>
+void check(E e, const char* what, int line) {
+  if (int(e) == 0) return;
+  std::fprintf(stderr, "%s failed (%d) at line %d\n", what, int(e), line);
+  std::exit(1);
+}
+#define CK(x) check((x), #x, __LINE__)
+
+__global__ void fill(__nv_bfloat16* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * int64_t(blockDim.x)) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+    p[i] = __float2bfloat16(float(h & 0xffff) / 65536.0f - 0.5f);
+  }
+}
+
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() { CK(cudaEventCreate(&a)), CK(cudaEventCreate(&b)); }
+  template <class F>
+  float us(F&& f, void* flush, size_t flush_bytes) {
+    CK(cudaMemsetAsync(flush, 0, flush_bytes));
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    return ms * 1000.0f;
+  }
+};
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  int rounds = 20;
+  std::string schedule = "both";
+  std::vector<std::array<int64_t, 3>> shapes;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) schedule = argv[++i];
+    else {
+      long long m, n, k;
+      if (std::sscanf(argv[i], "%lld,%lld,%lld", &m, &n, &k) != 3) {
+        std::fprintf(stderr, "shape '%s': expected M,N,K\n", argv[i]);
+        return 2;
+      }
+      shapes.push_back({m, n, k});
+    }
+  }
+  if (shapes.empty()) shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}};
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const size_t flush_bytes = size_t(512) << 20;
+  void* flush;
+  CK(cudaMalloc(&flush, flush_bytes));
+  cublasHandle_t h;
+  CK(cublasCreate(&h));
+  Timer timer;
+  std::printf("%-22s %-12s %9s %9s %9s %7s %9s %9s\n", "M,N,K", "schedule", "cublas_us", "ours_us",
+              "ratio", "TFLOP/s", "peer/peer", "max_err");
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    __nv_bfloat16 *a, *w, *c, *ref;
+    CK(cudaMalloc(&a, m * k * 2)), CK(cudaMalloc(&w, n * k * 2));
+    CK(cudaMalloc(&c, m * n * 2)), CK(cudaMalloc(&ref, m * n * 2));
+    fill<<<1024, 256>>>(a, m * k, 1), fill<<<1024, 256>>>(w, n * k, 2);
+    const float one = 1.0f, zero = 0.0f;
+    auto peer = [&] {
+      CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w, CUDA_R_16BF,
+                      int(k), a, CUDA_R_16BF, int(k), &zero, ref, CUDA_R_16BF, int(n),
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    };
+    GemmArgs g;
+    g.a = a, g.b = w, g.c = c, g.m = m, g.n = n, g.k = k;
+    g.a_sm = k, g.a_sk = 1, g.b_sn = k, g.b_sk = 1, g.c_sm = n, g.c_sn = 1;
+    const int64_t tiles_m = (m + sm90::kBM - 1) / sm90::kBM;
+    for (int pp = 0; pp < 2; ++pp) {
+      if (schedule != "both" && (schedule == "pingpong") != bool(pp)) continue;
+      Sm90Tier::Plan p;
+      p.pingpong = pp;
+      p.group = 8;
+      const int bn = pp ? sm90::PingPong::BN : sm90::Cooperative::BN;
+      p.grid = int(std::min(tiles_m * ((n + bn - 1) / bn), int64_t(prop.multiProcessorCount)));
+      auto ours = [&] {
+        if (pp) sm90::launch_typed<__nv_bfloat16, __nv_bfloat16, sm90::PingPong, true, true>(g, p, 0);
+        else sm90::launch_typed<__nv_bfloat16, __nv_bfloat16, sm90::Cooperative, true, true>(g, p, 0);
+      };
+      CK(cudaMemset(c, 0xff, m * n * 2));
+      peer(), ours();
+      CK(cudaDeviceSynchronize());
+      std::vector<__nv_bfloat16> hc(m * n), hr(m * n);
+      CK(cudaMemcpy(hc.data(), c, m * n * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hr.data(), ref, m * n * 2, cudaMemcpyDeviceToHost));
+      double err = 0, big = 0;
+      for (int64_t i = 0; i < m * n; ++i) {
+        const double x = __bfloat162float(hc[i]), y = __bfloat162float(hr[i]);
+        err = std::isfinite(x) ? std::max(err, std::fabs(x - y)) : INFINITY;
+        big = std::max(big, std::fabs(y));
+      }
+      for (int i = 0; i < 3; ++i) peer(), ours();  // warm clocks and caches
+      std::vector<float> tp, to, tp2;
+      for (int r = 0; r < rounds; ++r) {
+        tp.push_back(timer.us(peer, flush, flush_bytes));
+        to.push_back(timer.us(ours, flush, flush_bytes));
+        tp2.push_back(timer.us(peer, flush, flush_bytes));
+      }
+      const float mp = median(tp), mo = median(to), mp2 = median(tp2);
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%lld,%lld,%lld", (long long)m, (long long)n, (long long)k);
+      std::printf("%-22s %-12s %9.1f %9.1f %9.3f %7.0f %9.3f %9.2e\n", shape,
+                  pp ? "pingpong" : "cooperative", mp, mo, mp / mo, 2.0 * m * n * k / mo / 1e6,
+                  mp / mp2, err / big);
+      std::fflush(stdout);
+    }
+    CK(cudaFree(a)), CK(cudaFree(w)), CK(cudaFree(c)), CK(cudaFree(ref));
+  }
+  return 0;
+}

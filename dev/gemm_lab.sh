@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the GEMM lab (dev/gemm_lab.cu) here for sm_90a into devbin-lab/, or runs it on the device:
+#   bash dev/gemm_lab.sh build            (here: nvcc, a minute or two)
+#   bash dev/gemm_lab.sh run [args...]    (device, with devbin-lab carried; ncu=1 profiles)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-build}" in
+  build)
+    mkdir -p devbin-lab
+    nvcc -O3 -DNDEBUG -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+      -lineinfo -Xptxas=-warn-spills -Iinclude -Isrc dev/gemm_lab.cu src/runtime/tma.cpp \
+      src/runtime/check.cpp src/runtime/device.cpp src/runtime/tensor.cpp -lcublas -ldl \
+      -o devbin-lab/gemm_lab ;;
+  run)
+    shift
+    if [ "${ncu:-0}" = 1 ]; then
+      ncu --clock-control none --set full -k regex:gemm_sm90 -c 2 -o "${OUT:-/tmp}/lab" \
+        devbin-lab/gemm_lab --rounds 1 "$@" >/dev/null
+      ncu -i "${OUT:-/tmp}/lab.ncu-rep" --page details --print-units base | \
+        grep -E "gemm_sm90|Duration|Throughput|Pipe|Issue|Stall|Registers|Eligible|Active Warps|Tensor|L2 Hit|Bank" | head -80
+    else
+      devbin-lab/gemm_lab "$@"
+    fi ;;
+esac
