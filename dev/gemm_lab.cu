@@ -2,11 +2,15 @@
 // against cuBLAS, built apart from the library so that a kernel change is compiled in a minute
 // and measured in one short device call. Not part of the build; dev/gemm_lab.sh builds and runs it.
 //
-//   gemm_lab [--rounds R] [--schedule cooperative|pingpong|both] M,N,K ...
+//   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--gelu] M,N,K ...
+//
+// --gelu adds a bias and GELU to our epilogue only (the error column is then meaningless), to
+// compare the schedules' epilogue costs.
 //
 // Per shape: the largest difference from cuBLAS relative to cuBLAS's largest value (a check, not
 // a test), then interleaved rounds (cuBLAS, tessera, cuBLAS again), each call after an L2 flush,
-// timed by events; medians. "peer/peer" is cuBLAS against itself: the harness's own noise.
+// timed by events; the median times and the median of the rounds' ratios. "peer/peer" is cuBLAS
+// against itself: the harness's own noise.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -61,12 +65,15 @@ float median(std::vector<float> v) {
 }
 
 int main(int argc, char** argv) {
-  int rounds = 20;
-  std::string schedule = "both";
+  int rounds = 20, splits = 0;
+  bool gelu = false;
+  std::string schedule = "all";
   std::vector<std::array<int64_t, 3>> shapes;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) schedule = argv[++i];
+    else if (!std::strcmp(argv[i], "--splits") && i + 1 < argc) splits = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--gelu")) gelu = true;
     else {
       long long m, n, k;
       if (std::sscanf(argv[i], "%lld,%lld,%lld", &m, &n, &k) != 3) {
@@ -85,12 +92,13 @@ int main(int argc, char** argv) {
   cublasHandle_t h;
   CK(cublasCreate(&h));
   Timer timer;
-  std::printf("%-22s %-12s %9s %9s %9s %7s %9s %9s\n", "M,N,K", "schedule", "cublas_us", "ours_us",
+  std::printf("%-20s %-18s %9s %9s %9s %7s %9s %9s\n", "M,N,K", "schedule", "cublas_us", "ours_us",
               "ratio", "TFLOP/s", "peer/peer", "max_err");
   for (const auto& s : shapes) {
     const int64_t m = s[0], n = s[1], k = s[2];
-    __nv_bfloat16 *a, *w, *c, *ref;
-    CK(cudaMalloc(&a, m * k * 2)), CK(cudaMalloc(&w, n * k * 2));
+    __nv_bfloat16 *a, *w, *c, *ref, *bias;
+    CK(cudaMalloc(&a, m * k * 2)), CK(cudaMalloc(&w, n * k * 2)), CK(cudaMalloc(&bias, n * 2));
+    fill<<<64, 256>>>(bias, n, 3);
     CK(cudaMalloc(&c, m * n * 2)), CK(cudaMalloc(&ref, m * n * 2));
     fill<<<1024, 256>>>(a, m * k, 1), fill<<<1024, 256>>>(w, n * k, 2);
     const float one = 1.0f, zero = 0.0f;
@@ -102,16 +110,21 @@ int main(int argc, char** argv) {
     GemmArgs g;
     g.a = a, g.b = w, g.c = c, g.m = m, g.n = n, g.k = k;
     g.a_sm = k, g.a_sk = 1, g.b_sn = k, g.b_sk = 1, g.c_sm = n, g.c_sn = 1;
-    const int64_t tiles_m = (m + sm90::kBM - 1) / sm90::kBM;
-    for (int pp = 0; pp < 2; ++pp) {
-      if (schedule != "both" && (schedule == "pingpong") != bool(pp)) continue;
+    if (gelu) g.bias = bias, g.bias_sn = 1, g.activation = Activation::gelu;
+    const GemmCtx ctx{prop.multiProcessorCount, prop.major};
+    for (int sched = 0; sched < 3; ++sched) {
+      const char* names[] = {"auto", "cooperative", "pingpong"};
+      if (schedule != "all" && schedule != names[sched]) continue;
+      g.config.schedule = sched;
+      g.config.splits = splits;
+      const sm90::Choice ch = sm90::choose(g, ctx);
       Sm90Tier::Plan p;
-      p.pingpong = pp;
-      p.group = 8;
-      const int bn = pp ? sm90::PingPong::BN : sm90::Cooperative::BN;
-      p.grid = int(std::min(tiles_m * ((n + bn - 1) / bn), int64_t(prop.multiProcessorCount)));
+      p.pingpong = ch.pingpong, p.splits = ch.splits, p.whole = ch.whole, p.group = 8;
+      const int64_t t = sm90::tiles(g, p.pingpong ? sm90::PingPong::BN : sm90::Cooperative::BN);
+      const int64_t units = p.splits > 1 ? p.whole + (t - p.whole) * p.splits : t;
+      p.grid = int(std::min(units, int64_t(ctx.sms)));
       auto ours = [&] {
-        if (pp) sm90::launch_typed<__nv_bfloat16, __nv_bfloat16, sm90::PingPong, true, true>(g, p, 0);
+        if (p.pingpong) sm90::launch_typed<__nv_bfloat16, __nv_bfloat16, sm90::PingPong, true, true>(g, p, 0);
         else sm90::launch_typed<__nv_bfloat16, __nv_bfloat16, sm90::Cooperative, true, true>(g, p, 0);
       };
       CK(cudaMemset(c, 0xff, m * n * 2));
@@ -133,15 +146,18 @@ int main(int argc, char** argv) {
         to.push_back(timer.us(ours, flush, flush_bytes));
         tp2.push_back(timer.us(peer, flush, flush_bytes));
       }
-      const float mp = median(tp), mo = median(to), mp2 = median(tp2);
-      char shape[64];
+      std::vector<float> ratio, self;  // per round: the clocks drift less within a round
+      for (int r = 0; r < rounds; ++r) ratio.push_back(tp[r] / to[r]), self.push_back(tp[r] / tp2[r]);
+      const float mp = median(tp), mo = median(to);
+      char shape[64], sched_name[32];
+      std::snprintf(sched_name, sizeof sched_name, "%s%s/%d", names[sched], p.pingpong ? "(pp)" : "", p.splits);
       std::snprintf(shape, sizeof shape, "%lld,%lld,%lld", (long long)m, (long long)n, (long long)k);
-      std::printf("%-22s %-12s %9.1f %9.1f %9.3f %7.0f %9.3f %9.2e\n", shape,
-                  pp ? "pingpong" : "cooperative", mp, mo, mp / mo, 2.0 * m * n * k / mo / 1e6,
-                  mp / mp2, err / big);
+      std::printf("%-20s %-18s %9.1f %9.1f %9.3f %7.0f %9.3f %9.2e\n", shape,
+                  sched_name, mp, mo, median(ratio), 2.0 * m * n * k / mo / 1e6,
+                  median(self), err / big);
       std::fflush(stdout);
     }
-    CK(cudaFree(a)), CK(cudaFree(w)), CK(cudaFree(c)), CK(cudaFree(ref));
+    CK(cudaFree(a)), CK(cudaFree(w)), CK(cudaFree(c)), CK(cudaFree(ref)), CK(cudaFree(bias));
   }
   return 0;
 }

@@ -15,4 +15,17 @@ __device__ __forceinline__ void group_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Counters in global memory by which CTAs that run at the same time meet: each adds itself once
+// its writes are done (release: a thread's __threadfence() and a block barrier before make the
+// block's writes visible first), and one thread waits until all have (acquire), then a block
+// barrier passes the news on. Waiting is safe only for CTAs that are all resident at once.
+__device__ __forceinline__ void count_in(int* counter) { atomicAdd(counter, 1); }
+
+__device__ __forceinline__ void wait_count(const int* counter, int target) {
+  int v;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+  } while (v < target);
+}
+
 }  // namespace tessera::tile

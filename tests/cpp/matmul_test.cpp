@@ -60,7 +60,8 @@ TEST(MatmulArgs, ShapesDtypesAndEpilogueAreChecked) {
 
 // The tier the launcher chose for a call (the first it recorded: a tier that runs others, such as
 // the relayout, records theirs after its own), from its trace.
-std::string tier_of(DType dt, Layout la, Layout lb, int64_t m, int64_t k, int64_t n, bool tf32 = false) {
+tessera::runtime::TierChoice choice_of(DType dt, Layout la, Layout lb, int64_t m, int64_t k, int64_t n,
+                                       bool tf32 = false) {
   auto a = make_tensor(dt, {m, k}, la), b = make_tensor(dt, {k, n}, lb);
   auto c = make_tensor(dt, {m, n}, Layout::contiguous);
   MatmulOptions o;
@@ -70,7 +71,11 @@ std::string tier_of(DType dt, Layout la, Layout lb, int64_t m, int64_t k, int64_
   const auto trace = tessera::runtime::take_tier_trace();
   tessera::runtime::set_tier_trace(false);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return trace.empty() ? "" : trace.front().tier;
+  return trace.empty() ? tessera::runtime::TierChoice{} : trace.front();
+}
+
+std::string tier_of(DType dt, Layout la, Layout lb, int64_t m, int64_t k, int64_t n, bool tf32 = false) {
+  return choice_of(dt, la, lb, m, k, n, tf32).tier;
 }
 
 TEST(MatmulGpu, EveryRowOrColumnMajorLayoutTakesTheTensorCoresOnHopper) {
@@ -83,13 +88,15 @@ TEST(MatmulGpu, EveryRowOrColumnMajorLayoutTakesTheTensorCoresOnHopper) {
         EXPECT_EQ(tier_of(dt, la, lb, 256, 192, 320), "sm90_wgmma")
             << tessera::dtype_name(dt) << " " << layout_name(la) << " @ " << layout_name(lb);
   // Few rows against a K-contiguous weight stream it on the skinny tier; in the other layouts,
-  // few output tiles against a long K split K over the idle SMs.
+  // few output tiles against a long K are split over K to fill the SMs.
   for (Layout la : {C, T}) {
     EXPECT_EQ(tier_of(DType::bfloat16, la, T, 16, 4096, 512), "skinny") << layout_name(la);
-    EXPECT_EQ(tier_of(DType::bfloat16, la, C, 16, 4096, 512), "sm90_split_k") << layout_name(la);
+    const auto split = choice_of(DType::bfloat16, la, C, 16, 4096, 512);
+    EXPECT_EQ(split.tier, "sm90_wgmma") << layout_name(la);
+    EXPECT_NE(split.why.find("chunks of K"), std::string::npos) << split.why;
   }
-  EXPECT_EQ(tier_of(DType::bfloat16, C, T, 33, 4096, 512), "sm90_split_k");  // M over the skinny tier's
-  EXPECT_EQ(tier_of(DType::bfloat16, C, C, 16, 4000, 512), "sm90_wgmma");   // K not in 64-blocks
+  EXPECT_EQ(tier_of(DType::bfloat16, C, T, 33, 4096, 512), "sm90_wgmma");  // M over the skinny tier's
+  EXPECT_EQ(tier_of(DType::bfloat16, C, C, 16, 4000, 512), "sm90_wgmma");  // K not in 64-blocks
   // TF32 in every layout: an operand whose K is not contiguous is copied K-contiguous first.
   for (Layout la : {C, T})
     for (Layout lb : {C, T})
@@ -99,6 +106,32 @@ TEST(MatmulGpu, EveryRowOrColumnMajorLayoutTakesTheTensorCoresOnHopper) {
   EXPECT_EQ(tier_of(DType::float32, C, T, 256, 192, 320), "simt");
   EXPECT_EQ(tier_of(DType::bfloat16, Layout::strided, T, 256, 192, 320), "simt");
   EXPECT_EQ(tier_of(DType::bfloat16, C, T, 64, 100, 72), "simt");
+}
+
+// A tile split over K is summed in chunk order, whichever chunk arrives last: two runs of the same
+// call give the same bits.
+TEST(MatmulGpu, SplitTilesGiveTheSameBitsEveryRun) {
+  TESSERA_REQUIRE_GPU();
+  if (tessera::runtime::device_props(0).major != 9) GTEST_SKIP() << "the wgmma tier is for sm_90";
+  const Layout C = Layout::contiguous;
+  for (DType out : {DType::bfloat16, DType::float32}) {
+    auto a = make_tensor(DType::bfloat16, {96, 8192}, C), b = make_tensor(DType::bfloat16, {8192, 1000}, C);
+    tessera::ops::fill_random(a, -1, 1, nullptr), tessera::ops::fill_random(b, -1, 1, nullptr);
+    std::vector<tessera::ops::HostCopy> runs;
+    for (int run = 0; run < 2; ++run) {
+      auto c = make_tensor(out, {96, 1000}, C);
+      tessera::ops::fill_poison(c, nullptr);
+      tessera::runtime::set_tier_trace(true);
+      tessera::matmul(a.view, b.view, c.view, MatmulOptions{}, nullptr);
+      const auto trace = tessera::runtime::take_tier_trace();
+      tessera::runtime::set_tier_trace(false);
+      ASSERT_FALSE(trace.empty());
+      EXPECT_NE(trace.front().why.find("chunks of K"), std::string::npos) << trace.front().why;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      runs.push_back(tessera::ops::to_host(c));
+    }
+    EXPECT_TRUE(runs[0].bytes == runs[1].bytes) << tessera::dtype_name(out);
+  }
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ namespace tessera::matrix {
 struct GemmConfig {
   int schedule = 0;  // sm90: 0 the rule, 1 cooperative, 2 pingpong
   int group = 0;     // tile-rows per group of the raster order (TileOrder); 0: 8
-  int splits = 0;    // chunks of K: 0 the split-K tier's rule, 1 none, n >= 2 n (where K allows)
+  int splits = 0;    // sm90 cooperative: chunks of K of the last wave's tiles: 0 the rule, 1 none
   bool operator==(const GemmConfig& o) const {
     return schedule == o.schedule && group == o.group && splits == o.splits;
   }
@@ -241,31 +241,14 @@ struct Sm90Tier {
   static constexpr const char* kName = "sm90_wgmma";
   static constexpr const char* kWhen =
       "sm_90, 16-bit inputs with K or the rows of each operand contiguous (row- or column-major), "
-      "or tf32 and fp8 inputs with K contiguous in both: TMA, wgmma, persistent, warp-specialized";
+      "or tf32 and fp8 inputs with K contiguous in both: TMA, wgmma, persistent, warp-specialized, "
+      "the output by TMA stores; a partly filled last wave's tiles split over K";
   struct Plan {
     bool pingpong = false;  // else cooperative (gemm_sm90.cuh says what each is)
     int group = 8;          // TileOrder::group
+    int splits = 1;         // cooperative: the tiles from `whole` on each split into chunks of K
+    int64_t whole = 0;
     int grid = 0;
-    std::string describe() const;
-  };
-  static bool can_implement(const GemmArgs& g, const GemmCtx& ctx);
-  static Plan plan(const GemmArgs& g, const GemmCtx& ctx);
-  static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
-};
-
-// K cut into `splits` chunks where the output tiles are too few to fill the GPU: the sm90 tier
-// computes each chunk's product into a float32 slice of scratch memory (a batched GEMM whose batch
-// steps along K), then a reduction sums the slices in order and applies the epilogue.
-struct SplitKTier {
-  static constexpr const char* kName = "sm90_split_k";
-  static constexpr const char* kWhen =
-      "sm_90, the sm90 tier's inputs, one matrix, output tiles fewer than half the SMs and K a "
-      "multiple of 128 bytes with at least 1024 of it: K split over the idle SMs";
-  struct Plan {
-    int splits = 1;
-    int64_t chunk = 0;
-    int sms = 0;
-    Sm90Tier::Plan inner;
     std::string describe() const;
   };
   static bool can_implement(const GemmArgs& g, const GemmCtx& ctx);

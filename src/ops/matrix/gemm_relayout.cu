@@ -69,7 +69,7 @@ void RelayoutTier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream)
          operand_view(b.data(), batches_b, g.n, g.k, g.n * g.k, g.k, 1, g.device), stream);
   }
   const GemmArgs r = relaid(g, a.data(), b.data());
-  runtime::run_first<SplitKTier, Sm90Tier>("matmul", r, p.ctx, stream);
+  runtime::run_first<Sm90Tier>("matmul", r, p.ctx, stream);
 }
 
 }  // namespace tessera::matrix

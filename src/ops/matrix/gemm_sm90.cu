@@ -3,7 +3,6 @@
 // instances compile in gemm_sm90_narrow.cu.
 #include "ops/matrix/gemm_sm90.cuh"
 
-#include <cstdlib>
 
 namespace tessera::matrix {
 namespace sm90 {
@@ -19,36 +18,11 @@ template void launch_sm90<__nv_bfloat16>(const GemmArgs&, const Sm90Tier::Plan&,
 namespace {
 using namespace sm90;
 
-int tiles(const GemmArgs& g, int bn) {
-  return int(std::min<int64_t>(INT32_MAX, ((g.m + kBM - 1) / kBM) * ((g.n + bn - 1) / bn) * g.batch));
-}
-
 // Whether the kernels hold sm_90a code (the build asked for it) on this GPU: a process's GPUs
 // that pass `major == 9` share the answer.
 bool has_sm90a_code() {
   return runtime::has_sm90a_code(reinterpret_cast<const void*>(
       gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, Cooperative, true, true>));
-}
-
-// The tuner's choice where it made one; else TESSERA_MATMUL_SCHEDULE=pingpong or cooperative (for
-// measuring them against each other); else pingpong where 256-wide tiles come in fewer than four
-// waves or the epilogue computes a transcendental activation per element: cooperative consumers
-// run the epilogue together while the tensor cores wait, pingpong ones under each other's main
-// loop, which pays where the epilogues are a larger share of the time (short K per tile in few
-// waves) and where a partial last wave leaves SMs idle; in many waves the 256-wide tiles' lower
-// shared-memory traffic per FLOP wins.
-bool plan_pingpong(const GemmArgs& g, const GemmCtx& ctx) {
-  if (g.config.schedule) return g.config.schedule == 2;
-  // 0: by the rule, 1: pingpong, 2: cooperative; read once per process.
-  static const int forced = [] {
-    const char* e = std::getenv("TESSERA_MATMUL_SCHEDULE");
-    const std::string v = e ? e : "";
-    return v == "pingpong" ? 1 : v == "cooperative" ? 2 : 0;
-  }();
-  if (forced) return forced == 1;
-  const bool costly_epilogue = g.activation == Activation::gelu ||
-                               g.activation == Activation::gelu_tanh || g.activation == Activation::silu;
-  return costly_epilogue || tiles(g, Cooperative::BN) < 4 * ctx.sms;
 }
 
 bool out_ok(DType in, DType out) {
@@ -61,10 +35,14 @@ bool out_ok(DType in, DType out) {
 }  // namespace
 
 std::string Sm90Tier::Plan::describe() const {
+  std::string split;
+  if (splits > 1)
+    split = ", the tiles from " + std::to_string(whole) + " on split into " + std::to_string(splits) +
+            " chunks of K";
   return std::string(pingpong ? "pingpong, " : "cooperative, ") + std::to_string(kBM) + " x " +
          std::to_string(pingpong ? PingPong::BN : Cooperative::BN) + " tiles, " +
          std::to_string(pingpong ? PingPong::kStages : Cooperative::kStages) + " stages, group " +
-         std::to_string(group) + ", " + std::to_string(grid) + " persistent CTAs";
+         std::to_string(group) + split + ", " + std::to_string(grid) + " persistent CTAs";
 }
 
 bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
@@ -82,10 +60,15 @@ bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
 }
 
 Sm90Tier::Plan Sm90Tier::plan(const GemmArgs& g, const GemmCtx& ctx) {
+  const Choice c = choose(g, ctx);
   Plan p;
-  p.pingpong = plan_pingpong(g, ctx);
+  p.pingpong = c.pingpong;
+  p.splits = c.splits;
+  p.whole = c.whole;
   p.group = g.config.group > 0 ? g.config.group : 8;
-  p.grid = std::max(1, std::min(tiles(g, p.pingpong ? PingPong::BN : Cooperative::BN), ctx.sms));
+  const int64_t t = tiles(g, p.pingpong ? PingPong::BN : Cooperative::BN);
+  const int64_t units = p.splits > 1 ? p.whole + (t - p.whole) * p.splits : t;
+  p.grid = int(std::max<int64_t>(1, std::min<int64_t>(units, ctx.sms)));
   return p;
 }
 

@@ -28,12 +28,15 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
 #include "ops/matrix/gemm.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "runtime/scratch.hpp"
 #include "runtime/tma.hpp"
 #include "tile/bulk.cuh"
 #include "tile/smem.cuh"
@@ -71,6 +74,12 @@ struct Schedule {
 using Cooperative = Schedule<256, false>;
 using PingPong = Schedule<128, true>;
 
+// A tile's output in 128-byte column blocks (sub-tiles): TMA stores go one at a time, and a split
+// tile's chunks store shares of them.
+template <class S, class OutT>
+constexpr int kSubtiles = S::BN * int(sizeof(OutT)) / 128;
+
+
 template <class T, class S>
 struct alignas(1024) Smem {
   T a[S::kStages][kBM * kBK<T>];    // each stage 1024-byte aligned (16 KB)
@@ -90,6 +99,41 @@ struct Operand {
 // How the output leaves: 0 through `drain` (any layout, beta, residual); 2 or 3: TMA stores
 // (store_tma) through the output's 2-d or 3-d (batched) map.
 enum OutPath : int { kDrain = 0, kTma2 = 2, kTma3 = 3 };
+
+// The persistent grid's units of work, in order: the first `whole` tiles (of TileOrder) whole,
+// then every later tile as `splits` chunks of its K blocks, which consecutive CTAs take in the
+// same wave. Where the tiles leave the last wave (or the only one) mostly empty, its tiles are
+// split so that the SMs share them (split_k).
+struct Work {
+  TileOrder tiles;
+  int64_t whole = 0;
+  int splits = 1;
+  int k_blocks = 0;  // of a whole tile
+  // Where a split tile's chunks leave their float32 partial sums (per chunk and consumer, in the
+  // accumulators' own order) and count themselves: the last to arrive sums them in chunk order.
+  float* partials = nullptr;
+  int* counters = nullptr;  // zero at launch, one per split tile and consumer
+
+  __host__ __device__ int64_t count() const { return whole + (tiles.count() - whole) * splits; }
+
+  struct Unit {
+    int64_t batch;
+    int tm, tn;
+    int kb0, kb1;     // the K blocks [kb0, kb1)
+    int64_t split;    // the split tile's index (-1: whole)
+    int chunk;
+  };
+  __device__ __forceinline__ Unit at(int64_t u) const {
+    Unit w;
+    w.split = u < whole ? -1 : (u - whole) / splits;
+    w.chunk = u < whole ? 0 : int((u - whole) % splits);
+    tiles.at(u < whole ? u : whole + w.split, w.batch, w.tm, w.tn);
+    const int parts = u < whole ? 1 : splits;
+    w.kb0 = int(int64_t(k_blocks) * w.chunk / parts);
+    w.kb1 = int(int64_t(k_blocks) * (w.chunk + 1) / parts);
+    return w;
+  }
+};
 
 __device__ __forceinline__ void load_box(void* dst, const CUtensorMap* map, bool batched, int c0,
                                          int c1, int b, const tile::BulkBarrier& bar) {
@@ -122,16 +166,16 @@ __device__ __forceinline__ uint64_t operand_desc(const T* tile, int row0, int k)
 // The producer: one thread walks the same tiles as the consumers and fills the ring.
 template <class T, class S, bool KA, bool KB>
 __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                        Operand a, Operand b, const TileOrder& order, int k_blocks) {
+                        Operand a, Operand b, const Work& work) {
   constexpr int BN = S::BN, kStages = S::kStages;
   constexpr uint32_t kBytes = (kBM + BN) * kBK<T> * sizeof(T);
   int stage = 0;
   uint32_t phase = 0;
-  for (int64_t t = blockIdx.x; t < order.count(); t += gridDim.x) {
-    int64_t batch;
-    int tm, tn;
-    order.at(t, batch, tm, tn);
-    for (int kb = 0; kb < k_blocks; ++kb) {
+  for (int64_t t = blockIdx.x; t < work.count(); t += gridDim.x) {
+    const Work::Unit w = work.at(t);
+    const int64_t batch = w.batch;
+    const int tm = w.tm, tn = w.tn;
+    for (int kb = w.kb0; kb < w.kb1; ++kb) {
       const tile::BulkBarrier full{&s.full[stage]}, empty{&s.empty[stage]};
       empty.wait(phase ^ 1);  // a fresh barrier's preceding phase counts as complete
       full.expect(kBytes);
@@ -167,25 +211,28 @@ __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* bu
   });
 }
 
-// The consumer's tile (rows from `row0`, columns from `col0`) by TMA stores: 128 bytes of columns
-// (a sub-tile) at a time, alpha, bias and the activation applied, into one of two staging buffers
+// The consumer's tile (rows from `row0`, columns from `col0`; the sub-tiles of the column groups
+// [g0, g1)) by TMA stores: 128 bytes of columns (a sub-tile) at a time, alpha, bias and the activation applied, into one of two staging buffers
 // in the 128-byte swizzle. One thread stores each sub-tile and waits only until the store before
 // the previous one has read its buffer, so the writes into shared memory are all the epilogue
 // costs the tensor cores; the stores drain under the next tile's main loop.
 template <class S, class OutT, int Frags, int Acc>
 __device__ __forceinline__ void store_tma(unsigned char* out, const CUtensorMap* map, OutPath path,
-                                          const Epilogue<OutT>& epi, const float (&acc)[Frags][Acc],
-                                          int64_t batch, int64_t row0, int64_t col0, int64_t n, int wg) {
-  constexpr int kCols = 128 / int(sizeof(OutT)), kSubtiles = S::BN / kCols;
-  static_assert(kSubtiles % 2 == 0, "a tile's sub-tiles alternate the two buffers evenly");
+                                          const Epilogue<OutT>& epi, float alpha,
+                                          const float (&acc)[Frags][Acc],
+                                          int64_t batch, int64_t row0, int64_t col0, int64_t n,
+                                          int g0, int g1, int& flip, int wg) {
+  constexpr int kCols = 128 / int(sizeof(OutT));
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   struct alignas(2 * sizeof(OutT)) Pair {
     OutT x, y;
   };
   epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
 #pragma unroll
-    for (int p = 0; p < kSubtiles; ++p) {
-      unsigned char* buf = out + (p % 2) * (S::kRows * 128);
+    for (int p = 0; p < S::BN / kCols; ++p) {
+      if (p * kCols < 8 * g0 || p * kCols >= 8 * g1) continue;
+      unsigned char* buf = out + flip * (S::kRows * 128);
+      flip ^= 1;
       if (tid == 0) tile::bulk_wait_read<1>();
       tile::group_sync(1 + wg, 128);
 #pragma unroll
@@ -197,8 +244,8 @@ __device__ __forceinline__ void store_tma(unsigned char* out, const CUtensorMap*
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int row = 64 * f + 16 * warp + lane / 4 + 8 * r, j = 4 * (c / 8) + 2 * r;
-            const Pair v{tile::from_float<OutT>(act(epi.alpha * acc[f][j] + cols.bias0)),
-                         tile::from_float<OutT>(act(epi.alpha * acc[f][j + 1] + cols.bias1))};
+            const Pair v{tile::from_float<OutT>(act(alpha * acc[f][j] + cols.bias0)),
+                         tile::from_float<OutT>(act(alpha * acc[f][j + 1] + cols.bias1))};
             *reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, (c % kCols) * sizeof(OutT))) = v;
           }
       }
@@ -214,34 +261,94 @@ __device__ __forceinline__ void store_tma(unsigned char* out, const CUtensorMap*
   });
 }
 
+// The 8-column groups [g0, g1) of its tile that a unit stores: all of a whole tile; of a split
+// tile, chunk c's share of the tile's Subtiles (128-byte column blocks of the output, each one
+// TMA store or a few of drain's passes).
+template <int BN, int Subtiles>
+__device__ __forceinline__ void unit_groups(const Work& work, const Work::Unit& w, int& g0, int& g1) {
+  constexpr int kGroups = BN / 8 / Subtiles;
+  const int parts = w.split >= 0 ? work.splits : 1;
+  g0 = w.chunk * Subtiles / parts * kGroups;
+  g1 = (w.chunk + 1) * Subtiles / parts * kGroups;
+}
+
+// Chunk w.chunk of a split tile: leaves this consumer's partial sums, counts itself in and waits
+// for the tile's other chunks (the plan puts them all in one wave), then sums every chunk's
+// partials of the column groups [g0, g1) in chunk order into `acc`: each chunk then stores its
+// share of the tile, and the sums have the same bits whatever the order of arrival. Partials lie
+// as the accumulators do, float4 q of thread t at 4 (128 q + t): coalesced both ways. Group i of
+// fragment f is float4 (Acc / 4) f + i (columns 8 i + 2 (l % 4), + 1, rows l / 4 and + 8).
+template <int Step, int Frags, int Acc>
+__device__ __forceinline__ void sum_chunks(float (&acc)[Frags][Acc], const Work& work,
+                                           const Work::Unit& w, int g0, int g1, int wg) {
+  constexpr int kQuads = Frags * Acc / 4;
+  const int tid = threadIdx.x % 128;
+  const int64_t chunk_stride = int64_t(kConsumers) * kQuads * 128;  // float4s
+  float4* first = reinterpret_cast<float4*>(work.partials) +
+                  (w.split * work.splits * kConsumers + wg) * int64_t(kQuads * 128);
+#pragma unroll
+  for (int q = 0; q < kQuads; ++q) {
+    const float* a = &acc[q / (Acc / 4)][4 * (q % (Acc / 4))];
+    __stcg(&first[w.chunk * chunk_stride + q * 128 + tid], make_float4(a[0], a[1], a[2], a[3]));
+  }
+  int* counter = &work.counters[w.split * kConsumers + wg];
+  __threadfence();
+  tile::group_sync(1 + wg, 128);
+  if (tid == 0) tile::count_in(counter), tile::wait_count(counter, work.splits);
+  tile::group_sync(1 + wg, 128);
+  // A block of Step float4s (a sub-tile's groups) of every chunk at a time: loads in flight
+  // without spilling the accumulators.
+#pragma unroll
+  for (int q0 = 0; q0 < kQuads; q0 += Step) {
+    if (q0 < g0 || q0 >= g1) continue;
+    for (int c = 0; c < work.splits; ++c) {
+      float4 v[Step];
+#pragma unroll
+      for (int q = 0; q < Step; ++q) v[q] = __ldcg(&first[c * chunk_stride + (q0 + q) * 128 + tid]);
+#pragma unroll
+      for (int q = 0; q < Step; ++q) {
+        float* a = &acc[(q0 + q) / (Acc / 4)][4 * ((q0 + q) % (Acc / 4))];
+        if (c == 0) a[0] = v[q].x, a[1] = v[q].y, a[2] = v[q].z, a[3] = v[q].w;
+        else a[0] += v[q].x, a[1] += v[q].y, a[2] += v[q].z, a[3] += v[q].w;
+      }
+    }
+  }
+}
+
 // Consumer `wg`: its tiles are the CTA's j-th (every one: cooperative; j = wg, wg + 2, ...:
 // pingpong). Tile j's K blocks are the ring's positions j * k_blocks on.
 template <class T, class OutT, class S, bool KA, bool KB>
+// `epi` is the kernel's parameter, read where used rather than held in registers beside the
+// accumulators; alpha with the device scales folded in is computed once.
 __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensorMap* map_c,
-                        OutPath path, const TileOrder& order, int64_t m, int64_t n, int k_blocks,
-                        int wg) {
+                        OutPath path, const Work& work, int64_t m, int64_t n, int wg) {
   constexpr int BN = S::BN, kStages = S::kStages, kFrags = S::kRows / 64;
   using Mma = tile::wgmma::Mma<T, BN, KA ? 0 : 1, KB ? 0 : 1>;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   const int rows0 = S::kPingPong ? 0 : wg * 64;  // the consumer's first row in the tile
   float acc[kFrags][BN / 2];
+  int64_t pos = 0;  // the ring position of the unit's first K block
+  int flip = 0;     // the staging buffer of the next TMA store
+  const float alpha = epi.resolved().alpha;
   for (int64_t j = S::kPingPong ? wg : 0;; j += S::kPingPong ? kConsumers : 1) {
     const int64_t t = blockIdx.x + j * gridDim.x;
-    if (t >= order.count()) break;
-    int64_t batch;
-    int tm, tn;
-    order.at(t, batch, tm, tn);
+    if (t >= work.count()) break;
+    const Work::Unit w = work.at(t);
+    const int64_t batch = w.batch;
+    const int blocks = w.kb1 - w.kb0;
     // Pingpong: wait for the other consumer to be done with tile j - 1's ring positions, so
-    // that this one waits on no barrier more than one phase ahead.
+    // that this one waits on no barrier more than one phase ahead. Its units are whole tiles, so
+    // tile j's blocks are the ring's positions j * k_blocks on.
     if (S::kPingPong && j > 0) tile::BulkBarrier{&s.turn[wg]}.wait(uint32_t((j - 1) / 2) & 1);
-    const int64_t pos = j * k_blocks;
+    if (S::kPingPong) pos = j * work.k_blocks;
     int stage = int(pos % kStages), prev = 0;
     uint32_t phase = uint32_t(pos / kStages) & 1;
-    const int64_t row0 = int64_t(tm) * kBM + rows0, col0 = int64_t(tn) * BN;
+    pos += blocks;
+    const int64_t row0 = int64_t(w.tm) * kBM + rows0, col0 = int64_t(w.tn) * BN;
     // With beta, this tile's old output into L2 a few stages before the epilogue reads it, a row
     // a thread, so that the epilogue's reads do not wait on DRAM.
-    const int prefetch_at = epi.prefetch && tid < S::kRows && row0 + tid < m ? max(0, k_blocks - kStages) : -1;
-    for (int kb = 0; kb < k_blocks; ++kb) {
+    const int prefetch_at = epi.prefetch && tid < S::kRows && row0 + tid < m ? max(0, blocks - kStages) : -1;
+    for (int kb = 0; kb < blocks; ++kb) {
       if (kb == prefetch_at) epi.prefetch_row(batch, row0 + tid, col0, min(int64_t(BN), n - col0));
       tile::BulkBarrier{&s.full[stage]}.wait(phase);
       tile::wgmma::fence();
@@ -262,9 +369,12 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     if (tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
 #pragma unroll
     for (int f = 0; f < kFrags; ++f) tile::wgmma::fence_operands(acc[f]);
-
+    int g0, g1;  // the column groups this unit stores
+    unit_groups<BN, kSubtiles<S, OutT>>(work, w, g0, g1);
+    if constexpr (!S::kPingPong)  // pingpong's units are whole tiles
+      if (w.split >= 0) sum_chunks<BN / 8 / kSubtiles<S, OutT>>(acc, work, w, g0, g1, wg);
     if (path != kDrain) {
-      store_tma<S>(s.out[wg], map_c, path, epi, acc, batch, row0, col0, n, wg);
+      store_tma<S>(s.out[wg], map_c, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, wg);
       continue;
     }
     // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
@@ -272,6 +382,7 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     float* buf = reinterpret_cast<float*>(s.out[wg]);
 #pragma unroll
     for (int pass = 0; pass < BN / kEpiCols; ++pass) {
+      if (pass * kEpiCols < 8 * g0 || pass * kEpiCols >= 8 * g1) continue;
 #pragma unroll
       for (int f = 0; f < kFrags; ++f)
 #pragma unroll
@@ -284,7 +395,7 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
                 make_float2(acc[f][jj], acc[f][jj + 1]);
           }
       tile::group_sync(1 + wg, 128);
-      drain<S::kRows>(epi, buf, batch, row0, col0 + pass * kEpiCols, m, n, tid);
+      drain<S::kRows>(epi.resolved(), buf, batch, row0, col0 + pass * kEpiCols, m, n, tid);
       tile::group_sync(1 + wg, 128);
     }
   }
@@ -296,8 +407,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b,
                      const __grid_constant__ CUtensorMap map_c, Operand a, Operand b, OutPath path,
-                     const Epilogue<OutT> epi_args, const TileOrder order, int64_t m, int64_t n,
-                     int k_blocks) {
+                     const __grid_constant__ Epilogue<OutT> epi, const Work work, int64_t m,
+                     int64_t n) {
   extern __shared__ unsigned char smem_raw[];
   auto& s = tile::aligned_smem<Smem<T, S>, 1024>(smem_raw);
   const int role = threadIdx.x / 128;
@@ -315,11 +426,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (role == 0) {
     tile::wgmma::release_registers<40>();
-    if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, order, k_blocks);
+    if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, work);
   } else {
     tile::wgmma::claim_registers<232>();
-    consume<T, OutT, S, KA, KB>(s, epi_args.resolved(), &map_c, path, order, m, n, k_blocks,
-                                role - 1);
+    consume<T, OutT, S, KA, KB>(s, epi, &map_c, path, work, m, n, role - 1);
   }
 }
 
@@ -393,18 +503,96 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   CUtensorMap mc{};
   if (path != kDrain)
     mc = runtime::tma_map("matmul", g.out_dtype, g.c, out_shape(g, S::kRows), runtime::TmaSwizzle::b128);
-  TileOrder order;
-  order.tiles_m = int((g.m + kBM - 1) / kBM);
-  order.tiles_n = int((g.n + BN - 1) / BN);
-  order.group = p.group;
-  order.batch = g.batch;
-  const int k_blocks = int((g.k + kBK<T> - 1) / kBK<T>);
+  Work work;
+  work.tiles.tiles_m = int((g.m + kBM - 1) / kBM);
+  work.tiles.tiles_n = int((g.n + BN - 1) / BN);
+  work.tiles.group = p.group;
+  work.tiles.batch = g.batch;
+  work.k_blocks = int((g.k + kBK<T> - 1) / kBK<T>);
+  work.whole = p.splits > 1 ? p.whole : work.tiles.count();
+  work.splits = p.splits;
+  // Split tiles: their counters (zeroed here) and partials, kBM x BN floats per tile and chunk.
+  runtime::Scratch ws;
+  if (p.splits > 1) {
+    const std::size_t split_tiles = std::size_t(work.tiles.count() - work.whole);
+    const std::size_t count_bytes = (split_tiles * kConsumers * sizeof(int) + 255) / 256 * 256;
+    ws = runtime::Scratch(count_bytes + split_tiles * p.splits * kBM * BN * sizeof(float), stream);
+    work.counters = ws.as<int>();
+    work.partials = reinterpret_cast<float*>(ws.as<unsigned char>() + count_bytes);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(work.counters, 0, count_bytes, stream));
+  }
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, mc, a, b, path, Epilogue<OutT>::from(g),
-                                             order, g.m, g.n, k_blocks);
+                                             work, g.m, g.n);
   TESSERA_LAUNCH_CHECK();
+}
+
+// The output tiles of BN columns.
+inline int64_t tiles(const GemmArgs& g, int bn) {
+  return ((g.m + kBM - 1) / kBM) * ((g.n + bn - 1) / bn) * g.batch;
+}
+
+// A split tile's chunks are this many K blocks at least: each pays a pipeline fill and its share
+// of the partial sums' traffic.
+constexpr int64_t kMinChunkBlocks = 8;
+
+// Pingpong's 128-wide tiles read more shared memory and L2 per FLOP than cooperative's 256-wide
+// ones: the time of a tile's worth of work on pingpong, relative to cooperative.
+constexpr double kPingPongCost = 1.08;
+
+// A split tile's partial sums, written and read back through L2, cost about this many K blocks'
+// worth of a tile's time.
+constexpr double kSplitCost = 4.0;
+
+struct Choice {
+  bool pingpong = false;
+  int splits = 1;
+  int64_t whole = 0;
+};
+
+// Where tiles leave the last wave (or the only one) partly empty, cooperative splits that wave's
+// tiles into chunks of K that share the SMs out (the count with the least estimated time, each
+// chunk kMinChunkBlocks long at least; the tuner's count where it chose one);
+// pingpong fills it with tiles half the size. Each schedule's time is estimated in cooperative
+// tile-times: whole waves, plus the last wave's chunk, and the cheaper one runs. Pingpong is also
+// taken where the tuner or TESSERA_MATMUL_SCHEDULE (pingpong or cooperative, for measuring them
+// against each other) says so.
+inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
+  // 0: by the estimate, 1: pingpong, 2: cooperative; read once per process.
+  static const int forced = [] {
+    const char* e = std::getenv("TESSERA_MATMUL_SCHEDULE");
+    const std::string v = e ? e : "";
+    return v == "pingpong" ? 1 : v == "cooperative" ? 2 : 0;
+  }();
+  const int64_t sms = std::max(1, ctx.sms), coop = tiles(g, Cooperative::BN);
+  const int64_t k_blocks = (g.k * int64_t(dtype_size(g.dtype)) + 127) / 128;
+  const int64_t rem = coop % sms;
+  Choice c;
+  // Chunks store shares of the tile's 128-byte column blocks: at most that many; and a tile's
+  // chunks wait for each other, so they must all be resident at once.
+  const int64_t blocks_out = Cooperative::BN * int64_t(dtype_size(g.out_dtype)) / 128;
+  const int64_t most = std::min<int64_t>({k_blocks, blocks_out, sms});
+  auto coop_time = [&](int64_t splits) {  // in tile-times
+    if (splits <= 1) return double((coop + sms - 1) / sms);
+    return double(coop / sms) + 1.0 / splits + kSplitCost / k_blocks;
+  };
+  if (g.config.splits >= 1) {
+    c.splits = int(std::min<int64_t>({g.config.splits, most, std::max<int64_t>(1, sms / std::max<int64_t>(rem, 1))}));
+  } else if (rem) {
+    // The chunks of a split tile wait for each other: all of them in one wave, else one waits
+    // for a chunk that a later round runs.
+    for (int64_t s = 2; s <= std::min(most, k_blocks / kMinChunkBlocks) && rem * s <= sms; ++s)
+      if (coop_time(s) < coop_time(c.splits)) c.splits = int(s);
+  }
+  c.whole = c.splits > 1 ? coop - rem : coop;
+  const double pp_time = double((tiles(g, PingPong::BN) + sms - 1) / sms) / 2 * kPingPongCost;
+  if (g.config.schedule) c.pingpong = g.config.schedule == 2;
+  else if (forced) c.pingpong = forced == 1;
+  else c.pingpong = pp_time < coop_time(c.splits);
+  if (c.pingpong) c.splits = 1;
+  return c;
 }
 
 // Outputs: the input's dtype or float32 for 16-bit inputs, float32 for tf32, bfloat16, float16 or

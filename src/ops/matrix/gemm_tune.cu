@@ -6,7 +6,8 @@
 // of M, N, K and the batch rounded up to a power of two: shapes of one bucket share a result) and
 // the activation where there is one.
 // Candidates: the default (the tiers' own rules) first; both sm90 schedules with raster groups of
-// 4, 8 and 16 tile-rows; split-K into 2, 4 and 8 chunks where K allows. Tiers other than the sm90
+// 4, 8 and 16 tile-rows; cooperative with the last wave's tiles split into 2, 4 and 8 chunks of K
+// where K allows. Tiers other than the sm90
 // ones have no configs yet, so elsewhere there is nothing to tune.
 #include <mutex>
 #include <optional>
@@ -58,11 +59,10 @@ std::vector<GemmConfig> candidates(const GemmArgs& g, const GemmCtx& ctx) {
   if (!Sm90Tier::can_implement(g, ctx)) return out;
   for (int schedule : {1, 2})
     for (int group : {4, 8, 16}) out.push_back({schedule, group, 1});
-  const int64_t bk = 128 / int64_t(dtype_size(g.dtype));
-  if (g.batch == 1 && g.k % bk == 0)
-    for (int splits : {2, 4, 8})
-      if ((g.k / bk) % splits == 0 && g.k / splits >= 256)
-        for (int schedule : {1, 2}) out.push_back({schedule, 8, splits});
+  // Splitting applies to cooperative's last wave, in chunks of 8 K blocks at least.
+  const int64_t k_blocks = g.k * int64_t(dtype_size(g.dtype)) / 128;
+  for (int splits : {2, 4, 8})
+    if (k_blocks >= 8 * splits) out.push_back({1, 8, splits});
   return out;
 }
 

@@ -150,7 +150,7 @@ void run(const char* op, matrix::GemmArgs& g, cudaStream_t stream) {
 }  // namespace
 
 void matrix::run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_t stream) {
-  runtime::run_first<SkinnyTier, SplitKTier, Sm90Tier, RelayoutTier, Sm80Tier, SimtTier>(op, g, ctx, stream);
+  runtime::run_first<SkinnyTier, Sm90Tier, RelayoutTier, Sm80Tier, SimtTier>(op, g, ctx, stream);
 }
 
 void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
