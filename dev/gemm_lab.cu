@@ -2,10 +2,11 @@
 // against cuBLAS, built apart from the library so that a kernel change is compiled in a minute
 // and measured in one short device call. Not part of the build; dev/gemm_lab.sh builds and runs it.
 //
-//   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--gelu] M,N,K ...
+//   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--gelu] [--beta]
+//            M,N,K ...
 //
 // --gelu adds a bias and GELU to our epilogue only (the error column is then meaningless), to
-// compare the schedules' epilogue costs.
+// compare the schedules' epilogue costs. --beta: C = A W^T + C on both sides.
 //
 // Per shape: the largest difference from cuBLAS relative to cuBLAS's largest value (a check, not
 // a test), then interleaved rounds (cuBLAS, tessera, cuBLAS again), each call after an L2 flush,
@@ -67,6 +68,7 @@ float median(std::vector<float> v) {
 int main(int argc, char** argv) {
   int rounds = 20, splits = 0;
   bool gelu = false;
+  float beta = 0.0f;
   std::string schedule = "all";
   std::vector<std::array<int64_t, 3>> shapes;
   for (int i = 1; i < argc; ++i) {
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) schedule = argv[++i];
     else if (!std::strcmp(argv[i], "--splits") && i + 1 < argc) splits = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--gelu")) gelu = true;
+    else if (!std::strcmp(argv[i], "--beta")) beta = 1.0f;
     else {
       long long m, n, k;
       if (std::sscanf(argv[i], "%lld,%lld,%lld", &m, &n, &k) != 3) {
@@ -101,16 +104,17 @@ int main(int argc, char** argv) {
     fill<<<64, 256>>>(bias, n, 3);
     CK(cudaMalloc(&c, m * n * 2)), CK(cudaMalloc(&ref, m * n * 2));
     fill<<<1024, 256>>>(a, m * k, 1), fill<<<1024, 256>>>(w, n * k, 2);
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f;
     auto peer = [&] {
       CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w, CUDA_R_16BF,
-                      int(k), a, CUDA_R_16BF, int(k), &zero, ref, CUDA_R_16BF, int(n),
+                      int(k), a, CUDA_R_16BF, int(k), &beta, ref, CUDA_R_16BF, int(n),
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     };
     GemmArgs g;
     g.a = a, g.b = w, g.c = c, g.m = m, g.n = n, g.k = k;
     g.a_sm = k, g.a_sk = 1, g.b_sn = k, g.b_sk = 1, g.c_sm = n, g.c_sn = 1;
     if (gelu) g.bias = bias, g.bias_sn = 1, g.activation = Activation::gelu;
+    g.beta = beta;
     const GemmCtx ctx{prop.multiProcessorCount, prop.major};
     for (int sched = 0; sched < 3; ++sched) {
       const char* names[] = {"auto", "cooperative", "pingpong"};
@@ -127,7 +131,8 @@ int main(int argc, char** argv) {
         if (p.pingpong) sm90::launch_typed<__nv_bfloat16, __nv_bfloat16, sm90::PingPong, true, true>(g, p, 0);
         else sm90::launch_typed<__nv_bfloat16, __nv_bfloat16, sm90::Cooperative, true, true>(g, p, 0);
       };
-      CK(cudaMemset(c, 0xff, m * n * 2));
+      if (beta != 0.0f) fill<<<1024, 256>>>(c, m * n, 4), fill<<<1024, 256>>>(ref, m * n, 4);
+      else CK(cudaMemset(c, 0xff, m * n * 2));
       peer(), ours();
       CK(cudaDeviceSynchronize());
       std::vector<__nv_bfloat16> hc(m * n), hr(m * n);

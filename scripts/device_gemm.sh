@@ -46,7 +46,7 @@ if [ -d devpack ] && [ ! -d devbin ]; then
     cp python/tessera/*.py "$site/tessera/" && echo "installed from devpack"
 fi
 export LD_LIBRARY_PATH="$PWD/devbin"
-export TESSERA_CACHE_DIR="$OUT/cache"
+export TESSERA_CACHE_DIR=/tmp/tessera-cache  # $OUT brings back 8 files at most: logs and bench.csv
 for s in $STEPS; do
   case $s in
     build) step build build ;;
@@ -61,8 +61,9 @@ for s in $STEPS; do
       step cooperative env TESSERA_MATMUL_SCHEDULE=cooperative devbin/tessera bench matmul --dtype bfloat16 --sizes 2048,4096,8192 --no-peaks
       step tune devbin/tessera tune matmul --shapes "${TUNE_SHAPES:-4096x4096x4096,8192x8192x8192,128x4096x4096,1024x4096x4096,128x14336x4096}"
       step show devbin/tessera tune --show ;;
-    pybench) step pybench env PYTHONUNBUFFERED=1 python3 benchmarks/matrix.py --out "$OUT/report" \
-               ${BENCH_ARGS:---no-sizes --sweep --layouts --narrow --self-check --rounds 5} ;;
+    pybench) step pybench env PYTHONUNBUFFERED=1 python3 benchmarks/matrix.py --out /tmp/report \
+               ${BENCH_ARGS:---no-sizes --sweep --layouts --narrow --self-check --rounds 5}
+             cp /tmp/report/bench.csv "$OUT/" ;;
     pack) step pack pack ;;
     sass) step sass python3 scripts/gemm_sass.py devbin/libtessera.so ;;
     *) echo "unknown step $s" >&2 ;;

@@ -90,6 +90,7 @@ struct alignas(1024) Smem {
   uint64_t full[S::kStages];
   uint64_t empty[S::kStages];
   uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
+  uint64_t old[kConsumers];   // beta: a sub-tile of the old output has landed in staging
 };
 
 struct Operand {
@@ -212,16 +213,18 @@ __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* bu
 }
 
 // The consumer's tile (rows from `row0`, columns from `col0`; the sub-tiles of the column groups
-// [g0, g1)) by TMA stores: 128 bytes of columns (a sub-tile) at a time, alpha, bias and the activation applied, into one of two staging buffers
-// in the 128-byte swizzle. One thread stores each sub-tile and waits only until the store before
-// the previous one has read its buffer, so the writes into shared memory are all the epilogue
-// costs the tensor cores; the stores drain under the next tile's main loop.
+// [g0, g1)) by TMA stores: 128 bytes of columns (a sub-tile) at a time, alpha, bias, the
+// activation and beta times the old output (brought into the buffer by a TMA load first)
+// applied, into one of two staging buffers in the 128-byte swizzle. One thread stores each
+// sub-tile and waits only until the store before the previous one has read its buffer, so the
+// writes into shared memory are all the epilogue costs the tensor cores; the stores drain under
+// the next tile's main loop.
 template <class S, class OutT, int Frags, int Acc>
-__device__ __forceinline__ void store_tma(unsigned char* out, const CUtensorMap* map, OutPath path,
-                                          const Epilogue<OutT>& epi, float alpha,
+__device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar, const CUtensorMap* map,
+                                          OutPath path, const Epilogue<OutT>& epi, float alpha,
                                           const float (&acc)[Frags][Acc],
                                           int64_t batch, int64_t row0, int64_t col0, int64_t n,
-                                          int g0, int g1, int& flip, int wg) {
+                                          int g0, int g1, int& flip, uint32_t& old_phase, int wg) {
   constexpr int kCols = 128 / int(sizeof(OutT));
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   struct alignas(2 * sizeof(OutT)) Pair {
@@ -233,8 +236,18 @@ __device__ __forceinline__ void store_tma(unsigned char* out, const CUtensorMap*
       if (p * kCols < 8 * g0 || p * kCols >= 8 * g1) continue;
       unsigned char* buf = out + flip * (S::kRows * 128);
       flip ^= 1;
-      if (tid == 0) tile::bulk_wait_read<1>();
+      const int x = int(col0) + p * kCols, y = int(row0);
+      const tile::BulkBarrier old{old_bar};
+      if (tid == 0) {
+        tile::bulk_wait_read<1>();
+        if (epi.beta != 0.0f) {  // the old output's sub-tile, in the same swizzle, where v goes
+          old.expect(S::kRows * 128);
+          if (path == kTma3) tile::tma_load(buf, map, x, y, int(batch), old);
+          else tile::tma_load(buf, map, x, y, old);
+        }
+      }
       tile::group_sync(1 + wg, 128);
+      if (epi.beta != 0.0f) old.wait(old_phase), old_phase ^= 1;
 #pragma unroll
       for (int i = 0; i < kCols / 8; ++i) {
         const int c = p * kCols + 8 * i + 2 * (lane % 4);  // the thread's two columns in the tile
@@ -244,15 +257,18 @@ __device__ __forceinline__ void store_tma(unsigned char* out, const CUtensorMap*
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int row = 64 * f + 16 * warp + lane / 4 + 8 * r, j = 4 * (c / 8) + 2 * r;
-            const Pair v{tile::from_float<OutT>(act(alpha * acc[f][j] + cols.bias0)),
-                         tile::from_float<OutT>(act(alpha * acc[f][j + 1] + cols.bias1))};
-            *reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, (c % kCols) * sizeof(OutT))) = v;
+            Pair* at = reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, (c % kCols) * sizeof(OutT)));
+            float v0 = act(alpha * acc[f][j] + cols.bias0), v1 = act(alpha * acc[f][j + 1] + cols.bias1);
+            if (epi.beta != 0.0f) {
+              const Pair o = *at;
+              v0 += epi.beta * tile::to_float(o.x), v1 += epi.beta * tile::to_float(o.y);
+            }
+            *at = Pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
           }
       }
       tile::fence_async_shared();
       tile::group_sync(1 + wg, 128);
       if (tid == 0) {
-        const int x = int(col0) + p * kCols, y = int(row0);
         if (path == kTma3) tile::tma_store(map, x, y, int(batch), buf);
         else tile::tma_store(map, x, y, buf);
         tile::bulk_commit();
@@ -329,6 +345,7 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
   float acc[kFrags][BN / 2];
   int64_t pos = 0;  // the ring position of the unit's first K block
   int flip = 0;     // the staging buffer of the next TMA store
+  uint32_t old_phase = 0;  // of s.old[wg]
   const float alpha = epi.resolved().alpha;
   for (int64_t j = S::kPingPong ? wg : 0;; j += S::kPingPong ? kConsumers : 1) {
     const int64_t t = blockIdx.x + j * gridDim.x;
@@ -374,7 +391,8 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     if constexpr (!S::kPingPong)  // pingpong's units are whole tiles
       if (w.split >= 0) sum_chunks<BN / 8 / kSubtiles<S, OutT>>(acc, work, w, g0, g1, wg);
     if (path != kDrain) {
-      store_tma<S>(s.out[wg], map_c, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, wg);
+      store_tma<S>(s.out[wg], &s.old[wg], map_c, path, epi, alpha, acc, batch, row0, col0, n, g0, g1,
+                   flip, old_phase, wg);
       continue;
     }
     // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
@@ -421,6 +439,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       tile::BulkBarrier{&s.empty[i]}.init(S::kReaders);
     }
     for (int i = 0; i < kConsumers; ++i) tile::BulkBarrier{&s.turn[i]}.init(1);
+    for (int i = 0; i < kConsumers; ++i) tile::BulkBarrier{&s.old[i]}.init(1);
     tile::bulk_barriers_ready();
   }
   __syncthreads();
@@ -479,10 +498,10 @@ inline runtime::TmaShape out_shape(const GemmArgs& g, int rows) {
   return sh;
 }
 
-// TMA stores take outputs with contiguous rows that the copy engine can address, and epilogues
-// that read nothing of the old output or a residual (those go through drain).
+// TMA stores (and, with beta, loads of the old output) take outputs with contiguous rows that the
+// copy engine can address, and epilogues without a residual (those go through drain).
 inline OutPath out_path(const GemmArgs& g, int rows) {
-  if (g.beta != 0.0f || g.residual || g.c_sn != 1 || (g.batch > 1 && g.c_sb == 0) ||
+  if (g.residual || g.c_sn != 1 || (g.batch > 1 && g.c_sb == 0) ||
       g.m > INT32_MAX || g.n > INT32_MAX || g.batch > INT32_MAX)
     return kDrain;
   const runtime::TmaShape sh = out_shape(g, rows);
