@@ -148,7 +148,7 @@ TEST(MatmulTuneGpu, EveryCandidateConfigComputesTheProduct) {
   TESSERA_REQUIRE_GPU();
   const auto& props = tessera::runtime::device_props(0);
   const GemmCtx ctx{props.multiProcessorCount, props.major};
-  // K long enough for split-K candidates; tails in M and N.
+  // K long enough for split candidates; tails in M and N.
   std::vector<Problem> problems;
   problems.emplace_back(DType::bfloat16, 200, 520, 1024);
   problems.emplace_back(DType::float16, 200, 520, 1024);

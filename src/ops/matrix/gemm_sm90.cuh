@@ -13,9 +13,12 @@
 // Roles (384 threads, 3 warpgroups):
 //   warpgroup 0   the producer: gives up registers (setmaxnreg), one thread issues every copy
 //   warpgroups 1,2 consumers: 128 float32 accumulators per thread, shared out by the schedule
-//                 (Schedule below), then the epilogue through shared memory: a short loop of
-//                 coalesced stores, since an unrolled per-element epilogue is fetched anew for
-//                 every tile and costs more than the main loop
+//                 (Schedule below), then the epilogue: the values written into swizzled shared
+//                 memory and stored by TMA (store_tma), which drains under the next tile's main
+//                 loop; or, for a residual or an output TMA cannot address, a short loop of
+//                 coalesced stores through shared memory (drain)
+// Work (Work below): whole tiles, and where the last wave would run partly empty, its tiles as
+// chunks of K that sum their partials together (sum_chunks).
 // Operands: K-major (K contiguous) or MN-major (M or N contiguous, 16-bit), each its own template
 // flag; the copy engine writes either in the 128-byte swizzle and wgmma reads it with its
 // transpose flag, so no layout is copied first.
