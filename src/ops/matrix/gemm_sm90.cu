@@ -3,7 +3,6 @@
 // instances compile in gemm_sm90_narrow.cu.
 #include "ops/matrix/gemm_sm90.cuh"
 
-
 namespace tessera::matrix {
 namespace sm90 {
 

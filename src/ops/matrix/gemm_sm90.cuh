@@ -90,6 +90,7 @@ struct alignas(1024) Smem {
   // Each consumer's output staging: two buffers of kRows 128-byte rows (TMA stores, store_tma),
   // or float32 rows of kEpiStride (drain).
   unsigned char out[kConsumers][2 * S::kRows * 128];
+  static_assert(S::kRows * kEpiStride * sizeof(float) <= 2 * S::kRows * 128, "drain's rows fit");
   uint64_t full[S::kStages];
   uint64_t empty[S::kStages];
   uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
