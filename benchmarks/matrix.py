@@ -2,7 +2,8 @@
 """matmul against torch.matmul (cuBLAS), in one run, by one method, in interleaved rounds.
 
     python benchmarks/matrix.py [--out DIR] [--quick] [--ops LIST] [--dtypes LIST] [--rounds R]
-                                [--self-check] [--layouts] [--sweep]
+                                [--self-check] [--layouts] [--sweep] [--narrow] [--epilogue]
+                                [--accumulate] [--no-sizes]
 
 Cases: matmul's description (tessera.bench.ops, what `tessera bench matmul` times): square
 problems M = N = K of its bench sizes (--quick: the smallest, a middle and the largest), input
@@ -24,8 +25,10 @@ row-major) at 4096 and 8192 in bfloat16 and float16. --sweep adds linear-layer s
 (matmul_tf32, torch.set_float32_matmul_precision("high") around those calls; at 8192 also in the
 layouts NN, TN and TT), float8 e4m3
 (scaled_mm against torch._scaled_mm with use_fast_accum=True, the same accumulation, and False as
-a second peer), and bias + GELU fused at 8192 x 8192 x 4096 bfloat16 (matmul_bias_gelu against
-torch.matmul, + bias, gelu; and addmm then gelu).
+a second peer). --epilogue adds bias + GELU fused at 8192 x 8192 x 4096 bfloat16
+(matmul_bias_gelu against torch.matmul, + bias, gelu; and addmm then gelu), and the same layer
+under autograd, forward and backward (linear_gelu_fwd_bwd: tessera.linear(activation="gelu")
+against F.gelu(F.linear)).
 """
 
 from __future__ import annotations
@@ -163,6 +166,30 @@ def bench_bias_gelu(suite: Suite, rounds: int, self_check: bool) -> None:
               rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
 
 
+def bench_bias_gelu_autograd(suite: Suite, rounds: int, self_check: bool) -> None:
+    """A linear layer with bias and GELU under autograd, forward and backward: tessera.linear
+    (the forward one kernel storing the pre-activation too) against torch's linear, then GELU."""
+    m, n, k = 8192, 8192, 4096
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    F = torch.nn.functional
+
+    def step(layer):
+        return lambda: torch.autograd.grad(layer(x, w, bias), (x, w, bias), dy)
+
+    providers = {
+        "tessera": step(lambda x, w, b: tessera.linear(x, w, b, activation="gelu")),
+        "torch": step(lambda x, w, b: F.gelu(F.linear(x, w, b))),
+    }
+    if self_check:
+        providers["torch2"] = step(lambda x, w, b: F.gelu(F.linear(x, w, b)))
+    suite.run("linear_gelu_fwd_bwd", torch.bfloat16, m, float((3 * (m * k + k * n) + 4 * m * n) * 2),
+              providers, flops=3 * 2.0 * m * n * k, shape=(m, n, k), tolerances=TOLERANCES,
+              rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
+
+
 def bench_accumulate(suite: Suite, beta: float, rounds: int, self_check: bool) -> None:
     """The linear cross-entropy's d_weight step: out (V x H) += G^T (V x chunk, V contiguous) @ h
     (chunk x H): the epilogue reads the output (beta 1) as well as writing it. The outputs drift
@@ -192,6 +219,7 @@ def main() -> int:
     p.add_argument("--layouts", action="store_true")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--narrow", action="store_true")
+    p.add_argument("--epilogue", action="store_true", help="bias + GELU fused, and under autograd")
     p.add_argument("--accumulate", action="store_true", help="the linear cross-entropy's d_weight GEMM, beta 0 and 1")
     p.add_argument("--no-sizes", action="store_true", help="skip the size sweep: only the extra cases asked for")
     args = p.parse_args()
@@ -232,8 +260,11 @@ def main() -> int:
             suite.attempt(f"matmul_tf32 {layout} 8192", lambda: bench_tf32(
                 suite, 8192, args.rounds, args.self_check, layout))
             torch.cuda.empty_cache()
+    if args.epilogue:
         suite.attempt("matmul bias+gelu", lambda: bench_bias_gelu(suite, args.rounds,
                                                                   args.self_check))
+        suite.attempt("linear gelu autograd", lambda: bench_bias_gelu_autograd(suite, args.rounds,
+                                                                               args.self_check))
     if args.accumulate:
         for beta in (0.0, 1.0):
             suite.attempt(f"matmul beta {beta:g}", lambda: bench_accumulate(suite, beta, args.rounds,

@@ -2,11 +2,12 @@
 // against cuBLAS, built apart from the library so that a kernel change is compiled in a minute
 // and measured in one short device call. Not part of the build; dev/gemm_lab.sh builds and runs it.
 //
-//   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--gelu] [--beta]
+//   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--gelu] [--preact] [--beta]
 //            M,N,K ...
 //
 // --gelu adds a bias and GELU to our epilogue only (the error column is then meaningless), to
-// compare the schedules' epilogue costs. --beta: C = A W^T + C on both sides.
+// compare the schedules' epilogue costs; --preact also stores the pre-activation (implies --gelu).
+// --beta: C = A W^T + C on both sides.
 //
 // Per shape: the largest difference from cuBLAS relative to cuBLAS's largest value (a check, not
 // a test), then interleaved rounds (cuBLAS, tessera, cuBLAS again), each call after an L2 flush,
@@ -67,7 +68,7 @@ float median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   int rounds = 20, splits = 0;
-  bool gelu = false;
+  bool gelu = false, preact = false;
   float beta = 0.0f;
   std::string schedule = "all";
   std::vector<std::array<int64_t, 3>> shapes;
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) schedule = argv[++i];
     else if (!std::strcmp(argv[i], "--splits") && i + 1 < argc) splits = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--gelu")) gelu = true;
+    else if (!std::strcmp(argv[i], "--preact")) gelu = preact = true;
     else if (!std::strcmp(argv[i], "--beta")) beta = 1.0f;
     else {
       long long m, n, k;
@@ -99,10 +101,11 @@ int main(int argc, char** argv) {
               "ratio", "TFLOP/s", "peer/peer", "max_err");
   for (const auto& s : shapes) {
     const int64_t m = s[0], n = s[1], k = s[2];
-    __nv_bfloat16 *a, *w, *c, *ref, *bias;
+    __nv_bfloat16 *a, *w, *c, *ref, *bias, *z = nullptr;
     CK(cudaMalloc(&a, m * k * 2)), CK(cudaMalloc(&w, n * k * 2)), CK(cudaMalloc(&bias, n * 2));
     fill<<<64, 256>>>(bias, n, 3);
     CK(cudaMalloc(&c, m * n * 2)), CK(cudaMalloc(&ref, m * n * 2));
+    if (preact) CK(cudaMalloc(&z, m * n * 2));
     fill<<<1024, 256>>>(a, m * k, 1), fill<<<1024, 256>>>(w, n * k, 2);
     const float one = 1.0f;
     auto peer = [&] {
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
     g.a = a, g.b = w, g.c = c, g.m = m, g.n = n, g.k = k;
     g.a_sm = k, g.a_sk = 1, g.b_sn = k, g.b_sk = 1, g.c_sm = n, g.c_sn = 1;
     if (gelu) g.bias = bias, g.bias_sn = 1, g.activation = Activation::gelu;
+    if (preact) g.z = z, g.z_sm = n, g.z_sn = 1;
     g.beta = beta;
     const GemmCtx ctx{prop.multiProcessorCount, prop.major};
     for (int sched = 0; sched < 3; ++sched) {
@@ -162,7 +166,7 @@ int main(int argc, char** argv) {
                   median(self), err / big);
       std::fflush(stdout);
     }
-    CK(cudaFree(a)), CK(cudaFree(w)), CK(cudaFree(c)), CK(cudaFree(ref)), CK(cudaFree(bias));
+    CK(cudaFree(a)), CK(cudaFree(w)), CK(cudaFree(c)), CK(cudaFree(ref)), CK(cudaFree(bias)), CK(cudaFree(z));
   }
   return 0;
 }

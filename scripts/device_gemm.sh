@@ -2,7 +2,7 @@
 # The GEMM work of one device call: builds the C++ targets, the extension and the torch ops on the
 # device's cores where no devbin/ was carried (sm_90a only), then the C++ tests of matmul, copy and
 # the tuner, `tessera verify` of matmul (all variants) and copy, compute-sanitizer over the new
-# tiers' cases, and benchmarks/matrix.py against torch in one run (BENCH_ARGS, default: the bars'
+# tiers' cases, the Python tests of matmul and the torch ops, and benchmarks/matrix.py against torch in one run (BENCH_ARGS, default: the bars'
 # cases). Logs under $OUT, a summary last.
 #   device: bash scripts/device_gemm.sh [steps]     (default: build ctest verify sanitize pybench)
 set -uo pipefail
@@ -61,6 +61,8 @@ for s in $STEPS; do
       step cooperative env TESSERA_MATMUL_SCHEDULE=cooperative devbin/tessera bench matmul --dtype bfloat16 --sizes 2048,4096,8192 --no-peaks
       step tune devbin/tessera tune matmul --shapes "${TUNE_SHAPES:-4096x4096x4096,8192x8192x8192,128x4096x4096,1024x4096x4096,128x14336x4096}"
       step show devbin/tessera tune --show ;;
+    pytest) step pytest python3 -X faulthandler -m pytest -q -rs tests/python/test_matrix.py \
+              tests/python/test_torch_ops.py ;;
     pybench) step pybench env PYTHONUNBUFFERED=1 python3 benchmarks/matrix.py --out /tmp/report \
                ${BENCH_ARGS:---no-sizes --sweep --layouts --narrow --self-check --rounds 5}
              cp /tmp/report/bench.csv "$OUT/" ;;

@@ -104,6 +104,11 @@ def _register_fakes():
         shape = (m, n) if input.dim() == 2 and other.dim() == 2 else (batch, m, n)
         return input.new_empty(shape, dtype=out_dtype or input.dtype)
 
+    @fake("tessera::matmul.preactivation")
+    def _matmul_preactivation(input, other, **kwargs):
+        out = _matmul(input, other, **kwargs)
+        return out, torch.empty_like(out)
+
     @fake("tessera::attention")
     def _attention(q, k, v, *, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0,
                    deterministic=False):

@@ -30,7 +30,9 @@ Autograd: torch.ops.tessera.matmul's own (C++) where the wheel has the torch ops
 grad mode is on and a tensor argument requires grad, the call goes through a
 torch.autograd.Function. Either backward runs tessera matmuls (dA = alpha dZ B^T, dB = alpha A^T dZ,
 dbias = sum of dZ), with dZ the gradient through the activation (tessera's gelu/silu backward
-kernels; the forward then stores the pre-activation product and applies the activation apart).
+kernels), which reads the pre-activation product. The C++ forward keeps the whole epilogue fused:
+its kernel stores the product before the activation as a second output
+(torch.ops.tessera.matmul.preactivation); the Python one applies the activation apart.
 
 Torch tensors only for now (DLPack arrays: through the C++ API).
 """

@@ -104,6 +104,10 @@ TestTensor upload(DType dtype, const std::vector<int64_t>& shape, const std::vec
   return d;
 }
 
+void keep_worst(VerifyResult& worst, const VerifyResult& r) {
+  if (worst.passed && (!r.passed || r.rel_err > worst.rel_err)) worst = r;
+}
+
 VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
                      const std::vector<double>& ref, cudaStream_t stream) {
   VerifyResult r;

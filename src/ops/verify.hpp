@@ -52,6 +52,10 @@ void to_device(TestTensor& t, const HostCopy& h);
 VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
                      const std::vector<double>& ref, cudaStream_t stream);
 
+// What a case of several outputs reports: `worst` becomes `r` where `r` failed or erred more,
+// unless `worst` has already failed.
+void keep_worst(VerifyResult& worst, const VerifyResult& r);
+
 // A contiguous device tensor of `shape` holding `values` (row-major): float dtypes rounded as
 // stored, int32 / int64 exactly (class indices, lengths).
 TestTensor upload(DType dtype, const std::vector<int64_t>& shape, const std::vector<double>& values);

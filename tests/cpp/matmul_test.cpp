@@ -52,6 +52,18 @@ TEST(MatmulArgs, ShapesDtypesAndEpilogueAreChecked) {
                {"argument 'residual'", "shape [64, 48]"});
   expect_error([&] { tessera::matmul(a, b, cuda_tensor(0x1000, DType::bfloat16, {64, 48}), none, nullptr); },
                ErrorKind::value, {"argument 'out'", "overlap 'input'"});
+  const auto z_f32 = cuda_tensor(0x400000, DType::float32, {64, 48});
+  const auto z_shape = cuda_tensor(0x400000, DType::bfloat16, {48, 64});
+  MatmulOptions z;
+  z.preactivation = &z_f32;
+  expect_error([&] { tessera::matmul(a, b, c, z, nullptr); }, ErrorKind::type,
+               {"argument 'preactivation'", "bfloat16", "got float32"});
+  z.preactivation = &z_shape;
+  expect_error([&] { tessera::matmul(a, b, c, z, nullptr); }, ErrorKind::value,
+               {"argument 'preactivation'", "[64, 48]", "got [48, 64]"});
+  z.preactivation = &c;
+  expect_error([&] { tessera::matmul(a, b, c, z, nullptr); }, ErrorKind::value,
+               {"argument 'preactivation'", "overlap 'out'"});
   expect_error([&] {
     tessera::matmul(cuda_tensor(0x1000, DType::bfloat16, {3, 64, 32}), cuda_tensor(0x100000, DType::bfloat16, {2, 32, 48}),
                     cuda_tensor(0x200000, DType::bfloat16, {3, 64, 48}), none, nullptr);

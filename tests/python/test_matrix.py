@@ -158,6 +158,35 @@ def test_matmul_autograd_matches_torch(torch, activation):
         assert rel_err(torch, g, t.grad) < 1e-5
 
 
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_matmul_autograd_keeps_the_fused_forward(torch, activation, dtype):
+    """Under autograd the forward is one op, matmul.preactivation, storing the output and the
+    product before the activation (no separate activation op); its gradients match torch's."""
+    dt = getattr(torch, dtype)
+    a = torch.randn(300, 256, device="cuda", dtype=dt, requires_grad=True)
+    w = torch.randn(520, 256, device="cuda", dtype=dt, requires_grad=True)
+    bias = torch.randn(520, device="cuda", dtype=dt, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        y = tessera.linear(a, w, bias, activation=activation)
+    names = {e.key for e in prof.key_averages()}
+    assert "tessera::matmul.preactivation" in names, sorted(n for n in names if "tessera" in n)
+    assert not {"tessera::gelu", "tessera::silu", "aten::relu"} & names
+    z = torch.ops.tessera.matmul.preactivation(a.detach(), w.detach().t(), bias=bias.detach(),
+                                               activation=activation)[1]
+    assert rel_err(torch, z, a.detach().double() @ w.detach().double().t() + bias.detach().double()) < TOL[dtype]
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    got = [t.grad.clone() for t in (a, w, bias)]
+    for t in (a, w, bias):
+        t.grad = None
+    ref = act_ref(torch, torch.nn.functional.linear(a.float(), w.float(), bias.float()), activation)
+    ref.backward(dy.float())
+    assert rel_err(torch, y, ref) < TOL[dtype]
+    for g, t in zip(got, (a, w, bias)):
+        assert rel_err(torch, g, t.grad) < 2 * TOL[dtype], t.shape
+
+
 # ---- float32 precision, float8 scaled_mm, autotuning ---------------------------------------------
 
 def test_float32_follows_torch_matmul_precision(torch):

@@ -73,6 +73,10 @@ def samples(torch, name, dtype):
                 ((x(16, 32), x(32, 24)), {"residual": x(16, 24), "activation": "relu"}),
                 ((x(2, 16, 32), x(32, 24)), {"alpha": 0.5, "residual": x(2, 16, 24)}),
                 ((x(1, 16, 32), x(3, 32, 24)), {"activation": "silu"})]
+    if name == "matmul.preactivation":  # called below autograd (by matmul's autograd kernel)
+        return [((x(16, 32, grad=False), x(32, 24, grad=False)), {"bias": x(24, grad=False), "activation": "gelu"}),
+                ((x(2, 16, 32, grad=False), x(32, 24, grad=False)),
+                 {"residual": x(2, 16, 24, grad=False), "activation": "silu", "alpha": 0.5})]
     if name == "scaled_mm":
         a = torch.randn(16, 64, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(24, 64, device="cuda").to(torch.float8_e4m3fn).t()

@@ -29,6 +29,10 @@ struct MatmulOptions {
   // float32 inputs: multiply on the tensor cores in TF32 (10-bit mantissa) where true, as
   // torch.backends.cuda.matmul.allow_tf32; exact float32 arithmetic where false.
   bool allow_tf32 = false;
+  // Optional: a second output, of out's shape and dtype, receiving alpha * (input @ other) + bias
+  // before the activation, residual and beta: what the activation's backward reads, stored by
+  // the same kernel. It must not overlap out, the inputs or the residual.
+  const TensorView* preactivation = nullptr;
 };
 
 // out[b] = input[b] @ other[b] (+ the epilogue of `options`), in float32 accumulation.

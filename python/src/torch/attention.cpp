@@ -194,7 +194,7 @@ struct VarlenFunction : torch::autograd::Function<VarlenFunction> {
   using Sig = Tensor2(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                       int64_t, int64_t, bool, std::optional<double>, int64_t, int64_t, double, bool);
   static const c10::TypedOperatorHandle<Sig>& op() {
-    static const auto h = c10::Dispatcher::singleton().findSchemaOrThrow("tessera::attention", "varlen").typed<Sig>();
+    static const auto h = handle<Sig>("attention", "varlen");
     return h;
   }
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -214,8 +214,7 @@ struct VarlenFunction : torch::autograd::Function<VarlenFunction> {
     using BSig = Tensor3(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                          const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t, bool,
                          std::optional<double>, int64_t, int64_t, double, bool);
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("tessera::attention_backward", "varlen").typed<BSig>();
+    static const auto op = handle<BSig>("attention_backward", "varlen");
     const auto s = ctx->get_saved_variables();
     const at::Tensor grad = grads[0].defined() ? grads[0] : at::zeros_like(s[3]);
     auto [dq, dk, dv] = op.call(grad, s[0], s[1], s[2], s[3], s[4], s[5], s[6], ctx->saved_data["max_q"].toInt(),

@@ -57,10 +57,12 @@ decltype(auto) guarded(F&& f) {
   }
 }
 
-// The typed handle of op `tessera::name` (looked up once per call site: keep it in a static).
+// The typed handle of op `tessera::name` (or its overload; looked up once per call site: keep it
+// in a static).
 template <class Sig>
-c10::TypedOperatorHandle<Sig> handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow((std::string("tessera::") + name).c_str(), "")
+c10::TypedOperatorHandle<Sig> handle(const char* name, const char* overload = "") {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow((std::string("tessera::") + name).c_str(), overload)
       .template typed<Sig>();
 }
 

@@ -148,9 +148,7 @@ struct AddFunction : torch::autograd::Function<AddFunction> {
 
 struct AddScalarFunction : torch::autograd::Function<AddScalarFunction> {
   static const auto& op() {
-    static const auto h = c10::Dispatcher::singleton()
-                              .findSchemaOrThrow("tessera::add", "Scalar")
-                              .typed<at::Tensor(const at::Tensor&, double, double)>();
+    static const auto h = handle<at::Tensor(const at::Tensor&, double, double)>("add", "Scalar");
     return h;
   }
   static at::Tensor forward(AutogradContext*, const at::Tensor& input, double other, double alpha) {

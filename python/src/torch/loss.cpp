@@ -92,9 +92,8 @@ void cross_entropy_backward(const at::Tensor& grad_loss, at::Tensor& grad, c10::
 // The saved gradient scaled by the loss's gradient and handed to autograd; it is consumed, so a
 // second backward through the same loss (retain_graph) is refused rather than scaled twice.
 at::Tensor scaled_saved_grad(AutogradContext* ctx, const variable_list& grads) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("tessera::cross_entropy", "backward")
-                             .typed<void(const at::Tensor&, at::Tensor&, c10::string_view)>();
+  static const auto op =
+      handle<void(const at::Tensor&, at::Tensor&, c10::string_view)>("cross_entropy", "backward");
   TORCH_CHECK(ctx->saved_data.count("grad"),
               "tessera.cross_entropy: a second backward through the same loss (retain_graph) is not supported: the "
               "forward's gradient buffer is scaled in place by the first");
@@ -135,8 +134,7 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
 struct CrossEntropyInplaceFunction : torch::autograd::Function<CrossEntropyInplaceFunction> {
   using Sig = Tensor2(at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double, double, double);
   static const c10::TypedOperatorHandle<Sig>& op() {
-    static const auto h =
-        c10::Dispatcher::singleton().findSchemaOrThrow("tessera::cross_entropy", "inplace").typed<Sig>();
+    static const auto h = handle<Sig>("cross_entropy", "inplace");
     return h;
   }
   static variable_list forward(AutogradContext* ctx, at::Tensor logits, const at::Tensor& target, int64_t ignore_index,
@@ -283,9 +281,8 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
     at::Tensor dh = ctx->saved_data["dh"].toTensor(), dw = ctx->saved_data["dw"].toTensor(),
                db = ctx->saved_data["db"].toTensor();
     for (const char* k : {"dh", "dw", "db"}) ctx->saved_data.erase(k);
-    static const auto scale = c10::Dispatcher::singleton()
-                                  .findSchemaOrThrow("tessera::cross_entropy", "backward")
-                                  .typed<void(const at::Tensor&, at::Tensor&, c10::string_view)>();
+    static const auto scale =
+        handle<void(const at::Tensor&, at::Tensor&, c10::string_view)>("cross_entropy", "backward");
     const at::Tensor g = grads[0].defined() ? grads[0].to(at::kFloat) : at::zeros({}, f.device(dh.device()));
     const auto mask = ctx->saved_data["mask"].toBoolList();
     at::Tensor* out[3] = {&dh, &dw, &db};

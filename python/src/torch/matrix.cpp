@@ -3,12 +3,12 @@
 // (src/ops/matrix/matmul_cases.cpp).
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/relu.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "binding.hpp"
@@ -38,9 +38,12 @@ std::vector<int64_t> product_shape(const at::Tensor& a, const at::Tensor& b) {
   return {std::max(da == 3 ? a.size(0) : 1, db == 3 ? b.size(0) : 1), m, n};
 }
 
-at::Tensor matmul(const at::Tensor& input, const at::Tensor& other, const OptTensor& bias,
-                  const OptTensor& residual, c10::string_view activation, double alpha,
-                  std::optional<at::ScalarType> out_dtype, std::optional<bool> allow_tf32) {
+// The product into a new output and, where `preactivation`, a second new tensor receiving the
+// product before the activation (MatmulOptions::preactivation).
+at::Tensor matmul_into(const at::Tensor& input, const at::Tensor& other, const OptTensor& bias,
+                       const OptTensor& residual, c10::string_view activation, double alpha,
+                       std::optional<at::ScalarType> out_dtype, std::optional<bool> allow_tf32,
+                       at::Tensor* preactivation) {
   MatmulOptions o;
   o.activation = activation_of(activation);
   o.alpha = alpha;
@@ -51,10 +54,31 @@ at::Tensor matmul(const at::Tensor& input, const at::Tensor& other, const OptTen
   const TensorView a = view("matmul", "input", input), bv = view("matmul", "other", other);
   o.bias = optional_view("matmul", "bias", bias, b);
   o.residual = optional_view("matmul", "residual", residual, r);
-  at::Tensor out = at::empty(product_shape(input, other),
-                             input.options().dtype(out_dtype.value_or(input.scalar_type())));
+  const auto options = input.options().dtype(out_dtype.value_or(input.scalar_type()));
+  at::Tensor out = at::empty(product_shape(input, other), options);
+  TensorView z;
+  if (preactivation) {
+    *preactivation = at::empty(out.sizes(), options);
+    z = view("matmul", "preactivation", *preactivation);
+    o.preactivation = &z;
+  }
   guarded([&] { tessera::matmul(a, bv, view("matmul", "out", out), o, stream_of(input)); });
   return out;
+}
+
+at::Tensor matmul(const at::Tensor& input, const at::Tensor& other, const OptTensor& bias,
+                  const OptTensor& residual, c10::string_view activation, double alpha,
+                  std::optional<at::ScalarType> out_dtype, std::optional<bool> allow_tf32) {
+  return matmul_into(input, other, bias, residual, activation, alpha, out_dtype, allow_tf32, nullptr);
+}
+
+std::tuple<at::Tensor, at::Tensor> matmul_preactivation(
+    const at::Tensor& input, const at::Tensor& other, const OptTensor& bias, const OptTensor& residual,
+    c10::string_view activation, double alpha, std::optional<at::ScalarType> out_dtype,
+    std::optional<bool> allow_tf32) {
+  at::Tensor z;
+  at::Tensor out = matmul_into(input, other, bias, residual, activation, alpha, out_dtype, allow_tf32, &z);
+  return {out, z};
 }
 
 at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at::Tensor& scale_a,
@@ -85,18 +109,9 @@ const c10::TypedOperatorHandle<MatmulSig>& matmul_op() {
   return h;
 }
 
-// The activation applied apart from the product, so that the product (its input) can be kept.
-at::Tensor activate(const at::Tensor& z, Activation a) {
-  static const auto gelu = handle<at::Tensor(const at::Tensor&, c10::string_view)>("gelu");
-  static const auto silu = handle<at::Tensor(const at::Tensor&)>("silu");
-  switch (a) {
-    case Activation::relu: return at::relu(z);
-    case Activation::gelu: return gelu.call(z, "none");
-    case Activation::gelu_tanh: return gelu.call(z, "tanh");
-    case Activation::silu: return silu.call(z);
-    default: return z;
-  }
-}
+using PreactivationSig = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&, c10::string_view,
+    double, std::optional<at::ScalarType>, std::optional<bool>);
 
 at::Tensor activate_backward(const at::Tensor& g, const at::Tensor& z, Activation a) {
   static const auto gelu = handle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>(
@@ -119,25 +134,22 @@ at::Tensor sum_to_operand(const at::Tensor& g, at::IntArrayRef shape) {
   return g.sum(0, /*keepdim=*/true);
 }
 
-// out = activation(alpha * input @ other + bias) + residual. Without an activation the residual
-// is fused into the product (its gradient is the output's); with one, the product keeps the
-// pre-activation for the backward and the activation and residual follow apart.
+// out = activation(alpha * input @ other + bias) + residual, the whole epilogue fused. With an
+// activation the kernel also stores the pre-activation product, which the backward reads.
 struct MatmulFunction : torch::autograd::Function<MatmulFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other,
                             const OptTensor& bias, const OptTensor& residual,
                             c10::string_view activation, double alpha,
                             std::optional<at::ScalarType> out_dtype, std::optional<bool> allow_tf32) {
-    const Activation act = activation_of(activation);
-    const bool fused = act == Activation::none;
-    at::Tensor z = call_below_autograd(matmul_op(), input, other, bias,
-                                       fused ? residual : OptTensor(), "none", alpha, out_dtype,
-                                       allow_tf32);
-    at::Tensor y = z;
-    if (!fused) {
-      y = activate(z, act);
-      if (residual && residual->defined()) y = y.add(*residual);
-    }
-    ctx->save_for_backward({input, other, fused ? at::Tensor() : z});
+    static const auto with_preactivation = handle<PreactivationSig>("matmul", "preactivation");
+    at::Tensor y, z;
+    if (activation_of(activation) == Activation::none)
+      y = call_below_autograd(matmul_op(), input, other, bias, residual, activation, alpha, out_dtype,
+                              allow_tf32);
+    else
+      std::tie(y, z) = call_below_autograd(with_preactivation, input, other, bias, residual,
+                                           activation, alpha, out_dtype, allow_tf32);
+    ctx->save_for_backward({input, other, z});
     ctx->saved_data["activation"] = std::string(activation);
     ctx->saved_data["alpha"] = alpha;
     ctx->saved_data["allow_tf32"] = allow_tf32;
@@ -195,6 +207,7 @@ at::Tensor matmul_autograd(const at::Tensor& input, const at::Tensor& other, con
 
 void kernels(torch::Library& m) {
   m.impl("matmul", &matmul);
+  m.impl("matmul.preactivation", &matmul_preactivation);
   m.impl("scaled_mm", &scaled_mm);
 }
 

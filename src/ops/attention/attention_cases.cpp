@@ -90,8 +90,7 @@ VerifyResult run_backward(DType dt, const Spec& s) {
   VerifyResult worst = compare("attention_backward", name + " dq", dq, ref.dq, stream);
   for (const auto& [t, r, what] : {std::tuple<TestTensor*, const std::vector<double>*, const char*>{&dk, &ref.dk, " dk"},
                                    {&dv, &ref.dv, " dv"}}) {
-    VerifyResult x = compare("attention_backward", name + what, *t, *r, stream);
-    if (!x.passed || (worst.passed && x.rel_err > worst.rel_err)) worst = x;
+    keep_worst(worst, compare("attention_backward", name + what, *t, *r, stream));
   }
   worst.name = name;
   return worst;

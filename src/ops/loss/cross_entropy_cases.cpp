@@ -94,8 +94,7 @@ VerifyResult run_case(DType dt, const Spec& s) {
   if (s.inplace) grad_out = &logits;  // compared over the logits' storage (its padding untouched)
   for (const auto& [t_, r, what] : {std::tuple<TestTensor*, const std::vector<double>*, const char*>{grad_out, &want_grad, " grad"},
                                     {&lse, &ref.lse, " lse"}}) {
-    VerifyResult v = compare("cross_entropy", name + what, *t_, *r, stream);
-    if (!v.passed || (worst.passed && v.rel_err > worst.rel_err)) worst = v;
+    keep_worst(worst, compare("cross_entropy", name + what, *t_, *r, stream));
   }
   worst.name = name;
   return worst;

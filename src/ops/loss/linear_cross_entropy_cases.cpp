@@ -136,8 +136,7 @@ VerifyResult run_case(DType dt, const Spec& s) {
       {&lse, &ref.lse, " lse"}, {&dh, &want_dh, " d_hidden"}, {&dw, &want_dw, " d_weight"}};
   if (s.bias) outs.push_back({&db, &want_db, " d_bias"});
   for (const auto& [out, r, what] : outs) {
-    VerifyResult v = compare("linear_cross_entropy", name + what, *out, *r, stream);
-    if (!v.passed || (worst.passed && v.rel_err > worst.rel_err)) worst = v;
+    keep_worst(worst, compare("linear_cross_entropy", name + what, *out, *r, stream));
   }
   worst.name = name;
   return worst;

@@ -4,7 +4,7 @@
 // C[b] = A[b] B[b] with A [M, K], B [K, N], C [M, N], each with its own element strides (batch
 // stride 0: one matrix shared by every batch). The epilogue turns the float32 accumulator of one
 // element into its stored value: activation(alpha * acc + bias[n]) + residual[b, m, n] +
-// beta * C[b, m, n].
+// beta * C[b, m, n], and optionally stores alpha * acc + bias[n] as well (the pre-activation).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -68,6 +68,8 @@ struct GemmArgs {
   int64_t bias_sn = 0;
   const void* residual = nullptr;
   int64_t r_sb = 0, r_sm = 0, r_sn = 0;
+  void* z = nullptr;  // the pre-activation output (MatmulOptions::preactivation), C's shape
+  int64_t z_sb = 0, z_sm = 0, z_sn = 0;
   float alpha = 1.0f, beta = 0.0f;
   const float* scale_a = nullptr;  // scaled_mm: device scalars multiplying alpha
   const float* scale_b = nullptr;
@@ -97,23 +99,30 @@ struct Epilogue {
   int64_t bias_sn;
   const OutT* residual;
   int64_t r_sb, r_sm, r_sn;
+  OutT* z;  // where set, alpha * acc + bias is stored there too (before the activation)
+  int64_t z_sb, z_sm, z_sn;
   float alpha, beta;
   const float* scale_a;  // where set, alpha is multiplied by *scale_a * *scale_b (resolved())
   const float* scale_b;
   Activation activation;
-  bool pairs;  // C's rows contiguous and every even column's element aligned for a pair store
+  bool pairs;  // C's (and z's) rows contiguous, every even column's element aligned for a pair store
   bool prefetch;  // beta != 0 and C's rows 16-byte aligned: prefetch_row may bring them into L2
 
   static Epilogue from(const GemmArgs& g) {
     auto* c = static_cast<OutT*>(g.c);
     const int64_t e = sizeof(OutT);
-    const bool pairs = g.c_sn == 1 && g.c_sm % 2 == 0 && g.c_sb % 2 == 0 &&
-                       reinterpret_cast<uintptr_t>(c) % (2 * sizeof(OutT)) == 0;
+    auto* z = static_cast<OutT*>(g.z);
+    const auto pairable = [](const OutT* p, int64_t sb, int64_t sm, int64_t sn) {
+      return !p || (sn == 1 && sm % 2 == 0 && sb % 2 == 0 &&
+                    reinterpret_cast<uintptr_t>(p) % (2 * sizeof(OutT)) == 0);
+    };
+    const bool pairs = pairable(c, g.c_sb, g.c_sm, g.c_sn) && pairable(z, g.z_sb, g.z_sm, g.z_sn);
     const bool prefetch = g.beta != 0.0f && g.c_sn == 1 && reinterpret_cast<uintptr_t>(c) % 16 == 0 &&
                           g.c_sm * e % 16 == 0 && g.c_sb * e % 16 == 0;
     return {c, g.c_sb, g.c_sm, g.c_sn,
             static_cast<const OutT*>(g.bias), g.bias_sn,
             static_cast<const OutT*>(g.residual), g.r_sb, g.r_sm, g.r_sn,
+            z, g.z_sb, g.z_sm, g.z_sn,
             g.alpha, g.beta, g.scale_a, g.scale_b, g.activation, pairs, prefetch};
   }
 
@@ -155,6 +164,7 @@ struct Epilogue {
   struct Row {
     OutT* c;
     const OutT* residual;
+    OutT* z;
   };
   struct Cols {
     int64_t n;
@@ -174,7 +184,8 @@ struct Epilogue {
 
   // The pointers of output row (b, m).
   __device__ __forceinline__ Row row(int64_t b, int64_t m) const {
-    return {c + b * c_sb + m * c_sm, residual ? residual + b * r_sb + m * r_sm : nullptr};
+    return {c + b * c_sb + m * c_sm, residual ? residual + b * r_sb + m * r_sm : nullptr,
+            z ? z + b * z_sb + m * z_sm : nullptr};
   }
 
   // The elements of columns `k` of row `r`.
@@ -183,7 +194,17 @@ struct Epilogue {
                                              Act act) const {
     const int64_t n = k.n;
     const bool both = k.both;
-    float v0 = act(alpha * acc0 + k.bias0), v1 = act(alpha * acc1 + k.bias1);
+    const float z0 = alpha * acc0 + k.bias0, z1 = alpha * acc1 + k.bias1;
+    if (r.z) {
+      OutT* q = r.z + n * z_sn;
+      if (both && pairs) {
+        *reinterpret_cast<Pair*>(q) = Pair{tile::from_float<OutT>(z0), tile::from_float<OutT>(z1)};
+      } else {
+        *q = tile::from_float<OutT>(z0);
+        if (both) q[z_sn] = tile::from_float<OutT>(z1);
+      }
+    }
+    float v0 = act(z0), v1 = act(z1);
     if (r.residual) {
       v0 += tile::to_float(r.residual[n * r_sn]);
       if (both) v1 += tile::to_float(r.residual[(n + 1) * r_sn]);

@@ -97,6 +97,12 @@ struct alignas(1024) Smem {
   uint64_t old[kConsumers];   // beta: a sub-tile of the old output has landed in staging
 };
 
+// The maps of the TMA stores: the output's, then the pre-activation output's (where asked for),
+// side by side so that one pointer reaches both.
+struct OutMaps {
+  CUtensorMap c, z;
+};
+
 struct Operand {
   bool batched;  // a 3-d map, the batch its outer coordinate (a 2-d map is shared by all)
 };
@@ -222,9 +228,10 @@ __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* bu
 // applied, into one of two staging buffers in the 128-byte swizzle. One thread stores each
 // sub-tile and waits only until the store before the previous one has read its buffer, so the
 // writes into shared memory are all the epilogue costs the tensor cores; the stores drain under
-// the next tile's main loop.
+// the next tile's main loop. `maps` are the output's and the pre-activation's (OutMaps); with a
+// pre-activation output each sub-tile is stored twice, first before the activation, then after.
 template <class S, class OutT, int Frags, int Acc>
-__device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar, const CUtensorMap* map,
+__device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar, const CUtensorMap* maps,
                                           OutPath path, const Epilogue<OutT>& epi, float alpha,
                                           const float (&acc)[Frags][Acc],
                                           int64_t batch, int64_t row0, int64_t col0, int64_t n,
@@ -238,44 +245,52 @@ __device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar,
 #pragma unroll
     for (int p = 0; p < S::BN / kCols; ++p) {
       if (p * kCols < 8 * g0 || p * kCols >= 8 * g1) continue;
-      unsigned char* buf = out + flip * (S::kRows * 128);
-      flip ^= 1;
-      const int x = int(col0) + p * kCols, y = int(row0);
-      const tile::BulkBarrier old{old_bar};
-      if (tid == 0) {
-        tile::bulk_wait_read<1>();
-        if (epi.beta != 0.0f) {  // the old output's sub-tile, in the same swizzle, where v goes
-          old.expect(S::kRows * 128);
-          if (path == kTma3) tile::tma_load(buf, map, x, y, int(batch), old);
-          else tile::tma_load(buf, map, x, y, old);
-        }
-      }
-      tile::group_sync(1 + wg, 128);
-      if (epi.beta != 0.0f) old.wait(old_phase), old_phase ^= 1;
+      // q = 0: the pre-activation (where asked for); q = 1: the output.
 #pragma unroll
-      for (int i = 0; i < kCols / 8; ++i) {
-        const int c = p * kCols + 8 * i + 2 * (lane % 4);  // the thread's two columns in the tile
-        const auto cols = epi.cols(col0 + c < n ? col0 + c : 0, col0 + c + 1 < n);
-#pragma unroll
-        for (int f = 0; f < Frags; ++f)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = 64 * f + 16 * warp + lane / 4 + 8 * r, j = 4 * (c / 8) + 2 * r;
-            Pair* at = reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, (c % kCols) * sizeof(OutT)));
-            float v0 = act(alpha * acc[f][j] + cols.bias0), v1 = act(alpha * acc[f][j + 1] + cols.bias1);
-            if (epi.beta != 0.0f) {
-              const Pair o = *at;
-              v0 += epi.beta * tile::to_float(o.x), v1 += epi.beta * tile::to_float(o.y);
-            }
-            *at = Pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
+      for (int q = 0; q < 2; ++q) {
+        if (q == 0 && (S::kPingPong || !epi.z)) continue;  // choose() keeps those cooperative
+        unsigned char* buf = out + flip * (S::kRows * 128);
+        flip ^= 1;
+        const int x = int(col0) + p * kCols, y = int(row0);
+        const bool beta = q == 1 && epi.beta != 0.0f;
+        const tile::BulkBarrier old{old_bar};
+        if (tid == 0) {
+          tile::bulk_wait_read<1>();
+          if (beta) {  // the old output's sub-tile, in the same swizzle, where v goes
+            old.expect(S::kRows * 128);
+            if (path == kTma3) tile::tma_load(buf, maps, x, y, int(batch), old);
+            else tile::tma_load(buf, maps, x, y, old);
           }
-      }
-      tile::fence_async_shared();
-      tile::group_sync(1 + wg, 128);
-      if (tid == 0) {
-        if (path == kTma3) tile::tma_store(map, x, y, int(batch), buf);
-        else tile::tma_store(map, x, y, buf);
-        tile::bulk_commit();
+        }
+        tile::group_sync(1 + wg, 128);
+        if (beta) old.wait(old_phase), old_phase ^= 1;
+#pragma unroll
+        for (int i = 0; i < kCols / 8; ++i) {
+          const int c = p * kCols + 8 * i + 2 * (lane % 4);  // the thread's two columns in the tile
+          const auto cols = epi.cols(col0 + c < n ? col0 + c : 0, col0 + c + 1 < n);
+#pragma unroll
+          for (int f = 0; f < Frags; ++f)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int row = 64 * f + 16 * warp + lane / 4 + 8 * r, j = 4 * (c / 8) + 2 * r;
+              Pair* at = reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, (c % kCols) * sizeof(OutT)));
+              float v0 = alpha * acc[f][j] + cols.bias0, v1 = alpha * acc[f][j + 1] + cols.bias1;
+              if (q == 1) v0 = act(v0), v1 = act(v1);
+              if (beta) {
+                const Pair o = *at;
+                v0 += epi.beta * tile::to_float(o.x), v1 += epi.beta * tile::to_float(o.y);
+              }
+              *at = Pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
+            }
+        }
+        tile::fence_async_shared();
+        tile::group_sync(1 + wg, 128);
+        if (tid == 0) {
+          const CUtensorMap* to = maps + (1 - q);
+          if (path == kTma3) tile::tma_store(to, x, y, int(batch), buf);
+          else tile::tma_store(to, x, y, buf);
+          tile::bulk_commit();
+        }
       }
     }
   });
@@ -340,7 +355,7 @@ __device__ __forceinline__ void sum_chunks(float (&acc)[Frags][Acc], const Work&
 template <class T, class OutT, class S, bool KA, bool KB>
 // `epi` is the kernel's parameter, read where used rather than held in registers beside the
 // accumulators; alpha with the device scales folded in is computed once.
-__device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensorMap* map_c,
+__device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensorMap* maps,
                         OutPath path, const Work& work, int64_t m, int64_t n, int wg) {
   constexpr int BN = S::BN, kStages = S::kStages, kFrags = S::kRows / 64;
   using Mma = tile::wgmma::Mma<T, BN, KA ? 0 : 1, KB ? 0 : 1>;
@@ -395,8 +410,8 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     if constexpr (!S::kPingPong)  // pingpong's units are whole tiles
       if (w.split >= 0) sum_chunks<BN / 8 / kSubtiles<S, OutT>>(acc, work, w, g0, g1, wg);
     if (path != kDrain) {
-      store_tma<S>(s.out[wg], &s.old[wg], map_c, path, epi, alpha, acc, batch, row0, col0, n, g0, g1,
-                   flip, old_phase, wg);
+      store_tma<S>(s.out[wg], &s.old[wg], maps, path, epi, alpha, acc, batch, row0, col0, n,
+                   g0, g1, flip, old_phase, wg);
       continue;
     }
     // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
@@ -428,7 +443,7 @@ template <class T, class OutT, class S, bool KA, bool KB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b,
-                     const __grid_constant__ CUtensorMap map_c, Operand a, Operand b, OutPath path,
+                     const __grid_constant__ OutMaps maps, Operand a, Operand b, OutPath path,
                      const __grid_constant__ Epilogue<OutT> epi, const Work work, int64_t m,
                      int64_t n) {
   extern __shared__ unsigned char smem_raw[];
@@ -437,7 +452,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     tile::tma_prefetch(&map_a);
     tile::tma_prefetch(&map_b);
-    if (path != kDrain) tile::tma_prefetch(&map_c);
+    if (path != kDrain) tile::tma_prefetch(&maps.c);
+    if (path != kDrain && epi.z) tile::tma_prefetch(&maps.z);
     for (int i = 0; i < S::kStages; ++i) {
       tile::BulkBarrier{&s.full[i]}.init(1);
       tile::BulkBarrier{&s.empty[i]}.init(S::kReaders);
@@ -452,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, work);
   } else {
     tile::wgmma::claim_registers<232>();
-    consume<T, OutT, S, KA, KB>(s, epi, &map_c, path, work, m, n, role - 1);
+    consume<T, OutT, S, KA, KB>(s, epi, &maps.c, path, work, m, n, role - 1);
   }
 }
 
@@ -491,13 +507,14 @@ inline CUtensorMap operand_map(DType dt, const OperandLayout& o, int64_t batch, 
                           runtime::TmaSwizzle::b128);
 }
 
-// The output's map for TMA stores: boxes of 128 bytes of columns by `rows` rows, a 3-d map where
-// batches differ.
-inline runtime::TmaShape out_shape(const GemmArgs& g, int rows) {
+// The map of the output (or, `z`, of the pre-activation output) for TMA stores: boxes of 128
+// bytes of columns by `rows` rows, a 3-d map where batches differ.
+inline runtime::TmaShape out_shape(const GemmArgs& g, int rows, bool z = false) {
   runtime::TmaShape sh;
   sh.rank = g.batch > 1 ? 3 : 2;
   sh.dims[0] = uint64_t(g.n), sh.dims[1] = uint64_t(g.m), sh.dims[2] = uint64_t(g.batch);
-  sh.strides[0] = 1, sh.strides[1] = uint64_t(g.c_sm), sh.strides[2] = uint64_t(g.c_sb);
+  sh.strides[0] = 1, sh.strides[1] = uint64_t(z ? g.z_sm : g.c_sm);
+  sh.strides[2] = uint64_t(z ? g.z_sb : g.c_sb);
   sh.box[0] = 128 / uint32_t(dtype_size(g.out_dtype)), sh.box[1] = uint32_t(rows), sh.box[2] = 1;
   return sh;
 }
@@ -510,6 +527,9 @@ inline OutPath out_path(const GemmArgs& g, int rows) {
     return kDrain;
   const runtime::TmaShape sh = out_shape(g, rows);
   if (!runtime::tma_can_map(g.out_dtype, g.c, sh, runtime::TmaSwizzle::b128)) return kDrain;
+  if (g.z && (g.z_sn != 1 || !runtime::tma_can_map(g.out_dtype, g.z, out_shape(g, rows, true),
+                                                    runtime::TmaSwizzle::b128)))
+    return kDrain;
   return sh.rank == 3 ? kTma3 : kTma2;
 }
 
@@ -523,9 +543,12 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   const CUtensorMap mb = operand_map(g.dtype, layout_b(g), g.batch, BN);
   const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && g.batch > 1};
   const OutPath path = out_path(g, S::kRows);
-  CUtensorMap mc{};
+  OutMaps maps{};
   if (path != kDrain)
-    mc = runtime::tma_map("matmul", g.out_dtype, g.c, out_shape(g, S::kRows), runtime::TmaSwizzle::b128);
+    maps.c = runtime::tma_map("matmul", g.out_dtype, g.c, out_shape(g, S::kRows), runtime::TmaSwizzle::b128);
+  if (path != kDrain && g.z)
+    maps.z = runtime::tma_map("matmul", g.out_dtype, g.z, out_shape(g, S::kRows, true),
+                          runtime::TmaSwizzle::b128);
   Work work;
   work.tiles.tiles_m = int((g.m + kBM - 1) / kBM);
   work.tiles.tiles_n = int((g.n + BN - 1) / BN);
@@ -547,7 +570,7 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-  kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, mc, a, b, path, Epilogue<OutT>::from(g),
+  kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, maps, a, b, path, Epilogue<OutT>::from(g),
                                              work, g.m, g.n);
   TESSERA_LAUNCH_CHECK();
 }
@@ -581,7 +604,8 @@ struct Choice {
 // pingpong fills it with tiles half the size. Each schedule's time is estimated in cooperative
 // tile-times: whole waves, plus the last wave's chunk, and the cheaper one runs. Pingpong is also
 // taken where the tuner or TESSERA_MATMUL_SCHEDULE (pingpong or cooperative, for measuring them
-// against each other) says so.
+// against each other) says so, except with a pre-activation output, which only cooperative's
+// TMA stores write (pingpong's registers have no room for the second pass).
 inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
   // 0: by the estimate, 1: pingpong, 2: cooperative; read once per process.
   static const int forced = [] {
@@ -614,6 +638,7 @@ inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
   if (g.config.schedule) c.pingpong = g.config.schedule == 2;
   else if (forced) c.pingpong = forced == 1;
   else c.pingpong = pp_time < coop_time(c.splits);
+  if (g.z) c.pingpong = false;
   if (c.pingpong) c.splits = 1;
   return c;
 }

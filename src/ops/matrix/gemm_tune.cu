@@ -51,6 +51,7 @@ std::string tune_key(const GemmArgs& g, const GemmCtx& ctx) {
   // output (beta), is part of the key.
   if (g.activation != Activation::none) key += std::string("|") + activation_name(g.activation);
   if (g.beta != 0.0f) key += "|beta";
+  if (g.z) key += "|preact";
   return key;
 }
 
@@ -58,7 +59,8 @@ std::vector<GemmConfig> candidates(const GemmArgs& g, const GemmCtx& ctx) {
   std::vector<GemmConfig> out{GemmConfig{}};
   if (!Sm90Tier::can_implement(g, ctx)) return out;
   for (int schedule : {1, 2})
-    for (int group : {4, 8, 16}) out.push_back({schedule, group, 1});
+    for (int group : {4, 8, 16})
+      if (schedule == 1 || !g.z) out.push_back({schedule, group, 1});  // choose()'s exception
   // Splitting applies to cooperative's last wave, in chunks of 8 K blocks at least.
   const int64_t k_blocks = g.k * int64_t(dtype_size(g.dtype)) / 128;
   for (int splits : {2, 4, 8})

@@ -127,6 +127,17 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
     g.r_sb = r.ndim == 3 && r.shape[0] != 1 ? r.strides[0] : 0;
     g.r_sm = r.strides[r.ndim - 2], g.r_sn = r.strides[r.ndim - 1];
   }
+  if (o.preactivation) {
+    const TensorView& z = *o.preactivation;
+    detail::check_like(kOp, "preactivation", z, "out", c);
+    detail::check_no_internal_overlap(kOp, "preactivation", z);
+    detail::check_no_overlap(kOp, "preactivation", z, "out", c, false);
+    detail::check_no_overlap(kOp, "preactivation", z, "input", a, false);
+    detail::check_no_overlap(kOp, "preactivation", z, "other", b, false);
+    if (o.residual) detail::check_no_overlap(kOp, "preactivation", z, "residual", *o.residual, false);
+    g.z = z.data;
+    g.z_sb = z.ndim == 3 ? z.strides[0] : 0, g.z_sm = z.strides[z.ndim - 2], g.z_sn = z.strides[z.ndim - 1];
+  }
   if (o.scale) {
     check_scale(kOp, "scale", *o.scale, a);
     g.scale_a = static_cast<const float*>(o.scale->data);

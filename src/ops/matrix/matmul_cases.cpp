@@ -32,6 +32,7 @@ struct MatmulSpec {
   Activation activation = Activation::none;
   double alpha = 1.0, beta = 0.0;
   bool tf32 = false;  // float32 inputs on the TF32 tensor cores (the matmul_tf32 variant)
+  bool preact = false;  // the pre-activation output too (MatmulOptions::preactivation)
 };
 
 Shape shape_of(int64_t batch, int64_t rows, int64_t cols) {
@@ -48,6 +49,7 @@ std::string describe(DType dt, const MatmulSpec& s) {
   if (s.residual) d += " +residual";
   if (s.alpha != 1.0) d += " alpha=" + std::to_string(s.alpha).substr(0, 4);
   if (s.beta != 0.0) d += " beta=" + std::to_string(s.beta).substr(0, 4);
+  if (s.preact) d += " +preactivation";
   return d;
 }
 
@@ -82,8 +84,22 @@ VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
   ho.bias = s.bias ? &hbias.view : nullptr;
   ho.residual = s.residual ? &hres.view : nullptr;
   const std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, ho);
+  const char* op = s.tf32 ? "matmul_tf32" : "matmul";
+  TestTensor z;
+  if (!s.preact) {
+    matmul(a.view, b.view, out.view, o, stream);
+    return compare(op, describe(dt, s), out, ref, stream);
+  }
+  z = make_tensor(out_dt, shape_of(batch, s.m, s.n), Layout::contiguous);
+  fill_poison(z, stream);
+  o.preactivation = &z.view;
   matmul(a.view, b.view, out.view, o, stream);
-  return compare(s.tf32 ? "matmul_tf32" : "matmul", describe(dt, s), out, ref, stream);
+  MatmulOptions hz;  // alpha * input @ other + bias alone
+  hz.alpha = o.alpha, hz.bias = ho.bias;
+  VerifyResult worst = compare(op, describe(dt, s), out, ref, stream);
+  keep_worst(worst, compare(op, describe(dt, s) + " (pre-activation)", z,
+                            reference::matmul(ha.view, hb.view, hc.view, hz), stream));
+  return worst;
 }
 
 // scaled_mm: float8 inputs (input row-major, other K-contiguous unless `s` says otherwise),
@@ -154,6 +170,14 @@ std::vector<VerifyCase> matmul_cases() {
       {24, 4104, 136, 0, 0, C, T, false, true, true, A::none, 1.0, 0.5},  // f32 out, beta
       {12, 8200, 520, 0, 0, C, T, true, true, false, A::silu, 0.5},  // many chunks, an epilogue
       {2, 3000, 20000},                                  // no split: several pieces of K
+      // The pre-activation beside the output: TMA stores, split tiles, batched, drain (residual,
+      // beta), the skinny tier.
+      {256, 128, 384, 0, 0, C, T, true, false, false, A::gelu, 0.5, 0.0, false, true},
+      {70, 2048, 384, 0, 0, C, T, true, false, false, A::silu, 1.0, 0.0, false, true},
+      {130, 96, 200, 3, 3, C, T, true, false, false, A::relu, 1.0, 0.0, false, true},
+      {256, 128, 384, 0, 0, C, T, true, true, false, A::gelu_tanh, 1.0, 0.5, false, true},
+      {300, 200, 520, 0, 0, C, T, false, false, true, A::gelu, 1.0, 0.0, false, true},
+      {12, 8200, 520, 0, 0, C, T, true, true, false, A::silu, 0.5, 0.0, false, true},
   };
   std::vector<VerifyCase> cases;
   for (DType dt : kFloatTypes)
@@ -279,9 +303,14 @@ const Registrar kRegistrar(10, [] {
   // input [M, K] or [B, M, K], other [K, N] or [B, K, N] (the library's operands; the Python layer
   // views torch.matmul's shapes as these). allow_tf32=None: torch's float32 matmul precision, read
   // at each call (also in a compiled graph).
+  // matmul.preactivation: the output and the pre-activation product (alpha * input @ other +
+  // bias) from one kernel, what the autograd forward keeps for the activation's backward.
   op.torch_schemas = {"matmul(Tensor input, Tensor other, *, Tensor? bias=None, Tensor? residual=None, "
                       "str activation='none', float alpha=1, ScalarType? out_dtype=None, "
-                      "bool? allow_tf32=None) -> Tensor"};
+                      "bool? allow_tf32=None) -> Tensor",
+                      "matmul.preactivation(Tensor input, Tensor other, *, Tensor? bias=None, "
+                      "Tensor? residual=None, str activation='none', float alpha=1, "
+                      "ScalarType? out_dtype=None, bool? allow_tf32=None) -> (Tensor, Tensor)"};
 
   OpInfo tf32 = op;
   tf32.torch_schemas = {};  // matmul's allow_tf32
