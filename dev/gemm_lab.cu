@@ -2,10 +2,10 @@
 // against cuBLAS, built apart from the library so that a kernel change is compiled in a minute
 // and measured in one short device call. Not part of the build; dev/gemm_lab.sh builds and runs it.
 //
-//   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--gelu] [--preact] [--beta]
+//   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--bias] [--gelu] [--preact] [--beta]
 //            M,N,K ...
 //
-// --gelu adds a bias and GELU to our epilogue only (the error column is then meaningless), to
+// --bias, --gelu add a bias, GELU to our epilogue only (the error column is then meaningless), to
 // compare the schedules' epilogue costs; --preact also stores the pre-activation (implies --gelu).
 // --beta: C = A W^T + C on both sides.
 //
@@ -68,7 +68,7 @@ float median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   int rounds = 20, splits = 0;
-  bool gelu = false, preact = false;
+  bool with_bias = false, gelu = false, preact = false;
   float beta = 0.0f;
   std::string schedule = "all";
   std::vector<std::array<int64_t, 3>> shapes;
@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) schedule = argv[++i];
     else if (!std::strcmp(argv[i], "--splits") && i + 1 < argc) splits = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--gelu")) gelu = true;
+    else if (!std::strcmp(argv[i], "--bias")) with_bias = true;
     else if (!std::strcmp(argv[i], "--preact")) gelu = preact = true;
     else if (!std::strcmp(argv[i], "--beta")) beta = 1.0f;
     else {
@@ -116,7 +117,8 @@ int main(int argc, char** argv) {
     GemmArgs g;
     g.a = a, g.b = w, g.c = c, g.m = m, g.n = n, g.k = k;
     g.a_sm = k, g.a_sk = 1, g.b_sn = k, g.b_sk = 1, g.c_sm = n, g.c_sn = 1;
-    if (gelu) g.bias = bias, g.bias_sn = 1, g.activation = Activation::gelu;
+    if (with_bias) g.bias = bias, g.bias_sn = 1;
+    if (gelu) g.activation = Activation::gelu;
     if (preact) g.z = z, g.z_sm = n, g.z_sn = 1;
     g.beta = beta;
     const GemmCtx ctx{prop.multiProcessorCount, prop.major};

@@ -222,78 +222,97 @@ __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* bu
   });
 }
 
+// The activation over a staged sub-tile (Rows 128-byte rows): `from` into `to` (or in place),
+// 16 bytes a thread at a time. A loop over the buffer, not over the accumulators, so that the
+// activation's code appears once rather than once per element of the unrolled tile (whose size
+// would make the epilogue wait on instruction fetch).
+template <int Rows, class OutT, class Act>
+__device__ __forceinline__ void activate_staged(const unsigned char* from, unsigned char* to, Act act,
+                                                int tid) {
+#pragma unroll 1
+  for (int i = tid; i < Rows * 128 / 16; i += 128) {
+    uint4 raw = reinterpret_cast<const uint4*>(from)[i];
+    OutT* v = reinterpret_cast<OutT*>(&raw);
+#pragma unroll
+    for (int e = 0; e < 16 / int(sizeof(OutT)); ++e) v[e] = tile::from_float<OutT>(act(tile::to_float(v[e])));
+    reinterpret_cast<uint4*>(to)[i] = raw;
+  }
+}
+
 // The consumer's tile (rows from `row0`, columns from `col0`; the sub-tiles of the column groups
-// [g0, g1)) by TMA stores: 128 bytes of columns (a sub-tile) at a time, alpha, bias, the
-// activation and beta times the old output (brought into the buffer by a TMA load first)
-// applied, into one of two staging buffers in the 128-byte swizzle. One thread stores each
-// sub-tile and waits only until the store before the previous one has read its buffer, so the
-// writes into shared memory are all the epilogue costs the tensor cores; the stores drain under
-// the next tile's main loop. `maps` are the output's and the pre-activation's (OutMaps); with a
-// pre-activation output each sub-tile is stored twice, first before the activation, then after.
+// [g0, g1)) by TMA stores, 128 bytes of columns (a sub-tile) at a time, through one of two
+// staging buffers in the 128-byte swizzle: alpha * acc + bias (+ beta times the old output,
+// brought into the buffer by a TMA load first) written from the accumulators, then the
+// activation over the buffer. One thread stores each sub-tile and waits only until the store
+// before the previous one has read its buffer, so the writes into shared memory are all the
+// epilogue costs the tensor cores; the stores drain under the next tile's main loop. `maps` are
+// the output's and the pre-activation's (OutMaps): with a pre-activation output, it stays in the
+// buffer and the activation goes into the other one, both stored.
 template <class S, class OutT, int Frags, int Acc>
 __device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar, const CUtensorMap* maps,
                                           OutPath path, const Epilogue<OutT>& epi, float alpha,
                                           const float (&acc)[Frags][Acc],
                                           int64_t batch, int64_t row0, int64_t col0, int64_t n,
                                           int g0, int g1, int& flip, uint32_t& old_phase, int wg) {
-  constexpr int kCols = 128 / int(sizeof(OutT));
+  constexpr int kCols = 128 / int(sizeof(OutT)), kBytes = S::kRows * 128;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   struct alignas(2 * sizeof(OutT)) Pair {
     OutT x, y;
   };
-  epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
+  const bool aux = epi.z != nullptr, beta = epi.beta != 0.0f;  // beta: no activation (out_path)
+  const bool activated = aux || epi.activation != Activation::none;
 #pragma unroll
-    for (int p = 0; p < S::BN / kCols; ++p) {
-      if (p * kCols < 8 * g0 || p * kCols >= 8 * g1) continue;
-      // q = 0: the pre-activation (where asked for); q = 1: the output.
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        if (q == 0 && (S::kPingPong || !epi.z)) continue;  // choose() keeps those cooperative
-        unsigned char* buf = out + flip * (S::kRows * 128);
-        flip ^= 1;
-        const int x = int(col0) + p * kCols, y = int(row0);
-        const bool beta = q == 1 && epi.beta != 0.0f;
-        const tile::BulkBarrier old{old_bar};
-        if (tid == 0) {
-          tile::bulk_wait_read<1>();
-          if (beta) {  // the old output's sub-tile, in the same swizzle, where v goes
-            old.expect(S::kRows * 128);
-            if (path == kTma3) tile::tma_load(buf, maps, x, y, int(batch), old);
-            else tile::tma_load(buf, maps, x, y, old);
-          }
-        }
-        tile::group_sync(1 + wg, 128);
-        if (beta) old.wait(old_phase), old_phase ^= 1;
-#pragma unroll
-        for (int i = 0; i < kCols / 8; ++i) {
-          const int c = p * kCols + 8 * i + 2 * (lane % 4);  // the thread's two columns in the tile
-          const auto cols = epi.cols(col0 + c < n ? col0 + c : 0, col0 + c + 1 < n);
-#pragma unroll
-          for (int f = 0; f < Frags; ++f)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int row = 64 * f + 16 * warp + lane / 4 + 8 * r, j = 4 * (c / 8) + 2 * r;
-              Pair* at = reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, (c % kCols) * sizeof(OutT)));
-              float v0 = alpha * acc[f][j] + cols.bias0, v1 = alpha * acc[f][j + 1] + cols.bias1;
-              if (q == 1) v0 = act(v0), v1 = act(v1);
-              if (beta) {
-                const Pair o = *at;
-                v0 += epi.beta * tile::to_float(o.x), v1 += epi.beta * tile::to_float(o.y);
-              }
-              *at = Pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
-            }
-        }
-        tile::fence_async_shared();
-        tile::group_sync(1 + wg, 128);
-        if (tid == 0) {
-          const CUtensorMap* to = maps + (1 - q);
-          if (path == kTma3) tile::tma_store(to, x, y, int(batch), buf);
-          else tile::tma_store(to, x, y, buf);
-          tile::bulk_commit();
-        }
+  for (int p = 0; p < S::BN / kCols; ++p) {
+    if (p * kCols < 8 * g0 || p * kCols >= 8 * g1) continue;
+    unsigned char* buf = out + flip * kBytes;
+    unsigned char* act_buf = aux ? out + (flip ^ 1) * kBytes : buf;
+    if (!aux) flip ^= 1;
+    const int x = int(col0) + p * kCols, y = int(row0);
+    const tile::BulkBarrier old{old_bar};
+    if (tid == 0) {
+      if (aux) tile::bulk_wait_read<0>();
+      else tile::bulk_wait_read<1>();
+      if (beta) {  // the old output's sub-tile, in the same swizzle, where v goes
+        old.expect(kBytes);
+        if (path == kTma3) tile::tma_load(buf, maps, x, y, int(batch), old);
+        else tile::tma_load(buf, maps, x, y, old);
       }
     }
-  });
+    tile::group_sync(1 + wg, 128);
+    if (beta) old.wait(old_phase), old_phase ^= 1;
+#pragma unroll
+    for (int i = 0; i < kCols / 8; ++i) {
+      const int c = p * kCols + 8 * i + 2 * (lane % 4);  // the thread's two columns in the tile
+      const auto cols = epi.cols(col0 + c < n ? col0 + c : 0, col0 + c + 1 < n);
+#pragma unroll
+      for (int f = 0; f < Frags; ++f)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = 64 * f + 16 * warp + lane / 4 + 8 * r, j = 4 * (c / 8) + 2 * r;
+          Pair* at = reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, (c % kCols) * sizeof(OutT)));
+          float v0 = alpha * acc[f][j] + cols.bias0, v1 = alpha * acc[f][j + 1] + cols.bias1;
+          if (beta) {
+            const Pair o = *at;
+            v0 += epi.beta * tile::to_float(o.x), v1 += epi.beta * tile::to_float(o.y);
+          }
+          *at = Pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
+        }
+    }
+    if (activated) {
+      tile::group_sync(1 + wg, 128);
+      epi.template with_activation<!std::is_same_v<OutT, float>>(
+          [&](auto act) { activate_staged<S::kRows, OutT>(buf, act_buf, act, tid); });
+    }
+    tile::fence_async_shared();
+    tile::group_sync(1 + wg, 128);
+    if (tid == 0) {
+      if (path == kTma3) tile::tma_store(maps, x, y, int(batch), act_buf);
+      else tile::tma_store(maps, x, y, act_buf);
+      if (aux && path == kTma3) tile::tma_store(maps + 1, x, y, int(batch), buf);
+      else if (aux) tile::tma_store(maps + 1, x, y, buf);
+      tile::bulk_commit();
+    }
+  }
 }
 
 // The 8-column groups [g0, g1) of its tile that a unit stores: all of a whole tile; of a split
@@ -520,9 +539,10 @@ inline runtime::TmaShape out_shape(const GemmArgs& g, int rows, bool z = false) 
 }
 
 // TMA stores (and, with beta, loads of the old output) take outputs with contiguous rows that the
-// copy engine can address, and epilogues without a residual (those go through drain).
+// copy engine can address, and epilogues without a residual, and without beta where there is an
+// activation or a pre-activation output (those go through drain).
 inline OutPath out_path(const GemmArgs& g, int rows) {
-  if (g.residual || g.c_sn != 1 || (g.batch > 1 && g.c_sb == 0) ||
+  if (g.residual || (g.beta != 0.0f && (g.activation != Activation::none || g.z)) || g.c_sn != 1 || (g.batch > 1 && g.c_sb == 0) ||
       g.m > INT32_MAX || g.n > INT32_MAX || g.batch > INT32_MAX)
     return kDrain;
   const runtime::TmaShape sh = out_shape(g, rows);
@@ -604,8 +624,7 @@ struct Choice {
 // pingpong fills it with tiles half the size. Each schedule's time is estimated in cooperative
 // tile-times: whole waves, plus the last wave's chunk, and the cheaper one runs. Pingpong is also
 // taken where the tuner or TESSERA_MATMUL_SCHEDULE (pingpong or cooperative, for measuring them
-// against each other) says so, except with a pre-activation output, which only cooperative's
-// TMA stores write (pingpong's registers have no room for the second pass).
+// against each other) says so.
 inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
   // 0: by the estimate, 1: pingpong, 2: cooperative; read once per process.
   static const int forced = [] {
@@ -638,7 +657,6 @@ inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
   if (g.config.schedule) c.pingpong = g.config.schedule == 2;
   else if (forced) c.pingpong = forced == 1;
   else c.pingpong = pp_time < coop_time(c.splits);
-  if (g.z) c.pingpong = false;
   if (c.pingpong) c.splits = 1;
   return c;
 }

@@ -59,8 +59,7 @@ std::vector<GemmConfig> candidates(const GemmArgs& g, const GemmCtx& ctx) {
   std::vector<GemmConfig> out{GemmConfig{}};
   if (!Sm90Tier::can_implement(g, ctx)) return out;
   for (int schedule : {1, 2})
-    for (int group : {4, 8, 16})
-      if (schedule == 1 || !g.z) out.push_back({schedule, group, 1});  // choose()'s exception
+    for (int group : {4, 8, 16}) out.push_back({schedule, group, 1});
   // Splitting applies to cooperative's last wave, in chunks of 8 K blocks at least.
   const int64_t k_blocks = g.k * int64_t(dtype_size(g.dtype)) / 128;
   for (int splits : {2, 4, 8})
