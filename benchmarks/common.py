@@ -34,7 +34,7 @@ GRAPH_BATCH = 20
 # Where the benchmarks allocate their tensors.
 DEVICE = "cuda"
 
-# The line above the last table a benchmark prints (scripts/device.sh prints from it to the end).
+# The line above the last table a benchmark prints (dev/device.sh prints from it to the end).
 FINAL_TABLE_MARK = "==== final table"
 
 # allclose tolerances against the reference provider, by dtype. Half types: both sides compute in

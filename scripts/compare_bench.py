@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compares two builds from alternating `tessera bench --out` runs (the `ab` step of
-scripts/device.sh): the median time of each case on each side over the rounds, new/old, and the
+dev/device.sh): the median time of each case on each side over the rounds, new/old, and the
 cases slower by more than a threshold.
 
     python3 scripts/compare_bench.py --old R1/bench.json R2/bench.json ... \\

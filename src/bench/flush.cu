@@ -1,10 +1,9 @@
 // The L2 flush of time_op: read a buffer of twice the L2 before each timed rep.
 //
 // Reading, not writing: a memset leaves the L2 full of dirty lines, and the op timed next pays for
-// writing them back to HBM as its own traffic displaces them (worklog, session 5). After a read
-// the L2 holds clean lines
-// of this buffer: the op finds none of its data there and evicts for free, as after ncu's cache
-// control.
+// writing them back to HBM as its own traffic displaces them. After a read the L2 holds clean
+// lines of this buffer: the op finds none of its data there and evicts for free, as after ncu's
+// cache control.
 #include <cstdint>
 
 #include "bench/flush.hpp"

@@ -4,6 +4,8 @@
 // half-type ulp, for kernels whose outputs are float16/bfloat16.
 #pragma once
 
+#include "tile/constants.cuh"
+
 namespace tessera::tile {
 
 // exp and division: the MUFU approximations (ex2.approx, rcp.approx; a few ulp of float32, far
@@ -37,7 +39,7 @@ __device__ __forceinline__ float normal_cdf(float x, float* gauss = nullptr) {
     if (gauss) *gauss = expf(-0.5f * x * x);
     return 0.5f * (1.0f + erff(x * kSqrt1_2));
   } else {
-    constexpr double L = 1.4426950408889634;  // log2(e): the exponent goes to ex2 directly
+    constexpr double L = kLog2eDouble;  // the exponent goes to ex2 directly
     const float z = fabsf(x) * kSqrt1_2;
     const float t = __fdividef(1.0f, 1.0f + 0.5f * z);
     float p = float(0.17087277 * L);

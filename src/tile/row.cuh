@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "tile/constants.cuh"
 #include "tile/frag.cuh"
 #include "tile/indexing.cuh"
 #include "tile/reduce.cuh"
@@ -113,8 +114,6 @@ struct SoftmaxState {
   float m;
   float s;
 };
-
-inline constexpr float kLog2e = 1.4426950408889634f;
 
 // exp(x) on the MUFU (ex2.approx, ~2 ulp): every softmax kernel's one transcendental.
 __device__ __forceinline__ float fast_exp(float x) { return exp2f(x * kLog2e); }

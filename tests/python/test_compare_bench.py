@@ -1,4 +1,4 @@
-"""scripts/compare_bench.py (the `ab` step of scripts/device.sh) on synthetic reports, written by
+"""scripts/compare_bench.py (the `ab` step of dev/device.sh) on synthetic reports, written by
 the same writer `tessera bench --out` uses (bench::Report::write_json), so a change of that format
 shows here. CPU only."""
 

@@ -8,13 +8,14 @@
 
 #include "ops/attention/attention_backward_sm90.cuh"
 #include "runtime/check.hpp"
+#include "tile/constants.cuh"
 #include "tile/convert.cuh"
 #include "tile/vec.cuh"
 
 namespace tessera::attn::sm90_bwd {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
+using tile::kLog2e;
 
 // delta = rowsum(dO * O) and lse in log2 units, in the padded [batch * heads_q][m_blocks * kBM]
 // layout; padding rows and rows that saw no key get lse2 = +inf (P = 0). D / 8 threads a row,

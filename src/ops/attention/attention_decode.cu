@@ -26,6 +26,7 @@
 #include "runtime/scratch.hpp"
 #include "runtime/tuner.hpp"
 #include "tile/activation.cuh"
+#include "tile/constants.cuh"
 #include "tile/convert.cuh"
 
 namespace tessera::attn {
@@ -33,7 +34,7 @@ namespace decode {
 
 constexpr int kWarps = 4;
 constexpr int kMaxQueries = 16;  // seq_q this tier takes
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+using tile::kLog2e, tile::kLn2;
 
 struct Split {
   float* o;  // [rows, splits, D] unnormalized partial outputs

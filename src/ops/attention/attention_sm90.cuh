@@ -11,11 +11,12 @@
 
 #include "ops/attention/attention.cuh"
 #include "runtime/tma.hpp"
+#include "tile/constants.cuh"
 #include "tile/sync.cuh"
 
 namespace tessera::attn::sm90 {
 
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+using tile::kLog2e, tile::kLn2;
 
 // A [batch, seq, heads, head_dim] tensor as the copy engine's 4-d map (head_dim innermost),
 // boxes of 64 x `rows`. A dimension of size 1 gets a packed stride: its stride is never stepped

@@ -210,7 +210,7 @@ void with_type(DType dt, F&& f) {
 
 // One vector per thread for float32, two for 16-bit types once the grid covers the GPU 4 times
 // over: more vectors per thread make CTAs long enough that the partial last wave costs more than
-// the extra bytes in flight gain (worklog, session 4). Misaligned tensors: 4 single elements,
+// the extra bytes in flight gain. Misaligned tensors: 4 single elements,
 // twice.
 struct DenseTier {
   static constexpr const char* kName = "dense";

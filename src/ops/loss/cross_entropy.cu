@@ -30,6 +30,7 @@
 #include "runtime/validate.hpp"
 #include "tessera/ops/loss.hpp"
 #include "tile/activation.cuh"
+#include "tile/constants.cuh"
 #include "tile/convert.cuh"
 #include "tile/reduce.cuh"
 #include "tile/vec.cuh"
@@ -71,7 +72,7 @@ struct AccMerge {
 
 __device__ __forceinline__ float capped(float x, float cap) { return cap > 0.f ? cap * tanhf(x / cap) : x; }
 
-constexpr float kLog2e = 1.4426950408889634f;
+using tile::kLog2e;
 
 // Adds one vector of (capped) logits: its max first, one rescale test per vector rather than per
 // element, then each exp as one FFMA and one MUFU ex2 (in log2 units against the running max).

@@ -12,8 +12,8 @@ cp "$BUILD"/tests/cpp/tessera_tests devbin/
 cp "$BUILD"/tools/tessera devbin/ 2>/dev/null || true
 du -sh devbin
 # The device call carries at most 64 MiB: the staged binaries also go packed (xz; the device has
-# Python's tarfile, not zstd), for `carry: ["devbin-pack"]`; scripts/device.sh and
-# scripts/device_gemm.sh unpack it where devbin/ is missing.
+# Python's tarfile, not zstd), for `carry: ["devbin-pack"]`; dev/device.sh and
+# dev/device_gemm.sh unpack it where devbin/ is missing.
 mkdir -p devbin-pack
 tar -cJf devbin-pack/devbin.tar.xz devbin
 du -sh devbin-pack

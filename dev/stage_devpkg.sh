@@ -2,8 +2,8 @@
 # Stages, on the workstation, what the device's Python package needs beyond devbin's libraries:
 # the nanobind extension built for the device's Python (3.12, from pyenv here) and the torch ops
 # built against the torch of that Python (pip install torch --no-deps: headers and libraries to
-# link with), into devwheel/pkg (git-ignored; carry ["devwheel"]). scripts/devwheel.sh installs it.
-#   PY312=/path/to/python3.12 BUILD_DIR=build-main bash scripts/stage_devpkg.sh
+# link with), into devwheel/pkg (git-ignored; carry ["devwheel"]). dev/devwheel.sh installs it.
+#   PY312=/path/to/python3.12 BUILD_DIR=build-main bash dev/stage_devpkg.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD_DIR:-build-main}"
@@ -31,5 +31,5 @@ cmake --build "$BUILD" -j "$(nproc)" --target _C tessera_torch _torch_fast
 SUFFIX=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 rm -rf devwheel && mkdir -p devwheel/pkg
 cp "$BUILD/python/_C$SUFFIX" "$BUILD/python/_torch_fast$SUFFIX" "$BUILD"/python/libtessera_torch.so devwheel/pkg/
-for f in devwheel/pkg/*.so; do cmake -DF="$f" -P scripts/devwheel_rpath.cmake; done
+for f in devwheel/pkg/*.so; do cmake -DF="$f" -P dev/devwheel_rpath.cmake; done
 du -sh devwheel

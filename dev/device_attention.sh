@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One call on the GPU machine for the attention family: the C++ tests and verify cases, the Python
-# tests (through the workstation's torch-op library, scripts/devwheel.sh), then the forward and
+# tests (through the workstation's torch-op library, dev/devwheel.sh), then the forward and
 # backward benchmarks against torch's SDPA backends; logs under $OUT, a short summary last.
-#   here:   BUILD_DIR=build-main bash scripts/stage_devbin.sh && bash scripts/stage_devpkg.sh
-#   device: bash scripts/device_attention.sh [steps]      (carry ["devbin-pack", "devwheel"])
+#   here:   BUILD_DIR=build-main bash dev/stage_devbin.sh && bash dev/stage_devpkg.sh
+#   device: bash dev/device_attention.sh [steps]      (carry ["devbin-pack", "devwheel"])
 # Steps (default: ctest verify pytest bwd fwd): bwd and fwd take BENCH_ARGS (e.g. --quick);
 # sanitize: compute-sanitizer memcheck over the tensor-core, varlen, decode and KV cache tests;
 # tune: `tessera tune attention` on the decode shape. STEP_TIMEOUT: seconds a step may take (900).
@@ -11,8 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 STEPS="${*:-ctest verify pytest bwd fwd}"
 DEFAULT_STEP_TIMEOUT=900
-# shellcheck source=scripts/device_lib.sh
-source scripts/device_lib.sh
+# shellcheck source=dev/device_lib.sh
+source dev/device_lib.sh
 for s in $STEPS; do
   case $s in
     ctest) step ctest devbin/tessera_tests --gtest_filter='Attention*:*VerifyGpu*attention*' ;;

@@ -2,7 +2,7 @@
 """What the GEMM kernels compiled to: per sm90 kernel instance, its registers, local memory (spills)
 and the warpgroup-MMA instructions of its SASS (HGMMA for 16-bit and tf32, QGMMA for fp8).
 
-    python3 scripts/gemm_sass.py [LIB]     # LIB: devbin/libtessera.so; needs cuobjdump (CUDA)
+    python3 dev/gemm_sass.py [LIB]     # LIB: devbin/libtessera.so; needs cuobjdump (CUDA)
 
 Prints one line per kernel instance: the kernel's template arguments, REG, STACK/LOCAL bytes, and
 each distinct *GMMA opcode with its count.

@@ -12,7 +12,7 @@ and with autograd (softmax forward + backward):
   torch           torch.softmax + backward
   public          tessera.softmax (Python autograd.Function)
   cpp_autograd    a C++ torch::autograd::Function registered for the Autograd key
-Usage: python3 scripts/probe_registration.py  (needs the wheel and devbin/ with the headers)
+Usage: python3 dev/probe_registration.py  (needs the wheel and devbin/ with the headers)
 """
 import os
 import statistics

@@ -4,7 +4,7 @@
 # the tuner, `tessera verify` of matmul (all variants) and copy, compute-sanitizer over the new
 # tiers' cases, the Python tests of matmul and the torch ops, and benchmarks/matrix.py against torch in one run (BENCH_ARGS, default: the bars'
 # cases). Logs under $OUT, a summary last.
-#   device: bash scripts/device_gemm.sh [steps]     (default: build ctest verify sanitize pybench)
+#   device: bash dev/device_gemm.sh [steps]     (default: build ctest verify sanitize pybench)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -67,7 +67,7 @@ for s in $STEPS; do
                ${BENCH_ARGS:---no-sizes --sweep --layouts --narrow --self-check --rounds 5}
              cp /tmp/report/bench.csv "$OUT/" ;;
     pack) step pack pack ;;
-    sass) step sass python3 scripts/gemm_sass.py devbin/libtessera.so ;;
+    sass) step sass python3 dev/gemm_sass.py devbin/libtessera.so ;;
     *) echo "unknown step $s" >&2 ;;
   esac
 done

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine for the loss family: the C++ tests and verify cases, the Python tests
-# (the staged package, scripts/devwheel.sh), `tessera bench cross_entropy`, then the forward +
+# (the staged package, dev/devwheel.sh), `tessera bench cross_entropy`, then the forward +
 # backward benchmark against torch, torch.compile and the Liger-style Triton kernel; logs under
 # $OUT, a short summary last.
-#   here:   BUILD_DIR=build-main bash scripts/stage_devbin.sh && bash scripts/stage_devpkg.sh
-#   device: bash scripts/device_loss.sh [steps]      (carry ["devbin-pack", "devwheel"])
+#   here:   BUILD_DIR=build-main bash dev/stage_devbin.sh && bash dev/stage_devpkg.sh
+#   device: bash dev/device_loss.sh [steps]      (carry ["devbin-pack", "devwheel"])
 # Steps (default: ctest pytest cbench bench sanitize; flce: the linear cross-entropy bench; gemm: the
 # matmul tests and verify cases, then its d_weight accumulate step against cuBLAS; gemmpp: that step
 # on the pingpong schedule). STEP_TIMEOUT:
@@ -13,8 +13,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 STEPS="${*:-ctest pytest cbench bench sanitize}"
 DEFAULT_STEP_TIMEOUT=600
-# shellcheck source=scripts/device_lib.sh
-source scripts/device_lib.sh
+# shellcheck source=dev/device_lib.sh
+source dev/device_lib.sh
 for s in $STEPS; do
   case $s in
     ctest) step ctest devbin/tessera_tests --gtest_filter='*CrossEntropy*:*VerifyGpu*cross_entropy*:BenchReport*' ;;

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Device run: install tessera in seconds instead of minutes. Either a package staged on the
-# workstation (devwheel/pkg, scripts/stage_devpkg.sh: the extension and the torch ops, with the
+# workstation (devwheel/pkg, dev/stage_devpkg.sh: the extension and the torch ops, with the
 # caller laying devbin's libraries over it), or a wheel carried in devwheel/ (one that an earlier
 # call built and sent back through $OUT) with the working tree's Python files laid over it.
-#   device: bash scripts/devwheel.sh            (carry ["devwheel"])
+#   device: bash dev/devwheel.sh            (carry ["devwheel"])
 # With neither, builds a wheel for sm_90a (several minutes), installs it and leaves it in $OUT to
 # be copied into devwheel/ for the next call. Staged libraries must come from the same sources as
 # the workstation's build (src/, include/).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
-# A package staged on the workstation (scripts/stage_devpkg.sh: the extension for the device's
+# A package staged on the workstation (dev/stage_devpkg.sh: the extension for the device's
 # Python and the torch ops), completed by the caller with devbin's libraries: no build here.
 if [ -d devwheel/pkg ]; then
   site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -2,7 +2,7 @@
 # Nsight Compute metrics (duration, DRAM throughput, occupancy, main stall reasons) for every
 # kernel of one run of each row-wise/dropout op given as "op dtype size" (size as `tessera
 # profile` takes it: the row length N, or elements for dropout). Device run, devbin/ carried:
-#   bash scripts/ncu_rows.sh "layer_norm_backward bfloat16 1024" "softmax float32 256" ...
+#   bash dev/ncu_rows.sh "layer_norm_backward bfloat16 1024" "softmax float32 256" ...
 # Caches are flushed before every kernel (ncu's default), so durations are cold-HBM kernel times
 # without launch overhead. Prints one line per kernel; raw CSVs packed into $OUT/ncu_rows.tgz.
 set -uo pipefail

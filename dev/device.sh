@@ -2,8 +2,8 @@
 # One call on the lent GPU machine: tests, verify, benchmarks, profile, sanitizer, A/B comparison;
 # logs under $OUT and a short summary printed last. Expects the C++ outputs built on the
 # workstation in devbin/ (carried):
-#   bash scripts/stage_devbin.sh                                  # here: build and stage binaries
-#   device run: bash scripts/device.sh [--ops a,b] [--baseline DIR] [steps]
+#   bash dev/stage_devbin.sh                                  # here: build and stage binaries
+#   device run: bash dev/device.sh [--ops a,b] [--baseline DIR] [steps]
 # --ops: op names as `tessera verify/bench` take them (a name also selects its variants, e.g.
 #   softmax: softmax, softmax_backward); every step then covers those ops only. Default: all.
 # Steps (default: env ctest verify pytest pybench bench):
@@ -47,7 +47,7 @@ STEPS="${STEPS:-env ctest verify pytest pybench bench}"
 OP_ARGS="${OPS//,/ }"  # the command's operands: names separated by spaces
 BENCH_DTYPES="${BENCH_DTYPES:-float32,bfloat16}"
 
-# A packed devbin (scripts/stage_devbin.sh) where devbin itself was not carried.
+# A packed devbin (dev/stage_devbin.sh) where devbin itself was not carried.
 if [ ! -d devbin ] && [ -f devbin-pack/devbin.tar.xz ]; then
   python3 -c "import tarfile; tarfile.open('devbin-pack/devbin.tar.xz').extractall('.')"
 fi

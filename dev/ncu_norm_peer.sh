@@ -2,7 +2,7 @@
 # Kernel time of tessera's norm forward next to torch.compile's (the Inductor/Triton kernel),
 # both under Nsight Compute (caches flushed before each kernel, so no launch overhead and no L2
 # carry-over), for "op dtype N" specs with 4096 rows; op is layer_norm or rms_norm. Device run,
-# devbin/ carried:   bash scripts/ncu_norm_peer.sh "rms_norm bfloat16 8192" "layer_norm float32 4096"
+# devbin/ carried:   bash dev/ncu_norm_peer.sh "rms_norm bfloat16 8192" "layer_norm float32 4096"
 # Prints one line per spec: each kernel's last two calls in us, and the ratio of the better of
 # each (above 1: tessera's kernel is faster) and leaves
 # Inductor's generated code in $OUT/inductor.tgz.

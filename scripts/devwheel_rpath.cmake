@@ -1,3 +1,0 @@
-# cmake -DF=devwheel/pkg/x.so -P scripts/devwheel_rpath.cmake: a library staged for the device
-# (scripts/stage_devpkg.sh) finds tessera's libraries next to it, as the installed one does.
-file(RPATH_SET FILE "${F}" NEW_RPATH "$ORIGIN")
