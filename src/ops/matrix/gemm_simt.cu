@@ -19,6 +19,7 @@
 
 #include "ops/matrix/gemm.cuh"
 #include "runtime/check.hpp"
+#include "tile/async_copy.cuh"
 #include "tile/convert.cuh"
 
 namespace tessera::matrix {
@@ -133,32 +134,6 @@ struct Operand {
   int64_t s_b, s_mn, s_k, extent;  // strides (elements) and the length along MN
 };
 
-// Copies `bytes` (0 to Size) from global src to shared dst, zero-filling the rest of Size.
-template <int Size>
-__device__ __forceinline__ void copy_async(float* dst, const float* src, int bytes) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  if constexpr (Size == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(bytes));
-#else
-  __trap();  // plan() sends older GPUs to the generic kernel
-#endif
-}
-
-// Closes this thread's group of copies; waits until at most N groups are still in flight.
-__device__ __forceinline__ void commit_copies() {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void wait_copies() {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
 
 // One thread's share of each 128 x kSlice slice of an operand, per 8 of K: K-major, 4 rows 32
 // apart, one K each, a warp covering 4 whole 32-byte rows and the 32 shared-memory banks;
@@ -188,10 +163,10 @@ struct Stage {
       if (KMajor) {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          copy_async<4>(&s[kk() + h][mn() + 32 * i], p + h + 32 * i * o.s_mn,
-                        k_in && (in >> i & 1) ? 4 : 0);
+          tile::cp_async<4>(tile::smem_addr(&s[kk() + h][mn() + 32 * i]),
+                            p + h + 32 * i * o.s_mn, k_in && (in >> i & 1) ? 4 : 0);
       } else {
-        copy_async<16>(&s[kk() + h][mn()], p + h * o.s_k, k_in ? 4 * in : 0);
+        tile::cp_async<16>(tile::smem_addr(&s[kk() + h][mn()]), p + h * o.s_k, k_in ? 4 * in : 0);
       }
     }
     p += KMajor ? kSlice : kSlice * o.s_k;
@@ -232,17 +207,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < slices) sa.issue(as[s], k - s * kSlice, a_op), sb.issue(bs[s], k - s * kSlice, b_op);
-      commit_copies();
+      tile::cp_async_commit();
     }
     for (int s = 0; s < slices; ++s) {
-      wait_copies<kStages - 2>();  // this thread's copies of slice s have landed
+      tile::cp_async_wait<kStages - 2>();  // this thread's copies of slice s have landed
       __syncthreads();             // everyone's; and slice s - 1's buffer is read by all
       const int next = s + kStages - 1, cur = s % kStages;
       if (next < slices) {
         sa.issue(as[next % kStages], k - next * kSlice, a_op);
         sb.issue(bs[next % kStages], k - next * kSlice, b_op);
       }
-      commit_copies();
+      tile::cp_async_commit();
 #pragma unroll
       for (int kk = 0; kk < kSlice; ++kk) {
         float av[8], bv[8];
@@ -254,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
       }
     }
-    wait_copies<0>();
+    tile::cp_async_wait<0>();
     __syncthreads();  // tile[] written
   }
   const int64_t b = tile[0], m0 = tile[1] + tm, n0 = tile[2] + tn;

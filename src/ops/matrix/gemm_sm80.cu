@@ -24,6 +24,7 @@
 #include "ops/matrix/gemm.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "tile/async_copy.cuh"
 #include "tile/mma.cuh"
 
 namespace tessera::matrix {
@@ -55,26 +56,6 @@ struct Shape {
 // memory anyway.
 using Square = Shape<128, 2, 4, 2>;  // 4 warps of 64 x 64
 using Narrow = Shape<128, 4, 5, 2>;  // 8 warps of 64 x 32
-
-// ---- PTX --------------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes to shared `dst` of which the first `bytes` come from global `src`, the rest zeros.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Returns once at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // ---- shared-memory tiles ------------------------------------------------------------------------
 // A stage holds A's kBM x kBK tile, then B's BN x kBK tile, each in its operand's own order, with
@@ -119,7 +100,7 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const T* p, const Operan
     const int bytes = left <= 0 ? 0 : left >= kChunk ? 16 : int(left) * 2;
     const T* src = bytes == 0 ? p : KMajor ? p + row * op.stride + k : p + k * op.stride + row;
     const int off = KMajor ? kmajor_offset(r, c) : mnmajor_offset<Rows>(r, c);
-    cp_async16(dst + 2 * off, src, bytes);
+    tile::cp_async<16>(dst + 2 * off, src, bytes);
   }
 }
 
@@ -195,14 +176,14 @@ __device__ __forceinline__ void mainloop(float (&acc)[S::kMT][S::kNT][4], uint32
 #pragma unroll 1  // unrolled, its copies' address arithmetic costs registers the main loop needs
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_blocks) fill(s, s);
-    cp_async_commit();  // empty groups too: the wait below counts groups
+    tile::cp_async_commit();  // empty groups too: the wait below counts groups
   }
   int read = 0, write = kStages - 1;  // the stages of blocks kb and kb + kStages - 1
   for (int kb = 0; kb < k_blocks; ++kb) {
-    cp_async_wait<kStages - 2>();  // block kb's group has landed (this thread's copies)
+    tile::cp_async_wait<kStages - 2>();  // block kb's group has landed (this thread's copies)
     __syncthreads();               // ... every thread's; and block kb - 1's stage is free
     if (kb + kStages - 1 < k_blocks) fill(kb + kStages - 1, write);
-    cp_async_commit();
+    tile::cp_async_commit();
     mma_stage<T, S>(acc, ld, ring + read * S::kStageBytes);
     read = read == kStages - 1 ? 0 : read + 1;
     write = write == kStages - 1 ? 0 : write + 1;
@@ -270,8 +251,8 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   const int64_t row0 = int64_t(tm) * kBM, col0 = int64_t(tn) * S::BN;
   const WarpLoaders<S, KA, KB> ld{{wm * S::kWM, lane}, {wn * S::kWN, lane}};
   float acc[S::kMT][S::kNT][4] = {};
-  mainloop<T, S>(acc, smem_addr(smem), a, b, batch, row0, col0, ld);
-  cp_async_wait<0>();  // the epilogue reuses the ring: no copy may still land in it
+  mainloop<T, S>(acc, tile::smem_addr(smem), a, b, batch, row0, col0, ld);
+  tile::cp_async_wait<0>();  // the epilogue reuses the ring: no copy may still land in it
   __syncthreads();     // ... nor any warp still read it
   float* buf = reinterpret_cast<float*>(smem) + warp * S::kWM * kEpiStride;
   store_tile<S>(e, acc, buf, batch, row0 + wm * S::kWM, col0 + wn * S::kWN, m, n, lane);

@@ -24,6 +24,7 @@
 #include "ops/rowwise/norm.cuh"
 #include "runtime/device.hpp"
 #include "tile/bulk.cuh"
+#include "tile/sync.cuh"
 
 namespace tessera::norm {
 namespace {
@@ -196,7 +197,7 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
       acc = sum(acc, i & 1);
     } else {  // no reduction: the group still meets, for the refill below
       __syncwarp();
-      if (kGs > 32) asm volatile("bar.sync %0, %1;" ::"r"(1 + sub), "r"(kGs) : "memory");
+      if (kGs > 32) tile::group_sync(1 + sub, kGs);
     }
     if constexpr (R::kKeep) {
       asm volatile("" ::: "memory");  // the staged row is read above this line, never below
