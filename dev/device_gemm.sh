@@ -25,7 +25,7 @@ build() {
     -DTESSERA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)" && \
   cmake --build $BUILD -j "$(nproc)" 2>&1 | grep -v "^\[" ; test "${PIPESTATUS[0]}" = 0 || return 1
   rm -rf devbin && mkdir -p devbin
-  cp $BUILD/src/libtessera.so $BUILD/src/libtessera_harness.so $BUILD/tests/cpp/tessera_tests \
+  cp $BUILD/src/libtessera.so $BUILD/harness/libtessera_harness.so $BUILD/tests/cpp/tessera_tests \
      $BUILD/tools/tessera devbin/ && \
   site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
   rm -rf "$site/tessera" && mkdir -p "$site/tessera/bin" && \

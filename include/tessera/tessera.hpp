@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tessera/error.hpp"
+#include "tessera/op.hpp"
 #include "tessera/ops/attention.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/loss.hpp"

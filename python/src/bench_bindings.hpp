@@ -187,9 +187,6 @@ void bind_op_descriptions(nb::module_& m) {
                    },
                    "Supported dtypes, by name.")
       .def_ro("bench_sizes", &ops::OpInfo::bench_sizes, "Default sizes of `tessera bench`.")
-      .def_ro("torch_schemas", &ops::OpInfo::torch_schemas,
-              "Its schemas in torch.ops.tessera ('softmax(Tensor input, int dim) -> Tensor'); "
-              "empty for a variant that is another op's argument.")
       .def_ro("size_meaning", &ops::OpInfo::size_meaning,
               "What a size is for this op: 'elements', or a row length, ...")
       .def("bench_shape", &op_bench_shape, "dtype"_a, "size"_a,

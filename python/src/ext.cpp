@@ -19,6 +19,7 @@
 #include "op_binding.hpp"
 #include "runtime/scratch.hpp"
 #include "tensors.hpp"
+#include "tessera/op.hpp"
 #include "tessera/tessera.hpp"
 
 namespace tessera::python {
@@ -302,6 +303,34 @@ NB_MODULE(_C, m) {
         return "tessera.DeviceArray(shape=" + a.view().shape_str() + ", dtype=" +
                dtype_name(a.dtype()) + ", device=cuda:" + std::to_string(a.device()) + ")";
       });
+
+  m.def("op_descriptions",
+        [] {
+          nb::list ops;
+          for (const OpDesc& o : op_descriptions()) {
+            nb::dict d;
+            d["name"] = o.name;
+            d["family"] = o.family;
+            d["summary"] = o.summary;
+            std::vector<std::string> dtypes;
+            for (DType t : o.dtypes) dtypes.emplace_back(dtype_name(t));
+            d["dtypes"] = dtypes;
+            d["schemas"] = o.schemas;
+            d["params"] = o.params;
+            nb::dict outputs;
+            for (const OpDesc::Output& out : o.outputs) outputs[out.param.c_str()] = out.like;
+            d["outputs"] = outputs;
+            d["generic"] = o.call != nullptr;
+            d["backward"] = o.backward;
+            d["backward_args"] = o.backward_args;
+            d["grads"] = o.grads;
+            d["torch_function"] = o.torch_function;
+            ops.append(d);
+          }
+          return ops;
+        },
+        "Every op's description (tessera/op.hpp), as dicts: name, family, summary, dtypes, "
+        "schemas, params, outputs, generic, backward, backward_args, grads, torch_function.");
 
   bind_bench(m);
 }

@@ -26,7 +26,7 @@ from . import bench
 from . import random
 from ._C import DeviceArray
 from .elementwise import (add, copy, dropout, dropout_backward, gelu, gelu_backward, silu,
-                          silu_backward)
+                          silu_backward, silu_mul)
 from .matrix import linear, matmul, scaled_mm
 from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_softmax,
                       log_softmax_backward, rms_norm, rms_norm_backward, rms_norm_forward, softmax,
@@ -44,7 +44,7 @@ if "torch" in sys.modules:  # else on the first torch tensor (tessera never impo
 
 # tessera.copy and tessera.random are left out of __all__: a star import would shadow the
 # standard library's copy and random modules.
-__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "dropout_backward",
+__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "dropout", "dropout_backward",
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
            "rms_norm", "rms_norm_forward", "rms_norm_backward", "matmul", "linear", "scaled_mm",

@@ -54,6 +54,7 @@ ops = None
 # torch.compiler.is_dynamo_compiling (False when called, True where dynamo traces) to skip it in
 # compiled graphs, which take the registered ops.
 fast = None
+FAST = {}  # op name -> its index for fast.call, for the ops of the generic kernel
 dynamo_compiling = None
 torch_module = None  # the torch module, once seen
 FLOATS = frozenset()  # torch's float32, float16 and bfloat16, once seen: the float kernels' dtypes
@@ -86,11 +87,14 @@ def _init_torch(torch) -> None:
 
 def init_ops(torch) -> None:
     """Loads tessera's torch ops (tessera._torch) and sets Tensor and ops."""
-    global Tensor, ops, torch_module, FLOATS, fast, dynamo_compiling
+    global Tensor, ops, torch_module, FLOATS, fast, dynamo_compiling, FAST
     if Tensor is None:
         from . import _torch  # (when called by _torch's import: the module as far as it got)
         ops = _torch.ops
         fast = getattr(_torch, "fast", None)
+        if fast is not None:
+            from . import _C
+            FAST = {d["name"]: fast.index(d["name"]) for d in _C.op_descriptions() if d["generic"]}
         dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
         torch_module = torch
         FLOATS = frozenset((torch.float32, torch.float16, torch.bfloat16))
@@ -205,13 +209,12 @@ def broadcast_shape(a, b):
     return tuple(out)
 
 
-def defined_on_first_use(define):
-    """f(torch) returning define(torch), computed once: a module's autograd.Function classes,
-    defined when first needed (torch is optional)."""
-    cache = []
-
-    def get(torch):
-        if not cache:
-            cache.append(define(torch))
-        return cache[0]
-    return get
+def needs_ops(op: str):
+    """tessera's torch ops (torch.ops.tessera), the one autograd there is (C++); a clear error
+    where this installation was built without them."""
+    if ops is None:
+        raise RuntimeError(
+            f"tessera.{op}: autograd needs tessera's torch ops (libtessera_torch.so), which this "
+            "installation lacks: it was built where torch could not be imported. Reinstall with "
+            "torch present: pip install --no-build-isolation <path to tessera>")
+    return ops

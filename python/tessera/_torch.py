@@ -4,11 +4,12 @@ The compiled library next to this module (libtessera_torch.so, built with the wh
 building Python had torch: ``pip install --no-build-isolation .``) defines every op from its
 description's schema and registers its CUDA kernel and, for the differentiable ones, its autograd
 kernel, all in C++. This module loads it and registers the fake kernels (shapes, dtypes and strides
-only) that FakeTensor and torch.compile trace with.
+only) that FakeTensor and torch.compile trace with: one generic fake for the ops whose description
+(tessera._C.op_descriptions()) allocates outputs like an argument, a written one for the others.
 
 The public functions (tessera.softmax, ...) call these ops for torch tensors. Without the library
-(a wheel built in an isolated environment, without torch) ``ops`` is None and they take their
-Python paths instead.
+(a wheel built in an isolated environment, without torch) ``ops`` is None: calls that need
+autograd are refused with a message that says how to install with them.
 
 Imported by tessera._interop once torch is present; importing it imports torch.
 """
@@ -19,7 +20,7 @@ import os
 
 import torch
 
-from . import _interop
+from . import _C, _interop
 
 _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtessera_torch.so")
 
@@ -49,6 +50,13 @@ def _param_grad(x, normalized_shape, weight):
     return x.new_empty(tuple(normalized_shape), dtype=dtype)
 
 
+def _generic_fake(like):
+    def fake(*args, **kwargs):
+        outs = tuple(_like(args[i] if i < len(args) else kwargs[n]) for i, n in like)
+        return outs[0] if len(outs) == 1 else outs
+    return fake
+
+
 def _register_fakes():
     fake = torch.library.register_fake
 
@@ -60,11 +68,13 @@ def _register_fakes():
     def _add_scalar(input, other, *, alpha=1):
         return _like(input)
 
-    for name in ("gelu", "silu", "softmax", "log_softmax", "dropout"):
-        fake(f"tessera::{name}", lambda input, *args, **kwargs: _like(input))
-    for name in ("gelu_backward", "silu_backward", "softmax_backward", "log_softmax_backward",
-                 "dropout_backward"):
-        fake(f"tessera::{name}", lambda grad_output, *args, **kwargs: _like(grad_output))
+    # The ops of the generic kernel: each output contiguous, like the argument its description
+    # names.
+    for d in _C.op_descriptions():
+        if d["generic"]:
+            names = [a.name for a in getattr(ops, d["name"]).default._schema.arguments]
+            like = [(names.index(n), n) for n in d["outputs"].values()]
+            fake(f"tessera::{d['name']}", _generic_fake(like))
 
     @fake("tessera::copy")
     def _copy(src, dst):

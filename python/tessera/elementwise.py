@@ -7,10 +7,9 @@ unsupported dtype or mismatched shapes raise ValueError/TypeError with the C++ m
 the operator and its argument by the Python parameter's name ('input', 'other', 'out', ...).
 
 torch tensors go through tessera's registered torch ops (torch.ops.tessera.*: autograd in C++,
-traceable by torch.compile) where the wheel was built with torch; the forms the ops do not take
-(out=, a 0-d CPU tensor as add's other) and wheels without the ops take the Python paths below,
-whose autograd is a torch.autograd.Function (gelu's backward runs tessera's gelu_backward
-kernel, silu's silu_backward).
+traceable by torch.compile) where the wheel was built with torch; out= and DLPack arrays take the
+library's bindings (tessera._C), which autograd does not see: a call that needs autograd without
+the torch ops is refused (tessera._interop.needs_ops).
 """
 
 from __future__ import annotations
@@ -21,14 +20,15 @@ from typing import TYPE_CHECKING
 
 from . import _C, _interop
 from . import random as _random
-from ._interop import (as_arg, as_number, broadcast_shape, defined_on_first_use, dlpack_stream,
+from ._surface import op
+from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream,
                        stand_in, torch_if_tensor, torch_stream, torch_view, wrap_output)
 
 if TYPE_CHECKING:
     from ._interop import TensorLike, TensorT
 
-__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "dropout", "dropout_backward",
-           "copy"]
+__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "dropout",
+           "dropout_backward", "copy"]
 
 
 def _approximate(approximate, op: str) -> bool:
@@ -103,7 +103,10 @@ def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
     if _requires_grad(torch, input, other):
         if out is not None:
             raise _no_grad_with_out("add")
-        return _functions(torch).Add.apply(input, other, alpha)
+        ops = _interop.needs_ops("add")
+        if isinstance(other, torch.Tensor):
+            return ops.add.default(input, other, alpha=float(alpha))
+        return ops.add.Scalar(input, float(as_number(other)), alpha=float(alpha))
     return _add_torch(torch, input, other, alpha, out)
 
 
@@ -178,7 +181,7 @@ def _add_dlpack(input, other, alpha, out):
 # One forward and one backward path for every float map out = f(x) (extra: f's own arguments,
 # passed on to the kernel after out).
 
-def _map(op: str, fn, input, out, extra, function):
+def _map(op: str, fn, input, out, extra, differentiable):
     torch = torch_if_tensor(input)
     if torch is None:
         result = fn(as_arg(None, input, op, "input"), as_arg(None, out, op, "out"), *extra,
@@ -187,7 +190,7 @@ def _map(op: str, fn, input, out, extra, function):
     if _requires_grad(torch, input):
         if out is not None:
             raise _no_grad_with_out(op)
-        return getattr(_functions(torch), function).apply(input, *extra)
+        return differentiable(_interop.needs_ops(op))
     return _map_torch(torch, op, fn, input, out, extra)
 
 
@@ -227,8 +230,8 @@ def gelu(input: TensorT, approximate: str = "none", *, out: TensorT | None = Non
     """
     fast = _interop.fast
     if fast is not None and out is None and not _interop.dynamo_compiling():
-        r = fast.gelu(input) if approximate == "none" else \
-            fast.gelu(input, True) if approximate == "tanh" else None
+        r = fast.call(_interop.FAST["gelu"], input, approximate) \
+            if type(approximate) is str else None
         if r is not None:
             return r
     ops = _interop.ops
@@ -238,7 +241,8 @@ def gelu(input: TensorT, approximate: str = "none", *, out: TensorT | None = Non
             ops.gelu.default(input, approximate=approximate)
     if out is None and _interop.outside_kernels(input):
         return _interop.torch_module.nn.functional.gelu(input, approximate=approximate)
-    return _map("gelu", _C.gelu, input, out, (_approximate(approximate, "gelu"),), "Gelu")
+    return _map("gelu", _C.gelu, input, out, (_approximate(approximate, "gelu"),),
+                lambda ops: ops.gelu.default(input, approximate=approximate))
 
 
 def gelu_backward(grad_output: TensorLike, input: TensorT, *, approximate: str = "none",
@@ -263,7 +267,7 @@ def silu(input: TensorT, *, out: TensorT | None = None) -> TensorT:
     :func:`gelu` (torch's ``inplace=True`` is ``out=input``)."""
     fast = _interop.fast
     if fast is not None and out is None and not _interop.dynamo_compiling():
-        r = fast.silu(input)
+        r = fast.call(_interop.FAST["silu"], input)
         if r is not None:
             return r
     ops = _interop.ops
@@ -272,7 +276,7 @@ def silu(input: TensorT, *, out: TensorT | None = None) -> TensorT:
         return ops.silu.default(input)
     if out is None and _interop.outside_kernels(input):
         return _interop.torch_module.nn.functional.silu(input)
-    return _map("silu", _C.silu, input, out, (), "Silu")
+    return _map("silu", _C.silu, input, out, (), lambda ops: ops.silu.default(input))
 
 
 def silu_backward(grad_output: TensorLike, input: TensorT, *,
@@ -289,60 +293,19 @@ def silu_backward(grad_output: TensorLike, input: TensorT, *,
     return _map_backward("silu_backward", _C.silu_backward, grad_output, input, out, ())
 
 
-# ---- autograd ---------------------------------------------------------------------------------
+# ---- silu_mul --------------------------------------------------------------------------------
 
-_functions = defined_on_first_use(lambda torch: _define_functions(torch))
+@op("silu_mul")
+def silu_mul(gate: TensorT, up: TensorT) -> TensorT:
+    """SwiGLU's gate: ``silu(gate) * up``, in one pass (torch spells it
+    ``torch.nn.functional.silu(gate) * up``, two kernels and an intermediate).
 
-
-def _define_functions(torch):
-    from torch.autograd.function import once_differentiable
-
-    class Add(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a, b, alpha):
-            ctx.alpha = alpha
-            ctx.a_shape = a.shape
-            ctx.b_shape = b.shape if isinstance(b, torch.Tensor) else None
-            return _add_torch(torch, a, b, alpha, None)
-
-        @staticmethod
-        def backward(ctx, grad):
-            # d/da = 1 and d/db = alpha, each summed over the dimensions it was broadcast along.
-            # Written with torch ops, so it is itself differentiable.
-            grad_a = grad_b = None
-            if ctx.needs_input_grad[0]:
-                grad_a = grad.sum_to_size(ctx.a_shape)
-            if ctx.b_shape is not None and ctx.needs_input_grad[1]:
-                g = grad if ctx.alpha == 1 else grad * ctx.alpha
-                grad_b = g.sum_to_size(ctx.b_shape)
-            return grad_a, grad_b, None
-
-    def map_function(op, fn, backward_fn):
-        # A float map's autograd.Function: saves x, runs the backward kernel on grad.
-        class MapFunction(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x, *extra):
-                ctx.save_for_backward(x)
-                ctx.extra = extra
-                return _map_torch(torch, op, fn, x, None, extra)
-
-            @staticmethod
-            @once_differentiable
-            def backward(ctx, grad):
-                (x,) = ctx.saved_tensors
-                return (_map_backward_torch(torch, op + "_backward", backward_fn, grad, x, None,
-                                            ctx.extra),) + (None,) * len(ctx.extra)
-
-        MapFunction.__name__ = MapFunction.__qualname__ = op.capitalize()
-        return MapFunction
-
-    class Functions:
-        pass
-
-    Functions.Add = Add
-    Functions.Gelu = map_function("gelu", _C.gelu, _C.gelu_backward)
-    Functions.Silu = map_function("silu", _C.silu, _C.silu_backward)
-    return Functions
+    ``gate`` and ``up`` are CUDA tensors of one shape and float dtype (float32, float16 or
+    bfloat16), in any layout: the two halves of one projection's output (``x.chunk(2, -1)``) are
+    taken as they are. Differentiable in both: the backward writes both gradients, one pass each,
+    without keeping the product. Other tensors take torch's composition.
+    """
+    return _interop.torch_module.nn.functional.silu(gate) * up
 
 
 # ---- dropout ----------------------------------------------------------------------------------
@@ -454,7 +417,9 @@ def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool
         if out is input and input.is_leaf:  # torch's refusal, before anything is written
             raise RuntimeError(f"tessera.{op}: a leaf Variable that requires grad is being used "
                                "in an in-place operation.")
-        return _dropout_function(torch).apply(input, p, seed, offset, out is input)
+        result = _interop.needs_ops(op).dropout.default(input, p, _int64(seed), _int64(offset))
+        # In place under autograd: torch's copy_ records the write, its backward runs dropout's.
+        return input.copy_(result) if out is input else result
     return _dropout_torch(torch, input, p, seed, offset, out)
 
 
@@ -493,33 +458,6 @@ def _dropout_backward_torch(torch, grad, p, seed, offset, out):
     _C.dropout_backward(gv, as_arg(torch, out, "dropout_backward", "out"), p, seed, offset,
                         torch_stream(gv))
     return out
-
-
-_dropout_autograd = None
-
-
-def _dropout_function(torch):
-    global _dropout_autograd
-    if _dropout_autograd is None:
-        from torch.autograd.function import once_differentiable
-
-        class Dropout(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x, p, seed, offset, inplace):
-                ctx.p, ctx.seed, ctx.offset = p, seed, offset  # the mask, in three numbers
-                out = _dropout_torch(torch, x, p, seed, offset, x if inplace else None)
-                if inplace:
-                    ctx.mark_dirty(x)
-                return out
-
-            @staticmethod
-            @once_differentiable
-            def backward(ctx, grad):
-                g = _dropout_backward_torch(torch, grad, ctx.p, ctx.seed, ctx.offset, None)
-                return g, None, None, None, None
-
-        _dropout_autograd = Dropout
-    return _dropout_autograd
 
 
 # ---- copy -------------------------------------------------------------------------------------

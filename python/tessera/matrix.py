@@ -26,13 +26,11 @@ says float16 or float32 (float8 outputs are not offered). The products accumulat
 cores' float32 accumulator without periodic promotion, as ``use_fast_accum=True`` does.
 No autograd.
 
-Autograd: torch.ops.tessera.matmul's own (C++) where the wheel has the torch ops; otherwise, when
-grad mode is on and a tensor argument requires grad, the call goes through a
-torch.autograd.Function. Either backward runs tessera matmuls (dA = alpha dZ B^T, dB = alpha A^T dZ,
-dbias = sum of dZ), with dZ the gradient through the activation (tessera's gelu/silu backward
-kernels), which reads the pre-activation product. The C++ forward keeps the whole epilogue fused:
-its kernel stores the product before the activation as a second output
-(torch.ops.tessera.matmul.preactivation); the Python one applies the activation apart.
+Autograd: torch.ops.tessera.matmul's own (C++; a call that needs it without the torch ops is
+refused). Its backward runs tessera matmuls (dA = alpha dZ B^T, dB = alpha A^T dZ, dbias = sum of
+dZ), with dZ the gradient through the activation (tessera's gelu/silu backward kernels), which
+reads the pre-activation product: the forward keeps the whole epilogue fused, its kernel storing
+the product before the activation as a second output (torch.ops.tessera.matmul.preactivation).
 
 Torch tensors only for now (DLPack arrays: through the C++ API).
 """
@@ -134,82 +132,6 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
     return out
 
 
-def _functions(torch):
-    global _Matmul
-    if _Matmul is None:
-        _Matmul = _define_autograd(torch)
-    return _Matmul
-
-
-_Matmul = None
-
-
-def _define_autograd(torch):
-    from .elementwise import gelu_backward, silu_backward
-
-    def act_backward(dy, z, activation):
-        if activation == "relu":
-            return dy * (z > 0).to(dy.dtype)
-        if activation in ("gelu", "gelu_tanh"):
-            return gelu_backward(dy, z, approximate="tanh" if activation == "gelu_tanh" else "none")
-        if activation == "silu":
-            return silu_backward(dy, z)
-        return dy
-
-    def act_forward(z, activation):
-        from .elementwise import gelu, silu
-        if activation == "relu":
-            return torch.relu(z)
-        if activation in ("gelu", "gelu_tanh"):
-            return gelu(z, approximate="tanh" if activation == "gelu_tanh" else "none")
-        if activation == "silu":
-            return silu(z)
-        return z
-
-    def reduce_to(g, shape):
-        """g summed over the dimensions that broadcast to it from `shape`."""
-        if tuple(g.shape) == tuple(shape):
-            return g
-        lead = g.dim() - len(shape)
-        g = g.sum(dim=tuple(range(lead))) if lead > 0 else g
-        dims = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
-        return g.sum(dim=dims, keepdim=True) if dims else g
-
-    class Matmul(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a, b, bias, residual, activation, alpha, out_dtype):
-            z = _forward(torch, a, b, bias, None, None, alpha, 0.0, None, out_dtype)
-            y = act_forward(z, activation)
-            if residual is not None:
-                y = y + residual
-            ctx.save_for_backward(a, b, z if activation else None)
-            ctx.activation, ctx.alpha = activation, alpha
-            ctx.has_bias, ctx.has_residual = bias is not None, residual is not None
-            ctx.residual_shape = residual.shape if residual is not None else None
-            return y
-
-        @staticmethod
-        def backward(ctx, dy):
-            a, b, z = ctx.saved_tensors
-            dz = act_backward(dy.contiguous(), z, ctx.activation) if ctx.activation else dy
-            da = db = dbias = dres = None
-            if ctx.needs_input_grad[0]:
-                da = _forward(torch, dz.to(b.dtype), b.transpose(-1, -2), None, None, None,
-                              ctx.alpha, 0.0, None, a.dtype)
-                da = reduce_to(da, a.shape)
-            if ctx.needs_input_grad[1]:
-                db = _forward(torch, a.transpose(-1, -2), dz.to(a.dtype), None, None, None,
-                              ctx.alpha, 0.0, None, b.dtype)
-                db = reduce_to(db, b.shape)
-            if ctx.has_bias and ctx.needs_input_grad[2]:
-                dbias = dz.reshape(-1, dz.shape[-1]).sum(0)
-            if ctx.has_residual and ctx.needs_input_grad[3]:
-                dres = reduce_to(dy, ctx.residual_shape)
-            return da, db, dbias, dres, None, None, None
-
-    return Matmul
-
-
 def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
            activation: Optional[str] = None, residual: Optional[torch.Tensor] = None,
            alpha: float = 1.0, beta: float = 0.0, out: Optional[torch.Tensor] = None,
@@ -243,11 +165,9 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
         if out is not None or beta != 0:
             raise RuntimeError("tessera.matmul: out= and beta are not differentiable; call it "
                                "under torch.no_grad() or without them")
-        if _interop.ops is not None:  # the registered op's autograd (C++)
-            return _forward(torch, input, other, bias, activation, residual, alpha, 0.0, None,
-                            out_dtype)
-        return _functions(torch).apply(input, other, bias, residual, activation, float(alpha),
-                                       out_dtype)
+        _interop.needs_ops("matmul")  # the registered op's autograd (C++)
+        return _forward(torch, input, other, bias, activation, residual, alpha, 0.0, None,
+                        out_dtype)
     return _forward(torch, input, other, bias, activation, residual, alpha, beta, out, out_dtype)
 
 

@@ -11,12 +11,10 @@ of them.
 
 torch tensors go through tessera's registered torch ops (torch.ops.tessera.*: autograd in C++,
 traceable by torch.compile) where the wheel was built with torch. The forms the ops do not take
-(out=, dtype=, a subclass of torch.Tensor as input) and wheels without the ops take the Python
-paths: when grad mode is on and an input requires grad, softmax, log_softmax, layer_norm and
-rms_norm go through a torch.autograd.Function whose backward runs tessera's backward kernel
-(softmax saves its output; the norms save input, mean/rstd and weight); otherwise they call the
-forward kernel alone, without autograd's cost per call. The backward functions are not
-differentiable themselves (once_differentiable).
+(out=, dtype=, a subclass of torch.Tensor as input) take the library's bindings (tessera._C)
+where autograd will not record the call, and the registered ops where it will; without the torch
+ops such a call is refused (tessera._interop.needs_ops). The backward ops are not differentiable
+themselves.
 
 Statistics: ``layer_norm_forward`` returns mean and rstd, and ``rms_norm_forward`` returns rstd,
 as float32 tensors of the *leading* shape ``input.shape[:-len(normalized_shape)]`` (0-d when every
@@ -32,7 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from . import _C, _interop
-from ._interop import (as_arg, defined_on_first_use, dlpack_stream, torch_if_tensor, torch_stream,
+from ._interop import (as_arg, dlpack_stream, torch_if_tensor, torch_stream,
                        torch_view, wrap_output)
 from .elementwise import _no_grad_with_out
 
@@ -179,7 +177,7 @@ def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
     """
     fast = _interop.fast
     if fast is not None and out is None and dtype is None and not _interop.dynamo_compiling():
-        r = fast.softmax(input, dim)
+        r = fast.call(_interop.FAST["softmax"], input, dim)
         if r is not None:
             return r
     ops = _interop.ops
@@ -196,7 +194,7 @@ def log_softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None,
     """Log-softmax along ``dim``, as :func:`torch.log_softmax`; see :func:`softmax`."""
     fast = _interop.fast
     if fast is not None and out is None and dtype is None and not _interop.dynamo_compiling():
-        r = fast.log_softmax(input, dim)
+        r = fast.call(_interop.FAST["log_softmax"], input, dim)
         if r is not None:
             return r
     ops = _interop.ops
@@ -225,7 +223,8 @@ def _softmax_entry(input, dim, dtype, out, log):
     if _requires_grad(torch, input):
         if out is not None:
             raise _no_grad_with_out(op)
-        return _functions(torch).Softmax.apply(input, dim, log)
+        ops = _interop.needs_ops(op)
+        return (ops.log_softmax if log else ops.softmax).default(input, dim)
     return _softmax_torch(torch, input, dim, log, out)
 
 
@@ -337,7 +336,8 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
     if _requires_grad(torch, input, weight, bias):
         if out is not None:
             raise _no_grad_with_out(op)
-        return _functions(torch).LayerNorm.apply(input, k, weight, bias, float(eps))
+        shape = list(input.shape[input.dim() - k:])
+        return _interop.needs_ops(op).layer_norm.default(input, shape, weight, bias, float(eps))[0]
     return _layer_norm_torch(torch, input, k, weight, bias, eps, out, False)[0]
 
 
@@ -453,7 +453,8 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
     if _requires_grad(torch, input, weight):
         if out is not None:
             raise _no_grad_with_out(op)
-        return _functions(torch).RmsNorm.apply(input, k, weight, eps)
+        shape = list(input.shape[input.dim() - k:])
+        return _interop.needs_ops(op).rms_norm.default(input, shape, weight, eps)[0]
     return _rms_norm_torch(torch, input, k, weight, eps, out, False)[0]
 
 
@@ -526,65 +527,3 @@ def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, want_in, want_w):
 
 
 # ---- autograd ---------------------------------------------------------------------------------
-
-_functions = defined_on_first_use(lambda torch: _define_functions(torch))
-
-
-def _define_functions(torch):
-    from torch.autograd.function import once_differentiable
-
-    class Softmax(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, dim, log):
-            y = _softmax_torch(torch, x, dim, log, None)
-            ctx.save_for_backward(y)  # the backward needs the output only
-            ctx.dim, ctx.log = dim, log
-            return y
-
-        @staticmethod
-        @once_differentiable
-        def backward(ctx, grad):
-            (y,) = ctx.saved_tensors
-            return _softmax_backward_torch(torch, grad, y, ctx.dim, ctx.log, None), None, None
-
-    class LayerNorm(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, k, weight, bias, eps):
-            out, mean, rstd = _layer_norm_torch(torch, x, k, weight, bias, eps, None, True)
-            ctx.save_for_backward(x, mean, rstd, weight)
-            ctx.k = k
-            return out
-
-        @staticmethod
-        @once_differentiable
-        def backward(ctx, grad):
-            x, mean, rstd, weight = ctx.saved_tensors
-            need = ctx.needs_input_grad
-            gi, gw, gb = _layer_norm_backward_torch(torch, grad, x, ctx.k, mean, rstd, weight,
-                                                    need[0], need[2], need[3])
-            return gi, None, gw, gb, None
-
-    class RmsNorm(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, k, weight, eps):
-            out, rstd = _rms_norm_torch(torch, x, k, weight, eps, None, True)
-            ctx.save_for_backward(x, rstd, weight)
-            ctx.k = k
-            return out
-
-        @staticmethod
-        @once_differentiable
-        def backward(ctx, grad):
-            x, rstd, weight = ctx.saved_tensors
-            need = ctx.needs_input_grad
-            gi, gw = _rms_norm_backward_torch(torch, grad, x, ctx.k, rstd, weight, need[0],
-                                              need[2])
-            return gi, None, gw, None
-
-    class Functions:
-        pass
-
-    Functions.Softmax = Softmax
-    Functions.LayerNorm = LayerNorm
-    Functions.RmsNorm = RmsNorm
-    return Functions

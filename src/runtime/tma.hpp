@@ -1,4 +1,4 @@
-// Tensor maps for the copy engine (TMA): the descriptor a kernel's cp.async.bulk.tensor reads,
+// Tensor maps for the copy engine (TMA): the descriptor a kernel's bulk tensor copies read,
 // built on the host from a tensor view. The driver encodes it (cuTensorMapEncodeTiled), reached
 // through the runtime's entry-point query, so the library links no libcuda of its own.
 #pragma once

@@ -73,6 +73,13 @@ __device__ __forceinline__ uint32_t element_bits(const Frag<T, V>& f, int e) {
   else return f.w[e / 2] >> (16 * (e & 1));
 }
 
+// The V elements as floats: the inverse of pack.
+template <class T, int V>
+__device__ __forceinline__ void unpack(const Frag<T, V>& f, float (&v)[V]) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) v[e] = f[e];
+}
+
 // V floats rounded to T, 16-bit types two at a time (one cvt for the pair).
 template <class T, int V>
 __device__ __forceinline__ Frag<T, V> pack(const float (&v)[V]) {
@@ -171,6 +178,14 @@ template <class T, int V>
 __device__ __forceinline__ void store_frag_16B(T* p, const Frag<T, V>& f) {
   static_assert(V > 1, "a 16-byte store needs a 16-byte fragment");
   store_16B(p, f.w[0], f.w[1], f.w[2], f.w[3]);
+}
+
+// store_frag for data the kernel does not read again: a 16-byte fragment goes out as a streaming
+// store (st.global.cs), which L2 evicts first, so it does not push out lines still to be read.
+template <class T, int V>
+__device__ __forceinline__ void store_frag_stream(T* p, const Frag<T, V>& f) {
+  if constexpr (V > 1) __stcs(reinterpret_cast<uint4*>(p), make_uint4(f.w[0], f.w[1], f.w[2], f.w[3]));
+  else *p = from_bits<T>(f.w[0]);
 }
 
 // Elements [c, c + V) of an aligned frame of which columns [lo, hi) are valid; the others read as

@@ -26,7 +26,8 @@ struct Inputs {
 template <int NIN, class T, int V, class F>
 __device__ __forceinline__ float apply(const F& f, const Vec<T, V> (&x)[NIN], int e) {
   if constexpr (NIN == 1) return f(to_float(x[0][e]));
-  else return f(to_float(x[0][e]), to_float(x[1][e]));
+  else if constexpr (NIN == 2) return f(to_float(x[0][e]), to_float(x[1][e]));
+  else return f(to_float(x[0][e]), to_float(x[1][e]), to_float(x[2][e]));
 }
 
 template <int V, int UNROLL, int NIN, class T, class F>
@@ -95,7 +96,8 @@ __global__ __launch_bounds__(kMapThreads) void map_strided_kernel(int64_t n, T* 
     idx.offsets(i, off);
     float r;
     if constexpr (NIN == 1) r = f(to_float(in.p[0][off[1]]));
-    else r = f(to_float(in.p[0][off[1]]), to_float(in.p[1][off[2]]));
+    else if constexpr (NIN == 2) r = f(to_float(in.p[0][off[1]]), to_float(in.p[1][off[2]]));
+    else r = f(to_float(in.p[0][off[1]]), to_float(in.p[1][off[2]]), to_float(in.p[2][off[3]]));
     out[off[0]] = from_float<T>(r);
   }
 }

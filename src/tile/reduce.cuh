@@ -1,7 +1,9 @@
-// Reductions over a warp, a group of warps, a CTA and a cluster of CTAs. Ops are functors, so
-// sums, maxima, sums of pairs, the online-softmax merge and Welford moments (tile/row.cuh) share
-// one shuffle tree. Every form combines in a fixed order: the same bits on every run, and on
-// every thread that receives the result.
+// Reductions over aligned groups of a warp's lanes (the whole warp, or the quad or 8 or 16 lanes
+// that share a row), a group of warps, a CTA and a cluster of CTAs. Ops are functors, so sums,
+// maxima, sums of pairs, the online-softmax merge (tile/online_softmax.cuh) and Welford moments
+// (tile/row.cuh) share one shuffle tree. Every form combines in a fixed order: the same bits on
+// every run, and on every thread that receives the result. Kernels shuffle through these, never
+// by hand.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -18,6 +20,11 @@ struct Sum {
 struct Max {
   template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
 };
+// fmaxf as a reduction op: a NaN loses to a number (IEEE maxNum), where Max keeps whichever its
+// comparison picks. For kernels whose max must skip NaN as fmaxf does.
+struct MaxNum {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
 
 // __shfl_xor_sync for any trivially copyable value of whole 32-bit words (a float, or a small
 // struct such as the online-softmax state), one shuffle per word.
@@ -33,12 +40,24 @@ __device__ __forceinline__ T shuffle_xor(T v, int offset) {
   return v;
 }
 
-// Butterfly reduction: every lane ends with the result. The order of the combines is fixed, so
-// the result is the same on every run.
-template <class T, class Op>
+// The order in which a butterfly combines lanes: partners Width / 2 apart first, or neighbours
+// first. Either is a fixed order (the same bits on every run and every lane); they differ only in
+// how sums round, so a kernel keeps the one its results were defined with.
+enum class Butterfly { wide_first, near_first };
+
+// Butterfly reduction over each aligned group of Width lanes (a power of two, 1 to 32: lanes
+// [g * Width, (g + 1) * Width)), by xor shuffles: every lane ends with its group's result. All 32
+// lanes of the warp take part. Width 32 is the whole warp, combined 16, 8, 4, 2, 1 apart.
+template <int Width = 32, Butterfly B = Butterfly::wide_first, class T, class Op>
 __device__ __forceinline__ T warp_reduce(T v, Op op) {
+  static_assert(Width >= 1 && Width <= 32 && (Width & (Width - 1)) == 0, "Width: a power of two up to 32");
+  if constexpr (B == Butterfly::wide_first) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, shuffle_xor(v, offset));
+    for (int offset = Width / 2; offset > 0; offset >>= 1) v = op(v, shuffle_xor(v, offset));
+  } else {
+#pragma unroll
+    for (int offset = 1; offset < Width; offset <<= 1) v = op(v, shuffle_xor(v, offset));
+  }
   return v;
 }
 

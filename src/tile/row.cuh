@@ -1,6 +1,7 @@
 // Rows: how a group of threads partitions a row held in registers (Frag, tile/frag.cuh), and the
-// per-row accumulators that row-wise operators reduce (sums of pairs, Welford moments, the
-// online-softmax state). The reductions themselves are in tile/reduce.cuh.
+// per-row accumulators that row-wise operators reduce (sums of pairs, Welford moments; the
+// online-softmax state is tile/online_softmax.cuh's). The reductions themselves are in
+// tile/reduce.cuh.
 //
 // Layout within a row: thread t of a group of G holds vectors k = 0, 1, ... at columns
 // (k * G + t) * V of the group's chunk: for a fixed k the group reads G * V consecutive elements,
@@ -12,9 +13,9 @@
 #include <climits>
 #include <cstdint>
 
-#include "tile/constants.cuh"
 #include "tile/frag.cuh"
 #include "tile/indexing.cuh"
+#include "tile/online_softmax.cuh"
 #include "tile/reduce.cuh"
 
 namespace tessera::tile {
@@ -104,28 +105,6 @@ struct MergeMoments {
     const float d = b.mean - a.mean;
     const float mean = __fadd_rn(__fmul_rn(a.n, a.mean), __fmul_rn(b.n, b.mean)) * inv;
     return {n, mean, fmaf(d, d * (__fmul_rn(a.n, b.n) * inv), a.m2 + b.m2)};
-  }
-};
-
-// (m, s): the maximum of a set of values and the sum of exp(x - m) over it. Two states merge
-// exactly, in any grouping, so partial results from lanes, warps, CTAs or row chunks combine into
-// the row's (max, sum) in one reduction instead of two (max first, then sum).
-struct SoftmaxState {
-  float m;
-  float s;
-};
-
-// exp(x) on the MUFU (ex2.approx, ~2 ulp): every softmax kernel's one transcendental.
-__device__ __forceinline__ float fast_exp(float x) { return exp2f(x * kLog2e); }
-
-struct SoftmaxMerge {
-  __device__ __forceinline__ SoftmaxState operator()(SoftmaxState a, SoftmaxState b) const {
-    const float m = fmaxf(a.m, b.m);
-    // Both maxima -inf: no finite term, but a NaN among -inf values must survive (s is 0 or NaN).
-    if (m == -INFINITY) return {m, a.s + b.s};
-    // Products rounded separately (no fma contraction): merge(a, b) and merge(b, a) give the same
-    // bits, so every lane of a butterfly ends with the same sum.
-    return {m, __fadd_rn(__fmul_rn(a.s, fast_exp(a.m - m)), __fmul_rn(b.s, fast_exp(b.m - m)))};
   }
 };
 

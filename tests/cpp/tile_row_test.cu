@@ -1,13 +1,16 @@
-// Tile layer, rows: reductions over named-barrier groups of warps, clusters of CTAs and every
-// scope (tile/reduce.cuh), the row accumulators (Welford moments, the online-softmax state) and the
-// row partition and row offsets (tile/row.cuh), against host-side expectations. Integer-valued
-// inputs make sums exact in any order, so those compare bit for bit.
+// Tile layer, rows: reductions over aligned groups of a warp's lanes, named-barrier groups of
+// warps, clusters of CTAs and every scope (tile/reduce.cuh), the row accumulators (Welford moments,
+// the online-softmax state and its merge weight, tile/online_softmax.cuh) and the row partition
+// and row offsets (tile/row.cuh), against host-side expectations. Integer-valued inputs make sums
+// exact in any order, so those compare bit for bit; other sums are compared with the same order
+// of additions done on the host.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "gpu.hpp"
@@ -17,6 +20,7 @@
 #include "runtime/memory.hpp"
 #include "tile/frag.cuh"
 #include "tile/indexing.cuh"
+#include "tile/online_softmax.cuh"
 #include "tile/reduce.cuh"
 #include "tile/row.cuh"
 #include "tile_testing.hpp"
@@ -161,6 +165,68 @@ TEST(TileRowGpu, ClusterReduceOverClustersOfTwoAndFourCtas) {
   check_scope<tile::Scope::cluster>(12, 256, 4 * 256, 4);
 }
 
+// ---- warp_reduce over aligned groups of lanes ---------------------------------------------------
+// Each lane reduces its value over its group of Width lanes: sums in both butterfly orders, and
+// fmaxf maxima (MaxNum) of a second input holding a NaN. out: three values per lane.
+template <int Width>
+__global__ void lane_group_kernel(const float* in, const float* in_max, float* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[3 * i] = tile::warp_reduce<Width>(in[i], tile::Sum{});
+  out[3 * i + 1] = tile::warp_reduce<Width, tile::Butterfly::near_first>(in[i], tile::Sum{});
+  out[3 * i + 2] = tile::warp_reduce<Width>(in_max[i], tile::MaxNum{});
+}
+
+// The butterfly on the host, in float: what each lane must hold, bit for bit.
+std::vector<float> host_butterfly(std::vector<float> v, int width, bool near_first) {
+  for (int k = 1; k < width; k *= 2) {
+    const int offset = near_first ? k : width / (2 * k);
+    std::vector<float> next(v.size());
+    for (size_t l = 0; l < v.size(); ++l) next[l] = v[l] + v[l ^ size_t(offset)];
+    v = next;
+  }
+  return v;
+}
+
+template <int Width>
+void check_lane_groups(const std::vector<float>& in, const std::vector<float>& in_max) {
+  SCOPED_TRACE("width " + std::to_string(Width));
+  const int n = static_cast<int>(in.size());
+  DeviceBuffer din = to_device(in), dmax = to_device(in_max), dout(3 * n * 4);
+  lane_group_kernel<Width><<<1, n>>>(ptr<float>(din), ptr<float>(dmax), ptr<float>(dout));
+  TESSERA_LAUNCH_CHECK();
+  const auto out = from_device<float>(dout, 3 * n);
+  const auto wide = host_butterfly(in, Width, false), near = host_butterfly(in, Width, true);
+  for (int l = 0; l < n; ++l) {
+    // fmaxf over the group: a NaN is skipped where the group holds a number (a group of one lane
+    // keeps its value, NaN included).
+    const int first = l / Width * Width;
+    float mx = in_max[first];
+    for (int j = first + 1; j < first + Width; ++j) mx = std::fmax(mx, in_max[j]);
+    ASSERT_EQ(float_bits(out[3 * l]), float_bits(wide[l])) << "wide-first sum, lane " << l;
+    ASSERT_EQ(float_bits(out[3 * l + 1]), float_bits(near[l])) << "near-first sum, lane " << l;
+    ASSERT_EQ(float_bits(out[3 * l + 2]), float_bits(mx)) << "max, lane " << l;
+  }
+}
+
+TEST(TileRowGpu, WarpReduceOverAlignedGroupsOfLanes) {
+  TESSERA_REQUIRE_GPU();
+  const int n = 64;  // two warps
+  Lcg rng{17};
+  std::vector<float> in(n), in_max(n);
+  for (int l = 0; l < n; ++l) in[l] = rng.uniform(-1.0f, 1.0f) * float(1 << (l % 7)), in_max[l] = rng.uniform(-5.0f, 5.0f);
+  in_max[37] = NAN;
+  in_max[44] = -INFINITY;
+  check_lane_groups<1>(in, in_max);
+  check_lane_groups<2>(in, in_max);
+  check_lane_groups<4>(in, in_max);
+  check_lane_groups<8>(in, in_max);
+  check_lane_groups<16>(in, in_max);
+  check_lane_groups<32>(in, in_max);
+  // Lanes of different magnitudes: the two orders round differently somewhere, so the test above
+  // tells them apart.
+  EXPECT_NE(host_butterfly(in, 32, false), host_butterfly(in, 32, true));
+}
+
 // ---- Welford moments and the online-softmax state over a warp ----------------------------------
 constexpr int kPerLane = 8;
 
@@ -184,6 +250,12 @@ __global__ void softmax_state_kernel(const float* in, const int* counts, tile::S
   for (int j = 0; j < counts[i]; ++j) s += tile::fast_exp(in[i * kPerLane + j] - base);
   out[i] = tile::warp_reduce(tile::SoftmaxState{m, s}, tile::SoftmaxMerge{});
   if (i < nex) ex_out[i] = tile::fast_exp(ex[i]);
+}
+
+// merge_weight in natural and log2 units.
+__global__ void merge_weight_kernel(const float* m, const float* mm, int n, float* we, float* w2) {
+  const int i = threadIdx.x;
+  if (i < n) we[i] = tile::merge_weight(m[i], mm[i]), w2[i] = tile::merge_weight<tile::Base::two>(m[i], mm[i]);
 }
 
 // Warp w's inputs: case w of `kinds` below (counts and values per lane).
@@ -293,6 +365,32 @@ TEST(TileRowGpu, SoftmaxMergeOverAWarpAndFastExp) {
   for (int i = 0; i < nex - 2; ++i) EXPECT_NEAR(e[i], std::exp(double(ex[i])), 1e-5 * std::exp(double(ex[i]))) << ex[i];
   EXPECT_EQ(e[nex - 2], 0.0f);
   EXPECT_TRUE(std::isnan(e[nex - 1]));
+}
+
+TEST(TileRowGpu, MergeWeightRescalesToTheMergedMax) {
+  TESSERA_REQUIRE_GPU();
+  const std::vector<float> m = {-1.0f, -10.5f, 2.0f, 3.25f, -INFINITY, -INFINITY, -20.0f};
+  const std::vector<float> mm = {0.0f, 3.0f, 2.0f, 3.25f, 5.0f, -INFINITY, 0.0f};
+  const int n = static_cast<int>(m.size());
+  DeviceBuffer dm = to_device(m), dmm = to_device(mm), dwe(n * 4), dw2(n * 4);
+  merge_weight_kernel<<<1, 32>>>(ptr<float>(dm), ptr<float>(dmm), n, ptr<float>(dwe), ptr<float>(dw2));
+  TESSERA_LAUNCH_CHECK();
+  const auto we = from_device<float>(dwe, n), w2 = from_device<float>(dw2, n);
+  for (int i = 0; i < n; ++i) {
+    SCOPED_TRACE("m " + std::to_string(m[i]) + ", M " + std::to_string(mm[i]));
+    if (mm[i] == -INFINITY) {  // every state empty: the weight is exactly 0
+      EXPECT_EQ(float_bits(we[i]), 0u);
+      EXPECT_EQ(float_bits(w2[i]), 0u);
+      continue;
+    }
+    const double d = double(m[i]) - double(mm[i]);
+    EXPECT_NEAR(we[i], std::exp(d), 4e-6 * std::exp(d));  // the rounding of d log2(e) included
+    EXPECT_NEAR(w2[i], std::exp2(d), 1e-6 * std::exp2(d));
+    if (m[i] == mm[i]) {
+      EXPECT_EQ(we[i], 1.0f);
+      EXPECT_EQ(w2[i], 1.0f);
+    }
+  }
 }
 
 // ---- RowLanes and row_offsets -------------------------------------------------------------------

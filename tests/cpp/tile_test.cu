@@ -1,6 +1,6 @@
 // Tile layer: indexers (CPU), reductions and masked vector access (GPU), and the packed fragment
-// (tile/frag.cuh: packing and rounding, windowed loads and stores, row_lead, frag_max, the
-// register-pressure helpers) against host-side expectations. Reductions over groups, clusters and
+// (tile/frag.cuh: packing, unpacking and rounding, windowed, hinted and streaming loads and stores,
+// row_lead, frag_max, the register-pressure helpers) against host-side expectations. Reductions over groups, clusters and
 // the row accumulators (tile/reduce.cuh, tile/row.cuh) are in tile_row_test.cu.
 #include <gtest/gtest.h>
 
@@ -377,10 +377,11 @@ TEST(TileFrag, FragMaxSkipsNaNLikeFmaxf) {
 }
 
 // ---- L2-hinted loads, 16-byte stores, the register-pressure helpers -----------------------------
-// Fragment i is copied three ways: load_frag_hint (evict_last) + store_frag_16B, load_frag_hint
-// (evict_first) + store_frag, and through make_opaque(z) / refresh(r, zero), reported as words.
+// Fragment i is copied four ways: load_frag_hint (evict_last) + store_frag_16B, load_frag_hint
+// (evict_first) + store_frag, unpacked to floats and packed again + store_frag_stream, and
+// through make_opaque(z) / refresh(r, zero), reported as words.
 template <class T, int V>
-__global__ void hint_kernel(const T* in, int nfrag, T* out_a, T* out_b, uint32_t z, float r, uint32_t zero,
+__global__ void hint_kernel(const T* in, int nfrag, T* out_a, T* out_b, T* out_c, uint32_t z, float r, uint32_t zero,
                             uint32_t* opaque, uint32_t* refreshed, int* after) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= nfrag) return;
@@ -389,6 +390,9 @@ __global__ void hint_kernel(const T* in, int nfrag, T* out_a, T* out_b, uint32_t
   if constexpr (V > 1) tile::store_frag_16B<T, V>(out_a + i * V, a);
   else tile::store_frag<T, V>(out_a + i * V, a);
   tile::store_frag<T, V>(out_b + i * V, b);
+  float f[V];
+  tile::unpack(tile::load_frag<T, V>(in + i * V), f);
+  tile::store_frag_stream(out_c + i * V, tile::pack<T, V>(f));
   constexpr int W = tile::Frag<T, V>::kWords;
   tile::Frag<T, V> o = tile::load_frag<T, V>(in + i * V), x[2] = {o, o};
   tile::make_opaque(o, z);
@@ -406,15 +410,16 @@ void check_hint() {
   for (int j = 0; j < n; ++j) bits[j] = host_bits<T>(static_cast<float>(j % 97) - 40.5f);
   const float r = 3.25f;
   const uint32_t z = 0x00010001u, rb = float_bits(r);
-  DeviceBuffer in = device_elements<T>(bits), a(n * sizeof(T)), b(n * sizeof(T)), op(nfrag * W * 4),
+  DeviceBuffer in = device_elements<T>(bits), a(n * sizeof(T)), b(n * sizeof(T)), c(n * sizeof(T)), op(nfrag * W * 4),
                rf(nfrag * W * 4), af(nfrag * 4);
   for (uint32_t zero : {0u, 0xffffffffu}) {
     SCOPED_TRACE("zero=" + std::to_string(zero));
-    hint_kernel<T, V><<<(nfrag + 127) / 128, 128>>>(ptr<T>(in), nfrag, ptr<T>(a), ptr<T>(b), z, r, zero,
+    hint_kernel<T, V><<<(nfrag + 127) / 128, 128>>>(ptr<T>(in), nfrag, ptr<T>(a), ptr<T>(b), ptr<T>(c), z, r, zero,
                                                     ptr<uint32_t>(op), ptr<uint32_t>(rf), ptr<int>(af));
     TESSERA_LAUNCH_CHECK();
     EXPECT_EQ(element_bits_of<T>(a, n), bits);
     EXPECT_EQ(element_bits_of<T>(b, n), bits);
+    EXPECT_EQ(element_bits_of<T>(c, n), bits) << "unpack, pack, store_frag_stream";
     const auto ov = from_device<uint32_t>(op, nfrag * W), rv = from_device<uint32_t>(rf, nfrag * W);
     const auto avv = from_device<int>(af, nfrag);
     for (int i = 0; i < nfrag; ++i) {

@@ -1,5 +1,6 @@
-"""scripts/perf_tables.py: docs/PERF.md's per-operator tables from bench reports (CPU only; the
-reports here are synthetic, in the format of src/bench/report.cpp and benchmarks/common.py)."""
+"""scripts/perf_tables.py: docs/PERF.md's tables from bench reports, and its --check of them (CPU
+only; the reports here are synthetic, in the format of src/bench/report.cpp and
+benchmarks/common.py)."""
 
 import importlib.util
 import json
@@ -240,3 +241,118 @@ def test_hand_kept_block_of_several_ops(bench_files, capsys):
     assert run(perf, py, extra=["--drop-old"]) == 0
     text = perf.read_text(encoding="utf-8")
     assert SOFTMAX_BLOCK in text and "softmax,gelu" not in text
+
+
+# ---- family blocks: one table of several ops --------------------------------------------------
+
+FAMILY_BEFORE = """# Performance
+
+<!-- perf:begin -->
+<!-- perf:op rows, and more: layer_norm,softmax -->
+### rows, and more
+an old table of both
+<!-- perf:end -->
+"""
+
+def test_family_block(bench_files):
+    _, py, cpp, perf = bench_files
+    perf.write_text(FAMILY_BEFORE, encoding="utf-8")
+    assert run(perf, py, cpp) == 0
+    text = perf.read_text(encoding="utf-8")
+    # One table for the marker's ops, in the marker's order (layer_norm first though the reports
+    # name softmax first), headed by the title, with an op column and the providers of all its
+    # ops ("-" where an op has no such peer); the ops in no marker get blocks of their own.
+    assert ("<!-- perf:op rows, and more: layer_norm,softmax -->\n### rows, and more\n"
+            "Test GPU (100 SMs, CUDA runtime 12.4), 2026-01-02, torch 9.9; copy 4000-4100 GB/s "
+            "measured in the runs.\nCommand: `bash run.sh`\n\n"
+            "| op | dtype | shape | tessera (us) | torch (us) | triton (us) | tessera GB/s | "
+            "% of copy | best peer | tessera / best peer |\n"
+            "|" + " --- |" * 10 + "\n"
+            "| layer_norm | float32 | 4096 x 4096 | 50.0 | - | - | 2600 | 63.4 | - | - |\n"
+            "| softmax | float32 | 4096 x 1024 | 10.0 | 15.0 | 12.5 | 2000 | 50.0 | triton | "
+            "1.25 |\n"
+            "| softmax | bfloat16 | 256 x 262144 | 200.0 | 100.0 | - | 800 | 20.0 | torch | "
+            "0.50 |\n"
+            "\n<!-- perf:op dropout -->\n### dropout\n") in text
+    assert "an old table" not in text
+    marks = [line for line in text.splitlines() if line.startswith("<!-- perf:op ")]
+    assert marks == ["<!-- perf:op rows, and more: layer_norm,softmax -->",
+                     "<!-- perf:op dropout -->", "<!-- perf:op matmul -->"]
+    # The script's own output passes --check.
+    assert pt.main(["--check", "--perf", str(perf)]) == 0
+
+
+def test_family_block_with_an_op_not_measured(bench_files, capsys):
+    _, py, _, perf = bench_files
+    perf.write_text(FAMILY_BEFORE, encoding="utf-8")
+    # py measures softmax, not layer_norm: the family's table would lose a row of another run.
+    expect_error(capsys, run(perf, py), "also holds layer_norm")
+    assert perf.read_text(encoding="utf-8") == FAMILY_BEFORE
+    assert run(perf, py, extra=["--drop-old"]) == 0
+    text = perf.read_text(encoding="utf-8")
+    assert "<!-- perf:op rows, and more: softmax -->\n### rows, and more\n" in text
+    # A titled block of one op still names the op in each row.
+    assert "| softmax | float32 | 4096 x 1024 | 10.0 | 15.0 | 12.5 |" in text
+
+
+def test_markers(bench_files, capsys):
+    _, py, _, perf = bench_files
+    twice = PERF_BEFORE.replace("<!-- perf:op isin -->", "<!-- perf:op set: isin,softmax -->")
+    perf.write_text(twice, encoding="utf-8")
+    expect_error(capsys, run(perf, py), "op softmax in two markers")
+    perf.write_text(PERF_BEFORE.replace("<!-- perf:op isin -->", "<!-- perf:op isin softmax -->"),
+                    encoding="utf-8")
+    expect_error(capsys, run(perf, py), "a marker the script cannot read")
+
+
+# ---- --check ------------------------------------------------------------------------------------
+
+def test_check_finds_hand_edits(bench_files, capsys):
+    _, py, cpp, perf = bench_files
+    perf.write_text(FAMILY_BEFORE, encoding="utf-8")
+    run(perf, py, cpp)
+    good = perf.read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert pt.main(["--check", "--perf", str(perf)]) == 0
+    assert "3 block(s), 5 row(s), as the script writes them" in capsys.readouterr().out
+
+    def check_of(text):
+        perf.write_text(text, encoding="utf-8")
+        code = pt.main(["--check", "--perf", str(perf)])
+        return code, capsys.readouterr().err
+
+    row = "| softmax | float32 | 4096 x 1024 | 10.0 | 15.0 | 12.5 | 2000 | 50.0 | triton | 1.25 |"
+    assert row in good
+    # A ratio that the time cells do not give, beyond their rounding.
+    code, err = check_of(good.replace(row, row.replace("| 1.25 |", "| 1.30 |")))
+    assert code == 1 and "ratio 1.30, but triton 12.5 against tessera 10.0 gives 1.250" in err
+    # A best peer that is not the fastest peer.
+    code, err = check_of(good.replace(row, row.replace("| triton |", "| torch |")))
+    assert code == 1 and "best peer torch, but the fastest peer cell is triton" in err
+    # A column dropped by hand, a row cut short, a heading renamed, a marker's op without rows.
+    code, err = check_of(good.replace("| tessera GB/s | % of copy | best peer",
+                                      "| % of copy | best peer"))
+    assert code == 1 and "the script writes" in err
+    code, err = check_of(good.replace(row, row.replace(" 2000 | 50.0 |", "")))
+    assert code == 1 and "not a row of 10 cells" in err
+    code, err = check_of(good.replace("### rows, and more", "### rows"))
+    assert code == 1 and "heading '### rows'" in err
+    code, err = check_of(good.replace("layer_norm,softmax -->", "layer_norm,softmax,gelu -->"))
+    assert code == 1 and "no rows of gelu" in err
+    # A table of the old per-op layout under a family's marker: the op column is missing.
+    single = good.replace("<!-- perf:op dropout -->", "<!-- perf:op lone: dropout -->").replace(
+        "### dropout", "### lone")
+    code, err = check_of(single)
+    assert code == 1 and "an op column goes with a titled block" in err
+    # --check takes no reports, and the other mode needs its arguments.
+    with pytest.raises(SystemExit):
+        pt.main(["--check", str(py)])
+    with pytest.raises(SystemExit):
+        pt.main([str(py)])
+
+
+def test_repo_perf_md_is_as_the_script_writes_it():
+    """docs/PERF.md itself: every block passes --check (tables edited by hand fail here)."""
+    n, rows, problems = pt.check((ROOT / "docs" / "PERF.md").read_text(encoding="utf-8"))
+    assert problems == []
+    assert n > 0 and rows > 0

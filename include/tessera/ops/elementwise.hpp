@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string_view>
 
 #include "tessera/tensor.hpp"
 
@@ -22,6 +23,8 @@ void add(const TensorView& input, double other, const TensorView& out, double al
          cudaStream_t stream);
 
 enum class GeluApproximate { none, tanh };  // erf form, or torch's tanh approximation
+// From torch's spelling, "none" or "tanh"; tessera::Error naming gelu's `approximate` otherwise.
+void parse(std::string_view name, GeluApproximate& out);
 
 // out = gelu(input); out has input's shape and dtype.
 void gelu(const TensorView& input, const TensorView& out, GeluApproximate approximate,
@@ -38,6 +41,13 @@ void silu_backward(const TensorView& grad_output, const TensorView& input, const
 
 // dst = src: any strides on either side (a transpose, a gather of a strided view), same shape and
 // dtype. dst must not overlap src unless it is the same view (then nothing is done).
+// SwiGLU's gate, out = silu(gate) * up (gate, up and out of one shape and float dtype, any
+// layout), and its gradients grad_gate = grad_output * up * silu'(gate), grad_up = grad_output *
+// silu(gate).
+void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream);
+void silu_mul_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                       const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream);
+
 void copy(const TensorView& src, const TensorView& dst, cudaStream_t stream);
 
 // ---- dropout ----------------------------------------------------------------------------------

@@ -260,8 +260,7 @@ void kernels(torch::Library& m) {
 }  // namespace
 }  // namespace tessera::torch_ops
 
-TORCH_LIBRARY_IMPL(tessera, CUDA, m) { tessera::torch_ops::kernels(m); }
-TORCH_LIBRARY_IMPL(tessera, CPU, m) { tessera::torch_ops::kernels(m); }
+TESSERA_TORCH_KERNELS(tessera::torch_ops::kernels)
 TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   m.impl("attention", &tessera::torch_ops::attention_autograd);
   m.impl("attention.varlen", &tessera::torch_ops::attention_varlen_autograd);

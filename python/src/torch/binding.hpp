@@ -1,12 +1,12 @@
 // What every torch-registered tessera op shares: at::Tensor to TensorView, the current stream,
 // outputs, and the library's errors as torch's (ValueError/TypeError/RuntimeError in Python).
 //
-// The ops of a family are registered by its own file (elementwise.cpp, rowwise.cpp, ...): a
-// CUDA kernel per op (the library's checks, then its launch on torch's current stream), an
-// Autograd kernel for the differentiable ones (a torch::autograd::Function whose backward calls
-// the family's backward op through the dispatcher). The schemas are the op descriptions' own
-// (OpInfo::torch_schemas, registered by library.cpp); fake kernels, for FakeTensor and
-// torch.compile, are Python's (tessera/_torch.py).
+// The ops whose description has a kernel take generic.cpp's kernels. The others are registered by
+// their family's file (elementwise.cpp, rowwise.cpp, ...): a CUDA kernel per op (the library's
+// checks, then its launch on torch's current stream), an Autograd kernel for the differentiable
+// ones (a torch::autograd::Function whose backward calls the family's backward op through the
+// dispatcher). The schemas are the op descriptions' own (tessera/op.hpp, defined by library.cpp);
+// fake kernels, for FakeTensor and torch.compile, are Python's (tessera/_torch.py).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -84,3 +84,10 @@ decltype(auto) call_below_autograd(const c10::TypedOperatorHandle<Sig>& op, Args
 }
 
 }  // namespace tessera::torch_ops
+
+// Registers `register_kernels(torch::Library&)` (a family's CUDA kernels) for CUDA tensors and
+// for CPU ones, which then reach the library's own message (a CUDA tensor expected) instead of
+// torch's missing-kernel error.
+#define TESSERA_TORCH_KERNELS(register_kernels)                   \
+  TORCH_LIBRARY_IMPL(tessera, CUDA, m) { register_kernels(m); }   \
+  TORCH_LIBRARY_IMPL(tessera, CPU, m) { register_kernels(m); }

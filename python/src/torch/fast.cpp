@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fast.hpp"
+#include "generic.hpp"
 
 namespace {
 
@@ -131,33 +132,63 @@ PyObject* add(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
-// gelu(input[, tanh]): tanh a bool (the Python function resolves approximate).
-PyObject* gelu(PyObject*, PyObject* const* args, Py_ssize_t n) {
+// call(op, *args): an op of generic.cpp's kernel (op: its index(name)), one positional argument
+// per schema argument.
+PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
-  const at::Tensor* x = n == 1 || n == 2 ? plain(args[0]) : nullptr;
-  if (!x || !quiet() || (n == 2 && !PyBool_Check(args[1]))) Py_RETURN_NONE;
-  RECORD_FUNCTION("tessera::gelu", std::vector<c10::IValue>());
-  return wrap(fast::gelu(*x, n == 2 && args[1] == Py_True));
+  namespace generic = tessera::torch_ops::generic;
+  const auto& plans = generic::plans();
+  int64_t k = -1;
+  if (n < 1 || !as_int(args[0], k) || k < 0 || k >= static_cast<int64_t>(plans.size())) Py_RETURN_NONE;
+  const generic::Plan& p = plans[static_cast<size_t>(k)];
+  if (n - 1 != p.num_args || !quiet()) Py_RETURN_NONE;
+  generic::Value v[generic::kMaxArgs];
+  const at::Tensor* first = nullptr;
+  for (int i = 0; i < p.num_args; ++i) {
+    PyObject* o = args[i + 1];
+    bool ok = true;
+    switch (p.args[static_cast<size_t>(i)]) {
+      case generic::Plan::From::optional_tensor:
+        if (o == Py_None) break;
+        [[fallthrough]];
+      case generic::Plan::From::tensor:
+        v[i].tensor = first ? plain_like(o, *first) : plain(o);
+        ok = v[i].tensor != nullptr;
+        if (!first) first = v[i].tensor;
+        break;
+      case generic::Plan::From::real: ok = as_double(o, v[i].real); break;
+      case generic::Plan::From::integer: ok = as_int(o, v[i].integer); break;
+      case generic::Plan::From::boolean:
+        ok = PyBool_Check(o);
+        v[i].boolean = o == Py_True;
+        break;
+      case generic::Plan::From::string: {
+        Py_ssize_t size = 0;
+        const char* text = PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, &size) : nullptr;
+        ok = text != nullptr;
+        if (ok) v[i].string = std::string_view(text, static_cast<size_t>(size));
+        else PyErr_Clear();
+        break;
+      }
+      case generic::Plan::From::output: break;
+    }
+    if (!ok) Py_RETURN_NONE;
+  }
+  RECORD_FUNCTION(p.qualified.c_str(), std::vector<c10::IValue>());
+  generic::Outputs outs = generic::run(p, v);
+  if (outs.size() == 1) return wrap(std::move(outs[0]));
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
+  for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
+  return t;
   END_HANDLE_TH_ERRORS
 }
 
-PyObject* silu(PyObject*, PyObject* const* args, Py_ssize_t n) {
+// index(name): the op's index for call(), or -1 where it has no generic kernel.
+PyObject* index(PyObject*, PyObject* name) {
   HANDLE_TH_ERRORS
-  const at::Tensor* x = n == 1 ? plain(args[0]) : nullptr;
-  if (!x || !quiet()) Py_RETURN_NONE;
-  RECORD_FUNCTION("tessera::silu", std::vector<c10::IValue>());
-  return wrap(fast::silu(*x));
-  END_HANDLE_TH_ERRORS
-}
-
-template <bool Log>
-PyObject* softmax(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  HANDLE_TH_ERRORS
-  int64_t dim = 0;
-  const at::Tensor* x = n == 2 ? plain(args[0]) : nullptr;
-  if (!x || !quiet() || !as_int(args[1], dim)) Py_RETURN_NONE;
-  RECORD_FUNCTION(Log ? "tessera::log_softmax" : "tessera::softmax", std::vector<c10::IValue>());
-  return wrap(Log ? fast::log_softmax(*x, dim) : fast::softmax(*x, dim));
+  const char* s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : nullptr;
+  if (!s) return nullptr;
+  return PyLong_FromLong(tessera::torch_ops::generic::index(s));
   END_HANDLE_TH_ERRORS
 }
 
@@ -217,15 +248,13 @@ PyObject* takes(PyObject*, PyObject* x) {
 #define FAST(name, fn) {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL, nullptr}
 PyMethodDef methods[] = {
     FAST("add", add),
-    FAST("gelu", gelu),
-    FAST("silu", silu),
-    FAST("softmax", softmax<false>),
-    FAST("log_softmax", softmax<true>),
+    FAST("call", call),
     FAST("layer_norm", layer_norm),
     FAST("rms_norm", rms_norm),
     FAST("matmul", matmul<false>),
     FAST("linear", matmul<true>),
     {"takes", takes, METH_O, nullptr},
+    {"index", index, METH_O, nullptr},
     {nullptr, nullptr, 0, nullptr}};
 #undef FAST
 

@@ -12,10 +12,6 @@ namespace tessera::torch_ops::fast {
 
 at::Tensor add(const at::Tensor& input, const at::Tensor& other, double alpha);
 at::Tensor add_scalar(const at::Tensor& input, double other, double alpha);
-at::Tensor gelu(const at::Tensor& input, bool tanh);
-at::Tensor silu(const at::Tensor& input);
-at::Tensor softmax(const at::Tensor& input, int64_t dim);
-at::Tensor log_softmax(const at::Tensor& input, int64_t dim);
 at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                       double eps);

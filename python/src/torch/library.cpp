@@ -1,7 +1,8 @@
 // libtessera_torch: tessera's operators as torch ops (torch.ops.tessera.*), loaded by
-// tessera._torch through torch.ops.load_library. This file defines the namespace: one schema per
-// line of each op description's torch_schemas (the descriptions tessera verify and bench read),
-// so no list of ops lives here. The families' files register the kernels.
+// tessera._torch through torch.ops.load_library. This file defines the namespace: every schema of
+// every op description (tessera/op.hpp, registered by the ops' own .cu files), so no list of ops
+// lives here. generic.cpp registers the kernels of the ops whose description has one; the
+// families' files those written by hand.
 #include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -9,7 +10,7 @@
 #include <string>
 
 #include "binding.hpp"
-#include "ops/registry.hpp"
+#include "tessera/op.hpp"
 
 namespace tessera::torch_ops {
 
@@ -75,6 +76,6 @@ cudaStream_t stream_of(const at::Tensor& t) {
 
 TORCH_LIBRARY(tessera, m) {
   m.set_python_module("tessera._torch");
-  for (const tessera::ops::OpInfo& op : tessera::ops::all_ops())
-    for (const std::string& schema : op.torch_schemas) m.def(schema.c_str());
+  for (const tessera::OpDesc& op : tessera::op_descriptions())
+    for (const std::string& schema : op.schemas) m.def(schema.c_str());
 }

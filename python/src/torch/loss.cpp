@@ -323,8 +323,7 @@ void kernels(torch::Library& m) {
 }  // namespace
 }  // namespace tessera::torch_ops
 
-TORCH_LIBRARY_IMPL(tessera, CUDA, m) { tessera::torch_ops::kernels(m); }
-TORCH_LIBRARY_IMPL(tessera, CPU, m) { tessera::torch_ops::kernels(m); }
+TESSERA_TORCH_KERNELS(tessera::torch_ops::kernels)
 TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   m.impl("cross_entropy", &tessera::torch_ops::cross_entropy_autograd);
   m.impl("cross_entropy.inplace", &tessera::torch_ops::cross_entropy_inplace_autograd);

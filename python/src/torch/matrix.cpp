@@ -214,8 +214,7 @@ void kernels(torch::Library& m) {
 }  // namespace
 }  // namespace tessera::torch_ops
 
-TORCH_LIBRARY_IMPL(tessera, CUDA, m) { tessera::torch_ops::kernels(m); }
-TORCH_LIBRARY_IMPL(tessera, CPU, m) { tessera::torch_ops::kernels(m); }
+TESSERA_TORCH_KERNELS(tessera::torch_ops::kernels)
 TORCH_LIBRARY_IMPL(tessera, Autograd, m) { m.impl("matmul", &tessera::torch_ops::matmul_autograd); }
 
 namespace tessera::torch_ops::fast {

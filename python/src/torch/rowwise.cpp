@@ -1,5 +1,6 @@
-// The row-wise family as torch ops: softmax and log_softmax (and their backwards), layer_norm and
-// rms_norm (and their backwards). Schemas: the descriptions' (src/ops/rowwise/*_cases.cpp).
+// The row-wise family's torch kernels written by hand: layer_norm and rms_norm (and their
+// backwards), whose statistics are float32 of the leading shape. Schemas: the descriptions'
+// (src/ops/rowwise/norm.cu); softmax and log_softmax take the generic kernels (generic.cpp).
 // mean and rstd are float32 tensors of the leading shape, input.shape[:-len(normalized_shape)].
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -22,69 +23,6 @@ using torch::autograd::variable_list;
 using OptTensor = std::optional<at::Tensor>;
 using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
-
-// ---- softmax --------------------------------------------------------------------------------------
-
-template <void (*Fn)(const TensorView&, int, const TensorView&, cudaStream_t)>
-at::Tensor softmax_like(const char* op, const at::Tensor& input, int64_t dim) {
-  const TensorView x = view(op, "input", input);
-  TORCH_CHECK_VALUE(dim >= INT32_MIN && dim <= INT32_MAX, "tessera.", op,
-                    ": argument 'dim': expected a dimension of 'input', got ", dim);
-  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
-  guarded([&] { Fn(x, static_cast<int>(dim), view(op, "out", out), stream_of(input)); });
-  return out;
-}
-
-template <void (*Fn)(const TensorView&, const TensorView&, int, const TensorView&, cudaStream_t)>
-at::Tensor softmax_backward_like(const char* op, const at::Tensor& grad_output,
-                                 const at::Tensor& output, int64_t dim) {
-  const TensorView g = view(op, "grad_output", grad_output), y = view(op, "output", output);
-  TORCH_CHECK_VALUE(dim >= INT32_MIN && dim <= INT32_MAX, "tessera.", op,
-                    ": argument 'dim': expected a dimension of 'grad_output', got ", dim);
-  at::Tensor out = at::empty_like(grad_output, at::MemoryFormat::Contiguous);
-  guarded([&] { Fn(g, y, static_cast<int>(dim), view(op, "out", out), stream_of(grad_output)); });
-  return out;
-}
-
-at::Tensor softmax(const at::Tensor& x, int64_t dim) {
-  return softmax_like<&tessera::softmax>("softmax", x, dim);
-}
-at::Tensor log_softmax(const at::Tensor& x, int64_t dim) {
-  return softmax_like<&tessera::log_softmax>("log_softmax", x, dim);
-}
-at::Tensor softmax_backward(const at::Tensor& g, const at::Tensor& y, int64_t dim) {
-  return softmax_backward_like<&tessera::softmax_backward>("softmax_backward", g, y, dim);
-}
-at::Tensor log_softmax_backward(const at::Tensor& g, const at::Tensor& y, int64_t dim) {
-  return softmax_backward_like<&tessera::log_softmax_backward>("log_softmax_backward", g, y, dim);
-}
-
-// Saves the output; the backward op takes it (softmax's and log_softmax's both need only y).
-template <bool Log>
-struct SoftmaxFunction : torch::autograd::Function<SoftmaxFunction<Log>> {
-  static const auto& op() {
-    static const auto h = handle<at::Tensor(const at::Tensor&, int64_t)>(Log ? "log_softmax" : "softmax");
-    return h;
-  }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t dim) {
-    at::Tensor y = call_below_autograd(op(), input, dim);
-    ctx->save_for_backward({y});
-    ctx->saved_data["dim"] = dim;
-    return y;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>(
-        Log ? "log_softmax_backward" : "softmax_backward");
-    return {op.call(grads[0], ctx->get_saved_variables()[0], ctx->saved_data["dim"].toInt()),
-            at::Tensor()};
-  }
-};
-
-template <bool Log>
-at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) {
-  if (!records(x)) return call_below_autograd(SoftmaxFunction<Log>::op(), x, dim);
-  return SoftmaxFunction<Log>::apply(x, dim);
-}
 
 // ---- layer_norm and rms_norm ----------------------------------------------------------------------
 
@@ -284,10 +222,6 @@ Tensor2 rms_norm_autograd(const at::Tensor& input, at::IntArrayRef normalized_sh
 }
 
 void kernels(torch::Library& m) {
-  m.impl("softmax", &softmax);
-  m.impl("log_softmax", &log_softmax);
-  m.impl("softmax_backward", &softmax_backward);
-  m.impl("log_softmax_backward", &log_softmax_backward);
   m.impl("layer_norm", &layer_norm);
   m.impl("layer_norm_backward", &layer_norm_backward);
   m.impl("rms_norm", &rms_norm);
@@ -297,23 +231,15 @@ void kernels(torch::Library& m) {
 }  // namespace
 }  // namespace tessera::torch_ops
 
-TORCH_LIBRARY_IMPL(tessera, CUDA, m) { tessera::torch_ops::kernels(m); }
-TORCH_LIBRARY_IMPL(tessera, CPU, m) { tessera::torch_ops::kernels(m); }
+TESSERA_TORCH_KERNELS(tessera::torch_ops::kernels)
 
 TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   using namespace tessera::torch_ops;
-  m.impl("softmax", &softmax_autograd<false>);
-  m.impl("log_softmax", &softmax_autograd<true>);
   m.impl("layer_norm", &layer_norm_autograd);
   m.impl("rms_norm", &rms_norm_autograd);
 }
 
 namespace tessera::torch_ops::fast {
-at::Tensor softmax(const at::Tensor& input, int64_t dim) { return torch_ops::softmax(input, dim); }
-at::Tensor log_softmax(const at::Tensor& input, int64_t dim) {
-  return torch_ops::log_softmax(input, dim);
-}
-
 at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                       double eps) {

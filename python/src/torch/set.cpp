@@ -34,8 +34,9 @@ at::Tensor isin(const at::Tensor& elements, const at::Tensor& test_elements, boo
   return out;
 }
 
+void kernels(torch::Library& m) { m.impl("isin", &isin); }
+
 }  // namespace
 }  // namespace tessera::torch_ops
 
-TORCH_LIBRARY_IMPL(tessera, CUDA, m) { m.impl("isin", &tessera::torch_ops::isin); }
-TORCH_LIBRARY_IMPL(tessera, CPU, m) { m.impl("isin", &tessera::torch_ops::isin); }
+TESSERA_TORCH_KERNELS(tessera::torch_ops::kernels)

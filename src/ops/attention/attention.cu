@@ -15,11 +15,13 @@
 
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "runtime/tier.hpp"
 #include "runtime/validate.hpp"
 #include "ops/attention/attention.cuh"
 #include "tessera/ops/attention.hpp"
 #include "tile/convert.cuh"
 #include "tile/reduce.cuh"
+#include "tessera/op.hpp"
 
 namespace tessera {
 namespace {
@@ -163,29 +165,45 @@ void check_arguments(const char* op, const TensorView& q, const TensorView& k, c
 
 namespace {
 
-// Runs the first tier that takes `p` (or the one named).
+// The generic tier: any dtype, strides, head dimension and mask; what runs where the others do not.
+struct GenericTier {
+  static constexpr const char* kName = "generic";
+  static constexpr const char* kWhen = "any dtype, strides and head_dim <= 256: a warp per query row";
+  struct Plan {
+    unsigned grid = 0;
+    std::string describe() const {
+      return std::to_string(grid) + " CTAs of " + std::to_string(kWarps) + " warps, a warp per query row";
+    }
+  };
+  static bool can_implement(const Params&, const attn::TierCtx& c) { return c.allows(AttentionTier::generic); }
+  static Plan plan(const Params& p, const attn::TierCtx&) {
+    return {static_cast<unsigned>(runtime::ceil_div(p.batch * p.heads_q * p.seq_q, int64_t(kWarps)))};
+  }
+  static void launch(const Params& p, const Plan& plan, cudaStream_t stream) {
+    if (plan.grid == 0) return;
+    switch (p.dtype) {
+      case DType::float32: attention_rows_kernel<float><<<plan.grid, kWarps * 32, 0, stream>>>(p); break;
+      case DType::float16: attention_rows_kernel<__half><<<plan.grid, kWarps * 32, 0, stream>>>(p); break;
+      default: attention_rows_kernel<__nv_bfloat16><<<plan.grid, kWarps * 32, 0, stream>>>(p); break;
+    }
+    TESSERA_LAUNCH_CHECK();
+  }
+};
+
+// Runs the first tier that takes `p`, of those `tier` allows; a tier named that cannot take the
+// call is an error.
 void launch(const char* op, const Params& p, AttentionTier tier, cudaStream_t stream) {
-  const bool any = tier == AttentionTier::automatic;
-  if ((any || tier == AttentionTier::decode) && attn::decode_can_implement(p)) return attn::decode_launch(p, stream);
-  if (tier == AttentionTier::decode)
+  const attn::TierCtx ctx{tier, stream};
+  if (tier == AttentionTier::decode && !attn::DecodeTier::can_implement(p, ctx))
     detail::throw_arg(ErrorKind::value, op, "tier",
                       "a call the decode tier takes (seq_q <= 16, bfloat16/float16, head_dim = head_dim_v in {64, "
                       "128, 256}, 16-byte aligned rows)", "one it does not");
-  if ((any || tier == AttentionTier::sm90) && attn::sm90_can_implement(p)) return attn::sm90_launch(p, stream);
-  if (tier == AttentionTier::sm90)
+  if (tier == AttentionTier::sm90 && !attn::Sm90Tier::can_implement(p, ctx))
     detail::throw_arg(ErrorKind::value, op, "tier",
                       "a call the sm90 tier takes (Hopper, bfloat16/float16, head_dim = head_dim_v in {64, 128, "
                       "256}, the head dimension contiguous, 16-byte aligned strides and data)",
                       "one it does not");
-  const int64_t rows = p.batch * p.heads_q * p.seq_q;
-  if (rows == 0) return;
-  const unsigned grid = static_cast<unsigned>(runtime::ceil_div(rows, kWarps));
-  switch (p.dtype) {
-    case DType::float32: attention_rows_kernel<float><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    case DType::float16: attention_rows_kernel<__half><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    default: attention_rows_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(p); break;
-  }
-  TESSERA_LAUNCH_CHECK();
+  runtime::run_first<attn::DecodeTier, attn::Sm90Tier, GenericTier>(op, p, ctx, stream);
 }
 
 }  // namespace
@@ -347,4 +365,29 @@ void attention_kvcache(const TensorView& q, const TensorView& k_cache, const Ten
   launch(op, p, options.tier, stream);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+// Outputs and lse shaped from q, k and v: torch kernels written by hand
+// (python/src/torch/attention.cpp).
+const OpRegistrar kAttention = describe("attention", "attention", "softmax(scale * Q K^T, masked) V in FlashAttention's layout: GQA, causal, window, soft-cap")
+    .schema("attention(Tensor q, Tensor k, Tensor v, *, bool causal=False, float? scale=None, "
+            "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False) -> (Tensor, Tensor)")
+    .schema("attention.varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+            "int max_seqlen_q, int max_seqlen_k, *, bool causal=False, float? scale=None, "
+            "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False) -> (Tensor, Tensor)")
+    .schema("attention.kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+            "Tensor? block_table=None, *, bool causal=False, float? scale=None, int window_left=-1, "
+            "int window_right=-1, float softcap=0.0) -> (Tensor, Tensor)")
+    .dtypes({DType::float32, DType::float16, DType::bfloat16});
+const OpRegistrar kAttentionBackward = describe("attention_backward", "attention", "dq, dk, dv of attention from the forward's out and lse")
+    .schema("attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, *, "
+            "bool causal=False, float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.0, "
+            "bool deterministic=False) -> (Tensor, Tensor, Tensor)")
+    .schema("attention_backward.varlen(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+            "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, *, bool causal=False, "
+            "float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.0, "
+            "bool deterministic=False) -> (Tensor, Tensor, Tensor)");
+}  // namespace
 }  // namespace tessera

@@ -1,10 +1,12 @@
-// What the attention tiers share: the arguments as the launcher resolved them, and the tiers'
-// entry points. attention.cu checks the arguments and runs the first tier that takes them.
+// What the attention tiers share: the arguments as the launcher resolved them, and the tiers
+// (runtime/tier.hpp), each answering can_implement, plan and launch. attention.cu and
+// attention_backward.cu check the arguments and run the first tier of their table that takes them.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "tessera/ops/attention.hpp"
@@ -137,11 +139,48 @@ void with_head_dim(int64_t dim, F&& f) {
   else f(std::integral_constant<int, 256>{});
 }
 
-// The Hopper tier (attention_sm90.cu): TMA, wgmma, warp-specialized; bf16 and fp16, head_dim =
-// head_dim_v in {64, 128, 256}, the head dimension contiguous and the other strides the copy
-// engine can address.
-bool sm90_can_implement(const Params& p);
-void sm90_launch(const Params& p, cudaStream_t stream);
+// ---- the tiers (runtime/tier.hpp) ----------------------------------------------------------------
+// What a tier's choice depends on besides the arguments: the tier the caller named
+// (AttentionOptions::tier; automatic: any), and the stream on which the decode tier's tuner may
+// measure its candidates.
+struct TierCtx {
+  AttentionTier tier;
+  cudaStream_t stream;
+  bool allows(AttentionTier t) const { return tier == AttentionTier::automatic || tier == t; }
+};
+
+// The forward's tiers, tried in this order: decode, sm90, then the generic tier (attention.cu).
+// The decode tier (attention_decode.cu): keys split into chunks over the SMs, then merged.
+struct DecodeTier {
+  static constexpr const char* kName = "decode";
+  static constexpr const char* kWhen =
+      "seq_q <= 16, bfloat16/float16, head_dim = head_dim_v in {64, 128, 256}, 16-byte aligned rows: "
+      "the keys split over the SMs, then merged";
+  struct Plan {
+    int splits = 1;  // chunks of the keys, one CTA each per row block
+    int rows = 1;    // query rows a CTA takes (those that share a KV head)
+    std::string describe() const;
+  };
+  static bool can_implement(const Params& p, const TierCtx& c);
+  static Plan plan(const Params& p, const TierCtx& c);
+  static void launch(const Params& p, const Plan& plan, cudaStream_t stream);
+};
+
+// The Hopper tier (attention_sm90.cu): TMA, wgmma, warp-specialized.
+struct Sm90Tier {
+  static constexpr const char* kName = "sm90";
+  static constexpr const char* kWhen =
+      "Hopper, bfloat16/float16, head_dim = head_dim_v in {64, 128, 256}, the head dimension "
+      "contiguous, 16-byte aligned strides and data, no KV cache: TMA, wgmma, warp-specialized";
+  struct Plan {
+    int block_n = 0, stages = 0;  // keys per tile, stages of K and V in the ring
+    dim3 grid;
+    std::string describe() const;
+  };
+  static bool can_implement(const Params& p, const TierCtx& c);
+  static Plan plan(const Params& p, const TierCtx& c);
+  static void launch(const Params& p, const Plan& plan, cudaStream_t stream);
+};
 
 // What the backward takes beyond the forward's Params (whose out is the forward's output).
 struct BackwardArgs {
@@ -152,16 +191,30 @@ struct BackwardArgs {
   Strides sdq, sdk, sdv;
 };
 
-// The Hopper backward (attention_backward_sm90.cu): bf16 and fp16, head_dim = head_dim_v in {64,
-// 128}; q, k, v and grad_out as the forward's sm90 tier takes them, out, dk and dv with the head
-// dimension contiguous and 16-byte aligned rows. dq is summed across CTAs by atomic additions in
-// float32, so its last bits may differ from run to run, unless p.deterministic.
-bool sm90_backward_can_implement(const Params& p, const BackwardArgs& a);
-void sm90_backward_launch(const Params& p, const BackwardArgs& a, cudaStream_t stream);
+// One backward call, as its tiers see it.
+struct BackwardCall {
+  Params p;
+  BackwardArgs a;
+};
 
-// The decode tier (attention_decode.cu): seq_q <= 16, keys split into chunks over the SMs, then
-// merged; bf16/fp16, head_dim = head_dim_v in {64, 128, 256}, 16-byte aligned rows; any GPU.
-bool decode_can_implement(const Params& p);
-void decode_launch(const Params& p, cudaStream_t stream);
+// The backward's tiers: sm90, then the generic tier (attention_backward.cu).
+// The Hopper backward (attention_backward_sm90.cu): q, k, v and grad_out as the forward's sm90
+// tier takes them, out, dk and dv with the head dimension contiguous and 16-byte aligned rows. dq
+// is summed across CTAs in float32 by the copy engine's reduce-add, in arrival order, so its last
+// bits may differ from run to run, unless p.deterministic.
+struct Sm90BackwardTier {
+  static constexpr const char* kName = "sm90";
+  static constexpr const char* kWhen =
+      "Hopper, bfloat16/float16, head_dim = head_dim_v in {64, 128}, the head dimension contiguous, "
+      "16-byte aligned rows: TMA, wgmma, a CTA per 128 keys, dq summed across CTAs";
+  struct Plan {
+    dim3 grid;
+    bool deterministic = false;
+    std::string describe() const;
+  };
+  static bool can_implement(const BackwardCall& c, const TierCtx& ctx);
+  static Plan plan(const BackwardCall& c, const TierCtx& ctx);
+  static void launch(const BackwardCall& c, const Plan& plan, cudaStream_t stream);
+};
 
 }  // namespace tessera::attn

@@ -19,6 +19,7 @@
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tier.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/attention.hpp"
 #include "tile/convert.cuh"
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_dkdv_kernel(Params p, G
 }
 
 template <class T>
-void launch(const Params& p, const Grad& g, cudaStream_t stream) {
+void launch_typed(const Params& p, const Grad& g, cudaStream_t stream) {
   const int64_t q_rows = p.batch * p.heads_q * p.seq_q, k_rows = p.batch * (p.heads_q / p.group) * p.seq_k;
   if (q_rows > 0)
     attention_dq_kernel<T><<<unsigned(runtime::ceil_div(q_rows, kWarps)), kWarps * 32, 0, stream>>>(p, g);
@@ -154,6 +155,41 @@ void launch(const Params& p, const Grad& g, cudaStream_t stream) {
     attention_dkdv_kernel<T><<<unsigned(runtime::ceil_div(k_rows, kWarps)), kWarps * 32, 0, stream>>>(p, g);
   TESSERA_LAUNCH_CHECK();
 }
+
+// The generic tier: any dtype, strides and head dimension; deterministic.
+struct GenericTier {
+  static constexpr const char* kName = "generic";
+  static constexpr const char* kWhen =
+      "any dtype, strides and head_dim <= 256: a warp per query row for dq, then a warp per key row for dk "
+      "and dv, each summed in a fixed order";
+  struct Plan {
+    int64_t q_rows = 0, k_rows = 0;
+    std::string describe() const {
+      return std::to_string(runtime::ceil_div(q_rows, int64_t(kWarps))) + " CTAs for dq, " +
+             std::to_string(runtime::ceil_div(k_rows, int64_t(kWarps))) + " for dk and dv, " +
+             std::to_string(kWarps) + " warps each";
+    }
+  };
+  static bool can_implement(const attn::BackwardCall&, const attn::TierCtx& c) {
+    return c.allows(AttentionTier::generic);
+  }
+  static Plan plan(const attn::BackwardCall& c, const attn::TierCtx&) {
+    const Params& p = c.p;
+    return {p.batch * p.heads_q * p.seq_q, p.batch * (p.heads_q / p.group) * p.seq_k};
+  }
+  static void launch(const attn::BackwardCall& c, const Plan&, cudaStream_t stream) {
+    const Params& p = c.p;
+    const attn::BackwardArgs& a = c.a;
+    runtime::Scratch delta(
+        std::max<int64_t>({1, p.batch * p.heads_q * p.seq_q, p.heads_q * p.total_q}) * sizeof(float), stream);
+    const Grad g{a.dout, p.out, a.lse, delta.as<float>(), a.dq, a.dk, a.dv, a.sdo, a.sdq, a.sdk, a.sdv};
+    switch (p.dtype) {
+      case DType::float32: launch_typed<float>(p, g, stream); break;
+      case DType::float16: launch_typed<__half>(p, g, stream); break;
+      default: launch_typed<__nv_bfloat16>(p, g, stream); break;
+    }
+  }
+};
 
 void check_grad(const char* op, const char* arg, const TensorView& t, const char* like_arg, const TensorView& like) {
   detail::check_cuda_tensor(op, arg, t);
@@ -188,26 +224,20 @@ void check_backward(const char* op, const TensorView& grad_out, const TensorView
                       "decode");
 }
 
+// Runs the first tier that takes the call, of those `tier` allows; sm90 named where it cannot take
+// the call is an error.
 void run_backward(const char* op, const Params& p, const TensorView& grad_out, const TensorView& lse, const TensorView& dq,
                   const TensorView& dk, const TensorView& dv, AttentionTier tier, cudaStream_t stream) {
-  const attn::BackwardArgs a{grad_out.data, attn::strides_of(grad_out), static_cast<const float*>(lse.data),
-                             dq.data, dk.data, dv.data, attn::strides_of(dq), attn::strides_of(dk),
-                             attn::strides_of(dv)};
-  if (tier != AttentionTier::generic && attn::sm90_backward_can_implement(p, a))
-    return attn::sm90_backward_launch(p, a, stream);
-  if (tier == AttentionTier::sm90)
+  const attn::BackwardCall c{p, {grad_out.data, attn::strides_of(grad_out), static_cast<const float*>(lse.data),
+                                 dq.data, dk.data, dv.data, attn::strides_of(dq), attn::strides_of(dk),
+                                 attn::strides_of(dv)}};
+  const attn::TierCtx ctx{tier, stream};
+  if (tier == AttentionTier::sm90 && !attn::Sm90BackwardTier::can_implement(c, ctx))
     detail::throw_arg(ErrorKind::value, op, "tier",
                       "a call the sm90 tier takes (Hopper, bfloat16/float16, head_dim = head_dim_v in {64, 128}, "
                       "the head dimension contiguous, 16-byte aligned rows)",
                       "sm90");
-  runtime::Scratch delta(
-      std::max<int64_t>({1, p.batch * p.heads_q * p.seq_q, p.heads_q * p.total_q}) * sizeof(float), stream);
-  const Grad g{a.dout, p.out, a.lse, delta.as<float>(), a.dq, a.dk, a.dv, a.sdo, a.sdq, a.sdk, a.sdv};
-  switch (p.dtype) {
-    case DType::float32: launch<float>(p, g, stream); break;
-    case DType::float16: launch<__half>(p, g, stream); break;
-    default: launch<__nv_bfloat16>(p, g, stream); break;
-  }
+  runtime::run_first<attn::Sm90BackwardTier, GenericTier>(op, c, ctx, stream);
 }
 
 }  // namespace

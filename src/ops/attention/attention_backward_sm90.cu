@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "ops/attention/attention.cuh"
 #include "ops/attention/attention_backward_sm90.cuh"
@@ -461,6 +462,11 @@ Maps maps_of(const Params& p, const Strides& sdo) {
           sm90::shape_of(sdo, batch, rows_q, p.heads_q, p.dim, kBM)};
 }
 
+// A CTA per 128 keys of a KV head of a sequence (the longest, for packed sequences).
+dim3 grid_of(const Params& p) {
+  return dim3(unsigned((p.seq_k + kBN - 1) / kBN), unsigned(p.heads_q / p.group), unsigned(p.batch));
+}
+
 template <class T, int D>
 void launch_typed(const Params& p, const BackwardArgs& a, cudaStream_t stream) {
   using C = Shape<D>;
@@ -487,7 +493,7 @@ void launch_typed(const Params& p, const BackwardArgs& a, cudaStream_t stream) {
   f.seq_q = p.seq_q, f.seq_k = p.seq_k, f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.group = int(p.group);
   f.scale = p.scale, f.softcap = p.softcap, f.mul = (p.softcap > 0 ? 1.f : p.scale) * kLog2e;
   f.causal = p.causal, f.window_left = p.window_left, f.window_right = p.window_right;
-  const dim3 grid(unsigned((p.seq_k + kBN - 1) / kBN), unsigned(p.heads_q / p.group), unsigned(p.batch));
+  const dim3 grid = grid_of(p);
   const std::size_t smem = sizeof(Smem<T, C>) + 1024;
   auto kernel = p.softcap > 0 ? attention_bwd_sm90_kernel<T, C, true> : attention_bwd_sm90_kernel<T, C, false>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
@@ -499,8 +505,11 @@ void launch_typed(const Params& p, const BackwardArgs& a, cudaStream_t stream) {
 
 }  // namespace sm90_bwd
 
-bool sm90_backward_can_implement(const Params& p, const BackwardArgs& a) {
+bool Sm90BackwardTier::can_implement(const BackwardCall& c, const TierCtx& ctx) {
   using namespace sm90_bwd;
+  const Params& p = c.p;
+  const BackwardArgs& a = c.a;
+  if (!ctx.allows(AttentionTier::sm90)) return false;
   if (p.dtype != DType::bfloat16 && p.dtype != DType::float16) return false;
   if (p.dim != p.dim_v || (p.dim != 64 && p.dim != 128)) return false;
   if (runtime::device_props(p.device).major != 9 ||
@@ -520,13 +529,24 @@ bool sm90_backward_can_implement(const Params& p, const BackwardArgs& a) {
          runtime::tma_can_map(p.dtype, a.dout, mp.dout, runtime::TmaSwizzle::b128);
 }
 
-void sm90_backward_launch(const Params& p, const BackwardArgs& a, cudaStream_t stream) {
+Sm90BackwardTier::Plan Sm90BackwardTier::plan(const BackwardCall& c, const TierCtx&) {
+  return {sm90_bwd::grid_of(c.p), c.p.deterministic};
+}
+
+std::string Sm90BackwardTier::Plan::describe() const {
+  return std::to_string(sm90_bwd::kBN) + " keys a CTA walking query tiles of " + std::to_string(sm90_bwd::kBM) +
+         ", grid " + std::to_string(grid.x) + " x " + std::to_string(grid.y) + " x " + std::to_string(grid.z) +
+         ", dq summed " + (deterministic ? "in a fixed order" : "in arrival order");
+}
+
+void Sm90BackwardTier::launch(const BackwardCall& c, const Plan&, cudaStream_t stream) {
+  const Params& p = c.p;
   if (p.dim == 64) {
-    if (p.dtype == DType::float16) sm90_bwd::launch_typed<__half, 64>(p, a, stream);
-    else sm90_bwd::launch_typed<__nv_bfloat16, 64>(p, a, stream);
+    if (p.dtype == DType::float16) sm90_bwd::launch_typed<__half, 64>(p, c.a, stream);
+    else sm90_bwd::launch_typed<__nv_bfloat16, 64>(p, c.a, stream);
   } else {
-    if (p.dtype == DType::float16) sm90_bwd::launch_typed<__half, 128>(p, a, stream);
-    else sm90_bwd::launch_typed<__nv_bfloat16, 128>(p, a, stream);
+    if (p.dtype == DType::float16) sm90_bwd::launch_typed<__half, 128>(p, c.a, stream);
+    else sm90_bwd::launch_typed<__nv_bfloat16, 128>(p, c.a, stream);
   }
 }
 

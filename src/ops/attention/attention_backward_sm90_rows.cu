@@ -10,6 +10,7 @@
 #include "runtime/check.hpp"
 #include "tile/constants.cuh"
 #include "tile/convert.cuh"
+#include "tile/reduce.cuh"
 #include "tile/vec.cuh"
 
 namespace tessera::attn::sm90_bwd {
@@ -36,8 +37,7 @@ __global__ void __launch_bounds__(256) prepare_kernel(Params p, const void* dout
 #pragma unroll
     for (int e = 0; e < 8; ++e) d += tile::to_float(o[e]) * tile::to_float(g[e]);
   }
-#pragma unroll
-  for (int off = kLanes / 2; off > 0; off /= 2) d += __shfl_xor_sync(0xffffffffu, d, off);
+  d = tile::warp_reduce<kLanes>(d, tile::Sum{});
   if (live && u == 0) {
     lse2[row] = i < sq.len_q ? lse[b * p.lse_b + h * p.lse_h + sq.q0 + i] * kLog2e : INFINITY;
     delta[row] = d;

@@ -5,10 +5,11 @@
 // per element read per query: memory-bound, so the work is split into enough CTAs to keep HBM
 // busy (several per SM), each streaming one chunk of keys with 16-byte loads. A group of
 // head_dim / 8 lanes holds one key row (8 elements a lane), so a warp walks 256 / head_dim keys at
-// once, each group with its own online softmax; the groups, then the warps, are merged through shared memory into the chunk's partial (unnormalized O, row max,
-// row sum), and a second kernel merges the chunks of each query row and writes out and lse. A CTA
-// takes up to 8 query rows that share a KV head (a GQA group's heads, a sequence's queries), so
-// each key row crosses from memory once for all of them rather than once per query head.
+// once, each group with its own online softmax; the groups, then the warps, are merged through
+// shared memory into the chunk's partial (unnormalized O, row max, row sum), and a second kernel
+// merges the chunks of each query row and writes out and lse. A CTA takes up to 8 query rows that
+// share a KV head (a GQA group's heads, a sequence's queries), so each key row crosses from memory
+// once for all of them rather than once per query head.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -28,6 +29,9 @@
 #include "tile/activation.cuh"
 #include "tile/constants.cuh"
 #include "tile/convert.cuh"
+#include "tile/frag.cuh"
+#include "tile/online_softmax.cuh"
+#include "tile/reduce.cuh"
 
 namespace tessera::attn {
 namespace decode {
@@ -43,25 +47,10 @@ struct Split {
   int64_t row_blocks;  // CTAs per KV head: ceil(group x seq_q / R)
 };
 
-__device__ __forceinline__ void load8(float (&r)[8], const void* p) {
-  const uint4 u = *static_cast<const uint4*>(p);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) r[2 * i] = __uint_as_float(w[i] << 16), r[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-}
-__device__ __forceinline__ void load8_half(float (&r)[8], const void* p) {
-  const uint4 u = *static_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    r[2 * i] = f.x, r[2 * i + 1] = f.y;
-  }
-}
+// A lane's 8 elements of a row (16 bytes, aligned) as floats.
 template <class T>
 __device__ __forceinline__ void load_row8(float (&r)[8], const T* p) {
-  if constexpr (std::is_same_v<T, __half>) load8_half(r, p);
-  else load8(r, p);
+  tile::unpack(tile::load_frag<T, 8>(p), r);
 }
 
 // The R query rows of a CTA: rows rho = first .. first + R - 1 of the group x seq_q rows that
@@ -127,13 +116,12 @@ decode_split_kernel(Params p, Split sp) {
       float s = 0.f;
 #pragma unroll
       for (int e = 0; e < 8; ++e) s += q[r][e] * kr[e];
-#pragma unroll
-      for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      s = tile::warp_reduce<L>(s, tile::Sum{});
       if (!valid || j < lo[r] || j > hi[r]) continue;
       if (p.softcap > 0.f) s = p.softcap * tanhf(s * p.scale / p.softcap);
       const float x = s * mul;
       if (x > m[r]) {  // a new max (rare once a few keys are in): rescale what is summed so far
-        const float corr = tile::ex2_approx(m[r] - x);
+        const float corr = tile::rescale<tile::Base::two>(m[r], x);
         l[r] *= corr;
 #pragma unroll
         for (int d = 0; d < 8; ++d) acc[r][d] *= corr;
@@ -161,7 +149,7 @@ decode_split_kernel(Params p, Split sp) {
     for (int y = 0; y < kWarps * G; ++y) mx = fmaxf(mx, s_ml[y][r][0]);
     float o = 0.f, sum = 0.f;
     for (int y = 0; y < kWarps * G; ++y) {
-      const float w = mx == -INFINITY ? 0.f : tile::ex2_approx(s_ml[y][r][0] - mx);
+      const float w = tile::merge_weight<tile::Base::two>(s_ml[y][r][0], mx);
       o += w * s_o[y][r][d], sum += w * s_ml[y][r][1];
     }
     const int64_t at = ((b * p.heads_q + rows.head(p, hk, r)) * p.seq_q + i) * sp.splits + blockIdx.x;
@@ -182,7 +170,7 @@ __global__ void __launch_bounds__(D) decode_combine_kernel(Params p, Split sp) {
   for (int s = 0; s < sp.splits; ++s) mx = fmaxf(mx, ml[2 * s]);
   float o = 0.f, sum = 0.f;
   for (int s = 0; s < sp.splits; ++s) {
-    const float w = mx == -INFINITY ? 0.f : tile::ex2_approx(ml[2 * s] - mx);
+    const float w = tile::merge_weight<tile::Base::two>(ml[2 * s], mx);
     o += w * sp.o[(row * sp.splits + s) * D + threadIdx.x], sum += w * ml[2 * s + 1];
   }
   T* out = static_cast<T*>(p.out) + b * p.so.b + (sq.q0 + i) * p.so.s + h * p.so.h;
@@ -294,7 +282,8 @@ int tuned_splits(const Params& p, cudaStream_t stream) {
 
 }  // namespace decode
 
-bool decode_can_implement(const Params& p) {
+bool DecodeTier::can_implement(const Params& p, const TierCtx& c) {
+  if (!c.allows(AttentionTier::decode)) return false;
   if (p.dtype != DType::bfloat16 && p.dtype != DType::float16) return false;
   if (p.dim != p.dim_v || (p.dim != 64 && p.dim != 128 && p.dim != 256)) return false;
   if (p.seq_q > decode::kMaxQueries || p.heads_q > 65535 || p.batch * p.seq_q > 65535 || p.seq_k > INT32_MAX / 2)
@@ -307,6 +296,17 @@ bool decode_can_implement(const Params& p) {
   return rows_ok(p.q, p.sq) && rows_ok(p.k, p.sk) && rows_ok(p.v, p.sv);
 }
 
-void decode_launch(const Params& p, cudaStream_t stream) { decode::launch(p, decode::tuned_splits(p, stream), stream); }
+// The split is the tuned one where the cache has it (or tuning on first use measures it here, on
+// c.stream), else the default.
+DecodeTier::Plan DecodeTier::plan(const Params& p, const TierCtx& c) {
+  return {decode::tuned_splits(p, c.stream), decode::pack_of(p)};
+}
+
+std::string DecodeTier::Plan::describe() const {
+  return std::to_string(splits) + " splits of the keys, " + std::to_string(rows) + " query rows a CTA, CTAs of " +
+         std::to_string(decode::kWarps * 32) + " threads, then a merge kernel";
+}
+
+void DecodeTier::launch(const Params& p, const Plan& plan, cudaStream_t stream) { decode::launch(p, plan.splits, stream); }
 
 }  // namespace tessera::attn

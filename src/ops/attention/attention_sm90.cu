@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "ops/attention/attention.cuh"
@@ -33,6 +34,7 @@
 #include "runtime/tma.hpp"
 #include "tile/activation.cuh"
 #include "tile/bulk.cuh"
+#include "tile/online_softmax.cuh"
 #include "tile/smem.cuh"
 #include "tile/sync.cuh"
 #include "tile/tma.cuh"
@@ -180,10 +182,9 @@ __device__ __forceinline__ void online_softmax(float (&sc)[N], float (&m)[2], fl
 #pragma unroll
     for (int j = 0; j < N; ++j)
       if (row_of(j) == r) mx = fmaxf(mx, sc[j]);
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = quad_reduce(mx, tile::MaxNum{});
     const float ms = mx == -INFINITY ? 0.f : mx * mul;
-    corr[r] = tile::ex2_approx(m[r] * mul - ms);
+    corr[r] = tile::rescale<tile::Base::two>(m[r] * mul, ms);
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < N; ++j)
@@ -206,8 +207,7 @@ __device__ void store_out(Smem<T, C>& s, const Fwd& f, const Work& w, float (&o)
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    l[r] = quad_reduce(l[r], tile::Sum{});
     inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
     const int64_t row = row_base + warp * 16 + lane / 4 + 8 * r;
     if (f.lse && lane % 4 == 0 && row < w.len_q)
@@ -355,6 +355,11 @@ Maps maps_of(const Params& p) {
           shape_of(p.sv, batch, rows_k, heads_kv, p.dim, BN)};
 }
 
+// A CTA per 128 query rows of a head of a sequence (the longest, for packed sequences).
+dim3 grid_of(const Params& p) {
+  return dim3(unsigned((p.seq_q + kBM - 1) / kBM), unsigned(p.heads_q), unsigned(p.batch));
+}
+
 template <class T, int D>
 void launch_typed(const Params& p, cudaStream_t stream) {
   using C = Shape<D>;
@@ -367,7 +372,7 @@ void launch_typed(const Params& p, cudaStream_t stream) {
   f.seq_q = p.seq_q, f.seq_k = p.seq_k, f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.group = int(p.group);
   f.scale = p.scale, f.softcap = p.softcap, f.mul = (p.softcap > 0 ? 1.f : p.scale) * kLog2e;
   f.causal = p.causal, f.window_left = p.window_left, f.window_right = p.window_right;
-  const dim3 grid(unsigned((p.seq_q + kBM - 1) / kBM), unsigned(p.heads_q), unsigned(p.batch));
+  const dim3 grid = grid_of(p);
   const std::size_t smem = sizeof(Smem<T, C>) + 1024;
   auto kernel = attention_sm90_kernel<T, C>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
@@ -377,8 +382,9 @@ void launch_typed(const Params& p, cudaStream_t stream) {
 
 }  // namespace sm90
 
-bool sm90_can_implement(const Params& p) {
+bool Sm90Tier::can_implement(const Params& p, const TierCtx& c) {
   using namespace sm90;
+  if (!c.allows(AttentionTier::sm90)) return false;
   if (p.dtype != DType::bfloat16 && p.dtype != DType::float16) return false;
   if (p.dim != p.dim_v || (p.dim != 64 && p.dim != 128 && p.dim != 256)) return false;
   if (p.len_k) return false;  // a KV cache: the decode and generic tiers
@@ -398,7 +404,23 @@ bool sm90_can_implement(const Params& p) {
          runtime::tma_can_map(p.dtype, p.v, mp.v, runtime::TmaSwizzle::b128);
 }
 
-void sm90_launch(const Params& p, cudaStream_t stream) {
+Sm90Tier::Plan Sm90Tier::plan(const Params& p, const TierCtx&) {
+  Plan plan;
+  with_head_dim(p.dim, [&](auto d) {
+    using C = sm90::Shape<decltype(d)::value>;
+    plan.block_n = C::BN, plan.stages = C::kStages;
+  });
+  plan.grid = sm90::grid_of(p);
+  return plan;
+}
+
+std::string Sm90Tier::Plan::describe() const {
+  return std::to_string(sm90::kBM) + " query rows a CTA (two consumer warpgroups of 64), key tiles of " +
+         std::to_string(block_n) + ", " + std::to_string(stages) + " stages, grid " + std::to_string(grid.x) + " x " +
+         std::to_string(grid.y) + " x " + std::to_string(grid.z);
+}
+
+void Sm90Tier::launch(const Params& p, const Plan&, cudaStream_t stream) {
   with_head_dim(p.dim, [&](auto d) {
     if (p.dtype == DType::float16) sm90::launch_typed<__half, d>(p, stream);
     else sm90::launch_typed<__nv_bfloat16, d>(p, stream);

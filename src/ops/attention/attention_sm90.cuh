@@ -12,6 +12,7 @@
 #include "ops/attention/attention.cuh"
 #include "runtime/tma.hpp"
 #include "tile/constants.cuh"
+#include "tile/reduce.cuh"
 #include "tile/sync.cuh"
 
 namespace tessera::attn::sm90 {
@@ -49,6 +50,12 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // (g = lane / 4), column 8 (j / 4) + 2 (lane % 4) + j % 2. A row's values are spread over a quad.
 __device__ __forceinline__ int row_of(int j) { return (j / 2) % 2; }
 __device__ __forceinline__ int col_of(int j, int lane) { return 8 * (j / 4) + 2 * (lane % 4) + j % 2; }
+
+// A reduction over a row's quad (every lane of it gets the result), neighbouring lanes first.
+template <class Op>
+__device__ __forceinline__ float quad_reduce(float v, Op op) {
+  return tile::warp_reduce<4, tile::Butterfly::near_first>(v, op);
+}
 
 // An accumulator tile 64 x N as the A operand of a register-sourced multiply, 16 columns a step.
 template <class T, int N>

@@ -18,6 +18,7 @@
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tile/map.cuh"
+#include "tessera/op.hpp"
 
 namespace tessera {
 namespace {
@@ -246,4 +247,15 @@ void add(const TensorView& a, double b, const TensorView& out, double alpha, cud
   add_impl(a, nullptr, &b, out, alpha, stream);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+// Broadcasting output shapes and torch's number-on-either-side contract: the torch kernels are
+// written by hand (python/src/torch/elementwise.cpp).
+const OpRegistrar kAdd = describe("add", "elementwise", "out = input + alpha * other with broadcasting")
+    .schema("add(Tensor input, Tensor other, *, float alpha=1) -> Tensor")
+    .schema("add.Scalar(Tensor input, float other, *, float alpha=1) -> Tensor")
+    .torch("torch.add");
+}  // namespace
 }  // namespace tessera

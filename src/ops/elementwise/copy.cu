@@ -14,6 +14,7 @@
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tile/indexing.cuh"
+#include "tessera/op.hpp"
 
 namespace tessera {
 namespace {
@@ -178,4 +179,11 @@ void copy(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
   runtime::run_first<MemcpyTier, TransposeTier, StridedTier>("copy", Copy{src, dst}, dst.device.index, stream);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+const OpRegistrar kCopy = describe("copy", "elementwise", "dst = src between any two layouts of one shape")
+    .schema("copy(Tensor src, Tensor(a!) dst) -> ()");
+}  // namespace
 }  // namespace tessera

@@ -28,6 +28,7 @@
 #include "tile/indexing.cuh"
 #include "tile/philox.cuh"
 #include "tile/vec.cuh"
+#include "tessera/op.hpp"
 
 namespace tessera {
 namespace {
@@ -314,4 +315,17 @@ uint64_t dropout_offset_increment(int64_t numel) {
   return (static_cast<uint64_t>(numel) + 3) / 4;
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+// seed and offset are uint64 to the library: the schema's int carries their bits.
+const OpRegistrar kDropout = describe("dropout", "elementwise", "seeded inverted dropout: x * mask(seed, offset) / (1 - p)")
+    .schema("dropout(Tensor input, float p, int seed, int offset) -> Tensor")
+    .kernel<&dropout>({"input", "out", "p", "seed", "offset"}, {{"out", "input"}})
+    .differentiable("dropout_backward", {"grad", "p", "seed", "offset"}, {"input"});
+const OpRegistrar kDropoutBackward = describe("dropout_backward", "elementwise", "seeded dropout backward: grad_out * mask(seed, offset) / (1 - p)")
+    .schema("dropout_backward(Tensor grad_output, float p, int seed, int offset) -> Tensor")
+    .kernel<&dropout_backward>({"grad_output", "out", "p", "seed", "offset"}, {{"out", "grad_output"}});
+}  // namespace
 }  // namespace tessera

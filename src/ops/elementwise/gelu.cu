@@ -11,8 +11,10 @@
 
 #include "ops/elementwise/map.cuh"
 #include "tile/activation.cuh"
+#include "runtime/check.hpp"
 #include "runtime/nvtx.hpp"
 #include "tessera/ops/elementwise.hpp"
+#include "tessera/op.hpp"
 
 namespace tessera {
 void gelu(const TensorView& x, const TensorView& out, GeluApproximate approximate,
@@ -35,4 +37,25 @@ void gelu_backward(const TensorView& grad_out, const TensorView& x, const Tensor
     elementwise::map_floats<tile::GeluErfBackward, 2>("gelu_backward", grad_in, {&grad_out, &x}, stream);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+
+void parse(std::string_view name, GeluApproximate& out) {
+  if (name == "none") out = GeluApproximate::none;
+  else if (name == "tanh") out = GeluApproximate::tanh;
+  else detail::throw_arg(ErrorKind::value, "gelu", "approximate", "'none' or 'tanh'", "'" + std::string(name) + "'");
+}
+
+namespace {
+const OpRegistrar kGelu = describe("gelu", "elementwise", "GELU forward: x * Phi(x), erf form or tanh approximation")
+    .schema("gelu(Tensor input, *, str approximate='none') -> Tensor")
+    .kernel<&gelu>({"input", "out", "approximate"}, {{"out", "input"}})
+    .differentiable("gelu_backward", {"grad", "input", "approximate"}, {"input"})
+    .torch("torch.nn.functional.gelu");
+const OpRegistrar kGeluBackward = describe("gelu_backward", "elementwise", "GELU backward: grad_output * gelu'(x)")
+    .schema("gelu_backward(Tensor grad_output, Tensor input, *, str approximate='none') -> Tensor")
+    .kernel<&gelu_backward>({"grad_output", "input", "out", "approximate"}, {{"out", "input"}})
+    .torch("torch.ops.aten.gelu_backward");
+}  // namespace
 }  // namespace tessera

@@ -27,20 +27,23 @@
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/scratch.hpp"
+#include "runtime/tier.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/loss.hpp"
 #include "tile/activation.cuh"
 #include "tile/constants.cuh"
 #include "tile/convert.cuh"
+#include "tile/frag.cuh"
+#include "tile/online_softmax.cuh"
 #include "tile/reduce.cuh"
 #include "tile/vec.cuh"
-#include "tile/row.cuh"
+#include "tessera/op.hpp"
 
 namespace tessera {
 namespace {
 
 constexpr const char* kOp = "cross_entropy";
-constexpr int kThreads = 1024;  // a long row's CTA; shorter rows take fewer (launch_rows)
+constexpr int kThreads = 1024;  // a long row's CTA; shorter rows take fewer (RowTier::plan)
 constexpr int kScaleThreads = 512;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
 
@@ -63,10 +66,8 @@ struct Acc {
 };
 struct AccMerge {
   __device__ Acc operator()(Acc a, Acc b) const {
-    const float m = fmaxf(a.m, b.m);
-    const float s = m == -INFINITY ? a.s + b.s
-                                   : __fadd_rn(__fmul_rn(a.s, tile::fast_exp(a.m - m)), __fmul_rn(b.s, tile::fast_exp(b.m - m)));
-    return {m, s, a.sum + b.sum};
+    const tile::SoftmaxState e = tile::SoftmaxMerge{}({a.m, a.s}, {b.m, b.s});
+    return {e.m, e.s, a.sum + b.sum};
   }
 };
 
@@ -90,36 +91,6 @@ __device__ __forceinline__ void add(Acc& a, const float (&y)[VW]) {
   for (int i = 0; i < VW; ++i) a.s += tile::ex2_approx(fmaf(y[i], kLog2e, -m2));
 }
 
-// VW elements of a row as loaded (16 bytes when VW > 1), kept packed until each is used: four
-// of them in flight per thread cost 16 registers rather than 32 floats.
-template <class T, int VW>
-struct Pack {
-  std::conditional_t<VW == 1, T, uint4> raw;
-  // With an L2 policy (tile::l2_policy): pass 1 keeps the row's lines (evict-last) for pass 2,
-  // whose reads mark them evict-first, the last use.
-  __device__ __forceinline__ void load(const T* at, uint64_t policy) {
-    if constexpr (VW == 1) raw = *at;
-    else raw = tile::load_16B_hint(at, policy);
-  }
-  __device__ __forceinline__ float operator[](int i) const {
-    if constexpr (VW == 1) return tile::to_float(raw);
-    else return tile::to_float(reinterpret_cast<const T*>(&raw)[i]);
-  }
-};
-
-template <class T, int VW>
-__device__ __forceinline__ void store_vec(T* at, const float (&g)[VW]) {
-  if constexpr (VW == 1) {
-    *at = tile::from_float<T>(g[0]);
-  } else {
-    uint4 u;
-    T* e = reinterpret_cast<T*>(&u);
-#pragma unroll
-    for (int i = 0; i < VW; ++i) e[i] = tile::from_float<T>(g[i]);
-    __stcs(reinterpret_cast<uint4*>(at), u);  // streamed: the gradient is not read here again
-  }
-}
-
 // The row's constants once its (max, sum of exp, sum) is known: loss and lse written (by
 // `writer`), and the gradient's factors: d loss / d y_j = p_j (1 + 2 z lse) - e / V - (1 - e)
 // [j = t], times the mean's 1 / valid; under the cap times 1 - tanh^2 as well.
@@ -139,17 +110,19 @@ __device__ __forceinline__ RowEnd finish_row(const CeArgs& a, int64_t r, const A
 }
 
 // Pass 1 over columns [0, n) of x (global memory or a staged chunk), kUnroll loads in flight per
-// thread.
+// thread, each VW elements (16 bytes when VW > 1) kept packed (tile::Frag) until used: four in
+// flight cost 16 registers rather than 32 floats. The loads mark their L2 lines evict-last, so
+// that pass 2 finds them.
 template <class T, int VW, int THREADS>
 __device__ __forceinline__ Acc accumulate(const T* x, int n, float cap) {
   const int step = THREADS * VW;
   const uint64_t keep = tile::l2_policy<tile::L2Hint::kEvictLast>();
   Acc acc{-INFINITY, 0.f, 0.f};
   for (int c0 = int(threadIdx.x) * VW; c0 < n; c0 += kUnroll * step) {
-    Pack<T, VW> v[kUnroll];
+    tile::Frag<T, VW> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (c0 + u * step < n) v[u].load(x + c0 + u * step, keep);
+      if (c0 + u * step < n) v[u] = tile::load_frag_hint<T, VW>(x + c0 + u * step, keep);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (c0 + u * step >= n) continue;
@@ -164,7 +137,8 @@ __device__ __forceinline__ Acc accumulate(const T* x, int n, float cap) {
 
 // Pass 2: the gradient of columns [0, n) from src to g; `col0` is the first column's index in the
 // row (for the target's). The row is walked from its end: the columns read last in pass 1 are
-// the likeliest to be in L2 still.
+// the likeliest to be in L2 still. Its loads mark the lines evict-first (their last use), and the
+// gradient is stored streaming (not read here again).
 template <class T, int VW, int THREADS>
 __device__ __forceinline__ void write_grad(const CeArgs& a, const RowEnd& e, const T* src, T* g, int n, int64_t col0,
                                            int64_t t) {
@@ -174,10 +148,10 @@ __device__ __forceinline__ void write_grad(const CeArgs& a, const RowEnd& e, con
   const float lse2 = e.lse * kLog2e;
   for (int base = (n - 1) / block * block; base >= 0; base -= block) {
     const int c0 = base + int(threadIdx.x) * VW;
-    Pack<T, VW> v[kUnroll];
+    tile::Frag<T, VW> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (c0 + u * step < n) v[u].load(src + c0 + u * step, last);
+      if (c0 + u * step < n) v[u] = tile::load_frag_hint<T, VW>(src + c0 + u * step, last);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (c0 + u * step >= n) continue;
@@ -189,7 +163,7 @@ __device__ __forceinline__ void write_grad(const CeArgs& a, const RowEnd& e, con
         if (a.cap > 0.f) d *= 1.f - (y / a.cap) * (y / a.cap);
         out[i] = d;
       }
-      store_vec<T, VW>(g + c0 + u * step, out);
+      tile::store_frag_stream(g + c0 + u * step, tile::pack<T, VW>(out));
     }
   }
 }
@@ -283,20 +257,13 @@ __global__ void __launch_bounds__(kScaleThreads) scale_kernel(const float* grad_
     const uint64_t policy = tile::l2_policy<tile::L2Hint::kEvictFirst>();
     T* g = grad + r * gs;
     for (int c = int(threadIdx.x) * VW; c < classes; c += step) {
-      Pack<T, VW> v;
-      v.load(g + c, policy);
+      const tile::Frag<T, VW> v = tile::load_frag_hint<T, VW>(g + c, policy);
       float out[VW];
 #pragma unroll
       for (int i = 0; i < VW; ++i) out[i] = v[i] * f;
-      store_vec<T, VW>(g + c, out);
+      tile::store_frag_stream(g + c, tile::pack<T, VW>(out));
     }
   }
-}
-
-int current_sms() {
-  int device = 0;
-  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  return runtime::device_props(device).multiProcessorCount;
 }
 
 template <class T, int VW, bool kSplit>
@@ -309,25 +276,73 @@ void launch_sized(const CeArgs& a, int threads, unsigned grid, cudaStream_t stre
   }
 }
 
+// Calls f(T{}) for the element type of `dtype` (float32, float16 or bfloat16).
+template <class F>
+void with_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::float32: return f(float{});
+    case DType::float16: return f(__half{});
+    default: return f(__nv_bfloat16{});
+  }
+}
+
+// ---- host: the tiers (runtime/tier.hpp) ---------------------------------------------------------
+// One kernel, three ways of reading a row: 16-byte vectors of whole rows, 16-byte vectors between
+// a scalar head and tail (rows at any alignment), or element by element.
+enum class Access { scalar, vectors, split };
+
+// One call as the tiers see it: the kernel arguments and the layout facts they choose by.
+struct Call {
+  CeArgs a;
+  DType dtype;
+  bool same_alignment;  // the gradient's rows lie as the logits' do against 16-byte boundaries
+  bool vectorizable;    // every row of logits (and grad) 16-byte aligned, V a multiple of the vector
+};
+
+struct RowsPlan {
+  int threads = 0, vw = 1;
+  unsigned grid = 0;
+  std::string describe() const {
+    return std::to_string(grid) + " persistent CTAs of " + std::to_string(threads) + " threads, " +
+           std::to_string(vw) + " elements a load";
+  }
+};
+
 // A 1024-thread CTA per SM for long rows: the rows in flight at once (one per SM, 256 KB each at
 // V = 128k in bf16) fit in L2, so pass 2 finds its row there. A row that fewer threads cover in
 // one step of kUnroll loads each takes that many (128 at least), with 1024 / threads CTAs per SM,
 // so an SM keeps as many rows in flight rather than one mostly idle CTA.
-enum class Access { scalar, vectors, split };  // split: 16-byte vectors between a scalar head and tail
-
-template <class T>
-void launch_rows(const CeArgs& a, Access access, int device, cudaStream_t stream) {
-  const bool vec = access != Access::scalar;
-  const int vw = vec ? 16 / int(sizeof(T)) : 1;
-  int threads = 128;
-  while (threads < kThreads && int64_t(threads) * kUnroll * vw < a.classes) threads *= 2;
-  const int64_t sms = runtime::device_props(device).multiProcessorCount;
-  const unsigned grid = runtime::grid_cap(std::min<int64_t>(a.rows, sms * (kThreads / threads)));
-  if (access == Access::vectors) launch_sized<T, 16 / sizeof(T), false>(a, threads, grid, stream);
-  else if (access == Access::split) launch_sized<T, 16 / sizeof(T), true>(a, threads, grid, stream);
-  else launch_sized<T, 1, false>(a, threads, grid, stream);
-  TESSERA_LAUNCH_CHECK();
-}
+template <Access A>
+struct RowTier {
+  static constexpr const char* kName = A == Access::vectors ? "vectors" : A == Access::split ? "split" : "scalar";
+  static constexpr const char* kWhen =
+      A == Access::vectors ? "rows 16-byte aligned, V a multiple of the vector: a CTA per row, 16-byte loads"
+      : A == Access::split ? "the gradient's rows at the logits' offsets from 16-byte boundaries: a CTA per row, "
+                             "16-byte loads between a scalar head and tail"
+                           : "any rows: a CTA per row, element loads";
+  static bool can_implement(const Call& c, const cudaDeviceProp&) {
+    if constexpr (A == Access::vectors) return c.same_alignment && c.vectorizable;
+    else if constexpr (A == Access::split) return c.same_alignment;
+    else return true;
+  }
+  static RowsPlan plan(const Call& c, const cudaDeviceProp& prop) {
+    RowsPlan p;
+    p.vw = A == Access::scalar ? 1 : 16 / int(dtype_size(c.dtype));
+    p.threads = 128;
+    while (p.threads < kThreads && int64_t(p.threads) * kUnroll * p.vw < c.a.classes) p.threads *= 2;
+    const int64_t sms = prop.multiProcessorCount;
+    p.grid = runtime::grid_cap(std::min<int64_t>(c.a.rows, sms * (kThreads / p.threads)));
+    return p;
+  }
+  static void launch(const Call& c, const RowsPlan& p, cudaStream_t stream) {
+    with_dtype(c.dtype, [&](auto t) {
+      using T = decltype(t);
+      if constexpr (A == Access::scalar) launch_sized<T, 1, false>(c.a, p.threads, p.grid, stream);
+      else launch_sized<T, 16 / sizeof(T), A == Access::split>(c.a, p.threads, p.grid, stream);
+    });
+    TESSERA_LAUNCH_CHECK();
+  }
+};
 
 // The stream tier's 16-byte loads: rows in any alignment, so long as the gradient's lie as the
 // logits' do (the same view, or the same offsets from 16-byte boundaries row by row).
@@ -344,6 +359,44 @@ bool vectorizable(const TensorView& t) {
   const int64_t vw = 16 / int64_t(dtype_size(t.dtype));
   return t.shape[1] % vw == 0 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.shape[0] <= 1 || t.strides[0] % vw == 0);
 }
+
+// cross_entropy_backward: rows of grad scaled in place, 16 bytes or an element a load.
+struct ScaleCall {
+  const float* factor;
+  int64_t factor_stride;  // 0: one factor for every row
+  void* grad;
+  int64_t gs, rows;
+  int classes;
+  DType dtype;
+  bool vectorizable;
+};
+
+struct ScalePlan {
+  unsigned grid = 0;
+  std::string describe() const {
+    return std::to_string(grid) + " persistent CTAs of " + std::to_string(kScaleThreads) + " threads";
+  }
+};
+
+template <bool kVec>
+struct ScaleTier {
+  static constexpr const char* kName = kVec ? "vectors" : "scalar";
+  static constexpr const char* kWhen =
+      kVec ? "rows 16-byte aligned, V a multiple of the vector: 16-byte accesses" : "any rows: element accesses";
+  static bool can_implement(const ScaleCall& c, const cudaDeviceProp&) { return !kVec || c.vectorizable; }
+  // Two CTAs per SM, each a row at a time.
+  static ScalePlan plan(const ScaleCall& c, const cudaDeviceProp& prop) {
+    return {runtime::grid_cap(std::min<int64_t>(c.rows, 2LL * prop.multiProcessorCount))};
+  }
+  static void launch(const ScaleCall& c, const ScalePlan& p, cudaStream_t stream) {
+    with_dtype(c.dtype, [&](auto t) {
+      using T = decltype(t);
+      scale_kernel<T, kVec ? 16 / sizeof(T) : 1><<<p.grid, kScaleThreads, 0, stream>>>(
+          c.factor, c.factor_stride, static_cast<T*>(c.grad), c.gs, c.rows, c.classes);
+    });
+    TESSERA_LAUNCH_CHECK();
+  }
+};
 
 void check(const TensorView& logits, const TensorView& target, const TensorView& loss, const TensorView* lse,
            const TensorView* grad, const CrossEntropyOptions& o) {
@@ -426,15 +479,9 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
     loss::count_valid(a.target, a.target64, rows, a.ignore, valid.as<int>(), stream);
   }
   if (rows > 0) {
-    const Access access = !same_alignment(logits, grad) ? Access::scalar
-                          : vectorizable(logits) && (!grad || vectorizable(*grad)) ? Access::vectors
-                                                                                   : Access::split;
-    const int device = logits.device.index;
-    switch (logits.dtype) {
-      case DType::float32: launch_rows<float>(a, access, device, stream); break;
-      case DType::float16: launch_rows<__half>(a, access, device, stream); break;
-      default: launch_rows<__nv_bfloat16>(a, access, device, stream); break;
-    }
+    const Call c{a, logits.dtype, same_alignment(logits, grad), vectorizable(logits) && (!grad || vectorizable(*grad))};
+    runtime::run_first<RowTier<Access::vectors>, RowTier<Access::split>, RowTier<Access::scalar>>(
+        kOp, c, runtime::device_props(logits.device.index), stream);
   }
   if (!none) {
     loss::sum_rows(a.row_loss, rows, a.valid, static_cast<float*>(loss.data), stream);
@@ -474,22 +521,23 @@ void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad,
   const int64_t rows = grad.shape[0];
   if (rows == 0 || grad.shape[1] == 0) return;
   runtime::DeviceGuard guard(grad.device.index);
-  const unsigned blocks = runtime::grid_cap(std::min<int64_t>(rows, 2LL * current_sms()));
-  const float* f = static_cast<const float*>(grad_loss.data);
-  const int64_t fs = none ? grad_loss.strides[0] : 0, gs = grad.strides[0];
-  const int v = int(grad.shape[1]);
-  const bool vec = vectorizable(grad);
-  const auto run = [&](auto* g) {
-    using T = std::remove_pointer_t<decltype(g)>;
-    if (vec) scale_kernel<T, 16 / sizeof(T)><<<blocks, kScaleThreads, 0, stream>>>(f, fs, g, gs, rows, v);
-    else scale_kernel<T, 1><<<blocks, kScaleThreads, 0, stream>>>(f, fs, g, gs, rows, v);
-  };
-  switch (grad.dtype) {
-    case DType::float32: run(static_cast<float*>(grad.data)); break;
-    case DType::float16: run(static_cast<__half*>(grad.data)); break;
-    default: run(static_cast<__nv_bfloat16*>(grad.data)); break;
-  }
-  TESSERA_LAUNCH_CHECK();
+  const ScaleCall c{static_cast<const float*>(grad_loss.data), none ? grad_loss.strides[0] : 0, grad.data,
+                    grad.strides[0], rows, int(grad.shape[1]), grad.dtype, vectorizable(grad)};
+  runtime::run_first<ScaleTier<true>, ScaleTier<false>>(op, c, runtime::device_props(grad.device.index), stream);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+// The loss, lse and gradient outputs shaped by the reduction: torch kernels written by hand
+// (python/src/torch/loss.cpp).
+const OpRegistrar kCrossEntropy = describe("cross_entropy", "loss", "cross-entropy of logits [N, V] against class targets, with the gradient in the same pass")
+    .schema("cross_entropy(Tensor logits, Tensor target, *, int ignore_index=-100, str reduction=\"mean\", "
+            "float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, bool with_grad=False) -> (Tensor, Tensor, Tensor)")
+    .schema("cross_entropy.inplace(Tensor(a!) logits, Tensor target, *, int ignore_index=-100, str reduction=\"mean\", "
+            "float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0) -> (Tensor, Tensor)")
+    .schema("cross_entropy.backward(Tensor grad_loss, Tensor(a!) grad, *, str reduction=\"mean\") -> ()")
+    .torch("torch.nn.functional.cross_entropy");
+}  // namespace
 }  // namespace tessera

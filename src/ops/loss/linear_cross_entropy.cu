@@ -29,6 +29,7 @@
 #include "tessera/ops/loss.hpp"
 #include "tessera/ops/matrix.hpp"
 #include "tile/convert.cuh"
+#include "tessera/op.hpp"
 
 namespace tessera {
 namespace {
@@ -271,4 +272,13 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
   if (!none) loss::sum_rows(row_loss.as<float>(), n, mean ? valid.as<int>() : nullptr, static_cast<float*>(loss.data), stream);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+const OpRegistrar kLinearCrossEntropy = describe("linear_cross_entropy", "loss", "cross-entropy of hidden @ weight^T + bias against class targets, with d_hidden and d_weight, in chunks")
+    .schema("linear_cross_entropy(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, *, int ignore_index=-100, "
+            "str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, int chunk_rows=0, "
+            "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+}  // namespace
 }  // namespace tessera

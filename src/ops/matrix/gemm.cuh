@@ -317,12 +317,12 @@ struct RelayoutTier {
 };
 
 // The portable tensor-core tier, for sm_80 on (A100, L40, and Hopper where sm_90a code is not
-// built): mma.sync on fragments loaded with ldmatrix, cp.async filling a multistage ring
+// built): mma.sync on fragments loaded with ldmatrix, asynchronous copies filling a multistage ring
 // (gemm_sm80.cu).
 struct Sm80Tier {
   static constexpr const char* kName = "sm80_mma";
   static constexpr const char* kWhen =
-      "sm_80 on, 16-bit inputs, each operand with K or its rows contiguous: mma.sync, cp.async";
+      "sm_80 on, 16-bit inputs, each operand with K or its rows contiguous: mma.sync, asynchronous copies";
   struct Plan {
     int tile = 0;       // 128 x 128 tiles on 0: 4 warps, 1: 8 warps (gemm_sm80.cu's shapes)
     int group = 8;      // TileOrder::group

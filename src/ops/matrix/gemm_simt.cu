@@ -4,8 +4,9 @@
 // Two kernels:
 //   float32   float32 operands (sm_80 on), each K-major (K contiguous) or MN-major (its rows
 //             contiguous and 16-byte aligned): 128 x 128 output tiles, 256 threads of 8 x 8
-//             outputs each, cp.async copies into a ring of shared-memory slices. The float32
-//             workhorse, in the design of the classic SGEMM kernels.
+//             outputs each, asynchronous copies (tile/async_copy.cuh) into a ring of
+//             shared-memory slices. The float32 workhorse, in the design of the classic SGEMM
+//             kernels.
 //   generic   everything else (other strides and alignments, 16-bit and float8 inputs): 64 x 64
 //             tiles, 4 x 4 outputs per thread, loads element by element through the strides.
 //             The layouts that matter for 16-bit inputs are the tensor-core tiers'; this kernel is
@@ -122,7 +123,7 @@ void launch_in(const GemmArgs& g, dim3 grid, cudaStream_t stream) {
 //
 // Each operand is seen as [MN, K] (A as it is, B transposed) and staged K-outer in shared memory,
 // s[k][mn], so that a thread's 4 consecutive rows (or columns) are one 16-byte shared load. The
-// copies are cp.async (sm_80 on), kStages slices in flight, so that no registers hold the next
+// copies are asynchronous (sm_80 on), kStages slices in flight, so that no registers hold the next
 // slice: an MN-major operand in 16-byte copies, a K-major one transposed on the way in by 4-byte
 // copies. Zero fill (the copies' source size) covers the tails in M, N and K.
 

@@ -1,5 +1,6 @@
-// The portable tensor-core GEMM tier (sm_80 on): cp.async fills a ring of shared-memory stages,
-// warps multiply with mma.sync on fragments that ldmatrix loads from them.
+// The portable tensor-core GEMM tier (sm_80 on): asynchronous copies (tile/async_copy.cuh) fill a
+// ring of shared-memory stages, warps multiply with mma.sync on fragments that ldmatrix loads from
+// them.
 //
 // One CTA per output tile (kBM x BN), in grouped raster order (TileOrder), batches after each
 // other. Each warp owns a block of the tile: float32 accumulators in registers, m16n8k16 mma
@@ -12,7 +13,7 @@
 // flag each. Either is copied as it lies (16-byte chunks along the contiguous dimension) and the
 // MN-major one read with ldmatrix.trans, which hands out the same fragment registers, so no
 // layout is transposed first. Tails: a chunk reads only its elements inside the matrix and the
-// copy zero-fills the rest (cp.async's src-size), so the mma adds zeros past M, N and K; the
+// copy zero-fills the rest (its source size), so the mma adds zeros past M, N and K; the
 // epilogue stores only rows and columns inside C.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -9,6 +9,7 @@
 #include "runtime/tier.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/ops/matrix.hpp"
+#include "tessera/op.hpp"
 
 namespace tessera {
 
@@ -188,4 +189,27 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
   run("scaled_mm", g, stream);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+// Output shapes from two operands and an epilogue: torch kernels written by hand
+// (python/src/torch/matrix.cpp). input [M, K] or [B, M, K], other [K, N] or [B, K, N] (the
+// library's operands; the Python layer views torch.matmul's shapes as these). allow_tf32=None:
+// torch's float32 matmul precision, read at each call (also in a compiled graph).
+// matmul.preactivation: the output and the pre-activation product
+// (alpha * input @ other + bias) from one kernel, what the autograd forward keeps for the
+// activation's backward.
+const OpRegistrar kMatmul = describe("matmul", "matrix", "GEMM with a fused epilogue: activation(alpha * A @ B + bias) + residual + beta * C")
+    .schema("matmul(Tensor input, Tensor other, *, Tensor? bias=None, Tensor? residual=None, "
+            "str activation='none', float alpha=1, ScalarType? out_dtype=None, bool? allow_tf32=None) -> Tensor")
+    .schema("matmul.preactivation(Tensor input, Tensor other, *, Tensor? bias=None, Tensor? residual=None, "
+            "str activation='none', float alpha=1, ScalarType? out_dtype=None, bool? allow_tf32=None) "
+            "-> (Tensor, Tensor)")
+    .torch("torch.matmul");
+const OpRegistrar kScaledMm = describe("scaled_mm", "matrix", "float8 GEMM with per-tensor scales (torch._scaled_mm): scale_a * scale_b * A @ B + bias")
+    .schema("scaled_mm(Tensor input, Tensor other, Tensor scale_a, Tensor scale_b, *, Tensor? bias=None, "
+            "ScalarType? out_dtype=None) -> Tensor")
+    .dtypes({DType::float8_e4m3fn, DType::float8_e5m2});
+}  // namespace
 }  // namespace tessera

@@ -27,6 +27,7 @@
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/rowwise.hpp"
+#include "tessera/op.hpp"
 
 namespace tessera {
 namespace {
@@ -338,4 +339,24 @@ void rms_norm_backward(const TensorView& grad_out, const TensorView& x, int norm
                 grad_weight, nullptr, stream);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+// mean and rstd are float32 of the leading shape: torch kernels written by hand
+// (python/src/torch/rowwise.cpp).
+const OpRegistrar kLayerNorm = describe("layer_norm", "rowwise", "LayerNorm over the trailing dimensions, as torch.nn.functional.layer_norm")
+    .schema("layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+            "float eps=1e-05) -> (Tensor, Tensor, Tensor)")
+    .torch("torch.nn.functional.layer_norm");
+const OpRegistrar kLayerNormBackward = describe("layer_norm_backward", "rowwise", "LayerNorm backward: grad_in, grad_weight, grad_bias (deterministic)")
+    .schema("layer_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor mean, "
+            "Tensor rstd, Tensor? weight, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+const OpRegistrar kRmsNorm = describe("rms_norm", "rowwise", "RMSNorm over the trailing dimensions, as torch.nn.functional.rms_norm")
+    .schema("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float eps) -> (Tensor, Tensor)")
+    .torch("torch.nn.functional.rms_norm");
+const OpRegistrar kRmsNormBackward = describe("rms_norm_backward", "rowwise", "RMSNorm backward: grad_in, grad_weight (deterministic)")
+    .schema("rms_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor rstd, "
+            "Tensor? weight, bool[2] output_mask) -> (Tensor, Tensor)");
+}  // namespace
 }  // namespace tessera

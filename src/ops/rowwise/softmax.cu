@@ -43,6 +43,7 @@
 #include "runtime/validate.hpp"
 #include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/rowwise.hpp"
+#include "tessera/op.hpp"
 
 namespace tessera {
 namespace {
@@ -439,4 +440,25 @@ void log_softmax_backward(const TensorView& grad_out, const TensorView& y, int d
   backward<true>("log_softmax_backward", grad_out, y, dim, grad_in, stream);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+const OpRegistrar kSoftmax = describe("softmax", "rowwise", "softmax along one dimension")
+    .schema("softmax(Tensor input, int dim) -> Tensor")
+    .kernel<&softmax>({"input", "dim", "out"}, {{"out", "input"}})
+    .differentiable("softmax_backward", {"grad", "result", "dim"}, {"input"})
+    .torch("torch.softmax");
+const OpRegistrar kLogSoftmax = describe("log_softmax", "rowwise", "log-softmax along one dimension")
+    .schema("log_softmax(Tensor input, int dim) -> Tensor")
+    .kernel<&log_softmax>({"input", "dim", "out"}, {{"out", "input"}})
+    .differentiable("log_softmax_backward", {"grad", "result", "dim"}, {"input"})
+    .torch("torch.log_softmax");
+const OpRegistrar kSoftmaxBackward = describe("softmax_backward", "rowwise", "softmax backward from the forward's output")
+    .schema("softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor")
+    .kernel<&softmax_backward>({"grad_output", "output", "dim", "out"}, {{"out", "output"}});
+const OpRegistrar kLogSoftmaxBackward = describe("log_softmax_backward", "rowwise", "log-softmax backward from the forward's output")
+    .schema("log_softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor")
+    .kernel<&log_softmax_backward>({"grad_output", "output", "dim", "out"}, {{"out", "output"}});
+}  // namespace
 }  // namespace tessera

@@ -50,7 +50,7 @@ struct SoftmaxForward {
     const float base = m == -INFINITY ? 0.0f : m;
     float sv[V];
     lane_sums<V, U>(sv, [&](float acc, int u, int e) { return acc + tile::fast_exp(in[0][u][e] - base); });
-    float s = a.m == m ? a.s : a.s * tile::fast_exp(a.m - m);
+    float s = a.m == m ? a.s : a.s * tile::rescale(a.m, m);
 #pragma unroll
     for (int e = 0; e < V; ++e) s += sv[e];
     return {m, s};

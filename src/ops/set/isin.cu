@@ -33,6 +33,7 @@
 #include "runtime/validate.hpp"
 #include "tessera/ops/set.hpp"
 #include "tile/indexing.cuh"
+#include "tessera/op.hpp"
 
 namespace tessera {
 namespace {
@@ -536,4 +537,18 @@ void isin(const TensorView& elements, const TensorView& test_elements, const Ten
   TESSERA_LAUNCH_CHECK();
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+const IsinOptions kIsinDefaults;
+const OpRegistrar kIsin = describe("isin", "set", "torch.isin: elements in test_elements")
+    .schema("isin(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False, "
+            "str path='automatic', int brute_force_max_test=" + std::to_string(kIsinDefaults.brute_force_max_test) +
+            ", int brute_force_max_work=" + std::to_string(kIsinDefaults.brute_force_max_work) +
+            ", int hash_min_test=" + std::to_string(kIsinDefaults.hash_min_test) + ") -> Tensor")
+    .dtypes({DType::int32, DType::int64, DType::int8, DType::int16, DType::uint8, DType::float16,
+             DType::bfloat16, DType::float32, DType::float64})
+    .torch("torch.isin");
+}  // namespace
 }  // namespace tessera

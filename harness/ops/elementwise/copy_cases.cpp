@@ -73,7 +73,6 @@ const Registrar kRegistrar(40, [] {
   op.verify_cases = copy_cases;
   op.make_bench = copy_bench;
   op.bench_shape = copy_shape;
-  op.torch_schemas = {"copy(Tensor src, Tensor(a!) dst) -> ()"};
   return std::vector<OpInfo>{op};
 });
 

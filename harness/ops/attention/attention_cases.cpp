@@ -204,17 +204,6 @@ const Registrar kRegistrar(10, [] {
   causal.verify_cases = [] { return cases("attention_causal", true); };
   causal.make_bench = [](DType dt, int64_t n) { return attention_bench("attention_causal", dt, n, true); };
   causal.bench_shape = [](DType dt, int64_t n) { return attention_shape(dt, n, true); };
-  op.torch_schemas = {"attention(Tensor q, Tensor k, Tensor v, *, bool causal=False, float? scale=None, "
-                      "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False) "
-                      "-> (Tensor, Tensor)",
-                      "attention.varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
-                      "int max_seqlen_q, int max_seqlen_k, *, bool causal=False, float? scale=None, "
-                      "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False) "
-                      "-> (Tensor, Tensor)",
-                      "attention.kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
-                      "Tensor? block_table=None, *, bool causal=False, float? scale=None, int window_left=-1, "
-                      "int window_right=-1, float softcap=0.0) -> (Tensor, Tensor)"};
-  causal.torch_schemas = {};
 
   OpInfo backward = op;
   backward.name = "attention_backward";
@@ -222,15 +211,6 @@ const Registrar kRegistrar(10, [] {
   backward.verify_cases = backward_cases;
   backward.make_bench = backward_bench;
   backward.bench_shape = [](DType dt, int64_t n) { return attention_shape(dt, n, false, true); };
-  backward.torch_schemas = {"attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, "
-                            "Tensor lse, *, bool causal=False, float? scale=None, int window_left=-1, "
-                            "int window_right=-1, float softcap=0.0, bool deterministic=False) "
-                            "-> (Tensor, Tensor, Tensor)",
-                            "attention_backward.varlen(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, "
-                            "Tensor lse, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
-                            "int max_seqlen_k, *, bool causal=False, float? scale=None, int window_left=-1, "
-                            "int window_right=-1, float softcap=0.0, bool deterministic=False) "
-                            "-> (Tensor, Tensor, Tensor)"};
   return std::vector<OpInfo>{op, causal, backward};
 });
 

@@ -89,8 +89,6 @@ const Registrar kRegistrar(25, [] {
     op.verify_cases = [bwd] { return silu_cases(bwd); };
     op.make_bench = [bwd](DType dt, int64_t n) { return silu_bench(dt, n, bwd); };
     op.bench_shape = [bwd](DType dt, int64_t n) { return silu_shape(dt, n, bwd); };
-    op.torch_schemas = {bwd ? "silu_backward(Tensor grad_output, Tensor input) -> Tensor"
-                            : "silu(Tensor input) -> Tensor"};
     ops.push_back(op);
   }
   return ops;

@@ -300,20 +300,8 @@ const Registrar kRegistrar(10, [] {
   op.make_bench = [](DType dt, int64_t n) { return gemm_bench("matmul", dt, n); };
   op.make_baseline = [](DType dt, int64_t n) { return cublas_bench("matmul", dt, n); };
   op.bench_shape = matmul_shape;
-  // input [M, K] or [B, M, K], other [K, N] or [B, K, N] (the library's operands; the Python layer
-  // views torch.matmul's shapes as these). allow_tf32=None: torch's float32 matmul precision, read
-  // at each call (also in a compiled graph).
-  // matmul.preactivation: the output and the pre-activation product (alpha * input @ other +
-  // bias) from one kernel, what the autograd forward keeps for the activation's backward.
-  op.torch_schemas = {"matmul(Tensor input, Tensor other, *, Tensor? bias=None, Tensor? residual=None, "
-                      "str activation='none', float alpha=1, ScalarType? out_dtype=None, "
-                      "bool? allow_tf32=None) -> Tensor",
-                      "matmul.preactivation(Tensor input, Tensor other, *, Tensor? bias=None, "
-                      "Tensor? residual=None, str activation='none', float alpha=1, "
-                      "ScalarType? out_dtype=None, bool? allow_tf32=None) -> (Tensor, Tensor)"};
 
   OpInfo tf32 = op;
-  tf32.torch_schemas = {};  // matmul's allow_tf32
   tf32.name = "matmul_tf32";
   tf32.summary = "matmul of float32 inputs with TF32 allowed (torch's allow_tf32)";
   tf32.dtypes = {DType::float32};
@@ -334,8 +322,6 @@ const Registrar kRegistrar(10, [] {
   fp8.verify_cases = scaled_mm_cases;
   fp8.make_bench = [](DType dt, int64_t n) { return gemm_bench("scaled_mm", dt, n); };
   fp8.make_baseline = nullptr;  // cublasGemmEx takes no float8; torch._scaled_mm is the peer
-  fp8.torch_schemas = {"scaled_mm(Tensor input, Tensor other, Tensor scale_a, Tensor scale_b, *, "
-                       "Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor"};
   return std::vector<OpInfo>{op, tf32, fp8};
 });
 

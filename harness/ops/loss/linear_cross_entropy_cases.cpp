@@ -210,10 +210,6 @@ const Registrar kRegistrar(20, [] {
   op.verify_cases = cases;
   op.make_bench = lce_bench;
   op.bench_shape = lce_shape;
-  op.torch_schemas = {
-      "linear_cross_entropy(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, *, int ignore_index=-100, "
-      "str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, int chunk_rows=0, "
-      "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"};
   return std::vector<OpInfo>{op};
 });
 

@@ -102,9 +102,6 @@ const Registrar kRegistrar(20, [] {
       op.verify_cases = [ap, bwd] { return gelu_cases(ap, bwd); };
       op.make_bench = [ap, bwd](DType dt, int64_t n) { return gelu_bench(dt, n, ap, bwd); };
       op.bench_shape = [bwd](DType dt, int64_t n) { return gelu_shape(dt, n, bwd); };
-      if (ap == GeluApproximate::none)  // gelu_tanh is gelu's approximate='tanh'
-        op.torch_schemas = {bwd ? "gelu_backward(Tensor grad_output, Tensor input, *, str approximate='none') -> Tensor"
-                                : "gelu(Tensor input, *, str approximate='none') -> Tensor"};
       ops.push_back(op);
     }
   return ops;

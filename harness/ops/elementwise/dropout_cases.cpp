@@ -116,8 +116,6 @@ const Registrar kRegistrar(30, [] {
     op.verify_cases = [bwd] { return dropout_cases(bwd); };
     op.make_bench = [bwd](DType dt, int64_t n) { return dropout_bench(dt, n, bwd); };
     op.bench_shape = dropout_shape;
-    op.torch_schemas = {bwd ? "dropout_backward(Tensor grad_output, float p, int seed, int offset) -> Tensor"
-                            : "dropout(Tensor input, float p, int seed, int offset) -> Tensor"};
     ops.push_back(op);
   }
   return ops;

@@ -70,10 +70,6 @@ struct OpInfo {
   std::string size_meaning;
   std::function<BenchShape(DType, int64_t)> bench_shape;  // the source make_bench reads
   std::function<double(DType)> tolerance;  // the bound on rel_err verify uses for outputs of a dtype
-  // The op's schemas in torch's syntax ("softmax(Tensor input, int dim) -> Tensor"; a second
-  // overload as "add.Scalar(...)"), defined in torch.ops.tessera by the torch library. Empty for
-  // variants that are another op's arguments (gelu_tanh is gelu with approximate='tanh').
-  std::vector<std::string> torch_schemas;
 };
 
 // The bound on ||out - ref|| / ||ref|| that DESIGN.md (Testing) sets for results stored in a

@@ -112,8 +112,6 @@ const Registrar kRegistrar(10, [] {
   op.verify_cases = add_cases;
   op.make_bench = add_bench;
   op.bench_shape = add_shape;
-  op.torch_schemas = {"add(Tensor input, Tensor other, *, float alpha=1) -> Tensor",
-                      "add.Scalar(Tensor input, float other, *, float alpha=1) -> Tensor"};
   return std::vector<OpInfo>{op};
 });
 

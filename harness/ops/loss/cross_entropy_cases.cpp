@@ -160,12 +160,6 @@ const Registrar kRegistrar(10, [] {
   op.verify_cases = cases;
   op.make_bench = ce_bench;
   op.bench_shape = ce_shape;
-  op.torch_schemas = {
-      "cross_entropy(Tensor logits, Tensor target, *, int ignore_index=-100, str reduction=\"mean\", "
-      "float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, bool with_grad=False) -> (Tensor, Tensor, Tensor)",
-      "cross_entropy.inplace(Tensor(a!) logits, Tensor target, *, int ignore_index=-100, str reduction=\"mean\", "
-      "float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0) -> (Tensor, Tensor)",
-      "cross_entropy.backward(Tensor grad_loss, Tensor(a!) grad, *, str reduction=\"mean\") -> ()"};
   return std::vector<OpInfo>{op};
 });
 

@@ -201,14 +201,6 @@ const Registrar kRegistrar(10, [] {
     op.size_meaning = "elements of both elements and test_elements";
     op.bench_shape = isin_shape;
     op.tolerance = [](DType) { return 0.0; };  // exact: one wrong bool fails
-    if (path == IsinPath::automatic) {  // the others are its path= argument
-      const IsinOptions o;
-      op.torch_schemas = {"isin(Tensor elements, Tensor test_elements, *, bool assume_unique=False, "
-                          "bool invert=False, str path='automatic', int brute_force_max_test=" +
-                          std::to_string(o.brute_force_max_test) + ", int brute_force_max_work=" +
-                          std::to_string(o.brute_force_max_work) + ", int hash_min_test=" +
-                          std::to_string(o.hash_min_test) + ") -> Tensor"};
-    }
     ops.push_back(op);
   }
   return ops;

@@ -232,8 +232,6 @@ const Registrar kRegistrar(10, [] {
     op.make_bench = [kind = kind](DType dt, int64_t n) { return bench(kind, dt, n); };
     op.bench_shape = [kind = kind](DType dt, int64_t n) { return bench_shape(kind, dt, n); };
     const bool bwd = kind == Kind::softmax_backward || kind == Kind::log_softmax_backward;
-    op.torch_schemas = {op.name + (bwd ? "(Tensor grad_output, Tensor output, int dim) -> Tensor"
-                                       : "(Tensor input, int dim) -> Tensor")};
     ops.push_back(op);
   }
   return ops;

@@ -363,20 +363,12 @@ const Registrar kRegistrar(20, [] {
     const char* name;
     bool rms, backward;
     const char* summary;
-    const char* schema;  // mean and rstd: float32, the leading shape (the library's)
   };
   const Entry entries[] = {
-      {"layer_norm", false, false, "LayerNorm over the trailing dimensions, as torch.nn.functional.layer_norm",
-       "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
-       "float eps=1e-05) -> (Tensor, Tensor, Tensor)"},
-      {"layer_norm_backward", false, true, "LayerNorm backward: grad_in, grad_weight, grad_bias (deterministic)",
-       "layer_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor mean, "
-       "Tensor rstd, Tensor? weight, bool[3] output_mask) -> (Tensor, Tensor, Tensor)"},
-      {"rms_norm", true, false, "RMSNorm over the trailing dimensions, as torch.nn.functional.rms_norm",
-       "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float eps) -> (Tensor, Tensor)"},
-      {"rms_norm_backward", true, true, "RMSNorm backward: grad_in, grad_weight (deterministic)",
-       "rms_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor rstd, "
-       "Tensor? weight, bool[2] output_mask) -> (Tensor, Tensor)"},
+      {"layer_norm", false, false, "LayerNorm over the trailing dimensions, as torch.nn.functional.layer_norm"},
+      {"layer_norm_backward", false, true, "LayerNorm backward: grad_in, grad_weight, grad_bias (deterministic)"},
+      {"rms_norm", true, false, "RMSNorm over the trailing dimensions, as torch.nn.functional.rms_norm"},
+      {"rms_norm_backward", true, true, "RMSNorm backward: grad_in, grad_weight (deterministic)"},
   };
   std::vector<OpInfo> ops;
   for (const Entry& e : entries) {
@@ -385,7 +377,6 @@ const Registrar kRegistrar(20, [] {
     op.verify_cases = [e] { return cases(e.rms, e.backward); };
     op.make_bench = [e](DType dt, int64_t n) { return bench(e.rms, e.backward, dt, n); };
     op.bench_shape = [e](DType dt, int64_t n) { return bench_shape(e.rms, e.backward, dt, n); };
-    op.torch_schemas = {e.schema};
     ops.push_back(op);
   }
   return ops;

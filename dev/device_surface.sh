@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The op-surface work's device call (the descriptions, the generic torch kernels, the Python
+# surface): builds on the device (build: dev/device_gemm.sh build, minutes) or installs what the
+# workstation staged (install: devbin-pack from dev/stage_devbin.sh, devwheel from
+# dev/stage_devpkg.sh, seconds), then the C++ tests, the Python tests, what ships (ldd of the
+# torch ops), host cost per call; logs under $OUT, a summary last.
+#   device: bash dev/device_surface.sh [steps]   (default: install ctest pytest ships overhead)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+STEPS="${*:-install ctest pytest ships overhead}"
+summary=()
+step() {
+  local name=$1; shift
+  local t0=$SECONDS
+  if declare -F "$1" >/dev/null; then "$@" >"$OUT/$name.log" 2>&1  # a function of this script
+  else timeout "${STEP_TIMEOUT:-500}" "$@" >"$OUT/$name.log" 2>&1; fi
+  local rc=$?
+  summary+=("$(printf '%-9s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log" | cut -c1-110)")")
+}
+export LD_LIBRARY_PATH="$PWD/devbin"
+export TESSERA_CACHE_DIR=/tmp/tessera-cache
+site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+install() {
+  if [ ! -d devbin ] && [ -f devbin-pack/devbin.tar.xz ]; then
+    python3 -c "import tarfile; tarfile.open('devbin-pack/devbin.tar.xz').extractall('.')"
+  fi
+  bash dev/devwheel.sh && cp devbin/libtessera.so devbin/libtessera_harness.so "$site/tessera/" &&
+    mkdir -p "$site/tessera/bin" && cp devbin/tessera "$site/tessera/bin/" && echo "installed"
+}
+for s in $STEPS; do
+  case $s in
+    install) step install install ;;
+    build) step build env OUT=/tmp/out-build bash dev/device_gemm.sh build
+           cat /tmp/out-build/build.log >>"$OUT/build.log" 2>/dev/null ;;
+    ctest) step ctest devbin/tessera_tests --gtest_brief=1 --gtest_filter="${CTEST_FILTER:-*}" ;;
+    pytest) step pytest python3 -X faulthandler -m pytest -q -x -rs ${PYTEST_ARGS:-tests/python} ;;
+    ships) step ships bash -c "ldd $site/tessera/libtessera_torch.so | grep -i tessera; ! ldd $site/tessera/libtessera_torch.so | grep -q harness && echo 'no harness in libtessera_torch'" ;;
+    overhead) step overhead python3 benchmarks/overhead.py ${OVERHEAD_ARGS:-} ;;
+    bench) step bench devbin/tessera bench ${BENCH_OPS:-silu_mul silu gelu softmax} --dtype float32,bfloat16 --no-peaks ;;
+    *) echo "unknown step $s" >&2 ;;
+  esac
+done
+grep -E "FAILED|Error|error:" "$OUT"/ctest.log 2>/dev/null | head -20
+grep -E "^FAILED|^ERROR|Error" "$OUT"/pytest.log 2>/dev/null | head -20
+printf '%s\n' "${summary[@]}"

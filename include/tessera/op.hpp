@@ -1,0 +1,175 @@
+// The description of an operator: the one place every surface of it comes from. Each op's own .cu
+// registers its description (an OpRegistrar at namespace scope), so no list of ops exists:
+//  - the torch library (python/src/torch) defines torch.ops.tessera.<name> from `schemas`, and
+//    for an op with a `kernel` registers one generic CUDA kernel (outputs allocated as `outputs`
+//    say, the library function run through `call`) and, for one with a `backward`, one generic
+//    autograd kernel;
+//  - the Python package makes each public function from it: fake kernels, the no-grad fast path,
+//    torch's own function where tessera's kernels do not take the call (tessera/_surface.py);
+//  - the harness (verify, bench, profile) adds its cases under the same name.
+// Ops whose arguments no generic rule allocates (matmul, attention, ...) give schemas only; their
+// torch kernels are written by hand in their family's torch file.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "tessera/error.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera {
+
+// One argument of a call made through a description, in the library function's order.
+struct Arg {
+  enum class Kind : uint8_t { none, tensor, real, integer, boolean, string };
+  Kind kind = Kind::none;  // none: an absent optional tensor
+  TensorView tensor;
+  double real = 0;
+  int64_t integer = 0;
+  bool boolean = false;
+  std::string_view string;
+};
+
+struct OpDesc {
+  std::string name;     // "silu"
+  std::string family;   // "elementwise"
+  std::string summary;  // one line
+  std::vector<DType> dtypes = {DType::float32, DType::float16, DType::bfloat16};  // its kernels'
+  // torch's syntax; the first is the op itself, others overloads ("add.Scalar(...)").
+  std::vector<std::string> schemas;
+
+  // The generic kernel of the first schema. `params` names the library function's parameters in
+  // order (the stream, last, excluded): an argument of the schema of the same name, or an output.
+  // Each output is allocated contiguous, with the shape, dtype and device of the argument `like`.
+  struct Output {
+    std::string param, like;
+  };
+  std::vector<std::string> params;
+  std::vector<Output> outputs;
+  void (*call)(const Arg* args, cudaStream_t stream) = nullptr;
+
+  // Autograd: the op whose result is the forward's gradients, called with `backward_args`
+  // ("grad": the gradient of the forward's first output, made contiguous; "result": the
+  // forward's first output; any other: the forward's argument of that name), whose outputs are
+  // the gradients of the forward's tensor arguments named in `grads`, in order.
+  std::string backward;
+  std::vector<std::string> backward_args, grads;
+
+  // torch's function of the same contract ("torch.nn.functional.silu"), which takes the calls
+  // tessera's kernels do not (CPU tensors, other dtypes); empty where there is none.
+  std::string torch_function;
+};
+
+namespace detail {
+template <class T, class = void>
+struct FromArg;
+template <>
+struct FromArg<const TensorView&> {
+  static const TensorView& get(const Arg& a) { return a.tensor; }
+};
+template <>
+struct FromArg<const TensorView*> {
+  static const TensorView* get(const Arg& a) {
+    return a.kind == Arg::Kind::tensor ? &a.tensor : nullptr;
+  }
+};
+template <>
+struct FromArg<bool> {
+  static bool get(const Arg& a) { return a.boolean; }
+};
+template <class T>
+struct FromArg<T, std::enable_if_t<std::is_floating_point_v<T>>> {
+  static T get(const Arg& a) {
+    return static_cast<T>(a.kind == Arg::Kind::integer ? static_cast<double>(a.integer) : a.real);
+  }
+};
+template <class T>
+struct FromArg<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+  static T get(const Arg& a) { return static_cast<T>(a.integer); }
+};
+// An enum from its name: parse(std::string_view, E&), declared beside the enum, found by ADL.
+template <class T>
+struct FromArg<T, std::enable_if_t<std::is_enum_v<T>>> {
+  static T get(const Arg& a) {
+    T v{};
+    parse(a.string, v);
+    return v;
+  }
+};
+
+template <auto Fn, class Sig>
+struct Invoke;
+// void fn(P0, ..., cudaStream_t): the library's shape of an operator.
+template <auto Fn, class... P>
+struct Invoke<Fn, void (*)(P...)> {
+  using Params = std::tuple<P...>;
+  static_assert(std::is_same_v<std::tuple_element_t<sizeof...(P) - 1, Params>, cudaStream_t>,
+                "an operator takes its stream last");
+  template <size_t... I>
+  static void run(const Arg* args, cudaStream_t stream, std::index_sequence<I...>) {
+    Fn(FromArg<std::tuple_element_t<I, Params>>::get(args[I])..., stream);
+  }
+  static void call(const Arg* args, cudaStream_t stream) {
+    run(args, stream, std::make_index_sequence<sizeof...(P) - 1>{});
+  }
+};
+}  // namespace detail
+
+// A description under construction, registered by OpRegistrar:
+//   const OpRegistrar kSilu = describe("silu", "elementwise", "SiLU: x * sigmoid(x)")
+//       .schema("silu(Tensor input) -> Tensor")
+//       .kernel<&silu>({"input", "out"}, {{"out", "input"}})
+//       .differentiable("silu_backward", {"grad", "input"}, {"input"})
+//       .torch("torch.nn.functional.silu");
+struct describe {
+  OpDesc d;
+  describe(std::string name, std::string family, std::string summary) {
+    d.name = std::move(name);
+    d.family = std::move(family);
+    d.summary = std::move(summary);
+  }
+  describe&& schema(std::string s) && {
+    d.schemas.push_back(std::move(s));
+    return std::move(*this);
+  }
+  template <auto Fn>
+  describe&& kernel(std::vector<std::string> params, std::vector<OpDesc::Output> outputs) && {
+    d.params = std::move(params);
+    d.outputs = std::move(outputs);
+    d.call = &detail::Invoke<Fn, decltype(Fn)>::call;
+    return std::move(*this);
+  }
+  describe&& differentiable(std::string backward, std::vector<std::string> args,
+                            std::vector<std::string> grads) && {
+    d.backward = std::move(backward);
+    d.backward_args = std::move(args);
+    d.grads = std::move(grads);
+    return std::move(*this);
+  }
+  describe&& dtypes(std::vector<DType> types) && {
+    d.dtypes = std::move(types);
+    return std::move(*this);
+  }
+  describe&& torch(std::string function) && {
+    d.torch_function = std::move(function);
+    return std::move(*this);
+  }
+};
+
+struct OpRegistrar {
+  OpRegistrar(describe&& op);
+};
+
+// Every description, in the order of DESIGN.md's family table (elementwise, rowwise, matrix,
+// attention, loss, set), then by name.
+const std::vector<OpDesc>& op_descriptions();
+const OpDesc* find_op_description(std::string_view name);  // nullptr when unknown
+
+}  // namespace tessera

@@ -1,0 +1,277 @@
+// One CUDA kernel and one autograd kernel for every op whose description has a kernel
+// (tessera/op.hpp), registered from the descriptions: no op is named here.
+//
+// The CUDA kernel reads the schema's arguments off the dispatcher's stack, allocates each output
+// like the input its description names, and runs the library function on torch's current stream.
+// The autograd kernel, where autograd records the call, saves what the description's backward
+// formula names (arguments, the forward's result), runs the op below autograd, and attaches a node
+// whose apply calls the backward op through the dispatcher, so the backward is itself a tessera op
+// that torch.compile and the profiler see.
+#include "generic.hpp"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/jit/frontend/function_schema_parser.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "binding.hpp"
+
+namespace tessera::torch_ops::generic {
+namespace {
+
+using From = Plan::From;
+
+From kind_of(const c10::Argument& a, const OpDesc& d) {
+  const c10::TypePtr& t = a.type();
+  if (t->kind() == c10::TypeKind::TensorType) return From::tensor;
+  if (auto o = t->cast<c10::OptionalType>(); o && o->getElementType()->kind() == c10::TypeKind::TensorType)
+    return From::optional_tensor;
+  switch (t->kind()) {
+    case c10::TypeKind::FloatType: return From::real;
+    case c10::TypeKind::IntType: return From::integer;
+    case c10::TypeKind::BoolType: return From::boolean;
+    case c10::TypeKind::StringType: return From::string;
+    default:
+      TORCH_CHECK(false, "tessera: op '", d.name, "': argument '", a.name(), "' of type ", t->str(),
+                  " has no generic kernel; register its kernel by hand");
+  }
+}
+
+void fill_plan(Plan& p, const OpDesc& d) {
+  p.desc = &d;
+  p.qualified = "tessera::" + d.name;
+  const c10::FunctionSchema schema = torch::jit::parseSchema(d.schemas[0]);
+  const auto& args = schema.arguments();
+  p.num_args = static_cast<int>(args.size());
+  TORCH_CHECK(p.num_args <= kMaxArgs && d.params.size() <= static_cast<size_t>(kMaxArgs),
+              "tessera: op '", d.name, "': too many arguments for the generic kernel");
+  auto arg_index = [&](const std::string& name) {
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].name() == name) return static_cast<int>(i);
+    TORCH_CHECK(false, "tessera: op '", d.name, "': '", name, "' is not an argument of its schema");
+  };
+  for (const c10::Argument& a : args) p.args.push_back(kind_of(a, d));
+  for (const std::string& name : d.params) {
+    Plan::Param q{From::output, -1, -1};
+    const auto out = std::find_if(d.outputs.begin(), d.outputs.end(),
+                                  [&](const OpDesc::Output& o) { return o.param == name; });
+    if (out != d.outputs.end()) {
+      q.arg = arg_index(out->like);
+      q.out = static_cast<int>(out - d.outputs.begin());
+    } else {
+      q.arg = arg_index(name);
+      q.from = p.args[q.arg];
+    }
+    p.params.push_back(q);
+  }
+  p.num_outputs = static_cast<int>(d.outputs.size());
+  TORCH_CHECK(schema.returns().size() == d.outputs.size(), "tessera: op '", d.name,
+              "': its schema returns ", schema.returns().size(), " values, its description ",
+              d.outputs.size(), " outputs");
+  for (const std::string& g : d.grads) p.grad_args.push_back(arg_index(g));
+  for (const std::string& a : d.backward_args) {
+    using B = Plan::BackwardArg;
+    if (a == "grad") p.backward_args.push_back({B::grad, -1, -1});
+    else if (a == "result") p.backward_args.push_back({B::result, -1, p.num_saved++});
+    else if (const int k = arg_index(a); p.args[k] == From::tensor || p.args[k] == From::optional_tensor)
+      p.backward_args.push_back({B::tensor, k, p.num_saved++});
+    else p.backward_args.push_back({B::value, k, p.num_values++});
+  }
+}
+
+// The schema's arguments off the stack, as run() reads them.
+void read_args(const Plan& p, c10::ArrayRef<c10::IValue> in, Value* v) {
+  for (int i = 0; i < p.num_args; ++i) {
+    const c10::IValue& x = in[i];
+    switch (p.args[i]) {
+      case From::tensor: v[i].tensor = &x.toTensor(); break;
+      case From::optional_tensor: v[i].tensor = x.isNone() ? nullptr : &x.toTensor(); break;
+      case From::real: v[i].real = x.toDouble(); break;
+      case From::integer: v[i].integer = x.toInt(); break;
+      case From::boolean: v[i].boolean = x.toBool(); break;
+      case From::string: v[i].string = x.toStringView(); break;
+      case From::output: break;
+    }
+  }
+}
+
+// One op's CUDA kernel (and CPU one, for the library's own message: a CUDA tensor expected).
+struct Kernel : c10::OperatorKernel {
+  const Plan* plan;
+  explicit Kernel(const Plan* p) : plan(p) {}
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) const {
+    Value v[kMaxArgs];
+    read_args(*plan, torch::jit::last(*stack, plan->num_args), v);
+    Outputs outs = run(*plan, v);
+    torch::jit::drop(*stack, plan->num_args);
+    for (at::Tensor& t : outs) stack->emplace_back(std::move(t));
+  }
+};
+
+// ---- autograd -------------------------------------------------------------------------------------
+
+// apply's arguments: the plan, the op, the tensors whose gradients the backward gives (autograd
+// sees these), the stack (read here, where the call takes its arguments off it).
+struct Function : torch::autograd::Function<Function> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Plan* p,
+                                                const c10::OperatorHandle* op, at::TensorList,
+                                                torch::jit::Stack* stack) {
+    auto in = torch::jit::last(*stack, p->num_args);
+    std::vector<at::Tensor> saved(static_cast<size_t>(p->num_saved));
+    c10::impl::GenericList values(c10::AnyType::get());
+    for (const Plan::BackwardArg& b : p->backward_args) {
+      if (b.kind == Plan::BackwardArg::tensor && in[b.arg].isTensor()) saved[b.slot] = in[b.arg].toTensor();
+      else if (b.kind == Plan::BackwardArg::value) values.push_back(in[b.arg]);
+    }
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op->callBoxed(stack);
+    }
+    torch::autograd::variable_list outs;
+    for (const c10::IValue& o : torch::jit::last(*stack, p->num_outputs)) outs.push_back(o.toTensor());
+    torch::jit::drop(*stack, p->num_outputs);
+    for (const Plan::BackwardArg& b : p->backward_args)
+      if (b.kind == Plan::BackwardArg::result) saved[b.slot] = outs[0];
+    ctx->save_for_backward(saved);
+    ctx->saved_data["plan"] = reinterpret_cast<int64_t>(p);
+    if (!values.empty()) ctx->saved_data["values"] = std::move(values);
+    return outs;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const Plan& p = *reinterpret_cast<const Plan*>(ctx->saved_data["plan"].toInt());
+    torch::autograd::variable_list result(p.grad_args.size() + 3);
+    if (!grads[0].defined()) return result;
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const c10::impl::GenericList values =
+        p.num_values ? ctx->saved_data["values"].toList() : c10::impl::GenericList(c10::AnyType::get());
+    torch::jit::Stack stack;
+    stack.reserve(p.backward_args.size());
+    for (const Plan::BackwardArg& b : p.backward_args) {
+      switch (b.kind) {
+        case Plan::BackwardArg::grad: stack.emplace_back(grads[0].contiguous()); break;
+        case Plan::BackwardArg::value: stack.push_back(values.get(static_cast<size_t>(b.slot))); break;
+        default: stack.emplace_back(saved[static_cast<size_t>(b.slot)]); break;
+      }
+    }
+    p.backward_op().callBoxed(&stack);
+    // The backward's returns, one stack entry each: the gradients of the description's grads.
+    for (size_t i = 0; i < p.grad_args.size() && i < stack.size(); ++i)
+      if (stack[i].isTensor()) result[2 + i] = stack[i].toTensor();
+    return result;
+  }
+};
+
+// One op's autograd kernel: below autograd at once where autograd will not record the call.
+struct AutogradKernel : c10::OperatorKernel {
+  const Plan* plan;
+  explicit AutogradKernel(const Plan* p) : plan(p) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) const {
+    auto in = torch::jit::last(*stack, plan->num_args);
+    c10::SmallVector<at::Tensor, 4> inputs;
+    bool records = false;
+    for (int k : plan->grad_args) {
+      inputs.push_back(in[k].isTensor() ? in[k].toTensor() : at::Tensor());
+      records = records || (inputs.back().defined() && inputs.back().requires_grad());
+    }
+    if (!records || !at::GradMode::is_enabled()) {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.callBoxed(stack);
+      return;
+    }
+    torch::autograd::variable_list outs =
+        Function::apply(plan, &op, at::TensorList(inputs.data(), inputs.size()), stack);
+    for (at::Tensor& t : outs) stack->emplace_back(std::move(t));
+  }
+};
+
+void register_kernels(torch::Library& m) {
+  for (const Plan& p : plans())
+    m.impl(p.desc->name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(&p)));
+}
+
+}  // namespace
+
+const c10::OperatorHandle& Plan::backward_op() const {
+  std::call_once(backward_found, [&] {
+    backward_handle = c10::Dispatcher::singleton().findSchemaOrThrow(("tessera::" + desc->backward).c_str(), "");
+  });
+  return *backward_handle;
+}
+
+const std::deque<Plan>& plans() {
+  static const std::deque<Plan> v = [] {
+    std::deque<Plan> r;
+    for (const OpDesc& d : op_descriptions())
+      if (d.call) fill_plan(r.emplace_back(), d);
+    return r;
+  }();
+  return v;
+}
+
+int index(const std::string& name) {
+  static const std::unordered_map<std::string, int> names = [] {
+    std::unordered_map<std::string, int> m;
+    for (size_t i = 0; i < plans().size(); ++i) m.emplace(plans()[i].desc->name, static_cast<int>(i));
+    return m;
+  }();
+  const auto it = names.find(name);
+  return it == names.end() ? -1 : it->second;
+}
+
+Outputs run(const Plan& p, const Value* args) {
+  const OpDesc& d = *p.desc;
+  const char* op = d.name.c_str();
+  c10::SmallVector<Arg, 6> a(p.params.size());
+  const at::Tensor* first = nullptr;
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const Plan::Param& q = p.params[i];
+    if (q.from == From::output) continue;
+    const Value& v = args[q.arg];
+    switch (q.from) {
+      case From::tensor:
+      case From::optional_tensor:
+        if (v.tensor) {
+          a[i].kind = Arg::Kind::tensor;
+          a[i].tensor = view(op, d.params[i].c_str(), *v.tensor);
+          if (!first) first = v.tensor;
+        }
+        break;
+      case From::real: a[i].kind = Arg::Kind::real; a[i].real = v.real; break;
+      case From::integer: a[i].kind = Arg::Kind::integer; a[i].integer = v.integer; break;
+      case From::boolean: a[i].kind = Arg::Kind::boolean; a[i].boolean = v.boolean; break;
+      case From::string: a[i].kind = Arg::Kind::string; a[i].string = v.string; break;
+      case From::output: break;
+    }
+  }
+  // Outputs after every input is viewed: an input the library refuses allocates nothing.
+  Outputs outs(static_cast<size_t>(p.num_outputs));
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const Plan::Param& q = p.params[i];
+    if (q.from != From::output) continue;
+    outs[q.out] = at::empty_like(*args[q.arg].tensor, at::MemoryFormat::Contiguous);
+    a[i].kind = Arg::Kind::tensor;
+    a[i].tensor = view(op, d.params[i].c_str(), outs[q.out]);
+  }
+  guarded([&] { d.call(a.data(), first ? stream_of(*first) : nullptr); });
+  return outs;
+}
+
+}  // namespace tessera::torch_ops::generic
+
+TESSERA_TORCH_KERNELS(tessera::torch_ops::generic::register_kernels)
+TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
+  using namespace tessera::torch_ops::generic;
+  for (const Plan& p : plans())
+    if (!p.desc->backward.empty())
+      m.impl(p.desc->name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(&p)));
+}

@@ -1,0 +1,72 @@
+// The torch surface of every op whose description has a kernel (tessera/op.hpp): one CUDA kernel
+// and one autograd kernel for all of them, registered from the descriptions by generic.cpp, and the
+// plan they share with the no-grad fast path (fast.cpp): where each of the library function's
+// parameters comes from in the schema's arguments, and which outputs to allocate like which input.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
+
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/op.hpp"
+
+namespace tessera::torch_ops::generic {
+
+struct Plan {
+  const OpDesc* desc = nullptr;
+  std::string qualified;  // "tessera::silu", the profiler's name
+  enum class From : uint8_t { tensor, optional_tensor, real, integer, boolean, string, output };
+  struct Param {
+    From from;
+    int arg;   // the schema argument it reads; for an output, the argument it is shaped like
+    int out;   // for an output, its place among the op's returns
+  };
+  std::vector<Param> params;
+  std::vector<From> args;  // the schema's arguments' kinds
+  int num_args = 0;
+  int num_outputs = 0;
+
+  // Autograd (ops with a backward): the schema positions of the arguments the backward's outputs
+  // are gradients of, and where each of the backward's arguments comes from.
+  std::vector<int> grad_args;
+  struct BackwardArg {
+    enum Kind : uint8_t { grad, result, tensor, value } kind;
+    int arg;   // tensor, value: the forward's schema argument
+    int slot;  // tensor, result: its place among the saved tensors; value: among the saved values
+  };
+  std::vector<BackwardArg> backward_args;
+  int num_saved = 0, num_values = 0;
+  // The backward op's handle, found on first use (its schema may be defined after this one's).
+  const c10::OperatorHandle& backward_op() const;
+  mutable std::once_flag backward_found;
+  mutable std::optional<c10::OperatorHandle> backward_handle;
+};
+
+// The plans of the ops with a generic kernel, in op_descriptions() order; `index` finds one by name
+// (-1 where the op has none).
+const std::deque<Plan>& plans();
+int index(const std::string& name);
+
+// A schema argument's value as run() reads it.
+struct Value {
+  const at::Tensor* tensor = nullptr;  // tensor, optional tensor (nullptr: None)
+  double real = 0;
+  int64_t integer = 0;
+  bool boolean = false;
+  std::string_view string;
+};
+
+// Runs the op's library function on the arguments (one Value per schema argument, in order) on
+// torch's current stream: outputs allocated, the library's errors as torch's. Returns the outputs.
+using Outputs = c10::SmallVector<at::Tensor, 2>;
+Outputs run(const Plan& plan, const Value* args);
+
+inline constexpr int kMaxArgs = 12;  // of a schema, and of a library function
+
+}  // namespace tessera::torch_ops::generic
