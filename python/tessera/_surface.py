@@ -1,16 +1,19 @@
-"""The public function of an op made from its declaration, the one generic mechanism behind the
-ops of the generic kernel (tessera/op.hpp in the C++ library):
+"""The public function of an op made from its declaration, the one mechanism behind the ops of the
+generic kernel (their description in the C++ library, tessera/op.hpp, names a kernel):
 
     @op("silu_mul")
-    def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
+    def silu_mul(gate: TensorT, up: TensorT) -> TensorT:
         '''docstring'''
         return torch.nn.functional.silu(gate) * up
 
-The declaration gives the signature (torch's, in the schema's order), the types and the docstring;
-its body is torch's composition of the same contract, which takes the calls tessera's kernels do
-not (CPU tensors, other dtypes, tensors of mixed dtypes or devices). Every other call takes, in
-order: the no-grad fast path (tessera._torch_fast, skipped while dynamo traces), then the
-registered op torch.ops.tessera.<name> (autograd in C++, fake kernel, torch.compile).
+The declaration gives the signature (torch's: the schema's arguments first, in its order, then any
+of tessera's own, such as ``out=``), the types and the docstring; the public function is generated
+with the same parameters (so Python binds the arguments, at no cost of ours). Its body takes every call the
+op's kernel does not: tensors the kernels do not take (CPU, other dtypes: there, torch's
+composition of the same contract), DLPack arrays, and the arguments beyond the schema's
+(``out=``, ``dtype=``) where they are not their defaults. Every other call takes, in order: the
+no-grad fast path (tessera._torch_fast, skipped while dynamo traces), then the registered op
+torch.ops.tessera.<name> (autograd in C++, fake kernel, torch.compile).
 """
 
 from __future__ import annotations
@@ -18,31 +21,98 @@ from __future__ import annotations
 import functools
 import inspect
 
-from . import _interop
+from . import _C, _interop
+
+_SCHEMAS = {d["name"]: d["schemas"][0] for d in _C.op_descriptions() if d["generic"]}
+
+
+def _schema_names(schema: str) -> list:
+    """The argument names of a schema string, in order ('silu(Tensor input) -> Tensor')."""
+    inner = schema[schema.index("(") + 1:schema.rindex(") ->")]
+    names = []
+    for part in inner.split(","):
+        part = part.strip()
+        if part and part != "*":
+            names.append(part.split("=")[0].split()[-1])
+    return names
 
 
 def op(name: str):
+    schema = _SCHEMAS.get(name)
+    if schema is None:
+        raise ValueError(f"tessera: op {name!r} has no generic kernel in the library's descriptions")
+    schema_names = _schema_names(schema)
+
     def make(declaration):
-        signature = inspect.signature(declaration)
-        names = tuple(signature.parameters)
+        params = list(inspect.signature(declaration).parameters.values())
+        names = [p.name for p in params]
+        n = len(schema_names)
+        if names[:n] != schema_names:
+            raise TypeError(f"tessera.{name}: the declaration's parameters {names} do not start "
+                            f"with the schema's {schema_names}")
+        routes = []  # filled on first use, once torch's ops are loaded
 
-        @functools.wraps(declaration)
-        def call(*args, **kwargs):
-            if kwargs:
-                bound = signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                args = bound.args
-            fast = _interop.fast
-            if fast is not None and not _interop.dynamo_compiling():
-                r = fast.call(_interop.FAST[name], *args)
-                if r is not None:
-                    return r
-            tensors = [a for a in args if _interop.torch_if_tensor(a) is not None]
-            if not tensors or _interop.outside_kernels(*tensors):
-                return declaration(*args)
-            return getattr(_interop.needs_ops(name), name).default(*args)
+        def route(*args):
+            """The registered op where its kernel takes the arguments (tensors plain CUDA ones of
+            one float dtype, numbers and names of the schema's kinds); else the declaration."""
+            if not routes:
+                overload = getattr(_interop.ops, name).default
+                arguments = overload._schema.arguments
+                routes.append((overload, sum(not a.kwarg_only for a in arguments),
+                               [(i, a.name, a.default_value) for i, a in enumerate(arguments)
+                                if a.kwarg_only],
+                               [str(a.type) for a in arguments]))
+            overload, n_pos, kw_only, kinds = routes[0]
+            first = None
+            for a, kind in zip(args, kinds):
+                if kind == "Tensor":
+                    if type(a) is not _interop.Tensor or not a.is_cuda or \
+                            a.dtype not in _interop.FLOATS or (first is not None and a.dtype is not first):
+                        return call_declaration(*args)
+                    first = a.dtype
+                elif kind == "int" and type(a) is not int or kind == "bool" and type(a) is not bool or \
+                        kind == "str" and type(a) is not str or \
+                        kind == "float" and type(a) is not float and type(a) is not int:
+                    return call_declaration(*args)
+            kw = {k: args[i] for i, k, d in kw_only if args[i] != d}
+            return overload(*args[:n_pos], **kw) if kw else overload(*args[:n_pos])
 
-        call.__signature__ = signature
-        call.parameters = names
-        return call
+        # The public function, generated with the declaration's own parameters, so that Python
+        # binds the arguments (no binding of ours on every call).
+        keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+        extras = names[n:]
+        text, namespace = [], {"_interop": _interop, "_route": route, "_declaration": declaration}
+        for i, p in enumerate(params):
+            if p.kind is p.KEYWORD_ONLY and "*" not in text:
+                text.append("*")
+            if p.default is p.empty:
+                text.append(p.name)
+            else:
+                namespace[f"_d{i}"] = p.default
+                text.append(f"{p.name}=_d{i}")
+        schema_args = ", ".join(schema_names)
+        own = " and ".join(f"{e} is _d{names.index(e)}" for e in extras) or "True"
+        passed = ", ".join(e if e not in keyword_only else f"{e}={e}" for e in names)
+        source = f"""
+def {declaration.__name__}({", ".join(text)}):
+    if {own}:
+        fast = _interop.fast
+        if fast is not None and not _interop.dynamo_compiling():
+            r = fast.call(_interop.FAST["{name}"], {schema_args})
+            if r is not None:
+                return r
+        if _interop.ops is not None and type({schema_names[0]}) is _interop.Tensor:
+            return _route({schema_args})
+    return _declaration({passed})
+"""
+        exec(source, namespace)  # noqa: S102 (text built from the declaration's names only)
+        generated = namespace[declaration.__name__]
+
+        def call_declaration(*args):
+            """The declaration on the schema's arguments (tessera's own at their defaults)."""
+            positional = [a for a, p in zip(args, params) if p.kind is not p.KEYWORD_ONLY]
+            kw = {p.name: a for a, p in zip(args, params) if p.kind is p.KEYWORD_ONLY}
+            return declaration(*positional, **kw)
+
+        return functools.wraps(declaration)(generated)
     return make

@@ -221,6 +221,7 @@ def _map_backward_torch(torch, op, fn, grad, x, out, extra):
     return out
 
 
+@op("gelu")
 def gelu(input: TensorT, approximate: str = "none", *, out: TensorT | None = None) -> TensorT:
     """GELU, as :func:`torch.nn.functional.gelu`: ``x * Φ(x)`` with the erf form of the normal CDF
     (``approximate='none'``) or torch's tanh approximation (``approximate='tanh'``).
@@ -228,33 +229,17 @@ def gelu(input: TensorT, approximate: str = "none", *, out: TensorT | None = Non
     ``out`` (not in torch's signature, keyword only) writes the result to a preallocated tensor of
     ``input``'s shape, dtype and device; it may be ``input`` itself.
     """
-    fast = _interop.fast
-    if fast is not None and out is None and not _interop.dynamo_compiling():
-        r = fast.call(_interop.FAST["gelu"], input, approximate) \
-            if type(approximate) is str else None
-        if r is not None:
-            return r
-    ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
-            and input.dtype in _interop.FLOATS:
-        return ops.gelu.default(input) if approximate == "none" else \
-            ops.gelu.default(input, approximate=approximate)
     if out is None and _interop.outside_kernels(input):
         return _interop.torch_module.nn.functional.gelu(input, approximate=approximate)
     return _map("gelu", _C.gelu, input, out, (_approximate(approximate, "gelu"),),
                 lambda ops: ops.gelu.default(input, approximate=approximate))
 
 
+@op("gelu_backward")
 def gelu_backward(grad_output: TensorLike, input: TensorT, *, approximate: str = "none",
                   out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`gelu` with respect to ``input``: ``grad_output * gelu'(input)``, as
     ``torch.ops.aten.gelu_backward``. Not differentiable itself."""
-    ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
-            and input.dtype in _interop.FLOATS and type(grad_output) is _interop.Tensor \
-            and grad_output.dtype is input.dtype:
-        return ops.gelu_backward.default(grad_output, input) if approximate == "none" else \
-            ops.gelu_backward.default(grad_output, input, approximate=approximate)
     if out is None and _interop.outside_kernels(input, grad_output):
         return _interop.torch_module.ops.aten.gelu_backward(grad_output, input,
                                                             approximate=approximate)
@@ -262,32 +247,20 @@ def gelu_backward(grad_output: TensorLike, input: TensorT, *, approximate: str =
     return _map_backward("gelu_backward", _C.gelu_backward, grad_output, input, out, (tanh,))
 
 
+@op("silu")
 def silu(input: TensorT, *, out: TensorT | None = None) -> TensorT:
     """SiLU (swish), as :func:`torch.nn.functional.silu`: ``x * sigmoid(x)``. ``out`` as for
     :func:`gelu` (torch's ``inplace=True`` is ``out=input``)."""
-    fast = _interop.fast
-    if fast is not None and out is None and not _interop.dynamo_compiling():
-        r = fast.call(_interop.FAST["silu"], input)
-        if r is not None:
-            return r
-    ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
-            and input.dtype in _interop.FLOATS:
-        return ops.silu.default(input)
     if out is None and _interop.outside_kernels(input):
         return _interop.torch_module.nn.functional.silu(input)
     return _map("silu", _C.silu, input, out, (), lambda ops: ops.silu.default(input))
 
 
+@op("silu_backward")
 def silu_backward(grad_output: TensorLike, input: TensorT, *,
                   out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`silu` with respect to ``input``, as ``torch.ops.aten.silu_backward``.
     Not differentiable itself."""
-    ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
-            and input.dtype in _interop.FLOATS and type(grad_output) is _interop.Tensor \
-            and grad_output.dtype is input.dtype:
-        return ops.silu_backward.default(grad_output, input)
     if out is None and _interop.outside_kernels(input, grad_output):
         return _interop.torch_module.ops.aten.silu_backward(grad_output, input)
     return _map_backward("silu_backward", _C.silu_backward, grad_output, input, out, ())

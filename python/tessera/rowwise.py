@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from . import _C, _interop
 from ._interop import (as_arg, dlpack_stream, torch_if_tensor, torch_stream,
                        torch_view, wrap_output)
+from ._surface import op
 from .elementwise import _no_grad_with_out
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ def _param_grad(torch, x, k: int, like):
 
 # ---- softmax and log_softmax --------------------------------------------------------------------
 
+@op("softmax")
 def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
             out: TensorT | None = None) -> TensorT:
     """Softmax along ``dim``, as :func:`torch.softmax`: a row containing NaN gives NaN, a row of
@@ -175,32 +177,15 @@ def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
     ``out`` (keyword only, not in torch's signature) writes the result to a preallocated tensor of
     the input's shape, dtype and device; it may be the input itself.
     """
-    fast = _interop.fast
-    if fast is not None and out is None and dtype is None and not _interop.dynamo_compiling():
-        r = fast.call(_interop.FAST["softmax"], input, dim)
-        if r is not None:
-            return r
-    ops = _interop.ops
-    if out is None and dtype is None and ops is not None and type(input) is _interop.Tensor \
-            and type(dim) is int and input.is_cuda and input.dtype in _interop.FLOATS:
-        return ops.softmax.default(input, dim)
     if out is None and _interop.outside_kernels(input, cast=dtype):
         return _interop.torch_module.softmax(input, dim, dtype=dtype)
     return _softmax_entry(input, dim, dtype, out, False)
 
 
+@op("log_softmax")
 def log_softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
                 out: TensorT | None = None) -> TensorT:
     """Log-softmax along ``dim``, as :func:`torch.log_softmax`; see :func:`softmax`."""
-    fast = _interop.fast
-    if fast is not None and out is None and dtype is None and not _interop.dynamo_compiling():
-        r = fast.call(_interop.FAST["log_softmax"], input, dim)
-        if r is not None:
-            return r
-    ops = _interop.ops
-    if out is None and dtype is None and ops is not None and type(input) is _interop.Tensor \
-            and type(dim) is int and input.is_cuda and input.dtype in _interop.FLOATS:
-        return ops.log_softmax.default(input, dim)
     if out is None and _interop.outside_kernels(input, cast=dtype):
         return _interop.torch_module.log_softmax(input, dim, dtype=dtype)
     return _softmax_entry(input, dim, dtype, out, True)
@@ -238,25 +223,21 @@ def _softmax_torch(torch, x, dim, log, out):
     return out
 
 
+@op("softmax_backward")
 def softmax_backward(grad_output: TensorLike, output: TensorT, dim: int, *,
                      out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`softmax` with respect to its input, from the forward's ``output`` ``y``:
     ``y * (grad_output - sum_dim(grad_output * y))``, as ``torch.ops.aten._softmax_backward_data``
     (without its input_dtype: the result has ``output``'s dtype). Not differentiable itself."""
-    ops = _interop.ops
-    if out is None and ops is not None and type(output) is _interop.Tensor and type(dim) is int:
-        return ops.softmax_backward.default(grad_output, output, dim)
     return _softmax_backward_entry(grad_output, output, dim, out, False)
 
 
+@op("log_softmax_backward")
 def log_softmax_backward(grad_output: TensorLike, output: TensorT, dim: int, *,
                          out: TensorT | None = None) -> TensorT:
     """Gradient of :func:`log_softmax` from the forward's ``output`` ``y``:
     ``grad_output - exp(y) * sum_dim(grad_output)``, as
     ``torch.ops.aten._log_softmax_backward_data``. Not differentiable itself."""
-    ops = _interop.ops
-    if out is None and ops is not None and type(output) is _interop.Tensor and type(dim) is int:
-        return ops.log_softmax_backward.default(grad_output, output, dim)
     return _softmax_backward_entry(grad_output, output, dim, out, True)
 
 
