@@ -6,7 +6,7 @@ cases slower by more than a threshold.
     python3 scripts/compare_bench.py --old R1/bench.json R2/bench.json ... \\
                                      --new R1/bench.json R2/bench.json ... [--threshold 0.02]
 
-Reads the JSON that bench::Report::write_json writes (src/bench/report.cpp): {"peaks": ...,
+Reads the JSON that bench::Report::write_json writes (harness/bench/report.cpp): {"peaks": ...,
 "rows": [{"op", "provider", "dtype", "shape", "size", "median_ms", ...}, ...]}. A case is
 (op, dtype, shape), per provider; each round contributes its row's median_ms, and each side's
 figure is the median of its rounds (robust to one disturbed round). Cases measured on one side

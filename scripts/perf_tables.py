@@ -7,7 +7,7 @@
     python3 scripts/perf_tables.py --check [--perf docs/PERF.md]
 
 REPORT: a bench.json, or a directory searched (recursively, in sorted path order) for bench.json
-files. Both writers give the same format: `tessera bench --out DIR` (src/bench/report.cpp,
+files. Both writers give the same format: `tessera bench --out DIR` (harness/bench/report.cpp,
 Report::write_json: one provider, "tessera") and the Python benchmarks' `--out DIR`
 (benchmarks/common.py, Suite.finish -> tessera.bench.Report.write_json: several providers per
 case, tessera and its peers, plus a "notes" list, which is not used here):

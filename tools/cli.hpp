@@ -11,7 +11,7 @@
 #include "tessera/tensor.hpp"
 
 namespace tessera::ops {
-struct OpInfo;  // src/ops/registry.hpp, kept out of this header so tools/ needs no src/ path
+struct OpInfo;  // harness/ops/registry.hpp, kept out of this header so tools/ needs no src/ path
 }
 
 namespace tessera::cli {

@@ -53,7 +53,8 @@ struct OpDesc {
   };
   std::vector<std::string> params;
   std::vector<Output> outputs;
-  void (*call)(const Arg* args, cudaStream_t stream) = nullptr;
+  // The library function run on `args` (one per param, in order); `op` names it in errors.
+  void (*call)(const char* op, const Arg* args, cudaStream_t stream) = nullptr;
 
   // Autograd: the op whose result is the forward's gradients, called with `backward_args`
   // ("grad": the gradient of the forward's first output, made contiguous; "result": the
@@ -72,34 +73,35 @@ template <class T, class = void>
 struct FromArg;
 template <>
 struct FromArg<const TensorView&> {
-  static const TensorView& get(const Arg& a) { return a.tensor; }
+  static const TensorView& get(const Arg& a, const char*) { return a.tensor; }
 };
 template <>
 struct FromArg<const TensorView*> {
-  static const TensorView* get(const Arg& a) {
+  static const TensorView* get(const Arg& a, const char*) {
     return a.kind == Arg::Kind::tensor ? &a.tensor : nullptr;
   }
 };
 template <>
 struct FromArg<bool> {
-  static bool get(const Arg& a) { return a.boolean; }
+  static bool get(const Arg& a, const char*) { return a.boolean; }
 };
 template <class T>
 struct FromArg<T, std::enable_if_t<std::is_floating_point_v<T>>> {
-  static T get(const Arg& a) {
+  static T get(const Arg& a, const char*) {
     return static_cast<T>(a.kind == Arg::Kind::integer ? static_cast<double>(a.integer) : a.real);
   }
 };
 template <class T>
 struct FromArg<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
-  static T get(const Arg& a) { return static_cast<T>(a.integer); }
+  static T get(const Arg& a, const char*) { return static_cast<T>(a.integer); }
 };
-// An enum from its name: parse(std::string_view, E&), declared beside the enum, found by ADL.
+// An enum from its name: parse(const char* op, std::string_view, E&), declared beside the enum,
+// found by ADL; it names `op` in its error.
 template <class T>
 struct FromArg<T, std::enable_if_t<std::is_enum_v<T>>> {
-  static T get(const Arg& a) {
+  static T get(const Arg& a, const char* op) {
     T v{};
-    parse(a.string, v);
+    parse(op, a.string, v);
     return v;
   }
 };
@@ -113,11 +115,11 @@ struct Invoke<Fn, void (*)(P...)> {
   static_assert(std::is_same_v<std::tuple_element_t<sizeof...(P) - 1, Params>, cudaStream_t>,
                 "an operator takes its stream last");
   template <size_t... I>
-  static void run(const Arg* args, cudaStream_t stream, std::index_sequence<I...>) {
-    Fn(FromArg<std::tuple_element_t<I, Params>>::get(args[I])..., stream);
+  static void run(const char* op, const Arg* args, cudaStream_t stream, std::index_sequence<I...>) {
+    Fn(FromArg<std::tuple_element_t<I, Params>>::get(args[I], op)..., stream);
   }
-  static void call(const Arg* args, cudaStream_t stream) {
-    run(args, stream, std::make_index_sequence<sizeof...(P) - 1>{});
+  static void call(const char* op, const Arg* args, cudaStream_t stream) {
+    run(op, args, stream, std::make_index_sequence<sizeof...(P) - 1>{});
   }
 };
 }  // namespace detail

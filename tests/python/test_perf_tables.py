@@ -1,5 +1,5 @@
 """scripts/perf_tables.py: docs/PERF.md's tables from bench reports, and its --check of them (CPU
-only; the reports here are synthetic, in the format of src/bench/report.cpp and
+only; the reports here are synthetic, in the format of harness/bench/report.cpp and
 benchmarks/common.py)."""
 
 import importlib.util

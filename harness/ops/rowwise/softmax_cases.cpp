@@ -231,7 +231,6 @@ const Registrar kRegistrar(10, [] {
     op.verify_cases = [kind = kind] { return cases(kind); };
     op.make_bench = [kind = kind](DType dt, int64_t n) { return bench(kind, dt, n); };
     op.bench_shape = [kind = kind](DType dt, int64_t n) { return bench_shape(kind, dt, n); };
-    const bool bwd = kind == Kind::softmax_backward || kind == Kind::log_softmax_backward;
     ops.push_back(op);
   }
   return ops;

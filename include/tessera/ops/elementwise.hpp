@@ -23,8 +23,8 @@ void add(const TensorView& input, double other, const TensorView& out, double al
          cudaStream_t stream);
 
 enum class GeluApproximate { none, tanh };  // erf form, or torch's tanh approximation
-// From torch's spelling, "none" or "tanh"; tessera::Error naming gelu's `approximate` otherwise.
-void parse(std::string_view name, GeluApproximate& out);
+// From torch's spelling, "none" or "tanh"; otherwise tessera::Error naming op's `approximate`.
+void parse(const char* op, std::string_view name, GeluApproximate& out);
 
 // out = gelu(input); out has input's shape and dtype.
 void gelu(const TensorView& input, const TensorView& out, GeluApproximate approximate,

@@ -1,6 +1,6 @@
 // Attention as torch ops: attention (out and lse, FlashAttention's [batch, seq, heads, head_dim]
 // layout) and attention_backward, with the autograd kernel that ties them. Schemas: the
-// descriptions' (src/ops/attention/attention_cases.cpp). lse is float32 [batch, heads_q, seq_q]
+// descriptions' (src/ops/attention/attention.cu). lse is float32 [batch, heads_q, seq_q]
 // and not differentiable.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>

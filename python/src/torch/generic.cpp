@@ -262,7 +262,7 @@ Outputs run(const Plan& p, const Value* args) {
     a[i].kind = Arg::Kind::tensor;
     a[i].tensor = view(op, d.params[i].c_str(), outs[q.out]);
   }
-  guarded([&] { d.call(a.data(), first ? stream_of(*first) : nullptr); });
+  guarded([&] { d.call(op, a.data(), first ? stream_of(*first) : nullptr); });
   return outs;
 }
 

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "binding.hpp"
 
@@ -106,42 +107,28 @@ at::Tensor scaled_saved_grad(AutogradContext* ctx, const variable_list& grads) {
   return grad;
 }
 
-struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
-  static const auto& op() {
-    static const auto h = handle<Tensor3(const at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double, double,
-                                         double, bool)>("cross_entropy");
-    return h;
-  }
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& target,
-                               int64_t ignore_index, c10::string_view reduction, double label_smoothing, double z_loss,
-                               double softcap) {
-    auto [loss, lse, grad] =
-        call_below_autograd(op(), logits, target, ignore_index, reduction, label_smoothing, z_loss, softcap, true);
-    ctx->saved_data["grad"] = grad;
-    ctx->saved_data["reduction"] = std::string(reduction);
-    ctx->mark_non_differentiable({lse});
-    return {loss, lse};
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list r(7);
-    r[0] = scaled_saved_grad(ctx, grads);
-    return r;
-  }
-};
-
-// The in-place form: the logits' storage receives the gradient in the forward (Liger-style), so
-// training holds no second N x V buffer; the logits' values are gone after the call.
-struct CrossEntropyInplaceFunction : torch::autograd::Function<CrossEntropyInplaceFunction> {
-  using Sig = Tensor2(at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double, double, double);
+// The functional form keeps the gradient its forward wrote beside the logits; the in-place form
+// (Liger-style) writes it over the logits' storage, so training holds no second N x V buffer (the
+// logits' values are gone after the call).
+template <bool Inplace>
+struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction<Inplace>> {
+  using Sig = std::conditional_t<
+      Inplace, Tensor2(at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double, double, double),
+      Tensor3(const at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double, double, double, bool)>;
   static const c10::TypedOperatorHandle<Sig>& op() {
-    static const auto h = handle<Sig>("cross_entropy", "inplace");
+    static const auto h = handle<Sig>("cross_entropy", Inplace ? "inplace" : "");
     return h;
   }
   static variable_list forward(AutogradContext* ctx, at::Tensor logits, const at::Tensor& target, int64_t ignore_index,
                                c10::string_view reduction, double label_smoothing, double z_loss, double softcap) {
-    auto [loss, lse] =
-        call_below_autograd(op(), logits, target, ignore_index, reduction, label_smoothing, z_loss, softcap);
-    ctx->saved_data["grad"] = logits;
+    at::Tensor loss, lse, grad = logits;
+    if constexpr (Inplace)
+      std::tie(loss, lse) = call_below_autograd(op(), logits, target, ignore_index, reduction, label_smoothing, z_loss,
+                                                softcap);
+    else
+      std::tie(loss, lse, grad) = call_below_autograd(op(), logits, target, ignore_index, reduction, label_smoothing,
+                                                      z_loss, softcap, true);
+    ctx->saved_data["grad"] = grad;
     ctx->saved_data["reduction"] = std::string(reduction);
     ctx->mark_non_differentiable({lse});
     return {loss, lse};
@@ -157,9 +144,10 @@ Tensor3 cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& targe
                                c10::string_view reduction, double label_smoothing, double z_loss, double softcap,
                                bool with_grad) {
   if (!records(logits))
-    return call_below_autograd(CrossEntropyFunction::op(), logits, target, ignore_index, reduction, label_smoothing,
-                               z_loss, softcap, with_grad);
-  auto r = CrossEntropyFunction::apply(logits, target, ignore_index, reduction, label_smoothing, z_loss, softcap);
+    return call_below_autograd(CrossEntropyFunction<false>::op(), logits, target, ignore_index, reduction,
+                               label_smoothing, z_loss, softcap, with_grad);
+  auto r = CrossEntropyFunction<false>::apply(logits, target, ignore_index, reduction, label_smoothing, z_loss,
+                                              softcap);
   return {r[0], r[1], at::empty({0}, logits.options())};
 }
 
@@ -167,10 +155,10 @@ Tensor2 cross_entropy_inplace_autograd(at::Tensor& logits, const at::Tensor& tar
                                        c10::string_view reduction, double label_smoothing, double z_loss,
                                        double softcap) {
   if (!records(logits))
-    return call_below_autograd(CrossEntropyInplaceFunction::op(), logits, target, ignore_index, reduction,
+    return call_below_autograd(CrossEntropyFunction<true>::op(), logits, target, ignore_index, reduction,
                                label_smoothing, z_loss, softcap);
-  auto r = CrossEntropyInplaceFunction::apply(logits, target, ignore_index, reduction, label_smoothing, z_loss,
-                                              softcap);
+  auto r = CrossEntropyFunction<true>::apply(logits, target, ignore_index, reduction, label_smoothing, z_loss,
+                                             softcap);
   return {r[0], r[1]};
 }
 

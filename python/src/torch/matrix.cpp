@@ -1,6 +1,6 @@
 // The matrix family as torch ops: matmul (the library's 2-d/3-d operands; the Python layer views
 // torch.matmul's shapes as these) and scaled_mm. Schemas: the descriptions'
-// (src/ops/matrix/matmul_cases.cpp).
+// (src/ops/matrix/matmul.cu).
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/custom_function.h>

@@ -61,21 +61,28 @@ at::Tensor param_grad(const at::Tensor& x, int k, const OptTensor& like) {
   return at::empty(x.sizes().slice(x.dim() - k), x.options().dtype(dtype));
 }
 
-Tensor3 layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
-                   const OptTensor& bias, double eps) {
+// The forward; with `stats` false (the fast path: nothing will ask for them) no mean and rstd.
+Tensor3 layer_norm_with(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
+                        const OptTensor& bias, double eps, bool stats) {
   const char* op = "layer_norm";
   const int k = normalized_ndim(op, input, normalized_shape);
-  TensorView w, b;
+  TensorView w, b, mean, rstd;
   const TensorView x = view(op, "input", input);
   const TensorView* wp = optional_view(op, "weight", weight, w);
   const TensorView* bp = optional_view(op, "bias", bias, b);
   at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
-  auto stats = new_stats(input, k, 2);
+  const std::vector<at::Tensor> s = stats ? new_stats(input, k, 2) : std::vector<at::Tensor>{};
   guarded([&] {
-    const TensorView mean = view(op, "mean", stats[0]), rstd = view(op, "rstd", stats[1]);
-    tessera::layer_norm(x, k, wp, bp, eps, view(op, "out", out), &mean, &rstd, stream_of(input));
+    if (stats) mean = view(op, "mean", s[0]), rstd = view(op, "rstd", s[1]);
+    tessera::layer_norm(x, k, wp, bp, eps, view(op, "out", out), stats ? &mean : nullptr,
+                        stats ? &rstd : nullptr, stream_of(input));
   });
-  return {out, stats[0], stats[1]};
+  return stats ? Tensor3{out, s[0], s[1]} : Tensor3{out, {}, {}};
+}
+
+Tensor3 layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
+                   const OptTensor& bias, double eps) {
+  return layer_norm_with(input, normalized_shape, weight, bias, eps, true);
 }
 
 Tensor3 layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
@@ -101,20 +108,25 @@ Tensor3 layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& inp
   return {gi, gw, gb};
 }
 
-Tensor2 rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
-                 double eps) {
+Tensor2 rms_norm_with(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
+                      double eps, bool stats) {
   const char* op = "rms_norm";
   const int k = normalized_ndim(op, input, normalized_shape);
-  TensorView w;
+  TensorView w, rstd;
   const TensorView x = view(op, "input", input);
   const TensorView* wp = optional_view(op, "weight", weight, w);
   at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
-  auto stats = new_stats(input, k, 1);
+  const std::vector<at::Tensor> s = stats ? new_stats(input, k, 1) : std::vector<at::Tensor>{};
   guarded([&] {
-    const TensorView rstd = view(op, "rstd", stats[0]);
-    tessera::rms_norm(x, k, wp, eps, view(op, "out", out), &rstd, stream_of(input));
+    if (stats) rstd = view(op, "rstd", s[0]);
+    tessera::rms_norm(x, k, wp, eps, view(op, "out", out), stats ? &rstd : nullptr, stream_of(input));
   });
-  return {out, stats[0]};
+  return stats ? Tensor2{out, s[0]} : Tensor2{out, {}};
+}
+
+Tensor2 rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
+                 double eps) {
+  return rms_norm_with(input, normalized_shape, weight, eps, true);
 }
 
 Tensor2 rms_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
@@ -243,28 +255,11 @@ namespace tessera::torch_ops::fast {
 at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                       double eps) {
-  const char* op = "layer_norm";
-  const int k = normalized_ndim(op, input, normalized_shape);
-  TensorView w, b;
-  const TensorView x = view(op, "input", input);
-  const TensorView* wp = optional_view(op, "weight", weight, w);
-  const TensorView* bp = optional_view(op, "bias", bias, b);
-  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
-  guarded([&] {
-    tessera::layer_norm(x, k, wp, bp, eps, view(op, "out", out), nullptr, nullptr, stream_of(input));
-  });
-  return out;
+  return std::get<0>(layer_norm_with(input, normalized_shape, weight, bias, eps, false));
 }
 
 at::Tensor rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                     const std::optional<at::Tensor>& weight, double eps) {
-  const char* op = "rms_norm";
-  const int k = normalized_ndim(op, input, normalized_shape);
-  TensorView w;
-  const TensorView x = view(op, "input", input);
-  const TensorView* wp = optional_view(op, "weight", weight, w);
-  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
-  guarded([&] { tessera::rms_norm(x, k, wp, eps, view(op, "out", out), nullptr, stream_of(input)); });
-  return out;
+  return std::get<0>(rms_norm_with(input, normalized_shape, weight, eps, false));
 }
 }  // namespace tessera::torch_ops::fast

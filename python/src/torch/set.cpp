@@ -1,4 +1,4 @@
-// The set family as torch ops: isin. Schema: the description's (src/ops/set/isin_cases.cpp).
+// The set family as torch ops: isin. Schema: the description's (src/ops/set/isin.cu).
 #include <ATen/ops/empty.h>
 
 #include <string>

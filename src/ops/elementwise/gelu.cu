@@ -41,10 +41,10 @@ void gelu_backward(const TensorView& grad_out, const TensorView& x, const Tensor
 
 namespace tessera {
 
-void parse(std::string_view name, GeluApproximate& out) {
+void parse(const char* op, std::string_view name, GeluApproximate& out) {
   if (name == "none") out = GeluApproximate::none;
   else if (name == "tanh") out = GeluApproximate::tanh;
-  else detail::throw_arg(ErrorKind::value, "gelu", "approximate", "'none' or 'tanh'", "'" + std::string(name) + "'");
+  else detail::throw_arg(ErrorKind::value, op, "approximate", "'none' or 'tanh'", "'" + std::string(name) + "'");
 }
 
 namespace {
