@@ -17,7 +17,7 @@ row- or column-major) and attention (family "attention": the ops of F.scaled_dot
 cuDNN backend, which torch picks on Hopper, forward and backward; tessera's attention where it
 takes the call: no mask, no dropout, causal only with seq_q = seq_k; dq in a fixed order under
 torch.use_deterministic_algorithms) are routable but not routed unless named: tessera's GEMM is
-below cuBLAS on many shapes and its attention below cuDNN at short sequences (docs/PERF.md), so
+below cuBLAS on many shapes and its attention below cuDNN at short sequences (benchmarks/), so
 ``enable()`` leaves them to torch and ``enable(include=tessera.routable())`` routes everything.
 A routed attention forward hands its lse to the routed backward only: switching routing between
 a forward and its backward is not supported.

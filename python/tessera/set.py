@@ -11,7 +11,7 @@ found and -0.0 equals 0.0.
 Paths (``path=``): 'brute_force' (one fused compare kernel, small test sets), 'sort' (CUB radix
 sort of test_elements, then a binary search per element), 'hash' (a hash set of test_elements),
 'bitmap' (8- and 16-bit dtypes: one presence bit per value), or 'automatic' (the default), which
-picks one from the sizes with the crossovers measured on an H200 (docs/PERF.md). The crossovers
+picks one from the sizes with the crossovers measured on an H200 (benchmarks/set.py). The crossovers
 are tunable: ``tessera.set.isin_thresholds`` holds the defaults each call uses.
 """
 

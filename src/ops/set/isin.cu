@@ -7,7 +7,7 @@
 // (-0.0 == 0.0), and a NaN element, which is never found, is caught by its own test before any
 // lookup. One set of kernels thus serves all dtypes, reading raw bits.
 //
-// Paths (IsinOptions picks one; the crossovers were measured on an H200, see docs/PERF.md):
+// Paths (IsinOptions picks one; the crossovers measured on an H200 by benchmarks/set.py's scan):
 //  - brute_force: one kernel; each CTA streams test_elements through shared memory in chunks and
 //    every thread compares its elements against each key (a broadcast read). M x N compares, no
 //    M x N matrix. Best when N is small: one launch, nothing to prepare.
