@@ -3,10 +3,10 @@
 //
 // The CUDA kernel reads the schema's arguments off the dispatcher's stack, allocates each output
 // like the input its description names, and runs the library function on torch's current stream.
-// The autograd kernel, where autograd records the call, saves what the description's backward
-// formula names (arguments, the forward's result), runs the op below autograd, and attaches a node
-// whose apply calls the backward op through the dispatcher, so the backward is itself a tessera op
-// that torch.compile and the profiler see.
+// The autograd kernel, where autograd records the call, runs the op below autograd inside one
+// torch::autograd::Function for every op: its forward saves what the description's backward
+// formula names (arguments, the forward's result), its backward calls the backward op through the
+// dispatcher, so the backward is itself a tessera op that torch.compile and the profiler see.
 #include "generic.hpp"
 
 #include <ATen/core/dispatch/Dispatcher.h>
