@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import Any, Callable, TypeVar, cast
 
 from . import _C, _interop
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _SCHEMAS = {d["name"]: d["schemas"][0] for d in _C.op_descriptions() if d["generic"]}
 
@@ -37,13 +40,13 @@ def _schema_names(schema: str) -> list:
     return names
 
 
-def op(name: str):
+def op(name: str) -> Callable[[F], F]:
     schema = _SCHEMAS.get(name)
     if schema is None:
         raise ValueError(f"tessera: op {name!r} has no generic kernel in the library's descriptions")
     schema_names = _schema_names(schema)
 
-    def make(declaration):
+    def make(declaration: F) -> F:
         params = list(inspect.signature(declaration).parameters.values())
         names = [p.name for p in params]
         n = len(schema_names)
@@ -114,5 +117,5 @@ def {declaration.__name__}({", ".join(text)}):
             kw = {p.name: a for a, p in zip(args, params) if p.kind is p.KEYWORD_ONLY}
             return declaration(*positional, **kw)
 
-        return functools.wraps(declaration)(generated)
+        return cast(F, functools.wraps(declaration)(generated))
     return make
