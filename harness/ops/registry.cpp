@@ -1,12 +1,12 @@
 #include "ops/registry.hpp"
 
 #include <algorithm>
-#include <iterator>
 #include <set>
 #include <tuple>
 #include <utility>
 
 #include "runtime/check.hpp"
+#include "tessera/op.hpp"
 
 namespace tessera::ops {
 namespace {
@@ -20,12 +20,6 @@ struct Entry {
 std::vector<Entry>& entries() {
   static std::vector<Entry> e;
   return e;
-}
-
-int family_rank(const std::string& family) {
-  static const char* const kFamilies[] = {"elementwise", "rowwise", "matrix", "attention", "loss", "set"};
-  const auto it = std::find(std::begin(kFamilies), std::end(kFamilies), family);
-  return static_cast<int>(it - std::begin(kFamilies));  // unknown families after the known ones
 }
 
 // A description missing a part would fail later, far from its cause (an empty std::function

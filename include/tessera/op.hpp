@@ -169,6 +169,10 @@ struct OpRegistrar {
   OpRegistrar(describe&& op);
 };
 
+// The place of a family in DESIGN.md's family table (elementwise, rowwise, matrix, attention,
+// loss, set); unknown families after those. The harness orders its table by it too.
+int family_rank(std::string_view family);
+
 // Every description, in the order of DESIGN.md's family table (elementwise, rowwise, matrix,
 // attention, loss, set), then by name.
 const std::vector<OpDesc>& op_descriptions();

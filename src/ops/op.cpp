@@ -16,12 +16,6 @@ std::vector<OpDesc>& registered() {
   return v;
 }
 
-int family_rank(const std::string& family) {
-  static const char* const kFamilies[] = {"elementwise", "rowwise", "matrix", "attention", "loss", "set"};
-  return static_cast<int>(std::find(std::begin(kFamilies), std::end(kFamilies), family) -
-                          std::begin(kFamilies));
-}
-
 // A description that a surface could not use is refused when the table is built, naming the op.
 void check(const OpDesc& d) {
   auto refuse = [&](const char* field, const std::string& expected, const std::string& got) {
@@ -55,6 +49,12 @@ std::vector<OpDesc> build() {
 }
 
 }  // namespace
+
+int family_rank(std::string_view family) {
+  static const std::string_view kFamilies[] = {"elementwise", "rowwise", "matrix", "attention", "loss", "set"};
+  return static_cast<int>(std::find(std::begin(kFamilies), std::end(kFamilies), family) -
+                          std::begin(kFamilies));
+}
 
 OpRegistrar::OpRegistrar(describe&& op) { registered().push_back(std::move(op.d)); }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
 #include "testing.hpp"
+#include "tessera/op.hpp"
 
 namespace {
 
@@ -80,6 +82,18 @@ TEST(Registry, EveryDescriptionIsComplete) {
         else EXPECT_EQ(s.flops, 0.0);
       }
     }
+  }
+}
+
+// The harness adds cases to the library's descriptions, under their names: every described op has
+// them, in its family and for the dtypes its description says its kernels take.
+TEST(Registry, EveryDescribedOpHasCases) {
+  for (const tessera::OpDesc& d : tessera::op_descriptions()) {
+    SCOPED_TRACE(d.name);
+    const auto* op = find_op(d.name);
+    ASSERT_NE(op, nullptr) << "no cases for a described op";
+    EXPECT_EQ(op->family, d.family);
+    EXPECT_EQ(std::set<DType>(op->dtypes.begin(), op->dtypes.end()), std::set<DType>(d.dtypes.begin(), d.dtypes.end()));
   }
 }
 
