@@ -54,7 +54,7 @@ ops = None
 # torch.compiler.is_dynamo_compiling (False when called, True where dynamo traces) to skip it in
 # compiled graphs, which take the registered ops.
 fast = None
-FAST = {}  # op name -> its index for fast.call, for the ops of the generic kernel
+FAST = {}  # op name -> its index for fast.call (its place among the ops of the generic kernel)
 dynamo_compiling = None
 torch_module = None  # the torch module, once seen
 FLOATS = frozenset()  # torch's float32, float16 and bfloat16, once seen: the float kernels' dtypes
@@ -95,6 +95,10 @@ def init_ops(torch) -> None:
         if fast is not None:
             from . import _C
             FAST = {d["name"]: fast.index(d["name"]) for d in _C.op_descriptions() if d["generic"]}
+            # The public functions call fast.call with the op's place among these (tessera/
+            # _surface.py): the same libtessera gives both lists, so a mismatch is a broken install.
+            if list(FAST.values()) != list(range(len(FAST))):
+                fast = None
         dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
         torch_module = torch
         FLOATS = frozenset((torch.float32, torch.float16, torch.bfloat16))

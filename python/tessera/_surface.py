@@ -26,7 +26,11 @@ from . import _C, _interop
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_SCHEMAS = {d["name"]: d["schemas"][0] for d in _C.op_descriptions() if d["generic"]}
+_GENERIC = [d for d in _C.op_descriptions() if d["generic"]]
+_SCHEMAS = {d["name"]: d["schemas"][0] for d in _GENERIC}
+# An op's index for _torch_fast.call: its place among the ops of the generic kernel, in the
+# library's order (the torch ops count them in the same order; _interop checks that they agree).
+_FAST_INDEX = {d["name"]: i for i, d in enumerate(_GENERIC)}
 
 
 def _schema_names(schema: str) -> list:
@@ -101,7 +105,7 @@ def {declaration.__name__}({", ".join(text)}):
     if {own}:
         fast = _interop.fast
         if fast is not None and not _interop.dynamo_compiling():
-            r = fast.call(_interop.FAST["{name}"], {schema_args})
+            r = fast.call({_FAST_INDEX[name]}, {schema_args})
             if r is not None:
                 return r
         if _interop.ops is not None and type({schema_names[0]}) is _interop.Tensor:
