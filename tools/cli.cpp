@@ -91,8 +91,8 @@ const std::vector<VerbSpec>& verb_specs() {
          [](Args& a, const std::string& v) { a.sizes = {parse_size("--size", v)}; }},
         kDevice}},
       {Verb::tune, "tune", "[OPS...]",
-       "tune configs ahead of time into the tune cache (ops with configs: matmul, alias gemm; "
-       "attention, whose decode tier tunes its split), or list the cache (--show)",
+       "tune the configs of ops that have them ahead of time into the tune cache, or list the "
+       "cache (--show)",
        {{"--shapes", "LIST",
          "problems, comma-separated: MxNxK for matmul (e.g. 4096x4096x4096,16x4096x14336), "
          "BxSQxSKxHQxHKxD for attention (batch, seq_q, seq_k, heads_q, heads_kv, head_dim; "
@@ -130,6 +130,52 @@ std::string op_names() {
   std::string names;
   for (const auto& op : ops::all_ops()) names += (names.empty() ? "" : ", ") + op.name;
   return names;
+}
+
+// The ops with configs: the tune cache's only users, which `tune` drives through their library
+// calls (tools/commands.cpp). Other ops have nothing to tune, so `tune` takes only these.
+struct TunableOp {
+  const char* name;
+  const char* alias;  // another name `tune` takes for it; nullptr for none
+  const char* tuned;  // what is tuned, for the --help text
+};
+const TunableOp kTunableOps[] = {
+    {"matmul", "gemm", "the GEMM config per shape bucket, dtype and layout"},
+    {"attention", nullptr, "the decode tier's split over the keys (seq_q <= 16)"},
+};
+
+// "matmul (alias gemm), attention": what a tune error lists.
+std::string tunable_op_names() {
+  std::string names;
+  for (const auto& t : kTunableOps)
+    names += (names.empty() ? "" : ", ") + std::string(t.name) +
+             (t.alias ? std::string(" (alias ") + t.alias + ")" : "");
+  return names;
+}
+
+// The tunable op `arg` names (an alias gives its op); a UsageError naming the tunable ops else.
+std::string tunable_op(const std::string& arg) {
+  for (const auto& t : kTunableOps)
+    if (arg == t.name || (t.alias && arg == t.alias)) return t.name;
+  const std::string what = ops::select_ops(arg).empty() ? "unknown op '" + arg + "'"
+                                                        : "op '" + arg + "' has no configs to tune";
+  throw UsageError("tune: " + what + " (ops with configs: " + tunable_op_names() + ")");
+}
+
+// The tune --help lines of the tunable ops: each with what of it is tuned.
+std::string tunable_op_lines() {
+  const auto label = [](const TunableOp& t) {
+    return std::string(t.name) + (t.alias ? std::string(", alias ") + t.alias : "");
+  };
+  size_t width = 0;
+  for (const auto& t : kTunableOps) width = std::max(width, label(t).size());
+  std::string text;
+  for (const auto& t : kTunableOps) {
+    std::string left = "  " + label(t);
+    left.resize(width + 4, ' ');
+    text += left + t.tuned + "\n";
+  }
+  return text;
 }
 
 Verb parse_verb(const std::string& text) {
@@ -189,18 +235,45 @@ std::vector<std::string> dtype_groups(const std::vector<const ops::OpInfo*>& ops
   return lines;
 }
 
+// The ops of one family that mean the same by a size.
+struct SizeGroup {
+  std::string family, meaning;
+  std::vector<const ops::OpInfo*> ops;
+};
+
+std::vector<SizeGroup> size_groups() {
+  std::vector<SizeGroup> groups;
+  for (const auto& op : ops::all_ops()) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const SizeGroup& x) {
+      return x.family == op.family && x.meaning == op.size_meaning;
+    });
+    if (g == groups.end()) groups.push_back({op.family, op.size_meaning, {&op}});
+    else g->ops.push_back(&op);
+  }
+  return groups;
+}
+
+// "loss (cross_entropy)" where the family's ops mean different things by a size, else "loss".
+std::string size_label(const SizeGroup& g, const std::vector<SizeGroup>& groups) {
+  const auto same_family = [&](const SizeGroup& x) { return x.family == g.family; };
+  if (std::count_if(groups.begin(), groups.end(), same_family) == 1) return g.family;
+  std::string names;
+  for (const ops::OpInfo* op : g.ops) names += (names.empty() ? "" : ", ") + op->name;
+  return g.family + " (" + names + ")";
+}
+
 // "elementwise", "rowwise", ... with the size meaning and an example of the shape a size gives,
 // from the ops' own descriptions: a new family documents itself.
 std::string size_meanings() {
-  std::vector<std::string> seen;
+  const std::vector<SizeGroup> groups = size_groups();
+  size_t width = 0;
+  for (const auto& g : groups) width = std::max(width, size_label(g, groups).size());
   std::string text;
-  for (const auto& op : ops::all_ops()) {
-    std::string key = op.family + "\n" + op.size_meaning;
-    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
-    seen.push_back(key);
-    std::string line = "  " + op.family;
-    line.resize(std::max<size_t>(line.size() + 2, 15), ' ');
-    line += op.size_meaning;
+  for (const auto& g : groups) {
+    std::string line = "  " + size_label(g, groups);
+    line.resize(width + 4, ' ');
+    line += g.meaning;
+    const ops::OpInfo& op = *g.ops.front();
     if (op.bench_shape && !op.dtypes.empty() && !op.bench_sizes.empty()) {
       int64_t size = op.bench_sizes.front();
       line += "; " + format_size(size) + " gives " + op.bench_shape(op.dtypes.front(), size).shape;
@@ -357,9 +430,7 @@ Args parse_args(const std::vector<std::string>& args) {
     if (arg.size() < 2 || arg[0] != '-') {
       if (!*spec.operands) throw UsageError(verb + ": unexpected argument '" + arg + "'");
       if (a.verb == Verb::tune) {
-        if (arg != "matmul" && arg != "gemm" && arg != "attention")
-          throw UsageError("tune: unknown op '" + arg + "' (ops with configs: matmul, alias gemm; attention)");
-        a.ops.push_back(arg == "attention" ? arg : "matmul");
+        a.ops.push_back(tunable_op(arg));
         continue;
       }
       if (ops::select_ops(arg).empty())
@@ -423,6 +494,12 @@ void parse_tune_shapes(const std::string& flag, const std::string& text, std::ve
   }
 }
 
+std::vector<std::string> tunable_ops() {
+  std::vector<std::string> names;
+  for (const auto& t : kTunableOps) names.push_back(t.name);
+  return names;
+}
+
 std::vector<const ops::OpInfo*> resolve_ops(const std::vector<std::string>& names) {
   std::vector<const ops::OpInfo*> selected;
   for (const auto& op : ops::all_ops()) {
@@ -481,7 +558,8 @@ std::string usage(Verb verb) {
   const VerbSpec& spec = spec_of(verb);
   text = "usage: tessera " + std::string(spec.name) + (*spec.operands ? " " : "") + spec.operands +
          " [options]\n\n" + spec.summary + "\n";
-  if (*spec.operands) text += "ops: " + op_names() + "\n";
+  if (verb == Verb::tune) text += "ops (those with configs):\n" + tunable_op_lines();
+  else if (*spec.operands) text += "ops: " + op_names() + "\n";
   text += "\noptions:\n";
   auto line = [&](std::string left, const std::string& help) {
     left.resize(std::max<size_t>(left.size() + 2, 18), ' ');

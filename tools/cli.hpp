@@ -87,6 +87,9 @@ std::vector<BenchItem> bench_plan(const Args& args);
 // gelu op), in registry order without repeats; every op when names is empty.
 std::vector<const ops::OpInfo*> resolve_ops(const std::vector<std::string>& names);
 
+// The ops `tune` takes: those with configs in the tune cache ("gemm" is matmul's alias there).
+std::vector<std::string> tunable_ops();
+
 std::string verb_name(Verb verb);
 // Usage text of a verb; Verb::help gives the list of verbs.
 std::string usage(Verb verb);

@@ -20,6 +20,7 @@
 #include "tessera/error.hpp"
 #include "tessera/ops/attention.hpp"
 #include "tessera/ops/matrix.hpp"
+#include "tessera/version.hpp"
 
 namespace tessera::cli {
 namespace {
@@ -222,19 +223,46 @@ int profile(const BenchItem& item, std::ostream& out) {
   return 0;
 }
 
-// The tune cache, every machine's records, this machine's marked with '*'.
-int tune_show(const Args& a, std::ostream& out) {
-  runtime::TuneCache& cache = runtime::tune_cache(a.device);
-  out << "tune cache: " << (cache.path().empty() ? "(in memory: no cache directory)" : cache.path())
-      << "\n";
-  const auto records = cache.list();
+// One line per record: op, key, config, time and the machine that measured it. `here` (this
+// GPU and software) marks its records with '*'; without it none is marked.
+void print_records(const std::vector<runtime::TuneRecord>& records,
+                   const runtime::TuneIdentity* here, std::ostream& out) {
   for (const auto& r : records)
-    out << (r.id == cache.identity() ? "* " : "  ") << r.op << "  " << r.key << "  "
+    out << (here && r.id == *here ? "* " : "  ") << r.op << "  " << r.key << "  "
         << r.entry.config << strf("  %.1f us", r.entry.time_us) << "  (" << r.id.gpu_name << ", "
         << r.id.sm_count << " SMs, driver " << cuda_version(r.id.driver_version) << ", runtime "
         << cuda_version(r.id.runtime_version) << ", tessera " << r.id.tessera_version << ")\n";
-  out << records.size() << " record(s); * marks those of this GPU and software\n";
-  return 0;
+  out << records.size() << " record(s); "
+      << (here ? "* marks those of this GPU and software\n"
+               : "each is used only on the GPU and software it names\n");
+}
+
+// `tune --show`: the cache file as it is. It only reads the file, so it touches no GPU; this
+// machine's identity comes from the GPU, so no record is marked as its own.
+int tune_show(std::ostream& out) {
+  const std::string path = runtime::default_cache_path();
+  if (path.empty()) {
+    out << "tune cache: none (TESSERA_CACHE_DIR, XDG_CACHE_HOME and HOME are unset)\n";
+    return 0;
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) {
+    out << "tune cache: " << path << " (absent: nothing tuned yet)\n";
+    return 0;
+  }
+  // A placeholder identity, which no record has: this cache object only lists.
+  const runtime::TuneCache file(path, {"none", 0, 0, 0, kVersion});
+  out << "tune cache: " << path << "\n";
+  print_records(file.list(), nullptr, out);
+  return file.warnings().empty() ? 0 : 1;  // an unreadable file: the warning is on stderr
+}
+
+// The cache after tuning, as this process holds it: '*' on the records of this GPU.
+void tune_list(int device, std::ostream& out) {
+  runtime::TuneCache& cache = runtime::tune_cache(device);
+  out << "tune cache: " << (cache.path().empty() ? "(in memory: no cache directory)" : cache.path())
+      << "\n";
+  print_records(cache.list(), &cache.identity(), out);
 }
 
 // A matmul operand of `rows` x `cols` as the layout letter says: 'n' row-major, 't' the
@@ -251,7 +279,6 @@ TensorView operand(void* data, DType dt, int64_t rows, int64_t cols, char layout
 // Each shape, dtype and layout: a matmul call with tuning on, which measures the candidates
 // where the cache lacks the shape's bucket and stores the winner.
 int tune(const Args& a, std::ostream& out, std::ostream& err) {
-  if (a.show) return tune_show(a, out);
   const std::vector<DType> dtypes = a.dtypes.empty() ? std::vector<DType>{DType::bfloat16} : a.dtypes;
   const std::vector<std::string> layouts = a.layouts.empty() ? std::vector<std::string>{"nt"} : a.layouts;
   Stream stream;
@@ -323,7 +350,8 @@ int tune(const Args& a, std::ostream& out, std::ostream& err) {
     }
   runtime::set_tune_listener({});
   runtime::set_autotune(was_on);
-  return tune_show(a, out) || failed ? 1 : 0;
+  tune_list(a.device, out);
+  return failed ? 1 : 0;
 }
 
 }  // namespace
@@ -345,6 +373,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
 
   try {
+    if (a.verb == Verb::tune && a.show) return tune_show(out);  // reads a file: no GPU needed
     int count = runtime::device_count();
     if (count == 0) {
       err << "tessera: " << verb_name(a.verb) << " needs a GPU: " << runtime::no_gpu_reason()

@@ -3,15 +3,21 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "cli.hpp"
 #include "ops/registry.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "runtime/tune_cache.hpp"
 #include "tessera/version.hpp"
 
 namespace tessera::cli {
@@ -203,6 +209,48 @@ TEST(CliVerb, BenchHelpSaysWhatASizeMeansPerFamily) {
   }
 }
 
+// Each line of the bench help's "what a size means": (its label, the meaning after the padding).
+std::vector<std::pair<std::string, std::string>> size_lines(const std::string& help) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  std::istringstream in(help.substr(help.find("what a size means")));
+  std::string line;
+  std::getline(in, line);  // the heading
+  while (std::getline(in, line) && !line.empty()) {
+    const size_t gap = line.find("  ", 2);  // labels hold single spaces only
+    lines.push_back({line.substr(2, gap - 2), line.substr(line.find_first_not_of(' ', gap))});
+  }
+  return lines;
+}
+
+// "loss (cross_entropy, x)" names cross_entropy and x, not linear_cross_entropy.
+bool label_names(const std::string& label, const std::string& op) {
+  const size_t open = label.find(" (");
+  if (open == std::string::npos || label.back() != ')') return false;
+  std::istringstream names(label.substr(open + 2, label.size() - open - 3));
+  for (std::string name; std::getline(names >> std::ws, name, ',');)
+    if (name == op) return true;
+  return false;
+}
+
+// A family whose ops mean different things by a size gets a line per meaning, each naming its
+// ops; a family with one meaning is labelled by its name alone.
+TEST(CliVerb, BenchHelpTellsApartTheSizeMeaningsOfOneFamily) {
+  const auto lines = size_lines(usage(Verb::bench));
+  std::set<std::string> labels;
+  for (const auto& line : lines) EXPECT_TRUE(labels.insert(line.first).second) << line.first;
+  for (const auto& op : ops::all_ops()) {
+    const auto line = std::find_if(lines.begin(), lines.end(), [&](const auto& l) {
+      return l.first.starts_with(op.family) && l.second.starts_with(op.size_meaning);
+    });
+    ASSERT_NE(line, lines.end()) << op.name;
+    const bool shared = std::any_of(ops::all_ops().begin(), ops::all_ops().end(), [&](const auto& o) {
+      return o.family == op.family && o.size_meaning != op.size_meaning;
+    });
+    if (shared) EXPECT_TRUE(label_names(line->first, op.name)) << op.name << ": " << line->first;
+    else EXPECT_EQ(line->first, op.family) << op.name;
+  }
+}
+
 TEST(CliVerb, UnknownOrMissingVerb) {
   EXPECT_TRUE(contains(usage_error({}), "no verb"));
   std::string msg = usage_error({"frobnicate"});
@@ -330,6 +378,77 @@ TEST(CliTune, AttentionShapes) {
   EXPECT_TRUE(contains(usage_error({"tune", "matmul", "--shapes", "1x1x64x2x2x64"}), "attention is not among"));
   EXPECT_TRUE(contains(usage_error({"tune", "attention", "--shapes", "64x64x64"}), "matmul is not among"));
   EXPECT_TRUE(contains(usage_error({"tune", "attention", "--shapes", "1x1x64x2x64"}), "BxSQxSKxHQxHKxD"));
+}
+
+// tune takes only the ops with configs: its --help lists those and no other op.
+TEST(CliTune, HelpListsOnlyTheOpsWithConfigs) {
+  const std::vector<std::string> tunable = tunable_ops();
+  ASSERT_FALSE(tunable.empty());
+  for (const auto& name : tunable) EXPECT_NE(ops::find_op(name), nullptr) << name;
+  const CliRun help = run({"tune", "--help"});
+  EXPECT_EQ(help.rc, 0) << help.err;
+  EXPECT_EQ(help.out, usage(Verb::tune));
+  for (const auto& op : ops::all_ops()) {
+    const bool is_tunable = std::find(tunable.begin(), tunable.end(), op.name) != tunable.end();
+    EXPECT_EQ(contains(help.out, op.name), is_tunable) << op.name << " in:\n" << help.out;
+  }
+  EXPECT_TRUE(contains(help.out, "alias gemm")) << help.out;
+}
+
+// An op without configs, or no op at all: the error names the argument and the ops with configs.
+TEST(CliTune, OtherOpsAreRefusedNamingTheTunableOnes) {
+  const std::string add = usage_error({"tune", "add", "--shapes", "64x64x64"});
+  EXPECT_TRUE(contains(add, "tune: op 'add' has no configs to tune")) << add;
+  const std::string typo = usage_error({"tune", "matmull", "--shapes", "64x64x64"});
+  EXPECT_TRUE(contains(typo, "tune: unknown op 'matmull'")) << typo;
+  for (const auto& msg : {add, typo}) {
+    EXPECT_TRUE(contains(msg, "ops with configs: ")) << msg;
+    for (const auto& name : tunable_ops()) EXPECT_TRUE(contains(msg, name)) << msg;
+    EXPECT_FALSE(contains(msg, "softmax")) << msg;
+  }
+  EXPECT_EQ(parse({"tune", "gemm", "attention", "--show"}).ops,
+            (std::vector<std::string>{"matmul", "attention"}));
+}
+
+// Sets an environment variable for its lifetime.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~EnvVar() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
+  EnvVar(const EnvVar&) = delete;
+  EnvVar& operator=(const EnvVar&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// --show reads the cache file only: it needs no GPU, names the file, and says when it is absent.
+TEST(CliTune, ShowListsTheCacheFileWithoutAGpu) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tessera_cli_show_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const EnvVar cache_dir("TESSERA_CACHE_DIR", dir.string());
+  const std::string path = (dir / "tune.cache").string();
+
+  const CliRun absent = run({"tune", "--show"});
+  EXPECT_EQ(absent.rc, 0) << absent.err;
+  EXPECT_EQ(absent.out, "tune cache: " + path + " (absent: nothing tuned yet)\n");
+
+  // Another machine's record, written without a GPU.
+  runtime::TuneCache(path, {"Other GPU", 132, 13000, 13000, "0.0.9"})
+      .put("matmul", "sm90|bf16|NT|m64", {"bn=128", 12.5});
+  const CliRun shown = run({"tune", "--show"});
+  EXPECT_EQ(shown.rc, 0) << shown.err;
+  EXPECT_EQ(shown.out.rfind("tune cache: " + path + "\n", 0), 0u) << shown.out;
+  EXPECT_TRUE(contains(shown.out, "  matmul  sm90|bf16|NT|m64  bn=128  12.5 us  (Other GPU, 132 SMs, "
+                                  "driver 13.0, runtime 13.0, tessera 0.0.9)\n"))
+      << shown.out;
+  EXPECT_TRUE(contains(shown.out, "1 record(s)")) << shown.out;
+  fs::remove_all(dir);
 }
 
 // An unknown dtype: the error names the dtypes each selected op takes, not a fixed list.

@@ -199,10 +199,14 @@ __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorM
 
 // One epilogue pass of a consumer warpgroup: the kEpiCols columns from `col0` of its Rows rows
 // from `row0`, read from `buf` four columns a thread, a row segment per 8 threads (coalesced
-// stores), the activation chosen and the bias loaded once per pass.
+// stores), the activation chosen and the bias loaded once per pass. A call, not inlined: the
+// passes are an unrolled loop, and a copy of every activation's code in each pass would make the
+// kernel several times larger (ptxas's time and the instruction cache pay for it); one call per
+// pass costs nothing beside the pass.
 template <int Rows, class OutT>
-__device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* buf, int64_t batch,
-                                      int64_t row0, int64_t col0, int64_t m, int64_t n, int tid) {
+__device__ __noinline__ void drain(const Epilogue<OutT>& kernel_epi, const float* buf, int64_t batch,
+                                   int64_t row0, int64_t col0, int64_t m, int64_t n, int tid) {
+  const Epilogue<OutT> epi = kernel_epi.resolved();
   constexpr int kQuads = kEpiCols / 4, kRowsPerStep = 128 / kQuads;
   const int quad = tid % kQuads;
   const int64_t col = col0 + 4 * quad;
@@ -223,20 +227,23 @@ __device__ __forceinline__ void drain(const Epilogue<OutT>& epi, const float* bu
 }
 
 // The activation over a staged sub-tile (Rows 128-byte rows): `from` into `to` (or in place),
-// 16 bytes a thread at a time. A loop over the buffer, not over the accumulators, so that the
-// activation's code appears once rather than once per element of the unrolled tile (whose size
-// would make the epilogue wait on instruction fetch).
-template <int Rows, class OutT, class Act>
-__device__ __forceinline__ void activate_staged(const unsigned char* from, unsigned char* to, Act act,
-                                                int tid) {
+// 16 bytes a thread at a time. A loop over the buffer, not over the accumulators, and a call
+// rather than inlined into the unrolled loop over sub-tiles, so that each activation's code
+// appears once in the kernel rather than once per element of the tile (whose size would make the
+// epilogue wait on instruction fetch, and ptxas take minutes).
+template <int Rows, class OutT>
+__device__ __noinline__ void activate_staged(const Epilogue<OutT>& epi, const unsigned char* from,
+                                             unsigned char* to, int tid) {
+  epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
 #pragma unroll 1
-  for (int i = tid; i < Rows * 128 / 16; i += 128) {
-    uint4 raw = reinterpret_cast<const uint4*>(from)[i];
-    OutT* v = reinterpret_cast<OutT*>(&raw);
+    for (int i = tid; i < Rows * 128 / 16; i += 128) {
+      uint4 raw = reinterpret_cast<const uint4*>(from)[i];
+      OutT* v = reinterpret_cast<OutT*>(&raw);
 #pragma unroll
-    for (int e = 0; e < 16 / int(sizeof(OutT)); ++e) v[e] = tile::from_float<OutT>(act(tile::to_float(v[e])));
-    reinterpret_cast<uint4*>(to)[i] = raw;
-  }
+      for (int e = 0; e < 16 / int(sizeof(OutT)); ++e) v[e] = tile::from_float<OutT>(act(tile::to_float(v[e])));
+      reinterpret_cast<uint4*>(to)[i] = raw;
+    }
+  });
 }
 
 // The consumer's tile (rows from `row0`, columns from `col0`; the sub-tiles of the column groups
@@ -300,8 +307,7 @@ __device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar,
     }
     if (activated) {
       tile::group_sync(1 + wg, 128);
-      epi.template with_activation<!std::is_same_v<OutT, float>>(
-          [&](auto act) { activate_staged<S::kRows, OutT>(buf, act_buf, act, tid); });
+      activate_staged<S::kRows>(epi, buf, act_buf, tid);
     }
     tile::fence_async_shared();
     tile::group_sync(1 + wg, 128);
@@ -451,7 +457,7 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
                 make_float2(acc[f][jj], acc[f][jj + 1]);
           }
       tile::group_sync(1 + wg, 128);
-      drain<S::kRows>(epi.resolved(), buf, batch, row0, col0 + pass * kEpiCols, m, n, tid);
+      drain<S::kRows>(epi, buf, batch, row0, col0 + pass * kEpiCols, m, n, tid);
       tile::group_sync(1 + wg, 128);
     }
   }
