@@ -5,64 +5,35 @@
 # into report/ (tables, CSV, JSON, SVG plots; report/README.md lists them).
 #   bash scripts/main.sh            # from anywhere
 # Environment: VIRTUAL_ENV (an activated environment is used as it is; otherwise .venv in the
-#              repository root is created or reused), TESSERA_CUDA_ARCHITECTURES (default
-#              "80;90a"; "90a" alone builds about twice as fast), BUILD_DIR (the CMake build
-#              directory; default pyproject.toml's build/<wheel tag>), PYTHON (the interpreter
-#              that creates .venv; default python3).
+#              repository root is created or reused, as scripts/test.sh does), TESSERA_CUDA_-
+#              ARCHITECTURES (default "80;90a"; "90a" alone builds faster), BUILD_DIR (the CMake
+#              build directory, shared with scripts/test.sh; default build), PYTHON (the
+#              interpreter that creates .venv; default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT="$PWD"
-export TESSERA_CUDA_ARCHITECTURES="${TESSERA_CUDA_ARCHITECTURES:-80;90a}"
-
-# A stock Debian/Ubuntu python3 refuses `pip install` outside a virtual environment
-# (externally-managed-environment), and pip's script folder need not be on PATH: install into a
-# venv and call its programs by path.
-if [ -n "${VIRTUAL_ENV:-}" ]; then
-  VENV="$VIRTUAL_ENV"
-else
-  VENV="$ROOT/.venv"
-  if [ ! -x "$VENV/bin/python" ]; then
-    echo "== creating the virtual environment $VENV"
-    # --system-site-packages: the peers installed for the system Python (torch, Triton) stay
-    # visible, so they are benchmarked; tessera and its build tools go into the venv.
-    if ! "${PYTHON:-python3}" -m venv --system-site-packages "$VENV"; then
-      rm -rf "$VENV"
-      echo "could not create $VENV: install Python's venv module (Debian/Ubuntu: apt-get install python3-venv)" >&2
-      exit 1
-    fi
-    # Keeps git from listing the environment (what `python3 -m venv` does itself from 3.13 on).
-    printf '*\n' >"$VENV/.gitignore"
-  fi
-fi
-PY="$VENV/bin/python"
+source scripts/common.sh
+export TESSERA_CUDA_ARCHITECTURES="$ARCHS"
+make_venv
 echo "== Python: $PY"
 
 echo "== build dependencies"
-# Only what is missing, so that a machine without network access that has them can still build.
-deps=()
-"$PY" -c "import scikit_build_core" 2>/dev/null || deps+=(scikit-build-core)
-"$PY" -c "import nanobind" 2>/dev/null || deps+=(nanobind)
+install_pins build
 # CMake >= 3.24 and a build tool: from PyPI, into the venv, where the system has none fit.
-cmake_ok() {
-  local major minor
-  read -r major minor < <(cmake --version 2>/dev/null |
-    sed -n 's/^cmake version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p') || return 1
-  [ "$major" -gt 3 ] || { [ "$major" -eq 3 ] && [ "$minor" -ge 24 ]; }
-}
-if ! PATH="$VENV/bin:$PATH" cmake_ok; then deps+=(cmake); fi
-if ! PATH="$VENV/bin:$PATH" command -v ninja >/dev/null; then deps+=(ninja); fi
+deps=()
+if ! PATH="$VENV/bin:$PATH" cmake_ok; then deps+=("cmake>=3.24,<5"); fi
+if ! PATH="$VENV/bin:$PATH" command -v ninja >/dev/null; then deps+=("ninja>=1.10,<2"); fi
 if [ "${#deps[@]}" -gt 0 ]; then "$PY" -m pip install -q "${deps[@]}"; fi
+export PATH="$VENV/bin:$PATH"
+pick_generator
 
-echo "== building the CUDA library and the Python package (several minutes; architectures $TESSERA_CUDA_ARCHITECTURES)"
-build_args=()
-if [ -n "${BUILD_DIR:-}" ]; then build_args+=(--config-settings=build-dir="$BUILD_DIR"); fi
-mkdir -p "$ROOT/build"
-log="$ROOT/build/main-install.log"
+echo "== building the CUDA library and the Python package in $BUILD (architectures $ARCHS; what scripts/test.sh built is reused)"
+mkdir -p "$BUILD"
+log="$BUILD/main-install.log"
 # pip -v streams the build; show its stages and the build tool's [done/total] lines only, keep the
 # rest in the log, and print the log's end if it fails.
 {
   rc=0
-  PATH="$VENV/bin:$PATH" "$PY" -m pip install -v --no-build-isolation "${build_args[@]}" . 2>&1 || rc=$?
+  install_package -v 2>&1 || rc=$?
   echo "pip exit status: $rc"
 } | tee "$log" | { grep --line-buffered -E '^ *(\*\*\* |\[[0-9]+/[0-9]+\] |Successfully installed)' || true; }
 if ! tail -n 1 "$log" | grep -q '^pip exit status: 0$'; then

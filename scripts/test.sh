@@ -1,37 +1,38 @@
 #!/usr/bin/env bash
-# The test command: builds everything, runs the C++ tests (GPU tests skip without a GPU; their
-# reasons are printed after the run), checks that a consumer project builds against the installed
-# CMake package, installs the Python package into a fresh virtual environment and runs the Python
-# tests.
-#   bash scripts/test.sh            # from the repository root
-# Environment: TESSERA_CUDA_ARCHITECTURES (default "80;90a"), BUILD_DIR (default build),
-#              JOBS (default: all cores), PYTHON (default python3).
+# The test command: builds everything, runs the C++ tests (GPU tests skip without a GPU), checks
+# that a consumer project builds against the installed CMake package, builds the Python package
+# with its torch ops into the virtual environment and runs the Python tests. Skipped tests are
+# counted per reason; their full list goes to $BUILD/skipped-tests.txt.
+#   bash scripts/test.sh            # from anywhere
+# Environment: TESSERA_CUDA_ARCHITECTURES (default "80;90a"), BUILD_DIR (default build), JOBS
+#              (default: all cores), VIRTUAL_ENV (an active environment is used; else .venv, which
+#              scripts/main.sh uses too), PYTHON (the interpreter that creates .venv),
+#              TESSERA_TORCH=OFF (no torch: the torch ops are neither built nor tested).
 #
 # The CUDA sources are compiled once: the C++ configuration (tests on, Python off; it has the
 # install rules the consumer project needs) is built first, then the wheel is built by
-# scikit-build-core in the same build directory. Its configuration differs only in adding the
-# extension (and keeping the tests, so that they are not dropped and rebuilt on the next run), so
-# the objects are reused and only the extension is compiled and the libraries relinked.
+# scikit-build-core in the same build directory, adding the extension and the torch ops; the
+# objects are reused, and scripts/main.sh reuses them again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ARCHS="${TESSERA_CUDA_ARCHITECTURES:-80;90a}"
-BUILD="${BUILD_DIR:-build}"
-case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac  # absolute: later steps change directory
+source scripts/common.sh
 JOBS="${JOBS:-$(nproc)}"
-PY="${PYTHON:-python3}"
 # The consumer project's find_package(CUDAToolkit) looks for nvcc on PATH.
 if [ -d /usr/local/cuda/bin ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
-
-# Both configurations must use one generator (CMake refuses to switch in a build directory), and
-# scikit-build-core follows CMAKE_GENERATOR: take the directory's own, else Ninja where installed.
-if [ -f "$BUILD/CMakeCache.txt" ]; then
-  CMAKE_GENERATOR="$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$BUILD/CMakeCache.txt")"
-fi
-if [ -z "${CMAKE_GENERATOR:-}" ]; then
-  if command -v ninja >/dev/null; then CMAKE_GENERATOR=Ninja; else CMAKE_GENERATOR="Unix Makefiles"; fi
-fi
-export CMAKE_GENERATOR
+pick_generator
 export CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
+TORCH="${TESSERA_TORCH:-ON}"
+
+echo "== Python: $PY"
+make_venv
+install_pins build test
+if [ "$TORCH" != OFF ]; then
+  if ! "$PY" -c "import torch" 2>/dev/null; then
+    echo "== torch from PyPI, for the torch ops (TESSERA_TORCH=OFF goes without)"
+    install_pins torch
+  fi
+  echo "== torch $("$PY" -c 'import torch; print(torch.__version__)')"
+fi
 
 echo "== C++ build ($ARCHS, $BUILD)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=$ARCHS" \
@@ -39,40 +40,14 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=$A
 cmake --build "$BUILD" -j "$JOBS"
 
 echo "== C++ tests"
-# A failing C++ test does not stop the remaining steps; the command fails at the end.
+# A failing test does not stop the remaining steps; the command fails at the end. The run's
+# whole output goes to $BUILD/ctest.log; here its summary, and the failures' output.
 rc=0
-ctest --test-dir "$BUILD" --output-on-failure -j 1 --output-junit "$BUILD/ctest-junit.xml" || rc=$?
-# ctest counts a GoogleTest skip as "Skipped" but hides GTEST_SKIP's message: print it from the
-# test's output, which the JUnit file keeps ("<file>:<line>: Skipped", then the message).
-"$PY" - "$BUILD/ctest-junit.xml" <<'EOF'
-import sys, xml.etree.ElementTree as ET
-try:
-    cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
-except (OSError, ET.ParseError) as e:
-    sys.exit(f"(no skip reasons: {e})")
-skipped = []
-for case in cases:
-    if case.get("status") not in ("notrun", "disabled") and case.find("skipped") is None:
-        continue
-    out = (case.findtext("system-out") or "").splitlines()
-    reason = []
-    for i, line in enumerate(out):
-        if line.rstrip().endswith(": Skipped"):
-            for more in out[i + 1:]:
-                if more.startswith("[  SKIPPED ]") or more.startswith("[       OK ]"):
-                    break
-                if more.strip():
-                    reason.append(more.strip())
-            break
-    if not reason:
-        tag = case.find("skipped")
-        reason = [tag.get("message", "") if tag is not None else ""]
-    skipped.append((case.get("name"), " ".join(r for r in reason if r) or "(no message)"))
-if skipped:
-    print(f"skipped C++ tests ({len(skipped)}):")
-    for name, why in skipped:
-        print(f"  {name}: {why}")
-EOF
+ctest --test-dir "$BUILD" -j 1 --output-junit "$BUILD/ctest-junit.xml" >"$BUILD/ctest.log" 2>&1 || rc=$?
+grep -E '^[0-9]+% tests passed' "$BUILD/ctest.log" || tail -n 5 "$BUILD/ctest.log"
+if [ "$rc" -ne 0 ]; then
+  ctest --test-dir "$BUILD" --rerun-failed --output-on-failure -j 1 || true
+fi
 
 echo "== installed package: a consumer project"
 cmake --install "$BUILD" --prefix "$BUILD/install" >/dev/null
@@ -81,19 +56,78 @@ cmake --build "$BUILD/consumer" -j "$JOBS" >/dev/null
 "$BUILD/consumer/consumer"
 "$BUILD/install/bin/tessera" --help >/dev/null
 
-echo "== Python package (the extension, in $BUILD)"
-if [ ! -x "$BUILD/venv/bin/python" ]; then
-  "$PY" -m venv "$BUILD/venv"
+if [ "$TORCH" != OFF ]; then
+  echo "== Python package (the extension and the torch ops, in $BUILD)"
+else
+  echo "== Python package (the extension, in $BUILD)"
 fi
-"$BUILD/venv/bin/python" -m pip install -q --upgrade pip
-"$BUILD/venv/bin/python" -m pip install -q scikit-build-core nanobind pytest numpy mypy
-TESSERA_CUDA_ARCHITECTURES="$ARCHS" "$BUILD/venv/bin/python" -m pip install -q --no-build-isolation \
-  --config-settings=build-dir="$BUILD" \
-  --config-settings=cmake.define.TESSERA_BUILD_TESTS=ON \
-  --config-settings=cmake.define.TESSERA_BUILD_CLI=ON .
+install_package -q
+if [ "$TORCH" != OFF ]; then
+  # A torch that CMake could not use (another C++ ABI, no headers) builds no torch ops, quietly:
+  # here it is an error.
+  if ! "$PY" -c 'import os, tessera; d = os.path.dirname(tessera.__file__); raise SystemExit(not os.path.exists(os.path.join(d, "libtessera_torch.so")))'; then
+    echo "the torch ops (libtessera_torch.so) were not built against $("$PY" -c 'import torch; print(torch.__file__)'): see the configure output in $BUILD" >&2
+    exit 1
+  fi
+  echo "libtessera_torch.so built"
+  export TESSERA_REQUIRE_TORCH_OPS=1  # tests that need the torch ops fail instead of skipping
+fi
+
 echo "== Python tests"
-PATH="$BUILD/venv/bin:$PATH" "$BUILD/venv/bin/python" -m pytest tests/python -q -rs
+prc=0
+PATH="$VENV/bin:$PATH" "$PY" -m pytest tests/python -q -p no:cacheprovider \
+  --junitxml="$BUILD/pytest-junit.xml" || prc=$?
+
+# Skips, counted per reason (both runs); the full list in a file. ctest counts a GoogleTest skip
+# as "Skipped" but keeps GTEST_SKIP's message in the test's output only ("<file>:<line>:
+# Skipped", then the message).
+"$PY" - "$BUILD/ctest-junit.xml" "$BUILD/pytest-junit.xml" "$BUILD/skipped-tests.txt" <<'EOF'
+import collections, sys, xml.etree.ElementTree as ET
+
+
+def reason_of(case):
+    out = (case.findtext("system-out") or "").splitlines()
+    for i, line in enumerate(out):
+        if line.rstrip().endswith(": Skipped"):
+            more = []
+            for m in out[i + 1:]:
+                if m.startswith("[  SKIPPED ]") or m.startswith("[       OK ]"):
+                    break
+                if m.strip():
+                    more.append(m.strip())
+            if more:
+                return " ".join(more)
+    tag = case.find("skipped")
+    return (tag.get("message", "") if tag is not None else "") or "(no message)"
+
+
+full = []
+for kind, path in (("C++", sys.argv[1]), ("Python", sys.argv[2])):
+    try:
+        cases = list(ET.parse(path).getroot().iter("testcase"))
+    except (OSError, ET.ParseError) as e:
+        print(f"(no {kind} skip reasons: {e})")
+        continue
+    reasons = collections.Counter()
+    for case in cases:
+        if case.get("status") not in ("notrun", "disabled") and case.find("skipped") is None:
+            continue
+        why = reason_of(case)
+        why = why[len("Skipped: "):] if why.startswith("Skipped: ") else why
+        reasons[why] += 1
+        name = ".".join(x for x in (case.get("classname"), case.get("name")) if x)
+        full.append(f"{kind}\t{name}\t{why}")
+    if reasons:
+        print(f"skipped {kind} tests: {sum(reasons.values())} of {len(cases)}, by reason:")
+        for why, n in reasons.most_common():
+            print(f"  {n:5d}  {why[:150]}")
+with open(sys.argv[3], "w") as f:
+    f.write("\n".join(full) + "\n")
+print(f"(each skipped test and its reason: {sys.argv[3]})")
+EOF
+
 if [ "$rc" -ne 0 ]; then
-  echo "C++ tests failed (ctest exit status $rc; the failures are listed above)" >&2
+  echo "C++ tests failed (ctest exit status $rc; the failures are above, the whole run in $BUILD/ctest.log)" >&2
   exit "$rc"
 fi
+exit "$prc"
