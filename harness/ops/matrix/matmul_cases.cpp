@@ -242,8 +242,8 @@ std::vector<VerifyCase> scaled_mm_cases() {
 BenchShape matmul_shape(DType dt, int64_t n) {
   BenchShape s;
   s.shapes = {{n, n}, {n, n}};
-  s.shape = "[" + std::to_string(n) + ", " + std::to_string(n) + "] @ [" + std::to_string(n) + ", " +
-            std::to_string(n) + "]^T";
+  const std::string d = std::to_string(n);
+  s.shape = "[" + d + ", " + d + "] @ [" + d + ", " + d + "]^T";
   s.bytes = 3.0 * double(n) * double(n) * double(dtype_size(dt));
   s.flops = 2.0 * double(n) * double(n) * double(n);
   return s;
