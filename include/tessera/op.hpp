@@ -57,7 +57,8 @@ struct OpDesc {
   void (*call)(const char* op, const Arg* args, cudaStream_t stream) = nullptr;
 
   // Autograd: the op whose result is the forward's gradients, called with `backward_args`
-  // ("grad": the gradient of the forward's first output, made contiguous; "result": the
+  // ("grad": the gradient of the forward's first output, made contiguous, "grad1" of its second,
+  // and so on; autograd gives zeros for an output that got none; "result": the
   // forward's first output; any other: the forward's argument of that name), whose outputs are
   // the gradients of the forward's tensor arguments named in `grads`, in order.
   std::string backward;

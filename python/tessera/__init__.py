@@ -33,7 +33,7 @@ from .rowwise import (layer_norm, layer_norm_backward, layer_norm_forward, log_s
                       softmax_backward)
 from .set import isin
 from .attention import (flash_attention, flash_attention_varlen, flash_attention_with_kvcache,
-                        scaled_dot_product_attention)
+                        rotary_embedding, scaled_dot_product_attention)
 from .loss import cross_entropy, linear_cross_entropy
 from ._routing import disable, enable, routable, routing_counts, use_tessera
 
@@ -48,7 +48,7 @@ __all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", 
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
            "rms_norm", "rms_norm_forward", "rms_norm_backward", "matmul", "linear", "scaled_mm",
-           "isin", "flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache",
+           "isin", "flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache", "rotary_embedding",
            "scaled_dot_product_attention", "cross_entropy", "linear_cross_entropy", "enable", "disable", "use_tessera", "routing_counts", "routable",
            "set_autotune", "autotune_enabled", "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
 

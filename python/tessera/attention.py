@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _interop
+from ._surface import op
 
 
 def _ops(torch, name: str):
@@ -149,3 +150,73 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
         scale=None if scale is None else float(scale),
         deterministic=torch.are_deterministic_algorithms_enabled())
     return out.transpose(1, 2)
+
+
+# ---- rotary position embedding --------------------------------------------------------------
+
+@op("rotary_embedding")
+def rotary_embedding(q: Any, k: Any, cos: Any, sin: Any, *, layout: str = "bshd", interleaved: bool = False,
+                     seqlen_offset: int = 0, seqlen_offsets: Any = None) -> tuple[Any, Any]:
+    """RoPE: ``(q, k)`` with each pair of a head's first ``rotary_dim`` features rotated by the
+    angle of its position, ``(x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)``, as FlashAttention's
+    ``apply_rotary_emb`` (and Liger's ``liger_rotary_pos_emb``); features past ``rotary_dim`` are
+    copied. One pass over q and k, forward and backward (the backward is the opposite rotation).
+
+    Args:
+        q, k: CUDA tensors of one float dtype, (batch, seq, heads, head_dim) for
+            ``layout="bshd"`` (FlashAttention's) or (batch, heads, seq, head_dim) for ``"bhsd"``
+            (torch SDPA's), the last dimension contiguous (slices of a packed qkv are fine); k may
+            have fewer heads (GQA).
+        cos, sin: (positions, rotary_dim / 2) or (batch or 1, positions, rotary_dim / 2), in
+            float32 or q's dtype: row p holds position p's angles. Hugging Face's
+            (batch or 1, positions, head_dim), each angle twice, is taken too.
+        interleaved: pairs (2i, 2i + 1) (GPT-J); else (i, i + rotary_dim / 2) (GPT-NeoX, Llama).
+        seqlen_offset, seqlen_offsets: sequence index s sits at position ``seqlen_offset + s``,
+            plus ``seqlen_offsets[b]`` (an int32 or int64 CUDA tensor, one per batch, for decode)
+            where given: FlashAttention's ``seqlen_offsets``, an int or a tensor. A position
+            outside cos's rows gives NaN features (torch's composition raises instead).
+
+    Returns the rotated ``(q, k)``, new tensors of their shapes. Differentiable in q and k. Other
+    tensors (CPU, float64) take torch's composition of the same contract.
+    """
+    torch = _interop.torch_module
+    if (_interop.ops is not None and type(q) is _interop.Tensor and q.is_cuda and q.dtype in _interop.FLOATS
+            and isinstance(cos, torch.Tensor) and cos.dtype == torch.float32):
+        # float32 angles beside a half-precision q: the kernels' own case, which the generic
+        # route (one dtype for every tensor) passes here.
+        return _interop.ops.rotary_embedding.default(q, k, cos, sin, layout=layout, interleaved=interleaved,
+                                                     seqlen_offset=seqlen_offset, seqlen_offsets=seqlen_offsets)
+    return _rotary_torch(q, k, cos, sin, layout, interleaved, seqlen_offset, seqlen_offsets)
+
+
+def _rotary_torch(q, k, cos, sin, layout, interleaved, offset, offsets):
+    """rotary_embedding in torch's operations (float32 math)."""
+    torch = _interop.torch_module
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"tessera.rotary_embedding: argument 'layout': expected 'bshd' or 'bhsd', got {layout!r}")
+    seq_dim = 1 if layout == "bshd" else 2
+    batch, seq, dim = q.shape[0], q.shape[seq_dim], q.shape[-1]
+
+    def angles(c):  # (batch, seq, rotary_dim / 2) for each sequence index
+        if c.shape[-1] == dim and dim > 1:  # Hugging Face's form: each angle twice
+            c = c[..., ::2] if interleaved else c[..., :dim // 2]
+        c = c.unsqueeze(0) if c.dim() == 2 else c
+        pos = torch.arange(seq, device=c.device) + offset
+        pos = pos.unsqueeze(0) + (offsets.to(c.device).long().unsqueeze(1) if offsets is not None else 0)
+        pos = pos.expand(batch, seq)
+        rows = torch.arange(batch, device=c.device).unsqueeze(1) if c.shape[0] > 1 else torch.zeros_like(pos[:, :1])
+        a = c[rows, pos].float()
+        return a.unsqueeze(2) if layout == "bshd" else a.unsqueeze(1)
+
+    c, s = angles(cos), angles(sin)
+    half = c.shape[-1]
+
+    def rotate(x):
+        xf = x.float()
+        r = xf[..., :2 * half]
+        x1, x2 = (r[..., 0::2], r[..., 1::2]) if interleaved else (r[..., :half], r[..., half:])
+        o1, o2 = x1 * c - x2 * s, x1 * s + x2 * c
+        out = torch.stack((o1, o2), -1).flatten(-2) if interleaved else torch.cat((o1, o2), -1)
+        return torch.cat((out, xf[..., 2 * half:]), -1).to(x.dtype)
+
+    return rotate(q), rotate(k)

@@ -268,3 +268,98 @@ def test_kvcache_bad_entries_give_nan_and_arguments_are_checked(torch):
                                              block_table=table)
     with pytest.raises(ValueError, match="argument 'k_cache'"):
         tessera.flash_attention_with_kvcache(q, k_cache[..., :32], k_cache[..., :32], 4, block_table=table)
+
+
+# ---- rotary_embedding --------------------------------------------------------------------------
+
+def _rope_angles(torch, positions, rotary_dim, device):
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, rotary_dim, 2, device=device).float() / rotary_dim)
+    return torch.outer(torch.arange(positions, device=device).float(), inv_freq)  # (positions, rd / 2)
+
+
+def _rope_reference(torch, x, freqs, interleaved, layout):
+    """Independent formulas: Hugging Face's rotate_half (NeoX) and Llama's complex product
+    (interleaved), on the first rotary_dim features; freqs (batch or 1, seq, rd / 2)."""
+    rd = 2 * freqs.shape[-1]
+    f = freqs.unsqueeze(2) if layout == "bshd" else freqs.unsqueeze(1)
+    xf, rest = x.double()[..., :rd], x.double()[..., rd:]
+    if interleaved:
+        z = torch.view_as_complex(xf.reshape(*xf.shape[:-1], -1, 2).contiguous())
+        out = torch.view_as_real(z * torch.polar(torch.ones_like(f.double()), f.double())).flatten(-2)
+    else:
+        emb = torch.cat((f, f), -1).double()
+        rot = torch.cat((-xf[..., rd // 2:], xf[..., :rd // 2]), -1)
+        out = xf * emb.cos() + rot * emb.sin()
+    return torch.cat((out, rest), -1)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("layout,interleaved,rotary_dim,offset", [
+    ("bshd", False, 128, 0), ("bshd", True, 64, 3), ("bhsd", False, 64, 0), ("bhsd", True, 128, 7)])
+def test_rotary_matches_the_reference_formulas(torch, dtype, layout, interleaved, rotary_dim, offset):
+    dt = getattr(torch, dtype)
+    b, s, hq, hk, d = 2, 33, 8, 2, 128
+
+    def make(h):
+        shape = (b, s, h, d) if layout == "bshd" else (b, h, s, d)
+        return torch.randn(*shape, device="cuda", dtype=dt, requires_grad=True)
+    q, k = make(hq), make(hk)
+    freqs = _rope_angles(torch, s + offset, rotary_dim, "cuda")
+    for cos, sin in ((freqs.cos(), freqs.sin()), (freqs.cos().to(dt), freqs.sin().to(dt))):
+        qo, ko = tessera.rotary_embedding(q, k, cos, sin, layout=layout, interleaved=interleaved,
+                                          seqlen_offset=offset)
+        f = freqs[offset:].unsqueeze(0)
+        # The output's rounding, and for half-precision angles theirs (the reference's are exact).
+        tol = 1e-5 if dtype == "float32" else 2e-2
+        atol = 8e-2 if cos.dtype != torch.float32 else 2 * tol
+        for got, x in ((qo, q), (ko, k)):
+            want = _rope_reference(torch, x.detach(), f, interleaved, layout)
+            assert got.shape == x.shape and got.dtype == x.dtype
+            torch.testing.assert_close(got.double(), want, atol=atol, rtol=tol)
+    # The backward: the opposite rotation, as autograd of the reference gives it.
+    gq, gk = torch.randn_like(qo), torch.randn_like(ko)
+    dq, dk = torch.autograd.grad((qo, ko), (q, k), (gq, gk))
+    qr = q.detach().double().requires_grad_()
+    kr = k.detach().double().requires_grad_()
+    f = freqs[offset:].unsqueeze(0)
+    rq, rk = _rope_reference(torch, qr, f, interleaved, layout), _rope_reference(torch, kr, f, interleaved, layout)
+    wq, wk = torch.autograd.grad((rq, rk), (qr, kr), (gq.double(), gk.double()))
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    torch.testing.assert_close(dq.double(), wq, atol=4 * tol, rtol=tol)
+    torch.testing.assert_close(dk.double(), wk, atol=4 * tol, rtol=tol)
+
+
+def test_rotary_hugging_face_angles_and_decode_offsets(torch):
+    b, s, h, d = 3, 1, 4, 64
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, s, 2, d, device="cuda", dtype=torch.bfloat16)
+    freqs = _rope_angles(torch, 40, d, "cuda")
+    emb = torch.cat((freqs, freqs), -1)  # Hugging Face's (1, positions, head_dim)
+    offsets = torch.tensor([0, 17, 39], device="cuda", dtype=torch.int32)
+    got = tessera.rotary_embedding(q, k, emb.cos()[None], emb.sin()[None], seqlen_offsets=offsets)
+    f = freqs[offsets.long()].unsqueeze(1)  # (batch, 1, d / 2)
+    for g, x in zip(got, (q, k)):
+        torch.testing.assert_close(g.double(), _rope_reference(torch, x, f, False, "bshd"), atol=3e-2, rtol=2e-2)
+
+
+def test_rotary_packed_qkv_views_and_errors(torch):
+    qkv = torch.randn(2, 9, 12, 64, device="cuda", dtype=torch.float16)
+    q, k = qkv[:, :, :8], qkv[:, :, 8:10]
+    freqs = _rope_angles(torch, 9, 32, "cuda")
+    qo, ko = tessera.rotary_embedding(q, k, freqs.cos(), freqs.sin(), interleaved=True)
+    torch.testing.assert_close(qo.double(), _rope_reference(torch, q, freqs[None], True, "bshd"),
+                               atol=3e-3, rtol=2e-3)
+    with pytest.raises(ValueError, match="cos"):  # too few positions for the sequence
+        tessera.rotary_embedding(q, k, freqs.cos()[:4], freqs.sin()[:4])
+    with pytest.raises(ValueError, match="layout"):
+        tessera.rotary_embedding(q, k, freqs.cos(), freqs.sin(), layout="sbhd")
+
+
+def test_rotary_on_cpu_takes_torchs_composition():
+    """No GPU needed: CPU tensors take the declaration's torch composition."""
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    q, k = torch.randn(2, 5, 4, 32, dtype=torch.float64), torch.randn(2, 5, 2, 32, dtype=torch.float64)
+    freqs = _rope_angles(torch, 5, 32, "cpu").double()
+    qo, ko = tessera.rotary_embedding(q, k, freqs.cos(), freqs.sin())
+    torch.testing.assert_close(qo, _rope_reference(torch, q, freqs[None], False, "bshd"))
+    torch.testing.assert_close(ko, _rope_reference(torch, k, freqs[None], False, "bshd"))

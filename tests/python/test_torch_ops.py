@@ -145,6 +145,14 @@ def samples(torch, name, dtype):
         table = torch.tensor([[4, 1], [0, 5]], device="cuda", dtype=torch.int32)
         return [((x(2, 1, 4, 64, grad=False), k, v, lens, table), {"softcap": 10.0}),
                 ((x(2, 3, 4, 64, grad=False), k[:2], v[:2], lens.clamp(max=16)), {"causal": True})]
+    if name in ("rotary_embedding", "rotary_embedding_backward"):
+        grad = name == "rotary_embedding"
+        cos = torch.rand(12, 16, device="cuda")  # float32 angles: rotary_dim 32 of 64
+        offsets = torch.tensor([0, 5, 11], device="cuda", dtype=torch.int32)
+        return [((x(2, 5, 4, 64, grad=grad), x(2, 5, 2, 64, grad=grad), cos, cos.clone()), {}),
+                ((x(2, 4, 5, 64, grad=grad), x(2, 2, 5, 64, grad=grad), cos.to(dt), cos.to(dt)),
+                 {"layout": "bhsd", "interleaved": True, "seqlen_offset": 3}),
+                ((x(3, 1, 4, 64, grad=grad), x(3, 1, 2, 64, grad=grad), cos, cos), {"seqlen_offsets": offsets})]
     generic = {o["name"]: o for o in op_descriptions() if o["generic"]}
     if name in generic:  # an op of the generic kernel: each output like a tensor argument
         args = []

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string_view>
 
 #include "tessera/tensor.hpp"
 
@@ -86,5 +87,29 @@ void attention_varlen_backward(const TensorView& grad_out, const TensorView& q, 
                                const TensorView& dk, const TensorView& dv, const TensorView& cu_seqlens_q,
                                const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
                                const AttentionOptions& options, cudaStream_t stream);
+
+// Rotary position embedding (RoPE), as FlashAttention's apply_rotary_emb: q_out, k_out = q, k with
+// each pair of a head's first rotary_dim features rotated by the angle of its position,
+// (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos); features past rotary_dim are copied.
+//   q, k: (batch, seq, heads, head_dim) for bshd (FlashAttention's layout) or (batch, heads, seq,
+//     head_dim) for bhsd (torch SDPA's); float32, float16 or bfloat16, the last dimension
+//     contiguous; k may have fewer heads (GQA).
+//   cos, sin: (positions, rotary_dim / 2) or (batch or 1, positions, rotary_dim / 2), float32 or
+//     q's dtype: row p holds the angles of position p. Hugging Face's (batch or 1, positions,
+//     head_dim), each angle twice (in halves, or in neighbours where interleaved), is taken too.
+//   interleaved: the pairs (2i, 2i + 1) (GPT-J); else (i, i + rotary_dim / 2) (GPT-NeoX, Llama).
+//   The position of sequence index s is seqlen_offset + s, plus seqlen_offsets[b] (int32 or int64,
+//   one per batch, for decode) where given; a position outside cos's rows gives NaN features.
+//   q_out, k_out: q's and k's shapes and dtype, the last dimension contiguous; they may be q and k.
+enum class RotaryLayout { bshd, bhsd };
+void parse(const char* op, std::string_view name, RotaryLayout& out);  // "bshd", "bhsd"
+void rotary_embedding(const TensorView& q, const TensorView& k, const TensorView& cos, const TensorView& sin,
+                      RotaryLayout layout, bool interleaved, int64_t seqlen_offset, const TensorView* seqlen_offsets,
+                      const TensorView& q_out, const TensorView& k_out, cudaStream_t stream = nullptr);
+// The gradients of q and k from those of q_out and k_out: the opposite rotation.
+void rotary_embedding_backward(const TensorView& grad_q, const TensorView& grad_k, const TensorView& cos,
+                               const TensorView& sin, RotaryLayout layout, bool interleaved, int64_t seqlen_offset,
+                               const TensorView* seqlen_offsets, const TensorView& grad_q_in,
+                               const TensorView& grad_k_in, cudaStream_t stream = nullptr);
 
 }  // namespace tessera

@@ -18,6 +18,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cctype>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -79,7 +80,9 @@ void fill_plan(Plan& p, const OpDesc& d) {
   for (const std::string& g : d.grads) p.grad_args.push_back(arg_index(g));
   for (const std::string& a : d.backward_args) {
     using B = Plan::BackwardArg;
-    if (a == "grad") p.backward_args.push_back({B::grad, -1, -1});
+    if (a == "grad") p.backward_args.push_back({B::grad, 0, -1});
+    else if (a.rfind("grad", 0) == 0 && a.size() > 4 && std::isdigit(static_cast<unsigned char>(a[4])))
+      p.backward_args.push_back({B::grad, std::stoi(a.substr(4)), -1});
     else if (a == "result") p.backward_args.push_back({B::result, -1, p.num_saved++});
     else if (const int k = arg_index(a); p.args[k] == From::tensor || p.args[k] == From::optional_tensor)
       p.backward_args.push_back({B::tensor, k, p.num_saved++});
@@ -158,9 +161,14 @@ struct Function : torch::autograd::Function<Function> {
     stack.reserve(p.backward_args.size());
     for (const Plan::BackwardArg& b : p.backward_args) {
       switch (b.kind) {
-        case Plan::BackwardArg::grad: stack.emplace_back(grads[0].contiguous()); break;
+        case Plan::BackwardArg::grad: stack.emplace_back(grads[static_cast<size_t>(b.arg)].contiguous()); break;
         case Plan::BackwardArg::value: stack.push_back(values.get(static_cast<size_t>(b.slot))); break;
-        default: stack.emplace_back(saved[static_cast<size_t>(b.slot)]); break;
+        default: {  // an optional tensor that was None was saved undefined: None again
+          const at::Tensor& t = saved[static_cast<size_t>(b.slot)];
+          if (t.defined()) stack.emplace_back(t);
+          else stack.emplace_back();
+          break;
+        }
       }
     }
     p.backward_op().callBoxed(&stack);

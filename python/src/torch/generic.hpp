@@ -37,7 +37,7 @@ struct Plan {
   std::vector<int> grad_args;
   struct BackwardArg {
     enum Kind : uint8_t { grad, result, tensor, value } kind;
-    int arg;   // tensor, value: the forward's schema argument
+    int arg;   // tensor, value: the forward's schema argument; grad: the forward's output
     int slot;  // tensor, result: its place among the saved tensors; value: among the saved values
   };
   std::vector<BackwardArg> backward_args;

@@ -1,0 +1,302 @@
+// Rotary position embedding (RoPE) of q and k, as FlashAttention's apply_rotary_emb: each pair of
+// a head's first rotary_dim features is rotated by its position's angle,
+//   (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos),
+// the pairs (i, i + rotary_dim / 2) (GPT-NeoX, Llama) or (2i, 2i + 1) (GPT-J: interleaved); the
+// features past rotary_dim are copied. The backward is the same rotation by the opposite angle (a
+// rotation's inverse is its transpose), applied to the gradients. One launch covers q's rows then
+// k's.
+//
+// Bytes: q and k read once and written once; cos and sin (positions x rotary_dim / 2) stay in L2.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/device.hpp"
+#include "runtime/nvtx.hpp"
+#include "runtime/tier.hpp"
+#include "runtime/validate.hpp"
+#include "tessera/op.hpp"
+#include "tessera/ops/attention.hpp"
+#include "tile/frag.cuh"
+
+namespace tessera {
+
+void parse(const char* op, std::string_view name, RotaryLayout& out) {
+  if (name == "bshd") out = RotaryLayout::bshd;
+  else if (name == "bhsd") out = RotaryLayout::bhsd;
+  else detail::throw_arg(ErrorKind::value, op, "layout", "'bshd' or 'bhsd'", "'" + std::string(name) + "'");
+}
+
+namespace {
+
+struct Rows {  // q or k: rows (batch, seq, head) of head_dim features, the last dimension contiguous
+  const void* x;
+  void* out;
+  int64_t rows;
+  int64_t xs[3], os[3];  // strides of batch, seq, head in x and out (elements)
+};
+
+struct RotaryArgs {
+  Rows t[2];
+  int64_t seq, heads[2];
+  int head_dim, half;               // half: rotary_dim / 2
+  const void* cos;
+  const void* sin;
+  int64_t cb, cp, cj;               // cos/sin strides of batch (0: shared), position and pair
+  int64_t positions;                // cos/sin rows
+  int64_t offset;                   // the position of seq index 0 ...
+  const void* offsets;              // ... or per batch (int32 or int64), where set
+  bool offsets64, conjugate, interleaved;
+  DType dtype, cos_dtype;
+  int items;                        // per row: rotary items, then copied ones
+  int rotary_items;
+};
+
+template <class C>
+__device__ __forceinline__ float load_angle(const void* p, int64_t i) {
+  return tile::to_float(static_cast<const C*>(p)[i]);
+}
+
+// One item: V features of a row (V pairs for NeoX, V / 2 interleaved, or V copied).
+template <class T, class C, int V>
+__global__ void rotary_kernel(const RotaryArgs a) {
+  const int64_t total = (a.t[0].rows + a.t[1].rows) * a.items;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t row = i / a.items;
+    const int item = int(i % a.items);
+    const int which = row < a.t[0].rows ? 0 : 1;
+    if (which) row -= a.t[0].rows;
+    const Rows& t = a.t[which];
+    const int64_t h = row % a.heads[which], s = row / a.heads[which] % a.seq, b = row / a.heads[which] / a.seq;
+    const T* x = static_cast<const T*>(t.x) + b * t.xs[0] + s * t.xs[1] + h * t.xs[2];
+    T* out = static_cast<T*>(t.out) + b * t.os[0] + s * t.os[1] + h * t.os[2];
+    if (item >= a.rotary_items) {  // past rotary_dim: copied
+      const int c = 2 * a.half + (item - a.rotary_items) * V;
+      tile::store_frag<T, V>(out + c, tile::load_frag<T, V>(x + c));
+      continue;
+    }
+    int64_t pos = a.offset + s;
+    if (a.offsets) pos += a.offsets64 ? static_cast<const int64_t*>(a.offsets)[b] : static_cast<const int*>(a.offsets)[b];
+    const bool valid = pos >= 0 && pos < a.positions;  // else NaN: no read outside cos and sin
+    const int64_t angle0 = b * a.cb + (valid ? pos : 0) * a.cp;
+    const float sign = a.conjugate ? -1.0f : 1.0f;
+    float u[V], w[V];
+    if (!a.interleaved) {  // pairs (j, j + half): V of them, from two fragments
+      const int j = item * V;
+      tile::unpack(tile::load_frag<T, V>(x + j), u);
+      tile::unpack(tile::load_frag<T, V>(x + j + a.half), w);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float c = valid ? load_angle<C>(a.cos, angle0 + (j + e) * a.cj) : NAN;
+        const float sn = sign * load_angle<C>(a.sin, angle0 + (valid ? (j + e) * a.cj : 0));
+        const float x1 = u[e], x2 = w[e];
+        u[e] = x1 * c - x2 * sn, w[e] = x1 * sn + x2 * c;
+      }
+      tile::store_frag<T, V>(out + j, tile::pack<T, V>(u));
+      tile::store_frag<T, V>(out + j + a.half, tile::pack<T, V>(w));
+    } else {  // pairs (2j, 2j + 1): V / 2 of them in one fragment (a lone element pairs with none)
+      const int c0 = item * V;
+      tile::unpack(tile::load_frag<T, V>(x + c0), u);
+      if constexpr (V == 1) w[0] = tile::to_float(x[c0 ^ 1]);
+#pragma unroll
+      for (int e = 0; e < V; e += 2) {
+        const int j = (c0 + e) / 2;
+        const float c = valid ? load_angle<C>(a.cos, angle0 + j * a.cj) : NAN;
+        const float sn = sign * load_angle<C>(a.sin, angle0 + (valid ? j * a.cj : 0));
+        if constexpr (V == 1) {  // one element: its partner read beside it
+          const float x1 = (c0 & 1) ? w[0] : u[0], x2 = (c0 & 1) ? u[0] : w[0];
+          u[0] = (c0 & 1) ? x1 * sn + x2 * c : x1 * c - x2 * sn;
+        } else {
+          const float x1 = u[e], x2 = u[e + 1];
+          u[e] = x1 * c - x2 * sn, u[e + 1] = x1 * sn + x2 * c;
+        }
+      }
+      tile::store_frag<T, V>(out + c0, tile::pack<T, V>(u));
+    }
+  }
+}
+
+struct RotaryCtx {
+  int device, sms;
+};
+
+// The 16-byte fragments where every row and half starts on 16 bytes; single elements otherwise.
+template <class T, class C, int V>
+struct RotaryTier {
+  static constexpr const char* kName = V > 1 ? "vector" : "scalar";
+  static constexpr const char* kWhen = V > 1 ? "rows and halves 16-byte aligned" : "any alignment";
+  struct Plan {
+    unsigned grid;
+    std::string describe() const { return std::to_string(grid) + " blocks of 256"; }
+  };
+  static bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+  static bool can_implement(const RotaryArgs& a, const RotaryCtx&) {
+    if (V == 1) return true;
+    bool ok = a.half % V == 0 && a.head_dim % V == 0;
+    for (const Rows& t : a.t) {
+      ok = ok && aligned(t.x) && aligned(t.out);
+      for (int d = 0; d < 3; ++d) ok = ok && t.xs[d] % V == 0 && t.os[d] % V == 0;
+    }
+    return ok;
+  }
+  static Plan plan(const RotaryArgs& a, const RotaryCtx& c) {
+    const int64_t work = (a.t[0].rows + a.t[1].rows) * int64_t(items(a));
+    return {runtime::grid_cap(std::min<int64_t>(runtime::ceil_div(work, 256), int64_t(c.sms) * 16))};
+  }
+  static int items(const RotaryArgs& a) {
+    const int rotary = a.interleaved ? 2 * a.half / V : a.half / V;
+    return rotary + (a.head_dim - 2 * a.half) / V;
+  }
+  static void launch(const RotaryArgs& args, const Plan& p, cudaStream_t stream) {
+    RotaryArgs a = args;
+    a.rotary_items = a.interleaved ? 2 * a.half / V : a.half / V;
+    a.items = items(a);
+    rotary_kernel<T, C, V><<<p.grid, 256, 0, stream>>>(a);
+  }
+};
+
+template <class T, class C>
+void run(const char* op, const RotaryArgs& a, const RotaryCtx& ctx, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(T);
+  runtime::run_first<RotaryTier<T, C, V>, RotaryTier<T, C, 1>>(op, a, ctx, stream);
+}
+
+template <class T>
+void run_dtype(const char* op, const RotaryArgs& a, const RotaryCtx& ctx, cudaStream_t stream) {
+  if (a.cos_dtype == DType::float32) run<T, float>(op, a, ctx, stream);
+  else run<T, T>(op, a, ctx, stream);
+}
+
+// q/k (and their outputs) as rows: dims 0..3 are (batch, seq, heads, head_dim) or (batch, heads,
+// seq, head_dim).
+Rows rows_of(const TensorView& x, const TensorView& out, RotaryLayout layout) {
+  const int s = layout == RotaryLayout::bshd ? 1 : 2, h = layout == RotaryLayout::bshd ? 2 : 1;
+  return {x.data, out.data, x.shape[0] * x.shape[1] * x.shape[2],
+          {x.strides[0], x.strides[s], x.strides[h]}, {out.strides[0], out.strides[s], out.strides[h]}};
+}
+
+void check_qk(const char* op, const char* name, const TensorView& t, const TensorView& q, RotaryLayout layout) {
+  const int s = layout == RotaryLayout::bshd ? 1 : 2;
+  detail::check_cuda_tensor(op, name, t);
+  detail::check_dtype_in(op, name, t, {DType::float32, DType::float16, DType::bfloat16});
+  if (t.ndim != 4)
+    detail::throw_arg(ErrorKind::value, op, name, "a 4-d tensor (batch, seq, heads, head_dim) or (batch, heads, seq, head_dim)", detail::dims(t));
+  if (t.strides[3] != 1 && t.shape[3] > 1)
+    detail::throw_arg(ErrorKind::value, op, name, "its last dimension contiguous (stride 1)", "stride " + std::to_string(t.strides[3]));
+  if (&t != &q) {
+    detail::check_same_dtype(op, name, t, "q", q);
+    detail::check_same_device(op, name, t, "q", q);
+    if (t.shape[0] != q.shape[0] || t.shape[s] != q.shape[s] || t.shape[3] != q.shape[3])
+      detail::throw_arg(ErrorKind::value, op, name, "q's batch, seq and head_dim " + q.shape_str(), t.shape_str());
+  }
+}
+
+void check_angles(const char* op, const char* name, const TensorView& c, const TensorView& q, int64_t batch) {
+  detail::check_cuda_tensor(op, name, c);
+  detail::check_same_device(op, name, c, "q", q);
+  if (c.dtype != DType::float32 && c.dtype != q.dtype)
+    detail::throw_arg(ErrorKind::type, op, name, std::string("float32 or q's dtype ") + dtype_name(q.dtype), dtype_name(c.dtype));
+  const bool ok = (c.ndim == 2 || (c.ndim == 3 && (c.shape[0] == 1 || c.shape[0] == batch))) &&
+                  (c.strides[c.ndim - 1] == 1 || c.shape[c.ndim - 1] == 1);
+  if (!ok)
+    detail::throw_arg(ErrorKind::value, op, name, "(positions, rotary_dim / 2) or (batch or 1, positions, rotary_dim / 2 or head_dim), the last dimension contiguous", detail::dims(c) + " " + c.shape_str());
+}
+
+void rotate(const char* op, const TensorView& q, const TensorView& k, const TensorView& cos, const TensorView& sin,
+            RotaryLayout layout, bool interleaved, int64_t seqlen_offset, const TensorView* seqlen_offsets,
+            bool conjugate, const TensorView& q_out, const TensorView& k_out, cudaStream_t stream) {
+  check_qk(op, "q", q, q, layout);
+  check_qk(op, "k", k, q, layout);
+  check_angles(op, "cos", cos, q, q.shape[0]);
+  check_angles(op, "sin", sin, q, q.shape[0]);
+  detail::check_like(op, "sin", sin, "cos", cos);
+  const int64_t dim = q.shape[3];
+  // Hugging Face's form: a row of head_dim angles, each pair's twice (halves equal, or neighbours
+  // equal where interleaved): every pair's angle read once.
+  const bool hf = cos.shape[cos.ndim - 1] == dim && dim > 1;
+  const int64_t half = hf ? dim / 2 : cos.shape[cos.ndim - 1];
+  if (2 * half > dim || half < 1)
+    detail::throw_arg(ErrorKind::value, op, "cos", "rotary_dim / 2 columns, 1 to head_dim / 2 = " + std::to_string(dim / 2), std::to_string(half));
+  const int s = layout == RotaryLayout::bshd ? 1 : 2;
+  const int64_t positions = cos.shape[cos.ndim - 2], seq = q.shape[s];
+  if (!seqlen_offsets && (seqlen_offset < 0 || seqlen_offset + seq > positions))
+    detail::throw_arg(ErrorKind::value, op, "cos", "a row per position, seqlen_offset + seq = " + std::to_string(seqlen_offset + seq) + " of them at least", std::to_string(positions));
+  if (seqlen_offsets) {
+    detail::check_cuda_tensor(op, "seqlen_offsets", *seqlen_offsets);
+    detail::check_dtype_in(op, "seqlen_offsets", *seqlen_offsets, {DType::int32, DType::int64});
+    if (seqlen_offsets->ndim != 1 || seqlen_offsets->shape[0] != q.shape[0] || (q.shape[0] > 1 && seqlen_offsets->strides[0] != 1))
+      detail::throw_arg(ErrorKind::value, op, "seqlen_offsets", "a contiguous 1-d tensor of batch = " + std::to_string(q.shape[0]) + " offsets", detail::dims(*seqlen_offsets));
+  }
+  const std::pair<const char*, const TensorView*> outs[] = {{"q_out", &q_out}, {"k_out", &k_out}};
+  const std::pair<const char*, const TensorView*> ins[] = {{"q", &q}, {"k", &k}, {"cos", &cos}, {"sin", &sin}};
+  for (int i = 0; i < 2; ++i) {
+    detail::check_like(op, outs[i].first, *outs[i].second, i ? "k" : "q", i ? k : q);
+    detail::check_no_internal_overlap(op, outs[i].first, *outs[i].second);
+    for (const auto& [name, t] : ins) detail::check_no_overlap(op, outs[i].first, *outs[i].second, name, *t, true);
+    if (outs[i].second->strides[3] != 1 && dim > 1)
+      detail::throw_arg(ErrorKind::value, op, outs[i].first, "its last dimension contiguous", "stride " + std::to_string(outs[i].second->strides[3]));
+  }
+  detail::check_no_overlap(op, "k_out", k_out, "q_out", q_out, false);
+  if (q.numel() + k.numel() == 0) return;
+  RotaryArgs a{};
+  a.t[0] = rows_of(q, q_out, layout), a.t[1] = rows_of(k, k_out, layout);
+  a.seq = seq, a.heads[0] = q.shape[s == 1 ? 2 : 1], a.heads[1] = k.shape[s == 1 ? 2 : 1];
+  a.head_dim = int(dim), a.half = int(half);
+  a.cos = cos.data, a.sin = sin.data, a.cos_dtype = cos.dtype, a.dtype = q.dtype;
+  a.cb = cos.ndim == 3 && cos.shape[0] > 1 ? cos.strides[0] : 0, a.cp = cos.strides[cos.ndim - 2];
+  a.cj = hf && interleaved ? 2 : 1;
+  a.positions = positions, a.offset = seqlen_offset;
+  a.offsets = seqlen_offsets ? seqlen_offsets->data : nullptr;
+  a.offsets64 = seqlen_offsets && seqlen_offsets->dtype == DType::int64;
+  a.conjugate = conjugate, a.interleaved = interleaved;
+  runtime::DeviceGuard guard(q.device.index);
+  const RotaryCtx ctx{q.device.index, runtime::device_props(q.device.index).multiProcessorCount};
+  switch (q.dtype) {
+    case DType::float32: run<float, float>(op, a, ctx, stream); break;
+    case DType::float16: run_dtype<__half>(op, a, ctx, stream); break;
+    default: run_dtype<__nv_bfloat16>(op, a, ctx, stream); break;
+  }
+  TESSERA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void rotary_embedding(const TensorView& q, const TensorView& k, const TensorView& cos, const TensorView& sin,
+                      RotaryLayout layout, bool interleaved, int64_t seqlen_offset, const TensorView* seqlen_offsets,
+                      const TensorView& q_out, const TensorView& k_out, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::rotary_embedding");
+  rotate("rotary_embedding", q, k, cos, sin, layout, interleaved, seqlen_offset, seqlen_offsets, false, q_out,
+         k_out, stream);
+}
+
+void rotary_embedding_backward(const TensorView& grad_q, const TensorView& grad_k, const TensorView& cos,
+                               const TensorView& sin, RotaryLayout layout, bool interleaved, int64_t seqlen_offset,
+                               const TensorView* seqlen_offsets, const TensorView& grad_q_in,
+                               const TensorView& grad_k_in, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::rotary_embedding_backward");
+  rotate("rotary_embedding_backward", grad_q, grad_k, cos, sin, layout, interleaved, seqlen_offset, seqlen_offsets,
+         true, grad_q_in, grad_k_in, stream);
+}
+
+namespace {
+const char* const kRotaryArgs =
+    "Tensor cos, Tensor sin, *, str layout='bshd', bool interleaved=False, int seqlen_offset=0, "
+    "Tensor? seqlen_offsets=None) -> (Tensor, Tensor)";
+const OpRegistrar kRotary = describe("rotary_embedding", "attention", "RoPE: q and k rotated by their positions' angles")
+    .schema(std::string("rotary_embedding(Tensor q, Tensor k, ") + kRotaryArgs)
+    .kernel<&rotary_embedding>({"q", "k", "cos", "sin", "layout", "interleaved", "seqlen_offset", "seqlen_offsets",
+                                "q_out", "k_out"},
+                               {{"q_out", "q"}, {"k_out", "k"}})
+    .differentiable("rotary_embedding_backward",
+                    {"grad", "grad1", "cos", "sin", "layout", "interleaved", "seqlen_offset", "seqlen_offsets"},
+                    {"q", "k"});
+const OpRegistrar kRotaryBackward =
+    describe("rotary_embedding_backward", "attention", "rotary_embedding backward: the opposite rotation")
+        .schema(std::string("rotary_embedding_backward(Tensor grad_q, Tensor grad_k, ") + kRotaryArgs)
+        .kernel<&rotary_embedding_backward>({"grad_q", "grad_k", "cos", "sin", "layout", "interleaved",
+                                             "seqlen_offset", "seqlen_offsets", "grad_q_in", "grad_k_in"},
+                                            {{"grad_q_in", "grad_q"}, {"grad_k_in", "grad_k"}});
+}  // namespace
+}  // namespace tessera
