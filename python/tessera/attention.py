@@ -190,11 +190,12 @@ def rotary_embedding(q: Any, k: Any, cos: Any, sin: Any, *, layout: str = "bshd"
 
 
 def _rotary_torch(q, k, cos, sin, layout, interleaved, offset, offsets):
-    """rotary_embedding in torch's operations (float32 math)."""
+    """rotary_embedding in torch's operations (float32 math, float64 for float64 tensors)."""
     torch = _interop.torch_module
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"tessera.rotary_embedding: argument 'layout': expected 'bshd' or 'bhsd', got {layout!r}")
     seq_dim = 1 if layout == "bshd" else 2
+    math_dtype = torch.promote_types(q.dtype, torch.float32)
     batch, seq, dim = q.shape[0], q.shape[seq_dim], q.shape[-1]
 
     def angles(c):  # (batch, seq, rotary_dim / 2) for each sequence index
@@ -205,14 +206,14 @@ def _rotary_torch(q, k, cos, sin, layout, interleaved, offset, offsets):
         pos = pos.unsqueeze(0) + (offsets.to(c.device).long().unsqueeze(1) if offsets is not None else 0)
         pos = pos.expand(batch, seq)
         rows = torch.arange(batch, device=c.device).unsqueeze(1) if c.shape[0] > 1 else torch.zeros_like(pos[:, :1])
-        a = c[rows, pos].float()
+        a = c[rows, pos].to(math_dtype)
         return a.unsqueeze(2) if layout == "bshd" else a.unsqueeze(1)
 
     c, s = angles(cos), angles(sin)
     half = c.shape[-1]
 
     def rotate(x):
-        xf = x.float()
+        xf = x.to(math_dtype)
         r = xf[..., :2 * half]
         x1, x2 = (r[..., 0::2], r[..., 1::2]) if interleaved else (r[..., :half], r[..., half:])
         o1, o2 = x1 * c - x2 * s, x1 * s + x2 * c

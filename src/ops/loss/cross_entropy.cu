@@ -71,9 +71,16 @@ struct AccMerge {
   }
 };
 
-__device__ __forceinline__ float capped(float x, float cap) { return cap > 0.f ? cap * tanhf(x / cap) : x; }
+// The logit as the loss sees it: soft-capped (cap tanh(x / cap)) in the kernels for a cap > 0,
+// as it is in the others.
+template <bool kCap>
+__device__ __forceinline__ float capped(float x, float cap) { return kCap ? cap * tanhf(x / cap) : x; }
 
 using tile::kLog2e;
+
+// The CTA's threads: THREADS, or where that is 0 (the soft-capped kernel), the launch's.
+template <int THREADS>
+__device__ __forceinline__ int cta_threads() { return THREADS ? THREADS : int(blockDim.x); }
 
 // Adds one vector of (capped) logits: its max first, one rescale test per vector rather than per
 // element, then each exp as one FFMA and one MUFU ex2 (in log2 units against the running max).
@@ -113,9 +120,9 @@ __device__ __forceinline__ RowEnd finish_row(const CeArgs& a, int64_t r, const A
 // thread, each VW elements (16 bytes when VW > 1) kept packed (tile::Frag) until used: four in
 // flight cost 16 registers rather than 32 floats. The loads mark their L2 lines evict-last, so
 // that pass 2 finds them.
-template <class T, int VW, int THREADS>
+template <class T, int VW, int THREADS, bool kCap>
 __device__ __forceinline__ Acc accumulate(const T* x, int n, float cap) {
-  const int step = THREADS * VW;
+  const int step = cta_threads<THREADS>() * VW;
   const uint64_t keep = tile::l2_policy<tile::L2Hint::kEvictLast>();
   Acc acc{-INFINITY, 0.f, 0.f};
   for (int c0 = int(threadIdx.x) * VW; c0 < n; c0 += kUnroll * step) {
@@ -128,7 +135,7 @@ __device__ __forceinline__ Acc accumulate(const T* x, int n, float cap) {
       if (c0 + u * step >= n) continue;
       float y[VW];
 #pragma unroll
-      for (int i = 0; i < VW; ++i) y[i] = capped(v[u][i], cap);
+      for (int i = 0; i < VW; ++i) y[i] = capped<kCap>(v[u][i], cap);
       add(acc, y);
     }
   }
@@ -139,10 +146,10 @@ __device__ __forceinline__ Acc accumulate(const T* x, int n, float cap) {
 // row (for the target's). The row is walked from its end: the columns read last in pass 1 are
 // the likeliest to be in L2 still. Its loads mark the lines evict-first (their last use), and the
 // gradient is stored streaming (not read here again).
-template <class T, int VW, int THREADS>
+template <class T, int VW, int THREADS, bool kCap>
 __device__ __forceinline__ void write_grad(const CeArgs& a, const RowEnd& e, const T* src, T* g, int n, int64_t col0,
                                            int64_t t) {
-  const int step = THREADS * VW, block = kUnroll * step;
+  const int step = cta_threads<THREADS>() * VW, block = kUnroll * step;
   const uint64_t last = tile::l2_policy<tile::L2Hint::kEvictFirst>();
   const int tt = t >= col0 && t < col0 + n ? int(t - col0) : -1;  // the target's column here (32-bit)
   const float lse2 = e.lse * kLog2e;
@@ -158,9 +165,9 @@ __device__ __forceinline__ void write_grad(const CeArgs& a, const RowEnd& e, con
       float out[VW];
 #pragma unroll
       for (int i = 0; i < VW; ++i) {
-        const float y = capped(v[u][i], a.cap);
+        const float y = capped<kCap>(v[u][i], a.cap);
         float d = tile::ex2_approx(fmaf(y, kLog2e, -lse2)) * e.coef - e.flat - (c0 + u * step + i == tt ? e.hit : 0.f);
-        if (a.cap > 0.f) d *= 1.f - (y / a.cap) * (y / a.cap);
+        if constexpr (kCap) d *= 1.f - (y / a.cap) * (y / a.cap);
         out[i] = d;
       }
       tile::store_frag_stream(g + c0 + u * step, tile::pack<T, VW>(out));
@@ -194,9 +201,10 @@ __device__ __forceinline__ Split split_row(const T* x, int n) {
 // The stream tier: a CTA per row at a time (rows blockIdx.x, + gridDim.x, ...), pass 2 reading
 // the row again (from L2 where it still is). VW > 1: 16-byte loads, of whole rows, or (kSplit)
 // of each row's body, the host having checked that the gradient's rows lie as the logits' do
-// against 16-byte boundaries.
-template <class T, int VW, int THREADS, bool kSplit>
-__global__ void __launch_bounds__(THREADS, kThreads / THREADS) cross_entropy_kernel(CeArgs a) {
+// against 16-byte boundaries. kCap: the logits soft-capped (launch_sized), THREADS then 0.
+template <class T, int VW, int THREADS, bool kSplit, bool kCap>
+__global__ void __launch_bounds__(THREADS ? THREADS : kThreads, kThreads / (THREADS ? THREADS : kThreads))
+    cross_entropy_kernel(CeArgs a) {
   __shared__ Acc scratch[32];
   const int V = int(a.classes);  // the host keeps V below 2^31
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
@@ -204,21 +212,21 @@ __global__ void __launch_bounds__(THREADS, kThreads / THREADS) cross_entropy_ker
     const RowTarget rt = target_of(a, r);
     // Read before the merge's barrier: with grad = logits, pass 2 overwrites it.
     const bool writer = threadIdx.x == 0;
-    const float xt = writer && !rt.ignored && !rt.bad ? capped(tile::to_float(x[rt.t]), a.cap) : 0.f;
+    const float xt = writer && !rt.ignored && !rt.bad ? capped<kCap>(tile::to_float(x[rt.t]), a.cap) : 0.f;
     const Split sp = split_row<T, VW, kSplit>(x, V);
     const int end = sp.head + sp.body;
-    Acc acc = accumulate<T, VW, THREADS>(x + sp.head, sp.body, a.cap);
+    Acc acc = accumulate<T, VW, THREADS, kCap>(x + sp.head, sp.body, a.cap);
     if constexpr (kSplit) {
-      acc = AccMerge{}(acc, accumulate<T, 1, THREADS>(x, sp.head, a.cap));
-      acc = AccMerge{}(acc, accumulate<T, 1, THREADS>(x + end, V - end, a.cap));
+      acc = AccMerge{}(acc, accumulate<T, 1, THREADS, kCap>(x, sp.head, a.cap));
+      acc = AccMerge{}(acc, accumulate<T, 1, THREADS, kCap>(x + end, V - end, a.cap));
     }
     acc = tile::block_reduce(acc, AccMerge{}, Acc{-INFINITY, 0.f, 0.f}, scratch);
     const RowEnd e = finish_row(a, r, acc, rt.ignored, rt.bad, xt, writer);
     if (!a.grad) continue;
     T* g = static_cast<T*>(a.grad) + r * a.gs;
-    if constexpr (kSplit) write_grad<T, 1, THREADS>(a, e, x + end, g + end, V - end, end, rt.t);
-    write_grad<T, VW, THREADS>(a, e, x + sp.head, g + sp.head, sp.body, sp.head, rt.t);
-    if constexpr (kSplit) write_grad<T, 1, THREADS>(a, e, x, g, sp.head, 0, rt.t);
+    if constexpr (kSplit) write_grad<T, 1, THREADS, kCap>(a, e, x + end, g + end, V - end, end, rt.t);
+    write_grad<T, VW, THREADS, kCap>(a, e, x + sp.head, g + sp.head, sp.body, sp.head, rt.t);
+    if constexpr (kSplit) write_grad<T, 1, THREADS, kCap>(a, e, x, g, sp.head, 0, rt.t);
   }
 }
 
@@ -266,13 +274,17 @@ __global__ void __launch_bounds__(kScaleThreads) scale_kernel(const float* grad_
   }
 }
 
+// Soft-capped logits (a cap > 0, a rare option) take one kernel for every CTA size, its size a
+// launch argument: the tanh of every element makes a kernel several times larger, and a copy of it
+// per CTA size, or beside the uncapped loops in every kernel, costs compile time for nothing.
 template <class T, int VW, bool kSplit>
 void launch_sized(const CeArgs& a, int threads, unsigned grid, cudaStream_t stream) {
+  if (a.cap > 0.f) return cross_entropy_kernel<T, VW, 0, kSplit, true><<<grid, threads, 0, stream>>>(a);
   switch (threads) {
-    case 128: return cross_entropy_kernel<T, VW, 128, kSplit><<<grid, 128, 0, stream>>>(a);
-    case 256: return cross_entropy_kernel<T, VW, 256, kSplit><<<grid, 256, 0, stream>>>(a);
-    case 512: return cross_entropy_kernel<T, VW, 512, kSplit><<<grid, 512, 0, stream>>>(a);
-    default: return cross_entropy_kernel<T, VW, kThreads, kSplit><<<grid, kThreads, 0, stream>>>(a);
+    case 128: return cross_entropy_kernel<T, VW, 128, kSplit, false><<<grid, 128, 0, stream>>>(a);
+    case 256: return cross_entropy_kernel<T, VW, 256, kSplit, false><<<grid, 256, 0, stream>>>(a);
+    case 512: return cross_entropy_kernel<T, VW, 512, kSplit, false><<<grid, 512, 0, stream>>>(a);
+    default: return cross_entropy_kernel<T, VW, kThreads, kSplit, false><<<grid, kThreads, 0, stream>>>(a);
   }
 }
 

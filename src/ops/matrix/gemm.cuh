@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tessera/ops/matrix.hpp"
@@ -234,6 +235,39 @@ struct Epilogue {
     OutT x, y;
   };
 };
+
+// A block of outputs staged as float32 accumulators in shared memory, through the epilogue:
+// `rows` x `cols` (<= Cols) elements at `buf` (rows `ld` floats apart, 16-byte aligned) to rows
+// row0.. and columns col0.. (even) of batch b, by Threads threads (`tid`), four columns a thread
+// and a row segment per Cols / 4 threads. The activation is chosen and the bias loaded once per
+// call. Kernels call it from one place, in a loop over their passes that is not unrolled: each
+// activation's code then appears once in the kernel, not once per accumulator of an unrolled
+// store (which would make the epilogue most of the kernel's code and of ptxas's time). Inlined,
+// not a call: the accumulators of later passes, still in registers, would be saved around a call.
+// `kernel_epi` is the kernel's argument, resolved here (after the main loop, so that the scaled
+// alpha holds no register through it).
+template <int Cols, int Threads, class OutT>
+__device__ __forceinline__ void store_staged(const Epilogue<OutT>& kernel_epi, const float* buf,
+                                             int ld, int64_t b, int64_t row0, int64_t col0, int rows,
+                                             int cols, int tid) {
+  static_assert(Cols % 4 == 0 && Threads % (Cols / 4) == 0, "whole rows of quads per step");
+  constexpr int kQuads = Cols / 4, kRowsPerStep = Threads / kQuads;
+  const Epilogue<OutT> e = kernel_epi.resolved();
+  const int c = 4 * (tid % kQuads);
+  if (c >= cols) return;
+  const auto lo = e.cols(col0 + c, c + 1 < cols);
+  const bool hi = c + 2 < cols;
+  const auto hi_cols = e.cols(col0 + (hi ? c + 2 : c), c + 3 < cols);
+  e.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
+#pragma unroll 1
+    for (int r = tid / kQuads; r < rows; r += kRowsPerStep) {
+      const float4 v = *reinterpret_cast<const float4*>(&buf[r * ld + c]);
+      const auto row = e.row(b, row0 + r);
+      e.store_pair(row, lo, v.x, v.y, act);
+      if (hi) e.store_pair(row, hi_cols, v.z, v.w, act);
+    }
+  });
+}
 
 // Output tiles in grouped order: tiles come `group` tile-rows at a time, down each column of
 // the group before the next column, so that the CTAs running at once share the A tiles of a few

@@ -42,6 +42,7 @@ constexpr int kMinChunk = 256;                 // K per split at least
 constexpr int kResident = 4;                   // CTAs an SM holds (__launch_bounds__)
 constexpr int kMaxM = 32;
 constexpr int kStagedBytes = 16384;            // A staged per piece of K
+constexpr int kStagedLd = kRowsPerWarp + 4;    // the epilogue's rows of a warp's outputs (floats)
 
 struct SkinnyArgs {
   const void* a;
@@ -131,7 +132,8 @@ template <int MT>
 __device__ __forceinline__ float* flat(float (&acc)[MT][2][4]) { return &acc[0][0][0]; }
 
 template <class T, class OutT, int MT>
-__global__ void __launch_bounds__(kThreads, kResident) skinny_kernel(const SkinnyArgs p, const Epilogue<OutT> epi_args) {
+__global__ void __launch_bounds__(kThreads, kResident)
+    skinny_kernel(const SkinnyArgs p, const __grid_constant__ Epilogue<OutT> epi) {
   constexpr int kPiece = kStagedBytes / (16 * MT * int(sizeof(T)));
   // Rows 64 bytes apart modulo 128: the 8 lanes of one 16-byte shared read (two rows, four runs
   // each) fall on distinct banks.
@@ -154,7 +156,6 @@ __global__ void __launch_bounds__(kThreads, kResident) skinny_kernel(const Skinn
                                   int(kend - k0 < kPiece ? kend - k0 : kPiece), kend);
   }
 
-  const Epilogue<OutT> epi = epi_args.resolved();
   float* v = flat(acc);
   if (p.splits > 1) {
     float* mine = p.partial + split * p.m * p.n;
@@ -183,11 +184,25 @@ __global__ void __launch_bounds__(kThreads, kResident) skinny_kernel(const Skinn
     }
     for_outputs<MT>(p.m, p.n, n0, [&](int64_t, int64_t, int i) { v[i] = total[i], v[i + 1] = total[i + 1]; });
   }
-  epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
-    for_outputs<MT>(p.m, p.n, n0, [&](int64_t r, int64_t c, int i) {
-      epi.store_pair(epi.row(0, r), epi.cols(c, c + 1 < p.n), v[i], v[i + 1], act);
-    });
-  });
+  // The epilogue through shared memory (xs, free once every warp is past its last piece): each
+  // warp stages its 16 MT x 16 outputs and stores them from there (store_staged), so that each
+  // activation's code appears once, not once per accumulator pair.
+  static_assert(kWarps * 16 * MT * kStagedLd * int(sizeof(float)) <= int(sizeof(xs)),
+                "the warps' outputs fit in xs");
+  __syncthreads();
+  if (n0 >= p.n) return;
+  float* buf = reinterpret_cast<float*>(xs) + warp * 16 * MT * kStagedLd;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(&buf[(16 * mt + g + 8 * h) * kStagedLd + 8 * nt + 2 * (lane % 4)]) =
+            make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+  __syncwarp();
+  store_staged<kRowsPerWarp, 32>(epi, buf, kStagedLd, 0, 0, n0, int(p.m),
+                                 p.n - n0 < kRowsPerWarp ? int(p.n - n0) : kRowsPerWarp, lane);
 }
 
 bool is_16bit(DType dt) { return dt == DType::bfloat16 || dt == DType::float16; }

@@ -194,56 +194,50 @@ __device__ __forceinline__ void mainloop(float (&acc)[S::kMT][S::kNT][4], uint32
 // The warp's accumulators through the epilogue, kEpiCols columns a pass through its own slice
 // `buf` of shared memory: written in the fragment layout (acc[mt][nt] holds rows 16 mt + lane / 4
 // and + 8, columns 8 nt + 2 (lane % 4) and the next), read back four columns a lane, a row per 8
-// lanes, so that a store instruction writes whole row segments and the code per activation is
-// one short loop, not every fragment's stores. Rows padded to kEpiStride floats put the fragment
-// writes of a half-warp on distinct banks.
+// lanes (store_staged), so that a store instruction writes whole row segments. Rows padded to
+// kEpiStride floats put the fragment writes of a half-warp on distinct banks. The passes are a
+// loop, not unrolled, each picking its columns of acc by selects (the indices into acc stay
+// constants, so acc stays in registers): the epilogue's code, every activation's, appears once.
 template <class S, class OutT>
-__device__ __forceinline__ void store_tile(const Epilogue<OutT>& e,
+__device__ __forceinline__ void store_tile(const Epilogue<OutT>& epi,
                                            const float (&acc)[S::kMT][S::kNT][4], float* buf,
                                            int64_t batch, int64_t row0, int64_t col0, int64_t m,
                                            int64_t n, int lane) {
+  constexpr int kPasses = S::kWN / kEpiCols, kTilesPerPass = kEpiCols / 8;
   const int rows = m - row0 < S::kWM ? int(m - row0) : S::kWM;
   const int cols = n - col0 < S::kWN ? int(n - col0) : S::kWN;
   if (rows <= 0 || cols <= 0) return;
-#pragma unroll
-  for (int pass = 0; pass < S::kWN / kEpiCols; ++pass) {
+#pragma unroll 1
+  for (int pass = 0; pass < kPasses && pass * kEpiCols < cols; ++pass) {
 #pragma unroll
     for (int mt = 0; mt < S::kMT; ++mt)
 #pragma unroll
-      for (int i = 0; i < kEpiCols / 8; ++i)
+      for (int i = 0; i < kTilesPerPass; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float* v = acc[mt][pass * kEpiCols / 8 + i] + 2 * h;
+          float2 v = make_float2(acc[mt][i][2 * h], acc[mt][i][2 * h + 1]);
+#pragma unroll
+          for (int p = 1; p < kPasses; ++p) {
+            const float* w = acc[mt][p * kTilesPerPass + i] + 2 * h;
+            if (pass == p) v = make_float2(w[0], w[1]);
+          }
           float* at = &buf[(16 * mt + 8 * h + lane / 4) * kEpiStride + 8 * i + 2 * (lane % 4)];
-          *reinterpret_cast<float2*>(at) = make_float2(v[0], v[1]);
+          *reinterpret_cast<float2*>(at) = v;
         }
     __syncwarp();
-    const int c = pass * kEpiCols + 4 * (lane % 8);
-    if (c < cols) {
-      const auto lo = e.cols(col0 + c, c + 1 < cols);
-      const bool hi = c + 2 < cols;
-      const auto hi_cols = e.cols(col0 + (hi ? c + 2 : c), c + 3 < cols);
-      e.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
-#pragma unroll 1
-        for (int r = lane / 8; r < rows; r += 4) {
-          const float4 v =
-              *reinterpret_cast<const float4*>(&buf[r * kEpiStride + c - pass * kEpiCols]);
-          const auto row = e.row(batch, row0 + r);
-          e.store_pair(row, lo, v.x, v.y, act);
-          if (hi) e.store_pair(row, hi_cols, v.z, v.w, act);
-        }
-      });
-    }
+    const int left = cols - pass * kEpiCols;
+    store_staged<kEpiCols, 32>(epi, buf, kEpiStride, batch, row0, col0 + pass * kEpiCols, rows,
+                               left < kEpiCols ? left : kEpiCols, lane);
     __syncwarp();
   }
 }
 
 template <class T, class OutT, class S, bool KA, bool KB>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    gemm_sm80_kernel(const Operand<T> a, const Operand<T> b, const Epilogue<OutT> epi,
-                     const TileOrder order, int64_t m, int64_t n) {
+    gemm_sm80_kernel(const Operand<T> a, const Operand<T> b,
+                     const __grid_constant__ Epilogue<OutT> epi, const TileOrder order, int64_t m,
+                     int64_t n) {
   extern __shared__ uint4 smem[];
-  const auto e = epi.resolved();
   int64_t batch;
   int tm, tn;
   order.at(blockIdx.x, batch, tm, tn);
@@ -256,7 +250,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   tile::cp_async_wait<0>();  // the epilogue reuses the ring: no copy may still land in it
   __syncthreads();     // ... nor any warp still read it
   float* buf = reinterpret_cast<float*>(smem) + warp * S::kWM * kEpiStride;
-  store_tile<S>(e, acc, buf, batch, row0 + wm * S::kWM, col0 + wn * S::kWN, m, n, lane);
+  store_tile<S>(epi, acc, buf, batch, row0 + wm * S::kWM, col0 + wn * S::kWN, m, n, lane);
 }
 
 // ---- host ---------------------------------------------------------------------------------------

@@ -23,10 +23,9 @@
 // register (tile::Frag); column offsets are 32-bit and, where the group size is a template
 // constant, immediates; rows sit at a uniform stride (one multiply per row, no 64-bit division);
 // and the compiler is kept from holding float copies of the row, or early weight loads, across a
-// reduction (tile::refresh, tile::zero_after). ptxas reports small spills in three places, kept
-// because the spilling form is the faster one: float32 rms_norm forward at VPT 8
-// in groups of 32, the backward's ring of two rows at VPT 2, and the long-row backward's row
-// means at 64 registers (two CTAs per SM).
+// reduction (tile::refresh, tile::zero_after). ptxas reports small spills in two places, kept
+// because the spilling form is the faster one: float32 rms_norm forward at VPT 8 in groups of 32,
+// and the backward's ring of two rows at VPT 2 (sm_90).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -204,9 +204,13 @@ __global__ __launch_bounds__(kStreamThreads, 2) void norm_backward_rowsums_kerne
       tile::Vec<T, V> x[U], dy[U], w[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        x[u] = tile::load_tile<V>(xr, c0 + u * step, n, zero);
-        dy[u] = tile::load_tile<V>(dyr, c0 + u * step, n, zero);
-        w[u] = p.w ? tile::load_tile<V>(p.w, c0 + u * step, n, one) : fill_vec<T, V>(one);
+        // n is a multiple of V (or V is 1): a vector is wholly in the row or wholly past it, and
+        // no element-wise load for a partial one is compiled (its registers spilled).
+        const int64_t c = c0 + u * step;
+        const bool in = c < n;
+        x[u] = in ? tile::load<V>(xr + c) : fill_vec<T, V>(zero);
+        dy[u] = in ? tile::load<V>(dyr + c) : fill_vec<T, V>(zero);
+        w[u] = in && p.w ? tile::load<V>(p.w + c) : fill_vec<T, V>(one);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -236,11 +240,12 @@ constexpr int kColRows = sizeof(T) == 4 ? 4 : 2;
 template <class T, int V, bool kRms>
 __global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const BwdParams<T> p, int64_t rows_per_cta) {
   constexpr int R = kColRows<T>;
-  const T zero = tile::from_float<T>(0.0f), one = tile::from_float<T>(1.0f);
+  const T one = tile::from_float<T>(1.0f);
   const int64_t c = (int64_t(blockIdx.x) * kColThreads + threadIdx.x) * V, n = p.n;
   const int64_t r0 = int64_t(blockIdx.y) * rows_per_cta, r1 = std::min(p.rows, r0 + rows_per_cta);
   if (c >= n) return;  // no barrier below
-  const tile::Vec<T, V> w = p.w ? tile::load_tile<V>(p.w, c, n, one) : fill_vec<T, V>(one);
+  // n is a multiple of V (or V is 1): the thread's vector is wholly in the row, no masked accesses.
+  const tile::Vec<T, V> w = p.w ? tile::load<V>(p.w + c) : fill_vec<T, V>(one);
   float sw[V] = {}, sb[V] = {};
   for (int64_t r = r0; r < r1; r += R) {
     tile::Vec<T, V> x[R], dy[R];
@@ -249,8 +254,8 @@ __global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const B
       if (r + u < r1) {
         int64_t off[5];
         row_offsets(p.stride, r + u, off);
-        x[u] = tile::load_tile<V>(p.x + off[0], c, n, zero);
-        dy[u] = tile::load_tile<V>(p.dy + off[1], c, n, zero);
+        x[u] = tile::load<V>(p.x + off[0] + c);
+        dy[u] = tile::load<V>(p.dy + off[1] + c);
       }
     }
 #pragma unroll
@@ -270,7 +275,7 @@ __global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const B
         sw[e] = fmaf(d, xh, sw[e]);
         sb[e] += d;
       }
-      if (p.dx) tile::store_tile<V>(p.dx + off[2], c, n, g);
+      if (p.dx) tile::store<V>(p.dx + off[2] + c, g);
     }
   }
   const int64_t prow = int64_t(blockIdx.y) * p.ld;

@@ -363,7 +363,8 @@ struct Vpt8Group : FwdTier<T> {
       while (gs * 8 < vectors<V>(p.n)) gs *= 2;
       const auto make = [&](auto g) { return plan_groups<T, V, 8, kRms, decltype(g)::value>(p, g, kFwdCta8); };
       if constexpr (V == 4) return with_size<32, 64, 128, 256>(gs, make);
-      else return with_size<64, 128, 256>(gs, make);  // 16-bit rows here have >= 512 vectors
+      else if constexpr (kRms) return with_size<128, 256>(gs, make);  // RMSNorm: >= 1024 vectors
+      else return with_size<64, 128, 256>(gs, make);  // 16-bit LayerNorm rows here have >= 512
     } else {
       return {};
     }

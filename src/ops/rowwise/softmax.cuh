@@ -201,6 +201,12 @@ template <class Op, class T, int V, int VPT, Scope K>
 __global__ void __launch_bounds__(K == Scope::warp ? kWarpCtaThreads : K == Scope::cluster ? kClusterMaxThreads<T> : 1024,
                                   K == Scope::warp ? 8 : K == Scope::cluster ? kClusterMinBlocks<Op, T> : 1)
 rows_kernel(RowArgs<T, Op::kIn> a, int cluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (K == Scope::cluster) {  // clusters are sm_90's: the launcher uses them there only
+    __trap();
+    return;
+  }
+#endif
   constexpr int NIN = Op::kIn;
   using Acc = typename Op::Acc;
   __shared__ Acc scratch[32];
