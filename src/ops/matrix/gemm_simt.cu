@@ -144,9 +144,6 @@ void launch_in(const GemmArgs& g, dim3 grid, cudaStream_t stream) {
 
 constexpr int kBig = 128, kSlice = 8, kPad = 4, kStages = 4;
 constexpr int kSmem = 2 * kStages * kSlice * (kBig + kPad) * int(sizeof(float));
-constexpr int kEpiRows = 32, kEpiCols = 32;  // a warp's epilogue pass
-static_assert(kThreads / 32 * kEpiRows * kEpiCols * int(sizeof(float)) <= kSmem,
-              "the epilogue's slices fit in the ring");
 
 struct Operand {
   const float* p;
@@ -174,13 +171,8 @@ struct Stage {
                 : int(left < 0 ? 0 : left < 4 ? left : 4);
   }
 
-  // Starts the copy of the next slice, which has `rem` of K from its start on, into s. The stride
-  // is read from the kernel's argument afresh each time (opaque to the compiler, which would
-  // otherwise scale it once before the K loop and hold the 64-bit product through the loop, where
-  // the registers are the accumulators' and ptxas spills it).
+  // Starts the copy of the next slice, which has `rem` of K from its start on, into s.
   __device__ __forceinline__ void issue(float (*s)[kBig + kPad], int rem, const Operand& o) {
-    int64_t stride = KMajor ? o.s_mn : o.s_k;
-    asm volatile("" : "+l"(stride));
 #pragma unroll
     for (int h = 0; h < kSlice; h += 8) {
       const bool k_in = kk() + h < rem;
@@ -188,12 +180,12 @@ struct Stage {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           tile::cp_async<4>(tile::smem_addr(&s[kk() + h][mn() + 32 * i]),
-                            p + h + 32 * i * stride, k_in && (in >> i & 1) ? 4 : 0);
+                            p + h + 32 * i * o.s_mn, k_in && (in >> i & 1) ? 4 : 0);
       } else {
-        tile::cp_async<16>(tile::smem_addr(&s[kk() + h][mn()]), p + h * stride, k_in ? 4 * in : 0);
+        tile::cp_async<16>(tile::smem_addr(&s[kk() + h][mn()]), p + h * o.s_k, k_in ? 4 * in : 0);
       }
     }
-    p += KMajor ? kSlice : kSlice * stride;
+    p += KMajor ? kSlice : kSlice * o.s_k;
   }
 };
 
@@ -208,12 +200,13 @@ __device__ __forceinline__ void frag(float (&v)[8], const float* p, int apart) {
 // lanes of a quarter-warp read 8 consecutive float4s of B (all banks) and one of A (broadcast).
 template <bool KA, bool KB>
 __global__ void __launch_bounds__(kThreads, 2)
-    gemm_f32_kernel(const Operand a_op, const Operand b_op,
-                    const __grid_constant__ Epilogue<float> epi, const TileOrder order, int k) {
-  extern __shared__ float4 smem[];  // as[kStages], then bs[kStages]; then the epilogue's slices
+    gemm_f32_kernel(const Operand a_op, const Operand b_op, const Epilogue<float> epi,
+                    const TileOrder order, int k) {
+  extern __shared__ float4 smem[];  // as[kStages], then bs[kStages]
   auto* as = reinterpret_cast<float(*)[kSlice][kBig + kPad]>(smem);
   auto* bs = as + kStages;
   __shared__ int64_t tile[3];  // batch, first row, first column: kept out of the loop's registers
+  const auto e = epi.resolved();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tm = warp / 2 * 32 + lane / 8 * 4, tn = warp % 2 * 64 + lane % 8 * 4;
   float acc[8][8] = {};
@@ -255,30 +248,21 @@ __global__ void __launch_bounds__(kThreads, 2)
     tile::cp_async_wait<0>();
     __syncthreads();  // tile[] written
   }
-  // The epilogue: the warp's 32 x 64 block in two passes of 32 columns, each written to the warp's
-  // own slice of the ring (free now) and stored from there (store_staged). The passes are a loop,
-  // not unrolled, each picking its half of the accumulators by a select (indices into acc stay
-  // constants, so acc stays in registers): the store code appears once.
-  const int64_t b = tile[0], row0 = tile[1] + warp / 2 * 32, col0 = tile[2] + warp % 2 * 64;
-  const int64_t rows = a_op.extent - row0;
-  float* buf = reinterpret_cast<float*>(smem) + warp * kEpiRows * kEpiCols;
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
+  const int64_t b = tile[0], m0 = tile[1] + tm, n0 = tile[2] + tn;
+  e.with_activation<false>([&](auto act) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {  // rows lane / 8 * 4 + 0..3, + 16..19; columns lane % 8 * 4 + 0..3
-      const float4 first = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-      const float4 second = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
-      *reinterpret_cast<float4*>(&buf[(tm % 32 + i / 4 * 16 + i % 4) * kEpiCols + lane % 8 * 4]) =
-          pass ? second : first;
+    for (int j = 0; j < 4; ++j) {  // column pairs: n0, n0 + 2, n0 + 32, n0 + 34
+      const int64_t col = n0 + j / 2 * 32 + j % 2 * 2;
+      if (col >= b_op.extent) continue;
+      const auto cols = e.cols(col, col + 1 < b_op.extent);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {  // rows m0 + 0..3, m0 + 16..19
+        const int64_t row = m0 + i / 4 * 16 + i % 4;
+        if (row < a_op.extent)
+          e.store_pair(e.row(b, row), cols, acc[i][2 * j], acc[i][2 * j + 1], act);
+      }
     }
-    __syncwarp();
-    const int64_t col = col0 + pass * kEpiCols, cols = b_op.extent - col;
-    if (rows > 0 && cols > 0)
-      store_staged<kEpiCols, 32>(epi, buf, kEpiCols, b, row0, col,
-                                 rows < kEpiRows ? int(rows) : kEpiRows,
-                                 cols < kEpiCols ? int(cols) : kEpiCols, lane);
-    __syncwarp();
-  }
+  });
 }
 
 // An operand the float32 kernel takes: K-major (K contiguous; rows at any alignment, copied 4
