@@ -169,7 +169,9 @@ def rotary_embedding(q: Any, k: Any, cos: Any, sin: Any, *, layout: str = "bshd"
             have fewer heads (GQA).
         cos, sin: (positions, rotary_dim / 2) or (batch or 1, positions, rotary_dim / 2), in
             float32 or q's dtype: row p holds position p's angles. Hugging Face's
-            (batch or 1, positions, head_dim), each angle twice, is taken too.
+            (batch or 1, positions, head_dim), each angle twice, is taken too, for a full
+            rotary only (a last dimension below head_dim is read as FlashAttention's form: for
+            a partial rotary pass ``cos[..., :rotary_dim // 2]``).
         interleaved: pairs (2i, 2i + 1) (GPT-J); else (i, i + rotary_dim / 2) (GPT-NeoX, Llama).
         seqlen_offset, seqlen_offsets: sequence index s sits at position ``seqlen_offset + s``,
             plus ``seqlen_offsets[b]`` (an int32 or int64 CUDA tensor, one per batch, for decode)

@@ -96,7 +96,8 @@ void attention_varlen_backward(const TensorView& grad_out, const TensorView& q, 
 //     contiguous; k may have fewer heads (GQA).
 //   cos, sin: (positions, rotary_dim / 2) or (batch or 1, positions, rotary_dim / 2), float32 or
 //     q's dtype: row p holds the angles of position p. Hugging Face's (batch or 1, positions,
-//     head_dim), each angle twice (in halves, or in neighbours where interleaved), is taken too.
+//     head_dim), each angle twice (in halves, or in neighbours where interleaved), is taken too:
+//     a last dimension of head_dim means that form (a partial rotary takes FlashAttention's).
 //   interleaved: the pairs (2i, 2i + 1) (GPT-J); else (i, i + rotary_dim / 2) (GPT-NeoX, Llama).
 //   The position of sequence index s is seqlen_offset + s, plus seqlen_offsets[b] (int32 or int64,
 //   one per batch, for decode) where given; a position outside cos's rows gives NaN features.
