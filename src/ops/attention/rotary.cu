@@ -177,7 +177,13 @@ Rows rows_of(const TensorView& x, const TensorView& out, RotaryLayout layout) {
           {x.strides[0], x.strides[s], x.strides[h]}, {out.strides[0], out.strides[s], out.strides[h]}};
 }
 
-void check_qk(const char* op, const char* name, const TensorView& t, const TensorView& q, RotaryLayout layout) {
+// The tensor arguments' names in errors: the forward's, or the backward's (grad_q, ...).
+struct Names {
+  const char *q, *k, *q_out, *k_out;
+};
+
+void check_qk(const char* op, const char* name, const TensorView& t, const char* q_name, const TensorView& q,
+              RotaryLayout layout) {
   const int s = layout == RotaryLayout::bshd ? 1 : 2;
   detail::check_cuda_tensor(op, name, t);
   detail::check_dtype_in(op, name, t, {DType::float32, DType::float16, DType::bfloat16});
@@ -186,31 +192,32 @@ void check_qk(const char* op, const char* name, const TensorView& t, const Tenso
   if (t.strides[3] != 1 && t.shape[3] > 1)
     detail::throw_arg(ErrorKind::value, op, name, "its last dimension contiguous (stride 1)", "stride " + std::to_string(t.strides[3]));
   if (&t != &q) {
-    detail::check_same_dtype(op, name, t, "q", q);
-    detail::check_same_device(op, name, t, "q", q);
+    detail::check_same_dtype(op, name, t, q_name, q);
+    detail::check_same_device(op, name, t, q_name, q);
     if (t.shape[0] != q.shape[0] || t.shape[s] != q.shape[s] || t.shape[3] != q.shape[3])
-      detail::throw_arg(ErrorKind::value, op, name, "q's batch, seq and head_dim " + q.shape_str(), t.shape_str());
+      detail::throw_arg(ErrorKind::value, op, name, std::string(q_name) + "'s batch, seq and head_dim " + q.shape_str(), t.shape_str());
   }
 }
 
-void check_angles(const char* op, const char* name, const TensorView& c, const TensorView& q, int64_t batch) {
+void check_angles(const char* op, const char* name, const TensorView& c, const char* q_name, const TensorView& q,
+                  int64_t batch) {
   detail::check_cuda_tensor(op, name, c);
-  detail::check_same_device(op, name, c, "q", q);
+  detail::check_same_device(op, name, c, q_name, q);
   if (c.dtype != DType::float32 && c.dtype != q.dtype)
-    detail::throw_arg(ErrorKind::type, op, name, std::string("float32 or q's dtype ") + dtype_name(q.dtype), dtype_name(c.dtype));
+    detail::throw_arg(ErrorKind::type, op, name, std::string("float32 or ") + q_name + "'s dtype " + dtype_name(q.dtype), dtype_name(c.dtype));
   const bool ok = (c.ndim == 2 || (c.ndim == 3 && (c.shape[0] == 1 || c.shape[0] == batch))) &&
                   (c.strides[c.ndim - 1] == 1 || c.shape[c.ndim - 1] == 1);
   if (!ok)
     detail::throw_arg(ErrorKind::value, op, name, "(positions, rotary_dim / 2) or (batch or 1, positions, rotary_dim / 2 or head_dim), the last dimension contiguous", detail::dims(c) + " " + c.shape_str());
 }
 
-void rotate(const char* op, const TensorView& q, const TensorView& k, const TensorView& cos, const TensorView& sin,
+void rotate(const char* op, const Names& nm, const TensorView& q, const TensorView& k, const TensorView& cos, const TensorView& sin,
             RotaryLayout layout, bool interleaved, int64_t seqlen_offset, const TensorView* seqlen_offsets,
             bool conjugate, const TensorView& q_out, const TensorView& k_out, cudaStream_t stream) {
-  check_qk(op, "q", q, q, layout);
-  check_qk(op, "k", k, q, layout);
-  check_angles(op, "cos", cos, q, q.shape[0]);
-  check_angles(op, "sin", sin, q, q.shape[0]);
+  check_qk(op, nm.q, q, nm.q, q, layout);
+  check_qk(op, nm.k, k, nm.q, q, layout);
+  check_angles(op, "cos", cos, nm.q, q, q.shape[0]);
+  check_angles(op, "sin", sin, nm.q, q, q.shape[0]);
   detail::check_like(op, "sin", sin, "cos", cos);
   const int64_t dim = q.shape[3];
   // Hugging Face's form: a row of head_dim angles, each pair's twice (halves equal, or neighbours
@@ -229,16 +236,16 @@ void rotate(const char* op, const TensorView& q, const TensorView& k, const Tens
     if (seqlen_offsets->ndim != 1 || seqlen_offsets->shape[0] != q.shape[0] || (q.shape[0] > 1 && seqlen_offsets->strides[0] != 1))
       detail::throw_arg(ErrorKind::value, op, "seqlen_offsets", "a contiguous 1-d tensor of batch = " + std::to_string(q.shape[0]) + " offsets", detail::dims(*seqlen_offsets));
   }
-  const std::pair<const char*, const TensorView*> outs[] = {{"q_out", &q_out}, {"k_out", &k_out}};
-  const std::pair<const char*, const TensorView*> ins[] = {{"q", &q}, {"k", &k}, {"cos", &cos}, {"sin", &sin}};
+  const std::pair<const char*, const TensorView*> outs[] = {{nm.q_out, &q_out}, {nm.k_out, &k_out}};
+  const std::pair<const char*, const TensorView*> ins[] = {{nm.q, &q}, {nm.k, &k}, {"cos", &cos}, {"sin", &sin}};
   for (int i = 0; i < 2; ++i) {
-    detail::check_like(op, outs[i].first, *outs[i].second, i ? "k" : "q", i ? k : q);
+    detail::check_like(op, outs[i].first, *outs[i].second, i ? nm.k : nm.q, i ? k : q);
     detail::check_no_internal_overlap(op, outs[i].first, *outs[i].second);
     for (const auto& [name, t] : ins) detail::check_no_overlap(op, outs[i].first, *outs[i].second, name, *t, true);
     if (outs[i].second->strides[3] != 1 && dim > 1)
       detail::throw_arg(ErrorKind::value, op, outs[i].first, "its last dimension contiguous", "stride " + std::to_string(outs[i].second->strides[3]));
   }
-  detail::check_no_overlap(op, "k_out", k_out, "q_out", q_out, false);
+  detail::check_no_overlap(op, nm.k_out, k_out, nm.q_out, q_out, false);
   if (q.numel() + k.numel() == 0) return;
   RotaryArgs a{};
   a.t[0] = rows_of(q, q_out, layout), a.t[1] = rows_of(k, k_out, layout);
@@ -267,7 +274,7 @@ void rotary_embedding(const TensorView& q, const TensorView& k, const TensorView
                       RotaryLayout layout, bool interleaved, int64_t seqlen_offset, const TensorView* seqlen_offsets,
                       const TensorView& q_out, const TensorView& k_out, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::rotary_embedding");
-  rotate("rotary_embedding", q, k, cos, sin, layout, interleaved, seqlen_offset, seqlen_offsets, false, q_out,
+  rotate("rotary_embedding", {"q", "k", "q_out", "k_out"}, q, k, cos, sin, layout, interleaved, seqlen_offset, seqlen_offsets, false, q_out,
          k_out, stream);
 }
 
@@ -276,7 +283,7 @@ void rotary_embedding_backward(const TensorView& grad_q, const TensorView& grad_
                                const TensorView* seqlen_offsets, const TensorView& grad_q_in,
                                const TensorView& grad_k_in, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::rotary_embedding_backward");
-  rotate("rotary_embedding_backward", grad_q, grad_k, cos, sin, layout, interleaved, seqlen_offset, seqlen_offsets,
+  rotate("rotary_embedding_backward", {"grad_q", "grad_k", "grad_q_in", "grad_k_in"}, grad_q, grad_k, cos, sin, layout, interleaved, seqlen_offset, seqlen_offsets,
          true, grad_q_in, grad_k_in, stream);
 }
 
