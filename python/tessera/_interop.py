@@ -60,12 +60,15 @@ torch_module = None  # the torch module, once seen
 FLOATS = frozenset()  # torch's float32, float16 and bfloat16, once seen: the float kernels' dtypes
 
 
-def torch_if_tensor(x):
-    """The torch module when ``x`` is a torch tensor, else None."""
+def torch_if_tensor(x, init=False):
+    """The torch module when ``x`` is a torch tensor, else None; with ``init``, tessera's torch ops
+    are loaded (init_ops) the first time one is seen."""
     if Tensor is not None:  # torch seen: no lookup in sys.modules, which torch.compile traces
         return torch_module if isinstance(x, Tensor) else None
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
+        if init:
+            init_ops(torch)
         return torch
     return None
 

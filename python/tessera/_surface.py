@@ -102,6 +102,8 @@ def op(name: str) -> Callable[[F], F]:
         passed = ", ".join(e if e not in keyword_only else f"{e}={e}" for e in names)
         source = f"""
 def {declaration.__name__}({", ".join(text)}):
+    if _interop.Tensor is None:  # torch imported after tessera: its ops loaded on first sight
+        _interop.torch_if_tensor({schema_names[0]}, init=True)
     if {own}:
         fast = _interop.fast
         if fast is not None and not _interop.dynamo_compiling():
