@@ -178,6 +178,8 @@ def _register_fakes():
 
 if ops is not None:
     _register_fakes()
+    from . import _sharding
+    _sharding.install(torch)  # DTensor's rules, once torch.distributed.tensor is imported
 
 # The public functions' fast path reads tessera._interop's copy of the above.
 _interop.init_ops(torch)

@@ -2,6 +2,8 @@
 `torch` fixture (or the `gpu` marker) and skip, with the reason, where there is no usable GPU or
 no PyTorch."""
 
+import os
+
 import pytest
 
 import tessera
@@ -29,6 +31,26 @@ def torch():
 @pytest.fixture
 def np():
     return pytest.importorskip("numpy", reason="the CPU-side checks build inputs with numpy")
+
+
+@pytest.fixture
+def torch_cpu():
+    """torch with tessera's torch ops loaded, GPU or not. With TESSERA_REQUIRE_TORCH_OPS=1
+    (scripts/test.sh, where it built them) a missing torch or torch library fails the test
+    instead of skipping it."""
+    required = os.environ.get("TESSERA_REQUIRE_TORCH_OPS") == "1"
+    try:
+        import torch
+    except ImportError:
+        if required:
+            pytest.fail("TESSERA_REQUIRE_TORCH_OPS=1, but torch is not importable")
+        pytest.skip("torch not installed")
+    from tessera import _torch
+    if _torch.ops is None:
+        if required:
+            pytest.fail("TESSERA_REQUIRE_TORCH_OPS=1, but tessera was built without its torch ops")
+        pytest.skip("the wheel was built without torch (an isolated build): no torch ops")
+    return torch
 
 
 def pytest_collection_modifyitems(items):

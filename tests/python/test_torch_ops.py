@@ -9,8 +9,6 @@ op's fake kernel (what torch.compile traces with) runs under FakeTensorMode and 
 shapes, dtypes and device. With TESSERA_REQUIRE_TORCH_OPS=1 (scripts/test.sh, where it built the
 torch ops) a missing torch or torch library fails these instead of skipping them."""
 
-import os
-
 import pytest
 
 import tessera
@@ -22,24 +20,6 @@ FLOATS = ("float32", "bfloat16")
 def schemas():
     """{qualified overload name ('add', 'add.Scalar'): schema} from the op descriptions."""
     return {s.split("(")[0]: s for o in op_descriptions() for s in o["schemas"]}
-
-
-@pytest.fixture
-def torch_cpu():
-    """torch with tessera's torch ops loaded, GPU or not."""
-    required = os.environ.get("TESSERA_REQUIRE_TORCH_OPS") == "1"
-    try:
-        import torch
-    except ImportError:
-        if required:
-            pytest.fail("TESSERA_REQUIRE_TORCH_OPS=1, but torch is not importable")
-        pytest.skip("torch not installed")
-    from tessera import _torch
-    if _torch.ops is None:
-        if required:
-            pytest.fail("TESSERA_REQUIRE_TORCH_OPS=1, but tessera was built without its torch ops")
-        pytest.skip("the wheel was built without torch (an isolated build): no torch ops")
-    return torch
 
 
 @pytest.fixture
