@@ -49,7 +49,7 @@ struct RotaryArgs {
   int64_t offset;                   // the position of seq index 0 ...
   const void* offsets;              // ... or per batch (int32 or int64), where set
   bool offsets64, conjugate, interleaved;
-  DType dtype, cos_dtype;
+  DType cos_dtype;
   int items;                        // per row: rotary items, then copied ones
   int rotary_items;
 };
@@ -119,7 +119,7 @@ __global__ void rotary_kernel(const RotaryArgs a) {
 }
 
 struct RotaryCtx {
-  int device, sms;
+  int sms;
 };
 
 // The 16-byte fragments where every row and half starts on 16 bytes; single elements otherwise.
@@ -251,7 +251,7 @@ void rotate(const char* op, const Names& nm, const TensorView& q, const TensorVi
   a.t[0] = rows_of(q, q_out, layout), a.t[1] = rows_of(k, k_out, layout);
   a.seq = seq, a.heads[0] = q.shape[s == 1 ? 2 : 1], a.heads[1] = k.shape[s == 1 ? 2 : 1];
   a.head_dim = int(dim), a.half = int(half);
-  a.cos = cos.data, a.sin = sin.data, a.cos_dtype = cos.dtype, a.dtype = q.dtype;
+  a.cos = cos.data, a.sin = sin.data, a.cos_dtype = cos.dtype;
   a.cb = cos.ndim == 3 && cos.shape[0] > 1 ? cos.strides[0] : 0, a.cp = cos.strides[cos.ndim - 2];
   a.cj = hf && interleaved ? 2 : 1;
   a.positions = positions, a.offset = seqlen_offset;
@@ -259,7 +259,7 @@ void rotate(const char* op, const Names& nm, const TensorView& q, const TensorVi
   a.offsets64 = seqlen_offsets && seqlen_offsets->dtype == DType::int64;
   a.conjugate = conjugate, a.interleaved = interleaved;
   runtime::DeviceGuard guard(q.device.index);
-  const RotaryCtx ctx{q.device.index, runtime::device_props(q.device.index).multiProcessorCount};
+  const RotaryCtx ctx{runtime::device_props(q.device.index).multiProcessorCount};
   switch (q.dtype) {
     case DType::float32: run<float, float>(op, a, ctx, stream); break;
     case DType::float16: run_dtype<__half>(op, a, ctx, stream); break;

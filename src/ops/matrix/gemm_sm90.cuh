@@ -199,10 +199,8 @@ __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorM
 
 // One epilogue pass of a consumer warpgroup: the kEpiCols columns from `col0` of its Rows rows
 // from `row0`, read from `buf` four columns a thread, a row segment per 8 threads (coalesced
-// stores), the activation chosen and the bias loaded once per pass. A call, not inlined: the
-// passes are an unrolled loop, and a copy of every activation's code in each pass would make the
-// kernel several times larger (ptxas's time and the instruction cache pay for it); one call per
-// pass costs nothing beside the pass.
+// stores), the activation chosen and the bias loaded once per pass. A call: inlined into the
+// unrolled loop of passes, every activation's code would be copied into each pass.
 template <int Rows, class OutT>
 __device__ __noinline__ void drain(const Epilogue<OutT>& kernel_epi, const float* buf, int64_t batch,
                                    int64_t row0, int64_t col0, int64_t m, int64_t n, int tid) {
@@ -227,10 +225,8 @@ __device__ __noinline__ void drain(const Epilogue<OutT>& kernel_epi, const float
 }
 
 // The activation over a staged sub-tile (Rows 128-byte rows): `from` into `to` (or in place),
-// 16 bytes a thread at a time. A loop over the buffer, not over the accumulators, and a call
-// rather than inlined into the unrolled loop over sub-tiles, so that each activation's code
-// appears once in the kernel rather than once per element of the tile (whose size would make the
-// epilogue wait on instruction fetch, and ptxas take minutes).
+// 16 bytes a thread at a time: a loop over the buffer, not the accumulators, and a call, not
+// inlined into the unrolled loop of sub-tiles, so each activation's code appears once per kernel.
 template <int Rows, class OutT>
 __device__ __noinline__ void activate_staged(const Epilogue<OutT>& epi, const unsigned char* from,
                                              unsigned char* to, int tid) {
