@@ -2,7 +2,7 @@
 """Attention forward (or backward) against torch's SDPA backends, in TFLOP/s, as a user calls it.
 
     python benchmarks/attention.py [--rounds R] [--dims 128,64] [--quick] [--backward]
-                                   [--deterministic] [--out DIR]
+                                   [--deterministic] [--gqa] [--out DIR]
 
 Providers, timed in the same run and interleaved within each of R rounds (each case reports the
 median over rounds): tessera.scaled_dot_product_attention; F.scaled_dot_product_attention under
@@ -135,6 +135,61 @@ def extras(rounds: int) -> list:
     return lines
 
 
+GQA_HEADS = ((16, 4), (32, 8))
+
+
+def gqa(args) -> list:
+    """The GQA bars (the Llama-step issue's): query/KV heads 16/4 and 32/8, head_dim 128, causal,
+    seq 2048 to 8192, batch 1 to 4; tessera against cuDNN (SDPA with enable_gqa under the cuDNN
+    backend; where that backend refuses GQA, on K and V repeated per query head, as a user would
+    call it: its backward then includes the sum over each group), forward or backward."""
+    rows = []
+    seqs = [4096] if args.quick else [2048, 4096, 8192]
+    batches = [2] if args.quick else [1, 2, 4]
+    for hq, hkv in GQA_HEADS:
+        for s in seqs:
+            for b in batches:
+                x = lambda h: torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16)
+                q, k, v = x(hq), x(hkv), x(hkv)
+
+                def cudnn(q, k, v, causal):
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        try:
+                            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+                        except RuntimeError:
+                            r = q.shape[1] // k.shape[1]
+                            return F.scaled_dot_product_attention(q, k.repeat_interleave(r, 1), v.repeat_interleave(r, 1),
+                                                                  is_causal=causal)
+
+                fns = {"tessera": lambda q, k, v, c: tessera.scaled_dot_product_attention(q, k, v, is_causal=c, enable_gqa=True),
+                       "cudnn": cudnn, "cudnn2": cudnn}
+                if args.backward:
+                    grad = torch.randn_like(q)
+                    calls = {p: backward_of(fn, q, k, v, True, grad) for p, fn in fns.items()}
+                    want, got = calls["cudnn"](), calls["tessera"]()
+                    for name, w, g in zip("qkv", want, got):
+                        err = ((g.float() - w.float()).norm() / w.float().norm()).item()
+                        assert err < 2e-2, f"tessera's d{name} differs from cuDNN's by {err} at {(b, hq, hkv, s)}"
+                    flops = 2.5 * 2.0 * b * hq * s * s * 128
+                else:
+                    calls = {p: (lambda fn=fn: fn(q, k, v, True)) for p, fn in fns.items()}
+                    err = (calls["tessera"]().float() - calls["cudnn"]().float()).abs().max().item()
+                    assert err < 2e-2, f"tessera differs from cuDNN by {err} at {(b, hq, hkv, s)}"
+                    flops = 2.0 * b * hq * s * s * 128
+                times = {p: [] for p in calls}
+                for _ in range(args.rounds):
+                    for p, fn in calls.items():
+                        times[p].append(bench_ms(fn))
+                med = {p: statistics.median(t) for p, t in times.items()}
+                row = {"b": b, "hq": hq, "hkv": hkv, "s": s, **{p + "_tflops": flops / med[p] / 1e9 for p in calls}}
+                rows.append(row)
+                print(f"{b}x{hq}/{hkv}x{s}: " + "  ".join(f"{p} {row[p + '_tflops']:.0f}" for p in calls) +
+                      f"  | tessera/cudnn {med['cudnn'] / med['tessera']:.3f}  cudnn2/cudnn {med['cudnn'] / med['cudnn2']:.3f}",
+                      flush=True)
+                del q, k, v, calls
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -144,7 +199,20 @@ def main() -> None:
     ap.add_argument("--extras", action="store_true", help="also the GQA and varlen bars")
     ap.add_argument("--backward", action="store_true", help="time the backward (through autograd)")
     ap.add_argument("--deterministic", action="store_true", help="also tessera with deterministic=True")
+    ap.add_argument("--gqa", action="store_true", help="the GQA bars only (16/4 and 32/8 heads, causal, d 128)")
     args = ap.parse_args()
+    if args.gqa:
+        rows = gqa(args)
+        lines = ["| b x heads x s | tessera | cuDNN | tessera / cuDNN | cuDNN vs itself |", "|" + " --- |" * 5]
+        lines += [f"| {r['b']} x {r['hq']}/{r['hkv']} x {r['s']} | {r['tessera_tflops']:.0f} | {r['cudnn_tflops']:.0f} | "
+                  f"{r['tessera_tflops'] / r['cudnn_tflops']:.2f} | {r['cudnn2_tflops'] / r['cudnn_tflops']:.2f} |" for r in rows]
+        table = "\n".join(lines)
+        kind = "backward" if args.backward else "forward"
+        print(f"==== final table (GQA {kind}, causal, d 128, bf16, TFLOP/s, median of interleaved rounds)")
+        print(table)
+        if args.out:
+            write_results(args.out, f"attention_gqa_{kind}", {"rounds": args.rounds}, rows, table)
+        return
     if args.deterministic:
         PROVIDERS["tessera_det"] = lambda q, k, v, causal: tessera.flash_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, deterministic=True).transpose(1, 2)

@@ -74,7 +74,9 @@ struct Bwd {
   const float *lse2, *delta;  // [batch * heads_q][m_blocks * kBM]; padding rows +inf and 0
   int64_t m_blocks, seq_q, seq_k;
   const int32_t *cu_q, *cu_k;
-  int group;
+  int group, band;  // band: (head, sequence) pairs per band of the grid (tile_slowest)
+  int split;        // CTAs per key tile, each over group / split of the query heads (split_of)
+  int64_t part_stride;  // split > 1: elements between the parts' dK (and dV) in dk, dv
   float scale, mul, softcap;  // mul: what takes a (capped) score to log2 units
   bool causal;
   int64_t window_left, window_right;
@@ -83,7 +85,7 @@ struct Bwd {
 // A CTA's share: a key tile (keys key0 .. key0 + kBN - 1) of head hk of sequence b, and the n_m
 // query tiles from m_first of each query head of the group that see any of them.
 struct Work {
-  int hk, b, tb;
+  int hk, part, b, tb;
   int64_t q0, k0, len_q, len_k, key0;
   int m_first, n_m, steps;
 };
@@ -105,9 +107,11 @@ __device__ Tiles tiles_of(int64_t key0, int64_t len_q, int64_t len_k, const Bwd&
 __device__ Work work_of(const Bwd& f) {
   Work w;
   // Deterministic: the key tiles from the last (rank_of), so that a CTA waits only on CTAs that
-  // were dispatched before it, never on one that cannot start until it finishes.
-  const int n = f.order ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
-  w.hk = int(blockIdx.y), w.b = int(blockIdx.z), w.key0 = int64_t(n) * kBN;
+  // were dispatched before it, never on one that cannot start until it finishes. Otherwise the
+  // first key tiles of every head first: under a causal mask they see the most query tiles.
+  const sm90::GridPos g = f.order ? sm90::GridPos{int(gridDim.x - 1 - blockIdx.x), int(blockIdx.y), int(blockIdx.z)}
+                                  : sm90::tile_slowest(f.band);
+  w.hk = g.y / f.split, w.part = g.y % f.split, w.b = g.z, w.key0 = int64_t(g.x) * kBN;
   if (f.cu_q) {
     w.q0 = f.cu_q[w.b], w.k0 = f.cu_k[w.b], w.tb = 0;
     w.len_q = f.cu_q[w.b + 1] - w.q0, w.len_k = f.cu_k[w.b + 1] - w.k0;
@@ -116,7 +120,7 @@ __device__ Work work_of(const Bwd& f) {
   }
   const Tiles t = tiles_of(w.key0, w.len_q, w.len_k, f);
   w.m_first = t.first, w.n_m = t.last - t.first + 1;
-  w.steps = w.n_m * f.group;
+  w.steps = w.n_m * (f.group / f.split);
   return w;
 }
 
@@ -140,10 +144,10 @@ struct Step {
   int h, m;
 };
 __device__ __forceinline__ Step step_of(const Work& w, const Bwd& f, int it) {
-  return {w.hk * f.group + it / w.n_m, w.m_first + it % w.n_m};
+  return {w.hk * f.group + w.part * (f.group / f.split) + it / w.n_m, w.m_first + it % w.n_m};
 }
 __device__ __forceinline__ int64_t head_of(const Work& w, const Bwd& f, int h) {  // b * heads_q + h
-  return int64_t(w.b) * gridDim.y * f.group + h;
+  return int64_t(w.b) * (gridDim.y / f.split) * f.group + h;
 }
 
 template <class T, class C>
@@ -332,9 +336,9 @@ __device__ void store_dkdv(Smem<T, C>& s, const Bwd& f, const Work& w, const flo
                            const float (&dv)[C::D / 2], int wg) {
   const int64_t row0 = w.k0 + w.key0 + wg * 64, valid = w.len_k - w.key0 - wg * 64;
   const float one[2] = {1.f, 1.f}, scale[2] = {f.scale, f.scale};
-  T* dvp = static_cast<T*>(f.dv) + w.b * f.sdv.b + w.hk * f.sdv.h + row0 * f.sdv.s;
+  T* dvp = static_cast<T*>(f.dv) + w.part * f.part_stride + w.b * f.sdv.b + w.hk * f.sdv.h + row0 * f.sdv.s;
   sm90::store_tile<T, C::D>(&s.v[0][0], kBN, wg * 64, dv, one, dvp, f.sdv.s, valid, kEpiBar + wg);
-  T* dkp = static_cast<T*>(f.dk) + w.b * f.sdk.b + w.hk * f.sdk.h + row0 * f.sdk.s;
+  T* dkp = static_cast<T*>(f.dk) + w.part * f.part_stride + w.b * f.sdk.b + w.hk * f.sdk.h + row0 * f.sdk.s;
   sm90::store_tile<T, C::D>(&s.k[0][0], kBN, wg * 64, dk, scale, dkp, f.sdk.s, valid, kEpiBar + wg);
 }
 
@@ -462,9 +466,20 @@ Maps maps_of(const Params& p, const Strides& sdo) {
           sm90::shape_of(sdo, batch, rows_q, p.heads_q, p.dim, kBM)};
 }
 
-// A CTA per 128 keys of a KV head of a sequence (the longest, for packed sequences).
+// A CTA per 128 keys of a KV head of a sequence (the longest, for packed sequences), or `split`
+// CTAs per key tile, each over group / split of the group's query heads, where a CTA per key tile
+// would leave SMs idle (few keys, KV heads or sequences): the parts' dK and dV are summed after.
+// Not in the deterministic mode, whose dq order counts one CTA per key tile and head.
+int split_of(const Params& p) {
+  const int64_t ctas = (p.seq_k + kBN - 1) / kBN * (p.heads_q / p.group) * p.batch;
+  const int64_t enough = 3 * int64_t(runtime::device_props(p.device).multiProcessorCount) / 2;
+  int split = 1;
+  while (!p.deterministic && ctas * split < enough && p.group % (2 * split) == 0) split *= 2;
+  return split;
+}
+
 dim3 grid_of(const Params& p) {
-  return dim3(unsigned((p.seq_k + kBN - 1) / kBN), unsigned(p.heads_q / p.group), unsigned(p.batch));
+  return dim3(unsigned((p.seq_k + kBN - 1) / kBN), unsigned(p.heads_q / p.group * split_of(p)), unsigned(p.batch));
 }
 
 template <class T, int D>
@@ -488,19 +503,29 @@ void launch_typed(const Params& p, const BackwardArgs& a, cudaStream_t stream) {
   prepare(p, a, stats.as<float>(), stats.as<float>() + rows, m_blocks, stream);
   Bwd f{};
   f.dk = a.dk, f.dv = a.dv, f.sdk = a.sdk, f.sdv = a.sdv, f.dq_acc = dq_acc.as<float>();
+  f.split = split_of(p);
+  runtime::Scratch parts;  // split > 1: each part's dK and dV, [part][rows_k][heads_kv][D] each
+  const int64_t heads_kv = p.heads_q / p.group, rows_k = p.cu_q ? p.total_k : p.batch * p.seq_k;
+  if (f.split > 1) {
+    f.part_stride = rows_k * heads_kv * D;
+    parts = runtime::Scratch(std::size_t(2 * f.split * f.part_stride) * sizeof(T), stream);
+    f.dk = parts.data(), f.dv = parts.as<T>() + f.split * f.part_stride;
+    f.sdk = f.sdv = Strides{p.cu_q ? 0 : p.seq_k * heads_kv * D, heads_kv * D, D, 1};
+  }
   f.order = order.as<int>();
   f.lse2 = stats.as<float>(), f.delta = stats.as<float>() + rows, f.m_blocks = m_blocks;
   f.seq_q = p.seq_q, f.seq_k = p.seq_k, f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.group = int(p.group);
   f.scale = p.scale, f.softcap = p.softcap, f.mul = (p.softcap > 0 ? 1.f : p.scale) * kLog2e;
   f.causal = p.causal, f.window_left = p.window_left, f.window_right = p.window_right;
   const dim3 grid = grid_of(p);
+  f.band = sm90::band_of(grid, p.device);
   const std::size_t smem = sizeof(Smem<T, C>) + 1024;
   auto kernel = p.softcap > 0 ? attention_bwd_sm90_kernel<T, C, true> : attention_bwd_sm90_kernel<T, C, false>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   kernel<<<grid, kThreads, smem, stream>>>(mq, mk, mv, mdo, f);
   TESSERA_LAUNCH_CHECK();
   finish_dq(p, a, dq_acc.as<float>(), m_blocks, stream);
-  TESSERA_LAUNCH_CHECK();
+  if (f.split > 1) sum_parts(p, a, f.dk, f.dv, f.split, stream);
 }
 
 }  // namespace sm90_bwd

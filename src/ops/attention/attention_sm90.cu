@@ -73,7 +73,7 @@ struct Fwd {
   int64_t lse_b, lse_h;
   int64_t seq_q, seq_k;
   const int32_t *cu_q, *cu_k;  // varlen: sequence offsets (seq_q, seq_k unused)
-  int group;
+  int group, band;  // band: (head, sequence) pairs per band of the grid (tile_slowest)
   float scale, mul, softcap;  // mul: what takes a (capped) score to log2 units
   bool causal;
   int64_t window_left, window_right;
@@ -92,8 +92,10 @@ struct Work {
 template <int BN>
 __device__ Work work_of(const Fwd& f) {
   Work w;
-  w.m_block = f.causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
-  w.h = int(blockIdx.y), w.b = int(blockIdx.z);
+  // Under a causal mask the last query tiles see the most keys: those of every head first.
+  const GridPos g = tile_slowest(f.band);
+  w.m_block = f.causal ? int(gridDim.x - 1 - g.x) : g.x;
+  w.h = g.y, w.b = g.z;
   if (f.cu_q) {
     w.q0 = f.cu_q[w.b], w.k0 = f.cu_k[w.b], w.tb = 0;
     w.len_q = f.cu_q[w.b + 1] - w.q0, w.len_k = f.cu_k[w.b + 1] - w.k0;
@@ -373,6 +375,7 @@ void launch_typed(const Params& p, cudaStream_t stream) {
   f.scale = p.scale, f.softcap = p.softcap, f.mul = (p.softcap > 0 ? 1.f : p.scale) * kLog2e;
   f.causal = p.causal, f.window_left = p.window_left, f.window_right = p.window_right;
   const dim3 grid = grid_of(p);
+  f.band = band_of(grid, p.device);
   const std::size_t smem = sizeof(Smem<T, C>) + 1024;
   auto kernel = attention_sm90_kernel<T, C>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);

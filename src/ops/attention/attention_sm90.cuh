@@ -6,10 +6,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "ops/attention/attention.cuh"
+#include "runtime/device.hpp"
 #include "runtime/tma.hpp"
 #include "tile/constants.cuh"
 #include "tile/reduce.cuh"
@@ -33,6 +35,27 @@ inline runtime::TmaShape shape_of(const Strides& st, int64_t batch, int64_t seq,
   }
   sh.box[0] = 64, sh.box[1] = uint32_t(rows);
   return sh;
+}
+
+// A CTA's place in a grid of (tile, head, sequence). Blocks are dispatched about in linear order,
+// x fastest; this takes the (head, sequence) pairs `band` at a time and, within a band, sends each
+// pair's first tile before any pair's second. Where the first tiles are the heaviest (under a causal
+// mask), that is longest-first scheduling within the band: light tiles fill the waves' ends instead
+// of heavy ones running alone in the last. A band of about two waves of CTAs (band_of) keeps the
+// heads that run at the same time few, so their K and V (forward) or Q and dO (backward) stay in L2.
+struct GridPos {
+  int x, y, z;
+};
+__device__ __forceinline__ GridPos tile_slowest(int band) {
+  const uint64_t pairs = uint64_t(gridDim.y) * gridDim.z, per_band = uint64_t(band) * gridDim.x;
+  const uint64_t linear = blockIdx.x + uint64_t(gridDim.x) * (blockIdx.y + uint64_t(gridDim.y) * blockIdx.z);
+  const uint64_t first = linear / per_band * band;       // the band's first pair
+  const uint64_t n = min(uint64_t(band), pairs - first);  // the band's pairs (the last band: fewer)
+  const uint64_t r = linear % per_band, pair = first + r % n;
+  return {int(r / n), int(pair % gridDim.y), int(pair / gridDim.y)};
+}
+inline int band_of(const dim3& grid, int device) {
+  return std::max(1, 2 * runtime::device_props(device).multiProcessorCount / int(grid.x));
 }
 
 template <class T>
