@@ -97,9 +97,11 @@ const OpInfo* find_op(const std::string& name) {
 }
 
 std::vector<const OpInfo*> select_ops(const std::string& name) {
+  const OpInfo* named = find_op(name);
   std::vector<const OpInfo*> r;
   for (const auto& op : all_ops())
-    if (op.name == name || op.name.rfind(name + "_", 0) == 0) r.push_back(&op);
+    if (op.name == name || (op.name.rfind(name + "_", 0) == 0 && (!named || op.family == named->family)))
+      r.push_back(&op);
   return r;
 }
 

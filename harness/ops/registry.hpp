@@ -88,8 +88,9 @@ struct Registrar {
 const std::vector<OpInfo>& all_ops();
 const OpInfo* find_op(const std::string& name);  // nullptr when unknown
 // The ops a user means by `name`: the op itself and its variants, i.e. every op named `name` or
-// starting with `name` + "_" ("gelu" selects gelu, gelu_tanh, gelu_backward, gelu_tanh_backward).
-// Empty when nothing matches.
+// starting with `name` + "_" ("gelu" selects gelu, gelu_tanh, gelu_backward, gelu_tanh_backward),
+// of the named op's family where there is one ("add" is not add_rms_norm). Empty when nothing
+// matches.
 std::vector<const OpInfo*> select_ops(const std::string& name);
 
 }  // namespace tessera::ops

@@ -78,11 +78,10 @@ void isin_flat(const TensorView& elements, const TensorView& test, const TensorV
 }
 
 Activation activation_from(const std::string& name) {
-  for (Activation a : {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh,
-                       Activation::silu})
+  for (Activation a : kActivations)
     if (name == activation_name(a)) return a;
   detail::throw_arg(ErrorKind::value, "matmul", "activation",
-                    "None, 'relu', 'gelu', 'gelu_tanh' or 'silu'", "'" + name + "'");
+                    "None, 'relu', 'gelu', 'gelu_tanh', 'silu' or 'swiglu'", "'" + name + "'");
 }
 
 // MatmulOptions as plain arguments ('none' for no activation).

@@ -148,6 +148,34 @@ def register(torch) -> bool:
             return [p, p, None, p, param(weight), None]
         return [([R] * 2, ins(R))] + [([Shard(d), Partial()], ins(Shard(d))) for d in lead(input, normalized_shape)]
 
+    # The residual add fused with the norm: the same, over the last dimension; input and residual
+    # (and residual_out, grad_residual_out) sharded alike.
+    def rows_of(x):
+        return range(x.ndim - 1)
+
+    @register_sharding(ops.add_layer_norm.default)
+    def add_layer_norm_rule(input, residual, weight=None, bias=None, eps=1e-5):
+        tail = [param(weight), param(bias), None]
+        return [([R] * 4, [R, R] + tail)] + [([Shard(d)] * 4, [Shard(d)] * 2 + tail) for d in rows_of(input)]
+
+    @register_sharding(ops.add_rms_norm.default)
+    def add_rms_norm_rule(input, residual, weight, eps):
+        tail = [param(weight), None]
+        return [([R] * 3, [R, R] + tail)] + [([Shard(d)] * 3, [Shard(d)] * 2 + tail) for d in rows_of(input)]
+
+    @register_sharding(ops.add_layer_norm_backward.default)
+    def add_layer_norm_backward_rule(grad_output, grad_residual_out, residual_out, mean, rstd, weight, output_mask):
+        def ins(p):
+            return [p, p if grad_residual_out is not None else None, p, p, p, param(weight), None]
+        return [([R] * 3, ins(R))] + \
+            [([Shard(d), Partial(), Partial()], ins(Shard(d))) for d in rows_of(residual_out)]
+
+    @register_sharding(ops.add_rms_norm_backward.default)
+    def add_rms_norm_backward_rule(grad_output, grad_residual_out, residual_out, rstd, weight, output_mask):
+        def ins(p):
+            return [p, p if grad_residual_out is not None else None, p, p, param(weight), None]
+        return [([R] * 2, ins(R))] + [([Shard(d), Partial()], ins(Shard(d))) for d in rows_of(residual_out)]
+
     # RoPE: q and k by batch or by heads (k's heads divided as q's), the angles replicated.
     def rotary_rule(q, k, cos, sin, *args, **kwargs):
         layout = kwargs.get("layout", args[0] if args else "bshd")
@@ -160,15 +188,21 @@ def register(torch) -> bool:
 
     # Attention in FlashAttention's layout, (batch, seq, heads, dim): by batch or by heads (GQA's
     # groups stay whole where both head counts divide by the mesh); lse is (batch, heads, seq).
+    # With ALiBi's slopes (a keyword argument, which these placements do not cover: a shard would
+    # index them by its local batch and heads) replicated only.
     @register_sharding(ops.attention.default)
     def attention_rule(q, k, v, *args, **kwargs):
         rest = [None] * len(args)
+        if kwargs.get("alibi_slopes") is not None:
+            return [([R] * 2, [R] * 3 + rest)]
         return [([R] * 2, [R] * 3 + rest), ([Shard(0)] * 2, [Shard(0)] * 3 + rest),
                 ([Shard(2), Shard(1)], [Shard(2)] * 3 + rest)]
 
     @register_sharding(ops.attention_backward.default)
     def attention_backward_rule(grad_out, q, k, v, out, lse, *args, **kwargs):
         rest = [None] * len(args)
+        if kwargs.get("alibi_slopes") is not None:
+            return [([R] * 3, [R] * 6 + rest)]
         return [([R] * 3, [R] * 6 + rest), ([Shard(0)] * 3, [Shard(0)] * 6 + rest),
                 ([Shard(2)] * 3, [Shard(2)] * 5 + [Shard(1)] + rest)]
 

@@ -101,6 +101,27 @@ def _register_fakes():
                 _param_grad(input, normalized_shape, weight)
                 if output_mask[1] and weight is not None else None)
 
+    @fake("tessera::add_layer_norm")
+    def _add_layer_norm(input, residual, weight=None, bias=None, eps=1e-5):
+        return (_like(input), _like(input)) + _stats(input, input.shape[-1:], 2)
+
+    @fake("tessera::add_layer_norm_backward")
+    def _add_layer_norm_backward(grad_output, grad_residual_out, residual_out, mean, rstd, weight, output_mask):
+        n = residual_out.shape[-1:]
+        return (_like(residual_out) if output_mask[0] else None,
+                _param_grad(residual_out, n, weight) if output_mask[1] and weight is not None else None,
+                _param_grad(residual_out, n, weight) if output_mask[2] else None)
+
+    @fake("tessera::add_rms_norm")
+    def _add_rms_norm(input, residual, weight, eps):
+        return (_like(input), _like(input)) + _stats(input, input.shape[-1:], 1)
+
+    @fake("tessera::add_rms_norm_backward")
+    def _add_rms_norm_backward(grad_output, grad_residual_out, residual_out, rstd, weight, output_mask):
+        return (_like(residual_out) if output_mask[0] else None,
+                _param_grad(residual_out, residual_out.shape[-1:], weight)
+                if output_mask[1] and weight is not None else None)
+
     @fake("tessera::isin")
     def _isin(elements, test_elements, **kwargs):
         return elements.new_empty(elements.shape, dtype=torch.bool)
@@ -111,17 +132,20 @@ def _register_fakes():
         m, n = input.shape[-2], other.shape[-1]
         batch = max(input.shape[0] if input.dim() == 3 else 1,
                     other.shape[0] if other.dim() == 3 else 1)
+        if activation == "swiglu":
+            n //= 2  # gate and up pairs: half the product's columns
         shape = (m, n) if input.dim() == 2 and other.dim() == 2 else (batch, m, n)
         return input.new_empty(shape, dtype=out_dtype or input.dtype)
 
     @fake("tessera::matmul.preactivation")
     def _matmul_preactivation(input, other, **kwargs):
         out = _matmul(input, other, **kwargs)
-        return out, torch.empty_like(out)
+        product = out.shape[:-1] + (other.shape[-1],)
+        return out, out.new_empty(product)
 
     @fake("tessera::attention")
     def _attention(q, k, v, *, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0,
-                   deterministic=False):
+                   deterministic=False, alibi_slopes=None):
         out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
         return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
@@ -144,14 +168,14 @@ def _register_fakes():
         return _like(q), _like(k), _like(v)
 
     @fake("tessera::cross_entropy")
-    def _cross_entropy(logits, target, *, reduction="mean", with_grad=False, **kwargs):
+    def _cross_entropy(logits, target, weight=None, *, reduction="mean", with_grad=False, **kwargs):
         n = logits.shape[0]
         loss = logits.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
         grad = logits.new_empty(logits.shape) if with_grad else logits.new_empty((0,))
         return loss, logits.new_empty((n,), dtype=torch.float32), grad
 
     @fake("tessera::cross_entropy.inplace")
-    def _cross_entropy_inplace(logits, target, *, reduction="mean", **kwargs):
+    def _cross_entropy_inplace(logits, target, weight=None, *, reduction="mean", **kwargs):
         n = logits.shape[0]
         loss = logits.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
         return loss, logits.new_empty((n,), dtype=torch.float32)

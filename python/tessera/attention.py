@@ -5,7 +5,7 @@ Two layouts, one kernel (a transposed view costs nothing):
 - :func:`scaled_dot_product_attention`: torch's signature and layout, (batch, heads, seq,
   head_dim), as :func:`torch.nn.functional.scaled_dot_product_attention`.
 - :func:`flash_attention`: FlashAttention's, (batch, seq, heads, head_dim), with its options
-  (bottom-right causal alignment, sliding window, soft-cap) and the log-sum-exp on request.
+  (bottom-right causal alignment, sliding window, soft-cap, ALiBi) and the log-sum-exp on request.
 
 Both are differentiable (dq, dk, dv through autograd). The math is float32 whatever the dtype. On
 the tensor-core backward, dq is summed across key tiles by atomic additions, so its last bits may
@@ -37,7 +37,7 @@ def _ops(torch, name: str):
 
 def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: float | None = None,
                     window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
-                    return_lse: bool = False, deterministic: bool = False) -> Any:
+                    alibi_slopes: Any = None, return_lse: bool = False, deterministic: bool = False) -> Any:
     """Attention in FlashAttention's layout: q (batch, seq_q, heads_q, head_dim), k
     (batch, seq_k, heads_kv, head_dim), v (batch, seq_k, heads_kv, head_dim_v); heads_q a multiple
     of heads_kv (GQA and MQA, with no copy of k and v). Returns out (batch, seq_q, heads_q,
@@ -45,8 +45,16 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_sca
 
     ``causal`` aligns the diagonal to the bottom right when seq_q != seq_k (query i sees key j
     where j <= i + seq_k - seq_q), as flash_attn_func does. ``window_size`` (left, right): keys
-    that far before and after that diagonal (-1: unbounded). ``softcap`` > 0 turns scores s into
-    softcap * tanh(s / softcap). ``softmax_scale`` defaults to 1 / sqrt(head_dim).
+    that far before and after that diagonal (-1: unbounded; so is a side at or beyond seq_k, as in
+    FlashAttention). ``softcap`` > 0 turns scores s into softcap * tanh(s / softcap).
+    ``softmax_scale`` defaults to 1 / sqrt(head_dim).
+
+    ``alibi_slopes``: ALiBi, as flash_attn_func takes it: a float32 CUDA tensor (heads_q,) or
+    (batch, heads_q); the score of query i and key j (after the scale and the soft-cap) gets
+    ``-slope * |i + seq_k - seq_q - j|``. Not differentiated (its gradient is None, as in
+    FlashAttention). lse includes the bias (FlashAttention's causal kernel adds ``slope * j``
+    instead: the same output, an lse larger by ``slope * (i + seq_k - seq_q)``).
+
     ``deterministic``: the backward's dq summed in a fixed order (the same bits every run).
     """
     torch = _interop.torch_if_tensor(q)
@@ -56,21 +64,23 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_sca
     out, lse = _ops(torch, "flash_attention").attention.default(
         q, k, v, causal=bool(causal), scale=None if softmax_scale is None else float(softmax_scale),
         window_left=int(left), window_right=int(right), softcap=float(softcap),
-        deterministic=bool(deterministic))
+        deterministic=bool(deterministic), alibi_slopes=alibi_slopes)
     return (out, lse) if return_lse else out
 
 
 def flash_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
                            max_seqlen_k: int, *, causal: bool = False, softmax_scale: float | None = None,
                            window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
-                           return_lse: bool = False, deterministic: bool = False) -> Any:
+                           alibi_slopes: Any = None, return_lse: bool = False,
+                           deterministic: bool = False) -> Any:
     """:func:`flash_attention` over packed sequences of different lengths, as flash_attn_varlen_func
     takes them: q (total_q, heads_q, head_dim), k and v (total_k, heads_kv, ...); sequence b is
     rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` of q (likewise for k and v), the offsets int32
-    CUDA tensors of batch + 1 entries from 0. Masks apply within each sequence. lse is (heads_q,
-    total_q). The offsets are checked on the host (a copy and a wait on the stream): not
-    increasing, not ending at the packed length, or a sequence longer than its max is a
-    ValueError naming the argument.
+    CUDA tensors of batch + 1 entries from 0. Masks and ALiBi apply within each sequence, with its
+    own lengths (``alibi_slopes`` (heads_q,) or (batch, heads_q)); a window side at or beyond
+    ``max_seqlen_k`` is unbounded. lse is (heads_q, total_q). The offsets are checked on the host
+    (a copy and a wait on the stream): not increasing, not ending at the packed length, or a
+    sequence longer than its max is a ValueError naming the argument.
     """
     torch = _interop.torch_if_tensor(q)
     if torch is None:
@@ -79,14 +89,16 @@ def flash_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     out, lse = _ops(torch, "flash_attention_varlen").attention.varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal=bool(causal),
         scale=None if softmax_scale is None else float(softmax_scale), window_left=int(left),
-        window_right=int(right), softcap=float(softcap), deterministic=bool(deterministic))
+        window_right=int(right), softcap=float(softcap), deterministic=bool(deterministic),
+        alibi_slopes=alibi_slopes)
     return (out, lse) if return_lse else out
 
 
 def flash_attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any = None, *,
                                  block_table: Any = None, causal: bool = False,
                                  softmax_scale: float | None = None, window_size: tuple[int, int] = (-1, -1),
-                                 softcap: float = 0.0, return_lse: bool = False) -> Any:
+                                 softcap: float = 0.0, alibi_slopes: Any = None,
+                                 return_lse: bool = False) -> Any:
     """Attention of a few new queries against a KV cache, as flash_attn_with_kvcache takes one
     (generation). q (batch, seq_q, heads_q, head_dim); sequence b sees the first
     ``cache_seqlens[b]`` keys of its cache (an int32 CUDA tensor of batch lengths, an int for
@@ -95,7 +107,10 @@ def flash_attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqle
     Without ``block_table``: k_cache (batch, cache_len, heads_kv, head_dim), v_cache likewise.
     With one (a paged cache, as vLLM keeps it): ``block_table`` (batch, max_blocks) int32 names the
     cache blocks of each sequence in order, k_cache and v_cache (num_blocks, block_size, heads_kv,
-    head_dim), any block size. Options and the returned lse are :func:`flash_attention`'s.
+    head_dim), any block size. Options and the returned lse are :func:`flash_attention`'s; ALiBi
+    measures from each sequence's own length (its query i against key j gets
+    ``-slope * |i + cache_seqlens[b] - seq_q - j|``), and a window side at or beyond the cache's
+    capacity (cache_len, or max_blocks * block_size) is unbounded.
 
     The lengths and block ids are read on the GPU only, so the call can be captured in a CUDA
     graph: a length beyond the cache, or a block id outside it, turns that sequence's output into
@@ -115,7 +130,7 @@ def flash_attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqle
     out, lse = _ops(torch, "flash_attention_with_kvcache").attention.kvcache(
         q, k_cache, v_cache, cache_seqlens, block_table, causal=bool(causal),
         scale=None if softmax_scale is None else float(softmax_scale), window_left=int(left),
-        window_right=int(right), softcap=float(softcap))
+        window_right=int(right), softcap=float(softcap), alibi_slopes=alibi_slopes)
     return (out, lse) if return_lse else out
 
 

@@ -1,6 +1,7 @@
 """Cross-entropy on tessera's kernels, for torch tensors: the loss and its gradient in one pass over
 the logits (the backward only scales the saved gradient, and skips even that where the loss
-gradient is 1, as in training)."""
+gradient is 1, as in training), against class indices or class probabilities, with torch's class
+weights, ignore_index and label smoothing."""
 
 from __future__ import annotations
 
@@ -17,30 +18,42 @@ def _ops(torch):
     return _interop.ops
 
 
-def cross_entropy(logits: Any, target: Any, *, ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
-                  inplace_grad: bool = False, return_lse: bool = False) -> Any:
-    """:func:`torch.nn.functional.cross_entropy` with class-index targets: logits (N, V) in
-    float32, float16 or bfloat16 (the class dimension contiguous), target (N,) int64 or int32.
-    Returns the float32 loss (a scalar for 'mean' and 'sum', (N,) for 'none'), and with
-    ``return_lse`` also each row's float32 log-sum-exp.
+def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
+                  softcap: float | None = None, inplace_grad: bool = False, return_lse: bool = False) -> Any:
+    """:func:`torch.nn.functional.cross_entropy`: logits (N, V) (or one row, (V,)) in float32,
+    float16 or bfloat16 (the class dimension contiguous) against ``target``, which is as torch's
+    either class indices, (N,) int64 or int32, or class probabilities of the logits' shape
+    (any float dtype; taken in the logits' dtype). Returns the float32 loss (a scalar for 'mean'
+    and 'sum', (N,) for 'none'), and with ``return_lse`` also each row's float32 log-sum-exp.
 
-    ``ignore_index``, ``reduction`` and ``label_smoothing`` are torch's ('mean' over the rows not
-    ignored; all ignored: NaN). ``z_loss`` adds z_loss * lse^2 per row; ``softcap`` > 0 turns the
-    logits into softcap * tanh(logits / softcap) first. A target out of range (and not ignored)
-    gives NaN for its row (torch raises a device-side assertion instead).
+    ``weight`` (a float tensor of V class weights; taken in float32), ``ignore_index``,
+    ``reduction`` and ``label_smoothing`` are torch's: with class indices a row's loss is
+    weight[target] * -log p[target] (smoothing adds label_smoothing / V * sum_c weight[c] *
+    -log p[c]) and 'mean' divides by the sum of weight[target] over the rows not ignored (their
+    count without weights; all ignored: NaN); with probabilities a row's loss is
+    -sum_c weight[c] * q[c] * log p[c], q mixed with the uniform distribution by
+    ``label_smoothing``, and 'mean' divides by N; ``ignore_index`` must then stay negative (torch's
+    rule). ``z_loss`` adds z_loss * lse^2 per row, times the weight the row's loss puts on lse (1
+    without class weights, for probabilities that sum to 1); ``softcap`` > 0 turns the logits into
+    softcap * tanh(logits / softcap) first. A class index out of range (and not ignored) gives NaN
+    for its row (torch raises a device-side assertion instead).
 
     The gradient is computed in the forward's pass over the logits. ``inplace_grad=True`` writes
     it over the logits themselves (Liger's trick): training then needs no second N x V buffer,
     but the logits' values are gone after the call, and nothing else may need them (an op before
     this one that saved its output for its own backward). A second backward through the same loss
-    (retain_graph) is refused: the saved gradient is scaled in place by the first.
+    (retain_graph) is refused: the saved gradient is scaled in place by the first. Probability
+    targets and class weights that require grad get their gradients too (from torch's ops in the
+    backward; not with ``inplace_grad``), class weights only with probability targets (torch's
+    nll_loss refuses them with class indices, and so does this).
     """
     torch = _interop.torch_if_tensor(logits)
     if torch is None:
         raise TypeError(f"tessera.cross_entropy: argument 'logits': expected a torch tensor, got {type(logits).__name__}")
-    if logits.dim() == 1 and target.dim() == 0:  # one row, as torch takes it
-        out = cross_entropy(logits[None], target[None], ignore_index=ignore_index, reduction=reduction,
+    probs = isinstance(target, torch.Tensor) and target.shape == logits.shape  # torch's rule
+    if logits.dim() == 1 and isinstance(target, torch.Tensor) and (target.dim() == 0 or probs):  # one row, as torch
+        out = cross_entropy(logits[None], target[None], weight, ignore_index=ignore_index, reduction=reduction,
                             label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
                             inplace_grad=inplace_grad, return_lse=return_lse)
         if reduction != "none":
@@ -51,13 +64,20 @@ def cross_entropy(logits: Any, target: Any, *, ignore_index: int = -100, reducti
                          f"to (B * T, V)), got {logits.dim()}-d")
     if logits.stride(-1) != 1 and logits.size(-1) > 1:
         logits = logits.contiguous()  # the kernel reads rows of contiguous classes
+    if probs and target.is_floating_point():
+        if target.dtype != logits.dtype:
+            target = target.to(logits.dtype)  # the kernel reads probabilities in the logits' dtype
+        if not target.is_contiguous():
+            target = target.contiguous()
+    if isinstance(weight, torch.Tensor) and weight.is_floating_point():
+        weight = weight.float().contiguous()  # the kernel reads float32 weights, one run of V
     kw = dict(ignore_index=int(ignore_index), reduction=str(reduction), label_smoothing=float(label_smoothing),
               z_loss=float(z_loss), softcap=float(softcap or 0.0))
     ops = _ops(torch)
     if inplace_grad:
-        loss, lse = ops.cross_entropy.inplace(logits, target, **kw)
+        loss, lse = ops.cross_entropy.inplace(logits, target, weight, **kw)
     else:
-        loss, lse, _ = ops.cross_entropy.default(logits, target, **kw)
+        loss, lse, _ = ops.cross_entropy.default(logits, target, weight, **kw)
     return (loss, lse) if return_lse else loss
 
 

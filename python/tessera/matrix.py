@@ -9,7 +9,14 @@ out=None, out_dtype=None)`` computes
     out = activation(alpha * (input @ other) + bias) + residual + beta * out
 
 with the whole epilogue applied as the product is stored. ``activation`` is None, 'relu', 'gelu',
-'gelu_tanh' or 'silu'. ``input`` is [..., M, K] and ``other`` [K, N] or [..., K, N] (batch
+'gelu_tanh', 'silu' or 'swiglu'. 'swiglu' is gated: the product's columns hold gate and up
+interleaved in blocks of 64 (columns 128 j .. 128 j + 63 the gate of features 64 j .. 64 j + 63,
+the next 64 their up; ``swiglu_weight(w_gate, w_up)`` builds such a weight for ``linear``), and the
+output is ``silu(gate) * up``, N / 2 columns (N a multiple of 128; no residual or beta). So
+``linear(x, swiglu_weight(w1, w3), activation="swiglu")`` is ``F.silu(x @ w1.T) * (x @ w3.T)`` from
+one GEMM. Under autograd the forward also stores the product (N columns: what the backward
+reads), so the memory it saves is that of the separate gate and up tensors' kernel launches, not
+of the product. ``input`` is [..., M, K] and ``other`` [K, N] or [..., K, N] (batch
 dimensions broadcast as in torch.matmul); ``bias`` has N elements, ``residual`` the output's shape
 (or one that broadcasts to it), both in the output's dtype; ``beta`` reads ``out`` (so it needs
 ``out=``). float16 and bfloat16 inputs run on the tensor cores where K is contiguous in both
@@ -46,15 +53,16 @@ from ._interop import as_arg, torch_if_tensor, torch_stream, torch_view
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["matmul", "linear", "scaled_mm"]
+__all__ = ["matmul", "linear", "scaled_mm", "swiglu_weight"]
 
-ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu", "swiglu")
+SWIGLU_BLOCK = 64  # gate and up interleave in blocks of this many columns (features)
 
 
 def _activation(activation) -> str:
     if activation not in ACTIVATIONS:
         raise ValueError("tessera.matmul: argument 'activation': expected None, 'relu', 'gelu', "
-                         f"'gelu_tanh' or 'silu', got {activation!r}")
+                         f"'gelu_tanh', 'silu' or 'swiglu', got {activation!r}")
     return activation or "none"
 
 
@@ -89,7 +97,7 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     batch_shape = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    out_shape = batch_shape + (m, n)
+    out_shape = batch_shape + (m, n // 2 if activation == "swiglu" else n)
     dtype = out_dtype if out_dtype is not None else a.dtype
     allocate = out is None
     if out is None:
@@ -184,6 +192,22 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         return _interop.torch_module.nn.functional.linear(input, weight, bias)
     _torch_only(weight, "weight")
     return matmul(input, weight.transpose(-1, -2), bias=bias, activation=activation)
+
+
+def swiglu_weight(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """The [2 F, K] weight whose product with ``linear(x, w, activation="swiglu")`` is
+    ``silu(x @ w_gate.T) * (x @ w_up.T)``: the rows of ``w_gate`` and ``w_up`` (each [F, K], F a
+    multiple of 64) interleaved in blocks of 64. A new tensor (differentiable: gradients flow back
+    to both); for a model's parameter, build it once and keep it as the parameter."""
+    torch = _torch_only(w_gate, "w_gate")
+    _torch_only(w_up, "w_up")
+    if w_gate.dim() != 2 or w_gate.shape != w_up.shape or w_gate.shape[0] % SWIGLU_BLOCK:
+        raise ValueError(f"tessera.swiglu_weight: arguments 'w_gate' and 'w_up': expected two [F, K] "
+                         f"tensors of one shape, F a multiple of {SWIGLU_BLOCK}, got {list(w_gate.shape)} "
+                         f"and {list(w_up.shape)}")
+    f, k = w_gate.shape
+    blocks = (f // SWIGLU_BLOCK, SWIGLU_BLOCK, k)
+    return torch.stack((w_gate.reshape(blocks), w_up.reshape(blocks)), 1).reshape(2 * f, k)
 
 
 def _torch_takes_over(input, other, bias=None) -> bool:

@@ -1,5 +1,6 @@
 """Row-wise operators with torch's signatures: softmax and log_softmax over one dimension, LayerNorm
-and RMSNorm over the trailing dimensions, with their backward functions.
+and RMSNorm over the trailing dimensions, with their backward functions; and the residual add fused
+with either norm (add_layer_norm, add_rms_norm: torch tensors only, differentiable).
 
 Inputs are torch tensors, or (for softmax, log_softmax, their backward functions, layer_norm and
 rms_norm) any CUDA array that speaks DLPack, which gets the same kind back. The argument checks
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
-           "rms_norm", "rms_norm_forward", "rms_norm_backward"]
+           "rms_norm", "rms_norm_forward", "rms_norm_backward", "add_layer_norm", "add_rms_norm"]
 
 # torch's rms_norm resolves eps=None to the epsilon of its accumulation type, float32 for every
 # dtype tessera supports (also for float16/bfloat16 inputs: FLT_EPSILON, not finfo(bfloat16).eps),
@@ -505,6 +506,100 @@ def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, want_in, want_w):
                          as_arg(torch, gi, op, "grad_input"), as_arg(torch, gw, op, "grad_weight"),
                          torch_stream(xv))
     return gi, gw
+
+
+# ---- the residual add fused with the norm ---------------------------------------------------------
+
+def _add_norm_torch(input, residual, op: str):
+    """The torch module, after checking that input and residual are torch tensors."""
+    torch = torch_if_tensor(input, init=True)
+    if torch is None:
+        raise TypeError(f"tessera.{op}: argument 'input': expected a torch tensor, got "
+                        f"{type(input).__name__}")
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"tessera.{op}: argument 'residual': expected a torch tensor, got "
+                        f"{type(residual).__name__}")
+    return torch
+
+
+def _takes(input, residual, *params) -> bool:
+    """The registered op's direct route: a plain CUDA tensor of a float dtype, and a residual and
+    parameters of its dtype (devices and shapes are the library's to check)."""
+    return (type(input) is _interop.Tensor and input.is_cuda and input.dtype in _interop.FLOATS
+            and isinstance(residual, _interop.Tensor) and residual.dtype is input.dtype
+            and all(p is None or p.dtype is input.dtype for p in params))
+
+
+def add_layer_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
+                   bias: torch.Tensor | None = None,
+                   eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(output, residual_out)``: ``residual_out = input + residual`` and ``output`` its LayerNorm
+    over the last dimension, in one pass (Apex's fused add + LayerNorm): input and residual are
+    read once, output and residual_out written once. The result is that of
+    ``s = input + residual; F.layer_norm(s, s.shape[-1:], weight, bias, eps), s``: residual_out
+    is rounded to the input's dtype and normalized as rounded.
+
+    Differentiable with respect to input, residual, weight and bias. The forward saves
+    residual_out and the float32 mean and rstd; the backward reads the gradients of output and
+    residual_out (the latter may be absent), residual_out and the statistics once and writes one
+    gradient, which is both input's and residual's, and reduces grad_weight and grad_bias in a
+    fixed order (bit-identical from run to run).
+
+    Args:
+        input, residual: CUDA tensors of one shape (at least 1-d) and dtype (float32, float16 or
+            bfloat16), any strides.
+        weight, bias: None, or tensors of shape ``input.shape[-1:]`` in the input's dtype.
+        eps: added to the variance.
+
+    Calls the kernels do not take (CPU tensors, other or mixed dtypes, such as a float32
+    residual beside bfloat16 activations) compute the same composition with torch's functions.
+    """
+    fast = _interop.fast
+    if fast is not None and not _interop.dynamo_compiling():
+        r = fast.add_layer_norm(input, residual, weight, bias, eps)
+        if r is not None:
+            return r
+    if _interop.ops is not None and _takes(input, residual, weight, bias):
+        out, res, _, _ = _interop.ops.add_layer_norm.default(input, residual, weight, bias, eps)
+        return out, res
+    op = "add_layer_norm"
+    torch = _add_norm_torch(input, residual, op)
+    if _interop.outside_kernels(input, residual, weight, bias):
+        s = input + residual
+        return torch.nn.functional.layer_norm(s, s.shape[-1:], weight, bias, eps), s
+    out, res, _, _ = _interop.needs_ops(op).add_layer_norm.default(input, residual, weight, bias,
+                                                                  float(eps))
+    return out, res
+
+
+def add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
+                 eps: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(output, residual_out)``: ``residual_out = input + residual`` and ``output`` its RMSNorm
+    over the last dimension, in one pass (vLLM's ``fused_add_rms_norm``, out of place): input and
+    residual are read once, output and residual_out written once. The result is that of
+    ``s = input + residual; F.rms_norm(s, s.shape[-1:], weight, eps), s``.
+
+    ``eps=None`` takes torch's default, float32's epsilon (see :func:`rms_norm`). Differentiable
+    with respect to input, residual and weight: the forward saves residual_out and the float32
+    rstd, the backward writes one gradient for input and residual, as :func:`add_layer_norm`'s.
+    Arguments and the calls torch computes as in :func:`add_layer_norm`.
+    """
+    e = RMS_NORM_DEFAULT_EPS if eps is None else eps
+    fast = _interop.fast
+    if fast is not None and not _interop.dynamo_compiling():
+        r = fast.add_rms_norm(input, residual, weight, e)
+        if r is not None:
+            return r
+    if _interop.ops is not None and _takes(input, residual, weight):
+        out, res, _ = _interop.ops.add_rms_norm.default(input, residual, weight, e)
+        return out, res
+    op = "add_rms_norm"
+    torch = _add_norm_torch(input, residual, op)
+    if _interop.outside_kernels(input, residual, weight):
+        s = input + residual
+        return torch.nn.functional.rms_norm(s, s.shape[-1:], weight, eps), s
+    out, res, _ = _interop.needs_ops(op).add_rms_norm.default(input, residual, weight, float(e))
+    return out, res
 
 
 # ---- autograd ---------------------------------------------------------------------------------

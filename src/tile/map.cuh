@@ -1,4 +1,5 @@
-// Elementwise maps: out[i] = f(in0[i], ...) with all arithmetic in float32.
+// Elementwise maps: out[i] = f(in0[i], ...) with all arithmetic in float32; or, for a functor
+// returning Floats<NOUT>, NOUT outputs from one pass over the inputs (a backward's gradients).
 //
 // map_contiguous is the fast path for dense tensors: each thread moves UNROLL 16-byte vectors
 // per input, all loads issued before the first use so that enough bytes are in flight to cover
@@ -22,16 +23,29 @@ template <class T, int NIN>
 struct Inputs {
   const T* p[NIN];
 };
+template <class T, int NOUT>
+struct Outputs {
+  T* p[NOUT];
+};
+
+// What a functor of several outputs returns; a float is one output.
+template <int N>
+struct Floats {
+  float v[N];
+};
+__device__ __forceinline__ Floats<1> as_floats(float x) { return {{x}}; }
+template <int N>
+__device__ __forceinline__ Floats<N> as_floats(const Floats<N>& x) { return x; }
 
 template <int NIN, class T, int V, class F>
-__device__ __forceinline__ float apply(const F& f, const Vec<T, V> (&x)[NIN], int e) {
-  if constexpr (NIN == 1) return f(to_float(x[0][e]));
-  else if constexpr (NIN == 2) return f(to_float(x[0][e]), to_float(x[1][e]));
-  else return f(to_float(x[0][e]), to_float(x[1][e]), to_float(x[2][e]));
+__device__ __forceinline__ auto apply(const F& f, const Vec<T, V> (&x)[NIN], int e) {
+  if constexpr (NIN == 1) return as_floats(f(to_float(x[0][e])));
+  else if constexpr (NIN == 2) return as_floats(f(to_float(x[0][e]), to_float(x[1][e])));
+  else return as_floats(f(to_float(x[0][e]), to_float(x[1][e]), to_float(x[2][e])));
 }
 
-template <int V, int UNROLL, int NIN, class T, class F>
-__global__ __launch_bounds__(kMapThreads) void map_contiguous_kernel(int64_t n, T* __restrict__ out,
+template <int V, int UNROLL, int NIN, int NOUT, class T, class F>
+__global__ __launch_bounds__(kMapThreads) void map_contiguous_kernel(int64_t n, Outputs<T, NOUT> out,
                                                                       Inputs<T, NIN> in, F f) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * (kMapThreads * UNROLL * V);
   Vec<T, V> x[UNROLL][NIN];
@@ -42,15 +56,21 @@ __global__ __launch_bounds__(kMapThreads) void map_contiguous_kernel(int64_t n, 
       x[u][k] = load_tile<V>(in.p[k], base + static_cast<int64_t>(u * kMapThreads + threadIdx.x) * V, n);
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
-    Vec<T, V> r;
+    Vec<T, V> r[NOUT];
 #pragma unroll
-    for (int e = 0; e < V; ++e) r[e] = from_float<T>(apply<NIN>(f, x[u], e));
-    store_tile<V>(out, base + static_cast<int64_t>(u * kMapThreads + threadIdx.x) * V, n, r);
+    for (int e = 0; e < V; ++e) {
+      const Floats<NOUT> y = apply<NIN>(f, x[u], e);
+#pragma unroll
+      for (int k = 0; k < NOUT; ++k) r[k][e] = from_float<T>(y.v[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < NOUT; ++k)
+      store_tile<V>(out.p[k], base + static_cast<int64_t>(u * kMapThreads + threadIdx.x) * V, n, r[k]);
   }
 }
 
-template <int V, int UNROLL, int NIN, class T, class F>
-void launch_map_contiguous_v(int64_t n, T* out, Inputs<T, NIN> in, F f, cudaStream_t stream) {
+template <int V, int UNROLL, int NIN, int NOUT, class T, class F>
+void launch_map_contiguous_v(int64_t n, Outputs<T, NOUT> out, Inputs<T, NIN> in, F f, cudaStream_t stream) {
   constexpr int64_t per_block = int64_t(kMapThreads) * UNROLL * V;
   const auto grid = static_cast<unsigned>((n + per_block - 1) / per_block);
   map_contiguous_kernel<V, UNROLL, NIN><<<grid, kMapThreads, 0, stream>>>(n, out, in, f);
@@ -64,17 +84,24 @@ struct MapConfig {
   int unroll;  // vectors per thread
 };
 
-template <int NIN, class T>
-MapConfig map_config(int64_t n, const T* out, const Inputs<T, NIN>& in, int sm_count) {
+template <int NIN, class T, int NOUT = 1>
+MapConfig map_config(int64_t n, const Outputs<T, NOUT>& out, const Inputs<T, NIN>& in, int sm_count) {
   constexpr int V = kVec16<T>;
-  bool aligned = is_aligned<T, V>(out);
+  bool aligned = true;
+  for (int k = 0; k < NOUT; ++k) aligned = aligned && is_aligned<T, V>(out.p[k]);
   for (int k = 0; k < NIN; ++k) aligned = aligned && is_aligned<T, V>(in.p[k]);
   if (!aligned) return {false, 4};
   return {true, n >= int64_t(kMapThreads) * 4 * V * 4 * sm_count ? 4 : 1};
 }
 
-template <int NIN, class T, class F>
-void launch_map_contiguous(int64_t n, T* out, Inputs<T, NIN> in, F f, const MapConfig& c, cudaStream_t stream) {
+template <int NIN, class T>
+MapConfig map_config(int64_t n, const T* out, const Inputs<T, NIN>& in, int sm_count) {
+  return map_config<NIN>(n, Outputs<T, 1>{{const_cast<T*>(out)}}, in, sm_count);
+}
+
+template <int NIN, class T, int NOUT, class F>
+void launch_map_contiguous(int64_t n, Outputs<T, NOUT> out, Inputs<T, NIN> in, F f, const MapConfig& c,
+                           cudaStream_t stream) {
   constexpr int V = kVec16<T>;
   if (!c.vec) launch_map_contiguous_v<1, 4, NIN>(n, out, in, f, stream);
   else if (c.unroll == 4) launch_map_contiguous_v<V, 4, NIN>(n, out, in, f, stream);
@@ -82,23 +109,54 @@ void launch_map_contiguous(int64_t n, T* out, Inputs<T, NIN> in, F f, const MapC
 }
 
 template <int NIN, class T, class F>
+void launch_map_contiguous(int64_t n, T* out, Inputs<T, NIN> in, F f, const MapConfig& c, cudaStream_t stream) {
+  launch_map_contiguous<NIN>(n, Outputs<T, 1>{{out}}, in, f, c, stream);
+}
+
+template <int NIN, class T, class F>
 void launch_map_contiguous(int64_t n, T* out, Inputs<T, NIN> in, F f, int sm_count, cudaStream_t stream) {
   launch_map_contiguous<NIN>(n, out, in, f, map_config<NIN>(n, out, in, sm_count), stream);
 }
 
-// General layout: idx holds out's strides in slot 0 and input k's in slot k + 1.
-template <int NIN, class T, class F>
-__global__ __launch_bounds__(kMapThreads) void map_strided_kernel(int64_t n, T* out, Inputs<T, NIN> in,
-                                                                   StridedIndexer<NIN + 1> idx, F f) {
+// General layout: idx holds output k's strides in slot k and input k's in slot NOUT + k.
+template <int NIN, int NOUT, class T, class F>
+__global__ __launch_bounds__(kMapThreads) void map_strided_kernel(int64_t n, Outputs<T, NOUT> out, Inputs<T, NIN> in,
+                                                                   StridedIndexer<NIN + NOUT> idx, F f) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t off[NIN + 1];
+    int64_t off[NIN + NOUT];
     idx.offsets(i, off);
-    float r;
-    if constexpr (NIN == 1) r = f(to_float(in.p[0][off[1]]));
-    else if constexpr (NIN == 2) r = f(to_float(in.p[0][off[1]]), to_float(in.p[1][off[2]]));
-    else r = f(to_float(in.p[0][off[1]]), to_float(in.p[1][off[2]]), to_float(in.p[2][off[3]]));
-    out[off[0]] = from_float<T>(r);
+    const int64_t* at = off + NOUT;
+    Floats<NOUT> r;
+    if constexpr (NIN == 1) r = as_floats(f(to_float(in.p[0][at[0]])));
+    else if constexpr (NIN == 2) r = as_floats(f(to_float(in.p[0][at[0]]), to_float(in.p[1][at[1]])));
+    else r = as_floats(f(to_float(in.p[0][at[0]]), to_float(in.p[1][at[1]]), to_float(in.p[2][at[2]])));
+#pragma unroll
+    for (int k = 0; k < NOUT; ++k) out.p[k][off[k]] = from_float<T>(r.v[k]);
+  }
+}
+
+// Strided, but with every tensor's last dimension contiguous (a view of whole rows, or of blocks of
+// them, such as swiglu's gate and up): idx is over 16-byte vectors (the last dimension counted in
+// vectors), one index computation per vector instead of per element.
+template <int V, int NIN, int NOUT, class T, class F>
+__global__ __launch_bounds__(kMapThreads) void map_rows_kernel(int64_t nvec, Outputs<T, NOUT> out, Inputs<T, NIN> in,
+                                                                StridedIndexer<NIN + NOUT> idx, F f) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < nvec;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[NIN + NOUT];
+    idx.offsets(i, off);
+    Vec<T, V> x[NIN], r[NOUT];
+#pragma unroll
+    for (int k = 0; k < NIN; ++k) x[k] = load<V>(in.p[k] + off[NOUT + k]);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const Floats<NOUT> y = apply<NIN>(f, x, e);
+#pragma unroll
+      for (int k = 0; k < NOUT; ++k) r[k][e] = from_float<T>(y.v[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < NOUT; ++k) store<V>(out.p[k] + off[k], r[k]);
   }
 }
 
@@ -107,10 +165,23 @@ inline unsigned map_strided_grid(int64_t n, int sm_count) {
   return static_cast<unsigned>(blocks < 32LL * sm_count ? blocks : 32LL * sm_count);
 }
 
+template <int NIN, class T, int NOUT, class F>
+void launch_map_strided(int64_t n, Outputs<T, NOUT> out, Inputs<T, NIN> in, const StridedIndexer<NIN + NOUT>& idx,
+                        F f, int sm_count, cudaStream_t stream) {
+  map_strided_kernel<NIN, NOUT><<<map_strided_grid(n, sm_count), kMapThreads, 0, stream>>>(n, out, in, idx, f);
+}
+
+template <int NIN, class T, int NOUT, class F>
+void launch_map_rows(int64_t nvec, Outputs<T, NOUT> out, Inputs<T, NIN> in, const StridedIndexer<NIN + NOUT>& idx,
+                     F f, int sm_count, cudaStream_t stream) {
+  map_rows_kernel<kVec16<T>, NIN, NOUT><<<map_strided_grid(nvec, sm_count), kMapThreads, 0, stream>>>(
+      nvec, out, in, idx, f);
+}
+
 template <int NIN, class T, class F>
 void launch_map_strided(int64_t n, T* out, Inputs<T, NIN> in, const StridedIndexer<NIN + 1>& idx,
                         F f, int sm_count, cudaStream_t stream) {
-  map_strided_kernel<NIN><<<map_strided_grid(n, sm_count), kMapThreads, 0, stream>>>(n, out, in, idx, f);
+  launch_map_strided<NIN>(n, Outputs<T, 1>{{out}}, in, idx, f, sm_count, stream);
 }
 
 }  // namespace tessera::tile

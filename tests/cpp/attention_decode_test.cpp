@@ -27,7 +27,8 @@ namespace ref = tessera::reference;
 using namespace tessera::testing::attention;
 
 // The decode tier: a few queries, keys split into chunks and merged; lengths that leave chunks
-// empty or partly masked, and fully masked rows.
+// empty or partly masked, fully masked rows, ALiBi (per head, per sequence and head) at each row
+// packing.
 TEST(AttentionGpu, DecodeKernelMatchesTheReference) {
   TESSERA_REQUIRE_GPU();
   const std::vector<GpuCase> cases = {
@@ -37,6 +38,11 @@ TEST(AttentionGpu, DecodeKernelMatchesTheReference) {
       {1, 1, 5, 2, 2, 128, 128, spec(false, -1, -1, 0), false},    // fewer keys than a chunk
       {1, 4, 2, 2, 2, 64, 64, spec(true, -1, -1, 0), false},       // fully masked rows
       {2, 2, 777, 4, 4, 128, 128, spec(true, 100, -1, 25.0), false},  // window + soft-cap
+      {1, 1, 4097, 4, 4, 128, 128, with_alibi(spec(false, -1, -1, 0), 4), false},    // ALiBi, 1 row a CTA
+      {2, 3, 1000, 8, 2, 64, 64, with_alibi(spec(true, -1, -1, 0), 16), false},      // 8 rows: GQA x queries
+      {1, 16, 300, 2, 1, 256, 256, with_alibi(spec(false, 20, 3, 0), 2), true},      // window, SDPA layout
+      {2, 2, 777, 4, 4, 128, 128, with_alibi(spec(true, 100, -1, 25.0), 8), false},  // 2 rows; soft-cap
+      {1, 4, 2, 2, 2, 64, 64, with_alibi(spec(true, -1, -1, 0), 2), false},          // 4 rows; masked rows
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(name_of(c));
@@ -70,7 +76,7 @@ TEST(AttentionGpu, DecodeTuningStoresItsSplit) {
 // empty (its rows see no key), one that ends inside a block.
 struct KvCase {
   int64_t seq_q, d, block_size;  // block_size 0: no block table
-  ref::AttentionSpec spec;
+  ref::AttentionSpec spec;       // ALiBi's slopes: [hq] or [b, hq], against each sequence's length
 };
 
 void run_kvcache_case(const KvCase& c, DType dt, double tol, tessera::AttentionTier tier) {
@@ -83,7 +89,7 @@ void run_kvcache_case(const KvCase& c, DType dt, double tol, tessera::AttentionT
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7 + 3) % size_t(num_blocks));
   std::vector<double> q = randn(b * c.seq_q * hq * d, 51), k = randn(num_blocks * bs * hk * d, 52),
                       v = randn(num_blocks * bs * hk * d, 53);
-  tessera::runtime::DeviceBuffer bq, bk, bv, bo, bl, bt, bn;
+  tessera::runtime::DeviceBuffer bq, bk, bv, bo, bl, bt, bn, ba;
   const TensorView tq = upload(bq, q, dt, b, c.seq_q, hq, d, false), tk = upload(bk, k, dt, num_blocks, bs, hk, d, false),
                    tv = upload(bv, v, dt, num_blocks, bs, hk, d, false);
   const TensorView to = alloc(bo, {b, c.seq_q, hq, d}, dt), tl = alloc(bl, {b, hq, c.seq_q}, DType::float32);
@@ -94,8 +100,9 @@ void run_kvcache_case(const KvCase& c, DType dt, double tol, tessera::AttentionT
   ASSERT_EQ(cudaMemcpy(bt.data(), table.data(), table.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
   const TensorView tn = TensorView::contiguous(bn.data(), DType::int32, {b}, dev);
   const TensorView tt = TensorView::contiguous(bt.data(), DType::int32, {b, max_blocks}, dev);
+  TensorView ta;
   tessera::AttentionOptions o = options_of(c.spec);
-  o.tier = tier;
+  o.tier = tier, o.alibi_slopes = device_slopes(ba, ta, c.spec, hq);
   tessera::attention_kvcache(tq, tk, tv, to, &tl, tn, c.block_size ? &tt : nullptr, o, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   // Each sequence's keys gathered into the packed layout the varlen reference takes.
@@ -133,10 +140,15 @@ TEST(AttentionGpu, KvCacheMatchesTheReference) {
       {4, 64, 16, spec(true, -1, -1, 0)},       // a few queries, causal from the cache's end
       {3, 128, 48, spec(true, 100, -1, 30.0)},  // a block size that is no power of two; window, soft-cap
       {20, 256, 64, spec(true, -1, -1, 0)},     // more queries than the decode tier takes
+      {1, 128, 256, with_alibi(spec(false, -1, -1, 0), 8)},      // ALiBi [hq]
+      {4, 64, 16, with_alibi(spec(true, -1, -1, 0), 24)},        // ALiBi [b, hq], causal
+      {3, 128, 0, with_alibi(spec(false, 100, 2, 30.0), 24)},    // ALiBi, window, soft-cap
+      {20, 128, 48, with_alibi(spec(true, -1, -1, 0), 24)},      // ALiBi, the generic tier
   };
   for (const auto& c : cases) {
     SCOPED_TRACE("seq_q " + std::to_string(c.seq_q) + " head_dim " + std::to_string(c.d) + " block_size " +
-                 std::to_string(c.block_size) + (c.spec.causal ? " causal" : ""));
+                 std::to_string(c.block_size) + (c.spec.causal ? " causal" : "") +
+                 (c.spec.alibi_slopes.empty() ? "" : " alibi x" + std::to_string(c.spec.alibi_slopes.size())));
     for (auto tier : {tessera::AttentionTier::automatic, tessera::AttentionTier::generic}) {
       run_kvcache_case(c, DType::bfloat16, 1e-2, tier);
       run_kvcache_case(c, DType::float16, 2e-3, tier);

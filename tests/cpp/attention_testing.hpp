@@ -123,6 +123,32 @@ inline std::vector<double> download(DType dt, const tessera::runtime::DeviceBuff
   return got;
 }
 
+// ALiBi's slopes of spec (the reference's) on the device, float32 [heads_q] or [batch, heads_q] as
+// many as it holds, in buf and view; null without slopes.
+inline const TensorView* device_slopes(tessera::runtime::DeviceBuffer& buf, TensorView& view,
+                                       const ref::AttentionSpec& spec, int64_t heads_q) {
+  const std::vector<double>& s = spec.alibi_slopes;
+  if (s.empty()) return nullptr;
+  const std::vector<float> f(s.begin(), s.end());
+  buf = tessera::runtime::DeviceBuffer(f.size() * 4);
+  EXPECT_EQ(cudaMemcpy(buf.data(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  const tessera::Device dev{tessera::DeviceType::cuda, 0};
+  const int64_t n = int64_t(f.size());
+  view = n == heads_q ? TensorView::contiguous(buf.data(), DType::float32, {n}, dev)
+                      : TensorView::contiguous(buf.data(), DType::float32, {n / heads_q, heads_q}, dev);
+  return &view;
+}
+
+// spec with ALiBi's slopes: n of them (heads_q, or batch * heads_q), random in [0.02, 0.5) and
+// exact in float32.
+inline ref::AttentionSpec with_alibi(ref::AttentionSpec spec, int64_t n, unsigned seed = 77) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(0.02f, 0.5f);
+  spec.alibi_slopes.resize(size_t(n));
+  for (double& x : spec.alibi_slopes) x = dist(gen);
+  return spec;
+}
+
 inline tessera::AttentionOptions options_of(const ref::AttentionSpec& spec) {
   tessera::AttentionOptions o;
   o.scale = spec.scale, o.causal = spec.causal, o.window_left = spec.window_left, o.window_right = spec.window_right;
@@ -146,13 +172,14 @@ inline double rel_err(const std::vector<double>& got, const std::vector<double>&
 inline void run_gpu_case(const GpuCase& c, DType dt, double tol, tessera::AttentionTier tier) {
   std::vector<double> q = randn(c.b * c.sq * c.hq * c.d, 21), k = randn(c.b * c.sk * c.hk * c.d, 22),
                       v = randn(c.b * c.sk * c.hk * c.dv, 23);
-  tessera::runtime::DeviceBuffer bq, bk, bv, bo, bl;
+  tessera::runtime::DeviceBuffer bq, bk, bv, bo, bl, ba;
   const TensorView tq = upload(bq, q, dt, c.b, c.sq, c.hq, c.d, c.heads_major);
   const TensorView tk = upload(bk, k, dt, c.b, c.sk, c.hk, c.d, c.heads_major);
   const TensorView tv = upload(bv, v, dt, c.b, c.sk, c.hk, c.dv, c.heads_major);
   const TensorView tout = alloc(bo, {c.b, c.sq, c.hq, c.dv}, dt), tl = alloc(bl, {c.b, c.hq, c.sq}, DType::float32);
+  TensorView ta;
   tessera::AttentionOptions o = options_of(c.spec);
-  o.tier = tier;
+  o.tier = tier, o.alibi_slopes = device_slopes(ba, ta, c.spec, c.hq);
   tessera::attention(tq, tk, tv, tout, &tl, o, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   // The reference sees the inputs rounded to dt, as the kernel does.
@@ -179,7 +206,8 @@ inline std::string name_of(const GpuCase& c) {
          " hq=" + std::to_string(c.hq) + " hk=" + std::to_string(c.hk) + " d=" + std::to_string(c.d) +
          (c.spec.causal ? " causal" : "") + " window=(" + std::to_string(c.spec.window_left) + ", " +
          std::to_string(c.spec.window_right) + ") softcap=" + std::to_string(c.spec.softcap) +
-         (c.heads_major ? " [b, h, s, d]" : "");
+         (c.heads_major ? " [b, h, s, d]" : "") +
+         (c.spec.alibi_slopes.empty() ? "" : " alibi x" + std::to_string(c.spec.alibi_slopes.size()));
 }
 
 }  // namespace tessera::testing::attention

@@ -1,8 +1,9 @@
 """tessera.flash_attention and tessera.scaled_dot_product_attention against a float64 reference
-(masks, GQA/MQA, soft-cap, odd and unequal lengths, fully masked rows), forward and backward
-through autograd, held to FlashAttention's own bound: at most twice the error of the same
-reference computed in the inputs' dtype. Also torch's contract (what falls back to torch's SDPA)
-and the errors that name their argument."""
+(masks, GQA/MQA, soft-cap, ALiBi, odd and unequal lengths, fully masked rows, window sides past
+the keys), forward and backward through autograd, held to FlashAttention's own bound: at most
+twice the error of the same reference computed in the inputs' dtype; ALiBi also against torch's
+SDPA with the bias as a float mask. Also torch's contract (what falls back to torch's SDPA) and
+the errors that name their argument."""
 
 import itertools
 import math
@@ -12,9 +13,24 @@ import pytest
 import tessera
 
 
-def reference(torch, q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0):
+def alibi_bias(torch, slopes, b, hq, sq, sk, dtype):
+    """ALiBi's bias (b, hq, sq, sk) as FlashAttention defines it: -slope |i + sk - sq - j|."""
+    i = torch.arange(sq, device=slopes.device)[:, None]
+    j = torch.arange(sk, device=slopes.device)[None, :]
+    dist = (i + sk - sq - j).abs().to(dtype)
+    sl = slopes.to(dtype).expand(b, hq) if slopes.dim() == 1 else slopes.to(dtype)
+    return -sl[:, :, None, None] * dist
+
+
+def make_slopes(torch, shape):
+    """ALiBi's slopes, float32 on the GPU, random in [0.02, 0.5)."""
+    return torch.rand(*shape, device="cuda") * 0.48 + 0.02
+
+
+def reference(torch, q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi=None):
     """softmax(scale q k^T, masked) v in q's dtype and device, FlashAttention's layout; rows that
-    see no key give 0. Returns (out, lse) with lse +inf on such rows."""
+    see no key give 0. ALiBi's bias (alibi: the slopes) after the scale and the soft-cap; a window
+    side at or beyond seq_k is unbounded. Returns (out, lse) with lse +inf on such rows."""
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     k = k.repeat_interleave(hq // hk, dim=2)
@@ -22,15 +38,17 @@ def reference(torch, q, k, v, *, causal=False, scale=None, window=(-1, -1), soft
     s = torch.einsum("bihd,bjhd->bhij", q, k) * (scale if scale is not None else 1 / math.sqrt(d))
     if softcap:
         s = softcap * torch.tanh(s / softcap)
+    if alibi is not None:
+        s = s + alibi_bias(torch, alibi, b, hq, sq, sk, s.dtype)
     i = torch.arange(sq, device=q.device)[:, None]
     j = torch.arange(sk, device=q.device)[None, :]
     diag = i + sk - sq
     keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
     if causal:
         keep &= j <= diag
-    if window[0] >= 0:
+    if 0 <= window[0] < sk:
         keep &= j >= diag - window[0]
-    if window[1] >= 0:
+    if 0 <= window[1] < sk:
         keep &= j <= diag + window[1]
     s = s.masked_fill(~keep, -1e4 if s.dtype != torch.float64 else -1e300)
     seen = keep.any(-1)[:, None].to(s.dtype)
@@ -67,6 +85,16 @@ CASES = [
     (2, 33, 65, 4, 2, 64, {"causal": True, "window_size": (8, -1), "softcap": 30.0}),
     (1, 4097, 64, 1, 1, 64, {"causal": True}),
     (1, 2, 100, 4, 1, 80, {}),                              # head_dim 80: the generic kernel
+    (1, 50, 20, 2, 2, 64, {"window_size": (30, 25)}),       # window sides past the keys: unbounded
+    # ALiBi: slopes (heads_q,) ("h") or (batch, heads_q) ("bh")
+    (2, 17, 33, 4, 2, 64, {"alibi": "h"}),
+    (2, 127, 127, 8, 2, 128, {"causal": True, "alibi": "bh"}),
+    (1, 40, 7, 2, 2, 128, {"causal": True, "alibi": "h"}),  # fully masked rows
+    (1, 100, 100, 2, 2, 256, {"window_size": (16, 4), "alibi": "bh"}),
+    (2, 33, 65, 4, 2, 64, {"causal": True, "window_size": (8, -1), "softcap": 30.0, "alibi": "bh"}),
+    (1, 300, 300, 2, 2, 128, {"softcap": 20.0, "alibi": "h"}),
+    (2, 3, 1000, 8, 2, 128, {"alibi": "bh"}),               # the decode tier
+    (1, 2, 100, 4, 1, 80, {"alibi": "h"}),                  # the generic kernel
 ]
 
 
@@ -76,9 +104,12 @@ def test_forward_and_backward_within_flash_attentions_bound(torch, dtype, case):
     b, sq, sk, hq, hk, d, opts = case
     dt = getattr(torch, dtype)
     q, k, v = inputs(torch, dt, b, sq, sk, hq, hk, d)
+    opts = dict(opts)
+    alibi = opts.pop("alibi", None)
+    slopes = None if alibi is None else make_slopes(torch, (hq,) if alibi == "h" else (b, hq))
     ref_opts = {"causal": opts.get("causal", False), "window": opts.get("window_size", (-1, -1)),
-                "softcap": opts.get("softcap", 0.0)}
-    out, lse = tessera.flash_attention(q, k, v, return_lse=True, **opts)
+                "softcap": opts.get("softcap", 0.0), "alibi": slopes}
+    out, lse = tessera.flash_attention(q, k, v, return_lse=True, alibi_slopes=slopes, **opts)
     exact_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
     exact, exact_lse = reference(torch, *exact_in, **ref_opts)
     low, _ = reference(torch, q, k, v, **ref_opts)
@@ -268,6 +299,178 @@ def test_kvcache_bad_entries_give_nan_and_arguments_are_checked(torch):
                                              block_table=table)
     with pytest.raises(ValueError, match="argument 'k_cache'"):
         tessera.flash_attention_with_kvcache(q, k_cache[..., :32], k_cache[..., :32], 4, block_table=table)
+
+
+# ---- ALiBi (alibi_slopes) -----------------------------------------------------------------------
+
+def sdpa_with_alibi(torch, q, k, v, slopes, *, causal=False, window=(-1, -1), scale=None):
+    """torch's composition: F.scaled_dot_product_attention in (batch, heads, seq, dim) with the
+    bias (and the masks, as -inf) in a float attn_mask, in q's dtype; k, v repeated for GQA."""
+    b, sq, hq, _ = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    mask = alibi_bias(torch, slopes, b, hq, sq, sk, q.dtype)
+    i = torch.arange(sq, device=q.device)[:, None]
+    j = torch.arange(sk, device=q.device)[None, :]
+    diag = i + sk - sq
+    hide = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        hide |= j > diag
+    if 0 <= window[0] < sk:
+        hide |= j < diag - window[0]
+    if 0 <= window[1] < sk:
+        hide |= j > diag + window[1]
+    mask = mask.masked_fill(hide, -math.inf)
+    kk, vv = (t.repeat_interleave(hq // hk, dim=2) for t in (k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2), attn_mask=mask, scale=scale)
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("shape,opts", [
+    ((2, 64, 64, 4, 4, 64), {"causal": True}),
+    ((2, 33, 300, 8, 2, 128), {}),                            # GQA, seq_q < seq_k
+    ((1, 257, 300, 4, 1, 128), {"causal": True, "window": (64, 8)}),
+    ((3, 5, 700, 4, 2, 64), {}),                              # the decode tier
+    ((1, 40, 40, 2, 2, 96), {"causal": True}),                # the generic kernels
+], ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else "".join(sorted(x)))
+@pytest.mark.parametrize("per_batch", [False, True], ids=["slopes_h", "slopes_bh"])
+def test_alibi_matches_sdpa_with_a_float_mask(torch, dtype, shape, opts, per_batch):
+    """Forward and backward against torch's SDPA with the bias in a float mask: float64 on the GPU
+    as the exact result, the inputs' dtype for the bound; no row here sees no key (SDPA's NaN)."""
+    b, sq, sk, hq, hk, d = shape
+    dt = getattr(torch, dtype)
+    q, k, v = inputs(torch, dt, b, sq, sk, hq, hk, d)
+    slopes = make_slopes(torch, (b, hq) if per_batch else (hq,))
+    causal, window = opts.get("causal", False), opts.get("window", (-1, -1))
+    out = tessera.flash_attention(q, k, v, causal=causal, window_size=window, alibi_slopes=slopes)
+    exact_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    exact = sdpa_with_alibi(torch, *exact_in, slopes, causal=causal, window=window)
+    low = sdpa_with_alibi(torch, q, k, v, slopes, causal=causal, window=window)
+    check_bound(torch, out, low, exact, "out")
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    exact_grads = torch.autograd.grad(exact, exact_in, g.double())
+    low_grads = torch.autograd.grad(low, (q, k, v), g)
+    for name, got, lo, ex in zip("qkv", grads, low_grads, exact_grads):
+        check_bound(torch, got, lo, ex, "d" + name)
+
+
+def test_alibi_slopes_get_no_gradient(torch):
+    """As in FlashAttention, the slopes are not differentiated: q, k and v get theirs, the slopes
+    None, even where they require one."""
+    q, k, v = inputs(torch, torch.bfloat16, 2, 16, 16, 4, 4, 64)
+    slopes = make_slopes(torch, (4,)).requires_grad_()
+    out = tessera.flash_attention(q, k, v, causal=True, alibi_slopes=slopes)
+    out.sum().backward()
+    assert slopes.grad is None
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (q, k, v))
+    # Slopes alone requiring a gradient: no graph, no error.
+    out = tessera.flash_attention(q.detach(), k.detach(), v.detach(), alibi_slopes=slopes)
+    assert not out.requires_grad
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_alibi_varlen_uses_each_sequences_lengths(torch, causal):
+    lens_q, lens_k = [5, 0, 300, 1, 130], [7, 3, 300, 64, 1]
+    cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), device="cuda", dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), device="cuda", dtype=torch.int32)
+    q = torch.randn(sum(lens_q), 4, 128, device="cuda", dtype=torch.float32, requires_grad=True)
+    k = torch.randn(sum(lens_k), 2, 128, device="cuda", dtype=torch.float32, requires_grad=True)
+    v = torch.randn(sum(lens_k), 2, 128, device="cuda", dtype=torch.float32, requires_grad=True)
+    slopes = make_slopes(torch, (len(lens_q), 4))
+    out = tessera.flash_attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                         alibi_slopes=slopes)
+    g = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), g)
+    for b in range(len(lens_q)):
+        if lens_q[b] == 0:
+            continue
+        sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        qb, kb, vb = (t.detach()[s][None].double().requires_grad_() for t, s in ((q, sq), (k, sk), (v, sk)))
+        ob, _ = reference(torch, qb, kb, vb, causal=causal, alibi=slopes[b])
+        gb = torch.autograd.grad(ob, (qb, kb, vb), g[sq][None].double())
+        assert torch.allclose(out[sq].double(), ob[0], atol=1e-4, rtol=1e-4), b
+        for got, want in zip((dq[sq], dk[sk], dv[sk]), gb):
+            assert torch.allclose(got.double(), want[0], atol=1e-4, rtol=1e-4), b
+
+
+@pytest.mark.parametrize("seq_q,causal,block_size", [(1, False, 256), (4, True, 16), (20, True, 0)])
+def test_alibi_kvcache_measures_from_each_cache_length(torch, seq_q, causal, block_size):
+    lens, hq, hk, d, cap = [1000, 0, 517], 8, 2, 128, 1024
+    b = len(lens)
+    q = torch.randn(b, seq_q, hq, d, device="cuda", dtype=torch.bfloat16)
+    if block_size:
+        num_blocks = b * cap // block_size
+        table = torch.randperm(num_blocks, device="cuda", dtype=torch.int32).view(b, -1)
+        k_cache = torch.randn(num_blocks, block_size, hk, d, device="cuda", dtype=torch.bfloat16)
+        v_cache = torch.randn_like(k_cache)
+        within = torch.arange(cap, device="cuda") % block_size
+        rows = [table[s].repeat_interleave(block_size).long() * block_size + within for s in range(b)]
+        k_seq, v_seq = [k_cache.flatten(0, 1)[r] for r in rows], [v_cache.flatten(0, 1)[r] for r in rows]
+    else:
+        table = None
+        k_cache = torch.randn(b, cap, hk, d, device="cuda", dtype=torch.bfloat16)
+        v_cache = torch.randn_like(k_cache)
+        k_seq, v_seq = list(k_cache), list(v_cache)
+    slopes = make_slopes(torch, (b, hq))
+    seqlens = torch.tensor(lens, device="cuda", dtype=torch.int32)
+    out, lse = tessera.flash_attention_with_kvcache(q, k_cache, v_cache, seqlens, block_table=table, causal=causal,
+                                                    alibi_slopes=slopes, return_lse=True)
+    for s, n in enumerate(lens):
+        if n == 0:
+            assert torch.equal(out[s], torch.zeros_like(out[s])) and torch.isinf(lse[s]).all()
+            continue
+        qs, ks, vs = q[s:s + 1], k_seq[s][None, :n], v_seq[s][None, :n]
+        exact, exact_lse = reference(torch, qs.double(), ks.double(), vs.double(), causal=causal, alibi=slopes[s])
+        low, _ = reference(torch, qs, ks, vs, causal=causal, alibi=slopes[s])
+        check_bound(torch, out[s:s + 1], low, exact, f"sequence {s}")
+        assert torch.allclose(lse[s].double(), exact_lse[0], atol=1e-4)
+
+
+def test_alibi_slopes_errors_name_the_argument(torch):
+    q = torch.randn(2, 4, 6, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 5, 3, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"'alibi_slopes'.*\[heads_q\] = \[6\] or \[batch, heads_q\] = \[2, 6\]"):
+        tessera.flash_attention(q, k, k, alibi_slopes=torch.rand(4, device="cuda"))
+    with pytest.raises(ValueError, match=r"argument 'alibi_slopes'.*got 2-d \[6, 2\]"):
+        tessera.flash_attention(q, k, k, alibi_slopes=torch.rand(6, 2, device="cuda"))
+    with pytest.raises(TypeError, match="argument 'alibi_slopes'.*float32"):
+        tessera.flash_attention(q, k, k, alibi_slopes=torch.rand(6, device="cuda", dtype=torch.float16))
+    with pytest.raises(ValueError, match="argument 'alibi_slopes'.*CUDA"):
+        tessera.flash_attention(q, k, k, alibi_slopes=torch.rand(6))
+    with pytest.raises(ValueError, match="attention_kvcache: argument 'alibi_slopes'"):
+        tessera.flash_attention_with_kvcache(q, k, k, 5, alibi_slopes=torch.rand(3, 6, device="cuda"))
+    cu = torch.tensor([0, 10, 20], device="cuda", dtype=torch.int32)
+    qp = torch.randn(20, 2, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"attention_varlen: argument 'alibi_slopes'.*\[batch, heads_q\] = \[2, 2\]"):
+        tessera.flash_attention_varlen(qp, qp, qp, cu, cu, 10, 10, alibi_slopes=torch.rand(3, 2, device="cuda"))
+
+
+def test_alibi_under_torch_compile(torch):
+    """torch.compile(fullgraph=True) traces flash_attention with slopes (the fake kernel takes the
+    new argument), forward and backward, with the eager result."""
+    q, k, v = inputs(torch, torch.bfloat16, 2, 64, 64, 4, 2, 64)
+    slopes = make_slopes(torch, (2, 4))
+
+    def f(q, k, v, slopes):
+        return tessera.flash_attention(q, k, v, causal=True, alibi_slopes=slopes).float().square().sum()
+    eager = torch.autograd.grad(f(q, k, v, slopes), (q, k, v))
+    compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(q, k, v, slopes), (q, k, v))
+    for a, b in zip(eager, compiled):
+        torch.testing.assert_close(a, b)
+
+
+def test_window_sides_past_the_keys_are_unbounded(torch):
+    """As in FlashAttention: a side at or beyond seq_k means -1 (with seq_q > seq_k the diagonal
+    starts left of the first key, so a bounded right side would hide keys from the first rows)."""
+    q, k, v = inputs(torch, torch.bfloat16, 1, 50, 20, 2, 2, 64)
+    want = tessera.flash_attention(q, k, v)
+    for window in ((30, 25), (20, 20), (-1, 20), (100, -1)):
+        assert torch.equal(tessera.flash_attention(q, k, v, window_size=window), want), window
+    bounded = tessera.flash_attention(q, k, v, window_size=(-1, 19))
+    assert torch.count_nonzero(bounded[:, :11]) == 0  # rows 0..10: i - 30 + 19 < 0, no key
+    assert torch.count_nonzero(bounded[:, 11:]) > 0
 
 
 # ---- rotary_embedding --------------------------------------------------------------------------

@@ -1,25 +1,37 @@
 """tessera.cross_entropy against torch's F.cross_entropy and a float64 reference (z-loss and
-soft-cap, which torch lacks): loss and gradient through autograd for every option, bf16 within
-1e-2 relative and float32 within 1e-5 of float64; the in-place gradient, torch's edge cases, the
-errors that name their argument."""
+soft-cap, which torch lacks): loss and gradient through autograd for every option, class weights
+and probability targets (with their own gradients), bf16 within 1e-2 relative and float32 within
+1e-5 of float64; the in-place gradient, torch's edge cases, the errors that name their argument."""
 
 import pytest
 
 import tessera
 
 
-def reference(torch, logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, z_loss=0.0,
-              softcap=None):
-    """The loss in float64 from the formulas of tessera's documentation, through torch's autograd."""
+def reference(torch, logits, target, weight=None, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+              z_loss=0.0, softcap=None):
+    """The loss in float64 from the formulas of tessera's documentation, through torch's autograd:
+    F.cross_entropy of the (capped) logits, plus z_loss * lse^2 times the row's weight on lse."""
     x = logits if logits.requires_grad and logits.dtype == torch.float64 else logits.detach().double().requires_grad_()
     y = softcap * torch.tanh(x / softcap) if softcap else x
-    loss = torch.nn.functional.cross_entropy(y, target.long(), ignore_index=ignore_index, reduction="none",
-                                             label_smoothing=label_smoothing)
-    keep = target != ignore_index
+    probs = target.shape == logits.shape
+    w = None if weight is None else weight.double()
+    e, v = label_smoothing, y.shape[-1]
+    loss = torch.nn.functional.cross_entropy(y, target.double() if probs else target.long(), weight=w,
+                                             ignore_index=ignore_index, reduction="none", label_smoothing=e)
+    ones = torch.ones(v, dtype=torch.float64, device=y.device) if w is None else w
+    if probs:  # the weight on lse: sum_c w_c q'_c; the mean over the rows
+        rw = (((1 - e) * target.double() + e / v) * ones).sum(-1)
+        divisor = y.shape[0]
+    else:  # (1 - e) w_t + e / V sum_c w_c; the mean over the targets' weights
+        keep = target != ignore_index
+        wt = ones[torch.where(keep, target.long(), 0)] * keep
+        rw = (1 - e) * wt + e / v * ones.sum() * keep
+        divisor = wt.sum()
     lse = torch.logsumexp(y, -1)
-    loss = loss + z_loss * lse * lse * keep
+    loss = loss + z_loss * rw * lse * lse
     if reduction == "mean":
-        loss = loss.sum() / keep.sum()
+        loss = loss.sum() / divisor
     elif reduction == "sum":
         loss = loss.sum()
     return loss, x
@@ -58,6 +70,137 @@ def test_loss_and_gradient_against_float64(torch, dtype, vocab, case):
     atol = 1e-3 if vocab == 1 else 0.0  # one class: the loss and gradient are 0 (rounding aside)
     close(loss, want.detach(), rel, atol)
     close(grad, want_grad, rel, atol)
+
+
+WEIGHTED = [
+    dict(weight=True),                                                   # rows scaled: the plain kernels
+    dict(weight=True, label_smoothing=0.1, reduction="sum"),             # the per-class kernel
+    dict(weight=True, ignore_index=3, reduction="none", z_loss=1e-3),
+    dict(probs=True),
+    dict(probs=True, weight=True, label_smoothing=0.2, reduction="none"),
+    dict(probs=True, weight=True, z_loss=1e-3, softcap=15.0, reduction="sum"),
+    dict(weight=True, label_smoothing=0.3, softcap=15.0),
+]
+
+
+def weighted_inputs(torch, dtype, n, vocab, opts):
+    """Logits, target (indices with every fifth row ignored, or probabilities) and weights for a
+    WEIGHTED case; the keyword arguments left for cross_entropy."""
+    opts = dict(opts)
+    logits = (torch.randn(n, vocab, device="cuda") * 4).to(dtype).requires_grad_()
+    if opts.pop("probs", False):
+        target = torch.softmax(torch.randn(n, vocab, device="cuda") * 2, -1)
+    else:
+        target = torch.randint(0, vocab, (n,), device="cuda")
+        target[::5] = opts.get("ignore_index", -100)
+    weight = torch.rand(vocab, device="cuda") * 1.75 + 0.25 if opts.pop("weight", False) else None
+    return logits, target, weight, opts
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("vocab", [3, 1000, 50257])
+@pytest.mark.parametrize("case", range(len(WEIGHTED)))
+def test_weights_and_probabilities_against_float64(torch, dtype, vocab, case):
+    """Class weights and probability targets on every tier (V = 1000: 16-byte rows; 50257: a
+    scalar head and tail), loss and gradient against F.cross_entropy in float64 (probabilities
+    rounded to the logits' dtype, as tessera reads them)."""
+    dt = getattr(torch, dtype)
+    logits, target, weight, opts = weighted_inputs(torch, dt, 64 if vocab < 50000 else 8, vocab, WEIGHTED[case])
+    loss = tessera.cross_entropy(logits, target, weight, **opts)
+    held = target.to(dt) if target.is_floating_point() else target
+    want, x = reference(torch, logits, held, weight, **opts)
+    seed = torch.rand_like(want)
+    (grad,) = torch.autograd.grad(loss, logits, seed.to(loss.dtype))
+    (want_grad,) = torch.autograd.grad(want, x, seed)
+    rel = 1e-5 if dtype == "float32" else 1e-2
+    close(loss, want.detach(), rel)
+    close(grad, want_grad, rel)
+
+
+def test_weights_match_torch_exactly_where_torch_computes_in_float32(torch):
+    """float32 logits, as torch computes them: class weights with and without smoothing and
+    probability targets, every reduction, loss and gradient; the one-row form."""
+    F = torch.nn.functional
+    logits = torch.randn(300, 5000, device="cuda", requires_grad=True)
+    target = torch.randint(0, 5000, (300,), device="cuda")
+    target[::7] = -100
+    probs = torch.softmax(torch.randn(300, 5000, device="cuda"), -1)
+    weight = torch.rand(5000, device="cuda") + 0.5
+    for t in (target, probs):
+        for kw in (dict(), dict(label_smoothing=0.1), dict(reduction="sum"), dict(reduction="none", label_smoothing=0.3)):
+            got = tessera.cross_entropy(logits, t, weight, **kw)
+            want = F.cross_entropy(logits, t, weight, **kw)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+            (g,) = torch.autograd.grad(got.sum(), logits)
+            (w,) = torch.autograd.grad(want.sum(), logits)
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+    one = tessera.cross_entropy(logits[0], probs[0], weight, reduction="none")
+    torch.testing.assert_close(one, F.cross_entropy(logits[0], probs[0], weight, reduction="none"), rtol=1e-5, atol=0)
+    one = tessera.cross_entropy(logits[1], target[1], weight)
+    torch.testing.assert_close(one, F.cross_entropy(logits[1], target[1], weight), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_probability_and_weight_gradients(torch, reduction):
+    """Probability targets and class weights that require grad get torch's gradients (float64
+    reference, with smoothing, z-loss and soft-cap); the logits' too."""
+    logits = torch.randn(32, 700, device="cuda", requires_grad=True)
+    q = torch.softmax(torch.randn(32, 700, device="cuda"), -1).requires_grad_()
+    w = (torch.rand(700, device="cuda") + 0.5).requires_grad_()
+    opts = dict(reduction=reduction, label_smoothing=0.1, z_loss=1e-3, softcap=20.0)
+    loss = tessera.cross_entropy(logits, q, w, **opts)
+    seed = torch.rand_like(loss)
+    got = torch.autograd.grad(loss, (logits, q, w), seed)
+    q64, w64 = q.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    want, x = reference(torch, logits, q64, w64, **opts)
+    wanted = torch.autograd.grad(want, (x, q64, w64), seed.double())
+    for g, r in zip(got, wanted):
+        close(g, r, 1e-5)
+    (gq,) = torch.autograd.grad(tessera.cross_entropy(logits.detach(), q, **opts), q, seed)  # logits need none
+    (rq,) = torch.autograd.grad(reference(torch, logits.detach(), q64, **opts)[0], q64, seed.double())
+    close(gq, rq, 1e-5)
+
+
+def test_weighted_edge_cases_follow_torch(torch):
+    """All rows ignored: NaN mean, zero gradient; targets whose weights are 0: NaN (torch's);
+    masked (-inf) classes keep the loss finite."""
+    F = torch.nn.functional
+    logits = torch.randn(4, 10, device="cuda", requires_grad=True)
+    w = torch.rand(10, device="cuda") + 0.5
+    ignored = torch.full((4,), -100, device="cuda")
+    for e in (0.0, 0.1):
+        loss = tessera.cross_entropy(logits, ignored, w, label_smoothing=e)
+        assert loss.isnan()
+        (g,) = torch.autograd.grad(loss, logits)
+        assert torch.equal(g, torch.zeros_like(g))
+    t = torch.tensor([1, 2, 3, 4], device="cuda")
+    assert tessera.cross_entropy(logits.detach(), t, torch.zeros(10, device="cuda")).isnan()
+    masked = torch.randn(4, 10, device="cuda")
+    masked[:, 5:] = float("-inf")
+    for weight in (None, w):
+        got = tessera.cross_entropy(masked, t, weight)
+        torch.testing.assert_close(got, F.cross_entropy(masked, t, weight), rtol=1e-5, atol=0)
+        assert got.isfinite()
+    empty = torch.zeros(0, 10, device="cuda")
+    assert tessera.cross_entropy(empty, empty).isnan() and tessera.cross_entropy(empty, empty, reduction="sum") == 0
+
+
+def test_weighted_loss_compiles_fullgraph(torch):
+    """torch.compile(fullgraph=True) traces the op with class weights and probability targets
+    (the fake kernels take the weight), forward and backward, with the eager result."""
+    logits = torch.randn(16, 300, device="cuda", requires_grad=True)
+    t = torch.randint(0, 300, (16,), device="cuda")
+    q = torch.softmax(torch.randn(16, 300, device="cuda"), -1)
+    w = torch.rand(300, device="cuda") + 0.5
+
+    def f(x):
+        return tessera.cross_entropy(x, t, w, label_smoothing=0.1) + tessera.cross_entropy(x, q, w)
+    want = f(logits)
+    (want_g,) = torch.autograd.grad(want, logits)
+    got = torch.compile(f, fullgraph=True)(logits)
+    (got_g,) = torch.autograd.grad(got, logits)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_g, want_g)
 
 
 def test_matches_torch_and_lse(torch):
@@ -130,6 +273,24 @@ def test_errors_name_the_argument(torch):
         tessera.cross_entropy(logits, torch.zeros(4, device="cuda", dtype=torch.long), label_smoothing=2.0)
     with pytest.raises(ValueError, match="argument 'logits'"):
         tessera.cross_entropy(logits[None], torch.zeros(4, device="cuda", dtype=torch.long))
+    t = torch.zeros(4, device="cuda", dtype=torch.long)
+    with pytest.raises(ValueError, match="argument 'weight'.*V = 10"):
+        tessera.cross_entropy(logits, t, torch.ones(9, device="cuda"))
+    with pytest.raises(TypeError, match="argument 'weight'"):
+        tessera.cross_entropy(logits, t, torch.ones(10, device="cuda", dtype=torch.long))
+    with pytest.raises(ValueError, match="argument 'weight'"):
+        tessera.cross_entropy(logits, t, torch.ones(10))  # on the CPU
+    with pytest.raises(ValueError, match="argument 'weight'.*detach"):  # as torch's nll_loss
+        tessera.cross_entropy(logits.requires_grad_(), t, torch.ones(10, device="cuda", requires_grad=True))
+    q = torch.rand(4, 10, device="cuda")
+    with pytest.raises(ValueError, match="argument 'ignore_index'"):  # torch's rule for probabilities
+        tessera.cross_entropy(logits, q, ignore_index=0)
+    with pytest.raises(TypeError, match="argument 'target'.*probabilities"):
+        tessera.cross_entropy(logits, q.long())
+    with pytest.raises(ValueError, match="argument 'target'"):
+        tessera.cross_entropy(logits, q[:, :9])
+    with pytest.raises(ValueError, match="inplace_grad"):
+        tessera.cross_entropy(logits.detach().clone().requires_grad_() * 1, q.requires_grad_(), inplace_grad=True)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

@@ -38,7 +38,7 @@ def test_matmul_bad_activation_is_refused_first():
     torch = pytest.importorskip("torch")
     a = torch.ones(4, 4)
     with pytest.raises(ValueError, match=r"argument 'activation': expected None, 'relu', 'gelu', "
-                                         r"'gelu_tanh' or 'silu', got 'tanh'"):
+                                         r"'gelu_tanh', 'silu' or 'swiglu', got 'tanh'"):
         tessera.matmul(a, a, activation="tanh")
 
 
@@ -186,6 +186,61 @@ def test_matmul_autograd_keeps_the_fused_forward(torch, activation, dtype):
     assert rel_err(torch, y, ref) < TOL[dtype]
     for g, t in zip(got, (a, w, bias)):
         assert rel_err(torch, g, t.grad) < 2 * TOL[dtype], t.shape
+
+
+def test_swiglu_weight_interleaves_blocks_of_64(torch_cpu):
+    torch = torch_cpu
+    w1, w3 = torch.randn(128, 8), torch.randn(128, 8)
+    w = tessera.swiglu_weight(w1, w3)
+    assert w.shape == (256, 8)
+    assert torch.equal(w[:64], w1[:64]) and torch.equal(w[64:128], w3[:64])
+    assert torch.equal(w[128:192], w1[64:]) and torch.equal(w[192:], w3[64:])
+    with pytest.raises(ValueError, match="'w_gate' and 'w_up'.*multiple of 64"):
+        tessera.swiglu_weight(torch.randn(96, 8), torch.randn(96, 8))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_linear_swiglu_matches_two_projections(torch, dtype):
+    """linear(x, swiglu_weight(w1, w3), activation="swiglu") is silu(x w1^T) * (x w3^T), forward
+    and backward (the gradients of the fused weight are those of w1 and w3, interleaved)."""
+    dt = getattr(torch, dtype)
+    x = torch.randn(3, 100, 256, device="cuda", dtype=dt, requires_grad=True)
+    w1 = torch.randn(192, 256, device="cuda", dtype=dt) / 16
+    w3 = torch.randn(192, 256, device="cuda", dtype=dt) / 16
+    w13 = tessera.swiglu_weight(w1, w3).requires_grad_()
+    bias = torch.randn(384, device="cuda", dtype=dt, requires_grad=True)
+    y = tessera.linear(x, w13, bias, activation="swiglu")
+    assert y.shape == (3, 100, 192) and y.dtype == dt
+    xr, w1r, w3r = (t.detach().double().requires_grad_() for t in (x, w1, w3))
+    b1 = bias.detach().double().view(3, 2, 64)[:, 0].reshape(-1).requires_grad_()
+    b3 = bias.detach().double().view(3, 2, 64)[:, 1].reshape(-1).requires_grad_()
+    F = torch.nn.functional
+    ref = F.silu(F.linear(xr, w1r, b1)) * F.linear(xr, w3r, b3)
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    assert rel_err(torch, y, ref) < tol
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    ref.backward(dy.double())
+    assert rel_err(torch, x.grad, xr.grad) < tol
+    assert rel_err(torch, w13.grad, tessera.swiglu_weight(w1r.grad, w3r.grad)) < tol
+    db = torch.stack((b1.grad.view(3, 64), b3.grad.view(3, 64)), 1).reshape(-1)
+    assert rel_err(torch, bias.grad, db) < tol
+
+
+def test_linear_swiglu_compiles_and_refuses_bad_shapes(torch):
+    x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    f = torch.compile(lambda x, w: tessera.linear(x, w, activation="swiglu").float().sum(), fullgraph=True)
+    f(x, w).backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    tessera.linear(x, w, activation="swiglu").float().sum().backward()
+    assert rel_err(torch, gx, x.grad) < 1e-2 and rel_err(torch, gw, w.grad) < 1e-2
+    with pytest.raises(ValueError, match=r"argument 'other'.*multiple of 128"):
+        tessera.linear(x, w[:192], activation="swiglu")
+    with pytest.raises(ValueError, match=r"argument 'residual'.*swiglu"):
+        tessera.matmul(x.detach(), w.detach().t(), activation="swiglu",
+                       residual=torch.randn(64, 128, device="cuda", dtype=torch.bfloat16))
 
 
 # ---- float32 precision, float8 scaled_mm, autotuning ---------------------------------------------

@@ -96,6 +96,29 @@ def test_norms_shard_rows_and_sum_parameter_gradients(run):
     assert run.Shard(1) not in out.placements and comms > 0
 
 
+def test_add_norms_shard_rows_and_sum_parameter_gradients(run):
+    ops = run.torch.ops.tessera
+    from torch.distributed.tensor import Partial
+    x, r = run.tensor((8, 16), run.Shard(0)), run.tensor((8, 16), run.Shard(0))
+    w = run.tensor((16,), run.R)
+    (out, res, rstd), comms = run.call(ops.add_rms_norm.default, x, r, w, 1e-6)
+    assert placements([out, res, rstd]) == [(run.Shard(0),)] * 3 and comms == 0
+    assert res.to_local().shape == (4, 16) and rstd.shape == (8,)
+    g = run.tensor((8, 16), run.Shard(0))
+    (gi, gw), comms = run.call(ops.add_rms_norm_backward.default, g, g, res, rstd, w, [True, True])
+    assert placements([gi, gw]) == [(run.Shard(0),), (Partial(),)] and comms == 0
+    (gi, gw), comms = run.call(ops.add_rms_norm_backward.default, g, None, res, rstd, w, [True, True])
+    assert placements([gi, gw]) == [(run.Shard(0),), (Partial(),)] and comms == 0
+    outs, comms = run.call(ops.add_layer_norm.default, x, r, w, w, 1e-5)
+    assert placements(outs) == [(run.Shard(0),)] * 4 and comms == 0
+    _, res, mean, rstd = outs
+    outs, comms = run.call(ops.add_layer_norm_backward.default, g, g, res, mean, rstd, w, [True, True, True])
+    assert placements(outs) == [(run.Shard(0),), (Partial(),), (Partial(),)] and comms == 0
+    # The residual sharded along the normalized dimension: gathered first.
+    (out, res, _), comms = run.call(ops.add_rms_norm.default, x, run.tensor((8, 16), run.Shard(1)), w, 1e-6)
+    assert run.Shard(1) not in res.placements and comms > 0
+
+
 def test_dropout_does_not_run_sharded(run):
     (y,), comms = run.call(run.torch.ops.tessera.dropout.default, run.tensor((8, 16), run.Shard(0)), 0.1, 7, 0)
     assert placements([y]) == [(run.R,)] and comms > 0

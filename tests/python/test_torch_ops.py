@@ -69,6 +69,20 @@ def samples(torch, name, dtype):
         xi, w = x(4, 8, grad=False), x(8, grad=False)
         _, rstd = torch.ops.tessera.rms_norm(xi, [8], w, 1e-6)
         return [((x(4, 8, grad=False), xi, [8], rstd, w, [True, True]), {})]
+    if name == "add_layer_norm":
+        return [((x(4, 8), x(4, 8), x(8), x(8), 1e-5), {}), ((x(2, 3, 4), x(2, 3, 4)), {})]
+    if name == "add_rms_norm":
+        return [((x(4, 8), x(4, 8), x(8), 1e-6), {}), ((x(2, 3, 4), x(2, 3, 4), None, 1e-6), {})]
+    if name == "add_layer_norm_backward":
+        xi, ri, w = x(4, 8, grad=False), x(4, 8, grad=False), x(8, grad=False)
+        _, res, mean, rstd = torch.ops.tessera.add_layer_norm(xi, ri, w, None, 1e-5)
+        return [((x(4, 8, grad=False), x(4, 8, grad=False), res, mean, rstd, w, [True, True, True]), {}),
+                ((x(4, 8, grad=False), None, res, mean, rstd, None, [True, False, True]), {})]
+    if name == "add_rms_norm_backward":
+        xi, ri, w = x(4, 8, grad=False), x(4, 8, grad=False), x(8, grad=False)
+        _, res, rstd = torch.ops.tessera.add_rms_norm(xi, ri, w, 1e-6)
+        return [((x(4, 8, grad=False), x(4, 8, grad=False), res, rstd, w, [True, True]), {}),
+                ((x(4, 8, grad=False), None, res, rstd, w, [True, False]), {})]
     if name == "isin":
         e = torch.randint(0, 20, (64,), device="cuda", dtype=torch.int32)
         t = torch.randint(0, 20, (7,), device="cuda", dtype=torch.int32)
@@ -77,39 +91,64 @@ def samples(torch, name, dtype):
         return [((x(16, 32), x(32, 24)), {"bias": x(24), "activation": "gelu"}),
                 ((x(16, 32), x(32, 24)), {"residual": x(16, 24), "activation": "relu"}),
                 ((x(2, 16, 32), x(32, 24)), {"alpha": 0.5, "residual": x(2, 16, 24)}),
-                ((x(1, 16, 32), x(3, 32, 24)), {"activation": "silu"})]
+                ((x(1, 16, 32), x(3, 32, 24)), {"activation": "silu"}),
+                ((x(16, 32), x(32, 256)), {"bias": x(256), "activation": "swiglu"})]
     if name == "matmul.preactivation":  # called below autograd (by matmul's autograd kernel)
         return [((x(16, 32, grad=False), x(32, 24, grad=False)), {"bias": x(24, grad=False), "activation": "gelu"}),
                 ((x(2, 16, 32, grad=False), x(32, 24, grad=False)),
-                 {"residual": x(2, 16, 24, grad=False), "activation": "silu", "alpha": 0.5})]
+                 {"residual": x(2, 16, 24, grad=False), "activation": "silu", "alpha": 0.5}),
+                ((x(2, 16, 32, grad=False), x(32, 128, grad=False)), {"activation": "swiglu"})]
+    if name == "swiglu_backward":  # gate and up interleaved in blocks of 64: [..., 128 j]
+        return [((x(4, 64, grad=False), x(4, 128, grad=False)), {}),
+                ((x(2, 3, 128, grad=False), x(2, 3, 256, grad=False)), {})]
     if name == "scaled_mm":
         a = torch.randn(16, 64, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(24, 64, device="cuda").to(torch.float8_e4m3fn).t()
         one = torch.ones((), device="cuda")
         return [((a, b, one, one), {"out_dtype": dt})]
+
+    def slopes(*shape):  # ALiBi's, float32 whatever the dtype
+        return torch.rand(*shape, device="cuda") * 0.5
     if name == "attention":
         return [((x(2, 17, 4, 64), x(2, 33, 2, 64), x(2, 33, 2, 64)), {"causal": True}),
                 ((x(1, 8, 2, 128), x(1, 8, 2, 128), x(1, 8, 2, 128)),
-                 {"scale": 0.3, "window_left": 2, "softcap": 20.0})]
+                 {"scale": 0.3, "window_left": 2, "softcap": 20.0}),
+                ((x(2, 17, 4, 64), x(2, 33, 2, 64), x(2, 33, 2, 64)), {"alibi_slopes": slopes(4)}),
+                ((x(2, 9, 2, 64), x(2, 9, 2, 64), x(2, 9, 2, 64)), {"causal": True, "alibi_slopes": slopes(2, 2)})]
     if name == "attention_backward":
         q, k, v = x(1, 9, 2, 64, grad=False), x(1, 12, 1, 64, grad=False), x(1, 12, 1, 64, grad=False)
         out, lse = torch.ops.tessera.attention(q, k, v, causal=True)
-        return [((x(1, 9, 2, 64, grad=False), q, k, v, out, lse), {"causal": True})]
+        a = slopes(2)
+        out_a, lse_a = torch.ops.tessera.attention(q, k, v, alibi_slopes=a)
+        return [((x(1, 9, 2, 64, grad=False), q, k, v, out, lse), {"causal": True}),
+                ((x(1, 9, 2, 64, grad=False), q, k, v, out_a, lse_a), {"alibi_slopes": a})]
     if name in ("attention.varlen", "attention_backward.varlen"):
         cu = torch.tensor([0, 5, 5, 17], device="cuda", dtype=torch.int32)
         q, k, v = x(17, 4, 64, grad=name == "attention.varlen"), x(17, 2, 64), x(17, 2, 64)
         if name == "attention.varlen":
-            return [((q, k, v, cu, cu, 12, 12), {"causal": True})]
+            return [((q, k, v, cu, cu, 12, 12), {"causal": True}),
+                    ((q, k, v, cu, cu, 12, 12), {"alibi_slopes": slopes(3, 4)})]
         q, k, v = (t.detach() for t in (q, k, v))
         out, lse = torch.ops.tessera.attention.varlen(q, k, v, cu, cu, 12, 12)
-        return [((x(17, 4, 64, grad=False), q, k, v, out, lse, cu, cu, 12, 12), {})]
+        a = slopes(4)
+        out_a, lse_a = torch.ops.tessera.attention.varlen(q, k, v, cu, cu, 12, 12, alibi_slopes=a)
+        return [((x(17, 4, 64, grad=False), q, k, v, out, lse, cu, cu, 12, 12), {}),
+                ((x(17, 4, 64, grad=False), q, k, v, out_a, lse_a, cu, cu, 12, 12), {"alibi_slopes": a})]
     if name in ("cross_entropy", "cross_entropy.inplace", "cross_entropy.backward"):
         t = torch.tensor([1, -100, 5, 0], device="cuda")
+        w = torch.rand(10, device="cuda")  # class weights: no gradient with class indices
+        q = torch.rand(4, 10, device="cuda", dtype=dt).requires_grad_()  # probabilities, with their gradient
         if name == "cross_entropy":
             return [((x(4, 10), t), {}), ((x(4, 10), t), {"reduction": "none", "label_smoothing": 0.1}),
-                    ((x(4, 16), t.int()), {"reduction": "sum", "softcap": 5.0, "z_loss": 1e-3, "with_grad": True})]
+                    ((x(4, 16), t.int()), {"reduction": "sum", "softcap": 5.0, "z_loss": 1e-3, "with_grad": True}),
+                    ((x(4, 10), t, w), {"label_smoothing": 0.1}), ((x(4, 10), t, w), {"reduction": "none"}),
+                    ((x(4, 10), q, torch.rand(10, device="cuda", requires_grad=True)),
+                     {"label_smoothing": 0.2, "z_loss": 1e-3}),
+                    ((x(4, 10), q), {"reduction": "none", "with_grad": True})]
         if name == "cross_entropy.inplace":
-            return [((x(4, 10, grad=False), t), {"reduction": "none"}), ((x(4, 16, grad=False), t), {})]
+            return [((x(4, 10, grad=False), t), {"reduction": "none"}), ((x(4, 16, grad=False), t), {}),
+                    ((x(4, 10, grad=False), t, w), {"label_smoothing": 0.1}),
+                    ((x(4, 10, grad=False), q.detach()), {"reduction": "sum"})]
         return [((torch.tensor(0.5, device="cuda"), x(4, 10, grad=False)), {}),
                 ((torch.rand(4, device="cuda"), x(4, 16, grad=False)), {"reduction": "none"})]
     if name == "linear_cross_entropy":
@@ -124,7 +163,8 @@ def samples(torch, name, dtype):
         lens = torch.tensor([20, 0], device="cuda", dtype=torch.int32)
         table = torch.tensor([[4, 1], [0, 5]], device="cuda", dtype=torch.int32)
         return [((x(2, 1, 4, 64, grad=False), k, v, lens, table), {"softcap": 10.0}),
-                ((x(2, 3, 4, 64, grad=False), k[:2], v[:2], lens.clamp(max=16)), {"causal": True})]
+                ((x(2, 3, 4, 64, grad=False), k[:2], v[:2], lens.clamp(max=16)), {"causal": True}),
+                ((x(2, 1, 4, 64, grad=False), k, v, lens, table), {"alibi_slopes": slopes(2, 4)})]
     if name in ("rotary_embedding", "rotary_embedding_backward"):
         grad = name == "rotary_embedding"
         cos = torch.rand(12, 16, device="cuda")  # float32 angles: rotary_dim 32 of 64
@@ -190,9 +230,13 @@ def expected_outputs(torch, name, args, kwargs):
         x, normalized = args[0], args[1]
         lead = tuple(x.shape[:x.dim() - len(normalized)])
         return [(tuple(x.shape), x.dtype)] + [(lead, torch.float32)] * (2 if name == "layer_norm" else 1)
+    if name in ("add_layer_norm", "add_rms_norm"):
+        x = args[0]
+        return [(tuple(x.shape), x.dtype)] * 2 + [(tuple(x.shape[:-1]), torch.float32)] * (2 if name == "add_layer_norm" else 1)
     if base == "matmul":
         r = torch.matmul(args[0], args[1])
-        return [(tuple(r.shape), args[0].dtype)] * (2 if name == "matmul.preactivation" else 1)
+        out = tuple(r.shape[:-1]) + (r.shape[-1] // (2 if kwargs.get("activation") == "swiglu" else 1),)
+        return [(out, args[0].dtype)] + ([(tuple(r.shape), args[0].dtype)] if name == "matmul.preactivation" else [])
     if name == "isin":
         return [(tuple(args[0].shape), torch.bool)]
     return None

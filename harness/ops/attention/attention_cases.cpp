@@ -1,7 +1,9 @@
 // Verify and bench cases for attention, and its registration: what `tessera verify|bench|profile
-// attention` run. The cases walk both tiers (the sm90 tier takes bf16/fp16 at head_dim 64, 128
-// and 256 on Hopper; everything else runs the generic kernel), every mask, GQA/MQA, odd lengths
-// that cross tile boundaries, fully masked rows and torch's SDPA layout (a transposed view).
+// attention` run. The cases walk the tiers (the sm90 tier takes bf16/fp16 at head_dim 64, 128
+// and 256 on Hopper, the decode tier a few queries; everything else runs the generic kernel),
+// every mask, ALiBi (slopes per head or per sequence and head, strided), GQA/MQA, odd lengths that
+// cross tile boundaries, fully masked rows, window sides past the keys (unbounded) and torch's SDPA
+// layout (a transposed view).
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -10,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/host.hpp"
 #include "ops/attention/attention_reference.hpp"
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
@@ -26,6 +29,7 @@ struct Spec {
   int64_t window_left = -1, window_right = -1;
   double softcap = 0;
   bool heads_major = false;  // stored [batch, heads, seq, dim] (torch's layout), viewed as FA's
+  int alibi = 0;             // ALiBi's slopes: 0 none, 1 [heads_q], 2 [batch, heads_q] (strided)
 };
 
 std::string describe(DType dt, const Spec& s) {
@@ -36,6 +40,7 @@ std::string describe(DType dt, const Spec& s) {
     d += " window (" + std::to_string(s.window_left) + ", " + std::to_string(s.window_right) + ")";
   if (s.softcap > 0) d += " softcap " + std::to_string(int(s.softcap));
   if (s.heads_major) d += " [b, h, s, d] storage";
+  if (s.alibi) d += s.alibi == 1 ? " alibi [h]" : " alibi [b, h]";
   return d;
 }
 
@@ -48,10 +53,35 @@ TestTensor bshd(DType dt, int64_t b, int64_t s, int64_t h, int64_t d, bool heads
   return t;
 }
 
-AttentionOptions options_of(const Spec& s) {
+// ALiBi's slopes of a case (none where !s.alibi): random in [0.02, 0.5), [heads_q] or [batch,
+// heads_q] (a transposed view: strided), and their values for the reference (b * heads_q + h).
+struct Slopes {
+  TestTensor t;
+  std::vector<double> values;
+};
+Slopes slopes_of(const Spec& s, cudaStream_t stream) {
+  Slopes sl;
+  if (!s.alibi) return sl;
+  sl.t = s.alibi == 1 ? make_tensor(DType::float32, {s.hq}, Layout::contiguous)
+                      : make_tensor(DType::float32, {s.b, s.hq}, Layout::transposed);
+  fill_random(sl.t, 0.02, 0.5, stream);
+  const HostCopy h = to_host(sl.t);
+  for (int64_t i = 0; i < sl.t.view.numel(); ++i) sl.values.push_back(host::load_double(h.view, i));
+  return sl;
+}
+
+AttentionOptions options_of(const Spec& s, const Slopes& sl) {
   AttentionOptions o;
   o.causal = s.causal, o.window_left = s.window_left, o.window_right = s.window_right, o.softcap = s.softcap;
+  o.alibi_slopes = s.alibi ? &sl.t.view : nullptr;
   return o;
+}
+
+reference::AttentionSpec reference_of(const Spec& s, const Slopes& sl) {
+  reference::AttentionSpec rs;
+  rs.causal = s.causal, rs.window_left = s.window_left, rs.window_right = s.window_right, rs.softcap = s.softcap;
+  rs.alibi_slopes = sl.values;
+  return rs;
 }
 
 VerifyResult run_attention(const std::string& op, DType dt, const Spec& s) {
@@ -60,11 +90,10 @@ VerifyResult run_attention(const std::string& op, DType dt, const Spec& s) {
              v = bshd(dt, s.b, s.sk, s.hk, s.d, s.heads_major), out = bshd(dt, s.b, s.sq, s.hq, s.d, false);
   for (TestTensor* t : {&q, &k, &v}) fill_random(*t, -2, 2, stream);
   fill_poison(out, stream);
+  const Slopes sl = slopes_of(s, stream);
   HostCopy hq = to_host(q), hk = to_host(k), hv = to_host(v);
-  reference::AttentionSpec rs;
-  rs.causal = s.causal, rs.window_left = s.window_left, rs.window_right = s.window_right, rs.softcap = s.softcap;
-  const reference::AttentionOutput ref = reference::attention_forward(hq.view, hk.view, hv.view, rs);
-  attention(q.view, k.view, v.view, out.view, nullptr, options_of(s), stream);
+  const reference::AttentionOutput ref = reference::attention_forward(hq.view, hk.view, hv.view, reference_of(s, sl));
+  attention(q.view, k.view, v.view, out.view, nullptr, options_of(s, sl), stream);
   return compare(op, describe(dt, s), out, ref.out, stream);
 }
 
@@ -79,13 +108,13 @@ VerifyResult run_backward(DType dt, const Spec& s) {
   TestTensor lse = make_tensor(DType::float32, {s.b, s.hq, s.sq}, Layout::contiguous);
   for (TestTensor* t : {&q, &k, &v, &go}) fill_random(*t, -2, 2, stream);
   for (TestTensor* t : {&dq, &dk, &dv}) fill_poison(*t, stream);
-  attention(q.view, k.view, v.view, out.view, &lse.view, options_of(s), stream);
-  attention_backward(go.view, q.view, k.view, v.view, out.view, lse.view, dq.view, dk.view, dv.view, options_of(s),
-                     stream);
+  const Slopes sl = slopes_of(s, stream);
+  attention(q.view, k.view, v.view, out.view, &lse.view, options_of(s, sl), stream);
+  attention_backward(go.view, q.view, k.view, v.view, out.view, lse.view, dq.view, dk.view, dv.view,
+                     options_of(s, sl), stream);
   HostCopy hq = to_host(q), hk = to_host(k), hv = to_host(v), hgo = to_host(go);
-  reference::AttentionSpec rs;
-  rs.causal = s.causal, rs.window_left = s.window_left, rs.window_right = s.window_right, rs.softcap = s.softcap;
-  const reference::AttentionGrads ref = reference::attention_backward(hgo.view, hq.view, hk.view, hv.view, rs);
+  const reference::AttentionGrads ref =
+      reference::attention_backward(hgo.view, hq.view, hk.view, hv.view, reference_of(s, sl));
   const std::string name = describe(dt, s);
   VerifyResult worst = compare("attention_backward", name + " dq", dq, ref.dq, stream);
   for (const auto& [t, r, what] : {std::tuple<TestTensor*, const std::vector<double>*, const char*>{&dk, &ref.dk, " dk"},
@@ -108,6 +137,16 @@ std::vector<Spec> specs(bool causal_only) {
       {1, 100, 100, 2, 2, 256, false, 16, 4},            // sliding window
       {2, 33, 65, 4, 2, 64, true, 8, -1, 30.0},          // window + soft-cap
       {1, 2, 1000, 4, 1, 80},                            // head_dim 80: the generic tier
+      {1, 50, 20, 2, 2, 64, false, 30, 25},              // window sides past the keys: unbounded
+      {2, 17, 33, 4, 2, 64, false, -1, -1, 0, false, 1},   // ALiBi [h], GQA, seq_q < seq_k
+      {2, 127, 127, 8, 2, 128, true, -1, -1, 0, true, 2},  // ALiBi [b, h], causal, torch's layout
+      {1, 40, 7, 2, 2, 128, true, -1, -1, 0, false, 1},    // ALiBi, fully masked rows
+      {1, 100, 100, 2, 2, 256, false, 16, 4, 0, false, 2}, // ALiBi, sliding window
+      {2, 33, 65, 4, 2, 64, true, 8, -1, 30.0, false, 2},  // ALiBi, window + soft-cap
+      {1, 200, 300, 2, 1, 64, false, -1, -1, 0, false, 1}, // ALiBi, many key tiles
+      {2, 3, 1000, 8, 2, 128, false, -1, -1, 0, false, 2}, // ALiBi, decode: GQA rows packed
+      {1, 4, 777, 4, 4, 64, true, 100, -1, 0, false, 1},   // ALiBi, decode: causal, window
+      {1, 2, 1000, 4, 1, 80, false, -1, -1, 0, false, 2},  // ALiBi, the generic tier
   };
   std::vector<Spec> out;
   for (const Spec& s : all)
@@ -189,7 +228,7 @@ const Registrar kRegistrar(10, [] {
   OpInfo op;
   op.name = "attention";
   op.family = "attention";
-  op.summary = "softmax(scale * Q K^T, masked) V in FlashAttention's layout: GQA, causal, window, soft-cap";
+  op.summary = "softmax(scale * Q K^T, masked) V in FlashAttention's layout: GQA, causal, window, soft-cap, ALiBi";
   op.dtypes = kTypes;
   op.bench_sizes = {512, 1024, 2048, 4096, 8192, 16384};
   op.size_meaning = "sequence length n (batch x heads = max(1, 16384 / n) x 32, head_dim 128)";

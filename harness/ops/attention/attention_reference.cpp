@@ -49,7 +49,15 @@ struct Problem {
     if (spec.window_right >= 0 && j > c + spec.window_right) return false;
     return spec.window_left < 0 || j >= c - spec.window_left;
   }
-  // The score of query row qi (head h) against key row kj, and d(score)/d(scale * q.k).
+  // ALiBi's bias of query i against key j of sequence b (head h): 0 without slopes.
+  double bias(int64_t b, int64_t h, int64_t i, int64_t j, int64_t len_q, int64_t len_k) const {
+    if (spec.alibi_slopes.empty()) return 0;
+    const bool per_head = spec.alibi_slopes.size() == static_cast<size_t>(q.heads);
+    const double slope = spec.alibi_slopes[static_cast<size_t>(per_head ? h : b * q.heads + h)];
+    return -slope * std::abs(static_cast<double>(i + len_k - len_q - j));
+  }
+  // The score of query row qi (head h) against key row kj (ALiBi's bias aside, which has no
+  // gradient), and d(score)/d(scale * q.k).
   double score(int64_t qi, int64_t kj, int64_t h, double* slope = nullptr) const {
     const double* a = q.at(qi, h);
     const double* b = k.at(kj, h / group);
@@ -103,6 +111,13 @@ Problem make(const TensorView& q, const TensorView& k, const TensorView& v, cons
   p.spec = spec;
   if (p.spec.scale == 0) p.spec.scale = 1 / std::sqrt(static_cast<double>(p.q.dim));
   p.padded = cu_q == nullptr;
+  const int64_t batch = cu_q ? static_cast<int64_t>(cu_q->size()) - 1 : q.shape[0];
+  const size_t slopes = p.spec.alibi_slopes.size();
+  if (slopes != 0 && slopes != static_cast<size_t>(p.q.heads) && slopes != static_cast<size_t>(batch * p.q.heads))
+    detail::throw_arg(ErrorKind::value, kOp, "alibi_slopes",
+                      "heads_q = " + std::to_string(p.q.heads) + " or batch * heads_q = " +
+                          std::to_string(batch * p.q.heads) + " slopes",
+                      std::to_string(slopes));
   if (cu_q) {
     check_cu(*cu_q, "cu_seqlens_q", p.q.rows);
     check_cu(*cu_k, "cu_seqlens_k", p.k.rows);
@@ -117,6 +132,12 @@ Problem make(const TensorView& q, const TensorView& k, const TensorView& v, cons
       p.cu_k.push_back(b * k.shape[1]);
     }
   }
+  // A window side at or beyond the longest key sequence is unbounded (FlashAttention's reading,
+  // against its seqlen_k or max_seqlen_k).
+  int64_t longest = 0;
+  for (size_t b = 1; b < p.cu_k.size(); ++b) longest = std::max(longest, p.cu_k[b] - p.cu_k[b - 1]);
+  if (p.spec.window_left >= longest) p.spec.window_left = -1;
+  if (p.spec.window_right >= longest) p.spec.window_right = -1;
   return p;
 }
 
@@ -129,7 +150,7 @@ double softmax_row(const Problem& p, int64_t b, int64_t h, int64_t row, std::vec
   double m = -kInf;
   for (int64_t j = 0; j < len_k; ++j)
     if (p.sees(row - q0, j, len_q, len_k)) {
-      prob[j] = p.score(row, k0 + j, h);
+      prob[j] = p.score(row, k0 + j, h) + p.bias(b, h, row - q0, j, len_q, len_k);
       m = std::max(m, prob[j]);
     }
   if (m == -kInf) return kInf;

@@ -11,9 +11,11 @@
 // Masks, as FlashAttention: query i of a sequence sees key j where j <= i + (len_k - len_q)
 // under `causal` (the diagonal aligned to the bottom right when the lengths differ), and where
 // i + (len_k - len_q) - window_left <= j <= i + (len_k - len_q) + window_right for a sliding
-// window (a negative bound is unbounded). Scores are scale * q.k, then softcap * tanh(s / softcap)
-// where softcap > 0. A query that sees no key gets output 0 and log-sum-exp +inf (no NaN), so the
-// backward's exp(s - lse) is 0 there too.
+// window (a negative bound is unbounded, and so is one at or beyond the longest key sequence,
+// FlashAttention's max_seqlen_k). Scores are scale * q.k, then softcap * tanh(s / softcap) where
+// softcap > 0, then plus ALiBi's bias -slope |i + (len_k - len_q) - j| where slopes are given (it
+// enters lse too, and has no gradient). A query that sees no key gets output 0 and log-sum-exp
+// +inf (no NaN), so the backward's exp(s - lse) is 0 there too.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,9 @@ struct AttentionSpec {
   int64_t window_left = -1;   // keys before the (shifted) diagonal a query sees; -1: all
   int64_t window_right = -1;  // keys after it; -1: all (causal caps it at 0)
   double softcap = 0.0;       // 0: none
+  // ALiBi's slopes: heads_q of them (every sequence's), or batch * heads_q (sequence b's at b *
+  // heads_q + h); empty: none.
+  std::vector<double> alibi_slopes;
 };
 
 // out [batch, seq_q, heads_q, head_dim_v] (or [total_q, heads_q, head_dim_v]) and lse [batch,

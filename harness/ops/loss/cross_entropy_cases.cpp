@@ -2,7 +2,8 @@
 // cross_entropy` run. The cases walk vocabularies from 1 class to 128256 (rows on and off 16-byte
 // boundaries, and the scalar path where the gradient's rows lie otherwise than the logits'),
 // padded rows, int32 and int64 targets with ignored rows, every reduction, label smoothing,
-// z-loss and soft-cap, and the gradient written over the logits.
+// z-loss and soft-cap, the gradient written over the logits, class weights (alone, which scale
+// rows, and with smoothing, which take the per-class kernel) and probability targets.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -29,6 +30,8 @@ struct Spec {
   bool padded = false;    // rows 3 elements longer than the classes (a strided view)
   bool inplace = false;   // the gradient written over the logits
   bool int32 = false;     // int32 targets
+  bool weighted = false;  // class weights, random in [0.25, 2]
+  bool probs = false;     // probability targets (random rows summing to 1), laid out as the logits
 };
 
 std::string describe(DType dt, const Spec& s) {
@@ -41,6 +44,9 @@ std::string describe(DType dt, const Spec& s) {
   if (s.padded) d += " padded rows";
   if (s.inplace) d += " in place";
   if (s.int32) d += " int32 targets";
+  if (s.weighted) d += " class weights";
+  if (s.probs) d += " probabilities";
+  if (s.ref.ignore_index != -100) d += " ignore_index " + std::to_string(s.ref.ignore_index);
   return d;
 }
 
@@ -56,13 +62,44 @@ TestTensor upload_targets(const std::vector<int64_t>& t, bool int32) {
   return upload(int32 ? DType::int32 : DType::int64, {int64_t(t.size())}, std::vector<double>(t.begin(), t.end()));
 }
 
-VerifyResult run_case(DType dt, const Spec& s) {
+// Rows of class probabilities (exponentials of uniform numbers, normalized), padded as the logits
+// are; the values the device holds (rounded to dt) come back for the reference.
+TestTensor upload_probs(DType dt, const Spec& s, unsigned seed, std::vector<double>& held) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> u(-3.0, 3.0);
+  const int64_t width = s.classes + (s.padded ? 3 : 0);
+  std::vector<double> p(size_t(s.rows * width), 0.0);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    double sum = 0;
+    for (int64_t j = 0; j < s.classes; ++j) sum += p[size_t(r * width + j)] = std::exp(u(g));
+    for (int64_t j = 0; j < s.classes; ++j) p[size_t(r * width + j)] /= sum;
+  }
+  TestTensor t = upload(dt, {s.rows, width}, p);
+  t.view.shape[1] = s.classes;
+  held.assign(size_t(s.rows * s.classes), 0.0);
+  for (int64_t r = 0; r < s.rows; ++r)
+    for (int64_t j = 0; j < s.classes; ++j) held[size_t(r * s.classes + j)] = round_to(dt, p[size_t(r * width + j)]);
+  return t;
+}
+
+VerifyResult run_case(DType dt, const Spec& spec) {
   cudaStream_t stream = nullptr;
+  Spec s = spec;
   TestTensor logits = make_tensor(dt, {s.rows, s.classes + (s.padded ? 3 : 0)}, Layout::contiguous);
   fill_random(logits, -8, 8, stream);
   if (s.padded) logits.view.shape[1] = s.classes;
-  const std::vector<int64_t> t = targets(s, unsigned(s.rows * 31 + s.classes));
-  TestTensor target = upload_targets(t, s.int32);
+  const unsigned seed = unsigned(s.rows * 31 + s.classes);
+  const std::vector<int64_t> t = targets(s, seed);
+  std::vector<double> q;
+  TestTensor target = s.probs ? upload_probs(dt, s, seed + 1, q) : upload_targets(t, s.int32);
+  TestTensor weight;
+  if (s.weighted) {
+    std::mt19937_64 g(seed + 2);
+    std::uniform_real_distribution<double> u(0.25, 2.0);
+    s.ref.weight.resize(size_t(s.classes));
+    for (double& w : s.ref.weight) w = round_to(DType::float32, u(g));
+    weight = upload(DType::float32, {s.classes}, s.ref.weight);
+  }
   const bool none = s.reduction == Reduction::none;
   TestTensor loss = none ? make_tensor(DType::float32, {s.rows}, Layout::contiguous)
                          : make_tensor(DType::float32, {}, Layout::contiguous);
@@ -75,11 +112,13 @@ VerifyResult run_case(DType dt, const Spec& s) {
   CrossEntropyOptions o;
   o.ignore_index = s.ref.ignore_index, o.reduction = s.reduction, o.label_smoothing = s.ref.label_smoothing;
   o.z_loss = s.ref.z_loss, o.softcap = s.ref.softcap;
+  o.weight = s.weighted ? &weight.view : nullptr;
   const TensorView& g = s.inplace ? logits.view : grad.view;
   cross_entropy(logits.view, target.view, loss.view, &lse.view, &g, o, stream);
   // The reference's per-row losses and gradients, reduced and scaled as the reduction asks.
-  const reference::CrossEntropyRows ref = reference::cross_entropy(x, t, s.rows, s.classes, s.ref);
-  const double scale = s.reduction == Reduction::mean ? 1.0 / double(ref.valid) : 1.0;
+  const reference::CrossEntropyRows ref = s.probs ? reference::cross_entropy_probs(x, q, s.rows, s.classes, s.ref)
+                                                  : reference::cross_entropy(x, t, s.rows, s.classes, s.ref);
+  const double scale = s.reduction == Reduction::mean ? 1.0 / ref.divisor : 1.0;
   std::vector<double> want_grad = ref.grad;
   for (double& v : want_grad) v *= scale;
   std::vector<double> want_loss = ref.loss;
@@ -102,14 +141,26 @@ VerifyResult run_case(DType dt, const Spec& s) {
 
 std::vector<VerifyCase> cases() {
   std::vector<Spec> all;
-  reference::CrossEntropySpec plain, smooth, z, cap;
+  reference::CrossEntropySpec plain, smooth, z, cap, mixed, ignore3;
   smooth.label_smoothing = 0.1, z.z_loss = 1e-4, cap.softcap = 30.0;
+  mixed.label_smoothing = 0.2, mixed.z_loss = 1e-3, mixed.softcap = 20.0;
+  ignore3.ignore_index = 3;
   all.push_back({64, 1, Reduction::mean, plain});
   all.push_back({33, 3, Reduction::none, plain, false, false, true});
   all.push_back({17, 50257, Reduction::mean, smooth});                      // odd V: a scalar head and tail
   all.push_back({40, 4096, Reduction::sum, z, true});                       // padded rows: the scalar path
   all.push_back({9, 128256, Reduction::mean, cap, false, true});            // in place
   all.push_back({300, 1000, Reduction::none, smooth, false, false, true});  // many rows, int32
+  // Class weights alone (rows scaled in the plain kernels), with smoothing (the per-class kernel),
+  // with an ignore_index that is a class; probabilities on every tier, with every option.
+  all.push_back({200, 1000, Reduction::mean, plain, false, false, false, true});
+  all.push_back({50, 4096, Reduction::mean, ignore3, false, false, true, true});
+  all.push_back({17, 50257, Reduction::mean, smooth, false, false, false, true});
+  all.push_back({40, 4096, Reduction::sum, mixed, true, false, false, true});        // scalar path
+  all.push_back({64, 4096, Reduction::mean, plain, false, false, false, false, true});
+  all.push_back({17, 50257, Reduction::none, mixed, false, true, false, true, true});  // split, in place
+  all.push_back({33, 3, Reduction::sum, smooth, true, false, false, false, true});      // padded: scalar
+  all.push_back({5, 128256, Reduction::mean, cap, false, false, false, true, true});
   std::vector<VerifyCase> c;
   for (DType dt : kTypes)
     for (const Spec& s : all) c.push_back({describe(dt, s), false, [=] { return run_case(dt, s); }});
@@ -152,7 +203,7 @@ const Registrar kRegistrar(10, [] {
   OpInfo op;
   op.name = "cross_entropy";
   op.family = "loss";
-  op.summary = "cross-entropy of logits [N, V] against class targets, with the gradient in the same pass";
+  op.summary = "cross-entropy of logits [N, V] against class indices or class probabilities, with the gradient in the same pass";
   op.dtypes = kTypes;
   op.bench_sizes = {1024, 8192, 32000, 50257, 128256, 256000};
   op.size_meaning = "classes V (rows: 8192, fewer where N V would pass 2^31)";

@@ -1,5 +1,5 @@
-// What the row-wise family's <op>_cases.cpp files share: how a bench size becomes a shape, and
-// the description fields every row-wise op has.
+// What the row-wise family's <op>_cases.cpp files share: how a bench size becomes a shape, the
+// description fields every row-wise op has, and one result for a case of several outputs.
 #pragma once
 
 #include <algorithm>
@@ -33,6 +33,32 @@ inline OpInfo op_info(std::string name, std::string summary) {
   op.size_meaning = kSizeMeaning;
   op.tolerance = default_tolerance;
   return op;
+}
+
+// One VerifyResult for several outputs: fails if any fails (the detail names which), the worst
+// relative error (as a fraction of its tolerance) is the one reported.
+inline VerifyResult fold(const std::string& op, const std::string& name,
+                         const std::vector<std::pair<std::string, VerifyResult>>& parts) {
+  VerifyResult r;
+  r.op = op;
+  r.name = name;
+  r.passed = true;
+  double worst = -1;
+  for (const auto& [label, v] : parts) {
+    r.unwritten += v.unwritten;
+    r.max_abs = std::max(r.max_abs, v.max_abs);
+    const double ratio = v.tolerance > 0 ? v.rel_err / v.tolerance : v.rel_err;
+    if (!(ratio <= worst)) {  // NaN counts as worst
+      worst = ratio;
+      r.rel_err = v.rel_err;
+      r.tolerance = v.tolerance;
+    }
+    if (!v.passed) {
+      r.passed = false;
+      r.detail += (r.detail.empty() ? "" : "; ") + label + ": " + v.detail;
+    }
+  }
+  return r;
 }
 
 }  // namespace tessera::ops::rowwise

@@ -81,32 +81,6 @@ TestTensor output(DType dt, const Shape& shape, Layout layout) {
   return t;
 }
 
-// One VerifyResult for several outputs: fails if any fails (the detail names which), the worst
-// relative error (as a fraction of its tolerance) is the one reported.
-VerifyResult fold(const std::string& op, const std::string& name,
-                  const std::vector<std::pair<std::string, VerifyResult>>& parts) {
-  VerifyResult r;
-  r.op = op;
-  r.name = name;
-  r.passed = true;
-  double worst = -1;
-  for (const auto& [label, v] : parts) {
-    r.unwritten += v.unwritten;
-    r.max_abs = std::max(r.max_abs, v.max_abs);
-    const double ratio = v.tolerance > 0 ? v.rel_err / v.tolerance : v.rel_err;
-    if (!(ratio <= worst)) {  // NaN counts as worst
-      worst = ratio;
-      r.rel_err = v.rel_err;
-      r.tolerance = v.tolerance;
-    }
-    if (!v.passed) {
-      r.passed = false;
-      r.detail += (r.detail.empty() ? "" : "; ") + label + ": " + v.detail;
-    }
-  }
-  return r;
-}
-
 VerifyResult run_forward(bool rms, DType dt, const Spec& s) {
   const char* op = rms ? "rms_norm" : "layer_norm";
   cudaStream_t stream = nullptr;

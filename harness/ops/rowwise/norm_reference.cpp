@@ -136,4 +136,58 @@ RmsNormGrads rms_norm_backward(const TensorView& grad_out, const TensorView& x, 
   return g;
 }
 
+namespace {
+
+// input + residual rounded to input's dtype, row-major, in `storage`.
+TensorView rounded_sum(const TensorView& x, const TensorView& r, std::vector<unsigned char>& storage) {
+  storage.assign(static_cast<std::size_t>(x.numel()) * dtype_size(x.dtype), 0);
+  const TensorView s = TensorView::make(storage.data(), x.dtype, x.shape, nullptr, x.ndim, x.device);
+  host::parallel_for(x.numel(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) host::store_double(s, i, host::load_double(x, i) + host::load_double(r, i));
+  });
+  return s;
+}
+
+std::vector<double> values(const TensorView& t) {
+  return host::tabulate(t.numel(), [&](int64_t i) { return host::load_double(t, i); });
+}
+
+void add_into(std::vector<double>& g, const TensorView* d) {
+  if (!d) return;
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] += host::load_double(*d, static_cast<int64_t>(i));
+}
+
+}  // namespace
+
+AddNormResult add_layer_norm(const TensorView& input, const TensorView& residual, const TensorView* weight,
+                             const TensorView* bias, double eps) {
+  std::vector<unsigned char> storage;
+  const TensorView s = rounded_sum(input, residual, storage);
+  LayerNormResult r = layer_norm(s, 1, weight, bias, eps);
+  return {values(s), std::move(r.out), std::move(r.mean), std::move(r.rstd)};
+}
+
+AddNormResult add_rms_norm(const TensorView& input, const TensorView& residual, const TensorView* weight,
+                           double eps) {
+  std::vector<unsigned char> storage;
+  const TensorView s = rounded_sum(input, residual, storage);
+  RmsNormResult r = rms_norm(s, 1, weight, eps);
+  return {values(s), std::move(r.out), {}, std::move(r.rstd)};
+}
+
+LayerNormGrads add_layer_norm_backward(const TensorView& grad_out, const TensorView* grad_residual_out,
+                                       const TensorView& residual_out, const TensorView& mean,
+                                       const TensorView& rstd, const TensorView* weight) {
+  LayerNormGrads g = layer_norm_backward(grad_out, residual_out, 1, mean, rstd, weight);
+  add_into(g.grad_in, grad_residual_out);
+  return g;
+}
+
+RmsNormGrads add_rms_norm_backward(const TensorView& grad_out, const TensorView* grad_residual_out,
+                                   const TensorView& residual_out, const TensorView& rstd, const TensorView* weight) {
+  RmsNormGrads g = rms_norm_backward(grad_out, residual_out, 1, rstd, weight);
+  add_into(g.grad_in, grad_residual_out);
+  return g;
+}
+
 }  // namespace tessera::reference

@@ -36,4 +36,22 @@ struct RmsNormGrads {
 RmsNormGrads rms_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
                                const TensorView& rstd, const TensorView* weight);
 
+// add_layer_norm and add_rms_norm: residual_out = input + residual rounded to input's dtype (as
+// torch's input + residual, and the operator, store it), normalized over the last dimension.
+struct AddNormResult {
+  std::vector<double> residual_out, out, mean, rstd;  // mean: add_layer_norm only
+};
+AddNormResult add_layer_norm(const TensorView& input, const TensorView& residual, const TensorView* weight,
+                             const TensorView* bias, double eps);
+AddNormResult add_rms_norm(const TensorView& input, const TensorView& residual, const TensorView* weight,
+                           double eps);
+
+// Their gradients, given residual_out and the saved statistics: grad_in is the norm's gradient
+// plus grad_residual_out (nullptr: none), the gradient of both input and residual.
+LayerNormGrads add_layer_norm_backward(const TensorView& grad_out, const TensorView* grad_residual_out,
+                                       const TensorView& residual_out, const TensorView& mean,
+                                       const TensorView& rstd, const TensorView* weight);
+RmsNormGrads add_rms_norm_backward(const TensorView& grad_out, const TensorView* grad_residual_out,
+                                   const TensorView& residual_out, const TensorView& rstd, const TensorView* weight);
+
 }  // namespace tessera::reference

@@ -21,6 +21,10 @@ namespace tessera {
 //            (flash-decoding); bfloat16/float16, head_dim as sm90's, 16-byte aligned rows
 enum class AttentionTier { automatic, generic, sm90, decode };
 
+// Query i of a sequence of seq_q queries and seq_k keys sits on the diagonal at key i + seq_k - seq_q
+// (bottom-right alignment, as FlashAttention's). A window side (left or right) below 0, or at or
+// beyond seq_k, is unbounded there, as in FlashAttention: seq_k is the keys' length, the longest
+// sequence's (max_seqlen_k) for packed sequences, the cache's capacity for a KV cache.
 struct AttentionOptions {
   double scale = 0.0;         // 0: 1 / sqrt(head_dim)
   bool causal = false;        // the diagonal aligned to the bottom right when seq_q != seq_k
@@ -28,6 +32,11 @@ struct AttentionOptions {
   int64_t window_right = -1;  // keys after it (-1: all; causal caps it at 0)
   double softcap = 0.0;       // scores become softcap * tanh(score / softcap) where > 0
   bool deterministic = false; // backward: dq summed in a fixed order, the same bits every run
+  // ALiBi, as flash_attn_func's alibi_slopes: float32 [heads_q] or [batch, heads_q] (any strides,
+  // on q's device). The score of query i and key j of sequence b, head h, after the scale and the
+  // soft-cap, gets -slope[b, h] * |i + seq_k - seq_q - j|, with that sequence's own lengths
+  // (packed sequences; a KV cache's cache_seqlens[b] keys). No gradient. Null: none.
+  const TensorView* alibi_slopes = nullptr;
   AttentionTier tier = AttentionTier::automatic;
 };
 
@@ -35,8 +44,9 @@ struct AttentionOptions {
 // heads_kv, head_dim_v], out [batch, seq_q, heads_q, head_dim_v]: CUDA tensors of one dtype
 // (float32, float16, bfloat16), any strides; heads_q a multiple of heads_kv (GQA, MQA); head
 // dimensions up to 256. lse (optional) [batch, heads_q, seq_q] float32: the log-sum-exp of each
-// row's scores. A query that sees no key gets output 0 and lse +inf (FlashAttention's
-// convention: no NaN). Math in float32.
+// row's scores (ALiBi's bias included: FlashAttention's causal kernels add slope * j instead, the
+// same softmax, so their lse exceeds this one by slope * (i + seq_k - seq_q)). A query that sees
+// no key gets output 0 and lse +inf (FlashAttention's convention: no NaN). Math in float32.
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const TensorView* lse, const AttentionOptions& options, cudaStream_t stream);
 

@@ -39,8 +39,6 @@ void silu(const TensorView& input, const TensorView& out, cudaStream_t stream);
 void silu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& out,
                    cudaStream_t stream);
 
-// dst = src: any strides on either side (a transpose, a gather of a strided view), same shape and
-// dtype. dst must not overlap src unless it is the same view (then nothing is done).
 // SwiGLU's gate, out = silu(gate) * up (gate, up and out of one shape and float dtype, any
 // layout), and its gradients grad_gate = grad_output * up * silu'(gate), grad_up = grad_output *
 // silu(gate).
@@ -48,6 +46,19 @@ void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& ou
 void silu_mul_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
                        const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream);
 
+// The same on one tensor whose last dimension interleaves gate and up in blocks of kSwigluBlock
+// columns: columns 128 j .. 128 j + 63 are the gate of features 64 j .. 64 j + 63, the next 64
+// their up. That is the product of a weight whose rows are so interleaved (matmul's activation
+// 'swiglu'; tessera.swiglu_weight builds one from the gate's and the up projection's).
+// swiglu: input [..., N] (N a multiple of 128) to out [..., N / 2]; swiglu_backward: grad_output
+// [..., N / 2] and input to grad_input [..., N], interleaved like input. Any strides.
+inline constexpr int64_t kSwigluBlock = 64;
+void swiglu(const TensorView& input, const TensorView& out, cudaStream_t stream);
+void swiglu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
+                     cudaStream_t stream);
+
+// dst = src: any strides on either side (a transpose, a gather of a strided view), same shape and
+// dtype. dst must not overlap src unless it is the same view (then nothing is done).
 void copy(const TensorView& src, const TensorView& dst, cudaStream_t stream);
 
 // ---- dropout ----------------------------------------------------------------------------------

@@ -19,20 +19,31 @@ struct CrossEntropyOptions {
   double label_smoothing = 0.0;  // in [0, 1]: the target is (1 - e) one-hot + e / V uniform
   double z_loss = 0.0;           // >= 0: adds z_loss * lse^2 per row (PaLM's z-loss)
   double softcap = 0.0;          // > 0: logits become softcap * tanh(logits / softcap) first
+  // Class weights (torch's `weight`): float32 [V], contiguous, on the logits' device; nullptr: all 1.
+  // Not read by linear_cross_entropy, which refuses it.
+  const TensorView* weight = nullptr;
 };
 
 // The cross-entropy of each row of logits [N, V] (float32, float16, bfloat16; the class dimension
-// contiguous, rows any stride) against target [N] (int64 or int32 class indices), in one pass
-// over the logits that also writes the gradient:
-//   loss_i = lse_i - (1 - e) y_{i,t} - (e / V) sum_j y_{i,j} + z lse_i^2, y = the (capped) logits,
-//   lse_i = log sum_j exp(y_{i,j});
+// contiguous, rows any stride) against target, in one pass over the logits that also writes the
+// gradient. As torch's F.cross_entropy, target is either
+//   class indices: [N], int64 or int32 (contiguous); with e the label smoothing, w the weights,
+//     loss_i = (1 - e) w_t (lse_i - y_{i,t}) + (e / V) sum_j w_j (lse_i - y_{i,j}),
+//     rows whose target is ignore_index adding 0, and the mean dividing by the sum of w_t over
+//     the rows not ignored (their count without weights); or
+//   class probabilities q: the logits' shape [N, V] and dtype (contiguous classes, rows any
+//     stride), with q' = (1 - e) q + e / V,
+//     loss_i = sum_j w_j q'_{i,j} (lse_i - y_{i,j}),
+//     the mean dividing by N; ignore_index must then be negative (torch's rule), and ignores none;
+// y = the (capped) logits, lse_i = log sum_j exp(y_{i,j}). The z-loss adds z lse_i^2 times the
+// weight the row puts on lse_i (1 without class weights, for probabilities that sum to 1).
 //   loss: float32, [] for mean and sum, [N] for none (ignored rows 0);
 //   lse (optional, nullptr: not written): float32 [N];
 //   grad (optional): d loss / d logits for a loss gradient of 1, [N, V] in the logits' dtype
 //     (contiguous classes); it may be logits itself (the same view), so that training needs no
 //     second N x V buffer. Ignored rows get 0.
-// A target outside [0, V) that is not ignore_index makes its row's loss and gradient NaN (checked
-// on the device: no synchronization). Math in float32.
+// A class index outside [0, V) that is not ignore_index makes its row's loss and gradient NaN
+// (checked on the device: no synchronization). Math in float32.
 void cross_entropy(const TensorView& logits, const TensorView& target, const TensorView& loss,
                    const TensorView* lse, const TensorView* grad, const CrossEntropyOptions& options,
                    cudaStream_t stream);

@@ -9,8 +9,13 @@
 
 namespace tessera {
 
-enum class Activation { none, relu, gelu, gelu_tanh, silu };
-const char* activation_name(Activation a);  // "none", "relu", "gelu", "gelu_tanh", "silu"
+// swiglu: a gated activation over column pairs, out = silu(gate) * up, with gate and up the
+// product's columns interleaved in blocks of 64 (the layout of tessera::swiglu in
+// tessera/ops/elementwise.hpp): out has N / 2 columns, N a multiple of 128, no residual or beta.
+enum class Activation { none, relu, gelu, gelu_tanh, silu, swiglu };
+inline constexpr Activation kActivations[] = {Activation::none, Activation::relu, Activation::gelu,
+                                              Activation::gelu_tanh, Activation::silu, Activation::swiglu};
+const char* activation_name(Activation a);  // "none", "relu", "gelu", "gelu_tanh", "silu", "swiglu"
 
 // What matmul does besides the product, applied in its epilogue (no extra pass over memory):
 //   out = activation(alpha * (input @ other) + bias) + residual + beta * out
@@ -31,7 +36,8 @@ struct MatmulOptions {
   bool allow_tf32 = false;
   // Optional: a second output, of out's shape and dtype, receiving alpha * (input @ other) + bias
   // before the activation, residual and beta: what the activation's backward reads, stored by
-  // the same kernel. It must not overlap out, the inputs or the residual.
+  // the same kernel. It must not overlap out, the inputs or the residual. With swiglu it has the
+  // product's N columns (twice out's).
   const TensorView* preactivation = nullptr;
 };
 

@@ -1,8 +1,9 @@
 // Row-wise operators: softmax and log-softmax over one dimension, LayerNorm and RMSNorm over the
-// trailing dimensions, each with its backward. Every function checks its arguments (throwing
-// tessera::Error before any launch), returns at once for 0-element tensors (except that a norm
-// backward over 0 rows writes zeros to grad_weight/grad_bias, the sum over no rows, as torch
-// does), and enqueues its kernels on `stream`.
+// trailing dimensions (also fused with a residual add), each with its backward. Every function
+// checks its arguments (throwing tessera::Error before any launch), returns at once for
+// 0-element tensors (except that a norm backward over 0 rows writes zeros to
+// grad_weight/grad_bias, the sum over no rows, as torch does), and enqueues its kernels on
+// `stream`.
 //
 // Supported dtypes: float32, float16, bfloat16; all arithmetic in float32. Inputs and outputs may
 // have any strides; the fast kernels want the reduced dimension(s) dense (stride 1), other layouts
@@ -66,5 +67,35 @@ void rms_norm_backward(const TensorView& grad_output, const TensorView& input,
                        int normalized_ndim, const TensorView& rstd, const TensorView* weight,
                        const TensorView* grad_input, const TensorView* grad_weight,
                        cudaStream_t stream);
+
+// ---- residual add fused with LayerNorm and RMSNorm ------------------------------------------------
+// residual_out = input + residual (rounded to input's dtype, as torch's input + residual is), then
+// out = the norm of residual_out over its last dimension, in one pass: input and residual are read
+// once, out and residual_out written once (vLLM's fused_add_rms_norm, Apex's fused add + norm).
+// input, residual, out and residual_out have one shape (at least 1-d) and dtype; weight and bias
+// (nullptr: none) the last dimension's size; mean and rstd (float32, input.shape[:-1]; nullptr:
+// not wanted) are residual_out's. out may be input itself and residual_out residual itself (the
+// same views: the update in place of vLLM's op); no other output may overlap an input.
+void add_layer_norm(const TensorView& input, const TensorView& residual, const TensorView* weight,
+                    const TensorView* bias, double eps, const TensorView& out,
+                    const TensorView& residual_out, const TensorView* mean, const TensorView* rstd,
+                    cudaStream_t stream);
+void add_rms_norm(const TensorView& input, const TensorView& residual, const TensorView* weight,
+                  double eps, const TensorView& out, const TensorView& residual_out,
+                  const TensorView* rstd, cudaStream_t stream);
+
+// Their gradients, in one pass over grad_output, grad_residual_out and the forward's residual_out
+// and statistics: grad_input = the norm's gradient + grad_residual_out (nullptr: zero), which is
+// the gradient of both input and residual; grad_weight and grad_bias as in layer_norm_backward
+// (deterministic). grad_input may be grad_residual_out itself (the same view).
+void add_layer_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+                             const TensorView& residual_out, const TensorView& mean,
+                             const TensorView& rstd, const TensorView* weight,
+                             const TensorView* grad_input, const TensorView* grad_weight,
+                             const TensorView* grad_bias, cudaStream_t stream);
+void add_rms_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+                           const TensorView& residual_out, const TensorView& rstd,
+                           const TensorView* weight, const TensorView* grad_input,
+                           const TensorView* grad_weight, cudaStream_t stream);
 
 }  // namespace tessera

@@ -22,6 +22,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "fast.hpp"
@@ -222,6 +223,40 @@ PyObject* rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
+PyObject* wrap_pair(std::tuple<at::Tensor, at::Tensor> p) {
+  PyObject* t = PyTuple_New(2);
+  PyTuple_SET_ITEM(t, 0, wrap(std::move(std::get<0>(p))));
+  PyTuple_SET_ITEM(t, 1, wrap(std::move(std::get<1>(p))));
+  return t;
+}
+
+// add_layer_norm(input, residual, weight, bias, eps) -> (out, residual_out)
+PyObject* add_layer_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  const at::Tensor* x = n == 5 ? plain(args[0]) : nullptr;
+  const at::Tensor* r = x ? plain_like(args[1], *x) : nullptr;
+  OptTensor w, b;
+  double eps = 0.0;
+  if (!r || !quiet() || !optional_like(args[2], *x, w) || !optional_like(args[3], *x, b) || !as_double(args[4], eps))
+    Py_RETURN_NONE;
+  RECORD_FUNCTION("tessera::add_layer_norm", std::vector<c10::IValue>());
+  return wrap_pair(fast::add_layer_norm(*x, *r, w, b, eps));
+  END_HANDLE_TH_ERRORS
+}
+
+// add_rms_norm(input, residual, weight, eps) -> (out, residual_out)
+PyObject* add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  const at::Tensor* x = n == 4 ? plain(args[0]) : nullptr;
+  const at::Tensor* r = x ? plain_like(args[1], *x) : nullptr;
+  OptTensor w;
+  double eps = 0.0;
+  if (!r || !quiet() || !optional_like(args[2], *x, w) || !as_double(args[3], eps)) Py_RETURN_NONE;
+  RECORD_FUNCTION("tessera::add_rms_norm", std::vector<c10::IValue>());
+  return wrap_pair(fast::add_rms_norm(*x, *r, w, eps));
+  END_HANDLE_TH_ERRORS
+}
+
 // matmul(input, other[, bias]) and linear(input, weight[, bias]) (other = weight.T): operands of
 // one dtype, 2-d or 3-d (the op's ranks; torch's others take torch's path).
 template <bool Linear>
@@ -251,6 +286,8 @@ PyMethodDef methods[] = {
     FAST("call", call),
     FAST("layer_norm", layer_norm),
     FAST("rms_norm", rms_norm),
+    FAST("add_layer_norm", add_layer_norm),
+    FAST("add_rms_norm", add_rms_norm),
     FAST("matmul", matmul<false>),
     FAST("linear", matmul<true>),
     {"takes", takes, METH_O, nullptr},

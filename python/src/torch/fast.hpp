@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <tuple>
 
 namespace tessera::torch_ops::fast {
 
@@ -17,6 +18,12 @@ at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                       double eps);
 at::Tensor rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                     const std::optional<at::Tensor>& weight, double eps);
+// (out, residual_out)
+std::tuple<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& input, const at::Tensor& residual,
+                                                  const std::optional<at::Tensor>& weight,
+                                                  const std::optional<at::Tensor>& bias, double eps);
+std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& input, const at::Tensor& residual,
+                                                const std::optional<at::Tensor>& weight, double eps);
 at::Tensor matmul(const at::Tensor& input, const at::Tensor& other,
                   const std::optional<at::Tensor>& bias);
 

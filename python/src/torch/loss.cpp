@@ -2,7 +2,10 @@
 // loss gradient of 1), its in-place overload (the gradient written over the logits), and the
 // backward overload that scales a saved gradient in place by the loss's gradient. The autograd
 // kernel ties them: the forward computes the gradient in the same pass, the backward only scales
-// it (nothing at all where the loss gradient is 1, as in training). linear_cross_entropy likewise:
+// it (nothing at all where the loss gradient is 1, as in training). Probability targets and class
+// weights that require grad get theirs from torch's ops in the backward (a rarer need; class
+// weights only with probability targets, as torch's nll_loss refuses them for class indices).
+// linear_cross_entropy likewise:
 // its forward computes the gradients for a loss gradient of 1 and the backward scales them;
 // with reduction 'none' the backward runs the chunks again with the per-row loss gradients.
 #include <ATen/ops/empty.h>
@@ -18,6 +21,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "binding.hpp"
 
@@ -54,12 +58,14 @@ Tensor2 outputs(const at::Tensor& logits, Reduction r) {
   return {r == Reduction::none ? at::empty({n}, f) : at::empty({}, f), at::empty({n}, f)};
 }
 
-Tensor3 cross_entropy(const at::Tensor& logits, const at::Tensor& target, int64_t ignore_index,
-                      c10::string_view reduction, double label_smoothing, double z_loss, double softcap,
-                      bool with_grad) {
+Tensor3 cross_entropy(const at::Tensor& logits, const at::Tensor& target, const OptTensor& weight,
+                      int64_t ignore_index, c10::string_view reduction, double label_smoothing, double z_loss,
+                      double softcap, bool with_grad) {
   const char* op = "cross_entropy";
   const TensorView tx = view(op, "logits", logits), tt = view(op, "target", target);
-  const CrossEntropyOptions o = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
+  TensorView tw;
+  CrossEntropyOptions o = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
+  o.weight = optional_view(op, "weight", weight, tw);
   auto [loss, lse] = outputs(logits, o.reduction);
   at::Tensor grad = with_grad ? at::empty(logits.sizes(), logits.options()) : at::empty({0}, logits.options());
   guarded([&] {
@@ -70,11 +76,14 @@ Tensor3 cross_entropy(const at::Tensor& logits, const at::Tensor& target, int64_
   return {loss, lse, grad};
 }
 
-Tensor2 cross_entropy_inplace(at::Tensor& logits, const at::Tensor& target, int64_t ignore_index,
-                              c10::string_view reduction, double label_smoothing, double z_loss, double softcap) {
+Tensor2 cross_entropy_inplace(at::Tensor& logits, const at::Tensor& target, const OptTensor& weight,
+                              int64_t ignore_index, c10::string_view reduction, double label_smoothing, double z_loss,
+                              double softcap) {
   const char* op = "cross_entropy";
   const TensorView tx = view(op, "logits", logits), tt = view(op, "target", target);
-  const CrossEntropyOptions o = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
+  TensorView tw;
+  CrossEntropyOptions o = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
+  o.weight = optional_view(op, "weight", weight, tw);
   auto [loss, lse] = outputs(logits, o.reduction);
   guarded([&] {
     const TensorView tl = view(op, "loss", loss), ts = view(op, "lse", lse);
@@ -107,57 +116,105 @@ at::Tensor scaled_saved_grad(AutogradContext* ctx, const variable_list& grads) {
   return grad;
 }
 
+// The gradients of probability targets q and class weights w: with c_ij = lse_i + z lse_i^2 -
+// y_ij (y the capped logits) times the row's loss gradient s_i (over N for a mean),
+//   d q_ij = (1 - e) w_j c_ij,   d w_j = sum_i q'_ij c_ij,   q' = (1 - e) q + e / V;
+// from torch's ops (the logits read once more, only where one of them requires grad). Each
+// undefined where not wanted.
+std::array<at::Tensor, 2> probability_grads(const at::Tensor& logits, const at::Tensor& q, const at::Tensor& w,
+                                            const at::Tensor& grad_loss, const std::string& reduction,
+                                            const std::vector<double>& opt, bool want_q, bool want_w) {
+  const double e = opt[0], z = opt[1], cap = opt[2];
+  at::Tensor y = logits.to(at::kFloat);
+  if (cap > 0) y = y.div(cap).tanh().mul(cap);
+  const at::Tensor lse = y.logsumexp({1}, true);
+  at::Tensor s = grad_loss.defined() ? grad_loss.to(at::kFloat) : at::zeros({}, y.options());
+  if (reduction == "mean") s = s.div(double(std::max<int64_t>(logits.size(0), 1)));
+  if (s.dim() == 1) s = s.unsqueeze(1);
+  const at::Tensor c = lse.mul(lse).mul(z).add(lse).sub(y).mul(s);
+  at::Tensor dq, dw;
+  if (want_q) {
+    dq = c.mul(1.0 - e);
+    if (w.defined()) dq = dq.mul(w.to(at::kFloat));
+    dq = dq.to(q.scalar_type());
+  }
+  if (want_w) dw = q.to(at::kFloat).mul(1.0 - e).add(e / double(logits.size(1))).mul(c).sum(0).to(w.scalar_type());
+  return {dq, dw};
+}
+
 // The functional form keeps the gradient its forward wrote beside the logits; the in-place form
 // (Liger-style) writes it over the logits' storage, so training holds no second N x V buffer (the
-// logits' values are gone after the call).
+// logits' values are gone after the call, so probability targets and weights get no gradient).
 template <bool Inplace>
 struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction<Inplace>> {
   using Sig = std::conditional_t<
-      Inplace, Tensor2(at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double, double, double),
-      Tensor3(const at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double, double, double, bool)>;
+      Inplace,
+      Tensor2(at::Tensor&, const at::Tensor&, const OptTensor&, int64_t, c10::string_view, double, double, double),
+      Tensor3(const at::Tensor&, const at::Tensor&, const OptTensor&, int64_t, c10::string_view, double, double, double,
+              bool)>;
   static const c10::TypedOperatorHandle<Sig>& op() {
     static const auto h = handle<Sig>("cross_entropy", Inplace ? "inplace" : "");
     return h;
   }
-  static variable_list forward(AutogradContext* ctx, at::Tensor logits, const at::Tensor& target, int64_t ignore_index,
-                               c10::string_view reduction, double label_smoothing, double z_loss, double softcap) {
+  static variable_list forward(AutogradContext* ctx, at::Tensor logits, const at::Tensor& target,
+                               const OptTensor& weight, int64_t ignore_index, c10::string_view reduction,
+                               double label_smoothing, double z_loss, double softcap) {
+    const bool want_q = target.requires_grad(), want_w = requires_grad(weight);
+    if (want_q || want_w) {
+      TORCH_CHECK_VALUE(target.dim() == 2 && target.is_floating_point(),
+                        "tessera.cross_entropy: argument 'weight': no gradient for class weights with class-index "
+                        "targets (as torch's nll_loss); pass weight.detach()");
+      TORCH_CHECK_VALUE(!Inplace,
+                        "tessera.cross_entropy: inplace_grad=True overwrites the logits, which the gradients of the "
+                        "probability targets and class weights need; call it without inplace_grad");
+      ctx->save_for_backward({logits, target, weight ? *weight : at::Tensor()});
+      ctx->saved_data["options"] = std::vector<double>{label_smoothing, z_loss, softcap};
+    }
     at::Tensor loss, lse, grad = logits;
     if constexpr (Inplace)
-      std::tie(loss, lse) = call_below_autograd(op(), logits, target, ignore_index, reduction, label_smoothing, z_loss,
-                                                softcap);
+      std::tie(loss, lse) = call_below_autograd(op(), logits, target, weight, ignore_index, reduction, label_smoothing,
+                                                z_loss, softcap);
     else
-      std::tie(loss, lse, grad) = call_below_autograd(op(), logits, target, ignore_index, reduction, label_smoothing,
-                                                      z_loss, softcap, true);
-    ctx->saved_data["grad"] = grad;
+      std::tie(loss, lse, grad) = call_below_autograd(op(), logits, target, weight, ignore_index, reduction,
+                                                      label_smoothing, z_loss, softcap, logits.requires_grad());
+    if (logits.requires_grad()) ctx->saved_data["grad"] = grad;
     ctx->saved_data["reduction"] = std::string(reduction);
     ctx->mark_non_differentiable({lse});
     return {loss, lse};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list r(7);
-    r[0] = scaled_saved_grad(ctx, grads);
+    variable_list r(8);
+    if (ctx->saved_data.count("options")) {
+      const auto saved = ctx->get_saved_variables();
+      auto [dq, dw] = probability_grads(saved[0], saved[1], saved[2], grads[0],
+                                        ctx->saved_data["reduction"].toStringRef(),
+                                        ctx->saved_data["options"].toDoubleVector(), ctx->needs_input_grad(1),
+                                        saved[2].defined() && ctx->needs_input_grad(2));  // None: no edge 2
+      r[1] = dq, r[2] = dw;
+    }
+    if (ctx->needs_input_grad(0)) r[0] = scaled_saved_grad(ctx, grads);
     return r;
   }
 };
 
-Tensor3 cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& target, int64_t ignore_index,
-                               c10::string_view reduction, double label_smoothing, double z_loss, double softcap,
-                               bool with_grad) {
-  if (!records(logits))
-    return call_below_autograd(CrossEntropyFunction<false>::op(), logits, target, ignore_index, reduction,
+Tensor3 cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& target, const OptTensor& weight,
+                               int64_t ignore_index, c10::string_view reduction, double label_smoothing, double z_loss,
+                               double softcap, bool with_grad) {
+  if (!records(logits, target, weight))
+    return call_below_autograd(CrossEntropyFunction<false>::op(), logits, target, weight, ignore_index, reduction,
                                label_smoothing, z_loss, softcap, with_grad);
-  auto r = CrossEntropyFunction<false>::apply(logits, target, ignore_index, reduction, label_smoothing, z_loss,
+  auto r = CrossEntropyFunction<false>::apply(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss,
                                               softcap);
   return {r[0], r[1], at::empty({0}, logits.options())};
 }
 
-Tensor2 cross_entropy_inplace_autograd(at::Tensor& logits, const at::Tensor& target, int64_t ignore_index,
-                                       c10::string_view reduction, double label_smoothing, double z_loss,
-                                       double softcap) {
-  if (!records(logits))
-    return call_below_autograd(CrossEntropyFunction<true>::op(), logits, target, ignore_index, reduction,
+Tensor2 cross_entropy_inplace_autograd(at::Tensor& logits, const at::Tensor& target, const OptTensor& weight,
+                                       int64_t ignore_index, c10::string_view reduction, double label_smoothing,
+                                       double z_loss, double softcap) {
+  if (!records(logits, target, weight))
+    return call_below_autograd(CrossEntropyFunction<true>::op(), logits, target, weight, ignore_index, reduction,
                                label_smoothing, z_loss, softcap);
-  auto r = CrossEntropyFunction<true>::apply(logits, target, ignore_index, reduction, label_smoothing, z_loss,
+  auto r = CrossEntropyFunction<true>::apply(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss,
                                              softcap);
   return {r[0], r[1]};
 }

@@ -20,11 +20,10 @@ namespace {
 using OptTensor = std::optional<at::Tensor>;
 
 Activation activation_of(c10::string_view name) {
-  for (Activation a : {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh,
-                       Activation::silu})
+  for (Activation a : kActivations)
     if (name == activation_name(a)) return a;
   TORCH_CHECK_VALUE(false, "tessera.matmul: argument 'activation': expected None, 'relu', 'gelu', "
-                    "'gelu_tanh' or 'silu', got '", std::string(name), "'");
+                    "'gelu_tanh', 'silu' or 'swiglu', got '", std::string(name), "'");
 }
 
 // input [M, K] or [B, M, K] @ other [K, N] or [B, K, N]: [M, N] or [B, M, N]. Other ranks get a
@@ -55,10 +54,13 @@ at::Tensor matmul_into(const at::Tensor& input, const at::Tensor& other, const O
   o.bias = optional_view("matmul", "bias", bias, b);
   o.residual = optional_view("matmul", "residual", residual, r);
   const auto options = input.options().dtype(out_dtype.value_or(input.scalar_type()));
-  at::Tensor out = at::empty(product_shape(input, other), options);
+  std::vector<int64_t> shape = product_shape(input, other);
+  const std::vector<int64_t> product = shape;
+  if (o.activation == Activation::swiglu && !shape.empty()) shape.back() /= 2;  // the library checks N
+  at::Tensor out = at::empty(shape, options);
   TensorView z;
   if (preactivation) {
-    *preactivation = at::empty(out.sizes(), options);
+    *preactivation = at::empty(product, options);
     z = view("matmul", "preactivation", *preactivation);
     o.preactivation = &z;
   }
@@ -117,7 +119,9 @@ at::Tensor activate_backward(const at::Tensor& g, const at::Tensor& z, Activatio
   static const auto gelu = handle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>(
       "gelu_backward");
   static const auto silu = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("silu_backward");
+  static const auto swiglu = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("swiglu_backward");
   switch (a) {
+    case Activation::swiglu: return swiglu.call(g, z);
     case Activation::relu: return g.mul(z.gt(0));
     case Activation::gelu: return gelu.call(g, z, "none");
     case Activation::gelu_tanh: return gelu.call(g, z, "tanh");
@@ -180,10 +184,15 @@ struct MatmulFunction : torch::autograd::Function<MatmulFunction> {
                                            "none", alpha, a.scalar_type(), tf32),
                           a.sizes());
     if (ctx->needs_input_grad(1)) {
-      if (b.dim() == 2 && a.dim() == 3) {
+      if (b.dim() == 2 && (a.dim() == 3 || b.stride(0) == 1)) {
         const int64_t k = a.size(-1), n = dz.size(-1);
-        db = matmul_op().call(a.reshape({-1, k}).transpose(0, 1), dz.reshape({-1, n}).to(a.scalar_type()),
-                              {}, {}, "none", alpha, b.scalar_type(), tf32);
+        const at::Tensor a2 = a.reshape({-1, k}), dz2 = dz.reshape({-1, n}).to(a.scalar_type());
+        // A column-major other (linear's weight.T) gets its gradient in its own layout, dB^T = dZ^T
+        // A, so that autograd hands the weight a gradient of the weight's strides, with no copy.
+        if (b.stride(0) == 1 && b.size(0) > 1)
+          db = matmul_op().call(dz2.transpose(0, 1), a2, {}, {}, "none", alpha, b.scalar_type(), tf32).t();
+        else
+          db = matmul_op().call(a2.transpose(0, 1), dz2, {}, {}, "none", alpha, b.scalar_type(), tf32);
       } else {
         db = sum_to_operand(matmul_op().call(a.transpose(-1, -2), dz.to(a.scalar_type()), {}, {}, "none",
                                              alpha, b.scalar_type(), tf32),

@@ -290,13 +290,14 @@ using Sdpa = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::Sym
 
 const auto& attention_op() {
   static const auto h = handle<Tensor2(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool,
-                                       std::optional<double>, int64_t, int64_t, double, bool)>("attention");
+                                       std::optional<double>, int64_t, int64_t, double, bool, const OptTensor&)>(
+      "attention");
   return h;
 }
 const auto& attention_backward_op() {
   static const auto h =
       handle<Tensor3(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                     const at::Tensor&, bool, std::optional<double>, int64_t, int64_t, double, bool)>(
+                     const at::Tensor&, bool, std::optional<double>, int64_t, int64_t, double, bool, const OptTensor&)>(
           "attention_backward");
   return h;
 }
@@ -317,7 +318,7 @@ Sdpa sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const O
     return at::cuda::_scaled_dot_product_cudnn_attention(q, k, v, bias, compute_lse, dropout, causal, debug_mask,
                                                          scale);
   auto [out, lse] = attention_op().call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, scale, -1,
-                                        -1, 0.0, at::globalContext().deterministicAlgorithms());
+                                        -1, 0.0, at::globalContext().deterministicAlgorithms(), std::nullopt);
   const at::Tensor seed = at::zeros({}, q.options().dtype(at::kLong));
   return {out.transpose(1, 2), lse.unsqueeze(-1), at::Tensor(), at::Tensor(), c10::SymInt(q.size(2)),
           c10::SymInt(k.size(2)), seed, seed.clone(), at::Tensor()};
@@ -333,7 +334,7 @@ Tensor3 sdpa_backward(const at::Tensor& grad, const at::Tensor& q, const at::Ten
                                                                   dropout, causal, scale);
   auto [dq, dk, dv] = attention_backward_op().call(
       grad.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2),
-      lse.squeeze(-1), causal, scale, -1, -1, 0.0, at::globalContext().deterministicAlgorithms());
+      lse.squeeze(-1), causal, scale, -1, -1, 0.0, at::globalContext().deterministicAlgorithms(), std::nullopt);
   return {dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)};
 }
 
@@ -342,8 +343,8 @@ Tensor3 sdpa_backward(const at::Tensor& grad, const at::Tensor& q, const at::Ten
 // loss in the input's dtype as torch returns it; anything else torch's own decomposition.
 at::Tensor cross_entropy_loss(const at::Tensor& self, const at::Tensor& target, const OptTensor& weight,
                               int64_t reduction, c10::SymInt ignore_index, double label_smoothing) {
-  static const auto op = handle<Tensor3(const at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double,
-                                        double, double, bool)>("cross_entropy");
+  static const auto op = handle<Tensor3(const at::Tensor&, const at::Tensor&, const OptTensor&, int64_t,
+                                        c10::string_view, double, double, double, bool)>("cross_entropy");
   const bool take = takes(self) && self.dim() == 2 && self.size(1) > 0 && target.dim() == 1 &&
                     target.scalar_type() == at::kLong && target.device() == self.device() &&
                     (!weight || !weight->defined()) && label_smoothing >= 0.0 && label_smoothing <= 1.0 &&
@@ -351,7 +352,7 @@ at::Tensor cross_entropy_loss(const at::Tensor& self, const at::Tensor& target, 
   if (ran(kCrossEntropy, take)) {
     const char* r = reduction == at::Reduction::Mean ? "mean" : reduction == at::Reduction::Sum ? "sum" : "none";
     const at::Tensor loss =
-        std::get<0>(op.call(self, target, ignore_index.expect_int(), r, label_smoothing, 0.0, 0.0, false));
+        std::get<0>(op.call(self, target, OptTensor(), ignore_index.expect_int(), r, label_smoothing, 0.0, 0.0, false));
     return loss.to(self.scalar_type());
   }
   return at::native::cross_entropy_loss_symint(self, target, weight, reduction, std::move(ignore_index),

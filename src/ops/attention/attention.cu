@@ -2,7 +2,7 @@
 //
 // The generic tier: one warp per query row, each lane holding head_dim / 32 of the row's query
 // and output, keys visited in order with the online softmax (running max and sum in float32).
-// Any strides, any head dimension up to 256, every mask; what the tensor-core tier
+// Any strides, any head dimension up to 256, every mask and ALiBi; what the tensor-core tier
 // (attention_sm90.cu) is checked against on the GPU, and what runs where it does not apply.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
   }
   const attn::KeyRange r = attn::key_range(i, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
   const int64_t lo = r.lo, hi = r.hi;
+  const float slope = attn::alibi_slope(p, b, h);  // 0: no ALiBi, a bias of 0
 
   float m = -INFINITY, l = 0.f;
   bool bad = sq.bad;  // a KV cache's length or block id out of range: the row becomes NaN
@@ -74,6 +75,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_rows_kernel(Params p) {
     }
     s = tile::warp_sum(s);
     if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
+    s += attn::alibi_bias(slope, i, j, sq.len_q, sq.len_k);
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new), e = expf(s - m_new);
     l = l * corr + e;
@@ -161,6 +163,22 @@ void check_arguments(const char* op, const TensorView& q, const TensorView& k, c
     detail::throw_arg(ErrorKind::value, op, "softcap", "a finite number >= 0 (0: none)", std::to_string(o.softcap));
 }
 
+void check_alibi(const char* op, const AttentionOptions& o, const TensorView& q, int64_t batch, int64_t heads_q) {
+  if (!o.alibi_slopes) return;
+  const TensorView& t = *o.alibi_slopes;
+  constexpr const char* arg = "alibi_slopes";
+  detail::check_cuda_tensor(op, arg, t);
+  detail::check_dtype_in(op, arg, t, {DType::float32});
+  detail::check_same_device(op, arg, t, "q", q);
+  const bool shape = (t.ndim == 1 && t.shape[0] == heads_q) ||
+                     (t.ndim == 2 && t.shape[0] == batch && t.shape[1] == heads_q);
+  if (!shape)
+    detail::throw_arg(ErrorKind::value, op, arg,
+                      "a float32 tensor [heads_q] = [" + std::to_string(heads_q) + "] or [batch, heads_q] = [" +
+                          std::to_string(batch) + ", " + std::to_string(heads_q) + "]",
+                      detail::dims(t));
+}
+
 }  // namespace attn
 
 namespace {
@@ -190,9 +208,10 @@ struct GenericTier {
   }
 };
 
-// Runs the first tier that takes `p`, of those `tier` allows; a tier named that cannot take the
-// call is an error.
-void launch(const char* op, const Params& p, AttentionTier tier, cudaStream_t stream) {
+// Runs the first tier that takes `p` (its windows resolved), of those `tier` allows; a tier named
+// that cannot take the call is an error.
+void launch(const char* op, Params p, AttentionTier tier, cudaStream_t stream) {
+  attn::resolve_windows(p);
   const attn::TierCtx ctx{tier, stream};
   if (tier == AttentionTier::decode && !attn::DecodeTier::can_implement(p, ctx))
     detail::throw_arg(ErrorKind::value, op, "tier",
@@ -223,6 +242,10 @@ Params params_of(const TensorView& q, const TensorView& k, const TensorView& v, 
   p.causal = options.causal, p.window_left = options.window_left, p.window_right = options.window_right;
   p.deterministic = options.deterministic;
   p.lse_b = p.heads_q * p.seq_q, p.lse_h = p.seq_q;
+  if (const TensorView* a = options.alibi_slopes) {  // checked by check_alibi: [heads_q] or [batch, heads_q]
+    p.alibi = static_cast<const float*>(a->data);
+    p.alibi_b = a->ndim == 2 ? a->strides[0] : 0, p.alibi_h = a->strides[a->ndim - 1];
+  }
   return p;
 }
 
@@ -295,6 +318,7 @@ void use_varlen(Params& p, const TensorView& cu_seqlens_q, const TensorView& cu_
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const TensorView* lse, const AttentionOptions& options, cudaStream_t stream) {
   attn::check_arguments(kOp, q, k, v, out, lse, options);
+  attn::check_alibi(kOp, options, q, q.shape[0], q.shape[2]);
   if (out.numel() == 0) return;
   runtime::DeviceGuard guard(q.device.index);
   Params p = attn::params_of(q, k, v, out, options);
@@ -312,6 +336,7 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
                    o4 = attn::as_batch_of_one(out), l3 = lse ? attn::as_batch_of_one(*lse) : TensorView{};
   attn::check_arguments(op, q4, k4, v4, o4, lse ? &l3 : nullptr, options);
   const attn::Varlen vl = attn::check_varlen(op, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, stream);
+  attn::check_alibi(op, options, q, vl.batch, q.shape[1]);
   if (out.numel() == 0) return;
   runtime::DeviceGuard guard(q.device.index);
   Params p = attn::params_of(q4, k4, v4, o4, options);
@@ -326,6 +351,7 @@ void attention_kvcache(const TensorView& q, const TensorView& k_cache, const Ten
   constexpr const char* op = "attention_kvcache";
   attn::check_arguments(op, q, k_cache, v_cache, out, lse, options, block_table != nullptr);
   const int64_t batch = q.shape[0];
+  attn::check_alibi(op, options, q, batch, q.shape[2]);
   detail::check_cuda_tensor(op, "cache_seqlens", cache_seqlens);
   detail::check_dtype_in(op, "cache_seqlens", cache_seqlens, {DType::int32});
   detail::check_same_device(op, "cache_seqlens", cache_seqlens, "q", q);
@@ -371,23 +397,25 @@ namespace tessera {
 namespace {
 // Outputs and lse shaped from q, k and v: torch kernels written by hand
 // (python/src/torch/attention.cpp).
-const OpRegistrar kAttention = describe("attention", "attention", "softmax(scale * Q K^T, masked) V in FlashAttention's layout: GQA, causal, window, soft-cap")
+const OpRegistrar kAttention = describe("attention", "attention", "softmax(scale * Q K^T, masked) V in FlashAttention's layout: GQA, causal, window, soft-cap, ALiBi")
     .schema("attention(Tensor q, Tensor k, Tensor v, *, bool causal=False, float? scale=None, "
-            "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False) -> (Tensor, Tensor)")
+            "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False, "
+            "Tensor? alibi_slopes=None) -> (Tensor, Tensor)")
     .schema("attention.varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
             "int max_seqlen_q, int max_seqlen_k, *, bool causal=False, float? scale=None, "
-            "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False) -> (Tensor, Tensor)")
+            "int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=False, "
+            "Tensor? alibi_slopes=None) -> (Tensor, Tensor)")
     .schema("attention.kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
             "Tensor? block_table=None, *, bool causal=False, float? scale=None, int window_left=-1, "
-            "int window_right=-1, float softcap=0.0) -> (Tensor, Tensor)")
+            "int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None) -> (Tensor, Tensor)")
     .dtypes({DType::float32, DType::float16, DType::bfloat16});
 const OpRegistrar kAttentionBackward = describe("attention_backward", "attention", "dq, dk, dv of attention from the forward's out and lse")
     .schema("attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, *, "
             "bool causal=False, float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.0, "
-            "bool deterministic=False) -> (Tensor, Tensor, Tensor)")
+            "bool deterministic=False, Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)")
     .schema("attention_backward.varlen(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
             "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, *, bool causal=False, "
             "float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.0, "
-            "bool deterministic=False) -> (Tensor, Tensor, Tensor)");
+            "bool deterministic=False, Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)");
 }  // namespace
 }  // namespace tessera

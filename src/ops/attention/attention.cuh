@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -36,7 +37,10 @@ struct Params {
   int64_t batch, seq_q, seq_k, heads_q, group, dim, dim_v;
   float scale, softcap;  // softcap 0: none
   bool causal;
-  int64_t window_left, window_right;  // -1: unbounded
+  int64_t window_left, window_right;  // -1: unbounded (resolve_windows: also at or beyond seq_k)
+  // ALiBi: the slope of sequence b, query head h is alibi[b * alibi_b + h * alibi_h]; null: none.
+  const float* alibi = nullptr;
+  int64_t alibi_b = 0, alibi_h = 0;
   bool deterministic;                 // the backward's dq summed in a fixed order
   // lse (and the backward's delta) of query i of sequence b, head h: b * lse_b + h * lse_h + q0 + i.
   int64_t lse_b, lse_h;
@@ -87,6 +91,29 @@ __device__ inline KeyAt key_at(const Params& p, int64_t b, int64_t k0, int64_t j
 // varlen callers then set cu_q, cu_k, the maxima and lse's layout.
 Params params_of(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                  const AttentionOptions& options);
+
+// FlashAttention's reading of a window side at or beyond the key length (p.seq_k: the longest
+// sequence's for packed sequences, the capacity for a KV cache): unbounded there. Its kernels see
+// -1 then; the mask alone would bound a right side where seq_q > seq_k (the diagonal then starts
+// left of the first key). The launchers call it once seq_k is final.
+inline void resolve_windows(Params& p) {
+  if (p.window_left >= p.seq_k) p.window_left = -1;
+  if (p.window_right >= p.seq_k) p.window_right = -1;
+}
+
+// options.alibi_slopes checked (if any): a float32 tensor [heads_q] or [batch, heads_q] on q's
+// device. `batch`: the sequences (cu_seqlens' entries - 1 for packed ones).
+void check_alibi(const char* op, const AttentionOptions& o, const TensorView& q, int64_t batch, int64_t heads_q);
+
+// ALiBi's bias of query i against key j of a sequence of len_q queries and len_k keys, in the
+// units of the scale * q.k (slope as given): -slope |i + len_k - len_q - j|. In float: distances
+// are exact below 2^24 keys, and beyond that the bias's rounding is far below the score's.
+__host__ __device__ inline float alibi_bias(float slope, int64_t i, int64_t j, int64_t len_q, int64_t len_k) {
+  return -slope * fabsf(float(i + len_k - len_q - j));
+}
+__device__ inline float alibi_slope(const Params& p, int64_t b, int64_t h) {
+  return p.alibi ? p.alibi[b * p.alibi_b + h * p.alibi_h] : 0.f;
+}
 
 // The keys query row i (of seq_q) sees: [lo, hi], the diagonal shifted by seq_k - seq_q so that
 // the last query sees the last key (FlashAttention's bottom-right alignment). Empty when hi < lo.

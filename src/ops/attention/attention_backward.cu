@@ -1,6 +1,7 @@
 // attention_backward: dq, dk, dv of attention (tessera/ops/attention.hpp).
 //
-// With P = exp(S - lse) recomputed from the forward's lse, and delta_i = dO_i . O_i:
+// With P = exp(S - lse) recomputed from the forward's lse (S with ALiBi's bias, which has no
+// gradient), and delta_i = dO_i . O_i:
 //   dV_j = sum_i P_ij dO_i,   dS_ij = P_ij (dO_i . V_j - delta_i) (times the soft-cap's
 //   derivative 1 - tanh^2), dQ_i = scale sum_j dS_ij K_j, dK_j = scale sum_i dS_ij Q_i.
 // The generic tier: a warp per query row for delta and dQ, then a warp per key row (over the
@@ -70,17 +71,18 @@ __device__ __forceinline__ float dot(const float (&a)[kVals], const float (&b)[k
   return tile::warp_sum(s);
 }
 
-// P_ij and the factor dS_ij = P_ij (dp - delta_i) * factor, from the raw score q_i . k_j.
+// P_ij and the factor dS_ij = P_ij (dp - delta_i) * factor, from the raw score q_i . k_j and
+// ALiBi's bias (0 without).
 struct Prob {
   float p, factor;
 };
-__device__ __forceinline__ Prob prob(float qk, const Params& p, float lse) {
+__device__ __forceinline__ Prob prob(float qk, const Params& p, float lse, float bias) {
   float s = qk * p.scale, factor = 1.f;
   if (p.softcap > 0.f) {
     const float t = tanhf(s / p.softcap);
     s = p.softcap * t, factor = 1.f - t * t;
   }
-  return {lse == INFINITY ? 0.f : expf(s - lse), factor};
+  return {lse == INFINITY ? 0.f : expf(s + bias - lse), factor};
 }
 
 template <class T>
@@ -101,9 +103,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_dq_kernel(Params p, Gra
   const T* k = static_cast<const T*>(p.k) + b * p.sk.b + sq.k0 * p.sk.s + hk * p.sk.h;
   const T* v = static_cast<const T*>(p.v) + b * p.sv.b + sq.k0 * p.sv.s + hk * p.sv.h;
   const attn::KeyRange r = attn::key_range(i, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
+  const float slope = attn::alibi_slope(p, b, h);
   for (int64_t j = r.lo; j <= r.hi; ++j) {
     load_row(x, k + j * p.sk.s, p.sk.d, p.dim, lane);
-    const Prob pr = prob(dot(q, x), p, lse);
+    const Prob pr = prob(dot(q, x), p, lse, attn::alibi_bias(slope, i, j, sq.len_q, sq.len_k));
     float vj[kVals];
     load_row(vj, v + j * p.sv.s, p.sv.d, p.dim_v, lane);
     const float ds = pr.p * (dot(dout, vj) - delta) * pr.factor;
@@ -131,11 +134,12 @@ __global__ void __launch_bounds__(kWarps * 32) attention_dkdv_kernel(Params p, G
     const T* q = static_cast<const T*>(p.q) + b * p.sq.b + sq.q0 * p.sq.s + h * p.sq.h;
     const T* dout = static_cast<const T*>(g.dout) + b * g.sdo.b + sq.q0 * g.sdo.s + h * g.sdo.h;
     const int64_t stats = b * p.lse_b + h * p.lse_h + sq.q0;
+    const float slope = attn::alibi_slope(p, b, h);
     for (int64_t i = qr.lo; i <= qr.hi; ++i) {
       float qi[kVals], di[kVals];
       load_row(qi, q + i * p.sq.s, p.sq.d, p.dim, lane);
       load_row(di, dout + i * g.sdo.s, g.sdo.d, p.dim_v, lane);
-      const Prob pr = prob(dot(qi, k), p, g.lse[stats + i]);
+      const Prob pr = prob(dot(qi, k), p, g.lse[stats + i], attn::alibi_bias(slope, i, j, sq.len_q, sq.len_k));
       const float ds = pr.p * (dot(di, v) - g.delta[stats + i]) * pr.factor;
 #pragma unroll
       for (int c = 0; c < kVals; ++c) dv[c] += pr.p * di[c], dk[c] += ds * qi[c];
@@ -224,10 +228,11 @@ void check_backward(const char* op, const TensorView& grad_out, const TensorView
                       "decode");
 }
 
-// Runs the first tier that takes the call, of those `tier` allows; sm90 named where it cannot take
-// the call is an error.
-void run_backward(const char* op, const Params& p, const TensorView& grad_out, const TensorView& lse, const TensorView& dq,
+// Runs the first tier that takes the call (its windows resolved), of those `tier` allows; sm90
+// named where it cannot take the call is an error.
+void run_backward(const char* op, Params p, const TensorView& grad_out, const TensorView& lse, const TensorView& dq,
                   const TensorView& dk, const TensorView& dv, AttentionTier tier, cudaStream_t stream) {
+  attn::resolve_windows(p);
   const attn::BackwardCall c{p, {grad_out.data, attn::strides_of(grad_out), static_cast<const float*>(lse.data),
                                  dq.data, dk.data, dv.data, attn::strides_of(dq), attn::strides_of(dk),
                                  attn::strides_of(dv)}};
@@ -246,6 +251,7 @@ void attention_backward(const TensorView& grad_out, const TensorView& q, const T
                         const TensorView& out, const TensorView& lse, const TensorView& dq, const TensorView& dk,
                         const TensorView& dv, const AttentionOptions& options, cudaStream_t stream) {
   check_backward(kOp, grad_out, q, k, v, out, lse, dq, dk, dv, options);
+  attn::check_alibi(kOp, options, q, q.shape[0], q.shape[2]);
   if (dq.numel() + dk.numel() + dv.numel() == 0) return;
   runtime::DeviceGuard guard(q.device.index);
   run_backward(kOp, attn::params_of(q, k, v, out, options), grad_out, lse, dq, dk, dv, options.tier, stream);
@@ -264,6 +270,7 @@ void attention_varlen_backward(const TensorView& grad_out, const TensorView& q, 
                  dq.ndim == 3 ? as_batch_of_one(dq) : dq, dk.ndim == 3 ? as_batch_of_one(dk) : dk,
                  dv.ndim == 3 ? as_batch_of_one(dv) : dv, options);
   const attn::Varlen vl = attn::check_varlen(op, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, stream);
+  attn::check_alibi(op, options, q, vl.batch, q.shape[1]);
   if (dq.numel() + dk.numel() + dv.numel() == 0) return;
   runtime::DeviceGuard guard(q.device.index);
   Params p = attn::params_of(q4, k4, v4, o4, options);

@@ -16,7 +16,8 @@
 //                  operands of dV and dK), then put dS^T in shared memory, the A operand of dQ
 //                  (how the two share dQ's product: Shape).
 // Before: delta = rowsum(dO * O) and lse in log2 units, padded per 64-query tile; after: dQ from
-// float32 to the output dtype, times the scale.
+// float32 to the output dtype, times the scale. ALiBi's bias enters P's recomputation only (it has
+// no gradient): a template parameter, as the soft-cap, so that calls without it pay nothing.
 #include <cuda.h>
 #include <cuda/atomic>
 #include <cuda_bf16.h>
@@ -76,10 +77,12 @@ struct Bwd {
   const int32_t *cu_q, *cu_k;
   int group, band;  // band: (head, sequence) pairs per band of the grid (tile_slowest)
   int split;        // CTAs per key tile, each over group / split of the query heads (split_of)
-  int64_t part_stride;  // split > 1: elements between the parts' dK (and dV) in dk, dv
+  int64_t part_stride;  // split > 1: floats between the parts' dK (and dV) in dk, dv (float32)
   float scale, mul, softcap;  // mul: what takes a (capped) score to log2 units
   bool causal;
   int64_t window_left, window_right;
+  const float* alibi;  // ALiBi (the kernel's Alibi): slope of (b, h) at b * alibi_b + h * alibi_h
+  int64_t alibi_b, alibi_h;
 };
 
 // A CTA's share: a key tile (keys key0 .. key0 + kBN - 1) of head hk of sequence b, and the n_m
@@ -215,32 +218,47 @@ __device__ __forceinline__ void issue_dq(Smem<T, C>& s, int buf, int wg, float (
              tile::wgmma::mnmajor_sw128(kh, kBN * 128) + 128 * kk, kk > 0);
 }
 
+// ALiBi over a step's tile in log2 units (those of x * mul, with or without the soft-cap): each
+// of the thread's two keys lies on the diagonal of query kd = key - len_k + len_q.
+__device__ __forceinline__ sm90::TileBias step_bias(const Bwd& f, const Work& w, Step st, int wg) {
+  const int tid = threadIdx.x % 128;
+  const int kd0 = int(w.key0 - (w.len_k - w.len_q)) + wg * 64 + (tid / 32) * 16 + (tid % 32) / 4;
+  const int kd[2] = {kd0, kd0 + 8};
+  return sm90::tile_bias(f.alibi[w.b * f.alibi_b + st.h * f.alibi_h] * kLog2e, st.m * kBM, kd, tid % 32);
+}
+
 // P^T from S^T in place, zero outside the keys' query ranges [lo, hi] (relative to the step's
 // first query; branch-free, so that the loop has one body, small enough for the instruction
-// cache). Cap: the soft-cap.
-template <bool Cap>
+// cache). Cap: the soft-cap; Alibi: ALiBi's bias.
+template <bool Cap, bool Alibi>
 __device__ __forceinline__ void probabilities(float (&p)[kBM / 2], const Bwd& f, const float* lse2, const int (&lo)[2],
-                                              const int (&hi)[2], int lane) {
+                                              const int (&hi)[2], const sm90::TileBias& bias, int lane) {
 #pragma unroll
   for (int j = 0; j < kBM / 2; ++j) {
     const int col = col_of(j, lane);
     const float x = Cap ? f.softcap * tanhf(p[j] * f.scale / f.softcap) : p[j];
-    const float e = tile::ex2_approx(fmaf(x, f.mul, -lse2[col]));
+    float y = fmaf(x, f.mul, -lse2[col]);
+    if constexpr (Alibi) y += bias.at(j);
+    const float e = tile::ex2_approx(y);
     p[j] = col < lo[row_of(j)] || col > hi[row_of(j)] ? 0.f : e;
   }
 }
 
 // dS^T = P^T (dP^T - delta) in place of dP^T, times the soft-cap's derivative 1 - tanh^2,
-// recovered from P itself (where P = 0, dS = 0) to keep the registers of a second tile free.
-template <bool Cap>
+// recovered from P itself (where P = 0, dS = 0; ALiBi's bias taken back out) to keep the registers
+// of a second tile free.
+template <bool Cap, bool Alibi>
 __device__ __forceinline__ void scores_grad(float (&dp)[kBM / 2], const float (&p)[kBM / 2], const Bwd& f,
-                                            const float* lse2, const float* delta, int lane) {
+                                            const float* lse2, const float* delta, const sm90::TileBias& bias,
+                                            int lane) {
 #pragma unroll
   for (int j = 0; j < kBM / 2; ++j) {
     const int col = col_of(j, lane);
     float g = p[j] * (dp[j] - delta[col]);
     if (Cap) {
-      const float t = p[j] > 0.f ? (__log2f(p[j]) + lse2[col]) / (f.mul * f.softcap) : 0.f;
+      float x = __log2f(p[j]) + lse2[col];  // the (biased) capped score times mul
+      if constexpr (Alibi) x -= bias.at(j);
+      const float t = p[j] > 0.f ? x / (f.mul * f.softcap) : 0.f;
       g *= 1.f - t * t;
     }
     dp[j] = g;
@@ -335,6 +353,19 @@ template <class T, class C>
 __device__ void store_dkdv(Smem<T, C>& s, const Bwd& f, const Work& w, const float (&dk)[C::D / 2],
                            const float (&dv)[C::D / 2], int wg) {
   const int64_t row0 = w.k0 + w.key0 + wg * 64, valid = w.len_k - w.key0 - wg * 64;
+  if (f.split > 1) {  // a part, in float32 straight from the accumulators (only small grids split)
+    const int lane = threadIdx.x % 32, r0 = (threadIdx.x % 128) / 32 * 16 + lane / 4;
+    float* pk = static_cast<float*>(f.dk) + w.part * f.part_stride + w.b * f.sdk.b + w.hk * f.sdk.h + row0 * f.sdk.s;
+    float* pv = static_cast<float*>(f.dv) + w.part * f.part_stride + w.b * f.sdv.b + w.hk * f.sdv.h + row0 * f.sdv.s;
+#pragma unroll
+    for (int j = 0; j < C::D / 2; j += 2) {
+      const int row = r0 + 8 * sm90::row_of(j), col = sm90::col_of(j, lane);
+      if (row >= valid) continue;
+      *reinterpret_cast<float2*>(pk + row * f.sdk.s + col) = make_float2(dk[j] * f.scale, dk[j + 1] * f.scale);
+      *reinterpret_cast<float2*>(pv + row * f.sdv.s + col) = make_float2(dv[j], dv[j + 1]);
+    }
+    return;
+  }
   const float one[2] = {1.f, 1.f}, scale[2] = {f.scale, f.scale};
   T* dvp = static_cast<T*>(f.dv) + w.part * f.part_stride + w.b * f.sdv.b + w.hk * f.sdv.h + row0 * f.sdv.s;
   sm90::store_tile<T, C::D>(&s.v[0][0], kBN, wg * 64, dv, one, dvp, f.sdv.s, valid, kEpiBar + wg);
@@ -356,7 +387,7 @@ __device__ __forceinline__ void issue_scores(Smem<T, C>& s, int st, int wg, floa
 // cores run one's while the other computes P and dS, rather than both at once. (Issuing step
 // it + 1's S and dP before step it's dQ is read would keep multiplies in flight across the loop's
 // back edge, which ptxas serializes.)
-template <class T, class C, bool Cap>
+template <class T, class C, bool Cap, bool Alibi>
 __device__ void consume(Smem<T, C>& s, const Bwd& f, const Work& w, int wg) {
   const int tid = threadIdx.x % 128, lane = tid % 32;
   int lo[2], hi[2];
@@ -368,8 +399,10 @@ __device__ void consume(Smem<T, C>& s, const Bwd& f, const Work& w, int wg) {
   if (C::kSplitK && wg == 1 && w.steps > 0) tile::group_arrive(kTurnBar, 256);  // consumer 0 goes first
   for (int it = 0; it < w.steps; ++it) {
     const int st = it % C::kStages;
+    const Step step = step_of(w, f, it);
     int rlo[2], rhi[2];
-    step_ranges(lo, hi, step_of(w, f, it).m, rlo, rhi);
+    step_ranges(lo, hi, step.m, rlo, rhi);
+    const sm90::TileBias bias = Alibi ? step_bias(f, w, step, wg) : sm90::TileBias{};
     float p[kBM / 2], g[kBM / 2], dq[C::kCols / 2];
     uint32_t pa[kBM / 16][4], ga[kBM / 16][4];
     tile::BulkBarrier{&s.q_full[st]}.wait(uint32_t(it / C::kStages) & 1);
@@ -378,14 +411,16 @@ __device__ void consume(Smem<T, C>& s, const Bwd& f, const Work& w, int wg) {
     if (C::kSplitK && (wg == 0 || it + 1 < w.steps)) tile::group_arrive(kTurnBar + 1 - wg, 256);
     tile::wgmma::wait<1>();
     tile::wgmma::fence_operands(p);
-    probabilities<Cap>(p, f, s.lse[st], rlo, rhi, lane);
+    probabilities<Cap, Alibi>(p, f, s.lse[st], rlo, rhi, bias, lane);
     sm90::pack_a<T, kBM>(p, pa);
     tile::wgmma::fence();
     issue_keys_by_dim<T, C>(pa, &s.dout[st][0][0], dv);
     tile::wgmma::commit();
     tile::wgmma::wait<1>();
     tile::wgmma::fence_operands(g);
-    scores_grad<Cap>(g, p, f, s.lse[st], s.delta[st], lane);
+    // ALiBi's bias rebuilt rather than held across the dV product: with the soft-cap, held it spills.
+    scores_grad<Cap, Alibi>(g, p, f, s.lse[st], s.delta[st], Alibi ? step_bias(f, w, step, wg) : sm90::TileBias{},
+                            lane);
     sm90::pack_a<T, kBM>(g, ga);
     stage_ds<T>(s.ds[it % 2], g, wg, tid);
     tile::wgmma::fence();
@@ -412,7 +447,7 @@ __device__ void consume(Smem<T, C>& s, const Bwd& f, const Work& w, int wg) {
   store_dkdv(s, f, w, dk, dv, wg);
 }
 
-template <class T, class C, bool Cap>
+template <class T, class C, bool Cap, bool Alibi>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_bwd_sm90_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mk,
                               const __grid_constant__ CUtensorMap mv, const __grid_constant__ CUtensorMap mdo,
@@ -444,13 +479,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 32) add_dq(s, f, w);
   } else {
     tile::wgmma::claim_registers<240>();
-    consume<T, C, Cap>(s, f, w, int(threadIdx.x / 128) - 1);
+    consume<T, C, Cap, Alibi>(s, f, w, int(threadIdx.x / 128) - 1);
   }
 }
 
 template <class T, class C>
 const void* kernel_of() {
-  return reinterpret_cast<const void*>(attention_bwd_sm90_kernel<T, C, false>);
+  return reinterpret_cast<const void*>(attention_bwd_sm90_kernel<T, C, false, false>);
 }
 
 struct Maps {
@@ -508,8 +543,8 @@ void launch_typed(const Params& p, const BackwardArgs& a, cudaStream_t stream) {
   const int64_t heads_kv = p.heads_q / p.group, rows_k = p.cu_q ? p.total_k : p.batch * p.seq_k;
   if (f.split > 1) {
     f.part_stride = rows_k * heads_kv * D;
-    parts = runtime::Scratch(std::size_t(2 * f.split * f.part_stride) * sizeof(T), stream);
-    f.dk = parts.data(), f.dv = parts.as<T>() + f.split * f.part_stride;
+    parts = runtime::Scratch(std::size_t(2 * f.split * f.part_stride) * sizeof(float), stream);
+    f.dk = parts.data(), f.dv = parts.as<float>() + f.split * f.part_stride;
     f.sdk = f.sdv = Strides{p.cu_q ? 0 : p.seq_k * heads_kv * D, heads_kv * D, D, 1};
   }
   f.order = order.as<int>();
@@ -517,15 +552,20 @@ void launch_typed(const Params& p, const BackwardArgs& a, cudaStream_t stream) {
   f.seq_q = p.seq_q, f.seq_k = p.seq_k, f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.group = int(p.group);
   f.scale = p.scale, f.softcap = p.softcap, f.mul = (p.softcap > 0 ? 1.f : p.scale) * kLog2e;
   f.causal = p.causal, f.window_left = p.window_left, f.window_right = p.window_right;
+  f.alibi = p.alibi, f.alibi_b = p.alibi_b, f.alibi_h = p.alibi_h;
   const dim3 grid = grid_of(p);
   f.band = sm90::band_of(grid, p.device);
   const std::size_t smem = sizeof(Smem<T, C>) + 1024;
-  auto kernel = p.softcap > 0 ? attention_bwd_sm90_kernel<T, C, true> : attention_bwd_sm90_kernel<T, C, false>;
+  const bool cap = p.softcap > 0, alibi = p.alibi != nullptr;
+  auto kernel = cap ? (alibi ? attention_bwd_sm90_kernel<T, C, true, true>
+                             : attention_bwd_sm90_kernel<T, C, true, false>)
+                    : (alibi ? attention_bwd_sm90_kernel<T, C, false, true>
+                             : attention_bwd_sm90_kernel<T, C, false, false>);
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   kernel<<<grid, kThreads, smem, stream>>>(mq, mk, mv, mdo, f);
   TESSERA_LAUNCH_CHECK();
   finish_dq(p, a, dq_acc.as<float>(), m_blocks, stream);
-  if (f.split > 1) sum_parts(p, a, f.dk, f.dv, f.split, stream);
+  if (f.split > 1) sum_parts(p, a, static_cast<const float*>(f.dk), static_cast<const float*>(f.dv), f.split, stream);
 }
 
 }  // namespace sm90_bwd

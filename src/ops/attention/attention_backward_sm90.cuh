@@ -39,8 +39,9 @@ void prepare(const Params& p, const BackwardArgs& a, float* lse2, float* delta, 
 void finish_dq(const Params& p, const BackwardArgs& a, const float* dq_acc, int64_t m_blocks, cudaStream_t stream);
 
 // With the group split over CTAs (split > 1): dk, dv = the sum over the parts of dk_parts and
-// dv_parts ([split][rows_k][heads_kv][D] each, contiguous), in dk's and dv's dtype and strides.
-void sum_parts(const Params& p, const BackwardArgs& a, const void* dk_parts, const void* dv_parts, int split,
+// dv_parts (float32, [split][rows_k][heads_kv][D] each, contiguous), in dk's and dv's dtype and
+// strides.
+void sum_parts(const Params& p, const BackwardArgs& a, const float* dk_parts, const float* dv_parts, int split,
                cudaStream_t stream);
 
 }  // namespace tessera::attn::sm90_bwd

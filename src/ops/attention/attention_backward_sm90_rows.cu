@@ -87,19 +87,21 @@ __global__ void __launch_bounds__(256) finish_dq_kernel(Params p, const float* d
 // dk, dv = the sum over the parts, 8 elements a thread (the Hopper tier takes dk and dv 16-byte
 // aligned with 16-byte rows). Thread i < n takes dK's vector i, the rest dV's.
 template <class T, int D>
-__global__ void __launch_bounds__(256) sum_parts_kernel(Params p, BackwardArgs a, const T* dk_parts,
-                                                        const T* dv_parts, int split, int64_t n) {
+__global__ void __launch_bounds__(256) sum_parts_kernel(Params p, BackwardArgs a, const float* dk_parts,
+                                                        const float* dv_parts, int split, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x;
   if (i >= 2 * n) return;
   const bool is_v = i >= n;
   const int64_t e = (is_v ? i - n : i) * 8, heads_kv = p.heads_q / p.group;
   const int64_t row = e / (heads_kv * D), h = e / D % heads_kv, d = e % D;
-  const T* src = (is_v ? dv_parts : dk_parts) + e;
+  const float* src = (is_v ? dv_parts : dk_parts) + e;
   float acc[8] = {};
   for (int part = 0; part < split; ++part) {
-    const auto v = tile::load<8>(src + part * n * 8);
+    const float4 lo = *reinterpret_cast<const float4*>(src + part * n * 8);
+    const float4 hi = *reinterpret_cast<const float4*>(src + part * n * 8 + 4);
+    const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-    for (int k = 0; k < 8; ++k) acc[k] += tile::to_float(v[k]);
+    for (int k = 0; k < 8; ++k) acc[k] += v[k];
   }
   const Strides st = is_v ? a.sdv : a.sdk;
   const int64_t b = p.cu_q ? 0 : row / p.seq_k, r = p.cu_q ? row : row % p.seq_k;
@@ -129,17 +131,16 @@ void finish_typed(const Params& p, const BackwardArgs& a, const float* dq_acc, i
 }
 
 template <class T, int D>
-void sum_typed(const Params& p, const BackwardArgs& a, const void* dk_parts, const void* dv_parts, int split,
+void sum_typed(const Params& p, const BackwardArgs& a, const float* dk_parts, const float* dv_parts, int split,
                cudaStream_t stream) {
   const int64_t rows_k = p.cu_q ? p.total_k : p.batch * p.seq_k, n = rows_k * (p.heads_q / p.group) * D / 8;
-  sum_parts_kernel<T, D><<<unsigned((2 * n + 255) / 256), 256, 0, stream>>>(
-      p, a, static_cast<const T*>(dk_parts), static_cast<const T*>(dv_parts), split, n);
+  sum_parts_kernel<T, D><<<unsigned((2 * n + 255) / 256), 256, 0, stream>>>(p, a, dk_parts, dv_parts, split, n);
   TESSERA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void sum_parts(const Params& p, const BackwardArgs& a, const void* dk_parts, const void* dv_parts, int split,
+void sum_parts(const Params& p, const BackwardArgs& a, const float* dk_parts, const float* dv_parts, int split,
                cudaStream_t stream) {
   const bool half = p.dtype == DType::float16;
   if (p.dim == 64) {

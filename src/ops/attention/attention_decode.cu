@@ -63,8 +63,9 @@ struct Rows {
 };
 
 // Query rows of CTA (split blockIdx.x, KV head and row block blockIdx.y, batch blockIdx.z) against
-// chunk blockIdx.x of their keys.
-template <class T, int D, int R>
+// chunk blockIdx.x of their keys. Alibi: ALiBi's bias, whose per-row state (2 R registers) would
+// cost calls without it a spill at R = 4.
+template <class T, int D, int R, bool Alibi>
 __global__ void __launch_bounds__(kWarps * 32, R == 1 ? 8 : R == 2 ? 5 : R == 4 ? 4 : 2)
 decode_split_kernel(Params p, Split sp) {
   constexpr int L = D / 8, G = 32 / L;  // lanes per key, keys per warp step
@@ -77,6 +78,10 @@ decode_split_kernel(Params p, Split sp) {
   const float mul = (p.softcap > 0.f ? 1.f : p.scale) * kLog2e;
   float q[R][8], acc[R][8], m[R], l[R];
   int32_t lo[R], hi[R];  // each row's keys; the host keeps seq_k below 2^31
+  // ALiBi: a row's bias against key j is -al |dg - j| in log2 units; dg, the row's diagonal, is
+  // below 2^31 as the keys are.
+  float al[R];
+  int32_t dg[R];
   int64_t lo_all = INT32_MAX, hi_all = -1;  // no row with keys: an empty loop (no overflow)
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -87,6 +92,10 @@ decode_split_kernel(Params p, Split sp) {
       kr = key_range(i, sq.len_q, sq.len_k, p.causal, p.window_left, p.window_right);
     }
     lo[r] = int32_t(kr.lo), hi[r] = int32_t(kr.hi), m[r] = -INFINITY, l[r] = 0.f;
+    if (Alibi) {
+      al[r] = p.alibi[b * p.alibi_b + rows.head(p, hk, r) * p.alibi_h] * kLog2e;
+      dg[r] = int32_t(i + sq.len_k - sq.len_q);
+    }
     if (kr.hi >= kr.lo) lo_all = min(lo_all, kr.lo), hi_all = max(hi_all, kr.hi);
 #pragma unroll
     for (int d = 0; d < 8; ++d) acc[r][d] = 0.f;
@@ -119,7 +128,7 @@ decode_split_kernel(Params p, Split sp) {
       s = tile::warp_reduce<L>(s, tile::Sum{});
       if (!valid || j < lo[r] || j > hi[r]) continue;
       if (p.softcap > 0.f) s = p.softcap * tanhf(s * p.scale / p.softcap);
-      const float x = s * mul;
+      const float x = Alibi ? fmaf(-al[r], fabsf(float(dg[r] - int32_t(j))), s * mul) : s * mul;
       if (x > m[r]) {  // a new max (rare once a few keys are in): rescale what is summed so far
         const float corr = tile::rescale<tile::Base::two>(m[r], x);
         l[r] *= corr;
@@ -191,7 +200,7 @@ int64_t ctas_per_split(const Params& p) {
   return p.batch * (p.heads_q / p.group) * runtime::ceil_div(p.group * p.seq_q, int64_t(pack_of(p)));
 }
 
-template <class T, int D, int R>
+template <class T, int D, int R, bool Alibi>
 void launch_typed(const Params& p, int splits, cudaStream_t stream) {
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   Split sp;
@@ -201,26 +210,40 @@ void launch_typed(const Params& p, int splits, cudaStream_t stream) {
   runtime::Scratch o(size_t(rows) * splits * D * sizeof(float), stream), ml(size_t(rows) * splits * 2 * sizeof(float), stream);
   sp.o = o.as<float>(), sp.ml = ml.as<float>();
   const dim3 grid(unsigned(splits), unsigned(p.heads_q / p.group * sp.row_blocks), unsigned(p.batch));
-  decode_split_kernel<T, D, R><<<grid, kWarps * 32, 0, stream>>>(p, sp);
+  decode_split_kernel<T, D, R, Alibi><<<grid, kWarps * 32, 0, stream>>>(p, sp);
   TESSERA_LAUNCH_CHECK();
   decode_combine_kernel<T, D><<<dim3(1, unsigned(p.heads_q), unsigned(p.batch * p.seq_q)), D, 0, stream>>>(p, sp);
   TESSERA_LAUNCH_CHECK();
 }
 
-template <class T, int D>
-void launch_packed(const Params& p, int splits, cudaStream_t stream) {
-  switch (pack_of(p)) {
-    case 1: return launch_typed<T, D, 1>(p, splits, stream);
-    case 2: return launch_typed<T, D, 2>(p, splits, stream);
-    case 4: return launch_typed<T, D, 4>(p, splits, stream);
-    default: return launch_typed<T, D, 8>(p, splits, stream);
-  }
+// Calls f(Type<T>, D, R, Alibi) with the split kernel's parameters for p (integral constants).
+template <class T>
+struct Type {
+  using type = T;
+};
+template <class F>
+void with_split_kernel(const Params& p, F&& f) {
+  with_head_dim(p.dim, [&](auto d) {
+    const auto rows = [&](auto t) {
+      const auto alibi = [&](auto r) {
+        if (p.alibi) f(t, d, r, std::true_type{});
+        else f(t, d, r, std::false_type{});
+      };
+      switch (pack_of(p)) {
+        case 1: return alibi(std::integral_constant<int, 1>{});
+        case 2: return alibi(std::integral_constant<int, 2>{});
+        case 4: return alibi(std::integral_constant<int, 4>{});
+        default: return alibi(std::integral_constant<int, 8>{});
+      }
+    };
+    if (p.dtype == DType::float16) rows(Type<__half>{});
+    else rows(Type<__nv_bfloat16>{});
+  });
 }
 
 void launch(const Params& p, int splits, cudaStream_t stream) {
-  with_head_dim(p.dim, [&](auto d) {
-    if (p.dtype == DType::float16) launch_packed<__half, d>(p, splits, stream);
-    else launch_packed<__nv_bfloat16, d>(p, splits, stream);
+  with_split_kernel(p, [&](auto t, auto d, auto r, auto a) {
+    launch_typed<typename decltype(t)::type, d, r, a>(p, splits, stream);
   });
 }
 
@@ -229,14 +252,8 @@ constexpr int kMaxSplits = 1024;
 // The split kernel p runs (its registers set how many CTAs fit on an SM).
 const void* split_kernel_of(const Params& p) {
   const void* fn = nullptr;
-  with_head_dim(p.dim, [&](auto d) {
-    constexpr int D = decltype(d)::value;
-    const int r = pack_of(p);
-    const bool h = p.dtype == DType::float16;
-    fn = r == 1   ? (h ? (const void*)decode_split_kernel<__half, D, 1> : (const void*)decode_split_kernel<__nv_bfloat16, D, 1>)
-         : r == 2 ? (h ? (const void*)decode_split_kernel<__half, D, 2> : (const void*)decode_split_kernel<__nv_bfloat16, D, 2>)
-         : r == 4 ? (h ? (const void*)decode_split_kernel<__half, D, 4> : (const void*)decode_split_kernel<__nv_bfloat16, D, 4>)
-                  : (h ? (const void*)decode_split_kernel<__half, D, 8> : (const void*)decode_split_kernel<__nv_bfloat16, D, 8>);
+  with_split_kernel(p, [&](auto t, auto d, auto r, auto a) {
+    fn = reinterpret_cast<const void*>(decode_split_kernel<typename decltype(t)::type, d, r, a>);
   });
   return fn;
 }

@@ -16,7 +16,8 @@
 // Overlap: within a warpgroup, S of tile j+1 is issued before P V of tile j, so the softmax of
 // j+1 runs under that product; between the two, named barriers hand the tensor cores back and
 // forth (FlashAttention-3's ping-pong), so one's softmax runs under the other's multiplies.
-// Masks (causal, window, the end of the keys) are applied only on tiles that cross a boundary.
+// Masks (causal, window, the end of the keys) are applied only on tiles that cross a boundary;
+// ALiBi's bias, where given, on every tile, beside them.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -77,6 +78,8 @@ struct Fwd {
   float scale, mul, softcap;  // mul: what takes a (capped) score to log2 units
   bool causal;
   int64_t window_left, window_right;
+  const float* alibi;  // ALiBi (null: none): slope of (b, h) at b * alibi_b + h * alibi_h
+  int64_t alibi_b, alibi_h;
 };
 
 // A CTA's share: its query rows of sequence b (rows q0 + m_block * kBM on of the tensors, the
@@ -162,6 +165,14 @@ __device__ __forceinline__ void issue_pv(Smem<T, C>& s, int st, const uint32_t (
              accumulate || kk > 0);
 }
 
+// ALiBi for a thread's two rows, in the units scores_to_p holds the scores in: q.k without a
+// soft-cap (the scale comes later, in mul: so the slope is divided by it), the capped score with
+// one. Slope 0: none.
+struct Alibi {
+  float slope;
+  int diag[2];  // the rows' diagonals, i + len_k - len_q (the launcher keeps lengths below 2^30)
+};
+
 template <int N>
 __device__ __forceinline__ void mask_tile(float (&sc)[N], int64_t key0, const int64_t (&lo)[2],
                                           const int64_t (&hi)[2], int lane) {
@@ -219,16 +230,21 @@ __device__ void store_out(Smem<T, C>& s, const Fwd& f, const Work& w, float (&o)
   store_tile<T, C::D>(&s.q[0][0], kBM, wg * 64, o, inv, out, f.so.s, w.len_q - row_base, kEpiBar + wg);
 }
 
-// Tile `it` (key tile n_last - it) from scores to P: the soft-cap, the masks where the tile
-// crosses a boundary, the online softmax.
+// Tile `it` (key tile n_last - it) from scores to P: the soft-cap, ALiBi's bias, the masks where
+// the tile crosses a boundary, the online softmax.
 template <int BN>
 __device__ __forceinline__ void scores_to_p(float (&sc)[BN / 2], const Fwd& f, const Work& w, int it,
-                                            const int64_t (&lo)[2], const int64_t (&hi)[2], float (&m)[2],
-                                            float (&l)[2], float (&corr)[2], int lane) {
+                                            const int64_t (&lo)[2], const int64_t (&hi)[2], const Alibi& al,
+                                            float (&m)[2], float (&l)[2], float (&corr)[2], int lane) {
   const int64_t key0 = int64_t(w.n_last - it) * BN;
   if (f.softcap > 0.f) {
 #pragma unroll
     for (int j = 0; j < BN / 2; ++j) sc[j] = f.softcap * tanhf(sc[j] * f.scale / f.softcap);
+  }
+  if (al.slope != 0.f) {
+    const TileBias bias = tile_bias(al.slope, int(key0), al.diag, lane);
+#pragma unroll
+    for (int j = 0; j < BN / 2; ++j) sc[j] += bias.at(j);
   }
   if (key0 < w.lo_max || key0 + BN - 1 > w.hi_min) mask_tile(sc, key0, lo, hi, lane);
   online_softmax(sc, m, l, corr, f.mul);
@@ -244,10 +260,11 @@ __device__ void consume(Smem<T, C>& s, const Fwd& f, const Work& w, int wg) {
   const int tid = threadIdx.x % 128, lane = tid % 32;
   const int64_t row0 = int64_t(w.m_block) * kBM + wg * 64 + (tid / 32) * 16 + lane / 4;
   int64_t lo[2], hi[2];
+  Alibi al{f.alibi ? f.alibi[w.b * f.alibi_b + w.h * f.alibi_h] / (f.softcap > 0.f ? 1.f : f.scale) : 0.f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const KeyRange kr = key_range(row0 + 8 * r, w.len_q, w.len_k, f.causal, f.window_left, f.window_right);
-    lo[r] = kr.lo, hi[r] = kr.hi;
+    lo[r] = kr.lo, hi[r] = kr.hi, al.diag[r] = int(row0 + 8 * r + w.len_k - w.len_q);
   }
   float o[C::D / 2], sc[BN / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, corr[2];
   uint32_t pr[BN / 16][4];
@@ -270,7 +287,7 @@ __device__ void consume(Smem<T, C>& s, const Fwd& f, const Work& w, int wg) {
     tile::wgmma::wait<0>();
     tile::wgmma::fence_operands(sc);
     release(&s.k_empty[0]);
-    scores_to_p<BN>(sc, f, w, 0, lo, hi, m, l, corr, lane);
+    scores_to_p<BN>(sc, f, w, 0, lo, hi, al, m, l, corr, lane);
     pack_a<T, BN>(sc, pr);
     for (int it = 1; it < tiles; ++it) {
       const int st = it % kS, pst = (it - 1) % kS;
@@ -286,7 +303,7 @@ __device__ void consume(Smem<T, C>& s, const Fwd& f, const Work& w, int wg) {
       tile::wgmma::wait<1>();
       tile::wgmma::fence_operands(sc);
       release(&s.k_empty[st]);
-      scores_to_p<BN>(sc, f, w, it, lo, hi, m, l, corr, lane);
+      scores_to_p<BN>(sc, f, w, it, lo, hi, al, m, l, corr, lane);
       tile::wgmma::wait<0>();
       tile::wgmma::fence_operands(o);
 #pragma unroll
@@ -374,6 +391,7 @@ void launch_typed(const Params& p, cudaStream_t stream) {
   f.seq_q = p.seq_q, f.seq_k = p.seq_k, f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.group = int(p.group);
   f.scale = p.scale, f.softcap = p.softcap, f.mul = (p.softcap > 0 ? 1.f : p.scale) * kLog2e;
   f.causal = p.causal, f.window_left = p.window_left, f.window_right = p.window_right;
+  f.alibi = p.alibi, f.alibi_b = p.alibi_b, f.alibi_h = p.alibi_h;
   const dim3 grid = grid_of(p);
   f.band = band_of(grid, p.device);
   const std::size_t smem = sizeof(Smem<T, C>) + 1024;

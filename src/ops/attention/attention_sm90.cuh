@@ -74,6 +74,21 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 __device__ __forceinline__ int row_of(int j) { return (j / 2) % 2; }
 __device__ __forceinline__ int col_of(int j, int lane) { return 8 * (j / 4) + 2 * (lane % 4) + j % 2; }
 
+// ALiBi's bias -slope |c - d[r]| over an accumulator tile whose thread rows r have the reference
+// d[r] (a query's diagonal key, or a key's diagonal query) and whose columns c start at c0: the
+// thread's part of c - d[r], c0 + 2 (lane % 4) - d[r] (one conversion a row and tile), plus the
+// column's constant part 8 (j / 4) + j % 2 (col_of), so that a score costs an add and a
+// multiply-add. In float: exact below 2^24, and rounded far below the score beyond.
+struct TileBias {
+  float slope, off[2];
+  __device__ __forceinline__ float at(int j) const {
+    return -slope * fabsf(off[row_of(j)] + float(8 * (j / 4) + j % 2));
+  }
+};
+__device__ __forceinline__ TileBias tile_bias(float slope, int c0, const int (&d)[2], int lane) {
+  return {slope, {float(c0 + 2 * (lane % 4) - d[0]), float(c0 + 2 * (lane % 4) - d[1])}};
+}
+
 // A reduction over a row's quad (every lane of it gets the result), neighbouring lanes first.
 template <class Op>
 __device__ __forceinline__ float quad_reduce(float v, Op op) {

@@ -1,8 +1,10 @@
 // SwiGLU's gate: out = silu(gate) * up, forward and backward, each one pass over memory (the
-// backward's two gradients from two maps that each read what they need).
+// backward's two gradients from one map with two outputs).
 //
-// Bytes: 3n * sizeof(T) forward; backward 7n (grad_gate reads grad, gate, up; grad_up reads grad
-// and gate).
+// Bytes: 3n * sizeof(T) forward; backward 5n (grad, gate and up read, grad_gate and grad_up
+// written).
+#include <string>
+
 #include "ops/elementwise/map.cuh"
 #include "runtime/nvtx.hpp"
 #include "tessera/op.hpp"
@@ -16,17 +18,12 @@ template <bool Fast>
 struct SiluMul {
   __device__ __forceinline__ float operator()(float g, float u) const { return tile::Silu<Fast>{}(g) * u; }
 };
-// d/dgate: grad * up * silu'(gate).
+// d/dgate = grad * up * silu'(gate), d/dup = grad * silu(gate).
 template <bool Fast>
-struct SiluMulGradGate {
-  __device__ __forceinline__ float operator()(float dy, float g, float u) const {
-    return tile::SiluBackward<Fast>{}(dy * u, g);
+struct SiluMulGrads {
+  __device__ __forceinline__ tile::Floats<2> operator()(float dy, float g, float u) const {
+    return {{tile::SiluBackward<Fast>{}(dy * u, g), dy * tile::Silu<Fast>{}(g)}};
   }
-};
-// d/dup: grad * silu(gate).
-template <bool Fast>
-struct SiluMulGradUp {
-  __device__ __forceinline__ float operator()(float dy, float g) const { return dy * tile::Silu<Fast>{}(g); }
 };
 
 void check_pair(const char* op, const TensorView& gate, const TensorView& up) {
@@ -64,12 +61,81 @@ void silu_mul_backward(const TensorView& grad_output, const TensorView& gate, co
   check_out(op, "grad_up", grad_up, gate, ins);
   detail::check_no_overlap(op, "grad_up", grad_up, "grad_gate", grad_gate, /*allow_identical=*/false);
   if (grad_gate.numel() == 0) return;
-  // grad_up first: grad_gate may be grad_output itself (in place), which grad_up still reads.
-  elementwise::map_floats<SiluMulGradUp, 2>(op, grad_up, {&grad_output, &gate}, stream);
-  elementwise::map_floats<SiluMulGradGate, 3>(op, grad_gate, {&grad_output, &gate, &up}, stream);
+  // Each element's inputs are read before its outputs are written, so grad_gate or grad_up may be
+  // an input itself (in place).
+  elementwise::map_floats<SiluMulGrads, 3, 2>(op, {&grad_gate, &grad_up}, {&grad_output, &gate, &up}, stream);
 }
 
 namespace {
+
+// A view [..., N / block, block] of t [..., N]: its last dimension's blocks as a dimension, from
+// the column `first` on (gate: 0, up: kSwigluBlock), every `step`-th block.
+TensorView blocks_of(const TensorView& t, int64_t block, int64_t step, int64_t first) {
+  int64_t shape[kMaxDims], strides[kMaxDims];
+  const int last = t.ndim - 1;
+  for (int d = 0; d < last; ++d) shape[d] = t.shape[d], strides[d] = t.strides[d];
+  shape[last] = t.shape[last] / (block * step), strides[last] = block * step * t.strides[last];
+  shape[last + 1] = block, strides[last + 1] = t.strides[last];
+  void* data = static_cast<char*>(t.data) + first * t.strides[last] * int64_t(dtype_size(t.dtype));
+  return TensorView::make(data, t.dtype, shape, strides, t.ndim + 1, t.device);
+}
+
+// input [..., N] with N a multiple of 2 kSwigluBlock; `other` (named `other_name`) [..., N / div].
+void check_interleaved(const char* op, const TensorView& input, const char* other_name, const TensorView& other,
+                       int64_t div) {
+  detail::check_cuda_tensor(op, "input", input);
+  detail::check_dtype_in(op, "input", input, {DType::float32, DType::float16, DType::bfloat16});
+  if (input.ndim < 1 || input.ndim >= kMaxDims || input.shape[input.ndim - 1] % (2 * kSwigluBlock) != 0)
+    detail::throw_arg(ErrorKind::value, op, "input",
+                      "1 to 7 dimensions, the last a multiple of 128 (gate and up in blocks of 64)",
+                      input.shape_str());
+  detail::check_same_dtype(op, other_name, other, "input", input);
+  detail::check_same_device(op, other_name, other, "input", input);
+  bool ok = other.ndim == input.ndim && other.shape[other.ndim - 1] * div == input.shape[input.ndim - 1];
+  for (int d = 0; ok && d + 1 < input.ndim; ++d) ok = other.shape[d] == input.shape[d];
+  if (!ok) {
+    std::string want = "[";
+    for (int d = 0; d + 1 < input.ndim; ++d) want += std::to_string(input.shape[d]) + ", ";
+    want += std::to_string(input.shape[input.ndim - 1] / div) + "]";
+    detail::throw_arg(ErrorKind::value, op, other_name, want, other.shape_str());
+  }
+}
+
+}  // namespace
+
+void swiglu(const TensorView& input, const TensorView& out, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::swiglu");
+  check_interleaved("swiglu", input, "out", out, 2);
+  detail::check_no_internal_overlap("swiglu", "out", out);
+  detail::check_no_overlap("swiglu", "out", out, "input", input, /*allow_identical=*/false);
+  if (out.numel() == 0) return;
+  const TensorView gate = blocks_of(input, kSwigluBlock, 2, 0), up = blocks_of(input, kSwigluBlock, 2, kSwigluBlock);
+  const TensorView o = blocks_of(out, kSwigluBlock, 1, 0);
+  elementwise::map_floats<SiluMul, 2>("swiglu", o, {&gate, &up}, stream);
+}
+
+void swiglu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
+                     cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::swiglu_backward");
+  const char* op = "swiglu_backward";
+  check_interleaved(op, input, "grad_output", grad_output, 2);
+  check_interleaved(op, input, "grad_input", grad_input, 1);
+  detail::check_no_internal_overlap(op, "grad_input", grad_input);
+  detail::check_no_overlap(op, "grad_input", grad_input, "input", input, /*allow_identical=*/true);
+  detail::check_no_overlap(op, "grad_input", grad_input, "grad_output", grad_output, /*allow_identical=*/false);
+  if (grad_input.numel() == 0) return;
+  const TensorView gate = blocks_of(input, kSwigluBlock, 2, 0), up = blocks_of(input, kSwigluBlock, 2, kSwigluBlock);
+  const TensorView dgate = blocks_of(grad_input, kSwigluBlock, 2, 0);
+  const TensorView dup = blocks_of(grad_input, kSwigluBlock, 2, kSwigluBlock);
+  const TensorView dy = blocks_of(grad_output, kSwigluBlock, 1, 0);
+  elementwise::map_floats<SiluMulGrads, 3, 2>(op, {&dgate, &dup}, {&dy, &gate, &up}, stream);
+}
+
+namespace {
+const OpRegistrar kSwigluBackward = describe("swiglu_backward", "elementwise",
+                                             "swiglu backward (gate and up interleaved in blocks of 64): grad_input")
+    .schema("swiglu_backward(Tensor grad_output, Tensor input) -> Tensor")
+    .kernel<&swiglu_backward>({"grad_output", "input", "grad_input"}, {{"grad_input", "input"}});
 const OpRegistrar kSiluMul = describe("silu_mul", "elementwise", "SwiGLU's gate: silu(gate) * up")
     .schema("silu_mul(Tensor gate, Tensor up) -> Tensor")
     .kernel<&silu_mul>({"gate", "up", "out"}, {{"out", "gate"}})

@@ -55,9 +55,9 @@ TensorView transposed(const TensorView& t) {
 
 // The factor of the gradients: the loss gradient (1 where none is given), over the count for a
 // mean. A mean over no rows has only ignored rows, whose gradients are 0 and stay 0 (as torch's).
-__global__ void factor_kernel(const int* valid, const float* grad_loss, float* factor) {
+__global__ void factor_kernel(const float* valid, const float* grad_loss, float* factor) {
   const float g = grad_loss ? *grad_loss : 1.0f;
-  *factor = !valid ? g : *valid > 0 ? g / float(*valid) : 0.0f;
+  *factor = !valid ? g : *valid > 0 ? g / *valid : 0.0f;
 }
 
 // d_bias, a column per thread: acc[c] = (first ? 0 : acc[c]) + the chunk's column sum of grad; on
@@ -197,6 +197,9 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
     for (const Arg& a : outs) apart(a);
     for (const Arg& a : ins) apart(a);
   }
+  if (o.weight)  // the chunks' divisor and gradients' factor count rows, not class weights
+    detail::throw_arg(ErrorKind::value, kOp, "options.weight", "nullptr (class weights are cross_entropy's only)",
+                      "class weights");
   if (o.chunk_rows < 0)
     detail::throw_arg(ErrorKind::value, kOp, "chunk_rows", "a count >= 0 (0: chosen)", std::to_string(o.chunk_rows));
 }
@@ -223,15 +226,17 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
   runtime::Scratch own(options.workspace || n == 0 ? 0 : std::size_t(chunk * v * elem), stream);
   void* ws = options.workspace ? options.workspace->data : own.data();
   runtime::Scratch row_loss(none ? 0 : std::size_t(std::max<int64_t>(n, 1)) * sizeof(float), stream),
-      valid(mean ? sizeof(int) : 0, stream), factor(sizeof(float), stream),
+      valid(mean ? sizeof(float) : 0, stream), factor(sizeof(float), stream),
       bias_acc(grads.d_bias ? std::size_t(v) * sizeof(float) : 0, stream);
-  if (mean) loss::count_valid(target.data, target.dtype == DType::int64, n, options.ignore_index, valid.as<int>(), stream);
+  if (mean)
+    loss::mean_divisor(target.data, target.dtype == DType::int64, n, options.ignore_index, nullptr, v, valid.as<float>(),
+                       stream);
 
   // The gradients' factor where it is not 1 for every row (none: per-row, applied to the chunk).
   const TensorView factor_view = TensorView::contiguous(factor.data(), DType::float32, {}, dev);
   const bool scaled = want && !none && (mean || grads.grad_loss);
   if (scaled) {
-    factor_kernel<<<1, 1, 0, stream>>>(mean ? valid.as<int>() : nullptr,
+    factor_kernel<<<1, 1, 0, stream>>>(mean ? valid.as<float>() : nullptr,
                                        grads.grad_loss ? static_cast<const float*>(grads.grad_loss->data) : nullptr,
                                        factor.as<float>());
     TESSERA_LAUNCH_CHECK();
@@ -269,7 +274,7 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
       launch_bias_grad(logits, bias_acc.as<float>(), c0 == 0, c0 + rows >= n ? grads.d_bias : nullptr,
                        scaled ? factor.as<float>() : nullptr, stream);
   }
-  if (!none) loss::sum_rows(row_loss.as<float>(), n, mean ? valid.as<int>() : nullptr, static_cast<float*>(loss.data), stream);
+  if (!none) loss::sum_rows(row_loss.as<float>(), n, mean ? valid.as<float>() : nullptr, static_cast<float*>(loss.data), stream);
 }
 
 }  // namespace tessera

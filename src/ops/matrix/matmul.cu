@@ -6,8 +6,10 @@
 #include "ops/matrix/gemm.cuh"
 #include "runtime/device.hpp"
 #include "runtime/nvtx.hpp"
+#include "runtime/scratch.hpp"
 #include "runtime/tier.hpp"
 #include "runtime/validate.hpp"
+#include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/matrix.hpp"
 #include "tessera/op.hpp"
 
@@ -19,6 +21,7 @@ const char* activation_name(Activation a) {
     case Activation::gelu: return "gelu";
     case Activation::gelu_tanh: return "gelu_tanh";
     case Activation::silu: return "silu";
+    case Activation::swiglu: return "swiglu";
     default: return "none";
   }
 }
@@ -165,9 +168,66 @@ void matrix::run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cud
   runtime::run_first<SkinnyTier, Sm90Tier, RelayoutTier, Sm80Tier, SimtTier>(op, g, ctx, stream);
 }
 
+namespace {
+
+// The product's shape for an output `out` of N / 2 columns: out's with N columns.
+TensorView widened(const TensorView& out, void* data) {
+  int64_t shape[kMaxDims];
+  for (int d = 0; d < out.ndim; ++d) shape[d] = out.shape[d];
+  shape[out.ndim - 1] *= 2;
+  return TensorView::make(data, out.dtype, shape, nullptr, out.ndim, out.device);
+}
+
+// activation 'swiglu': the product (plus bias) into the pre-activation output (a scratch buffer
+// where none is asked for), then swiglu over it.
+void matmul_swiglu(const TensorView& input, const TensorView& other, const TensorView& out,
+                   const MatmulOptions& options, cudaStream_t stream) {
+  const char* op = "matmul";
+  if (options.residual)
+    detail::throw_arg(ErrorKind::value, op, "residual", "none with activation 'swiglu'", "a tensor");
+  if (options.beta != 0.0)
+    detail::throw_arg(ErrorKind::value, op, "beta", "0 with activation 'swiglu'", std::to_string(options.beta));
+  detail::check_cuda_tensor(op, "out", out);
+  check_rank(op, "out", out);
+  detail::check_cuda_tensor(op, "other", other);
+  check_rank(op, "other", other);
+  const int64_t n = other.shape[other.ndim - 1];
+  if (n % (2 * kSwigluBlock) != 0)
+    detail::throw_arg(ErrorKind::value, op, "other",
+                      "N a multiple of 128 with activation 'swiglu' (gate and up in blocks of 64 columns)",
+                      other.shape_str());
+  if (out.shape[out.ndim - 1] * 2 != n)
+    detail::throw_arg(ErrorKind::value, op, "out", "N / 2 = " + std::to_string(n / 2) + " columns with activation 'swiglu'",
+                      out.shape_str());
+  runtime::DeviceGuard guard(out.device.index);
+  runtime::Scratch buf;
+  TensorView z;
+  if (options.preactivation) {
+    z = *options.preactivation;
+    const TensorView want = widened(out, nullptr);
+    bool same = z.ndim == want.ndim;
+    for (int d = 0; same && d < z.ndim; ++d) same = z.shape[d] == want.shape[d];
+    if (!same)
+      detail::throw_arg(ErrorKind::value, op, "preactivation", want.shape_str() + " (out's, with N columns)",
+                        z.shape_str());
+    detail::check_no_overlap(op, "preactivation", z, "out", out, false);
+  } else {
+    buf = runtime::Scratch(out.nbytes() * 2, stream);
+    z = widened(out, buf.data());
+  }
+  MatmulOptions o = options;
+  o.activation = Activation::none, o.preactivation = nullptr;
+  matrix::GemmArgs g = resolve(op, input, other, z, o);
+  run(op, g, stream);
+  swiglu(z, out, stream);
+}
+
+}  // namespace
+
 void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
             const MatmulOptions& options, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::matmul");
+  if (options.activation == Activation::swiglu) return matmul_swiglu(input, other, out, options, stream);
   matrix::GemmArgs g = resolve("matmul", input, other, out, options);
   run("matmul", g, stream);
 }

@@ -1,6 +1,7 @@
-// LayerNorm and RMSNorm (torch's semantics; see tessera/ops/rowwise.hpp): argument checks,
-// layouts, dtype dispatch and the public functions. The kernels and their tiers are in
-// norm_forward.cu, norm_backward.cu and norm_staged.cu (norm.cuh says what bounds them).
+// LayerNorm and RMSNorm (torch's semantics; see tessera/ops/rowwise.hpp), and the same fused with
+// a residual add (add_layer_norm, add_rms_norm): argument checks, layouts, dtype dispatch and the
+// public functions. The kernels and their tiers are in norm_forward.cu, norm_backward.cu and
+// norm_staged.cu (norm.cuh says what bounds them).
 //
 // Layouts: the kernels need the normalized block of x/out (dy/dx) dense (stride 1 innermost,
 // contiguous over the normalized dimensions) and the rows at a uniform stride (leading dimensions
@@ -32,9 +33,9 @@
 namespace tessera {
 namespace {
 
+using norm::AddBwdParams;
+using norm::AddFwdParams;
 using norm::BwdArgs;
-using norm::BwdParams;
-using norm::FwdParams;
 
 template <class F>
 void with_dtype(DType dt, F&& f) {
@@ -132,9 +133,14 @@ void check_shape(const char* op, const char* arg, const TensorView& t, const int
                       "shape " + detail::shape_str(shape, ndim) + " (" + what + ")", t.shape_str());
 }
 
-void check_x(const char* op, const TensorView& x, int nnorm) {
-  detail::check_cuda_tensor(op, "input", x);
-  detail::check_dtype_in(op, "input", x, {DType::float32, DType::float16, DType::bfloat16});
+// x, the tensor normalized, is the argument `xname` ('input'; the add ops' backward:
+// 'residual_out'). The add ops normalize the last dimension (`last`), which x must have.
+void check_x(const char* op, const char* xname, const TensorView& x, int nnorm, bool last) {
+  detail::check_cuda_tensor(op, xname, x);
+  detail::check_dtype_in(op, xname, x, {DType::float32, DType::float16, DType::bfloat16});
+  if (last && x.ndim < 1)
+    detail::throw_arg(ErrorKind::value, op, xname, "a tensor of at least 1 dimension (the last is normalized)",
+                      "a 0-d tensor");
   if (nnorm < 1 || nnorm > x.ndim)
     detail::throw_arg(ErrorKind::value, op, "normalized_ndim",
                       "1 <= normalized_ndim <= x.ndim = " + std::to_string(x.ndim), std::to_string(nnorm));
@@ -142,19 +148,23 @@ void check_x(const char* op, const TensorView& x, int nnorm) {
 
 // A tensor like x (grad_out, out, grad_in).
 // weight, bias, grad_weight, grad_bias: x's dtype, the normalized shape.
-void check_param(const char* op, const char* arg, const TensorView& t, const TensorView& x, int lead) {
+void check_param(const char* op, const char* arg, const TensorView& t, const char* xname, const TensorView& x,
+                 int lead) {
   detail::check_cuda_tensor(op, arg, t);
-  detail::check_same_device(op, arg, t, "input", x);
-  detail::check_same_dtype(op, arg, t, "input", x);
-  check_shape(op, arg, t, x.shape + lead, x.ndim - lead, "the normalized shape of 'input'");
+  detail::check_same_device(op, arg, t, xname, x);
+  detail::check_same_dtype(op, arg, t, xname, x);
+  const std::string what = "the normalized shape of '" + std::string(xname) + "'";
+  check_shape(op, arg, t, x.shape + lead, x.ndim - lead, what.c_str());
 }
 
 // mean, rstd: float32, the leading shape.
-void check_stats(const char* op, const char* arg, const TensorView& t, const TensorView& x, int lead) {
+void check_stats(const char* op, const char* arg, const TensorView& t, const char* xname, const TensorView& x,
+                 int lead) {
   detail::check_cuda_tensor(op, arg, t);
-  detail::check_same_device(op, arg, t, "input", x);
+  detail::check_same_device(op, arg, t, xname, x);
   detail::check_dtype_in(op, arg, t, {DType::float32});
-  check_shape(op, arg, t, x.shape, lead, "the leading shape of 'input'");
+  const std::string what = "the leading shape of '" + std::string(xname) + "'";
+  check_shape(op, arg, t, x.shape, lead, what.c_str());
 }
 
 void check_eps(const char* op, double eps) {
@@ -168,50 +178,67 @@ void check_eps(const char* op, double eps) {
 struct Named {
   const char* name;
   const TensorView* t;
+  const TensorView* may_be = nullptr;  // an input this output may be exactly (in place)
 };
 
-// Each output: no element written twice, no overlap with any input or with an earlier output.
+// Each output: no element written twice, no overlap with any input or with an earlier output,
+// except being exactly its `may_be` input (the add ops in place: each element is read before it
+// is written, by the thread that writes it).
 void check_outputs(const char* op, std::initializer_list<Named> outs, std::initializer_list<Named> ins) {
   std::vector<Named> seen;
   for (const Named& o : outs) {
     if (!o.t) continue;
     detail::check_no_internal_overlap(op, o.name, *o.t);
     for (const Named& i : ins)
-      if (i.t) detail::check_no_overlap(op, o.name, *o.t, i.name, *i.t, false);
+      if (i.t) detail::check_no_overlap(op, o.name, *o.t, i.name, *i.t, o.may_be && o.may_be == i.t);
     for (const Named& s : seen) detail::check_no_overlap(op, o.name, *o.t, s.name, *s.t, false);
     seen.push_back(o);
   }
 }
 
 // ---- the two drivers ---------------------------------------------------------------------------
+// The add ops' residual: the forward's residual and residual_out; none for the plain norms.
+struct Residual {
+  const TensorView* in = nullptr;
+  const TensorView* out = nullptr;
+};
+
 void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, const TensorView* weight,
                   const TensorView* bias, double eps, const TensorView& out, const TensorView* mean,
-                  const TensorView* rstd, cudaStream_t stream) {
-  check_x(op, x, nnorm);
+                  const TensorView* rstd, Residual res, cudaStream_t stream) {
+  check_x(op, "input", x, nnorm, res.in != nullptr);
   const int lead = x.ndim - nnorm;
-  if (weight) check_param(op, "weight", *weight, x, lead);
-  if (bias) check_param(op, "bias", *bias, x, lead);
+  if (res.in) detail::check_like(op, "residual", *res.in, "input", x);
+  if (weight) check_param(op, "weight", *weight, "input", x, lead);
+  if (bias) check_param(op, "bias", *bias, "input", x, lead);
   check_eps(op, eps);
   detail::check_like(op, "out", out, "input", x);
-  if (mean) check_stats(op, "mean", *mean, x, lead);
-  if (rstd) check_stats(op, "rstd", *rstd, x, lead);
-  check_outputs(op, {{"out", &out}, {"mean", mean}, {"rstd", rstd}},
-                {{"input", &x}, {"weight", weight}, {"bias", bias}});
+  if (res.out) detail::check_like(op, "residual_out", *res.out, "input", x);
+  if (mean) check_stats(op, "mean", *mean, "input", x, lead);
+  if (rstd) check_stats(op, "rstd", *rstd, "input", x, lead);
+  // The add ops may run in place as vLLM's fused_add_rms_norm does: out over input, residual_out
+  // over residual.
+  check_outputs(op,
+                {{"out", &out, res.in ? &x : nullptr}, {"residual_out", res.out, res.in}, {"mean", mean},
+                 {"rstd", rstd}},
+                {{"input", &x}, {"residual", res.in}, {"weight", weight}, {"bias", bias}});
   if (x.numel() == 0) return;
 
   runtime::DeviceGuard guard(x.device.index);
-  runtime::Scratch xs, os, ws, bs, ms, rs;
+  runtime::Scratch xs, os, ws, bs, ms, rs, res_s, res_os;
   const TensorView xv = as_input(x, lead, true, xs, stream);
   const TensorView ov = as_output(out, lead, true, os, stream);
   const TensorView wv = weight ? as_input(*weight, 0, true, ws, stream) : TensorView{};
   const TensorView bv = bias ? as_input(*bias, 0, true, bs, stream) : TensorView{};
   const TensorView mv = mean ? as_output(*mean, lead, false, ms, stream) : TensorView{};
   const TensorView rv = rstd ? as_output(*rstd, lead, false, rs, stream) : TensorView{};
+  const TensorView resv = res.in ? as_input(*res.in, lead, true, res_s, stream) : TensorView{};
+  const TensorView resov = res.out ? as_output(*res.out, lead, true, res_os, stream) : TensorView{};
 
   with_dtype(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = tile::kVec16<T>;
-    FwdParams<T> p{};
+    AddFwdParams<T> p{};
     p.x = static_cast<const T*>(xv.data);
     p.out = static_cast<T*>(ov.data);
     p.w = weight ? static_cast<const T*>(wv.data) : nullptr;
@@ -226,35 +253,49 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
     p.n = product(x.shape, lead, x.ndim);
     p.inv_n = static_cast<float>(1.0 / static_cast<double>(p.n));
     p.eps = static_cast<float>(eps);
-    const bool vec = p.n % V == 0 && rows_aligned<T>(xv, p.stride[0]) && rows_aligned<T>(ov, p.stride[1]) &&
-                     (!p.w || tile::is_aligned<T, V>(p.w)) && (!p.b || tile::is_aligned<T, V>(p.b));
+    bool vec = p.n % V == 0 && rows_aligned<T>(xv, p.stride[0]) && rows_aligned<T>(ov, p.stride[1]) &&
+               (!p.w || tile::is_aligned<T, V>(p.w)) && (!p.b || tile::is_aligned<T, V>(p.b));
+    if (res.in) {
+      p.res = static_cast<const T*>(resv.data);
+      p.res_out = static_cast<T*>(resov.data);
+      p.res_stride[0] = *row_stride(resv, lead);
+      p.res_stride[1] = *row_stride(resov, lead);
+      vec = vec && rows_aligned<T>(resv, p.res_stride[0]) && rows_aligned<T>(resov, p.res_stride[1]);
+    }
     norm::forward(op, p, rms, vec, norm::Ctx::of(x.device.index), stream);
   });
   copy_back(ov, &out, stream);
+  if (res.out) copy_back(resov, res.out, stream);
   if (mean) copy_back(mv, mean, stream);
   if (rstd) copy_back(rv, rstd, stream);
 }
 
-void norm_backward(const char* op, bool rms, const TensorView& grad_out, const TensorView& x, int nnorm,
-                   const TensorView* mean, const TensorView& rstd, const TensorView* weight,
-                   const TensorView* grad_in, const TensorView* grad_weight, const TensorView* grad_bias,
-                   cudaStream_t stream) {
-  check_x(op, x, nnorm);
+// `xname`: the argument x is ('input'; the add ops' backward: 'residual_out'). `dres`: the add ops'
+// gradient of residual_out, added to grad_in (nullptr: none).
+void norm_backward(const char* op, bool rms, const TensorView& grad_out, const char* xname, const TensorView& x,
+                   int nnorm, const TensorView* mean, const TensorView& rstd, const TensorView* weight,
+                   const TensorView* dres, const TensorView* grad_in, const TensorView* grad_weight,
+                   const TensorView* grad_bias, cudaStream_t stream) {
+  check_x(op, xname, x, nnorm, std::string(xname) != "input");  // the add ops normalize the last dim
   const int lead = x.ndim - nnorm;
-  detail::check_like(op, "grad_output", grad_out, "input", x);
-  if (mean) check_stats(op, "mean", *mean, x, lead);
-  check_stats(op, "rstd", rstd, x, lead);
-  if (weight) check_param(op, "weight", *weight, x, lead);
-  if (grad_in) detail::check_like(op, "grad_input", *grad_in, "input", x);
+  detail::check_like(op, "grad_output", grad_out, xname, x);
+  if (dres) detail::check_like(op, "grad_residual_out", *dres, xname, x);
+  if (mean) check_stats(op, "mean", *mean, xname, x, lead);
+  check_stats(op, "rstd", rstd, xname, x, lead);
+  if (weight) check_param(op, "weight", *weight, xname, x, lead);
+  if (grad_in) detail::check_like(op, "grad_input", *grad_in, xname, x);
   if (grad_weight) {
     if (!weight)
       detail::throw_arg(ErrorKind::value, op, "grad_weight", "nullptr when 'weight' is not given",
                         "a tensor");
-    check_param(op, "grad_weight", *grad_weight, x, lead);
+    check_param(op, "grad_weight", *grad_weight, xname, x, lead);
   }
-  if (grad_bias) check_param(op, "grad_bias", *grad_bias, x, lead);
-  check_outputs(op, {{"grad_input", grad_in}, {"grad_weight", grad_weight}, {"grad_bias", grad_bias}},
-                {{"grad_output", &grad_out}, {"input", &x}, {"mean", mean}, {"rstd", &rstd}, {"weight", weight}});
+  if (grad_bias) check_param(op, "grad_bias", *grad_bias, xname, x, lead);
+  // grad_input may be grad_residual_out itself: dx accumulated in place.
+  check_outputs(op, {{"grad_input", grad_in, dres}, {"grad_weight", grad_weight}, {"grad_bias", grad_bias}},
+                {{"grad_output", &grad_out}, {"grad_residual_out", dres}, {xname, &x}, {"mean", mean},
+                 {"rstd", &rstd}, {"weight", weight}});
+  if (!grad_in) dres = nullptr;  // nothing to add it to
 
   const int64_t rows = product(x.shape, 0, lead), n = product(x.shape, lead, x.ndim);
   const bool sums = grad_weight || grad_bias;
@@ -266,12 +307,13 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const T
     return;
   }
 
-  runtime::Scratch xs, dys, dxs, ws, dws, dbs, ms, rs, parts, means;
+  runtime::Scratch xs, dys, dxs, ws, dws, dbs, ms, rs, drs, parts, means;
   const TensorView xv = as_input(x, lead, true, xs, stream);
   const TensorView dyv = as_input(grad_out, lead, true, dys, stream);
   const TensorView mv = mean ? as_input(*mean, lead, false, ms, stream) : TensorView{};
   const TensorView rv = as_input(rstd, lead, false, rs, stream);
   const TensorView wv = weight ? as_input(*weight, 0, true, ws, stream) : TensorView{};
+  const TensorView drv = dres ? as_input(*dres, lead, true, drs, stream) : TensorView{};
   const TensorView dxv = grad_in ? as_output(*grad_in, lead, true, dxs, stream) : TensorView{};
   const TensorView dwv = grad_weight ? as_output(*grad_weight, 0, true, dws, stream) : TensorView{};
   const TensorView dbv = grad_bias ? as_output(*grad_bias, 0, true, dbs, stream) : TensorView{};
@@ -280,24 +322,27 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const T
   with_dtype(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = tile::kVec16<T>;
-    BwdParams<T> p{};
+    AddBwdParams<T> p{};
     p.dy = static_cast<const T*>(dyv.data);
     p.x = static_cast<const T*>(xv.data);
     p.w = weight ? static_cast<const T*>(wv.data) : nullptr;
     p.mean = mean ? static_cast<const float*>(mv.data) : nullptr;
     p.rstd = static_cast<const float*>(rv.data);
     p.dx = grad_in ? static_cast<T*>(dxv.data) : nullptr;
+    p.dres = dres ? static_cast<const T*>(drv.data) : nullptr;
     p.stride[0] = *row_stride(xv, lead);
     p.stride[1] = *row_stride(dyv, lead);
     p.stride[2] = grad_in ? *row_stride(dxv, lead) : 0;
     p.stride[3] = mean ? *row_stride(mv, lead) : 0;
     p.stride[4] = *row_stride(rv, lead);
+    p.dres_stride = dres ? *row_stride(drv, lead) : 0;
     p.rows = rows;
     p.n = n;
     p.ld = runtime::ceil_div(n, 4) * 4;  // 16-byte aligned partial rows
     p.inv_n = static_cast<float>(1.0 / static_cast<double>(n));
     const bool vec = n % V == 0 && rows_aligned<T>(xv, p.stride[0]) && rows_aligned<T>(dyv, p.stride[1]) &&
-                     (!grad_in || rows_aligned<T>(dxv, p.stride[2])) && (!p.w || tile::is_aligned<T, V>(p.w));
+                     (!grad_in || rows_aligned<T>(dxv, p.stride[2])) && (!p.w || tile::is_aligned<T, V>(p.w)) &&
+                     (!dres || rows_aligned<T>(drv, p.dres_stride));
     const BwdArgs<T> a{p, grad_weight ? static_cast<T*>(dwv.data) : nullptr,
                        grad_bias ? static_cast<T*>(dbv.data) : nullptr, device, &parts, &means};
     norm::backward(op, a, rms, vec, norm::Ctx::of(device), stream);
@@ -313,7 +358,7 @@ void layer_norm(const TensorView& x, int normalized_ndim, const TensorView* weig
                 double eps, const TensorView& out, const TensorView* mean, const TensorView* rstd,
                 cudaStream_t stream) {
   runtime::NvtxRange range("tessera::layer_norm");
-  norm_forward("layer_norm", false, x, normalized_ndim, weight, bias, eps, out, mean, rstd, stream);
+  norm_forward("layer_norm", false, x, normalized_ndim, weight, bias, eps, out, mean, rstd, {}, stream);
 }
 
 void layer_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
@@ -321,22 +366,55 @@ void layer_norm_backward(const TensorView& grad_out, const TensorView& x, int no
                          const TensorView* grad_in, const TensorView* grad_weight,
                          const TensorView* grad_bias, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::layer_norm_backward");
-  norm_backward("layer_norm_backward", false, grad_out, x, normalized_ndim, &mean, rstd, weight, grad_in,
-                grad_weight, grad_bias, stream);
+  norm_backward("layer_norm_backward", false, grad_out, "input", x, normalized_ndim, &mean, rstd, weight, nullptr,
+                grad_in, grad_weight, grad_bias, stream);
 }
 
 void rms_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, double eps,
               const TensorView& out, const TensorView* rstd, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::rms_norm");
-  norm_forward("rms_norm", true, x, normalized_ndim, weight, nullptr, eps, out, nullptr, rstd, stream);
+  norm_forward("rms_norm", true, x, normalized_ndim, weight, nullptr, eps, out, nullptr, rstd, {}, stream);
 }
 
 void rms_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
                        const TensorView& rstd, const TensorView* weight, const TensorView* grad_in,
                        const TensorView* grad_weight, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::rms_norm_backward");
-  norm_backward("rms_norm_backward", true, grad_out, x, normalized_ndim, nullptr, rstd, weight, grad_in,
-                grad_weight, nullptr, stream);
+  norm_backward("rms_norm_backward", true, grad_out, "input", x, normalized_ndim, nullptr, rstd, weight, nullptr,
+                grad_in, grad_weight, nullptr, stream);
+}
+
+void add_layer_norm(const TensorView& input, const TensorView& residual, const TensorView* weight,
+                    const TensorView* bias, double eps, const TensorView& out, const TensorView& residual_out,
+                    const TensorView* mean, const TensorView* rstd, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::add_layer_norm");
+  norm_forward("add_layer_norm", false, input, 1, weight, bias, eps, out, mean, rstd, {&residual, &residual_out},
+               stream);
+}
+
+void add_layer_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+                             const TensorView& residual_out, const TensorView& mean, const TensorView& rstd,
+                             const TensorView* weight, const TensorView* grad_input,
+                             const TensorView* grad_weight, const TensorView* grad_bias, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::add_layer_norm_backward");
+  norm_backward("add_layer_norm_backward", false, grad_output, "residual_out", residual_out, 1, &mean, rstd, weight,
+                grad_residual_out, grad_input, grad_weight, grad_bias, stream);
+}
+
+void add_rms_norm(const TensorView& input, const TensorView& residual, const TensorView* weight, double eps,
+                  const TensorView& out, const TensorView& residual_out, const TensorView* rstd,
+                  cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::add_rms_norm");
+  norm_forward("add_rms_norm", true, input, 1, weight, nullptr, eps, out, nullptr, rstd, {&residual, &residual_out},
+               stream);
+}
+
+void add_rms_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+                           const TensorView& residual_out, const TensorView& rstd, const TensorView* weight,
+                           const TensorView* grad_input, const TensorView* grad_weight, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::add_rms_norm_backward");
+  norm_backward("add_rms_norm_backward", true, grad_output, "residual_out", residual_out, 1, nullptr, rstd, weight,
+                grad_residual_out, grad_input, grad_weight, nullptr, stream);
 }
 
 }  // namespace tessera
@@ -358,5 +436,18 @@ const OpRegistrar kRmsNorm = describe("rms_norm", "rowwise", "RMSNorm over the t
 const OpRegistrar kRmsNormBackward = describe("rms_norm_backward", "rowwise", "RMSNorm backward: grad_in, grad_weight (deterministic)")
     .schema("rms_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor rstd, "
             "Tensor? weight, bool[2] output_mask) -> (Tensor, Tensor)");
+// The residual add fused with the norm over the last dimension: (out, residual_out, [mean,] rstd).
+// The backward's grad_input is the gradient of both input and residual.
+const OpRegistrar kAddLayerNorm = describe("add_layer_norm", "rowwise", "residual_out = input + residual, then LayerNorm of it over the last dimension")
+    .schema("add_layer_norm(Tensor input, Tensor residual, Tensor? weight=None, Tensor? bias=None, "
+            "float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)");
+const OpRegistrar kAddLayerNormBackward = describe("add_layer_norm_backward", "rowwise", "add_layer_norm backward: grad_input (of input and residual), grad_weight, grad_bias (deterministic)")
+    .schema("add_layer_norm_backward(Tensor grad_output, Tensor? grad_residual_out, Tensor residual_out, "
+            "Tensor mean, Tensor rstd, Tensor? weight, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+const OpRegistrar kAddRmsNorm = describe("add_rms_norm", "rowwise", "residual_out = input + residual, then RMSNorm of it over the last dimension")
+    .schema("add_rms_norm(Tensor input, Tensor residual, Tensor? weight, float eps) -> (Tensor, Tensor, Tensor)");
+const OpRegistrar kAddRmsNormBackward = describe("add_rms_norm_backward", "rowwise", "add_rms_norm backward: grad_input (of input and residual), grad_weight (deterministic)")
+    .schema("add_rms_norm_backward(Tensor grad_output, Tensor? grad_residual_out, Tensor residual_out, "
+            "Tensor rstd, Tensor? weight, bool[2] output_mask) -> (Tensor, Tensor)");
 }  // namespace
 }  // namespace tessera

@@ -10,6 +10,11 @@
 // point each (forward, backward), explicitly instantiated there per dtype: a template is compiled
 // where it is instantiated, so each kernel is compiled in its own file only.
 //
+// add_layer_norm and add_rms_norm take the same kernels with a residual (kAdd): the forward also
+// reads the residual and writes x + residual (residual_out), the row it then normalizes; the
+// backward, on residual_out, adds the gradient of residual_out to dx as it writes it. One more
+// row-sized read in each direction, and in the forward one more write.
+//
 // What bounds every kernel here: the forward must read x and write out, the backward read x and
 // dy and write dx; weight, bias, mean/rstd and dw/db are N or rows elements next to rows x N. So
 // each row-sized tensor crosses DRAM exactly once, and everything else (the weight, the partial
@@ -93,6 +98,32 @@ struct BwdParams {
   int gs;
   int stages;         // norm_backward_staged_kernel: ring slots per row group
 };
+
+// The kernels with a residual (kAdd) take these; the plain ones keep the structs above as they
+// are (a larger parameter struct alone changes what ptxas makes of the plain kernels).
+template <class T>
+struct AddFwdParams : FwdParams<T> {
+  const T* res;           // nullptr: no residual (the plain kernels); else the row is x + res
+  T* res_out;             // where x + res is written
+  int64_t res_stride[2];  // row strides (elements) of res, res_out
+};
+template <class T>
+struct AddBwdParams : BwdParams<T> {
+  const T* dres;  // nullptr: none (the plain kernels); else added to dx: the gradient of residual_out
+  int64_t dres_stride;
+};
+template <class T, bool kAdd>
+using FwdP = std::conditional_t<kAdd, AddFwdParams<T>, FwdParams<T>>;
+template <class T, bool kAdd>
+using BwdP = std::conditional_t<kAdd, AddBwdParams<T>, BwdParams<T>>;
+
+// Where row `row` of dres starts (the plain kernels have none).
+template <class T>
+__device__ __forceinline__ const T* dres_row(const BwdParams<T>&, int64_t) { return nullptr; }
+template <class T>
+__device__ __forceinline__ const T* dres_row(const AddBwdParams<T>& p, int64_t row) {
+  return p.dres + row * p.dres_stride;
+}
 
 // ---- device helpers ---------------------------------------------------------------------------
 template <class T, int V>
@@ -198,7 +229,7 @@ auto with_size(int size, F&& f) {
 // by the caller, so that it is freed after everything that uses it is enqueued).
 template <class T>
 struct BwdArgs {
-  BwdParams<T> p;
+  AddBwdParams<T> p;  // p.dres null: the plain kernels, on the BwdParams part
   T* dw;  // nullptr: not wanted
   T* db;  // nullptr: not wanted (always for RMSNorm)
   int device;
@@ -206,10 +237,11 @@ struct BwdArgs {
   runtime::Scratch* means;  // long rows: the row means dx needs
 };
 
-// A one-kernel backward tier's launch: a grid of CTAs of `threads`, one partial row each.
-template <class T>
+// A one-kernel backward tier's launch: a grid of CTAs of `threads`, one partial row each. P: the
+// kernel's parameters (BwdP).
+template <class P>
 struct BwdPlan {
-  void (*kernel)(BwdParams<T>) = nullptr;
+  void (*kernel)(P) = nullptr;
   int gs = 0, threads = 0, stages = 0, elems = 0;  // elems: row elements per thread
   std::size_t smem = 0;
   int64_t grid = 0;
@@ -223,13 +255,13 @@ struct BwdPlan {
 
 // norm_backward.cu: `plan`'s kernel, with the partial rows of column sums it writes and their sum
 // into dw/db after it.
-template <class T>
-void launch_backward(const BwdArgs<T>& a, const BwdPlan<T>& plan, cudaStream_t stream);
+template <class P, class T>
+void launch_backward(const BwdArgs<T>& a, const BwdPlan<P>& plan, cudaStream_t stream);
 
 // norm_staged.cu: the staged backward at E elements per thread (16 or 32), on sm_90 with 16-byte
 // vectors (V = 16 / sizeof(T)); instantiated there for those V. At E = 32 it takes bf16 and fp16
-// RMSNorm rows only (for the others it never can_implement).
-template <class T, int V, bool kRms, int E>
+// RMSNorm rows only (for the others it never can_implement). kAdd: dx also adds p.dres.
+template <class T, int V, bool kRms, bool kAdd, int E>
 struct Staged {
   static constexpr const char* kName = E == 32 ? "staged-32" : "staged";
   static constexpr const char* kWhen =
@@ -237,16 +269,18 @@ struct Staged {
               : "sm_90, rows of <= 8192 elements whose x and dy fit 3 times in 200 KB of shared memory";
   static bool in_range(int64_t nv);  // rows of nv vectors are this tier's, shared memory aside
   static bool can_implement(const BwdArgs<T>& a, const Ctx& ctx);
-  static BwdPlan<T> plan(const BwdArgs<T>& a, const Ctx& ctx);
-  static void launch(const BwdArgs<T>& a, const BwdPlan<T>& plan, cudaStream_t stream) {
+  static BwdPlan<BwdP<T, kAdd>> plan(const BwdArgs<T>& a, const Ctx& ctx);
+  static void launch(const BwdArgs<T>& a, const BwdPlan<BwdP<T, kAdd>>& plan, cudaStream_t stream) {
     launch_backward(a, plan, stream);
   }
 };
 
 // ---- host: entry points (instantiated for float, __half, __nv_bfloat16) ------------------------
-// `vec`: the 16-byte vector path (N % V == 0 and every row 16-byte aligned); else V = 1.
+// `vec`: the 16-byte vector path (N % V == 0 and every row 16-byte aligned); else V = 1. The
+// kernels with a residual (p.res, a.p.dres) are instantiations of their own (kAdd), so that the
+// plain norms' kernels stay as they are.
 template <class T>
-void forward(const char* op, const FwdParams<T>& p, bool rms, bool vec, const Ctx& ctx, cudaStream_t stream);
+void forward(const char* op, const AddFwdParams<T>& p, bool rms, bool vec, const Ctx& ctx, cudaStream_t stream);
 template <class T>
 void backward(const char* op, const BwdArgs<T>& a, bool rms, bool vec, const Ctx& ctx, cudaStream_t stream);
 

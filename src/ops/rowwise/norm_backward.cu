@@ -12,6 +12,9 @@
 // G x N x 8 bytes with G about the number of SMs, small beside the rows, written and read back
 // mostly through L2.
 //
+// add_*_norm's backward (kAdd: kernels of their own, BwdP) adds dres to dx, reading it where dx is
+// written: x is then residual_out, and dx the gradient of both input and residual.
+//
 // The tiers, first that takes the row (vectors of V elements per row):
 //   staged-32, staged (norm_staged.cu): sm_90, 16-byte vectors, rows whose x and dy fit three
 //     times in ~200 KB of shared memory; 32 elements per thread for bf16 and fp16 RMSNorm rows of
@@ -70,9 +73,9 @@ __device__ __forceinline__ Frag<T, V> weight(const T* sw, const RowLanes<V>& par
   return part.in(k) ? tile::load_frag<T, V>(sw + part.col(k) + after) : splat<T, V>(1.0f);
 }
 
-// dx of one row and its contributions to the column sums.
-template <bool kRms, class T, int V, int VPT>
-__device__ __forceinline__ void backward_row(BwdRow<T, V, VPT>& cur, int64_t row, const BwdParams<T>& p,
+// dx of one row (kAdd: plus dres) and its contributions to the column sums.
+template <bool kRms, bool kAdd, class T, int V, int VPT>
+__device__ __forceinline__ void backward_row(BwdRow<T, V, VPT>& cur, int64_t row, const BwdP<T, kAdd>& p,
                                              const RowLanes<V>& part, const GroupReduce<Pair>& sum, const T* sw,
                                              const ColumnSums<VPT, V>& dw, const ColumnSums<VPT, V>& db,
                                              bool want_w, bool want_b) {
@@ -106,6 +109,11 @@ __device__ __forceinline__ void backward_row(BwdRow<T, V, VPT>& cur, int64_t row
         const float xh = (cur.x[k][e] - cur.mean) * cur.rstd;
         g[e] = cur.rstd * (cur.dy[k][e] * w[e] - ma - xh * mb);
       }
+      if constexpr (kAdd) {
+        const Frag<T, V> d = part.load(dres_row(p, row), k, 0.0f);
+#pragma unroll
+        for (int e = 0; e < V; ++e) g[e] += d[e];
+      }
       part.store(p.dx + row * p.stride[2], k, pack_each<T, V>(g));
     }
     // Column sums Q elements at a time, so that few floats are live at once.
@@ -131,8 +139,8 @@ __device__ __forceinline__ void backward_row(BwdRow<T, V, VPT>& cur, int64_t row
 // next row into a slot as soon as the slot's row is finished, so kRing - 1 rows' loads are in
 // flight while one is reduced and written (kRing = 1: no prefetch). The first kRing rows are
 // requested before the shared-memory setup, which their latency then covers.
-template <class T, int V, int VPT, bool kRms, int kRing, int kGs>
-__global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const BwdParams<T> p) {
+template <class T, int V, int VPT, bool kRms, bool kAdd, int kRing, int kGs>
+__global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const BwdP<T, kAdd> p) {
   extern __shared__ __align__(16) float dyn[];
   __shared__ Pair slots[kBarrierGroups][2][32];
   constexpr int E = VPT * V, kPlanes = kRms ? 1 : 2;
@@ -165,7 +173,7 @@ __global__ __launch_bounds__(kMaxThreads, 1) void norm_backward_kernel(const Bwd
     for (int i = 0; i < kRing; ++i) {
       const int64_t row = row0 + i * stride;
       if (row >= p.rows) break;
-      backward_row<kRms>(ring[i], row, p, part, sum, sw, dw, db, want_w, want_b);
+      backward_row<kRms, kAdd>(ring[i], row, p, part, sum, sw, dw, db, want_w, want_b);
       if (row + kRing * stride < p.rows) load_row<kRms>(ring[i], part, p, row + kRing * stride);
     }
   }
@@ -237,8 +245,8 @@ constexpr int kColThreads = 256;
 template <class T>
 constexpr int kColRows = sizeof(T) == 4 ? 4 : 2;
 
-template <class T, int V, bool kRms>
-__global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const BwdParams<T> p, int64_t rows_per_cta) {
+template <class T, int V, bool kRms, bool kAdd>
+__global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const BwdP<T, kAdd> p, int64_t rows_per_cta) {
   constexpr int R = kColRows<T>;
   const T one = tile::from_float<T>(1.0f);
   const int64_t c = (int64_t(blockIdx.x) * kColThreads + threadIdx.x) * V, n = p.n;
@@ -248,7 +256,7 @@ __global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const B
   const tile::Vec<T, V> w = p.w ? tile::load<V>(p.w + c) : fill_vec<T, V>(one);
   float sw[V] = {}, sb[V] = {};
   for (int64_t r = r0; r < r1; r += R) {
-    tile::Vec<T, V> x[R], dy[R];
+    tile::Vec<T, V> x[R], dy[R], dr[kAdd ? R : 1];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
       if (r + u < r1) {
@@ -256,6 +264,7 @@ __global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const B
         row_offsets(p.stride, r + u, off);
         x[u] = tile::load<V>(p.x + off[0] + c);
         dy[u] = tile::load<V>(p.dy + off[1] + c);
+        if constexpr (kAdd) dr[u] = tile::load<V>(dres_row(p, r + u) + c);
       }
     }
 #pragma unroll
@@ -271,7 +280,9 @@ __global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const B
       for (int e = 0; e < V; ++e) {
         const float xh = (tile::to_float(x[u][e]) - mean) * rstd;
         const float d = tile::to_float(dy[u][e]);
-        g[e] = tile::from_float<T>(rstd * (d * tile::to_float(w[e]) - ma - xh * mb));
+        const float gx = rstd * (d * tile::to_float(w[e]) - ma - xh * mb);
+        if constexpr (kAdd) g[e] = tile::from_float<T>(gx + tile::to_float(dr[u][e]));
+        else g[e] = tile::from_float<T>(gx);
         sw[e] = fmaf(d, xh, sw[e]);
         sb[e] += d;
       }
@@ -335,11 +346,11 @@ void launch_sum_partials(const BwdParams<T>& p, int64_t groups, T* dw, T* db, in
                             static_cast<int>(groups), p.n, p.ld, dw, db);
 }
 
-// The kernel parameters with the `groups` partial rows of column sums a backward kernel writes
-// (allocated when dw or db is wanted).
-template <class T>
-BwdParams<T> with_partials(const BwdArgs<T>& a, int64_t groups, cudaStream_t stream) {
-  BwdParams<T> p = a.p;
+// The kernel parameters (P: BwdP) with the `groups` partial rows of column sums a backward kernel
+// writes (allocated when dw or db is wanted).
+template <class P, class T>
+P with_partials(const BwdArgs<T>& a, int64_t groups, cudaStream_t stream) {
+  P p = a.p;
   if (a.dw || a.db) {
     *a.parts = runtime::Scratch(std::size_t(groups) * p.ld * sizeof(float) * 2, stream);
     p.part_w = a.dw ? a.parts->template as<float>() : nullptr;
@@ -363,7 +374,7 @@ void sum_columns(const BwdArgs<T>& a, const BwdParams<T>& p, int64_t groups, cud
 // more than 16 floats per thread and plane. Where the planes and the weight exceed the shared
 // memory the GPU allows a CTA, the row goes on to long-rows: the ranges of the list do not
 // overlap, so no other register tier takes it.
-template <class T, int V, bool kRms, int VPT, int kRing, int kGs, int kLo, int kHi>
+template <class T, int V, bool kRms, bool kAdd, int VPT, int kRing, int kGs, int kLo, int kHi>
 struct Registers {
   static constexpr const char* kName = "registers";
   static constexpr const char* kWhen = "rows held in registers, column sums in shared memory";
@@ -383,17 +394,17 @@ struct Registers {
   static bool can_implement(const BwdArgs<T>& a, const Ctx& c) {
     if constexpr (kBuilt) {
       const int64_t nv = vectors<V>(a.p.n);
-      const auto kernel = reinterpret_cast<const void*>(norm_backward_kernel<T, V, VPT, kRms, kRing, kGs>);
+      const auto kernel = reinterpret_cast<const void*>(norm_backward_kernel<T, V, VPT, kRms, kAdd, kRing, kGs>);
       return kLo < nv && nv <= kHi && shape(a.p.n).smem + runtime::static_smem_bytes(kernel) <= c.smem_optin;
     } else {
       return false;
     }
   }
-  static BwdPlan<T> plan(const BwdArgs<T>& a, const Ctx& c) {
-    BwdPlan<T> pl;
+  static BwdPlan<BwdP<T, kAdd>> plan(const BwdArgs<T>& a, const Ctx& c) {
+    BwdPlan<BwdP<T, kAdd>> pl;
     if constexpr (kBuilt) {
       const Shape sh = shape(a.p.n);
-      pl.kernel = norm_backward_kernel<T, V, VPT, kRms, kRing, kGs>;
+      pl.kernel = norm_backward_kernel<T, V, VPT, kRms, kAdd, kRing, kGs>;
       pl.gs = sh.gs;
       pl.threads = sh.gs * sh.subs;
       pl.elems = VPT * V;
@@ -403,7 +414,7 @@ struct Registers {
     }
     return pl;
   }
-  static void launch(const BwdArgs<T>& a, const BwdPlan<T>& plan, cudaStream_t stream) {
+  static void launch(const BwdArgs<T>& a, const BwdPlan<BwdP<T, kAdd>>& plan, cudaStream_t stream) {
     launch_backward(a, plan, stream);
   }
 };
@@ -419,7 +430,7 @@ struct LongPlan {
 
 // One wave of column-slice CTAs with as many row ranges as fill it (each range a partial row of
 // column sums).
-template <class T, int V, bool kRms>
+template <class T, int V, bool kRms, bool kAdd>
 struct LongRows {
   static constexpr const char* kName = "long-rows";
   static constexpr const char* kWhen = "rows the other tiers cannot hold: x and dy read twice";
@@ -429,21 +440,22 @@ struct LongRows {
     const int64_t rows = a.p.rows;
     pl.cols = ceil_div(vectors<V>(a.p.n), kColThreads);
     const int64_t slots =
-        runtime::resident_ctas(reinterpret_cast<const void*>(norm_backward_cols_kernel<T, V, kRms>), kColThreads);
+        runtime::resident_ctas(reinterpret_cast<const void*>(norm_backward_cols_kernel<T, V, kRms, kAdd>), kColThreads);
     const int64_t ranges = std::clamp<int64_t>(slots / pl.cols, 1, std::min<int64_t>(rows, 65535));
     pl.rows_per_cta = ceil_div(rows, ranges);
     pl.groups = ceil_div(rows, pl.rows_per_cta);
     return pl;
   }
   static void launch(const BwdArgs<T>& a, const LongPlan<T>& pl, cudaStream_t stream) {
-    BwdParams<T> p = with_partials(a, pl.groups, stream);
+    BwdP<T, kAdd> p = with_partials<BwdP<T, kAdd>>(a, pl.groups, stream);
     if (p.dx) {
       *a.means = runtime::Scratch(std::size_t(p.rows) * 2 * sizeof(float), stream);
       p.row_means = a.means->template as<float>();
-      norm_backward_rowsums_kernel<T, V, kRms><<<runtime::grid_cap(p.rows), kStreamThreads, 0, stream>>>(p);
+      norm_backward_rowsums_kernel<T, V, kRms>
+          <<<runtime::grid_cap(p.rows), kStreamThreads, 0, stream>>>(static_cast<const BwdParams<T>&>(p));
       TESSERA_LAUNCH_CHECK();
     }
-    norm_backward_cols_kernel<T, V, kRms>
+    norm_backward_cols_kernel<T, V, kRms, kAdd>
         <<<dim3(runtime::grid_cap(pl.cols), static_cast<unsigned>(pl.groups)), kColThreads, 0, stream>>>(
             p, pl.rows_per_cta);
     TESSERA_LAUNCH_CHECK();
@@ -451,29 +463,36 @@ struct LongRows {
   }
 };
 
+template <class T, int V, bool kRms, bool kAdd>
+void backward_tiers(const char* op, const BwdArgs<T>& a, const Ctx& ctx, cudaStream_t stream) {
+  // Registers<T, V, kRms, kAdd, VPT, ring, fixed group size, (lo, hi] vectors per row>
+  if constexpr (V > 1) {
+    runtime::run_first<Staged<T, V, kRms, kAdd, 32>, Staged<T, V, kRms, kAdd, 16>,
+                       Registers<T, V, kRms, kAdd, 1, 2, 0, 0, kMaxThreads / 4>,
+                       Registers<T, V, kRms, kAdd, 2, 1, 0, kMaxThreads / 4, kMaxThreads>,
+                       Registers<T, V, kRms, kAdd, 2, 2, kMaxThreads, kMaxThreads, 2 * kMaxThreads>,
+                       Registers<T, V, kRms, kAdd, 4, 1, kMaxThreads, 2 * kMaxThreads, 4 * kMaxThreads>,
+                       LongRows<T, V, kRms, kAdd>>(op, a, ctx, stream);
+  } else {
+    runtime::run_first<Registers<T, 1, kRms, kAdd, 1, 2, 0, 0, kMaxThreads>,
+                       Registers<T, 1, kRms, kAdd, 4, 2, 0, kMaxThreads, 4 * kMaxThreads>,
+                       Registers<T, 1, kRms, kAdd, 8, 1, kMaxThreads, 4 * kMaxThreads, 8 * kMaxThreads>,
+                       LongRows<T, 1, kRms, kAdd>>(op, a, ctx, stream);
+  }
+}
+
+// a.p.dres (add_*_norm's gradient of residual_out) takes kernels of its own.
 template <class T, int V, bool kRms>
 void backward_v(const char* op, const BwdArgs<T>& a, const Ctx& ctx, cudaStream_t stream) {
-  // Registers<T, V, kRms, VPT, ring, fixed group size, (lo, hi] vectors per row>
-  if constexpr (V > 1) {
-    runtime::run_first<Staged<T, V, kRms, 32>, Staged<T, V, kRms, 16>,
-                       Registers<T, V, kRms, 1, 2, 0, 0, kMaxThreads / 4>,
-                       Registers<T, V, kRms, 2, 1, 0, kMaxThreads / 4, kMaxThreads>,
-                       Registers<T, V, kRms, 2, 2, kMaxThreads, kMaxThreads, 2 * kMaxThreads>,
-                       Registers<T, V, kRms, 4, 1, kMaxThreads, 2 * kMaxThreads, 4 * kMaxThreads>,
-                       LongRows<T, V, kRms>>(op, a, ctx, stream);
-  } else {
-    runtime::run_first<Registers<T, 1, kRms, 1, 2, 0, 0, kMaxThreads>,
-                       Registers<T, 1, kRms, 4, 2, 0, kMaxThreads, 4 * kMaxThreads>,
-                       Registers<T, 1, kRms, 8, 1, kMaxThreads, 4 * kMaxThreads, 8 * kMaxThreads>,
-                       LongRows<T, 1, kRms>>(op, a, ctx, stream);
-  }
+  if (a.p.dres) backward_tiers<T, V, kRms, true>(op, a, ctx, stream);
+  else backward_tiers<T, V, kRms, false>(op, a, ctx, stream);
 }
 
 }  // namespace
 
-template <class T>
-void launch_backward(const BwdArgs<T>& a, const BwdPlan<T>& plan, cudaStream_t stream) {
-  BwdParams<T> p = with_partials(a, plan.grid, stream);
+template <class P, class T>
+void launch_backward(const BwdArgs<T>& a, const BwdPlan<P>& plan, cudaStream_t stream) {
+  P p = with_partials<P>(a, plan.grid, stream);
   p.gs = plan.gs;
   p.stages = plan.stages;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(plan.kernel), plan.smem);
@@ -489,10 +508,13 @@ void backward(const char* op, const BwdArgs<T>& a, bool rms, bool vec, const Ctx
   else vec ? backward_v<T, V, false>(op, a, ctx, stream) : backward_v<T, 1, false>(op, a, ctx, stream);
 }
 
-template void launch_backward<float>(const BwdArgs<float>&, const BwdPlan<float>&, cudaStream_t);
-template void launch_backward<__half>(const BwdArgs<__half>&, const BwdPlan<__half>&, cudaStream_t);
-template void launch_backward<__nv_bfloat16>(const BwdArgs<__nv_bfloat16>&, const BwdPlan<__nv_bfloat16>&,
-                                             cudaStream_t);
+#define TESSERA_LAUNCH_BACKWARD(T)                                                                  \
+  template void launch_backward(const BwdArgs<T>&, const BwdPlan<BwdParams<T>>&, cudaStream_t);    \
+  template void launch_backward(const BwdArgs<T>&, const BwdPlan<AddBwdParams<T>>&, cudaStream_t);
+TESSERA_LAUNCH_BACKWARD(float)
+TESSERA_LAUNCH_BACKWARD(__half)
+TESSERA_LAUNCH_BACKWARD(__nv_bfloat16)
+#undef TESSERA_LAUNCH_BACKWARD
 template void backward<float>(const char*, const BwdArgs<float>&, bool, bool, const Ctx&, cudaStream_t);
 template void backward<__half>(const char*, const BwdArgs<__half>&, bool, bool, const Ctx&, cudaStream_t);
 template void backward<__nv_bfloat16>(const char*, const BwdArgs<__nv_bfloat16>&, bool, bool, const Ctx&,

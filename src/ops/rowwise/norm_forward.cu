@@ -21,6 +21,10 @@
 // Short rows (warp, prefetch: <= 16 KB) are persistent and load each group's next row before they
 // reduce the current one: with one row per group, nothing would be loaded while a row is reduced
 // and stored, too little in flight for rows this short.
+// With a residual (kAdd) a row is x + residual, so its loads hold twice the registers: the VPT-8
+// tiers, whose rows fill the registers alone, do not take it (vpt4 takes float32 rows up to 4096
+// vectors on sm_90 too), and the stream tier reads x and the residual once, writes their sum to
+// residual_out in pass 1 and reads that back in pass 2.
 #include <algorithm>
 #include <string>
 
@@ -44,6 +48,21 @@ template <class T, int V, int VPT>
 __device__ __forceinline__ void load_row(Frag<T, V> (&x)[VPT], const RowLanes<V>& part, const T* xr) {
 #pragma unroll
   for (int k = 0; k < VPT; ++k) x[k] = part.load(xr, k, 0.0f);
+}
+
+// x += r, rounded to T as torch's x + residual is (so residual_out holds torch's bits), stored to
+// residual_out; the norm then reads the rounded sum, which is what the backward is given.
+template <class T, int V, int VPT>
+__device__ __forceinline__ void add_residual(Frag<T, V> (&x)[VPT], const Frag<T, V> (&r)[VPT], const RowLanes<V>& part,
+                                             T* out) {
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    float s[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) s[e] = x[k][e] + r[k][e];
+    x[k] = pack_each<T, V>(s);
+    part.store(out, k, x[k]);
+  }
 }
 
 // RMSNorm: mean(x^2).
@@ -120,11 +139,16 @@ __device__ __forceinline__ void mean_var_merged(Frag<T, V> (&x)[VPT], const RowL
 // but not so many that they crowd the row out of the registers. 16-bit rows at VPT 8 take one at
 // a time (with two, LayerNorm spills and is slower); float32 rms_norm in groups of 32 spills 8
 // bytes with two, and is faster so than with one.
-template <class T, int V, int VPT, bool kRms, int kGs, bool kPrefetch>
+// kAdd: the row is x + p.res (add_residual). With prefetch, the next row's residual is loaded
+// with its x where both fit beside the current row (VPT <= 2, kResAhead); at VPT 4 a row's
+// residual is loaded when the row comes up, next to the next row's x in flight: three row
+// fragments live instead of four.
+template <class T, int V, int VPT, bool kRms, bool kAdd, int kGs, bool kPrefetch>
 __global__ __launch_bounds__(kPrefetch && VPT == 4 ? kPrefetchCta : kMaxThreads,
                              kPrefetch && VPT == 4 ? kPrefetchBlocks : 1)
-void norm_forward_kernel(const FwdParams<T> p) {
+void norm_forward_kernel(const FwdP<T, kAdd> p) {
   constexpr bool kMoments = !kRms && kPrefetch && (sizeof(T) == 4 || VPT * V < 32);
+  constexpr bool kResAhead = kAdd && kPrefetch && VPT <= 2;
   using Acc = std::conditional_t<kMoments, Moments, float>;
   using Op = std::conditional_t<kMoments, MergeMoments, tile::Sum>;
   __shared__ Acc slots[kBarrierGroups][2][32];
@@ -143,8 +167,11 @@ void norm_forward_kernel(const FwdParams<T> p) {
 #pragma unroll
   for (int k = 0; k < VPT; ++k) mine += part.in(k) ? V : 0;
   const int64_t first = int64_t(blockIdx.x) * subs + sub;
-  Frag<T, V> x[VPT];
-  if (kPrefetch && first < p.rows) load_row(x, part, p.x + first * p.stride[0]);
+  Frag<T, V> x[VPT], r[kAdd ? VPT : 1];
+  if (kPrefetch && first < p.rows) {
+    load_row(x, part, p.x + first * p.stride[0]);
+    if constexpr (kResAhead) load_row(r, part, p.res + first * p.res_stride[0]);
+  }
   // Slot buffers alternate between consecutive reductions of a group: the barrier of the one in
   // between is passed only after every thread has read the buffer (see GroupReduce). With one
   // reduction per row they alternate by row.
@@ -152,12 +179,18 @@ void norm_forward_kernel(const FwdParams<T> p) {
   for (int64_t row = first; row < p.rows; row += int64_t(gridDim.x) * subs, buf ^= 1) {
     int64_t off[4];
     row_offsets(p.stride, row, off);
-    Frag<T, V> next[VPT];
+    Frag<T, V> next[VPT], rnext[kResAhead ? VPT : 1];
     if constexpr (kPrefetch) {
       const int64_t nrow = row + int64_t(gridDim.x) * subs;
       if (nrow < p.rows) load_row(next, part, p.x + nrow * p.stride[0]);
+      if constexpr (kResAhead)
+        if (nrow < p.rows) load_row(rnext, part, p.res + nrow * p.res_stride[0]);
     } else {
       load_row(x, part, p.x + off[0]);
+    }
+    if constexpr (kAdd) {
+      if constexpr (!kResAhead) load_row(r, part, p.res + row * p.res_stride[0]);
+      add_residual(x, r, part, p.res_out + row * p.res_stride[1]);
     }
 
     float mean = 0.0f, var;
@@ -189,7 +222,10 @@ void norm_forward_kernel(const FwdParams<T> p) {
     }
     if constexpr (kPrefetch) {
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) x[k] = next[k];
+      for (int k = 0; k < VPT; ++k) {
+        x[k] = next[k];
+        if constexpr (kResAhead) r[k] = rnext[k];
+      }
     }
   }
 }
@@ -229,9 +265,31 @@ __device__ __forceinline__ Moments chunk_moments(const Frag<T, V> (&x)[U], int64
   return Moments{cnt, mean, m2};
 }
 
-template <class T, int V, bool kRms>
-__global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(const FwdParams<T> p) {
-  constexpr int kThreads = kLongThreads, U1 = kLongU1, U2 = kLongU2;
+// The stream kernel's add_residual: x[u] (columns c0 + u * step) += the residual there, rounded to
+// T, written to residual_out (`out`).
+template <class T, int V, int U>
+__device__ __forceinline__ void add_residual_chunk(Frag<T, V> (&x)[U], const T* res, T* out, int64_t c0,
+                                                   int64_t step, int64_t n, uint64_t policy) {
+  Frag<T, V> r[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    r[u] = c0 + u * step < n ? tile::load_frag_hint<T, V>(res + c0 + u * step, policy) : splat<T, V>(0.0f);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    float s[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) s[e] = x[u][e] + r[u][e];
+    x[u] = pack_each<T, V>(s);
+    if (c0 + u * step < n) tile::store_frag<T, V>(out + c0 + u * step, x[u]);
+  }
+}
+
+// kAdd: pass 1 reads x and the residual (U1 / 2 vectors of each: the same bytes in flight), once
+// (evict_first), and writes their sum to residual_out; pass 2 reads residual_out back (each thread
+// the columns it wrote, with plain loads, which are ordered after its stores).
+template <class T, int V, bool kRms, bool kAdd>
+__global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(const FwdP<T, kAdd> p) {
+  constexpr int kThreads = kLongThreads, U1 = kAdd ? kLongU1 / 2 : kLongU1, U2 = kLongU2;
   using A = std::conditional_t<kRms, float, Moments>;
   using Op = std::conditional_t<kRms, tile::Sum, MergeMoments>;
   __shared__ A slots[64];
@@ -244,14 +302,17 @@ __global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(co
     int64_t off[4];
     row_offsets(p.stride, row, off);
     const T* xr = p.x + off[0];
+    T* sr = nullptr;  // kAdd: the row of residual_out
+    if constexpr (kAdd) sr = p.res_out + row * p.res_stride[1];
     A acc{};  // pass 1: this thread's sum of squares or moments, then the row's
     for (int64_t c0 = int64_t(threadIdx.x) * V; c0 < n; c0 += U1 * step) {
       Frag<T, V> x[U1];
 #pragma unroll
       for (int u = 0; u < U1; ++u) {
         const int64_t c = c0 + u * step;
-        x[u] = c < n ? tile::load_frag_hint<T, V>(xr + c, keep) : splat<T, V>(0.0f);
+        x[u] = c < n ? tile::load_frag_hint<T, V>(xr + c, kAdd ? drop : keep) : splat<T, V>(0.0f);
       }
+      if constexpr (kAdd) add_residual_chunk(x, p.res + row * p.res_stride[0], sr, c0, step, n, drop);
       if constexpr (kRms) {
 #pragma unroll
         for (int u = 0; u < U1; ++u)
@@ -275,7 +336,8 @@ __global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(co
       for (int u = 0; u < U2; ++u) {
         const int64_t c = c0 + u * step;
         const bool in = c < n;
-        x[u] = in ? tile::load_frag_hint<T, V>(xr + c, drop) : splat<T, V>(0.0f);
+        if constexpr (kAdd) x[u] = in ? tile::load_frag<T, V>(sr + c) : splat<T, V>(0.0f);
+        else x[u] = in ? tile::load_frag_hint<T, V>(xr + c, drop) : splat<T, V>(0.0f);
         w[u] = in && p.w ? tile::load_frag<T, V>(p.w + c) : splat<T, V>(1.0f);
         b[u] = in && p.b ? tile::load_frag<T, V>(p.b + c) : splat<T, V>(0.0f);
       }
@@ -297,9 +359,9 @@ __global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(co
 }
 
 // ---- tiers ------------------------------------------------------------------------------------
-template <class T>
+template <class P>  // P: the kernel's parameters (FwdP)
 struct FwdPlan {
-  void (*kernel)(FwdParams<T>) = nullptr;
+  void (*kernel)(P) = nullptr;
   unsigned grid = 0;
   int threads = 0, gs = 0, vpt = 0;
   std::string describe() const {
@@ -315,10 +377,10 @@ struct FwdPlan {
 // only as many as give every group the same number of rows (+- 1): with 4096 rows and 3168
 // resident groups, 2048 groups of 2 rows rather than 928 of 2 and 2240 of 1: the kernel takes
 // two rows' time either way, and the fewer groups compete less for bandwidth.
-template <class T, int V, int VPT, bool kRms, int kGs = 0, bool kPrefetch = false>
-FwdPlan<T> plan_groups(const FwdParams<T>& p, int gs, int cta = kFwdCta) {
+template <class T, int V, int VPT, bool kRms, bool kAdd, int kGs = 0, bool kPrefetch = false>
+FwdPlan<FwdP<T, kAdd>> plan_groups(const FwdParams<T>& p, int gs, int cta = kFwdCta) {
   const int subs = gs < cta && cta % gs == 0 ? cta / gs : 1;
-  const auto kernel = norm_forward_kernel<T, V, VPT, kRms, kGs, kPrefetch>;
+  const auto kernel = norm_forward_kernel<T, V, VPT, kRms, kAdd, kGs, kPrefetch>;
   int64_t grid = ceil_div(p.rows, subs);
   if constexpr (kPrefetch) {
     const int64_t resident = int64_t(runtime::resident_ctas(reinterpret_cast<const void*>(kernel), gs * subs)) * subs;
@@ -328,40 +390,42 @@ FwdPlan<T> plan_groups(const FwdParams<T>& p, int gs, int cta = kFwdCta) {
   return {kernel, runtime::grid_cap(grid), gs * subs, gs, VPT};
 }
 
-// What every forward tier shares: its launch.
-template <class T>
+// What every forward tier shares: its parameters' type and its launch.
+template <class T, bool kAdd>
 struct FwdTier {
-  static void launch(const FwdParams<T>& args, const FwdPlan<T>& plan, cudaStream_t stream) {
-    FwdParams<T> p = args;
+  using P = FwdP<T, kAdd>;
+  static void launch(const P& args, const FwdPlan<P>& plan, cudaStream_t stream) {
+    P p = args;
     p.gs = plan.gs;
     plan.kernel<<<plan.grid, plan.threads, 0, stream>>>(p);
   }
 };
 
-template <class T, int V, bool kRms, int VPT>
-struct Warp : FwdTier<T> {
+template <class T, int V, bool kRms, bool kAdd, int VPT>
+struct Warp : FwdTier<T, kAdd> {
   static constexpr const char* kName = VPT == 1 ? "warp" : "warp-2";
   static constexpr const char* kWhen = VPT == 1 ? "rows of <= 32 vectors" : "rows of <= 64 vectors";
-  static bool can_implement(const FwdParams<T>& p, const Ctx&) { return vectors<V>(p.n) <= 32 * VPT; }
-  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
-    return plan_groups<T, V, VPT, kRms, 0, true>(p, 32);
+  static bool can_implement(const FwdP<T, kAdd>& p, const Ctx&) { return vectors<V>(p.n) <= 32 * VPT; }
+  static FwdPlan<FwdP<T, kAdd>> plan(const FwdP<T, kAdd>& p, const Ctx&) {
+    return plan_groups<T, V, VPT, kRms, kAdd, 0, true>(p, 32);
   }
 };
 
 // 16-bit RMSNorm rows of 512..1023 vectors stay on the prefetching tier, which is faster there.
-template <class T, int V, bool kRms>
-struct Vpt8Group : FwdTier<T> {
+// Not with a residual (see the top).
+template <class T, int V, bool kRms, bool kAdd>
+struct Vpt8Group : FwdTier<T, kAdd> {
   static constexpr const char* kName = "vpt8-group";
   static constexpr const char* kWhen = "sm_90, mid-length rows (float32 256..2048 vectors, 16-bit 512|1024..2048)";
-  static bool can_implement(const FwdParams<T>& p, const Ctx& c) {
+  static bool can_implement(const FwdP<T, kAdd>& p, const Ctx& c) {
     const int64_t nv = vectors<V>(p.n);
-    return V > 1 && c.major >= 9 && nv <= 2048 && nv >= (V == 4 ? 256 : kRms ? 1024 : 512);
+    return V > 1 && !kAdd && c.major >= 9 && nv <= 2048 && nv >= (V == 4 ? 256 : kRms ? 1024 : 512);
   }
-  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
-    if constexpr (V > 1) {
+  static FwdPlan<FwdP<T, kAdd>> plan(const FwdP<T, kAdd>& p, const Ctx&) {
+    if constexpr (V > 1 && !kAdd) {
       int gs = 32;
       while (gs * 8 < vectors<V>(p.n)) gs *= 2;
-      const auto make = [&](auto g) { return plan_groups<T, V, 8, kRms, decltype(g)::value>(p, g, kFwdCta8); };
+      const auto make = [&](auto g) { return plan_groups<T, V, 8, kRms, kAdd, decltype(g)::value>(p, g, kFwdCta8); };
       if constexpr (V == 4) return with_size<32, 64, 128, 256>(gs, make);
       else if constexpr (kRms) return with_size<128, 256>(gs, make);  // RMSNorm: >= 1024 vectors
       else return with_size<64, 128, 256>(gs, make);  // 16-bit LayerNorm rows here have >= 512
@@ -371,76 +435,83 @@ struct Vpt8Group : FwdTier<T> {
   }
 };
 
-template <class T, int V, bool kRms>
-struct Prefetch : FwdTier<T> {
+template <class T, int V, bool kRms, bool kAdd>
+struct Prefetch : FwdTier<T, kAdd> {
   static constexpr const char* kName = "prefetch";
   static constexpr const char* kWhen = "rows of <= 1024 vectors";
-  static bool can_implement(const FwdParams<T>& p, const Ctx&) { return vectors<V>(p.n) <= 4 * kPrefetchCta; }
-  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
-    return plan_groups<T, V, 4, kRms, 0, true>(p, round_up32(ceil_div(vectors<V>(p.n), 4)));
+  static bool can_implement(const FwdP<T, kAdd>& p, const Ctx&) { return vectors<V>(p.n) <= 4 * kPrefetchCta; }
+  static FwdPlan<FwdP<T, kAdd>> plan(const FwdP<T, kAdd>& p, const Ctx&) {
+    return plan_groups<T, V, 4, kRms, kAdd, 0, true>(p, round_up32(ceil_div(vectors<V>(p.n), 4)));
   }
 };
 
-template <class T, int V, bool kRms>
-struct Vpt4 : FwdTier<T> {
+template <class T, int V, bool kRms, bool kAdd>
+struct Vpt4 : FwdTier<T, kAdd> {
   static constexpr const char* kName = "vpt4";
-  static constexpr const char* kWhen = "rows of <= 4096 vectors (2048 for float32 on sm_90)";
-  static bool can_implement(const FwdParams<T>& p, const Ctx& c) {
-    const bool wide = V == 4 && c.major >= 9;
+  static constexpr const char* kWhen = "rows of <= 4096 vectors (2048 for float32 on sm_90 without a residual)";
+  static bool can_implement(const FwdP<T, kAdd>& p, const Ctx& c) {
+    const bool wide = V == 4 && c.major >= 9 && !kAdd;
     return vectors<V>(p.n) <= (wide ? 2 : 4) * kMaxThreads;
   }
-  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
-    return plan_groups<T, V, 4, kRms>(p, round_up32(ceil_div(vectors<V>(p.n), 4)));
+  static FwdPlan<FwdP<T, kAdd>> plan(const FwdP<T, kAdd>& p, const Ctx&) {
+    return plan_groups<T, V, 4, kRms, kAdd>(p, round_up32(ceil_div(vectors<V>(p.n), 4)));
   }
 };
 
-template <class T, int V, bool kRms>
-struct Vpt8Wide : FwdTier<T> {
+template <class T, int V, bool kRms, bool kAdd>
+struct Vpt8Wide : FwdTier<T, kAdd> {
   static constexpr const char* kName = "vpt8-wide";
-  static constexpr const char* kWhen = "float32 on sm_90, rows of <= 8192 vectors";
-  static bool can_implement(const FwdParams<T>& p, const Ctx& c) {
-    return V == 4 && c.major >= 9 && vectors<V>(p.n) <= 8 * kMaxThreads;
+  static constexpr const char* kWhen = "float32 on sm_90 without a residual, rows of <= 8192 vectors";
+  static bool can_implement(const FwdP<T, kAdd>& p, const Ctx& c) {
+    return V == 4 && !kAdd && c.major >= 9 && vectors<V>(p.n) <= 8 * kMaxThreads;
   }
-  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx&) {
-    if constexpr (V == 4) {
-      if (vectors<V>(p.n) <= 4 * kMaxThreads) return plan_groups<T, V, 8, kRms, 512>(p, 512);
-      return plan_groups<T, V, 8, kRms, 1024>(p, 1024);
+  static FwdPlan<FwdP<T, kAdd>> plan(const FwdP<T, kAdd>& p, const Ctx&) {
+    if constexpr (V == 4 && !kAdd) {
+      if (vectors<V>(p.n) <= 4 * kMaxThreads) return plan_groups<T, V, 8, kRms, kAdd, 512>(p, 512);
+      return plan_groups<T, V, 8, kRms, kAdd, 1024>(p, 1024);
     } else {
       return {};
     }
   }
 };
 
-template <class T, int V, bool kRms>
-struct Stream : FwdTier<T> {
+template <class T, int V, bool kRms, bool kAdd>
+struct Stream : FwdTier<T, kAdd> {
   static constexpr const char* kName = "stream";
   static constexpr const char* kWhen = "rows longer than the register tiers hold: read twice, one CTA per SM";
-  static bool can_implement(const FwdParams<T>&, const Ctx&) { return true; }
-  static FwdPlan<T> plan(const FwdParams<T>& p, const Ctx& c) {
-    return {norm_forward_stream_kernel<T, V, kRms>, runtime::grid_cap(std::min<int64_t>(p.rows, c.sms)),
+  static bool can_implement(const FwdP<T, kAdd>&, const Ctx&) { return true; }
+  static FwdPlan<FwdP<T, kAdd>> plan(const FwdP<T, kAdd>& p, const Ctx& c) {
+    return {norm_forward_stream_kernel<T, V, kRms, kAdd>, runtime::grid_cap(std::min<int64_t>(p.rows, c.sms)),
             kLongThreads, 0, 0};
   }
 };
 
+template <class T, int V, bool kRms, bool kAdd>
+void forward_tiers(const char* op, const FwdP<T, kAdd>& p, const Ctx& ctx, cudaStream_t stream) {
+  runtime::run_first<Warp<T, V, kRms, kAdd, 1>, Warp<T, V, kRms, kAdd, 2>, Vpt8Group<T, V, kRms, kAdd>,
+                     Prefetch<T, V, kRms, kAdd>, Vpt4<T, V, kRms, kAdd>, Vpt8Wide<T, V, kRms, kAdd>,
+                     Stream<T, V, kRms, kAdd>>(op, p, ctx, stream);
+}
+
 template <class T, int V, bool kRms>
-void forward_v(const char* op, const FwdParams<T>& p, const Ctx& ctx, cudaStream_t stream) {
-  runtime::run_first<Warp<T, V, kRms, 1>, Warp<T, V, kRms, 2>, Vpt8Group<T, V, kRms>, Prefetch<T, V, kRms>,
-                     Vpt4<T, V, kRms>, Vpt8Wide<T, V, kRms>, Stream<T, V, kRms>>(op, p, ctx, stream);
+void forward_v(const char* op, const AddFwdParams<T>& p, const Ctx& ctx, cudaStream_t stream) {
+  if (p.res) forward_tiers<T, V, kRms, true>(op, p, ctx, stream);
+  else forward_tiers<T, V, kRms, false>(op, static_cast<const FwdParams<T>&>(p), ctx, stream);
 }
 
 }  // namespace
 
 template <class T>
-void forward(const char* op, const FwdParams<T>& p, bool rms, bool vec, const Ctx& ctx, cudaStream_t stream) {
+void forward(const char* op, const AddFwdParams<T>& p, bool rms, bool vec, const Ctx& ctx, cudaStream_t stream) {
   constexpr int V = tile::kVec16<T>;
   if (rms) vec ? forward_v<T, V, true>(op, p, ctx, stream) : forward_v<T, 1, true>(op, p, ctx, stream);
   else vec ? forward_v<T, V, false>(op, p, ctx, stream) : forward_v<T, 1, false>(op, p, ctx, stream);
   TESSERA_LAUNCH_CHECK();
 }
 
-template void forward<float>(const char*, const FwdParams<float>&, bool, bool, const Ctx&, cudaStream_t);
-template void forward<__half>(const char*, const FwdParams<__half>&, bool, bool, const Ctx&, cudaStream_t);
-template void forward<__nv_bfloat16>(const char*, const FwdParams<__nv_bfloat16>&, bool, bool, const Ctx&,
+template void forward<float>(const char*, const AddFwdParams<float>&, bool, bool, const Ctx&, cudaStream_t);
+template void forward<__half>(const char*, const AddFwdParams<__half>&, bool, bool, const Ctx&, cudaStream_t);
+template void forward<__nv_bfloat16>(const char*, const AddFwdParams<__nv_bfloat16>&, bool, bool, const Ctx&,
                                      cudaStream_t);
 
 }  // namespace tessera::norm

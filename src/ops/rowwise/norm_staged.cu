@@ -91,21 +91,24 @@ __device__ __forceinline__ Pair row_pass(Regs<T, V, VPT>& r, const RowLanes<V>& 
   return acc;
 }
 
-// dx = rstd (w dy - ma - xhat mb) = (w dy - xhat mb) rstd + c
-template <class T, int V, int VPT>
+// dx = rstd (w dy - ma - xhat mb) = (w dy - xhat mb) rstd + c; kAdd: + dres (from global memory).
+template <bool kAdd, class T, int V, int VPT>
 __device__ __forceinline__ void write_dx(const Regs<T, V, VPT>& r, const RowLanes<V>& part, const T* xs,
-                                         const T* dys, T* dx, float rstd, float shift, float mb, float c) {
+                                         const T* dys, const T* dres, T* dx, float rstd, float shift, float mb,
+                                         float c) {
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     if (!part.in(k)) continue;
-    Frag<T, V> xv, dv;
+    Frag<T, V> xv, dv, d;
     if constexpr (!Regs<T, V, VPT>::kKeep) xv = tile::load_frag<T, V>(xs + part.col(k)), dv = tile::load_frag<T, V>(dys + part.col(k));
+    if constexpr (kAdd) d = tile::load_frag<T, V>(dres + part.col(k));
     float out[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const float xhat = r.kKeep ? r.xh[k * V + e] : fmaf(xv[e], rstd, shift);
       const float gw = r.kKeep ? r.g[k * V + e] : dv[e] * r.w(k, e);
       out[e] = fmaf(fmaf(-xhat, mb, gw), rstd, c);
+      if constexpr (kAdd) out[e] += d[e];
     }
     tile::store_frag<T, V>(dx + part.col(k), pack_each<T, V>(out));
   }
@@ -144,8 +147,8 @@ __device__ __forceinline__ void write_sums(const Regs<T, V, VPT>& r, const RowLa
 // 25 MB over the GPU) would let every group's first row land only near the end of that transfer,
 // with nothing to compute meanwhile. (At 32 elements per thread, with three slots and no
 // registers to spare, all at once.)
-template <class T, int V, int VPT, bool kRms, int kGs, int kSubs>
-__global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(const BwdParams<T> p) {
+template <class T, int V, int VPT, bool kRms, bool kAdd, int kGs, int kSubs>
+__global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(const BwdP<T, kAdd> p) {
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ uint64_t full[kSubs][kMaxStages];
   __shared__ Pair slots[kSubs][2][32];
@@ -208,8 +211,8 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
       ring.fill(s == 0 ? stages - 1 : s - 1, row + (stages - 1) * stride, p);
     }
     if (p.dx)
-      write_dx(r, part, xs, dys, p.dx + row * p.stride[2], rstd, shift, acc.b * p.inv_n,
-               kRms ? 0.0f : -acc.a * p.inv_n * rstd);
+      write_dx<kAdd>(r, part, xs, dys, dres_row(p, row), p.dx + row * p.stride[2], rstd, shift, acc.b * p.inv_n,
+                     kRms ? 0.0f : -acc.a * p.inv_n * rstd);
     mean = mean_next, rstd = rstd_next;
     if (++s == stages) s = 0, parity ^= 1u;
   }
@@ -220,16 +223,16 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
 // The kernel with groups of kGs threads holding VPT vectors each: kSubs = 512 / kGs groups per
 // CTA, one CTA per SM, as many ring slots per group as ~200 KB allow. None when fewer than 3 fit
 // (one row in flight would not beat the register-resident tiers).
-template <class T, int V, bool kRms, int kGs, int VPT>
-BwdPlan<T> staged_plan(int64_t n, int64_t rows, const Ctx& c) {
+template <class T, int V, bool kRms, bool kAdd, int kGs, int VPT>
+BwdPlan<BwdP<T, kAdd>> staged_plan(int64_t n, int64_t rows, const Ctx& c) {
   constexpr int kSubs = 512 / kGs;
-  const auto kernel = norm_backward_staged_kernel<T, V, VPT, kRms, kGs, kSubs>;
+  const auto kernel = norm_backward_staged_kernel<T, V, VPT, kRms, kAdd, kGs, kSubs>;
   const std::size_t budget = std::min<std::size_t>(
       c.smem_optin - runtime::static_smem_bytes(reinterpret_cast<const void*>(kernel)), 200 * 1024);
   const std::size_t slot = 2 * std::size_t(n) * sizeof(T);
   const int stages = static_cast<int>(std::min<std::size_t>(kMaxStages, budget / (kSubs * slot)));
   if (stages < 3) return {};
-  BwdPlan<T> pl;
+  BwdPlan<BwdP<T, kAdd>> pl;
   pl.kernel = kernel;
   pl.gs = kGs;
   pl.threads = kGs * kSubs;
@@ -255,21 +258,21 @@ BwdPlan<T> staged_plan(int64_t n, int64_t rows, const Ctx& c) {
 template <class T, int V, bool kRms, int E>
 constexpr bool kStagedBuilt = E == 16 || std::is_same_v<T, __nv_bfloat16> || (sizeof(T) == 2 && kRms);
 
-template <class T, int V, bool kRms, int E>
-bool Staged<T, V, kRms, E>::in_range(int64_t nv) {
+template <class T, int V, bool kRms, bool kAdd, int E>
+bool Staged<T, V, kRms, kAdd, E>::in_range(int64_t nv) {
   constexpr bool kWide = kStagedBuilt<T, V, kRms, 32>;
   if constexpr (E == 32) return kWide && nv > 512 && nv <= 512 * E / V;
   else return !(kWide && nv > 512) && nv <= 512 * E / V;
 }
 
-template <class T, int V, bool kRms, int E>
-BwdPlan<T> Staged<T, V, kRms, E>::plan(const BwdArgs<T>& a, const Ctx& c) {
+template <class T, int V, bool kRms, bool kAdd, int E>
+BwdPlan<BwdP<T, kAdd>> Staged<T, V, kRms, kAdd, E>::plan(const BwdArgs<T>& a, const Ctx& c) {
   if constexpr (kStagedBuilt<T, V, kRms, E>) {
     const int64_t n = a.p.n, rows = a.p.rows, nv = vectors<V>(n);
     if (c.major < 9 || !in_range(nv)) return {};
     int gs = E == 32 ? 256 : 32;
     while (int64_t(gs) * (E / V) < nv) gs *= 2;
-    const auto make = [&](auto g) { return staged_plan<T, V, kRms, decltype(g)::value, E / V>(n, rows, c); };
+    const auto make = [&](auto g) { return staged_plan<T, V, kRms, kAdd, decltype(g)::value, E / V>(n, rows, c); };
     if constexpr (E == 32) return with_size<256, 512>(gs, make);
     else return with_size<32, 64, 128, 256, 512>(gs, make);
   } else {
@@ -277,22 +280,23 @@ BwdPlan<T> Staged<T, V, kRms, E>::plan(const BwdArgs<T>& a, const Ctx& c) {
   }
 }
 
-template <class T, int V, bool kRms, int E>
-bool Staged<T, V, kRms, E>::can_implement(const BwdArgs<T>& a, const Ctx& c) {
+template <class T, int V, bool kRms, bool kAdd, int E>
+bool Staged<T, V, kRms, kAdd, E>::can_implement(const BwdArgs<T>& a, const Ctx& c) {
   return plan(a, c).kernel != nullptr;
 }
 
-template struct Staged<float, 4, false, 16>;
-template struct Staged<float, 4, false, 32>;
-template struct Staged<float, 4, true, 16>;
-template struct Staged<float, 4, true, 32>;
-template struct Staged<__half, 8, false, 16>;
-template struct Staged<__half, 8, false, 32>;
-template struct Staged<__half, 8, true, 16>;
-template struct Staged<__half, 8, true, 32>;
-template struct Staged<__nv_bfloat16, 8, false, 16>;
-template struct Staged<__nv_bfloat16, 8, false, 32>;
-template struct Staged<__nv_bfloat16, 8, true, 16>;
-template struct Staged<__nv_bfloat16, 8, true, 32>;
+#define TESSERA_STAGED(T, V)                                                                        \
+  template struct Staged<T, V, false, false, 16>;                                                   \
+  template struct Staged<T, V, false, false, 32>;                                                   \
+  template struct Staged<T, V, true, false, 16>;                                                    \
+  template struct Staged<T, V, true, false, 32>;                                                    \
+  template struct Staged<T, V, false, true, 16>;                                                    \
+  template struct Staged<T, V, false, true, 32>;                                                    \
+  template struct Staged<T, V, true, true, 16>;                                                     \
+  template struct Staged<T, V, true, true, 32>;
+TESSERA_STAGED(float, 4)
+TESSERA_STAGED(__half, 8)
+TESSERA_STAGED(__nv_bfloat16, 8)
+#undef TESSERA_STAGED
 
 }  // namespace tessera::norm

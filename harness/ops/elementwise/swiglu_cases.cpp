@@ -1,0 +1,94 @@
+// swiglu_backward (gate and up interleaved in blocks of 64 in one tensor, as matmul's activation
+// 'swiglu' stores its product): its CPU reference (double precision), verify and bench cases.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/host.hpp"
+#include "ops/elementwise/cases.hpp"
+#include "tessera/ops/elementwise.hpp"
+
+namespace tessera::ops::elementwise {
+namespace {
+
+constexpr const char* kOp = "swiglu_backward";
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// input [rows, n] (n a multiple of 128), grad_output [rows, n / 2]; grad_input like input.
+VerifyResult run(DType dt, int64_t rows, int64_t n, Layout layout) {
+  cudaStream_t stream = nullptr;
+  TestTensor x = make_tensor(dt, {rows, n}, layout), dy = make_tensor(dt, {rows, n / 2}, layout);
+  fill_random(x, -8, 8, stream);
+  fill_random(dy, -2, 2, stream);
+  TestTensor dx = make_tensor(dt, {rows, n}, Layout::contiguous);
+  fill_poison(dx, stream);
+  swiglu_backward(dy.view, x.view, dx.view, stream);
+  const HostCopy hx = to_host(x), hd = to_host(dy);
+  const std::vector<double> ref = host::tabulate(rows * n, [&](int64_t i) {
+    const int64_t r = i / n, c = i % n, block = c / 128, col = c % 64;
+    const bool is_up = c % 128 >= 64;
+    const double g = host::load_double(hx.view, r * n + block * 128 + col);
+    const double u = host::load_double(hx.view, r * n + block * 128 + 64 + col);
+    const double d = host::load_double(hd.view, r * (n / 2) + block * 64 + col), s = sigmoid(g);
+    return is_up ? d * g * s : d * u * s * (1.0 + g * (1.0 - s));
+  });
+  const std::string name = std::string(dtype_name(dt)) + " [" + std::to_string(rows) + ", " + std::to_string(n) +
+                           "] " + layout_name(layout);
+  return compare(kOp, name, dx, ref, stream);
+}
+
+std::vector<VerifyCase> cases() {
+  struct Spec {
+    int64_t rows, n;
+    Layout layout;
+  };
+  const std::vector<Spec> specs = {{1000, 1024, Layout::contiguous}, {7, 128, Layout::contiguous},
+                                   {300, 384, Layout::strided}, {0, 256, Layout::contiguous}};
+  std::vector<VerifyCase> v;
+  for (DType dt : kFloatTypes)
+    for (const Spec& s : specs)
+      v.push_back({std::string(dtype_name(dt)) + " [" + std::to_string(s.rows) + ", " + std::to_string(s.n) + "] " +
+                       layout_name(s.layout),
+                   false, [=] { return run(dt, s.rows, s.n, s.layout); }});
+  return v;
+}
+
+// n elements of the input (rows of 4096): grad_output (n / 2) and input (n) read, grad_input (n)
+// written.
+BenchShape shape(DType dt, int64_t n) {
+  BenchShape s = flat_shape(dt, n, 2, 0);
+  const int64_t cols = 4096, rows = std::max<int64_t>(1, n / cols);
+  s.shapes = {Shape{rows, cols}, Shape{rows, cols / 2}};  // input (the main tensor), grad_output
+  s.shape = shape_str({rows, cols});
+  s.bytes = 2.5 * double(rows * cols) * double(dtype_size(dt));
+  return s;
+}
+
+BenchCase bench(DType dt, int64_t n) {
+  const BenchShape sh = shape(dt, n);
+  struct State { TestTensor dy, x, dx; };
+  auto st = std::make_shared<State>();
+  st->x = make_tensor(dt, sh.shapes[0], Layout::contiguous);
+  st->dx = make_tensor(dt, sh.shapes[0], Layout::contiguous);
+  st->dy = make_tensor(dt, sh.shapes[1], Layout::contiguous);
+  fill_random(st->dy, -1, 1, nullptr);
+  fill_random(st->x, -4, 4, nullptr);
+  BenchCase c = bench_case(kOp, dt, n, sh);
+  State* s = st.get();
+  c.run = [s](cudaStream_t stream) { swiglu_backward(s->dy.view, s->x.view, s->dx.view, stream); };
+  c.state = st;
+  return c;
+}
+
+const Registrar kRegistrar(26, [] {
+  OpInfo op = op_info(kOp, "swiglu backward (gate and up interleaved in blocks of 64): grad_input");
+  op.verify_cases = [] { return cases(); };
+  op.make_bench = bench;
+  op.bench_shape = shape;
+  return std::vector<OpInfo>{op};
+});
+
+}  // namespace
+}  // namespace tessera::ops::elementwise
