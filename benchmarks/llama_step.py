@@ -2,29 +2,63 @@
 """A Llama-style training step (forward + backward, bf16 weights) as a PyTorch user writes it,
 torch against tessera's pieces, eager and under torch.compile: step time, tokens/s, peak memory.
 
-    python benchmarks/llama_step.py [--tessera all|none|rms_norm,rope,attention,silu_mul,loss]
+    python benchmarks/llama_step.py [--tessera all|none|all,linear|all,-add_norm|rope,loss,...]
         [--runs "torch eager,torch compile,tessera eager,tessera compile"] [--steps 8] [--rounds 2]
-        [--warmup 3] [--small] [--profile] [--out report/llama_step] [--layers 8 --dim 2048 ...]
+        [--warmup 3] [--small] [--quick] [--profile] [--out report/llama_step] [--layers 8 ...]
 
 The model (Llama 3.2 1B's shapes, 8 layers; each size a flag): embedding; blocks of RMSNorm + GQA
 attention (RoPE, unscaled, on q, k as (batch, seq, heads, head_dim); causal SDPA) and RMSNorm + SwiGLU
 w2(silu(w1 x) * w3 x) (two projections, as HF's LlamaMLP and torchtitan write it); RMSNorm; untied
 output projection; cross-entropy on next tokens of random data. bf16 parameters, no autocast; a
-step is forward, backward and zero_grad(set_to_none=True), no optimizer. Each piece in --tessera
-swaps torch's function for tessera's (TORCH and TESSERA below): F.rms_norm, HF's rotate_half rope
-(bf16 (seq, head_dim) tables; tessera's takes float32 (seq, head_dim / 2) ones), SDPA, F.silu(gate)
-* up, and F.cross_entropy(F.linear(h, W).float(), target) (tessera's holds no logits).
+step is forward, backward and zero_grad(set_to_none=True), no optimizer. The residual stream is
+written as vLLM writes it: a block takes (x, residual), x being the last branch's output, and each
+norm after the first adds and normalises in one call, `h, residual = add_norm(x, residual, weight,
+eps)` (the final norm too); the first block's residual is the embedding's output. In torch that is
+`s = x + residual; F.rms_norm(s, ...), s`: the same ops as `x = x + attn(norm(x))`.
+
+Each piece in --tessera swaps torch's function for tessera's (TORCH and TESSERA below):
+  piece      torch                                                   tessera
+  rms_norm   F.rms_norm (every norm; the first alone with add_norm)  tessera.rms_norm
+  add_norm   x + residual, then the rms_norm piece's norm of it      tessera.add_rms_norm
+  rope       HF's rotate_half rope, bf16 (seq, head_dim) tables      tessera.rotary_embedding
+                                                                     (float32 (seq, head_dim / 2) tables)
+  attention  F.scaled_dot_product_attention                          tessera.scaled_dot_product_attention
+  silu_mul   F.silu(gate) * up                                       tessera.silu_mul
+  swiglu     (the silu_mul piece, two projections)                   w1 and w3 as one weight (rows
+                                                                     interleaved), tessera.linear(x,
+                                                                     w13, activation="swiglu")
+  loss       F.cross_entropy(F.linear(h, W).float(), target)         tessera.linear_cross_entropy
+                                                                     (holds no logits)
+  linear     F.linear of wq, wk, wv, wo, w1, w3, w2                  tessera.linear
+--tessera all (the default) is every piece but linear and swiglu, which are there to be measured:
+`--tessera all,linear` adds it, `all,-add_norm` drops one, `none` runs torch's functions alone.
 
 Each run builds the model from the same seed, runs --warmup steps (compilation happens there),
 resets the peak-memory counter and times --steps steps with CUDA events (median); the runs take
 turns in --rounds rounds, and the median over rounds is reported. Each run's loss (the first timed
 step's) and first-layer gradients are compared with torch eager's. A failed run (OOM, an op
 missing) is reported with its error's root cause and the others go on; the exit status is 1 if any
-failed or disagreed. --profile: the top 15 CUDA kernels of one more step of each run. Writes
-llama_step.json and llama_step.md to --out.
+failed or disagreed. --quick: one round of 5 steps after 2 warm-up steps (flags given override
+it), on the --small model where the GPU has under 32 GiB (the full model's torch eager run peaks
+near 18 GiB).
+
+--profile: one more step of each run (first round) under torch.profiler: its top 15 CUDA kernels
+(each with its category) and a table of GPU time per category, one column per run. A kernel's
+category is the first of CATEGORIES whose pattern its lower-cased name matches (tessera's kernels,
+torch's ATen and cuBLAS/cuDNN/flash kernels, Inductor's triton_{poi,red,per,tem}_fused_<ops>
+kernels): gemm (cuBLAS, CUTLASS, nvjet, tessera's gemm; the loss's output projection included),
+attention fwd / bwd, norm (a fused residual add included), rope, swiglu, loss (cross-entropy
+kernels, not its GEMMs), embedding, copy/fill, elementwise (other pointwise and reductions),
+other. Eager torch splits some pieces into generic kernels (rope's muls and adds, silu(gate) *
+up's mul) that land in elementwise. Writes llama_step.json, llama_step.md (the tables) and
+llama_step.svg (step time and peak memory per run; with --profile, GPU time per category) to --out.
 """
 import argparse
 import gc
+import html
+import math
+import os
+import re
 import statistics
 import sys
 import traceback
@@ -41,7 +75,8 @@ FULL = dict(layers=8, dim=2048, heads=16, kv_heads=4, head_dim=128, ffn=5632, vo
             batch=2, seq=4096, rope_theta=500000.0, eps=1e-5)
 SMALL = dict(FULL, layers=2, dim=512, heads=8, kv_heads=2, head_dim=64, ffn=1408, vocab=8192,
              seq=512)
-PIECES = ("rms_norm", "rope", "attention", "silu_mul", "loss")
+PIECES = ("rms_norm", "add_norm", "rope", "attention", "silu_mul", "swiglu", "loss", "linear")
+DEFAULT_PIECES = tuple(p for p in PIECES if p not in ("linear", "swiglu"))  # --tessera all
 RUNS = ("torch eager", "torch compile", "tessera eager", "tessera compile")
 # Beyond these gaps to torch eager a run is reported as computing something else. The loss at
 # init (~ln(vocab), a float32 mean over batch * seq tokens) moves by ~1e-3 between bf16
@@ -49,6 +84,9 @@ RUNS = ("torch eager", "torch compile", "tessera eager", "tessera compile")
 # gradients are compared too (max over its parameters of |g - g_torch| / |g_torch|): ~1e-2
 # between implementations, 0.2 to 0.9 for a wrong rope, mask or eps (measured at a small size).
 LOSS_TOL, GRAD_TOL = 0.02, 0.1
+DEFAULT_TIMING = dict(steps=8, warmup=3, rounds=2)
+QUICK_TIMING = dict(steps=5, warmup=2, rounds=1)
+QUICK_FULL_GIB = 32  # --quick runs the full model on a GPU with this much memory or more
 
 
 # ---- the two implementations of each piece ------------------------------------------------------
@@ -64,13 +102,32 @@ def rope_torch(q, k, cos, sin):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
-TORCH = dict(rms_norm=F.rms_norm, rope=rope_torch, attention=F.scaled_dot_product_attention,
-             silu_mul=lambda gate, up: F.silu(gate) * up,
-             loss=lambda h, w, t: F.cross_entropy(F.linear(h, w).float(), t))
+def add_then_norm(rms_norm):
+    """add_norm unfused: the residual add, then `rms_norm` (torch's, or tessera's where the
+    rms_norm piece is on tessera): (rms_norm(x + residual), x + residual)."""
+    def add_norm(x, residual, weight, eps):
+        s = x + residual
+        return rms_norm(s, (s.shape[-1],), weight, eps), s
+    return add_norm
+
+
+TORCH = dict(rms_norm=F.rms_norm, add_norm=add_then_norm(F.rms_norm), rope=rope_torch,
+             attention=F.scaled_dot_product_attention,
+             silu_mul=lambda gate, up: F.silu(gate) * up, swiglu=None,
+             loss=lambda h, w, t: F.cross_entropy(F.linear(h, w).float(), t),
+             linear=F.linear)
+# Looked up at the call (a lambda), not at import: a function tessera lacks fails only the runs
+# that select its piece (build checks TESSERA_NEEDS first, for a clear error).
 TESSERA = dict(rms_norm=tessera.rms_norm, attention=tessera.scaled_dot_product_attention,
+               add_norm=lambda x, residual, w, eps: tessera.add_rms_norm(x, residual, w, eps),
                rope=lambda q, k, cos, sin: tessera.rotary_embedding(q, k, cos, sin, layout="bshd"),
                silu_mul=tessera.silu_mul,
-               loss=lambda h, w, t: tessera.linear_cross_entropy(h, w, t))  # no logits held
+               swiglu=lambda x, w13: tessera.linear(x, w13, activation="swiglu"),
+               loss=lambda h, w, t: tessera.linear_cross_entropy(h, w, t),  # no logits held
+               linear=lambda x, w: tessera.linear(x, w))
+TESSERA_NEEDS = dict(rms_norm="rms_norm", add_norm="add_rms_norm", rope="rotary_embedding",
+                     attention="scaled_dot_product_attention", silu_mul="silu_mul", swiglu="swiglu_weight",
+                     loss="linear_cross_entropy", linear="linear")
 
 
 def rope_tables(c, half: bool):
@@ -92,8 +149,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps, self.fns = eps, fns
 
-    def forward(self, x):
-        return self.fns["rms_norm"](x, (x.shape[-1],), self.weight, self.eps)
+    def forward(self, x, residual=None):
+        """rms_norm(x); with a residual, (rms_norm(x + residual), x + residual) (add_norm)."""
+        if residual is None:
+            return self.fns["rms_norm"](x, (x.shape[-1],), self.weight, self.eps)
+        return self.fns["add_norm"](x, residual, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -107,14 +167,15 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin):
         b, s, _ = x.shape
-        q = self.wq(x).view(b, s, -1, self.head_dim)
-        k = self.wk(x).view(b, s, -1, self.head_dim)
-        v = self.wv(x).view(b, s, -1, self.head_dim)
+        linear = self.fns["linear"]  # F.linear(x, w): what nn.Linear (no bias) computes
+        q = linear(x, self.wq.weight).view(b, s, -1, self.head_dim)
+        k = linear(x, self.wk.weight).view(b, s, -1, self.head_dim)
+        v = linear(x, self.wv.weight).view(b, s, -1, self.head_dim)
         q, k = self.fns["rope"](q, k, cos, sin)
         # SDPA takes (batch, heads, seq, head_dim): transposed views, no copies.
         y = self.fns["attention"](q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                   is_causal=True, enable_gqa=True)
-        return self.wo(y.transpose(1, 2).reshape(b, s, -1))
+        return linear(y.transpose(1, 2).reshape(b, s, -1), self.wo.weight)
 
 
 class FeedForward(nn.Module):
@@ -125,8 +186,18 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(c.ffn, c.dim, bias=False)
         self.fns = fns
 
+    def fuse(self):
+        """The swiglu piece: w1 and w3 as one parameter, their rows interleaved in blocks of 64
+        (tessera.swiglu_weight), for one GEMM with SwiGLU in its epilogue."""
+        self.w13 = nn.Parameter(tessera.swiglu_weight(self.w1.weight, self.w3.weight).detach())
+        del self.w1, self.w3
+
     def forward(self, x):
-        return self.w2(self.fns["silu_mul"](self.w1(x), self.w3(x)))
+        linear = self.fns["linear"]
+        if hasattr(self, "w13"):
+            return linear(self.fns["swiglu"](x, self.w13), self.w2.weight)
+        return linear(self.fns["silu_mul"](linear(x, self.w1.weight), linear(x, self.w3.weight)),
+                      self.w2.weight)
 
 
 class Block(nn.Module):
@@ -135,9 +206,16 @@ class Block(nn.Module):
         self.attention_norm, self.attention = RMSNorm(c.dim, c.eps, fns), Attention(c, fns)
         self.ffn_norm, self.feed_forward = RMSNorm(c.dim, c.eps, fns), FeedForward(c, fns)
 
-    def forward(self, x, cos, sin):
-        x = x + self.attention(self.attention_norm(x), cos, sin)
-        return x + self.feed_forward(self.ffn_norm(x))
+    def forward(self, x, residual, cos, sin):
+        """x: the last branch's output (the embedding's for the first block, whose residual is
+        None); returns this block's feed-forward output and the residual stream before it. The
+        same sums as `x = x + attention(norm(x)); x = x + feed_forward(norm(x))`."""
+        if residual is None:
+            h, residual = self.attention_norm(x), x
+        else:
+            h, residual = self.attention_norm(x, residual)
+        h, residual = self.ffn_norm(self.attention(h, cos, sin), residual)
+        return self.feed_forward(h), residual
 
 
 class Llama(nn.Module):
@@ -150,20 +228,29 @@ class Llama(nn.Module):
         self.fns = fns
 
     def forward(self, tokens, targets):
-        x = self.embed(tokens)
+        x, residual = self.embed(tokens), None
         for layer in self.layers:
-            x = layer(x, self.cos, self.sin)
-        h = self.norm(x)
+            x, residual = layer(x, residual, self.cos, self.sin)
+        h, _ = self.norm(x, residual)  # the last residual add, and the final norm
         return self.fns["loss"](h.view(-1, h.shape[-1]), self.output.weight, targets)
 
 
 def build(c, pieces, seed=0):
     """The model with `pieces` on tessera's functions, the rest on torch's; same weights for a
     given seed whatever the pieces (initialised on the GPU in float32, then cast to bf16)."""
+    missing = [f"tessera.{TESSERA_NEEDS[p]} (piece {p})" for p in pieces
+               if not hasattr(tessera, TESSERA_NEEDS[p])]
+    if missing:
+        raise AttributeError(f"this tessera has no {', '.join(missing)}")
     fns = {p: (TESSERA if p in pieces else TORCH)[p] for p in PIECES}
+    if "add_norm" not in pieces:  # the add, then the norm of the rms_norm piece
+        fns["add_norm"] = add_then_norm(fns["rms_norm"])
     torch.manual_seed(seed)
     with torch.device("cuda"):
         model = Llama(c, fns).to(torch.bfloat16)
+        if "swiglu" in pieces:
+            for layer in model.layers:
+                layer.feed_forward.fuse()
     # Registered after the cast, which would turn tessera's float32 tables into bf16.
     cos, sin = rope_tables(c, half="rope" in pieces)
     model.register_buffer("cos", cos.cuda(), persistent=False)
@@ -173,8 +260,65 @@ def build(c, pieces, seed=0):
 
 # ---- one run ------------------------------------------------------------------------------------
 
-def top_kernels(step, n=15) -> str:
-    """The n CUDA kernels that took the most time in one step, from torch.profiler."""
+def _w(word):
+    """`word` not inside a longer name: no letter or digit either side (an underscore may be:
+    Inductor's kernel names join their ops with underscores)."""
+    return rf"(?<![a-z0-9]){word}(?![a-z0-9])"
+
+
+# Inductor's kernels that only move or cast data: triton_poi_fused__to_copy_clone_3 and the like.
+_TRITON_COPY = (r"^triton_[a-z]+_fused(_+(to_copy|clone|unsafe_view|view|transpose|permute|t|"
+                r"expand|zeros|zeros_like|new_zeros|full|fill|copy|empty|select|slice|split|"
+                r"squeeze|unsqueeze|as_strided|lift_fresh))+_\d+$")
+
+# GPU-time categories of --profile. A kernel's category is the first whose pattern its
+# lower-cased name matches (re.search), so the order settles overlaps: attention before gemm (flash
+# and CUTLASS-based attention kernels name cutlass types), loss before norm and rope (Inductor's
+# loss kernels carry other ops' names), copy/fill after the pieces (Inductor's fused names include
+# _to_copy). Names: tessera's (tessera::attn::sm90_bwd::..., attention_bwd_sm90_kernel,
+# tessera::norm::norm_forward_kernel, gemm_sm90_kernel, rotary_kernel, map_contiguous_kernel<...
+# SiluMul>, cross_entropy_kernel), torch's ATen kernels (at::native::...), cuBLAS (sm90_xmma_gemm_*,
+# nvjet_*, cutlass*), cuDNN (cudnn_generated_fort_native_sdpa_sm90_flash_{fprop,bprop}_*), flash
+# attention (flash_fwd_kernel, flash_bwd_*), memory-efficient attention (fmha_cutlass{F,B}_*) and
+# Inductor's (triton_poi_fused_<ops>_N, triton_red_..., triton_per_..., triton_tem_... for its GEMM
+# templates), whose <ops> name the ATen ops fused.
+CATEGORIES = (
+    ("attention bwd", r"attn::sm90_bwd|attention_(bwd|backward|dq|dkdv)|flash_bwd|fmha_cutlassb|"
+                      r"fmha\w*(bwd|backward)|bprop|dot_do_o|convert_dq|efficient_attention_backward"),
+    ("attention fwd", r"attention|attn::|flash_fwd|flash_attn|fmha|sdpa|fprop"),
+    ("gemm", r"gemm|gemv|nvjet|cublas|cutlass|xmma|s16816|s1688|triton_tem_|tessera::matrix::|"
+             r"skinny_kernel|splitk|" + _w("mm") + "|" + _w("addmm") + "|" + _w("bmm")),
+    ("loss", r"cross_?entropy|nll_?loss|log_?softmax|logsoftmax|softmax(forward|backward)|"
+             r"tessera::ce::|"
+             r"tessera::(\(anonymous namespace\)::)?"
+             r"(count|reduce|scale|factor|divisor|bias_grad)_kernel"),
+    ("norm", r"rms_?norm|layer_?norm|layernorm|tessera::norm::|norm_(forward|backward)|gammabeta|"
+             r"compute_?gi|cucomputegrad|rowwisemoments|meanops|" + _w("rsqrt") + "|" + _w("pow")
+             + "|pow_tensor"),
+    ("rope", r"rotary|rope|catarraybatchedcopy|slice_backward|" + _w("cat") + "|" + _w("neg")),
+    ("swiglu", r"silu|swiglu|sigmoid"),
+    ("embedding", r"embedding|indexselect|index_select|segment|compute_grad_weight|"
+                  r"sum_and_scatter|radixsort|radix_sort|onesweep"),
+    ("copy/fill", _TRITON_COPY + r"|^(?!triton_).*(memcpy|memset|copy|fillfunctor|fill_kernel)"),
+    ("elementwise", r"elementwise|triton_(poi|red|per)_|map_(contiguous|strided)_kernel|"
+                    r"add_rows_kernel|reduce_kernel|foreach|multi_tensor"),
+)
+# The tables' and the plot's order.
+CATEGORY_NAMES = ("gemm", "attention fwd", "attention bwd", "norm", "rope", "swiglu", "loss",
+                  "embedding", "elementwise", "copy/fill", "other")
+assert set(CATEGORY_NAMES) == {n for n, _ in CATEGORIES} | {"other"}
+_CATEGORY_RES = tuple((n, re.compile(pat)) for n, pat in CATEGORIES)
+
+
+def category(kernel: str) -> str:
+    """The CATEGORIES name of a CUDA kernel's name (or a memcpy/memset's), "other" if none."""
+    name = kernel.lower()
+    return next((n for n, pat in _CATEGORY_RES if pat.search(name)), "other")
+
+
+def profile_step(step) -> list:
+    """(name, ms, calls) of each CUDA kernel (and memcpy/memset) in one step, from torch.profiler,
+    most time first."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
@@ -182,16 +326,61 @@ def top_kernels(step, n=15) -> str:
     rows = [(e.key, getattr(e, "device_time_total", 0.0) / 1e3, e.count) for e in prof.key_averages()
             if e.device_type == torch.autograd.DeviceType.CUDA]
     rows.sort(key=lambda r: -r[1])
+    return rows
+
+
+def by_category(rows) -> dict:
+    """GPU ms per category (every name of CATEGORY_NAMES, in order) of profile_step's rows."""
+    ms = dict.fromkeys(CATEGORY_NAMES, 0.0)
+    for k, t, _ in rows:
+        ms[category(k)] += t
+    return ms
+
+
+def top_kernels(rows, n=15) -> str:
+    """The n kernels of profile_step's rows that took the most time, each with its category, and
+    the kernels left in "other" (the patterns to extend)."""
     lines = [f"GPU kernel time in the step: {sum(r[1] for r in rows):.2f} ms",
-             f"{'kernel':90s} {'ms':>9s} {'calls':>6s}"]
-    lines += [f"{k[:90]:90s} {ms:9.3f} {cnt:6d}" for k, ms, cnt in rows[:n]]
+             f"{'kernel':90s} {'category':13s} {'ms':>9s} {'calls':>6s}"]
+    lines += [f"{k[:90]:90s} {category(k):13s} {ms:9.3f} {cnt:6d}" for k, ms, cnt in rows[:n]]
+    other = [r for r in rows if category(r[0]) == "other"]
+    if other:
+        lines.append(f"in 'other': {len(other)} kernel(s), {sum(r[1] for r in other):.3f} ms: " +
+                     "; ".join(f"{k[:120]} ({ms:.3f} ms)" for k, ms, _ in other[:8]))
     return "\n".join(lines)
+
+
+def category_table(profiles: dict, runs) -> str:
+    """Markdown: GPU ms per category (rows) in one profiled step of each run (columns, in `runs`
+    order, those profiled), and the total."""
+    runs = [r for r in runs if r in profiles]
+    cats = {r: profiles[r]["categories"] for r in runs}
+    lines = ["| category | " + " | ".join(runs) + " |", "| --- |" + " ---: |" * len(runs)]
+    for name in CATEGORY_NAMES:
+        if all(cats[r][name] == 0 for r in runs):
+            continue
+        lines.append(f"| {name} | " + " | ".join(
+            f"{cats[r][name]:.2f}" if cats[r][name] else "-" for r in runs) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{sum(cats[r].values()):.2f}**" for r in runs) + " |")
+    return "\n".join(lines)
+
+
+def first_layer_grads(model) -> dict:
+    """The first layer's gradients by parameter name, float32 on the host; a fused w13's split
+    back into w1's and w3's."""
+    grads = {n: p.grad.float().cpu() for n, p in model.layers[0].named_parameters()}
+    if "feed_forward.w13" in grads:
+        g = grads.pop("feed_forward.w13")
+        blocks = g.view(-1, 2, 64, g.shape[-1])
+        grads["feed_forward.w1.weight"] = blocks[:, 0].reshape(-1, g.shape[-1])
+        grads["feed_forward.w3.weight"] = blocks[:, 1].reshape(-1, g.shape[-1])
+    return grads
 
 
 def measure(run, c, args, data, first_round: bool) -> dict:
     """Builds, warms up and times one run; returns its median step (ms), peak memory (GiB),
     first timed loss and, in the first round, its first layer's gradients (float32, on the host)
-    and with --profile its kernel table."""
+    and with --profile its kernel table and GPU ms per category."""
     compiled = run.endswith("compile")
     if compiled:
         torch._dynamo.reset()  # a fresh cache: no recompile limit reached across runs and rounds
@@ -226,13 +415,14 @@ def measure(run, c, args, data, first_round: bool) -> dict:
     # it shapes them), on the host, from one more step.
     if first_round:
         fn(inputs, targets).backward()
-        result["grads"] = [p.grad.float().cpu() for p in model.layers[0].parameters()]
+        result["grads"] = first_layer_grads(model)
         model.zero_grad(set_to_none=True)
     if first_round and args.profile:
         try:
-            result["profile"] = top_kernels(step)
+            rows = profile_step(step)
+            result["profile"] = dict(text=top_kernels(rows), categories=by_category(rows))
         except Exception as e:  # noqa: BLE001 - the timing stands without the profile
-            result["profile"] = f"profile failed: {type(e).__name__}: {e}"
+            result["profile"] = dict(text=f"profile failed: {type(e).__name__}: {e}")
     return result
 
 
@@ -282,29 +472,156 @@ def report(c, args, results, errors) -> tuple:
     return rows, "\n".join(lines), mismatch
 
 
+# The palette and look of tessera's own plots (harness/bench/svg.cpp): hand-written SVG, no
+# plotting dependency. That writer draws throughput against size per (op, dtype); these are bars.
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+          "#bcbd22", "#17becf")
+
+
+def _nice_step(top: float, target: int = 5) -> float:
+    """A tick step of 1, 2 or 5 times a power of ten giving about `target` intervals up to top."""
+    raw = top / target
+    mag = 10 ** math.floor(math.log10(raw))
+    norm = raw / mag
+    return (1 if norm <= 1 else 2 if norm <= 2 else 5 if norm <= 5 else 10) * mag
+
+
+def svg_bars(title: str, panels) -> str:
+    """One SVG of horizontal bar panels, one under the other. panels: (heading, unit, bars,
+    legend) with bars a list of (label, segments), segments a list of (value, colour, tooltip)
+    stacked left to right (an empty list: no bar, the label says why), legend a list of (name,
+    colour) or None."""
+    width, left, right, bar_h, gap = 820, 170, 720, 18, 8
+    esc = lambda t: html.escape(str(t), quote=True)
+    out, y = [], 50.0
+    out.append(f'<text x="{width / 2:.0f}" y="28" text-anchor="middle" font-size="16" '
+               f'font-weight="bold">{esc(title)}</text>')
+    for heading, unit, bars, legend in panels:
+        top = max((sum(v for v, _, _ in segs) for _, segs in bars), default=0.0) or 1.0
+        step = _nice_step(top * 1.05)
+        ticks = math.ceil(top * 1.05 / step)
+        x_top = ticks * step
+        px = lambda v: left + v / x_top * (right - left)
+        out.append(f'<text x="{left}" y="{y + 14:.0f}" font-size="13" font-weight="bold">'
+                   f'{esc(heading)} ({esc(unit)})</text>')
+        y0 = y + 24
+        y1 = y0 + len(bars) * (bar_h + gap)
+        out.append('<g stroke="#e0e0e0" stroke-width="1">')
+        out += [f'<line x1="{px(i * step):.2f}" y1="{y0:.0f}" x2="{px(i * step):.2f}" y2="{y1:.0f}"/>'
+                for i in range(1, ticks + 1)]
+        out.append("</g>")
+        out.append(f'<line x1="{left}" y1="{y0:.0f}" x2="{left}" y2="{y1:.0f}" stroke="black"/>')
+        for i in range(ticks + 1):
+            out.append(f'<text x="{px(i * step):.2f}" y="{y1 + 14:.0f}" text-anchor="middle" '
+                       f'fill="#555555">{i * step:g}</text>')
+        for j, (label, segs) in enumerate(bars):
+            by = y0 + j * (bar_h + gap) + gap / 2
+            out.append(f'<text x="{left - 8}" y="{by + bar_h - 4:.1f}" text-anchor="end">'
+                       f'{esc(label)}</text>')
+            x = 0.0
+            for v, colour, tip in segs:
+                out.append(f'<rect x="{px(x):.2f}" y="{by:.1f}" width="{max(px(x + v) - px(x), 0):.2f}" '
+                           f'height="{bar_h}" fill="{colour}"><title>{esc(tip)}</title></rect>')
+                x += v
+            text = f"{x:.2f}" if segs else "failed"
+            out.append(f'<text x="{px(x) + 6:.2f}" y="{by + bar_h - 4:.1f}">{text}</text>')
+        y = y1 + 24
+        if legend:
+            y += 12
+            per_row = 5
+            for k, (name, colour) in enumerate(legend):
+                lx, ly = left + (k % per_row) * 110, y + (k // per_row) * 18
+                out.append(f'<rect x="{lx}" y="{ly - 10:.0f}" width="12" height="12" fill="{colour}"/>'
+                           f'<text x="{lx + 16}" y="{ly:.0f}">{esc(name)}</text>')
+            y += (len(legend) + per_row - 1) // per_row * 18 + 6
+        y += 16
+    height = int(y + 10)
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">\n'
+            f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>')
+    return "\n".join([head, *out, "</svg>"]) + "\n"
+
+
+def step_svg(title: str, runs, results, errors, profiles) -> str:
+    """llama_step.svg: step time and peak memory per run; with profiles, each profiled run's GPU
+    time per category, stacked."""
+    colour = {run: COLORS[i % len(COLORS)] for i, run in enumerate(runs)}
+
+    def bars(key, unit):
+        return [(run, [] if run not in results else
+                 [(results[run][key], colour[run], f"{run}: {results[run][key]:.2f} {unit}")])
+                for run in runs if run in results or run in errors]
+
+    panels = [("step time, median", "ms", bars("ms", "ms"), None),
+              ("peak memory", "GiB", bars("peak", "GiB"), None)]
+    cats = {run: profiles[run]["categories"] for run in runs
+            if "categories" in profiles.get(run, {})}
+    if cats:
+        names = [n for n in CATEGORY_NAMES if any(c[n] for c in cats.values())]
+        cc = {n: COLORS[i % len(COLORS)] if n != "other" else "#bbbbbb" for i, n in enumerate(names)}
+        panels.append(("GPU time by category, one profiled step", "ms",
+                       [(run, [(c[n], cc[n], f"{run}, {n}: {c[n]:.2f} ms") for n in names if c[n]])
+                        for run, c in cats.items()], [(n, cc[n]) for n in names]))
+    return svg_bars(title, panels)
+
+
+def parse_pieces(text: str) -> tuple:
+    """--tessera's pieces, in PIECES order: "all" is DEFAULT_PIECES, "none" nothing, a name adds
+    that piece, "-name" drops it, left to right."""
+    chosen = set()
+    for word in (w.strip() for w in text.split(",")):
+        if not word:
+            continue
+        name = word[1:] if word.startswith("-") else word
+        if word in ("all", "none"):
+            chosen = set(DEFAULT_PIECES) if word == "all" else set()
+        elif name in PIECES:
+            (chosen.discard if word.startswith("-") else chosen.add)(name)
+        else:
+            raise ValueError(f"expected all, none, names of {', '.join(PIECES)} or -name, got "
+                             f"{word!r} in {text!r}")
+    return tuple(p for p in PIECES if p in chosen)
+
+
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tessera", default="all",
-                    help=f"pieces on tessera: all, none or some of {','.join(PIECES)}")
+                    help=f"pieces on tessera, comma-separated: all ({','.join(DEFAULT_PIECES)}), "
+                         f"none, names of {','.join(PIECES)}, -name to drop one (all,linear: every "
+                         "piece; all,-add_norm: all but add_norm)")
     ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
-    ap.add_argument("--steps", type=int, default=8, help="timed steps per run and round")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per run and round "
+                    f"(default {DEFAULT_TIMING['steps']}, --quick {QUICK_TIMING['steps']})")
+    ap.add_argument("--warmup", type=int, default=None, help=f"default {DEFAULT_TIMING['warmup']}, "
+                    f"--quick {QUICK_TIMING['warmup']}")
+    ap.add_argument("--rounds", type=int, default=None, help=f"default {DEFAULT_TIMING['rounds']}, "
+                    f"--quick {QUICK_TIMING['rounds']}")
     ap.add_argument("--small", action="store_true", help="a quick check: " + ", ".join(
         f"{k} {v}" for k, v in SMALL.items() if FULL[k] != v))
-    ap.add_argument("--profile", action="store_true", help="top 15 CUDA kernels of one step of each run")
+    ap.add_argument("--quick", action="store_true", help="one round of 5 steps after 2 warm-up "
+                    f"steps; --small where the GPU has under {QUICK_FULL_GIB} GiB")
+    ap.add_argument("--profile", action="store_true", help="one more step of each run profiled: "
+                    "its top 15 CUDA kernels and GPU time per category")
     ap.add_argument("--seed", type=int, default=0, help="of the weights and the tokens")
     ap.add_argument("--out", default="report/llama_step")
     for k, v in FULL.items():  # model and batch shape, overriding the preset's
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=None, help=f"default {v}")
     args = ap.parse_args()
+    for k, v in (QUICK_TIMING if args.quick else DEFAULT_TIMING).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.quick and not args.small and torch.cuda.is_available():
+        gib = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**30
+        if gib < QUICK_FULL_GIB:
+            print(f"--quick: the small model, the GPU having {gib:.0f} GiB", flush=True)
+            args.small = True
     preset = SMALL if args.small else FULL
     c = SimpleNamespace(**{k: preset[k] if getattr(args, k) is None else getattr(args, k)
                            for k in FULL})
-    names = [p.strip() for p in args.tessera.split(",") if p.strip()]
-    args.pieces = PIECES if names == ["all"] else () if names == ["none"] else tuple(names)
-    if any(p not in PIECES for p in args.pieces):
-        ap.error(f"--tessera: expected all, none or names of {', '.join(PIECES)}, got {args.tessera!r}")
+    try:
+        args.pieces = parse_pieces(args.tessera)
+    except ValueError as e:
+        ap.error(f"--tessera: {e}")
     args.runs = [" ".join(r.replace("-", " ").replace("_", " ").split())
                  for r in args.runs.split(",") if r.strip()]
     if not args.runs or any(r not in RUNS for r in args.runs):
@@ -350,24 +667,41 @@ def main():
     for run, r in results.items():
         r["ms"] = statistics.median(r["round_ms"])
         if run in grads and "torch eager" in grads:
-            r["grad_diff"] = max(((a - b).norm() / b.norm()).item()
-                                 for a, b in zip(grads[run], grads["torch eager"]))
+            ref = grads["torch eager"]
+            r["grad_diff"] = max(((g - ref[n]).norm() / ref[n].norm()).item() for n, g in grads[run].items())
     grads.clear()
 
-    for run, text in profiles.items():
-        print(f"\n{run}: top CUDA kernels of one step\n{text}")
+    for run, prof in profiles.items():
+        print(f"\n{run}: top CUDA kernels of one step\n{prof['text']}")
     rows, table, mismatch = report(c, args, results, errors)
+    cat_table = ""
+    if any("categories" in p for p in profiles.values()):
+        cat_table = category_table({r: p for r, p in profiles.items() if "categories" in p}, args.runs)
+        print(f"\nGPU time per category in one profiled step of each run (ms; kernels only, so the "
+              f"total is below the step time by the launch gaps):\n{cat_table}")
+        for row in rows:
+            if "categories" in profiles.get(row["run"], {}):
+                row["profile_ms"] = profiles[row["run"]]["categories"]
     print(f"\n{FINAL_TABLE_MARK}: median step over {args.rounds} round(s) of {args.steps} steps, "
           f"{c.batch} x {c.seq} tokens; tessera pieces: {pieces}; loss and grad diff: to torch eager's "
           f"(bf16 noise: loss within {LOSS_TOL}, gradients {GRAD_TOL})\n{table}")
     if mismatch:
         print(f"MISMATCH: {', '.join(mismatch)} off torch eager beyond bf16 noise")
-    md = table + "".join(f"\n\n{run}: top CUDA kernels of one step\n\n```\n{text}\n```"
-                         for run, text in profiles.items())
+    md = table
+    if cat_table:
+        md += ("\n\nGPU time per category in one profiled step of each run (ms; kernels only; a "
+               "kernel's category: the first pattern of llama_step.py's CATEGORIES that its name "
+               f"matches):\n\n{cat_table}")
+    md += "".join(f"\n\n{run}: top CUDA kernels of one step\n\n```\n{prof['text']}\n```"
+                  for run, prof in profiles.items())
     meta = dict(model=vars(c), pieces=list(args.pieces), steps=args.steps, warmup=args.warmup,
                 rounds=args.rounds, seed=args.seed, timer="CUDA events per step; median over rounds")
     write_results(args.out, "llama_step", meta, rows, md)
-    print(f"wrote llama_step.json and llama_step.md in {args.out}")
+    title = (f"Llama-style training step, {c.layers} layers, dim {c.dim}, {c.batch} x {c.seq} "
+             f"tokens; tessera: {pieces}")
+    with open(os.path.join(args.out, "llama_step.svg"), "w", encoding="utf-8") as f:
+        f.write(step_svg(title, args.runs, results, errors, profiles))
+    print(f"wrote llama_step.json, llama_step.md and llama_step.svg in {args.out}")
     return 1 if errors or mismatch else 0
 
 

@@ -22,6 +22,16 @@
                         torch's rstd from aten._fused_rms_norm (where this torch has the fused
                         CUDA kernels; otherwise torch.autograd.grad through F.rms_norm on a
                         retained graph), torch.compile(aten._fused_rms_norm_backward)
+  add_layer_norm        torch.ops.tessera.add_layer_norm (out, residual_out, mean, rstd)
+                        s = x + r; F.layer_norm(s) (eager: two kernels)   torch.compile of the same
+  add_layer_norm_backward  torch.ops.tessera.add_layer_norm_backward (dx, dw, db; dx with the
+                        gradient of residual_out added)   aten.native_layer_norm_backward + that
+                        gradient, torch.compile of the same
+  add_rms_norm          torch.ops.tessera.add_rms_norm (out, residual_out, rstd)   s = x + r;
+                        F.rms_norm(s)   torch.compile of the same
+  add_rms_norm_backward torch.ops.tessera.add_rms_norm_backward   aten._fused_rms_norm_backward + the
+                        gradient of residual_out (without the fused kernels: torch.autograd.grad
+                        through F.rms_norm, then the add), torch.compile of the same
 
 Shapes, bytes and FLOPs are each op's description (tessera.bench.ops, what `tessera bench` times):
 its bench sizes are row lengths N, each with the number of rows and the input shapes the
@@ -67,7 +77,8 @@ from common import (DEVICE, Suite, add_selection_args, case, check, describe, dt
 aten = torch.ops.aten
 
 OPS = ["softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "layer_norm",
-       "layer_norm_backward", "rms_norm", "rms_norm_backward"]
+       "layer_norm_backward", "rms_norm", "rms_norm_backward", "add_layer_norm",
+       "add_layer_norm_backward", "add_rms_norm", "add_rms_norm_backward"]
 
 LN_EPS = 1e-5
 RMS_EPS = 1e-6
@@ -97,6 +108,10 @@ TOLERANCES = {
     "rms_norm_backward": {_F32: dict(rtol=1e-4, atol=0.0, atol_rel=1e-5),
                           _BF16: dict(rtol=1.6e-2, atol=0.0, atol_rel=4e-3)},
 }
+# The add ops: residual_out is the same bits on every side, the rest as the norm's.
+for _op in ("layer_norm", "rms_norm"):
+    TOLERANCES["add_" + _op] = TOLERANCES[_op]
+    TOLERANCES[f"add_{_op}_backward"] = TOLERANCES[f"{_op}_backward"]
 # The norm forwards' float32 mean and rstd against float64, whatever the input dtype (both are
 # reduced in float32 from the same input values).
 STATS_TOLERANCE = dict(rtol=1e-4, atol=1e-6)
@@ -177,10 +192,35 @@ def _rms_norm_bwd(g, x, rstd, w):
     return aten._fused_rms_norm_backward(g, x, [x.shape[-1]], rstd, w, [True, True])
 
 
+# The add ops' peers: the same math in torch, the sum then the norm; backward, the norm's
+# backward and the gradient of residual_out added.
+def _add_layer_norm(x, r, w, b):
+    s = x + r
+    return F.layer_norm(s, (s.shape[-1],), w, b, LN_EPS), s
+
+
+def _add_layer_norm_bwd(g, h, s, mean, rstd, w, b):
+    gi, gw, gb = aten.native_layer_norm_backward(g, s, [s.shape[-1]], mean, rstd, w, b,
+                                                 [True, True, True])
+    return gi + h, gw, gb
+
+
+def _add_rms_norm(x, r, w):
+    s = x + r
+    return F.rms_norm(s, (s.shape[-1],), w, RMS_EPS), s
+
+
+def _add_rms_norm_bwd(g, h, s, rstd, w):
+    gi, gw = aten._fused_rms_norm_backward(g, s, [s.shape[-1]], rstd, w, [True, True])
+    return gi + h, gw
+
+
 _EAGER = {"softmax": _softmax, "log_softmax": _log_softmax, "softmax_backward": _softmax_bwd,
           "log_softmax_backward": _log_softmax_bwd, "layer_norm": _layer_norm,
           "layer_norm_backward": _layer_norm_bwd, "rms_norm": _rms_norm,
-          "rms_norm_backward": _rms_norm_bwd}
+          "rms_norm_backward": _rms_norm_bwd, "add_layer_norm": _add_layer_norm,
+          "add_layer_norm_backward": _add_layer_norm_bwd, "add_rms_norm": _add_rms_norm,
+          "add_rms_norm_backward": _add_rms_norm_bwd}
 
 
 class Compiled:
@@ -385,6 +425,70 @@ def bench_rms_norm_backward(suite, op, dtype, bench, compiled, fused: bool):
               tolerances=TOLERANCES[op], flops=bench.flops)
 
 
+def bench_add_norm(suite, op, dtype, bench, compiled):
+    rows, n = bench.shapes[0]  # the main tensor: rows x N
+    rms = op == "add_rms_norm"
+    x, r = randn((rows, n), dtype), randn((rows, n), dtype, scale=2.0)
+    w, b = norm_params(n, dtype, bias=not rms)
+    what = f"{op} {dtype_name(dtype)} {shape_str(rows, n)}"
+    tops = torch.ops.tessera
+    if rms:
+        _, res, rstd = tops.add_rms_norm(x, r, w, RMS_EPS)
+        check_stats(suite, op, dtype, rows, n, {"rstd": rstd}, res, RMS_EPS, rms=True)
+        args = (x, r, w)
+        providers = {"tessera": lambda: tops.add_rms_norm(x, r, w, RMS_EPS), "torch": lambda: _add_rms_norm(*args)}
+    else:
+        _, res, mean, rstd = tops.add_layer_norm(x, r, w, b, LN_EPS)
+        check_stats(suite, op, dtype, rows, n, {"mean": mean, "rstd": rstd}, res, LN_EPS, rms=False)
+        args = (x, r, w, b)
+        providers = {"tessera": lambda: tops.add_layer_norm(x, r, w, b, LN_EPS),
+                     "torch": lambda: _add_layer_norm(*args)}
+    fn = compiled.get(op)
+    if fn is not None:
+        suite.optional(providers, "torch.compile", lambda: fn(*args), what)
+    suite.run(op, dtype, rows * n, bench.bytes, providers, shape=(rows, n),
+              tolerances=TOLERANCES[op], flops=bench.flops)
+
+
+def bench_add_norm_backward(suite, op, dtype, bench, compiled, fused: bool):
+    rows, n = bench.shapes[0]  # the main tensor: rows x N
+    rms = op == "add_rms_norm_backward"
+    x, r = randn((rows, n), dtype), randn((rows, n), dtype, scale=2.0)
+    g, h = randn((rows, n), dtype), randn((rows, n), dtype)  # the gradients of out, residual_out
+    w, b = norm_params(n, dtype, bias=not rms)
+    what = f"{op} {dtype_name(dtype)} {shape_str(rows, n)}"
+    tops = torch.ops.tessera
+    # Each side on its own forward's residual_out (the same bits) and statistics, as in training.
+    fn = compiled.get(op)
+    if rms:
+        _, s, t_rstd = tops.add_rms_norm(x, r, w, RMS_EPS)
+        providers = {"tessera": lambda: tops.add_rms_norm_backward(g, h, s, t_rstd, w, [True, True])}
+        if fused:
+            _, rstd = aten._fused_rms_norm(s, [n], w, RMS_EPS)
+            providers["torch"] = lambda: _add_rms_norm_bwd(g, h, s, rstd, w)
+            if fn is not None:
+                suite.optional(providers, "torch.compile", lambda: fn(g, h, s, rstd, w), what)
+        else:
+            sr, wr = s.detach().requires_grad_(), w.detach().requires_grad_()
+            yr = F.rms_norm(sr, (n,), wr, RMS_EPS)
+
+            def torch_bwd():
+                gi, gw = torch.autograd.grad(yr, (sr, wr), g, retain_graph=True)
+                return gi + h, gw
+            providers["torch"] = torch_bwd
+    else:
+        _, s, t_mean, t_rstd = tops.add_layer_norm(x, r, w, b, LN_EPS)
+        _, mean, rstd = aten.native_layer_norm(s, [n], w, b, LN_EPS)
+        providers = {
+            "tessera": lambda: tops.add_layer_norm_backward(g, h, s, t_mean, t_rstd, w, [True, True, True]),
+            "torch": lambda: _add_layer_norm_bwd(g, h, s, mean, rstd, w, b),
+        }
+        if fn is not None:
+            suite.optional(providers, "torch.compile", lambda: fn(g, h, s, mean, rstd, w, b), what)
+    suite.run(op, dtype, rows * n, bench.bytes, providers, shape=(rows, n),
+              tolerances=TOLERANCES[op], flops=bench.flops)
+
+
 # ---- driver ---------------------------------------------------------------------------------
 
 def parse_args():
@@ -443,7 +547,7 @@ def main() -> int:
                        "load (tl.exp takes fp32 only); not the tutorial's later persistent "
                        "variant. Rows of 262144 spill registers in this form")
     fused = False
-    if "rms_norm_backward" in args.ops:
+    if "rms_norm_backward" in args.ops or "add_rms_norm_backward" in args.ops:
         fused = fused_rms_norm_available()
         node = rms_norm_autograd_node()
         if fused:
@@ -469,6 +573,9 @@ def main() -> int:
         "layer_norm": bench_layer_norm, "layer_norm_backward": bench_layer_norm_backward,
         "rms_norm": bench_rms_norm,
         "rms_norm_backward": lambda *a: bench_rms_norm_backward(*a, fused=fused),
+        "add_layer_norm": bench_add_norm, "add_rms_norm": bench_add_norm,
+        "add_layer_norm_backward": lambda *a: bench_add_norm_backward(*a, fused=fused),
+        "add_rms_norm_backward": lambda *a: bench_add_norm_backward(*a, fused=fused),
     }
     t0 = time.time()
     skipped = []
