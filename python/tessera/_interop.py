@@ -46,8 +46,10 @@ TensorT = TypeVar("TensorT", bound=TensorLike)
 _torch_codes: dict | None = None
 _torch_raw_stream = None
 # Once torch is seen: torch.Tensor, and torch.ops.tessera where its library is built (None
-# otherwise). The public functions call the registered ops for a plain torch.Tensor input (their
-# fast path: `type(x) is Tensor and ops is not None`); everything else takes their Python paths.
+# otherwise). The public functions call the registered ops for a torch.Tensor input, a subclass
+# too (a DTensor, which the op runs on its shards by tessera._sharding's rules): `type(x) is
+# Tensor or isinstance(x, Tensor)`, the exact type checked first, the cheaper. The no-grad fast
+# path below (`fast`) takes exact torch.Tensor only. Everything else takes their Python paths.
 Tensor = None
 ops = None
 # tessera._torch_fast where built: the public functions' no-grad calls on plain CUDA tensors, with

@@ -4,8 +4,20 @@ so that torch.ops.tessera.* on DTensors run tessera's kernels on each rank's loc
 Each rule lists the placements (per mesh dimension) under which the op on local shards gives the
 global result; DTensor picks the one that needs the least communication and redistributes the
 inputs to it. An op that cannot run sharded lists Replicate only, and DTensor gathers: seeded
-dropout, whose mask depends on each element's global index. Ops without a rule here (matmul,
-the losses, isin, copy) keep DTensor's default, an error naming the op.
+dropout, whose mask depends on each element's global index; a loss averaged over rows (its
+divisor is the whole batch's). Ops without a rule here (copy, scaled_mm, attention's varlen and
+kvcache forms and varlen's backward) keep DTensor's default, an error naming the op.
+
+A rule is the placements of one mesh dimension; DTensor combines them over the mesh's dimensions.
+Its inputs list a placement for every tensor argument given (keyword ones included, in schema
+order). DTensor redistributes positional arguments only, never keyword ones, so the strategies
+are kept only where each keyword tensor (matmul's bias and residual, attention's alibi_slopes,
+rotary's seqlen_offsets, linear_cross_entropy's grad_loss) is placed as it already is
+(_keywords_as_placed); the public functions split replicated ones where the operands are
+sharded (tessera.matmul, tessera.flash_attention) or place the loss's gradient
+(tessera.linear_cross_entropy). Likewise ops that write an argument in place
+(cross_entropy.inplace, cross_entropy.backward) list only that argument's present placements:
+DTensor would redistribute it into a copy, and the write would be lost.
 
 torch.distributed.tensor takes a third of a second to import, so the rules are registered when a
 program imports it (install()), not when tessera is imported.
@@ -66,9 +78,10 @@ def register(torch) -> bool:
         return True
     try:
         from torch.distributed.tensor import Partial, Replicate, Shard
-        from torch.distributed.tensor.experimental import register_sharding
+        from torch.distributed.tensor.experimental import register_sharding as torch_register_sharding
     except ImportError:
         return False
+    register_sharding = _keywords_as_placed(torch_register_sharding)
     _done = True
     ops = torch.ops.tessera
     R = Replicate()
@@ -176,34 +189,272 @@ def register(torch) -> bool:
             return [p, p if grad_residual_out is not None else None, p, p, param(weight), None]
         return [([R] * 2, ins(R))] + [([Shard(d), Partial()], ins(Shard(d))) for d in rows_of(residual_out)]
 
-    # RoPE: q and k by batch or by heads (k's heads divided as q's), the angles replicated.
+    # RoPE: q and k by batch or by heads (k's heads divided as q's), the angles replicated, or
+    # by batch where they are per sequence ((batch, positions, ...)); seqlen_offsets (one per
+    # sequence) likewise.
     def rotary_rule(q, k, cos, sin, *args, **kwargs):
         layout = kwargs.get("layout", args[0] if args else "bshd")
+        offsets = kwargs.get("seqlen_offsets")
         rest = [None] * len(args)
-        return [([R] * 2, [R] * 4 + rest)] + \
-            [([Shard(d)] * 2, [Shard(d)] * 2 + [R, R] + rest) for d in (0, 2 if layout == "bshd" else 1)]
+
+        def ins(p, angles, per_sequence):
+            return [p, p, angles, angles] + rest + ([per_sequence] if offsets is not None else [])
+
+        per_batch = Shard(0) if cos.ndim == 3 and cos.shape[0] == q.shape[0] else R
+        heads = Shard(2 if layout == "bshd" else 1)
+        return [([R] * 2, ins(R, R, R)), ([Shard(0)] * 2, ins(Shard(0), per_batch, Shard(0))),
+                ([heads] * 2, ins(heads, R, R))]
 
     register_sharding(ops.rotary_embedding.default)(rotary_rule)
     register_sharding(ops.rotary_embedding_backward.default)(rotary_rule)
 
-    # Attention in FlashAttention's layout, (batch, seq, heads, dim): by batch or by heads (GQA's
-    # groups stay whole where both head counts divide by the mesh); lse is (batch, heads, seq).
-    # With ALiBi's slopes (a keyword argument, which these placements do not cover: a shard would
-    # index them by its local batch and heads) replicated only.
+    # Attention in FlashAttention's layout, (batch, seq, heads, dim): by batch or by heads; lse is
+    # (batch, heads, seq). By heads only where each shard's query heads map to its own key heads:
+    # as many of each, or GQA's key heads a multiple of the mesh's size (every group whole).
+    # ALiBi's slopes, (heads,) or (batch, heads), sharded with the heads or the batch.
+    def by_heads(q, k):
+        return q.shape[2] == k.shape[2] or k.shape[2] % q.mesh.size() == 0
+
+    def slopes(alibi, p):
+        """ALiBi's slopes where q is `p`: sharded along with the batch or the heads."""
+        if alibi is None or p == R or p == Shard(0) and alibi.ndim == 1:
+            return R
+        return Shard(0) if p == Shard(0) else Shard(alibi.ndim - 1)
+
     @register_sharding(ops.attention.default)
     def attention_rule(q, k, v, *args, **kwargs):
+        alibi = kwargs.get("alibi_slopes")
         rest = [None] * len(args)
-        if kwargs.get("alibi_slopes") is not None:
-            return [([R] * 2, [R] * 3 + rest)]
-        return [([R] * 2, [R] * 3 + rest), ([Shard(0)] * 2, [Shard(0)] * 3 + rest),
-                ([Shard(2), Shard(1)], [Shard(2)] * 3 + rest)]
+
+        def ins(p):
+            return [p] * 3 + rest + ([slopes(alibi, p)] if alibi is not None else [])
+
+        strategies = [([R] * 2, ins(R)), ([Shard(0)] * 2, ins(Shard(0)))]
+        if by_heads(q, k):
+            strategies.append(([Shard(2), Shard(1)], ins(Shard(2))))
+        return strategies
 
     @register_sharding(ops.attention_backward.default)
     def attention_backward_rule(grad_out, q, k, v, out, lse, *args, **kwargs):
+        alibi = kwargs.get("alibi_slopes")
         rest = [None] * len(args)
-        if kwargs.get("alibi_slopes") is not None:
-            return [([R] * 3, [R] * 6 + rest)]
-        return [([R] * 3, [R] * 6 + rest), ([Shard(0)] * 3, [Shard(0)] * 6 + rest),
-                ([Shard(2)] * 3, [Shard(2)] * 5 + [Shard(1)] + rest)]
 
+        def ins(p, lse_p):
+            return [p] * 5 + [lse_p] + rest + ([slopes(alibi, p)] if alibi is not None else [])
+
+        strategies = [([R] * 3, ins(R, R)), ([Shard(0)] * 3, ins(Shard(0), Shard(0)))]
+        if by_heads(q, k):
+            strategies.append(([Shard(2)] * 3, ins(Shard(2), Shard(1))))
+        return strategies
+
+    _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial)
     return True
+
+
+def _keywords_as_placed(register_sharding):
+    """register_sharding whose rules keep the tensors given by keyword where they are. DTensor
+    redistributes an op's positional arguments only (torch's redistribute_local_args: "it's very
+    rare that we need to reshard kwargs so we intentionally skip it"): a strategy placing a
+    keyword tensor elsewhere would hand the op that tensor's present local shard, silently. So
+    of a rule's strategies only those are kept where each keyword tensor (matmul's bias and
+    residual, attention's alibi_slopes, rotary's seqlen_offsets, linear_cross_entropy's
+    grad_loss) stays as it is; a rule lists its inputs positional ones first, then the keyword
+    ones in the schema's order (DTensor's order). On a mesh of several dimensions such a tensor
+    must be placed alike on each (the strategies are per mesh dimension, and DTensor could
+    combine them otherwise)."""
+    def register(op):
+        def decorate(rule):
+            def kept(*args, **kwargs):
+                strategies = rule(*args, **kwargs)
+                given = [(name, v) for name, v in kwargs.items() if hasattr(v, "placements")]
+                if not given:
+                    return strategies
+                for name, spec in given:
+                    if len(set(spec.placements)) > 1:
+                        raise RuntimeError(
+                            f"{op}: argument '{name}' is placed {tuple(spec.placements)}; DTensor does not "
+                            "redistribute keyword arguments, and tessera's rules take one placed alike on every "
+                            "mesh dimension: redistribute it first")
+                wanted = [spec.placements[0] for _, spec in given]
+                kept_strategies = [s for s in strategies if [p for p in s[1] if p is not None][-len(wanted):] == wanted]
+                if not kept_strategies:
+                    raise RuntimeError(
+                        f"{op}: no sharding of its other arguments takes "
+                        + ", ".join(f"'{name}' placed {spec.placements[0]!r}" for name, spec in given)
+                        + " (DTensor does not redistribute keyword arguments): redistribute it first")
+                return kept_strategies
+            register_sharding(op)(kept)
+            return rule
+        return decorate
+    return register
+
+
+SWIGLU_PAIR = 128  # matmul's 'swiglu' interleaves gate and up in blocks of 64 columns each
+
+
+def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> None:
+    """The rules of add, isin, swiglu_backward, matmul and the losses."""
+    R = Replicate()
+    linear = ("sum", "avg")  # the reductions a linear op commutes with (Partial.LINEAR_REDUCE_OPS)
+
+    def aligned(t, shape, d):
+        """The placement of `t` (broadcast to `shape`, aligned from the right) where a result of
+        `shape` is Shard(d): its own dimension where it has d's full size, else (broadcast along
+        d) Replicate."""
+        k = d - (len(shape) - t.ndim)
+        return Shard(k) if k >= 0 and t.shape[k] == shape[d] else R
+
+    # add: each dimension of the broadcast result, the inputs along it or broadcast; two partial
+    # sums add up to a partial sum. add.Scalar: any dimension (not Partial: each rank would add
+    # the number).
+    @register_sharding(ops.add.default)
+    def add_rule(input, other, *args, **kwargs):
+        shape = torch.broadcast_shapes(input.shape, other.shape)
+        strategies = [([R], [R, R])]
+        for d in range(len(shape)):
+            placements = [aligned(input, shape, d), aligned(other, shape, d)]
+            if placements != [R, R]:
+                strategies.append(([Shard(d)], placements))
+        return strategies + [([Partial(op)], [Partial(op)] * 2) for op in linear]
+
+    @register_sharding(ops.add.Scalar)
+    def add_scalar_rule(input, other, *args, **kwargs):
+        return [([R], [R])] + [([Shard(d)], [Shard(d)]) for d in range(input.ndim)]
+
+    # isin: each element's answer alone; the set replicated.
+    @register_sharding(ops.isin.default)
+    def isin_rule(elements, test_elements, **kwargs):
+        return [([R], [R, R])] + [([Shard(d)], [Shard(d), R]) for d in range(elements.ndim)]
+
+    def whole_pairs(n, mesh):
+        """A shard of N product columns holds whole gate/up blocks on any dimensions of `mesh`."""
+        return n % (SWIGLU_PAIR * mesh.size()) == 0
+
+    # swiglu_backward(grad_output [..., N / 2], input [..., N]): rows anywhere; columns where
+    # each shard holds whole blocks of 64 gate and 64 up columns (as matmul's column shards).
+    @register_sharding(ops.swiglu_backward.default)
+    def swiglu_backward_rule(grad_output, input):
+        strategies = [([R], [R, R])] + [([Shard(d)], [Shard(d)] * 2) for d in range(input.ndim - 1)]
+        if input.ndim and whole_pairs(input.shape[-1], input.mesh):
+            strategies.append(([Shard(input.ndim - 1)], [Shard(input.ndim - 1)] * 2))
+        return strategies
+
+    # matmul: input [M, K] or [B, M, K] @ other [K, N] or [B, K, N], epilogue
+    # activation(alpha * product + bias) + residual; bias [N], residual the output's shape.
+    # aten.mm's strategies (torch's gen_single_dim_einsum_strategies):
+    # - input's rows (M) or the batch sharded, other replicated (or sharded along the batch):
+    #   the output sharded alike;
+    # - other's columns (N) sharded, input replicated (a column-parallel linear): the output's
+    #   columns, bias's and residual's with them. With 'swiglu' (the output has N / 2 columns,
+    #   gate and up interleaved in blocks of 64) only where each shard holds whole 128-column
+    #   blocks; its output then is the same shard of the N / 2 features.
+    # - K sharded in both (a row-parallel linear): a partial sum on each rank (Partial), and
+    #   input or other a partial sum with the other replicated. Only without an activation, which
+    #   does not distribute over a sum; bias and residual then are partial sums too (DTensor
+    #   splits a replicated one among the ranks, as for aten.addmm's bias).
+    # matmul.preactivation returns the product before the activation too (N columns), placed as
+    # the output.
+    def matmul_rule(outputs):
+        def rule(input, other, *, bias=None, residual=None, activation="none", **kwargs):
+            a, b = input, other
+            nd = 3 if a.ndim == 3 or b.ndim == 3 else 2
+            n = b.shape[-1]
+            batch = max(a.shape[0] if a.ndim == 3 else 1, b.shape[0] if b.ndim == 3 else 1)
+            shape = ((batch,) if nd == 3 else ()) + (a.shape[-2], n // 2 if activation == "swiglu" else n)
+
+            def strategy(out, pa, pb, pbias, pres):
+                ins = [pa, pb] + ([pbias] if bias is not None else []) + ([pres] if residual is not None else [])
+                return [out] * outputs, ins
+
+            def res(d):
+                return aligned(residual, shape, d) if residual is not None else None
+
+            strategies = [strategy(R, R, R, R, R),
+                          strategy(Shard(nd - 2), Shard(a.ndim - 2), R, R, res(nd - 2))]
+            if nd == 3 and batch > 1:
+                strategies.append(strategy(Shard(0), Shard(0) if a.ndim == 3 and a.shape[0] == batch else R,
+                                           Shard(0) if b.ndim == 3 and b.shape[0] == batch else R, R, res(0)))
+            if activation != "swiglu" or whole_pairs(n, b.mesh):
+                strategies.append(strategy(Shard(nd - 1), R, Shard(b.ndim - 1),
+                                           Shard(bias.ndim - 1) if bias is not None else None, res(nd - 1)))
+            if activation == "none":
+                strategies.append(strategy(Partial(), Shard(a.ndim - 1), Shard(b.ndim - 2), Partial(), Partial()))
+                for op in linear:
+                    p = Partial(op)
+                    strategies += [strategy(p, p, R, p, p), strategy(p, R, p, p, p)]
+            return strategies
+        return rule
+
+    register_sharding(ops.matmul.default)(matmul_rule(1))
+    register_sharding(ops.matmul.preactivation)(matmul_rule(2))
+
+    # The losses: rows (tokens) are independent, so logits (and target, and the gradient) sharded
+    # by rows give each row's loss, lse and gradient on its rank; 'sum' adds the rows' losses, a
+    # partial sum on each rank (Partial). 'mean' divides by the count of the rows not ignored (or
+    # the sum of their class weights) over the whole batch, which a shard does not know: its own
+    # mean, and its gradient's 1 / count, would be wrong (no Partial reduces them exactly, unless
+    # every shard had the same divisor). So 'mean' runs replicated (gathering the rows); 'none'
+    # and 'sum' run sharded (tessera.cross_entropy and linear_cross_entropy compute a row-sharded
+    # 'mean' without class weights as 'sum' over the all-reduced count). Class weights replicated.
+    # A vocabulary sharded (vocab-parallel cross-entropy, whose max and sum of exp need
+    # all-reduces) has no rule: gathered.
+    def loss_strategies(logits, weight, reduction, outputs):
+        """Replicated, and (not for 'mean') by rows: logits and target Shard(0), the outputs
+        (loss, lse, grad)[:outputs] by rows, the loss a partial sum for 'sum'."""
+        def ins(p):
+            return [p, p] + ([R] if weight is not None else [])
+        strategies = [([R] * outputs, ins(R))]
+        if reduction != "mean" and logits.ndim == 2:
+            loss = Shard(0) if reduction == "none" else Partial()
+            strategies.append(([loss, Shard(0), Shard(0)][:outputs], ins(Shard(0))))
+        return strategies
+
+    # (loss, lse, grad): grad (N, V) where with_grad, else an empty (0,) tensor.
+    @register_sharding(ops.cross_entropy.default)
+    def cross_entropy_rule(logits, target, weight=None, *, reduction="mean", **kwargs):
+        return loss_strategies(logits, weight, reduction, 3)
+
+    def placed_as(spec, allowed, op, arg):
+        """`spec`'s present placements, all among `allowed` (an op writing it in place must not
+        have it redistributed)."""
+        present = list(dict.fromkeys(spec.placements))
+        for p in present:
+            if p not in allowed:
+                raise RuntimeError(
+                    f"tessera.{op}: argument '{arg}' is written in place, and as a DTensor it must stay "
+                    f"as it is placed; expected {' or '.join(map(repr, allowed))}, got {p!r} "
+                    f"(placements {tuple(spec.placements)})")
+        return present
+
+    @register_sharding(ops.cross_entropy.inplace)
+    def cross_entropy_inplace_rule(logits, target, weight=None, *, reduction="mean", **kwargs):
+        strategies = loss_strategies(logits, weight, reduction, 2)
+        allowed = [s[1][0] for s in strategies]  # the logits' placement in each
+        present = placed_as(logits, allowed, "cross_entropy (inplace_grad=True)", "logits")
+        return [s for s in strategies if s[1][0] in present]
+
+    # cross_entropy.backward(grad_loss, grad(a!)): grad *= grad_loss, in place. grad_loss is a
+    # number ('mean', 'sum'; replicated) or one per row ('none': sharded as grad's rows). grad
+    # anywhere, a partial sum too (linear_cross_entropy's d_weight): scaling commutes with them.
+    @register_sharding(ops.cross_entropy.backward)
+    def cross_entropy_backward_rule(grad_loss, grad, *args, **kwargs):
+        per_row = grad_loss.ndim == 1
+        allowed = [R] + [Shard(d) for d in range(grad.ndim)] + [Partial(op) for op in linear]
+        present = placed_as(grad, allowed, "cross_entropy_backward", "grad")
+        return [([], [Shard(0) if per_row and p == Shard(0) else R, p]) for p in present]
+
+    # linear_cross_entropy(hidden [N, H], weight [V, H], bias [V], target [N], ..., grad_loss)
+    # -> (loss, lse, d_hidden, d_weight, d_bias): rows as cross_entropy's, the weight and bias
+    # replicated; d_hidden by rows, d_weight and d_bias sums over the rows (Partial). grad_loss
+    # (the backward of 'none': one per row) by rows.
+    @register_sharding(ops.linear_cross_entropy.default)
+    def linear_cross_entropy_rule(hidden, weight, bias, target, *, reduction="mean", grad_loss=None, **kwargs):
+        def ins(p):
+            rows = grad_loss is not None and grad_loss.ndim == 1
+            return [p, R] + ([R] if bias is not None else []) + [p] + \
+                ([p if rows else R] if grad_loss is not None else [])
+        strategies = [([R] * 5, ins(R))]
+        if reduction != "mean" and hidden.ndim == 2:
+            loss = Shard(0) if reduction == "none" else Partial()
+            strategies.append(([loss, Shard(0), Shard(0), Partial(), Partial()], ins(Shard(0))))
+        return strategies

@@ -12,8 +12,10 @@ with the same parameters (so Python binds the arguments, at no cost of ours). It
 op's kernel does not: tensors the kernels do not take (CPU, other dtypes: there, torch's
 composition of the same contract), DLPack arrays, and the arguments beyond the schema's
 (``out=``, ``dtype=``) where they are not their defaults. Every other call takes, in order: the
-no-grad fast path (tessera._torch_fast, skipped while dynamo traces), then the registered op
-torch.ops.tessera.<name> (autograd in C++, fake kernel, torch.compile).
+no-grad fast path (tessera._torch_fast, skipped while dynamo traces; plain tensors only), then the
+registered op torch.ops.tessera.<name> (autograd in C++, fake kernel, torch.compile), which also
+takes subclasses of torch.Tensor (a DTensor: the op runs on its local shards by the sharding
+rules of tessera/_sharding.py; a FakeTensor: the fake kernel) on the same conditions.
 """
 
 from __future__ import annotations
@@ -73,8 +75,11 @@ def op(name: str) -> Callable[[F], F]:
             first = None
             for a, kind in zip(args, kinds):
                 if kind == "Tensor":
-                    if type(a) is not _interop.Tensor or not a.is_cuda or \
-                            a.dtype not in _interop.FLOATS or (first is not None and a.dtype is not first):
+                    # A subclass (a DTensor) too: the op dispatches it (DTensor by its sharding
+                    # rules, tessera/_sharding.py); the exact type is checked first, the cheaper.
+                    if (type(a) is not _interop.Tensor and not isinstance(a, _interop.Tensor)) or \
+                            not a.is_cuda or a.dtype not in _interop.FLOATS or \
+                            (first is not None and a.dtype is not first):
                         return call_declaration(*args)
                     first = a.dtype
                 elif kind == "int" and type(a) is not int or kind == "bool" and type(a) is not bool or \
@@ -110,7 +115,8 @@ def {declaration.__name__}({", ".join(text)}):
             r = fast.call({_FAST_INDEX[name]}, {schema_args})
             if r is not None:
                 return r
-        if _interop.ops is not None and type({schema_names[0]}) is _interop.Tensor:
+        if _interop.ops is not None and (type({schema_names[0]}) is _interop.Tensor or
+                                         isinstance({schema_names[0]}, _interop.Tensor)):
             return _route({schema_args})
     return _declaration({passed})
 """

@@ -61,11 +61,36 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_sca
     if torch is None:
         raise TypeError(f"tessera.flash_attention: argument 'q': expected a torch tensor, got {type(q).__name__}")
     left, right = window_size
+    if alibi_slopes is not None and type(q) is not torch.Tensor and hasattr(q, "placements"):  # DTensors
+        alibi_slopes = _slopes_as_placed(q, k, alibi_slopes)
     out, lse = _ops(torch, "flash_attention").attention.default(
         q, k, v, causal=bool(causal), scale=None if softmax_scale is None else float(softmax_scale),
         window_left=int(left), window_right=int(right), softcap=float(softcap),
         deterministic=bool(deterministic), alibi_slopes=alibi_slopes)
     return (out, lse) if return_lse else out
+
+
+def _slopes_as_placed(q, k, slopes):
+    """For DTensors: ALiBi's slopes placed as the sharding rule of torch.ops.tessera.attention
+    (tessera/_sharding.py) takes them beside q as it is: sharded with the heads (where the rule
+    shards them: as many key heads as query heads, or GQA's key heads a multiple of the mesh's
+    size) or, per sequence ((batch, heads)), with the batch. The op takes them by keyword, which
+    DTensor does not redistribute; a replicated one is split here (a local slice)."""
+    from torch.distributed.tensor import Replicate, Shard
+    if not hasattr(slopes, "placements") or slopes.device_mesh != q.device_mesh:
+        return slopes
+    heads = k.dim() == 4 and (q.shape[2] == k.shape[2] or k.shape[2] % q.device_mesh.size() == 0)
+    new = []
+    for p, pq in zip(slopes.placements, q.placements):
+        if not p.is_replicate():
+            new.append(p)
+        elif pq == Shard(2) and heads:
+            new.append(Shard(slopes.dim() - 1))
+        elif pq == Shard(0) and slopes.dim() == 2:
+            new.append(Shard(0))
+        else:
+            new.append(Replicate())
+    return slopes if new == list(slopes.placements) else slopes.redistribute(slopes.device_mesh, new)
 
 
 def flash_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
@@ -197,7 +222,7 @@ def rotary_embedding(q: Any, k: Any, cos: Any, sin: Any, *, layout: str = "bshd"
     tensors (CPU, float64) take torch's composition of the same contract.
     """
     torch = _interop.torch_module
-    if (_interop.ops is not None and type(q) is _interop.Tensor and q.is_cuda and q.dtype in _interop.FLOATS
+    if (_interop.ops is not None and isinstance(q, _interop.Tensor) and q.is_cuda and q.dtype in _interop.FLOATS
             and isinstance(cos, torch.Tensor) and cos.dtype == torch.float32):
         # float32 angles beside a half-precision q: the kernels' own case, which the generic
         # route (one dtype for every tensor) passes here.

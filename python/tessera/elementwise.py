@@ -75,12 +75,12 @@ def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
         r = fast.add(input, other) if alpha == 1 else fast.add(input, other, alpha)
         if r is not None:
             return r
-    ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+    ops, T = _interop.ops, _interop.Tensor  # T: a subclass too (a DTensor), after the exact type
+    if out is None and ops is not None and (type(input) is T or isinstance(input, T)) and input.is_cuda \
             and input.dtype in _interop.FLOATS:
         # Keyword arguments cost the op's argument parsing more than positional ones: left out
         # where they are the defaults.
-        if type(other) is _interop.Tensor and other.dtype is input.dtype and other.is_cuda:
+        if (type(other) is T or isinstance(other, T)) and other.dtype is input.dtype and other.is_cuda:
             return ops.add.default(input, other) if alpha == 1 else \
                 ops.add.default(input, other, alpha=alpha)
         if type(other) is float or type(other) is int:
@@ -353,14 +353,22 @@ def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool
 
     ``out`` (keyword only, not torch's) writes the result to a preallocated tensor of ``input``'s
     shape, dtype and device; with an identity call (above) ``input`` is copied into it.
+
+    A DTensor (any subclass of torch.Tensor) without ``seed`` takes torch's dropout, which DTensor
+    runs on each shard from its own generator; with a seed, tessera's op, which runs replicated
+    (the mask follows each element's global index).
     """
     op = "dropout"
     p = _probability(p, op)
     if seed is None and out is None and (_interop.outside_kernels(input) or (
-            _interop.Tensor is not None and _interop.torch_module.compiler.is_compiling())):
+            _interop.Tensor is not None and (_interop.torch_module.compiler.is_compiling() or (
+                type(input) is not _interop.Tensor and isinstance(input, _interop.Tensor))))):
         # torch's dropout, from torch's generator (a given seed asks for tessera's masks). Also
         # in a torch.compile graph: tessera's generator state is Python ints, which a graph
-        # would freeze into one mask for every call.
+        # would freeze into one mask for every call. And for a subclass (a DTensor): tessera's
+        # mask follows each element's global index, which a shard does not know, so its op
+        # runs replicated (gathering a sharded input); torch's dropout on a DTensor runs on the
+        # shards, from DTensor's own generator.
         return _interop.torch_module.nn.functional.dropout(input, p, training, inplace)
     torch = torch_if_tensor(input)
     if inplace:
@@ -382,7 +390,7 @@ def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool
                             as_arg(torch_if_tensor(out), out, op, "out"), p, seed, offset,
                             dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
-    if out is None and _interop.ops is not None and type(input) is _interop.Tensor:
+    if out is None and _interop.ops is not None and isinstance(input, _interop.Tensor):
         return _interop.ops.dropout.default(input, p, _int64(seed), _int64(offset))
     if _requires_grad(torch, input):
         if out is not None and out is not input:
@@ -413,7 +421,7 @@ def dropout_backward(grad_output: TensorT, p: float, seed: int, offset: int, *,
     p = _probability(p, op)
     seed, offset = _uint64(seed, op, "seed"), _uint64(offset, op, "offset")
     ops = _interop.ops
-    if out is None and ops is not None and type(grad_output) is _interop.Tensor:
+    if out is None and ops is not None and isinstance(grad_output, _interop.Tensor):
         return ops.dropout_backward.default(grad_output, p, _int64(seed), _int64(offset))
     torch = torch_if_tensor(grad_output)
     if torch is None:

@@ -71,14 +71,26 @@ def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index:
             target = target.contiguous()
     if isinstance(weight, torch.Tensor) and weight.is_floating_point():
         weight = weight.float().contiguous()  # the kernel reads float32 weights, one run of V
-    kw = dict(ignore_index=int(ignore_index), reduction=str(reduction), label_smoothing=float(label_smoothing),
-              z_loss=float(z_loss), softcap=float(softcap or 0.0))
+    # A DTensor sharded by rows: the op's sharding rule runs 'mean' replicated (a shard does not
+    # know the whole batch's divisor), gathering the logits. Without class weights the divisor is
+    # the rows not ignored (N for probabilities): the same mean from 'sum', which runs by rows (a
+    # partial sum), over that count (two scalars all-reduced, no logits moved).
+    mean_of_sum = reduction == "mean" and weight is None and _rows_sharded(torch, logits)
+    kw = dict(ignore_index=int(ignore_index), reduction="sum" if mean_of_sum else str(reduction),
+              label_smoothing=float(label_smoothing), z_loss=float(z_loss), softcap=float(softcap or 0.0))
     ops = _ops(torch)
     if inplace_grad:
         loss, lse = ops.cross_entropy.inplace(logits, target, weight, **kw)
     else:
         loss, lse, _ = ops.cross_entropy.default(logits, target, weight, **kw)
+    if mean_of_sum:
+        loss = loss / (logits.shape[0] if probs else (target != int(ignore_index)).sum())
     return (loss, lse) if return_lse else loss
+
+
+def _rows_sharded(torch, t) -> bool:
+    """t is a DTensor whose rows (dimension 0) are sharded on a dimension of its mesh."""
+    return type(t) is not torch.Tensor and any(p.is_shard(0) for p in getattr(t, "placements", ()))
 
 
 def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None, *, ignore_index: int = -100,
@@ -106,8 +118,17 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
         raise ValueError(f"tessera.linear_cross_entropy: argument 'chunk_size': expected a count >= 1, got {chunk_size!r}")
     if isinstance(target, torch.Tensor) and not target.is_contiguous():
         target = target.contiguous()  # the kernels read the targets of a chunk as one run
+    mean_of_sum = reduction == "mean" and _rows_sharded(torch, hidden)  # as in cross_entropy
     loss, lse, *_ = _ops(torch).linear_cross_entropy.default(
-        hidden, weight, bias, target, ignore_index=int(ignore_index), reduction=str(reduction),
-        label_smoothing=float(label_smoothing), z_loss=float(z_loss), softcap=float(softcap or 0.0),
-        chunk_rows=int(chunk_size or 0))
+        hidden, weight, bias, target, ignore_index=int(ignore_index),
+        reduction="sum" if mean_of_sum else str(reduction), label_smoothing=float(label_smoothing),
+        z_loss=float(z_loss), softcap=float(softcap or 0.0), chunk_rows=int(chunk_size or 0))
+    if mean_of_sum:
+        loss = loss / (target != int(ignore_index)).sum()
+    if reduction == "none" and loss.requires_grad and type(loss) is not torch.Tensor and hasattr(loss, "placements"):
+        # A DTensor: the backward of 'none' takes the loss's gradient by keyword (grad_loss),
+        # which DTensor does not redistribute, so its sharding rule runs by rows only where the
+        # gradient comes placed as the loss; else it gathers the rows. Placed so here.
+        placements = loss.placements
+        loss.register_hook(lambda g: g if g.placements == placements else g.redistribute(g.device_mesh, placements))
     return (loss, lse) if return_lse else loss

@@ -39,7 +39,11 @@ dZ), with dZ the gradient through the activation (tessera's gelu/silu backward k
 reads the pre-activation product: the forward keeps the whole epilogue fused, its kernel storing
 the product before the activation as a second output (torch.ops.tessera.matmul.preactivation).
 
-Torch tensors only for now (DLPack arrays: through the C++ API).
+Torch tensors only for now (DLPack arrays: through the C++ API). DTensors (tensor parallelism) take
+the registered op, which runs on the shards by its sharding rules (tessera/_sharding.py: rows or
+batch of ``input``, columns of ``other``, or K of both as a partial sum); a replicated ``bias`` or
+``residual`` is split first to go with the shards (DTensor does not redistribute the op's keyword
+arguments).
 """
 
 from __future__ import annotations
@@ -152,6 +156,9 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
         r = fast.matmul(input, other) if bias is None else fast.matmul(input, other, bias)
         if r is not None:
             return r
+    if type(input) is not _interop.Tensor and (bias is not None or residual is not None) \
+            and hasattr(input, "placements") and hasattr(other, "placements"):  # DTensors
+        bias, residual = _epilogue_as_placed(input, other, bias, residual, activation)
     ops = _interop.ops
     if ops is not None and out is None and residual is None and beta == 0 \
             and isinstance(input, _interop.Tensor) and isinstance(other, _interop.Tensor) \
@@ -177,6 +184,69 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
         return _forward(torch, input, other, bias, activation, residual, alpha, 0.0, None,
                         out_dtype)
     return _forward(torch, input, other, bias, activation, residual, alpha, beta, out, out_dtype)
+
+
+_LINEAR = ("sum", "avg")  # the partial sums a product (and its epilogue without activation) keeps
+
+
+def _epilogue_as_placed(a, b, bias, residual, activation):
+    """For DTensor operands: bias and residual placed as the sharding rule of
+    torch.ops.tessera.matmul (tessera/_sharding.py) takes them beside a and b as they are. The op
+    takes them by keyword, which DTensor does not redistribute, so a replicated one is split here
+    (no communication: a local slice, or a division for a partial sum), as DTensor splits
+    aten.addmm's bias: along the output's columns where other's are sharded (for 'swiglu' where a
+    shard holds whole gate/up blocks), along its rows or batch where input's are (residual
+    only), into a partial sum where the product is one (K sharded in both, or an operand a
+    partial sum, the other replicated; without an activation). Other placements stay."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    nd = 3 if a.dim() == 3 or b.dim() == 3 else 2
+    n = b.shape[-1]
+    batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
+    shape = ((batch,) if nd == 3 else ()) + (a.shape[-2], n // 2 if activation == "swiglu" else n)
+    columns = activation != "swiglu" or n % (2 * SWIGLU_BLOCK * b.device_mesh.size()) == 0
+    targets = []  # per mesh dimension: a Partial, the output's sharded dimension, or None
+    for pa, pb in zip(a.placements, b.placements):
+        target = None
+        if activation is None and pa == Shard(a.dim() - 1) and pb == Shard(b.dim() - 2):
+            target = Partial()
+        elif activation is None and pa.is_partial() and pa.reduce_op in _LINEAR and pb.is_replicate():
+            target = Partial(pa.reduce_op)
+        elif activation is None and pa.is_replicate() and pb.is_partial() and pb.reduce_op in _LINEAR:
+            target = Partial(pb.reduce_op)
+        elif pa.is_replicate() and pb == Shard(b.dim() - 1) and columns:
+            target = nd - 1
+        elif pa == Shard(a.dim() - 2) and pb.is_replicate():
+            target = nd - 2
+        else:
+            a_batch = a.dim() == 3 and a.shape[0] == batch > 1 and pa == Shard(0)
+            b_batch = b.dim() == 3 and b.shape[0] == batch > 1 and pb == Shard(0)
+            if (a_batch or b_batch) and (a_batch or pa.is_replicate()) and (b_batch or pb.is_replicate()):
+                target = 0
+        targets.append(target)
+
+    def place(t, is_bias):
+        if not hasattr(t, "placements") or t.device_mesh != a.device_mesh:
+            return t
+        new = []
+        for p, target in zip(t.placements, targets):
+            if not p.is_replicate() or target is None:
+                new.append(p)
+            elif isinstance(target, Partial):
+                new.append(target)
+            elif is_bias:
+                new.append(Shard(t.dim() - 1) if target == nd - 1 else Replicate())
+            else:  # residual: its own dimension along the output's, unless broadcast there
+                k = target - (nd - t.dim())
+                new.append(Shard(k) if k >= 0 and t.shape[k] == shape[target] else Replicate())
+        if new == list(t.placements):
+            return t
+        if any(p.is_partial() for p in new):  # DTensor.redistribute keeps Replicate -> Partial for
+            # its own use (as for aten.addmm's bias): its autograd function, which it calls.
+            from torch.distributed.tensor._redistribute import Redistribute
+            return Redistribute.apply(t, t.device_mesh, tuple(new))
+        return t.redistribute(t.device_mesh, new)
+
+    return (None if bias is None else place(bias, True)), (None if residual is None else place(residual, False))
 
 
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *,

@@ -11,11 +11,11 @@ Checks of Python-only arguments (dim's type, normalized_shape, output_mask) run 
 of them.
 
 torch tensors go through tessera's registered torch ops (torch.ops.tessera.*: autograd in C++,
-traceable by torch.compile) where the wheel was built with torch. The forms the ops do not take
-(out=, dtype=, a subclass of torch.Tensor as input) take the library's bindings (tessera._C)
-where autograd will not record the call, and the registered ops where it will; without the torch
-ops such a call is refused (tessera._interop.needs_ops). The backward ops are not differentiable
-themselves.
+traceable by torch.compile) where the wheel was built with torch, subclasses of torch.Tensor too (a
+DTensor: the op runs on the local shards, by the sharding rules of tessera._sharding). The forms
+the ops do not take (out=, dtype=) take the library's bindings (tessera._C) where autograd will
+not record the call, and the registered ops where it will; without the torch ops such a call is
+refused (tessera._interop.needs_ops). The backward ops are not differentiable themselves.
 
 Statistics: ``layer_norm_forward`` returns mean and rstd, and ``rms_norm_forward`` returns rstd,
 as float32 tensors of the *leading* shape ``input.shape[:-len(normalized_shape)]`` (0-d when every
@@ -297,8 +297,8 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
         r = fast.layer_norm(input, normalized_shape, weight, bias, eps)
         if r is not None:
             return r
-    ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+    ops, T = _interop.ops, _interop.Tensor  # T: also a subclass (a DTensor), checked after the exact type
+    if out is None and ops is not None and (type(input) is T or isinstance(input, T)) and input.is_cuda \
             and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype) \
             and (bias is None or bias.dtype is input.dtype):
         shape = _shape_arg(normalized_shape)
@@ -342,8 +342,8 @@ def layer_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int
     mean and rstd are float32 with the leading shape ``input.shape[:-len(normalized_shape)]`` (not
     torch's ``leading + (1,) * len(normalized_shape)``). Torch tensors only; not differentiable
     (use :func:`layer_norm` for autograd)."""
-    ops = _interop.ops
-    if ops is not None and type(input) is _interop.Tensor:
+    ops, T = _interop.ops, _interop.Tensor
+    if ops is not None and (type(input) is T or isinstance(input, T)):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
             return ops.layer_norm.default(input, shape, weight, bias, eps)
@@ -372,7 +372,8 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     k = _normalized_ndim(normalized_shape, input, op)
     mask = _output_mask(output_mask, 3, op)
     mean, rstd = _stats_view(torch, mean, input, k), _stats_view(torch, rstd, input, k)
-    if _interop.ops is not None and type(input) is _interop.Tensor:
+    T = _interop.Tensor
+    if _interop.ops is not None and (type(input) is T or isinstance(input, T)):
         return _interop.ops.layer_norm_backward.default(
             grad_output, input, tuple(input.shape[input.dim() - k:]), mean, rstd, weight, mask)
     return _layer_norm_backward_torch(torch, grad_output, input, k, mean, rstd, weight, mask[0],
@@ -414,8 +415,8 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
                           RMS_NORM_DEFAULT_EPS if eps is None else eps)
         if r is not None:
             return r
-    ops = _interop.ops
-    if out is None and ops is not None and type(input) is _interop.Tensor and input.is_cuda \
+    ops, T = _interop.ops, _interop.Tensor  # T: also a subclass (a DTensor), checked after the exact type
+    if out is None and ops is not None and (type(input) is T or isinstance(input, T)) and input.is_cuda \
             and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
@@ -458,8 +459,8 @@ def rms_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int],
     """``(out, rstd)`` of :func:`rms_norm`, as ``torch.ops.aten._fused_rms_norm``, with rstd float32
     of the leading shape ``input.shape[:-len(normalized_shape)]``. Torch tensors only; not
     differentiable (use :func:`rms_norm` for autograd)."""
-    ops = _interop.ops
-    if ops is not None and type(input) is _interop.Tensor:
+    ops, T = _interop.ops, _interop.Tensor
+    if ops is not None and (type(input) is T or isinstance(input, T)):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
             return ops.rms_norm.default(input, shape, weight,
@@ -487,7 +488,8 @@ def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     k = _normalized_ndim(normalized_shape, input, op)
     mask = _output_mask(output_mask, 2, op)
     rstd = _stats_view(torch, rstd, input, k)
-    if _interop.ops is not None and type(input) is _interop.Tensor:
+    T = _interop.Tensor
+    if _interop.ops is not None and (type(input) is T or isinstance(input, T)):
         return _interop.ops.rms_norm_backward.default(
             grad_output, input, tuple(input.shape[input.dim() - k:]), rstd, weight, mask)
     return _rms_norm_backward_torch(torch, grad_output, input, k, rstd, weight, mask[0],
@@ -523,9 +525,10 @@ def _add_norm_torch(input, residual, op: str):
 
 
 def _takes(input, residual, *params) -> bool:
-    """The registered op's direct route: a plain CUDA tensor of a float dtype, and a residual and
-    parameters of its dtype (devices and shapes are the library's to check)."""
-    return (type(input) is _interop.Tensor and input.is_cuda and input.dtype in _interop.FLOATS
+    """The registered op's direct route: a CUDA tensor of a float dtype (a subclass too), and a
+    residual and parameters of its dtype (devices and shapes are the library's to check)."""
+    T = _interop.Tensor  # a subclass too (a DTensor), after the exact type
+    return ((type(input) is T or isinstance(input, T)) and input.is_cuda and input.dtype in _interop.FLOATS
             and isinstance(residual, _interop.Tensor) and residual.dtype is input.dtype
             and all(p is None or p.dtype is input.dtype for p in params))
 

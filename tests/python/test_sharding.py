@@ -1,7 +1,12 @@
 """DTensor sharding rules of tessera's torch ops (tessera/_sharding.py), on a CPU: a fake process
 group of two ranks, a CPU device mesh, and DTensors made under FakeTensorMode, so that each op's
 fake kernel runs on the local shard. Each test checks the placements DTensor chose from the rule,
-the local shapes, and whether the op itself communicated."""
+the local shapes, and whether the op itself communicated.
+
+The public functions (tessera.rms_norm, tessera.linear, ...) are tested on a "cuda" mesh of fake
+CUDA tensors (no GPU needed): they take the registered op for CUDA tensors only, CPU ones take
+torch's functions. Autograd runs on the CPU mesh (the engine needs a real device for CUDA
+tensors), calling the ops themselves."""
 
 import subprocess
 import sys
@@ -26,20 +31,44 @@ def mesh():
     del torch
 
 
+@pytest.fixture(scope="module")
+def cuda_mesh(mesh):
+    """A mesh of the device type "cuda" on the same fake process group: its DTensors (fake CUDA
+    tensors) are what the public functions give the registered ops."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        with FakeTensorMode():
+            torch.empty(1, device="cuda")
+        return init_device_mesh("cuda", (2,))
+    except Exception as e:  # a CPU-only build of torch
+        pytest.skip(f"this torch makes no fake CUDA tensors or CUDA meshes: {e}")
+
+
 class Run:
     """Builds DTensors and calls ops under FakeTensorMode, counting the op's own collectives."""
 
     def __init__(self, torch, mesh):
         from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
         from torch.distributed.tensor.debug import CommDebugMode
         self.torch, self.mesh, self.DTensor = torch, mesh, DTensor
         self.Shard, self.R, self.distribute, self.comm = Shard, Replicate(), distribute_tensor, CommDebugMode
+        self.P = Partial()
         self.mode = FakeTensorMode()
+        self.ops = torch.ops.tessera
 
-    def tensor(self, shape, placement, dtype=None):
+    def tensor(self, shape, placement, dtype=None, requires_grad=False):
         with self.mode:
-            return self.distribute(self.torch.randn(*shape, dtype=dtype or self.torch.float32), self.mesh, [placement])
+            t = self.distribute(self.torch.randn(shape, dtype=dtype or self.torch.float32,
+                                                 device=self.mesh.device_type), self.mesh, [placement])
+        return t.requires_grad_() if requires_grad else t
+
+    def ints(self, shape, high, placement):
+        with self.mode:
+            return self.distribute(self.torch.randint(0, high, shape, device=self.mesh.device_type), self.mesh,
+                                   [placement])
 
     def call(self, op, *args, **kwargs):
         """(outputs as a tuple, collectives the call issued)."""
@@ -47,12 +76,37 @@ class Run:
             out = op(*args, **kwargs)
         return (out if isinstance(out, tuple) else (out,)), c.get_total_counts()
 
+    def traced(self, fn, *args, **kwargs):
+        """(outputs as a tuple, collectives, the ops called on the DTensors themselves: what the
+        public function handed to the dispatcher, before DTensor ran them on the shards)."""
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Log(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.seen.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        with self.mode, self.comm() as c, Log() as log:
+            out = fn(*args, **kwargs)
+        return (out if isinstance(out, tuple) else (out,)), c.get_total_counts(), log.seen
+
 
 @pytest.fixture
 def run(torch_cpu, mesh):
     from tessera import _sharding
     assert _sharding.register(torch_cpu), "this torch has no register_sharding"
     return Run(torch_cpu, mesh)
+
+
+@pytest.fixture
+def cuda_run(torch_cpu, cuda_mesh):
+    from tessera import _sharding
+    assert _sharding.register(torch_cpu), "this torch has no register_sharding"
+    return Run(torch_cpu, cuda_mesh)
 
 
 def placements(outs):
@@ -135,6 +189,422 @@ def test_rotary_and_attention_shard_by_heads(run):
     (out, lse), comms = run.call(ops.attention.default, q, k, v, causal=True)
     assert placements([out, lse]) == [(run.Shard(2),), (run.Shard(1),)] and comms == 0
     assert out.shape == (2, 6, 4, 16) and lse.shape == (2, 4, 6)
+
+
+def test_attention_alibi_slopes_shard_with_the_batch_or_heads_and_gqa_groups_stay_whole(run):
+    """ALiBi's slopes go with the heads (or the batch) they belong to: given so sharded, nothing
+    moves (a rule replicating them would gather them, and one leaving them replicated under a
+    head shard would give each rank the first heads' slopes)."""
+    ops, S = run.ops, run.Shard
+    q, k = run.tensor((2, 6, 4, 16), S(2)), run.tensor((2, 6, 4, 16), S(2))
+    for slopes in (run.tensor((4,), S(0)), run.tensor((2, 4), S(1))):
+        (out, lse), comms = run.call(ops.attention.default, q, k, k, alibi_slopes=slopes)
+        assert placements([out, lse]) == [(S(2),), (S(1),)] and comms == 0
+        grads, comms = run.call(ops.attention_backward.default, out, q, k, k, out, lse, alibi_slopes=slopes)
+        assert placements(grads) == [(S(2),)] * 3 and comms == 0
+    b = run.tensor((2, 6, 4, 16), S(0))
+    (out, _), comms = run.call(ops.attention.default, b, b, b, alibi_slopes=run.tensor((2, 4), S(0)))
+    assert placements([out]) == [(S(0),)] and comms == 0
+    # GQA, 6 query heads on 3 key heads: two ranks would split a group (3 and 3 query heads, 2
+    # and 1 key heads). Gathered.
+    kv = run.tensor((2, 6, 3, 16), S(2))
+    (out, _), comms = run.call(ops.attention.default, run.tensor((2, 6, 6, 16), S(2)), kv, kv)
+    assert S(2) not in out.placements and comms > 0
+    (out, _), comms = run.call(ops.attention.default, run.tensor((2, 6, 8, 16), S(2)), q, q)  # 8 on 4: whole groups
+    assert out.placements == (S(2),) and comms == 0
+
+
+def test_rotary_shards_per_sequence_angles_and_offsets_with_the_batch(run):
+    ops, S = run.ops, run.Shard
+    q, k = run.tensor((2, 6, 4, 16), S(0)), run.tensor((2, 6, 2, 16), S(0))
+    angles = run.tensor((2, 6, 8), S(0))  # one row of angles per sequence
+    outs, comms = run.call(ops.rotary_embedding.default, q, k, angles, angles, seqlen_offsets=run.ints((2,), 4, S(0)))
+    assert placements(outs) == [(S(0),)] * 2 and comms == 0 and outs[0].to_local().shape == (1, 6, 4, 16)
+    # By heads: the angles whole.
+    q, k = run.tensor((2, 6, 4, 16), S(2)), run.tensor((2, 6, 2, 16), S(2))
+    outs, comms = run.call(ops.rotary_embedding.default, q, k, angles, angles)
+    assert placements(outs) == [(S(2),)] * 2 and comms > 0  # the angles gathered
+
+
+def test_add_broadcasts_shards_and_partial_sums(run):
+    ops = run.ops
+    x, bias = run.tensor((8, 16), run.Shard(1)), run.tensor((16,), run.R)
+    (y,), comms = run.call(ops.add.default, x, bias)
+    assert placements([y]) == [(run.Shard(1),)] and comms == 0 and y.to_local().shape == (8, 8)
+    (y,), comms = run.call(ops.add.default, run.tensor((8, 16), run.P), run.tensor((8, 16), run.P), alpha=2.0)
+    assert placements([y]) == [(run.P,)] and comms == 0
+    (y,), comms = run.call(ops.add.Scalar, run.tensor((8, 16), run.Shard(0)), 2.0)
+    assert placements([y]) == [(run.Shard(0),)] and comms == 0
+    (y,), comms = run.call(ops.add.Scalar, run.tensor((8, 16), run.P), 2.0)  # each rank would add 2
+    assert placements([y]) != [(run.P,)] and comms > 0
+
+
+def test_isin_shards_the_elements(run):
+    (y,), comms = run.call(run.ops.isin.default, run.ints((8, 16), 32, run.Shard(1)), run.ints((5,), 32, run.R))
+    assert placements([y]) == [(run.Shard(1),)] and comms == 0 and y.to_local().shape == (8, 8)
+
+
+def test_matmul_shards_rows_batch_and_columns(run):
+    mm, S, R = run.ops.matmul.default, run.Shard, run.R
+    (y,), comms = run.call(mm, run.tensor((8, 16), S(0)), run.tensor((16, 32), R))
+    assert placements([y]) == [(S(0),)] and comms == 0 and y.to_local().shape == (4, 32)
+    # Column-parallel: other's columns, with bias and residual along, and an activation.
+    (y,), comms = run.call(mm, run.tensor((8, 16), R), run.tensor((16, 32), S(1)), bias=run.tensor((32,), S(0)),
+                           residual=run.tensor((8, 32), S(1)), activation="gelu")
+    assert placements([y]) == [(S(1),)] and comms == 0 and y.to_local().shape == (8, 16)
+    # bias and residual are keyword arguments, which DTensor does not redistribute: the op takes
+    # them as placed, so replicated ones make the product replicated (other gathered).
+    (y,), comms = run.call(mm, run.tensor((8, 16), R), run.tensor((16, 32), S(1)), bias=run.tensor((32,), R),
+                           residual=run.tensor((8, 32), R))
+    assert placements([y]) == [(R,)] and comms > 0
+    (y,), comms = run.call(mm, run.tensor((8, 16), S(0)), run.tensor((16, 32), R), bias=run.tensor((32,), R),
+                           residual=run.tensor((8, 32), S(0)))
+    assert placements([y]) == [(S(0),)] and comms == 0
+    with pytest.raises(RuntimeError, match="does not redistribute keyword arguments"):
+        run.call(mm, run.tensor((8, 16), S(0)), run.tensor((16, 32), R), bias=run.tensor((32,), S(0)),
+                 activation="swiglu")  # no strategy shards the bias without other's columns
+    # 3-d: the batch (a shared 2-d other, or a batched one sharded alike), or the rows.
+    (y,), comms = run.call(mm, run.tensor((4, 8, 16), S(0)), run.tensor((16, 32), R))
+    assert placements([y]) == [(S(0),)] and comms == 0 and y.to_local().shape == (2, 8, 32)
+    (y,), comms = run.call(mm, run.tensor((4, 8, 16), S(0)), run.tensor((4, 16, 32), S(0)))
+    assert placements([y]) == [(S(0),)] and comms == 0
+    (y,), comms = run.call(mm, run.tensor((4, 8, 16), S(1)), run.tensor((16, 32), R))
+    assert placements([y]) == [(S(1),)] and comms == 0 and y.to_local().shape == (4, 4, 32)
+    (y,), comms = run.call(mm, run.tensor((4, 8, 16), R), run.tensor((16, 32), S(1)))
+    assert placements([y]) == [(S(2),)] and comms == 0 and y.to_local().shape == (4, 8, 16)
+
+
+def test_matmul_row_parallel_is_a_partial_sum_only_without_an_activation(run):
+    mm, S, R, P = run.ops.matmul.default, run.Shard, run.R, run.P
+    a, b = run.tensor((8, 16), S(1)), run.tensor((16, 32), S(0))
+    (y,), comms = run.call(mm, a, b, alpha=0.5)
+    assert placements([y]) == [(P,)] and comms == 0 and y.to_local().shape == (8, 32)
+    (y,), comms = run.call(mm, run.tensor((4, 8, 16), S(2)), b)
+    assert placements([y]) == [(P,)] and comms == 0
+    # bias and residual distribute over the sum as partial sums themselves (aten.addmm's way);
+    # replicated ones (keyword arguments, not redistributed) do not: K gathered.
+    (y,), comms = run.call(mm, a, b, bias=run.tensor((32,), P), residual=run.tensor((8, 32), P))
+    assert placements([y]) == [(P,)] and comms == 0
+    (y,), comms = run.call(mm, a, b, bias=run.tensor((32,), R))
+    assert not y.placements[0].is_partial() and comms > 0
+    # An activation does not: K is gathered first.
+    for activation in ("gelu", "relu", "silu"):
+        (y,), comms = run.call(mm, a, b, activation=activation)
+        assert not y.placements[0].is_partial() and comms > 0
+    # A partial sum times a replicated operand stays one.
+    (y,), comms = run.call(mm, run.tensor((8, 16), P), run.tensor((16, 32), R))
+    assert placements([y]) == [(P,)] and comms == 0
+    (y,), comms = run.call(mm, run.tensor((8, 16), P), run.tensor((16, 32), R), activation="gelu")
+    assert not y.placements[0].is_partial() and comms > 0
+
+
+def test_matmul_swiglu_shards_columns_of_whole_gate_up_blocks(run):
+    ops, S, R = run.ops, run.Shard, run.R
+    x = run.tensor((8, 16), R)
+    # N = 256: 128 columns (one gate/up block pair) on each rank; its output is 64 of the 128 features.
+    (y,), comms = run.call(ops.matmul.default, x, run.tensor((16, 256), S(1)), bias=run.tensor((256,), S(0)),
+                           activation="swiglu")
+    assert placements([y]) == [(S(1),)] and comms == 0 and y.shape == (8, 128) and y.to_local().shape == (8, 64)
+    (y, z), comms = run.call(ops.matmul.preactivation, x, run.tensor((16, 256), S(1)), activation="swiglu")
+    assert placements([y, z]) == [(S(1),)] * 2 and comms == 0 and z.to_local().shape == (8, 128)
+    # N = 128: a column shard would split a block between gate and up: gathered.
+    (y,), comms = run.call(ops.matmul.default, x, run.tensor((16, 128), S(1)), activation="swiglu")
+    assert S(1) not in y.placements and comms > 0
+    # Rows shard whatever N.
+    (y,), comms = run.call(ops.matmul.default, run.tensor((8, 16), S(0)), run.tensor((16, 128), R), activation="swiglu")
+    assert placements([y]) == [(S(0),)] and comms == 0
+    # K sharded: the activation does not distribute over the partial sums.
+    (y,), comms = run.call(ops.matmul.default, run.tensor((8, 16), S(1)), run.tensor((16, 256), S(0)),
+                           activation="swiglu")
+    assert not y.placements[0].is_partial() and comms > 0
+    # Its backward by the same blocks.
+    (g,), comms = run.call(ops.swiglu_backward.default, run.tensor((8, 128), S(1)), run.tensor((8, 256), S(1)))
+    assert placements([g]) == [(S(1),)] and comms == 0 and g.to_local().shape == (8, 128)
+    (g,), comms = run.call(ops.swiglu_backward.default, run.tensor((8, 64), S(1)), run.tensor((8, 128), S(1)))
+    assert S(1) not in g.placements and comms > 0
+    (g,), comms = run.call(ops.swiglu_backward.default, run.tensor((8, 64), S(0)), run.tensor((8, 128), S(0)))
+    assert placements([g]) == [(S(0),)] and comms == 0
+
+
+def test_matmul_autograd_column_then_row_parallel(run):
+    """The Megatron MLP on the ops: x @ w1 (columns, swiglu) @ w2 (rows) + b2. The forward
+    communicates nothing (a partial sum out); the gradients land where the parameters are."""
+    ops, S, R, P = run.ops, run.Shard, run.R, run.P
+    x, w1 = run.tensor((2, 8, 16), R, requires_grad=True), run.tensor((16, 256), S(1), requires_grad=True)
+    w2, b2 = run.tensor((128, 16), S(0), requires_grad=True), run.tensor((16,), R, requires_grad=True)
+    from tessera.matrix import _epilogue_as_placed
+    with run.mode, run.comm() as c:
+        h = ops.matmul.default(x, w1, activation="swiglu")
+        bias, _ = _epilogue_as_placed(h, w2, b2, None, None)  # as tessera.matmul places it
+        y = ops.matmul.default(h, w2, bias=bias)
+    assert placements([h, bias, y]) == [(S(2),), (P,), (P,)] and c.get_total_counts() == 0
+    with run.mode, run.comm() as c:
+        y.full_tensor().sum().backward()
+    assert c.get_total_counts() == 1  # full_tensor's all-reduce; the backward itself none
+    assert placements([w1.grad, w2.grad, b2.grad, x.grad]) == [(S(1),), (S(0),), (R,), (P,)]
+    assert w1.grad.to_local().shape == (16, 128) and w2.grad.to_local().shape == (64, 16)
+
+
+def test_losses_shard_rows_for_none_and_sum_and_replicate_mean(run):
+    ops, S, R, P = run.ops, run.Shard, run.R, run.P
+    logits, target = run.tensor((8, 32), S(0)), run.ints((8,), 32, S(0))
+    outs, comms = run.call(ops.cross_entropy.default, logits, target, reduction="none", with_grad=True)
+    assert placements(outs) == [(S(0),)] * 3 and comms == 0 and outs[2].to_local().shape == (4, 32)
+    outs, comms = run.call(ops.cross_entropy.default, logits, target, run.tensor((32,), R), reduction="sum",
+                           label_smoothing=0.1, z_loss=1e-4)
+    assert placements(outs) == [(P,), (S(0),), (S(0),)] and comms == 0 and outs[0].shape == ()
+    probs = run.tensor((8, 32), S(0))  # class probabilities: sharded as the logits
+    outs, comms = run.call(ops.cross_entropy.default, logits, probs, reduction="sum")
+    assert placements(outs)[0] == (P,) and comms == 0
+    # 'mean' divides by the whole batch's count: rows gathered.
+    outs, comms = run.call(ops.cross_entropy.default, logits, target, reduction="mean")
+    assert placements(outs) == [(R,)] * 3 and comms > 0
+    # The vocabulary sharded (vocab-parallel) has no rule: gathered.
+    outs, comms = run.call(ops.cross_entropy.default, run.tensor((8, 32), S(1)), target, reduction="none")
+    assert S(1) not in outs[0].placements and comms > 0
+    hidden, weight = run.tensor((8, 16), S(0)), run.tensor((32, 16), R)
+    outs, comms = run.call(ops.linear_cross_entropy.default, hidden, weight, run.tensor((32,), R), target,
+                           reduction="sum", output_mask=[True, True, True])
+    assert placements(outs) == [(P,), (S(0),), (S(0),), (P,), (P,)] and comms == 0
+    assert outs[2].to_local().shape == (4, 16) and outs[3].to_local().shape == (32, 16)
+    outs, comms = run.call(ops.linear_cross_entropy.default, hidden, weight, None, target, reduction="none",
+                           output_mask=[True, True, False], grad_loss=run.tensor((8,), S(0)))
+    assert placements(outs)[:4] == [(S(0),), (S(0),), (S(0),), (P,)] and comms == 0
+    outs, comms = run.call(ops.linear_cross_entropy.default, hidden, weight, None, target, reduction="mean")
+    assert placements(outs)[0] == (R,) and comms > 0
+
+
+def test_mean_losses_of_row_sharded_dtensors_move_no_logits(run):
+    """tessera.cross_entropy and linear_cross_entropy with 'mean' on rows sharded: the op's 'sum'
+    by rows (a partial sum) over the batch's count of rows not ignored (all-reduced scalars), not
+    the op's 'mean', which gathers the rows. With class weights (a divisor of their sum) the rows
+    are gathered."""
+    import tessera
+    S, R = run.Shard, run.R
+    target = run.ints((8,), 32, S(0))
+    logits = run.tensor((8, 32), S(0), requires_grad=True)
+    hidden, weight = run.tensor((8, 16), S(0), requires_grad=True), run.tensor((32, 16), R, requires_grad=True)
+    calls = [lambda: tessera.cross_entropy(logits, target, label_smoothing=0.1),
+             lambda: tessera.cross_entropy(logits, run.tensor((8, 32), S(0))),  # probabilities: over N
+             lambda: tessera.cross_entropy(logits.detach().clone(), target, inplace_grad=True),
+             lambda: tessera.linear_cross_entropy(hidden, weight, target)]
+    for fn in calls:
+        with run.mode, run.comm() as c:
+            loss = fn()
+            if loss.requires_grad:
+                loss.backward()
+        kinds = {str(k) for k in c.get_comm_counts()}
+        assert loss.shape == () and not any("all_gather" in k for k in kinds), kinds
+    assert placements([logits.grad, hidden.grad, weight.grad]) == [(S(0),), (S(0),), (run.P,)]
+    with run.mode, run.comm() as c:
+        loss = tessera.cross_entropy(logits, target, run.tensor((32,), R))
+    assert loss.placements == (R,) and any("all_gather" in str(k) for k in c.get_comm_counts())
+
+
+def test_losses_written_in_place_never_move(run):
+    """cross_entropy.inplace writes the gradient over the logits and cross_entropy.backward scales
+    the gradient in place: a redistribution would write a copy. Their rules keep the argument
+    where it is, or refuse."""
+    ops, S, R, P = run.ops, run.Shard, run.R, run.P
+    target = run.ints((8,), 32, S(0))
+    outs, comms = run.call(ops.cross_entropy.inplace, run.tensor((8, 32), S(0)), target, reduction="sum")
+    assert placements(outs) == [(P,), (S(0),)] and comms == 0
+    outs, comms = run.call(ops.cross_entropy.inplace, run.tensor((8, 32), R), target, reduction="mean")
+    assert placements(outs) == [(R,)] * 2
+    for logits, reduction in ((run.tensor((8, 32), S(0)), "mean"), (run.tensor((8, 32), S(1)), "sum")):
+        with pytest.raises(RuntimeError, match="written in place"):
+            run.call(ops.cross_entropy.inplace, logits, target, reduction=reduction)
+    scale = run.tensor((), R)
+    for grad in (run.tensor((8, 32), S(0)), run.tensor((8, 32), S(1)), run.tensor((32, 16), P),
+                 run.tensor((8, 32), R)):
+        _, comms = run.call(ops.cross_entropy.backward, scale, grad, reduction="sum")
+        assert comms == 0
+    for per_row in (run.tensor((8,), S(0)), run.tensor((8,), R)):  # 'none': one factor a row, with the rows
+        _, comms = run.call(ops.cross_entropy.backward, per_row, run.tensor((8, 32), S(0)), reduction="none")
+        assert comms == 0
+
+
+def test_loss_autograd_by_rows(run):
+    ops, S, R, P = run.ops, run.Shard, run.R, run.P
+    target = run.ints((8,), 32, S(0))
+    logits = run.tensor((8, 32), S(0), requires_grad=True)
+    with run.mode, run.comm() as c:
+        loss, _, _ = ops.cross_entropy.default(logits, target, reduction="sum")
+        loss.backward()
+    assert placements([loss, logits.grad]) == [(P,), (S(0),)] and c.get_total_counts() == 0
+    import tessera
+    hidden, weight = run.tensor((8, 16), S(0), requires_grad=True), run.tensor((32, 16), R, requires_grad=True)
+    for reduction in ("sum", "none"):
+        hidden.grad = weight.grad = None
+        with run.mode, run.comm() as c:
+            loss = tessera.linear_cross_entropy(hidden, weight, target, reduction=reduction)
+            (loss if reduction == "sum" else loss.sum()).backward()
+        assert placements([hidden.grad, weight.grad]) == [(S(0),), (P,)] and c.get_total_counts() == 0
+    # 'none' backward's gradient of the loss (grad_loss, a keyword argument) replicated: the
+    # rows gathered, not misread (tessera.linear_cross_entropy places it as the loss, above).
+    outs, comms = run.call(ops.linear_cross_entropy.default, hidden.detach(), weight.detach(), None, target,
+                           reduction="none", output_mask=[True, True, False], grad_loss=run.tensor((8,), R))
+    assert placements(outs)[2] == (R,) and comms > 0
+
+
+# ---- the public functions: DTensors reach the registered ops -----------------------------------
+
+def test_public_functions_take_the_registered_ops_on_dtensors(cuda_run):
+    import tessera
+    run = cuda_run
+    S, R, P = run.Shard, run.R, run.P
+    bf = run.torch.bfloat16
+    x, g = run.tensor((8, 16), S(0), bf), run.tensor((8, 16), S(0), bf)
+    w = run.tensor((16,), R, bf)
+    q, k = run.tensor((2, 6, 4, 16), S(2), bf), run.tensor((2, 6, 2, 16), S(2), bf)
+    angles = run.tensor((6, 8), R)
+    target = run.ints((8,), 32, S(0))
+    cases = [  # (call, the op it must reach, the first output's placements)
+        (lambda: tessera.silu(x), "silu", S(0)),
+        (lambda: tessera.gelu(x, "tanh"), "gelu", S(0)),
+        (lambda: tessera.silu_backward(g, x), "silu_backward", S(0)),
+        (lambda: tessera.gelu_backward(g, x), "gelu_backward", S(0)),
+        (lambda: tessera.silu_mul(x, g), "silu_mul", S(0)),
+        (lambda: tessera.softmax(x, -1), "softmax", S(0)),
+        (lambda: tessera.log_softmax(x, -1), "log_softmax", S(0)),
+        (lambda: tessera.softmax_backward(g, x, -1), "softmax_backward", S(0)),
+        (lambda: tessera.add(x, g), "add.default", S(0)),
+        (lambda: tessera.add(x, w), "add.default", S(0)),
+        (lambda: tessera.add(x, 2.0), "add.Scalar", S(0)),
+        (lambda: tessera.rms_norm(x, [16], w), "rms_norm", S(0)),
+        (lambda: tessera.rms_norm_forward(x, 16, w), "rms_norm", S(0)),
+        (lambda: tessera.layer_norm(x, [16], w, w), "layer_norm", S(0)),
+        (lambda: tessera.layer_norm_forward(x, 16, w, w), "layer_norm", S(0)),
+        (lambda: tessera.add_rms_norm(x, g, w), "add_rms_norm", S(0)),
+        (lambda: tessera.add_layer_norm(x, g, w, w), "add_layer_norm", S(0)),
+        (lambda: tessera.dropout(x, 0.1, seed=1), "dropout", R),  # tessera's mask: replicated
+        (lambda: tessera.dropout_backward(g, 0.1, 1, 0), "dropout_backward", R),
+        (lambda: tessera.linear(run.tensor((8, 16), R, bf), run.tensor((32, 16), S(0), bf)), "matmul", S(1)),
+        (lambda: tessera.linear(run.tensor((8, 16), S(1), bf), run.tensor((32, 16), S(1), bf),
+                                run.tensor((32,), R, bf)), "matmul", P),
+        (lambda: tessera.matmul(run.tensor((2, 8, 16), S(0), bf), run.tensor((16, 32), R, bf), activation="gelu",
+                                residual=run.tensor((2, 8, 32), S(0), bf)), "matmul", S(0)),
+        (lambda: tessera.rotary_embedding(q, k, angles, angles), "rotary_embedding", S(2)),
+        (lambda: tessera.flash_attention(q, k, k, causal=True), "attention", S(2)),
+        (lambda: tessera.scaled_dot_product_attention(q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2)),
+         "attention", S(1)),
+        (lambda: tessera.cross_entropy(run.tensor((8, 32), S(0), bf), target, reduction="sum"), "cross_entropy", P),
+        (lambda: tessera.linear_cross_entropy(run.tensor((8, 16), S(0), bf), run.tensor((32, 16), R, bf), target,
+                                              reduction="none"), "linear_cross_entropy", S(0)),
+        (lambda: tessera.isin(run.ints((8, 16), 32, S(0)), run.ints((5,), 32, R)), "isin", S(0)),
+    ]
+    for fn, op, placement in cases:
+        outs, _, seen = run.traced(fn)
+        name = op if "." in op else op + ".default"
+        assert f"tessera.{name}" in seen, (op, seen)
+        assert isinstance(outs[0], run.DTensor) and outs[0].placements == (placement,), (op, outs[0].placements)
+
+
+def test_public_functions_communicate_only_where_the_rule_gathers(cuda_run):
+    import tessera
+    run = cuda_run
+    S, R = run.Shard, run.R
+    x, w = run.tensor((8, 16), S(0)), run.tensor((16,), R)
+    for fn in (lambda: tessera.rms_norm(x, [16], w), lambda: tessera.silu(x), lambda: tessera.softmax(x, -1)):
+        outs, comms, _ = run.traced(fn)
+        assert comms == 0 and outs[0].to_local().shape == (4, 16)
+    outs, comms, _ = run.traced(lambda: tessera.softmax(x, 0))  # along the sharded rows: gathered
+    assert comms > 0
+
+
+def test_public_functions_place_keyword_tensors_as_the_rules_take_them(cuda_run):
+    """The ops take matmul's bias and residual and attention's ALiBi slopes by keyword, which
+    DTensor does not redistribute: tessera.matmul, tessera.linear and tessera.flash_attention
+    split replicated ones where the operands are sharded (a local slice or division, no
+    communication), so the operands need not move."""
+    import tessera
+    run = cuda_run
+    S, R, P = run.Shard, run.R, run.P
+    t = run.tensor
+    cases = [  # (function, its arguments, the output's placement)
+        (tessera.linear, (t((8, 16), R), t((32, 16), S(0)), t((32,), R)), {}, S(1)),  # column-parallel
+        (tessera.matmul, (t((8, 16), R), t((16, 32), S(1))),
+         dict(bias=t((32,), R), activation="gelu", residual=t((8, 32), R)), S(1)),
+        (tessera.linear, (t((8, 16), R), t((256, 16), S(0)), t((256,), R)), dict(activation="swiglu"), S(1)),
+        (tessera.linear, (t((8, 16), S(1)), t((32, 16), S(1)), t((32,), R)), {}, P),  # row-parallel
+        (tessera.matmul, (t((2, 8, 16), S(2)), t((16, 32), S(0))), dict(bias=t((32,), R), residual=t((2, 8, 32), R)),
+         P),
+        (tessera.matmul, (t((8, 16), P), t((16, 32), R)), dict(bias=t((32,), R)), P),
+        (tessera.matmul, (t((2, 8, 16), S(1)), t((16, 32), R)), dict(residual=t((2, 8, 32), R)), S(1)),  # rows
+        (tessera.matmul, (t((2, 8, 16), S(0)), t((2, 16, 32), S(0))), dict(residual=t((2, 8, 32), R)), S(0)),  # batch
+        (tessera.flash_attention, (t((2, 6, 4, 16), S(2)),) * 3, dict(alibi_slopes=t((4,), R)), S(2)),  # heads
+        (tessera.flash_attention, (t((2, 6, 4, 16), S(2)),) * 3, dict(alibi_slopes=t((2, 4), R)), S(2)),
+        (tessera.flash_attention, (t((2, 6, 4, 16), S(0)),) * 3, dict(alibi_slopes=t((2, 4), R)), S(0)),  # batch
+    ]
+    for fn, args, kwargs, placement in cases:
+        outs, comms, _ = run.traced(fn, *args, **kwargs)
+        assert outs[0].placements == (placement,) and comms == 0, (fn.__name__, outs[0].placements, comms)
+    # swiglu whose column shards would split gate/up blocks: the bias stays replicated and the
+    # weight is gathered (no error).
+    outs, comms, _ = run.traced(tessera.linear, t((8, 16), R), t((128, 16), S(0)), t((128,), R), activation="swiglu")
+    assert S(1) not in outs[0].placements and comms > 0
+
+
+def test_dropout_of_a_dtensor_without_a_seed_is_torch_dropout(cuda_run, monkeypatch):
+    """tessera's mask follows the global index, so its op runs replicated; without a seed a DTensor
+    takes torch's dropout, which DTensor runs on the shards with its own generator."""
+    import tessera
+    run = cuda_run
+    x = run.tensor((8, 16), run.Shard(0))
+    calls = []
+    monkeypatch.setattr(run.torch.nn.functional, "dropout",
+                        lambda input, p=0.5, training=True, inplace=False: calls.append(input) or input)
+    with run.mode:
+        y = tessera.dropout(x, 0.1)
+    assert calls == [x] and y is x
+
+
+def test_cpu_dtensors_keep_torchs_functions(run):
+    """A CPU DTensor is torch's to compute (tessera's kernels are CUDA ones), as a CPU tensor is."""
+    import tessera
+    x, w = run.tensor((8, 16), run.Shard(0)), run.tensor((16,), run.R)
+    for fn in (lambda: tessera.silu(x), lambda: tessera.rms_norm(x, [16], w), lambda: tessera.add(x, x),
+               lambda: tessera.linear(x, run.tensor((32, 16), run.R))):
+        outs, _, seen = run.traced(fn)
+        assert not any(s.startswith("tessera.") for s in seen), seen
+        assert isinstance(outs[0], run.DTensor) and outs[0].placements == (run.Shard(0),)
+
+
+def test_tensor_parallel_mlp_runs_tesseras_matmuls(cuda_run):
+    """parallelize_module's column- and row-wise linears (nn.Linear subclasses calling
+    tessera.linear): the forward runs tessera's matmul on the shards, with one all-reduce (the
+    row-wise output's)."""
+    import tessera
+    from torch import nn
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    run = cuda_run
+
+    class Linear(nn.Linear):
+        def __init__(self, *args, activation=None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.activation = activation
+
+        def forward(self, x):
+            return tessera.linear(x, self.weight, self.bias, activation=self.activation)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = Linear(16, 256, bias=False, activation="swiglu", device="cuda")
+            self.down = Linear(128, 16, device="cuda")
+
+        def forward(self, x):
+            return self.down(self.up(x))
+
+    with run.mode:
+        model = parallelize_module(MLP(), run.mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        x = run.torch.randn(2, 8, 16, device="cuda")
+    assert model.up.weight.placements == (run.Shard(0),) and model.down.weight.placements == (run.Shard(1),)
+    (y,), comms, seen = run.traced(model, x)
+    # The parameters require grad: the swiglu product's autograd keeps the product (preactivation).
+    assert [s for s in seen if s.startswith("tessera.")] == ["tessera.matmul.preactivation", "tessera.matmul.default"]
+    assert comms == 1
+    assert y.shape == (2, 8, 16)
 
 
 def test_rules_wait_for_torch_distributed_tensor():
