@@ -235,9 +235,10 @@ class Llama(nn.Module):
         return self.fns["loss"](h.view(-1, h.shape[-1]), self.output.weight, targets)
 
 
-def build(c, pieces, seed=0):
+def build(c, pieces, seed=0, device="cuda"):
     """The model with `pieces` on tessera's functions, the rest on torch's; same weights for a
-    given seed whatever the pieces (initialised on the GPU in float32, then cast to bf16)."""
+    given seed whatever the pieces (initialised on `device`, the current GPU by default, in
+    float32, then cast to bf16)."""
     missing = [f"tessera.{TESSERA_NEEDS[p]} (piece {p})" for p in pieces
                if not hasattr(tessera, TESSERA_NEEDS[p])]
     if missing:
@@ -246,15 +247,15 @@ def build(c, pieces, seed=0):
     if "add_norm" not in pieces:  # the add, then the norm of the rms_norm piece
         fns["add_norm"] = add_then_norm(fns["rms_norm"])
     torch.manual_seed(seed)
-    with torch.device("cuda"):
+    with torch.device(device):
         model = Llama(c, fns).to(torch.bfloat16)
         if "swiglu" in pieces:
             for layer in model.layers:
                 layer.feed_forward.fuse()
     # Registered after the cast, which would turn tessera's float32 tables into bf16.
     cos, sin = rope_tables(c, half="rope" in pieces)
-    model.register_buffer("cos", cos.cuda(), persistent=False)
-    model.register_buffer("sin", sin.cuda(), persistent=False)
+    model.register_buffer("cos", cos.to(device), persistent=False)
+    model.register_buffer("sin", sin.to(device), persistent=False)
     return model
 
 
