@@ -136,7 +136,7 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
         return result if len(batch_shape) <= 1 else result.view(out_shape)
     # TF32 for float32 inputs where torch's matmul precision allows it, read at each call.
     tf32 = a.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest"
-    o3 = out if len(batch_shape) <= 1 else out.view(-1, m, n)
+    o3 = out if len(batch_shape) <= 1 else out.view(-1, m, out_shape[-1])
     av = torch_view(a3)
     _C.matmul(av, as_arg(torch, b3, "matmul", "other"), as_arg(torch, o3, "matmul", "out"),
               as_arg(torch, bias, "matmul", "bias"), as_arg(torch, r3, "matmul", "residual"),

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu.hpp"
@@ -70,6 +71,53 @@ TEST(MatmulArgs, ShapesDtypesAndEpilogueAreChecked) {
   }, ErrorKind::value, {"argument 'other'", "a batch of 3"});
 }
 
+// Activation swiglu: out has N / 2 columns, the pre-activation N; no residual or beta; N whole
+// blocks of 128 (gate and up of 64 features each).
+TEST(MatmulArgs, SwigluShapesAreChecked) {
+  const auto a = cuda_tensor(0x1000, DType::bfloat16, {64, 32});
+  const auto b = cuda_tensor(0x100000, DType::bfloat16, {32, 256});
+  const auto c = cuda_tensor(0x200000, DType::bfloat16, {64, 128});
+  MatmulOptions o;
+  o.activation = tessera::Activation::swiglu;
+  expect_error([&] { tessera::matmul(a, cuda_tensor(0x100000, DType::bfloat16, {32, 192}), c, o, nullptr); },
+               ErrorKind::value, {"argument 'other'", "multiple of 128", "got [32, 192]"});
+  expect_error([&] { tessera::matmul(a, b, cuda_tensor(0x200000, DType::bfloat16, {64, 256}), o, nullptr); },
+               ErrorKind::value, {"argument 'out'", "N / 2 = 128 columns", "got [64, 256]"});
+  expect_error([&] { tessera::matmul(a, b, cuda_tensor(0x200000, DType::bfloat16, {63, 128}), o, nullptr); },
+               ErrorKind::value, {"argument 'out'", "[..., 64, 128] (M of 'input', N / 2 of 'other')", "got [63, 128]"});
+  const auto bias_half = cuda_tensor(0x300000, DType::bfloat16, {128});
+  MatmulOptions bias = o;
+  bias.bias = &bias_half;
+  expect_error([&] { tessera::matmul(a, b, c, bias, nullptr); }, ErrorKind::value,
+               {"argument 'bias'", "shape [256] (N)", "got [128]"});
+  const auto res = cuda_tensor(0x300000, DType::bfloat16, {64, 128});
+  MatmulOptions r = o;
+  r.residual = &res;
+  expect_error([&] { tessera::matmul(a, b, c, r, nullptr); }, ErrorKind::value,
+               {"argument 'residual'", "none with activation 'swiglu'"});
+  MatmulOptions beta = o;
+  beta.beta = 1.0;
+  expect_error([&] { tessera::matmul(a, b, c, beta, nullptr); }, ErrorKind::value,
+               {"argument 'beta'", "0 with activation 'swiglu'"});
+  const auto z_narrow = cuda_tensor(0x400000, DType::bfloat16, {64, 128});
+  const auto z_f32 = cuda_tensor(0x400000, DType::float32, {64, 256});
+  const auto z_over = cuda_tensor(0x200000 + 64 * 128 * 2 - 2, DType::bfloat16, {64, 256});
+  MatmulOptions z = o;
+  z.preactivation = &z_narrow;
+  expect_error([&] { tessera::matmul(a, b, c, z, nullptr); }, ErrorKind::value,
+               {"argument 'preactivation'", "[64, 256] (out's, with N columns)", "got [64, 128]"});
+  z.preactivation = &z_f32;
+  expect_error([&] { tessera::matmul(a, b, c, z, nullptr); }, ErrorKind::type,
+               {"argument 'preactivation'", "bfloat16", "got float32"});
+  z.preactivation = &z_over;
+  expect_error([&] { tessera::matmul(a, b, c, z, nullptr); }, ErrorKind::value,
+               {"argument 'preactivation'", "overlap 'out'"});
+  const auto z_in = cuda_tensor(0x1000, DType::bfloat16, {64, 256});
+  z.preactivation = &z_in;
+  expect_error([&] { tessera::matmul(a, b, c, z, nullptr); }, ErrorKind::value,
+               {"argument 'preactivation'", "overlap 'input'"});
+}
+
 // The tier the launcher chose for a call (the first it recorded: a tier that runs others, such as
 // the relayout, records theirs after its own), from its trace.
 tessera::runtime::TierChoice choice_of(DType dt, Layout la, Layout lb, int64_t m, int64_t k, int64_t n,
@@ -118,6 +166,45 @@ TEST(MatmulGpu, EveryRowOrColumnMajorLayoutTakesTheTensorCoresOnHopper) {
   EXPECT_EQ(tier_of(DType::float32, C, T, 256, 192, 320), "simt");
   EXPECT_EQ(tier_of(DType::bfloat16, Layout::strided, T, 256, 192, 320), "simt");
   EXPECT_EQ(tier_of(DType::bfloat16, C, T, 64, 100, 72), "simt");
+}
+
+// Activation swiglu: one kernel where the sm90 tier takes it (the trace names its epilogue), else
+// the product on the tier that takes it, then tessera::swiglu; a forced tier runs the product.
+TEST(MatmulGpu, SwigluRunsInTheSm90EpilogueWhereItCan) {
+  TESSERA_REQUIRE_GPU();
+  if (tessera::runtime::device_props(0).major != 9) GTEST_SKIP() << "the wgmma tier is for sm_90";
+  const auto trace_of = [](int64_t m, int64_t k, int64_t n, bool preact) {
+    auto a = make_tensor(DType::bfloat16, {m, k}, Layout::contiguous);
+    auto b = make_tensor(DType::bfloat16, {k, n}, Layout::transposed);
+    auto c = make_tensor(DType::bfloat16, {m, n / 2}, Layout::contiguous);
+    auto z = make_tensor(DType::bfloat16, {m, n}, Layout::contiguous);
+    MatmulOptions o;
+    o.activation = tessera::Activation::swiglu;
+    if (preact) o.preactivation = &z.view;
+    tessera::runtime::set_tier_trace(true);
+    tessera::matmul(a.view, b.view, c.view, o, nullptr);
+    const auto trace = tessera::runtime::take_tier_trace();
+    tessera::runtime::set_tier_trace(false);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return trace;
+  };
+  for (bool preact : {false, true}) {
+    for (auto [m, k, n] : {std::tuple{512, 256, 1024}, std::tuple{2048, 128, 5632}}) {
+      const auto fused = trace_of(m, k, n, preact);
+      ASSERT_FALSE(fused.empty());
+      EXPECT_EQ(fused.front().tier, "sm90_wgmma");
+      EXPECT_NE(fused.front().why.find("swiglu in the epilogue"), std::string::npos) << fused.front().why;
+      EXPECT_EQ(fused.front().why.find("chunks of K"), std::string::npos) << fused.front().why;
+    }
+    const auto skinny = trace_of(16, 256, 256, preact);
+    ASSERT_FALSE(skinny.empty());
+    EXPECT_EQ(skinny.front().tier, "skinny");
+  }
+  tessera::runtime::set_forced_tier("matmul", "sm80_mma");
+  const auto forced = trace_of(512, 256, 1024, false);
+  tessera::runtime::set_forced_tier("matmul", "");
+  ASSERT_FALSE(forced.empty());
+  EXPECT_EQ(forced.front().tier, "sm80_mma");
 }
 
 // A tile split over K is summed in chunk order, whichever chunk arrives last: two runs of the same

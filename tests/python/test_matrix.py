@@ -227,6 +227,32 @@ def test_linear_swiglu_matches_two_projections(torch, dtype):
     assert rel_err(torch, bias.grad, db) < tol
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_linear_swiglu_at_sizes_of_the_fused_epilogue(torch, dtype, grad):
+    """Sizes the sm90 tier takes, where on Hopper swiglu runs in the GEMM's epilogue: without
+    autograd only the N / 2 outputs are written, with it the pre-activation too (what the backward
+    reads). Cooperative tiles, several per CTA, and a last tile half beyond N."""
+    dt = getattr(torch, dtype)
+    F = torch.nn.functional
+    for m, k, f in ((2048, 2048, 2816), (1000, 512, 1472)):
+        x = torch.randn(m, k, device="cuda", dtype=dt, requires_grad=grad)
+        w1 = torch.randn(f, k, device="cuda", dtype=dt) / k ** 0.5
+        w3 = torch.randn(f, k, device="cuda", dtype=dt) / k ** 0.5
+        bias = torch.randn(2 * f, device="cuda", dtype=dt)
+        y = tessera.linear(x, tessera.swiglu_weight(w1, w3), bias, activation="swiglu")
+        assert y.shape == (m, f) and y.dtype == dt
+        xr = x.detach().double().requires_grad_()
+        b = bias.double().view(-1, 2, 64)
+        ref = F.silu(F.linear(xr, w1.double(), b[:, 0].reshape(-1))) * F.linear(xr, w3.double(), b[:, 1].reshape(-1))
+        assert rel_err(torch, y, ref) < 1e-2, (m, k, f)
+        if grad:
+            dy = torch.randn_like(y)
+            y.backward(dy)
+            ref.backward(dy.double())
+            assert rel_err(torch, x.grad, xr.grad) < 2e-2, (m, k, f)
+
+
 def test_linear_swiglu_compiles_and_refuses_bad_shapes(torch):
     x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)

@@ -2,7 +2,8 @@
 // matmul` run. The cases cover both tiers (the tensor-core tier takes 16-bit inputs with K or the
 // rows contiguous in each operand, TMA-aligned; everything else goes to the SIMT tier), tails in
 // every dimension, batches (each operand batched or shared), layouts, and each piece of the
-// epilogue.
+// epilogue. Activation swiglu has variants of its own (matmul_swiglu: fused into the sm90 tier's
+// epilogue where it takes the call; matmul_swiglu_unfused: the product, then tessera::swiglu).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "ops/matrix/matmul_reference.hpp"
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
+#include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/matrix.hpp"
 
 namespace tessera::ops {
@@ -57,9 +59,10 @@ VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
   cudaStream_t stream = nullptr;
   const DType out_dt = s.out_f32 ? DType::float32 : dt;
   const int64_t batch = std::max(s.batch_a, s.batch_b);
+  const int64_t out_n = s.activation == Activation::swiglu ? s.n / 2 : s.n;  // swiglu pairs columns
   TestTensor a = make_tensor(dt, shape_of(s.batch_a, s.m, s.k), s.a);
   TestTensor b = make_tensor(dt, shape_of(s.batch_b, s.k, s.n), s.b);
-  TestTensor out = make_tensor(out_dt, shape_of(batch, s.m, s.n), Layout::contiguous);
+  TestTensor out = make_tensor(out_dt, shape_of(batch, s.m, out_n), Layout::contiguous);
   fill_random(a, -1, 1, stream);
   fill_random(b, -1, 1, stream);
   TestTensor bias, residual;
@@ -84,7 +87,7 @@ VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
   ho.bias = s.bias ? &hbias.view : nullptr;
   ho.residual = s.residual ? &hres.view : nullptr;
   const std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, ho);
-  const char* op = s.tf32 ? "matmul_tf32" : "matmul";
+  const char* op = s.tf32 ? "matmul_tf32" : s.activation == Activation::swiglu ? "matmul_swiglu" : "matmul";
   TestTensor z;
   if (!s.preact) {
     matmul(a.view, b.view, out.view, o, stream);
@@ -188,6 +191,71 @@ std::vector<VerifyCase> matmul_cases() {
   return cases;
 }
 
+// Activation swiglu (N a multiple of 128; out has N / 2 columns). On sm_90 the 16-bit cases with
+// K-major operands that the sm90 tier takes run it in the epilogue: pingpong (few tiles) and
+// cooperative (66 to 132 tiles of 128 x 256 on 132 SMs, or more than a wave), a last tile half
+// beyond N, tails in M, batched (3-d maps), the pre-activation beside it. The others take the
+// product, then tessera::swiglu: other layouts, few rows (the skinny tier), rows that are not
+// 16-byte aligned, a float32 output or inputs, K = 0.
+std::vector<VerifyCase> matmul_swiglu_cases() {
+  const Activation S = Activation::swiglu;
+  const Layout C = Layout::contiguous, T = Layout::transposed;
+  const std::vector<MatmulSpec> specs = {
+      {512, 256, 1024, 0, 0, C, T, false, false, false, S},                 // pingpong
+      {512, 256, 1024, 0, 0, C, T, true, false, false, S, 1.0, 0.0, false, true},
+      {1000, 256, 2944, 0, 0, C, T, true, false, false, S},                 // cooperative, half a tile
+      {1000, 256, 2944, 0, 0, C, T, true, false, false, S, 0.5, 0.0, false, true},
+      {2048, 128, 5632, 0, 0, C, T, true, false, false, S},                 // several tiles a CTA
+      {2048, 64, 5632, 0, 0, C, T, false, false, false, S, 1.0, 0.0, false, true},
+      {300, 192, 640, 2, 2, C, T, true, false, false, S, 1.0, 0.0, false, true},  // batched
+      {300, 192, 640, 3, 0, C, T, true, false, false, S},                   // shared other
+      {77, 192, 384, 0, 0, C, T, true, false, false, S},                    // odd M
+      {77, 192, 384, 0, 0, T, C, true, false, false, S},                    // M/N-major: unfused
+      {256, 160, 384, 0, 0, C, C, false, false, false, S, 1.0, 0.0, false, true},
+      {16, 256, 256, 0, 0, C, T, true, false, false, S},                    // skinny: unfused
+      {7, 1000, 128, 0, 0, C, T, true, false, false, S, 1.0, 0.0, false, true},
+      {64, 100, 256, 0, 0, C, T, true, false, false, S},                    // rows of 200 bytes
+      {256, 128, 384, 0, 0, C, T, true, false, true, S},                    // float32 output
+      {64, 0, 256, 0, 0, C, T, true, false, false, S},                      // K = 0
+  };
+  std::vector<VerifyCase> cases;
+  for (DType dt : kFloatTypes)
+    for (const MatmulSpec& s : specs) {
+      if (dt == DType::float32 && (s.out_f32 || s.m * s.n > 1 << 20)) continue;  // the SIMT tier
+      cases.push_back({describe(dt, s), false, [=] { return run_matmul(dt, s); }});
+    }
+  return cases;
+}
+
+// The same result from the product into a [.., M, N] buffer (matmul, no activation), then
+// tessera::swiglu over it: matmul_swiglu_unfused, the composition the fused epilogue replaces.
+VerifyResult run_swiglu_unfused(DType dt, const MatmulSpec& s) {
+  cudaStream_t stream = nullptr;
+  TestTensor a = make_tensor(dt, {s.m, s.k}, s.a), b = make_tensor(dt, {s.k, s.n}, s.b);
+  TestTensor z = make_tensor(dt, {s.m, s.n}, Layout::contiguous);
+  TestTensor out = make_tensor(dt, {s.m, s.n / 2}, Layout::contiguous);
+  fill_random(a, -1, 1, stream);
+  fill_random(b, -1, 1, stream);
+  fill_poison(out, stream);
+  HostCopy ha = to_host(a), hb = to_host(b), hc = to_host(out);
+  MatmulOptions o;
+  o.activation = Activation::swiglu;
+  const std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, o);
+  matmul(a.view, b.view, z.view, MatmulOptions{}, stream);
+  swiglu(z.view, out.view, stream);
+  return compare("matmul_swiglu_unfused", describe(dt, s), out, ref, stream);
+}
+
+std::vector<VerifyCase> matmul_swiglu_unfused_cases() {
+  const std::vector<MatmulSpec> specs = {{512, 256, 1024, 0, 0, Layout::contiguous, Layout::transposed,
+                                          false, false, false, Activation::swiglu}};
+  std::vector<VerifyCase> cases;
+  for (DType dt : kFloatTypes)
+    for (const MatmulSpec& s : specs)
+      cases.push_back({describe(dt, s), false, [=] { return run_swiglu_unfused(dt, s); }});
+  return cases;
+}
+
 // float32 with TF32 allowed: the tensor cores, with an operand that is not K-contiguous copied
 // K-contiguous first; the exact kernel where rows are not 16-byte aligned (within the same bound).
 std::vector<VerifyCase> matmul_tf32_cases() {
@@ -287,6 +355,44 @@ BenchCase cublas_bench(const std::string& op, DType dt, int64_t n) {
   return gemm_bench(op, dt, n, true);
 }
 
+// Activation swiglu at M = N = K = size (N the product's columns; x @ W^T as matmul_shape): A and B
+// read, the N / 2 outputs written; the unfused composition also writes and reads the product.
+BenchShape swiglu_shape(DType dt, int64_t n) {
+  BenchShape s = matmul_shape(dt, n);
+  s.shape += " swiglu";
+  s.bytes = 2.5 * double(n) * double(n) * double(dtype_size(dt));
+  return s;
+}
+
+// op: "matmul_swiglu" (matmul's activation swiglu: fused where the sm90 tier takes it) or
+// "matmul_swiglu_unfused" (matmul into a product buffer, then tessera::swiglu).
+BenchCase swiglu_bench(const std::string& op, DType dt, int64_t n) {
+  const BenchShape shape = swiglu_shape(dt, n);
+  struct State { TestTensor a, b, z, out; };
+  auto st = std::make_shared<State>();
+  const bool fused = op == "matmul_swiglu";
+  st->a = make_tensor(dt, shape.shapes[0], Layout::contiguous);
+  st->b = make_tensor(dt, shape.shapes[1], Layout::transposed);
+  st->out = make_tensor(dt, {n, n / 2}, Layout::contiguous);
+  if (!fused) st->z = make_tensor(dt, {n, n}, Layout::contiguous);
+  fill_random(st->a, -1, 1, nullptr);
+  fill_random(st->b, -1, 1, nullptr);
+  BenchCase c = bench_case(op, dt, n, shape);
+  State* s = st.get();
+  if (fused) {
+    MatmulOptions o;
+    o.activation = Activation::swiglu;
+    c.run = [s, o](cudaStream_t stream) { matmul(s->a.view, s->b.view, s->out.view, o, stream); };
+  } else {
+    c.run = [s](cudaStream_t stream) {
+      matmul(s->a.view, s->b.view, s->z.view, MatmulOptions{}, stream);
+      swiglu(s->z.view, s->out.view, stream);
+    };
+  }
+  c.state = st;
+  return c;
+}
+
 const Registrar kRegistrar(10, [] {
   OpInfo op;
   op.name = "matmul";
@@ -322,7 +428,23 @@ const Registrar kRegistrar(10, [] {
   fp8.verify_cases = scaled_mm_cases;
   fp8.make_bench = [](DType dt, int64_t n) { return gemm_bench("scaled_mm", dt, n); };
   fp8.make_baseline = nullptr;  // cublasGemmEx takes no float8; torch._scaled_mm is the peer
-  return std::vector<OpInfo>{op, tf32, fp8};
+
+  // `tessera bench matmul_swiglu` times both, side by side.
+  OpInfo swiglu = op;
+  swiglu.name = "matmul_swiglu";
+  swiglu.summary = "matmul with activation swiglu (gate and up in blocks of 64 columns, N / 2 outputs), "
+                   "in the sm90 tier's epilogue where it takes the call";
+  swiglu.bench_sizes = {1024, 2048, 4096, 8192};
+  swiglu.verify_cases = matmul_swiglu_cases;
+  swiglu.make_bench = [](DType dt, int64_t n) { return swiglu_bench("matmul_swiglu", dt, n); };
+  swiglu.make_baseline = nullptr;
+  swiglu.bench_shape = swiglu_shape;
+  OpInfo unfused = swiglu;
+  unfused.name = "matmul_swiglu_unfused";
+  unfused.summary = "matmul_swiglu's composition without the fused epilogue: matmul, then tessera::swiglu";
+  unfused.verify_cases = matmul_swiglu_unfused_cases;
+  unfused.make_bench = [](DType dt, int64_t n) { return swiglu_bench("matmul_swiglu_unfused", dt, n); };
+  return std::vector<OpInfo>{op, tf32, fp8, swiglu, unfused};
 });
 
 }  // namespace

@@ -50,15 +50,23 @@ std::vector<double> matmul(const TensorView& a, const TensorView& b, const Tenso
   const std::vector<double> bias =
       o.bias ? host::tabulate(o.bias->numel(), [&](int64_t i) { return host::load_double(*o.bias, i); })
              : std::vector<double>{};
-  const int64_t m = c.shape[c.ndim - 2], n = c.shape[c.ndim - 1], k = da.cols;
+  const int64_t m = c.shape[c.ndim - 2], n = db.cols, k = da.cols;
   const int64_t batch = c.ndim == 3 ? c.shape[0] : 1;
-  return host::tabulate(batch * m * n, [&](int64_t idx) {
-    const int64_t bi = idx / (m * n), i = idx / n % m, j = idx % n;
+  const auto product = [&](int64_t bi, int64_t i, int64_t j) {  // alpha * acc + bias
     double acc = 0;
     for (int64_t kk = 0; kk < k; ++kk) acc += da.at(bi, i, kk) * db.at(bi, kk, j);
-    double v = o.alpha * acc;
-    if (o.bias) v += bias[j];
-    v = activation(v, o.activation);
+    return o.alpha * acc + (o.bias ? bias[j] : 0.0);
+  };
+  if (o.activation == Activation::swiglu) {
+    const int64_t h = n / 2;
+    return host::tabulate(batch * m * h, [&](int64_t idx) {
+      const int64_t bi = idx / (m * h), i = idx / h % m, j = idx % h, gate = j / 64 * 128 + j % 64;
+      return activation(product(bi, i, gate), Activation::silu) * product(bi, i, gate + 64);
+    });
+  }
+  return host::tabulate(batch * m * n, [&](int64_t idx) {
+    const int64_t bi = idx / (m * n), i = idx / n % m, j = idx % n;
+    double v = activation(product(bi, i, j), o.activation);
     if (o.residual) v += dr.at(bi, i, j);
     if (o.beta != 0) v += o.beta * dc.at(bi, i, j);
     return v;

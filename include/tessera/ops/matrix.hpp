@@ -12,6 +12,9 @@ namespace tessera {
 // swiglu: a gated activation over column pairs, out = silu(gate) * up, with gate and up the
 // product's columns interleaved in blocks of 64 (the layout of tessera::swiglu in
 // tessera/ops/elementwise.hpp): out has N / 2 columns, N a multiple of 128, no residual or beta.
+// On sm_90 (16-bit output, input and other K-contiguous) it runs in the GEMM's epilogue, which
+// writes only out (and the pre-activation where asked for); elsewhere the product goes to the
+// pre-activation output (or scratch) and tessera::swiglu makes out from it.
 enum class Activation { none, relu, gelu, gelu_tanh, silu, swiglu };
 inline constexpr Activation kActivations[] = {Activation::none, Activation::relu, Activation::gelu,
                                               Activation::gelu_tanh, Activation::silu, Activation::swiglu};

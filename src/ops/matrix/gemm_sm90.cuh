@@ -16,7 +16,8 @@
 //                 (Schedule below), then the epilogue: the values written into swizzled shared
 //                 memory and stored by TMA (store_tma), which drains under the next tile's main
 //                 loop; or, for a residual or an output TMA cannot address, a short loop of
-//                 coalesced stores through shared memory (drain)
+//                 coalesced stores through shared memory (drain); activation swiglu through
+//                 store_swiglu (gemm_sm90_swiglu.cuh), in the kernels of kSwigluKernel only
 // Work (Work below): whole tiles, and where the last wave would run partly empty, its tiles as
 // chunks of K that sum their partials together (sum_chunks).
 // Operands: K-major (K contiguous) or MN-major (M or N contiguous, 16-bit), each its own template
@@ -37,6 +38,7 @@
 #include <type_traits>
 
 #include "ops/matrix/gemm.cuh"
+#include "ops/matrix/gemm_sm90_swiglu.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/scratch.hpp"
@@ -430,6 +432,11 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     unit_groups<BN, kSubtiles<S, OutT>>(work, w, g0, g1);
     if constexpr (!S::kPingPong)  // pingpong's units are whole tiles
       if (w.split >= 0) sum_chunks<BN / 8 / kSubtiles<S, OutT>>(acc, work, w, g0, g1, wg);
+    if constexpr (kSwigluKernel<T, OutT, KA, KB>)
+      if (epi.activation == Activation::swiglu) {  // whole tiles by TMA
+        store_swiglu<S::kRows, BN>(s.out[wg], maps, path == kTma3, epi, alpha, acc, batch, row0, col0, n, flip, wg);
+        continue;
+      }
     if (path != kDrain) {
       store_tma<S>(s.out[wg], &s.old[wg], maps, path, epi, alpha, acc, batch, row0, col0, n,
                    g0, g1, flip, old_phase, wg);
@@ -528,12 +535,12 @@ inline CUtensorMap operand_map(DType dt, const OperandLayout& o, int64_t batch, 
                           runtime::TmaSwizzle::b128);
 }
 
-// The map of the output (or, `z`, of the pre-activation output) for TMA stores: boxes of 128
-// bytes of columns by `rows` rows, a 3-d map where batches differ.
+// The map of the output (or, `z`, of the pre-activation output, N columns) for TMA stores: boxes
+// of 128 bytes of columns by `rows` rows, a 3-d map where batches differ.
 inline runtime::TmaShape out_shape(const GemmArgs& g, int rows, bool z = false) {
   runtime::TmaShape sh;
   sh.rank = g.batch > 1 ? 3 : 2;
-  sh.dims[0] = uint64_t(g.n), sh.dims[1] = uint64_t(g.m), sh.dims[2] = uint64_t(g.batch);
+  sh.dims[0] = uint64_t(z ? g.n : out_cols(g)), sh.dims[1] = uint64_t(g.m), sh.dims[2] = uint64_t(g.batch);
   sh.strides[0] = 1, sh.strides[1] = uint64_t(z ? g.z_sm : g.c_sm);
   sh.strides[2] = uint64_t(z ? g.z_sb : g.c_sb);
   sh.box[0] = 128 / uint32_t(dtype_size(g.out_dtype)), sh.box[1] = uint32_t(rows), sh.box[2] = 1;
@@ -654,6 +661,7 @@ inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
     for (int64_t s = 2; s <= std::min(most, k_blocks / kMinChunkBlocks) && rem * s <= sms; ++s)
       if (coop_time(s) < coop_time(c.splits)) c.splits = int(s);
   }
+  if (g.activation == Activation::swiglu) c.splits = 1;  // store_swiglu stores whole tiles only
   c.whole = c.splits > 1 ? coop - rem : coop;
   const double pp_time = double((tiles(g, PingPong::BN) + sms - 1) / sms) / 2 * kPingPongCost;
   if (g.config.schedule) c.pingpong = g.config.schedule == 2;

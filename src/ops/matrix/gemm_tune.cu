@@ -34,7 +34,7 @@ char layout(int64_t rows_stride, int64_t k_stride) {
 GemmArgs timing_args(const GemmArgs& g, void* out) {
   GemmArgs t = g;
   t.c = out;
-  t.c_sn = 1, t.c_sm = g.n, t.c_sb = g.m * g.n;
+  t.c_sn = 1, t.c_sm = out_cols(g), t.c_sb = g.m * out_cols(g);
   return t;
 }
 
@@ -60,10 +60,11 @@ std::vector<GemmConfig> candidates(const GemmArgs& g, const GemmCtx& ctx) {
   if (!Sm90Tier::can_implement(g, ctx)) return out;
   for (int schedule : {1, 2})
     for (int group : {4, 8, 16}) out.push_back({schedule, group, 1});
-  // Splitting applies to cooperative's last wave, in chunks of 8 K blocks at least.
+  // Splitting applies to cooperative's last wave, in chunks of 8 K blocks at least; not to swiglu
+  // (whole tiles only).
   const int64_t k_blocks = g.k * int64_t(dtype_size(g.dtype)) / 128;
   for (int splits : {2, 4, 8})
-    if (k_blocks >= 8 * splits) out.push_back({1, 8, splits});
+    if (k_blocks >= 8 * splits && g.activation != Activation::swiglu) out.push_back({1, 8, splits});
   return out;
 }
 
@@ -85,7 +86,7 @@ GemmConfig tuned_config(const char* op, const GemmArgs& g, const GemmCtx& ctx, c
   std::optional<runtime::Scratch> out;
   const auto run = [&](const std::string& name) {
     if (!out) {
-      const std::size_t bytes = std::size_t(g.batch * g.m * g.n) * dtype_size(g.out_dtype);
+      const std::size_t bytes = std::size_t(g.batch * g.m * out_cols(g)) * dtype_size(g.out_dtype);
       out.emplace(bytes, stream);
       if (g.beta != 0.0f) TESSERA_CUDA_CHECK(cudaMemsetAsync(out->data(), 0, bytes, stream));
     }

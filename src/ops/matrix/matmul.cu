@@ -64,6 +64,16 @@ void check_scale(const char* op, const char* arg, const TensorView& s, const Ten
   if (s.numel() != 1) detail::throw_arg(ErrorKind::value, op, arg, "one element", s.shape_str());
 }
 
+// The product's shape for an output `out` of N / 2 columns: out's with N columns.
+TensorView widened(const TensorView& out, void* data) {
+  int64_t shape[kMaxDims];
+  for (int d = 0; d < out.ndim; ++d) shape[d] = out.shape[d];
+  shape[out.ndim - 1] *= 2;
+  return TensorView::make(data, out.dtype, shape, nullptr, out.ndim, out.device);
+}
+
+// With activation swiglu, out has N / 2 columns and the pre-activation output N (matmul_swiglu
+// checks the rest first).
 matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView& b,
                          const TensorView& c, const MatmulOptions& o) {
   for (auto [arg, t] : {std::pair{"input", &a}, std::pair{"other", &b}, std::pair{"out", &c}}) {
@@ -75,6 +85,8 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
   detail::check_same_device(kOp, "out", c, "input", a);
   const int64_t m = a.shape[a.ndim - 2], k = a.shape[a.ndim - 1];
   const int64_t n = b.shape[b.ndim - 1];
+  const bool swiglu = o.activation == Activation::swiglu;
+  const int64_t out_n = swiglu ? n / 2 : n;
   if (b.shape[b.ndim - 2] != k)
     detail::throw_arg(ErrorKind::value, kOp, "other",
                       "K = " + std::to_string(k) + " rows (the columns of 'input' " +
@@ -84,9 +96,10 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
   if (c.ndim == 2 && (a.ndim == 3 || b.ndim == 3) && std::max(a.ndim == 3 ? a.shape[0] : 1,
                                                               b.ndim == 3 ? b.shape[0] : 1) != 1)
     detail::throw_arg(ErrorKind::value, kOp, "out", "a 3-d tensor (the inputs are batched)", detail::dims(c));
-  if (c.shape[c.ndim - 2] != m || c.shape[c.ndim - 1] != n)
+  if (c.shape[c.ndim - 2] != m || c.shape[c.ndim - 1] != out_n)
     detail::throw_arg(ErrorKind::value, kOp, "out",
-                      "[..., " + std::to_string(m) + ", " + std::to_string(n) + "] (M of 'input', N of 'other')",
+                      "[..., " + std::to_string(m) + ", " + std::to_string(out_n) + "] (M of 'input', " +
+                          (swiglu ? "N / 2" : "N") + " of 'other')",
                       c.shape_str());
   check_batch(kOp, "input", a, batch);
   check_batch(kOp, "other", b, batch);
@@ -133,7 +146,7 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
   }
   if (o.preactivation) {
     const TensorView& z = *o.preactivation;
-    detail::check_like(kOp, "preactivation", z, "out", c);
+    detail::check_like(kOp, "preactivation", z, "out", swiglu ? widened(c, c.data) : c);
     detail::check_no_internal_overlap(kOp, "preactivation", z);
     detail::check_no_overlap(kOp, "preactivation", z, "out", c, false);
     detail::check_no_overlap(kOp, "preactivation", z, "input", a, false);
@@ -153,11 +166,15 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
   return g;
 }
 
+matrix::GemmCtx context(int device) {
+  const cudaDeviceProp& props = runtime::device_props(device);
+  return {props.multiProcessorCount, props.major};
+}
+
 void run(const char* op, matrix::GemmArgs& g, cudaStream_t stream) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   runtime::DeviceGuard guard(g.device);
-  const cudaDeviceProp& props = runtime::device_props(g.device);
-  const matrix::GemmCtx ctx{props.multiProcessorCount, props.major};
+  const matrix::GemmCtx ctx = context(g.device);
   g.config = matrix::tuned_config(op, g, ctx, stream);
   matrix::run_gemm(op, g, ctx, stream);
 }
@@ -170,16 +187,20 @@ void matrix::run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cud
 
 namespace {
 
-// The product's shape for an output `out` of N / 2 columns: out's with N columns.
-TensorView widened(const TensorView& out, void* data) {
-  int64_t shape[kMaxDims];
-  for (int d = 0; d < out.ndim; ++d) shape[d] = out.shape[d];
-  shape[out.ndim - 1] *= 2;
-  return TensorView::make(data, out.dtype, shape, nullptr, out.ndim, out.device);
+// Whether swiglu runs in the sm90 tier's epilogue (only the N / 2 outputs written, and the product
+// only where the pre-activation output asks for it): that tier takes the call, the product would
+// go to it anyway (the skinny tier streams few rows' weight faster, and then swiglu's pass over
+// the product is small), and no other tier is forced (tests and measurements of that tier).
+bool fused(const matrix::GemmArgs& g, const matrix::GemmCtx& ctx) {
+  matrix::GemmArgs product = g;
+  product.activation = Activation::none;
+  const std::string forced = runtime::forced_tier("matmul");
+  return (forced.empty() || forced == matrix::Sm90Tier::kName) &&
+         !matrix::SkinnyTier::can_implement(product, ctx) && matrix::Sm90Tier::can_implement(g, ctx);
 }
 
-// activation 'swiglu': the product (plus bias) into the pre-activation output (a scratch buffer
-// where none is asked for), then swiglu over it.
+// activation 'swiglu': fused where the sm90 tier takes it; elsewhere the product (plus bias) into
+// the pre-activation output (a scratch buffer where none is asked for), then swiglu over it.
 void matmul_swiglu(const TensorView& input, const TensorView& other, const TensorView& out,
                    const MatmulOptions& options, cudaStream_t stream) {
   const char* op = "matmul";
@@ -199,26 +220,31 @@ void matmul_swiglu(const TensorView& input, const TensorView& other, const Tenso
   if (out.shape[out.ndim - 1] * 2 != n)
     detail::throw_arg(ErrorKind::value, op, "out", "N / 2 = " + std::to_string(n / 2) + " columns with activation 'swiglu'",
                       out.shape_str());
-  runtime::DeviceGuard guard(out.device.index);
-  runtime::Scratch buf;
-  TensorView z;
   if (options.preactivation) {
-    z = *options.preactivation;
+    const TensorView& z = *options.preactivation;
     const TensorView want = widened(out, nullptr);
     bool same = z.ndim == want.ndim;
     for (int d = 0; same && d < z.ndim; ++d) same = z.shape[d] == want.shape[d];
     if (!same)
       detail::throw_arg(ErrorKind::value, op, "preactivation", want.shape_str() + " (out's, with N columns)",
                         z.shape_str());
-    detail::check_no_overlap(op, "preactivation", z, "out", out, false);
+  }
+  matrix::GemmArgs g = resolve(op, input, other, out, options);  // every other check
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  runtime::DeviceGuard guard(g.device);
+  if (fused(g, context(g.device))) return run(op, g, stream);
+  runtime::Scratch buf;
+  TensorView z;
+  if (options.preactivation) {
+    z = *options.preactivation;
   } else {
     buf = runtime::Scratch(out.nbytes() * 2, stream);
     z = widened(out, buf.data());
   }
   MatmulOptions o = options;
   o.activation = Activation::none, o.preactivation = nullptr;
-  matrix::GemmArgs g = resolve(op, input, other, z, o);
-  run(op, g, stream);
+  matrix::GemmArgs product = resolve(op, input, other, z, o);
+  run(op, product, stream);
   swiglu(z, out, stream);
 }
 
