@@ -5,6 +5,12 @@ the ranks and its loss comparison (pure Python), and, where torch.distributed ha
 and FSDP2 plumbing on the CPU (torchrun, 2 processes, torch's functions, a tiny model) against
 its own single-process run.
 
+Tensor parallelism (examples/llama_tensor_parallel.py): on any machine, its plan applied to the
+small model on a fake process group of two ranks (fake CUDA tensors), whose forward must reach
+tessera's registered ops on the shards with one all-reduce per sublayer; with 2 GPUs, the example
+itself under torchrun (forward and backward against the unsharded model, the collectives, tessera's
+kernels on both ranks).
+
 With 2 GPUs: the example under torchrun in ddp and fsdp2 against the 1-GPU run of the same
 global batch (tessera's pieces), and every op on the tensor's device and that device's current
 stream whatever the current device: two devices in one process.
@@ -19,19 +25,25 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_dist import cuda_mesh, cuda_run, mesh  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "llama_distributed.py"
+TP_EXAMPLE = ROOT / "examples" / "llama_tensor_parallel.py"
+
+
+def _module(name, path):
+    """An example as a module (importing it runs nothing; it needs torch and llama_step)."""
+    pytest.importorskip("torch", reason="the example is a torch program")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="module")
 def ex():
-    """The example as a module (importing it runs nothing; it needs torch and llama_step)."""
-    pytest.importorskip("torch", reason="the example is a torch program")
-    spec = importlib.util.spec_from_file_location("llama_distributed", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _module("llama_distributed", EXAMPLE)
 
 
 def _run(cmd, timeout, env=None):
@@ -331,3 +343,52 @@ def test_op_on_tensors_device_and_its_current_stream(name, data_dev, current_dev
         torch.cuda.synchronize(dev)
     kernels = [e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert any("tessera" in k.lower() for k in kernels), f"{name}: no tessera kernel ran: {kernels[:10]}"
+
+
+# ---- tensor parallelism -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pieces", ["all", "all,swiglu,linear"])
+def test_tensor_parallel_plan_runs_tesseras_ops_on_shards(cuda_run, pieces):
+    """The example's plan on the small model (one block), fake CUDA tensors on a fake 2-rank
+    mesh: the projections are sharded as the plan says, the forward reaches tessera's registered
+    ops with DTensors (the rules, not a gather), the local q/k/v have half the heads, and the
+    only collectives are the two sublayer outputs' all-reduces."""
+    tp = _module("llama_tensor_parallel", TP_EXAMPLE)
+    run, S = cuda_run, cuda_run.Shard
+    c, args = tp.parse_args(["--small", "--layers", "1", "--seq", "64", "--tessera", pieces])
+    model = tp.build(c, args.pieces, device="cpu")
+    # The same model in fake CUDA tensors (module.to() cannot swap fake parameters).
+    real = [(m, table, name, t.detach()) for m in model.modules()
+            for table in (m._parameters, m._buffers) for name, t in table.items() if t is not None]
+    with run.mode:
+        for m, table, name, t in real:
+            fake = run.mode.from_tensor(t).to("cuda")
+            table[name] = run.torch.nn.Parameter(fake) if table is m._parameters else fake
+        blocks = tp.tp_plan(model, run.mesh)
+        tokens = run.torch.randint(0, c.vocab, (c.batch, c.seq), device="cuda")
+        targets = run.torch.randint(0, c.vocab, (c.batch * c.seq,), device="cuda")
+    a, ff = model.layers[0].attention, model.layers[0].feed_forward
+    assert blocks == 1 and a.wq.weight.placements == (S(0),) and a.wo.weight.placements == (S(1),)
+    assert ff.w2.weight.placements == (S(1),)
+    fused = "swiglu" in args.pieces
+    assert (ff.w13 if fused else ff.w1.weight).placements == (S(0),)
+    local_shapes = []
+    a.register_forward_hook(lambda m, i, o: local_shapes.append(i[0].to_local().shape))
+    (loss,), comms, seen = run.traced(model, tokens, targets)
+    assert loss.shape == () and comms == 2 * blocks
+    ops = {s.split(".")[1] for s in seen if s.startswith("tessera.")}
+    want = {"rms_norm", "add_rms_norm", "rotary_embedding", "attention", "linear_cross_entropy"}
+    want |= {"matmul"} if "linear" in args.pieces or fused else {"silu_mul"}
+    assert want <= ops, (want - ops, seen)
+    assert local_shapes == [(c.batch, c.seq, c.dim)]  # the attention's input: replicated
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pieces", ["all", "all,swiglu,linear"])
+def test_two_gpus_tensor_parallel_matches_unsharded(pieces):
+    """The example on 2 GPUs, the small model: loss and every gradient against the unsharded
+    model, 4 all-reduces per block and nothing else, tessera's kernels on both ranks."""
+    _two_gpus()
+    rc, out = _run(_torchrun(2) + [str(TP_EXAMPLE), "--small", "--tessera", pieces], timeout=600)
+    assert rc == 0 and out.rstrip().endswith("ok"), out
+    assert out.count("tessera kernels") == 2, out

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The distributed work's device call, on a machine with 2 GPUs: installs what the workstation
+# staged (dev/device_surface.sh install), then the steps asked for; logs under $OUT, a summary last.
+#   device: bash dev/device_dist.sh [steps]     (carry ["devbin-pack", "devwheel"])
+# Steps:
+#   tests   pytest of test_distributed.py and test_sharding.py (the 2-GPU tests run here)
+#   tp      examples/llama_tensor_parallel.py on the full model (TP_PIECES, default all,swiglu,linear)
+#   dp      examples/llama_distributed.py on the full model: single, ddp and fsdp2 with --compare,
+#           DP_ARGS (default --steps 20 --batch 8)
+#   swiglu  the sm90 swiglu epilogue: its C++ and Python tests, fused against unfused (bench)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+STEPS="${*:-tests tp dp}"
+summary=()
+step() {
+  local name=$1; shift
+  local t0=$SECONDS
+  timeout "${STEP_TIMEOUT:-500}" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-12s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log" | cut -c1-110)")")
+}
+bash dev/device_surface.sh install >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+export LD_LIBRARY_PATH="$PWD/devbin" TESSERA_CACHE_DIR=/tmp/tessera-cache
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >"$OUT/gpus.txt" 2>&1
+TR=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
+DP_ARGS=${DP_ARGS:---steps 20 --batch 8}
+for s in $STEPS; do
+  case $s in
+    tests) step tests python3 -m pytest -q -rs tests/python/test_distributed.py tests/python/test_sharding.py ;;
+    tp) step tp "${TR[@]}" examples/llama_tensor_parallel.py --tessera "${TP_PIECES:-all,swiglu,linear}" ;;
+    dp)
+      step dp-single python3 examples/llama_distributed.py --mode single $DP_ARGS --out "$OUT/single.json"
+      for m in ddp fsdp2; do
+        step "dp-$m" "${TR[@]}" examples/llama_distributed.py --mode $m $DP_ARGS --out "$OUT/$m.json" \
+          --compare "$OUT/single.json"
+      done ;;
+    swiglu)
+      step swiglu-ctest devbin/tessera_tests --gtest_brief=1 \
+        --gtest_filter='MatmulArgs.*:MatmulGpu.*:Op/VerifyGpu.MatchesReference/matmul*:Registry*'
+      step swiglu-pytest python3 -m pytest -q tests/python/test_matrix.py -k "swiglu or preactivation"
+      step swiglu-bench devbin/tessera bench matmul_swiglu matmul_swiglu_unfused --dtype bfloat16,float16 --no-peaks ;;
+    *) echo "unknown step $s" >&2 ;;
+  esac
+done
+cat "$OUT/gpus.txt"
+for f in "$OUT"/dp-*.log "$OUT"/tp.log; do
+  [ -f "$f" ] && { echo "== $(basename "$f")"; grep -E "tokens/s|loss|scaling|rank [01]|ok|FAIL|Error" "$f" | tail -8; }
+done
+grep -E "^FAILED|^ERROR" "$OUT"/tests.log "$OUT"/swiglu-pytest.log 2>/dev/null | head -20
+printf '%s\n' "${summary[@]}"
