@@ -20,6 +20,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -390,5 +391,6 @@ def test_two_gpus_tensor_parallel_matches_unsharded(pieces):
     model, 4 all-reduces per block and nothing else, tessera's kernels on both ranks."""
     _two_gpus()
     rc, out = _run(_torchrun(2) + [str(TP_EXAMPLE), "--small", "--tessera", pieces], timeout=600)
-    assert rc == 0 and out.rstrip().endswith("ok"), out
+    # rank 0's report (stdout) ends with "ok"; torch's warnings (stderr) may come after it
+    assert rc == 0 and re.search(r"^ok$", out, re.M) and "FAIL" not in out, out
     assert out.count("tessera kernels") == 2, out
