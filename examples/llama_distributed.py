@@ -215,14 +215,19 @@ class MasterWeights:
         self.masters = [torch.nn.Parameter(p.detach().float()) for p in self.params]
 
     def step(self, opt):
-        for p, m in zip(self.params, self.masters):
-            m.grad = None if p.grad is None else p.grad.float()
+        for p, m in zip(self.params, self.masters):  # float32 gradients, kept from step to step
+            if p.grad is None:
+                m.grad = None
+            elif m.grad is None:
+                m.grad = torch.empty_like(m)
+        have = [i for i, p in enumerate(self.params) if p.grad is not None]
+        with torch.no_grad():  # foreach: multi-tensor kernels, not a launch per parameter
+            torch._foreach_copy_([self.masters[i].grad for i in have], [self.params[i].grad for i in have])
+        for p in self.params:
             p.grad = None
         opt.step()
-        opt.zero_grad(set_to_none=True)
         with torch.no_grad():
-            for p, m in zip(self.params, self.masters):
-                p.copy_(m)
+            torch._foreach_copy_(self.params, self.masters)
 
 
 def fp32_allreduce_hook(process_group, bucket):
@@ -307,8 +312,10 @@ def train(c, args, rank, world, device):
         step_model = model
         if args.mode == "ddp":  # (which broadcasts rank 0's parameters)
             from torch.nn.parallel import DistributedDataParallel as DDP
+            # gradient_as_bucket_view: the gradients are views of DDP's buckets, not copied into them
             step_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                             broadcast_buffers=False)  # the rope tables: the same on every rank
+                             broadcast_buffers=False,  # the rope tables: the same on every rank
+                             gradient_as_bucket_view=True)
             if args.ddp_reduce == "fp32":
                 step_model.register_comm_hook(None, fp32_allreduce_hook)
         masters = MasterWeights(model.parameters())
