@@ -24,12 +24,17 @@ Each piece in --tessera swaps torch's function for tessera's (TORCH and TESSERA 
                                                                      (float32 (seq, head_dim / 2) tables)
   attention  F.scaled_dot_product_attention                          tessera.scaled_dot_product_attention
   silu_mul   F.silu(gate) * up                                       tessera.silu_mul
-  swiglu     (the silu_mul piece, two projections)                   w1 and w3 as one weight (rows
-                                                                     interleaved), tessera.linear(x,
-                                                                     w13, activation="swiglu")
+  swiglu     (the silu_mul piece, two projections;                   the feed-forward in one call,
+             w2 the linear piece's)                                  tessera.mlp(x, w13, w2,
+                                                                     activation="swiglu"): w1 and w3 as
+                                                                     one weight (rows interleaved), w2's
+                                                                     GEMM tessera's too; the hidden
+                                                                     activation recomputed in the
+                                                                     backward, not kept
   loss       F.cross_entropy(F.linear(h, W).float(), target)         tessera.linear_cross_entropy
                                                                      (holds no logits)
-  linear     F.linear of wq, wk, wv, wo, w1, w3, w2                  tessera.linear
+  linear     F.linear of wq, wk, wv, wo, w1, w3, w2 (with swiglu,     tessera.linear
+             of wq, wk, wv, wo)
 --tessera all (the default) is every piece but linear and swiglu, which are there to be measured:
 `--tessera all,linear` adds it, `all,-add_norm` drops one, `none` runs torch's functions alone.
 
@@ -113,7 +118,7 @@ def add_then_norm(rms_norm):
 
 TORCH = dict(rms_norm=F.rms_norm, add_norm=add_then_norm(F.rms_norm), rope=rope_torch,
              attention=F.scaled_dot_product_attention,
-             silu_mul=lambda gate, up: F.silu(gate) * up, swiglu=None,
+             silu_mul=lambda gate, up: F.silu(gate) * up, swiglu=None,  # no fused form
              loss=lambda h, w, t: F.cross_entropy(F.linear(h, w).float(), t),
              linear=F.linear)
 # Looked up at the call (a lambda), not at import: a function tessera lacks fails only the runs
@@ -122,11 +127,11 @@ TESSERA = dict(rms_norm=tessera.rms_norm, attention=tessera.scaled_dot_product_a
                add_norm=lambda x, residual, w, eps: tessera.add_rms_norm(x, residual, w, eps),
                rope=lambda q, k, cos, sin: tessera.rotary_embedding(q, k, cos, sin, layout="bshd"),
                silu_mul=tessera.silu_mul,
-               swiglu=lambda x, w13: tessera.linear(x, w13, activation="swiglu"),
+               swiglu=lambda x, w13, w2: tessera.mlp(x, w13, w2, activation="swiglu"),
                loss=lambda h, w, t: tessera.linear_cross_entropy(h, w, t),  # no logits held
                linear=lambda x, w: tessera.linear(x, w))
 TESSERA_NEEDS = dict(rms_norm="rms_norm", add_norm="add_rms_norm", rope="rotary_embedding",
-                     attention="scaled_dot_product_attention", silu_mul="silu_mul", swiglu="swiglu_weight",
+                     attention="scaled_dot_product_attention", silu_mul="silu_mul", swiglu="mlp",
                      loss="linear_cross_entropy", linear="linear")
 
 
@@ -188,14 +193,15 @@ class FeedForward(nn.Module):
 
     def fuse(self):
         """The swiglu piece: w1 and w3 as one parameter, their rows interleaved in blocks of 64
-        (tessera.swiglu_weight), for one GEMM with SwiGLU in its epilogue."""
+        (tessera.swiglu_weight), for one GEMM with SwiGLU in its epilogue; w2 stays a Linear (its
+        weight is what the piece's call takes)."""
         self.w13 = nn.Parameter(tessera.swiglu_weight(self.w1.weight, self.w3.weight).detach())
         del self.w1, self.w3
 
     def forward(self, x):
+        if hasattr(self, "w13"):  # the swiglu piece: the whole block in one call, w2's GEMM included
+            return self.fns["swiglu"](x, self.w13, self.w2.weight)
         linear = self.fns["linear"]
-        if hasattr(self, "w13"):
-            return linear(self.fns["swiglu"](x, self.w13), self.w2.weight)
         return linear(self.fns["silu_mul"](linear(x, self.w1.weight), linear(x, self.w3.weight)),
                       self.w2.weight)
 

@@ -9,6 +9,7 @@
     h, z = tessera.add_rms_norm(h, z, w)           # z = h + z, then rms_norm(z), in one pass
     d = tessera.dropout(h, 0.1)                    # seeded by tessera.random (manual_seed, ...)
     o = tessera.linear(d, w2, b2, activation="gelu")  # F.linear with a fused activation; matmul
+    f = tessera.mlp(h, w13, w2)                    # linear(linear(h, w13, activation="swiglu"), w2)
     a = tessera.scaled_dot_product_attention(q, k, v, is_causal=True)  # also flash_attention
 
 Inputs are torch tensors (zero-copy, on torch's current stream) or any CUDA array that speaks
@@ -28,7 +29,7 @@ from . import random
 from ._C import DeviceArray
 from .elementwise import (add, copy, dropout, dropout_backward, gelu, gelu_backward, silu,
                           silu_backward, silu_mul)
-from .matrix import linear, matmul, scaled_mm, swiglu_weight
+from .matrix import linear, matmul, mlp, scaled_mm, swiglu_weight
 from .rowwise import (add_layer_norm, add_rms_norm, layer_norm, layer_norm_backward,
                       layer_norm_forward, log_softmax, log_softmax_backward, rms_norm,
                       rms_norm_backward, rms_norm_forward, softmax, softmax_backward)
@@ -49,7 +50,7 @@ __all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", 
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
            "rms_norm", "rms_norm_forward", "rms_norm_backward", "add_layer_norm", "add_rms_norm",
-           "matmul", "linear", "scaled_mm", "swiglu_weight",
+           "matmul", "linear", "mlp", "scaled_mm", "swiglu_weight",
            "isin", "flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache", "rotary_embedding",
            "scaled_dot_product_attention", "cross_entropy", "linear_cross_entropy", "enable", "disable", "use_tessera", "routing_counts", "routable",
            "set_autotune", "autotune_enabled", "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]

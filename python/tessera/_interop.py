@@ -218,12 +218,12 @@ def broadcast_shape(a, b):
     return tuple(out)
 
 
-def needs_ops(op: str):
+def needs_ops(op: str, what: str = "autograd needs"):
     """tessera's torch ops (torch.ops.tessera), the one autograd there is (C++); a clear error
-    where this installation was built without them."""
+    where this installation was built without them (`what` says what needs them)."""
     if ops is None:
         raise RuntimeError(
-            f"tessera.{op}: autograd needs tessera's torch ops (libtessera_torch.so), which this "
+            f"tessera.{op}: {what} tessera's torch ops (libtessera_torch.so), which this "
             "installation lacks: it was built where torch could not be imported. Reinstall with "
             "torch present: pip install --no-build-isolation <path to tessera>")
     return ops

@@ -293,7 +293,7 @@ SWIGLU_PAIR = 128  # matmul's 'swiglu' interleaves gate and up in blocks of 64 c
 
 
 def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> None:
-    """The rules of add, isin, swiglu_backward, matmul and the losses."""
+    """The rules of add, isin, swiglu_backward, matmul, mlp and the losses."""
     R = Replicate()
     linear = ("sum", "avg")  # the reductions a linear op commutes with (Partial.LINEAR_REDUCE_OPS)
 
@@ -327,17 +327,44 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
         return [([R], [R, R])] + [([Shard(d)], [Shard(d), R]) for d in range(elements.ndim)]
 
     def whole_pairs(n, mesh):
-        """A shard of N product columns holds whole gate/up blocks on any dimensions of `mesh`."""
+        """A shard of N product columns (or w_in rows) holds whole gate/up blocks on any dimensions
+        of `mesh`."""
         return n % (SWIGLU_PAIR * mesh.size()) == 0
 
     # swiglu_backward(grad_output [..., N / 2], input [..., N]): rows anywhere; columns where
     # each shard holds whole blocks of 64 gate and 64 up columns (as matmul's column shards).
-    @register_sharding(ops.swiglu_backward.default)
-    def swiglu_backward_rule(grad_output, input):
-        strategies = [([R], [R, R])] + [([Shard(d)], [Shard(d)] * 2) for d in range(input.ndim - 1)]
-        if input.ndim and whole_pairs(input.shape[-1], input.mesh):
-            strategies.append(([Shard(input.ndim - 1)], [Shard(input.ndim - 1)] * 2))
-        return strategies
+    # .recompute returns the forward's output too, placed alike.
+    def swiglu_backward_rule(outputs):
+        def rule(grad_output, input):
+            strategies = [([R] * outputs, [R, R])] + \
+                [([Shard(d)] * outputs, [Shard(d)] * 2) for d in range(input.ndim - 1)]
+            if input.ndim and whole_pairs(input.shape[-1], input.mesh):
+                strategies.append(([Shard(input.ndim - 1)] * outputs, [Shard(input.ndim - 1)] * 2))
+            return strategies
+        return rule
+
+    register_sharding(ops.swiglu_backward.default)(swiglu_backward_rule(1))
+    register_sharding(ops.swiglu_backward.recompute)(swiglu_backward_rule(2))
+
+    # mlp(input [..., K], w_in [N, K], w_out [D, N']) -> out [..., D] (and the pre-activation
+    # [..., N]): input's rows (any leading dimension) with the weights replicated, or Megatron's
+    # MLP: input replicated, w_in's rows and w_out's columns sharded alike (each rank its share of
+    # the hidden features, whole 128-row gate/up blocks for 'swiglu'), each rank's output a partial
+    # sum (Partial) and its pre-activation the same share of the product's columns. Its backward
+    # runs matmul and swiglu_backward.recompute (or the activation's ops) on what these give.
+    def mlp_rule(outputs):
+        def rule(input, w_in, w_out, *, activation="swiglu", **kwargs):
+            def strategy(out, z, ins):
+                return [out, z][:outputs], ins
+            strategies = [strategy(R, R, [R, R, R])]
+            strategies += [strategy(Shard(d), Shard(d), [Shard(d), R, R]) for d in range(input.ndim - 1)]
+            if activation != "swiglu" or whole_pairs(w_in.shape[0], w_in.mesh):
+                strategies.append(strategy(Partial(), Shard(input.ndim - 1), [R, Shard(0), Shard(1)]))
+            return strategies
+        return rule
+
+    register_sharding(ops.mlp.default)(mlp_rule(1))
+    register_sharding(ops.mlp.preactivation)(mlp_rule(2))
 
     # matmul: input [M, K] or [B, M, K] @ other [K, N] or [B, K, N], epilogue
     # activation(alpha * product + bias) + residual; bias [N], residual the output's shape.

@@ -143,6 +143,20 @@ def _register_fakes():
         product = out.shape[:-1] + (other.shape[-1],)
         return out, out.new_empty(product)
 
+    # mlp: input [..., K], w_in [N, K], w_out [D, N'] -> [..., D]; the pre-activation [..., N].
+    @fake("tessera::mlp")
+    def _mlp(input, w_in, w_out, *, activation="swiglu", allow_tf32=None):
+        return input.new_empty(input.shape[:-1] + (w_out.shape[0],))
+
+    @fake("tessera::mlp.preactivation")
+    def _mlp_preactivation(input, w_in, w_out, **kwargs):
+        return _mlp(input, w_in, w_out, **kwargs), input.new_empty(input.shape[:-1] + (w_in.shape[0],))
+
+    # (grad_input like input, the forward's output like grad_output), as the generic kernel's.
+    @fake("tessera::swiglu_backward.recompute")
+    def _swiglu_backward_recompute(grad_output, input):
+        return _like(input), _like(grad_output)
+
     @fake("tessera::attention")
     def _attention(q, k, v, *, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0,
                    deterministic=False, alibi_slopes=None):

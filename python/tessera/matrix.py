@@ -1,7 +1,9 @@
-"""Matrix operators: matmul (GEMM with a fused epilogue) and linear, on torch tensors.
+"""Matrix operators: matmul (GEMM with a fused epilogue), linear and the two-layer MLP, on torch
+tensors.
 
     y = tessera.matmul(a, b, bias=b0, activation="gelu")   # gelu(a @ b + b0), one kernel
     y = tessera.linear(x, w, bias)                         # F.linear: x @ w.T + bias
+    y = tessera.mlp(x, w13, w2)                            # w2(silu(w1 x) * w3 x), h not saved
 
 ``matmul(input, other, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0.0,
 out=None, out_dtype=None)`` computes
@@ -39,11 +41,26 @@ dZ), with dZ the gradient through the activation (tessera's gelu/silu backward k
 reads the pre-activation product: the forward keeps the whole epilogue fused, its kernel storing
 the product before the activation as a second output (torch.ops.tessera.matmul.preactivation).
 
+``mlp(input, w_in, w_out, *, activation="swiglu")`` is ``linear(linear(input, w_in,
+activation=activation), w_out)``: a feed-forward block without biases (Llama's, with ``w_in =
+swiglu_weight(w1, w3)`` and ``w_out = w2``). ``input`` is [..., K], ``w_in`` [N, K], ``w_out``
+[D, N] ([D, N / 2] for 'swiglu'), all of one dtype (float32, float16, bfloat16; CUDA tensors only);
+``activation`` as matmul's (None too). Under autograd it saves what the backward needs but not the
+hidden activation h = activation(x w_in^T): the first GEMM's kernel stores the product
+z = x w_in^T beside h (torch.ops.tessera.mlp.preactivation), and the forward saves x, the weights
+and z, and frees h when it returns; the backward recomputes h from z (for 'swiglu' in the same pass that gives dz), as
+torch.compile's partitioner does for two linears. Per layer that saves h's [tokens, N / 2] (or
+[tokens, N]) elements against the two-linear composition, which keeps z for the first linear's
+activation and h for the second's weight gradient. Without autograd it is the two GEMMs, h in a
+workspace between them.
+
 Torch tensors only for now (DLPack arrays: through the C++ API). DTensors (tensor parallelism) take
 the registered op, which runs on the shards by its sharding rules (tessera/_sharding.py: rows or
 batch of ``input``, columns of ``other``, or K of both as a partial sum); a replicated ``bias`` or
 ``residual`` is split first to go with the shards (DTensor does not redistribute the op's keyword
-arguments).
+arguments). mlp shards the rows of ``input`` (weights replicated), or runs Megatron's MLP:
+``w_in``'s rows and ``w_out``'s columns sharded (for 'swiglu' in whole 128-row gate/up blocks),
+``input`` replicated, the output a partial sum.
 """
 
 from __future__ import annotations
@@ -57,23 +74,23 @@ from ._interop import as_arg, torch_if_tensor, torch_stream, torch_view
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["matmul", "linear", "scaled_mm", "swiglu_weight"]
+__all__ = ["matmul", "linear", "mlp", "scaled_mm", "swiglu_weight"]
 
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu", "swiglu")
 SWIGLU_BLOCK = 64  # gate and up interleave in blocks of this many columns (features)
 
 
-def _activation(activation) -> str:
+def _activation(activation, op: str = "matmul") -> str:
     if activation not in ACTIVATIONS:
-        raise ValueError("tessera.matmul: argument 'activation': expected None, 'relu', 'gelu', "
+        raise ValueError(f"tessera.{op}: argument 'activation': expected None, 'relu', 'gelu', "
                          f"'gelu_tanh', 'silu' or 'swiglu', got {activation!r}")
     return activation or "none"
 
 
-def _torch_only(x, arg: str):
+def _torch_only(x, arg: str, op: str = "matmul"):
     torch = torch_if_tensor(x)
     if torch is None:
-        raise TypeError(f"tessera.matmul: argument '{arg}': expected a torch tensor (DLPack arrays "
+        raise TypeError(f"tessera.{op}: argument '{arg}': expected a torch tensor (DLPack arrays "
                         f"go through the C++ API for now), got {type(x).__name__}")
     return torch
 
@@ -262,6 +279,22 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         return _interop.torch_module.nn.functional.linear(input, weight, bias)
     _torch_only(weight, "weight")
     return matmul(input, weight.transpose(-1, -2), bias=bias, activation=activation)
+
+
+def mlp(input: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, *,
+        activation: Optional[str] = "swiglu") -> torch.Tensor:
+    """``linear(linear(input, w_in, activation=activation), w_out)`` (no biases), whose autograd
+    saves the pre-activation product and recomputes the hidden activation in the backward; see the
+    module's documentation."""
+    name = _activation(activation, "mlp")
+    fast = _interop.fast
+    if fast is not None and not _interop.dynamo_compiling():
+        r = fast.mlp(input, w_in, w_out, name)
+        if r is not None:
+            return r
+    for arg, t in (("input", input), ("w_in", w_in), ("w_out", w_out)):
+        _torch_only(t, arg, "mlp")
+    return _interop.needs_ops("mlp", "needs").mlp.default(input, w_in, w_out, activation=name)
 
 
 def swiglu_weight(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:

@@ -54,7 +54,8 @@ TEST(Registry, EveryDescriptionIsComplete) {
     EXPECT_FALSE(op.summary.empty());
     EXPECT_FALSE(op.dtypes.empty());
     EXPECT_FALSE(op.bench_sizes.empty());
-    const std::string meaning = op.family == "rowwise" ? rows
+    const std::string meaning = op.name == "mlp" ? "M = K = D = F (swiglu: w_in [2F, K], w_out [D, F])"
+                                : op.family == "rowwise" ? rows
                                 : op.family == "set"    ? "elements of both elements and test_elements"
                                 : op.family == "matrix" ? "M = N = K"
                                 : rotary ? "tokens n (n / 2048 or 1 sequences; 32 query and 8 key heads of 128)"
@@ -78,7 +79,8 @@ TEST(Registry, EveryDescriptionIsComplete) {
         EXPECT_GE(main, n) << "the main tensor holds at least `size` elements";
         EXPECT_FALSE(s.shape.empty());
         EXPECT_GE(s.bytes, static_cast<double>(main) * tessera::dtype_size(dt));
-        if (op.family == "matrix") EXPECT_EQ(s.flops, 2.0 * double(n) * double(n) * double(n));
+        if (op.name == "mlp") EXPECT_EQ(s.flops, 6.0 * double(n) * double(n) * double(n));  // two products
+        else if (op.family == "matrix") EXPECT_EQ(s.flops, 2.0 * double(n) * double(n) * double(n));
         else if (op.family == "attention" && !rotary) EXPECT_GT(s.flops, 0.0);  // 4 b h n^2 d, halved or scaled
         else if (op.name == "linear_cross_entropy") EXPECT_EQ(s.flops, 6.0 * 8192 * 4096 * double(n));
         else EXPECT_EQ(s.flops, 0.0);

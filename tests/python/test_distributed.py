@@ -379,7 +379,8 @@ def test_tensor_parallel_plan_runs_tesseras_ops_on_shards(cuda_run, pieces):
     assert loss.shape == () and comms == 2 * blocks
     ops = {s.split(".")[1] for s in seen if s.startswith("tessera.")}
     want = {"rms_norm", "add_rms_norm", "rotary_embedding", "attention", "linear_cross_entropy"}
-    want |= {"matmul"} if "linear" in args.pieces or fused else {"silu_mul"}
+    want |= {"mlp"} if fused else {"silu_mul"}  # the swiglu piece: the feed-forward in one op
+    want |= {"matmul"} if "linear" in args.pieces else set()
     assert want <= ops, (want - ops, seen)
     assert local_shapes == [(c.batch, c.seq, c.dim)]  # the attention's input: replicated
 

@@ -247,6 +247,57 @@ def test_matmul_autograd_column_then_row_parallel(run):
     assert w1.grad.to_local().shape == (16, 128) and w2.grad.to_local().shape == (64, 16)
 
 
+def test_mlp_shards_rows_or_runs_megatrons_mlp(run):
+    """mlp(x [..., K], w_in [N, K], w_out [D, N']): rows with replicated weights; x replicated with
+    w_in's rows and w_out's columns sharded, a partial sum out (for swiglu in whole 128-row
+    blocks: N = 256 on 2 ranks, not 128)."""
+    ops, S, R, P = run.ops, run.Shard, run.R, run.P
+    w_in, w_out = run.tensor((256, 16), R), run.tensor((24, 128), R)
+    for shape, d in (((8, 16), 0), ((2, 8, 16), 0), ((2, 8, 16), 1)):
+        (y,), comms = run.call(ops.mlp.default, run.tensor(shape, S(d)), w_in, w_out)
+        assert placements([y]) == [(S(d),)] and comms == 0 and y.shape == shape[:-1] + (24,)
+    (y, z), comms = run.call(ops.mlp.preactivation, run.tensor((2, 8, 16), S(0)), w_in, w_out)
+    assert placements([y, z]) == [(S(0),)] * 2 and comms == 0 and z.to_local().shape == (1, 8, 256)
+    x = run.tensor((2, 8, 16), R)
+    (y, z), comms = run.call(ops.mlp.preactivation, x, run.tensor((256, 16), S(0)), run.tensor((24, 128), S(1)))
+    assert placements([y, z]) == [(P,), (S(2),)] and comms == 0
+    assert y.to_local().shape == (2, 8, 24) and z.to_local().shape == (2, 8, 128)
+    (y,), comms = run.call(ops.mlp.default, x, run.tensor((96, 16), S(0)), run.tensor((24, 96), S(1)),
+                           activation="gelu")
+    assert placements([y]) == [(P,)] and comms == 0
+    # 128 rows of swiglu on 2 ranks would split a gate/up block: gathered, not a partial sum.
+    (y,), comms = run.call(ops.mlp.default, x, run.tensor((128, 16), S(0)), run.tensor((24, 64), S(1)))
+    assert not y.placements[0].is_partial() and comms > 0
+    # The recomputing backward of swiglu by the same blocks.
+    (g, h), comms = run.call(ops.swiglu_backward.recompute, run.tensor((8, 128), S(1)), run.tensor((8, 256), S(1)))
+    assert placements([g, h]) == [(S(1),)] * 2 and comms == 0 and h.to_local().shape == (8, 64)
+    (g, h), comms = run.call(ops.swiglu_backward.recompute, run.tensor((8, 64), S(0)), run.tensor((8, 128), S(0)))
+    assert placements([g, h]) == [(S(0),)] * 2 and comms == 0
+
+
+def test_mlp_autograd_megatron_and_rows(run):
+    """The backward of mlp's sharded forwards communicates nothing, and the gradients land where
+    the parameters are (Megatron: w_in by rows, w_out by columns, x's a partial sum; rows: the
+    weights' partial sums)."""
+    S, R, P = run.Shard, run.R, run.P
+    ops = run.ops
+    x = run.tensor((2, 8, 16), R, requires_grad=True)
+    w_in, w_out = run.tensor((256, 16), S(0), requires_grad=True), run.tensor((24, 128), S(1), requires_grad=True)
+    with run.mode, run.comm() as c:
+        y = ops.mlp.default(x, w_in, w_out)
+    assert placements([y]) == [(P,)] and c.get_total_counts() == 0
+    with run.mode, run.comm() as c:
+        y.full_tensor().sum().backward()
+    assert c.get_total_counts() == 1  # full_tensor's all-reduce; the backward itself none
+    assert placements([w_in.grad, w_out.grad, x.grad]) == [(S(0),), (S(1),), (P,)]
+    assert w_in.grad.to_local().shape == (128, 16) and w_out.grad.to_local().shape == (24, 64)
+    x = run.tensor((2, 8, 16), S(0), requires_grad=True)
+    w_in, w_out = run.tensor((256, 16), R, requires_grad=True), run.tensor((24, 128), R, requires_grad=True)
+    with run.mode, run.comm() as c:
+        ops.mlp.default(x, w_in, w_out).sum().backward()  # the sum a partial sum too
+    assert placements([x.grad, w_in.grad, w_out.grad]) == [(S(0),), (P,), (P,)] and c.get_total_counts() == 0
+
+
 def test_losses_shard_rows_for_none_and_sum_and_replicate_mean(run):
     ops, S, R, P = run.ops, run.Shard, run.R, run.P
     logits, target = run.tensor((8, 32), S(0)), run.ints((8,), 32, S(0))
@@ -386,6 +437,10 @@ def test_public_functions_take_the_registered_ops_on_dtensors(cuda_run):
                                 run.tensor((32,), R, bf)), "matmul", P),
         (lambda: tessera.matmul(run.tensor((2, 8, 16), S(0), bf), run.tensor((16, 32), R, bf), activation="gelu",
                                 residual=run.tensor((2, 8, 32), S(0), bf)), "matmul", S(0)),
+        (lambda: tessera.mlp(run.tensor((8, 16), R, bf), run.tensor((256, 16), S(0), bf),
+                             run.tensor((16, 128), S(1), bf)), "mlp", P),
+        (lambda: tessera.mlp(run.tensor((2, 8, 16), S(1), bf), run.tensor((96, 16), R, bf),
+                             run.tensor((16, 96), R, bf), activation="silu"), "mlp", S(1)),
         (lambda: tessera.rotary_embedding(q, k, angles, angles), "rotary_embedding", S(2)),
         (lambda: tessera.flash_attention(q, k, k, causal=True), "attention", S(2)),
         (lambda: tessera.scaled_dot_product_attention(q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2)),

@@ -98,9 +98,17 @@ def samples(torch, name, dtype):
                 ((x(2, 16, 32, grad=False), x(32, 24, grad=False)),
                  {"residual": x(2, 16, 24, grad=False), "activation": "silu", "alpha": 0.5}),
                 ((x(2, 16, 32, grad=False), x(32, 128, grad=False)), {"activation": "swiglu"})]
-    if name == "swiglu_backward":  # gate and up interleaved in blocks of 64: [..., 128 j]
+    if name in ("swiglu_backward", "swiglu_backward.recompute"):  # gate and up interleaved in blocks of 64
         return [((x(4, 64, grad=False), x(4, 128, grad=False)), {}),
                 ((x(2, 3, 128, grad=False), x(2, 3, 256, grad=False)), {})]
+    if name == "mlp":  # input [..., K], w_in [N, K], w_out [D, N or N / 2]
+        return [((x(16, 32), x(256, 32), x(24, 128)), {}),
+                ((x(2, 5, 32), x(256, 32), x(24, 128)), {"activation": "swiglu"}),
+                ((x(2, 5, 32), x(48, 32), x(24, 48)), {"activation": "gelu"}),
+                ((x(32), x(48, 32), x(24, 48)), {"activation": "relu"})]
+    if name == "mlp.preactivation":  # called below autograd (by mlp's autograd kernel)
+        return [((x(16, 32, grad=False), x(256, 32, grad=False), x(24, 128, grad=False)), {}),
+                ((x(2, 5, 32, grad=False), x(48, 32, grad=False), x(24, 48, grad=False)), {"activation": "silu"})]
     if name == "scaled_mm":
         a = torch.randn(16, 64, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(24, 64, device="cuda").to(torch.float8_e4m3fn).t()
@@ -237,6 +245,12 @@ def expected_outputs(torch, name, args, kwargs):
         r = torch.matmul(args[0], args[1])
         out = tuple(r.shape[:-1]) + (r.shape[-1] // (2 if kwargs.get("activation") == "swiglu" else 1),)
         return [(out, args[0].dtype)] + ([(tuple(r.shape), args[0].dtype)] if name == "matmul.preactivation" else [])
+    if base == "mlp":
+        x, w_in, w_out = args
+        out = [(tuple(x.shape[:-1]) + (w_out.shape[0],), x.dtype)]
+        return out + ([(tuple(x.shape[:-1]) + (w_in.shape[0],), x.dtype)] if name == "mlp.preactivation" else [])
+    if name == "swiglu_backward.recompute":
+        return [(tuple(args[1].shape), args[1].dtype), (tuple(args[0].shape), args[0].dtype)]
     if name == "isin":
         return [(tuple(args[0].shape), torch.bool)]
     return None

@@ -1,5 +1,6 @@
 // swiglu_backward (gate and up interleaved in blocks of 64 in one tensor, as matmul's activation
-// 'swiglu' stores its product): its CPU reference (double precision), verify and bench cases.
+// 'swiglu' stores its product), and swiglu_backward_recompute (the forward's output too): the CPU
+// reference (double precision), verify and bench cases.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -16,15 +17,19 @@ constexpr const char* kOp = "swiglu_backward";
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// input [rows, n] (n a multiple of 128), grad_output [rows, n / 2]; grad_input like input.
-VerifyResult run(DType dt, int64_t rows, int64_t n, Layout layout) {
+// input [rows, n] (n a multiple of 128), grad_output [rows, n / 2]; grad_input like input. Where
+// `recompute`, swiglu_backward_recompute, whose forward output is checked too.
+VerifyResult run(DType dt, int64_t rows, int64_t n, Layout layout, bool recompute) {
   cudaStream_t stream = nullptr;
   TestTensor x = make_tensor(dt, {rows, n}, layout), dy = make_tensor(dt, {rows, n / 2}, layout);
   fill_random(x, -8, 8, stream);
   fill_random(dy, -2, 2, stream);
   TestTensor dx = make_tensor(dt, {rows, n}, Layout::contiguous);
   fill_poison(dx, stream);
-  swiglu_backward(dy.view, x.view, dx.view, stream);
+  TestTensor y = make_tensor(dt, {rows, n / 2}, Layout::contiguous);
+  fill_poison(y, stream);
+  if (recompute) swiglu_backward_recompute(dy.view, x.view, dx.view, y.view, stream);
+  else swiglu_backward(dy.view, x.view, dx.view, stream);
   const HostCopy hx = to_host(x), hd = to_host(dy);
   const std::vector<double> ref = host::tabulate(rows * n, [&](int64_t i) {
     const int64_t r = i / n, c = i % n, block = c / 128, col = c % 64;
@@ -35,8 +40,16 @@ VerifyResult run(DType dt, int64_t rows, int64_t n, Layout layout) {
     return is_up ? d * g * s : d * u * s * (1.0 + g * (1.0 - s));
   });
   const std::string name = std::string(dtype_name(dt)) + " [" + std::to_string(rows) + ", " + std::to_string(n) +
-                           "] " + layout_name(layout);
-  return compare(kOp, name, dx, ref, stream);
+                           "] " + layout_name(layout) + (recompute ? " +output" : "");
+  VerifyResult worst = compare(kOp, name, dx, ref, stream);
+  if (!recompute) return worst;
+  const std::vector<double> out = host::tabulate(rows * (n / 2), [&](int64_t i) {
+    const int64_t r = i / (n / 2), c = i % (n / 2), at = r * n + c / 64 * 128 + c % 64;
+    const double g = host::load_double(hx.view, at), u = host::load_double(hx.view, at + 64);
+    return g * sigmoid(g) * u;
+  });
+  keep_worst(worst, compare(kOp, name + " (output)", y, out, stream));
+  return worst;
 }
 
 std::vector<VerifyCase> cases() {
@@ -49,9 +62,10 @@ std::vector<VerifyCase> cases() {
   std::vector<VerifyCase> v;
   for (DType dt : kFloatTypes)
     for (const Spec& s : specs)
-      v.push_back({std::string(dtype_name(dt)) + " [" + std::to_string(s.rows) + ", " + std::to_string(s.n) + "] " +
-                       layout_name(s.layout),
-                   false, [=] { return run(dt, s.rows, s.n, s.layout); }});
+      for (bool recompute : {false, true})
+        v.push_back({std::string(dtype_name(dt)) + " [" + std::to_string(s.rows) + ", " + std::to_string(s.n) + "] " +
+                         layout_name(s.layout) + (recompute ? " +output" : ""),
+                     false, [=] { return run(dt, s.rows, s.n, s.layout, recompute); }});
   return v;
 }
 

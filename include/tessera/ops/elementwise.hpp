@@ -56,6 +56,11 @@ inline constexpr int64_t kSwigluBlock = 64;
 void swiglu(const TensorView& input, const TensorView& out, cudaStream_t stream);
 void swiglu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
                      cudaStream_t stream);
+// swiglu_backward that also writes the forward's output = swiglu(input) ([..., N / 2], like
+// grad_output), from the same read of input: for a backward that recomputes the activation
+// instead of keeping it (tessera::mlp's).
+void swiglu_backward_recompute(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
+                               const TensorView& output, cudaStream_t stream);
 
 // dst = src: any strides on either side (a transpose, a gather of a strided view), same shape and
 // dtype. dst must not overlap src unless it is the same view (then nothing is done).

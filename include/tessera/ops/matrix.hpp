@@ -1,6 +1,6 @@
-// Matrix operators: matmul (GEMM) with a fused epilogue. Checks arguments before any launch
-// (tessera::Error names the argument), returns at once when there is nothing to do, and enqueues
-// its kernels on `stream`.
+// Matrix operators: matmul (GEMM) with a fused epilogue, and the two-layer MLP on it. Checks
+// arguments before any launch (tessera::Error names the argument), returns at once when there is
+// nothing to do, and enqueues its kernels on `stream`.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -52,6 +52,30 @@ struct MatmulOptions {
 // K = 0 gives the epilogue applied to zeros.
 void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
             const MatmulOptions& options, cudaStream_t stream);
+
+// What mlp does besides its two products.
+struct MlpOptions {
+  Activation activation = Activation::swiglu;
+  // float32 inputs: TF32 tensor cores for both products where true (MatmulOptions::allow_tf32).
+  bool allow_tf32 = false;
+  // Optional: the first product before the activation, [..., M, N] in input's dtype, stored by the
+  // first GEMM's kernel (MatmulOptions::preactivation): what a backward reads to recompute the
+  // hidden activation instead of keeping it.
+  const TensorView* preactivation = nullptr;
+  // Where the hidden activation goes between the two products: contiguous, input's dtype, at least
+  // [..., M, N'] elements; nullptr: tessera's scratch pool.
+  const TensorView* hidden = nullptr;
+};
+
+// A two-layer MLP without biases, the layout of two nn.Linear weights:
+//   out = activation(input @ w_in^T) @ w_out^T
+// input [M, K] or [B, M, K]; w_in [N, K]; w_out [D, N'], N' = N / 2 for swiglu (w_in's rows gate
+// and up interleaved in blocks of 64, N a multiple of 128), else N; out [M, D] or [B, M, D]. One
+// dtype for all (float32, float16, bfloat16); the hidden activation [.., M, N'] is rounded to it,
+// as two matmul calls would round it. Two matmul calls: the first with the activation (and the
+// preactivation) in its epilogue.
+void mlp(const TensorView& input, const TensorView& w_in, const TensorView& w_out, const TensorView& out,
+         const MlpOptions& options, cudaStream_t stream);
 
 // out = scale_a * scale_b * (input @ other) + bias, as torch._scaled_mm with per-tensor scales:
 // input [M, K] and other [K, N] of one float8 dtype (float8_e4m3fn or float8_e5m2); scale_a and

@@ -1,10 +1,12 @@
 // The elementwise family's torch kernels written by hand: add (broadcast shapes, a number as
-// other) and copy (writes its argument). Schemas: the descriptions' (src/ops/elementwise/*.cu);
+// other), copy (writes its argument) and swiglu_backward.recompute (an overload: the generic
+// kernel is the first schema's). Schemas: the descriptions' (src/ops/elementwise/*.cu);
 // gelu, silu, dropout and their backwards take the generic kernels (generic.cpp).
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <tuple>
 #include <vector>
 
 #include "binding.hpp"
@@ -52,6 +54,19 @@ at::Tensor add_scalar(const at::Tensor& input, double other, double alpha) {
 void copy(const at::Tensor& src, const at::Tensor& dst) {
   const TensorView s = view("copy", "src", src), d = view("copy", "dst", dst);
   guarded([&] { tessera::copy(s, d, stream_of(src)); });
+}
+
+// (grad_input like input, output like grad_output), from one pass (mlp's backward).
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_recompute(const at::Tensor& grad_output, const at::Tensor& input) {
+  const char* op = "swiglu_backward";
+  const TensorView dy = view(op, "grad_output", grad_output), x = view(op, "input", input);
+  at::Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
+  at::Tensor output = at::empty_like(grad_output, at::MemoryFormat::Contiguous);
+  guarded([&] {
+    tessera::swiglu_backward_recompute(dy, x, view(op, "grad_input", grad_input), view(op, "output", output),
+                                       stream_of(input));
+  });
+  return {grad_input, output};
 }
 
 // ---- autograd -------------------------------------------------------------------------------------
@@ -106,6 +121,7 @@ void kernels(torch::Library& m) {
   m.impl("add", &add);
   m.impl("add.Scalar", &add_scalar);
   m.impl("copy", &copy);
+  m.impl("swiglu_backward.recompute", &swiglu_backward_recompute);
 }
 
 }  // namespace

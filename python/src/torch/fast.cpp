@@ -273,6 +273,22 @@ PyObject* matmul(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
+// mlp(input, w_in, w_out, activation): the weights of input's dtype and device, activation a str
+// (the library checks its value).
+PyObject* mlp(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  const at::Tensor* x = n == 4 ? plain(args[0]) : nullptr;
+  const at::Tensor* w_in = x ? plain_like(args[1], *x) : nullptr;
+  const at::Tensor* w_out = w_in ? plain_like(args[2], *x) : nullptr;
+  Py_ssize_t size = 0;
+  const char* activation = w_out && PyUnicode_Check(args[3]) ? PyUnicode_AsUTF8AndSize(args[3], &size) : nullptr;
+  if (!activation) PyErr_Clear();
+  if (!activation || !quiet()) Py_RETURN_NONE;
+  RECORD_FUNCTION("tessera::mlp", std::vector<c10::IValue>());
+  return wrap(fast::mlp(*x, *w_in, *w_out, c10::string_view(activation, static_cast<size_t>(size))));
+  END_HANDLE_TH_ERRORS
+}
+
 // Whether a call on `x` may take this module (for tests): a plain tensor in a quiet thread.
 PyObject* takes(PyObject*, PyObject* x) {
   HANDLE_TH_ERRORS
@@ -290,6 +306,7 @@ PyMethodDef methods[] = {
     FAST("add_rms_norm", add_rms_norm),
     FAST("matmul", matmul<false>),
     FAST("linear", matmul<true>),
+    FAST("mlp", mlp),
     {"takes", takes, METH_O, nullptr},
     {"index", index, METH_O, nullptr},
     {nullptr, nullptr, 0, nullptr}};

@@ -4,6 +4,7 @@
 // statistics (nothing will ask for them).
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <c10/util/string_view.h>
 
 #include <cstdint>
 #include <optional>
@@ -26,5 +27,6 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& input, const a
                                                 const std::optional<at::Tensor>& weight, double eps);
 at::Tensor matmul(const at::Tensor& input, const at::Tensor& other,
                   const std::optional<at::Tensor>& bias);
+at::Tensor mlp(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor& w_out, c10::string_view activation);
 
 }  // namespace tessera::torch_ops::fast

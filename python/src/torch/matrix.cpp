@@ -1,6 +1,7 @@
 // The matrix family as torch ops: matmul (the library's 2-d/3-d operands; the Python layer views
-// torch.matmul's shapes as these) and scaled_mm. Schemas: the descriptions'
-// (src/ops/matrix/matmul.cu).
+// torch.matmul's shapes as these), scaled_mm and mlp (its autograd recomputes the hidden
+// activation from the saved pre-activation). Schemas: the descriptions' (src/ops/matrix/matmul.cu,
+// mlp.cu).
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -19,11 +20,16 @@ namespace {
 
 using OptTensor = std::optional<at::Tensor>;
 
-Activation activation_of(c10::string_view name) {
+Activation activation_of(c10::string_view name, const char* op = "matmul") {
   for (Activation a : kActivations)
     if (name == activation_name(a)) return a;
-  TORCH_CHECK_VALUE(false, "tessera.matmul: argument 'activation': expected None, 'relu', 'gelu', "
+  TORCH_CHECK_VALUE(false, "tessera.", op, ": argument 'activation': expected None, 'relu', 'gelu', "
                     "'gelu_tanh', 'silu' or 'swiglu', got '", std::string(name), "'");
+}
+
+// torch.get_float32_matmul_precision() != "highest", as torch.matmul reads it, unless given.
+bool tf32_of(std::optional<bool> allow_tf32) {
+  return allow_tf32.value_or(at::globalContext().float32MatmulPrecision() != at::Float32MatmulPrecision::HIGHEST);
 }
 
 // input [M, K] or [B, M, K] @ other [K, N] or [B, K, N]: [M, N] or [B, M, N]. Other ranks get a
@@ -46,9 +52,7 @@ at::Tensor matmul_into(const at::Tensor& input, const at::Tensor& other, const O
   MatmulOptions o;
   o.activation = activation_of(activation);
   o.alpha = alpha;
-  // torch.get_float32_matmul_precision() != "highest", as torch.matmul reads it.
-  o.allow_tf32 = allow_tf32.value_or(at::globalContext().float32MatmulPrecision() !=
-                                     at::Float32MatmulPrecision::HIGHEST);
+  o.allow_tf32 = tf32_of(allow_tf32);
   TensorView b, r;
   const TensorView a = view("matmul", "input", input), bv = view("matmul", "other", other);
   o.bias = optional_view("matmul", "bias", bias, b);
@@ -96,6 +100,67 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
                              input.options().dtype(out_dtype.value_or(at::kBFloat16)));
   guarded([&] { tessera::scaled_mm(a, bv, sa, sb, view(op, "out", out), bp, stream_of(input)); });
   return out;
+}
+
+// The rows of t: the product of its dimensions but the last.
+int64_t rows_of(const at::Tensor& t) {
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) rows *= t.size(d);
+  return rows;
+}
+
+std::vector<int64_t> with_last(const at::Tensor& t, int64_t cols) {
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape.back() = cols;
+  return shape;
+}
+
+// input [..., K], its leading dimensions flattened into rows for the library (a view where they
+// flatten in place); out [..., D] and, where `preactivation`, the first product [..., N]. The
+// hidden activation goes to a workspace from torch's allocator, freed on return.
+at::Tensor mlp_into(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor& w_out,
+                    c10::string_view activation, std::optional<bool> allow_tf32, at::Tensor* preactivation) {
+  const char* op = "mlp";
+  MlpOptions o;
+  o.activation = activation_of(activation, op);
+  o.allow_tf32 = tf32_of(allow_tf32);
+  TORCH_CHECK_VALUE(input.dim() >= 1, "tessera.mlp: argument 'input': expected at least 1 dimension, got a 0-d tensor");
+  const int64_t rows = rows_of(input), k = input.size(-1);
+  const at::Tensor flat = input.reshape({rows, k});  // kept: a copy where the rows do not flatten
+  const TensorView x = view(op, "input", flat);
+  const TensorView wi = view(op, "w_in", w_in), wo = view(op, "w_out", w_out);
+  // Shapes from 2-d weights; otherwise 0-d stand-ins, which the library refuses after naming the
+  // weight at fault.
+  const bool ok = w_in.dim() == 2 && w_out.dim() == 2;
+  const int64_t n = ok ? w_in.size(0) : 0, d = ok ? w_out.size(0) : 0;
+  const int64_t hidden = o.activation == Activation::swiglu ? n / 2 : n;
+  const auto options = input.options();
+  at::Tensor out = at::empty(ok ? with_last(input, d) : std::vector<int64_t>{}, options);
+  const at::Tensor h = at::empty({rows * hidden}, options);
+  const TensorView hv = view(op, "hidden", h);
+  o.hidden = &hv;
+  TensorView z;
+  if (preactivation) {
+    *preactivation = at::empty(ok ? with_last(input, n) : std::vector<int64_t>{}, options);
+    z = view(op, "preactivation", ok ? preactivation->view({rows, n}) : *preactivation);
+    o.preactivation = &z;
+  }
+  const TensorView y = view(op, "out", ok ? out.view({rows, d}) : out);
+  guarded([&] { tessera::mlp(x, wi, wo, y, o, stream_of(input)); });
+  return out;
+}
+
+at::Tensor mlp(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor& w_out,
+               c10::string_view activation, std::optional<bool> allow_tf32) {
+  return mlp_into(input, w_in, w_out, activation, allow_tf32, nullptr);
+}
+
+std::tuple<at::Tensor, at::Tensor> mlp_preactivation(const at::Tensor& input, const at::Tensor& w_in,
+                                                     const at::Tensor& w_out, c10::string_view activation,
+                                                     std::optional<bool> allow_tf32) {
+  at::Tensor z;
+  at::Tensor out = mlp_into(input, w_in, w_out, activation, allow_tf32, &z);
+  return {out, z};
 }
 
 // ---- autograd ---------------------------------------------------------------------------------
@@ -214,21 +279,108 @@ at::Tensor matmul_autograd(const at::Tensor& input, const at::Tensor& other, con
   return MatmulFunction::apply(input, other, bias, residual, activation, alpha, out_dtype, allow_tf32);
 }
 
+// The hidden activation h = activation(z) and the gradient through it dz = activation'(z) dh, each
+// only where wanted: for swiglu both from one pass over z (swiglu_backward.recompute); for the
+// others the forward's and the backward's elementwise ops.
+std::pair<at::Tensor, at::Tensor> recompute(const at::Tensor& dh, const at::Tensor& z, Activation a, bool want_h,
+                                            bool want_dz) {
+  static const auto swiglu = handle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&)>(
+      "swiglu_backward", "recompute");
+  static const auto gelu = handle<at::Tensor(const at::Tensor&, c10::string_view)>("gelu");
+  static const auto silu = handle<at::Tensor(const at::Tensor&)>("silu");
+  if (a == Activation::swiglu && want_h) {
+    auto [dz, h] = swiglu.call(dh, z);
+    return {h, dz};
+  }
+  at::Tensor h;
+  if (want_h) {
+    switch (a) {
+      case Activation::relu: h = z.relu(); break;
+      case Activation::gelu: h = gelu.call(z, "none"); break;
+      case Activation::gelu_tanh: h = gelu.call(z, "tanh"); break;
+      case Activation::silu: h = silu.call(z); break;
+      default: h = z;
+    }
+  }
+  return {h, want_dz ? activate_backward(dh, z, a) : at::Tensor()};
+}
+
+using MlpPreactivationSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                const at::Tensor&, c10::string_view,
+                                                                std::optional<bool>);
+
+// y = activation(x w_in^T) w_out^T, saving x, the weights and z = x w_in^T, not h = activation(z):
+// the backward recomputes h from z, as torch.compile's partitioner does for two linears.
+struct MlpFunction : torch::autograd::Function<MlpFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& w_in,
+                            const at::Tensor& w_out, c10::string_view activation, std::optional<bool> allow_tf32) {
+    static const auto with_preactivation = handle<MlpPreactivationSig>("mlp", "preactivation");
+    auto [y, z] = call_below_autograd(with_preactivation, input, w_in, w_out, activation, allow_tf32);
+    ctx->save_for_backward({input, w_in, w_out, z});
+    ctx->saved_data["activation"] = std::string(activation);
+    ctx->saved_data["allow_tf32"] = allow_tf32;
+    return y;
+  }
+
+  // Over rows (the leading dimensions flattened): dh = dy w_out; h and dz = activation'(z) dh from
+  // z; dw_out = dy^T h, dw_in = dz^T x (each in its weight's row-major layout, the product's
+  // first operand a transposed view), dx = dz w_in. dh and h are dropped as soon as they are read.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w_in = saved[1], &w_out = saved[2], &z = saved[3];
+    const Activation act = activation_of(ctx->saved_data["activation"].toStringRef(), "mlp");
+    const auto tf32 = ctx->saved_data["allow_tf32"].toOptional<bool>();
+    const bool want_x = ctx->needs_input_grad(0), want_w_in = ctx->needs_input_grad(1);
+    const bool want_w_out = ctx->needs_input_grad(2);
+    // Sizes as SymInts: under torch.compile with dynamic shapes they are symbols.
+    c10::SymInt rows = 1;
+    for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.sym_size(d);
+    const auto flat = [&](const at::Tensor& t) { return t.reshape_symint({rows, t.sym_size(-1)}); };
+    const at::Tensor g = flat(grads[0].to(x.scalar_type()).contiguous());
+    at::Tensor dh = matmul_op().call(g, w_out, {}, {}, "none", 1.0, x.scalar_type(), tf32);
+    auto [h, dz] = recompute(dh, flat(z), act, want_w_out, want_x || want_w_in);
+    dh.reset();
+    at::Tensor dx, dw_in, dw_out;
+    if (want_w_out) dw_out = matmul_op().call(g.t(), h, {}, {}, "none", 1.0, w_out.scalar_type(), tf32);
+    h.reset();
+    if (want_w_in) dw_in = matmul_op().call(dz.t(), flat(x), {}, {}, "none", 1.0, w_in.scalar_type(), tf32);
+    if (want_x)
+      dx = matmul_op().call(dz, w_in, {}, {}, "none", 1.0, x.scalar_type(), tf32).reshape_symint(x.sym_sizes());
+    return {dx, dw_in, dw_out, at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor mlp_autograd(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor& w_out,
+                        c10::string_view activation, std::optional<bool> allow_tf32) {
+  static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view,
+                                           std::optional<bool>)>("mlp");
+  if (!records(input, w_in, w_out)) return call_below_autograd(op, input, w_in, w_out, activation, allow_tf32);
+  return MlpFunction::apply(input, w_in, w_out, activation, allow_tf32);
+}
+
 void kernels(torch::Library& m) {
   m.impl("matmul", &matmul);
   m.impl("matmul.preactivation", &matmul_preactivation);
   m.impl("scaled_mm", &scaled_mm);
+  m.impl("mlp", &mlp);
+  m.impl("mlp.preactivation", &mlp_preactivation);
 }
 
 }  // namespace
 }  // namespace tessera::torch_ops
 
 TESSERA_TORCH_KERNELS(tessera::torch_ops::kernels)
-TORCH_LIBRARY_IMPL(tessera, Autograd, m) { m.impl("matmul", &tessera::torch_ops::matmul_autograd); }
+TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
+  m.impl("matmul", &tessera::torch_ops::matmul_autograd);
+  m.impl("mlp", &tessera::torch_ops::mlp_autograd);
+}
 
 namespace tessera::torch_ops::fast {
 at::Tensor matmul(const at::Tensor& input, const at::Tensor& other,
                   const std::optional<at::Tensor>& bias) {
   return torch_ops::matmul(input, other, bias, std::nullopt, "none", 1.0, std::nullopt, std::nullopt);
+}
+at::Tensor mlp(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor& w_out, c10::string_view activation) {
+  return torch_ops::mlp(input, w_in, w_out, activation, std::nullopt);
 }
 }  // namespace tessera::torch_ops::fast

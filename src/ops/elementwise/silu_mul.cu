@@ -1,8 +1,9 @@
 // SwiGLU's gate: out = silu(gate) * up, forward and backward, each one pass over memory (the
-// backward's two gradients from one map with two outputs).
+// backward's two gradients from one map with two outputs; with the forward's output recomputed,
+// three).
 //
 // Bytes: 3n * sizeof(T) forward; backward 5n (grad, gate and up read, grad_gate and grad_up
-// written).
+// written), 6n with the forward's output.
 #include <string>
 
 #include "ops/elementwise/map.cuh"
@@ -23,6 +24,15 @@ template <bool Fast>
 struct SiluMulGrads {
   __device__ __forceinline__ tile::Floats<2> operator()(float dy, float g, float u) const {
     return {{tile::SiluBackward<Fast>{}(dy * u, g), dy * tile::Silu<Fast>{}(g)}};
+  }
+};
+
+// The same gradients and the forward's output, silu(gate) * up, from one read of gate and up.
+template <bool Fast>
+struct SiluMulGradsAndOutput {
+  __device__ __forceinline__ tile::Floats<3> operator()(float dy, float g, float u) const {
+    const float s = tile::Silu<Fast>{}(g);
+    return {{tile::SiluBackward<Fast>{}(dy * u, g), dy * s, s * u}};
   }
 };
 
@@ -131,10 +141,36 @@ void swiglu_backward(const TensorView& grad_output, const TensorView& input, con
   elementwise::map_floats<SiluMulGrads, 3, 2>(op, {&dgate, &dup}, {&dy, &gate, &up}, stream);
 }
 
+void swiglu_backward_recompute(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
+                               const TensorView& output, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::swiglu_backward_recompute");
+  const char* op = "swiglu_backward";
+  check_interleaved(op, input, "grad_output", grad_output, 2);
+  check_interleaved(op, input, "grad_input", grad_input, 1);
+  check_interleaved(op, input, "output", output, 2);
+  detail::check_no_internal_overlap(op, "grad_input", grad_input);
+  detail::check_no_internal_overlap(op, "output", output);
+  detail::check_no_overlap(op, "grad_input", grad_input, "input", input, /*allow_identical=*/true);
+  detail::check_no_overlap(op, "grad_input", grad_input, "grad_output", grad_output, /*allow_identical=*/false);
+  detail::check_no_overlap(op, "output", output, "grad_output", grad_output, /*allow_identical=*/true);
+  detail::check_no_overlap(op, "output", output, "input", input, /*allow_identical=*/false);
+  detail::check_no_overlap(op, "output", output, "grad_input", grad_input, /*allow_identical=*/false);
+  if (grad_input.numel() == 0) return;
+  const TensorView gate = blocks_of(input, kSwigluBlock, 2, 0), up = blocks_of(input, kSwigluBlock, 2, kSwigluBlock);
+  const TensorView dgate = blocks_of(grad_input, kSwigluBlock, 2, 0);
+  const TensorView dup = blocks_of(grad_input, kSwigluBlock, 2, kSwigluBlock);
+  const TensorView dy = blocks_of(grad_output, kSwigluBlock, 1, 0), out = blocks_of(output, kSwigluBlock, 1, 0);
+  elementwise::map_floats<SiluMulGradsAndOutput, 3, 3>(op, {&dgate, &dup, &out}, {&dy, &gate, &up}, stream);
+}
+
 namespace {
 const OpRegistrar kSwigluBackward = describe("swiglu_backward", "elementwise",
                                              "swiglu backward (gate and up interleaved in blocks of 64): grad_input")
     .schema("swiglu_backward(Tensor grad_output, Tensor input) -> Tensor")
+    // grad_input and the forward's output recomputed in the same pass (swiglu_backward_recompute):
+    // a kernel written by hand (python/src/torch/elementwise.cpp).
+    .schema("swiglu_backward.recompute(Tensor grad_output, Tensor input) -> "
+            "(Tensor grad_input, Tensor output)")
     .kernel<&swiglu_backward>({"grad_output", "input", "grad_input"}, {{"grad_input", "input"}});
 const OpRegistrar kSiluMul = describe("silu_mul", "elementwise", "SwiGLU's gate: silu(gate) * up")
     .schema("silu_mul(Tensor gate, Tensor up) -> Tensor")
