@@ -88,7 +88,7 @@ def _activation(activation, op: str = "matmul") -> str:
 
 
 def _torch_only(x, arg: str, op: str = "matmul"):
-    torch = torch_if_tensor(x)
+    torch = torch_if_tensor(x, init=True)  # loads the torch ops on a first call
     if torch is None:
         raise TypeError(f"tessera.{op}: argument '{arg}': expected a torch tensor (DLPack arrays "
                         f"go through the C++ API for now), got {type(x).__name__}")
