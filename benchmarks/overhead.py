@@ -43,6 +43,8 @@ def cases():
     t = torch.randint(0, 1000, (256,), device=d, dtype=torch.int32)
     _, mean, rstd = torch.ops.aten.native_layer_norm(x, (256,), w, b, 1e-5)
     lead_mean, lead_rstd = mean.view(64), rstd.view(64)
+    _, rms_rstd = torch.ops.aten._fused_rms_norm(x, (256,), w, 1e-6)
+    lead_rms_rstd = rms_rstd.view(64)
     aten = torch.ops.aten
     plain = [
         ("add", lambda: tessera.add(x, y), lambda: torch.add(x, y)),
@@ -61,6 +63,9 @@ def cases():
          lambda: tessera.layer_norm_backward(g, x, (256,), lead_mean, lead_rstd, w),
          lambda: aten.native_layer_norm_backward(g, x, (256,), mean, rstd, w, b, (True, True, True))),
         ("rms_norm", lambda: tessera.rms_norm(x, (256,), w, 1e-6), lambda: F.rms_norm(x, (256,), w, 1e-6)),
+        ("rms_norm_backward",
+         lambda: tessera.rms_norm_backward(g, x, (256,), lead_rms_rstd, w),
+         lambda: aten._fused_rms_norm_backward(g, x, (256,), rms_rstd, w, (True, True))),
         ("isin", lambda: tessera.isin(e, t), lambda: torch.isin(e, t)),
         ("matmul", lambda: tessera.matmul(x, m), lambda: torch.matmul(x, m)),
         ("linear", lambda: tessera.linear(x, m, w), lambda: F.linear(x, m, w)),

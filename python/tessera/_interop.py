@@ -48,13 +48,14 @@ _torch_raw_stream = None
 # Once torch is seen: torch.Tensor, and torch.ops.tessera where its library is built (None
 # otherwise). The public functions call the registered ops for a torch.Tensor input, a subclass
 # too (a DTensor, which the op runs on its shards by tessera._sharding's rules): `type(x) is
-# Tensor or isinstance(x, Tensor)`, the exact type checked first, the cheaper. The no-grad fast
-# path below (`fast`) takes exact torch.Tensor only. Everything else takes their Python paths.
+# Tensor or isinstance(x, Tensor)`, the exact type checked first, the cheaper. The fast path
+# below (`fast`) takes exact torch.Tensor (and nn.Parameter) only. Everything else takes their Python paths.
 Tensor = None
 ops = None
-# tessera._torch_fast where built: the public functions' no-grad calls on plain CUDA tensors, with
-# torch.compiler.is_dynamo_compiling (False when called, True where dynamo traces) to skip it in
-# compiled graphs, which take the registered ops.
+# tessera._torch_fast where built: the public functions' calls on plain CUDA tensors (the op's
+# kernel at once; where autograd records the call, the registered op through the dispatcher from
+# C++, without torch.ops' Python), with torch.compiler.is_dynamo_compiling (False when called,
+# True where dynamo traces) to skip it in compiled graphs, which take the registered ops.
 fast = None
 FAST = {}  # op name -> its index for fast.call (its place among the ops of the generic kernel)
 dynamo_compiling = None

@@ -12,10 +12,11 @@ with the same parameters (so Python binds the arguments, at no cost of ours). It
 op's kernel does not: tensors the kernels do not take (CPU, other dtypes: there, torch's
 composition of the same contract), DLPack arrays, and the arguments beyond the schema's
 (``out=``, ``dtype=``) where they are not their defaults. Every other call takes, in order: the
-no-grad fast path (tessera._torch_fast, skipped while dynamo traces; plain tensors only), then the
-registered op torch.ops.tessera.<name> (autograd in C++, fake kernel, torch.compile), which also
-takes subclasses of torch.Tensor (a DTensor: the op runs on its local shards by the sharding
-rules of tessera/_sharding.py; a FakeTensor: the fake kernel) on the same conditions.
+fast path (tessera._torch_fast, skipped while dynamo traces; plain tensors only: the op's kernel at
+once, or, where autograd records the call, the registered op through the dispatcher from C++),
+then the registered op torch.ops.tessera.<name> (autograd in C++, fake kernel, torch.compile),
+which also takes subclasses of torch.Tensor (a DTensor: the op runs on its local shards by the
+sharding rules of tessera/_sharding.py; a FakeTensor: the fake kernel) on the same conditions.
 """
 
 from __future__ import annotations
@@ -86,8 +87,11 @@ def op(name: str) -> Callable[[F], F]:
                         kind == "str" and type(a) is not str or \
                         kind == "float" and type(a) is not float and type(a) is not int:
                     return call_declaration(*args)
-            kw = {k: args[i] for i, k, d in kw_only if args[i] != d}
-            return overload(*args[:n_pos], **kw) if kw else overload(*args[:n_pos])
+            if kw_only:  # keyword arguments cost the op's parsing: only those not at their default
+                kw = {k: args[i] for i, k, d in kw_only if args[i] != d}
+                if kw:
+                    return overload(*args[:n_pos], **kw)
+            return overload(*args[:n_pos]) if n_pos < len(args) else overload(*args)
 
         # The public function, generated with the declaration's own parameters, so that Python
         # binds the arguments (no binding of ours on every call).

@@ -27,7 +27,7 @@ _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtessera_tor
 if os.path.exists(_PATH):
     torch.ops.load_library(_PATH)
     ops = torch.ops.tessera
-    try:  # the no-grad calls' shortcut to the same kernels (python/src/torch/fast.cpp)
+    try:  # the plain tensors' shortcut to the same kernels and ops (python/src/torch/fast.cpp)
         from . import _torch_fast as fast
     except ImportError:
         fast = None

@@ -366,6 +366,12 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     off; grad_weight also where ``weight`` is None. grad_bias needs no bias (it is the sum of
     grad_output over rows). grad_weight and grad_bias are bit-identical from run to run on one GPU.
     Torch tensors only."""
+    fast = _interop.fast
+    if fast is not None and not _interop.dynamo_compiling():
+        r = fast.layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight,
+                                     output_mask)
+        if r is not None:
+            return r
     op = "layer_norm_backward"
     torch = torch_if_tensor(input)
     _torch_only(torch, input, op, "the backward functions take torch tensors")
@@ -482,6 +488,11 @@ def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     shape, or ``leading + (1,) * len(normalized_shape)``). An entry is None where ``output_mask``
     turns it off; grad_weight also where ``weight`` is None. grad_weight is bit-identical from run
     to run on one GPU. Torch tensors only."""
+    fast = _interop.fast
+    if fast is not None and not _interop.dynamo_compiling():
+        r = fast.rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask)
+        if r is not None:
+            return r
     op = "rms_norm_backward"
     torch = torch_if_tensor(input)
     _torch_only(torch, input, op, "the backward functions take torch tensors")

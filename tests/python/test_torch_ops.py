@@ -355,13 +355,18 @@ def test_compiled_dropout_draws_a_new_mask_each_call(torch, tops):
     assert torch.equal(g(x), tessera.dropout(x, 0.5, seed=3, offset=0))
 
 
-def test_no_grad_shortcut_takes_plain_tensors_only(torch, tops):
-    """tessera._torch_fast takes no-grad calls on exact CUDA tensors in a thread without modes;
-    everything else goes through the registered op (and the dispatcher)."""
+def _fast(torch):
     from tessera import _torch
-    fast = _torch.fast
-    if fast is None:
+    if _torch.fast is None:
         pytest.skip("built without torch's Python library: no shortcut")
+    return _torch.fast
+
+
+def test_shortcut_takes_plain_tensors_only(torch, tops):
+    """tessera._torch_fast takes calls on exact CUDA tensors in a thread without modes (those
+    autograd records through the dispatcher, fast.records); everything else goes through the
+    registered op (torch.ops)."""
+    fast = _fast(torch)
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Quiet(TorchDispatchMode):
@@ -371,12 +376,18 @@ def test_no_grad_shortcut_takes_plain_tensors_only(torch, tops):
     x = torch.randn(64, 256, device="cuda")
     assert fast.takes(x) and fast.takes(x.t()) and fast.takes(x.half())
     assert not fast.takes(x.double()) and not fast.takes(x.cpu())
-    assert not fast.takes(x.clone().requires_grad_())
+    xg = x.clone().requires_grad_()
+    assert fast.takes(xg) and fast.records(xg) and not fast.records(x)
     with torch.no_grad():
-        assert fast.takes(x.clone().requires_grad_())
-    assert not fast.takes(torch.nn.Parameter(x))  # a subclass
+        assert fast.takes(xg) and not fast.records(xg)
+    # nn.Parameter is a plain tensor to torch's C++ (THPVariable_CheckExact), other subclasses not.
+    assert fast.takes(torch.nn.Parameter(x)) and fast.records(torch.nn.Parameter(x))
+
+    class Sub(torch.Tensor):
+        pass
+    assert not fast.takes(x.as_subclass(Sub))
     with Quiet():
-        assert not fast.takes(x)
+        assert not fast.takes(x) and not fast.takes(xg)
     assert not torch.vmap(lambda r: torch.tensor(fast.takes(r)))(x).any()
     # The same kernels either way: the shortcut's results are the op's, bit for bit.
     w, b = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
@@ -397,3 +408,197 @@ def test_no_grad_shortcut_takes_plain_tensors_only(torch, tops):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         tessera.softmax(x, -1)
     assert "tessera::softmax" in {e.key for e in prof.key_averages()}
+
+
+def _autograd_cases(torch, tops):
+    """(name, public call, the registered op's call through torch.ops, leaves): each call takes
+    the leaves (tensors requiring grad, fresh for each call) and returns its outputs."""
+    def r(*shape):
+        return torch.randn(*shape, device="cuda")
+    a, b, bias, w = r(16, 64), r(16, 64), r(64), 1.0 + 0.1 * r(64)
+    m, lin = r(64, 32), r(32, 64)
+    q, k = r(2, 8, 4, 32), r(2, 8, 2, 32)
+    cos, sin = r(8, 16), r(8, 16)
+    eps = 2.0 ** -23
+    return [
+        ("add", lambda x, y: tessera.add(x, y, alpha=0.5),
+         lambda x, y: tops.add.default(x, y, alpha=0.5), (a, b)),
+        ("add (broadcast)", lambda x, y: tessera.add(x, y), lambda x, y: tops.add.default(x, y), (a, bias)),
+        ("add (scalar)", lambda x: tessera.add(x, 3), lambda x: tops.add.Scalar(x, 3), (a,)),
+        ("gelu", lambda x: tessera.gelu(x, "tanh"),
+         lambda x: tops.gelu.default(x, approximate="tanh"), (a,)),
+        ("silu", tessera.silu, tops.silu.default, (a,)),
+        ("softmax", lambda x: tessera.softmax(x, 0), lambda x: tops.softmax.default(x, 0), (a,)),
+        ("log_softmax", lambda x: tessera.log_softmax(x, -1),
+         lambda x: tops.log_softmax.default(x, -1), (a,)),
+        ("silu_mul", tessera.silu_mul, tops.silu_mul.default, (a, b)),
+        ("layer_norm", lambda x, g, c: tessera.layer_norm(x, (64,), g, c),
+         lambda x, g, c: tops.layer_norm.default(x, [64], g, c, 1e-5)[0], (a, w, bias)),
+        ("layer_norm (weight only requires grad)",
+         lambda g: tessera.layer_norm(a, (64,), g, bias),
+         lambda g: tops.layer_norm.default(a, [64], g, bias, 1e-5)[0], (w,)),
+        ("rms_norm", lambda x, g: tessera.rms_norm(x, 64, g),
+         lambda x, g: tops.rms_norm.default(x, [64], g, eps)[0], (a, w)),
+        ("add_layer_norm", lambda x, y, g, c: tessera.add_layer_norm(x, y, g, c),
+         lambda x, y, g, c: tops.add_layer_norm.default(x, y, g, c, 1e-5)[:2], (a, b, w, bias)),
+        ("add_rms_norm", lambda x, y, g: tessera.add_rms_norm(x, y, g),
+         lambda x, y, g: tops.add_rms_norm.default(x, y, g, eps)[:2], (a, b, w)),
+        ("matmul", tessera.matmul, tops.matmul.default, (a, m)),
+        ("linear", lambda x, v, c: tessera.linear(x, v, c),
+         lambda x, v, c: tops.matmul.default(x, v.transpose(-1, -2), bias=c), (a, lin, bias[:32])),
+        ("rotary_embedding", lambda x, y: tessera.rotary_embedding(x, y, cos, sin),
+         lambda x, y: tops.rotary_embedding.default(x, y, cos, sin), (q, k)),
+    ]
+
+
+def _run(torch, call, leaves):
+    """Outputs, grad_fn names (and their edges'), the saved tensors' shapes and dtypes, and the
+    leaves' gradients of one forward and backward of `call` on fresh copies of `leaves`."""
+    leaves = [t.detach().clone().requires_grad_() for t in leaves]
+    saved = []
+
+    def pack(t):
+        saved.append((tuple(t.shape), t.dtype))
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        outs = call(*leaves)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    nodes = [(o.grad_fn.name(), [type(f).__name__ if f is not None else None
+                                 for f, _ in o.grad_fn.next_functions]) for o in outs]
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    torch.autograd.backward(outs, [torch.randn(o.shape, device="cuda", generator=gen) for o in outs])
+    return outs, nodes, saved, [t.grad for t in leaves]
+
+
+def test_shortcut_records_autograd_as_the_op(torch, tops, monkeypatch):
+    """A call autograd records on plain CUDA tensors takes tessera._torch_fast, which calls the
+    registered op through the dispatcher: the same outputs, node (grad_fn and its edges), saved
+    tensors and gradients as the call through torch.ops."""
+    fast = _fast(torch)
+    from tessera import _interop
+    for name, public, op, leaves in _autograd_cases(torch, tops):
+        with monkeypatch.context() as patch:
+            # Without torch.ops the public functions' Python paths refuse a differentiable call
+            # (needs_ops): a result says the shortcut took it.
+            patch.setattr(_interop, "ops", None)
+            got = _run(torch, public, leaves)
+        want = _run(torch, op, leaves)
+        for g, w in zip(got[0], want[0]):
+            assert torch.equal(g, w), name
+        assert got[1] == want[1], (name, got[1], want[1])
+        assert got[2] == want[2], (name, got[2], want[2])
+        for g, w in zip(got[3], want[3]):
+            assert (g is None and w is None) or torch.equal(g, w), name
+    # A model's weights (nn.Parameter) take it too.
+    x = torch.randn(16, 64, device="cuda", requires_grad=True)
+    lin = torch.nn.Linear(64, 32, device="cuda")
+    with monkeypatch.context() as patch:
+        patch.setattr(_interop, "ops", None)
+        got = tessera.linear(x, lin.weight, lin.bias)
+    want = tops.matmul.default(x, lin.weight.transpose(-1, -2), bias=lin.bias)
+    assert torch.equal(got, want) and got.grad_fn.name() == want.grad_fn.name()
+    # The dispatcher records the op for the profiler, forward and backward.
+    x = torch.randn(64, 256, device="cuda", requires_grad=True)
+    assert fast.records(x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        tessera.gelu(x).sum().backward()
+        tessera.layer_norm(x, (256,)).sum().backward()
+    names = {e.key for e in prof.key_averages()}
+    for op in ("tessera::gelu", "tessera::gelu_backward", "tessera::layer_norm",
+               "tessera::layer_norm_backward"):
+        assert op in names, (op, sorted(n for n in names if "tessera" in n))
+    # Operands the Python function reshapes first (a 3-d matmul) take the Python path, as before.
+    a3 = torch.randn(2, 16, 64, device="cuda", requires_grad=True)
+    m = torch.randn(64, 32, device="cuda", requires_grad=True)
+    assert fast.matmul(a3, m) is None and fast.linear(a3, m.t()) is None
+
+
+def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops):
+    """Calls that something else must see keep torch.ops: under a TorchDispatchMode, for a
+    subclass of torch.Tensor, and in a torch.compile graph (the same results and gradients)."""
+    fast = _fast(torch)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x0 = torch.randn(16, 64, device="cuda")
+    w0 = torch.randn(64, device="cuda")
+    x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+    want = tessera.layer_norm(tessera.gelu(x), (64,), w)
+    want.sum().backward()
+    # A dispatch mode sees the op.
+    xm, wm = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+    with Log():
+        assert not fast.takes(xm)
+        assert fast.call(tessera._interop.FAST["gelu"], xm, "none") is None
+        got = tessera.layer_norm(tessera.gelu(xm), (64,), wm)
+    assert "tessera.gelu.default" in seen and "tessera.layer_norm.default" in seen, seen
+    got.sum().backward()
+    assert torch.equal(got, want) and torch.equal(xm.grad, x.grad) and torch.equal(wm.grad, w.grad)
+
+    # A subclass takes torch.ops.
+    class Sub(torch.Tensor):
+        pass
+
+    xs = x0.clone().as_subclass(Sub).requires_grad_()
+    assert not fast.takes(xs) and fast.call(tessera._interop.FAST["gelu"], xs, "none") is None
+    ys = tessera.gelu(xs)
+    assert ys.grad_fn.name() == tessera.gelu(x).grad_fn.name()
+    ys.sum().backward()
+    xp = x0.clone().requires_grad_()
+    tessera.gelu(xp).sum().backward()
+    assert torch.equal(xs.grad, xp.grad)
+
+    # torch.compile: the graph holds the registered ops, forward and backward as eager.
+    torch._dynamo.reset()
+    targets = []
+
+    def backend(gm, inputs):
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    f = torch.compile(lambda t, v: tessera.layer_norm(tessera.gelu(t), (64,), v), backend=backend,
+                      fullgraph=True)
+    xc, wc = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+    got = f(xc, wc)
+    assert "tessera.gelu.default" in targets and "tessera.layer_norm.default" in targets, targets
+    got.sum().backward()
+    assert torch.equal(got, want) and torch.equal(xc.grad, x.grad) and torch.equal(wc.grad, w.grad)
+
+
+def test_shortcut_takes_the_norms_backward_ops(torch, tops):
+    """layer_norm_backward and rms_norm_backward without grad take tessera._torch_fast: the op's
+    kernel, the op's results (statistics of the leading shape or torch's, masks, no weight)."""
+    fast = _fast(torch)
+    x, g = torch.randn(16, 64, device="cuda"), torch.randn(16, 64, device="cuda")
+    w = torch.randn(64, device="cuda")
+    _, mean, rstd = tops.layer_norm.default(x, [64], w, None, 1e-5)
+    for stats in ((mean, rstd), (mean.view(16, 1), rstd.view(16, 1))):
+        for weight, mask in ((w, (True, True, True)), (w, [True, False, True]), (None, (True, True, False))):
+            assert fast.layer_norm_backward(g, x, (64,), *stats, weight, mask) is not None
+            got = tessera.layer_norm_backward(g, x, (64,), *stats, weight, mask)
+            want = tops.layer_norm_backward.default(g, x, [64], mean, rstd, weight, list(mask))
+            assert len(got) == 3
+            for a, b in zip(got, want):
+                assert (a is None and b is None) or torch.equal(a, b), (weight is None, mask)
+    _, rstd = tops.rms_norm.default(x, [64], w, 1e-6)
+    for r in (rstd, rstd.view(16, 1)):
+        for weight, mask in ((w, (True, True)), (w, (False, True)), (None, (True, True))):
+            assert fast.rms_norm_backward(g, x, 64, r, weight, mask) is not None
+            got = tessera.rms_norm_backward(g, x, 64, r, weight, mask)
+            want = tops.rms_norm_backward.default(g, x, [64], rstd, weight, list(mask))
+            assert len(got) == 2
+            for a, b in zip(got, want):
+                assert (a is None and b is None) or torch.equal(a, b), (weight is None, mask)
+    # Not a call the shortcut takes: a mask of other objects, a double tensor, a gradient that
+    # requires grad (the op's autograd fallback must see it).
+    assert fast.layer_norm_backward(g, x, (64,), mean, rstd, w, (1, 1, 1)) is None
+    assert fast.layer_norm_backward(g.double(), x.double(), (64,), mean, rstd, None, (True,) * 3) is None
+    assert fast.layer_norm_backward(g.clone().requires_grad_(), x, (64,), mean, rstd, w, (True,) * 3) is None
+    gi, gw, gb = tessera.layer_norm_backward(g, x, (64,), mean, rstd, w, (1, 1, 1))
+    assert gi is not None and gw is not None and gb is not None

@@ -1,16 +1,22 @@
-// tessera._torch_fast: the public functions' calls that autograd will not record, on plain CUDA
-// tensors, straight from Python to the torch ops' CUDA kernels (fast.hpp). A call through
-// torch.ops converts every argument to an IValue and back and passes the dispatcher twice (the
-// autograd kernel, then the CUDA one); here the arguments are read from Python directly.
+// tessera._torch_fast: the public functions' calls on plain CUDA tensors, from Python to the torch
+// ops without torch.ops. A call through torch.ops converts every argument to an IValue and back
+// (after Python's OpOverload.__call__, pybind11's argument handling and a release of the GIL) and
+// passes the dispatcher twice (the autograd kernel, then the CUDA one). Here the arguments are
+// read from Python directly, and
+//   - a call autograd will not record runs the op's CUDA kernel at once (fast.hpp);
+//   - a call autograd records (grad mode on, a tensor argument requiring grad) calls the
+//     registered op through the dispatcher (the generic ops' plan handle boxed, the hand-written
+//     ones' typed handles, found once): the op's autograd kernel makes the same node, saves the
+//     same tensors and has the same backward as a call through torch.ops.
 //
 // Each function returns None where it does not take the call, and the Python function then takes
-// the registered op: a tensor that is not an exact torch.Tensor (FakeTensor, FunctionalTensor, any
-// subclass), not a strided CUDA tensor of float32/float16/bfloat16, one autograd would record, one
-// carrying dispatch keys beyond a plain CUDA tensor's (functorch wrappers, Python keys), or any
-// dispatch or torch-function mode, or dispatch keys included thread-locally (vmap, ...): all of
-// those must see the op in the dispatcher. The profiler still sees the op's name
-// (RECORD_FUNCTION). Under torch.compile the Python functions skip this module
-// (torch.compiler.is_dynamo_compiling()).
+// the registered op: a tensor that is not an exact torch.Tensor (or nn.Parameter, which torch's C++
+// takes as one) such as FakeTensor, FunctionalTensor, DTensor or any other subclass; not a strided
+// CUDA tensor of float32/float16/bfloat16; one carrying dispatch keys beyond a plain CUDA tensor's
+// (functorch wrappers, Python keys); any dispatch or torch-function mode, or dispatch keys included
+// thread-locally (vmap, ...): all of those must see the op through torch.ops. The profiler still
+// sees the op's name (RECORD_FUNCTION here; the dispatcher's own for a recorded call). Under
+// torch.compile the Python functions skip this module (torch.compiler.is_dynamo_compiling()).
 #include <Python.h>
 
 #include <ATen/PythonTorchFunctionTLS.h>
@@ -21,17 +27,23 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <array>
 #include <optional>
 #include <tuple>
 #include <vector>
 
+#include "binding.hpp"
 #include "fast.hpp"
 #include "generic.hpp"
 
 namespace {
 
 namespace fast = tessera::torch_ops::fast;
+using tessera::torch_ops::handle;  // the typed handle of a registered op (keep it in a static)
 using OptTensor = std::optional<at::Tensor>;
+using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
+using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using Tensor4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 // Keys on a tensor that ask for more than its CUDA kernel: Python (subclasses, modes), functorch's
 // transforms, functionalization, lazy conjugate/negative views, zero tensors, nested tensors.
@@ -54,30 +66,36 @@ bool quiet() {
          !c10::impl::tls_local_dispatch_key_set().included_.has_any(kModeKeys);
 }
 
-// The tensor of `o` where it is a plain CUDA tensor the kernels take; nullptr otherwise.
-const at::Tensor* plain(PyObject* o) {
+// The tensor of `o` where it is a plain CUDA tensor the kernels take; nullptr otherwise. `grad`
+// becomes true where it requires grad (whether autograd records the call: records(grad), once
+// every argument is read).
+const at::Tensor* plain(PyObject* o, bool& grad) {
   if (!THPVariable_CheckExact(o)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(o);
   const auto s = t.scalar_type();
   const bool ok = t.is_cuda() && t.layout() == at::kStrided &&
-                  (s == at::kFloat || s == at::kHalf || s == at::kBFloat16) &&
-                  !t.key_set().has_any(kWrapped) && !(t.requires_grad() && at::GradMode::is_enabled());
+                  (s == at::kFloat || s == at::kHalf || s == at::kBFloat16) && !t.key_set().has_any(kWrapped);
+  grad = grad || t.requires_grad();
   return ok ? &t : nullptr;
 }
 
 // A plain tensor of `like`'s dtype and device.
-const at::Tensor* plain_like(PyObject* o, const at::Tensor& like) {
-  const at::Tensor* t = plain(o);
+const at::Tensor* plain_like(PyObject* o, const at::Tensor& like, bool& grad) {
+  const at::Tensor* t = plain(o, grad);
   return t && t->scalar_type() == like.scalar_type() && t->device() == like.device() ? t : nullptr;
 }
 
 // None, or a plain tensor of `like`'s dtype and device, into `out`; false for anything else.
-bool optional_like(PyObject* o, const at::Tensor& like, OptTensor& out) {
+bool optional_like(PyObject* o, const at::Tensor& like, OptTensor& out, bool& grad) {
   if (o == Py_None) return true;
-  const at::Tensor* t = plain_like(o, like);
+  const at::Tensor* t = plain_like(o, like, grad);
   if (t) out = *t;
   return t != nullptr;
 }
+
+// Whether autograd records a call whose tensor arguments were read with `grad`: then the call goes
+// through the dispatcher to the registered op's autograd kernel, as torch.ops would take it.
+bool records(bool grad) { return grad && at::GradMode::is_enabled(); }
 
 bool as_int(PyObject* o, int64_t& v) {
   if (!PyLong_CheckExact(o)) return false;
@@ -119,18 +137,35 @@ PyObject* wrap(at::Tensor t) { return THPVariable_Wrap(std::move(t)); }
 PyObject* add(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
   double alpha = 1.0;
-  const at::Tensor* x = n == 2 || n == 3 ? plain(args[0]) : nullptr;
+  bool grad = false;
+  const at::Tensor* x = n == 2 || n == 3 ? plain(args[0], grad) : nullptr;
   if (!x || !quiet() || (n == 3 && !as_double(args[2], alpha))) Py_RETURN_NONE;
   double number = 0.0;
   if (as_double(args[1], number)) {
+    if (records(grad)) {
+      static const auto op = handle<at::Tensor(const at::Tensor&, double, double)>("add", "Scalar");
+      return wrap(op.call(*x, number, alpha));
+    }
     RECORD_FUNCTION("tessera::add.Scalar", std::vector<c10::IValue>());
     return wrap(fast::add_scalar(*x, number, alpha));
   }
-  const at::Tensor* y = plain_like(args[1], *x);
+  const at::Tensor* y = plain_like(args[1], *x, grad);
   if (!y) Py_RETURN_NONE;
+  if (records(grad)) {
+    static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("add");
+    return wrap(op.call(*x, *y, alpha));
+  }
   RECORD_FUNCTION("tessera::add", std::vector<c10::IValue>());
   return wrap(fast::add(*x, *y, alpha));
   END_HANDLE_TH_ERRORS
+}
+
+PyObject* wrap_outputs(tessera::torch_ops::generic::Outputs outs) {
+  if (outs.size() == 1) return wrap(std::move(outs[0]));
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
+  if (!t) return nullptr;
+  for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
+  return t;
 }
 
 // call(op, *args): an op of generic.cpp's kernel (op: its index(name)), one positional argument
@@ -145,6 +180,7 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t n) {
   if (n - 1 != p.num_args || !quiet()) Py_RETURN_NONE;
   generic::Value v[generic::kMaxArgs];
   const at::Tensor* first = nullptr;
+  bool grad = false;
   for (int i = 0; i < p.num_args; ++i) {
     PyObject* o = args[i + 1];
     bool ok = true;
@@ -153,7 +189,7 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t n) {
         if (o == Py_None) break;
         [[fallthrough]];
       case generic::Plan::From::tensor:
-        v[i].tensor = first ? plain_like(o, *first) : plain(o);
+        v[i].tensor = first ? plain_like(o, *first, grad) : plain(o, grad);
         ok = v[i].tensor != nullptr;
         if (!first) first = v[i].tensor;
         break;
@@ -175,12 +211,9 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t n) {
     }
     if (!ok) Py_RETURN_NONE;
   }
+  if (records(grad)) return wrap_outputs(generic::dispatch(p, v));
   RECORD_FUNCTION(p.qualified.c_str(), std::vector<c10::IValue>());
-  generic::Outputs outs = generic::run(p, v);
-  if (outs.size() == 1) return wrap(std::move(outs[0]));
-  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
-  for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
-  return t;
+  return wrap_outputs(generic::run(p, v));
   END_HANDLE_TH_ERRORS
 }
 
@@ -196,13 +229,20 @@ PyObject* index(PyObject*, PyObject* name) {
 // layer_norm(input, normalized_shape, weight, bias, eps)
 PyObject* layer_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
-  const at::Tensor* x = n == 5 ? plain(args[0]) : nullptr;
+  bool grad = false;
+  const at::Tensor* x = n == 5 ? plain(args[0], grad) : nullptr;
   std::vector<int64_t> shape;
   OptTensor w, b;
   double eps = 0.0;
-  if (!x || !quiet() || !as_shape(args[1], shape) || !optional_like(args[2], *x, w) ||
-      !optional_like(args[3], *x, b) || !as_double(args[4], eps))
+  if (!x || !quiet() || !as_shape(args[1], shape) || !optional_like(args[2], *x, w, grad) ||
+      !optional_like(args[3], *x, b, grad) || !as_double(args[4], eps))
     Py_RETURN_NONE;
+  if (records(grad)) {
+    static const auto op =
+        handle<Tensor3(const at::Tensor&, at::IntArrayRef, const OptTensor&, const OptTensor&, double)>(
+            "layer_norm");
+    return wrap(std::get<0>(op.call(*x, shape, w, b, eps)));
+  }
   RECORD_FUNCTION("tessera::layer_norm", std::vector<c10::IValue>());
   return wrap(fast::layer_norm(*x, shape, w, b, eps));
   END_HANDLE_TH_ERRORS
@@ -211,63 +251,180 @@ PyObject* layer_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
 // rms_norm(input, normalized_shape, weight, eps)
 PyObject* rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
-  const at::Tensor* x = n == 4 ? plain(args[0]) : nullptr;
+  bool grad = false;
+  const at::Tensor* x = n == 4 ? plain(args[0], grad) : nullptr;
   std::vector<int64_t> shape;
   OptTensor w;
   double eps = 0.0;
-  if (!x || !quiet() || !as_shape(args[1], shape) || !optional_like(args[2], *x, w) ||
+  if (!x || !quiet() || !as_shape(args[1], shape) || !optional_like(args[2], *x, w, grad) ||
       !as_double(args[3], eps))
     Py_RETURN_NONE;
+  if (records(grad)) {
+    static const auto op =
+        handle<Tensor2(const at::Tensor&, at::IntArrayRef, const OptTensor&, double)>("rms_norm");
+    return wrap(std::get<0>(op.call(*x, shape, w, eps)));
+  }
   RECORD_FUNCTION("tessera::rms_norm", std::vector<c10::IValue>());
   return wrap(fast::rms_norm(*x, shape, w, eps));
   END_HANDLE_TH_ERRORS
 }
 
-PyObject* wrap_pair(std::tuple<at::Tensor, at::Tensor> p) {
+PyObject* wrap_tuple(at::Tensor a, at::Tensor b) {
   PyObject* t = PyTuple_New(2);
-  PyTuple_SET_ITEM(t, 0, wrap(std::move(std::get<0>(p))));
-  PyTuple_SET_ITEM(t, 1, wrap(std::move(std::get<1>(p))));
+  if (!t) return nullptr;
+  PyTuple_SET_ITEM(t, 0, wrap(std::move(a)));
+  PyTuple_SET_ITEM(t, 1, wrap(std::move(b)));
+  return t;
+}
+
+PyObject* wrap_tuple(at::Tensor a, at::Tensor b, at::Tensor c) {
+  PyObject* t = PyTuple_New(3);
+  if (!t) return nullptr;
+  PyTuple_SET_ITEM(t, 0, wrap(std::move(a)));
+  PyTuple_SET_ITEM(t, 1, wrap(std::move(b)));
+  PyTuple_SET_ITEM(t, 2, wrap(std::move(c)));
   return t;
 }
 
 // add_layer_norm(input, residual, weight, bias, eps) -> (out, residual_out)
 PyObject* add_layer_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
-  const at::Tensor* x = n == 5 ? plain(args[0]) : nullptr;
-  const at::Tensor* r = x ? plain_like(args[1], *x) : nullptr;
+  bool grad = false;
+  const at::Tensor* x = n == 5 ? plain(args[0], grad) : nullptr;
+  const at::Tensor* r = x ? plain_like(args[1], *x, grad) : nullptr;
   OptTensor w, b;
   double eps = 0.0;
-  if (!r || !quiet() || !optional_like(args[2], *x, w) || !optional_like(args[3], *x, b) || !as_double(args[4], eps))
+  if (!r || !quiet() || !optional_like(args[2], *x, w, grad) || !optional_like(args[3], *x, b, grad) ||
+      !as_double(args[4], eps))
     Py_RETURN_NONE;
+  if (records(grad)) {
+    static const auto op =
+        handle<Tensor4(const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&, double)>(
+            "add_layer_norm");
+    auto [out, res, mean, rstd] = op.call(*x, *r, w, b, eps);
+    return wrap_tuple(std::move(out), std::move(res));
+  }
   RECORD_FUNCTION("tessera::add_layer_norm", std::vector<c10::IValue>());
-  return wrap_pair(fast::add_layer_norm(*x, *r, w, b, eps));
+  auto [out, res] = fast::add_layer_norm(*x, *r, w, b, eps);
+  return wrap_tuple(std::move(out), std::move(res));
   END_HANDLE_TH_ERRORS
 }
 
 // add_rms_norm(input, residual, weight, eps) -> (out, residual_out)
 PyObject* add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
-  const at::Tensor* x = n == 4 ? plain(args[0]) : nullptr;
-  const at::Tensor* r = x ? plain_like(args[1], *x) : nullptr;
+  bool grad = false;
+  const at::Tensor* x = n == 4 ? plain(args[0], grad) : nullptr;
+  const at::Tensor* r = x ? plain_like(args[1], *x, grad) : nullptr;
   OptTensor w;
   double eps = 0.0;
-  if (!r || !quiet() || !optional_like(args[2], *x, w) || !as_double(args[3], eps)) Py_RETURN_NONE;
+  if (!r || !quiet() || !optional_like(args[2], *x, w, grad) || !as_double(args[3], eps)) Py_RETURN_NONE;
+  if (records(grad)) {
+    static const auto op =
+        handle<Tensor3(const at::Tensor&, const at::Tensor&, const OptTensor&, double)>("add_rms_norm");
+    auto [out, res, rstd] = op.call(*x, *r, w, eps);
+    return wrap_tuple(std::move(out), std::move(res));
+  }
   RECORD_FUNCTION("tessera::add_rms_norm", std::vector<c10::IValue>());
-  return wrap_pair(fast::add_rms_norm(*x, *r, w, eps));
+  auto [out, res] = fast::add_rms_norm(*x, *r, w, eps);
+  return wrap_tuple(std::move(out), std::move(res));
+  END_HANDLE_TH_ERRORS
+}
+
+// The statistic `s` (mean or rstd) as the backward kernels take it: the leading shape of `x`
+// (normalized over its last `k` dimensions); torch's leading + (1,) * k reshaped, as the Python
+// function does (tessera/rowwise.py, _stats_view). Anything else as it is, for the library to
+// check.
+at::Tensor stats_view(const at::Tensor& s, const at::Tensor& x, size_t k) {
+  const int64_t nd = x.dim();
+  if (s.dim() != nd || k > static_cast<size_t>(nd)) return s;
+  const auto lead = x.sizes().slice(0, nd - static_cast<int64_t>(k));
+  const auto sizes = s.sizes();
+  for (int64_t i = 0; i < nd; ++i)
+    if (sizes[i] != (i < static_cast<int64_t>(lead.size()) ? lead[i] : 1)) return s;
+  return s.reshape(lead);
+}
+
+// A tuple or list of N Python bools.
+template <size_t N>
+bool as_mask(PyObject* o, std::array<bool, N>& mask) {
+  if (!PyTuple_Check(o) && !PyList_Check(o)) return false;
+  if (PySequence_Fast_GET_SIZE(o) != static_cast<Py_ssize_t>(N)) return false;
+  PyObject** items = PySequence_Fast_ITEMS(o);
+  for (size_t i = 0; i < N; ++i) {
+    if (!PyBool_Check(items[i])) return false;
+    mask[i] = items[i] == Py_True;
+  }
+  return true;
+}
+
+// layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight, output_mask)
+// -> (grad_input, grad_weight, grad_bias), each None where not wanted. Not differentiable: a call
+// autograd would see (a tensor requiring grad, grad mode on) takes the registered op.
+PyObject* layer_norm_backward(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  bool grad = false;
+  const at::Tensor* x = n == 7 ? plain(args[1], grad) : nullptr;
+  const at::Tensor* g = x ? plain_like(args[0], *x, grad) : nullptr;
+  const at::Tensor* mean = g ? plain(args[3], grad) : nullptr;
+  const at::Tensor* rstd = mean ? plain(args[4], grad) : nullptr;
+  std::vector<int64_t> shape;
+  OptTensor w;
+  std::array<bool, 3> mask{};
+  if (!rstd || !quiet() || !as_shape(args[2], shape) || !optional_like(args[5], *x, w, grad) ||
+      !as_mask(args[6], mask) || records(grad))
+    Py_RETURN_NONE;
+  RECORD_FUNCTION("tessera::layer_norm_backward", std::vector<c10::IValue>());
+  auto [gi, gw, gb] = fast::layer_norm_backward(*g, *x, shape, stats_view(*mean, *x, shape.size()),
+                                                stats_view(*rstd, *x, shape.size()), w, mask);
+  return wrap_tuple(std::move(gi), std::move(gw), std::move(gb));
+  END_HANDLE_TH_ERRORS
+}
+
+// rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask)
+// -> (grad_input, grad_weight), as layer_norm_backward.
+PyObject* rms_norm_backward(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  bool grad = false;
+  const at::Tensor* x = n == 6 ? plain(args[1], grad) : nullptr;
+  const at::Tensor* g = x ? plain_like(args[0], *x, grad) : nullptr;
+  const at::Tensor* rstd = g ? plain(args[3], grad) : nullptr;
+  std::vector<int64_t> shape;
+  OptTensor w;
+  std::array<bool, 2> mask{};
+  if (!rstd || !quiet() || !as_shape(args[2], shape) || !optional_like(args[4], *x, w, grad) ||
+      !as_mask(args[5], mask) || records(grad))
+    Py_RETURN_NONE;
+  RECORD_FUNCTION("tessera::rms_norm_backward", std::vector<c10::IValue>());
+  auto [gi, gw] = fast::rms_norm_backward(*g, *x, shape, stats_view(*rstd, *x, shape.size()), w, mask);
+  return wrap_tuple(std::move(gi), std::move(gw));
   END_HANDLE_TH_ERRORS
 }
 
 // matmul(input, other[, bias]) and linear(input, weight[, bias]) (other = weight.T): operands of
-// one dtype, 2-d or 3-d (the op's ranks; torch's others take torch's path).
+// one dtype, 2-d or 3-d (the op's ranks; torch's others take torch's path). A call autograd
+// records takes 2-d operands only: the Python function hands those to the op as they are (3-d ones
+// it first broadcasts, views autograd records too).
 template <bool Linear>
 PyObject* matmul(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
-  const at::Tensor* a = n == 2 || n == 3 ? plain(args[0]) : nullptr;
-  const at::Tensor* b = a ? plain_like(args[1], *a) : nullptr;
+  bool grad = false;
+  const at::Tensor* a = n == 2 || n == 3 ? plain(args[0], grad) : nullptr;
+  const at::Tensor* b = a ? plain_like(args[1], *a, grad) : nullptr;
   OptTensor bias;
   if (!b || !quiet() || a->dim() < 2 || a->dim() > 3 || b->dim() < 2 || b->dim() > (Linear ? 2 : 3) ||
-      (n == 3 && !optional_like(args[2], *a, bias)))
+      (n == 3 && !optional_like(args[2], *a, bias, grad)))
     Py_RETURN_NONE;
+  if (records(grad)) {
+    if (a->dim() != 2 || b->dim() != 2) Py_RETURN_NONE;
+    static const auto op =
+        handle<at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
+                              c10::string_view, double, std::optional<at::ScalarType>, std::optional<bool>)>(
+            "matmul");
+    // linear's other as tessera.linear makes it, weight.transpose(-1, -2) (a view autograd records)
+    return wrap(op.call(*a, Linear ? b->transpose(-1, -2) : *b, bias, std::nullopt, "none", 1.0, std::nullopt,
+                        std::nullopt));
+  }
   RECORD_FUNCTION("tessera::matmul", std::vector<c10::IValue>());
   return wrap(fast::matmul(*a, Linear ? b->t() : *b, bias));
   END_HANDLE_TH_ERRORS
@@ -277,22 +434,40 @@ PyObject* matmul(PyObject*, PyObject* const* args, Py_ssize_t n) {
 // (the library checks its value).
 PyObject* mlp(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
-  const at::Tensor* x = n == 4 ? plain(args[0]) : nullptr;
-  const at::Tensor* w_in = x ? plain_like(args[1], *x) : nullptr;
-  const at::Tensor* w_out = w_in ? plain_like(args[2], *x) : nullptr;
+  bool grad = false;
+  const at::Tensor* x = n == 4 ? plain(args[0], grad) : nullptr;
+  const at::Tensor* w_in = x ? plain_like(args[1], *x, grad) : nullptr;
+  const at::Tensor* w_out = w_in ? plain_like(args[2], *x, grad) : nullptr;
   Py_ssize_t size = 0;
   const char* activation = w_out && PyUnicode_Check(args[3]) ? PyUnicode_AsUTF8AndSize(args[3], &size) : nullptr;
   if (!activation) PyErr_Clear();
   if (!activation || !quiet()) Py_RETURN_NONE;
+  const c10::string_view act(activation, static_cast<size_t>(size));
+  if (records(grad)) {
+    static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                             c10::string_view, std::optional<bool>)>("mlp");
+    return wrap(op.call(*x, *w_in, *w_out, act, std::nullopt));
+  }
   RECORD_FUNCTION("tessera::mlp", std::vector<c10::IValue>());
-  return wrap(fast::mlp(*x, *w_in, *w_out, c10::string_view(activation, static_cast<size_t>(size))));
+  return wrap(fast::mlp(*x, *w_in, *w_out, act));
   END_HANDLE_TH_ERRORS
 }
 
-// Whether a call on `x` may take this module (for tests): a plain tensor in a quiet thread.
+// Whether a call on `x` may take this module (for tests): a plain tensor in a quiet thread. Where
+// autograd records the call, it goes through the dispatcher (records(x)).
 PyObject* takes(PyObject*, PyObject* x) {
   HANDLE_TH_ERRORS
-  return PyBool_FromLong(plain(x) != nullptr && quiet());
+  bool grad = false;
+  return PyBool_FromLong(plain(x, grad) != nullptr && quiet());
+  END_HANDLE_TH_ERRORS
+}
+
+// Whether a call on a plain tensor `x` is one autograd records (for tests): grad mode on and x
+// requiring grad.
+PyObject* records_(PyObject*, PyObject* x) {
+  HANDLE_TH_ERRORS
+  bool grad = false;
+  return PyBool_FromLong(plain(x, grad) != nullptr && records(grad));
   END_HANDLE_TH_ERRORS
 }
 
@@ -304,16 +479,20 @@ PyMethodDef methods[] = {
     FAST("rms_norm", rms_norm),
     FAST("add_layer_norm", add_layer_norm),
     FAST("add_rms_norm", add_rms_norm),
+    FAST("layer_norm_backward", layer_norm_backward),
+    FAST("rms_norm_backward", rms_norm_backward),
     FAST("matmul", matmul<false>),
     FAST("linear", matmul<true>),
     FAST("mlp", mlp),
     {"takes", takes, METH_O, nullptr},
+    {"records", records_, METH_O, nullptr},
     {"index", index, METH_O, nullptr},
     {nullptr, nullptr, 0, nullptr}};
 #undef FAST
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_torch_fast",
-                      "No-grad calls on plain CUDA tensors, straight to the torch ops' kernels.", -1,
+                      "Calls on plain CUDA tensors, straight to the torch ops' kernels (or, where autograd "
+                      "records them, to the registered ops through the dispatcher).", -1,
                       methods};
 
 }  // namespace

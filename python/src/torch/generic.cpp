@@ -7,6 +7,8 @@
 // torch::autograd::Function for every op: its forward saves what the description's backward
 // formula names (arguments, the forward's result), its backward calls the backward op through the
 // dispatcher, so the backward is itself a tessera op that torch.compile and the profiler see.
+// tessera._torch_fast (fast.cpp) calls the kernel's function (run) for calls autograd will not
+// record, and the op itself through the dispatcher (dispatch) for those it records.
 #include "generic.hpp"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -20,6 +22,7 @@
 #include <algorithm>
 #include <cctype>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -129,23 +132,27 @@ struct Function : torch::autograd::Function<Function> {
                                                 torch::jit::Stack* stack) {
     auto in = torch::jit::last(*stack, p->num_args);
     std::vector<at::Tensor> saved(static_cast<size_t>(p->num_saved));
-    c10::impl::GenericList values(c10::AnyType::get());
+    // The values list only where the backward takes values (a list is a heap allocation).
+    std::optional<c10::impl::GenericList> values;
+    if (p->num_values) values.emplace(c10::AnyType::get());
     for (const Plan::BackwardArg& b : p->backward_args) {
       if (b.kind == Plan::BackwardArg::tensor && in[b.arg].isTensor()) saved[b.slot] = in[b.arg].toTensor();
-      else if (b.kind == Plan::BackwardArg::value) values.push_back(in[b.arg]);
+      else if (b.kind == Plan::BackwardArg::value) values->push_back(in[b.arg]);
     }
     {
       at::AutoDispatchBelowADInplaceOrView guard;
       op->callBoxed(stack);
     }
     torch::autograd::variable_list outs;
-    for (const c10::IValue& o : torch::jit::last(*stack, p->num_outputs)) outs.push_back(o.toTensor());
+    outs.reserve(static_cast<size_t>(p->num_outputs));
+    for (size_t i = stack->size() - static_cast<size_t>(p->num_outputs); i < stack->size(); ++i)
+      outs.push_back(std::move((*stack)[i]).toTensor());
     torch::jit::drop(*stack, p->num_outputs);
     for (const Plan::BackwardArg& b : p->backward_args)
       if (b.kind == Plan::BackwardArg::result) saved[b.slot] = outs[0];
-    ctx->save_for_backward(saved);
+    ctx->save_for_backward(std::move(saved));
     ctx->saved_data["plan"] = reinterpret_cast<int64_t>(p);
-    if (!values.empty()) ctx->saved_data["values"] = std::move(values);
+    if (values) ctx->saved_data["values"] = std::move(*values);
     return outs;
   }
 
@@ -155,14 +162,14 @@ struct Function : torch::autograd::Function<Function> {
     torch::autograd::variable_list result(p.grad_args.size() + 3);
     if (!grads[0].defined()) return result;
     const torch::autograd::variable_list saved = ctx->get_saved_variables();
-    const c10::impl::GenericList values =
-        p.num_values ? ctx->saved_data["values"].toList() : c10::impl::GenericList(c10::AnyType::get());
+    std::optional<c10::impl::GenericList> values;
+    if (p.num_values) values.emplace(ctx->saved_data["values"].toList());
     torch::jit::Stack stack;
     stack.reserve(p.backward_args.size());
     for (const Plan::BackwardArg& b : p.backward_args) {
       switch (b.kind) {
         case Plan::BackwardArg::grad: stack.emplace_back(grads[static_cast<size_t>(b.arg)].contiguous()); break;
-        case Plan::BackwardArg::value: stack.push_back(values.get(static_cast<size_t>(b.slot))); break;
+        case Plan::BackwardArg::value: stack.push_back(values->get(static_cast<size_t>(b.slot))); break;
         default: {  // an optional tensor that was None was saved undefined: None again
           const at::Tensor& t = saved[static_cast<size_t>(b.slot)];
           if (t.defined()) stack.emplace_back(t);
@@ -208,6 +215,11 @@ void register_kernels(torch::Library& m) {
 }
 
 }  // namespace
+
+const c10::OperatorHandle& Plan::op() const {
+  std::call_once(found, [&] { handle = c10::Dispatcher::singleton().findSchemaOrThrow(qualified.c_str(), ""); });
+  return *handle;
+}
 
 const c10::OperatorHandle& Plan::backward_op() const {
   std::call_once(backward_found, [&] {
@@ -271,6 +283,30 @@ Outputs run(const Plan& p, const Value* args) {
     a[i].tensor = view(op, d.params[i].c_str(), outs[q.out]);
   }
   guarded([&] { d.call(op, a.data(), first ? stream_of(*first) : nullptr); });
+  return outs;
+}
+
+Outputs dispatch(const Plan& p, const Value* args) {
+  torch::jit::Stack stack;
+  stack.reserve(static_cast<size_t>(std::max(p.num_args, p.num_outputs)));
+  for (int i = 0; i < p.num_args; ++i) {
+    const Value& v = args[i];
+    switch (p.args[i]) {
+      case From::tensor: stack.emplace_back(*v.tensor); break;
+      case From::optional_tensor:
+        if (v.tensor) stack.emplace_back(*v.tensor);
+        else stack.emplace_back();
+        break;
+      case From::real: stack.emplace_back(v.real); break;
+      case From::integer: stack.emplace_back(v.integer); break;
+      case From::boolean: stack.emplace_back(v.boolean); break;
+      case From::string: stack.emplace_back(std::string(v.string)); break;
+      case From::output: break;
+    }
+  }
+  p.op().callBoxed(&stack);
+  Outputs outs;
+  for (c10::IValue& o : stack) outs.push_back(std::move(o).toTensor());
   return outs;
 }
 

@@ -1,7 +1,7 @@
 // The torch surface of every op whose description has a kernel (tessera/op.hpp): one CUDA kernel
 // and one autograd kernel for all of them, registered from the descriptions by generic.cpp, and the
-// plan they share with the no-grad fast path (fast.cpp): where each of the library function's
-// parameters comes from in the schema's arguments, and which outputs to allocate like which input.
+// plan they share with the fast path (fast.cpp): where each of the library function's parameters
+// comes from in the schema's arguments, and which outputs to allocate like which input.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,6 +31,10 @@ struct Plan {
   std::vector<From> args;  // the schema's arguments' kinds
   int num_args = 0;
   int num_outputs = 0;
+  // The op's own handle, found on first use (the fast path's calls that autograd records).
+  const c10::OperatorHandle& op() const;
+  mutable std::once_flag found;
+  mutable std::optional<c10::OperatorHandle> handle;
 
   // Autograd (ops with a backward): the schema positions of the arguments the backward's outputs
   // are gradients of, and where each of the backward's arguments comes from.
@@ -66,6 +70,11 @@ struct Value {
 // torch's current stream: outputs allocated, the library's errors as torch's. Returns the outputs.
 using Outputs = c10::SmallVector<at::Tensor, 2>;
 Outputs run(const Plan& plan, const Value* args);
+
+// The registered op on the same arguments, through the dispatcher (a boxed call, as torch.ops
+// makes after converting Python's arguments): its autograd kernel records the call. Returns the
+// outputs.
+Outputs dispatch(const Plan& plan, const Value* args);
 
 inline constexpr int kMaxArgs = 12;  // of a schema, and of a library function
 

@@ -461,4 +461,18 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& input, const a
   auto [out, res, rstd] = add_rms_norm_with(input, residual, weight, eps, false);
   return {out, res};
 }
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, at::IntArrayRef normalized_shape,
+    const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+    std::array<bool, 3> output_mask) {
+  return torch_ops::layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight, output_mask);
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                                     at::IntArrayRef normalized_shape, const at::Tensor& rstd,
+                                                     const std::optional<at::Tensor>& weight,
+                                                     std::array<bool, 2> output_mask) {
+  return torch_ops::rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask);
+}
 }  // namespace tessera::torch_ops::fast
