@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The distributed work's device call, on a machine with 2 GPUs: installs what the workstation
-# staged (dev/device_surface.sh install), then the steps asked for; logs under $OUT, a summary last.
+# The distributed and model-step work's device call (2 GPUs for tests, tp, dp): installs what the
+# workstation staged (dev/device_surface.sh install), then the steps asked for; logs under $OUT, a
+# summary last.
 #   device: bash dev/device_dist.sh [steps]     (carry ["devbin-pack", "devwheel"])
 # Steps:
 #   tests   pytest of test_distributed.py and test_sharding.py (the 2-GPU tests run here)
@@ -8,6 +9,8 @@
 #   dp      examples/llama_distributed.py on the full model: single, ddp and fsdp2 with --compare,
 #           DP_ARGS (default --steps 20 --batch 8)
 #   swiglu  the sm90 swiglu epilogue: its C++ and Python tests, fused against unfused (bench)
+#   mlp     tessera.mlp's tests: test_mlp.py, its opchecks, the README, the C++ verify cases
+#   llama   benchmarks/llama_step.py LLAMA_ARGS (default --tessera all,swiglu --profile), on GPU 0
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -41,12 +44,20 @@ for s in $STEPS; do
         --gtest_filter='MatmulArgs.*:MatmulGpu.*:Op/VerifyGpu.MatchesReference/matmul*:Registry*'
       step swiglu-pytest python3 -m pytest -q tests/python/test_matrix.py -k "swiglu or preactivation"
       step swiglu-bench devbin/tessera bench matmul_swiglu matmul_swiglu_unfused --dtype bfloat16,float16 --no-peaks ;;
+    mlp)
+      step mlp-pytest python3 -m pytest -q tests/python/test_mlp.py tests/python/test_readme.py
+      step mlp-opcheck python3 -m pytest -q tests/python/test_torch_ops.py -k "mlp or swiglu_backward"
+      step mlp-ctest devbin/tessera_tests --gtest_brief=1 \
+        --gtest_filter='Op/VerifyGpu.MatchesReference/mlp*:Op/VerifyGpu.MatchesReference/swiglu*:Registry*' ;;
+    llama) step llama env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/llama_step.py --out "$OUT/llama" \
+             ${LLAMA_ARGS:---tessera all,swiglu --profile} ;;
     *) echo "unknown step $s" >&2 ;;
   esac
 done
 cat "$OUT/gpus.txt"
+[ -f "$OUT/llama.log" ] && { echo "== llama.log"; tail -n 40 "$OUT/llama.log"; }
 for f in "$OUT"/dp-*.log "$OUT"/tp.log; do
   [ -f "$f" ] && { echo "== $(basename "$f")"; grep -E "tokens/s|loss|scaling|rank [01]|ok|FAIL|Error" "$f" | tail -8; }
 done
-grep -E "^FAILED|^ERROR" "$OUT"/tests.log "$OUT"/swiglu-pytest.log 2>/dev/null | head -20
+grep -E "^FAILED|^ERROR" "$OUT"/tests.log "$OUT"/swiglu-pytest.log "$OUT"/mlp-*.log 2>/dev/null | head -20
 printf '%s\n' "${summary[@]}"
