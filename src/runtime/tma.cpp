@@ -80,10 +80,22 @@ CUtensorMap tma_map(const char* op, DType dtype, const void* base, const TmaShap
     if (i > 0) strides[i - 1] = s.strides[i] * elem;
   }
   CUtensorMap map{};
-  const CUresult r = encode(&map, tma_dtype(dtype), static_cast<cuuint32_t>(s.rank),
-                            const_cast<void*>(base), dims, strides, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, tma_swizzle(swizzle),
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const auto encode_map = [&] {
+    return encode(&map, tma_dtype(dtype), static_cast<cuuint32_t>(s.rank), const_cast<void*>(base), dims,
+                  strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, tma_swizzle(swizzle),
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  CUresult r = encode_map();
+  if (r == CUDA_ERROR_INVALID_CONTEXT) {
+    // The driver call needs a current context, which the runtime calls before it did not need:
+    // the thread's context can be unset or stale while the runtime's device is right (a host
+    // thread that launched nothing yet, another library that switched contexts). Binding the
+    // pointer's device's primary context (cudaSetDevice does) and trying again fixes both.
+    cudaPointerAttributes at{};
+    if (cudaPointerGetAttributes(&at, base) == cudaSuccess && at.device >= 0 && cudaSetDevice(at.device) == cudaSuccess)
+      r = encode_map();
+    (void)cudaGetLastError();
+  }
   if (r != CUDA_SUCCESS)
     detail::throw_arg(ErrorKind::runtime, op, "tensor map", "a map the driver accepts",
                       "CUresult " + std::to_string(static_cast<int>(r)));

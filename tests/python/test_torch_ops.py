@@ -548,7 +548,9 @@ def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops
     xs = x0.clone().as_subclass(Sub).requires_grad_()
     assert not fast.takes(xs) and fast.call(tessera._interop.FAST["gelu"], xs, "none") is None
     ys = tessera.gelu(xs)
-    assert ys.grad_fn.name() == tessera.gelu(x).grad_fn.name()
+    node = ys.grad_fn  # torch wraps a subclass's result as the subclass: an alias of the op's output
+    node = node.next_functions[0][0] if node.name() == "AliasBackward0" else node
+    assert node.name() == tessera.gelu(x).grad_fn.name()
     ys.sum().backward()
     xp = x0.clone().requires_grad_()
     tessera.gelu(xp).sum().backward()
