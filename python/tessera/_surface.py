@@ -21,6 +21,7 @@ sharding rules of tessera/_sharding.py; a FakeTensor: the fake kernel) on the sa
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 from typing import Any, Callable, TypeVar, cast
@@ -30,28 +31,45 @@ from . import _C, _interop
 F = TypeVar("F", bound=Callable[..., Any])
 
 _GENERIC = [d for d in _C.op_descriptions() if d["generic"]]
+_REQUIRED = object()  # an argument without a default
 _SCHEMAS = {d["name"]: d["schemas"][0] for d in _GENERIC}
 # An op's index for _torch_fast.call: its place among the ops of the generic kernel, in the
 # library's order (the torch ops count them in the same order; _interop checks that they agree).
 _FAST_INDEX = {d["name"]: i for i, d in enumerate(_GENERIC)}
 
 
-def _schema_names(schema: str) -> list:
-    """The argument names of a schema string, in order ('silu(Tensor input) -> Tensor')."""
+def _schema_args(schema: str) -> list:
+    """(name, type, keyword-only, default) of each argument of a schema string, in order; the
+    type as written ('Tensor', 'Tensor?', 'int[]', ...), the default a Python value or _REQUIRED.
+    Read from the string, not from torch's FunctionSchema, so that a first call under
+    torch.compile has nothing to trace but plain Python values."""
     inner = schema[schema.index("(") + 1:schema.rindex(") ->")]
-    names = []
+    out, kwarg_only = [], False
     for part in inner.split(","):
         part = part.strip()
-        if part and part != "*":
-            names.append(part.split("=")[0].split()[-1])
-    return names
+        if part == "*":
+            kwarg_only = True
+        elif part:
+            decl, _, default = part.partition("=")
+            kind, name = decl.split()[0], decl.split()[-1]
+            out.append((name, kind, kwarg_only, ast.literal_eval(default.strip()) if default else _REQUIRED))
+    return out
+
+
+def _schema_names(schema: str) -> list:
+    """The argument names of a schema string, in order ('silu(Tensor input) -> Tensor')."""
+    return [a[0] for a in _schema_args(schema)]
 
 
 def op(name: str) -> Callable[[F], F]:
     schema = _SCHEMAS.get(name)
     if schema is None:
         raise ValueError(f"tessera: op {name!r} has no generic kernel in the library's descriptions")
-    schema_names = _schema_names(schema)
+    arguments = _schema_args(schema)
+    schema_names = [a[0] for a in arguments]
+    n_pos = sum(not kw for _, _, kw, _ in arguments)
+    kw_only = [(i, a, d) for i, (a, _, kw, d) in enumerate(arguments) if kw]
+    kinds = [k for _, k, _, _ in arguments]
 
     def make(declaration: F) -> F:
         params = list(inspect.signature(declaration).parameters.values())
@@ -60,19 +78,14 @@ def op(name: str) -> Callable[[F], F]:
         if names[:n] != schema_names:
             raise TypeError(f"tessera.{name}: the declaration's parameters {names} do not start "
                             f"with the schema's {schema_names}")
-        routes = []  # filled on first use, once torch's ops are loaded
+        routes = []  # the registered op, looked up on first use, once torch's ops are loaded
 
         def route(*args):
             """The registered op where its kernel takes the arguments (tensors plain CUDA ones of
             one float dtype, numbers and names of the schema's kinds); else the declaration."""
             if not routes:
-                overload = getattr(_interop.ops, name).default
-                arguments = overload._schema.arguments
-                routes.append((overload, sum(not a.kwarg_only for a in arguments),
-                               [(i, a.name, a.default_value) for i, a in enumerate(arguments)
-                                if a.kwarg_only],
-                               [str(a.type) for a in arguments]))
-            overload, n_pos, kw_only, kinds = routes[0]
+                routes.append(getattr(_interop.ops, name).default)
+            overload = routes[0]
             first = None
             for a, kind in zip(args, kinds):
                 if kind == "Tensor":
