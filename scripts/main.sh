@@ -74,6 +74,7 @@ status=0
 for script in benchmarks/*.py; do
   name="$(basename "$script" .py)"
   [ "$name" = common ] && continue  # shared code, not a benchmark
+  [ "$name" = llama_report ] && continue  # llama_step's report and plots, not a benchmark
   if [ "$has_torch" = 0 ] && grep -qE '^(import|from) torch' "$script"; then
     echo "== skipping $script: needs torch, which $PY cannot import"
     continue

@@ -1,7 +1,7 @@
 // The Hopper GEMM tier (sm90_wgmma): when it applies, how it is planned (schedule, grid, raster
-// group), and the 16-bit kernels. The kernel itself is in gemm_sm90.cuh; its tf32 and fp8
-// instances compile in gemm_sm90_narrow.cu.
-#include "ops/matrix/gemm_sm90.cuh"
+// group), and the 16-bit kernels. The kernel itself is in gemm_sm90.cuh, its launch in
+// gemm_sm90_launch.cuh; its tf32 and fp8 instances compile in gemm_sm90_narrow.cu.
+#include "ops/matrix/gemm_sm90_launch.cuh"
 
 namespace tessera::matrix {
 namespace sm90 {

@@ -1,6 +1,6 @@
 // The Hopper GEMM kernel's tf32 (float32 inputs, where TF32 is allowed) and fp8 instances, in a
 // file of their own so that they compile beside the 16-bit ones (gemm_sm90.cu).
-#include "ops/matrix/gemm_sm90.cuh"
+#include "ops/matrix/gemm_sm90_launch.cuh"
 
 namespace tessera::matrix::sm90 {
 

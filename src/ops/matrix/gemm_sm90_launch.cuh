@@ -1,0 +1,222 @@
+// The Hopper GEMM kernel's host side (gemm_sm90.cuh has the kernel): the operands' and outputs'
+// tensor maps, which output path the epilogue takes, the schedule and split chosen by estimated
+// waves (choose), and the launch instantiated per input type by gemm_sm90.cu (16-bit) and
+// gemm_sm90_narrow.cu (tf32, fp8).
+#pragma once
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "ops/matrix/gemm_sm90.cuh"
+#include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/scratch.hpp"
+#include "runtime/tma.hpp"
+
+namespace tessera::matrix::sm90 {
+
+// How an operand of `rows` rows (M or N) and `k` columns lies in memory: K contiguous (row stride
+// `sr`) or its rows contiguous (K stride `sk`), batch stride `sb` (0: shared).
+struct OperandLayout {
+  const void* p;
+  int64_t rows, k, sr, sk, sb;
+  bool k_major() const { return sk == 1; }
+};
+
+// Its map, in boxes of what one stage takes (`box_rows` rows): a 3-d map only where batches
+// differ. K-major: kBK x box_rows boxes over (K, rows); MN-major: 64 x kBK boxes over (rows, K).
+inline runtime::TmaShape operand_shape(DType dt, const OperandLayout& o, int64_t batch,
+                                       int box_rows) {
+  const uint32_t bk = 128 / uint32_t(dtype_size(dt));
+  runtime::TmaShape sh;
+  sh.rank = o.sb != 0 && batch > 1 ? 3 : 2;
+  const bool km = o.k_major();
+  sh.dims[0] = uint64_t(km ? o.k : o.rows), sh.dims[1] = uint64_t(km ? o.rows : o.k);
+  sh.dims[2] = uint64_t(batch);
+  sh.strides[0] = 1, sh.strides[1] = uint64_t(km ? o.sr : o.sk), sh.strides[2] = uint64_t(o.sb);
+  sh.box[0] = km ? bk : 64, sh.box[1] = km ? uint32_t(box_rows) : bk, sh.box[2] = 1;
+  return sh;
+}
+
+// MN-major operands are for 16-bit dtypes: wgmma transposes only those.
+inline bool operand_ok(DType dt, const OperandLayout& o, int64_t batch, int box_rows) {
+  if (!o.k_major() && (o.sr != 1 || dtype_size(dt) != 2)) return false;
+  return o.rows <= INT32_MAX && o.k <= INT32_MAX && batch <= INT32_MAX &&
+         runtime::tma_can_map(dt, o.p, operand_shape(dt, o, batch, box_rows), runtime::TmaSwizzle::b128);
+}
+
+inline CUtensorMap operand_map(DType dt, const OperandLayout& o, int64_t batch, int box_rows) {
+  return runtime::tma_map("matmul", dt, o.p, operand_shape(dt, o, batch, box_rows),
+                          runtime::TmaSwizzle::b128);
+}
+
+// The map of the output (or, `z`, of the pre-activation output, N columns) for TMA stores: boxes
+// of 128 bytes of columns by `rows` rows, a 3-d map where batches differ.
+inline runtime::TmaShape out_shape(const GemmArgs& g, int rows, bool z = false) {
+  runtime::TmaShape sh;
+  sh.rank = g.batch > 1 ? 3 : 2;
+  sh.dims[0] = uint64_t(z ? g.n : out_cols(g)), sh.dims[1] = uint64_t(g.m), sh.dims[2] = uint64_t(g.batch);
+  sh.strides[0] = 1, sh.strides[1] = uint64_t(z ? g.z_sm : g.c_sm);
+  sh.strides[2] = uint64_t(z ? g.z_sb : g.c_sb);
+  sh.box[0] = 128 / uint32_t(dtype_size(g.out_dtype)), sh.box[1] = uint32_t(rows), sh.box[2] = 1;
+  return sh;
+}
+
+// TMA stores (and, with beta, loads of the old output) take outputs with contiguous rows that the
+// copy engine can address, and epilogues without a residual, and without beta where there is an
+// activation or a pre-activation output (those go through drain).
+inline OutPath out_path(const GemmArgs& g, int rows) {
+  if (g.residual || (g.beta != 0.0f && (g.activation != Activation::none || g.z)) || g.c_sn != 1 || (g.batch > 1 && g.c_sb == 0) ||
+      g.m > INT32_MAX || g.n > INT32_MAX || g.batch > INT32_MAX)
+    return kDrain;
+  const runtime::TmaShape sh = out_shape(g, rows);
+  if (!runtime::tma_can_map(g.out_dtype, g.c, sh, runtime::TmaSwizzle::b128)) return kDrain;
+  if (g.z && (g.z_sn != 1 || !runtime::tma_can_map(g.out_dtype, g.z, out_shape(g, rows, true),
+                                                    runtime::TmaSwizzle::b128)))
+    return kDrain;
+  return sh.rank == 3 ? kTma3 : kTma2;
+}
+
+inline OperandLayout layout_a(const GemmArgs& g) { return {g.a, g.m, g.k, g.a_sm, g.a_sk, g.a_sb}; }
+inline OperandLayout layout_b(const GemmArgs& g) { return {g.b, g.n, g.k, g.b_sn, g.b_sk, g.b_sb}; }
+
+template <class T, class OutT, class S, bool KA, bool KB>
+void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+  constexpr int BN = S::BN;
+  const CUtensorMap ma = operand_map(g.dtype, layout_a(g), g.batch, kBM);
+  const CUtensorMap mb = operand_map(g.dtype, layout_b(g), g.batch, BN);
+  const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && g.batch > 1};
+  const OutPath path = out_path(g, S::kRows);
+  OutMaps maps{};
+  if (path != kDrain)
+    maps.c = runtime::tma_map("matmul", g.out_dtype, g.c, out_shape(g, S::kRows), runtime::TmaSwizzle::b128);
+  if (path != kDrain && g.z)
+    maps.z = runtime::tma_map("matmul", g.out_dtype, g.z, out_shape(g, S::kRows, true),
+                          runtime::TmaSwizzle::b128);
+  Work work;
+  work.tiles.tiles_m = int((g.m + kBM - 1) / kBM);
+  work.tiles.tiles_n = int((g.n + BN - 1) / BN);
+  work.tiles.group = p.group;
+  work.tiles.batch = g.batch;
+  work.k_blocks = int((g.k + kBK<T> - 1) / kBK<T>);
+  work.whole = p.splits > 1 ? p.whole : work.tiles.count();
+  work.splits = p.splits;
+  // Split tiles: their counters (zeroed here) and partials, kBM x BN floats per tile and chunk.
+  runtime::Scratch ws;
+  if (p.splits > 1) {
+    const std::size_t split_tiles = std::size_t(work.tiles.count() - work.whole);
+    const std::size_t count_bytes = (split_tiles * kConsumers * sizeof(int) + 255) / 256 * 256;
+    ws = runtime::Scratch(count_bytes + split_tiles * p.splits * kBM * BN * sizeof(float), stream);
+    work.counters = ws.as<int>();
+    work.partials = reinterpret_cast<float*>(ws.as<unsigned char>() + count_bytes);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(work.counters, 0, count_bytes, stream));
+  }
+  const std::size_t smem = sizeof(Smem<T, S>) + 1024;
+  auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
+  runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, maps, a, b, path, Epilogue<OutT>::from(g),
+                                             work, g.m, g.n);
+  TESSERA_LAUNCH_CHECK();
+}
+
+// The output tiles of BN columns.
+inline int64_t tiles(const GemmArgs& g, int bn) {
+  return ((g.m + kBM - 1) / kBM) * ((g.n + bn - 1) / bn) * g.batch;
+}
+
+// A split tile's chunks are this many K blocks at least: each pays a pipeline fill and its share
+// of the partial sums' traffic.
+constexpr int64_t kMinChunkBlocks = 8;
+
+// Pingpong's 128-wide tiles read more shared memory and L2 per FLOP than cooperative's 256-wide
+// ones: the time of a tile's worth of work on pingpong, relative to cooperative.
+constexpr double kPingPongCost = 1.08;
+
+// A split tile's partial sums, written and read back through L2, cost about this many K blocks'
+// worth of a tile's time.
+constexpr double kSplitCost = 4.0;
+
+struct Choice {
+  bool pingpong = false;
+  int splits = 1;
+  int64_t whole = 0;
+};
+
+// Where tiles leave the last wave (or the only one) partly empty, cooperative splits that wave's
+// tiles into chunks of K that share the SMs out (the count with the least estimated time, each
+// chunk kMinChunkBlocks long at least; the tuner's count where it chose one);
+// pingpong fills it with tiles half the size. Each schedule's time is estimated in cooperative
+// tile-times: whole waves, plus the last wave's chunk, and the cheaper one runs. Pingpong is also
+// taken where the tuner or TESSERA_MATMUL_SCHEDULE (pingpong or cooperative, for measuring them
+// against each other) says so.
+inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
+  // 0: by the estimate, 1: pingpong, 2: cooperative; read once per process.
+  static const int forced = [] {
+    const char* e = std::getenv("TESSERA_MATMUL_SCHEDULE");
+    const std::string v = e ? e : "";
+    return v == "pingpong" ? 1 : v == "cooperative" ? 2 : 0;
+  }();
+  const int64_t sms = std::max(1, ctx.sms), coop = tiles(g, Cooperative::BN);
+  const int64_t k_blocks = (g.k * int64_t(dtype_size(g.dtype)) + 127) / 128;
+  const int64_t rem = coop % sms;
+  Choice c;
+  // Chunks store shares of the tile's 128-byte column blocks: at most that many; and a tile's
+  // chunks wait for each other, so they must all be resident at once.
+  const int64_t blocks_out = Cooperative::BN * int64_t(dtype_size(g.out_dtype)) / 128;
+  const int64_t most = std::min<int64_t>({k_blocks, blocks_out, sms});
+  auto coop_time = [&](int64_t splits) {  // in tile-times
+    if (splits <= 1) return double((coop + sms - 1) / sms);
+    return double(coop / sms) + 1.0 / splits + kSplitCost / k_blocks;
+  };
+  if (g.config.splits >= 1) {
+    c.splits = int(std::min<int64_t>({g.config.splits, most, std::max<int64_t>(1, sms / std::max<int64_t>(rem, 1))}));
+  } else if (rem) {
+    // The chunks of a split tile wait for each other: all of them in one wave, else one waits
+    // for a chunk that a later round runs.
+    for (int64_t s = 2; s <= std::min(most, k_blocks / kMinChunkBlocks) && rem * s <= sms; ++s)
+      if (coop_time(s) < coop_time(c.splits)) c.splits = int(s);
+  }
+  if (g.activation == Activation::swiglu) c.splits = 1;  // store_swiglu stores whole tiles only
+  c.whole = c.splits > 1 ? coop - rem : coop;
+  const double pp_time = double((tiles(g, PingPong::BN) + sms - 1) / sms) / 2 * kPingPongCost;
+  if (g.config.schedule) c.pingpong = g.config.schedule == 2;
+  else if (forced) c.pingpong = forced == 1;
+  else c.pingpong = pp_time < coop_time(c.splits);
+  if (c.pingpong) c.splits = 1;
+  return c;
+}
+
+// Outputs: the input's dtype or float32 for 16-bit inputs, float32 for tf32, bfloat16, float16 or
+// float32 for fp8.
+template <class T, class S, bool KA, bool KB>
+void launch_out(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+  if (g.out_dtype == DType::float32) launch_typed<T, float, S, KA, KB>(g, p, stream);
+  else if constexpr (sizeof(T) == 2) launch_typed<T, T, S, KA, KB>(g, p, stream);
+  else if constexpr (sizeof(T) == 1) {
+    if (g.out_dtype == DType::float16) launch_typed<T, __half, S, KA, KB>(g, p, stream);
+    else launch_typed<T, __nv_bfloat16, S, KA, KB>(g, p, stream);
+  }
+}
+
+template <class T, class S>
+void launch_layout(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+  const bool ka = layout_a(g).k_major(), kb = layout_b(g).k_major();
+  if constexpr (sizeof(T) == 2) {
+    if (ka && kb) launch_out<T, S, true, true>(g, p, stream);
+    else if (ka) launch_out<T, S, true, false>(g, p, stream);
+    else if (kb) launch_out<T, S, false, true>(g, p, stream);
+    else launch_out<T, S, false, false>(g, p, stream);
+  } else {
+    launch_out<T, S, true, true>(g, p, stream);  // operand_ok took K-major operands only
+  }
+}
+
+// The launch for inputs of type T (bf16, fp16; float as tf32; fp8), instantiated by
+// gemm_sm90.cu (16-bit) and gemm_sm90_narrow.cu (tf32, fp8), whose kernels compile apart.
+template <class T>
+void launch_sm90(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+  if (p.pingpong) launch_layout<T, PingPong>(g, p, stream);
+  else launch_layout<T, Cooperative>(g, p, stream);
+}
+
+}  // namespace tessera::matrix::sm90
