@@ -49,7 +49,7 @@ def gaps_of(run, c, pieces, data, top):
           f"{sum(g for g, _, _ in large) / 1e3:.2f} ms ({len(large)})")
     for g, before, after in large[:top]:
         print(f"  {g:8.1f} us  after {before[:70]}  before {after[:70]}")
-    del model, fn
+    model.zero_grad(set_to_none=True)
     torch.cuda.empty_cache()
 
 

@@ -41,7 +41,6 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
 sys.path.insert(0, HERE)
-import tessera  # noqa: E402
 from llama_distributed import markov_tokens  # noqa: E402
 from llama_step import FULL, PIECES, SMALL, build, parse_pieces  # noqa: E402
 

@@ -67,7 +67,7 @@ declare -A what=([tessera]="tessera bench: every operator over its dtypes and si
 # Arguments beyond --out, per benchmark. llama_step: one round (each round compiles the model
 # twice), the small model on a GPU under 32 GiB, and the kernel profile for its per-category
 # table and plot.
-declare -A bench_args=([llama_step]="--quick --profile")
+declare -A bench_args=([llama_step]="--quick --profile" [llama_ops]="--rounds 3")
 # llama_step reports a failed run (an op missing, out of memory) in its table and exits 1: the
 # report goes on, and main.sh exits 1 at its end. Any other benchmark failing stops main.sh.
 status=0
