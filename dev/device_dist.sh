@@ -11,6 +11,7 @@
 #   swiglu  the sm90 swiglu epilogue: its C++ and Python tests, fused against unfused (bench)
 #   mlp     tessera.mlp's tests: test_mlp.py, its opchecks, the README, the C++ verify cases
 #   llama   benchmarks/llama_step.py LLAMA_ARGS (default --tessera all,swiglu --profile), on GPU 0
+#   ops     benchmarks/llama_ops.py OPS_ARGS (default --rounds 5), on GPU 0
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -51,11 +52,13 @@ for s in $STEPS; do
         --gtest_filter='Op/VerifyGpu.MatchesReference/mlp*:Op/VerifyGpu.MatchesReference/swiglu*:Registry*' ;;
     llama) step llama env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/llama_step.py --out "$OUT/llama" \
              ${LLAMA_ARGS:---tessera all,swiglu --profile} ;;
+    ops) step ops env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/llama_ops.py --out "$OUT/ops" ${OPS_ARGS:---rounds 5} ;;
     *) echo "unknown step $s" >&2 ;;
   esac
 done
 cat "$OUT/gpus.txt"
 [ -f "$OUT/llama.log" ] && { echo "== llama.log"; tail -n 40 "$OUT/llama.log"; }
+[ -f "$OUT/ops.log" ] && { echo "== ops.log"; tail -n 14 "$OUT/ops.log"; }
 for f in "$OUT"/dp-*.log "$OUT"/tp.log; do
   [ -f "$f" ] && { echo "== $(basename "$f")"; grep -E "tokens/s|loss|scaling|rank [01]|ok|FAIL|Error" "$f" | tail -8; }
 done
