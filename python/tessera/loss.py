@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _interop
+from . import _interop, _vocab_parallel
 
 
 def _ops(torch):
@@ -109,6 +109,11 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     forward and the backward only scales them (nothing where the loss gradient is 1); for 'none'
     the backward runs the chunks again with each row's factor. d_weight accumulates over the
     chunks in the weight's dtype.
+
+    A DTensor ``weight`` with its rows sharded on a 1-d mesh (tensor parallelism over the
+    vocabulary) takes Megatron's vocabulary-parallel path: each rank's logits for its slice of the
+    vocabulary, never gathered, combined through all-reduces of N floats (tessera/_vocab_parallel.py;
+    hidden and target plain or replicated; no bias, smoothing, z-loss or soft-cap there yet).
     """
     torch = _interop.torch_if_tensor(hidden)
     if torch is None:
@@ -116,6 +121,9 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
                         f"{type(hidden).__name__}")
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"tessera.linear_cross_entropy: argument 'chunk_size': expected a count >= 1, got {chunk_size!r}")
+    if _vocab_parallel.vocab_sharded(torch, weight):
+        return _vocab_parallel.linear_cross_entropy(torch, hidden, weight, target, bias, ignore_index, reduction,
+                                                    label_smoothing, z_loss, softcap, chunk_size, return_lse)
     if isinstance(target, torch.Tensor) and not target.is_contiguous():
         target = target.contiguous()  # the kernels read the targets of a chunk as one run
     mean_of_sum = reduction == "mean" and _rows_sharded(torch, hidden)  # as in cross_entropy

@@ -26,11 +26,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_dist import cuda_mesh, cuda_run, mesh  # noqa: F401 (fixtures)
+from fake_dist import cuda_mesh, cuda_run, mesh, run  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "llama_distributed.py"
 TP_EXAMPLE = ROOT / "examples" / "llama_tensor_parallel.py"
+VOCAB_CHECK = Path(__file__).resolve().parent / "dist_vocab_parallel.py"
 
 
 def _module(name, path):
@@ -395,3 +396,39 @@ def test_two_gpus_tensor_parallel_matches_unsharded(pieces):
     # rank 0's report (stdout) ends with "ok"; torch's warnings (stderr) may come after it
     assert rc == 0 and re.search(r"^ok$", out, re.M) and "FAIL" not in out, out
     assert out.count("tessera kernels") == 2, out
+
+
+# ---- vocabulary-parallel linear_cross_entropy -----------------------------------------------------
+
+def test_vocab_parallel_cross_entropy_matches_the_whole_logits_on_cpu():
+    """A weight sharded over the vocabulary (unevenly) on 2 gloo ranks: loss, d_hidden and the
+    gathered d_weight equal torch's cross-entropy of the whole logits, for each reduction, with
+    ignored rows and several chunks (tests/python/dist_vocab_parallel.py)."""
+    _gloo()
+    rc, out = _run(_torchrun(2) + [str(VOCAB_CHECK)], timeout=300)
+    assert rc == 0 and re.search(r"^ok$", out, re.M), out
+
+
+@pytest.mark.gpu
+def test_two_gpus_vocab_parallel_cross_entropy():
+    """The same on 2 GPUs in bf16: the slices' logits from tessera's GEMM, NCCL's all-reduces."""
+    _two_gpus()
+    rc, out = _run(_torchrun(2) + [str(VOCAB_CHECK), "--device", "cuda"], timeout=300)
+    assert rc == 0 and re.search(r"^ok$", out, re.M), out
+
+
+def test_vocab_parallel_cross_entropy_refuses_what_it_does_not_support(run):
+    """Options the vocabulary-parallel path lacks are refused by name, before any collective; a
+    hidden sharded by rows with a vocabulary-sharded weight too."""
+    import tessera
+    torch = run.torch
+    w = run.distribute(torch.randn(64, 16), run.mesh, [run.Shard(0)])
+    h, t = torch.randn(8, 16), torch.randint(0, 64, (8,))
+    for kw, arg in ((dict(bias=torch.zeros(64)), "bias"), (dict(label_smoothing=0.1), "label_smoothing"),
+                    (dict(z_loss=1e-4), "z_loss"), (dict(softcap=30.0), "softcap"),
+                    (dict(reduction="max"), "reduction")):
+        with pytest.raises(ValueError, match=f"argument '{arg}'"):
+            tessera.linear_cross_entropy(h, w, t, **kw)
+    rows = run.distribute(h, run.mesh, [run.Shard(0)])
+    with pytest.raises(ValueError, match="argument 'hidden': with a vocabulary-sharded weight"):
+        tessera.linear_cross_entropy(rows, w, t)
