@@ -41,7 +41,7 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
 sys.path.insert(0, HERE)
-from llama_distributed import markov_tokens  # noqa: E402
+from llama_distributed import exit_now, markov_tokens  # noqa: E402
 from llama_step import FULL, PIECES, SMALL, build, parse_pieces  # noqa: E402
 
 LOSS_TOL = 2e-3   # |loss - reference's|
@@ -199,9 +199,10 @@ def main(argv=None):
                 print(f"  FAIL rank {r['rank']}: {p}")
                 failed = True
         print("ok" if not failed else "FAILED")
+    dist.barrier()  # every rank past its last collective before any leaves
     dist.destroy_process_group()
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

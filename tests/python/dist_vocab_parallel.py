@@ -56,6 +56,7 @@ def main():
                 problems.append(f"rank {rank} {reduction} {what}: off by {err:.3g} (largest {scale:.3g})")
     everyone = [None] * world
     dist.all_gather_object(everyone, problems)
+    dist.barrier()  # every rank past its last collective before any leaves
     dist.destroy_process_group()
     if rank == 0:
         for p in sum(everyone, []):
@@ -65,4 +66,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Without Python's finalisation: a gloo thread still releasing a finished collective's tensors
+    # while the interpreter finalises aborts the process (examples/llama_distributed.py, exit_now).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
