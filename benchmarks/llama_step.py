@@ -328,6 +328,26 @@ def free_memory():
     torch.cuda.empty_cache()
 
 
+def add_shape_args(ap, notes=None) -> None:
+    """--layers, --dim, ... (FULL's keys): the model and batch shape, each overriding the preset's
+    (FULL, or SMALL with --small); `notes` adds a word to a key's help."""
+    for k, v in FULL.items():
+        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=None,
+                        help=f"{(notes or {}).get(k, '')}default {v} ({SMALL[k]} with --small)")
+
+
+def shape_and_pieces(ap, args):
+    """The shape add_shape_args's arguments give (a namespace of FULL's keys), and args.pieces
+    set from --tessera (ap.error on a bad one)."""
+    preset = SMALL if args.small else FULL
+    c = SimpleNamespace(**{k: preset[k] if getattr(args, k) is None else getattr(args, k) for k in FULL})
+    try:
+        args.pieces = parse_pieces(args.tessera)
+    except ValueError as e:
+        ap.error(f"--tessera: {e}")
+    return c
+
+
 def parse_pieces(text: str) -> tuple:
     """--tessera's pieces, in PIECES order: "all" is DEFAULT_PIECES, "none" nothing, a name adds
     that piece, "-name" drops it, left to right."""
@@ -367,8 +387,7 @@ def parse_args():
                     "its top 15 CUDA kernels and GPU time per category")
     ap.add_argument("--seed", type=int, default=0, help="of the weights and the tokens")
     ap.add_argument("--out", default="report/llama_step")
-    for k, v in FULL.items():  # model and batch shape, overriding the preset's
-        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=None, help=f"default {v}")
+    add_shape_args(ap)
     args = ap.parse_args()
     for k, v in (QUICK_TIMING if args.quick else DEFAULT_TIMING).items():
         if getattr(args, k) is None:
@@ -378,13 +397,7 @@ def parse_args():
         if gib < QUICK_FULL_GIB:
             print(f"--quick: the small model, the GPU having {gib:.0f} GiB", flush=True)
             args.small = True
-    preset = SMALL if args.small else FULL
-    c = SimpleNamespace(**{k: preset[k] if getattr(args, k) is None else getattr(args, k)
-                           for k in FULL})
-    try:
-        args.pieces = parse_pieces(args.tessera)
-    except ValueError as e:
-        ap.error(f"--tessera: {e}")
+    c = shape_and_pieces(ap, args)
     args.runs = [" ".join(r.replace("-", " ").replace("_", " ").split())
                  for r in args.runs.split(",") if r.strip()]
     if not args.runs or any(r not in RUNS for r in args.runs):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The distributed and model-step work's device call (2 GPUs for tests, tp, dp): installs what the
-# workstation staged (dev/device_surface.sh install), then the steps asked for; logs under $OUT, a
+# workstation staged (dev/device_lib.sh), then the steps asked for; logs under $OUT, a
 # summary last.
 #   device: bash dev/device_dist.sh [steps]     (carry ["devbin-pack", "devwheel"])
 # Steps:
@@ -14,19 +14,10 @@
 #   ops     benchmarks/llama_ops.py OPS_ARGS (default --rounds 5), on GPU 0
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
 STEPS="${*:-tests tp dp}"
-summary=()
-step() {
-  local name=$1; shift
-  local t0=$SECONDS
-  timeout "${STEP_TIMEOUT:-500}" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-12s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log" | cut -c1-110)")")
-}
-bash dev/device_surface.sh install >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-export LD_LIBRARY_PATH="$PWD/devbin" TESSERA_CACHE_DIR=/tmp/tessera-cache
+DEFAULT_STEP_TIMEOUT=500
+source dev/device_lib.sh  # devbin, the package installed, step() and print_summary
+export TESSERA_CACHE_DIR=/tmp/tessera-cache
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >"$OUT/gpus.txt" 2>&1
 TR=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
 DP_ARGS=${DP_ARGS:---steps 20 --batch 8}
@@ -63,4 +54,4 @@ for f in "$OUT"/dp-*.log "$OUT"/tp.log; do
   [ -f "$f" ] && { echo "== $(basename "$f")"; grep -E "tokens/s|loss|scaling|rank [01]|ok|FAIL|Error" "$f" | tail -8; }
 done
 grep -E "^FAILED|^ERROR" "$OUT"/tests.log "$OUT"/swiglu-pytest.log "$OUT"/mlp-*.log 2>/dev/null | head -20
-printf '%s\n' "${summary[@]}"
+print_summary

@@ -74,14 +74,13 @@ import os
 import statistics
 import sys
 import time
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 import tessera  # noqa: E402
-from llama_step import FULL, PIECES, SMALL, build, parse_pieces  # noqa: E402
+from llama_step import FULL, PIECES, SMALL, add_shape_args, build, shape_and_pieces  # noqa: E402
 
 MODES = ("single", "ddp", "fsdp2")
 STEP0_TOL = 1e-3  # the first step's |loss - reference|: same weights, same tokens
@@ -164,17 +163,9 @@ def parse_args(argv=None):
                     help=f"the first step's |loss - ref| (default {STEP0_TOL})")
     ap.add_argument("--min-scaling", type=float, default=None,
                     help="with --compare: also fail where tokens/s is below this times the reference's")
-    for k, v in FULL.items():  # model and batch shape, overriding the preset's
-        what = "the GLOBAL batch, split over the ranks; " if k == "batch" else ""
-        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=None,
-                        help=f"{what}default {v} ({SMALL[k]} with --small)")
+    add_shape_args(ap, {"batch": "the GLOBAL batch, split over the ranks; "})
     args = ap.parse_args(argv)
-    preset = SMALL if args.small else FULL
-    c = SimpleNamespace(**{k: preset[k] if getattr(args, k) is None else getattr(args, k) for k in FULL})
-    try:
-        args.pieces = parse_pieces(args.tessera)
-    except ValueError as e:
-        ap.error(f"--tessera: {e}")
+    c = shape_and_pieces(ap, args)
     if args.lr is None:
         args.lr = 3e-4 if args.optim == "adamw" else 0.5
     if c.heads % c.kv_heads or c.head_dim % 2 or args.steps < 1 or args.warmup < 0 or c.batch < 1:

@@ -33,7 +33,6 @@ import argparse
 import copy
 import os
 import sys
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -42,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
 sys.path.insert(0, HERE)
 from llama_distributed import exit_now, markov_tokens  # noqa: E402
-from llama_step import FULL, PIECES, SMALL, build, parse_pieces  # noqa: E402
+from llama_step import PIECES, add_shape_args, build, shape_and_pieces  # noqa: E402
 
 LOSS_TOL = 2e-3   # |loss - reference's|
 GRAD_TOL = 3e-2   # |grad - reference's| / |reference's|, per parameter
@@ -58,17 +57,9 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--loss-tol", type=float, default=LOSS_TOL)
     ap.add_argument("--grad-tol", type=float, default=GRAD_TOL)
-    for k, v in FULL.items():
-        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=None,
-                        help=f"default {v} ({SMALL[k]} with --small)")
+    add_shape_args(ap)
     args = ap.parse_args(argv)
-    preset = SMALL if args.small else FULL
-    c = SimpleNamespace(**{k: preset[k] if getattr(args, k) is None else getattr(args, k) for k in FULL})
-    try:
-        args.pieces = parse_pieces(args.tessera)
-    except ValueError as e:
-        ap.error(f"--tessera: {e}")
-    return c, args
+    return shape_and_pieces(ap, args), args
 
 
 def tp_plan(model, mesh):

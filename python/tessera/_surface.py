@@ -56,11 +56,6 @@ def _schema_args(schema: str) -> list:
     return out
 
 
-def _schema_names(schema: str) -> list:
-    """The argument names of a schema string, in order ('silu(Tensor input) -> Tensor')."""
-    return [a[0] for a in _schema_args(schema)]
-
-
 def op(name: str) -> Callable[[F], F]:
     schema = _SCHEMAS.get(name)
     if schema is None:
