@@ -10,8 +10,10 @@ per output): what a training step pays for the op. Providers: tessera; compile, 
 (default mode) of the plain torch function; compile2, the same compiled function timed again (the
 harness read against itself: compile2 / compile should be 1.00). Interleaved within each of R
 rounds; each case reports the median over rounds of bench_ms (triton's do_bench: L2 flushed,
-median). Before timing, tessera's outputs and gradients are checked against the torch function's,
-eager.
+median) and, since at these sizes a memory-bound call's wall time is mostly the host's, its GPU
+time: the kernels' durations summed from torch.profiler over single calls, each after an L2
+flush (median of 5). Before timing, tessera's outputs and gradients are checked against the torch
+function's, eager.
 
 Cases (what the compiled side computes):
   rms_norm        F.rms_norm(x, (dim,), w)                                     memory-bound
@@ -27,8 +29,8 @@ Cases (what the compiled side computes):
   alibi           causal GQA attention with ALiBi slopes (-slope * (i - j)): torch.compile of
                   flex_attention with that score_mod and a causal block mask; tessera.flash_attention
 Memory-bound cases also report GB/s of their compulsory traffic (inputs read and outputs written,
-forward and backward) against the copy rate measured in the same run (a 1 GiB clone);
-GEMM-bound and attention cases report TFLOP/s.
+forward and backward) over the GPU time, against the copy rate measured in the same run (a 1 GiB
+clone); GEMM-bound and attention cases report TFLOP/s.
 """
 import argparse
 import statistics
@@ -40,6 +42,7 @@ import torch.nn.functional as F
 
 import tessera
 from common import bench_ms, write_results
+from llama_report import profile_step
 from llama_step import FULL, SMALL
 
 OPS = ("rms_norm", "add_rms_norm", "rotary", "silu_mul", "mlp", "linear_ce", "cross_entropy", "alibi")
@@ -149,6 +152,17 @@ def check(op, got, want):
             raise AssertionError(f"{op}: result {i} differs from torch's by {err} (largest value {scale})")
 
 
+def gpu_us(fn, reps=5) -> float:
+    """The median over reps of one call's kernel time (us), each call after an L2 flush."""
+    flush = torch.empty(1 << 28, device="cuda", dtype=torch.int8)
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        torch.cuda.synchronize()
+        times.append(sum(ms for _, ms, _ in profile_step(fn)) * 1e3)
+    return statistics.median(times)
+
+
 def copy_rate_gbs() -> float:
     x = torch.empty(1 << 29, device="cuda", dtype=BF)  # 1 GiB
     y = torch.empty_like(x)
@@ -194,11 +208,14 @@ def main():
             for k, fn in calls.items():
                 times[k].append(bench_ms(fn))
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        gpu = {k: gpu_us(calls[k]) for k in ("tessera", "compile")}
         row = dict(op=op, **{k: round(v, 1) for k, v in med.items()},
                    speedup=round(med["compile"] / med["tessera"], 3),
-                   harness=round(med["compile2"] / med["compile"], 3))
+                   harness=round(med["compile2"] / med["compile"], 3),
+                   gpu_tessera=round(gpu["tessera"], 1), gpu_compile=round(gpu["compile"], 1),
+                   gpu_speedup=round(gpu["compile"] / gpu["tessera"], 3))
         if nbytes:
-            row["gbs"] = round(nbytes / med["tessera"] / 1e3, 0)
+            row["gbs"] = round(nbytes / gpu["tessera"] / 1e3, 0)
             row["of_copy"] = round(row["gbs"] / copy, 3)
         if flops:
             row["tflops"] = round(flops / med["tessera"] / 1e6, 1)
@@ -206,16 +223,19 @@ def main():
         rate = (f"{row['gbs']:.0f} GB/s ({row['of_copy']:.0%} of copy)" if nbytes
                 else f"{row['tflops']:.0f} TFLOP/s")
         print(f"{op:14s} tessera {med['tessera']:9.1f} us  compile {med['compile']:9.1f} us  "
-              f"compile/tessera {row['speedup']:.3f}  (compile2/compile {row['harness']:.3f})  {rate}",
+              f"compile/tessera {row['speedup']:.3f}  (compile2/compile {row['harness']:.3f})  "
+              f"GPU {gpu['tessera']:.1f} against {gpu['compile']:.1f} us ({row['gpu_speedup']:.3f})  {rate}",
               flush=True)
         del inputs, leaves, rest, want, grads, calls
         torch.cuda.empty_cache()
     lines = ["| op | tessera (us) | torch.compile (us) | again (us) | compile / tessera | again / compile | "
-             "tessera rate |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "GPU: tessera (us) | GPU: compile (us) | GPU: compile / tessera | tessera rate (GPU time) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         rate = f"{r['gbs']:.0f} GB/s, {r['of_copy']:.0%} of copy" if "gbs" in r else f"{r['tflops']:.0f} TFLOP/s"
         lines.append(f"| {r['op']} | {r['tessera']:.1f} | {r['compile']:.1f} | {r['compile2']:.1f} | "
-                     f"{r['speedup']:.3f} | {r['harness']:.3f} | {rate} |")
+                     f"{r['speedup']:.3f} | {r['harness']:.3f} | {r['gpu_tessera']:.1f} | {r['gpu_compile']:.1f} | "
+                     f"{r['gpu_speedup']:.3f} | {rate} |")
     table = "\n".join(lines)
     print(f"==== final table: forward + backward, median of {args.rounds} rounds; copy {copy:.0f} GB/s")
     print(table)

@@ -59,8 +59,10 @@ def do_bench(fn: Callable[[], object], *, warmup_ms: float = 25, min_reps: int =
 
         memory: also measure one more call's memory (torch users): ``extra_mb``, the peak of
             torch's allocator during the call above what was allocated before it (what the call
-            returns included), and ``scratch_mb``, the most of tessera's own scratch memory (its
-            pool, which torch's counters do not see) in use at once during it. MB are 10^6 bytes.
+            returns included; with the torch ops loaded, tessera's scratch memory comes from torch's
+            allocator and is counted here), and ``scratch_mb``, the most of tessera's own scratch
+            pool (which torch's counters do not see; 0 while torch's allocator serves scratch) in
+            use at once during it. MB are 10^6 bytes.
 
     Returns:
         dict with median_ms, p20_ms, p80_ms, min_ms, max_ms, mean_ms (per call) and reps (timed
@@ -125,8 +127,9 @@ def _bench_torch(torch, fn, opts, flush_l2, cuda_graph, graph_batch, stream):
 
 
 def _memory_torch(torch, fn, stream) -> dict[str, float]:
-    """One call's memory: torch's allocator peak above what was allocated before it, and the
-    high-water mark of tessera's scratch pool during it."""
+    """One call's memory: torch's allocator peak above what was allocated before it (with the
+    torch ops loaded, tessera's scratch memory comes from that allocator and is counted there),
+    and the high-water mark of tessera's own scratch pool during it."""
     stream = stream or torch.cuda.current_stream()
     device = stream.device.index if stream.device.index is not None else torch.cuda.current_device()
     with torch.cuda.stream(stream):

@@ -1,5 +1,6 @@
 #include "runtime/scratch.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -29,25 +30,37 @@ cudaMemPool_t pool_for(int device) {
   return pools[device];
 }
 
+std::atomic<const ScratchAllocator*> installed{nullptr};
+
 }  // namespace
+
+void set_scratch_allocator(const ScratchAllocator* a) { installed.store(a); }
 
 Scratch::Scratch(std::size_t bytes, cudaStream_t stream) : bytes_(bytes), stream_(stream) {
   if (bytes == 0) return;
+  if (const ScratchAllocator* a = installed.load(std::memory_order_acquire)) {
+    ptr_ = a->allocate(bytes, stream);
+    from_ = a;
+    return;
+  }
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   TESSERA_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr_, bytes, pool_for(device), stream));
 }
 
 void Scratch::release() noexcept {
-  if (ptr_) cudaFreeAsync(ptr_, stream_);
+  if (ptr_ && from_) from_->release(ptr_, stream_);
+  else if (ptr_) cudaFreeAsync(ptr_, stream_);
+  from_ = nullptr;
   ptr_ = nullptr;
   bytes_ = 0;
 }
 
 Scratch::~Scratch() { release(); }
 
-Scratch::Scratch(Scratch&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), stream_(o.stream_) {
+Scratch::Scratch(Scratch&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), stream_(o.stream_), from_(o.from_) {
   o.ptr_ = nullptr;
+  o.from_ = nullptr;
   o.bytes_ = 0;
 }
 
@@ -57,7 +70,9 @@ Scratch& Scratch::operator=(Scratch&& o) noexcept {
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
     stream_ = o.stream_;
+    from_ = o.from_;
     o.ptr_ = nullptr;
+    o.from_ = nullptr;
     o.bytes_ = 0;
   }
   return *this;

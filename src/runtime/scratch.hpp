@@ -3,6 +3,9 @@
 // memory pool per device with cudaMallocFromPoolAsync and returned with cudaFreeAsync on the same
 // stream, so it is safe across streams and costs no device synchronization; the pool keeps freed
 // memory for reuse (release threshold: unlimited) instead of handing it back to the driver.
+// A framework with its own stream-ordered caching allocator (the torch ops) installs it instead
+// (set_scratch_allocator): scratch memory is then reused with the framework's and counted in its
+// memory statistics, and a call skips the pool's driver calls.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +13,16 @@
 #include <cstddef>
 
 namespace tessera::runtime {
+
+// Stream-ordered allocation: memory from `allocate` is usable by work enqueued on `stream` after
+// the call; `release` may hand it to later work on that stream at once.
+struct ScratchAllocator {
+  void* (*allocate)(std::size_t bytes, cudaStream_t stream);
+  void (*release)(void* ptr, cudaStream_t stream);
+};
+// Every Scratch made after this call comes from `a` (nullptr: tessera's pool again). `a` must
+// outlive them.
+void set_scratch_allocator(const ScratchAllocator* a);
 
 class Scratch {
  public:
@@ -31,11 +44,13 @@ class Scratch {
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
   cudaStream_t stream_ = nullptr;
+  const ScratchAllocator* from_ = nullptr;  // the installed allocator that gave ptr_, if any
 };
 
 // The high-water mark of the scratch memory in use on `device` since the last reset (the pool's
 // own counter), and the reset, which sets it to what is in use now: what a call holds beyond its
-// arguments, for memory reports (tessera.bench.do_bench(memory=True)).
+// arguments, for memory reports (tessera.bench.do_bench(memory=True)). Memory an installed
+// allocator gave is not counted here (the framework counts it).
 std::size_t scratch_peak_bytes(int device);
 void reset_scratch_peak(int device);
 

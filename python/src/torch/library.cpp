@@ -4,12 +4,14 @@
 // lives here. generic.cpp registers the kernels of the ops whose description has one; the
 // families' files those written by hand.
 #include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include <string>
 
 #include "binding.hpp"
+#include "runtime/scratch.hpp"
 #include "tessera/op.hpp"
 
 namespace tessera::torch_ops {
@@ -45,6 +47,15 @@ std::string torch_name(c10::ScalarType t) {
     default: return c10::toString(t);
   }
 }
+// The library's scratch memory from torch's caching allocator while the torch ops are loaded:
+// reused with torch's own blocks, counted by torch.cuda.max_memory_allocated (the peaks users
+// compare), and without the pool's driver calls per call.
+void* torch_scratch(std::size_t bytes, cudaStream_t stream) {
+  return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream);
+}
+void torch_scratch_release(void* ptr, cudaStream_t) { c10::cuda::CUDACachingAllocator::raw_delete(ptr); }
+const runtime::ScratchAllocator kTorchScratch{torch_scratch, torch_scratch_release};
+const bool kScratchInstalled = (runtime::set_scratch_allocator(&kTorchScratch), true);
 }  // namespace
 
 TensorView view(const char* op, const char* arg, const at::Tensor& t) {
