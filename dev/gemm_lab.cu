@@ -1,9 +1,13 @@
-// The GEMM lab: the sm90 kernel's 16-bit instances for x @ W^T (both operands K-major, bf16 out)
-// against cuBLAS, built apart from the library so that a kernel change is compiled in a minute
+// The GEMM lab: the sm90 kernel's bf16 instances (bf16 out) against cuBLAS, built apart from the library so that a kernel change is compiled in a minute
 // and measured in one short device call. Not part of the build; dev/gemm_lab.sh builds and runs it.
 //
-//   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--bias] [--gelu] [--preact] [--beta]
-//            M,N,K ...
+//   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--bias] [--gelu]
+//            [--preact] [--beta]
+//            M,N,K[,LAYOUT] ...
+//
+// LAYOUT names C = A @ B as torch users meet it (default NT, x @ W^T): the first letter T where A
+// is a transposed view (stored K x M, M contiguous), the second T where B is (stored N x K, K
+// contiguous); N: stored K x N, N contiguous. A weight's gradient G^T X is TN, x @ W is NN.
 //
 // --bias, --gelu add a bias, GELU to our epilogue only (the error column is then meaningless), to
 // compare the schedules' epilogue costs; --preact also stores the pre-activation (implies --gelu).
@@ -24,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/matrix/gemm_sm90.cuh"
+#include "ops/matrix/gemm_sm90_launch.cuh"
 
 using namespace tessera;
 using namespace tessera::matrix;
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
   float beta = 0.0f;
   std::string schedule = "all";
   std::vector<std::array<int64_t, 3>> shapes;
+  std::vector<std::string> layouts;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) schedule = argv[++i];
@@ -82,14 +87,17 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--beta")) beta = 1.0f;
     else {
       long long m, n, k;
-      if (std::sscanf(argv[i], "%lld,%lld,%lld", &m, &n, &k) != 3) {
-        std::fprintf(stderr, "shape '%s': expected M,N,K\n", argv[i]);
+      char lay[3] = "NT";
+      const int got = std::sscanf(argv[i], "%lld,%lld,%lld,%2[NT]", &m, &n, &k, lay);
+      if (got < 3) {
+        std::fprintf(stderr, "shape '%s': expected M,N,K[,LAYOUT]\n", argv[i]);
         return 2;
       }
       shapes.push_back({m, n, k});
+      layouts.push_back(lay);
     }
   }
-  if (shapes.empty()) shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}};
+  if (shapes.empty()) shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}}, layouts = {"NT", "NT"};
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const size_t flush_bytes = size_t(512) << 20;
@@ -98,10 +106,12 @@ int main(int argc, char** argv) {
   cublasHandle_t h;
   CK(cublasCreate(&h));
   Timer timer;
-  std::printf("%-20s %-18s %9s %9s %9s %7s %9s %9s\n", "M,N,K", "schedule", "cublas_us", "ours_us",
+  std::printf("%-23s %-22s %9s %9s %9s %7s %9s %9s\n", "M,N,K", "schedule", "cublas_us", "ours_us",
               "ratio", "TFLOP/s", "peer/peer", "max_err");
-  for (const auto& s : shapes) {
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const auto& s = shapes[si];
     const int64_t m = s[0], n = s[1], k = s[2];
+    const bool ta = layouts[si][0] == 'T', tb = layouts[si][1] == 'T';
     __nv_bfloat16 *a, *w, *c, *ref, *bias, *z = nullptr;
     CK(cudaMalloc(&a, m * k * 2)), CK(cudaMalloc(&w, n * k * 2)), CK(cudaMalloc(&bias, n * 2));
     fill<<<64, 256>>>(bias, n, 3);
@@ -110,13 +120,16 @@ int main(int argc, char** argv) {
     fill<<<1024, 256>>>(a, m * k, 1), fill<<<1024, 256>>>(w, n * k, 2);
     const float one = 1.0f;
     auto peer = [&] {
-      CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w, CUDA_R_16BF,
-                      int(k), a, CUDA_R_16BF, int(k), &beta, ref, CUDA_R_16BF, int(n),
-                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      // Column-major: C^T (n x m) = op(B) op(A), B read as stored (n x k with K contiguous: op T).
+      CK(cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n),
+                      int(m), int(k), &one, w, CUDA_R_16BF, int(tb ? k : n), a, CUDA_R_16BF,
+                      int(ta ? m : k), &beta, ref, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT));
     };
     GemmArgs g;
     g.a = a, g.b = w, g.c = c, g.m = m, g.n = n, g.k = k;
-    g.a_sm = k, g.a_sk = 1, g.b_sn = k, g.b_sk = 1, g.c_sm = n, g.c_sn = 1;
+    g.a_sm = ta ? 1 : k, g.a_sk = ta ? m : 1, g.b_sn = tb ? k : 1, g.b_sk = tb ? 1 : n;
+    g.c_sm = n, g.c_sn = 1;
     if (with_bias) g.bias = bias, g.bias_sn = 1;
     if (gelu) g.activation = Activation::gelu;
     if (preact) g.z = z, g.z_sm = n, g.z_sn = 1;
@@ -133,10 +146,7 @@ int main(int argc, char** argv) {
       const int64_t t = sm90::tiles(g, p.pingpong ? sm90::PingPong::BN : sm90::Cooperative::BN);
       const int64_t units = p.splits > 1 ? p.whole + (t - p.whole) * p.splits : t;
       p.grid = int(std::min(units, int64_t(ctx.sms)));
-      auto ours = [&] {
-        if (p.pingpong) sm90::launch_typed<__nv_bfloat16, __nv_bfloat16, sm90::PingPong, true, true>(g, p, 0);
-        else sm90::launch_typed<__nv_bfloat16, __nv_bfloat16, sm90::Cooperative, true, true>(g, p, 0);
-      };
+      auto ours = [&] { sm90::launch_sm90<__nv_bfloat16>(g, p, 0); };
       if (beta != 0.0f) fill<<<1024, 256>>>(c, m * n, 4), fill<<<1024, 256>>>(ref, m * n, 4);
       else CK(cudaMemset(c, 0xff, m * n * 2));
       peer(), ours();
@@ -161,9 +171,10 @@ int main(int argc, char** argv) {
       for (int r = 0; r < rounds; ++r) ratio.push_back(tp[r] / to[r]), self.push_back(tp[r] / tp2[r]);
       const float mp = median(tp), mo = median(to);
       char shape[64], sched_name[32];
-      std::snprintf(sched_name, sizeof sched_name, "%s%s/%d", names[sched], p.pingpong ? "(pp)" : "", p.splits);
+      std::snprintf(sched_name, sizeof sched_name, "%s%s/%d/g%d", names[sched], p.pingpong ? "(pp)" : "", p.splits,
+                    p.grid);
       std::snprintf(shape, sizeof shape, "%lld,%lld,%lld", (long long)m, (long long)n, (long long)k);
-      std::printf("%-20s %-18s %9.1f %9.1f %9.3f %7.0f %9.3f %9.2e\n", shape,
+      std::printf("%-23s %-22s %9.1f %9.1f %9.3f %7.0f %9.3f %9.2e\n", shape,
                   sched_name, mp, mo, median(ratio), 2.0 * m * n * k / mo / 1e6,
                   median(self), err / big);
       std::fflush(stdout);
