@@ -212,12 +212,14 @@ def test_peaks(torch):
 
 def test_do_bench_memory_counts_torch_and_tessera_scratch(torch):
     """memory=True: one call's peak above what was allocated (what it returns included), and the
-    high-water mark of tessera's own scratch pool, which torch's counters do not see."""
+    high-water mark of tessera's own scratch pool. With the torch ops loaded, tessera's scratch
+    memory comes from torch's caching allocator: counted in torch's peak, the pool unused."""
     from tessera.bench import do_bench
     stats = do_bench(lambda: torch.empty(1_000_000, device="cuda"), memory=True, min_reps=3, budget_ms=1)
     assert 3.9 <= stats["extra_mb"] <= 4.5, stats
     logits = torch.randn(4096, 1000, device="cuda")
     target = torch.randint(0, 1000, (4096,), device="cuda")
     stats = do_bench(lambda: tessera.cross_entropy(logits, target), memory=True, min_reps=3, budget_ms=1)
-    assert stats["scratch_mb"] >= 4096 * 4 / 1e6, stats  # the per-row losses the mean sums
-    assert stats["extra_mb"] < 1.0, stats  # the loss and lse only: no gradient without autograd
+    # The per-row losses the mean sums (scratch), the loss and lse: no gradient without autograd.
+    assert 2 * 4096 * 4 / 1e6 <= stats["extra_mb"] < 1.0, stats
+    assert stats["scratch_mb"] == 0.0, stats
