@@ -1,0 +1,89 @@
+// runtime::Scratch with an installed allocator (runtime::set_scratch_allocator, what the torch ops
+// install): each Scratch takes its memory from it and gives it back to it once, on its stream.
+// The allocator here hands out host memory and never calls CUDA, so these run without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "runtime/scratch.hpp"
+
+namespace {
+
+struct Call {
+  void* ptr;
+  std::size_t bytes;
+  cudaStream_t stream;
+};
+std::vector<Call> allocated, released;
+
+void* host_allocate(std::size_t bytes, cudaStream_t stream) {
+  void* p = std::malloc(bytes);
+  allocated.push_back({p, bytes, stream});
+  return p;
+}
+
+void host_release(void* ptr, cudaStream_t stream) {
+  released.push_back({ptr, 0, stream});
+  std::free(ptr);
+}
+
+const tessera::runtime::ScratchAllocator kHost{host_allocate, host_release};
+
+class ScratchAllocatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    allocated.clear(), released.clear();
+    tessera::runtime::set_scratch_allocator(&kHost);
+  }
+  void TearDown() override { tessera::runtime::set_scratch_allocator(nullptr); }
+};
+
+TEST_F(ScratchAllocatorTest, TakesAndGivesBackThroughTheAllocatorOnItsStream) {
+  const auto stream = reinterpret_cast<cudaStream_t>(0x10);
+  {
+    tessera::runtime::Scratch s(256, stream);
+    ASSERT_EQ(allocated.size(), 1u);
+    EXPECT_EQ(s.data(), allocated[0].ptr);
+    EXPECT_EQ(s.bytes(), 256u);
+    EXPECT_EQ(allocated[0].bytes, 256u);
+    EXPECT_EQ(allocated[0].stream, stream);
+    EXPECT_TRUE(released.empty());
+  }
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].ptr, allocated[0].ptr);
+  EXPECT_EQ(released[0].stream, stream);
+}
+
+TEST_F(ScratchAllocatorTest, EmptyScratchAsksForNothing) {
+  { tessera::runtime::Scratch s(0, nullptr); }
+  EXPECT_TRUE(allocated.empty());
+  EXPECT_TRUE(released.empty());
+}
+
+TEST_F(ScratchAllocatorTest, MovesGiveBackOnce) {
+  {
+    tessera::runtime::Scratch a(64, nullptr);
+    tessera::runtime::Scratch b(std::move(a));
+    EXPECT_EQ(a.data(), nullptr);
+    tessera::runtime::Scratch c(32, nullptr);
+    c = std::move(b);  // c's own memory goes back now, b's when c goes
+    ASSERT_EQ(released.size(), 1u);
+    EXPECT_EQ(released[0].ptr, allocated[1].ptr);
+    EXPECT_EQ(c.data(), allocated[0].ptr);
+  }
+  ASSERT_EQ(released.size(), 2u);
+  EXPECT_EQ(released[1].ptr, allocated[0].ptr);
+}
+
+TEST_F(ScratchAllocatorTest, MemoryGoesBackToTheAllocatorThatGaveItAfterUninstalling) {
+  {
+    tessera::runtime::Scratch s(128, nullptr);
+    tessera::runtime::set_scratch_allocator(nullptr);  // later Scratch from the pool; s still ours
+  }
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].ptr, allocated[0].ptr);
+}
+
+}  // namespace
