@@ -1,4 +1,4 @@
-// What the Hopper backward's kernels share (attention_backward_sm90.cu, the multiplies;
+// What the Hopper backward's kernels share (attention_backward_sm90_kernel.cuh, the multiplies;
 // attention_backward_sm90_rows.cu, the row-wise passes before and after): the tiles, and how the
 // two consumer warpgroups share dQ's product, which sets dq_acc's layout.
 #pragma once
