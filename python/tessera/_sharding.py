@@ -5,8 +5,8 @@ Each rule lists the placements (per mesh dimension) under which the op on local 
 global result; DTensor picks the one that needs the least communication and redistributes the
 inputs to it. An op that cannot run sharded lists Replicate only, and DTensor gathers: seeded
 dropout, whose mask depends on each element's global index; a loss averaged over rows (its
-divisor is the whole batch's). Ops without a rule here (copy, scaled_mm, attention's varlen and
-kvcache forms and varlen's backward) keep DTensor's default, an error naming the op.
+divisor is the whole batch's). Ops without a rule here (attention's varlen and kvcache forms and
+varlen's backward) keep DTensor's default, an error naming the op.
 
 A rule is the placements of one mesh dimension; DTensor combines them over the mesh's dimensions.
 Its inputs list a placement for every tensor argument given (keyword ones included, in schema
@@ -293,7 +293,7 @@ SWIGLU_PAIR = 128  # matmul's 'swiglu' interleaves gate and up in blocks of 64 c
 
 
 def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> None:
-    """The rules of add, isin, swiglu_backward, matmul, mlp and the losses."""
+    """The rules of add, isin, swiglu_backward, matmul, scaled_mm, mlp, the losses and copy."""
     R = Replicate()
     linear = ("sum", "avg")  # the reductions a linear op commutes with (Partial.LINEAR_REDUCE_OPS)
 
@@ -415,6 +415,16 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     register_sharding(ops.matmul.default)(matmul_rule(1))
     register_sharding(ops.matmul.preactivation)(matmul_rule(2))
 
+    # scaled_mm(input [M, K], other [K, N], scale_a, scale_b, *, bias [N]): matmul's 2-d
+    # strategies without an activation, the per-tensor scales (one number each) replicated in
+    # every one: rows, other's columns (bias along), or K in both (a partial sum, bias too).
+    @register_sharding(ops.scaled_mm.default)
+    def scaled_mm_rule(input, other, scale_a, scale_b, *, bias=None, **kwargs):
+        def strategy(out, pa, pb, pbias):
+            return [out], [pa, pb, R, R] + ([pbias] if bias is not None else [])
+        return [strategy(R, R, R, R), strategy(Shard(0), Shard(0), R, R), strategy(Shard(1), R, Shard(1), Shard(0)),
+                strategy(Partial(), Shard(1), Shard(0), Partial())]
+
     # The losses: rows (tokens) are independent, so logits (and target, and the gradient) sharded
     # by rows give each row's loss, lse and gradient on its rank; 'sum' adds the rows' losses, a
     # partial sum on each rank (Partial). 'mean' divides by the count of the rows not ignored (or
@@ -485,3 +495,10 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
             loss = Shard(0) if reduction == "none" else Partial()
             strategies.append(([loss, Shard(0), Shard(0), Partial(), Partial()], ins(Shard(0))))
         return strategies
+
+    # copy(src, dst) writes dst in place: dst stays as it is placed (a copy commutes with any
+    # sharding and with partial sums) and src is brought to the same placement.
+    @register_sharding(ops.copy.default)
+    def copy_rule(src, dst):
+        allowed = [R] + [Shard(d) for d in range(dst.ndim)] + [Partial(op) for op in linear]
+        return [([], [p, p]) for p in placed_as(dst, allowed, "copy", "dst")]

@@ -176,6 +176,39 @@ def test_matmul_shards_rows_batch_and_columns(run):
     assert placements([y]) == [(S(2),)] and comms == 0 and y.to_local().shape == (4, 8, 16)
 
 
+def test_scaled_mm_shards_as_matmul_with_the_scales_replicated(run):
+    smm, S, R, P = run.ops.scaled_mm.default, run.Shard, run.R, run.P
+    torch = run.torch
+
+    def f8(shape, p):
+        t = run.tensor(shape, p)
+        with run.mode:
+            return t.to(torch.float8_e4m3fn)
+    scale = run.tensor((), R)
+    (y,), comms = run.call(smm, f8((8, 16), S(0)), f8((16, 32), R), scale, scale)
+    assert placements([y]) == [(S(0),)] and comms == 0 and y.to_local().shape == (4, 32)
+    (y,), comms = run.call(smm, f8((8, 16), R), f8((16, 32), S(1)), scale, scale,
+                           bias=run.tensor((32,), S(0), dtype=torch.bfloat16))
+    assert placements([y]) == [(S(1),)] and comms == 0 and y.to_local().shape == (8, 16)
+    (y,), comms = run.call(smm, f8((8, 16), S(1)), f8((16, 32), S(0)), scale, scale)
+    assert placements([y]) == [(P,)] and comms == 0 and y.to_local().shape == (8, 32)
+    # A bias given replicated (keyword arguments stay as placed): K is not split, rows are.
+    (y,), comms = run.call(smm, f8((8, 16), S(0)), f8((16, 32), R), scale, scale,
+                           bias=run.tensor((32,), R, dtype=torch.bfloat16))
+    assert placements([y]) == [(S(0),)] and comms == 0
+
+
+def test_copy_writes_dst_where_it_is_placed(run):
+    cp, S, R = run.ops.copy.default, run.Shard, run.R
+    for p in (R, S(0), S(1), run.P):
+        dst = run.tensor((8, 16), p)
+        _, comms = run.call(cp, run.tensor((8, 16), p), dst)
+        assert placements([dst]) == [(p,)] and comms == 0
+    dst = run.tensor((8, 16), S(1))
+    _, comms = run.call(cp, run.tensor((8, 16), S(0)), dst)  # src brought to dst's placement
+    assert placements([dst]) == [(S(1),)] and comms > 0
+
+
 def test_matmul_row_parallel_is_a_partial_sum_only_without_an_activation(run):
     mm, S, R, P = run.ops.matmul.default, run.Shard, run.R, run.P
     a, b = run.tensor((8, 16), S(1)), run.tensor((16, 32), S(0))
