@@ -5,8 +5,7 @@ Each rule lists the placements (per mesh dimension) under which the op on local 
 global result; DTensor picks the one that needs the least communication and redistributes the
 inputs to it. An op that cannot run sharded lists Replicate only, and DTensor gathers: seeded
 dropout, whose mask depends on each element's global index; a loss averaged over rows (its
-divisor is the whole batch's). Ops without a rule here (attention's varlen and kvcache forms and
-varlen's backward) keep DTensor's default, an error naming the op.
+divisor is the whole batch's).
 
 A rule is the placements of one mesh dimension; DTensor combines them over the mesh's dimensions.
 Its inputs list a placement for every tensor argument given (keyword ones included, in schema
@@ -212,8 +211,8 @@ def register(torch) -> bool:
     # (batch, heads, seq). By heads only where each shard's query heads map to its own key heads:
     # as many of each, or GQA's key heads a multiple of the mesh's size (every group whole).
     # ALiBi's slopes, (heads,) or (batch, heads), sharded with the heads or the batch.
-    def by_heads(q, k):
-        return q.shape[2] == k.shape[2] or k.shape[2] % q.mesh.size() == 0
+    def by_heads(q, k, dim=2):
+        return q.shape[dim] == k.shape[dim] or k.shape[dim] % q.mesh.size() == 0
 
     def slopes(alibi, p):
         """ALiBi's slopes where q is `p`: sharded along with the batch or the heads."""
@@ -245,6 +244,43 @@ def register(torch) -> bool:
         strategies = [([R] * 3, ins(R, R)), ([Shard(0)] * 3, ins(Shard(0), Shard(0)))]
         if by_heads(q, k):
             strategies.append(([Shard(2)] * 3, ins(Shard(2), Shard(1))))
+        return strategies
+
+    # Packed sequences (q (total_q, heads, dim), lse (heads, total_q)): by heads only, the
+    # sequences' offsets replicated; the tokens cannot shard (the offsets are global).
+    @register_sharding(ops.attention.varlen)
+    def attention_varlen_rule(q, k, v, cu_seqlens_q, cu_seqlens_k, *args, **kwargs):
+        alibi = kwargs.get("alibi_slopes")
+
+        def ins(p):
+            return [p] * 3 + [R, R] + [None] * len(args) + ([slopes(alibi, p)] if alibi is not None else [])
+        return [([R] * 2, ins(R))] + ([([Shard(1), Shard(0)], ins(Shard(1)))] if by_heads(q, k, 1) else [])
+
+    @register_sharding(ops.attention_backward.varlen)
+    def attention_backward_varlen_rule(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *args, **kwargs):
+        alibi = kwargs.get("alibi_slopes")
+
+        def ins(p, lse_p):
+            return [p] * 5 + [lse_p, R, R] + [None] * len(args) + ([slopes(alibi, p)] if alibi is not None else [])
+        return [([R] * 3, ins(R, R))] + ([([Shard(1)] * 3, ins(Shard(1), Shard(0)))] if by_heads(q, k, 1) else [])
+
+    # Decoding against a cache (q (batch, seq_q, heads, dim), the caches (batch, seq_k, heads_kv,
+    # dim), or a paged pool (blocks, block_size, heads_kv, dim) that block_table (batch, blocks)
+    # indexes): by heads, the caches' heads along; or by batch, each rank its sequences' rows of
+    # the caches, or of block_table with the pool kept whole.
+    @register_sharding(ops.attention.kvcache)
+    def attention_kvcache_rule(q, k_cache, v_cache, cache_seqlens, *args, **kwargs):
+        alibi = kwargs.get("alibi_slopes")
+        paged = bool(args) and is_tensor(args[0])
+
+        def ins(p, cache, per_sequence, table):
+            tail = [table if paged else None] if args else []
+            return [p, cache, cache, per_sequence] + tail + ([slopes(alibi, p)] if alibi is not None else [])
+        strategies = [([R] * 2, ins(R, R, R, R))]
+        if paged or k_cache.shape[0] == q.shape[0]:
+            strategies.append(([Shard(0)] * 2, ins(Shard(0), R if paged else Shard(0), Shard(0), Shard(0))))
+        if by_heads(q, k_cache):
+            strategies.append(([Shard(2), Shard(1)], ins(Shard(2), Shard(2), R, R)))
         return strategies
 
     _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial)

@@ -116,6 +116,41 @@ def test_attention_alibi_slopes_shard_with_the_batch_or_heads_and_gqa_groups_sta
     assert out.placements == (S(2),) and comms == 0
 
 
+def test_varlen_attention_shards_by_heads_only(run):
+    ops, S, R = run.ops, run.Shard, run.R
+    q, k, v = run.tensor((16, 4, 8), S(1)), run.tensor((16, 2, 8), S(1)), run.tensor((16, 2, 8), S(1))
+    cu = run.ints((3,), 16, R)
+    (out, lse), comms = run.call(ops.attention.varlen, q, k, v, cu, cu, 8, 8, causal=True)
+    assert placements([out, lse]) == [(S(1),), (S(0),)] and comms == 0
+    assert out.to_local().shape == (16, 2, 8) and lse.to_local().shape == (2, 16)
+    (dq, dk, dv), comms = run.call(ops.attention_backward.varlen, out, q, k, v, out, lse, cu, cu, 8, 8)
+    assert placements([dq, dk, dv]) == [(S(1),)] * 3 and comms == 0
+    # The packed tokens sharded: gathered, the offsets being global.
+    (out, _), comms = run.call(ops.attention.varlen, run.tensor((16, 4, 8), S(0)), k, v, cu, cu, 8, 8)
+    assert S(0) not in out.placements and comms > 0
+    # GQA whose key heads do not divide among the ranks: replicated.
+    k1 = run.tensor((16, 1, 8), R)
+    (out, _), comms = run.call(ops.attention.varlen, q, k1, k1, cu, cu, 8, 8)
+    assert placements([out]) == [(R,)]
+
+
+def test_kvcache_attention_shards_by_batch_or_heads_and_keeps_a_paged_pool_whole(run):
+    ops, S, R = run.ops, run.Shard, run.R
+    q = run.tensor((2, 1, 4, 8), S(0))
+    kc, vc = run.tensor((2, 16, 2, 8), S(0)), run.tensor((2, 16, 2, 8), S(0))
+    lens = run.ints((2,), 16, S(0))
+    (out, lse), comms = run.call(ops.attention.kvcache, q, kc, vc, lens)
+    assert placements([out, lse]) == [(S(0),)] * 2 and comms == 0 and out.to_local().shape == (1, 1, 4, 8)
+    qh, kh, vh = run.tensor((2, 1, 4, 8), S(2)), run.tensor((2, 16, 2, 8), S(2)), run.tensor((2, 16, 2, 8), S(2))
+    (out, lse), comms = run.call(ops.attention.kvcache, qh, kh, vh, run.ints((2,), 16, R))
+    assert placements([out, lse]) == [(S(2),), (S(1),)] and comms == 0
+    # Paged: each rank its rows of block_table, the pool replicated.
+    pool = run.tensor((6, 4, 2, 8), R)
+    table = run.ints((2, 3), 6, S(0))
+    (out, _), comms = run.call(ops.attention.kvcache, q, pool, pool, lens, table)
+    assert placements([out]) == [(S(0),)] and comms == 0
+
+
 def test_rotary_shards_per_sequence_angles_and_offsets_with_the_batch(run):
     ops, S = run.ops, run.Shard
     q, k = run.tensor((2, 6, 4, 16), S(0)), run.tensor((2, 6, 2, 16), S(0))
