@@ -47,6 +47,7 @@ std::string torch_name(c10::ScalarType t) {
     default: return c10::toString(t);
   }
 }
+
 // The library's scratch memory from torch's caching allocator while the torch ops are loaded:
 // reused with torch's own blocks, counted by torch.cuda.max_memory_allocated (the peaks users
 // compare), and without the pool's driver calls per call.
