@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tessera
-from common import bench_ms, write_results
+from common import bench_ms, interleaved_ms, write_results
 
 def torch_backend(backend):
     def run(q, k, v, causal):
@@ -176,11 +176,7 @@ def gqa(args) -> list:
                     err = (calls["tessera"]().float() - calls["cudnn"]().float()).abs().max().item()
                     assert err < 2e-2, f"tessera differs from cuDNN by {err} at {(b, hq, hkv, s)}"
                     flops = 2.0 * b * hq * s * s * 128
-                times = {p: [] for p in calls}
-                for _ in range(args.rounds):
-                    for p, fn in calls.items():
-                        times[p].append(bench_ms(fn))
-                med = {p: statistics.median(t) for p, t in times.items()}
+                med = interleaved_ms(calls, args.rounds)
                 row = {"b": b, "hq": hq, "hkv": hkv, "s": s, **{p + "_tflops": flops / med[p] / 1e9 for p in calls}}
                 rows.append(row)
                 print(f"{b}x{hq}/{hkv}x{s}: " + "  ".join(f"{p} {row[p + '_tflops']:.0f}" for p in calls) +
@@ -240,11 +236,7 @@ def main() -> None:
                     err = (got.float() - want.float()).abs().max().item()
                     assert err < 2e-2, f"tessera differs from cuDNN by {err} at {(b, h, s, d, causal)}"
                     flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-                times = {p: [] for p in PROVIDERS}
-                for _ in range(args.rounds):
-                    for p, fn in calls.items():
-                        times[p].append(bench_ms(fn))
-                med = {p: statistics.median(t) for p, t in times.items()}
+                med = interleaved_ms(calls, args.rounds)
                 row = {"b": b, "h": h, "s": s, "d": d, "causal": causal,
                        **{p + "_tflops": flops / med[p] / 1e9 for p in PROVIDERS}}
                 rows.append(row)

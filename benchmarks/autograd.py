@@ -16,14 +16,13 @@ min(4096, 2^26 / N)); layer_norm (dx, dw, db) and rms_norm (dx, dw) at 4096 x N 
 4096 and 8192. float32 and bfloat16.
 """
 import argparse
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
 import tessera
-from common import bench_ms, write_results
+from common import interleaved_ms, timer_name, write_results
 
 def rows_for(n: int) -> int:
     return min(4096, (1 << 26) // n)
@@ -94,11 +93,7 @@ def main():
         calls = {k: backward_call(op, f, x, w, b, g)[0] for k, f in fwd.items()}
         check(op, dt, calls["tessera"](), calls["torch"]())
         calls["torch2"] = calls["torch"]
-        times = {k: [] for k in calls}
-        for _ in range(args.rounds):
-            for k, fn in calls.items():
-                times[k].append(bench_ms(fn))
-        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        med = {k: v * 1e3 for k, v in interleaved_ms(calls, args.rounds).items()}
         row = {"op": op, "dtype": str(dt).replace("torch.", ""), "shape": f"{shape[0]}x{shape[1]}",
                **{k: round(v, 2) for k, v in med.items()},
                "speedup": round(med["torch"] / med["tessera"], 3),
@@ -115,8 +110,7 @@ def main():
     print("==== final table (backward through autograd, median of rounds)")
     print(table)
     if args.out:
-        timer = "triton.testing.do_bench" if _triton_do_bench else "tessera.bench.do_bench"
-        write_results(args.out, "autograd", {"rounds": args.rounds, "timer": timer}, rows, table)
+        write_results(args.out, "autograd", {"rounds": args.rounds, "timer": timer_name()}, rows, table)
     return 0
 
 

@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -60,6 +61,21 @@ def bench_ms(fn) -> float:
     if _triton_do_bench is not None:
         return float(_triton_do_bench(fn, warmup=25, rep=100, return_mode="median"))
     return tessera.bench.do_bench(fn, warmup_ms=25, budget_ms=100, flush_l2=True)["median_ms"]
+
+
+def timer_name() -> str:
+    """What bench_ms times with, for the reports."""
+    return "triton.testing.do_bench" if _triton_do_bench is not None else "tessera.bench.do_bench"
+
+
+def interleaved_ms(calls: dict, rounds: int) -> dict:
+    """{provider: median bench_ms over `rounds` rounds}, the providers timed in turn within each
+    round: GPU clocks drift between rounds more than within one."""
+    times = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, fn in calls.items():
+            times[k].append(bench_ms(fn))
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def write_results(out_dir, name: str, meta: dict, rows: list, table: str) -> None:

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 import tessera
-from common import bench_ms, write_results
+from common import bench_ms, interleaved_ms, write_results
 from llama_report import profile_step
 from llama_step import FULL, SMALL
 
@@ -203,11 +203,7 @@ def main():
         check(op, got + list(calls["tessera"]()), [o.detach() for o in want] + list(eager()))
         calls["compile"]()  # compiles forward and backward
         calls["compile2"] = calls["compile"]
-        times = {k: [] for k in calls}
-        for _ in range(args.rounds):
-            for k, fn in calls.items():
-                times[k].append(bench_ms(fn))
-        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        med = {k: v * 1e3 for k, v in interleaved_ms(calls, args.rounds).items()}
         gpu = {k: gpu_us(calls[k]) for k in ("tessera", "compile")}
         row = dict(op=op, **{k: round(v, 1) for k, v in med.items()},
                    speedup=round(med["compile"] / med["tessera"], 3),

@@ -1,9 +1,25 @@
 """Shared by the tests of DTensor sharding (test_sharding.py, test_distributed.py): a fake process
 group of two ranks, CPU and "cuda" device meshes on it, and Run, which builds DTensors under
 FakeTensorMode and counts the collectives a call issues. The fixtures are imported by name into
-the test modules that use them."""
+the test modules that use them. Also dispatch_log, which other tests use to see the ops a call
+reaches."""
 
 import pytest
+
+
+def dispatch_log():
+    """A TorchDispatchMode that records the name of every op it sees in `.seen`, in order."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+    return Log()
 
 
 @pytest.fixture(scope="module")
@@ -71,18 +87,7 @@ class Run:
     def traced(self, fn, *args, **kwargs):
         """(outputs as a tuple, collectives, the ops called on the DTensors themselves: what the
         public function handed to the dispatcher, before DTensor ran them on the shards)."""
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        class Log(TorchDispatchMode):
-            def __init__(self):
-                super().__init__()
-                self.seen = []
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                self.seen.append(str(func))
-                return func(*args, **(kwargs or {}))
-
-        with self.mode, self.comm() as c, Log() as log:
+        with self.mode, self.comm() as c, dispatch_log() as log:
             out = fn(*args, **kwargs)
         return (out if isinstance(out, tuple) else (out,)), c.get_total_counts(), log.seen
 

@@ -10,6 +10,7 @@ dtype, batched inputs; the no-grad path; what is saved, on real tensors; torch.c
 """
 
 import pytest
+from fake_dist import dispatch_log
 
 import tessera
 
@@ -117,23 +118,12 @@ def test_mlp_backward_ops_and_gradient_shapes_fake(torch_cpu):
     swiglu_backward.recompute (dz and the recomputed h together), nothing else of tessera's."""
     torch = torch_cpu
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Log(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.seen = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.seen.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     with FakeTensorMode():
         x = torch.randn(2, 8, 64, requires_grad=True)
         w_in = torch.randn(256, 64, requires_grad=True)
         w_out = torch.randn(48, 128, requires_grad=True)
         y = tessera.mlp(x, w_in, w_out)
-        with Log() as log:
+        with dispatch_log() as log:
             y.sum().backward()
     assert x.grad.shape == x.shape and w_in.grad.shape == w_in.shape and w_out.grad.shape == w_out.shape
     ours = [s for s in log.seen if s.startswith("tessera.")]

@@ -10,6 +10,7 @@ shapes, dtypes and device. With TESSERA_REQUIRE_TORCH_OPS=1 (scripts/test.sh, wh
 torch ops) a missing torch or torch library fails these instead of skipping them."""
 
 import pytest
+from fake_dist import dispatch_log
 
 import tessera
 from tessera._C import op_descriptions
@@ -517,15 +518,6 @@ def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops
     """Calls that something else must see keep torch.ops: under a TorchDispatchMode, for a
     subclass of torch.Tensor, and in a torch.compile graph (the same results and gradients)."""
     fast = _fast(torch)
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    seen = []
-
-    class Log(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     x0 = torch.randn(16, 64, device="cuda")
     w0 = torch.randn(64, device="cuda")
     x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
@@ -533,11 +525,11 @@ def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops
     want.sum().backward()
     # A dispatch mode sees the op.
     xm, wm = x0.clone().requires_grad_(), w0.clone().requires_grad_()
-    with Log():
+    with dispatch_log() as log:
         assert not fast.takes(xm)
         assert fast.call(tessera._interop.FAST["gelu"], xm, "none") is None
         got = tessera.layer_norm(tessera.gelu(xm), (64,), wm)
-    assert "tessera.gelu.default" in seen and "tessera.layer_norm.default" in seen, seen
+    assert "tessera.gelu.default" in log.seen and "tessera.layer_norm.default" in log.seen, log.seen
     got.sum().backward()
     assert torch.equal(got, want) and torch.equal(xm.grad, x.grad) and torch.equal(wm.grad, w.grad)
 
