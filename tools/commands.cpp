@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -11,6 +12,7 @@
 #include "bench/toolkit_lib.hpp"
 #include "cli.hpp"
 #include "ops/registry.hpp"
+#include "ops/verify.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/memory.hpp"
@@ -89,7 +91,10 @@ int verify(const Args& a, std::ostream& out) {
   size_t op_width = 0;
   for (const auto* op : selected) op_width = std::max(op_width, op->name.size());
 
+  ops::set_verify_seed(uint64_t(a.seed));
   int passed = 0, failed = 0, skipped = 0;
+  double worst = 0;  // the largest rel_err / tol of a passing case: the run's margin
+  std::string worst_case;
   for (const ops::OpInfo* op : selected) {
     for (const ops::VerifyCase& c : op->verify_cases()) {
       if (c.large && !a.large) {
@@ -105,15 +110,21 @@ int verify(const Args& a, std::ostream& out) {
       }
       if (r.name.empty()) r.name = c.name;
       ++(r.passed ? passed : failed);
-      out << strf("%s  %-*s  %-36s  rel_err %.2e  max_abs %.2e  tol %.0e  unwritten %lld",
+      const double ratio = r.tolerance > 0 ? r.rel_err / r.tolerance : (r.rel_err > 0 ? INFINITY : 0.0);
+      if (r.passed && ratio > worst) {
+        worst = ratio;
+        worst_case = op->name + " " + r.name;
+      }
+      out << strf("%s  %-*s  %-36s  rel_err %.2e  max_abs %.2e  tol %.2e  (%.3f of tol)  unwritten %lld",
                   r.passed ? "PASS" : "FAIL", int(op_width), op->name.c_str(), r.name.c_str(),
-                  r.rel_err, r.max_abs, r.tolerance, static_cast<long long>(r.unwritten));
+                  r.rel_err, r.max_abs, r.tolerance, ratio, static_cast<long long>(r.unwritten));
       if (!r.passed && !r.detail.empty()) out << "  (" << r.detail << ")";
       out << std::endl;  // flushed: a long run shows its progress
     }
   }
   if (skipped) out << skipped << " large case(s) skipped (run with --large)\n";
-  out << passed << " passed, " << failed << " failed\n";
+  if (!worst_case.empty()) out << strf("closest to its bound: %s (%.3f of tol)\n", worst_case.c_str(), worst);
+  out << passed << " passed, " << failed << " failed (seed " << a.seed << ")\n";
   return failed ? 1 : 0;
 }
 

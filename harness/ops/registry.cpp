@@ -1,6 +1,7 @@
 #include "ops/registry.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -73,12 +74,20 @@ std::vector<OpInfo> build_table() {
 
 }  // namespace
 
-double default_tolerance(DType dtype) {
+double unit_roundoff(DType dtype) {
   switch (dtype) {
-    case DType::float64: return 1e-12;
-    case DType::float32: return 1e-5;
-    default: return 1e-2;
+    case DType::float64: return 0x1p-53;
+    case DType::float32: return 0x1p-24;
+    case DType::float16: return 0x1p-11;
+    case DType::bfloat16: return 0x1p-8;
+    case DType::float8_e4m3fn: return 0x1p-4;
+    case DType::float8_e5m2: return 0x1p-3;
+    default: return 0.0;
   }
+}
+
+double default_tolerance(DType dtype, const ErrorModel& m) {
+  return m.c * (unit_roundoff(dtype) + m.rounded + m.accumulate * std::sqrt(double(std::max<int64_t>(m.k, 1))));
 }
 
 Registrar::Registrar(int order, std::function<std::vector<OpInfo>()> make) {

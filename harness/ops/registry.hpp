@@ -54,6 +54,27 @@ struct BenchShape {
   double flops = 0;                          // floating-point operations (0 for memory-bound ops)
 };
 
+// What verify's bound on one output's relative error ||out - ref|| / ||ref|| is derived from
+// (DESIGN.md, Testing: the error model):
+//   bound = c * (u(out) + rounded + accumulate * sqrt(k))
+// u(out) is the unit roundoff of the output's dtype (its final rounding, 2^-24 for float32, 2^-11
+// float16, 2^-8 bfloat16); `rounded` that of the narrowest dtype an intermediate is stored in on
+// the way (a chunk of logits, a hidden activation, tf32 operands; 0 where none); a float32 sum of
+// k terms adds accumulate * sqrt(k), its rounding errors growing as a random walk. c covers the
+// rest: a few ulp of the hardware's approximate functions, the cancellation of a backward pass.
+struct ErrorModel {
+  int64_t k = 1;                // terms in the longest sum behind one output element
+  double rounded = 0;           // unit roundoff of the narrowest intermediate; 0: none
+  double accumulate = 0x1p-24;  // unit roundoff of the sums (float32's)
+  double c = 4;                 // the op's constant: DESIGN.md gives each op's and why
+};
+
+// 2^-(mantissa bits + 1): 2^-53, 2^-24, 2^-11, 2^-8 (2^-4 and 2^-3 for float8 e4m3 / e5m2); 0 for
+// integer dtypes, which are exact.
+double unit_roundoff(DType dtype);
+// tf32's operands keep 10 mantissa bits, as float16's.
+inline constexpr double kTf32Roundoff = 0x1p-11;
+
 struct OpInfo {
   std::string name;         // "add", "gelu", "gelu_backward"
   std::string family;       // "elementwise"
@@ -69,12 +90,13 @@ struct OpInfo {
   // What `size` means for this op: "elements", or "row length N (rows = min(4096, 2^26 / N))".
   std::string size_meaning;
   std::function<BenchShape(DType, int64_t)> bench_shape;  // the source make_bench reads
-  std::function<double(DType)> tolerance;  // the bound on rel_err verify uses for outputs of a dtype
+  // The bound on rel_err verify uses for an output of a dtype under a case's error model.
+  std::function<double(DType, const ErrorModel&)> tolerance;
 };
 
-// The bound on ||out - ref|| / ||ref|| that DESIGN.md (Testing) sets for results stored in a
-// dtype; the tolerance of most ops.
-double default_tolerance(DType dtype);
+// The error model's bound for an output stored in `dtype` (above); the tolerance of every op whose
+// results are not exact.
+double default_tolerance(DType dtype, const ErrorModel& model = {});
 
 // Adds the ops that `make` returns to the table. Constructed at namespace scope in an op's
 // <op>_cases.cpp, so it runs while the harness library loads. `make` runs once, when the table is

@@ -31,8 +31,15 @@ struct TestTensor {
 };
 
 TestTensor make_tensor(DType dtype, const std::vector<int64_t>& shape, Layout layout);
-// Fills the whole storage with values uniform in [lo, hi) (seeded from a process-wide counter,
-// so each call draws fresh data).
+// The seed every random input of a verify run derives from (`tessera verify --seed`): each run of
+// one seed draws the same inputs, another seed other inputs.
+void set_verify_seed(uint64_t seed);
+// A seed for a case's own host-side draws (targets, class weights), from the run's seed and the
+// case's `salt`.
+uint64_t case_seed(uint64_t salt);
+
+// Fills the whole storage with values uniform in [lo, hi) (seeded from a process-wide counter
+// started at the run's seed, so each call draws fresh data).
 void fill_random(TestTensor& t, double lo, double hi, cudaStream_t stream);
 // Sets the storage to the poison pattern (NaN in every float dtype).
 void fill_poison(TestTensor& t, cudaStream_t stream);
@@ -48,9 +55,10 @@ void to_device(TestTensor& t, const HostCopy& h);
 
 // Compares `out` (on the device) with `ref` (row-major, double) and fills a VerifyResult:
 // poison count on the GPU, then norms on the host. NaN or Inf where the reference is finite fails.
-// The bound is the registered op's tolerance for out's dtype, so `op` must be a registered name.
+// The bound is the registered op's tolerance for out's dtype under `model` (the sums and
+// intermediates behind this output), so `op` must be a registered name.
 VerifyResult compare(const std::string& op, const std::string& name, const TestTensor& out,
-                     const std::vector<double>& ref, cudaStream_t stream);
+                     const std::vector<double>& ref, cudaStream_t stream, const ErrorModel& model = {});
 
 // What a case of several outputs reports: `worst` becomes `r` where `r` failed or erred more,
 // unless `worst` has already failed.

@@ -147,7 +147,7 @@ double op_tolerance(const ops::OpInfo& op, const std::string& dtype) {
   const DType d = op_dtype(op, kMethod, dtype);
   if (!op.tolerance)
     fail(ErrorKind::runtime, kMethod, "self", "an op with a tolerance", op.name + " has none");
-  return op.tolerance(d);
+  return op.tolerance(d, ops::ErrorModel{});
 }
 
 nb::list op_list(const std::vector<const ops::OpInfo*>& selected) {

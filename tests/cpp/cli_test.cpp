@@ -284,6 +284,9 @@ TEST(CliVerify, OpsAndFlags) {
   EXPECT_EQ(a.ops, (std::vector<std::string>{"add", "gelu"}));
   EXPECT_TRUE(a.large);
   EXPECT_EQ(a.device, 1);
+  EXPECT_EQ(a.seed, 0);
+  EXPECT_EQ(parse({"verify", "--seed", "7"}).seed, 7);
+  EXPECT_TRUE(contains(usage_error({"verify", "--seed", "-1"}), "--seed")) << "a seed is >= 0";
   std::string msg = usage_error({"verify", "add", "nope"});
   EXPECT_TRUE(contains(msg, "'nope'") && contains(msg, "gelu_backward")) << msg;
   msg = usage_error({"verify", "--fast"});

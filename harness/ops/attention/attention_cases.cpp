@@ -6,6 +6,7 @@
 // layout (a transposed view).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -84,6 +85,15 @@ reference::AttentionSpec reference_of(const Spec& s, const Slopes& sl) {
   return rs;
 }
 
+// The sums: scores over head_dim, then P V over the keys (the backward's dk and dv over the
+// queries); the probabilities (and the backward's dS) are stored in dt for the second product.
+ErrorModel model_of(DType dt, const Spec& s, bool backward) {
+  ErrorModel m;
+  m.k = std::max({s.d, s.sk, backward ? s.sq : int64_t(1)});
+  m.rounded = unit_roundoff(dt);
+  return m;
+}
+
 VerifyResult run_attention(const std::string& op, DType dt, const Spec& s) {
   cudaStream_t stream = nullptr;
   TestTensor q = bshd(dt, s.b, s.sq, s.hq, s.d, s.heads_major), k = bshd(dt, s.b, s.sk, s.hk, s.d, s.heads_major),
@@ -94,7 +104,7 @@ VerifyResult run_attention(const std::string& op, DType dt, const Spec& s) {
   HostCopy hq = to_host(q), hk = to_host(k), hv = to_host(v);
   const reference::AttentionOutput ref = reference::attention_forward(hq.view, hk.view, hv.view, reference_of(s, sl));
   attention(q.view, k.view, v.view, out.view, nullptr, options_of(s, sl), stream);
-  return compare(op, describe(dt, s), out, ref.out, stream);
+  return compare(op, describe(dt, s), out, ref.out, stream, model_of(dt, s, false));
 }
 
 // The backward: dq, dk, dv against the reference's, each compared as compare() does; the result
@@ -116,10 +126,11 @@ VerifyResult run_backward(DType dt, const Spec& s) {
   const reference::AttentionGrads ref =
       reference::attention_backward(hgo.view, hq.view, hk.view, hv.view, reference_of(s, sl));
   const std::string name = describe(dt, s);
-  VerifyResult worst = compare("attention_backward", name + " dq", dq, ref.dq, stream);
+  const ErrorModel m = model_of(dt, s, true);
+  VerifyResult worst = compare("attention_backward", name + " dq", dq, ref.dq, stream, m);
   for (const auto& [t, r, what] : {std::tuple<TestTensor*, const std::vector<double>*, const char*>{&dk, &ref.dk, " dk"},
                                    {&dv, &ref.dv, " dv"}}) {
-    keep_worst(worst, compare("attention_backward", name + what, *t, *r, stream));
+    keep_worst(worst, compare("attention_backward", name + what, *t, *r, stream, m));
   }
   worst.name = name;
   return worst;

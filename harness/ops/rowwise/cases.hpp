@@ -35,6 +35,15 @@ inline OpInfo op_info(std::string name, std::string summary) {
   return op;
 }
 
+// A row-wise op's sums: along a row of `row_length`, and (the weight gradients) down the rows.
+inline ErrorModel row_sums(const std::vector<int64_t>& shape, int64_t row_length) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  ErrorModel m;
+  m.k = std::max<int64_t>({1, row_length, numel / std::max<int64_t>(row_length, 1)});
+  return m;
+}
+
 // One VerifyResult for several outputs: fails if any fails (the detail names which), the worst
 // relative error (as a fraction of its tolerance) is the one reported.
 inline VerifyResult fold(const std::string& op, const std::string& name,

@@ -39,6 +39,11 @@ struct Spec {
 
 Shape leading(const Spec& s) { return Shape(s.shape.begin(), s.shape.end() - s.nnorm); }
 Shape normalized(const Spec& s) { return Shape(s.shape.end() - s.nnorm, s.shape.end()); }
+ErrorModel sums_of(const Spec& s) {
+  int64_t n = 1;
+  for (int64_t d : normalized(s)) n *= d;
+  return row_sums(s.shape, n);
+}
 
 std::string case_name(DType dt, const Spec& s, bool backward) {
   std::string name = std::string(dtype_name(dt)) + " " + shape_str(s.shape);
@@ -109,18 +114,19 @@ VerifyResult run_forward(bool rms, DType dt, const Spec& s) {
   const TensorView* wv = s.weight ? &hw.view : nullptr;
   const TensorView* bv = bias ? &hb.view : nullptr;
   const std::string name = case_name(dt, s, false);
+  const ErrorModel m = sums_of(s);
   if (rms) {
     const auto ref = reference::rms_norm(hx.view, s.nnorm, wv, kEps);
     rms_norm(x.view, s.nnorm, s.weight ? &w.view : nullptr, kEps, out.view, &rstd.view, stream);
-    return fold(op, name, {{"out", compare(op, name, out, ref.out, stream)},
-                           {"rstd", compare(op, name, rstd, ref.rstd, stream)}});
+    return fold(op, name, {{"out", compare(op, name, out, ref.out, stream, m)},
+                           {"rstd", compare(op, name, rstd, ref.rstd, stream, m)}});
   }
   const auto ref = reference::layer_norm(hx.view, s.nnorm, wv, bv, kEps);
   layer_norm(x.view, s.nnorm, s.weight ? &w.view : nullptr, bias ? &b.view : nullptr, kEps, out.view,
              &mean.view, &rstd.view, stream);
-  return fold(op, name, {{"out", compare(op, name, out, ref.out, stream)},
-                         {"mean", compare(op, name, mean, ref.mean, stream)},
-                         {"rstd", compare(op, name, rstd, ref.rstd, stream)}});
+  return fold(op, name, {{"out", compare(op, name, out, ref.out, stream, m)},
+                         {"mean", compare(op, name, mean, ref.mean, stream, m)},
+                         {"rstd", compare(op, name, rstd, ref.rstd, stream, m)}});
 }
 
 // The saved statistics come from the double reference, rounded to float32 as the forward
@@ -163,22 +169,23 @@ VerifyResult run_backward(bool rms, DType dt, const Spec& s) {
   if (want_db) db = output(dt, normalized(s), Layout::contiguous);
 
   const std::string name = case_name(dt, s, true);
+  const ErrorModel m = sums_of(s);
   std::vector<std::pair<std::string, VerifyResult>> parts;
   if (rms) {
     const auto ref = reference::rms_norm_backward(hdy.view, hx.view, s.nnorm, hrstd.view, wv);
     rms_norm_backward(dy.view, x.view, s.nnorm, rstd.view, s.weight ? &w.view : nullptr,
                       s.grad_in ? &dx.view : nullptr, want_dw ? &dw.view : nullptr, stream);
-    if (s.grad_in) parts.push_back({"grad_in", compare(op, name, dx, ref.grad_in, stream)});
-    if (want_dw) parts.push_back({"grad_weight", compare(op, name, dw, ref.grad_weight, stream)});
+    if (s.grad_in) parts.push_back({"grad_in", compare(op, name, dx, ref.grad_in, stream, m)});
+    if (want_dw) parts.push_back({"grad_weight", compare(op, name, dw, ref.grad_weight, stream, m)});
   } else {
     const HostCopy hmean = to_host(mean);
     const auto ref = reference::layer_norm_backward(hdy.view, hx.view, s.nnorm, hmean.view, hrstd.view, wv);
     layer_norm_backward(dy.view, x.view, s.nnorm, mean.view, rstd.view, s.weight ? &w.view : nullptr,
                         s.grad_in ? &dx.view : nullptr, want_dw ? &dw.view : nullptr,
                         want_db ? &db.view : nullptr, stream);
-    if (s.grad_in) parts.push_back({"grad_in", compare(op, name, dx, ref.grad_in, stream)});
-    if (want_dw) parts.push_back({"grad_weight", compare(op, name, dw, ref.grad_weight, stream)});
-    if (want_db) parts.push_back({"grad_bias", compare(op, name, db, ref.grad_bias, stream)});
+    if (s.grad_in) parts.push_back({"grad_in", compare(op, name, dx, ref.grad_in, stream, m)});
+    if (want_dw) parts.push_back({"grad_weight", compare(op, name, dw, ref.grad_weight, stream, m)});
+    if (want_db) parts.push_back({"grad_bias", compare(op, name, db, ref.grad_bias, stream, m)});
   }
   return fold(op, name, parts);
 }

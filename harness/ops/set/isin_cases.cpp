@@ -200,7 +200,7 @@ const Registrar kRegistrar(10, [] {
     op.make_bench = [path](DType dt, int64_t n) { return isin_bench(dt, n, path); };
     op.size_meaning = "elements of both elements and test_elements";
     op.bench_shape = isin_shape;
-    op.tolerance = [](DType) { return 0.0; };  // exact: one wrong bool fails
+    op.tolerance = [](DType, const ErrorModel&) { return 0.0; };  // exact: one wrong bool fails
     ops.push_back(op);
   }
   return ops;
