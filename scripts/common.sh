@@ -1,24 +1,50 @@
 # What scripts/test.sh, scripts/main.sh and .ci/run share (sourced, from the repository root):
-# one virtual environment and one build directory, so that whichever command runs second
+# one Python environment and one build directory, so that whichever command runs second
 # compiles nothing that has not changed, and the build and test tools at the versions
 # pyproject.toml pins.
-#   ROOT, BUILD (BUILD_DIR, default build, absolute), VENV (the active virtual environment, else
-#   .venv), PY (its python), and the functions below.
+#   ROOT, BUILD (BUILD_DIR, default build, absolute), and the functions below; pick_env sets
+#   VENV (the environment's prefix), PY (its python) and BASE_PY.
 
 ROOT="$PWD"
+SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 BUILD="${BUILD_DIR:-build}"
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac  # absolute: later steps change directory
-VENV="${VIRTUAL_ENV:-$ROOT/.venv}"
-PY="$VENV/bin/python"
 ARCHS="${TESSERA_CUDA_ARCHITECTURES:-80;90a}"
 
-# Creates $VENV where it does not exist. --system-site-packages: the peers installed for the
-# system Python (torch, Triton) stay visible, so the benchmarks compare against them and a torch
-# already there is not downloaded again.
+# Chooses the Python environment, and says in one line which and why. An activated virtual
+# environment ($VIRTUAL_ENV) is used as it is. Else, of $PYTHON or python3 on PATH: its own
+# environment where that is a virtual or conda environment (activated or not) that imports torch,
+# tessera going into it (a venv made from it would see its base interpreter's packages, not its
+# own); else $ROOT/.venv, made from it by make_venv (on a system Python that imports torch, it
+# sees that torch; where none imports, scripts/test.sh installs the pinned one there). The rule
+# is pick in scripts/pyenv.py. TESSERA_ENV_PROBE: a module to look for other than torch (the
+# tests' stand-in).
+pick_env() {
+  local py="${PYTHON:-python3}" name='python3' out why
+  if [ -n "${PYTHON:-}" ]; then name="\$PYTHON"; fi
+  if [ -n "${VIRTUAL_ENV:-}" ]; then py="$VIRTUAL_ENV/bin/python" name="\$VIRTUAL_ENV"; fi
+  if [ -n "${VIRTUAL_ENV:-}" ] && [ ! -x "$py" ]; then
+    echo "the activated virtual environment \$VIRTUAL_ENV=$VIRTUAL_ENV has no bin/python" >&2
+    return 1
+  elif ! command -v "$py" >/dev/null; then
+    echo "no Python interpreter: $py not found (install Python >= 3.10, or name one in \$PYTHON)" >&2
+    return 1
+  fi
+  out="$("$py" "$SCRIPTS/pyenv.py" pick "$ROOT" "$name" "${TESSERA_ENV_PROBE:-torch}")" || {
+    echo "$py could not run scripts/pyenv.py (tessera needs Python >= 3.10)" >&2
+    return 1
+  }
+  { read -r VENV; read -r PY; read -r BASE_PY; read -r why; } <<<"$out"
+  echo "== Python: $PY ($why)"
+}
+
+# Creates $VENV where it does not exist, from $BASE_PY. --system-site-packages: the peers
+# installed for that Python (torch, Triton) stay visible, so the benchmarks compare against them
+# and a torch already there is not downloaded again.
 make_venv() {
   [ -x "$PY" ] && return 0
   echo "== creating the virtual environment $VENV"
-  if ! "${PYTHON:-python3}" -m venv --system-site-packages "$VENV"; then
+  if ! "$BASE_PY" -m venv --system-site-packages "$VENV"; then
     rm -rf "$VENV"
     echo "could not create $VENV: install Python's venv module (Debian/Ubuntu: apt-get install python3-venv)" >&2
     return 1
@@ -42,14 +68,30 @@ print("\n".join(ast.literal_eval(m.group(1))))
 EOF
 }
 
-# pip install of the pinned lists named (build, test, torch) into $VENV; requirements already met
-# are left alone, without network access.
+# The pinned lists named (build, test, torch) that $PY lacks, pip-installed into $VENV. What is
+# installed is kept, even at a version outside its pin (with a warning): offline, nothing already
+# there needs the network.
 install_pins() {
-  local reqs=() line list
+  local reqs=() line list out
   for list in "$@"; do
-    while IFS= read -r line; do reqs+=("$line"); done < <(pins "$list" "$PY")
+    out="$(pins "$list" "$PY")" || return 1
+    while IFS= read -r line; do reqs+=("$line"); done <<<"$out"
   done
-  "$PY" -m pip install -q "${reqs[@]}"
+  out="$("$PY" "$SCRIPTS/pyenv.py" unmet "${reqs[@]}")" || return 1
+  reqs=()
+  while IFS= read -r line; do [ -n "$line" ] && reqs+=("$line"); done <<<"$out"
+  if [ "${#reqs[@]}" -gt 0 ]; then pip_install "${reqs[@]}"; fi
+}
+
+# pip install of requirements into $VENV. Where pip cannot (offline, no pip), the message names
+# what is missing and the command that installs it.
+pip_install() {
+  echo "== pip install $*"
+  if ! "$PY" -m pip install -q "$@"; then
+    echo "missing from $VENV: $*; pip could not install it (see above). Install it with:" >&2
+    echo "  $PY -m pip install$(printf " '%s'" "$@")" >&2
+    return 1
+  fi
 }
 
 # CMake >= 3.24 on PATH (Ubuntu 22.04 ships 3.22).

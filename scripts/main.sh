@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# The main job, on a machine with a GPU: build and install the Python package into a virtual
+# The main job, on a machine with a GPU: build and install the Python package into the Python
 # environment, verify every operator against its CPU reference, then run every benchmark family
 # against the peers that are installed (torch, torch.compile, Triton) and tessera's own suite,
 # into report/ (tables, CSV, JSON, SVG plots; report/README.md lists them).
 #   bash scripts/main.sh            # from anywhere
-# Environment: VIRTUAL_ENV (an activated environment is used as it is; otherwise .venv in the
-#              repository root is created or reused, as scripts/test.sh does), TESSERA_CUDA_-
-#              ARCHITECTURES (default "80;90a"; "90a" alone builds faster), BUILD_DIR (the CMake
-#              build directory, shared with scripts/test.sh; default build), PYTHON (the
-#              interpreter that creates .venv; default python3).
+# Environment: TESSERA_CUDA_ARCHITECTURES (default "80;90a"; "90a" alone builds faster),
+#              BUILD_DIR (the CMake build directory, shared with scripts/test.sh; default build),
+#              PYTHON (default: python3 on PATH).
+# The Python environment, as scripts/test.sh picks it (pick_env in scripts/common.sh): an
+# activated one as it is; else that of $PYTHON or python3 where it is a virtual or conda
+# environment that imports torch; else .venv in the repository root, created or reused, with that
+# Python's packages visible. Offline, build tools already installed suffice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 export TESSERA_CUDA_ARCHITECTURES="$ARCHS"
+pick_env
 make_venv
-echo "== Python: $PY"
 
 echo "== build dependencies"
 install_pins build
@@ -22,7 +24,7 @@ install_pins build
 deps=()
 if ! PATH="$VENV/bin:$PATH" cmake_ok; then deps+=("cmake>=3.24,<5"); fi
 if ! PATH="$VENV/bin:$PATH" command -v ninja >/dev/null; then deps+=("ninja>=1.10,<2"); fi
-if [ "${#deps[@]}" -gt 0 ]; then "$PY" -m pip install -q "${deps[@]}"; fi
+if [ "${#deps[@]}" -gt 0 ]; then pip_install "${deps[@]}"; fi
 export PATH="$VENV/bin:$PATH"
 pick_generator
 

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The test command: builds everything, runs the C++ tests (GPU tests skip without a GPU), checks
 # that a consumer project builds against the installed CMake package, builds the Python package
-# with its torch ops into the virtual environment and runs the Python tests. Skipped tests are
+# with its torch ops into the Python environment and runs the Python tests. Skipped tests are
 # counted per reason; their full list goes to $BUILD/skipped-tests.txt.
 #   bash scripts/test.sh            # from anywhere
 # Environment: TESSERA_CUDA_ARCHITECTURES (default "80;90a"), BUILD_DIR (default build), JOBS
-#              (default: all cores), VIRTUAL_ENV (an active environment is used; else .venv, which
-#              scripts/main.sh uses too), PYTHON (the interpreter that creates .venv),
-#              TESSERA_TORCH=OFF (no torch: the torch ops are neither built nor tested).
+#              (default: all cores), PYTHON (default: python3 on PATH), TESSERA_TORCH=OFF (no
+#              torch: the torch ops are neither built nor tested).
+# The Python environment, the one scripts/main.sh uses (pick_env in scripts/common.sh): an
+# activated one as it is; else that of $PYTHON or python3 where it is a virtual or conda
+# environment that imports torch (a venv made from it would not see its packages); else .venv,
+# made from that Python with its packages visible. A torch that imports is never installed
+# again, nor a pinned tool already there: offline, what is installed suffices.
 #
 # The CUDA sources are compiled once: the C++ configuration (tests on, Python off; it has the
 # install rules the consumer project needs) is built first, then the wheel is built by
@@ -23,7 +27,7 @@ pick_generator
 export CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
 TORCH="${TESSERA_TORCH:-ON}"
 
-echo "== Python: $PY"
+pick_env
 make_venv
 install_pins build test
 if [ "$TORCH" != OFF ]; then
