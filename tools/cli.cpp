@@ -77,6 +77,8 @@ const std::vector<VerbSpec>& verb_specs() {
          [](Args& a, const std::string& v) {
            for (int64_t s : parse_sizes("--sizes", v)) a.sizes.push_back(s);
          }},
+        {"--quick", nullptr, "each op's smallest, a middle and its largest size (unless --sizes)",
+         [](Args& a, const std::string&) { a.quick = true; }},
         {"--out", "DIR", "write DIR/bench.csv, DIR/bench.json and one SVG per op and dtype",
          [](Args& a, const std::string& v) { a.out_dir = v; }},
         {"--reps", "N", "exactly N timed repetitions (default: at least 25, up to 100 ms)",
@@ -524,6 +526,11 @@ std::vector<BenchItem> bench_plan(const Args& a) {
     if (!op) throw UsageError("unknown op (known: " + op_names() + ")");
     std::vector<DType> dtypes = a.dtypes.empty() ? op->dtypes : a.dtypes;
     std::vector<int64_t> sizes = a.sizes.empty() ? op->bench_sizes : a.sizes;
+    if (a.quick && a.sizes.empty() && sizes.size() > 3) {
+      std::vector<int64_t> sorted = sizes;
+      std::sort(sorted.begin(), sorted.end());
+      sizes = {sorted.front(), sorted[sorted.size() / 2], sorted.back()};
+    }
     if (a.verb == Verb::profile) {
       if (dtypes.empty() || sizes.empty())
         throw UsageError("profile: op '" + op->name + "' declares no default dtype or size");

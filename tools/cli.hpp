@@ -53,6 +53,7 @@ struct Args {
   int seed = 0;                  // verify --seed: the random inputs' seed
   bool peaks = true;             // info, bench: --no-peaks clears it
   bool graph = false;            // bench --graph
+  bool quick = false;            // bench --quick: three of each op's sizes
   bool flush_l2 = true;          // bench --no-flush clears it
   std::vector<GemmShape> shapes;  // tune --shapes: matmul's
   std::vector<AttentionShape> attention_shapes;  // tune --shapes: attention's

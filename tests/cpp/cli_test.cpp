@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -291,6 +292,24 @@ TEST(CliVerify, OpsAndFlags) {
   EXPECT_TRUE(contains(msg, "'nope'") && contains(msg, "gelu_backward")) << msg;
   msg = usage_error({"verify", "--fast"});
   EXPECT_TRUE(contains(msg, "unknown option") && contains(msg, "--fast")) << msg;
+}
+
+// --quick: an op's smallest, a middle and its largest bench size; --sizes wins over it.
+TEST(CliBench, Quick) {
+  const auto sizes_of = [](const std::vector<BenchItem>& plan) {
+    std::vector<int64_t> s;
+    for (const auto& item : plan) s.push_back(item.size);
+    return s;
+  };
+  const auto* add = tessera::ops::find_op("add");
+  ASSERT_NE(add, nullptr);
+  ASSERT_GT(add->bench_sizes.size(), 3u);
+  std::vector<int64_t> want = add->bench_sizes;
+  std::sort(want.begin(), want.end());
+  want = {want.front(), want[want.size() / 2], want.back()};
+  EXPECT_EQ(sizes_of(bench_plan(parse({"bench", "add", "--dtype", "float32", "--quick"}))), want);
+  EXPECT_EQ(sizes_of(bench_plan(parse({"bench", "add", "--dtype", "float32", "--quick", "--sizes", "1k"}))),
+            (std::vector<int64_t>{1024}));
 }
 
 TEST(CliBench, Flags) {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The main job on the lent GPU machine as a new user meets it: a fresh copy of the working tree
+# (no build/, .venv/, report/ or staged binaries), then `bash scripts/main.sh` as the README writes
+# it, with the machine's python3 (a virtual environment's interpreter, not activated) and no
+# network. Liger-Kernel, where its wheel is carried in .whl/, goes onto PYTHONPATH first, as a
+# user's installed peer. Logs, report/README.md, the headline table and the whole report (packed)
+# land in $OUT.
+#   device: bash dev/device_main.sh            (carry [".whl"] for Liger-Kernel)
+# MAIN_TIMEOUT: seconds main.sh may take (default 570).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH=/tmp/site
+fi
+{
+  echo "python3: $(command -v python3) ($(python3 -c 'import sys; print(sys.prefix, "venv" if sys.prefix != sys.base_prefix else "")'))"
+  echo "VIRTUAL_ENV=${VIRTUAL_ENV:-} CONDA_PREFIX=${CONDA_PREFIX:-}"
+  nproc
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+} >"$OUT/env.txt" 2>&1
+fresh=/tmp/fresh
+rm -rf "$fresh" && mkdir -p "$fresh"
+tar --exclude=./build --exclude='./build-*' --exclude=./.venv --exclude=./report --exclude='./devbin*' \
+  --exclude=./devwheel --exclude=./.whl --exclude=./.git -cf - . | tar -C "$fresh" -xf -
+cd "$fresh" || exit
+unset VIRTUAL_ENV
+t0=$SECONDS
+timeout "${MAIN_TIMEOUT:-570}" bash scripts/main.sh >"$OUT/main.log" 2>&1
+rc=$?
+echo "main.sh exit status $rc in $((SECONDS - t0)) s" | tee -a "$OUT/main.log"
+[ -f report/README.md ] && cp report/README.md "$OUT/report-README.md"
+[ -f report/verify.txt ] && cp report/verify.txt "$OUT/verify.txt"
+[ -f build/main-install.log ] && tail -n 200 build/main-install.log >"$OUT/install-tail.log"
+python3 -c "import tarfile; t = tarfile.open('$OUT/report.tar.xz', 'w:xz'); t.add('report'); t.close()" 2>/dev/null
+# verify's cases nearest their bounds (rel_err / tol), the margin the error model leaves
+grep -E '^(PASS|FAIL)' report/verify.txt 2>/dev/null | sed -n 's/.*(\([0-9.e+inf-]*\) of tol).*/\1 &/p' |
+  sort -g -r | head -n 12 | cut -c1-200
+grep -E '^FAIL|closest|passed,' report/verify.txt 2>/dev/null | head -20
+sed -n '/== what each step took/,$p' "$OUT/main.log" | head -60
+tail -n 5 "$OUT/main.log"
