@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Cross-entropy forward + backward against torch, torch.compile and a Liger-style Triton kernel:
-time and extra memory, as training meets it.
+"""Cross-entropy forward + backward against torch, torch.compile and Liger-Kernel: time and extra
+memory, as training meets it.
 
     python benchmarks/cross_entropy.py [--rounds R] [--rows 8192] [--vocab 128256] [--out DIR]
     python benchmarks/cross_entropy.py --linear [--hidden 4096] ...   (linear_cross_entropy)
@@ -10,9 +10,12 @@ torch.autograd.grad(loss, logits) (the gradient returned, not accumulated). Prov
 - torch: F.cross_entropy(logits.float(), target), as LLM training code calls it;
 - torch_bf16: F.cross_entropy(logits, target) on the bf16 logits;
 - compile: torch.compile of the torch provider;
-- liger: a Triton kernel written here after Liger-Kernel's design (two passes over each row per
-  program: online max and sum, then the gradient written over the logits; its backward skips the
-  scaling when the loss gradient is 1, checked on the host);
+- liger: Liger-Kernel's LigerCrossEntropyFunction (benchmarks/peers.py; its loss in the logits'
+  dtype, the gradient written over the logits in the forward) where liger_kernel imports;
+  otherwise a Triton kernel written here after its design (two passes over each row per program:
+  online max and sum, then the gradient written over the logits; its backward skips the scaling
+  when the loss gradient is 1, checked on the host). The run prints which, and the JSON's meta
+  records it ("liger");
 - tessera: tessera.cross_entropy (gradient in a new buffer); tessera_inplace: inplace_grad=True.
 Each is timed with triton's do_bench (L2 flushed, median), the median of R interleaved rounds;
 "torch2" times torch a second time, so torch2 / torch is the harness's own noise. Extra memory:
@@ -20,6 +23,11 @@ the peak of torch.cuda.max_memory_allocated over one call, above what was alloca
 (the returned gradient included). Floor: one read and one write of the logits at the copy rate
 measured on this GPU (ANCHORS.md: 4226 GB/s). Each provider's loss and gradient are checked
 against torch's first.
+
+--linear: one call = loss, then the gradients of hidden and weight; providers torch (F.linear,
+then F.cross_entropy), torch2 (the same again), tessera (tessera.linear_cross_entropy), liger
+(LigerFusedLinearCrossEntropyFunction, where liger_kernel imports) and tessera_chunkN (--chunks);
+each one's gradients checked against torch's first; written as linear_cross_entropy.json/.md.
 """
 import argparse
 import statistics
@@ -29,6 +37,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+import peers
 import tessera
 from common import bench_ms, write_results
 
@@ -93,10 +102,14 @@ PROVIDERS = {
     "torch2": torch_fp32,
     "torch_bf16": lambda x, t: F.cross_entropy(x, t),
     "compile": torch.compile(torch_fp32),
-    "liger": liger_style,
+    "liger": peers.cross_entropy if peers.LIGER is not None else liger_style,
     "tessera": lambda x, t: tessera.cross_entropy(x, t),
     "tessera_inplace": lambda x, t: tessera.cross_entropy(x, t, inplace_grad=True),
 }
+
+
+LIGER_USED = (f"{peers.describe()}: LigerCrossEntropyFunction" if peers.LIGER is not None else
+              f"the Liger-style Triton kernel written here ({peers.MISSING})")
 
 
 def call_of(name, base, target):
@@ -132,6 +145,8 @@ def linear_main(args) -> None:
         "torch2": lambda a, b: F.cross_entropy(F.linear(a, b), target),
         "tessera": lambda a, b: tessera.linear_cross_entropy(a, b, target),
     }
+    if peers.LIGER is not None:
+        providers["liger"] = lambda a, b: peers.linear_cross_entropy(a, b, target)
     for rows in args.chunks:  # other chunk sizes than the default, side by side
         providers[f"tessera_chunk{rows}"] = lambda a, b, rows=rows: tessera.linear_cross_entropy(
             a, b, target, chunk_size=rows)
@@ -140,12 +155,16 @@ def linear_main(args) -> None:
     def call(name):
         a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
         return lambda: torch.autograd.grad(providers[name](a, b), (a, b))
+    print(f"liger: {peers.describe() if peers.LIGER is not None else peers.MISSING + ': no liger provider'}",
+          flush=True)
     want = call("torch")()
-    got = call("tessera")()
-    for g, r in zip(got, want):
-        err = (g.float() - r.float()).norm() / r.float().norm()
-        assert err < 2e-2, err.item()
-    del want, got
+    for name in providers:
+        if name.startswith("torch"):
+            continue
+        for g, r in zip(call(name)(), want):
+            err = (g.float() - r.float()).norm() / r.float().norm()
+            assert err < 2e-2, (name, err.item())
+    del want
     memory = {name: extra_memory(call(name)) - returned for name in providers}
     times = {name: [] for name in providers}
     for _ in range(args.rounds):
@@ -155,11 +174,19 @@ def linear_main(args) -> None:
     flops = 3 * 2.0 * n * h * v
     lines = ["| provider | ms | TFLOP/s (3 GEMMs) | extra MB beyond the returned gradients | tessera / provider time |",
              "| --- | --- | --- | --- | --- |"]
+    rows = []
     for name in providers:
+        rows.append({"provider": name, "ms": ms[name], "tflops": flops / ms[name] / 1e9, "extra_mb": memory[name]})
         lines.append(f"| {name} | {ms[name]:.2f} | {flops / ms[name] / 1e9:.0f} | {memory[name]:.0f} | "
                      f"{ms['tessera'] / ms[name]:.3f} |")
+    table = "\n".join(lines)
     print(f"==== final table (linear cross-entropy fwd + bwd, {n} x {h} -> {v} bf16, median of {args.rounds} rounds)")
-    print("\n".join(lines))
+    print(table)
+    if args.out:
+        write_results(args.out, "linear_cross_entropy",
+                      {"rows": n, "vocab": v, "hidden": h, "rounds": args.rounds,
+                       "liger": f"{peers.describe()}: LigerFusedLinearCrossEntropyFunction"
+                       if peers.LIGER is not None else peers.MISSING}, rows, table)
 
 
 def main() -> None:
@@ -176,6 +203,7 @@ def main() -> None:
     if args.linear:
         return linear_main(args)
     n, v = args.rows, args.vocab
+    print(f"liger: {LIGER_USED}", flush=True)
     base = torch.randn(n, v, device="cuda", dtype=torch.bfloat16) * 4
     target = torch.randint(0, v, (n,), device="cuda")
     target[::7] = -100
@@ -211,7 +239,8 @@ def main() -> None:
           "speed-up: the provider's time over tessera_inplace's)")
     print(table)
     if args.out:
-        write_results(args.out, "cross_entropy", {"rows": n, "vocab": v}, rows, table)
+        write_results(args.out, "cross_entropy", {"rows": n, "vocab": v, "rounds": args.rounds,
+                                                  "liger": LIGER_USED}, rows, table)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@
                         tessera.gelu_backward(out=)  torch.ops.aten.gelu_backward
   silu                  tessera.silu(out=) F.silu           torch.compile(F.silu)
   silu_backward         tessera.silu_backward(out=)  torch.ops.aten.silu_backward
+  copy                  tessera.copy(src, dst)  dst.copy_(src)  torch.compile(dst.copy_(src)), src
+                        a transposed view (rows x cols, the .t() of a contiguous cols x rows
+                        tensor; rows = 2^floor(k/2) for a size of 2^k elements), dst contiguous
 
 Sizes, input shapes, bytes and FLOPs are each op's description (tessera.bench.ops, the one
 `tessera bench` times): its bench sizes, in elements (--quick: the smallest, a middle one and the
@@ -32,9 +35,11 @@ import torch
 import torch.nn.functional as F
 
 import tessera
-from common import Suite, add_selection_args, case, describe, dtypes_of, resolve_selection, sizes_of
+from common import (Suite, add_selection_args, case, describe, dtype_name, dtypes_of, resolve_selection,
+                    sizes_of)
 
-OPS = ["add", "gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward", "silu", "silu_backward"]
+OPS = ["add", "gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward", "silu", "silu_backward",
+       "copy"]
 
 try:
     import triton
@@ -75,6 +80,20 @@ def bench_add(suite: Suite, bench, dtype, n: int) -> None:
     if triton is not None:
         providers["triton"] = lambda: triton_add(a, b, outs[2])
     suite.run("add", dtype, n, bench.bytes, providers, flops=bench.flops)
+
+
+def bench_copy(suite: Suite, bench, dtype, n: int, compiled) -> None:
+    # A transpose: the layout change copy exists for (a contiguous pair is one cudaMemcpy).
+    rows = 1 << (n.bit_length() - 1) // 2
+    src = randn((n // rows, rows), dtype).t()
+    outs = [torch.empty(src.shape, device="cuda", dtype=dtype) for _ in range(3)]
+    providers = {
+        "tessera": lambda: tessera.copy(src, outs[0]),
+        "torch": lambda: outs[1].copy_(src),
+    }
+    suite.optional(providers, "torch.compile", lambda: compiled["copy"](outs[2], src),
+                   f"copy {dtype_name(dtype)} {tuple(src.shape)}")
+    suite.run("copy", dtype, n, bench.bytes, providers, flops=bench.flops, shape=tuple(src.shape))
 
 
 def bench_activation(suite: Suite, op: str, bench, dtype, n: int, compiled) -> None:
@@ -118,6 +137,10 @@ def _silu(x):
     return F.silu(x)
 
 
+def _copy_into(dst, src):
+    return dst.copy_(src)
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_selection_args(p, OPS)
@@ -137,6 +160,9 @@ def main() -> int:
     suite.note("GELU and SiLU backward: tessera's <op>_backward(out=) against "
                "torch.ops.aten.<op>_backward (the kernel torch's autograd runs; it allocates "
                "grad_in from the caching allocator)")
+    suite.note("copy: src the transposed view of a contiguous tensor, dst contiguous (shape rows x cols); "
+               "tessera.copy against dst.copy_(src) and torch.compile of it, all writing to "
+               "preallocated outputs")
     suite.note("bytes: every provider is credited with what the op's description says it must "
                "move, so GB/s ratios are time ratios")
     if triton is None:
@@ -151,7 +177,8 @@ def main() -> int:
             setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
     compiled = {"gelu": torch.compile(_gelu_erf, dynamic=False),
                 "gelu_tanh": torch.compile(_gelu_tanh, dynamic=False),
-                "silu": torch.compile(_silu, dynamic=False)}
+                "silu": torch.compile(_silu, dynamic=False),
+                "copy": torch.compile(_copy_into, dynamic=False)}
 
     plan = {}  # size -> [(op, dtype)], so that one size's buffers go before the next is made
     for op in args.ops:
@@ -163,6 +190,8 @@ def main() -> int:
             bench = case(describe(op), dtype, n)
             if op == "add":
                 bench_add(suite, bench, dtype, n)
+            elif op == "copy":
+                bench_copy(suite, bench, dtype, n, compiled)
             elif op.endswith("_backward"):
                 bench_activation_backward(suite, op, bench, dtype, n)
             else:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Llama step's fused ops one at a time, at the model's sizes, forward + backward through
-autograd: tessera's public functions against torch.compile of the same math.
+autograd: tessera's public functions against torch.compile of the same math and Liger-Kernel.
 
     python benchmarks/llama_ops.py [--small] [--ops LIST] [--rounds R] [--out DIR]
 
@@ -8,18 +8,26 @@ Sizes are llama_step's (FULL, or SMALL with --small): tokens = batch x seq. Each
 the forward on inputs that require grad and torch.autograd.grad of its outputs (a fixed gradient
 per output): what a training step pays for the op. Providers: tessera; compile, torch.compile
 (default mode) of the plain torch function; compile2, the same compiled function timed again (the
-harness read against itself: compile2 / compile should be 1.00). Interleaved within each of R
-rounds; each case reports the median over rounds of bench_ms (triton's do_bench: L2 flushed,
-median) and, since at these sizes a memory-bound call's wall time is mostly the host's, its GPU
-time: the kernels' durations summed from torch.profiler over single calls, each after an L2
-flush (median of 5). Before timing, tessera's outputs and gradients are checked against the torch
-function's, eager.
+harness read against itself: compile2 / compile should be 1.00); liger, Liger-Kernel's autograd
+Function for the op (rms_norm, add_rms_norm, rotary, silu_mul, cross_entropy, linear_ce), where
+liger_kernel imports (otherwise left out, with a note printed; benchmarks/peers.py says how each
+is called and what Liger writes in place: it gets inputs and gradients of its own). Interleaved
+within each of R rounds; each case reports the median over rounds of bench_ms (triton's do_bench:
+L2 flushed, median) and, since at these sizes a memory-bound call's wall time is mostly the
+host's, its GPU time: the kernels' durations summed from torch.profiler over single calls, each
+after an L2 flush (median of 5). Before timing, tessera's and Liger's outputs and gradients are
+checked against the torch function's, eager (Liger's on fresh copies of the inputs; a Liger that
+fails or disagrees is left out of the case, and the row says why). The best peer of a case is
+the faster of compile and liger, by wall time and (separately) by GPU time; the last table gives
+tessera against each.
 
 Cases (what the compiled side computes):
   rms_norm        F.rms_norm(x, (dim,), w)                                     memory-bound
   add_rms_norm    s = x + r; (F.rms_norm(s, (dim,), w), s)                     memory-bound
   rotary          q, k (batch, seq, heads, head_dim) rotated by cos/sin (seq, head_dim / 2),
-                  NeoX halves, in float32, cast back                            memory-bound
+                  NeoX halves, in float32, cast back (Liger: on transposed views,
+                  (batch, heads, seq, head_dim), cos/sin as Hugging Face's (1, seq, head_dim))
+                                                                                memory-bound
   silu_mul        F.silu(g) * u on (tokens, ffn)                                memory-bound
   mlp             the feed-forward with one w13 (gate and up interleaved in blocks of 64):
                   F.linear(swiglu(F.linear(x, w13)), w2); tessera.mlp           GEMM-bound
@@ -40,6 +48,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
+import peers
 import tessera
 from common import bench_ms, interleaved_ms, write_results
 from llama_report import profile_step
@@ -152,6 +161,28 @@ def check(op, got, want):
             raise AssertionError(f"{op}: result {i} differs from torch's by {err} (largest value {scale})")
 
 
+def liger_call(op, c, leaves, rest, grads, want):
+    """(the timed call of Liger's function for `op`, "") on inputs and gradients of Liger's own
+    (it writes over them), after its outputs and gradients are checked against `want` on a first
+    call (which also compiles its kernels); (None, why) where it fails or disagrees, (None, "")
+    where Liger has no such op or does not import."""
+    case = peers.llama_case(op, c, rest)
+    if case is None:
+        return None, ""
+    fn, lrest = case
+    try:
+        mine = [x.detach().clone().requires_grad_() for x in leaves]
+        out = outputs(fn(*mine, *lrest))
+        lgrads = [g.to(o.dtype, copy=True) for g, o in zip(grads, out)]  # Liger's loss: bf16
+        got = [o.detach().clone() for o in out]
+        check(f"{op} (liger)", got + list(torch.autograd.grad(out, mine, lgrads)), want)
+    except Exception as e:  # noqa: BLE001 - a peer that fails or disagrees is left out, not fatal
+        why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+        print(f"  WARNING: {op}: liger left out ({why})", flush=True)
+        return None, why
+    return fwd_bwd(fn, mine, lrest, lgrads), ""
+
+
 def gpu_us(fn, reps=5) -> float:
     """The median over reps of one call's kernel time (us), each call after an L2 flush."""
     flush = torch.empty(1 << 28, device="cuda", dtype=torch.int8)
@@ -188,7 +219,7 @@ def main():
     torch.manual_seed(0)
     copy = copy_rate_gbs()
     print(f"llama_ops on {torch.cuda.get_device_name()}: tokens {c.batch * c.seq}, dim {c.dim}, "
-          f"ffn {c.ffn}, vocab {c.vocab}; copy rate {copy:.0f} GB/s", flush=True)
+          f"ffn {c.ffn}, vocab {c.vocab}; copy rate {copy:.0f} GB/s; liger: {peers.describe()}", flush=True)
     rows = []
     for op in ops:
         inputs, n_diff, ours, theirs, nbytes, flops = case(op, c)
@@ -200,16 +231,26 @@ def main():
         calls = {"tessera": fwd_bwd(ours, leaves, rest, grads),
                  "compile": fwd_bwd(torch.compile(theirs), leaves, rest, grads)}
         got = [o.detach() for o in outputs(ours(*leaves, *rest))]
-        check(op, got + list(calls["tessera"]()), [o.detach() for o in want] + list(eager()))
+        want = [o.detach() for o in want] + list(eager())
+        check(op, got + list(calls["tessera"]()), want)
         calls["compile"]()  # compiles forward and backward
         calls["compile2"] = calls["compile"]
+        liger, liger_why = liger_call(op, c, leaves, rest, grads, want)
+        if liger is not None:
+            calls["liger"] = liger
         med = {k: v * 1e3 for k, v in interleaved_ms(calls, args.rounds).items()}
-        gpu = {k: gpu_us(calls[k]) for k in ("tessera", "compile")}
+        gpu = {k: gpu_us(calls[k]) for k in ("tessera", "compile", "liger") if k in calls}
+        peer = min((k for k in ("compile", "liger") if k in calls), key=med.get)
+        gpu_peer = min((k for k in ("compile", "liger") if k in calls), key=gpu.get)
         row = dict(op=op, **{k: round(v, 1) for k, v in med.items()},
                    speedup=round(med["compile"] / med["tessera"], 3),
                    harness=round(med["compile2"] / med["compile"], 3),
-                   gpu_tessera=round(gpu["tessera"], 1), gpu_compile=round(gpu["compile"], 1),
-                   gpu_speedup=round(gpu["compile"] / gpu["tessera"], 3))
+                   **{"gpu_" + k: round(v, 1) for k, v in gpu.items()},
+                   gpu_speedup=round(gpu["compile"] / gpu["tessera"], 3),
+                   peer=peer, peer_speedup=round(med[peer] / med["tessera"], 3),
+                   gpu_peer=gpu_peer, gpu_peer_speedup=round(gpu[gpu_peer] / gpu["tessera"], 3))
+        if liger_why:
+            row["liger_left_out"] = liger_why
         if nbytes:
             row["gbs"] = round(nbytes / gpu["tessera"] / 1e3, 0)
             row["of_copy"] = round(row["gbs"] / copy, 3)
@@ -218,26 +259,33 @@ def main():
         rows.append(row)
         rate = (f"{row['gbs']:.0f} GB/s ({row['of_copy']:.0%} of copy)" if nbytes
                 else f"{row['tflops']:.0f} TFLOP/s")
-        print(f"{op:14s} tessera {med['tessera']:9.1f} us  compile {med['compile']:9.1f} us  "
-              f"compile/tessera {row['speedup']:.3f}  (compile2/compile {row['harness']:.3f})  "
-              f"GPU {gpu['tessera']:.1f} against {gpu['compile']:.1f} us ({row['gpu_speedup']:.3f})  {rate}",
+        lig = (f"liger {med['liger']:9.1f} us  " if "liger" in med else "")
+        print(f"{op:14s} tessera {med['tessera']:9.1f} us  compile {med['compile']:9.1f} us  {lig}"
+              f"{peer}/tessera {row['peer_speedup']:.3f}  (compile2/compile {row['harness']:.3f})  "
+              f"GPU {gpu['tessera']:.1f} against {gpu_peer} {gpu[gpu_peer]:.1f} us ({row['gpu_peer_speedup']:.3f})  {rate}",
               flush=True)
-        del inputs, leaves, rest, want, grads, calls
+        del inputs, leaves, rest, want, grads, calls, liger
         torch.cuda.empty_cache()
-    lines = ["| op | tessera (us) | torch.compile (us) | again (us) | compile / tessera | again / compile | "
-             "GPU: tessera (us) | GPU: compile (us) | GPU: compile / tessera | tessera rate (GPU time) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| op | tessera (us) | torch.compile (us) | Liger (us) | compile again (us) | best peer | "
+             "best peer / tessera | again / compile | GPU: tessera (us) | GPU: torch.compile (us) | "
+             "GPU: Liger (us) | GPU: best peer | GPU: best peer / tessera | tessera rate (GPU time) |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for r in rows:
         rate = f"{r['gbs']:.0f} GB/s, {r['of_copy']:.0%} of copy" if "gbs" in r else f"{r['tflops']:.0f} TFLOP/s"
-        lines.append(f"| {r['op']} | {r['tessera']:.1f} | {r['compile']:.1f} | {r['compile2']:.1f} | "
-                     f"{r['speedup']:.3f} | {r['harness']:.3f} | {r['gpu_tessera']:.1f} | {r['gpu_compile']:.1f} | "
-                     f"{r['gpu_speedup']:.3f} | {rate} |")
+        lig, gpu_lig = (f"{r[k]:.1f}" if k in r else "-" for k in ("liger", "gpu_liger"))
+        lines.append(f"| {r['op']} | {r['tessera']:.1f} | {r['compile']:.1f} | {lig} | {r['compile2']:.1f} | "
+                     f"{r['peer']} | {r['peer_speedup']:.3f} | {r['harness']:.3f} | {r['gpu_tessera']:.1f} | "
+                     f"{r['gpu_compile']:.1f} | {gpu_lig} | {r['gpu_peer']} | {r['gpu_peer_speedup']:.3f} | {rate} |")
     table = "\n".join(lines)
-    print(f"==== final table: forward + backward, median of {args.rounds} rounds; copy {copy:.0f} GB/s")
+    left_out = [f"{r['op']}: {r['liger_left_out']}" for r in rows if r.get("liger_left_out")]
+    print(f"==== final table: forward + backward, median of {args.rounds} rounds; copy {copy:.0f} GB/s; "
+          f"best peer: the faster of torch.compile and Liger ({peers.describe()})")
     print(table)
+    if left_out:
+        print("Liger left out: " + "; ".join(left_out))
     if args.out:
-        write_results(args.out, "llama_ops", {"rounds": args.rounds, "copy_gbs": copy, "model": vars(c)},
-                      rows, table)
+        write_results(args.out, "llama_ops", {"rounds": args.rounds, "copy_gbs": copy, "model": vars(c),
+                                              "liger": peers.describe()}, rows, table)
     return 0
 
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job, on a machine with a GPU: build and install the Python package into the Python
-# environment, verify every operator against its CPU reference, then run every benchmark family
-# against the peers that are installed (torch, torch.compile, Triton) and tessera's own suite,
-# into report/ (tables, CSV, JSON, SVG plots; report/README.md lists them).
+# environment, verify every operator against its CPU reference, then run the benchmark families
+# against the peers that are installed (torch, torch.compile, cuBLAS, cuDNN, Triton, Liger-Kernel)
+# and tessera's own suite, into report/ (tables, CSV, JSON, SVG plots; report/README.md indexes
+# them under the headline table, one row per operator against its best peer). The failures, each
+# step's time, the report and the headline table are printed last.
 #   bash scripts/main.sh            # from anywhere
 # Environment: TESSERA_CUDA_ARCHITECTURES (default "80;90a"; "90a" alone builds faster),
 #              BUILD_DIR (the CMake build directory, shared with scripts/test.sh; default build),
@@ -85,28 +87,27 @@ describe() {  # the first line of a benchmark script's docstring
   "$PY" -c 'import ast, sys; d = ast.get_docstring(ast.parse(open(sys.argv[1]).read())) or ""; print((d.splitlines() or [""])[0])' "$1"
 }
 declare -A what=([tessera]="tessera bench: every operator at its smallest, a middle and its largest size, in GB/s, TFLOP/s and % of the GPU's measured peaks")
-# The benchmarks the main job runs, and its arguments beyond --out: each family's quick form (a
-# few sizes, three interleaved rounds), so that the whole job takes minutes; run a script alone,
-# without --quick, for every size. llama_step: one round of the small model where the GPU has under
-# 32 GiB, with the kernel profile. The scripts not named here are modules the others import.
-benchmarks=(elementwise dropout rowwise autograd matrix set attention cross_entropy llama_ops overhead llama_step)
-declare -A bench_args=(
-  [elementwise]="--quick" [dropout]="--quick" [rowwise]="--quick" [autograd]="--rounds 3"
-  [matrix]="--quick --rounds 3" [set]="--quick" [attention]="--quick --rounds 3"
-  [cross_entropy]="--rounds 3" [llama_ops]="--rounds 3" [overhead]="--rounds 3"
-  [llama_step]="--quick --profile")
-for name in "${benchmarks[@]}"; do
-  script="benchmarks/$name.py"
+# The benchmarks the main job runs: first the runs that measure the headline cases (the list
+# scripts/headline.py keeps beside its table: a family's quick form, or the ops and dtype of its
+# headline), then the rest in short forms: autograd and host cost in three rounds, llama_step one
+# round (the small model where the GPU has under 32 GiB) with the kernel profile. Each script run
+# alone, without these arguments, covers every size and dtype.
+runs=()
+while IFS= read -r line; do runs+=("$line"); done < <("$PY" scripts/headline.py --commands)
+runs+=("autograd benchmarks/autograd.py --rounds 3" "overhead benchmarks/overhead.py --rounds 3"
+       "llama_step benchmarks/llama_step.py --quick --profile")
+for run in "${runs[@]}"; do
+  read -ra words <<<"$run"
+  name=${words[0]} script=${words[1]}
   if [ "$has_torch" = 0 ] && grep -qE '^(import|from) torch' "$script"; then
     echo "== skipping $script: needs torch, which $PY cannot import"
     continue
   fi
-  echo "== $script ${bench_args[$name]:-}"
+  echo "== $script ${words[*]:2}"
   rm -rf "report/$name"
-  read -ra extra <<<"${bench_args[$name]:-}"
-  timed "$name" env PATH="$VENV/bin:$PATH" "$PY" "$script" --out "report/$name" ${extra[@]+"${extra[@]}"} ||
+  timed "$name" env PATH="$VENV/bin:$PATH" "$PY" "$script" --out "report/$name" "${words[@]:2}" ||
     failed+=("$script (its output above; report/$name)")
-  what[$name]="benchmarks/$name.py: $(describe "$script")"
+  what[$name]="$script: $(describe "$script")"
 done
 echo "== tessera bench"
 rm -rf report/tessera
