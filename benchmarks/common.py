@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -113,6 +114,9 @@ def add_selection_args(p: argparse.ArgumentParser, own_ops, dtypes: str = "float
                         "op running those its description supports")
     p.add_argument("--quick", action="store_true",
                    help="three of each op's sizes: its smallest, a middle one and its largest")
+    p.add_argument("--sizes", type=parse_sizes, default=None,
+                   help="comma-separated sizes as the ops' descriptions count them (4096, 2^24, "
+                        "16M, 4k): each op runs those of its bench sizes that are listed")
     p.add_argument("--list-ops", action="store_true",
                    help="print the ops this run would benchmark and exit (needs no GPU)")
 
@@ -153,10 +157,27 @@ def dtypes_of(desc, dtypes) -> list:
     return [d for d in dtypes if dtype_name(d) in desc.dtypes]
 
 
-def sizes_of(desc, quick: bool) -> list:
+def parse_sizes(text: str) -> list:
+    """"4096,2^24,16M,4k" -> [4096, 16777216, 16777216, 4096] (k and M: powers of two)."""
+    sizes = []
+    for item in text.split(","):
+        t = item.strip()
+        m = re.fullmatch(r"(\d+)\^(\d+)|(\d+)([kKM]?)", t)
+        if not m:
+            raise argparse.ArgumentTypeError(f"expected sizes such as 4096, 2^24, 16M or 4k, got {t!r}")
+        if m.group(1):
+            sizes.append(int(m.group(1)) ** int(m.group(2)))
+        else:
+            sizes.append(int(m.group(3)) << {"": 0, "k": 10, "K": 10, "M": 20}[m.group(4)])
+    return sizes
+
+
+def sizes_of(desc, quick: bool, only=None) -> list:
     """The op's bench sizes (its description's); with quick, the smallest, a middle one and the
-    largest."""
+    largest; with `only` (--sizes), those of them that `only` lists."""
     sizes = sorted(desc.bench_sizes)
+    if only is not None:
+        return [n for n in sizes if n in set(only)]
     if quick and len(sizes) > 3:
         sizes = [sizes[0], sizes[len(sizes) // 2], sizes[-1]]
     return sizes

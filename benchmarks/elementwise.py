@@ -183,7 +183,7 @@ def main() -> int:
     plan = {}  # size -> [(op, dtype)], so that one size's buffers go before the next is made
     for op in args.ops:
         desc = describe(op)
-        for n in sizes_of(desc, args.quick):
+        for n in sizes_of(desc, args.quick, args.sizes):
             plan.setdefault(n, []).extend((op, dtype) for dtype in dtypes_of(desc, args.dtypes))
     for n in sorted(plan):
         for op, dtype in plan[n]:

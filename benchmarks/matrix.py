@@ -231,7 +231,7 @@ def main() -> int:
     if "matmul" in args.ops and not args.no_sizes:
         desc = describe("matmul")
         for dtype in dtypes_of(desc, args.dtypes):
-            for size in sizes_of(desc, args.quick):
+            for size in sizes_of(desc, args.quick, args.sizes):
                 what = f"matmul {dtype_name(dtype)} {fmt_size(size)}"
                 suite.attempt(what, lambda: bench_case(suite, dtype, size, args.rounds,
                                                        args.self_check))

@@ -564,7 +564,7 @@ def main() -> int:
     for op in args.ops:
         desc = describe(op)
         for dtype in dtypes_of(desc, args.dtypes):
-            for size in sizes_of(desc, args.quick):
+            for size in sizes_of(desc, args.quick, args.sizes):
                 plan.append((op, dtype, case(desc, dtype, size)))
 
     runners = {

@@ -108,7 +108,7 @@ def main() -> int:
     if "isin" in args.ops:
         desc = describe("isin")
         for dtype in dtypes_of(desc, args.dtypes):
-            for size in sizes_of(desc, args.quick):
+            for size in sizes_of(desc, args.quick, args.sizes):
                 what = f"isin {dtype_name(dtype)} {fmt_size(size)}"
                 suite.attempt(what, lambda: bench_case(suite, dtype, size))
                 torch.cuda.empty_cache()

@@ -40,14 +40,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Report folder -> (script, arguments after --out): the runs that hold every headline case. Not
-# all are the benchmarks' --quick forms: no --quick run has 2^24 elements (add, gelu, silu, copy;
-# elementwise's quick sizes are 2^16, 2^22, 2^28), dropout at p=0.1, 4096 columns (softmax,
-# layer_norm) or scaled_mm (matrix.py's --narrow); these runs select the ops and dtype instead.
+# Report folder -> (script, arguments after --out): the runs that hold every headline case, with
+# a size on either side where the benchmark has more. Not all are the benchmarks' --quick forms:
+# no --quick run has 2^24 elements (add, gelu, silu, copy), dropout at p=0.1, 4096 columns
+# (softmax, layer_norm) or scaled_mm (matrix.py's --narrow); these runs select the ops, dtype and
+# sizes instead.
 RUNS = {
-    "elementwise": ("benchmarks/elementwise.py", "--ops add,gelu,silu,copy --dtypes bfloat16"),
+    "elementwise": ("benchmarks/elementwise.py", "--ops add,gelu,silu,copy --dtypes bfloat16 --sizes 2^16,2^24,2^28"),
     "dropout": ("benchmarks/dropout.py", "--ops dropout --dtypes bfloat16"),
-    "rowwise": ("benchmarks/rowwise.py", "--ops softmax,layer_norm --dtypes bfloat16"),
+    "rowwise": ("benchmarks/rowwise.py", "--ops softmax,layer_norm --dtypes bfloat16 --sizes 1024,4096,16384"),
     "set": ("benchmarks/set.py", "--quick --dtypes int32 --no-crossover"),
     "matrix": ("benchmarks/matrix.py", "--quick --dtypes bfloat16 --narrow --rounds 3"),
     "llama_ops": ("benchmarks/llama_ops.py",

@@ -89,13 +89,14 @@ describe() {  # the first line of a benchmark script's docstring
 declare -A what=([tessera]="tessera bench: every operator at its smallest, a middle and its largest size, in GB/s, TFLOP/s and % of the GPU's measured peaks")
 # The benchmarks the main job runs: first the runs that measure the headline cases (the list
 # scripts/headline.py keeps beside its table: a family's quick form, or the ops and dtype of its
-# headline), then the rest in short forms: autograd and host cost in three rounds, llama_step one
-# round (the small model where the GPU has under 32 GiB) with the kernel profile. Each script run
-# alone, without these arguments, covers every size and dtype.
+# headline), then the rest in short forms: autograd and host cost in one round, llama_step's eager
+# runs in one round (the small model where the GPU has under 32 GiB) with the kernel profile. Each
+# script run alone, without these arguments, covers every size, dtype and run (llama_step's
+# torch.compile runs take a minute or more each).
 runs=()
 while IFS= read -r line; do runs+=("$line"); done < <("$PY" scripts/headline.py --commands)
-runs+=("autograd benchmarks/autograd.py --rounds 3" "overhead benchmarks/overhead.py --rounds 3"
-       "llama_step benchmarks/llama_step.py --quick --profile")
+runs+=("autograd benchmarks/autograd.py --rounds 1" "overhead benchmarks/overhead.py --rounds 1"
+       "llama_step benchmarks/llama_step.py --quick --profile --runs torch_eager,tessera_eager")
 for run in "${runs[@]}"; do
   read -ra words <<<"$run"
   name=${words[0]} script=${words[1]}

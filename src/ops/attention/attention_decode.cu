@@ -82,7 +82,9 @@ decode_split_kernel(Params p, Split sp) {
   // below 2^31 as the keys are.
   float al[R];
   int32_t dg[R];
-  int64_t lo_all = INT32_MAX, hi_all = -1;  // no row with keys: an empty loop (no overflow)
+  // The key loop counts in int32 (keys are below 2^30): a 64-bit index costs the kernels of 4 rows
+  // a spill. No row with keys: an empty loop.
+  int32_t lo_all = INT32_MAX / 2, hi_all = -1;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int64_t i = rows.query(p, r);
@@ -96,19 +98,19 @@ decode_split_kernel(Params p, Split sp) {
       al[r] = p.alibi[b * p.alibi_b + rows.head(p, hk, r) * p.alibi_h] * kLog2e;
       dg[r] = int32_t(i + sq.len_k - sq.len_q);
     }
-    if (kr.hi >= kr.lo) lo_all = min(lo_all, kr.lo), hi_all = max(hi_all, kr.hi);
+    if (hi[r] >= lo[r]) lo_all = min(lo_all, lo[r]), hi_all = max(hi_all, hi[r]);
 #pragma unroll
     for (int d = 0; d < 8; ++d) acc[r][d] = 0.f;
   }
-  const int64_t j_lo = max(lo_all, int64_t(blockIdx.x) * sp.chunk), j_hi = min(hi_all, int64_t(blockIdx.x + 1) * sp.chunk - 1);
+  const int32_t j_lo = max(lo_all, int32_t(blockIdx.x) * sp.chunk), j_hi = min(hi_all, int32_t(blockIdx.x + 1) * sp.chunk - 1);
   const T* k = static_cast<const T*>(p.k) + hk * p.sk.h + 8 * sub;
   const T* v = static_cast<const T*>(p.v) + hk * p.sv.h + 8 * sub;
   bool bad = sq.bad;  // a KV cache's length or block id out of range: the rows become NaN
   // The warp steps together (its shuffles need every lane); a group past the chunk's end adds
   // nothing. One key step a loop: the registers of more would cost CTAs per SM, which hold as
   // many loads in flight.
-  for (int64_t j0 = j_lo + warp * G; j0 <= j_hi; j0 += kWarps * G) {
-    const int64_t j = j0 + grp;
+  for (int32_t j0 = j_lo + warp * G; j0 <= j_hi; j0 += kWarps * G) {
+    const int32_t j = j0 + grp;
     const bool valid = j <= j_hi;
     float kr[8] = {}, vr[8] = {};
     if (valid) {
@@ -128,7 +130,7 @@ decode_split_kernel(Params p, Split sp) {
       s = tile::warp_reduce<L>(s, tile::Sum{});
       if (!valid || j < lo[r] || j > hi[r]) continue;
       if (p.softcap > 0.f) s = p.softcap * tanhf(s * p.scale / p.softcap);
-      const float x = Alibi ? fmaf(-al[r], fabsf(float(dg[r] - int32_t(j))), s * mul) : s * mul;
+      const float x = Alibi ? fmaf(-al[r], fabsf(float(dg[r] - j)), s * mul) : s * mul;
       if (x > m[r]) {  // a new max (rare once a few keys are in): rescale what is summed so far
         const float corr = tile::rescale<tile::Base::two>(m[r], x);
         l[r] *= corr;
