@@ -41,3 +41,15 @@ grep -E '^(PASS|FAIL)' report/verify.txt 2>/dev/null | sed -n 's/.*(\([0-9.e+inf
 grep -E '^FAIL|closest|passed,' report/verify.txt 2>/dev/null | head -20
 sed -n '/== what each step took/,$p' "$OUT/main.log" | head -60
 tail -n 5 "$OUT/main.log"
+# Then, where asked, verify of some ops over more seeds with the command main.sh installed
+# (SEEDS_OPS="softmax cross_entropy" SEEDS="1 2 3 4 5"), the seeds at once.
+if [ -n "${SEEDS_OPS:-}" ]; then
+  tessera="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/tessera"
+  for s in ${SEEDS:-1 2 3 4 5}; do
+    timeout "${SEEDS_TIMEOUT:-60}" "$tessera" verify $SEEDS_OPS --seed "$s" >"/tmp/seed$s.txt" 2>&1 &
+  done
+  wait
+  for s in ${SEEDS:-1 2 3 4 5}; do echo "== seed $s"; cat "/tmp/seed$s.txt"; done >"$OUT/seeds.txt"
+  for s in ${SEEDS:-1 2 3 4 5}; do echo "seed $s: $(grep -E 'closest' "/tmp/seed$s.txt" | cut -c1-150); $(tail -n 1 "/tmp/seed$s.txt")"; done
+  grep -h '^FAIL' /tmp/seed*.txt | cut -c1-200
+fi

@@ -11,6 +11,23 @@ BUILD="${BUILD_DIR:-build}"
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac  # absolute: later steps change directory
 ARCHS="${TESSERA_CUDA_ARCHITECTURES:-80;90a}"
 
+# The architectures main.sh builds: TESSERA_CUDA_ARCHITECTURES where set; else those the build
+# directory was configured with (test.sh's, so nothing is compiled twice); else the GPU's own, one
+# architecture instead of two (sm_90a on Hopper, sm_80 on the A100 and other 8.x GPUs, which run
+# sm_80 code); else the default.
+gpu_archs() {
+  if [ -n "${TESSERA_CUDA_ARCHITECTURES:-}" ]; then echo "$TESSERA_CUDA_ARCHITECTURES"; return; fi
+  local cached cap
+  cached="$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
+  if [ -n "$cached" ]; then echo "$cached"; return; fi
+  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')"
+  case "$cap" in
+    9.0) echo 90a ;;
+    8.*) echo 80 ;;
+    *) echo "$ARCHS" ;;
+  esac
+}
+
 # Chooses the Python environment, and says in one line which and why. An activated virtual
 # environment ($VIRTUAL_ENV) is used as it is. Else, of $PYTHON or python3 on PATH: its own
 # environment where that is a virtual or conda environment (activated or not) that imports torch,

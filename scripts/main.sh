@@ -6,7 +6,8 @@
 # them under the headline table, one row per operator against its best peer). The failures, each
 # step's time, the report and the headline table are printed last.
 #   bash scripts/main.sh            # from anywhere
-# Environment: TESSERA_CUDA_ARCHITECTURES (default "80;90a"; "90a" alone builds faster),
+# Environment: TESSERA_CUDA_ARCHITECTURES (default: the build directory's, else the GPU's own,
+#              e.g. 90a on an H100/H200; "80;90a" builds both),
 #              BUILD_DIR (the CMake build directory, shared with scripts/test.sh; default build),
 #              PYTHON (default: python3 on PATH).
 # The Python environment, as scripts/test.sh picks it (pick_env in scripts/common.sh): an
@@ -17,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS=0
 source scripts/common.sh
+ARCHS="$(gpu_archs)"
 export TESSERA_CUDA_ARCHITECTURES="$ARCHS"
 pick_env
 make_venv
@@ -86,17 +88,16 @@ if "$PY" -c "import torch" 2>/dev/null; then has_torch=1; fi
 describe() {  # the first line of a benchmark script's docstring
   "$PY" -c 'import ast, sys; d = ast.get_docstring(ast.parse(open(sys.argv[1]).read())) or ""; print((d.splitlines() or [""])[0])' "$1"
 }
-declare -A what=([tessera]="tessera bench: every operator at its smallest, a middle and its largest size, in GB/s, TFLOP/s and % of the GPU's measured peaks")
+declare -A what=([tessera]="tessera bench: every bfloat16 operator at its smallest, a middle and its largest size, in GB/s, TFLOP/s and % of the GPU's measured peaks (\`tessera bench\` alone: every dtype and size)")
 # The benchmarks the main job runs: first the runs that measure the headline cases (the list
 # scripts/headline.py keeps beside its table: a family's quick form, or the ops and dtype of its
-# headline), then the rest in short forms: autograd and host cost in one round, llama_step's eager
-# runs in one round (the small model where the GPU has under 32 GiB) with the kernel profile. Each
-# script run alone, without these arguments, covers every size, dtype and run (llama_step's
-# torch.compile runs take a minute or more each).
+# headline), then llama_step's eager runs in one round (the small model where the GPU has under
+# 32 GiB) with the kernel profile. Each script run alone, without these arguments, covers every
+# size, dtype and run; benchmarks/autograd.py and overhead.py (host cost per call) and llama_step's
+# torch.compile runs (a minute or more each) are left to be run alone, to keep the job in minutes.
 runs=()
 while IFS= read -r line; do runs+=("$line"); done < <("$PY" scripts/headline.py --commands)
-runs+=("autograd benchmarks/autograd.py --rounds 1" "overhead benchmarks/overhead.py --rounds 1"
-       "llama_step benchmarks/llama_step.py --quick --profile --runs torch_eager,tessera_eager")
+runs+=("llama_step benchmarks/llama_step.py --quick --profile --runs torch_eager,tessera_eager")
 for run in "${runs[@]}"; do
   read -ra words <<<"$run"
   name=${words[0]} script=${words[1]}
@@ -112,7 +113,7 @@ for run in "${runs[@]}"; do
 done
 echo "== tessera bench"
 rm -rf report/tessera
-timed "tessera bench" "$TESSERA" bench --quick --out report/tessera || failed+=("tessera bench")
+timed "tessera bench" "$TESSERA" bench --quick --dtype bfloat16 --out report/tessera || failed+=("tessera bench")
 
 # report/README.md: the headline table, then each folder, what it is, and a link to each file.
 headline=""

@@ -87,7 +87,8 @@ double unit_roundoff(DType dtype) {
 }
 
 double default_tolerance(DType dtype, const ErrorModel& m) {
-  return m.c * (unit_roundoff(dtype) + m.rounded + m.accumulate * std::sqrt(double(std::max<int64_t>(m.k, 1))));
+  return m.c * (std::max(unit_roundoff(dtype), m.floor) + m.rounded +
+                m.accumulate * std::sqrt(double(std::max<int64_t>(m.k, 1))));
 }
 
 Registrar::Registrar(int order, std::function<std::vector<OpInfo>()> make) {

@@ -56,17 +56,21 @@ struct BenchShape {
 
 // What verify's bound on one output's relative error ||out - ref|| / ||ref|| is derived from
 // (DESIGN.md, Testing: the error model):
-//   bound = c * (u(out) + rounded + accumulate * sqrt(k))
+//   bound = c * (max(u(out), floor) + rounded + accumulate * sqrt(k))
 // u(out) is the unit roundoff of the output's dtype (its final rounding, 2^-24 for float32, 2^-11
 // float16, 2^-8 bfloat16); `rounded` that of the narrowest dtype an intermediate is stored in on
 // the way (a chunk of logits, a hidden activation, tf32 operands; 0 where none); a float32 sum of
 // k terms adds accumulate * sqrt(k), its rounding errors growing as a random walk. c covers the
 // rest: a few ulp of the hardware's approximate functions, the cancellation of a backward pass.
+// Where outputs fall below the dtype's normal range (a float16 softmax over a million classes),
+// rounding loses more than u(out); compare() measures that floor on the reference itself,
+// ||fl(ref) - ref|| / ||ref|| in out's dtype, and the bound takes it in place of u(out) where larger.
 struct ErrorModel {
   int64_t k = 1;                // terms in the longest sum behind one output element
   double rounded = 0;           // unit roundoff of the narrowest intermediate; 0: none
   double accumulate = 0x1p-24;  // unit roundoff of the sums (float32's)
   double c = 4;                 // the op's constant: DESIGN.md gives each op's and why
+  double floor = 0;             // the reference's own rounding error in out's dtype (compare() sets it)
 };
 
 // 2^-(mantissa bits + 1): 2^-53, 2^-24, 2^-11, 2^-8 (2^-4 and 2^-3 for float8 e4m3 / e5m2); 0 for

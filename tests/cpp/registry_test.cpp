@@ -119,6 +119,12 @@ TEST(Registry, DefaultTolerancesFollowTheErrorModel) {
   chunked.rounded = u16;
   chunked.c = 2;
   EXPECT_DOUBLE_EQ(default_tolerance(DType::float32, chunked), 2 * (u32 + u16 + 64 * u32));
+  // Subnormal outputs: the reference's own rounding floor replaces u(out) where it is larger.
+  ErrorModel tiny;
+  tiny.floor = 1e-2;
+  EXPECT_DOUBLE_EQ(default_tolerance(DType::float16, tiny), 4 * (1e-2 + u32));
+  tiny.floor = 1e-6;
+  EXPECT_DOUBLE_EQ(default_tolerance(DType::float16, tiny), 4 * (u16 + u32));
   // The bound grows with every term and with c.
   EXPECT_GT(default_tolerance(DType::float16, chunked), default_tolerance(DType::float32, chunked));
   EXPECT_LT(default_tolerance(DType::float16, ErrorModel{}), default_tolerance(DType::bfloat16, ErrorModel{}));

@@ -123,7 +123,8 @@ VerifyResult run_case(Kind kind, DType dt, const Spec& s) {
   // compare() also checks the special rows: where the reference is NaN the output must be NaN,
   // and -inf (log_softmax of -inf) must be -inf.
   const int dim = s.dim < 0 ? s.dim + int(s.shape.size()) : s.dim;
-  return compare(kind_name(kind), case_name(dt, s), *out, ref, stream, row_sums(s.shape, s.shape[size_t(dim)]));
+  const int64_t row = s.shape.empty() ? 1 : s.shape[size_t(dim)];  // a 0-d tensor is one row of one
+  return compare(kind_name(kind), case_name(dt, s), *out, ref, stream, row_sums(s.shape, row));
 }
 
 std::vector<Spec> specs(Kind kind) {
