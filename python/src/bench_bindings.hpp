@@ -142,12 +142,15 @@ ops::BenchShape op_bench_shape(const ops::OpInfo& op, const std::string& dtype, 
   return op.bench_shape(d, size);
 }
 
-double op_tolerance(const ops::OpInfo& op, const std::string& dtype) {
+double op_tolerance(const ops::OpInfo& op, const std::string& dtype, int64_t k) {
   constexpr const char* kMethod = "bench.OpInfo.tolerance";
   const DType d = op_dtype(op, kMethod, dtype);
   if (!op.tolerance)
     fail(ErrorKind::runtime, kMethod, "self", "an op with a tolerance", op.name + " has none");
-  return op.tolerance(d, ops::ErrorModel{});
+  if (k < 1) fail(ErrorKind::value, kMethod, "k", "a sum of at least 1 term", std::to_string(k));
+  ops::ErrorModel m;
+  m.k = k;
+  return op.tolerance(d, m);
 }
 
 nb::list op_list(const std::vector<const ops::OpInfo*>& selected) {
@@ -191,9 +194,10 @@ void bind_op_descriptions(nb::module_& m) {
               "What a size is for this op: 'elements', or a row length, ...")
       .def("bench_shape", &op_bench_shape, "dtype"_a, "size"_a,
            "The bench case of (dtype name, size): shapes, shape label, bytes, FLOPs.")
-      .def("tolerance", &op_tolerance, "dtype"_a,
+      .def("tolerance", &op_tolerance, "dtype"_a, "k"_a = 1,
            "The bound on ||out - ref|| / ||ref|| (against a float64 reference) that verify "
-           "accepts for outputs of this dtype.")
+           "accepts for outputs of this dtype behind float32 sums of k terms (DESIGN.md's error "
+           "model: c * (u(dtype) + 2^-24 sqrt(k)), c = 4).")
       .def("__repr__", [](const ops::OpInfo& op) {
         return "OpInfo(" + op.name + ", " + op.family + ": " + op.summary + ")";
       });

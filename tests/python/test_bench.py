@@ -147,6 +147,18 @@ def test_tolerances_order_by_precision():
             assert o.tolerance("float32") <= o.tolerance("bfloat16"), o.name
 
 
+def test_tolerance_grows_with_the_sum():
+    # DESIGN.md's error model: c * (u(dtype) + 2^-24 sqrt(k)), c = 4.
+    softmax = tessera.bench.op("softmax")
+    u32 = 2.0 ** -24
+    assert softmax.tolerance("float32") == pytest.approx(4 * (u32 + u32))
+    assert softmax.tolerance("float32", k=4096) == pytest.approx(4 * (u32 + 64 * u32))
+    assert softmax.tolerance("bfloat16", k=4096) > softmax.tolerance("float32", k=4096)
+    with pytest.raises(ValueError, match="k"):
+        softmax.tolerance("float32", k=0)
+    assert tessera.bench.op("isin").tolerance("int32", k=4096) == 0  # exact
+
+
 def test_select_takes_variants_as_the_command_line_does():
     names = lambda sel: [o.name for o in tessera.bench.ops(sel)]
     assert names("softmax") == ["softmax", "softmax_backward"]

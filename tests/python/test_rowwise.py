@@ -21,7 +21,7 @@ from tessera.rowwise import RMS_NORM_DEFAULT_EPS
 
 # Before the import: pytest rewrites the helpers' asserts as a test module's (values on failure).
 pytest.register_assert_rewrite("rowwise_helpers")
-from rowwise_helpers import (AFFINE, CPU_DEVICE_MSG, DESCRIPTIONS, DEV, DTYPES, TOL,  # noqa: E402
+from rowwise_helpers import (AFFINE, CPU_DEVICE_MSG, DESCRIPTIONS, DEV, DTYPES, ROW_K, TOL,  # noqa: E402
                              assert_close, dt, leaf, norm_params, randn, ref_leaf, rel_err)
 
 
@@ -163,7 +163,7 @@ def test_one_tolerance_per_dtype():
     for op in DESCRIPTIONS:
         assert op.dtypes == DTYPES, op.name
         for d in DTYPES:
-            assert op.tolerance(d) == TOL[d], f"{op.name} {d}: assert_close needs the op's own bound"
+            assert op.tolerance(d, k=ROW_K) == TOL[d], f"{op.name} {d}: assert_close needs the op's own bound"
 
 
 # ---- GPU: softmax and log_softmax ---------------------------------------------------------------
