@@ -18,9 +18,9 @@ ARCHS="${TESSERA_CUDA_ARCHITECTURES:-80;90a}"
 gpu_archs() {
   if [ -n "${TESSERA_CUDA_ARCHITECTURES:-}" ]; then echo "$TESSERA_CUDA_ARCHITECTURES"; return; fi
   local cached cap
-  cached="$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
+  cached="$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)"
   if [ -n "$cached" ]; then echo "$cached"; return; fi
-  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')"
+  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ' || true)"
   case "$cap" in
     9.0) echo 90a ;;
     8.*) echo 80 ;;

@@ -230,3 +230,27 @@ def test_pyproject_pins_are_understood():
     for req in reqs:
         spec = re.fullmatch(r"[A-Za-z0-9._-]+(.*)", req).group(1)
         pyenv.satisfies("1.0", spec)  # raises on what it cannot read
+
+
+def test_main_builds_for_the_gpu_it_finds(tmp_path):
+    # gpu_archs: TESSERA_CUDA_ARCHITECTURES where set; else the build directory's; else the GPU's own
+    # (nvidia-smi's compute capability); else the default of both.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    smi = fake / "nvidia-smi"
+
+    def archs(cap, **extra):
+        smi.write_text(f"#!/bin/sh\necho {cap}\n" if cap else "#!/bin/sh\nexit 9\n")
+        smi.chmod(0o755)
+        r = bash("gpu_archs", tmp_path, path_first=fake, **extra)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    assert archs("9.0") == "90a"
+    assert archs("8.6") == "80"
+    assert archs("") == "80;90a"  # no GPU answered: the default
+    assert archs("9.0", TESSERA_CUDA_ARCHITECTURES="80") == "80"
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "CMakeCache.txt").write_text("CMAKE_CUDA_ARCHITECTURES:STRING=80;90a\n")
+    assert archs("9.0") == "80;90a"  # what test.sh configured: nothing compiled twice
