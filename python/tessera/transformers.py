@@ -1,0 +1,390 @@
+"""tessera for Hugging Face transformers: one call puts a model family's RMSNorm, RoPE, gated MLP
+and loss on tessera's kernels, as Liger-Kernel's ``apply_liger_kernel_to_<family>`` does, with the
+same keywords (a user switches by renaming the call).
+
+    import tessera.transformers as tt
+    tt.apply_tessera_to_llama()                       # before the model is built: its classes
+    model = AutoModelForCausalLM.from_config(config)
+    tt.apply_tessera(model)                           # or an existing model, in place
+    model = tt.AutoTesseraForCausalLM.from_pretrained(path)   # patched as it loads
+
+What each keyword swaps (the modules keep their parameters, names and shapes, so checkpoints,
+``state_dict`` and PEFT's ``target_modules`` are unchanged):
+  - ``rms_norm``: every ``<Family>RMSNorm``'s forward (the hidden size's and Qwen3's and Gemma 3's
+    per-head q/k norms) to ``tessera.rms_norm``; Gemma's ``x * (1 + weight)``, all in float32, as
+    Gemma computes it.
+  - ``rope``: the modeling module's ``apply_rotary_pos_emb`` to ``tessera.rotary_embedding``
+    (rotate_half pairs, cos/sin of shape (batch or 1, seq, head_dim), ``unsqueeze_dim``, unequal
+    q and k heads, a partial rotary read from cos's width). A module-level function: patched for
+    the whole family, also when ``model`` is given (as Liger does).
+  - ``swiglu`` (``geglu`` for Gemma): the MLP's forward to ``tessera.silu_mul`` of the gate and up
+    projections (Phi-3: the halves of ``gate_up_proj``); Gemma's tanh-GELU gate through
+    ``tessera.gelu(approximate="tanh") * up``. An MLP whose config names another activation keeps
+    its own forward.
+  - ``fused_linear_cross_entropy``: the causal LM's forward in training with labels: the loss from
+    ``tessera.linear_cross_entropy`` on the hidden states, never the logits (labels shifted by
+    padding with -100, or ``shift_labels``; ``num_items_in_batch`` for gradient accumulation;
+    Gemma 2's final logit soft-cap). Without labels, or in eval, the original forward (logits).
+  - ``cross_entropy`` (instead of the fused loss): the logits as transformers computes them, the
+    loss from ``tessera.cross_entropy``.
+
+``revert()`` undoes every patch of this module (the classes' and the modeling modules'). Needs
+transformers >= 5 (``pip install tessera[transformers]``); nothing else in tessera imports this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import types
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+import tessera
+
+IGNORE_INDEX = -100
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A model family as its modeling module writes it (one row of FAMILIES)."""
+    model_type: str           # config.model_type
+    module: str               # transformers.models.<module>.modeling_<module>
+    prefix: str               # the classes' prefix: <prefix>RMSNorm, <prefix>MLP, <prefix>ForCausalLM
+    gemma_norm: bool = False  # x * (1 + weight), in float32
+    gate: str = "silu"        # the MLP's gate: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    fused_gate_up: bool = False  # one gate_up_proj, gate in the first half (Phi-3)
+    softcap: str | None = None   # the config's final logit soft-cap attribute, if any
+
+    @property
+    def mlp_keyword(self) -> str:
+        return "swiglu" if self.gate == "silu" else "geglu"
+
+
+FAMILIES = {f.model_type: f for f in (
+    Family("llama", "llama", "Llama"),
+    Family("mistral", "mistral", "Mistral"),
+    Family("qwen2", "qwen2", "Qwen2"),
+    Family("qwen3", "qwen3", "Qwen3"),
+    Family("gemma2", "gemma2", "Gemma2", gemma_norm=True, gate="gelu_tanh", softcap="final_logit_softcapping"),
+    Family("gemma3_text", "gemma3", "Gemma3", gemma_norm=True, gate="gelu_tanh", softcap="final_logit_softcapping"),
+    Family("phi3", "phi3", "Phi3", fused_gate_up=True),
+)}
+
+# The activations each gate stands for (config.hidden_act, or Gemma's hidden_activation).
+_GATE_ACTIVATIONS = {"silu": ("silu", "swish"), "gelu_tanh": ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")}
+
+# (owner, attribute) -> what the owner itself held before the first patch (_MISSING: nothing, the
+# attribute came from a base class or, for an instance, from its class), for revert().
+_ORIGINALS: dict[tuple[Any, str], Any] = {}
+_MISSING = object()
+
+
+def _set(owner: Any, name: str, value: Any) -> None:
+    _ORIGINALS.setdefault((owner, name), vars(owner).get(name, _MISSING))
+    setattr(owner, name, value)
+
+
+def revert() -> None:
+    """Undoes every patch this module made: classes, modeling modules and instances."""
+    for (owner, name), value in reversed(list(_ORIGINALS.items())):
+        if value is _MISSING:
+            if name in vars(owner):
+                delattr(owner, name)
+        else:
+            setattr(owner, name, value)
+    _ORIGINALS.clear()
+
+
+def _original(cls: type, name: str) -> Any:
+    """The class's attribute as it was before this module patched it (a base class's where the
+    class held none of its own)."""
+    value = _ORIGINALS.get((cls, name), _MISSING)
+    if (cls, name) not in _ORIGINALS:
+        return getattr(cls, name)
+    if value is not _MISSING:
+        return value
+    return getattr(super(cls, cls), name)
+
+
+def modeling(family: Family) -> types.ModuleType:
+    return importlib.import_module(f"transformers.models.{family.module}.modeling_{family.module}")
+
+
+# ---- the replacement forwards -------------------------------------------------------------------
+
+def _eps(norm) -> float:
+    eps = getattr(norm, "variance_epsilon", None)
+    return float(norm.eps if eps is None else eps)
+
+
+def rms_norm_forward(self, hidden_states):
+    """Llama's RMSNorm: x / rms(x) * weight (tessera rounds once, after the weight)."""
+    return tessera.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, _eps(self))
+
+
+def gemma_rms_norm_forward(self, x):
+    """Gemma's RMSNorm: x / rms(x) * (1 + weight), all in float32, then x's dtype."""
+    return tessera.rms_norm(x.float(), (x.shape[-1],), 1.0 + self.weight.float(), _eps(self)).type_as(x)
+
+
+def _activation(config) -> str | None:
+    return getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
+
+
+def _takes_gate(module, gate: str) -> bool:
+    config = getattr(module, "config", None)
+    return config is None or _activation(config) in _GATE_ACTIVATIONS[gate]
+
+
+def swiglu_forward(self, x):
+    """down(silu(gate(x)) * up(x)) with tessera.silu_mul."""
+    if not _takes_gate(self, "silu"):
+        return _original(type(self), "forward")(self, x)
+    return self.down_proj(tessera.silu_mul(self.gate_proj(x), self.up_proj(x)))
+
+
+def geglu_forward(self, x):
+    """down(gelu_tanh(gate(x)) * up(x)), Gemma's gate."""
+    if not _takes_gate(self, "gelu_tanh"):
+        return _original(type(self), "forward")(self, x)
+    return self.down_proj(tessera.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+def fused_swiglu_forward(self, hidden_states):
+    """Phi-3: gate and up as the two halves of gate_up_proj."""
+    if not _takes_gate(self, "silu"):
+        return _original(type(self), "forward")(self, hidden_states)
+    gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
+    return self.down_proj(tessera.silu_mul(gate, up))
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    """transformers' apply_rotary_pos_emb (rotate_half pairs) on tessera.rotary_embedding: q, k
+    (batch, heads, seq, head_dim) where unsqueeze_dim is 1, (batch, seq, heads, head_dim) where 2;
+    cos, sin (batch or 1, seq, rotary_dim), each angle twice; rotary_dim < head_dim rotates the
+    first rotary_dim features and copies the rest."""
+    if unsqueeze_dim not in (1, 2):
+        raise ValueError(f"tessera.transformers.apply_rotary_pos_emb: argument 'unsqueeze_dim': expected 1 "
+                         f"(q as batch, heads, seq, dim) or 2 (batch, seq, heads, dim), got {unsqueeze_dim!r}")
+    if cos.dim() == 2:  # (seq, rotary_dim): one row for every batch
+        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
+    if cos.shape[-1] < q.shape[-1]:  # a partial rotary: FlashAttention's form, each angle once
+        half = cos.shape[-1] // 2
+        cos, sin = cos[..., :half], sin[..., :half]
+    return tessera.rotary_embedding(q, k, cos, sin, layout="bhsd" if unsqueeze_dim == 1 else "bshd")
+
+
+# ---- the causal LM's loss -----------------------------------------------------------------------
+
+def _lm_head(model):
+    """The output projection as (weight, bias), refusing what the fused loss cannot take."""
+    head = model.lm_head
+    base = head.get_base_layer() if hasattr(head, "get_base_layer") else head  # PEFT's wrappers
+    if type(head).__name__ == "ModulesToSaveWrapper" and not getattr(head, "disable_adapters", False):
+        base = head.modules_to_save[head.active_adapters[0]] if head.active_adapters else base
+    elif base is not head:
+        raise TypeError("tessera.transformers: the fused linear cross-entropy reads lm_head's weight, and "
+                        f"lm_head is a {type(head).__name__} (an adapter on it, such as LoRA, would be "
+                        "skipped): leave lm_head out of the adapter's target_modules, or apply with "
+                        "fused_linear_cross_entropy=False")
+    if not isinstance(base, torch.nn.Linear):
+        raise TypeError(f"tessera.transformers: expected lm_head to be a torch.nn.Linear, got {type(base).__name__}")
+    return base.weight, base.bias
+
+
+def _shifted(labels, shift_labels):
+    """The next token's label for each position: shift_labels as given, else labels moved left
+    by one with -100 padded at the end (no slice of the hidden states)."""
+    if shift_labels is not None:
+        return shift_labels
+    return F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
+
+
+def _loss_of(hidden, weight, bias, target, softcap, num_items, fused):
+    """The summed or mean loss of (N, H) hidden states against (N,) targets."""
+    if fused and hidden.is_cuda:
+        loss = tessera.linear_cross_entropy(hidden, weight, target, bias, ignore_index=IGNORE_INDEX,
+                                            reduction="sum" if num_items is not None else "mean",
+                                            softcap=softcap)
+        return _per_item(loss, num_items)
+    logits = F.linear(hidden, weight, bias).float()  # tensors the kernels do not take: torch's
+    if softcap:
+        logits = softcap * torch.tanh(logits / softcap)
+    return _loss_of_logits(logits, target, num_items)
+
+
+def _per_item(loss, num_items):
+    if num_items is None:
+        return loss
+    return loss / (num_items.to(loss.device) if isinstance(num_items, torch.Tensor) else num_items)
+
+
+def _causal_lm_forward(family: Family, fused: bool) -> Callable:
+    def forward(self, *args, **kwargs):
+        original = _original(type(self), "forward")
+        bound = inspect.signature(original).bind(self, *args, **kwargs)
+        arguments = dict(bound.arguments)
+        arguments.pop("self", None)
+        extra = dict(arguments.pop("kwargs", {}) or {})
+        labels = arguments.get("labels")
+        shift_labels = extra.get("shift_labels")
+        if not self.training or (labels is None and shift_labels is None):
+            return original(self, *args, **kwargs)
+        arguments.pop("labels", None)
+        extra.pop("shift_labels", None)
+        num_items = extra.pop("num_items_in_batch", None)
+        arguments.pop("logits_to_keep", None)  # training takes every position
+        arguments.pop("return_dict", None)
+        softcap = getattr(self.config, family.softcap, None) if family.softcap else None
+        weight, bias = _lm_head(self)
+        if fused:
+            outputs = self.model(**arguments, **extra)
+            hidden = outputs.last_hidden_state
+            logits = None
+        else:  # the logits as transformers computes them, the loss from tessera
+            outputs = original(self, **arguments, **extra)
+            hidden, logits = None, outputs.logits
+        target = _shifted(labels, shift_labels)
+        if fused:
+            loss = _loss_of(hidden.reshape(-1, hidden.shape[-1]), weight, bias, target.reshape(-1).to(hidden.device),
+                            softcap, num_items, True)
+        else:  # the logits are already capped by the original forward
+            loss = _loss_of_logits(logits, target.to(logits.device), num_items)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                      attentions=outputs.attentions)
+    forward.__doc__ = f"{family.prefix}ForCausalLM's forward, the loss from tessera (see tessera.transformers)"
+    return forward
+
+
+def _loss_of_logits(logits, target, num_items):
+    """The loss of float32 logits, summed over num_items or averaged over the labelled tokens."""
+    logits, target = logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1)
+    reduction = "sum" if num_items is not None else "mean"
+    ce = tessera.cross_entropy if logits.is_cuda else F.cross_entropy
+    return _per_item(ce(logits, target, ignore_index=IGNORE_INDEX, reduction=reduction), num_items)
+
+
+# ---- applying ----------------------------------------------------------------------------------
+
+def _norm_classes(family: Family, module: types.ModuleType) -> list[type]:
+    return [c for n, c in vars(module).items() if isinstance(c, type) and n == f"{family.prefix}RMSNorm"]
+
+
+def _mlp_forward(family: Family) -> Callable:
+    if family.fused_gate_up:
+        return fused_swiglu_forward
+    return swiglu_forward if family.gate == "silu" else geglu_forward
+
+
+def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: bool = True,
+           cross_entropy: bool = False, fused_linear_cross_entropy: bool = True, model=None) -> None:
+    if cross_entropy and fused_linear_cross_entropy:
+        raise ValueError("tessera.transformers: cross_entropy and fused_linear_cross_entropy are two ways "
+                         "to the same loss: ask for one")
+    module = modeling(family)
+    if rope:
+        _set(module, "apply_rotary_pos_emb", apply_rotary_pos_emb)
+    norm_fn = gemma_rms_norm_forward if family.gemma_norm else rms_norm_forward
+    mlp_cls = getattr(module, f"{family.prefix}MLP")
+    lm_cls = getattr(module, f"{family.prefix}ForCausalLM")
+    lm_fn = _causal_lm_forward(family, fused_linear_cross_entropy) if (cross_entropy or fused_linear_cross_entropy) else None
+    norms = _norm_classes(family, module)
+    if model is None:  # the classes: every model built afterwards (and before) runs tessera
+        for cls in norms if rms_norm else []:
+            _set(cls, "forward", norm_fn)
+        if mlp:
+            _set(mlp_cls, "forward", _mlp_forward(family))
+        if lm_fn is not None:
+            _set(lm_cls, "forward", lm_fn)
+        return
+    for m in model.modules():  # this model's modules, in place
+        if rms_norm and isinstance(m, tuple(norms)):
+            _set(m, "forward", types.MethodType(norm_fn, m))
+        elif mlp and isinstance(m, mlp_cls):
+            _set(m, "forward", types.MethodType(_mlp_forward(family), m))
+    if lm_fn is not None and isinstance(model, lm_cls):
+        _set(model, "forward", types.MethodType(lm_fn, model))
+
+
+def _apply_function(family: Family) -> Callable:
+    mlp_kw = family.mlp_keyword
+
+    def apply(rope: bool = True, rms_norm: bool = True, cross_entropy: bool = False,
+              fused_linear_cross_entropy: bool = True, model=None, **kwargs) -> None:
+        unknown = set(kwargs) - {mlp_kw}
+        if unknown:
+            raise TypeError(f"apply_tessera_to_{family.model_type}() got unexpected keyword argument(s) "
+                            f"{', '.join(sorted(unknown))} (it takes rope, rms_norm, {mlp_kw}, cross_entropy, "
+                            "fused_linear_cross_entropy, model)")
+        _apply(family, rope=rope, rms_norm=rms_norm, mlp=kwargs.get(mlp_kw, True), cross_entropy=cross_entropy,
+               fused_linear_cross_entropy=fused_linear_cross_entropy, model=model)
+
+    apply.__name__ = apply.__qualname__ = f"apply_tessera_to_{family.model_type}"
+    apply.__doc__ = (f"Puts {family.prefix} models on tessera's kernels: rope, rms_norm, {mlp_kw}, and the loss "
+                     "(fused_linear_cross_entropy, or cross_entropy); model=None patches the classes before "
+                     "a model is built, model=... an existing one in place (see tessera.transformers).")
+    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in
+              (("rope", True), ("rms_norm", True), (mlp_kw, True), ("cross_entropy", False),
+               ("fused_linear_cross_entropy", True), ("model", None))]
+    apply.__signature__ = inspect.Signature(params)
+    return apply
+
+
+for _family in FAMILIES.values():
+    globals()[f"apply_tessera_to_{_family.model_type}"] = _apply_function(_family)
+
+__all__ = ["FAMILIES", "AutoTesseraForCausalLM", "apply_rotary_pos_emb", "apply_tessera", "revert",
+           *(f"apply_tessera_to_{t}" for t in FAMILIES)]
+
+
+def _family_of(model_type: str) -> Family:
+    family = FAMILIES.get(model_type)
+    if family is None:
+        raise ValueError(f"tessera.transformers: no patch for model_type {model_type!r}; it covers "
+                         f"{', '.join(FAMILIES)}")
+    return family
+
+
+def apply_tessera(model, **kwargs) -> None:
+    """apply_tessera_to_<family>(model=model, **kwargs) for model.config.model_type, leaving out the
+    keywords the family does not take (geglu for Llama, swiglu for Gemma)."""
+    family = _family_of(model.config.model_type)
+    other = {"swiglu", "geglu"} - {family.mlp_keyword}
+    taken = {k: v for k, v in kwargs.items() if k not in other}
+    globals()[f"apply_tessera_to_{family.model_type}"](model=model, **taken)
+
+
+def _apply_for_config(config, kwargs: dict) -> dict:
+    """Pops tessera's keywords from from_pretrained's / from_config's and patches the family."""
+    names = {"rope", "rms_norm", "swiglu", "geglu", "cross_entropy", "fused_linear_cross_entropy"}
+    ours = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+    family = _family_of(config.model_type)
+    ours = {k: v for k, v in ours.items() if k not in {"swiglu", "geglu"} - {family.mlp_keyword}}
+    globals()[f"apply_tessera_to_{family.model_type}"](**ours)
+    return kwargs
+
+
+class AutoTesseraForCausalLM(transformers.AutoModelForCausalLM):
+    """AutoModelForCausalLM whose from_pretrained and from_config patch the model's family first
+    (tessera's keywords, apply_tessera_to_<family>'s, go with the others)."""
+
+    @classmethod
+    def from_config(cls, config, **kwargs):
+        kwargs = _apply_for_config(config, kwargs)
+        return super().from_config(config, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        config = kwargs.get("config")
+        if config is None or isinstance(config, (str, bytes)):
+            config = transformers.AutoConfig.from_pretrained(pretrained_model_name_or_path,
+                                                             trust_remote_code=kwargs.get("trust_remote_code", False))
+        kwargs = _apply_for_config(config, kwargs)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+

@@ -1,0 +1,197 @@
+"""tessera.transformers on the CPU: tiny models of every family it covers, built from configs (two
+layers), patched by class and by instance: every expected module's forward swapped, parameter
+names and shapes unchanged, print(model) working; and, through the ops' CPU paths (torch's
+composition of each op's contract), the patched model's loss and gradients equal to the plain
+model's in float32, with labels shifted, num_items_in_batch and Gemma 2's soft-cap."""
+
+import pytest
+
+transformers = pytest.importorskip("transformers", minversion="5.0")
+torch = pytest.importorskip("torch")
+
+import tessera.transformers as tt  # noqa: E402
+
+COMMON = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+CONFIGS = {
+    "llama": ("LlamaConfig", {}),
+    "mistral": ("MistralConfig", {}),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen3": ("Qwen3Config", {"head_dim": 16}),
+    "gemma2": ("Gemma2Config", {"head_dim": 16, "query_pre_attn_scalar": 16, "final_logit_softcapping": 5.0}),
+    "gemma3_text": ("Gemma3TextConfig", {"head_dim": 16, "query_pre_attn_scalar": 16}),
+    "phi3": ("Phi3Config", {}),
+}
+FAMILIES = list(CONFIGS)
+
+
+@pytest.fixture(autouse=True)
+def unpatched():
+    tt.revert()
+    yield
+    tt.revert()
+
+
+def config_of(model_type):
+    name, extra = CONFIGS[model_type]
+    return getattr(transformers, name)(**COMMON, **extra)
+
+
+def build(model_type, seed=0):
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config_of(model_type), attn_implementation="eager")
+    return model.float()
+
+
+def expected(model_type):
+    """(modeling module, norm forward, MLP class, MLP forward, causal LM class) of the family."""
+    family = tt.FAMILIES[model_type]
+    module = tt.modeling(family)
+    norm = tt.gemma_rms_norm_forward if family.gemma_norm else tt.rms_norm_forward
+    mlp = (tt.fused_swiglu_forward if family.fused_gate_up else
+           tt.swiglu_forward if family.gate == "silu" else tt.geglu_forward)
+    return (module, getattr(module, f"{family.prefix}RMSNorm"), norm, getattr(module, f"{family.prefix}MLP"), mlp,
+            getattr(module, f"{family.prefix}ForCausalLM"))
+
+
+def params(model):
+    return [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_patch_by_instance(model_type):
+    model = build(model_type)
+    before = params(model)
+    module, norm_cls, norm_fn, mlp_cls, mlp_fn, lm_cls = expected(model_type)
+    tt.apply_tessera(model)
+    assert params(model) == before
+    norms = [m for m in model.modules() if isinstance(m, norm_cls)]
+    mlps = [m for m in model.modules() if isinstance(m, mlp_cls)]
+    # every layer's two norms and the final one (more where q/k are normed: Qwen3, Gemma 3)
+    assert len(norms) >= 2 * COMMON["num_hidden_layers"] + 1
+    assert len(mlps) == COMMON["num_hidden_layers"]
+    for m in norms:
+        assert m.forward.__func__ is norm_fn
+    for m in mlps:
+        assert m.forward.__func__ is mlp_fn
+    assert model.forward.__func__.__name__ == "forward" and "tessera" in model.forward.__doc__
+    assert module.apply_rotary_pos_emb is tt.apply_rotary_pos_emb
+    assert type(model).forward is not model.forward.__func__  # the class stays as it was
+    assert norm_cls.__name__ in str(model)
+    other = build(model_type)  # another model of the family is untouched but for RoPE
+    assert all("forward" not in vars(m) for m in other.modules())
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_patch_by_class(model_type):
+    module, norm_cls, norm_fn, mlp_cls, mlp_fn, lm_cls = expected(model_type)
+    getattr(tt, f"apply_tessera_to_{model_type}")()
+    assert norm_cls.forward is norm_fn and mlp_cls.forward is mlp_fn
+    assert "tessera" in lm_cls.forward.__doc__
+    model = build(model_type)
+    assert str(model)
+    tt.revert()
+    assert norm_cls.forward is not norm_fn and module.apply_rotary_pos_emb is not tt.apply_rotary_pos_emb
+
+
+def batch(model_type, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, COMMON["vocab_size"], (2, 11), generator=g)
+    labels = ids.clone()
+    labels[0, :3] = -100  # a prompt
+    labels[1, -2:] = -100  # padding
+    return ids, labels
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("by_class", [False, True])
+def test_same_loss_and_gradients(model_type, by_class):
+    ids, labels = batch(model_type)
+    plain = build(model_type).train()
+    loss = plain(input_ids=ids, labels=labels).loss
+    loss.backward()
+    if by_class:
+        getattr(tt, f"apply_tessera_to_{model_type}")()
+        patched = build(model_type).train()
+    else:
+        patched = build(model_type).train()
+        tt.apply_tessera(patched)
+    out = patched(input_ids=ids, labels=labels)
+    assert out.logits is None  # training with labels: the loss from the hidden states alone
+    torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
+    out.loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma2"])
+def test_num_items_and_shift_labels(model_type):
+    ids, labels = batch(model_type)
+    plain, patched = build(model_type).train(), build(model_type).train()
+    tt.apply_tessera(patched)
+    n = torch.tensor(37)  # gradient accumulation: the whole batch's count of labelled tokens
+    want = plain(input_ids=ids, labels=labels, num_items_in_batch=n).loss
+    torch.testing.assert_close(patched(input_ids=ids, labels=labels, num_items_in_batch=n).loss, want)
+    shift = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+    torch.testing.assert_close(patched(input_ids=ids, shift_labels=shift).loss,
+                               plain(input_ids=ids, labels=labels).loss)
+
+
+def test_eval_and_no_labels_return_logits():
+    ids, labels = batch("llama")
+    plain, patched = build("llama").eval(), build("llama").eval()
+    tt.apply_tessera(patched)
+    out, want = patched(input_ids=ids, labels=labels), plain(input_ids=ids, labels=labels)
+    torch.testing.assert_close(out.logits, want.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.loss, want.loss, rtol=1e-5, atol=1e-5)
+    patched.train()
+    assert patched(input_ids=ids).logits.shape == (2, 11, COMMON["vocab_size"])
+
+
+def test_cross_entropy_on_the_logits():
+    ids, labels = batch("gemma2")
+    plain, patched = build("gemma2").train(), build("gemma2").train()
+    tt.apply_tessera(patched, cross_entropy=True, fused_linear_cross_entropy=False)
+    out = patched(input_ids=ids, labels=labels)
+    assert out.logits is not None
+    torch.testing.assert_close(out.loss, plain(input_ids=ids, labels=labels).loss, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("unsqueeze_dim", [1, 2])
+@pytest.mark.parametrize("rotary_dim", [16, 8])
+def test_rope_as_transformers_calls_it(unsqueeze_dim, rotary_dim):
+    phi3 = tt.modeling(tt.FAMILIES["phi3"])  # its apply_rotary_pos_emb takes a partial rotary
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(2, 4, 7, 16, generator=g), torch.randn(2, 2, 7, 16, generator=g)
+    angles = torch.randn(2, 7, rotary_dim // 2, generator=g)
+    cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+    if unsqueeze_dim == 2:
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+    want = phi3.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    got = tt.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_keywords_and_families():
+    with pytest.raises(TypeError, match="geglu"):
+        tt.apply_tessera_to_llama(geglu=True)
+    with pytest.raises(ValueError, match="one"):
+        tt.apply_tessera_to_llama(cross_entropy=True)
+    model = build("gemma2")
+    tt.apply_tessera(model, swiglu=False, geglu=False, rms_norm=True)  # swiglu is not Gemma's: dropped
+    _, _, _, mlp_cls, _, _ = expected("gemma2")
+    assert all("forward" not in vars(m) for m in model.modules() if isinstance(m, mlp_cls))
+
+    class Other:
+        config = transformers.GPT2Config()
+
+    with pytest.raises(ValueError, match="llama, mistral"):
+        tt.apply_tessera(Other())
+
+
+def test_auto_class_patches_at_from_config():
+    module, norm_cls, norm_fn, mlp_cls, mlp_fn, lm_cls = expected("qwen3")
+    model = tt.AutoTesseraForCausalLM.from_config(config_of("qwen3"), swiglu=False)
+    assert isinstance(model, lm_cls)
+    assert norm_cls.forward is norm_fn and mlp_cls.forward is not mlp_fn
