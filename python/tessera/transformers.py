@@ -28,6 +28,10 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
   - ``cross_entropy`` (instead of the fused loss): the logits as transformers computes them, the
     loss from ``tessera.cross_entropy``.
 
+Importing this module also registers ``attn_implementation="tessera"``: tessera's FlashAttention
+behind transformers' AttentionInterface (causal, GQA, sliding windows, soft-cap, padded batches and
+packed sequences: tessera/_transformers_attention.py).
+
 ``revert()`` undoes every patch of this module (the classes' and the modeling modules'). Needs
 transformers >= 5 (``pip install tessera[transformers]``); nothing else in tessera imports this.
 """
@@ -47,7 +51,10 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 import tessera
 
+from . import _transformers_attention
+
 IGNORE_INDEX = -100
+_transformers_attention.register(transformers)
 
 
 @dataclasses.dataclass(frozen=True)

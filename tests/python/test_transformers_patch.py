@@ -195,3 +195,46 @@ def test_auto_class_patches_at_from_config():
     model = tt.AutoTesseraForCausalLM.from_config(config_of("qwen3"), swiglu=False)
     assert isinstance(model, lm_cls)
     assert norm_cls.forward is norm_fn and mlp_cls.forward is not mlp_fn
+
+
+# ---- attn_implementation="tessera" (on the CPU: the torch path of the same contract, which also
+# carries the padding and packing logic the CUDA path shares) ---------------------------------------
+
+def build_attn(model_type, implementation, seed=0, **extra):
+    name, family_extra = CONFIGS[model_type]
+    config = getattr(transformers, name)(**{**COMMON, **family_extra, **extra})
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation=implementation).float().eval()
+
+
+@pytest.mark.parametrize("model_type,extra", [("llama", {}), ("mistral", {"sliding_window": 4}),
+                                              ("gemma2", {"sliding_window": 4, "attn_logit_softcapping": 5.0}),
+                                              ("qwen3", {})])
+def test_tessera_attention_as_eager(model_type, extra):
+    ids, labels = batch(model_type)
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0  # the second row padded on the right
+    want = build_attn(model_type, "eager", **extra)
+    got = build_attn(model_type, "tessera", **extra)
+    assert got.config._attn_implementation == "tessera"
+    for kwargs in ({}, {"attention_mask": mask}):
+        a, b = got(input_ids=ids, **kwargs).logits, want(input_ids=ids, **kwargs).logits
+        keep = kwargs.get("attention_mask", torch.ones_like(ids)).bool()
+        torch.testing.assert_close(a[keep], b[keep], rtol=1e-4, atol=1e-5)
+
+
+def test_tessera_attention_packed_sequences():
+    # Two sequences in one row, position_ids restarting: each attends within itself, as when run
+    # alone (DataCollatorWithFlattening's batches).
+    model = build_attn("llama", "tessera")
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randint(3, 97, (1, 7), generator=g), torch.randint(3, 97, (1, 5), generator=g)
+    packed = model(input_ids=torch.cat((a, b), 1),
+                   position_ids=torch.cat((torch.arange(7), torch.arange(5)))[None]).logits
+    torch.testing.assert_close(packed[:, :7], model(input_ids=a).logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(packed[:, 7:], model(input_ids=b).logits, rtol=1e-4, atol=1e-5)
+    # the collator's offsets, where it gives them, say the same
+    cu = torch.tensor([0, 7, 12], dtype=torch.int32)
+    given = model(input_ids=torch.cat((a, b), 1), position_ids=torch.cat((torch.arange(7), torch.arange(5)))[None],
+                  cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=7, max_length_k=7).logits
+    torch.testing.assert_close(given, packed)
