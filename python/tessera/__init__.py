@@ -27,7 +27,7 @@ from . import _C, _interop
 from . import bench
 from . import random
 from ._C import DeviceArray
-from .elementwise import (add, copy, dropout, dropout_backward, gelu, gelu_backward, silu,
+from .elementwise import (add, copy, dropout, dropout_backward, gelu, gelu_backward, geglu, silu,
                           silu_backward, silu_mul)
 from .matrix import linear, matmul, mlp, scaled_mm, swiglu_weight
 from .rowwise import (add_layer_norm, add_rms_norm, layer_norm, layer_norm_backward,
@@ -46,7 +46,8 @@ if "torch" in sys.modules:  # else on the first torch tensor (tessera never impo
 
 # tessera.copy and tessera.random are left out of __all__: a star import would shadow the
 # standard library's copy and random modules.
-__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "dropout", "dropout_backward",
+__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "geglu", "dropout",
+           "dropout_backward",
            "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "layer_norm", "layer_norm_forward", "layer_norm_backward",
            "rms_norm", "rms_norm_forward", "rms_norm_backward", "add_layer_norm", "add_rms_norm",

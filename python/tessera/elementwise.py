@@ -27,7 +27,7 @@ from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream,
 if TYPE_CHECKING:
     from ._interop import TensorLike, TensorT
 
-__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "dropout",
+__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "geglu", "dropout",
            "dropout_backward", "copy"]
 
 
@@ -279,6 +279,14 @@ def silu_mul(gate: TensorT, up: TensorT) -> TensorT:
     without keeping the product. Other tensors take torch's composition.
     """
     return _interop.torch_module.nn.functional.silu(gate) * up
+
+
+@op("geglu")
+def geglu(gate: TensorT, up: TensorT) -> TensorT:
+    """GeGLU's gate, as Gemma's feed-forward computes it: ``gelu(gate, approximate="tanh") * up``,
+    in one pass; otherwise as :func:`silu_mul` (any layout, differentiable in both, torch's
+    composition for other tensors)."""
+    return _interop.torch_module.nn.functional.gelu(gate, approximate="tanh") * up
 
 
 # ---- dropout ----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     the whole family, also when ``model`` is given (as Liger does).
   - ``swiglu`` (``geglu`` for Gemma): the MLP's forward to ``tessera.silu_mul`` of the gate and up
     projections (Phi-3: the halves of ``gate_up_proj``); Gemma's tanh-GELU gate through
-    ``tessera.gelu(approximate="tanh") * up``. An MLP whose config names another activation keeps
+    ``tessera.geglu``. An MLP whose config names another activation keeps
     its own forward.
   - ``fused_linear_cross_entropy``: the causal LM's forward in training with labels: the loss from
     ``tessera.linear_cross_entropy`` on the hidden states, never the logits (labels shifted by
@@ -160,7 +160,7 @@ def geglu_forward(self, x):
     """down(gelu_tanh(gate(x)) * up(x)), Gemma's gate."""
     if not _takes_gate(self, "gelu_tanh"):
         return _original(type(self), "forward")(self, x)
-    return self.down_proj(tessera.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+    return self.down_proj(tessera.geglu(self.gate_proj(x), self.up_proj(x)))
 
 
 def fused_swiglu_forward(self, hidden_states):
@@ -301,6 +301,8 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
     mlp_cls = getattr(module, f"{family.prefix}MLP")
     lm_cls = getattr(module, f"{family.prefix}ForCausalLM")
     lm_fn = _causal_lm_forward(family, fused_linear_cross_entropy) if (cross_entropy or fused_linear_cross_entropy) else None
+    if lm_fn is not None:  # the Trainer keeps the batch's columns the signature names
+        lm_fn.__signature__ = inspect.signature(_original(lm_cls, "forward"))
     norms = _norm_classes(family, module)
     if model is None:  # the classes: every model built afterwards (and before) runs tessera
         for cls in norms if rms_norm else []:

@@ -1,4 +1,4 @@
-"""tessera.add, tessera.gelu, tessera.silu and tessera.silu_mul from Python.
+"""tessera.add, tessera.gelu, tessera.silu, tessera.silu_mul and tessera.geglu from Python.
 
 CPU-side tests (any machine): argument validation and messages. The library checks, per argument
 in order, dimensions, then that it is on a CUDA device, then its dtype, then shapes; so a CPU
@@ -177,7 +177,7 @@ def test_broadcast_shape_is_torchs(a, b, out):
 # Bounds on the relative norm error against float64, per dtype: the ops' descriptions, as
 # `tessera verify` applies them (one bound per dtype for all the ops here, which
 # test_one_tolerance_per_dtype checks).
-DESCRIPTIONS = tessera.bench.ops("add,gelu,silu,silu_mul")
+DESCRIPTIONS = tessera.bench.ops("add,gelu,silu,silu_mul,geglu")
 DTYPES = DESCRIPTIONS[0].dtypes
 TOL = {d: DESCRIPTIONS[0].tolerance(d) for d in DTYPES}
 
@@ -556,59 +556,70 @@ def test_silu_backward_matches_torch_autograd(torch, dtype):
         tessera.silu(x, out=torch.empty_like(x))
 
 
-# ---- silu_mul -------------------------------------------------------------------------------
+# ---- silu_mul and geglu: the gated products, one row each ------------------------------
 
-def _silu_mul_ref(torch, g, u):
-    return torch.nn.functional.silu(g.double()) * u.double()
+GATES = {"silu_mul": lambda F, x: F.silu(x), "geglu": lambda F, x: F.gelu(x, approximate="tanh")}
 
 
+def _gated_ref(torch, name, g, u):
+    return GATES[name](torch.nn.functional, g.double()) * u.double()
+
+
+@pytest.mark.parametrize("name", GATES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_silu_mul_matches_reference_contiguous_and_chunked(torch, dtype):
+def test_gated_matches_reference_contiguous_and_chunked(torch, name, dtype):
     t = getattr(torch, dtype)
     x = randn(torch, (1001, 2 * 377), t) * 4
     for g, u in [(x[:, :377].contiguous(), x[:, 377:].contiguous()), x.chunk(2, -1)]:
-        out = tessera.silu_mul(g, u)
+        out = getattr(tessera, name)(g, u)
         assert out.shape == g.shape and out.dtype == t and out.is_contiguous()
-        assert_close(out, _silu_mul_ref(torch, g, u), dtype)
+        assert_close(out, _gated_ref(torch, name, g, u), dtype)
 
 
+@pytest.mark.parametrize("name", GATES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_silu_mul_gradients_match_torch(torch, dtype):
+def test_gated_gradients_match_torch(torch, name, dtype):
     t = getattr(torch, dtype)
     x = (randn(torch, (513, 2 * 129), t) * 3).requires_grad_()
     g, u = x.chunk(2, -1)
-    y = tessera.silu_mul(g, u)
+    y = getattr(tessera, name)(g, u)
     assert y.grad_fn is not None
     dy = torch.randn_like(y)
     (dx,) = torch.autograd.grad(y, x, dy)
     xr = x.detach().double().requires_grad_()
     gr, ur = xr.chunk(2, -1)
-    (dxr,) = torch.autograd.grad(torch.nn.functional.silu(gr) * ur, xr, dy.double())
+    (dxr,) = torch.autograd.grad(GATES[name](torch.nn.functional, gr) * ur, xr, dy.double())
     assert_close(dx, dxr, dtype)
 
 
-def test_silu_mul_is_a_torch_op_with_a_fake_kernel(torch):
+@pytest.mark.parametrize("name", GATES)
+def test_gated_is_a_torch_op_with_a_fake_kernel(torch, name):
     g = torch.randn(64, 32, device="cuda", requires_grad=True)
     u = torch.randn(64, 32, device="cuda", requires_grad=True)
-    torch.library.opcheck(torch.ops.tessera.silu_mul.default, (g, u))
-    torch.library.opcheck(torch.ops.tessera.silu_mul_backward.default, (torch.randn_like(g), g.detach(), u.detach()))
+    torch.library.opcheck(getattr(torch.ops.tessera, name).default, (g, u))
+    torch.library.opcheck(getattr(torch.ops.tessera, name + "_backward").default,
+                          (torch.randn_like(g), g.detach(), u.detach()))
 
 
-def test_silu_mul_outside_the_kernels_is_torchs(torch):
+@pytest.mark.parametrize("name", GATES)
+def test_gated_outside_the_kernels_is_torchs(torch, name):
+    F = torch.nn.functional
     g, u = torch.randn(7, 5), torch.randn(7, 5)  # CPU
-    assert torch.equal(tessera.silu_mul(g, u), torch.nn.functional.silu(g) * u)
+    assert torch.equal(getattr(tessera, name)(g, u), GATES[name](F, g) * u)
     gd = torch.randn(7, 5, device="cuda", dtype=torch.float64)
-    assert torch.allclose(tessera.silu_mul(gd, gd), torch.nn.functional.silu(gd) * gd)
+    assert torch.allclose(getattr(tessera, name)(gd, gd), GATES[name](F, gd) * gd)
 
 
-def test_silu_mul_refuses_mismatched_shapes_by_name(torch):
+@pytest.mark.parametrize("name", GATES)
+def test_gated_refuses_mismatched_shapes_by_name(torch, name):
     g = torch.randn(8, 4, device="cuda")
-    with pytest.raises(ValueError, match=r"tessera\.silu_mul: argument 'up'"):
-        tessera.silu_mul(g, torch.randn(8, 5, device="cuda"))
+    with pytest.raises(ValueError, match=rf"tessera\.{name}: argument 'up'"):
+        getattr(tessera, name)(g, torch.randn(8, 5, device="cuda"))
 
 
-def test_silu_mul_under_compile_keeps_the_op(torch):
+@pytest.mark.parametrize("name", GATES)
+def test_gated_under_compile_keeps_the_op(torch, name):
     g = torch.randn(256, 64, device="cuda", dtype=torch.bfloat16)
     u = torch.randn(256, 64, device="cuda", dtype=torch.bfloat16)
-    f = torch.compile(lambda a, b: tessera.silu_mul(a, b) + 1, fullgraph=True)
-    assert_close(f(g, u), _silu_mul_ref(torch, g, u) + 1, "bfloat16")
+    f = torch.compile(lambda a, b: getattr(tessera, name)(a, b) + 1, fullgraph=True)
+    assert_close(f(g, u), _gated_ref(torch, name, g, u) + 1, "bfloat16")

@@ -238,3 +238,35 @@ def test_tessera_attention_packed_sequences():
     given = model(input_ids=torch.cat((a, b), 1), position_ids=torch.cat((torch.arange(7), torch.arange(5)))[None],
                   cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=7, max_length_k=7).logits
     torch.testing.assert_close(given, packed)
+
+
+# ---- the Trainer ---------------------------------------------------------------------------------
+
+def test_trainer_gradient_accumulation_equals_one_large_batch(tmp_path):
+    # 4 micro-batches of 4 accumulated and one batch of 16 take the same step: the patched loss is
+    # summed over the whole batch's labelled tokens (num_items_in_batch) either way.
+    pytest.importorskip("accelerate")
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(3, COMMON["vocab_size"], (16, 9), generator=g)
+    labels = ids.clone()
+    labels[torch.rand(ids.shape, generator=g) < 0.3] = -100  # uneven counts per micro-batch
+    data = [{"input_ids": i, "labels": lb} for i, lb in zip(ids, labels)]
+
+    def trained(batch, accumulate):
+        model = build("llama")
+        tt.apply_tessera(model)
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / f"{batch}x{accumulate}"), per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulate, max_steps=1, learning_rate=0.1, optim="sgd",
+            lr_scheduler_type="constant", report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
+            dataloader_drop_last=False, seed=0)
+        transformers.Trainer(model=model, args=args, train_dataset=data).train()
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    small, large = trained(4, 4), trained(16, 1)
+    moved = False
+    for name, p in large.items():
+        torch.testing.assert_close(small[name], p, rtol=1e-5, atol=1e-6, msg=name)
+    for name, p in build("llama").named_parameters():
+        moved = moved or not torch.equal(p, large[name])
+    assert moved  # the step changed the weights
