@@ -9,17 +9,17 @@ the forward on inputs that require grad and torch.autograd.grad of its outputs (
 per output): what a training step pays for the op. Providers: tessera; compile, torch.compile
 (default mode) of the plain torch function; compile2, the same compiled function timed again (the
 harness read against itself: compile2 / compile should be 1.00); liger, Liger-Kernel's autograd
-Function for the op (rms_norm, add_rms_norm, rotary, silu_mul, cross_entropy, linear_ce), where
-liger_kernel imports (otherwise left out, with a note printed; benchmarks/peers.py says how each
-is called and what Liger writes in place: it gets inputs and gradients of its own). Interleaved
-within each of R rounds; each case reports the median over rounds of bench_ms (triton's do_bench:
-L2 flushed, median) and, since at these sizes a memory-bound call's wall time is mostly the
-host's, its GPU time: the kernels' durations summed from torch.profiler over single calls, each
-after an L2 flush (median of 5). Before timing, tessera's and Liger's outputs and gradients are
-checked against the torch function's, eager (Liger's on fresh copies of the inputs; a Liger that
-fails or disagrees is left out of the case, and the row says why). The best peer of a case is
-the faster of compile and liger, by wall time and (separately) by GPU time; the last table gives
-tessera against each.
+Function for the op (rms_norm, add_rms_norm, rotary, silu_mul, geglu, cross_entropy,
+linear_ce), where liger_kernel imports (otherwise left out, with a note printed;
+benchmarks/peers.py says how each is called and what Liger writes in place: it gets inputs and
+gradients of its own). Interleaved within each of R rounds; each case reports the median over
+rounds of bench_ms (triton's do_bench: L2 flushed, median) and, since at these sizes a memory-bound
+call's wall time is mostly the host's, its GPU time: the kernels' durations summed from
+torch.profiler over single calls, each after an L2 flush (median of 5). Before timing, tessera's
+and Liger's outputs and gradients are checked against the torch function's, eager (Liger's on fresh
+copies of the inputs; a Liger that fails or disagrees is left out of the case, and the row says
+why). The best peer of a case is the faster of compile and liger, by wall time and (separately) by
+GPU time; the last table gives tessera against each.
 
 Cases (what the compiled side computes):
   rms_norm        F.rms_norm(x, (dim,), w)                                     memory-bound
@@ -29,6 +29,7 @@ Cases (what the compiled side computes):
                   (batch, heads, seq, head_dim), cos/sin as Hugging Face's (1, seq, head_dim))
                                                                                 memory-bound
   silu_mul        F.silu(g) * u on (tokens, ffn)                                memory-bound
+  geglu   F.gelu(g, approximate="tanh") * u on (tokens, ffn): GeGLU     memory-bound
   mlp             the feed-forward with one w13 (gate and up interleaved in blocks of 64):
                   F.linear(swiglu(F.linear(x, w13)), w2); tessera.mlp           GEMM-bound
   linear_ce       F.cross_entropy(F.linear(h, W).float(), t); tessera.linear_cross_entropy
@@ -54,7 +55,8 @@ from common import bench_ms, interleaved_ms, write_results
 from llama_report import profile_step
 from llama_step import FULL, SMALL
 
-OPS = ("rms_norm", "add_rms_norm", "rotary", "silu_mul", "mlp", "linear_ce", "cross_entropy", "alibi")
+OPS = ("rms_norm", "add_rms_norm", "rotary", "silu_mul", "geglu", "mlp", "linear_ce", "cross_entropy",
+       "alibi")
 BF = torch.bfloat16
 SMALL_BELOW_GIB = 60  # linear_ce's eager check holds float32 logits of 8192 x 128256 and their gradient
 
@@ -100,6 +102,9 @@ def case(op, c):
                 4 * n * e, None)
     if op == "silu_mul":
         return ([randn(t, f), randn(t, f)], 2, tessera.silu_mul, lambda g, u: F.silu(g) * u, 8 * t * f * e, None)
+    if op == "geglu":
+        return ([randn(t, f), randn(t, f)], 2, tessera.geglu,
+                lambda g, u: F.gelu(g, approximate="tanh") * u, 8 * t * f * e, None)
     if op == "mlp":
         return ([randn(t, d), randn(2 * f, d, scale=d ** -0.5), randn(d, f, scale=f ** -0.5)], 3,
                 lambda x, w13, w2: tessera.mlp(x, w13, w2, activation="swiglu"), swiglu_mlp, None,

@@ -86,6 +86,8 @@ def llama_case(op: str, c, rest: list):
         return _rope, [torch.cat((t, t), -1)[None] for t in rest]
     if op == "silu_mul":
         return (lambda g, u: LIGER.LigerSiLUMulFunction.apply(g, u)), rest
+    if op == "geglu":
+        return (lambda g, u: LIGER.LigerGELUMulFunction.apply(g, u)), rest
     if op == "cross_entropy":  # the case's class weights and label smoothing 0.1
         return (lambda x, tg, wt: LIGER.LigerCrossEntropyFunction.apply(x, tg, wt, -100, 0.0, 0.1)[0]), rest
     if op == "linear_ce":

@@ -52,7 +52,7 @@ RUNS = {
     "set": ("benchmarks/set.py", "--quick --dtypes int32 --no-crossover"),
     "matrix": ("benchmarks/matrix.py", "--quick --dtypes bfloat16 --narrow --rounds 3"),
     "llama_ops": ("benchmarks/llama_ops.py",
-                  "--ops rms_norm,add_rms_norm,rotary,silu_mul,mlp,linear_ce --rounds 3"),
+                  "--ops rms_norm,add_rms_norm,rotary,silu_mul,geglu,mlp,linear_ce --rounds 3"),
     "attention": ("benchmarks/attention.py", "--quick --dims 128 --rounds 3"),
     "cross_entropy": ("benchmarks/cross_entropy.py", "--rounds 3"),
 }
@@ -99,7 +99,7 @@ HEADLINES = [
              dict(op="gelu", dtype="bfloat16", shape=[1 << 24]), ("torch", "torch.compile"), "copy"),
     Headline("`silu`", _EW, "bench", "bfloat16, 2^24",
              dict(op="silu", dtype="bfloat16", shape=[1 << 24]), ("torch", "torch.compile"), "copy"),
-    Headline("`silu_mul`", _LO, "llama_ops", _FB + "8192 x 5632",
+    Headline("`silu_mul`, `geglu`", _LO, "llama_ops", "silu_mul, " + _FB + "8192 x 5632",
              dict(op="silu_mul"), LLAMA_PEERS, "copy", LLAMA),
     Headline("`dropout`", "dropout/bench.json", "bench", "bfloat16, 2^24, p=0.1",
              dict(op="dropout[p=0.1]", dtype="bfloat16", shape=[1 << 24]), ("torch",), "copy"),

@@ -1,5 +1,6 @@
-// SwiGLU's gate, silu(gate) * up, forward and backward: its CPU reference (double precision),
-// verify and bench cases, and their registration: what `tessera verify|bench|profile silu_mul` run.
+// The gated products of a feed-forward, act(gate) * up, forward and backward (SwiGLU's silu_mul
+// and GeGLU's geglu, one row each): their CPU references (double precision), verify and
+// bench cases, and their registration: what `tessera verify|bench|profile silu_mul` run.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -7,21 +8,42 @@
 
 #include "bench/host.hpp"
 #include "ops/elementwise/cases.hpp"
+#include "ops/elementwise/gelu_reference.hpp"
 #include "tessera/ops/elementwise.hpp"
 
 namespace tessera::ops::elementwise {
 namespace {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double silu(double x) { return x * sigmoid(x); }
+double silu_grad(double x) { return sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x))); }
+double gelu_tanh(double x) { return reference::gelu(x, GeluApproximate::tanh); }
+double gelu_tanh_grad(double x) { return reference::gelu_grad(x, GeluApproximate::tanh); }
+
+// One gated product: its op's name (the backward's adds "_backward"), the library's two calls and
+// the activation with its derivative in double precision.
+struct Gate {
+  const char* name;
+  const char* summary;
+  decltype(&silu_mul) forward;
+  decltype(&silu_mul_backward) backward;
+  double (*act)(double);
+  double (*grad)(double);
+};
+const Gate kGates[] = {
+    {"silu_mul", "SwiGLU's gate: silu(gate) * up", silu_mul, silu_mul_backward, silu, silu_grad},
+    {"geglu", "GeGLU's gate: gelu_tanh(gate) * up", geglu, geglu_backward, gelu_tanh,
+     gelu_tanh_grad},
+};
 
 struct Spec {
   Shape shape;
   Layout layout = Layout::contiguous;
 };
 
-std::string op_name(bool backward) { return backward ? "silu_mul_backward" : "silu_mul"; }
+std::string op_name(const Gate& g, bool backward) { return std::string(g.name) + (backward ? "_backward" : ""); }
 
-VerifyResult run(DType dt, bool backward, const Spec& s) {
+VerifyResult run(const Gate& gt, DType dt, bool backward, const Spec& s) {
   cudaStream_t stream = nullptr;
   TestTensor gate = make_tensor(dt, s.shape, s.layout), up = make_tensor(dt, s.shape, s.layout);
   fill_random(gate, -8, 8, stream);
@@ -32,12 +54,11 @@ VerifyResult run(DType dt, bool backward, const Spec& s) {
   if (!backward) {
     TestTensor out = make_tensor(dt, s.shape, out_layout);
     fill_poison(out, stream);
-    silu_mul(gate.view, up.view, out.view, stream);
+    gt.forward(gate.view, up.view, out.view, stream);
     const std::vector<double> ref = host::tabulate(g.view.numel(), [&](int64_t i) {
-      const double x = host::load_double(g.view, i);
-      return x * sigmoid(x) * host::load_double(u.view, i);
+      return gt.act(host::load_double(g.view, i)) * host::load_double(u.view, i);
     });
-    return compare(op_name(false), name, out, ref, stream);
+    return compare(op_name(gt, false), name, out, ref, stream);
   }
   TestTensor dy = make_tensor(dt, s.shape, s.layout);
   fill_random(dy, -2, 2, stream);
@@ -45,21 +66,19 @@ VerifyResult run(DType dt, bool backward, const Spec& s) {
   TestTensor grad_gate = make_tensor(dt, s.shape, out_layout), grad_up = make_tensor(dt, s.shape, out_layout);
   fill_poison(grad_gate, stream);
   fill_poison(grad_up, stream);
-  silu_mul_backward(dy.view, gate.view, up.view, grad_gate.view, grad_up.view, stream);
+  gt.backward(dy.view, gate.view, up.view, grad_gate.view, grad_up.view, stream);
   const std::vector<double> ref_gate = host::tabulate(g.view.numel(), [&](int64_t i) {
-    const double x = host::load_double(g.view, i), sg = sigmoid(x);
-    return host::load_double(d.view, i) * host::load_double(u.view, i) * sg * (1.0 + x * (1.0 - sg));
+    return host::load_double(d.view, i) * host::load_double(u.view, i) * gt.grad(host::load_double(g.view, i));
   });
   const std::vector<double> ref_up = host::tabulate(g.view.numel(), [&](int64_t i) {
-    const double x = host::load_double(g.view, i);
-    return host::load_double(d.view, i) * x * sigmoid(x);
+    return host::load_double(d.view, i) * gt.act(host::load_double(g.view, i));
   });
-  VerifyResult r = compare(op_name(true), name + " grad_gate", grad_gate, ref_gate, stream);
-  keep_worst(r, compare(op_name(true), name + " grad_up", grad_up, ref_up, stream));
+  VerifyResult r = compare(op_name(gt, true), name + " grad_gate", grad_gate, ref_gate, stream);
+  keep_worst(r, compare(op_name(gt, true), name + " grad_up", grad_up, ref_up, stream));
   return r;
 }
 
-std::vector<VerifyCase> cases(bool backward) {
+std::vector<VerifyCase> cases(const Gate& gt, bool backward) {
   const std::vector<Spec> specs = {
       {{1000003}}, {{7}}, {{1000003}, Layout::offset}, {{513, 257}, Layout::transposed},
       {{300, 1001}, Layout::strided}, {{0, 3}},
@@ -68,7 +87,7 @@ std::vector<VerifyCase> cases(bool backward) {
   for (DType dt : kFloatTypes)
     for (const Spec& s : specs)
       v.push_back({std::string(dtype_name(dt)) + " " + shape_str(s.shape) + " " + layout_name(s.layout), false,
-                   [=] { return run(dt, backward, s); }});
+                   [=, &gt] { return run(gt, dt, backward, s); }});
   return v;
 }
 
@@ -78,7 +97,7 @@ BenchShape shape(DType dt, int64_t n, bool backward) {
   return backward ? flat_shape(dt, n, 3, 5) : flat_shape(dt, n, 2, 3);
 }
 
-BenchCase bench(DType dt, int64_t n, bool backward) {
+BenchCase bench(const Gate& gt, DType dt, int64_t n, bool backward) {
   const BenchShape sh = shape(dt, n, backward);
   struct State { TestTensor dy, gate, up, a, b; };
   auto st = std::make_shared<State>();
@@ -89,25 +108,26 @@ BenchCase bench(DType dt, int64_t n, bool backward) {
     st->dy = make_tensor(dt, {n}, Layout::contiguous);
     fill_random(st->dy, -1, 1, nullptr);
   }
-  BenchCase c = bench_case(op_name(backward), dt, n, sh);
+  BenchCase c = bench_case(op_name(gt, backward), dt, n, sh);
   State* s = st.get();
   if (backward)
-    c.run = [s](cudaStream_t stream) { silu_mul_backward(s->dy.view, s->gate.view, s->up.view, s->a.view, s->b.view, stream); };
+    c.run = [s, &gt](cudaStream_t stream) { gt.backward(s->dy.view, s->gate.view, s->up.view, s->a.view, s->b.view, stream); };
   else
-    c.run = [s](cudaStream_t stream) { silu_mul(s->gate.view, s->up.view, s->a.view, stream); };
+    c.run = [s, &gt](cudaStream_t stream) { gt.forward(s->gate.view, s->up.view, s->a.view, stream); };
   c.state = st;
   return c;
 }
 
 const Registrar kRegistrar(26, [] {
   std::vector<OpInfo> ops;
-  for (bool bwd : {false, true}) {
-    OpInfo op = op_info(op_name(bwd), bwd ? "silu_mul backward: grad_gate, grad_up" : "SwiGLU's gate: silu(gate) * up");
-    op.verify_cases = [bwd] { return cases(bwd); };
-    op.make_bench = [bwd](DType dt, int64_t n) { return bench(dt, n, bwd); };
-    op.bench_shape = [bwd](DType dt, int64_t n) { return shape(dt, n, bwd); };
-    ops.push_back(op);
-  }
+  for (const Gate& gt : kGates)
+    for (bool bwd : {false, true}) {
+      OpInfo op = op_info(op_name(gt, bwd), bwd ? std::string(gt.name) + " backward: grad_gate, grad_up" : gt.summary);
+      op.verify_cases = [bwd, &gt] { return cases(gt, bwd); };
+      op.make_bench = [bwd, &gt](DType dt, int64_t n) { return bench(gt, dt, n, bwd); };
+      op.bench_shape = [bwd](DType dt, int64_t n) { return shape(dt, n, bwd); };
+      ops.push_back(op);
+    }
   return ops;
 });
 

@@ -46,6 +46,13 @@ void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& ou
 void silu_mul_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
                        const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream);
 
+// GeGLU's gate (Gemma's feed-forward), out = gelu_tanh(gate) * up with GELU's tanh form, and its
+// gradients grad_gate = grad_output * up * gelu_tanh'(gate), grad_up = grad_output *
+// gelu_tanh(gate); as silu_mul otherwise.
+void geglu(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream);
+void geglu_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                            const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream);
+
 // The same on one tensor whose last dimension interleaves gate and up in blocks of kSwigluBlock
 // columns: columns 128 j .. 128 j + 63 are the gate of features 64 j .. 64 j + 63, the next 64
 // their up. That is the product of a weight whose rows are so interleaved (matmul's activation

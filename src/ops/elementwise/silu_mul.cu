@@ -1,6 +1,7 @@
-// SwiGLU's gate: out = silu(gate) * up, forward and backward, each one pass over memory (the
-// backward's two gradients from one map with two outputs; with the forward's output recomputed,
-// three).
+// The gated products of a feed-forward, out = act(gate) * up, forward and backward, each one pass
+// over memory (the backward's two gradients from one map with two outputs; with the forward's
+// output recomputed, three): SwiGLU's silu_mul and GeGLU's geglu (Gemma's tanh-GELU), one
+// template with the activation as its row.
 //
 // Bytes: 3n * sizeof(T) forward; backward 5n (grad, gate and up read, grad_gate and grad_up
 // written), 6n with the forward's output.
@@ -15,26 +16,31 @@
 namespace tessera {
 namespace {
 
-template <bool Fast>
-struct SiluMul {
-  __device__ __forceinline__ float operator()(float g, float u) const { return tile::Silu<Fast>{}(g) * u; }
+// act(gate) * up for an activation Act and its backward ActGrad (ActGrad(dy, x) = dy * act'(x)).
+template <template <bool> class Act, template <bool> class ActGrad>
+struct Gated {
+  template <bool Fast>
+  struct Mul {
+    __device__ __forceinline__ float operator()(float g, float u) const { return Act<Fast>{}(g) * u; }
+  };
+  // d/dgate = grad * up * act'(gate), d/dup = grad * act(gate).
+  template <bool Fast>
+  struct Grads {
+    __device__ __forceinline__ tile::Floats<2> operator()(float dy, float g, float u) const {
+      return {{ActGrad<Fast>{}(dy * u, g), dy * Act<Fast>{}(g)}};
+    }
+  };
+  // The same gradients and the forward's output, act(gate) * up, from one read of gate and up.
+  template <bool Fast>
+  struct GradsAndOutput {
+    __device__ __forceinline__ tile::Floats<3> operator()(float dy, float g, float u) const {
+      const float a = Act<Fast>{}(g);
+      return {{ActGrad<Fast>{}(dy * u, g), dy * a, a * u}};
+    }
+  };
 };
-// d/dgate = grad * up * silu'(gate), d/dup = grad * silu(gate).
-template <bool Fast>
-struct SiluMulGrads {
-  __device__ __forceinline__ tile::Floats<2> operator()(float dy, float g, float u) const {
-    return {{tile::SiluBackward<Fast>{}(dy * u, g), dy * tile::Silu<Fast>{}(g)}};
-  }
-};
-
-// The same gradients and the forward's output, silu(gate) * up, from one read of gate and up.
-template <bool Fast>
-struct SiluMulGradsAndOutput {
-  __device__ __forceinline__ tile::Floats<3> operator()(float dy, float g, float u) const {
-    const float s = tile::Silu<Fast>{}(g);
-    return {{tile::SiluBackward<Fast>{}(dy * u, g), dy * s, s * u}};
-  }
-};
+using SiluGate = Gated<tile::Silu, tile::SiluBackward>;
+using GeluTanhGate = Gated<tile::GeluTanh, tile::GeluTanhBackward>;
 
 void check_pair(const char* op, const TensorView& gate, const TensorView& up) {
   detail::check_cuda_tensor(op, "gate", gate);
@@ -49,20 +55,19 @@ void check_out(const char* op, const char* name, const TensorView& out, const Te
   for (const auto& [arg, t] : ins) detail::check_no_overlap(op, name, out, arg, *t, /*allow_identical=*/true);
 }
 
-}  // namespace
-
-void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream) {
-  runtime::NvtxRange range("tessera::silu_mul");
-  check_pair("silu_mul", gate, up);
-  check_out("silu_mul", "out", out, gate, {{"gate", &gate}, {"up", &up}});
+template <class Gate>
+void gated_mul(const char* op, const TensorView& gate, const TensorView& up, const TensorView& out,
+               cudaStream_t stream) {
+  check_pair(op, gate, up);
+  check_out(op, "out", out, gate, {{"gate", &gate}, {"up", &up}});
   if (out.numel() == 0) return;
-  elementwise::map_floats<SiluMul, 2>("silu_mul", out, {&gate, &up}, stream);
+  elementwise::map_floats<Gate::template Mul, 2>(op, out, {&gate, &up}, stream);
 }
 
-void silu_mul_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
-                       const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream) {
-  runtime::NvtxRange range("tessera::silu_mul_backward");
-  const char* op = "silu_mul_backward";
+template <class Gate>
+void gated_mul_backward(const char* op, const TensorView& grad_output, const TensorView& gate,
+                        const TensorView& up, const TensorView& grad_gate, const TensorView& grad_up,
+                        cudaStream_t stream) {
   check_pair(op, gate, up);
   detail::check_like(op, "grad_output", grad_output, "gate", gate);
   const std::initializer_list<std::pair<const char*, const TensorView*>> ins = {
@@ -73,7 +78,31 @@ void silu_mul_backward(const TensorView& grad_output, const TensorView& gate, co
   if (grad_gate.numel() == 0) return;
   // Each element's inputs are read before its outputs are written, so grad_gate or grad_up may be
   // an input itself (in place).
-  elementwise::map_floats<SiluMulGrads, 3, 2>(op, {&grad_gate, &grad_up}, {&grad_output, &gate, &up}, stream);
+  elementwise::map_floats<Gate::template Grads, 3, 2>(op, {&grad_gate, &grad_up}, {&grad_output, &gate, &up}, stream);
+}
+
+}  // namespace
+
+void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::silu_mul");
+  gated_mul<SiluGate>("silu_mul", gate, up, out, stream);
+}
+
+void silu_mul_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                       const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::silu_mul_backward");
+  gated_mul_backward<SiluGate>("silu_mul_backward", grad_output, gate, up, grad_gate, grad_up, stream);
+}
+
+void geglu(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::geglu");
+  gated_mul<GeluTanhGate>("geglu", gate, up, out, stream);
+}
+
+void geglu_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                            const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::geglu_backward");
+  gated_mul_backward<GeluTanhGate>("geglu_backward", grad_output, gate, up, grad_gate, grad_up, stream);
 }
 
 namespace {
@@ -121,7 +150,7 @@ void swiglu(const TensorView& input, const TensorView& out, cudaStream_t stream)
   if (out.numel() == 0) return;
   const TensorView gate = blocks_of(input, kSwigluBlock, 2, 0), up = blocks_of(input, kSwigluBlock, 2, kSwigluBlock);
   const TensorView o = blocks_of(out, kSwigluBlock, 1, 0);
-  elementwise::map_floats<SiluMul, 2>("swiglu", o, {&gate, &up}, stream);
+  elementwise::map_floats<SiluGate::Mul, 2>("swiglu", o, {&gate, &up}, stream);
 }
 
 void swiglu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
@@ -138,7 +167,7 @@ void swiglu_backward(const TensorView& grad_output, const TensorView& input, con
   const TensorView dgate = blocks_of(grad_input, kSwigluBlock, 2, 0);
   const TensorView dup = blocks_of(grad_input, kSwigluBlock, 2, kSwigluBlock);
   const TensorView dy = blocks_of(grad_output, kSwigluBlock, 1, 0);
-  elementwise::map_floats<SiluMulGrads, 3, 2>(op, {&dgate, &dup}, {&dy, &gate, &up}, stream);
+  elementwise::map_floats<SiluGate::Grads, 3, 2>(op, {&dgate, &dup}, {&dy, &gate, &up}, stream);
 }
 
 void swiglu_backward_recompute(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
@@ -160,7 +189,7 @@ void swiglu_backward_recompute(const TensorView& grad_output, const TensorView& 
   const TensorView dgate = blocks_of(grad_input, kSwigluBlock, 2, 0);
   const TensorView dup = blocks_of(grad_input, kSwigluBlock, 2, kSwigluBlock);
   const TensorView dy = blocks_of(grad_output, kSwigluBlock, 1, 0), out = blocks_of(output, kSwigluBlock, 1, 0);
-  elementwise::map_floats<SiluMulGradsAndOutput, 3, 3>(op, {&dgate, &dup, &out}, {&dy, &gate, &up}, stream);
+  elementwise::map_floats<SiluGate::GradsAndOutput, 3, 3>(op, {&dgate, &dup, &out}, {&dy, &gate, &up}, stream);
 }
 
 namespace {
@@ -180,5 +209,13 @@ const OpRegistrar kSiluMulBackward = describe("silu_mul_backward", "elementwise"
     .schema("silu_mul_backward(Tensor grad_output, Tensor gate, Tensor up) -> (Tensor, Tensor)")
     .kernel<&silu_mul_backward>({"grad_output", "gate", "up", "grad_gate", "grad_up"},
                                 {{"grad_gate", "gate"}, {"grad_up", "up"}});
+const OpRegistrar kGeglu = describe("geglu", "elementwise", "GeGLU's gate: gelu_tanh(gate) * up")
+    .schema("geglu(Tensor gate, Tensor up) -> Tensor")
+    .kernel<&geglu>({"gate", "up", "out"}, {{"out", "gate"}})
+    .differentiable("geglu_backward", {"grad", "gate", "up"}, {"gate", "up"});
+const OpRegistrar kGegluBackward = describe("geglu_backward", "elementwise", "geglu backward: grad_gate, grad_up")
+    .schema("geglu_backward(Tensor grad_output, Tensor gate, Tensor up) -> (Tensor, Tensor)")
+    .kernel<&geglu_backward>({"grad_output", "gate", "up", "grad_gate", "grad_up"},
+                             {{"grad_gate", "gate"}, {"grad_up", "up"}});
 }  // namespace
 }  // namespace tessera
