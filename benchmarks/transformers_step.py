@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""A Hugging Face transformers training step, plain and patched: transformers eager,
+torch.compile, Liger-Kernel's apply_liger_kernel_to_<family>, and tessera.transformers'
+apply_tessera (eager and compiled): step time, tokens/s, peak memory above the weights, step-0 loss.
+
+    python benchmarks/transformers_step.py [--family llama] [--layers 8 --hidden 2048 --heads 16
+        --kv-heads 4 --intermediate 5632 --vocab 128256] [--batch 2 --seq 4096] [--steps 8]
+        [--warmup 3] [--rounds 2] [--runs "eager,compile,liger,tessera,tessera compile"]
+        [--attn sdpa] [--out DIR]
+
+The model: <family>ForCausalLM from its config with random init (the sizes above, bf16 weights),
+``attn_implementation`` --attn (sdpa; "tessera" is tessera's FlashAttention). A step is
+``model(input_ids=x, labels=x).loss.backward()`` then zero_grad(set_to_none=True), no optimizer:
+what the patches change. Each run builds the same model (one seed) and sees the same batch;
+runs are interleaved within each of --rounds rounds, and each reports the median over rounds of
+its median step (CUDA events around each step, the host running ahead). Peak memory: torch's
+allocator peak over the timed steps, less the memory held before the first step (the weights).
+Liger's run is left out, with a note, where liger_kernel does not import. Writes
+transformers_step.json, .md and .svg (step time and peak memory) into --out.
+"""
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+
+import torch
+import transformers
+
+from llama_report import COLORS, svg_bars
+
+CONFIGS = {  # family -> (config class, the family's own defaults that the flags do not set)
+    "llama": ("LlamaConfig", {}),
+    "mistral": ("MistralConfig", {}),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen3": ("Qwen3Config", {}),
+    "gemma2": ("Gemma2Config", {}),
+    "gemma3_text": ("Gemma3TextConfig", {}),
+    "phi3": ("Phi3Config", {}),
+}
+RUNS = ("eager", "compile", "liger", "tessera", "tessera compile")
+
+
+def config_of(args):
+    name, extra = CONFIGS[args.family]
+    return getattr(transformers, name)(
+        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+        head_dim=args.hidden // args.heads, max_position_embeddings=max(args.seq, 4096), pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, **extra)
+
+
+def liger_apply(family):
+    """Liger's apply function for the family, or None (with why) where it does not import."""
+    try:
+        from liger_kernel import transformers as lt
+    except Exception as e:  # noqa: BLE001 - any import failure leaves the run out
+        return None, f"liger_kernel does not import: {type(e).__name__}: {e}"
+    fn = getattr(lt, f"apply_liger_kernel_to_{family}", None)
+    return (fn, "") if fn else (None, f"Liger has no apply_liger_kernel_to_{family}")
+
+
+def build(run, args):
+    if run == "liger":
+        apply, why = liger_apply(args.family)
+        if apply is None:
+            raise RuntimeError(why)
+    torch.manual_seed(args.seed)
+    model = transformers.AutoModelForCausalLM.from_config(config_of(args), attn_implementation=args.attn,
+                                                          dtype=torch.bfloat16).cuda().train()
+    if run == "liger":
+        apply(model=model)
+    elif run.startswith("tessera"):
+        import tessera.transformers as tt
+        tt.apply_tessera(model)
+    return model
+
+
+def measure(run, args, ids) -> dict:
+    torch._dynamo.reset()
+    model = build(run, args)
+    fn = torch.compile(model) if run.endswith("compile") else model
+
+    def step():
+        loss = fn(input_ids=ids, labels=ids).loss
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.steps)]
+    losses = []
+    for start, end in events:
+        start.record()
+        losses.append(step())
+        end.record()
+    torch.cuda.synchronize()
+    ms = statistics.median(s.elapsed_time(e) for s, e in events)
+    result = dict(ms=ms, tokens_per_s=ids.numel() / ms * 1e3, peak=(torch.cuda.max_memory_allocated() - base) / 2**30,
+                  loss=losses[0].item())
+    del fn, model
+    gc.collect()
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", default="llama", choices=list(CONFIGS))
+    for flag, default in (("layers", 8), ("hidden", 2048), ("heads", 16), ("kv-heads", 4), ("intermediate", 5632),
+                          ("vocab", 128256), ("batch", 2), ("seq", 4096), ("steps", 8), ("warmup", 3), ("rounds", 2),
+                          ("seed", 0)):
+        ap.add_argument(f"--{flag}", type=int, default=default)
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
+    ap.add_argument("--attn", default="sdpa", help="attn_implementation (sdpa, eager, tessera, ...)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    runs = [r.strip().replace("_", " ") for r in args.runs.split(",") if r.strip()]
+    if any(r not in RUNS for r in runs):
+        ap.error(f"--runs: expected names of {', '.join(RUNS)}, got {runs}")
+    if "liger" in runs and liger_apply(args.family)[0] is None:
+        print(f"note: the liger run is left out: {liger_apply(args.family)[1]}")
+        runs.remove("liger")
+    if args.attn == "tessera" or any(r.startswith("tessera") for r in runs):
+        import tessera.transformers  # noqa: F401 - registers attn_implementation="tessera"
+    ids = torch.randint(3, args.vocab, (args.batch, args.seq), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(args.seed))
+    per_round = {r: [] for r in runs}
+    errors = {}
+    for k in range(args.rounds):
+        for run in runs:
+            if run in errors:
+                continue
+            try:
+                per_round[run].append(measure(run, args, ids))
+            except Exception as e:  # noqa: BLE001 - one failed run is reported, the others go on
+                errors[run] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                torch.cuda.empty_cache()
+            if run in per_round and len(per_round[run]) == k + 1:
+                r = per_round[run][-1]
+                print(f"round {k + 1}/{args.rounds} {run}: {r['ms']:.2f} ms/step, peak {r['peak']:.2f} GiB, "
+                      f"loss {r['loss']:.5f}", flush=True)
+    results = {}
+    for run, rs in per_round.items():
+        if rs:
+            mid = sorted(rs, key=lambda r: r["ms"])[len(rs) // 2]
+            results[run] = dict(mid, ms=statistics.median(r["ms"] for r in rs))
+            results[run]["tokens_per_s"] = ids.numel() / results[run]["ms"] * 1e3
+    ref = results.get("eager")
+    lines = ["| run | step (ms) | tokens/s | peak above the weights (GiB) | step-0 loss | loss - eager's |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for run in runs:
+        if run not in results:
+            lines.append(f"| {run} | failed: {errors.get(run, '?')} | | | | |")
+            continue
+        r = results[run]
+        gap = f"{r['loss'] - ref['loss']:+.2e}" if ref else "-"
+        lines.append(f"| {run} | {r['ms']:.2f} | {r['tokens_per_s']:.0f} | {r['peak']:.2f} | {r['loss']:.5f} | {gap} |")
+    table = "\n".join(lines)
+    peers = [r for r in ("compile", "liger") if r in results]
+    if "tessera" in results and peers:
+        best = min(peers, key=lambda r: results[r]["ms"])
+        table += (f"\n\ntessera against the faster of {' and '.join(peers)} ({best}): "
+                  f"{results[best]['ms'] / results['tessera']['ms']:.3f}x the tokens/s, "
+                  f"{results['tessera']['peak'] / results[best]['peak']:.3f}x the peak memory")
+    print(table)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        meta = dict(vars(args), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                    transformers=transformers.__version__)
+        with open(os.path.join(args.out, "transformers_step.json"), "w") as f:
+            json.dump(dict(meta=meta, results=results, errors=errors), f, indent=1)
+        with open(os.path.join(args.out, "transformers_step.md"), "w") as f:
+            f.write(table + "\n")
+        colour = {run: COLORS[i % len(COLORS)] for i, run in enumerate(runs)}
+        panels = [(heading, unit, [(run, [(results[run][key], colour[run], f"{run}: {results[run][key]:.2f} {unit}")]
+                                   if run in results else []) for run in runs], None)
+                  for heading, key, unit in (("step time, median", "ms", "ms"),
+                                             ("peak memory above the weights", "peak", "GiB"))]
+        title = f"{args.family}: {args.layers} layers of {args.hidden}, {args.batch} x {args.seq} tokens"
+        with open(os.path.join(args.out, "transformers_step.svg"), "w") as f:
+            f.write(svg_bars(title, panels))
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
