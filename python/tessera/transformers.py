@@ -190,19 +190,20 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
 # ---- the causal LM's loss -----------------------------------------------------------------------
 
 def _lm_head(model):
-    """The output projection as (weight, bias), refusing what the fused loss cannot take."""
+    """The output projection as (weight, bias): under PEFT's modules_to_save its active copy;
+    refused, with what to do, where an adapter (LoRA) wraps it, which the fused loss would skip."""
     head = model.lm_head
-    base = head.get_base_layer() if hasattr(head, "get_base_layer") else head  # PEFT's wrappers
-    if type(head).__name__ == "ModulesToSaveWrapper" and not getattr(head, "disable_adapters", False):
-        base = head.modules_to_save[head.active_adapters[0]] if head.active_adapters else base
-    elif base is not head:
+    if type(head).__name__ == "ModulesToSaveWrapper":
+        active = head.active_adapters
+        head = head.original_module if head.disable_adapters or not active else head.modules_to_save[active[0]]
+    if hasattr(head, "base_layer"):
         raise TypeError("tessera.transformers: the fused linear cross-entropy reads lm_head's weight, and "
                         f"lm_head is a {type(head).__name__} (an adapter on it, such as LoRA, would be "
-                        "skipped): leave lm_head out of the adapter's target_modules, or apply with "
-                        "fused_linear_cross_entropy=False")
-    if not isinstance(base, torch.nn.Linear):
-        raise TypeError(f"tessera.transformers: expected lm_head to be a torch.nn.Linear, got {type(base).__name__}")
-    return base.weight, base.bias
+                        "skipped): leave lm_head out of the adapter's target_modules (modules_to_save is "
+                        "fine), or apply with fused_linear_cross_entropy=False")
+    if not isinstance(head, torch.nn.Linear):
+        raise TypeError(f"tessera.transformers: expected lm_head to be a torch.nn.Linear, got {type(head).__name__}")
+    return head.weight, head.bias
 
 
 def _shifted(labels, shift_labels):
@@ -312,13 +313,13 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
         if lm_fn is not None:
             _set(lm_cls, "forward", lm_fn)
         return
-    for m in model.modules():  # this model's modules, in place
+    for m in model.modules():  # this model's modules, in place (inside a PEFT model too)
         if rms_norm and isinstance(m, tuple(norms)):
             _set(m, "forward", types.MethodType(norm_fn, m))
         elif mlp and isinstance(m, mlp_cls):
             _set(m, "forward", types.MethodType(_mlp_forward(family), m))
-    if lm_fn is not None and isinstance(model, lm_cls):
-        _set(model, "forward", types.MethodType(lm_fn, model))
+        elif lm_fn is not None and isinstance(m, lm_cls):
+            _set(m, "forward", types.MethodType(lm_fn, m))
 
 
 def _apply_function(family: Family) -> Callable:

@@ -270,3 +270,35 @@ def test_trainer_gradient_accumulation_equals_one_large_batch(tmp_path):
     for name, p in build("llama").named_parameters():
         moved = moved or not torch.equal(p, large[name])
     assert moved  # the step changed the weights
+
+
+# ---- PEFT ----------------------------------------------------------------------------------------
+
+def test_peft_lora_and_modules_to_save():
+    peft = pytest.importorskip("peft")
+    ids, labels = batch("llama")
+
+    def lora(patch, **kw):
+        model = build("llama").train()
+        if patch:
+            tt.apply_tessera(model)
+        torch.manual_seed(1)
+        return peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, **kw))
+
+    for kw in ({"target_modules": ["q_proj", "v_proj", "gate_proj"]},
+               {"target_modules": ["q_proj"], "modules_to_save": ["lm_head"]}):
+        plain, patched = lora(False, **kw), lora(True, **kw)
+        want, got = plain(input_ids=ids, labels=labels).loss, patched(input_ids=ids, labels=labels)
+        assert got.logits is None  # the patched causal LM inside the PEFT model took the call
+        torch.testing.assert_close(got.loss, want, rtol=1e-5, atol=1e-5)
+        want.backward()
+        got.loss.backward()
+        grads = {n: p.grad for n, p in plain.named_parameters() if p.requires_grad}
+        for n, p in patched.named_parameters():
+            if p.requires_grad:
+                torch.testing.assert_close(p.grad, grads[n], rtol=1e-4, atol=1e-6, msg=n)
+    model = build("llama").train()
+    tt.apply_tessera(model)
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
+    with pytest.raises(TypeError, match="lm_head.*target_modules"):
+        wrapped(input_ids=ids, labels=labels)
