@@ -302,3 +302,23 @@ def test_peft_lora_and_modules_to_save():
     wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
     with pytest.raises(TypeError, match="lm_head.*target_modules"):
         wrapped(input_ids=ids, labels=labels)
+
+
+def test_packed_batch_loss_equals_the_padded_one():
+    # DataCollatorWithFlattening's padding-free batch (one row, position_ids restarting, the first
+    # label of each sequence -100) on the patched model with tessera's attention, against the padded
+    # batch of the same sequences on the plain model with eager attention.
+    g = torch.Generator().manual_seed(9)
+    seqs = [torch.randint(3, COMMON["vocab_size"], (n,), generator=g) for n in (7, 5, 9)]
+    packed = transformers.DataCollatorWithFlattening()([{"input_ids": s.tolist()} for s in seqs])
+    patched = build_attn("llama", "tessera").train()
+    tt.apply_tessera(patched)
+    got = patched(input_ids=packed["input_ids"], labels=packed["labels"], position_ids=packed["position_ids"]).loss
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)], mask[i, :len(s)] = s, 1
+    labels = ids.masked_fill(mask == 0, -100)
+    want = build_attn("llama", "eager").train()(input_ids=ids, attention_mask=mask, labels=labels).loss
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
