@@ -1,0 +1,78 @@
+"""Convergence of patched transformers models on the GPU, Liger-Kernel's method: a mini model of
+each family from a seeded init, trained plain and patched (tessera.transformers.apply_tessera,
+tessera's attention) for 32 AdamW steps on the same batches, in bfloat16 and float32; compared on
+the loss at every step, the final parameters and the top-k log-probabilities at eval, within
+Liger's tolerances (bfloat16: loss atol 1e-2 / rtol 5e-2; float32: rtol 2e-5). GPU only."""
+
+import pytest
+
+transformers = pytest.importorskip("transformers", minversion="5.0")
+torch = pytest.importorskip("torch")
+
+import tessera.transformers as tt  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+MINI = dict(vocab_size=1024, hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=8,
+            num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            head_dim=32)
+CONFIGS = {
+    "llama": ("LlamaConfig", {}),
+    "mistral": ("MistralConfig", {"sliding_window": 64}),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen3": ("Qwen3Config", {}),
+    "gemma2": ("Gemma2Config", {"query_pre_attn_scalar": 32, "sliding_window": 64}),
+    "gemma3_text": ("Gemma3TextConfig", {"query_pre_attn_scalar": 32, "sliding_window": 64}),
+    "phi3": ("Phi3Config", {}),
+}
+# (loss atol, loss rtol, parameter atol, parameter rtol, log-probability atol, rtol): Liger's.
+TOLERANCES = {torch.bfloat16: (1e-2, 5e-2, 5e-3, 1e-5, 1e-2, 5e-2),
+              torch.float32: (1e-8, 2e-5, 5e-3, 1e-5, 5e-2, 1e-5)}
+STEPS, BATCH, SEQ, TOPK = 32, 4, 128, 20
+
+
+@pytest.fixture(autouse=True)
+def unpatched():
+    tt.revert()
+    yield
+    tt.revert()
+
+
+def train(model_type, dtype, patched):
+    name, extra = CONFIGS[model_type]
+    config = getattr(transformers, name)(**MINI, **extra)
+    torch.manual_seed(42)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation="tessera" if patched else "sdpa", dtype=dtype).cuda().train()
+    if patched:
+        tt.apply_tessera(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    losses = []
+    for _ in range(STEPS):
+        ids = torch.randint(3, MINI["vocab_size"], (BATCH, SEQ), device="cuda", generator=g)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach().float())
+    model.eval()
+    with torch.no_grad():
+        ids = torch.randint(3, MINI["vocab_size"], (BATCH, SEQ), device="cuda", generator=g)
+        logprobs = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)
+    return torch.stack(losses), dict(model.named_parameters()), logprobs
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_patched_training_converges_as_plain(model_type, dtype):
+    loss_atol, loss_rtol, p_atol, p_rtol, lp_atol, lp_rtol = TOLERANCES[dtype]
+    want_loss, want_params, want_lp = train(model_type, dtype, patched=False)
+    tt.revert()
+    got_loss, got_params, got_lp = train(model_type, dtype, patched=True)
+    torch.testing.assert_close(got_loss, want_loss, atol=loss_atol, rtol=loss_rtol)
+    for name, p in want_params.items():
+        torch.testing.assert_close(got_params[name].float(), p.float(), atol=p_atol, rtol=p_rtol, msg=name)
+    top = want_lp.topk(TOPK, dim=-1)
+    torch.testing.assert_close(got_lp.gather(-1, top.indices), top.values, atol=lp_atol, rtol=lp_rtol)
