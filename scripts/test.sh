@@ -36,6 +36,8 @@ if [ "$TORCH" != OFF ]; then
     install_pins torch
   fi
   echo "== torch $("$PY" -c 'import torch; print(torch.__version__)')"
+  # After torch: these need it, and pip would otherwise bring the newest torch as their dependency.
+  install_pins transformers-test
 fi
 
 echo "== C++ build ($ARCHS, $BUILD)"
