@@ -39,6 +39,7 @@ transformers >= 5 (``pip install tessera[transformers]``); nothing else in tesse
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import types
@@ -214,9 +215,9 @@ def _shifted(labels, shift_labels):
     return F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
 
 
-def _loss_of(hidden, weight, bias, target, softcap, num_items, fused):
-    """The summed or mean loss of (N, H) hidden states against (N,) targets."""
-    if fused and hidden.is_cuda:
+def _loss_of(hidden, weight, bias, target, softcap, num_items):
+    """The summed or mean loss of (N, H) hidden states against (N,) targets, without the logits."""
+    if hidden.is_cuda:
         loss = tessera.linear_cross_entropy(hidden, weight, target, bias, ignore_index=IGNORE_INDEX,
                                             reduction="sum" if num_items is not None else "mean",
                                             softcap=softcap)
@@ -233,10 +234,16 @@ def _per_item(loss, num_items):
     return loss / (num_items.to(loss.device) if isinstance(num_items, torch.Tensor) else num_items)
 
 
+@functools.lru_cache(maxsize=None)
+def _signature(fn) -> inspect.Signature:
+    """inspect.signature, once per function: the forward binds every call against it."""
+    return inspect.signature(fn)
+
+
 def _causal_lm_forward(family: Family, fused: bool) -> Callable:
     def forward(self, *args, **kwargs):
         original = _original(type(self), "forward")
-        bound = inspect.signature(original).bind(self, *args, **kwargs)
+        bound = _signature(original).bind(self, *args, **kwargs)
         arguments = dict(bound.arguments)
         arguments.pop("self", None)
         extra = dict(arguments.pop("kwargs", {}) or {})
@@ -250,8 +257,8 @@ def _causal_lm_forward(family: Family, fused: bool) -> Callable:
         arguments.pop("logits_to_keep", None)  # training takes every position
         arguments.pop("return_dict", None)
         softcap = getattr(self.config, family.softcap, None) if family.softcap else None
-        weight, bias = _lm_head(self)
         if fused:
+            weight, bias = _lm_head(self)
             outputs = self.model(**arguments, **extra)
             hidden = outputs.last_hidden_state
             logits = None
@@ -261,7 +268,7 @@ def _causal_lm_forward(family: Family, fused: bool) -> Callable:
         target = _shifted(labels, shift_labels)
         if fused:
             loss = _loss_of(hidden.reshape(-1, hidden.shape[-1]), weight, bias, target.reshape(-1).to(hidden.device),
-                            softcap, num_items, True)
+                            softcap, num_items)
         else:  # the logits are already capped by the original forward
             loss = _loss_of_logits(logits, target.to(logits.device), num_items)
         return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
