@@ -191,8 +191,8 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
 # ---- the causal LM's loss -----------------------------------------------------------------------
 
 def _lm_head(model):
-    """The output projection as (weight, bias): under PEFT's modules_to_save its active copy;
-    refused, with what to do, where an adapter (LoRA) wraps it, which the fused loss would skip."""
+    """The output projection module: under PEFT's modules_to_save its active copy; refused, with
+    what to do, where an adapter (LoRA) wraps it, which the fused loss would skip."""
     head = model.lm_head
     if type(head).__name__ == "ModulesToSaveWrapper":
         active = head.active_adapters
@@ -204,7 +204,33 @@ def _lm_head(model):
                         "fine), or apply with fused_linear_cross_entropy=False")
     if not isinstance(head, torch.nn.Linear):
         raise TypeError(f"tessera.transformers: expected lm_head to be a torch.nn.Linear, got {type(head).__name__}")
-    return head.weight, head.bias
+    return head
+
+
+def _fsdp_module_type():
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch without FSDP2
+        return None
+    return FSDPModule
+
+
+def _head_loss(head, hidden, target, softcap, num_items):
+    """The fused loss with the head's weight. Under FSDP2, with lm_head sharded on its own
+    (fully_shard(model.lm_head)), its weight is whole only inside its own forward, whose hooks
+    also reduce-scatter the weight's gradient: there the loss runs as that forward."""
+    fsdp = _fsdp_module_type()
+    if fsdp is None or not isinstance(head, fsdp):
+        return _loss_of(hidden, head.weight, head.bias, target, softcap, num_items)
+    own = vars(head).get("forward", _MISSING)
+    head.forward = lambda h: _loss_of(h, head.weight, head.bias, target, softcap, num_items)
+    try:
+        return head(hidden)
+    finally:
+        if own is _MISSING:
+            del head.forward
+        else:
+            head.forward = own
 
 
 def _shifted(labels, shift_labels):
@@ -258,7 +284,7 @@ def _causal_lm_forward(family: Family, fused: bool) -> Callable:
         arguments.pop("return_dict", None)
         softcap = getattr(self.config, family.softcap, None) if family.softcap else None
         if fused:
-            weight, bias = _lm_head(self)
+            head = _lm_head(self)
             outputs = self.model(**arguments, **extra)
             hidden = outputs.last_hidden_state
             logits = None
@@ -267,8 +293,8 @@ def _causal_lm_forward(family: Family, fused: bool) -> Callable:
             hidden, logits = None, outputs.logits
         target = _shifted(labels, shift_labels)
         if fused:
-            loss = _loss_of(hidden.reshape(-1, hidden.shape[-1]), weight, bias, target.reshape(-1).to(hidden.device),
-                            softcap, num_items)
+            loss = _head_loss(head, hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1).to(hidden.device),
+                              softcap, num_items)
         else:  # the logits are already capped by the original forward
             loss = _loss_of_logits(logits, target.to(logits.device), num_items)
         return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,

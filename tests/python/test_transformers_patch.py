@@ -322,3 +322,24 @@ def test_packed_batch_loss_equals_the_padded_one():
     labels = ids.masked_fill(mask == 0, -100)
     want = build_attn("llama", "eager").train()(input_ids=ids, attention_mask=mask, labels=labels).loss
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---- FSDP2 ---------------------------------------------------------------------------------------
+
+def test_fsdp2_sharded_lm_head_on_two_gloo_ranks():
+    # Two CPU processes (gloo), FSDP2 over the decoder layers, lm_head alone or with the root: the
+    # fused loss and every gradient equal the unsharded model's on the whole batch
+    # (tests/python/dist_transformers_fsdp.py).
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed without gloo")
+    script = Path(__file__).resolve().parent / "dist_transformers_fsdp.py"
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        str(script)], capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parents[2])
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and re.search(r"^ok$", out, re.M), out[-3000:]

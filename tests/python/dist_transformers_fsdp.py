@@ -1,0 +1,84 @@
+"""Run under torchrun by test_transformers_patch.py: a tiny Llama patched by tessera.transformers
+and sharded with FSDP2 (fully_shard on every decoder layer, on lm_head alone or not, and the root),
+each rank training on its half of the batch with num_items_in_batch the whole batch's labelled
+tokens, against the unsharded model on the whole batch: the summed loss and every gradient (FSDP2
+averages the ranks' gradients, so times the world size). The fused loss reads lm_head's weight
+inside lm_head's own forward where lm_head is sharded alone. Exits 1 on a mismatch; rank 0 prints
+"ok".
+
+    torchrun --standalone --nproc-per-node 2 tests/python/dist_transformers_fsdp.py
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import transformers
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+import tessera.transformers as tt
+
+CONFIG = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def model():
+    torch.manual_seed(0)
+    m = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**CONFIG), attn_implementation="sdpa")
+    m = m.float().train()
+    tt.apply_tessera(m)
+    return m
+
+
+def main():
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, CONFIG["vocab_size"], (2 * world, 10), generator=g)
+    labels = ids.clone()
+    labels[torch.rand(ids.shape, generator=g) < 0.25] = -100
+    items = torch.tensor(int((labels[:, 1:] != -100).sum()))  # what the shifted labels count
+    ref = model()
+    want = ref(input_ids=ids, labels=labels, num_items_in_batch=items).loss
+    want.backward()
+    grads = {n: p.grad for n, p in ref.named_parameters()}
+    bad = []
+    for head_alone in (True, False):
+        m = model()
+        for layer in m.model.layers:
+            fully_shard(layer, mesh=mesh)
+        if head_alone:
+            fully_shard(m.lm_head, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+        mine = slice(2 * rank, 2 * rank + 2)
+        out = m(input_ids=ids[mine], labels=labels[mine], num_items_in_batch=items)
+        if out.logits is not None:
+            bad.append("the patched forward did not take the call")
+        out.loss.backward()
+        loss = out.loss.detach().clone()
+        dist.all_reduce(loss)
+        if not torch.allclose(loss, want.detach(), rtol=1e-5, atol=1e-6):
+            bad.append(f"lm_head alone={head_alone}: loss {loss.item()} != {want.item()}")
+        for n, p in m.named_parameters():
+            got = p.grad.full_tensor() * world
+            if not torch.allclose(got, grads[n], rtol=1e-4, atol=1e-6):
+                bad.append(f"lm_head alone={head_alone}: {n}: max diff {(got - grads[n]).abs().max().item():.3g}")
+    failed = torch.tensor(len(bad))
+    dist.all_reduce(failed)
+    for line in bad[:5]:
+        print(f"rank {rank}: FAIL {line}", flush=True)
+    dist.destroy_process_group()
+    if rank == 0:
+        print("ok" if int(failed) == 0 else "FAILED", flush=True)
+    return 1 if int(failed) else 0
+
+
+if __name__ == "__main__":
+    status = main()
+    # Without Python's finalisation: a gloo thread still releasing a finished collective's tensors
+    # while the interpreter finalises can abort the process (as dist_vocab_parallel.py ends).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
