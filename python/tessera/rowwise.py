@@ -268,11 +268,11 @@ def _softmax_backward_torch(torch, grad, y, dim, log, out):
 # ---- LayerNorm --------------------------------------------------------------------------------
 
 def _torch_shape(normalized_shape):
-    """normalized_shape as torch's functions take it: a sequence (tessera also takes an int)."""
-    try:
-        return (operator.index(normalized_shape),)
-    except TypeError:
+    """normalized_shape as torch's functions take it: a sequence (tessera also takes an int). No
+    try/except: torch.compile traces this on the CPU path."""
+    if isinstance(normalized_shape, (tuple, list)):  # torch.Size too
         return normalized_shape
+    return (operator.index(normalized_shape),)
 
 
 def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],

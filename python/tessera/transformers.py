@@ -39,7 +39,6 @@ transformers >= 5 (``pip install tessera[transformers]``); nothing else in tesse
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import inspect
 import types
@@ -52,10 +51,12 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 import tessera
 
-from . import _transformers_attention
+from . import _interop, _transformers_attention
 
 IGNORE_INDEX = -100
 _transformers_attention.register(transformers)
+# tessera's torch ops now, not at the first call, which may come inside torch.compile's trace.
+_interop.init_ops(torch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,20 +208,17 @@ def _lm_head(model):
     return head
 
 
-def _fsdp_module_type():
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # a torch without FSDP2
-        return None
-    return FSDPModule
+try:
+    from torch.distributed.fsdp import FSDPModule as _FSDPModule
+except ImportError:  # a torch without FSDP2
+    _FSDPModule = None
 
 
 def _head_loss(head, hidden, target, softcap, num_items):
     """The fused loss with the head's weight. Under FSDP2, with lm_head sharded on its own
     (fully_shard(model.lm_head)), its weight is whole only inside its own forward, whose hooks
     also reduce-scatter the weight's gradient: there the loss runs as that forward."""
-    fsdp = _fsdp_module_type()
-    if fsdp is None or not isinstance(head, fsdp):
+    if _FSDPModule is None or not isinstance(head, _FSDPModule):
         return _loss_of(hidden, head.weight, head.bias, target, softcap, num_items)
     own = vars(head).get("forward", _MISSING)
     head.forward = lambda h: _loss_of(h, head.weight, head.bias, target, softcap, num_items)
@@ -260,46 +258,42 @@ def _per_item(loss, num_items):
     return loss / (num_items.to(loss.device) if isinstance(num_items, torch.Tensor) else num_items)
 
 
-@functools.lru_cache(maxsize=None)
-def _signature(fn) -> inspect.Signature:
-    """inspect.signature, once per function: the forward binds every call against it."""
-    return inspect.signature(fn)
+def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Callable:
+    """The causal LM's forward over `original` (the class's own): in training with labels, the
+    loss from tessera; otherwise `original`. Written for torch.compile too: the call is read from
+    the original's parameter names, fixed here, with plain dict operations."""
+    signature = inspect.signature(original)
+    names = [p.name for p in signature.parameters.values()
+             if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)][1:]
+    softcap_attr = family.softcap
 
-
-def _causal_lm_forward(family: Family, fused: bool) -> Callable:
     def forward(self, *args, **kwargs):
-        original = _original(type(self), "forward")
-        bound = _signature(original).bind(self, *args, **kwargs)
-        arguments = dict(bound.arguments)
-        arguments.pop("self", None)
-        extra = dict(arguments.pop("kwargs", {}) or {})
-        labels = arguments.get("labels")
-        shift_labels = extra.get("shift_labels")
+        call = dict(zip(names, args))
+        call.update(kwargs)
+        labels, shift_labels = call.pop("labels", None), call.pop("shift_labels", None)
         if not self.training or (labels is None and shift_labels is None):
             return original(self, *args, **kwargs)
-        arguments.pop("labels", None)
-        extra.pop("shift_labels", None)
-        num_items = extra.pop("num_items_in_batch", None)
-        arguments.pop("logits_to_keep", None)  # training takes every position
-        arguments.pop("return_dict", None)
-        softcap = getattr(self.config, family.softcap, None) if family.softcap else None
-        if fused:
-            head = _lm_head(self)
-            outputs = self.model(**arguments, **extra)
-            hidden = outputs.last_hidden_state
-            logits = None
-        else:  # the logits as transformers computes them, the loss from tessera
-            outputs = original(self, **arguments, **extra)
-            hidden, logits = None, outputs.logits
+        num_items = call.pop("num_items_in_batch", None)
+        call.pop("logits_to_keep", None)  # training takes every position
+        call.pop("return_dict", None)
         target = _shifted(labels, shift_labels)
         if fused:
+            head = _lm_head(self)
+            outputs = self.model(**call)
+            hidden = outputs.last_hidden_state
+            softcap = getattr(self.config, softcap_attr, None) if softcap_attr else None
             loss = _head_loss(head, hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1).to(hidden.device),
                               softcap, num_items)
-        else:  # the logits are already capped by the original forward
+            logits = None
+        else:  # the logits as transformers computes them (soft-capped), the loss from tessera
+            outputs = original(self, **call)
+            logits = outputs.logits
             loss = _loss_of_logits(logits, target.to(logits.device), num_items)
         return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                       attentions=outputs.attentions)
+
     forward.__doc__ = f"{family.prefix}ForCausalLM's forward, the loss from tessera (see tessera.transformers)"
+    forward.__signature__ = signature  # the Trainer keeps the batch's columns the signature names
     return forward
 
 
@@ -334,9 +328,8 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
     norm_fn = gemma_rms_norm_forward if family.gemma_norm else rms_norm_forward
     mlp_cls = getattr(module, f"{family.prefix}MLP")
     lm_cls = getattr(module, f"{family.prefix}ForCausalLM")
-    lm_fn = _causal_lm_forward(family, fused_linear_cross_entropy) if (cross_entropy or fused_linear_cross_entropy) else None
-    if lm_fn is not None:  # the Trainer keeps the batch's columns the signature names
-        lm_fn.__signature__ = inspect.signature(_original(lm_cls, "forward"))
+    lm_fn = (_causal_lm_forward(family, fused_linear_cross_entropy, _original(lm_cls, "forward"))
+             if cross_entropy or fused_linear_cross_entropy else None)
     norms = _norm_classes(family, module)
     if model is None:  # the classes: every model built afterwards (and before) runs tessera
         for cls in norms if rms_norm else []:

@@ -343,3 +343,20 @@ def test_fsdp2_sharded_lm_head_on_two_gloo_ranks():
                        cwd=Path(__file__).resolve().parents[2])
     out = p.stdout + p.stderr
     assert p.returncode == 0 and re.search(r"^ok$", out, re.M), out[-3000:]
+
+
+# ---- torch.compile ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma2", "phi3"])
+def test_compiled_patched_model_traces_whole(model_type):
+    # fullgraph: the patched forwards (the loss's included) trace without a graph break; aot_eager
+    # runs the traced graphs without compiling kernels (the CPU has none of tessera's).
+    ids, labels = batch(model_type)
+    want = build(model_type).train()(input_ids=ids, labels=labels).loss
+    model = build(model_type).train()
+    tt.apply_tessera(model)
+    torch._dynamo.reset()
+    got = torch.compile(model, backend="aot_eager", fullgraph=True)(input_ids=ids, labels=labels).loss
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    got.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
