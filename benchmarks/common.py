@@ -79,6 +79,20 @@ def interleaved_ms(calls: dict, rounds: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def step_ms(step, steps: int):
+    """Times `steps` calls of step(): CUDA events around each, no sync inside the loop (the host
+    runs ahead, as in training, and each interval is the GPU's time for one step, host launch gaps
+    included). Returns (the median ms, the first call's result)."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(steps)]
+    results = []
+    for start, end in events:
+        start.record()
+        results.append(step())
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events), results[0]
+
+
 def write_results(out_dir, name: str, meta: dict, rows: list, table: str) -> None:
     """`name`.json (meta: GPU, versions, date, plus `meta`; the rows) and `name`.md (the table) in
     out_dir, created if needed."""

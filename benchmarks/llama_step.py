@@ -72,7 +72,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tessera
-from common import FINAL_TABLE_MARK, write_results
+from common import FINAL_TABLE_MARK, step_ms, write_results
 from llama_report import (GRAD_TOL, LOSS_TOL, by_category, category_table, error_line, profile_step,
                           report, step_svg, top_kernels)
 
@@ -295,18 +295,8 @@ def measure(run, c, args, data, first_round: bool) -> dict:
         step()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    # CUDA events, no sync inside the loop: the host runs ahead, as in training, and each
-    # interval is the GPU's time for one step, host launch gaps included.
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(args.steps)]
-    losses = []
-    for start, end in events:
-        start.record()
-        losses.append(step())
-        end.record()
-    torch.cuda.synchronize()
-    result = dict(ms=statistics.median(s.elapsed_time(e) for s, e in events),
-                  peak=torch.cuda.max_memory_allocated() / 2**30, loss=losses[0].item())
+    ms, loss = step_ms(step, args.steps)
+    result = dict(ms=ms, peak=torch.cuda.max_memory_allocated() / 2**30, loss=loss.item())
     # The fingerprint of the backward: the first layer's gradients (every piece and layer above
     # it shapes them), on the host, from one more step.
     if first_round:

@@ -28,6 +28,7 @@ import sys
 import torch
 import transformers
 
+from common import step_ms
 from llama_report import COLORS, svg_bars
 
 CONFIGS = {  # family -> (config class, the family's own defaults that the flags do not set)
@@ -93,16 +94,9 @@ def measure(run, args, ids) -> dict:
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.steps)]
-    losses = []
-    for start, end in events:
-        start.record()
-        losses.append(step())
-        end.record()
-    torch.cuda.synchronize()
-    ms = statistics.median(s.elapsed_time(e) for s, e in events)
+    ms, loss = step_ms(step, args.steps)
     result = dict(ms=ms, tokens_per_s=ids.numel() / ms * 1e3, peak=(torch.cuda.max_memory_allocated() - base) / 2**30,
-                  loss=losses[0].item())
+                  loss=loss.item())
     del fn, model
     gc.collect()
     torch._dynamo.reset()
