@@ -3,7 +3,6 @@ scripts/common.sh, the rule in scripts/pyenv.py), against throwaway environments
 (TESSERA_ENV_PROBE) stands in for torch. Also the pinned requirements' check, which must ask pip
 for nothing already installed. CPU only; needs bash."""
 
-import importlib.util
 import os
 import re
 import shutil
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import script_module
+
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = ROOT / "scripts" / "common.sh"
 MARKER = "tessera_env_marker"  # the stand-in for torch
@@ -21,14 +22,7 @@ ABSENT = "tessera_env_absent"  # a module no environment has
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 
-def _load_pyenv():
-    spec = importlib.util.spec_from_file_location("pyenv", ROOT / "scripts" / "pyenv.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pyenv = _load_pyenv()
+pyenv = script_module.load("pyenv")
 
 
 def make_env(path, marker=True, conda=False):

@@ -2,26 +2,18 @@
 here are synthetic, in the formats benchmarks/common.py, llama_ops.py, attention.py and
 cross_entropy.py write)."""
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+import script_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("headline", ROOT / "scripts" / "headline.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["headline"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-hl = _load_script()
+hl = script_module.load("headline")
 
 PEAKS = {"gpu": "NVIDIA H200", "copy_gbps": 4280.0, "bf16_tflops": 700.0}
 FULL = {"layers": 8, "dim": 2048, "heads": 16, "kv_heads": 4, "head_dim": 128, "ffn": 5632,

@@ -2,25 +2,17 @@
 only; the reports here are synthetic, in the format of harness/bench/report.cpp and
 benchmarks/common.py)."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+import script_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("perf_tables", ROOT / "scripts" / "perf_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["perf_tables"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-pt = _load_script()
+pt = script_module.load("perf_tables")
 
 PEAKS = {"gpu": "Test GPU", "device": 0, "sm_count": 100, "l2_mb": 50.0, "memory_gb": 80.0,
          "driver_version": 12040, "runtime_version": 12040, "copy_gbps": 4000.0,
