@@ -69,7 +69,7 @@ struct ErrorModel {
   int64_t k = 1;                // terms in the longest sum behind one output element
   double rounded = 0;           // unit roundoff of the narrowest intermediate; 0: none
   double accumulate = 0x1p-24;  // unit roundoff of the sums (float32's)
-  double c = 4;                 // the op's constant: DESIGN.md gives each op's and why
+  double c = 4;                 // DESIGN.md (Testing) names the cases that raise it, and why
   double floor = 0;             // the reference's own rounding error in out's dtype (compare() sets it)
 };
 
