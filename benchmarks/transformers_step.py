@@ -5,16 +5,18 @@ apply_tessera (eager and compiled): step time, tokens/s, peak memory above the w
 
     python benchmarks/transformers_step.py [--family llama] [--layers 8 --hidden 2048 --heads 16
         --kv-heads 4 --intermediate 5632 --vocab 128256] [--batch 2 --seq 4096] [--steps 8]
-        [--warmup 3] [--rounds 2] [--runs "eager,compile,liger,tessera,tessera compile"]
-        [--attn sdpa] [--out DIR]
+        [--warmup 3] [--rounds 2] [--runs "eager,compile,liger,tessera,tessera compile,tessera attn"]
+        [--attn sdpa] [--profile] [--out DIR]
 
 The model: <family>ForCausalLM from its config with random init (the sizes above, bf16 weights),
-``attn_implementation`` --attn (sdpa; "tessera" is tessera's FlashAttention). A step is
+``attn_implementation`` --attn (sdpa; "tessera" is tessera's FlashAttention), except in the
+"tessera attn" runs, which patch the model and take tessera's attention. A step is
 ``model(input_ids=x, labels=x).loss.backward()`` then zero_grad(set_to_none=True), no optimizer:
 what the patches change. Each run builds the same model (one seed) and sees the same batch;
-runs are interleaved within each of --rounds rounds, and each reports the median over rounds of
-its median step (CUDA events around each step, the host running ahead). Peak memory: torch's
-allocator peak over the timed steps, less the memory held before the first step (the weights).
+each run's model is built (and compiled) once and kept; the runs are interleaved within each of
+--rounds rounds, and each reports the median over rounds of its median step (CUDA events around
+each step, the host running ahead). Peak memory: torch's allocator peak over the timed steps, less
+the memory held before them (the weights of every model kept).
 Liger's run is left out, with a note, where liger_kernel does not import. Writes
 transformers_step.json, .md and .svg (step time and peak memory) into --out.
 """
@@ -29,7 +31,7 @@ import torch
 import transformers
 
 from common import step_ms
-from llama_report import COLORS, svg_bars
+from llama_report import COLORS, by_category, category_table, profile_step, svg_bars, top_kernels
 
 CONFIGS = {  # family -> (config class, the family's own defaults that the flags do not set)
     "llama": ("LlamaConfig", {}),
@@ -40,7 +42,8 @@ CONFIGS = {  # family -> (config class, the family's own defaults that the flags
     "gemma3_text": ("Gemma3TextConfig", {}),
     "phi3": ("Phi3Config", {}),
 }
-RUNS = ("eager", "compile", "liger", "tessera", "tessera compile")
+RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera attn", "tessera attn compile")
+DEFAULT_RUNS = RUNS[:6]
 
 
 def config_of(args):
@@ -68,8 +71,10 @@ def build(run, args):
         if apply is None:
             raise RuntimeError(why)
     torch.manual_seed(args.seed)
-    model = transformers.AutoModelForCausalLM.from_config(config_of(args), attn_implementation=args.attn,
-                                                          dtype=torch.bfloat16).cuda().train()
+    with torch.device("cuda"):  # random init on the GPU: seconds, not a minute of CPU time per model
+        attn = "tessera" if " attn" in run else args.attn
+        model = transformers.AutoModelForCausalLM.from_config(config_of(args), attn_implementation=attn,
+                                                              dtype=torch.bfloat16).train()
     if run == "liger":
         apply(model=model)
     elif run.startswith("tessera"):
@@ -78,30 +83,31 @@ def build(run, args):
     return model
 
 
-def measure(run, args, ids) -> dict:
-    torch._dynamo.reset()
-    model = build(run, args)
-    fn = torch.compile(model) if run.endswith("compile") else model
+class Run:
+    """One run's model, built (and compiled, and warmed up) at its first measure() and kept for the
+    later rounds, so that each round times the same model without a second compilation."""
 
-    def step():
-        loss = fn(input_ids=ids, labels=ids).loss
+    def __init__(self, run, args, ids):
+        self.model = build(run, args)
+        self.fn = torch.compile(self.model) if run.endswith("compile") else self.model
+        self.ids = ids
+        for _ in range(args.warmup):
+            self.step()
+
+    def step(self):
+        loss = self.fn(input_ids=self.ids, labels=self.ids).loss
         loss.backward()
-        model.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
         return loss.detach()
 
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    ms, loss = step_ms(step, args.steps)
-    result = dict(ms=ms, tokens_per_s=ids.numel() / ms * 1e3, peak=(torch.cuda.max_memory_allocated() - base) / 2**30,
-                  loss=loss.item())
-    del fn, model
-    gc.collect()
-    torch._dynamo.reset()
-    torch.cuda.empty_cache()
-    return result
+    def measure(self, steps) -> dict:
+        torch.cuda.synchronize()
+        gc.collect()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        ms, loss = step_ms(self.step, steps)
+        return dict(ms=ms, tokens_per_s=self.ids.numel() / ms * 1e3,
+                    peak=(torch.cuda.max_memory_allocated() - base) / 2**30, loss=loss.item())
 
 
 def main() -> int:
@@ -111,8 +117,10 @@ def main() -> int:
                           ("vocab", 128256), ("batch", 2), ("seq", 4096), ("steps", 8), ("warmup", 3), ("rounds", 2),
                           ("seed", 0)):
         ap.add_argument(f"--{flag}", type=int, default=default)
-    ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
+    ap.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
     ap.add_argument("--attn", default="sdpa", help="attn_implementation (sdpa, eager, tessera, ...)")
+    ap.add_argument("--profile", action="store_true", help="one more step of each run (first round) under "
+                    "torch.profiler: its top CUDA kernels and GPU ms per category")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     runs = [r.strip().replace("_", " ") for r in args.runs.split(",") if r.strip()]
@@ -127,12 +135,18 @@ def main() -> int:
                         generator=torch.Generator(device="cuda").manual_seed(args.seed))
     per_round = {r: [] for r in runs}
     errors = {}
+    held = {}
+    profiles = {}
     for k in range(args.rounds):
         for run in runs:
             if run in errors:
                 continue
             try:
-                per_round[run].append(measure(run, args, ids))
+                if run not in held:
+                    held[run] = Run(run, args, ids)
+                per_round[run].append(held[run].measure(args.steps))
+                if args.profile and k == 0:
+                    profiles[run] = profile_step(held[run].step)
             except Exception as e:  # noqa: BLE001 - one failed run is reported, the others go on
                 errors[run] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 torch.cuda.empty_cache()
@@ -164,6 +178,12 @@ def main() -> int:
                   f"{results[best]['ms'] / results['tessera']['ms']:.3f}x the tokens/s, "
                   f"{results['tessera']['peak'] / results[best]['peak']:.3f}x the peak memory")
     print(table)
+    for run, rows in profiles.items():
+        print(f"\n{run}: one profiled step\n{top_kernels(rows)}")
+    if profiles:
+        table += "\n\nGPU ms per category in one profiled step of each run\n\n" + category_table(
+            {r: {"categories": by_category(rows)} for r, rows in profiles.items()}, runs)
+        print(table[table.index("GPU ms per category"):])
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         meta = dict(vars(args), gpu=torch.cuda.get_device_name(), torch=torch.__version__,

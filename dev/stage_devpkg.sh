@@ -30,6 +30,6 @@ cmake -S . -B "$BUILD" -DTESSERA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$PY" "-DTE
 cmake --build "$BUILD" -j "$(nproc)" --target _C tessera_torch _torch_fast
 SUFFIX=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 rm -rf devwheel && mkdir -p devwheel/pkg
-cp "$BUILD/python/_C$SUFFIX" "$BUILD/python/_C.pyi" "$BUILD/python/_torch_fast$SUFFIX" "$BUILD"/python/libtessera_torch.so devwheel/pkg/
+cp "$BUILD/python/_C$SUFFIX" "$BUILD/python/_torch_fast$SUFFIX" "$BUILD"/python/libtessera_torch.so devwheel/pkg/
 for f in devwheel/pkg/*.so; do cmake -DF="$f" -P dev/devwheel_rpath.cmake; done
 du -sh devwheel

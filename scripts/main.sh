@@ -98,11 +98,18 @@ declare -A what=([tessera]="tessera bench: every bfloat16 operator at its smalle
 runs=()
 while IFS= read -r line; do runs+=("$line"); done < <("$PY" scripts/headline.py --commands)
 runs+=("llama_step benchmarks/llama_step.py --quick --profile --runs torch_eager,tessera_eager")
+# The transformers training step (the Llama of benchmarks/transformers_step.py), eager runs, one
+# round, where transformers imports.
+runs+=("transformers_step benchmarks/transformers_step.py --rounds 1 --steps 4 --runs eager,liger,tessera")
 for run in "${runs[@]}"; do
   read -ra words <<<"$run"
   name=${words[0]} script=${words[1]}
   if [ "$has_torch" = 0 ] && grep -qE '^(import|from) torch' "$script"; then
     echo "== skipping $script: needs torch, which $PY cannot import"
+    continue
+  fi
+  if grep -qE '^import transformers' "$script" && ! "$PY" -c 'import transformers' 2>/dev/null; then
+    echo "== skipping $script: needs transformers (pip install 'transformers>=5'), which $PY cannot import"
     continue
   fi
   echo "== $script ${words[*]:2}"

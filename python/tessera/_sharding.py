@@ -101,8 +101,8 @@ def register(torch) -> bool:
             ndim = next(a for a in args if is_tensor(a)).ndim
             return [([R] * outs, each(args, R))] + [([Shard(d)] * outs, each(args, Shard(d))) for d in range(ndim)]
 
-    for name in ("gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "silu_mul_backward", "geglu",
-                 "geglu_backward"):
+    for name in ("gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "silu_mul_backward",
+                 "silu_mul_backward_recompute", "geglu", "geglu_backward", "geglu_backward_recompute"):
         same_shape(getattr(ops, name).default)
 
     # Seeded dropout: element i's mask bit comes from the Philox stream at (seed, offset + i), the

@@ -102,7 +102,7 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     options are :func:`cross_entropy`'s.
 
     The tokens go in chunks (``chunk_size`` rows, by default as many as keep one chunk's logits
-    within a quarter of the free memory and 1 GiB): each chunk's logits come from tessera's
+    within a quarter of the free memory and 512 MiB): each chunk's logits come from tessera's
     GEMM, take their loss and gradient in place, and give d_hidden and d_weight through two more
     GEMMs, so the extra memory is one chunk's logits (the op ``torch.ops.tessera.linear_cross_entropy``,
     C++ ``tessera::linear_cross_entropy``). For 'mean' and 'sum' the gradients are computed in the

@@ -19,8 +19,10 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     the whole family, also when ``model`` is given (as Liger does).
   - ``swiglu`` (``geglu`` for Gemma): the MLP's forward to ``tessera.silu_mul`` of the gate and up
     projections (Phi-3: the halves of ``gate_up_proj``); Gemma's tanh-GELU gate through
-    ``tessera.geglu``. An MLP whose config names another activation keeps
-    its own forward.
+    ``tessera.geglu``. The gated product, the down projection's input, is not held for the
+    backward: it is recomputed there in the pass that takes the gate's gradients (one
+    tokens x intermediate tensor less per layer), where down_proj is a plain ``nn.Linear``. An
+    MLP whose config names another activation keeps its own forward.
   - ``fused_linear_cross_entropy``: the causal LM's forward in training with labels: the loss from
     ``tessera.linear_cross_entropy`` on the hidden states, never the logits (labels shifted by
     padding with -100, or ``shift_labels``; ``num_items_in_batch`` for gradient accumulation;
@@ -151,18 +153,75 @@ def _takes_gate(module, gate: str) -> bool:
     return config is None or _activation(config) in _GATE_ACTIVATIONS[gate]
 
 
+def _gate_torch(kind, x):
+    """(act(x), act'(x)) in torch's operations: SiLU, or GELU's tanh form."""
+    if kind == "silu":
+        s = torch.sigmoid(x)
+        return x * s, s * (1 + x * (1 - s))
+    c = (2 / torch.pi) ** 0.5
+    t = torch.tanh(c * (x + 0.044715 * x ** 3))
+    return 0.5 * x * (1 + t), 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
+
+
+def _gated(kind, gate, up):
+    """act(gate) * up: tessera's op (silu_mul or geglu)."""
+    return tessera.silu_mul(gate, up) if kind == "silu" else tessera.geglu(gate, up)
+
+
+def _gated_backward_recompute(kind, grad, gate, up):
+    """(grad_gate, grad_up, act(gate) * up) in one pass on CUDA; torch's composition elsewhere."""
+    if gate.is_cuda:
+        ops = torch.ops.tessera
+        op = ops.silu_mul_backward_recompute if kind == "silu" else ops.geglu_backward_recompute
+        return op(grad, gate, up)
+    a, da = _gate_torch(kind, gate)
+    return grad * up * da, grad * a, a * up
+
+
+class _GatedDown(torch.autograd.Function):
+    """linear(act(gate) * up, weight, bias), the feed-forward's down projection of its gated
+    product, holding only gate and up for the backward: the product, the projection's input, is
+    recomputed there in the same pass as the gate's gradients, instead of being held from the
+    forward (tokens x intermediate elements per layer)."""
+
+    @staticmethod
+    def forward(ctx, gate, up, weight, bias, kind):
+        ctx.save_for_backward(gate, up, weight)
+        ctx.kind = kind
+        return F.linear(_gated(kind, gate, up), weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up, weight = ctx.saved_tensors
+        grad_gate, grad_up, product = _gated_backward_recompute(ctx.kind, grad @ weight, gate, up)
+        rows = grad.reshape(-1, grad.shape[-1])
+        grad_weight = rows.t() @ product.reshape(-1, product.shape[-1]) if ctx.needs_input_grad[2] else None
+        grad_bias = rows.sum(0) if ctx.needs_input_grad[3] else None
+        return grad_gate, grad_up, grad_weight, grad_bias, None
+
+
+def _down_of_gated(mlp, kind, gate, up):
+    """mlp.down_proj(act(gate) * up); through _GatedDown where down_proj is a plain nn.Linear
+    (no hooks, no adapter, not sharded on its own, no autocast), so the product is not held."""
+    down = mlp.down_proj
+    if (type(down) is torch.nn.Linear and not down._forward_hooks and not down._forward_pre_hooks
+            and not torch.is_autocast_enabled() and gate.dtype == down.weight.dtype):
+        return _GatedDown.apply(gate, up, down.weight, down.bias, kind)
+    return down(_gated(kind, gate, up))
+
+
 def swiglu_forward(self, x):
     """down(silu(gate(x)) * up(x)) with tessera.silu_mul."""
     if not _takes_gate(self, "silu"):
         return _original(type(self), "forward")(self, x)
-    return self.down_proj(tessera.silu_mul(self.gate_proj(x), self.up_proj(x)))
+    return _down_of_gated(self, "silu", self.gate_proj(x), self.up_proj(x))
 
 
 def geglu_forward(self, x):
     """down(gelu_tanh(gate(x)) * up(x)), Gemma's gate."""
     if not _takes_gate(self, "gelu_tanh"):
         return _original(type(self), "forward")(self, x)
-    return self.down_proj(tessera.geglu(self.gate_proj(x), self.up_proj(x)))
+    return _down_of_gated(self, "gelu_tanh", self.gate_proj(x), self.up_proj(x))
 
 
 def fused_swiglu_forward(self, hidden_states):
@@ -170,7 +229,7 @@ def fused_swiglu_forward(self, hidden_states):
     if not _takes_gate(self, "silu"):
         return _original(type(self), "forward")(self, hidden_states)
     gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
-    return self.down_proj(tessera.silu_mul(gate, up))
+    return _down_of_gated(self, "silu", gate, up)
 
 
 def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):

@@ -240,6 +240,31 @@ def test_tessera_attention_packed_sequences():
     torch.testing.assert_close(given, packed)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("model_type,extra", [("llama", {}), ("mistral", {"sliding_window": 4}),
+                                              ("gemma2", {"sliding_window": 4, "attn_logit_softcapping": 5.0}),
+                                              ("qwen3", {})])
+def test_tessera_attention_kernels_as_eager(model_type, extra):
+    # The CUDA path: tessera.flash_attention for the dense batch, flash_attention_varlen for the
+    # padded one (unpadded) and the packed one (position_ids restarting), in float32 against eager.
+    ids, labels = batch(model_type)
+    ids = ids.cuda()
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0
+    want = build_attn(model_type, "eager", **extra).cuda()
+    got = build_attn(model_type, "tessera", **extra).cuda()
+    for kwargs in ({}, {"attention_mask": mask}):
+        a, b = got(input_ids=ids, **kwargs).logits, want(input_ids=ids, **kwargs).logits
+        keep = kwargs.get("attention_mask", torch.ones_like(ids)).bool()
+        torch.testing.assert_close(a[keep], b[keep], rtol=2e-3, atol=2e-3)
+    a, b = ids[:1, :7], ids[1:, :5]
+    packed = got(input_ids=torch.cat((a, b), 1),
+                 position_ids=torch.cat((torch.arange(7), torch.arange(5))).cuda()[None]).logits
+    torch.testing.assert_close(packed[:, :7], want(input_ids=a).logits, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(packed[:, 7:], want(input_ids=b).logits, rtol=2e-3, atol=2e-3)
+
+
 # ---- the Trainer ---------------------------------------------------------------------------------
 
 def test_trainer_gradient_accumulation_equals_one_large_batch(tmp_path):

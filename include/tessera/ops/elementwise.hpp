@@ -51,7 +51,16 @@ void silu_mul_backward(const TensorView& grad_output, const TensorView& gate, co
 // gelu_tanh(gate); as silu_mul otherwise.
 void geglu(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream);
 void geglu_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
-                            const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream);
+                    const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream);
+
+// The backwards with the forward's output recomputed in the same pass, for a caller that did not
+// keep it (a feed-forward whose down projection needs it again): also out = act(gate) * up.
+void silu_mul_backward_recompute(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                                 const TensorView& grad_gate, const TensorView& grad_up, const TensorView& out,
+                                 cudaStream_t stream);
+void geglu_backward_recompute(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                              const TensorView& grad_gate, const TensorView& grad_up, const TensorView& out,
+                              cudaStream_t stream);
 
 // The same on one tensor whose last dimension interleaves gate and up in blocks of kSwigluBlock
 // columns: columns 128 j .. 128 j + 63 are the gate of features 64 j .. 64 j + 63, the next 64

@@ -4,7 +4,7 @@
 // template with the activation as its row.
 //
 // Bytes: 3n * sizeof(T) forward; backward 5n (grad, gate and up read, grad_gate and grad_up
-// written), 6n with the forward's output.
+// written), 6n with the forward's output (the _recompute backwards).
 #include <string>
 
 #include "ops/elementwise/map.cuh"
@@ -64,10 +64,11 @@ void gated_mul(const char* op, const TensorView& gate, const TensorView& up, con
   elementwise::map_floats<Gate::template Mul, 2>(op, out, {&gate, &up}, stream);
 }
 
+// The gradients, and with `out` the forward's output recomputed (one pass: 3 reads, 3 writes).
 template <class Gate>
 void gated_mul_backward(const char* op, const TensorView& grad_output, const TensorView& gate,
                         const TensorView& up, const TensorView& grad_gate, const TensorView& grad_up,
-                        cudaStream_t stream) {
+                        const TensorView* out, cudaStream_t stream) {
   check_pair(op, gate, up);
   detail::check_like(op, "grad_output", grad_output, "gate", gate);
   const std::initializer_list<std::pair<const char*, const TensorView*>> ins = {
@@ -75,10 +76,20 @@ void gated_mul_backward(const char* op, const TensorView& grad_output, const Ten
   check_out(op, "grad_gate", grad_gate, gate, ins);
   check_out(op, "grad_up", grad_up, gate, ins);
   detail::check_no_overlap(op, "grad_up", grad_up, "grad_gate", grad_gate, /*allow_identical=*/false);
+  if (out) {
+    check_out(op, "out", *out, gate, ins);
+    detail::check_no_overlap(op, "out", *out, "grad_gate", grad_gate, /*allow_identical=*/false);
+    detail::check_no_overlap(op, "out", *out, "grad_up", grad_up, /*allow_identical=*/false);
+  }
   if (grad_gate.numel() == 0) return;
-  // Each element's inputs are read before its outputs are written, so grad_gate or grad_up may be
-  // an input itself (in place).
-  elementwise::map_floats<Gate::template Grads, 3, 2>(op, {&grad_gate, &grad_up}, {&grad_output, &gate, &up}, stream);
+  // Each element's inputs are read before its outputs are written, so an output may be an input
+  // itself (in place).
+  if (out)
+    elementwise::map_floats<Gate::template GradsAndOutput, 3, 3>(op, {&grad_gate, &grad_up, out},
+                                                                 {&grad_output, &gate, &up}, stream);
+  else
+    elementwise::map_floats<Gate::template Grads, 3, 2>(op, {&grad_gate, &grad_up}, {&grad_output, &gate, &up},
+                                                        stream);
 }
 
 }  // namespace
@@ -91,7 +102,15 @@ void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& ou
 void silu_mul_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
                        const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::silu_mul_backward");
-  gated_mul_backward<SiluGate>("silu_mul_backward", grad_output, gate, up, grad_gate, grad_up, stream);
+  gated_mul_backward<SiluGate>("silu_mul_backward", grad_output, gate, up, grad_gate, grad_up, nullptr, stream);
+}
+
+void silu_mul_backward_recompute(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                                 const TensorView& grad_gate, const TensorView& grad_up, const TensorView& out,
+                                 cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::silu_mul_backward_recompute");
+  gated_mul_backward<SiluGate>("silu_mul_backward_recompute", grad_output, gate, up, grad_gate, grad_up, &out,
+                               stream);
 }
 
 void geglu(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream) {
@@ -100,9 +119,17 @@ void geglu(const TensorView& gate, const TensorView& up, const TensorView& out, 
 }
 
 void geglu_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
-                            const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream) {
+                    const TensorView& grad_gate, const TensorView& grad_up, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::geglu_backward");
-  gated_mul_backward<GeluTanhGate>("geglu_backward", grad_output, gate, up, grad_gate, grad_up, stream);
+  gated_mul_backward<GeluTanhGate>("geglu_backward", grad_output, gate, up, grad_gate, grad_up, nullptr, stream);
+}
+
+void geglu_backward_recompute(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                              const TensorView& grad_gate, const TensorView& grad_up, const TensorView& out,
+                              cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::geglu_backward_recompute");
+  gated_mul_backward<GeluTanhGate>("geglu_backward_recompute", grad_output, gate, up, grad_gate, grad_up, &out,
+                                   stream);
 }
 
 namespace {
@@ -209,6 +236,12 @@ const OpRegistrar kSiluMulBackward = describe("silu_mul_backward", "elementwise"
     .schema("silu_mul_backward(Tensor grad_output, Tensor gate, Tensor up) -> (Tensor, Tensor)")
     .kernel<&silu_mul_backward>({"grad_output", "gate", "up", "grad_gate", "grad_up"},
                                 {{"grad_gate", "gate"}, {"grad_up", "up"}});
+const OpRegistrar kSiluMulBackwardRecompute =
+    describe("silu_mul_backward_recompute", "elementwise",
+             "silu_mul backward with the forward's output recomputed: grad_gate, grad_up, out")
+        .schema("silu_mul_backward_recompute(Tensor grad_output, Tensor gate, Tensor up) -> (Tensor, Tensor, Tensor)")
+        .kernel<&silu_mul_backward_recompute>({"grad_output", "gate", "up", "grad_gate", "grad_up", "out"},
+                                              {{"grad_gate", "gate"}, {"grad_up", "up"}, {"out", "gate"}});
 const OpRegistrar kGeglu = describe("geglu", "elementwise", "GeGLU's gate: gelu_tanh(gate) * up")
     .schema("geglu(Tensor gate, Tensor up) -> Tensor")
     .kernel<&geglu>({"gate", "up", "out"}, {{"out", "gate"}})
@@ -217,5 +250,11 @@ const OpRegistrar kGegluBackward = describe("geglu_backward", "elementwise", "ge
     .schema("geglu_backward(Tensor grad_output, Tensor gate, Tensor up) -> (Tensor, Tensor)")
     .kernel<&geglu_backward>({"grad_output", "gate", "up", "grad_gate", "grad_up"},
                              {{"grad_gate", "gate"}, {"grad_up", "up"}});
+const OpRegistrar kGegluBackwardRecompute =
+    describe("geglu_backward_recompute", "elementwise",
+             "geglu backward with the forward's output recomputed: grad_gate, grad_up, out")
+        .schema("geglu_backward_recompute(Tensor grad_output, Tensor gate, Tensor up) -> (Tensor, Tensor, Tensor)")
+        .kernel<&geglu_backward_recompute>({"grad_output", "gate", "up", "grad_gate", "grad_up", "out"},
+                                           {{"grad_gate", "gate"}, {"grad_up", "up"}, {"out", "gate"}});
 }  // namespace
 }  // namespace tessera

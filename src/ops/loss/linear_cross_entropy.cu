@@ -35,7 +35,7 @@ namespace tessera {
 namespace {
 
 constexpr const char* kOp = "linear_cross_entropy";
-constexpr int64_t kScratchChunkBytes = int64_t(1) << 30;
+constexpr int64_t kScratchChunkBytes = int64_t(1) << 29;
 constexpr int kBiasThreads = 256, kBiasUnroll = 8;
 
 // Rows [r0, r0 + rows) of a 1-d or 2-d view.
