@@ -7,7 +7,8 @@
 # a short summary last.
 #   here:   bash dev/stage_devbin.sh && PY312=... BUILD_DIR=build bash dev/stage_devpkg.sh
 #   device: bash dev/device_transformers.sh [steps]   (carry ["devbin-pack", "devwheel", ".whl"])
-# Steps (default: geglu tpytest ops flce step; lceprof: dev/lce_profile.py; step2: a
+# Steps (default: geglu tpytest ops flce step; map: the elementwise ops' verify cases, dev/map_lab
+# where it was built and carried, and their Python tests; lceprof: dev/lce_profile.py; step2: a
 # second transformers_step run, STEP2_ARGS, by default Gemma 2 against Liger). STEP_ARGS: extra transformers_step.py arguments;
 # OPS: llama_ops.py's --ops.
 set -uo pipefail
@@ -25,6 +26,8 @@ for s in $STEPS; do
   case $s in
     geglu) step geglu bash -c "devbin/tessera verify geglu silu_mul &&
                                python3 -m pytest -q -rs tests/python/test_elementwise.py -k 'geglu or silu_mul'" ;;
+    map) step map bash -c "if [ -x dev/map_lab ]; then dev/map_lab; fi; devbin/tessera verify add copy gelu silu silu_mul geglu &&
+                           python3 -m pytest -q -rs tests/python/test_elementwise.py" ;;
     tpytest) step tpytest python3 -m pytest -q -rs tests/python/test_transformers_patch.py \
                tests/python/test_transformers_convergence.py ;;
     ops) step ops python3 benchmarks/llama_ops.py --rounds "${ROUNDS:-3}" \
@@ -42,5 +45,6 @@ grep -E "passed|failed" "$OUT"/tpytest.log 2>/dev/null | tail -n 3
 grep -E "^FAILED" "$OUT"/tpytest.log 2>/dev/null | head -n 20 | cut -c1-220
 [ -f "$OUT/lceprof.log" ] && cat "$OUT/lceprof.log"
 for s in ops flce; do [ -f "$OUT/$s.log" ] && sed -n '/==== final table/,$p' "$OUT/$s.log" | tail -n 30; done
+[ -f "$OUT/map.log" ] && grep -E "GB/s|passed|failed" "$OUT/map.log" | tail -n 20
 for s in step step2; do [ -f "$OUT/$s.log" ] && grep -E '^\| |against' "$OUT/$s.log"; done
 print_summary

@@ -139,8 +139,30 @@ def rms_norm_forward(self, hidden_states):
     return tessera.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, _eps(self))
 
 
+class _GemmaRMSNorm(torch.autograd.Function):
+    """Gemma's RMSNorm, x / rms(x) * (1 + weight) all in float32 and rounded once to x's dtype,
+    holding x in its own dtype for the backward (which takes it to float32 again) rather than
+    its float32 copy: half the bytes per norm for a bfloat16 model."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        out, rstd = tessera.rms_norm_forward(x.float(), (x.shape[-1],), 1.0 + weight.float(), eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return out.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, rstd = ctx.saved_tensors
+        grad_x, grad_w = tessera.rms_norm_backward(grad.float(), x.float(), (x.shape[-1],), rstd,
+                                                   1.0 + weight.float(), ctx.needs_input_grad[:2])
+        return (None if grad_x is None else grad_x.to(x.dtype),
+                None if grad_w is None else grad_w.to(weight.dtype), None)
+
+
 def gemma_rms_norm_forward(self, x):
     """Gemma's RMSNorm: x / rms(x) * (1 + weight), all in float32, then x's dtype."""
+    if x.is_cuda:
+        return _GemmaRMSNorm.apply(x, self.weight, _eps(self))
     return tessera.rms_norm(x.float(), (x.shape[-1],), 1.0 + self.weight.float(), _eps(self)).type_as(x)
 
 
