@@ -52,6 +52,7 @@ struct RotaryArgs {
   DType cos_dtype;
   int items;                        // per row: rotary items, then copied ones
   int rotary_items;
+  bool angle_vec;                   // an item's angles by 16-byte loads (NeoX pairs, cj = 1, aligned)
 };
 
 template <class C>
@@ -59,17 +60,35 @@ __device__ __forceinline__ float load_angle(const void* p, int64_t i) {
   return tile::to_float(static_cast<const C*>(p)[i]);
 }
 
-// One item: V features of a row (V pairs for NeoX, V / 2 interleaved, or V copied).
-template <class T, class C, int V>
+// V consecutive angles from p, aligned to 16 bytes, by 16-byte loads (one or two).
+template <class C, int V>
+__device__ __forceinline__ void load_angles(const C* p, float (&v)[V]) {
+  constexpr int W = 16 / int(sizeof(C));
+  static_assert(V % W == 0, "whole 16-byte loads");
+#pragma unroll
+  for (int k = 0; k < V; k += W) {
+    float t[W];
+    tile::unpack(tile::load_frag<C, W>(p + k), t);
+#pragma unroll
+    for (int e = 0; e < W; ++e) v[k + e] = t[e];
+  }
+}
+
+// One item: V features of a row (V pairs for NeoX, V / 2 interleaved, or V copied). I is the
+// index type of the item count: 32-bit where it fits, so that the row's (batch, seq, head) come
+// from 32-bit divisions (a 64-bit one is a long instruction sequence, and this kernel is otherwise
+// a few loads and FMAs per 32 bytes moved).
+template <class T, class C, int V, class I>
 __global__ void rotary_kernel(const RotaryArgs a) {
-  const int64_t total = (a.t[0].rows + a.t[1].rows) * a.items;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t row = i / a.items;
-    const int item = int(i % a.items);
-    const int which = row < a.t[0].rows ? 0 : 1;
-    if (which) row -= a.t[0].rows;
+  const I total = I(a.t[0].rows + a.t[1].rows) * I(a.items);
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * blockDim.x) {
+    I row = i / I(a.items);
+    const int item = int(i - row * I(a.items));
+    const int which = row < I(a.t[0].rows) ? 0 : 1;
+    if (which) row -= I(a.t[0].rows);
     const Rows& t = a.t[which];
-    const int64_t h = row % a.heads[which], s = row / a.heads[which] % a.seq, b = row / a.heads[which] / a.seq;
+    const I heads = I(a.heads[which]), rest = row / heads;
+    const int64_t h = row - rest * heads, b = rest / I(a.seq), s = rest - I(b) * I(a.seq);
     const T* x = static_cast<const T*>(t.x) + b * t.xs[0] + s * t.xs[1] + h * t.xs[2];
     T* out = static_cast<T*>(t.out) + b * t.os[0] + s * t.os[1] + h * t.os[2];
     if (item >= a.rotary_items) {  // past rotary_dim: copied
@@ -87,12 +106,24 @@ __global__ void rotary_kernel(const RotaryArgs a) {
       const int j = item * V;
       tile::unpack(tile::load_frag<T, V>(x + j), u);
       tile::unpack(tile::load_frag<T, V>(x + j + a.half), w);
+      float c[V], sn[V];
+      if (V > 1 && a.angle_vec) {
+        if constexpr (V > 1) {
+          load_angles<C, V>(static_cast<const C*>(a.cos) + angle0 + j, c);
+          load_angles<C, V>(static_cast<const C*>(a.sin) + angle0 + j, sn);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          c[e] = load_angle<C>(a.cos, angle0 + (j + e) * a.cj);
+          sn[e] = load_angle<C>(a.sin, angle0 + (j + e) * a.cj);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const float c = valid ? load_angle<C>(a.cos, angle0 + (j + e) * a.cj) : NAN;
-        const float sn = sign * load_angle<C>(a.sin, angle0 + (valid ? (j + e) * a.cj : 0));
+        const float ce = valid ? c[e] : NAN, se = sign * sn[e];
         const float x1 = u[e], x2 = w[e];
-        u[e] = x1 * c - x2 * sn, w[e] = x1 * sn + x2 * c;
+        u[e] = x1 * ce - x2 * se, w[e] = x1 * se + x2 * ce;
       }
       tile::store_frag<T, V>(out + j, tile::pack<T, V>(u));
       tile::store_frag<T, V>(out + j + a.half, tile::pack<T, V>(w));
@@ -153,7 +184,12 @@ struct RotaryTier {
     RotaryArgs a = args;
     a.rotary_items = a.interleaved ? 2 * a.half / V : a.half / V;
     a.items = items(a);
-    rotary_kernel<T, C, V><<<p.grid, 256, 0, stream>>>(a);
+    constexpr int64_t W = 16 / int64_t(sizeof(C));  // angles per 16-byte load
+    a.angle_vec = V > 1 && V % W == 0 && !a.interleaved && a.cj == 1 && aligned(a.cos) && aligned(a.sin) &&
+                  a.cb % W == 0 && a.cp % W == 0;
+    const int64_t reach = (a.t[0].rows + a.t[1].rows) * int64_t(a.items) + int64_t(p.grid) * 256;
+    if (reach < (int64_t(1) << 32)) rotary_kernel<T, C, V, uint32_t><<<p.grid, 256, 0, stream>>>(a);
+    else rotary_kernel<T, C, V, int64_t><<<p.grid, 256, 0, stream>>>(a);
   }
 };
 
