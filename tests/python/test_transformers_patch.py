@@ -124,6 +124,29 @@ def test_same_loss_and_gradients(model_type, by_class):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("model_type", ["llama", "gemma2", "phi3"])
+def test_mlp_holds_gate_and_up_only(model_type):
+    # The patched MLP's autograd holds gate and up (and the weights), not act(gate) * up: one
+    # (tokens x intermediate) tensor less per layer than the plain MLP, and the same gradients.
+    x = torch.randn(2, 5, COMMON["hidden_size"], requires_grad=True)
+
+    def held(mlp):
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            out = mlp(x)
+        inter = COMMON["intermediate_size"]
+        return out, sum(t.numel() for t in saved if t.shape[-1:] == (inter,) and t.numel() == 10 * inter)
+
+    plain = build(model_type).model.layers[0].mlp
+    want, plain_held = held(plain)
+    patched_model = build(model_type)
+    tt.apply_tessera(patched_model)
+    got, patched_held = held(patched_model.model.layers[0].mlp)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    inter = COMMON["intermediate_size"]
+    assert patched_held == 2 * 10 * inter and plain_held >= 3 * 10 * inter, (patched_held, plain_held)
+
+
 @pytest.mark.parametrize("model_type", ["llama", "gemma2"])
 def test_num_items_and_shift_labels(model_type):
     ids, labels = batch(model_type)
