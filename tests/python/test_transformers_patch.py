@@ -320,6 +320,39 @@ def test_trainer_gradient_accumulation_equals_one_large_batch(tmp_path):
     assert moved  # the step changed the weights
 
 
+def test_trl_sft_trainer_trains_a_patched_model(tmp_path):
+    # TRL's SFTTrainer on a patched model: it puts its own fused LM head over the causal LM's
+    # forward (log-probabilities, entropy and token accuracy in chunks); tessera's norms, RoPE and
+    # MLP stay. Two steps give the plain model's losses, and the metrics are logged.
+    trl = pytest.importorskip("trl", minversion="1.16")
+    datasets = pytest.importorskip("datasets")
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = {f"t{i}": i for i in range(COMMON["vocab_size"])}
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="t0")),
+        pad_token="t0", bos_token="t1", eos_token="t2", unk_token="t0")
+    g = torch.Generator().manual_seed(3)
+    rows = [{"input_ids": torch.randint(3, COMMON["vocab_size"], (12,), generator=g).tolist()} for _ in range(8)]
+
+    def losses(patched):
+        model = build("llama")
+        if patched:
+            tt.apply_tessera(model)
+        args = trl.SFTConfig(output_dir=str(tmp_path / str(patched)), per_device_train_batch_size=4, max_steps=2,
+                             learning_rate=1e-2, report_to=[], use_cpu=True, logging_steps=1, save_strategy="no")
+        trainer = trl.SFTTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
+                                 processing_class=tok)
+        trainer.train()
+        if patched:
+            assert type(model.model.norm).forward is tt.rms_norm_forward or model.model.norm.forward.__func__ \
+                is tt.rms_norm_forward
+        logs = [h for h in trainer.state.log_history if "loss" in h]
+        assert len(logs) == 2 and all("mean_token_accuracy" in h for h in logs), logs
+        return torch.tensor([h["loss"] for h in logs])
+
+    torch.testing.assert_close(losses(True), losses(False), rtol=1e-4, atol=1e-5)
+
+
 # ---- PEFT ----------------------------------------------------------------------------------------
 
 def test_peft_lora_and_modules_to_save():
