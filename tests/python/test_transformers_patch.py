@@ -148,6 +148,23 @@ def test_mlp_holds_gate_and_up_only(model_type):
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gemma2"])
+def test_gradient_checkpointing(model_type):
+    # transformers' activation checkpointing runs each layer's forward again in the backward, the
+    # patched MLP's Function included: the same loss and gradients as the plain model's.
+    ids, labels = batch(model_type)
+    grads = []
+    for patched in (False, True):
+        model = build(model_type).train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if patched:
+            tt.apply_tessera(model)
+        model(input_ids=ids, labels=labels).loss.backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    for n, g in grads[0].items():
+        torch.testing.assert_close(grads[1][n], g, rtol=1e-4, atol=1e-6, msg=n)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma2"])
 def test_num_items_and_shift_labels(model_type):
     ids, labels = batch(model_type)
     plain, patched = build(model_type).train(), build(model_type).train()
@@ -366,7 +383,7 @@ def test_peft_lora_and_modules_to_save():
         torch.manual_seed(1)
         return peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, **kw))
 
-    for kw in ({"target_modules": ["q_proj", "v_proj", "gate_proj"]},
+    for kw in ({"target_modules": ["q_proj", "v_proj", "gate_proj", "down_proj"]},  # down_proj: LoRA's own call
                {"target_modules": ["q_proj"], "modules_to_save": ["lm_head"]}):
         plain, patched = lora(False, **kw), lora(True, **kw)
         want, got = plain(input_ids=ids, labels=labels).loss, patched(input_ids=ids, labels=labels)
