@@ -11,12 +11,16 @@ function registered beside it is transformers' flash_attention_mask). What it ta
   - packed sequences of one row (DataCollatorWithFlattening): ``cu_seq_lens_q``/``_k`` and
     ``max_length_q``/``_k`` where the collator gives them, else the restarts of ``position_ids``;
     each sequence attends within itself, as transformers' flash-attention path does.
+The packing of a batch (offsets, lengths, the rows kept), which waits on the device, is worked out
+once per position_ids or mask tensor, not once per layer.
 CUDA tensors of float32, float16 or bfloat16 without attention dropout run tessera.flash_attention
 (or flash_attention_varlen); anything else runs the same contract in torch's operations, in float32
 (``reference``), which is also what the CPU tests check the packing against.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +78,40 @@ def _offsets(lengths):
     return F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
 
 
+# name -> (weak reference to a tensor, its version, what was computed from it): the packing of a
+# batch, worked out once per forward rather than once per layer, as every layer is passed the same
+# position_ids or mask and each working-out waits on the device.
+_CACHE: dict = {}
+
+
+def _once(name, t, compute):
+    """compute(t), kept while t is the same tensor object, unmodified (not under torch.compile)."""
+    if torch.compiler.is_compiling():
+        return compute(t)
+    ref, version, value = _CACHE.get(name, (None, None, None))
+    if ref is not None and ref() is t and version == t._version:
+        return value
+    value = compute(t)
+    _CACHE[name] = (weakref.ref(t), t._version, value)
+    return value
+
+
+def _packing(position_ids):
+    """(offsets, longest) of the packed sequences of one row of position_ids, or None."""
+    cu = _restarts(position_ids)
+    return None if cu is None else (cu, int((cu[1:] - cu[:-1]).max()))
+
+
+def _unpadding(mask, sq, sk):
+    """The rows kept of a 2-d padding mask, for q (its last sq columns) and k, with each row's
+    lengths, offsets and the longest."""
+    keep_k = mask[:, -sk:].bool()
+    keep_q = keep_k[:, -sq:]
+    len_q, len_k = keep_q.sum(1), keep_k.sum(1)
+    return (keep_q.reshape(-1).nonzero().view(-1), keep_k.reshape(-1).nonzero().view(-1), _offsets(len_q),
+            _offsets(len_k), int(len_q.max()), int(len_k.max()))
+
+
 def _restarts(position_ids):
     """The packed sequences of one row of position_ids (each restarting at its minimum), as
     cumulative offsets, or None where the row is one increasing sequence."""
@@ -100,20 +138,22 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if not fast:
         options["dropout"] = p
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
-    if cu_q is None and attention_mask is None:
-        cu_q = cu_k = _restarts(kwargs.get("position_ids"))
+    position_ids = kwargs.get("position_ids")
+    if cu_q is None and attention_mask is None and b == 1 and position_ids is not None:
+        packing = _once("position_ids", position_ids, _packing)
+        if packing is not None:
+            cu_q = cu_k = packing[0]
+            kwargs.setdefault("max_length_q", packing[1])
+            kwargs.setdefault("max_length_k", packing[1])
     if cu_q is not None and b == 1:  # packed sequences of one row
         max_q = kwargs.get("max_length_q") or int((cu_q[1:] - cu_q[:-1]).max())
         max_k = kwargs.get("max_length_k") or int((cu_k[1:] - cu_k[:-1]).max())
         out = _packed(q[0], k[0], v[0], cu_q, cu_k, max_q, max_k, options, fast)[None]
     elif attention_mask is not None and attention_mask.dim() == 2:  # padding: unpadded, packed
-        keep_k = attention_mask[:, -sk:].bool()
-        keep_q = keep_k[:, -sq:]
-        rows_q, rows_k = keep_q.reshape(-1).nonzero().view(-1), keep_k.reshape(-1).nonzero().view(-1)
-        len_q, len_k = keep_q.sum(1), keep_k.sum(1)
+        rows_q, rows_k, cu_q, cu_k, max_q, max_k = _once(f"mask {sq} {sk}", attention_mask,
+                                                         lambda m: _unpadding(m, sq, sk))
         packed = _packed(q.reshape(b * sq, *q.shape[2:])[rows_q], k.reshape(b * sk, *k.shape[2:])[rows_k],
-                         v.reshape(b * sk, *v.shape[2:])[rows_k], _offsets(len_q), _offsets(len_k),
-                         int(len_q.max()), int(len_k.max()), options, fast)
+                         v.reshape(b * sk, *v.shape[2:])[rows_k], cu_q, cu_k, max_q, max_k, options, fast)
         out = packed.new_zeros(b * sq, *packed.shape[1:])
         out[rows_q] = packed
         out = out.view(b, sq, *packed.shape[1:])

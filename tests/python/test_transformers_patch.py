@@ -273,6 +273,23 @@ def test_tessera_attention_packed_sequences():
                    position_ids=torch.cat((torch.arange(7), torch.arange(5)))[None]).logits
     torch.testing.assert_close(packed[:, :7], model(input_ids=a).logits, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(packed[:, 7:], model(input_ids=b).logits, rtol=1e-4, atol=1e-5)
+    # worked out once per forward (each layer is passed the same position_ids), again for another
+    from tessera import _transformers_attention as ta
+    calls = []
+    real = ta._restarts
+    try:
+        ta._restarts = lambda p: calls.append(1) or real(p)
+        pos = torch.cat((torch.arange(7), torch.arange(5)))[None]
+        again = model(input_ids=torch.cat((a, b), 1), position_ids=pos).logits
+        assert len(calls) == 1  # two layers
+        pos[0, 7:] += 7  # one sequence now: the cached packing must not be taken
+        whole = model(input_ids=torch.cat((a, b), 1), position_ids=pos).logits
+        assert len(calls) == 2
+    finally:
+        ta._restarts = real
+    torch.testing.assert_close(again, packed)
+    torch.testing.assert_close(whole[:, :7], packed[:, :7])
+    assert not torch.allclose(whole[:, 7:], packed[:, 7:])
     # the collator's offsets, where it gives them, say the same
     cu = torch.tensor([0, 7, 12], dtype=torch.int32)
     given = model(input_ids=torch.cat((a, b), 1), position_ids=torch.cat((torch.arange(7), torch.arange(5)))[None],
