@@ -12,7 +12,7 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
 ``state_dict`` and PEFT's ``target_modules`` are unchanged):
   - ``rms_norm``: every ``<Family>RMSNorm``'s forward (the hidden size's and Qwen3's and Gemma 3's
     per-head q/k norms) to ``tessera.rms_norm``; Gemma's ``x * (1 + weight)``, all in float32, as
-    Gemma computes it.
+    Gemma computes it, holding x in its own dtype for the backward.
   - ``rope``: the modeling module's ``apply_rotary_pos_emb`` to ``tessera.rotary_embedding``
     (rotate_half pairs, cos/sin of shape (batch or 1, seq, head_dim), ``unsqueeze_dim``, unequal
     q and k heads, a partial rotary read from cos's width). A module-level function: patched for
