@@ -227,7 +227,7 @@ def _down_of_gated(mlp, kind, gate, up):
     (no hooks, no adapter, not sharded on its own, no autocast), so the product is not held."""
     down = mlp.down_proj
     if (type(down) is torch.nn.Linear and not down._forward_hooks and not down._forward_pre_hooks
-            and not torch.is_autocast_enabled() and gate.dtype == down.weight.dtype):
+            and not torch.is_autocast_enabled(gate.device.type) and gate.dtype == down.weight.dtype):
         return _GatedDown.apply(gate, up, down.weight, down.bias, kind)
     return down(_gated(kind, gate, up))
 

@@ -147,6 +147,20 @@ def test_mlp_holds_gate_and_up_only(model_type):
     assert patched_held == 2 * 10 * inter and plain_held >= 3 * 10 * inter, (patched_held, plain_held)
 
 
+def test_mlp_under_autocast():
+    # Under autocast the MLP takes down_proj's own call (autocast casts its input), as the plain one.
+    x = torch.randn(2, 5, COMMON["hidden_size"], requires_grad=True)
+    plain = build("llama").model.layers[0].mlp
+    model = build("llama")
+    tt.apply_tessera(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = plain(x), model.model.layers[0].mlp(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    (gw,), (gg,) = torch.autograd.grad(want.float().sum(), x), torch.autograd.grad(got.float().sum(), x)
+    torch.testing.assert_close(gg, gw, rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("model_type", ["llama", "gemma2"])
 def test_gradient_checkpointing(model_type):
     # transformers' activation checkpointing runs each layer's forward again in the backward, the
