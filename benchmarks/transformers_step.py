@@ -6,7 +6,7 @@ apply_tessera (eager and compiled): step time, tokens/s, peak memory above the w
     python benchmarks/transformers_step.py [--family llama] [--layers 8 --hidden 2048 --heads 16
         --kv-heads 4 --intermediate 5632 --vocab 128256] [--batch 2 --seq 4096] [--steps 8]
         [--warmup 3] [--rounds 2] [--runs "eager,compile,liger,tessera,tessera compile,tessera attn"]
-        [--attn sdpa] [--profile] [--out DIR]
+        [--attn sdpa] [--fit] [--profile] [--out DIR]
 
 The model: <family>ForCausalLM from its config with random init (the sizes above, bf16 weights),
 ``attn_implementation`` --attn (sdpa; "tessera" is tessera's FlashAttention), except in the
@@ -44,6 +44,10 @@ CONFIGS = {  # family -> (config class, the family's own defaults that the flags
 }
 RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera attn", "tessera attn compile")
 DEFAULT_RUNS = RUNS[:6]
+# --fit: the model for a GPU under FIT_GIB (the model's eager run peaks near 20 GiB above
+# the weights of the runs kept).
+FIT_GIB = 40
+SMALL = dict(layers=4, hidden=1024, heads=8, kv_heads=2, intermediate=2816, vocab=32000, batch=1, seq=2048)
 
 
 def config_of(args):
@@ -119,10 +123,15 @@ def main() -> int:
         ap.add_argument(f"--{flag}", type=int, default=default)
     ap.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
     ap.add_argument("--attn", default="sdpa", help="attn_implementation (sdpa, eager, tessera, ...)")
+    ap.add_argument("--fit", action="store_true", help=f"where the GPU has under {FIT_GIB} GiB, the small model: "
+                    + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in SMALL.items()))
     ap.add_argument("--profile", action="store_true", help="one more step of each run (first round) under "
                     "torch.profiler: its top CUDA kernels and GPU ms per category")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.fit and torch.cuda.get_device_properties(0).total_memory < FIT_GIB * 2**30:
+        print(f"the small model: the GPU has under {FIT_GIB} GiB")
+        vars(args).update(SMALL)
     runs = [r.strip().replace("_", " ") for r in args.runs.split(",") if r.strip()]
     if any(r not in RUNS for r in runs):
         ap.error(f"--runs: expected names of {', '.join(RUNS)}, got {runs}")

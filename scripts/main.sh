@@ -98,9 +98,9 @@ declare -A what=([tessera]="tessera bench: every bfloat16 operator at its smalle
 runs=()
 while IFS= read -r line; do runs+=("$line"); done < <("$PY" scripts/headline.py --commands)
 runs+=("llama_step benchmarks/llama_step.py --quick --profile --runs torch_eager,tessera_eager")
-# The transformers training step (the Llama of benchmarks/transformers_step.py), eager runs, one
-# round, where transformers imports.
-runs+=("transformers_step benchmarks/transformers_step.py --rounds 1 --steps 4 --runs eager,liger,tessera")
+# The transformers training step (the Llama of benchmarks/transformers_step.py; a small one where
+# the GPU has under 40 GiB), eager runs, one round, where transformers imports.
+runs+=("transformers_step benchmarks/transformers_step.py --fit --rounds 1 --steps 4 --runs eager,liger,tessera")
 for run in "${runs[@]}"; do
   read -ra words <<<"$run"
   name=${words[0]} script=${words[1]}
