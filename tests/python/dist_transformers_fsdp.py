@@ -9,7 +9,6 @@ inside lm_head's own forward where lm_head is sharded alone. Exits 1 on a mismat
     torchrun --standalone --nproc-per-node 2 tests/python/dist_transformers_fsdp.py
 """
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -18,6 +17,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import tessera.transformers as tt
+from dist_report import exit_now, finish
 
 CONFIG = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
@@ -55,30 +55,18 @@ def main():
         mine = slice(2 * rank, 2 * rank + 2)
         out = m(input_ids=ids[mine], labels=labels[mine], num_items_in_batch=items)
         if out.logits is not None:
-            bad.append("the patched forward did not take the call")
+            bad.append(f"rank {rank}: the patched forward did not take the call")
         out.loss.backward()
         loss = out.loss.detach().clone()
         dist.all_reduce(loss)
         if not torch.allclose(loss, want.detach(), rtol=1e-5, atol=1e-6):
-            bad.append(f"lm_head alone={head_alone}: loss {loss.item()} != {want.item()}")
+            bad.append(f"rank {rank}: lm_head alone={head_alone}: loss {loss.item()} != {want.item()}")
         for n, p in m.named_parameters():
             got = p.grad.full_tensor() * world
             if not torch.allclose(got, grads[n], rtol=1e-4, atol=1e-6):
-                bad.append(f"lm_head alone={head_alone}: {n}: max diff {(got - grads[n]).abs().max().item():.3g}")
-    failed = torch.tensor(len(bad))
-    dist.all_reduce(failed)
-    for line in bad[:5]:
-        print(f"rank {rank}: FAIL {line}", flush=True)
-    dist.destroy_process_group()
-    if rank == 0:
-        print("ok" if int(failed) == 0 else "FAILED", flush=True)
-    return 1 if int(failed) else 0
+                bad.append(f"rank {rank}: lm_head alone={head_alone}: {n}: max diff {(got - grads[n]).abs().max().item():.3g}")
+    return finish(dist, rank, world, bad)
 
 
 if __name__ == "__main__":
-    status = main()
-    # Without Python's finalisation: a gloo thread still releasing a finished collective's tensors
-    # while the interpreter finalises can abort the process (as dist_vocab_parallel.py ends).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    exit_now(main())

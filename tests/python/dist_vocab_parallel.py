@@ -7,13 +7,13 @@ with ignored rows and chunks smaller than the rows. Exits 1 on any mismatch; ran
 """
 import argparse
 import os
-import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 import tessera
+from dist_report import exit_now, finish
 
 
 def main():
@@ -54,21 +54,8 @@ def main():
             scale = b.float().abs().max().item()
             if not err <= tol * max(scale, 1e-6):
                 problems.append(f"rank {rank} {reduction} {what}: off by {err:.3g} (largest {scale:.3g})")
-    everyone = [None] * world
-    dist.all_gather_object(everyone, problems)
-    dist.barrier()  # every rank past its last collective before any leaves
-    dist.destroy_process_group()
-    if rank == 0:
-        for p in sum(everyone, []):
-            print(f"FAIL {p}")
-        print("ok" if not any(everyone) else "FAILED")
-    return 1 if any(everyone) else 0
+    return finish(dist, rank, world, problems)
 
 
 if __name__ == "__main__":
-    status = main()
-    # Without Python's finalisation: a gloo thread still releasing a finished collective's tensors
-    # while the interpreter finalises aborts the process (examples/llama_distributed.py, exit_now).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    exit_now(main())
