@@ -76,6 +76,7 @@ struct FwdParams {
   int64_t rows, n;
   float inv_n;        // 1 / n
   float eps;
+  float w_offset;     // added to each weight in float32 (Gemma's 1 + w); 0 without a weight
   uint32_t zero;      // 0 (see tile::refresh)
   int gs;  // threads per row group (a multiple of 32 dividing blockDim.x)
 };
@@ -85,6 +86,7 @@ struct BwdParams {
   const T* dy;
   const T* x;
   const T* w;          // nullptr: no weight (w = 1)
+  float w_offset;      // added to each weight in float32; 0 without a weight
   const float* mean;   // nullptr for RMSNorm
   const float* rstd;
   T* dx;               // nullptr: grad_in not wanted

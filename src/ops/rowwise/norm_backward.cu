@@ -89,7 +89,7 @@ __device__ __forceinline__ void backward_row(BwdRow<T, V, VPT>& cur, int64_t row
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const float xh = (cur.x[k][e] - cur.mean) * cur.rstd;
-        const float g = cur.dy[k][e] * w[e];
+        const float g = cur.dy[k][e] * (w[e] + p.w_offset);
         s.a += g;
         s.b = fmaf(g, xh, s.b);
       }
@@ -107,7 +107,7 @@ __device__ __forceinline__ void backward_row(BwdRow<T, V, VPT>& cur, int64_t row
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const float xh = (cur.x[k][e] - cur.mean) * cur.rstd;
-        g[e] = cur.rstd * (cur.dy[k][e] * w[e] - ma - xh * mb);
+        g[e] = cur.rstd * (cur.dy[k][e] * (w[e] + p.w_offset) - ma - xh * mb);
       }
       if constexpr (kAdd) {
         const Frag<T, V> d = part.load(dres_row(p, row), k, 0.0f);
@@ -224,7 +224,7 @@ __global__ __launch_bounds__(kStreamThreads, 2) void norm_backward_rowsums_kerne
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const float g = tile::to_float(dy[u][e]) * tile::to_float(w[u][e]);
+          const float g = tile::to_float(dy[u][e]) * (tile::to_float(w[u][e]) + p.w_offset);
           s.a += g;
           s.b = fmaf(g, (tile::to_float(x[u][e]) - mean) * rstd, s.b);
         }
@@ -280,7 +280,7 @@ __global__ __launch_bounds__(kColThreads) void norm_backward_cols_kernel(const B
       for (int e = 0; e < V; ++e) {
         const float xh = (tile::to_float(x[u][e]) - mean) * rstd;
         const float d = tile::to_float(dy[u][e]);
-        const float gx = rstd * (d * tile::to_float(w[e]) - ma - xh * mb);
+        const float gx = rstd * (d * (tile::to_float(w[e]) + p.w_offset) - ma - xh * mb);
         if constexpr (kAdd) g[e] = tile::from_float<T>(gx + tile::to_float(dr[u][e]));
         else g[e] = tile::from_float<T>(gx);
         sw[e] = fmaf(d, xh, sw[e]);

@@ -212,7 +212,7 @@ void norm_forward_kernel(const FwdP<T, kAdd> p) {
       for (int j = 0; j < KB; ++j) {
         float y[V];
 #pragma unroll
-        for (int e = 0; e < V; ++e) y[e] = fmaf((x[k0 + j][e] - mean) * rstd, w[j][e], b[j][e]);
+        for (int e = 0; e < V; ++e) y[e] = fmaf((x[k0 + j][e] - mean) * rstd, w[j][e] + p.w_offset, b[j][e]);
         part.store(p.out + off[1], k0 + j, pack_each<T, V>(y));
       }
     }
@@ -347,7 +347,7 @@ __global__ __launch_bounds__(kLongThreads, 1) void norm_forward_stream_kernel(co
         if (c >= n) continue;
         float y[V];
 #pragma unroll
-        for (int e = 0; e < V; ++e) y[e] = fmaf((x[u][e] - mean) * rstd, w[u][e], b[u][e]);
+        for (int e = 0; e < V; ++e) y[e] = fmaf((x[u][e] - mean) * rstd, w[u][e] + p.w_offset, b[u][e]);
         tile::store_frag<T, V>(p.out + off[1] + c, pack_each<T, V>(y));
       }
     }

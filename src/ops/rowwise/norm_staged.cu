@@ -59,7 +59,8 @@ struct Regs {
   Frag<T, V> wp[VPT];
   float wf[E], sb[E], sw[E];
   float xh[kKeep ? E : 1], g[kKeep ? E : 1];
-  __device__ __forceinline__ float w(int k, int e) const { return kKeep ? wf[k * V + e] : wp[k][e]; }
+  float w_offset;  // BwdParams::w_offset, folded into wf where the weight is kept as floats
+  __device__ __forceinline__ float w(int k, int e) const { return kKeep ? wf[k * V + e] : wp[k][e] + w_offset; }
 };
 
 template <bool kRms, class T>
@@ -173,11 +174,13 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
       if (first + s * stride < p.rows) ring.fill(s, first + s * stride, p);
 
   R r;
+  r.w_offset = p.w_offset;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     r.wp[k] = part.in(k) && p.w ? tile::load_frag<T, V>(p.w + part.col(k)) : splat<T, V>(1.0f);
 #pragma unroll
-    for (int e = 0; e < V; ++e) r.wf[k * V + e] = r.wp[k][e], r.sw[k * V + e] = 0.0f, r.sb[k * V + e] = 0.0f;
+    for (int e = 0; e < V; ++e)
+      r.wf[k * V + e] = r.wp[k][e] + r.w_offset, r.sw[k * V + e] = 0.0f, r.sb[k * V + e] = 0.0f;
   }
   float mean, rstd;
   row_stats<kRms>(p, first, mean, rstd);
