@@ -218,13 +218,14 @@ NB_MODULE(_C, m) {
        "grad_bias", "stream"},
       none, "Gradients of layer_norm into the given outputs (None: not computed).");
   def_op<&rms_norm>(m, "rms_norm",
-                    {"input", "normalized_ndim", "weight", "eps", "out", "rstd", "stream"},
+                    {"input", "normalized_ndim", "weight", "eps", "weight_offset", "out", "rstd", "stream"},
                     {"out", "input"},
                     "RMSNorm over the last normalized_ndim dimensions; rstd is written where "
                     "given. Returns a new DeviceArray when out is None.");
   def_op<&rms_norm_backward>(
       m, "rms_norm_backward",
-      {"grad_output", "input", "normalized_ndim", "rstd", "weight", "grad_input", "grad_weight", "stream"},
+      {"grad_output", "input", "normalized_ndim", "rstd", "weight", "weight_offset", "grad_input", "grad_weight",
+       "stream"},
       none, "Gradients of rms_norm into the given outputs (None: not computed).");
   def_op<&dropout>(m, "dropout", {"input", "out", "p", "seed", "offset", "stream"}, {"out", "input"},
                    "Inverted dropout with the Philox stream (seed, offset); returns a new "

@@ -143,8 +143,8 @@ def register(torch) -> bool:
             [([Shard(d)] * 3, [Shard(d), None] + tail) for d in lead(input, normalized_shape)]
 
     @register_sharding(ops.rms_norm.default)
-    def rms_norm_rule(input, normalized_shape, weight, eps):
-        tail = [param(weight), None]
+    def rms_norm_rule(input, normalized_shape, weight, eps, weight_offset=0.0):
+        tail = [param(weight), None, None]
         return [([R] * 2, [R, None] + tail)] + \
             [([Shard(d)] * 2, [Shard(d), None] + tail) for d in lead(input, normalized_shape)]
 
@@ -156,9 +156,10 @@ def register(torch) -> bool:
             [([Shard(d), Partial(), Partial()], ins(Shard(d))) for d in lead(input, normalized_shape)]
 
     @register_sharding(ops.rms_norm_backward.default)
-    def rms_norm_backward_rule(grad_output, input, normalized_shape, rstd, weight, output_mask):
+    def rms_norm_backward_rule(grad_output, input, normalized_shape, rstd, weight, output_mask,
+                               weight_offset=0.0):
         def ins(p):
-            return [p, p, None, p, param(weight), None]
+            return [p, p, None, p, param(weight), None, None]
         return [([R] * 2, ins(R))] + [([Shard(d), Partial()], ins(Shard(d))) for d in lead(input, normalized_shape)]
 
     # The residual add fused with the norm: the same, over the last dimension; input and residual

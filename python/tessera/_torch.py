@@ -92,11 +92,11 @@ def _register_fakes():
                 _param_grad(input, normalized_shape, weight) if output_mask[2] else None)
 
     @fake("tessera::rms_norm")
-    def _rms_norm(input, normalized_shape, weight, eps):
+    def _rms_norm(input, normalized_shape, weight, eps, weight_offset=0.0):
         return (_like(input),) + _stats(input, normalized_shape, 1)
 
     @fake("tessera::rms_norm_backward")
-    def _rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask):
+    def _rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask, weight_offset=0.0):
         return (_like(input) if output_mask[0] else None,
                 _param_grad(input, normalized_shape, weight)
                 if output_mask[1] and weight is not None else None)

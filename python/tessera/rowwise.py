@@ -406,19 +406,23 @@ def _layer_norm_backward_torch(torch, grad, x, k, mean, rstd, weight, want_in, w
 
 def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
              weight: TensorLike | None = None, eps: float | None = None, *,
-             out: TensorT | None = None) -> TensorT:
+             weight_offset: float = 0.0, out: TensorT | None = None) -> TensorT:
     """RMSNorm over the trailing ``normalized_shape`` dimensions, as
     :func:`torch.nn.functional.rms_norm`: ``x * rstd * weight`` with
     ``rstd = 1 / sqrt(mean(x^2) + eps)``. Differentiable with respect to input and weight.
 
     ``eps=None`` takes torch's default, which (whatever the input dtype) is float32's epsilon,
     2**-23: torch documents ``finfo(input.dtype).eps`` but resolves it with its accumulation type.
+
+    ``weight_offset`` is added to each weight in float32: ``weight_offset=1`` is Gemma's
+    ``x * rstd * (1 + weight)``, computed in float32 and rounded once to the input's dtype, as
+    Gemma's RMSNorm does, without float32 copies of x. It needs a weight.
     Other arguments as in :func:`layer_norm`.
     """
+    eps_ = RMS_NORM_DEFAULT_EPS if eps is None else eps
     fast = _interop.fast
     if fast is not None and out is None and not _interop.dynamo_compiling():
-        r = fast.rms_norm(input, normalized_shape, weight,
-                          RMS_NORM_DEFAULT_EPS if eps is None else eps)
+        r = fast.rms_norm(input, normalized_shape, weight, eps_, weight_offset)
         if r is not None:
             return r
     ops, T = _interop.ops, _interop.Tensor  # T: also a subclass (a DTensor), checked after the exact type
@@ -426,34 +430,45 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
             and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
-            return ops.rms_norm.default(input, shape, weight,
-                                        RMS_NORM_DEFAULT_EPS if eps is None else eps)[0]
+            return ops.rms_norm.default(input, shape, weight, eps_, weight_offset)[0]
     if out is None and _interop.outside_kernels(input, weight):
-        return _interop.torch_module.nn.functional.rms_norm(
-            input, _torch_shape(normalized_shape), weight, eps)
+        return _rms_norm_fallback(input, normalized_shape, weight, eps, weight_offset)
     op = "rms_norm"
     k = _normalized_ndim(normalized_shape, input, op)
-    eps = RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
+    eps = float(eps_)
     torch = torch_if_tensor(input)
     if torch is None:
         result = _C.rms_norm(as_arg(None, input, op, "input"), k, _arg(weight, op, "weight"), eps,
-                             _arg(out, op, "out"), None, dlpack_stream(input))
+                             float(weight_offset), _arg(out, op, "out"), None, dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
     if _requires_grad(torch, input, weight):
         if out is not None:
             raise _no_grad_with_out(op)
         shape = list(input.shape[input.dim() - k:])
-        return _interop.needs_ops(op).rms_norm.default(input, shape, weight, eps)[0]
-    return _rms_norm_torch(torch, input, k, weight, eps, out, False)[0]
+        return _interop.needs_ops(op).rms_norm.default(input, shape, weight, eps, weight_offset)[0]
+    return _rms_norm_torch(torch, input, k, weight, eps, weight_offset, out, False)[0]
 
 
-def _rms_norm_torch(torch, x, k, weight, eps, out, stats):
+def _rms_norm_fallback(input, normalized_shape, weight, eps, weight_offset):
+    """torch's rms_norm where tessera's kernels do not run; the offset as Gemma computes it."""
+    F = _interop.torch_module.nn.functional
+    shape = _torch_shape(normalized_shape)
+    if not weight_offset:
+        return F.rms_norm(input, shape, weight, eps)
+    if weight is None:
+        raise ValueError("tessera.rms_norm: argument 'weight_offset': expected 0 when 'weight' is not "
+                         f"given, got {weight_offset}")
+    y = F.rms_norm(input.float(), shape, None, eps) * (weight.float() + weight_offset)
+    return y.to(input.dtype)
+
+
+def _rms_norm_torch(torch, x, k, weight, eps, weight_offset, out, stats):
     op = "rms_norm"
     xv = torch_view(x)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rstd = _new_stats(torch, x, k, 1)[0] if stats else None
-    _C.rms_norm(xv, k, as_arg(torch, weight, op, "weight"), float(eps),
+    _C.rms_norm(xv, k, as_arg(torch, weight, op, "weight"), float(eps), float(weight_offset),
                 as_arg(torch, out, op, "out"), as_arg(torch, rstd, op, "rstd"),
                 torch_stream(xv))
     return out, rstd
@@ -461,7 +476,8 @@ def _rms_norm_torch(torch, x, k, weight, eps, out, stats):
 
 def rms_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int],
                      weight: torch.Tensor | None = None,
-                     eps: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     eps: float | None = None, *,
+                     weight_offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, rstd)`` of :func:`rms_norm`, as ``torch.ops.aten._fused_rms_norm``, with rstd float32
     of the leading shape ``input.shape[:-len(normalized_shape)]``. Torch tensors only; not
     differentiable (use :func:`rms_norm` for autograd)."""
@@ -470,27 +486,29 @@ def rms_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int],
         shape = _shape_arg(normalized_shape)
         if shape is not None:
             return ops.rms_norm.default(input, shape, weight,
-                                        RMS_NORM_DEFAULT_EPS if eps is None else eps)
+                                        RMS_NORM_DEFAULT_EPS if eps is None else eps, weight_offset)
     op = "rms_norm_forward"
     torch = torch_if_tensor(input)
     _torch_only(torch, input, op, "for DLPack arrays use tessera.rms_norm")
     k = _normalized_ndim(normalized_shape, input, op)
     eps = RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
-    return _rms_norm_torch(torch, input, k, weight, eps, None, True)
+    return _rms_norm_torch(torch, input, k, weight, eps, weight_offset, None, True)
 
 
 def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
                       normalized_shape: int | Sequence[int], rstd: torch.Tensor,
                       weight: torch.Tensor | None = None,
-                      output_mask: Sequence[bool] = (True, True)
+                      output_mask: Sequence[bool] = (True, True), *,
+                      weight_offset: float = 0.0
                       ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_input, grad_weight)`` of :func:`rms_norm`, given the forward's rstd (the leading
-    shape, or ``leading + (1,) * len(normalized_shape)``). An entry is None where ``output_mask``
-    turns it off; grad_weight also where ``weight`` is None. grad_weight is bit-identical from run
-    to run on one GPU. Torch tensors only."""
+    shape, or ``leading + (1,) * len(normalized_shape)``) and its weight_offset. An entry is None
+    where ``output_mask`` turns it off; grad_weight also where ``weight`` is None. grad_weight is
+    bit-identical from run to run on one GPU. Torch tensors only."""
     fast = _interop.fast
     if fast is not None and not _interop.dynamo_compiling():
-        r = fast.rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask)
+        r = fast.rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask,
+                                   weight_offset)
         if r is not None:
             return r
     op = "rms_norm_backward"
@@ -502,12 +520,12 @@ def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     T = _interop.Tensor
     if _interop.ops is not None and (type(input) is T or isinstance(input, T)):
         return _interop.ops.rms_norm_backward.default(
-            grad_output, input, tuple(input.shape[input.dim() - k:]), rstd, weight, mask)
-    return _rms_norm_backward_torch(torch, grad_output, input, k, rstd, weight, mask[0],
+            grad_output, input, tuple(input.shape[input.dim() - k:]), rstd, weight, mask, weight_offset)
+    return _rms_norm_backward_torch(torch, grad_output, input, k, rstd, weight, weight_offset, mask[0],
                                     mask[1] and weight is not None)
 
 
-def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, want_in, want_w):
+def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, weight_offset, want_in, want_w):
     op = "rms_norm_backward"
     if not (want_in or want_w):
         return None, None
@@ -516,7 +534,7 @@ def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, want_in, want_w):
     gw = _param_grad(torch, x, k, weight) if want_w else None
     _C.rms_norm_backward(as_arg(torch, grad, op, "grad_output"), xv, k,
                          as_arg(torch, rstd, op, "rstd"), as_arg(torch, weight, op, "weight"),
-                         as_arg(torch, gi, op, "grad_input"), as_arg(torch, gw, op, "grad_weight"),
+                         float(weight_offset), as_arg(torch, gi, op, "grad_input"), as_arg(torch, gw, op, "grad_weight"),
                          torch_stream(xv))
     return gi, gw
 

@@ -140,13 +140,12 @@ def rms_norm_forward(self, hidden_states):
 
 
 class _GemmaRMSNorm(torch.autograd.Function):
-    """Gemma's RMSNorm, x / rms(x) * (1 + weight) all in float32 and rounded once to x's dtype,
-    holding x in its own dtype for the backward (which takes it to float32 again) rather than
-    its float32 copy: half the bytes per norm for a bfloat16 model."""
+    """Gemma's RMSNorm where x and the weight differ in dtype: in float32, holding x in its own
+    dtype for the backward rather than its float32 copy."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        out, rstd = tessera.rms_norm_forward(x.float(), (x.shape[-1],), 1.0 + weight.float(), eps)
+        out, rstd = tessera.rms_norm_forward(x.float(), (x.shape[-1],), weight.float(), eps, weight_offset=1.0)
         ctx.save_for_backward(x, weight, rstd)
         return out.to(x.dtype)
 
@@ -154,16 +153,19 @@ class _GemmaRMSNorm(torch.autograd.Function):
     def backward(ctx, grad):
         x, weight, rstd = ctx.saved_tensors
         grad_x, grad_w = tessera.rms_norm_backward(grad.float(), x.float(), (x.shape[-1],), rstd,
-                                                   1.0 + weight.float(), ctx.needs_input_grad[:2])
+                                                   weight.float(), ctx.needs_input_grad[:2], weight_offset=1.0)
         return (None if grad_x is None else grad_x.to(x.dtype),
                 None if grad_w is None else grad_w.to(weight.dtype), None)
 
 
 def gemma_rms_norm_forward(self, x):
-    """Gemma's RMSNorm: x / rms(x) * (1 + weight), all in float32, then x's dtype."""
+    """Gemma's RMSNorm: x / rms(x) * (1 + weight) in float32, rounded once to x's dtype. The
+    kernel adds the 1 to each weight in float32, which is Gemma's arithmetic."""
+    if x.dtype == self.weight.dtype:
+        return tessera.rms_norm(x, (x.shape[-1],), self.weight, _eps(self), weight_offset=1.0)
     if x.is_cuda:
         return _GemmaRMSNorm.apply(x, self.weight, _eps(self))
-    return tessera.rms_norm(x.float(), (x.shape[-1],), 1.0 + self.weight.float(), _eps(self)).type_as(x)
+    return tessera.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), _eps(self), weight_offset=1.0).to(x.dtype)
 
 
 def _activation(config) -> str | None:

@@ -212,7 +212,7 @@ TEST(NormChecks, NormalizedNdimOutOfRange) {
                  ErrorKind::value,
                  {"tessera.layer_norm: argument 'normalized_ndim'", "1 <= normalized_ndim <= x.ndim = 2",
                   "got " + std::to_string(nd)});
-  expect_error([&] { tessera::rms_norm_backward(a.dy, a.x, 5, a.rstd, &a.w, &a.out, nullptr, nullptr); },
+  expect_error([&] { tessera::rms_norm_backward(a.dy, a.x, 5, a.rstd, &a.w, 0.0, &a.out, nullptr, nullptr); },
                ErrorKind::value, {"tessera.rms_norm_backward: argument 'normalized_ndim'"});
 }
 
@@ -226,13 +226,13 @@ TEST(NormChecks, WeightAndBiasMustHaveTheNormalizedShapeAndDtype) {
   expect_error([&] { tessera::layer_norm(a.x, 1, &a.w, &b2, 1e-5, a.out, nullptr, nullptr, nullptr); },
                ErrorKind::value, {"argument 'bias'", "got [4, 8]"});
   const TensorView wf = cuda_tensor(0x400000, DType::float32, {8});
-  expect_error([&] { tessera::rms_norm(a.x, 1, &wf, 1e-5, a.out, nullptr, nullptr); }, ErrorKind::type,
+  expect_error([&] { tessera::rms_norm(a.x, 1, &wf, 1e-5, 0.0, a.out, nullptr, nullptr); }, ErrorKind::type,
                {"tessera.rms_norm: argument 'weight'", "dtype bfloat16 (that of 'input')", "got float32"});
   // Two normalized dimensions: the weight has both.
   const TensorView x3 = cuda_tensor(0x100000, DType::float16, {2, 3, 4});
   const TensorView o3 = cuda_tensor(0x200000, DType::float16, {2, 3, 4});
   const TensorView w12 = cuda_tensor(0x400000, DType::float16, {12});
-  expect_error([&] { tessera::rms_norm(x3, 2, &w12, 1e-5, o3, nullptr, nullptr); }, ErrorKind::value,
+  expect_error([&] { tessera::rms_norm(x3, 2, &w12, 1e-5, 0.0, o3, nullptr, nullptr); }, ErrorKind::value,
                {"argument 'weight'", "shape [3, 4]", "got [12]"});
 }
 
@@ -242,15 +242,15 @@ TEST(NormChecks, StatisticsMustBeFloat32OfTheLeadingShape) {
   expect_error([&] { tessera::layer_norm(a.x, 1, &a.w, &a.b, 1e-5, a.out, &mean16, &a.rstd, nullptr); },
                ErrorKind::type, {"argument 'mean'", "dtype in {float32}", "got float16"});
   const TensorView rstd5 = cuda_tensor(0x700000, DType::float32, {5});
-  expect_error([&] { tessera::rms_norm(a.x, 1, &a.w, 1e-5, a.out, &rstd5, nullptr); }, ErrorKind::value,
+  expect_error([&] { tessera::rms_norm(a.x, 1, &a.w, 1e-5, 0.0, a.out, &rstd5, nullptr); }, ErrorKind::value,
                {"tessera.rms_norm: argument 'rstd'", "shape [4] (the leading shape of 'input')", "got [5]"});
   expect_error([&] { tessera::layer_norm_backward(a.dy, a.x, 1, a.mean, rstd5, &a.w, &a.out, nullptr, nullptr, nullptr); },
                ErrorKind::value, {"tessera.layer_norm_backward: argument 'rstd'", "got [5]"});
   // Every dimension normalized: the statistics are 0-d.
   const TensorView rstd0 = cuda_tensor(0x700000, DType::float32, {});
-  expect_error([&] { tessera::rms_norm(a.x, 2, nullptr, 1e-5, a.out, &a.rstd, nullptr); }, ErrorKind::value,
+  expect_error([&] { tessera::rms_norm(a.x, 2, nullptr, 1e-5, 0.0, a.out, &a.rstd, nullptr); }, ErrorKind::value,
                {"argument 'rstd'", "shape [] (the leading shape of 'input')", "got [4]"});
-  EXPECT_NO_THROW(tessera::rms_norm(TensorView::contiguous(nullptr, DType::float32, {0, 8}), 2, nullptr, 1e-5,
+  EXPECT_NO_THROW(tessera::rms_norm(TensorView::contiguous(nullptr, DType::float32, {0, 8}), 2, nullptr, 1e-5, 0.0,
                                     TensorView::contiguous(nullptr, DType::float32, {0, 8}), &rstd0, nullptr));
 }
 
@@ -261,6 +261,17 @@ TEST(NormChecks, Eps) {
                  ErrorKind::value, {"tessera.layer_norm: argument 'eps'", "a finite value >= 0"});
 }
 
+TEST(NormChecks, WeightOffset) {
+  Args a;
+  for (double off : {std::nan(""), std::numeric_limits<double>::infinity(), 1e300})
+    expect_error([&] { tessera::rms_norm(a.x, 1, &a.w, 1e-5, off, a.out, nullptr, nullptr); }, ErrorKind::value,
+                 {"tessera.rms_norm: argument 'weight_offset'", "a finite value"});
+  expect_error([&] { tessera::rms_norm(a.x, 1, nullptr, 1e-5, 1.0, a.out, nullptr, nullptr); }, ErrorKind::value,
+               {"tessera.rms_norm: argument 'weight_offset'", "0 when 'weight' is not given"});
+  expect_error([&] { tessera::rms_norm_backward(a.dy, a.x, 1, a.rstd, nullptr, 1.0, &a.out, nullptr, nullptr); },
+               ErrorKind::value, {"tessera.rms_norm_backward: argument 'weight_offset'"});
+}
+
 TEST(NormChecks, TensorsLikeX) {
   Args a;
   std::vector<float> h(32);
@@ -268,7 +279,7 @@ TEST(NormChecks, TensorsLikeX) {
   expect_error([&] { tessera::layer_norm(cpu, 1, nullptr, nullptr, 1e-5, a.out, nullptr, nullptr, nullptr); },
                ErrorKind::value, {"argument 'input'", "a CUDA tensor", "got a tensor on cpu"});
   const TensorView xi = cuda_tensor(0x100000, DType::int32, {4, 8});
-  expect_error([&] { tessera::rms_norm(xi, 1, nullptr, 1e-5, a.out, nullptr, nullptr); }, ErrorKind::type,
+  expect_error([&] { tessera::rms_norm(xi, 1, nullptr, 1e-5, 0.0, a.out, nullptr, nullptr); }, ErrorKind::type,
                {"argument 'input'", "dtype in {float32, float16, bfloat16}", "got int32"});
   const TensorView out48 = cuda_tensor(0x200000, DType::bfloat16, {8, 4});
   expect_error([&] { tessera::layer_norm(a.x, 1, nullptr, nullptr, 1e-5, out48, nullptr, nullptr, nullptr); },
@@ -277,7 +288,7 @@ TEST(NormChecks, TensorsLikeX) {
   expect_error([&] { tessera::layer_norm_backward(dyf, a.x, 1, a.mean, a.rstd, nullptr, &a.out, nullptr, nullptr, nullptr); },
                ErrorKind::type, {"argument 'grad_output'", "dtype bfloat16 (that of 'input')"});
   const TensorView w1 = cuda_tensor(0x400000, DType::bfloat16, {8}, 1);
-  expect_error([&] { tessera::rms_norm(a.x, 1, &w1, 1e-5, a.out, nullptr, nullptr); }, ErrorKind::value,
+  expect_error([&] { tessera::rms_norm(a.x, 1, &w1, 1e-5, 0.0, a.out, nullptr, nullptr); }, ErrorKind::value,
                {"argument 'weight'", "device cuda:0 (that of 'input')", "got cuda:1"});
 }
 
@@ -286,7 +297,7 @@ TEST(NormChecks, GradientArguments) {
   expect_error([&] { tessera::layer_norm_backward(a.dy, a.x, 1, a.mean, a.rstd, nullptr, &a.out, &a.dw, nullptr, nullptr); },
                ErrorKind::value, {"argument 'grad_weight'", "nullptr when 'weight' is not given"});
   const TensorView dw4 = cuda_tensor(0x800000, DType::bfloat16, {4});
-  expect_error([&] { tessera::rms_norm_backward(a.dy, a.x, 1, a.rstd, &a.w, nullptr, &dw4, nullptr); },
+  expect_error([&] { tessera::rms_norm_backward(a.dy, a.x, 1, a.rstd, &a.w, 0.0, nullptr, &dw4, nullptr); },
                ErrorKind::value, {"tessera.rms_norm_backward: argument 'grad_weight'", "shape [8]", "got [4]"});
   const TensorView db16 = cuda_tensor(0x900000, DType::float16, {8});
   expect_error([&] { tessera::layer_norm_backward(a.dy, a.x, 1, a.mean, a.rstd, &a.w, nullptr, nullptr, &db16, nullptr); },
@@ -303,15 +314,15 @@ TEST(NormChecks, OutputsMustNotOverlap) {
   expect_error([&] { tessera::layer_norm(a.x, 1, &a.w, nullptr, 1e-5, a.out, &a.mean, &a.mean, nullptr); },
                ErrorKind::value, {"argument 'rstd'", "does not overlap 'mean'"});
   const TensorView on_w = cuda_tensor(0x400000, DType::float32, {4});
-  expect_error([&] { tessera::rms_norm(a.x, 1, &a.w, 1e-5, a.out, &on_w, nullptr); }, ErrorKind::value,
+  expect_error([&] { tessera::rms_norm(a.x, 1, &a.w, 1e-5, 0.0, a.out, &on_w, nullptr); }, ErrorKind::value,
                {"argument 'rstd'", "does not overlap 'weight'"});
-  expect_error([&] { tessera::rms_norm_backward(a.dy, a.x, 1, a.rstd, &a.w, &a.dy, nullptr, nullptr); },
+  expect_error([&] { tessera::rms_norm_backward(a.dy, a.x, 1, a.rstd, &a.w, 0.0, &a.dy, nullptr, nullptr); },
                ErrorKind::value, {"argument 'grad_input'", "does not overlap 'grad_output'"});
   expect_error([&] { tessera::layer_norm_backward(a.dy, a.x, 1, a.mean, a.rstd, &a.w, &a.out, &a.dw, &a.dw, nullptr); },
                ErrorKind::value, {"argument 'grad_bias'", "does not overlap 'grad_weight'"});
   const TensorView bcast = TensorView::strided(fake(0xa00000), DType::bfloat16, {4, 8}, {0, 1},
                                                tessera::Device{tessera::DeviceType::cuda, 0});
-  expect_error([&] { tessera::rms_norm(a.x, 1, nullptr, 1e-5, bcast, nullptr, nullptr); }, ErrorKind::value,
+  expect_error([&] { tessera::rms_norm(a.x, 1, nullptr, 1e-5, 0.0, bcast, nullptr, nullptr); }, ErrorKind::value,
                {"argument 'out'", "elements do not overlap"});
 }
 
@@ -320,10 +331,10 @@ TEST(NormChecks, EmptyTensorsReturnWithoutTouchingTheGpu) {
   const TensorView s = TensorView::contiguous(nullptr, DType::float32, {0});
   const TensorView w = cuda_tensor(0x400000, DType::bfloat16, {8});
   EXPECT_NO_THROW(tessera::layer_norm(x, 1, &w, &w, 1e-5, x, &s, nullptr, nullptr));
-  EXPECT_NO_THROW(tessera::rms_norm(x, 1, nullptr, 1e-5, x, &s, nullptr));
+  EXPECT_NO_THROW(tessera::rms_norm(x, 1, nullptr, 1e-5, 0.0, x, &s, nullptr));
   // No rows and no parameter gradients asked for: nothing to do. (With them, they are zeroed.)
   EXPECT_NO_THROW(tessera::layer_norm_backward(x, x, 1, s, s, &w, &x, nullptr, nullptr, nullptr));
-  EXPECT_NO_THROW(tessera::rms_norm_backward(x, x, 1, s, nullptr, &x, nullptr, nullptr));
+  EXPECT_NO_THROW(tessera::rms_norm_backward(x, x, 1, s, nullptr, 0.0, &x, nullptr, nullptr));
   // Empty rows: every output is empty.
   const TensorView e = TensorView::contiguous(nullptr, DType::float32, {4, 0});
   const TensorView s4 = cuda_tensor(0x600000, DType::float32, {4});
@@ -379,7 +390,7 @@ TEST(NormGpu, ParameterGradientsAreDeterministic) {
       tessera::ops::fill_random(x, -2, 6, nullptr);
       tessera::ops::fill_random(dy, -1, 1, nullptr);
       tessera::ops::fill_random(w, -1, 2, nullptr);
-      if (rms) tessera::rms_norm(x.view, 1, &w.view, 1e-5, y.view, &rstd.view, nullptr);
+      if (rms) tessera::rms_norm(x.view, 1, &w.view, 1e-5, 0.0, y.view, &rstd.view, nullptr);
       else tessera::layer_norm(x.view, 1, &w.view, nullptr, 1e-5, y.view, &mean.view, &rstd.view, nullptr);
       std::vector<unsigned char> first_w, first_b;
       for (int run = 0; run < 2; ++run) {
@@ -388,7 +399,7 @@ TEST(NormGpu, ParameterGradientsAreDeterministic) {
         auto db = make_tensor(s.dt, {s.n}, Layout::contiguous);
         tessera::ops::fill_poison(dw, nullptr);
         tessera::ops::fill_poison(db, nullptr);
-        if (rms) tessera::rms_norm_backward(dy.view, x.view, 1, rstd.view, &w.view, &dx.view, &dw.view, nullptr);
+        if (rms) tessera::rms_norm_backward(dy.view, x.view, 1, rstd.view, &w.view, 0.0, &dx.view, &dw.view, nullptr);
         else
           tessera::layer_norm_backward(dy.view, x.view, 1, mean.view, rstd.view, &w.view, &dx.view, &dw.view,
                                        &db.view, nullptr);

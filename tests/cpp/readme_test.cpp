@@ -48,7 +48,7 @@ int main() {
 
   auto gv = TensorView::contiguous(g, DType::bfloat16, {N});
   auto zv = TensorView::contiguous(z, DType::bfloat16, {M, N});
-  tessera::rms_norm(hv, 1, &gv, 1e-6, zv, nullptr, stream);  // over the last dimension
+  tessera::rms_norm(hv, 1, &gv, 1e-6, /*weight_offset=*/0.0, zv, nullptr, stream);  // over the last dim
 
   const bool ok = cudaStreamSynchronize(stream) == cudaSuccess;
   for (void* p : {x, y, w, b, h, g, z}) cudaFree(p);

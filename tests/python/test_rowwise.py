@@ -131,6 +131,11 @@ def test_torch_cpu_tensors_get_torchs_results():
     y = tessera.layer_norm(x, 4, w)
     assert y.requires_grad and torch.equal(y, F.layer_norm(x, (4,), w))
     assert torch.equal(tessera.rms_norm(x, (3, 4)), F.rms_norm(x, (3, 4)))
+    wb = torch.randn(4, dtype=torch.bfloat16)
+    assert torch.equal(tessera.rms_norm(x.bfloat16(), 4, wb, 1e-6, weight_offset=1.0),
+                       (F.rms_norm(x.bfloat16().float(), (4,), None, 1e-6) * (1 + wb.float())).bfloat16())
+    with pytest.raises(ValueError, match=r"argument 'weight_offset'"):
+        tessera.rms_norm(x, 4, None, weight_offset=1.0)
     # The functions that are tessera's own (no torch signature) keep tessera's errors.
     with pytest.raises(ValueError, match=r"tessera\.softmax: argument 'input': " + CPU_DEVICE_MSG):
         tessera.softmax(x, -1, out=torch.empty(3, 4))
@@ -384,6 +389,38 @@ def test_rms_norm_and_gradients(torch, shape, k, dtype, with_weight):
         assert_close(x.grad, x64.grad, dtype, "grad_input")
     if w is not None:
         assert_close(w.grad, w64.grad, dtype, "grad_weight")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(64, 1024), (19, 999), (2, 70000), (301, 4096), (3, 5, 256)])
+def test_rms_norm_weight_offset(torch, shape, dtype):
+    # Gemma's x * rstd * (1 + w): the offset added in float32, through autograd and the fast path.
+    d = dt(torch, dtype)
+    n = shape[-1]
+    x = leaf(randn(torch, shape, d))
+    w = leaf(0.1 * randn(torch, (n,), d))
+    g = randn(torch, shape, d)
+    out = tessera.rms_norm(x, (n,), w, 1e-6, weight_offset=1.0)
+    x64, w64 = ref_leaf(x), ref_leaf(w)
+    ref = torch.nn.functional.rms_norm(x64, (n,), None, 1e-6) * (1.0 + w64)
+    assert_close(out, ref, dtype, "out")
+    out.backward(g)
+    ref.backward(g.double())
+    assert_close(x.grad, x64.grad, dtype, "grad_input")
+    assert_close(w.grad, w64.grad, dtype, "grad_weight")
+    with torch.no_grad():  # the fast path, and the functions that take the statistics
+        assert torch.equal(tessera.rms_norm(x, (n,), w, 1e-6, weight_offset=1.0), out.detach())
+        _, rstd = tessera.rms_norm_forward(x, n, w, 1e-6, weight_offset=1.0)
+        gi, gw = tessera.rms_norm_backward(g, x, n, rstd, w, weight_offset=1.0)
+    assert torch.equal(gi, x.grad) and torch.equal(gw, w.grad)
+
+
+def test_rms_norm_weight_offset_errors(torch):
+    x = torch.randn(4, 8, device="cuda")
+    with pytest.raises(ValueError, match=r"tessera\.rms_norm: argument 'weight_offset'.*0 when 'weight' is not given"):
+        tessera.rms_norm(x, 8, None, weight_offset=1.0)
+    with pytest.raises(ValueError, match=r"argument 'weight_offset'.*finite"):
+        tessera.rms_norm(x, 8, torch.ones(8, device="cuda"), weight_offset=float("inf"))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -35,6 +35,7 @@ struct Spec {
                                        // by 2, so that rows are not uniformly strided
   bool grad_in = true, grad_params = true;  // backward: which gradients are asked for
   double lo = -2, hi = 6;              // x's range: a non-zero mean exercises the variance
+  double offset = 0;                   // rms_norm's weight_offset (Gemma's 1 + w)
 };
 
 Shape leading(const Spec& s) { return Shape(s.shape.begin(), s.shape.end() - s.nnorm); }
@@ -55,6 +56,7 @@ std::string case_name(DType dt, const Spec& s, bool backward) {
   name += s.weight ? (s.bias ? " w+b" : " w") : " no w";
   if (backward && !s.grad_in) name += " no grad_in";
   if (backward && !s.grad_params) name += " no grad_weight/bias";
+  if (s.offset != 0) name += " weight_offset=" + std::to_string(s.offset).substr(0, 4);
   if (s.lo != -2 || s.hi != 6) name += " x in [" + std::to_string(s.lo).substr(0, 5) + ", " + std::to_string(s.hi).substr(0, 5) + ")";
   return name;
 }
@@ -116,8 +118,8 @@ VerifyResult run_forward(bool rms, DType dt, const Spec& s) {
   const std::string name = case_name(dt, s, false);
   const ErrorModel m = sums_of(s);
   if (rms) {
-    const auto ref = reference::rms_norm(hx.view, s.nnorm, wv, kEps);
-    rms_norm(x.view, s.nnorm, s.weight ? &w.view : nullptr, kEps, out.view, &rstd.view, stream);
+    const auto ref = reference::rms_norm(hx.view, s.nnorm, wv, kEps, s.offset);
+    rms_norm(x.view, s.nnorm, s.weight ? &w.view : nullptr, kEps, s.offset, out.view, &rstd.view, stream);
     return fold(op, name, {{"out", compare(op, name, out, ref.out, stream, m)},
                            {"rstd", compare(op, name, rstd, ref.rstd, stream, m)}});
   }
@@ -172,8 +174,8 @@ VerifyResult run_backward(bool rms, DType dt, const Spec& s) {
   const ErrorModel m = sums_of(s);
   std::vector<std::pair<std::string, VerifyResult>> parts;
   if (rms) {
-    const auto ref = reference::rms_norm_backward(hdy.view, hx.view, s.nnorm, hrstd.view, wv);
-    rms_norm_backward(dy.view, x.view, s.nnorm, rstd.view, s.weight ? &w.view : nullptr,
+    const auto ref = reference::rms_norm_backward(hdy.view, hx.view, s.nnorm, hrstd.view, wv, s.offset);
+    rms_norm_backward(dy.view, x.view, s.nnorm, rstd.view, s.weight ? &w.view : nullptr, s.offset,
                       s.grad_in ? &dx.view : nullptr, want_dw ? &dw.view : nullptr, stream);
     if (s.grad_in) parts.push_back({"grad_in", compare(op, name, dx, ref.grad_in, stream, m)});
     if (want_dw) parts.push_back({"grad_weight", compare(op, name, dw, ref.grad_weight, stream, m)});
@@ -190,7 +192,7 @@ VerifyResult run_backward(bool rms, DType dt, const Spec& s) {
   return fold(op, name, parts);
 }
 
-std::vector<Spec> specs(bool backward) {
+std::vector<Spec> specs(bool rms, bool backward) {
   const Layout C = Layout::contiguous, T = Layout::transposed, S = Layout::strided, O = Layout::offset;
   Spec no_wb{{64, 1024}};
   no_wb.weight = no_wb.bias = false;
@@ -228,6 +230,13 @@ std::vector<Spec> specs(bool backward) {
       // loading the next row while they finish the current one.
       {{30000, 256}}, {{20000, 1024}}, {{20000, 1000}}, {{5000, 4096}}, {{3000, 8192}},
   };
+  if (rms)  // Gemma's 1 + w: the offset in every kernel (row groups, CTAs, streaming, staged, columns)
+    for (Shape sh : {Shape{64, 1024}, Shape{8, 4096}, Shape{19, 999}, Shape{2, 70000}, Shape{301, 40000},
+                     Shape{700, 2048}, Shape{3000, 8192}, Shape{4, 8192}}) {
+      Spec g{sh};
+      g.offset = 1;
+      v.push_back(g);
+    }
   if (!backward) return v;
   Spec dx_only{{64, 1024}};
   dx_only.grad_params = false;
@@ -254,7 +263,7 @@ std::vector<Spec> specs(bool backward) {
 std::vector<VerifyCase> cases(bool rms, bool backward) {
   std::vector<VerifyCase> c;
   for (DType dt : kFloatTypes)
-    for (const Spec& s : specs(backward))
+    for (const Spec& s : specs(rms, backward))
       c.push_back({case_name(dt, s, backward), false, [=] {
                      return backward ? run_backward(rms, dt, s) : run_forward(rms, dt, s);
                    }});
@@ -311,7 +320,7 @@ BenchCase bench(bool rms, bool backward, DType dt, int64_t n) {
     fill_random(s->b, -1, 1, nullptr);
   }
   auto forward = [s, rms](cudaStream_t q) {
-    if (rms) rms_norm(s->x.view, 1, &s->w.view, kEps, s->out.view, &s->rstd.view, q);
+    if (rms) rms_norm(s->x.view, 1, &s->w.view, kEps, 0.0, s->out.view, &s->rstd.view, q);
     else layer_norm(s->x.view, 1, &s->w.view, &s->b.view, kEps, s->out.view, &s->mean.view, &s->rstd.view, q);
   };
   BenchCase c = bench_case(std::string(rms ? "rms_norm" : "layer_norm") + (backward ? "_backward" : ""), dt, n, shape);
@@ -327,7 +336,7 @@ BenchCase bench(bool rms, bool backward, DType dt, int64_t n) {
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     if (rms)
       c.run = [s](cudaStream_t q) {
-        rms_norm_backward(s->dy.view, s->x.view, 1, s->rstd.view, &s->w.view, &s->dx.view, &s->dw.view, q);
+        rms_norm_backward(s->dy.view, s->x.view, 1, s->rstd.view, &s->w.view, 0.0, &s->dx.view, &s->dw.view, q);
       };
     else
       c.run = [s](cudaStream_t q) {

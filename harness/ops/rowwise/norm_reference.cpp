@@ -93,7 +93,8 @@ LayerNormGrads layer_norm_backward(const TensorView& grad_out, const TensorView&
   return g;
 }
 
-RmsNormResult rms_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, double eps) {
+RmsNormResult rms_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, double eps,
+                       double weight_offset) {
   const Rows r = rows_of(x, normalized_ndim);
   RmsNormResult res;
   res.out.resize(static_cast<std::size_t>(r.rows * r.n));
@@ -106,14 +107,14 @@ RmsNormResult rms_norm(const TensorView& x, int normalized_ndim, const TensorVie
       sq += xs[c] * xs[c];
     }
     const double rstd = 1.0 / std::sqrt(sq / static_cast<double>(r.n) + eps);
-    for (int64_t c = 0; c < r.n; ++c) res.out[row * r.n + c] = xs[c] * rstd * param(weight, c, 1.0);
+    for (int64_t c = 0; c < r.n; ++c) res.out[row * r.n + c] = xs[c] * rstd * (param(weight, c, 1.0) + weight_offset);
     res.rstd[row] = rstd;
   });
   return res;
 }
 
 RmsNormGrads rms_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
-                               const TensorView& rstd, const TensorView* weight) {
+                               const TensorView& rstd, const TensorView* weight, double weight_offset) {
   const Rows r = rows_of(x, normalized_ndim);
   RmsNormGrads g;
   g.grad_in.resize(static_cast<std::size_t>(r.rows * r.n));
@@ -125,12 +126,12 @@ RmsNormGrads rms_norm_backward(const TensorView& grad_out, const TensorView& x, 
     for (int64_t c = 0; c < r.n; ++c) {
       xh[c] = host::load_double(x, row * r.n + c) * rs;
       dy[c] = host::load_double(grad_out, row * r.n + c);
-      b += param(weight, c, 1.0) * dy[c] * xh[c];
+      b += (param(weight, c, 1.0) + weight_offset) * dy[c] * xh[c];
       local[0][c] += dy[c] * xh[c];
     }
     b /= static_cast<double>(r.n);
     for (int64_t c = 0; c < r.n; ++c)
-      g.grad_in[row * r.n + c] = rs * (param(weight, c, 1.0) * dy[c] - xh[c] * b);
+      g.grad_in[row * r.n + c] = rs * ((param(weight, c, 1.0) + weight_offset) * dy[c] - xh[c] * b);
   });
   g.grad_weight = std::move(sums[0]);
   return g;

@@ -28,13 +28,15 @@ LayerNormGrads layer_norm_backward(const TensorView& grad_out, const TensorView&
 struct RmsNormResult {
   std::vector<double> out, rstd;
 };
-RmsNormResult rms_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, double eps);
+// weight_offset is added to each weight (rms_norm's Gemma offset).
+RmsNormResult rms_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, double eps,
+                       double weight_offset = 0);
 
 struct RmsNormGrads {
   std::vector<double> grad_in, grad_weight;
 };
 RmsNormGrads rms_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
-                               const TensorView& rstd, const TensorView* weight);
+                               const TensorView& rstd, const TensorView* weight, double weight_offset = 0);
 
 // add_layer_norm and add_rms_norm: residual_out = input + residual rounded to input's dtype (as
 // torch's input + residual, and the operator, store it), normalized over the last dimension.

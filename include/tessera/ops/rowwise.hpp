@@ -57,16 +57,19 @@ void layer_norm_backward(const TensorView& grad_output, const TensorView& input,
                          const TensorView* grad_weight, const TensorView* grad_bias,
                          cudaStream_t stream);
 
-// out = input * rstd * weight, rstd = 1 / sqrt(mean(input^2) + eps), as
-// torch.nn.functional.rms_norm. (torch's default eps, finfo(dtype).eps, is the Python layer's
-// business: here eps is explicit.)
+// out = input * rstd * (weight + weight_offset), rstd = 1 / sqrt(mean(input^2) + eps), as
+// torch.nn.functional.rms_norm when weight_offset is 0. The offset is added to each weight in
+// float32 (Gemma's x * (1 + weight), computed in float32 and rounded once); it needs a weight.
+// (torch's default eps, finfo(dtype).eps, is the Python layer's business: here eps is explicit.)
 void rms_norm(const TensorView& input, int normalized_ndim, const TensorView* weight, double eps,
-              const TensorView& out, const TensorView* rstd, cudaStream_t stream);
+              double weight_offset, const TensorView& out, const TensorView* rstd, cudaStream_t stream);
 
+// Gradients of rms_norm with the forward's weight and weight_offset. grad_weight is that of
+// weight (the offset's derivative is 1).
 void rms_norm_backward(const TensorView& grad_output, const TensorView& input,
                        int normalized_ndim, const TensorView& rstd, const TensorView* weight,
-                       const TensorView* grad_input, const TensorView* grad_weight,
-                       cudaStream_t stream);
+                       double weight_offset, const TensorView* grad_input,
+                       const TensorView* grad_weight, cudaStream_t stream);
 
 // ---- residual add fused with LayerNorm and RMSNorm ------------------------------------------------
 // residual_out = input + residual (rounded to input's dtype, as torch's input + residual is), then

@@ -19,7 +19,7 @@ at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                       double eps);
 at::Tensor rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
-                    const std::optional<at::Tensor>& weight, double eps);
+                    const std::optional<at::Tensor>& weight, double eps, double weight_offset);
 // (out, residual_out)
 std::tuple<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& input, const at::Tensor& residual,
                                                   const std::optional<at::Tensor>& weight,
@@ -36,7 +36,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                                      at::IntArrayRef normalized_shape, const at::Tensor& rstd,
                                                      const std::optional<at::Tensor>& weight,
-                                                     std::array<bool, 2> output_mask);
+                                                     std::array<bool, 2> output_mask, double weight_offset);
 at::Tensor matmul(const at::Tensor& input, const at::Tensor& other,
                   const std::optional<at::Tensor>& bias);
 at::Tensor mlp(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor& w_out, c10::string_view activation);

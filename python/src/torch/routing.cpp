@@ -194,9 +194,9 @@ Tensor3 native_layer_norm_backward(const at::Tensor& grad, const at::Tensor& inp
 Tensor2 fused_rms_norm(const at::Tensor& input, at::IntArrayRef shape, const OptTensor& weight,
                        std::optional<double> eps) {
   static const auto op =
-      handle<Tensor2(const at::Tensor&, at::IntArrayRef, const OptTensor&, double)>("rms_norm");
+      handle<Tensor2(const at::Tensor&, at::IntArrayRef, const OptTensor&, double, double)>("rms_norm");
   if (ran(kRmsNorm, all_take(input, weight) && input.numel() > 0)) {
-    auto [out, rstd] = op.call(input, shape, weight, eps.value_or(1.1920928955078125e-07));
+    auto [out, rstd] = op.call(input, shape, weight, eps.value_or(1.1920928955078125e-07), 0.0);
     return {out, rstd.view(kept_shape(input, static_cast<int64_t>(shape.size())))};
   }
   return at::cuda::_fused_rms_norm(input, shape, weight, eps);
@@ -206,11 +206,11 @@ Tensor2 fused_rms_norm_backward(const at::Tensor& grad, const at::Tensor& input,
                                 const at::Tensor& rstd, const OptTensor& weight, std::array<bool, 2> mask) {
   static const auto op =
       handle<Tensor2(const at::Tensor&, const at::Tensor&, at::IntArrayRef, const at::Tensor&,
-                     const OptTensor&, std::array<bool, 2>)>("rms_norm_backward");
+                     const OptTensor&, std::array<bool, 2>, double)>("rms_norm_backward");
   const int64_t k = static_cast<int64_t>(shape.size());
   if (ran(kRmsNormBackward, all_take(input, grad, weight) && rstd.scalar_type() == at::kFloat &&
                                 input.numel() > 0))
-    return op.call(grad, input, shape, rstd.reshape(input.sizes().slice(0, input.dim() - k)), weight, mask);
+    return op.call(grad, input, shape, rstd.reshape(input.sizes().slice(0, input.dim() - k)), weight, mask, 0.0);
   return at::cuda::_fused_rms_norm_backward(grad, input, shape, rstd, weight, mask);
 }
 

@@ -111,7 +111,7 @@ Tensor3 layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& inp
 }
 
 Tensor2 rms_norm_with(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
-                      double eps, bool stats) {
+                      double eps, double weight_offset, bool stats) {
   const char* op = "rms_norm";
   const int k = normalized_ndim(op, input, normalized_shape);
   TensorView w, rstd;
@@ -121,19 +121,19 @@ Tensor2 rms_norm_with(const at::Tensor& input, at::IntArrayRef normalized_shape,
   const std::vector<at::Tensor> s = stats ? new_stats(input, k, 1) : std::vector<at::Tensor>{};
   guarded([&] {
     if (stats) rstd = view(op, "rstd", s[0]);
-    tessera::rms_norm(x, k, wp, eps, view(op, "out", out), stats ? &rstd : nullptr, stream_of(input));
+    tessera::rms_norm(x, k, wp, eps, weight_offset, view(op, "out", out), stats ? &rstd : nullptr, stream_of(input));
   });
   return stats ? Tensor2{out, s[0]} : Tensor2{out, {}};
 }
 
 Tensor2 rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const OptTensor& weight,
-                 double eps) {
-  return rms_norm_with(input, normalized_shape, weight, eps, true);
+                 double eps, double weight_offset) {
+  return rms_norm_with(input, normalized_shape, weight, eps, weight_offset, true);
 }
 
 Tensor2 rms_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
                           at::IntArrayRef normalized_shape, const at::Tensor& rstd,
-                          const OptTensor& weight, std::array<bool, 2> mask) {
+                          const OptTensor& weight, std::array<bool, 2> mask, double weight_offset) {
   const char* op = "rms_norm_backward";
   const int k = normalized_ndim(op, input, normalized_shape);
   if (!mask[0] && !(mask[1] && weight && weight->defined())) return {};  // nothing wanted
@@ -145,7 +145,7 @@ Tensor2 rms_norm_backward(const at::Tensor& grad_output, const at::Tensor& input
   if (mask[0]) gi = at::empty_like(input, at::MemoryFormat::Contiguous);
   if (mask[1] && weight && weight->defined()) gw = param_grad(input, k, weight);
   guarded([&] {
-    tessera::rms_norm_backward(g, x, k, vr, wp, optional_view(op, "grad_input", gi, vi),
+    tessera::rms_norm_backward(g, x, k, vr, wp, weight_offset, optional_view(op, "grad_input", gi, vi),
                                optional_view(op, "grad_weight", gw, vw), stream_of(grad_output));
   });
   return {gi, gw};
@@ -287,15 +287,16 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static const auto& op() {
     static const auto h =
-        handle<Tensor2(const at::Tensor&, at::IntArrayRef, const OptTensor&, double)>("rms_norm");
+        handle<Tensor2(const at::Tensor&, at::IntArrayRef, const OptTensor&, double, double)>("rms_norm");
     return h;
   }
   static variable_list forward(AutogradContext* ctx, const at::Tensor& input,
                                std::vector<int64_t> normalized_shape, const OptTensor& weight,
-                               double eps) {
-    auto [out, rstd] = call_below_autograd(op(), input, normalized_shape, weight, eps);
+                               double eps, double weight_offset) {
+    auto [out, rstd] = call_below_autograd(op(), input, normalized_shape, weight, eps, weight_offset);
     ctx->save_for_backward({input, rstd, weight.value_or(at::Tensor())});
     ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->saved_data["weight_offset"] = weight_offset;
     ctx->mark_non_differentiable({rstd});
     ctx->set_materialize_grads(false);
     return {out, rstd};
@@ -303,15 +304,16 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     static const auto op =
         handle<Tensor2(const at::Tensor&, const at::Tensor&, at::IntArrayRef, const at::Tensor&,
-                       const OptTensor&, std::array<bool, 2>)>("rms_norm_backward");
-    if (!grads[0].defined()) return variable_list(4);
+                       const OptTensor&, std::array<bool, 2>, double)>("rms_norm_backward");
+    if (!grads[0].defined()) return variable_list(5);
     const auto saved = ctx->get_saved_variables();
     const OptTensor weight = saved[2].defined() ? OptTensor(saved[2]) : std::nullopt;
     const auto shape = ctx->saved_data["normalized_shape"].toIntVector();
     // needs_input_grad counts the tensor arguments that were given: input, weight?
     auto [gi, gw] = op.call(grads[0], saved[0], shape, saved[1], weight,
-                            {ctx->needs_input_grad(0), weight && ctx->needs_input_grad(1)});
-    return {gi, at::Tensor(), gw, at::Tensor()};
+                            {ctx->needs_input_grad(0), weight && ctx->needs_input_grad(1)},
+                            ctx->saved_data["weight_offset"].toDouble());
+    return {gi, at::Tensor(), gw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -390,10 +392,10 @@ Tensor3 layer_norm_autograd(const at::Tensor& input, at::IntArrayRef normalized_
 }
 
 Tensor2 rms_norm_autograd(const at::Tensor& input, at::IntArrayRef normalized_shape,
-                          const OptTensor& weight, double eps) {
+                          const OptTensor& weight, double eps, double weight_offset) {
   if (!records(input, weight))
-    return call_below_autograd(RmsNormFunction::op(), input, normalized_shape, weight, eps);
-  auto r = RmsNormFunction::apply(input, normalized_shape.vec(), weight, eps);
+    return call_below_autograd(RmsNormFunction::op(), input, normalized_shape, weight, eps, weight_offset);
+  auto r = RmsNormFunction::apply(input, normalized_shape.vec(), weight, eps, weight_offset);
   return {r[0], r[1]};
 }
 
@@ -445,8 +447,8 @@ at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
 }
 
 at::Tensor rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
-                    const std::optional<at::Tensor>& weight, double eps) {
-  return std::get<0>(rms_norm_with(input, normalized_shape, weight, eps, false));
+                    const std::optional<at::Tensor>& weight, double eps, double weight_offset) {
+  return std::get<0>(rms_norm_with(input, normalized_shape, weight, eps, weight_offset, false));
 }
 
 std::tuple<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& input, const at::Tensor& residual,
@@ -472,7 +474,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                                      at::IntArrayRef normalized_shape, const at::Tensor& rstd,
                                                      const std::optional<at::Tensor>& weight,
-                                                     std::array<bool, 2> output_mask) {
-  return torch_ops::rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask);
+                                                     std::array<bool, 2> output_mask, double weight_offset) {
+  return torch_ops::rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask,
+                                      weight_offset);
 }
 }  // namespace tessera::torch_ops::fast

@@ -175,6 +175,17 @@ void check_eps(const char* op, double eps) {
   }
 }
 
+// The weight offset (Gemma's 1 + w) is added in float32 and needs a weight to add to.
+void check_offset(const char* op, double offset, const TensorView* weight) {
+  if (!(std::isfinite(offset) && std::fabs(offset) <= FLT_MAX)) {
+    std::ostringstream got;
+    got << offset;
+    detail::throw_arg(ErrorKind::value, op, "weight_offset", "a finite value (representable as float32)", got.str());
+  }
+  if (offset != 0.0 && !weight)
+    detail::throw_arg(ErrorKind::value, op, "weight_offset", "0 when 'weight' is not given", "a non-zero offset");
+}
+
 struct Named {
   const char* name;
   const TensorView* t;
@@ -204,14 +215,15 @@ struct Residual {
 };
 
 void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, const TensorView* weight,
-                  const TensorView* bias, double eps, const TensorView& out, const TensorView* mean,
-                  const TensorView* rstd, Residual res, cudaStream_t stream) {
+                  const TensorView* bias, double eps, double w_offset, const TensorView& out,
+                  const TensorView* mean, const TensorView* rstd, Residual res, cudaStream_t stream) {
   check_x(op, "input", x, nnorm, res.in != nullptr);
   const int lead = x.ndim - nnorm;
   if (res.in) detail::check_like(op, "residual", *res.in, "input", x);
   if (weight) check_param(op, "weight", *weight, "input", x, lead);
   if (bias) check_param(op, "bias", *bias, "input", x, lead);
   check_eps(op, eps);
+  check_offset(op, w_offset, weight);
   detail::check_like(op, "out", out, "input", x);
   if (res.out) detail::check_like(op, "residual_out", *res.out, "input", x);
   if (mean) check_stats(op, "mean", *mean, "input", x, lead);
@@ -253,6 +265,7 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
     p.n = product(x.shape, lead, x.ndim);
     p.inv_n = static_cast<float>(1.0 / static_cast<double>(p.n));
     p.eps = static_cast<float>(eps);
+    p.w_offset = static_cast<float>(w_offset);
     bool vec = p.n % V == 0 && rows_aligned<T>(xv, p.stride[0]) && rows_aligned<T>(ov, p.stride[1]) &&
                (!p.w || tile::is_aligned<T, V>(p.w)) && (!p.b || tile::is_aligned<T, V>(p.b));
     if (res.in) {
@@ -274,7 +287,7 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
 // gradient of residual_out, added to grad_in (nullptr: none).
 void norm_backward(const char* op, bool rms, const TensorView& grad_out, const char* xname, const TensorView& x,
                    int nnorm, const TensorView* mean, const TensorView& rstd, const TensorView* weight,
-                   const TensorView* dres, const TensorView* grad_in, const TensorView* grad_weight,
+                   double w_offset, const TensorView* dres, const TensorView* grad_in, const TensorView* grad_weight,
                    const TensorView* grad_bias, cudaStream_t stream) {
   check_x(op, xname, x, nnorm, std::string(xname) != "input");  // the add ops normalize the last dim
   const int lead = x.ndim - nnorm;
@@ -283,6 +296,7 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const c
   if (mean) check_stats(op, "mean", *mean, xname, x, lead);
   check_stats(op, "rstd", rstd, xname, x, lead);
   if (weight) check_param(op, "weight", *weight, xname, x, lead);
+  check_offset(op, w_offset, weight);
   if (grad_in) detail::check_like(op, "grad_input", *grad_in, xname, x);
   if (grad_weight) {
     if (!weight)
@@ -326,6 +340,7 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const c
     p.dy = static_cast<const T*>(dyv.data);
     p.x = static_cast<const T*>(xv.data);
     p.w = weight ? static_cast<const T*>(wv.data) : nullptr;
+    p.w_offset = static_cast<float>(w_offset);
     p.mean = mean ? static_cast<const float*>(mv.data) : nullptr;
     p.rstd = static_cast<const float*>(rv.data);
     p.dx = grad_in ? static_cast<T*>(dxv.data) : nullptr;
@@ -358,7 +373,7 @@ void layer_norm(const TensorView& x, int normalized_ndim, const TensorView* weig
                 double eps, const TensorView& out, const TensorView* mean, const TensorView* rstd,
                 cudaStream_t stream) {
   runtime::NvtxRange range("tessera::layer_norm");
-  norm_forward("layer_norm", false, x, normalized_ndim, weight, bias, eps, out, mean, rstd, {}, stream);
+  norm_forward("layer_norm", false, x, normalized_ndim, weight, bias, eps, 0.0, out, mean, rstd, {}, stream);
 }
 
 void layer_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
@@ -366,29 +381,30 @@ void layer_norm_backward(const TensorView& grad_out, const TensorView& x, int no
                          const TensorView* grad_in, const TensorView* grad_weight,
                          const TensorView* grad_bias, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::layer_norm_backward");
-  norm_backward("layer_norm_backward", false, grad_out, "input", x, normalized_ndim, &mean, rstd, weight, nullptr,
-                grad_in, grad_weight, grad_bias, stream);
+  norm_backward("layer_norm_backward", false, grad_out, "input", x, normalized_ndim, &mean, rstd, weight, 0.0,
+                nullptr, grad_in, grad_weight, grad_bias, stream);
 }
 
 void rms_norm(const TensorView& x, int normalized_ndim, const TensorView* weight, double eps,
-              const TensorView& out, const TensorView* rstd, cudaStream_t stream) {
+              double weight_offset, const TensorView& out, const TensorView* rstd, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::rms_norm");
-  norm_forward("rms_norm", true, x, normalized_ndim, weight, nullptr, eps, out, nullptr, rstd, {}, stream);
+  norm_forward("rms_norm", true, x, normalized_ndim, weight, nullptr, eps, weight_offset, out, nullptr, rstd, {},
+               stream);
 }
 
 void rms_norm_backward(const TensorView& grad_out, const TensorView& x, int normalized_ndim,
-                       const TensorView& rstd, const TensorView* weight, const TensorView* grad_in,
-                       const TensorView* grad_weight, cudaStream_t stream) {
+                       const TensorView& rstd, const TensorView* weight, double weight_offset,
+                       const TensorView* grad_in, const TensorView* grad_weight, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::rms_norm_backward");
-  norm_backward("rms_norm_backward", true, grad_out, "input", x, normalized_ndim, nullptr, rstd, weight, nullptr,
-                grad_in, grad_weight, nullptr, stream);
+  norm_backward("rms_norm_backward", true, grad_out, "input", x, normalized_ndim, nullptr, rstd, weight,
+                weight_offset, nullptr, grad_in, grad_weight, nullptr, stream);
 }
 
 void add_layer_norm(const TensorView& input, const TensorView& residual, const TensorView* weight,
                     const TensorView* bias, double eps, const TensorView& out, const TensorView& residual_out,
                     const TensorView* mean, const TensorView* rstd, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::add_layer_norm");
-  norm_forward("add_layer_norm", false, input, 1, weight, bias, eps, out, mean, rstd, {&residual, &residual_out},
+  norm_forward("add_layer_norm", false, input, 1, weight, bias, eps, 0.0, out, mean, rstd, {&residual, &residual_out},
                stream);
 }
 
@@ -397,7 +413,7 @@ void add_layer_norm_backward(const TensorView& grad_output, const TensorView* gr
                              const TensorView* weight, const TensorView* grad_input,
                              const TensorView* grad_weight, const TensorView* grad_bias, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::add_layer_norm_backward");
-  norm_backward("add_layer_norm_backward", false, grad_output, "residual_out", residual_out, 1, &mean, rstd, weight,
+  norm_backward("add_layer_norm_backward", false, grad_output, "residual_out", residual_out, 1, &mean, rstd, weight, 0.0,
                 grad_residual_out, grad_input, grad_weight, grad_bias, stream);
 }
 
@@ -405,7 +421,7 @@ void add_rms_norm(const TensorView& input, const TensorView& residual, const Ten
                   const TensorView& out, const TensorView& residual_out, const TensorView* rstd,
                   cudaStream_t stream) {
   runtime::NvtxRange range("tessera::add_rms_norm");
-  norm_forward("add_rms_norm", true, input, 1, weight, nullptr, eps, out, nullptr, rstd, {&residual, &residual_out},
+  norm_forward("add_rms_norm", true, input, 1, weight, nullptr, eps, 0.0, out, nullptr, rstd, {&residual, &residual_out},
                stream);
 }
 
@@ -413,7 +429,7 @@ void add_rms_norm_backward(const TensorView& grad_output, const TensorView* grad
                            const TensorView& residual_out, const TensorView& rstd, const TensorView* weight,
                            const TensorView* grad_input, const TensorView* grad_weight, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::add_rms_norm_backward");
-  norm_backward("add_rms_norm_backward", true, grad_output, "residual_out", residual_out, 1, nullptr, rstd, weight,
+  norm_backward("add_rms_norm_backward", true, grad_output, "residual_out", residual_out, 1, nullptr, rstd, weight, 0.0,
                 grad_residual_out, grad_input, grad_weight, nullptr, stream);
 }
 
@@ -431,11 +447,12 @@ const OpRegistrar kLayerNormBackward = describe("layer_norm_backward", "rowwise"
     .schema("layer_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor mean, "
             "Tensor rstd, Tensor? weight, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 const OpRegistrar kRmsNorm = describe("rms_norm", "rowwise", "RMSNorm over the trailing dimensions, as torch.nn.functional.rms_norm")
-    .schema("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float eps) -> (Tensor, Tensor)")
+    .schema("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float eps, "
+            "float weight_offset=0.0) -> (Tensor, Tensor)")
     .torch("torch.nn.functional.rms_norm");
 const OpRegistrar kRmsNormBackward = describe("rms_norm_backward", "rowwise", "RMSNorm backward: grad_in, grad_weight (deterministic)")
     .schema("rms_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor rstd, "
-            "Tensor? weight, bool[2] output_mask) -> (Tensor, Tensor)");
+            "Tensor? weight, bool[2] output_mask, float weight_offset=0.0) -> (Tensor, Tensor)");
 // The residual add fused with the norm over the last dimension: (out, residual_out, [mean,] rstd).
 // The backward's grad_input is the gradient of both input and residual.
 const OpRegistrar kAddLayerNorm = describe("add_layer_norm", "rowwise", "residual_out = input + residual, then LayerNorm of it over the last dimension")
