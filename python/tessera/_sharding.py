@@ -518,16 +518,17 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
         present = placed_as(grad, allowed, "cross_entropy_backward", "grad")
         return [([], [Shard(0) if per_row and p == Shard(0) else R, p]) for p in present]
 
-    # linear_cross_entropy(hidden [N, H], weight [V, H], bias [V], target [N], ..., grad_loss)
-    # -> (loss, lse, d_hidden, d_weight, d_bias): rows as cross_entropy's, the weight and bias
-    # replicated; d_hidden by rows, d_weight and d_bias sums over the rows (Partial). grad_loss
+    # linear_cross_entropy(hidden [N, H], weight [V, H], bias [V], target [N], ..., grad_loss,
+    # ce_weight) -> (loss, lse, d_hidden, d_weight, d_bias): rows as cross_entropy's, the weight,
+    # bias and class weights replicated; d_hidden by rows, d_weight and d_bias sums over the rows (Partial). grad_loss
     # (the backward of 'none': one per row) by rows.
     @register_sharding(ops.linear_cross_entropy.default)
-    def linear_cross_entropy_rule(hidden, weight, bias, target, *, reduction="mean", grad_loss=None, **kwargs):
+    def linear_cross_entropy_rule(hidden, weight, bias, target, *, reduction="mean", grad_loss=None, ce_weight=None,
+                                  **kwargs):
         def ins(p):
             rows = grad_loss is not None and grad_loss.ndim == 1
             return [p, R] + ([R] if bias is not None else []) + [p] + \
-                ([p if rows else R] if grad_loss is not None else [])
+                ([p if rows else R] if grad_loss is not None else []) + ([R] if ce_weight is not None else [])
         strategies = [([R] * 5, ins(R))]
         if reduction != "mean" and hidden.ndim == 2:
             loss = Shard(0) if reduction == "none" else Partial()

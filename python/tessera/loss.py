@@ -96,10 +96,12 @@ def _rows_sharded(torch, t) -> bool:
 def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None, *, ignore_index: int = -100,
                          reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
                          softcap: float | None = None, chunk_size: int | None = None,
-                         return_lse: bool = False) -> Any:
+                         return_lse: bool = False, ce_weight: Any = None) -> Any:
     """``cross_entropy(hidden @ weight.T + bias, target)`` without the (N, V) logits: hidden (N, H),
     weight (V, H) (a language model's output projection), target (N,), bias (V,) or None; the
-    options are :func:`cross_entropy`'s.
+    options are :func:`cross_entropy`'s, ``ce_weight`` its class weights (V values, taken in
+    float32, not differentiated; 'mean' divides by the sum of the rows' target weights). z-loss
+    with class weights has no torch convention and is refused.
 
     The tokens go in chunks (``chunk_size`` rows, by default as many as keep one chunk's logits
     within a quarter of the free memory and 512 MiB): each chunk's logits come from tessera's
@@ -113,7 +115,8 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     A DTensor ``weight`` with its rows sharded on a 1-d mesh (tensor parallelism over the
     vocabulary) takes Megatron's vocabulary-parallel path: each rank's logits for its slice of the
     vocabulary, never gathered, combined through all-reduces of N floats (tessera/_vocab_parallel.py;
-    hidden and target plain or replicated; no bias, smoothing, z-loss or soft-cap there yet).
+    hidden and target plain or replicated; no bias, smoothing, z-loss, soft-cap or class weights there
+    yet).
     """
     torch = _interop.torch_if_tensor(hidden)
     if torch is None:
@@ -122,15 +125,25 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"tessera.linear_cross_entropy: argument 'chunk_size': expected a count >= 1, got {chunk_size!r}")
     if _vocab_parallel.vocab_sharded(torch, weight):
+        if ce_weight is not None:
+            raise ValueError("tessera.linear_cross_entropy: argument 'ce_weight': class weights are not taken with a "
+                             "vocabulary-sharded weight yet")
         return _vocab_parallel.linear_cross_entropy(torch, hidden, weight, target, bias, ignore_index, reduction,
                                                     label_smoothing, z_loss, softcap, chunk_size, return_lse)
     if isinstance(target, torch.Tensor) and not target.is_contiguous():
         target = target.contiguous()  # the kernels read the targets of a chunk as one run
-    mean_of_sum = reduction == "mean" and _rows_sharded(torch, hidden)  # as in cross_entropy
+    if ce_weight is not None:
+        if isinstance(ce_weight, torch.Tensor) and ce_weight.requires_grad:
+            raise ValueError("tessera.linear_cross_entropy: argument 'ce_weight': expected class weights that do "
+                             "not require grad (no gradient with class-index targets, as torch's cross_entropy)")
+        if isinstance(ce_weight, torch.Tensor) and ce_weight.is_floating_point():
+            ce_weight = ce_weight.float().contiguous()  # the kernels read float32 weights, one run of V
+    # as in cross_entropy: without class weights a row-sharded mean is a sum over the count
+    mean_of_sum = reduction == "mean" and ce_weight is None and _rows_sharded(torch, hidden)
     loss, lse, *_ = _ops(torch).linear_cross_entropy.default(
         hidden, weight, bias, target, ignore_index=int(ignore_index),
         reduction="sum" if mean_of_sum else str(reduction), label_smoothing=float(label_smoothing),
-        z_loss=float(z_loss), softcap=float(softcap or 0.0), chunk_rows=int(chunk_size or 0))
+        z_loss=float(z_loss), softcap=float(softcap or 0.0), chunk_rows=int(chunk_size or 0), ce_weight=ce_weight)
     if mean_of_sum:
         loss = loss / (target != int(ignore_index)).sum()
     if reduction == "none" and loss.requires_grad and type(loss) is not torch.Tensor and hasattr(loss, "placements"):

@@ -295,25 +295,28 @@ def test_errors_name_the_argument(torch):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("case", [dict(), dict(reduction="sum", label_smoothing=0.1, bias=True),
-                                  dict(reduction="none", z_loss=1e-3)])
+                                  dict(reduction="none", z_loss=1e-3), dict(class_weights=True),
+                                  dict(reduction="none", label_smoothing=0.1, class_weights=True)])
 def test_linear_cross_entropy_against_float64(torch, dtype, case):
     """The fused linear cross-entropy in chunks (three of 128 rows and a remainder) against
-    F.linear then the loss in float64: loss and the gradients of hidden, weight and bias."""
+    F.linear then the loss in float64: loss and the gradients of hidden, weight and bias; class
+    weights as torch's (the mean over the rows' target weights)."""
     case = dict(case)
     dt = getattr(torch, dtype)
     n, h, v = 300, 64, 1000
     hidden = (torch.randn(n, h, device="cuda") / 4).to(dt).requires_grad_()
     weight = torch.randn(v, h, device="cuda").to(dt).requires_grad_()
     bias = torch.randn(v, device="cuda").to(dt).requires_grad_() if case.pop("bias", False) else None
+    cw = torch.rand(v, device="cuda") * 1.75 + 0.25 if case.pop("class_weights", False) else None
     target = torch.randint(0, v, (n,), device="cuda")
     target[::7] = -100
-    loss = tessera.linear_cross_entropy(hidden, weight, target, bias, chunk_size=128, **case)
+    loss = tessera.linear_cross_entropy(hidden, weight, target, bias, chunk_size=128, ce_weight=cw, **case)
     leaves = [t for t in (hidden, weight, bias) if t is not None]
     seed = torch.rand_like(loss, dtype=torch.float32)
     grads = torch.autograd.grad(loss, leaves, seed.to(loss.dtype))
     x64 = [t.detach().double().requires_grad_() for t in leaves]
     logits = x64[0] @ x64[1].t() + (x64[2] if bias is not None else 0)
-    want, x = reference(torch, logits, target, **case)
+    want, x = reference(torch, logits, target, cw, **case)
     want_grads = torch.autograd.grad(want, x64, seed.double())
     rel = 2e-5 if dtype == "float32" else 1e-2
     close(loss, want.detach(), rel)
@@ -349,6 +352,12 @@ def test_linear_cross_entropy_edges_and_errors(torch):
         tessera.linear_cross_entropy(hidden, weight, target, chunk_size=0)
     with pytest.raises(TypeError, match="argument 'weight'"):
         tessera.linear_cross_entropy(hidden, weight.double(), target)
+    with pytest.raises(ValueError, match="class weights.*V = 10"):
+        tessera.linear_cross_entropy(hidden, weight, target, ce_weight=torch.ones(9, device="cuda"))
+    with pytest.raises(ValueError, match="argument 'z_loss'.*class weights"):
+        tessera.linear_cross_entropy(hidden, weight, target, ce_weight=torch.ones(10, device="cuda"), z_loss=1e-4)
+    with pytest.raises(ValueError, match="argument 'ce_weight'.*grad"):
+        tessera.linear_cross_entropy(hidden, weight, target, ce_weight=torch.ones(10, device="cuda", requires_grad=True))
 
 
 def test_linear_cross_entropy_frozen_weight(torch):

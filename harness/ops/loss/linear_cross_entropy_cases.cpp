@@ -1,7 +1,7 @@
 // Verify and bench cases for linear_cross_entropy, and its registration. The cases cover one and
 // several chunks (the last one short), a given workspace, bias, every reduction with and without a
-// loss gradient, label smoothing, z-loss, soft-cap, int32 targets, an all-ignored batch and an odd
-// vocabulary; the reference is cross_entropy's over logits formed in double and rounded to the
+// loss gradient, label smoothing, z-loss, soft-cap, class weights, int32 targets, an all-ignored
+// batch and an odd vocabulary; the reference is cross_entropy's over logits formed in double and rounded to the
 // dtype, as the op materialises each chunk's.
 #include <cuda_runtime_api.h>
 
@@ -30,6 +30,7 @@ struct Spec {
   bool bias = false, workspace = false, int32 = false;
   double grad_loss = 0.0;  // 0: none given; else the scalar (mean, sum) or row r's 0.5 + r % 3 (none)
   bool all_ignored = false;
+  bool class_weights = false;  // V weights in [0.25, 2)
 };
 
 std::string describe(DType dt, const Spec& s) {
@@ -45,6 +46,7 @@ std::string describe(DType dt, const Spec& s) {
   if (s.ref.softcap > 0) d += " softcap";
   if (s.int32) d += " int32 targets";
   if (s.all_ignored) d += " all ignored";
+  if (s.class_weights) d += " class weights";
   return d;
 }
 
@@ -68,6 +70,12 @@ VerifyResult run_case(DType dt, const Spec& s) {
   for (int64_t r = 0; r < s.n; ++r)
     t[size_t(r)] = s.all_ignored || r % 5 == 3 ? s.ref.ignore_index : int64_t(gen() % uint64_t(s.v));
   std::vector<double> td(t.begin(), t.end());
+  reference::CrossEntropySpec ref_spec = s.ref;
+  if (s.class_weights) {
+    ref_spec.weight.resize(size_t(s.v));
+    for (double& w : ref_spec.weight) w = 0.25 + 1.75 * double(gen() % 1024) / 1024.0;
+  }
+  TestTensor class_weights = upload(DType::float32, {s.v}, s.class_weights ? ref_spec.weight : std::vector<double>(size_t(s.v), 1.0));
   TestTensor target = upload(s.int32 ? DType::int32 : DType::int64, {s.n}, td);
   const bool none = s.reduction == Reduction::none;
   std::vector<double> g_rows(size_t(s.n), 1.0);  // each row's loss gradient
@@ -86,6 +94,7 @@ VerifyResult run_case(DType dt, const Spec& s) {
   o.z_loss = s.ref.z_loss, o.softcap = s.ref.softcap;
   o.chunk_rows = s.workspace ? 0 : s.chunk;
   o.workspace = s.workspace ? &ws.view : nullptr;
+  o.weight = s.class_weights ? &class_weights.view : nullptr;
   LinearCrossEntropyGrads g;
   g.d_hidden = &dh.view, g.d_weight = &dw.view, g.d_bias = s.bias ? &db.view : nullptr;
   g.grad_loss = s.grad_loss != 0.0 ? &grad_loss.view : nullptr;
@@ -104,8 +113,8 @@ VerifyResult run_case(DType dt, const Spec& s) {
         logits[size_t(r * s.v + c)] = round_to(dt, acc);
       }
   });
-  const reference::CrossEntropyRows ref = reference::cross_entropy(logits, t, s.n, s.v, s.ref);
-  const double mean = s.reduction == Reduction::mean ? 1.0 / double(ref.valid) : 1.0;
+  const reference::CrossEntropyRows ref = reference::cross_entropy(logits, t, s.n, s.v, ref_spec);
+  const double mean = s.reduction == Reduction::mean ? 1.0 / ref.divisor : 1.0;
   std::vector<double> want_loss = ref.loss;
   if (!none) {
     double sum = 0;
@@ -161,6 +170,15 @@ std::vector<VerifyCase> cases() {
       {20, 32, 200, 8, Reduction::mean, plain, true, false, false, 0.0, true},  // all ignored: NaN, 0 gradients
       {6, 16, 50257, 4, Reduction::mean, plain},                                // an odd, large vocabulary
   };
+  Spec weighted{77, 64, 1000, 16, Reduction::mean, smooth};  // 5 chunks; the mean over the rows' weights
+  weighted.class_weights = true;
+  all.push_back(weighted);
+  weighted = {40, 32, 777, 9, Reduction::none, plain, true, false, false, 1.0};  // per-row loss gradients
+  weighted.class_weights = true;
+  all.push_back(weighted);
+  weighted = {50, 48, 515, 12, Reduction::sum, cap, false, true, false, 2.0};  // a workspace; soft-cap
+  weighted.class_weights = true;
+  all.push_back(weighted);
   std::vector<VerifyCase> c;
   for (DType dt : kTypes)
     for (const Spec& s : all) c.push_back({describe(dt, s), false, [=] { return run_case(dt, s); }});

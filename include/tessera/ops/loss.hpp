@@ -55,7 +55,9 @@ void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad,
                             cudaStream_t stream);
 
 // Fused linear cross-entropy (FLCE): cross_entropy(hidden @ weight^T + bias, target) and its
-// gradients without the [N, V] logits, for a language model's output projection and loss.
+// gradients without the [N, V] logits, for a language model's output projection and loss. The
+// options are cross_entropy's; class weights (options.weight, V float32) as torch's, the mean over
+// the sum of the rows' target weights, and not with z_loss (which has no torch convention there).
 struct LinearCrossEntropyOptions : CrossEntropyOptions {
   // Where a chunk's logits and then their gradient go: contiguous, of hidden's dtype, at least V
   // elements (the chunk is as many token rows as it holds, up to chunk_rows); nullptr: tessera's

@@ -236,15 +236,19 @@ int64_t chunk_rows_for(const at::Tensor& hidden, int64_t v, int64_t n, int64_t c
 Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
                              const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
                              double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
-                             std::array<bool, 3> output_mask, const OptTensor& grad_loss) {
+                             std::array<bool, 3> output_mask, const OptTensor& grad_loss,
+                             const OptTensor& ce_weight) {
   const char* op = "linear_cross_entropy";
   const TensorView th = view(op, "hidden", hidden), tw = view(op, "weight", weight);
   TensorView tb_slot, tg_slot;
   const TensorView* tb = optional_view(op, "bias", bias, tb_slot);
   const TensorView tt = view(op, "target", target);
   const TensorView* tg = optional_view(op, "grad_loss", grad_loss, tg_slot);
+  TensorView tc_slot;
+  const TensorView* tc = optional_view(op, "ce_weight", ce_weight, tc_slot);
   LinearCrossEntropyOptions o;
   static_cast<CrossEntropyOptions&>(o) = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
+  o.weight = tc;
   const int64_t n = hidden.dim() == 2 ? hidden.size(0) : 0, v = weight.dim() == 2 ? weight.size(0) : 0;
   auto [loss, lse] = outputs(hidden, o.reduction);
   // The gradients asked for (hidden, weight, bias), each in its input's shape; the others empty.
@@ -272,7 +276,7 @@ Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
 
 using LceSig = Tensor5(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&, int64_t,
                        c10::string_view, double, double, double, int64_t, std::array<bool, 3>,
-                       const OptTensor&);
+                       const OptTensor&, const OptTensor&);
 
 // Mean and sum: the forward's gradients (for a loss gradient of 1), scaled in place by the loss's
 // gradient, once (a second backward is refused, as cross_entropy's). None: the chunks again.
@@ -284,15 +288,17 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const OptTensor& bias, const at::Tensor& target, int64_t ignore_index,
                                c10::string_view reduction, double label_smoothing, double z_loss, double softcap,
-                               int64_t chunk_rows) {
+                               int64_t chunk_rows, const OptTensor& ce_weight) {
     // Only the gradients autograd will ask for (a frozen output projection takes no d_weight).
     const bool none = reduction == "none";
     const std::array<bool, 3> mask = {!none && hidden.requires_grad(), !none && weight.requires_grad(),
                                       !none && bias && bias->requires_grad()};
     auto [loss, lse, dh, dw, db] = call_below_autograd(op(), hidden, weight, bias, target, ignore_index, reduction,
-                                                       label_smoothing, z_loss, softcap, chunk_rows, mask, OptTensor());
+                                                       label_smoothing, z_loss, softcap, chunk_rows, mask, OptTensor(),
+                                                       ce_weight);
     if (none) {
-      ctx->save_for_backward({hidden, weight, bias ? *bias : at::Tensor(), target});
+      ctx->save_for_backward({hidden, weight, bias ? *bias : at::Tensor(), target,
+                              ce_weight ? *ce_weight : at::Tensor()});
     } else {
       ctx->saved_data["dh"] = dh, ctx->saved_data["dw"] = dw, ctx->saved_data["db"] = db;
       ctx->saved_data["mask"] = std::vector<bool>(mask.begin(), mask.end());
@@ -307,7 +313,7 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::string reduction = ctx->saved_data["reduction"].toStringRef();
     const bool has_bias = ctx->saved_data["bias"].toBool();
-    variable_list r(10);
+    variable_list r(11);
     const auto f = at::TensorOptions().dtype(at::kFloat);
     if (reduction == "none") {
       const auto saved = ctx->get_saved_variables();
@@ -318,7 +324,8 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                         has_bias && ctx->needs_input_grad(2)};
       auto [loss, lse, dh, dw, db] =
           call_below_autograd(op(), saved[0], saved[1], has_bias ? OptTensor(saved[2]) : OptTensor(), saved[3],
-                              int64_t(opt[0]), "none", opt[1], opt[2], opt[3], int64_t(opt[4]), mask, OptTensor(g));
+                              int64_t(opt[0]), "none", opt[1], opt[2], opt[3], int64_t(opt[4]), mask, OptTensor(g),
+                              saved[4].defined() ? OptTensor(saved[4]) : OptTensor());
       r[0] = mask[0] ? dh : at::Tensor(), r[1] = mask[1] ? dw : at::Tensor(), r[2] = mask[2] ? db : at::Tensor();
       return r;
     }
@@ -349,12 +356,14 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
 Tensor5 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
                                       const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
                                       double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
-                                      std::array<bool, 3> output_mask, const OptTensor& grad_loss) {
+                                      std::array<bool, 3> output_mask, const OptTensor& grad_loss,
+                                      const OptTensor& ce_weight) {
   if (!records(hidden, weight, bias))
     return call_below_autograd(LinearCrossEntropyFunction::op(), hidden, weight, bias, target, ignore_index,
-                               reduction, label_smoothing, z_loss, softcap, chunk_rows, output_mask, grad_loss);
+                               reduction, label_smoothing, z_loss, softcap, chunk_rows, output_mask, grad_loss,
+                               ce_weight);
   auto r = LinearCrossEntropyFunction::apply(hidden, weight, bias, target, ignore_index, reduction, label_smoothing,
-                                             z_loss, softcap, chunk_rows);
+                                             z_loss, softcap, chunk_rows, ce_weight);
   // The gradients go to autograd, not out of the op: three placeholders, none aliasing another.
   return {r[0], r[1], at::empty({0}, hidden.options()), at::empty({0}, weight.options()),
           at::empty({0}, weight.options())};

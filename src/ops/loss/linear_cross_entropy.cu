@@ -175,7 +175,7 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
   const Arg outs[] = {{"loss", &loss}, {"lse", lse}, {"d_hidden", g.d_hidden}, {"d_weight", g.d_weight},
                       {"d_bias", g.d_bias}};
   const Arg ins[] = {{"hidden", &hidden}, {"weight", &weight}, {"bias", bias}, {"target", &target},
-                     {"grad_loss", g.grad_loss}};
+                     {"grad_loss", g.grad_loss}, {"weight (class weights)", o.weight}};
   for (std::size_t i = 0; i < std::size(outs); ++i) {
     if (!outs[i].second) continue;
     for (std::size_t j = i + 1; j < std::size(outs); ++j)
@@ -197,9 +197,18 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
     for (const Arg& a : outs) apart(a);
     for (const Arg& a : ins) apart(a);
   }
-  if (o.weight)  // the chunks' divisor and gradients' factor count rows, not class weights
-    detail::throw_arg(ErrorKind::value, kOp, "options.weight", "nullptr (class weights are cross_entropy's only)",
-                      "class weights");
+  if (const TensorView* w = o.weight) {  // class weights: cross_entropy's, V float32 values
+    detail::check_cuda_tensor(kOp, "weight (class weights)", *w);
+    detail::check_dtype_in(kOp, "weight (class weights)", *w, {DType::float32});
+    detail::check_same_device(kOp, "weight (class weights)", *w, "hidden", hidden);
+    if (w->ndim != 1 || w->shape[0] != v || (v > 1 && w->strides[0] != 1))
+      detail::throw_arg(ErrorKind::value, kOp, "weight (class weights)",
+                        "a contiguous 1-d float32 tensor of V = " + std::to_string(v) + " class weights", detail::dims(*w));
+    // No torch convention for the two together; Liger's (the z-term unweighted, over the rows
+    // not ignored) is not what a chunk's cross_entropy computes.
+    if (o.z_loss != 0.0)
+      detail::throw_arg(ErrorKind::value, kOp, "z_loss", "0 with class weights", std::to_string(o.z_loss));
+  }
   if (o.chunk_rows < 0)
     detail::throw_arg(ErrorKind::value, kOp, "chunk_rows", "a count >= 0 (0: chosen)", std::to_string(o.chunk_rows));
 }
@@ -229,8 +238,9 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
       valid(mean ? sizeof(float) : 0, stream), factor(sizeof(float), stream),
       bias_acc(grads.d_bias ? std::size_t(v) * sizeof(float) : 0, stream);
   if (mean)
-    loss::mean_divisor(target.data, target.dtype == DType::int64, n, options.ignore_index, nullptr, v, valid.as<float>(),
-                       stream);
+    loss::mean_divisor(target.data, target.dtype == DType::int64, n, options.ignore_index,
+                       options.weight ? static_cast<const float*>(options.weight->data) : nullptr, v,
+                       valid.as<float>(), stream);
 
   // The gradients' factor where it is not 1 for every row (none: per-row, applied to the chunk).
   const TensorView factor_view = TensorView::contiguous(factor.data(), DType::float32, {}, dev);
@@ -284,6 +294,7 @@ namespace {
 const OpRegistrar kLinearCrossEntropy = describe("linear_cross_entropy", "loss", "cross-entropy of hidden @ weight^T + bias against class targets, with d_hidden and d_weight, in chunks")
     .schema("linear_cross_entropy(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, *, int ignore_index=-100, "
             "str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, int chunk_rows=0, "
-            "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+            "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None, Tensor? ce_weight=None) -> "
+            "(Tensor, Tensor, Tensor, Tensor, Tensor)");
 }  // namespace
 }  // namespace tessera
