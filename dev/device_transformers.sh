@@ -9,7 +9,8 @@
 #   device: bash dev/device_transformers.sh [steps]   (carry ["devbin-pack", "devwheel", ".whl"])
 # Steps (default: geglu tpytest ops flce step; map: the elementwise ops' verify cases, dev/map_lab
 # where it was built and carried, and their Python tests; lceprof: dev/lce_profile.py; step2: a
-# second transformers_step run, STEP2_ARGS, by default Gemma 2 against Liger). STEP_ARGS: extra transformers_step.py arguments;
+# second transformers_step run, STEP2_ARGS, by default Gemma 2 against Liger; norm: rms_norm's
+# verify cases and tests; lce: linear_cross_entropy's). STEP_ARGS: extra transformers_step.py arguments;
 # OPS: llama_ops.py's --ops.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
@@ -28,8 +29,12 @@ for s in $STEPS; do
                                python3 -m pytest -q -rs tests/python/test_elementwise.py -k 'geglu or silu_mul'" ;;
     map) step map bash -c "if [ -x dev/map_lab ]; then dev/map_lab; fi; devbin/tessera verify add copy gelu silu silu_mul geglu &&
                            python3 -m pytest -q -rs tests/python/test_elementwise.py" ;;
+    norm) step norm bash -c "devbin/tessera verify rms_norm rms_norm_backward &&
+                             python3 -m pytest -q -rs tests/python/test_rowwise.py -k rms" ;;
+    lce) step lce bash -c "devbin/tessera verify linear_cross_entropy &&
+                           python3 -m pytest -q -rs tests/python/test_cross_entropy.py" ;;
     tpytest) step tpytest python3 -m pytest -q -rs tests/python/test_transformers_patch.py \
-               tests/python/test_transformers_convergence.py ;;
+               tests/python/test_transformers_convergence.py ${TPYTEST_K:+-k "$TPYTEST_K"} ;;
     ops) step ops python3 benchmarks/llama_ops.py --rounds "${ROUNDS:-3}" \
            --ops "${OPS:-rms_norm,add_rms_norm,rotary,silu_mul,geglu,cross_entropy,linear_ce}" --out "$OUT/ops" ;;
     flce) step flce python3 benchmarks/cross_entropy.py --linear --rows 8192 --hidden 2048 --rounds "${ROUNDS:-3}" \
@@ -41,8 +46,10 @@ for s in $STEPS; do
     *) echo "device_transformers.sh: unknown step $s" >&2 ;;
   esac
 done
-grep -E "passed|failed" "$OUT"/tpytest.log 2>/dev/null | tail -n 3
-grep -E "^FAILED" "$OUT"/tpytest.log 2>/dev/null | head -n 20 | cut -c1-220
+for s in norm lce tpytest; do
+  grep -E "passed|failed|cases" "$OUT/$s.log" 2>/dev/null | tail -n 3
+  grep -E "^FAILED|FAIL " "$OUT/$s.log" 2>/dev/null | head -n 20 | cut -c1-220
+done
 [ -f "$OUT/lceprof.log" ] && cat "$OUT/lceprof.log"
 for s in ops flce; do [ -f "$OUT/$s.log" ] && sed -n '/==== final table/,$p' "$OUT/$s.log" | tail -n 30; done
 [ -f "$OUT/map.log" ] && grep -E "GB/s|passed|failed" "$OUT/map.log" | tail -n 20
