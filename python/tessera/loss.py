@@ -96,7 +96,7 @@ def _rows_sharded(torch, t) -> bool:
 def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None, *, ignore_index: int = -100,
                          reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
                          softcap: float | None = None, chunk_size: int | None = None,
-                         return_lse: bool = False, ce_weight: Any = None) -> Any:
+                         return_lse: bool = False, ce_weight: Any = None, accum_dtype: Any = None) -> Any:
     """``cross_entropy(hidden @ weight.T + bias, target)`` without the (N, V) logits: hidden (N, H),
     weight (V, H) (a language model's output projection), target (N,), bias (V,) or None; the
     options are :func:`cross_entropy`'s, ``ce_weight`` its class weights (V values, taken in
@@ -110,7 +110,8 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     C++ ``tessera::linear_cross_entropy``). For 'mean' and 'sum' the gradients are computed in the
     forward and the backward only scales them (nothing where the loss gradient is 1); for 'none'
     the backward runs the chunks again with each row's factor. d_weight accumulates over the
-    chunks in the weight's dtype.
+    chunks in the weight's dtype, or in ``accum_dtype=torch.float32`` (Liger's accum_dtype: a
+    float32 (V, H) buffer, rounded to the weight's dtype once, in the backward).
 
     A DTensor ``weight`` with its rows sharded on a 1-d mesh (tensor parallelism over the
     vocabulary) takes Megatron's vocabulary-parallel path: each rank's logits for its slice of the
@@ -125,9 +126,10 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"tessera.linear_cross_entropy: argument 'chunk_size': expected a count >= 1, got {chunk_size!r}")
     if _vocab_parallel.vocab_sharded(torch, weight):
-        if ce_weight is not None:
-            raise ValueError("tessera.linear_cross_entropy: argument 'ce_weight': class weights are not taken with a "
-                             "vocabulary-sharded weight yet")
+        for name, value in (("ce_weight", ce_weight), ("accum_dtype", accum_dtype)):
+            if value is not None:
+                raise ValueError(f"tessera.linear_cross_entropy: argument '{name}': not taken with a "
+                                 "vocabulary-sharded weight yet")
         return _vocab_parallel.linear_cross_entropy(torch, hidden, weight, target, bias, ignore_index, reduction,
                                                     label_smoothing, z_loss, softcap, chunk_size, return_lse)
     if isinstance(target, torch.Tensor) and not target.is_contiguous():
@@ -143,7 +145,8 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     loss, lse, *_ = _ops(torch).linear_cross_entropy.default(
         hidden, weight, bias, target, ignore_index=int(ignore_index),
         reduction="sum" if mean_of_sum else str(reduction), label_smoothing=float(label_smoothing),
-        z_loss=float(z_loss), softcap=float(softcap or 0.0), chunk_rows=int(chunk_size or 0), ce_weight=ce_weight)
+        z_loss=float(z_loss), softcap=float(softcap or 0.0), chunk_rows=int(chunk_size or 0), ce_weight=ce_weight,
+        accum_dtype=accum_dtype)
     if mean_of_sum:
         loss = loss / (target != int(ignore_index)).sum()
     if reduction == "none" and loss.requires_grad and type(loss) is not torch.Tensor and hasattr(loss, "placements"):

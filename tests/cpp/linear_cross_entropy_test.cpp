@@ -42,6 +42,9 @@ TEST(LinearCrossEntropyChecks, NameTheArgument) {
   const TensorView dw = cuda_tensor(0x500000, DType::bfloat16, {100, 32});
   g.d_weight = &dw;
   expect_error([&] { run(h, w, nullptr, t, l, g, {}); }, ErrorKind::value, {"'d_weight'"});
+  const TensorView dw16 = cuda_tensor(0x500000, DType::float16, {100, 64});  // bf16 or float32 only
+  g.d_weight = &dw16;
+  expect_error([&] { run(h, w, nullptr, t, l, g, {}); }, ErrorKind::type, {"'d_weight'", "float32"});
   g = {};
   const TensorView dh_over = cuda_tensor(0x1000, DType::bfloat16, {8, 64});
   g.d_hidden = &dh_over;

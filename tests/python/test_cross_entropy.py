@@ -324,6 +324,31 @@ def test_linear_cross_entropy_against_float64(torch, dtype, case):
         close(g, w, rel)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_linear_cross_entropy_accum_dtype(torch, reduction):
+    """accum_dtype=float32: a bfloat16 weight's gradient summed over 64 chunks in float32 and
+    rounded once, closer to float64's than the sum in bfloat16; returned in the weight's dtype."""
+    n, h, v = 4096, 64, 512
+    hidden = (torch.randn(n, h, device="cuda") / 4).bfloat16().requires_grad_()
+    weight = torch.randn(v, h, device="cuda").bfloat16().requires_grad_()
+    target = torch.randint(0, v, (n,), device="cuda")
+    x64 = [t.detach().double().requires_grad_() for t in (hidden, weight)]
+    want, _ = reference(torch, x64[0] @ x64[1].t(), target, None, reduction=reduction)
+    seed = torch.rand_like(want, dtype=torch.float32)
+    want_dw = torch.autograd.grad(want, x64[1], seed.double())[0]
+    err = {}
+    for accum in (None, torch.float32):
+        loss = tessera.linear_cross_entropy(hidden, weight, target, chunk_size=64, reduction=reduction,
+                                            accum_dtype=accum)
+        dh, dw = torch.autograd.grad(loss, (hidden, weight), seed)
+        assert dw.dtype == torch.bfloat16 and dh.dtype == torch.bfloat16
+        close(dw, want_dw, 1e-2)
+        err[accum] = ((dw.double() - want_dw).norm() / want_dw.norm()).item()
+    assert err[torch.float32] < err[None], err
+    with pytest.raises(ValueError, match="argument 'accum_dtype'.*float32"):
+        tessera.linear_cross_entropy(hidden, weight, target, accum_dtype=torch.float16)
+
+
 def test_linear_cross_entropy_edges_and_errors(torch):
     """All rows ignored: a NaN mean and zero gradients (torch's); a second backward refused; the
     chunk loop's argument errors name the argument."""

@@ -70,7 +70,9 @@ struct LinearCrossEntropyOptions : CrossEntropyOptions {
 // for mean and sum, [N] for none; nullptr: 1).
 struct LinearCrossEntropyGrads {
   const TensorView* d_hidden = nullptr;  // [N, H], hidden's dtype
-  const TensorView* d_weight = nullptr;  // [V, H], weight's dtype (overwritten, not added to)
+  // [V, H], weight's dtype, or float32 for a 16-bit weight: the chunks' parts then add up in
+  // float32 (Liger's accum_dtype), at twice the bytes. Overwritten, not added to.
+  const TensorView* d_weight = nullptr;
   const TensorView* d_bias = nullptr;    // [V], bias's dtype
   const TensorView* grad_loss = nullptr;
 };

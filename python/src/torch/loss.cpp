@@ -237,7 +237,7 @@ Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                              const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
                              double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
                              std::array<bool, 3> output_mask, const OptTensor& grad_loss,
-                             const OptTensor& ce_weight) {
+                             const OptTensor& ce_weight, std::optional<at::ScalarType> accum_dtype) {
   const char* op = "linear_cross_entropy";
   const TensorView th = view(op, "hidden", hidden), tw = view(op, "weight", weight);
   TensorView tb_slot, tg_slot;
@@ -257,7 +257,13 @@ Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
   const auto grad_of = [](bool on, const at::Tensor& like, const at::Tensor& t) {
     return on ? at::empty(t.sizes(), t.options()) : at::empty({0}, like.options());
   };
-  at::Tensor dh = grad_of(want[0], hidden, hidden), dw = grad_of(want[1], weight, weight);
+  // d_weight in accum_dtype: the chunks' parts added up in it (float32 for a 16-bit weight)
+  TORCH_CHECK_VALUE(!accum_dtype || *accum_dtype == at::kFloat || *accum_dtype == weight.scalar_type(),
+                    "tessera.", op, ": argument 'accum_dtype': expected None, torch.float32 or the weight's dtype ",
+                    weight.scalar_type(), ", got ", accum_dtype ? c10::toString(*accum_dtype) : "None");
+  at::Tensor dh = grad_of(want[0], hidden, hidden);
+  at::Tensor dw = want[1] ? at::empty(weight.sizes(), weight.options().dtype(accum_dtype.value_or(weight.scalar_type())))
+                          : at::empty({0}, weight.options());
   at::Tensor db = grad_of(want[2], weight, has_bias ? *bias : weight);
   at::Tensor ws = at::empty({chunk_rows_for(hidden, v, n, chunk_rows) * std::max<int64_t>(v, 1)}, hidden.options());
   guarded([&] {
@@ -276,7 +282,7 @@ Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
 
 using LceSig = Tensor5(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&, int64_t,
                        c10::string_view, double, double, double, int64_t, std::array<bool, 3>,
-                       const OptTensor&, const OptTensor&);
+                       const OptTensor&, const OptTensor&, std::optional<at::ScalarType>);
 
 // Mean and sum: the forward's gradients (for a loss gradient of 1), scaled in place by the loss's
 // gradient, once (a second backward is refused, as cross_entropy's). None: the chunks again.
@@ -288,32 +294,38 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const OptTensor& bias, const at::Tensor& target, int64_t ignore_index,
                                c10::string_view reduction, double label_smoothing, double z_loss, double softcap,
-                               int64_t chunk_rows, const OptTensor& ce_weight) {
+                               int64_t chunk_rows, const OptTensor& ce_weight,
+                               std::optional<at::ScalarType> accum_dtype) {
     // Only the gradients autograd will ask for (a frozen output projection takes no d_weight).
     const bool none = reduction == "none";
     const std::array<bool, 3> mask = {!none && hidden.requires_grad(), !none && weight.requires_grad(),
                                       !none && bias && bias->requires_grad()};
     auto [loss, lse, dh, dw, db] = call_below_autograd(op(), hidden, weight, bias, target, ignore_index, reduction,
                                                        label_smoothing, z_loss, softcap, chunk_rows, mask, OptTensor(),
-                                                       ce_weight);
+                                                       ce_weight, accum_dtype);
     if (none) {
       ctx->save_for_backward({hidden, weight, bias ? *bias : at::Tensor(), target,
                               ce_weight ? *ce_weight : at::Tensor()});
     } else {
       ctx->saved_data["dh"] = dh, ctx->saved_data["dw"] = dw, ctx->saved_data["db"] = db;
       ctx->saved_data["mask"] = std::vector<bool>(mask.begin(), mask.end());
+      ctx->saved_data["wtype"] = int64_t(weight.scalar_type());
     }
     ctx->saved_data["reduction"] = std::string(reduction);
     ctx->saved_data["options"] = std::vector<double>{double(ignore_index), label_smoothing, z_loss, softcap,
                                                      double(chunk_rows)};
     ctx->saved_data["bias"] = bias && bias->defined();
+    if (accum_dtype) ctx->saved_data["accum_dtype"] = int64_t(*accum_dtype);
     ctx->mark_non_differentiable({lse});
     return {loss, lse};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::string reduction = ctx->saved_data["reduction"].toStringRef();
     const bool has_bias = ctx->saved_data["bias"].toBool();
-    variable_list r(11);
+    variable_list r(12);
+    const std::optional<at::ScalarType> accum =
+        ctx->saved_data.count("accum_dtype") ? std::optional(at::ScalarType(ctx->saved_data["accum_dtype"].toInt()))
+                                             : std::nullopt;
     const auto f = at::TensorOptions().dtype(at::kFloat);
     if (reduction == "none") {
       const auto saved = ctx->get_saved_variables();
@@ -325,8 +337,9 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
       auto [loss, lse, dh, dw, db] =
           call_below_autograd(op(), saved[0], saved[1], has_bias ? OptTensor(saved[2]) : OptTensor(), saved[3],
                               int64_t(opt[0]), "none", opt[1], opt[2], opt[3], int64_t(opt[4]), mask, OptTensor(g),
-                              saved[4].defined() ? OptTensor(saved[4]) : OptTensor());
-      r[0] = mask[0] ? dh : at::Tensor(), r[1] = mask[1] ? dw : at::Tensor(), r[2] = mask[2] ? db : at::Tensor();
+                              saved[4].defined() ? OptTensor(saved[4]) : OptTensor(), accum);
+      r[0] = mask[0] ? dh : at::Tensor(), r[1] = mask[1] ? dw.to(saved[1].scalar_type()) : at::Tensor();
+      r[2] = mask[2] ? db : at::Tensor();
       return r;
     }
     TORCH_CHECK(ctx->saved_data.count("dh"),
@@ -348,7 +361,9 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
       at::Tensor rows = out[i]->dim() == 2 ? *out[i] : out[i]->unsqueeze(0);
       scale.call(g, rows, "mean");
     }
-    r[0] = dh, r[1] = dw, r[2] = db;
+    // d_weight accumulated in accum_dtype goes to autograd in the weight's dtype
+    const auto wtype = ctx->saved_data.count("wtype") ? at::ScalarType(ctx->saved_data["wtype"].toInt()) : at::kFloat;
+    r[0] = dh, r[1] = dw.defined() && accum ? dw.to(wtype) : dw, r[2] = db;
     return r;
   }
 };
@@ -357,13 +372,13 @@ Tensor5 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor
                                       const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
                                       double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
                                       std::array<bool, 3> output_mask, const OptTensor& grad_loss,
-                                      const OptTensor& ce_weight) {
+                                      const OptTensor& ce_weight, std::optional<at::ScalarType> accum_dtype) {
   if (!records(hidden, weight, bias))
     return call_below_autograd(LinearCrossEntropyFunction::op(), hidden, weight, bias, target, ignore_index,
                                reduction, label_smoothing, z_loss, softcap, chunk_rows, output_mask, grad_loss,
-                               ce_weight);
+                               ce_weight, accum_dtype);
   auto r = LinearCrossEntropyFunction::apply(hidden, weight, bias, target, ignore_index, reduction, label_smoothing,
-                                             z_loss, softcap, chunk_rows, ce_weight);
+                                             z_loss, softcap, chunk_rows, ce_weight, accum_dtype);
   // The gradients go to autograd, not out of the op: three placeholders, none aliasing another.
   return {r[0], r[1], at::empty({0}, hidden.options()), at::empty({0}, weight.options()),
           at::empty({0}, weight.options())};

@@ -154,8 +154,14 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
       detail::throw_arg(ErrorKind::value, kOp, arg, n_floats, "stride " + std::to_string(t->strides[0]));
   for (auto [arg, t] : {std::pair{"d_hidden", g.d_hidden}, std::pair{"d_weight", g.d_weight}}) {
     if (!t) continue;
-    const TensorView& like = t == g.d_hidden ? hidden : weight;
-    detail::check_like(kOp, arg, *t, t == g.d_hidden ? "hidden" : "weight", like);
+    const bool dw = t == g.d_weight;
+    TensorView like = dw ? weight : hidden;
+    if (dw) {  // weight's dtype, or float32: the chunks accumulated in float32
+      detail::check_cuda_tensor(kOp, arg, *t);
+      detail::check_dtype_in(kOp, arg, *t, {weight.dtype, DType::float32});
+      like.dtype = t->dtype;
+    }
+    detail::check_like(kOp, arg, *t, dw ? "weight" : "hidden", like);
     detail::check_no_internal_overlap(kOp, arg, *t);
   }
   if (g.d_bias) {
@@ -294,7 +300,7 @@ namespace {
 const OpRegistrar kLinearCrossEntropy = describe("linear_cross_entropy", "loss", "cross-entropy of hidden @ weight^T + bias against class targets, with d_hidden and d_weight, in chunks")
     .schema("linear_cross_entropy(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, *, int ignore_index=-100, "
             "str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, int chunk_rows=0, "
-            "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None, Tensor? ce_weight=None) -> "
+            "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None, Tensor? ce_weight=None, ScalarType? accum_dtype=None) -> "
             "(Tensor, Tensor, Tensor, Tensor, Tensor)");
 }  // namespace
 }  // namespace tessera
