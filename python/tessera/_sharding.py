@@ -519,20 +519,21 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
         return [([], [Shard(0) if per_row and p == Shard(0) else R, p]) for p in present]
 
     # linear_cross_entropy(hidden [N, H], weight [V, H], bias [V], target [N], ..., grad_loss,
-    # ce_weight) -> (loss, lse, d_hidden, d_weight, d_bias): rows as cross_entropy's, the weight,
-    # bias and class weights replicated; d_hidden by rows, d_weight and d_bias sums over the rows (Partial). grad_loss
-    # (the backward of 'none': one per row) by rows.
+    # ce_weight) -> (loss, lse, d_hidden, d_weight, d_bias, accuracy): rows as cross_entropy's, the
+    # weight, bias and class weights replicated; d_hidden by rows, d_weight and d_bias sums over the
+    # rows (Partial). grad_loss (the backward of 'none': one per row) by rows. The token accuracy, a
+    # ratio of counts over all rows, only with the rows gathered (without it, an empty placeholder).
     @register_sharding(ops.linear_cross_entropy.default)
     def linear_cross_entropy_rule(hidden, weight, bias, target, *, reduction="mean", grad_loss=None, ce_weight=None,
-                                  **kwargs):
+                                  token_accuracy=False, **kwargs):
         def ins(p):
             rows = grad_loss is not None and grad_loss.ndim == 1
             return [p, R] + ([R] if bias is not None else []) + [p] + \
                 ([p if rows else R] if grad_loss is not None else []) + ([R] if ce_weight is not None else [])
-        strategies = [([R] * 5, ins(R))]
-        if reduction != "mean" and hidden.ndim == 2:
+        strategies = [([R] * 6, ins(R))]
+        if reduction != "mean" and hidden.ndim == 2 and not token_accuracy:
             loss = Shard(0) if reduction == "none" else Partial()
-            strategies.append(([loss, Shard(0), Shard(0), Partial(), Partial()], ins(Shard(0))))
+            strategies.append(([loss, Shard(0), Shard(0), Partial(), Partial(), R], ins(Shard(0))))
         return strategies
 
     # copy(src, dst) writes dst in place: dst stays as it is placed (a copy commutes with any

@@ -96,7 +96,8 @@ def _rows_sharded(torch, t) -> bool:
 def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None, *, ignore_index: int = -100,
                          reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
                          softcap: float | None = None, chunk_size: int | None = None,
-                         return_lse: bool = False, ce_weight: Any = None, accum_dtype: Any = None) -> Any:
+                         return_lse: bool = False, ce_weight: Any = None, accum_dtype: Any = None,
+                         return_token_accuracy: bool = False) -> Any:
     """``cross_entropy(hidden @ weight.T + bias, target)`` without the (N, V) logits: hidden (N, H),
     weight (V, H) (a language model's output projection), target (N,), bias (V,) or None; the
     options are :func:`cross_entropy`'s, ``ce_weight`` its class weights (V values, taken in
@@ -113,6 +114,11 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     chunks in the weight's dtype, or in ``accum_dtype=torch.float32`` (Liger's accum_dtype: a
     float32 (V, H) buffer, rounded to the weight's dtype once, in the backward).
 
+    ``return_token_accuracy=True`` also returns the token accuracy that TRL's SFTTrainer logs
+    (Liger's): the fraction of the rows not ignored whose logits' argmax is the target (a float32
+    scalar, not differentiable; NaN where every row is ignored), at one more read of each chunk's
+    logits. The result is then ``(loss, accuracy)``, or ``(loss, lse, accuracy)`` with return_lse.
+
     A DTensor ``weight`` with its rows sharded on a 1-d mesh (tensor parallelism over the
     vocabulary) takes Megatron's vocabulary-parallel path: each rank's logits for its slice of the
     vocabulary, never gathered, combined through all-reduces of N floats (tessera/_vocab_parallel.py;
@@ -126,7 +132,8 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"tessera.linear_cross_entropy: argument 'chunk_size': expected a count >= 1, got {chunk_size!r}")
     if _vocab_parallel.vocab_sharded(torch, weight):
-        for name, value in (("ce_weight", ce_weight), ("accum_dtype", accum_dtype)):
+        for name, value in (("ce_weight", ce_weight), ("accum_dtype", accum_dtype),
+                            ("return_token_accuracy", return_token_accuracy or None)):
             if value is not None:
                 raise ValueError(f"tessera.linear_cross_entropy: argument '{name}': not taken with a "
                                  "vocabulary-sharded weight yet")
@@ -142,11 +149,11 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
             ce_weight = ce_weight.float().contiguous()  # the kernels read float32 weights, one run of V
     # as in cross_entropy: without class weights a row-sharded mean is a sum over the count
     mean_of_sum = reduction == "mean" and ce_weight is None and _rows_sharded(torch, hidden)
-    loss, lse, *_ = _ops(torch).linear_cross_entropy.default(
+    loss, lse, _, _, _, accuracy = _ops(torch).linear_cross_entropy.default(
         hidden, weight, bias, target, ignore_index=int(ignore_index),
         reduction="sum" if mean_of_sum else str(reduction), label_smoothing=float(label_smoothing),
         z_loss=float(z_loss), softcap=float(softcap or 0.0), chunk_rows=int(chunk_size or 0), ce_weight=ce_weight,
-        accum_dtype=accum_dtype)
+        accum_dtype=accum_dtype, token_accuracy=bool(return_token_accuracy))
     if mean_of_sum:
         loss = loss / (target != int(ignore_index)).sum()
     if reduction == "none" and loss.requires_grad and type(loss) is not torch.Tensor and hasattr(loss, "placements"):
@@ -155,4 +162,5 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
         # gradient comes placed as the loss; else it gathers the rows. Placed so here.
         placements = loss.placements
         loss.register_hook(lambda g: g if g.placements == placements else g.redistribute(g.device_mesh, placements))
-    return (loss, lse) if return_lse else loss
+    out = (loss,) + ((lse,) if return_lse else ()) + ((accuracy,) if return_token_accuracy else ())
+    return out if len(out) > 1 else loss

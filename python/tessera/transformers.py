@@ -29,6 +29,9 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     Gemma 2's final logit soft-cap). Without labels, or in eval, the original forward (logits).
   - ``cross_entropy`` (instead of the fused loss): the logits as transformers computes them, the
     loss from ``tessera.cross_entropy``.
+  - With either loss, ``model(..., return_token_accuracy=True)`` in training also returns
+    ``token_accuracy`` (the output a ``TesseraCausalLMOutputWithPast``), as TRL's SFTTrainer asks of
+    Liger's models.
 
 Importing this module also registers ``attn_implementation="tessera"``: tessera's FlashAttention
 behind transformers' AttentionInterface (causal, GQA, sliding windows, soft-cap, padded batches and
@@ -297,14 +300,15 @@ except ImportError:  # a torch without FSDP2
     _FSDPModule = None
 
 
-def _head_loss(head, hidden, target, softcap, num_items):
-    """The fused loss with the head's weight. Under FSDP2, with lm_head sharded on its own
-    (fully_shard(model.lm_head)), its weight is whole only inside its own forward, whose hooks
-    also reduce-scatter the weight's gradient: there the loss runs as that forward."""
+def _head_loss(head, hidden, target, softcap, num_items, accuracy):
+    """The fused loss (and the token accuracy, or None) with the head's weight. Under FSDP2, with
+    lm_head sharded on its own (fully_shard(model.lm_head)), its weight is whole only inside its own
+    forward, whose hooks also reduce-scatter the weight's gradient: there the loss runs as that
+    forward."""
     if _FSDPModule is None or not isinstance(head, _FSDPModule):
-        return _loss_of(hidden, head.weight, head.bias, target, softcap, num_items)
+        return _loss_of(hidden, head.weight, head.bias, target, softcap, num_items, accuracy)
     own = vars(head).get("forward", _MISSING)
-    head.forward = lambda h: _loss_of(h, head.weight, head.bias, target, softcap, num_items)
+    head.forward = lambda h: _loss_of(h, head.weight, head.bias, target, softcap, num_items, accuracy)
     try:
         return head(hidden)
     finally:
@@ -322,17 +326,33 @@ def _shifted(labels, shift_labels):
     return F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
 
 
-def _loss_of(hidden, weight, bias, target, softcap, num_items):
-    """The summed or mean loss of (N, H) hidden states against (N,) targets, without the logits."""
+def _loss_of(hidden, weight, bias, target, softcap, num_items, accuracy):
+    """(the summed or mean loss, the token accuracy where asked for, else None) of (N, H) hidden
+    states against (N,) targets, without the logits."""
     if hidden.is_cuda:
-        loss = tessera.linear_cross_entropy(hidden, weight, target, bias, ignore_index=IGNORE_INDEX,
-                                            reduction="sum" if num_items is not None else "mean",
-                                            softcap=softcap)
-        return _per_item(loss, num_items)
+        r = tessera.linear_cross_entropy(hidden, weight, target, bias, ignore_index=IGNORE_INDEX,
+                                         reduction="sum" if num_items is not None else "mean",
+                                         softcap=softcap, return_token_accuracy=accuracy)
+        loss, acc = r if accuracy else (r, None)
+        return _per_item(loss, num_items), acc
     logits = F.linear(hidden, weight, bias).float()  # tensors the kernels do not take: torch's
     if softcap:
         logits = softcap * torch.tanh(logits / softcap)
-    return _loss_of_logits(logits, target, num_items)
+    return _loss_of_logits(logits, target, num_items), _accuracy(logits, target) if accuracy else None
+
+
+def _accuracy(logits, target):
+    """The token accuracy of logits against targets: the rows not ignored whose argmax is the target."""
+    logits, target = logits.reshape(-1, logits.shape[-1]), target.reshape(-1).to(logits.device)
+    keep = target != IGNORE_INDEX
+    return (logits.argmax(-1) == target)[keep].float().mean()
+
+
+@dataclasses.dataclass
+class TesseraCausalLMOutputWithPast(CausalLMOutputWithPast):
+    """CausalLMOutputWithPast with the token accuracy (``return_token_accuracy=True`` in the
+    forward's call, as TRL's SFTTrainer passes it to Liger's models)."""
+    token_accuracy: torch.FloatTensor | None = None
 
 
 def _per_item(loss, num_items):
@@ -354,7 +374,9 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
         call = dict(zip(names, args))
         call.update(kwargs)
         labels, shift_labels = call.pop("labels", None), call.pop("shift_labels", None)
+        accuracy = bool(call.pop("return_token_accuracy", False))
         if not self.training or (labels is None and shift_labels is None):
+            kwargs.pop("return_token_accuracy", None)
             return original(self, *args, **kwargs)
         num_items = call.pop("num_items_in_batch", None)
         call.pop("logits_to_keep", None)  # training takes every position
@@ -365,13 +387,17 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
             outputs = self.model(**call)
             hidden = outputs.last_hidden_state
             softcap = getattr(self.config, softcap_attr, None) if softcap_attr else None
-            loss = _head_loss(head, hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1).to(hidden.device),
-                              softcap, num_items)
+            loss, acc = _head_loss(head, hidden.reshape(-1, hidden.shape[-1]),
+                                   target.reshape(-1).to(hidden.device), softcap, num_items, accuracy)
             logits = None
         else:  # the logits as transformers computes them (soft-capped), the loss from tessera
             outputs = original(self, **call)
             logits = outputs.logits
             loss = _loss_of_logits(logits, target.to(logits.device), num_items)
+            acc = _accuracy(logits.detach(), target) if accuracy else None
+        if accuracy:
+            return TesseraCausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                                 attentions=outputs.attentions, token_accuracy=acc)
         return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                       attentions=outputs.attentions)
 
@@ -458,7 +484,8 @@ def _apply_function(family: Family) -> Callable:
 for _family in FAMILIES.values():
     globals()[f"apply_tessera_to_{_family.model_type}"] = _apply_function(_family)
 
-__all__ = ["FAMILIES", "AutoTesseraForCausalLM", "apply_rotary_pos_emb", "apply_tessera", "revert",
+__all__ = ["FAMILIES", "AutoTesseraForCausalLM", "TesseraCausalLMOutputWithPast", "apply_rotary_pos_emb", "apply_tessera",
+           "revert",
            *(f"apply_tessera_to_{t}" for t in FAMILIES)]
 
 

@@ -349,6 +349,41 @@ def test_linear_cross_entropy_accum_dtype(torch, reduction):
         tessera.linear_cross_entropy(hidden, weight, target, accum_dtype=torch.float16)
 
 
+@pytest.mark.parametrize("v", [1000, 1003])  # whole 16-byte rows, and not
+def test_linear_cross_entropy_token_accuracy(torch, v):
+    """The token accuracy (return_token_accuracy) against torch's argmax over chunks of rows,
+    ignored rows left out, ties to the first index; NaN where every row is ignored."""
+    n, h = 300, 64
+    hidden = (torch.randn(n, h, device="cuda") / 4).bfloat16()
+    weight = torch.randn(v, h, device="cuda").bfloat16()
+    bias = torch.zeros(v, device="cuda").bfloat16()
+    bias[[5, 9]] = 100.0  # two equal maxima where hidden is 0: the first (5) is the argmax
+    hidden[:20] = 0
+    pred = torch.nn.functional.linear(hidden, weight, bias).argmax(-1)  # bf16 logits, as the kernel's
+    target = torch.where(torch.rand(n, device="cuda") < 0.5, pred, torch.randint(0, v, (n,), device="cuda"))
+    target[:10] = 9  # a tie lost
+    target[10:20] = 5  # a tie won
+    target[::7] = -100
+    keep = target != -100
+    want = (pred == target)[keep].float().mean()
+    loss, acc = tessera.linear_cross_entropy(hidden.requires_grad_(), weight, target, bias, chunk_size=128,
+                                             return_token_accuracy=True)
+    assert acc.dtype == torch.float32 and acc.shape == () and not acc.requires_grad
+    # (a row whose top two logits round to one bf16 value in one GEMM and not the other may differ)
+    assert acc.item() == pytest.approx(want.item(), abs=2.5 / keep.sum().item())
+    _, ties = tessera.linear_cross_entropy(hidden[:20].detach(), weight, target[:20], bias,
+                                           return_token_accuracy=True)  # exact: the logits are the bias
+    assert ties.item() == pytest.approx(((target[:20] == 5) & keep[:20]).sum().item() / keep[:20].sum().item())
+    assert loss.item() == pytest.approx(tessera.linear_cross_entropy(hidden, weight, target, bias).item())
+    loss.backward()  # the accuracy takes no part in the gradients
+    _, lse, acc2 = tessera.linear_cross_entropy(hidden.detach(), weight, target, bias, return_lse=True,
+                                                return_token_accuracy=True)
+    assert acc2.item() == acc.item() and lse.shape == (n,)
+    _, none = tessera.linear_cross_entropy(hidden.detach(), weight, torch.full_like(target, -100), bias,
+                                           return_token_accuracy=True)
+    assert torch.isnan(none)
+
+
 def test_linear_cross_entropy_edges_and_errors(torch):
     """All rows ignored: a NaN mean and zero gradients (torch's); a second backward refused; the
     chunk loop's argument errors name the argument."""

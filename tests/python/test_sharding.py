@@ -386,7 +386,7 @@ def test_losses_shard_rows_for_none_and_sum_and_replicate_mean(run):
     hidden, weight = run.tensor((8, 16), S(0)), run.tensor((32, 16), R)
     outs, comms = run.call(ops.linear_cross_entropy.default, hidden, weight, run.tensor((32,), R), target,
                            reduction="sum", output_mask=[True, True, True])
-    assert placements(outs) == [(P,), (S(0),), (S(0),), (P,), (P,)] and comms == 0
+    assert placements(outs) == [(P,), (S(0),), (S(0),), (P,), (P,), (R,)] and comms == 0
     assert outs[2].to_local().shape == (4, 16) and outs[3].to_local().shape == (32, 16)
     outs, comms = run.call(ops.linear_cross_entropy.default, hidden, weight, None, target, reduction="none",
                            output_mask=[True, True, False], grad_loss=run.tensor((8,), S(0)))

@@ -191,6 +191,28 @@ def test_num_items_and_shift_labels(model_type):
                                plain(input_ids=ids, labels=labels).loss)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_token_accuracy(fused):
+    # TRL's SFTTrainer asks Liger's models for it: return_token_accuracy=True in the call.
+    ids, labels = batch("llama")
+    plain, patched = build("llama").train(), build("llama").train()
+    tt.apply_tessera(patched, cross_entropy=not fused, fused_linear_cross_entropy=fused)
+    with torch.no_grad():
+        pred = plain(input_ids=ids).logits.argmax(-1)
+    labels[:, 1::2] = pred[:, :-1:2]  # every other next token the model's own argmax: hits
+    target = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+    keep = target != -100
+    want = (pred == target)[keep].float().mean()
+    assert 0.3 < want < 1
+    out = patched(input_ids=ids, labels=labels, return_token_accuracy=True)
+    assert isinstance(out, tt.TesseraCausalLMOutputWithPast)
+    torch.testing.assert_close(out.token_accuracy, want)
+    torch.testing.assert_close(out.loss, plain(input_ids=ids, labels=labels).loss)
+    assert not hasattr(patched(input_ids=ids, labels=labels), "token_accuracy")
+    patched.eval()  # the original forward: the keyword is not passed on
+    assert patched(input_ids=ids, labels=labels, return_token_accuracy=True).logits is not None
+
+
 def test_eval_and_no_labels_return_logits():
     ids, labels = batch("llama")
     plain, patched = build("llama").eval(), build("llama").eval()

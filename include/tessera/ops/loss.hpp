@@ -64,6 +64,11 @@ struct LinearCrossEntropyOptions : CrossEntropyOptions {
   // scratch pool, chunk_rows rows (0: as many as fit in 512 MiB, a multiple of 256).
   const TensorView* workspace = nullptr;
   int64_t chunk_rows = 0;
+  // Optional output, float32 []: the token accuracy that TRL's SFTTrainer logs (Liger's
+  // return_token_accuracy), the fraction of the rows not ignored whose logits' argmax (the first
+  // where several tie) is the target; NaN where every row is ignored. A read of each chunk's
+  // logits more.
+  const TensorView* accuracy = nullptr;
 };
 
 // The gradients wanted (each nullptr: not computed), for the loss gradient grad_loss (float32, []

@@ -32,7 +32,8 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
 using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-using Tensor5 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+// linear_cross_entropy's: loss, lse, d_hidden, d_weight, d_bias, accuracy
+using Tensor6 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using OptTensor = std::optional<at::Tensor>;
 
 Reduction reduction_of(const char* op, c10::string_view r) {
@@ -233,11 +234,12 @@ int64_t chunk_rows_for(const at::Tensor& hidden, int64_t v, int64_t n, int64_t c
   return std::max<int64_t>(1, std::min(rows, n));
 }
 
-Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
+Tensor6 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
                              const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
                              double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
                              std::array<bool, 3> output_mask, const OptTensor& grad_loss,
-                             const OptTensor& ce_weight, std::optional<at::ScalarType> accum_dtype) {
+                             const OptTensor& ce_weight, std::optional<at::ScalarType> accum_dtype,
+                             bool token_accuracy) {
   const char* op = "linear_cross_entropy";
   const TensorView th = view(op, "hidden", hidden), tw = view(op, "weight", weight);
   TensorView tb_slot, tg_slot;
@@ -265,10 +267,12 @@ Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
   at::Tensor dw = want[1] ? at::empty(weight.sizes(), weight.options().dtype(accum_dtype.value_or(weight.scalar_type())))
                           : at::empty({0}, weight.options());
   at::Tensor db = grad_of(want[2], weight, has_bias ? *bias : weight);
+  at::Tensor acc = token_accuracy ? at::empty({}, hidden.options().dtype(at::kFloat)) : at::empty({0}, hidden.options());
   at::Tensor ws = at::empty({chunk_rows_for(hidden, v, n, chunk_rows) * std::max<int64_t>(v, 1)}, hidden.options());
   guarded([&] {
     const TensorView tl = view(op, "loss", loss), ts = view(op, "lse", lse), tws = view(op, "workspace", ws);
-    TensorView tdh, tdw, tdb;
+    TensorView tdh, tdw, tdb, tacc;
+    if (token_accuracy) tacc = view(op, "accuracy", acc), o.accuracy = &tacc;
     LinearCrossEntropyGrads g;
     if (want[0]) tdh = view(op, "d_hidden", dh), g.d_hidden = &tdh;
     if (want[1]) tdw = view(op, "d_weight", dw), g.d_weight = &tdw;
@@ -277,12 +281,12 @@ Tensor5 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
     o.workspace = &tws;
     tessera::linear_cross_entropy(th, tw, tb, tt, tl, &ts, g, o, stream_of(hidden));
   });
-  return {loss, lse, dh, dw, db};
+  return {loss, lse, dh, dw, db, acc};
 }
 
-using LceSig = Tensor5(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&, int64_t,
+using LceSig = Tensor6(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&, int64_t,
                        c10::string_view, double, double, double, int64_t, std::array<bool, 3>,
-                       const OptTensor&, const OptTensor&, std::optional<at::ScalarType>);
+                       const OptTensor&, const OptTensor&, std::optional<at::ScalarType>, bool);
 
 // Mean and sum: the forward's gradients (for a loss gradient of 1), scaled in place by the loss's
 // gradient, once (a second backward is refused, as cross_entropy's). None: the chunks again.
@@ -295,14 +299,14 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                const OptTensor& bias, const at::Tensor& target, int64_t ignore_index,
                                c10::string_view reduction, double label_smoothing, double z_loss, double softcap,
                                int64_t chunk_rows, const OptTensor& ce_weight,
-                               std::optional<at::ScalarType> accum_dtype) {
+                               std::optional<at::ScalarType> accum_dtype, bool token_accuracy) {
     // Only the gradients autograd will ask for (a frozen output projection takes no d_weight).
     const bool none = reduction == "none";
     const std::array<bool, 3> mask = {!none && hidden.requires_grad(), !none && weight.requires_grad(),
                                       !none && bias && bias->requires_grad()};
-    auto [loss, lse, dh, dw, db] = call_below_autograd(op(), hidden, weight, bias, target, ignore_index, reduction,
-                                                       label_smoothing, z_loss, softcap, chunk_rows, mask, OptTensor(),
-                                                       ce_weight, accum_dtype);
+    auto [loss, lse, dh, dw, db, acc] = call_below_autograd(op(), hidden, weight, bias, target, ignore_index,
+                                                            reduction, label_smoothing, z_loss, softcap, chunk_rows,
+                                                            mask, OptTensor(), ce_weight, accum_dtype, token_accuracy);
     if (none) {
       ctx->save_for_backward({hidden, weight, bias ? *bias : at::Tensor(), target,
                               ce_weight ? *ce_weight : at::Tensor()});
@@ -316,13 +320,13 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                                      double(chunk_rows)};
     ctx->saved_data["bias"] = bias && bias->defined();
     if (accum_dtype) ctx->saved_data["accum_dtype"] = int64_t(*accum_dtype);
-    ctx->mark_non_differentiable({lse});
-    return {loss, lse};
+    ctx->mark_non_differentiable({lse, acc});
+    return {loss, lse, acc};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::string reduction = ctx->saved_data["reduction"].toStringRef();
     const bool has_bias = ctx->saved_data["bias"].toBool();
-    variable_list r(12);
+    variable_list r(13);
     const std::optional<at::ScalarType> accum =
         ctx->saved_data.count("accum_dtype") ? std::optional(at::ScalarType(ctx->saved_data["accum_dtype"].toInt()))
                                              : std::nullopt;
@@ -334,10 +338,10 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                               : at::zeros_like(saved[3], saved[3].options().dtype(at::kFloat));
       const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
                                         has_bias && ctx->needs_input_grad(2)};
-      auto [loss, lse, dh, dw, db] =
+      auto [loss, lse, dh, dw, db, acc] =
           call_below_autograd(op(), saved[0], saved[1], has_bias ? OptTensor(saved[2]) : OptTensor(), saved[3],
                               int64_t(opt[0]), "none", opt[1], opt[2], opt[3], int64_t(opt[4]), mask, OptTensor(g),
-                              saved[4].defined() ? OptTensor(saved[4]) : OptTensor(), accum);
+                              saved[4].defined() ? OptTensor(saved[4]) : OptTensor(), accum, false);
       r[0] = mask[0] ? dh : at::Tensor(), r[1] = mask[1] ? dw.to(saved[1].scalar_type()) : at::Tensor();
       r[2] = mask[2] ? db : at::Tensor();
       return r;
@@ -368,20 +372,21 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
   }
 };
 
-Tensor5 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
+Tensor6 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
                                       const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
                                       double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
                                       std::array<bool, 3> output_mask, const OptTensor& grad_loss,
-                                      const OptTensor& ce_weight, std::optional<at::ScalarType> accum_dtype) {
+                                      const OptTensor& ce_weight, std::optional<at::ScalarType> accum_dtype,
+                                      bool token_accuracy) {
   if (!records(hidden, weight, bias))
     return call_below_autograd(LinearCrossEntropyFunction::op(), hidden, weight, bias, target, ignore_index,
                                reduction, label_smoothing, z_loss, softcap, chunk_rows, output_mask, grad_loss,
-                               ce_weight, accum_dtype);
+                               ce_weight, accum_dtype, token_accuracy);
   auto r = LinearCrossEntropyFunction::apply(hidden, weight, bias, target, ignore_index, reduction, label_smoothing,
-                                             z_loss, softcap, chunk_rows, ce_weight, accum_dtype);
+                                             z_loss, softcap, chunk_rows, ce_weight, accum_dtype, token_accuracy);
   // The gradients go to autograd, not out of the op: three placeholders, none aliasing another.
   return {r[0], r[1], at::empty({0}, hidden.options()), at::empty({0}, weight.options()),
-          at::empty({0}, weight.options())};
+          at::empty({0}, weight.options()), r[2]};
 }
 
 void kernels(torch::Library& m) {

@@ -29,6 +29,8 @@
 #include "tessera/ops/loss.hpp"
 #include "tessera/ops/matrix.hpp"
 #include "tile/convert.cuh"
+#include "tile/frag.cuh"
+#include "tile/reduce.cuh"
 #include "tessera/op.hpp"
 
 namespace tessera {
@@ -37,6 +39,7 @@ namespace {
 constexpr const char* kOp = "linear_cross_entropy";
 constexpr int64_t kScratchChunkBytes = int64_t(1) << 29;
 constexpr int kBiasThreads = 256, kBiasUnroll = 8;
+constexpr int kHitThreads = 512;
 
 // Rows [r0, r0 + rows) of a 1-d or 2-d view.
 TensorView rows_of(const TensorView& t, int64_t r0, int64_t rows) {
@@ -96,6 +99,66 @@ void launch_bias_grad(const TensorView& g, float* acc, bool first, const TensorV
     case DType::float32: run(static_cast<const float*>(g.data)); break;
     case DType::float16: run(static_cast<const __half*>(g.data)); break;
     default: run(static_cast<const __nv_bfloat16*>(g.data)); break;
+  }
+  TESSERA_LAUNCH_CHECK();
+}
+
+// Token accuracy, a CTA per row of a chunk's logits (before the cross-entropy overwrites them with
+// their gradient): the row's argmax, the first index of the maximum as torch.argmax's, against the
+// target; counts[0] += hits, counts[1] += rows not ignored. V elements a load (W: 16 bytes where
+// the rows are aligned, else 1).
+struct Best {
+  float v;
+  int64_t i;
+};
+struct BestMerge {
+  __device__ Best operator()(Best a, Best b) const { return b.v > a.v || (b.v == a.v && b.i < a.i) ? b : a; }
+};
+
+template <class T, int W>
+__global__ void __launch_bounds__(kHitThreads)
+    hits_kernel(const T* logits, int64_t rows, int64_t classes, const void* target, bool target64,
+                int64_t ignore, unsigned* counts) {
+  __shared__ Best scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t t = target64 ? static_cast<const int64_t*>(target)[r] : static_cast<const int*>(target)[r];
+    if (t == ignore) continue;  // the same for every thread of the CTA
+    const T* row = logits + r * classes;
+    Best b{-INFINITY, classes};
+    for (int64_t c = int64_t(threadIdx.x) * W; c < classes; c += int64_t(blockDim.x) * W) {
+      float x[W];
+      tile::unpack(tile::load_frag<T, W>(row + c), x);
+#pragma unroll
+      for (int e = 0; e < W; ++e)
+        if (x[e] > b.v) b = {x[e], c + e};  // ascending c: the first of equal maxima stays
+    }
+    b = tile::block_reduce(b, BestMerge{}, Best{-INFINITY, classes}, scratch);
+    if (threadIdx.x == 0) {
+      if (b.i == t) atomicAdd(&counts[0], 1u);
+      atomicAdd(&counts[1], 1u);
+    }
+  }
+}
+
+__global__ void accuracy_kernel(const unsigned* counts, float* accuracy) {
+  *accuracy = counts[1] > 0 ? float(counts[0]) / float(counts[1]) : NAN;
+}
+
+void launch_hits(const TensorView& logits, const TensorView& target, int64_t ignore, unsigned* counts,
+                 cudaStream_t stream) {
+  const int64_t rows = logits.shape[0], classes = logits.shape[1];
+  const unsigned blocks = runtime::grid_cap(rows);
+  const auto run = [&](auto* p) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+    constexpr int W = 16 / sizeof(T);
+    const bool vec = classes % W == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+    if (vec) hits_kernel<T, W><<<blocks, kHitThreads, 0, stream>>>(p, rows, classes, target.data, target.dtype == DType::int64, ignore, counts);
+    else hits_kernel<T, 1><<<blocks, kHitThreads, 0, stream>>>(p, rows, classes, target.data, target.dtype == DType::int64, ignore, counts);
+  };
+  switch (logits.dtype) {
+    case DType::float32: run(static_cast<const float*>(logits.data)); break;
+    case DType::float16: run(static_cast<const __half*>(logits.data)); break;
+    default: run(static_cast<const __nv_bfloat16*>(logits.data)); break;
   }
   TESSERA_LAUNCH_CHECK();
 }
@@ -179,7 +242,7 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
   // The outputs apart from one another and from every input.
   using Arg = std::pair<const char*, const TensorView*>;
   const Arg outs[] = {{"loss", &loss}, {"lse", lse}, {"d_hidden", g.d_hidden}, {"d_weight", g.d_weight},
-                      {"d_bias", g.d_bias}};
+                      {"d_bias", g.d_bias}, {"accuracy", o.accuracy}};
   const Arg ins[] = {{"hidden", &hidden}, {"weight", &weight}, {"bias", bias}, {"target", &target},
                      {"grad_loss", g.grad_loss}, {"weight (class weights)", o.weight}};
   for (std::size_t i = 0; i < std::size(outs); ++i) {
@@ -215,6 +278,12 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
     if (o.z_loss != 0.0)
       detail::throw_arg(ErrorKind::value, kOp, "z_loss", "0 with class weights", std::to_string(o.z_loss));
   }
+  if (const TensorView* a = o.accuracy) {
+    detail::check_cuda_tensor(kOp, "accuracy", *a);
+    detail::check_dtype_in(kOp, "accuracy", *a, {DType::float32});
+    detail::check_same_device(kOp, "accuracy", *a, "hidden", hidden);
+    check_shape("accuracy", *a, {}, "a 0-d float32 tensor");
+  }
   if (o.chunk_rows < 0)
     detail::throw_arg(ErrorKind::value, kOp, "chunk_rows", "a count >= 0 (0: chosen)", std::to_string(o.chunk_rows));
 }
@@ -242,7 +311,9 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
   void* ws = options.workspace ? options.workspace->data : own.data();
   runtime::Scratch row_loss(none ? 0 : std::size_t(std::max<int64_t>(n, 1)) * sizeof(float), stream),
       valid(mean ? sizeof(float) : 0, stream), factor(sizeof(float), stream),
-      bias_acc(grads.d_bias ? std::size_t(v) * sizeof(float) : 0, stream);
+      bias_acc(grads.d_bias ? std::size_t(v) * sizeof(float) : 0, stream),
+      counts(options.accuracy ? 2 * sizeof(unsigned) : 0, stream);
+  if (options.accuracy) TESSERA_CUDA_CHECK(cudaMemsetAsync(counts.data(), 0, 2 * sizeof(unsigned), stream));
   if (mean)
     loss::mean_divisor(target.data, target.dtype == DType::int64, n, options.ignore_index,
                        options.weight ? static_cast<const float*>(options.weight->data) : nullptr, v,
@@ -274,6 +345,7 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
     const TensorView logits = TensorView::contiguous(ws, hidden.dtype, {rows, v}, dev);
     const TensorView h = rows_of(hidden, c0, rows);
     matmul(h, transposed(weight), logits, fwd, stream);
+    if (options.accuracy) launch_hits(logits, rows_of(target, c0, rows), options.ignore_index, counts.as<unsigned>(), stream);
     const TensorView lse_rows = lse ? rows_of(*lse, c0, rows) : TensorView{};
     cross_entropy(logits, rows_of(target, c0, rows), rows_of(row_losses, c0, rows), lse ? &lse_rows : nullptr,
                   want ? &logits : nullptr, ce, stream);
@@ -291,6 +363,10 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
                        scaled ? factor.as<float>() : nullptr, stream);
   }
   if (!none) loss::sum_rows(row_loss.as<float>(), n, mean ? valid.as<float>() : nullptr, static_cast<float*>(loss.data), stream);
+  if (options.accuracy) {
+    accuracy_kernel<<<1, 1, 0, stream>>>(counts.as<unsigned>(), static_cast<float*>(options.accuracy->data));
+    TESSERA_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace tessera
@@ -300,7 +376,7 @@ namespace {
 const OpRegistrar kLinearCrossEntropy = describe("linear_cross_entropy", "loss", "cross-entropy of hidden @ weight^T + bias against class targets, with d_hidden and d_weight, in chunks")
     .schema("linear_cross_entropy(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, *, int ignore_index=-100, "
             "str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, int chunk_rows=0, "
-            "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None, Tensor? ce_weight=None, ScalarType? accum_dtype=None) -> "
-            "(Tensor, Tensor, Tensor, Tensor, Tensor)");
+            "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None, Tensor? ce_weight=None, "
+            "ScalarType? accum_dtype=None, bool token_accuracy=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 }  // namespace
 }  // namespace tessera
