@@ -32,7 +32,7 @@ for s in $STEPS; do
     norm) step norm bash -c "devbin/tessera verify rms_norm rms_norm_backward &&
                              python3 -m pytest -q -rs tests/python/test_rowwise.py -k rms" ;;
     lce) step lce bash -c "devbin/tessera verify linear_cross_entropy &&
-                           python3 -m pytest -q -rs tests/python/test_cross_entropy.py" ;;
+                           python3 -m pytest -q -rs tests/python/test_cross_entropy.py tests/python/test_sharding.py" ;;
     tpytest) step tpytest python3 -m pytest -q -rs tests/python/test_transformers_patch.py \
                tests/python/test_transformers_convergence.py ${TPYTEST_K:+-k "$TPYTEST_K"} ;;
     ops) step ops python3 benchmarks/llama_ops.py --rounds "${ROUNDS:-3}" \
