@@ -81,7 +81,7 @@ Activation activation_from(const std::string& name) {
   for (Activation a : kActivations)
     if (name == activation_name(a)) return a;
   detail::throw_arg(ErrorKind::value, "matmul", "activation",
-                    "None, 'relu', 'gelu', 'gelu_tanh', 'silu' or 'swiglu'", "'" + name + "'");
+                    "None, 'relu', 'gelu', 'gelu_tanh', 'silu', 'swiglu' or 'geglu'", "'" + name + "'");
 }
 
 // MatmulOptions as plain arguments ('none' for no activation).

@@ -383,6 +383,8 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
 
     register_sharding(ops.swiglu_backward.default)(swiglu_backward_rule(1))
     register_sharding(ops.swiglu_backward.recompute)(swiglu_backward_rule(2))
+    register_sharding(ops.geglu_blocks_backward.default)(swiglu_backward_rule(1))
+    register_sharding(ops.geglu_blocks_backward.recompute)(swiglu_backward_rule(2))
 
     # mlp(input [..., K], w_in [N, K], w_out [D, N']) -> out [..., D] (and the pre-activation
     # [..., N]): input's rows (any leading dimension) with the weights replicated, or Megatron's
@@ -396,7 +398,7 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
                 return [out, z][:outputs], ins
             strategies = [strategy(R, R, [R, R, R])]
             strategies += [strategy(Shard(d), Shard(d), [Shard(d), R, R]) for d in range(input.ndim - 1)]
-            if activation != "swiglu" or whole_pairs(w_in.shape[0], w_in.mesh):
+            if activation not in ("swiglu", "geglu") or whole_pairs(w_in.shape[0], w_in.mesh):
                 strategies.append(strategy(Partial(), Shard(input.ndim - 1), [R, Shard(0), Shard(1)]))
             return strategies
         return rule
@@ -425,7 +427,7 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
             nd = 3 if a.ndim == 3 or b.ndim == 3 else 2
             n = b.shape[-1]
             batch = max(a.shape[0] if a.ndim == 3 else 1, b.shape[0] if b.ndim == 3 else 1)
-            shape = ((batch,) if nd == 3 else ()) + (a.shape[-2], n // 2 if activation == "swiglu" else n)
+            shape = ((batch,) if nd == 3 else ()) + (a.shape[-2], n // 2 if activation in ("swiglu", "geglu") else n)
 
             def strategy(out, pa, pb, pbias, pres):
                 ins = [pa, pb] + ([pbias] if bias is not None else []) + ([pres] if residual is not None else [])
@@ -439,7 +441,7 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
             if nd == 3 and batch > 1:
                 strategies.append(strategy(Shard(0), Shard(0) if a.ndim == 3 and a.shape[0] == batch else R,
                                            Shard(0) if b.ndim == 3 and b.shape[0] == batch else R, R, res(0)))
-            if activation != "swiglu" or whole_pairs(n, b.mesh):
+            if activation not in ("swiglu", "geglu") or whole_pairs(n, b.mesh):
                 strategies.append(strategy(Shard(nd - 1), R, Shard(b.ndim - 1),
                                            Shard(bias.ndim - 1) if bias is not None else None, res(nd - 1)))
             if activation == "none":

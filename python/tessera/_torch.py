@@ -132,7 +132,7 @@ def _register_fakes():
         m, n = input.shape[-2], other.shape[-1]
         batch = max(input.shape[0] if input.dim() == 3 else 1,
                     other.shape[0] if other.dim() == 3 else 1)
-        if activation == "swiglu":
+        if activation in ("swiglu", "geglu"):
             n //= 2  # gate and up pairs: half the product's columns
         shape = (m, n) if input.dim() == 2 and other.dim() == 2 else (batch, m, n)
         return input.new_empty(shape, dtype=out_dtype or input.dtype)
@@ -155,6 +155,10 @@ def _register_fakes():
     # (grad_input like input, the forward's output like grad_output), as the generic kernel's.
     @fake("tessera::swiglu_backward.recompute")
     def _swiglu_backward_recompute(grad_output, input):
+        return _like(input), _like(grad_output)
+
+    @fake("tessera::geglu_blocks_backward.recompute")
+    def _geglu_blocks_backward_recompute(grad_output, input):
         return _like(input), _like(grad_output)
 
     @fake("tessera::attention")

@@ -11,12 +11,12 @@ out=None, out_dtype=None)`` computes
     out = activation(alpha * (input @ other) + bias) + residual + beta * out
 
 with the whole epilogue applied as the product is stored. ``activation`` is None, 'relu', 'gelu',
-'gelu_tanh', 'silu' or 'swiglu'. 'swiglu' is gated: the product's columns hold gate and up
-interleaved in blocks of 64 (columns 128 j .. 128 j + 63 the gate of features 64 j .. 64 j + 63,
-the next 64 their up; ``swiglu_weight(w_gate, w_up)`` builds such a weight for ``linear``), and the
-output is ``silu(gate) * up``, N / 2 columns (N a multiple of 128; no residual or beta). So
-``linear(x, swiglu_weight(w1, w3), activation="swiglu")`` is ``F.silu(x @ w1.T) * (x @ w3.T)`` from
-one GEMM. Under autograd the forward also stores the product (N columns: what the backward
+'gelu_tanh', 'silu', 'swiglu' or 'geglu'. 'swiglu' and 'geglu' are gated: the product's columns
+hold gate and up interleaved in blocks of 64 (columns 128 j .. 128 j + 63 the gate of features
+64 j .. 64 j + 63, the next 64 their up; ``swiglu_weight(w_gate, w_up)`` builds such a weight for
+``linear``), and the output is ``silu(gate) * up`` ('swiglu') or ``gelu_tanh(gate) * up`` ('geglu',
+Gemma's), N / 2 columns (N a multiple of 128; no residual or beta). So ``linear(x, swiglu_weight(w1,
+w3), activation="swiglu")`` is ``F.silu(x @ w1.T) * (x @ w3.T)`` from one GEMM. Under autograd the forward also stores the product (N columns: what the backward
 reads), so the memory it saves is that of the separate gate and up tensors' kernel launches, not
 of the product. ``input`` is [..., M, K] and ``other`` [K, N] or [..., K, N] (batch
 dimensions broadcast as in torch.matmul); ``bias`` has N elements, ``residual`` the output's shape
@@ -44,11 +44,11 @@ the product before the activation as a second output (torch.ops.tessera.matmul.p
 ``mlp(input, w_in, w_out, *, activation="swiglu")`` is ``linear(linear(input, w_in,
 activation=activation), w_out)``: a feed-forward block without biases (Llama's, with ``w_in =
 swiglu_weight(w1, w3)`` and ``w_out = w2``). ``input`` is [..., K], ``w_in`` [N, K], ``w_out``
-[D, N] ([D, N / 2] for 'swiglu'), all of one dtype (float32, float16, bfloat16; CUDA tensors only);
+[D, N] ([D, N / 2] for 'swiglu' and 'geglu'), all of one dtype (float32, float16, bfloat16; CUDA tensors only);
 ``activation`` as matmul's (None too). Under autograd it saves what the backward needs but not the
 hidden activation h = activation(x w_in^T): the first GEMM's kernel stores the product
 z = x w_in^T beside h (torch.ops.tessera.mlp.preactivation), and the forward saves x, the weights
-and z, and frees h when it returns; the backward recomputes h from z (for 'swiglu' in the same pass that gives dz), as
+and z, and frees h when it returns; the backward recomputes h from z (for the gated ones in the same pass that gives dz), as
 torch.compile's partitioner does for two linears. Per layer that saves h's [tokens, N / 2] (or
 [tokens, N]) elements against the two-linear composition, which keeps z for the first linear's
 activation and h for the second's weight gradient. Without autograd it is the two GEMMs, h in a
@@ -76,14 +76,15 @@ if TYPE_CHECKING:
 
 __all__ = ["matmul", "linear", "mlp", "scaled_mm", "swiglu_weight"]
 
-ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu", "swiglu")
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+GATED = ("swiglu", "geglu")  # half the product's columns out
 SWIGLU_BLOCK = 64  # gate and up interleave in blocks of this many columns (features)
 
 
 def _activation(activation, op: str = "matmul") -> str:
     if activation not in ACTIVATIONS:
         raise ValueError(f"tessera.{op}: argument 'activation': expected None, 'relu', 'gelu', "
-                         f"'gelu_tanh', 'silu' or 'swiglu', got {activation!r}")
+                         f"'gelu_tanh', 'silu', 'swiglu' or 'geglu', got {activation!r}")
     return activation or "none"
 
 
@@ -118,7 +119,7 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     batch_shape = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    out_shape = batch_shape + (m, n // 2 if activation == "swiglu" else n)
+    out_shape = batch_shape + (m, n // 2 if activation in GATED else n)
     dtype = out_dtype if out_dtype is not None else a.dtype
     allocate = out is None
     if out is None:
@@ -219,8 +220,8 @@ def _epilogue_as_placed(a, b, bias, residual, activation):
     nd = 3 if a.dim() == 3 or b.dim() == 3 else 2
     n = b.shape[-1]
     batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
-    shape = ((batch,) if nd == 3 else ()) + (a.shape[-2], n // 2 if activation == "swiglu" else n)
-    columns = activation != "swiglu" or n % (2 * SWIGLU_BLOCK * b.device_mesh.size()) == 0
+    shape = ((batch,) if nd == 3 else ()) + (a.shape[-2], n // 2 if activation in GATED else n)
+    columns = activation not in GATED or n % (2 * SWIGLU_BLOCK * b.device_mesh.size()) == 0
     targets = []  # per mesh dimension: a Partial, the output's sharded dimension, or None
     for pa, pb in zip(a.placements, b.placements):
         target = None

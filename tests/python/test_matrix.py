@@ -38,7 +38,7 @@ def test_matmul_bad_activation_is_refused_first():
     torch = pytest.importorskip("torch")
     a = torch.ones(4, 4)
     with pytest.raises(ValueError, match=r"argument 'activation': expected None, 'relu', 'gelu', "
-                                         r"'gelu_tanh', 'silu' or 'swiglu', got 'tanh'"):
+                                         r"'gelu_tanh', 'silu', 'swiglu' or 'geglu', got 'tanh'"):
         tessera.matmul(a, a, activation="tanh")
 
 
@@ -227,24 +227,27 @@ def test_linear_swiglu_matches_two_projections(torch, dtype):
     assert rel_err(torch, bias.grad, db) < tol
 
 
+@pytest.mark.parametrize("activation", ["swiglu", "geglu"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
-def test_linear_swiglu_at_sizes_of_the_fused_epilogue(torch, dtype, grad):
-    """Sizes the sm90 tier takes, where on Hopper swiglu runs in the GEMM's epilogue: without
-    autograd only the N / 2 outputs are written, with it the pre-activation too (what the backward
-    reads). Cooperative tiles, several per CTA, and a last tile half beyond N."""
+def test_linear_swiglu_at_sizes_of_the_fused_epilogue(torch, dtype, grad, activation):
+    """Sizes the sm90 tier takes, where on Hopper the gated activation (swiglu, geglu) runs in the
+    GEMM's epilogue: without autograd only the N / 2 outputs are written, with it the
+    pre-activation too (what the backward reads). Cooperative tiles, several per CTA, and a last
+    tile half beyond N."""
     dt = getattr(torch, dtype)
     F = torch.nn.functional
+    act = F.silu if activation == "swiglu" else (lambda t: F.gelu(t, approximate="tanh"))
     for m, k, f in ((2048, 2048, 2816), (1000, 512, 1472)):
         x = torch.randn(m, k, device="cuda", dtype=dt, requires_grad=grad)
         w1 = torch.randn(f, k, device="cuda", dtype=dt) / k ** 0.5
         w3 = torch.randn(f, k, device="cuda", dtype=dt) / k ** 0.5
         bias = torch.randn(2 * f, device="cuda", dtype=dt)
-        y = tessera.linear(x, tessera.swiglu_weight(w1, w3), bias, activation="swiglu")
+        y = tessera.linear(x, tessera.swiglu_weight(w1, w3), bias, activation=activation)
         assert y.shape == (m, f) and y.dtype == dt
         xr = x.detach().double().requires_grad_()
         b = bias.double().view(-1, 2, 64)
-        ref = F.silu(F.linear(xr, w1.double(), b[:, 0].reshape(-1))) * F.linear(xr, w3.double(), b[:, 1].reshape(-1))
+        ref = act(F.linear(xr, w1.double(), b[:, 0].reshape(-1))) * F.linear(xr, w3.double(), b[:, 1].reshape(-1))
         assert rel_err(torch, y, ref) < 1e-2, (m, k, f)
         if grad:
             dy = torch.randn_like(y)

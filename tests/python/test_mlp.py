@@ -14,12 +14,12 @@ from fake_dist import dispatch_log
 
 import tessera
 
-ACTIVATIONS = ["swiglu", "gelu", "gelu_tanh", "silu", "relu", None]
+ACTIVATIONS = ["swiglu", "geglu", "gelu", "gelu_tanh", "silu", "relu", None]
 TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
 
 
 def hidden_of(n, activation):
-    return n // 2 if activation == "swiglu" else n
+    return n // 2 if activation in ("swiglu", "geglu") else n
 
 
 def composition(x, w_in, w_out, activation):
@@ -45,7 +45,7 @@ def test_mlp_refuses_a_bad_activation_and_non_tensors_first(torch_cpu, np):
     torch = torch_cpu
     x = torch.ones(4, 8)
     with pytest.raises(ValueError, match=r"tessera\.mlp: argument 'activation': expected None, 'relu', "
-                                         r"'gelu', 'gelu_tanh', 'silu' or 'swiglu', got 'tanh'"):
+                                         r"'gelu', 'gelu_tanh', 'silu', 'swiglu' or 'geglu', got 'tanh'"):
         tessera.mlp(x, x, x, activation="tanh")
     with pytest.raises(TypeError, match=r"tessera\.mlp: argument 'w_in': expected a torch tensor.*got ndarray"):
         tessera.mlp(x, np.ones((8, 8), np.float32), x)
@@ -147,9 +147,10 @@ def reference(torch, x, w_in, w_out, activation):
     """The composition in float64 with torch's functions: y and the gradient function."""
     F = torch.nn.functional
     z = F.linear(x, w_in)
-    if activation == "swiglu":
+    if activation in ("swiglu", "geglu"):
         g = z.unflatten(-1, (-1, 2, 64))
-        h = (F.silu(g[..., 0, :]) * g[..., 1, :]).flatten(-2)
+        act = F.silu if activation == "swiglu" else (lambda t: F.gelu(t, approximate="tanh"))
+        h = (act(g[..., 0, :]) * g[..., 1, :]).flatten(-2)
     else:
         h = {None: lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
              "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[activation](z)
@@ -185,18 +186,19 @@ def test_mlp_matches_the_composition(torch, activation, dtype):
         assert rel_err(torch, g, t.grad) < tol
 
 
+@pytest.mark.parametrize("activation", ["swiglu", "geglu"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_mlp_at_sizes_of_the_fused_epilogue(torch, dtype):
-    """Llama-like sizes where on Hopper swiglu runs in the first GEMM's epilogue (with the
-    pre-activation stored beside it under autograd), a last tile half beyond N, 2-d x."""
+def test_mlp_at_sizes_of_the_fused_epilogue(torch, dtype, activation):
+    """Llama-like sizes where on Hopper the gated activation runs in the first GEMM's epilogue
+    (with the pre-activation stored beside it under autograd), a last tile half beyond N, 2-d x."""
     dt = getattr(torch, dtype)
     x = torch.randn(1000, 512, device="cuda", dtype=dt, requires_grad=True)
-    w_in, w_out = weights(torch, dt, 512, 2944, 512, "swiglu")
-    y = tessera.mlp(x, w_in, w_out)
+    w_in, w_out = weights(torch, dt, 512, 2944, 512, activation)
+    y = tessera.mlp(x, w_in, w_out, activation=activation)
     dy = torch.randn_like(y)
     y.backward(dy)
     leaves = [t.detach().double().requires_grad_() for t in (x, w_in, w_out)]
-    ref = reference(torch, *leaves, "swiglu")
+    ref = reference(torch, *leaves, activation)
     ref.backward(dy.double())
     assert rel_err(torch, y, ref) < 2e-2
     for t, r in zip((x, w_in, w_out), leaves):

@@ -61,7 +61,8 @@ def samples(torch, name, dtype):
     if name == "layer_norm":
         return [((x(4, 8), [8], x(8), x(8), 1e-5), {}), ((x(2, 3, 4), [3, 4], None, None, 1e-5), {})]
     if name == "rms_norm":
-        return [((x(4, 8), [8], x(8), 1e-6), {}), ((x(2, 3, 4), [3, 4], None, 1e-6), {})]
+        return [((x(4, 8), [8], x(8), 1e-6), {}), ((x(2, 3, 4), [3, 4], None, 1e-6), {}),
+                ((x(4, 8), [8], x(8), 1e-6, 1.0), {})]  # Gemma's weight offset
     if name == "layer_norm_backward":
         xi, w = x(4, 8, grad=False), x(8, grad=False)
         _, mean, rstd = torch.ops.tessera.layer_norm(xi, [8], w, None, 1e-5)
@@ -69,7 +70,8 @@ def samples(torch, name, dtype):
     if name == "rms_norm_backward":
         xi, w = x(4, 8, grad=False), x(8, grad=False)
         _, rstd = torch.ops.tessera.rms_norm(xi, [8], w, 1e-6)
-        return [((x(4, 8, grad=False), xi, [8], rstd, w, [True, True]), {})]
+        return [((x(4, 8, grad=False), xi, [8], rstd, w, [True, True]), {}),
+                ((x(4, 8, grad=False), xi, [8], rstd, w, [True, True], 1.0), {})]
     if name == "add_layer_norm":
         return [((x(4, 8), x(4, 8), x(8), x(8), 1e-5), {}), ((x(2, 3, 4), x(2, 3, 4)), {})]
     if name == "add_rms_norm":
@@ -93,18 +95,20 @@ def samples(torch, name, dtype):
                 ((x(16, 32), x(32, 24)), {"residual": x(16, 24), "activation": "relu"}),
                 ((x(2, 16, 32), x(32, 24)), {"alpha": 0.5, "residual": x(2, 16, 24)}),
                 ((x(1, 16, 32), x(3, 32, 24)), {"activation": "silu"}),
-                ((x(16, 32), x(32, 256)), {"bias": x(256), "activation": "swiglu"})]
+                ((x(16, 32), x(32, 256)), {"bias": x(256), "activation": "swiglu"}),
+                ((x(16, 32), x(32, 256)), {"activation": "geglu"})]
     if name == "matmul.preactivation":  # called below autograd (by matmul's autograd kernel)
         return [((x(16, 32, grad=False), x(32, 24, grad=False)), {"bias": x(24, grad=False), "activation": "gelu"}),
                 ((x(2, 16, 32, grad=False), x(32, 24, grad=False)),
                  {"residual": x(2, 16, 24, grad=False), "activation": "silu", "alpha": 0.5}),
                 ((x(2, 16, 32, grad=False), x(32, 128, grad=False)), {"activation": "swiglu"})]
-    if name in ("swiglu_backward", "swiglu_backward.recompute"):  # gate and up interleaved in blocks of 64
+    if name.split(".")[0] in ("swiglu_backward", "geglu_blocks_backward"):  # gate and up in blocks of 64
         return [((x(4, 64, grad=False), x(4, 128, grad=False)), {}),
                 ((x(2, 3, 128, grad=False), x(2, 3, 256, grad=False)), {})]
     if name == "mlp":  # input [..., K], w_in [N, K], w_out [D, N or N / 2]
         return [((x(16, 32), x(256, 32), x(24, 128)), {}),
                 ((x(2, 5, 32), x(256, 32), x(24, 128)), {"activation": "swiglu"}),
+                ((x(2, 5, 32), x(256, 32), x(24, 128)), {"activation": "geglu"}),
                 ((x(2, 5, 32), x(48, 32), x(24, 48)), {"activation": "gelu"}),
                 ((x(32), x(48, 32), x(24, 48)), {"activation": "relu"})]
     if name == "mlp.preactivation":  # called below autograd (by mlp's autograd kernel)
@@ -166,7 +170,9 @@ def samples(torch, name, dtype):
                 ((x(5, 8), x(12, 8), x(12), t.int()), {"reduction": "sum", "z_loss": 1e-3,
                                                         "output_mask": [True, True, True]}),
                 ((x(5, 8), x(12, 8), None, t), {"reduction": "none", "output_mask": [True, False, False],
-                                                 "grad_loss": torch.rand(5, device="cuda")})]
+                                                 "grad_loss": torch.rand(5, device="cuda")}),
+                ((x(5, 8), x(12, 8), None, t), {"chunk_rows": 2, "token_accuracy": True, "output_mask": [True, True, False],
+                                                 "accum_dtype": torch.float32})]
     if name == "attention.kvcache":
         k, v = x(6, 16, 2, 64, grad=False), x(6, 16, 2, 64, grad=False)
         lens = torch.tensor([20, 0], device="cuda", dtype=torch.int32)
@@ -244,13 +250,13 @@ def expected_outputs(torch, name, args, kwargs):
         return [(tuple(x.shape), x.dtype)] * 2 + [(tuple(x.shape[:-1]), torch.float32)] * (2 if name == "add_layer_norm" else 1)
     if base == "matmul":
         r = torch.matmul(args[0], args[1])
-        out = tuple(r.shape[:-1]) + (r.shape[-1] // (2 if kwargs.get("activation") == "swiglu" else 1),)
+        out = tuple(r.shape[:-1]) + (r.shape[-1] // (2 if kwargs.get("activation") in ("swiglu", "geglu") else 1),)
         return [(out, args[0].dtype)] + ([(tuple(r.shape), args[0].dtype)] if name == "matmul.preactivation" else [])
     if base == "mlp":
         x, w_in, w_out = args
         out = [(tuple(x.shape[:-1]) + (w_out.shape[0],), x.dtype)]
         return out + ([(tuple(x.shape[:-1]) + (w_in.shape[0],), x.dtype)] if name == "mlp.preactivation" else [])
-    if name == "swiglu_backward.recompute":
+    if name in ("swiglu_backward.recompute", "geglu_blocks_backward.recompute"):
         return [(tuple(args[1].shape), args[1].dtype), (tuple(args[0].shape), args[0].dtype)]
     if name == "isin":
         return [(tuple(args[0].shape), torch.bool)]

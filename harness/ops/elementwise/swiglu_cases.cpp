@@ -1,6 +1,6 @@
-// swiglu_backward (gate and up interleaved in blocks of 64 in one tensor, as matmul's activation
-// 'swiglu' stores its product), and swiglu_backward_recompute (the forward's output too): the CPU
-// reference (double precision), verify and bench cases.
+// swiglu_backward and geglu_blocks_backward (gate and up interleaved in blocks of 64 in one tensor,
+// as matmul's gated activations store their product), and their _recompute forms (the forward's
+// output too): the CPU reference (double precision), verify and bench cases, a row per gate.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -8,18 +8,37 @@
 
 #include "bench/host.hpp"
 #include "ops/elementwise/cases.hpp"
+#include "ops/elementwise/gelu_reference.hpp"
 #include "tessera/ops/elementwise.hpp"
 
 namespace tessera::ops::elementwise {
 namespace {
 
-constexpr const char* kOp = "swiglu_backward";
-
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// One gated activation: its op, the library's two backwards, and act and act' in double.
+struct Gate {
+  const char* op;
+  const char* summary;
+  void (*backward)(const TensorView&, const TensorView&, const TensorView&, cudaStream_t);
+  void (*recompute)(const TensorView&, const TensorView&, const TensorView&, const TensorView&, cudaStream_t);
+  double (*act)(double);
+  double (*grad)(double);
+};
+const Gate kGates[] = {
+    {"swiglu_backward", "swiglu backward (gate and up interleaved in blocks of 64): grad_input", swiglu_backward,
+     swiglu_backward_recompute, [](double g) { return g * sigmoid(g); },
+     [](double g) { const double s = sigmoid(g); return s * (1.0 + g * (1.0 - s)); }},
+    {"geglu_blocks_backward",
+     "matmul's activation 'geglu' backward (gate and up interleaved in blocks of 64): grad_input",
+     geglu_blocks_backward, geglu_blocks_backward_recompute,
+     [](double g) { return reference::gelu(g, GeluApproximate::tanh); },
+     [](double g) { return reference::gelu_grad(g, GeluApproximate::tanh); }},
+};
+
 // input [rows, n] (n a multiple of 128), grad_output [rows, n / 2]; grad_input like input. Where
-// `recompute`, swiglu_backward_recompute, whose forward output is checked too.
-VerifyResult run(DType dt, int64_t rows, int64_t n, Layout layout, bool recompute) {
+// `recompute`, the _recompute backward, whose forward output is checked too.
+VerifyResult run(const Gate& gate, DType dt, int64_t rows, int64_t n, Layout layout, bool recompute) {
   cudaStream_t stream = nullptr;
   TestTensor x = make_tensor(dt, {rows, n}, layout), dy = make_tensor(dt, {rows, n / 2}, layout);
   fill_random(x, -8, 8, stream);
@@ -28,31 +47,31 @@ VerifyResult run(DType dt, int64_t rows, int64_t n, Layout layout, bool recomput
   fill_poison(dx, stream);
   TestTensor y = make_tensor(dt, {rows, n / 2}, Layout::contiguous);
   fill_poison(y, stream);
-  if (recompute) swiglu_backward_recompute(dy.view, x.view, dx.view, y.view, stream);
-  else swiglu_backward(dy.view, x.view, dx.view, stream);
+  if (recompute) gate.recompute(dy.view, x.view, dx.view, y.view, stream);
+  else gate.backward(dy.view, x.view, dx.view, stream);
   const HostCopy hx = to_host(x), hd = to_host(dy);
   const std::vector<double> ref = host::tabulate(rows * n, [&](int64_t i) {
     const int64_t r = i / n, c = i % n, block = c / 128, col = c % 64;
     const bool is_up = c % 128 >= 64;
     const double g = host::load_double(hx.view, r * n + block * 128 + col);
     const double u = host::load_double(hx.view, r * n + block * 128 + 64 + col);
-    const double d = host::load_double(hd.view, r * (n / 2) + block * 64 + col), s = sigmoid(g);
-    return is_up ? d * g * s : d * u * s * (1.0 + g * (1.0 - s));
+    const double d = host::load_double(hd.view, r * (n / 2) + block * 64 + col);
+    return is_up ? d * gate.act(g) : d * u * gate.grad(g);
   });
   const std::string name = std::string(dtype_name(dt)) + " [" + std::to_string(rows) + ", " + std::to_string(n) +
                            "] " + layout_name(layout) + (recompute ? " +output" : "");
-  VerifyResult worst = compare(kOp, name, dx, ref, stream);
+  VerifyResult worst = compare(gate.op, name, dx, ref, stream);
   if (!recompute) return worst;
   const std::vector<double> out = host::tabulate(rows * (n / 2), [&](int64_t i) {
     const int64_t r = i / (n / 2), c = i % (n / 2), at = r * n + c / 64 * 128 + c % 64;
     const double g = host::load_double(hx.view, at), u = host::load_double(hx.view, at + 64);
-    return g * sigmoid(g) * u;
+    return gate.act(g) * u;
   });
-  keep_worst(worst, compare(kOp, name + " (output)", y, out, stream));
+  keep_worst(worst, compare(gate.op, name + " (output)", y, out, stream));
   return worst;
 }
 
-std::vector<VerifyCase> cases() {
+std::vector<VerifyCase> cases(const Gate& gate) {
   struct Spec {
     int64_t rows, n;
     Layout layout;
@@ -65,7 +84,7 @@ std::vector<VerifyCase> cases() {
       for (bool recompute : {false, true})
         v.push_back({std::string(dtype_name(dt)) + " [" + std::to_string(s.rows) + ", " + std::to_string(s.n) + "] " +
                          layout_name(s.layout) + (recompute ? " +output" : ""),
-                     false, [=] { return run(dt, s.rows, s.n, s.layout, recompute); }});
+                     false, [=, &gate] { return run(gate, dt, s.rows, s.n, s.layout, recompute); }});
   return v;
 }
 
@@ -80,7 +99,7 @@ BenchShape shape(DType dt, int64_t n) {
   return s;
 }
 
-BenchCase bench(DType dt, int64_t n) {
+BenchCase bench(const Gate& gate, DType dt, int64_t n) {
   const BenchShape sh = shape(dt, n);
   struct State { TestTensor dy, x, dx; };
   auto st = std::make_shared<State>();
@@ -89,19 +108,23 @@ BenchCase bench(DType dt, int64_t n) {
   st->dy = make_tensor(dt, sh.shapes[1], Layout::contiguous);
   fill_random(st->dy, -1, 1, nullptr);
   fill_random(st->x, -4, 4, nullptr);
-  BenchCase c = bench_case(kOp, dt, n, sh);
+  BenchCase c = bench_case(gate.op, dt, n, sh);
   State* s = st.get();
-  c.run = [s](cudaStream_t stream) { swiglu_backward(s->dy.view, s->x.view, s->dx.view, stream); };
+  c.run = [s, &gate](cudaStream_t stream) { gate.backward(s->dy.view, s->x.view, s->dx.view, stream); };
   c.state = st;
   return c;
 }
 
 const Registrar kRegistrar(26, [] {
-  OpInfo op = op_info(kOp, "swiglu backward (gate and up interleaved in blocks of 64): grad_input");
-  op.verify_cases = [] { return cases(); };
-  op.make_bench = bench;
-  op.bench_shape = shape;
-  return std::vector<OpInfo>{op};
+  std::vector<OpInfo> ops;
+  for (const Gate& gate : kGates) {
+    OpInfo op = op_info(gate.op, gate.summary);
+    op.verify_cases = [&gate] { return cases(gate); };
+    op.make_bench = [&gate](DType dt, int64_t n) { return bench(gate, dt, n); };
+    op.bench_shape = shape;
+    ops.push_back(op);
+  }
+  return ops;
 });
 
 }  // namespace

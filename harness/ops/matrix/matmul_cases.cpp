@@ -2,8 +2,9 @@
 // matmul` run. The cases cover both tiers (the tensor-core tier takes 16-bit inputs with K or the
 // rows contiguous in each operand, TMA-aligned; everything else goes to the SIMT tier), tails in
 // every dimension, batches (each operand batched or shared), layouts, and each piece of the
-// epilogue. Activation swiglu has variants of its own (matmul_swiglu: fused into the sm90 tier's
-// epilogue where it takes the call; matmul_swiglu_unfused: the product, then tessera::swiglu).
+// epilogue. The gated activations (swiglu, geglu) have variants of their own (matmul_swiglu: fused
+// into the sm90 tier's epilogue where it takes the call; matmul_swiglu_unfused: the product, then
+// tessera::swiglu or geglu_blocks).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -70,7 +71,7 @@ VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
   cudaStream_t stream = nullptr;
   const DType out_dt = s.out_f32 ? DType::float32 : dt;
   const int64_t batch = std::max(s.batch_a, s.batch_b);
-  const int64_t out_n = s.activation == Activation::swiglu ? s.n / 2 : s.n;  // swiglu pairs columns
+  const int64_t out_n = is_gated(s.activation) ? s.n / 2 : s.n;  // gate and up pairs of columns
   TestTensor a = make_tensor(dt, shape_of(s.batch_a, s.m, s.k), s.a);
   TestTensor b = make_tensor(dt, shape_of(s.batch_b, s.k, s.n), s.b);
   TestTensor out = make_tensor(out_dt, shape_of(batch, s.m, out_n), Layout::contiguous);
@@ -98,7 +99,7 @@ VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
   ho.bias = s.bias ? &hbias.view : nullptr;
   ho.residual = s.residual ? &hres.view : nullptr;
   const std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, ho);
-  const char* op = s.tf32 ? "matmul_tf32" : s.activation == Activation::swiglu ? "matmul_swiglu" : "matmul";
+  const char* op = s.tf32 ? "matmul_tf32" : is_gated(s.activation) ? "matmul_swiglu" : "matmul";
   TestTensor z;
   if (!s.preact) {
     matmul(a.view, b.view, out.view, o, stream);
@@ -213,11 +214,12 @@ std::vector<VerifyCase> matmul_cases() {
 // cooperative (66 to 132 tiles of 128 x 256 on 132 SMs, or more than a wave), a last tile half
 // beyond N, tails in M, batched (3-d maps), the pre-activation beside it. The others take the
 // product, then tessera::swiglu: other layouts, few rows (the skinny tier), rows that are not
-// 16-byte aligned, a float32 output or inputs, K = 0.
+// 16-byte aligned, a float32 output or inputs, K = 0. Activation geglu (GeGLU's gate, tanh-GELU)
+// takes the same kernels: the fused epilogue's cases again with it.
 std::vector<VerifyCase> matmul_swiglu_cases() {
   const Activation S = Activation::swiglu;
   const Layout C = Layout::contiguous, T = Layout::transposed;
-  const std::vector<MatmulSpec> specs = {
+  std::vector<MatmulSpec> specs = {
       {512, 256, 1024, 0, 0, C, T, false, false, false, S},                 // pingpong
       {512, 256, 1024, 0, 0, C, T, true, false, false, S, 1.0, 0.0, false, true},
       {1000, 256, 2944, 0, 0, C, T, true, false, false, S},                 // cooperative, half a tile
@@ -235,6 +237,11 @@ std::vector<VerifyCase> matmul_swiglu_cases() {
       {256, 128, 384, 0, 0, C, T, true, false, true, S},                    // float32 output
       {64, 0, 256, 0, 0, C, T, true, false, false, S},                      // K = 0
   };
+  for (std::size_t i : {0, 1, 2, 3, 4, 6, 8, 9, 11}) {
+    MatmulSpec g = specs[i];
+    g.activation = Activation::geglu;
+    specs.push_back(g);
+  }
   std::vector<VerifyCase> cases;
   for (DType dt : kFloatTypes)
     for (const MatmulSpec& s : specs) {
@@ -246,7 +253,7 @@ std::vector<VerifyCase> matmul_swiglu_cases() {
 
 // The same result from the product into a [.., M, N] buffer (matmul, no activation), then
 // tessera::swiglu over it: matmul_swiglu_unfused, the composition the fused epilogue replaces.
-VerifyResult run_swiglu_unfused(DType dt, const MatmulSpec& s) {
+VerifyResult run_gated_unfused(DType dt, const MatmulSpec& s) {
   cudaStream_t stream = nullptr;
   TestTensor a = make_tensor(dt, {s.m, s.k}, s.a), b = make_tensor(dt, {s.k, s.n}, s.b);
   TestTensor z = make_tensor(dt, {s.m, s.n}, Layout::contiguous);
@@ -256,22 +263,23 @@ VerifyResult run_swiglu_unfused(DType dt, const MatmulSpec& s) {
   fill_poison(out, stream);
   HostCopy ha = to_host(a), hb = to_host(b), hc = to_host(out);
   MatmulOptions o;
-  o.activation = Activation::swiglu;
+  o.activation = s.activation;
   const std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, o);
   matmul(a.view, b.view, z.view, MatmulOptions{}, stream);
-  swiglu(z.view, out.view, stream);
+  if (s.activation == Activation::geglu) geglu_blocks(z.view, out.view, stream);
+  else swiglu(z.view, out.view, stream);
   ErrorModel m = model_of(s);
   m.rounded = unit_roundoff(dt);  // the product, stored in dt before the activation
   return compare("matmul_swiglu_unfused", describe(dt, s), out, ref, stream, m);
 }
 
 std::vector<VerifyCase> matmul_swiglu_unfused_cases() {
-  const std::vector<MatmulSpec> specs = {{512, 256, 1024, 0, 0, Layout::contiguous, Layout::transposed,
-                                          false, false, false, Activation::swiglu}};
   std::vector<VerifyCase> cases;
-  for (DType dt : kFloatTypes)
-    for (const MatmulSpec& s : specs)
-      cases.push_back({describe(dt, s), false, [=] { return run_swiglu_unfused(dt, s); }});
+  for (Activation act : {Activation::swiglu, Activation::geglu}) {
+    const MatmulSpec s{512, 256, 1024, 0, 0, Layout::contiguous, Layout::transposed, false, false, false, act};
+    for (DType dt : kFloatTypes)
+      cases.push_back({describe(dt, s), false, [=] { return run_gated_unfused(dt, s); }});
+  }
   return cases;
 }
 
@@ -445,8 +453,8 @@ const Registrar kRegistrar(10, [] {
   // `tessera bench matmul_swiglu` times both, side by side.
   OpInfo swiglu = op;
   swiglu.name = "matmul_swiglu";
-  swiglu.summary = "matmul with activation swiglu (gate and up in blocks of 64 columns, N / 2 outputs), "
-                   "in the sm90 tier's epilogue where it takes the call";
+  swiglu.summary = "matmul with activation swiglu or geglu (gate and up in blocks of 64 columns, N / 2 "
+                   "outputs), in the sm90 tier's epilogue where it takes the call";
   swiglu.bench_sizes = {1024, 2048, 4096, 8192};
   swiglu.verify_cases = matmul_swiglu_cases;
   swiglu.make_bench = [](DType dt, int64_t n) { return swiglu_bench("matmul_swiglu", dt, n); };

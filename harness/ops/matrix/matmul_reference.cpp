@@ -57,11 +57,12 @@ std::vector<double> matmul(const TensorView& a, const TensorView& b, const Tenso
     for (int64_t kk = 0; kk < k; ++kk) acc += da.at(bi, i, kk) * db.at(bi, kk, j);
     return o.alpha * acc + (o.bias ? bias[j] : 0.0);
   };
-  if (o.activation == Activation::swiglu) {
+  if (is_gated(o.activation)) {
     const int64_t h = n / 2;
+    const Activation gate_act = o.activation == Activation::geglu ? Activation::gelu_tanh : Activation::silu;
     return host::tabulate(batch * m * h, [&](int64_t idx) {
       const int64_t bi = idx / (m * h), i = idx / h % m, j = idx % h, gate = j / 64 * 128 + j % 64;
-      return activation(product(bi, i, gate), Activation::silu) * product(bi, i, gate + 64);
+      return activation(product(bi, i, gate), gate_act) * product(bi, i, gate + 64);
     });
   }
   return host::tabulate(batch * m * n, [&](int64_t idx) {

@@ -30,7 +30,7 @@ struct MlpSpec {
   bool preact = false, workspace = false;
 };
 
-int64_t hidden_of(const MlpSpec& s) { return s.activation == Activation::swiglu ? s.n / 2 : s.n; }
+int64_t hidden_of(const MlpSpec& s) { return is_gated(s.activation) ? s.n / 2 : s.n; }
 
 Shape rows(const MlpSpec& s, int64_t cols) { return s.batch ? Shape{s.batch, s.m, cols} : Shape{s.m, cols}; }
 
@@ -103,6 +103,8 @@ std::vector<VerifyCase> cases() {
       {2, 100, 96, 256, 72, A::swiglu, true},               // batched, odd rows
       {0, 1000, 256, 1408, 256, A::swiglu, true, true},     // swiglu in the sm90 epilogue, half a tile
       {0, 16, 512, 256, 128, A::swiglu, true},              // the skinny tier: product, then swiglu
+      {0, 1000, 256, 1408, 256, A::geglu, true, true},      // geglu in the sm90 epilogue
+      {2, 100, 96, 256, 72, A::geglu, true},                // and not (float32, odd rows)
       {0, 300, 200, 520, 136, A::gelu, true, true},         // tails in every dimension
       {0, 64, 64, 128, 64, A::gelu_tanh},
       {3, 77, 128, 200, 96, A::silu, true},

@@ -77,6 +77,12 @@ void swiglu_backward(const TensorView& grad_output, const TensorView& input, con
 // instead of keeping it (tessera::mlp's).
 void swiglu_backward_recompute(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
                                const TensorView& output, cudaStream_t stream);
+// GeGLU's gate in the same layout (matmul's activation 'geglu'): gelu_tanh(gate) * up.
+void geglu_blocks(const TensorView& input, const TensorView& out, cudaStream_t stream);
+void geglu_blocks_backward(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
+                           cudaStream_t stream);
+void geglu_blocks_backward_recompute(const TensorView& grad_output, const TensorView& input,
+                                     const TensorView& grad_input, const TensorView& output, cudaStream_t stream);
 
 // dst = src: any strides on either side (a transpose, a gather of a strided view), same shape and
 // dtype. dst must not overlap src unless it is the same view (then nothing is done).

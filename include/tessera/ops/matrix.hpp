@@ -9,16 +9,21 @@
 
 namespace tessera {
 
-// swiglu: a gated activation over column pairs, out = silu(gate) * up, with gate and up the
-// product's columns interleaved in blocks of 64 (the layout of tessera::swiglu in
-// tessera/ops/elementwise.hpp): out has N / 2 columns, N a multiple of 128, no residual or beta.
-// On sm_90 (16-bit output, input and other K-contiguous) it runs in the GEMM's epilogue, which
-// writes only out (and the pre-activation where asked for); elsewhere the product goes to the
-// pre-activation output (or scratch) and tessera::swiglu makes out from it.
-enum class Activation { none, relu, gelu, gelu_tanh, silu, swiglu };
-inline constexpr Activation kActivations[] = {Activation::none, Activation::relu, Activation::gelu,
-                                              Activation::gelu_tanh, Activation::silu, Activation::swiglu};
-const char* activation_name(Activation a);  // "none", "relu", "gelu", "gelu_tanh", "silu", "swiglu"
+// swiglu and geglu: gated activations over column pairs, out = silu(gate) * up (SwiGLU) or
+// gelu_tanh(gate) * up (GeGLU, Gemma's), with gate and up the product's columns interleaved in
+// blocks of 64 (the layout of tessera::swiglu in tessera/ops/elementwise.hpp): out has N / 2
+// columns, N a multiple of 128, no residual or beta. On sm_90 (16-bit output, input and other
+// K-contiguous) they run in the GEMM's epilogue, which writes only out (and the pre-activation
+// where asked for); elsewhere the product goes to the pre-activation output (or scratch) and
+// tessera::swiglu or tessera::geglu_blocks makes out from it.
+enum class Activation { none, relu, gelu, gelu_tanh, silu, swiglu, geglu };
+inline constexpr Activation kActivations[] = {Activation::none,      Activation::relu, Activation::gelu,
+                                              Activation::gelu_tanh, Activation::silu, Activation::swiglu,
+                                              Activation::geglu};
+// "none", "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"
+const char* activation_name(Activation a);
+// swiglu and geglu: the output has half the product's columns.
+inline constexpr bool is_gated(Activation a) { return a == Activation::swiglu || a == Activation::geglu; }
 
 // What matmul does besides the product, applied in its epilogue (no extra pass over memory):
 //   out = activation(alpha * (input @ other) + bias) + residual + beta * out

@@ -1,5 +1,5 @@
 // The elementwise family's torch kernels written by hand: add (broadcast shapes, a number as
-// other), copy (writes its argument) and swiglu_backward.recompute (an overload: the generic
+// other), copy (writes its argument) and the gated backwards' .recompute (overloads: the generic
 // kernel is the first schema's). Schemas: the descriptions' (src/ops/elementwise/*.cu);
 // gelu, silu, dropout and their backwards take the generic kernels (generic.cpp).
 #include <ATen/ops/empty.h>
@@ -56,17 +56,26 @@ void copy(const at::Tensor& src, const at::Tensor& dst) {
   guarded([&] { tessera::copy(s, d, stream_of(src)); });
 }
 
-// (grad_input like input, output like grad_output), from one pass (mlp's backward).
-std::tuple<at::Tensor, at::Tensor> swiglu_backward_recompute(const at::Tensor& grad_output, const at::Tensor& input) {
-  const char* op = "swiglu_backward";
+// (grad_input like input, output like grad_output), from one pass (mlp's backward): the gated
+// activation's `recompute` backward, swiglu's or geglu's.
+template <auto Fn>
+std::tuple<at::Tensor, at::Tensor> gated_backward_recompute(const char* op, const at::Tensor& grad_output,
+                                                            const at::Tensor& input) {
   const TensorView dy = view(op, "grad_output", grad_output), x = view(op, "input", input);
   at::Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
   at::Tensor output = at::empty_like(grad_output, at::MemoryFormat::Contiguous);
   guarded([&] {
-    tessera::swiglu_backward_recompute(dy, x, view(op, "grad_input", grad_input), view(op, "output", output),
-                                       stream_of(input));
+    Fn(dy, x, view(op, "grad_input", grad_input), view(op, "output", output), stream_of(input));
   });
   return {grad_input, output};
+}
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_recompute(const at::Tensor& grad_output, const at::Tensor& input) {
+  return gated_backward_recompute<&tessera::swiglu_backward_recompute>("swiglu_backward", grad_output, input);
+}
+std::tuple<at::Tensor, at::Tensor> geglu_blocks_backward_recompute(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input) {
+  return gated_backward_recompute<&tessera::geglu_blocks_backward_recompute>("geglu_blocks_backward", grad_output,
+                                                                             input);
 }
 
 // ---- autograd -------------------------------------------------------------------------------------
@@ -122,6 +131,7 @@ void kernels(torch::Library& m) {
   m.impl("add.Scalar", &add_scalar);
   m.impl("copy", &copy);
   m.impl("swiglu_backward.recompute", &swiglu_backward_recompute);
+  m.impl("geglu_blocks_backward.recompute", &geglu_blocks_backward_recompute);
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ Activation activation_of(c10::string_view name, const char* op = "matmul") {
   for (Activation a : kActivations)
     if (name == activation_name(a)) return a;
   TORCH_CHECK_VALUE(false, "tessera.", op, ": argument 'activation': expected None, 'relu', 'gelu', "
-                    "'gelu_tanh', 'silu' or 'swiglu', got '", std::string(name), "'");
+                    "'gelu_tanh', 'silu', 'swiglu' or 'geglu', got '", std::string(name), "'");
 }
 
 // torch.get_float32_matmul_precision() != "highest", as torch.matmul reads it, unless given.
@@ -60,7 +60,7 @@ at::Tensor matmul_into(const at::Tensor& input, const at::Tensor& other, const O
   const auto options = input.options().dtype(out_dtype.value_or(input.scalar_type()));
   std::vector<int64_t> shape = product_shape(input, other);
   const std::vector<int64_t> product = shape;
-  if (o.activation == Activation::swiglu && !shape.empty()) shape.back() /= 2;  // the library checks N
+  if (is_gated(o.activation) && !shape.empty()) shape.back() /= 2;  // the library checks N
   at::Tensor out = at::empty(shape, options);
   TensorView z;
   if (preactivation) {
@@ -133,7 +133,7 @@ at::Tensor mlp_into(const at::Tensor& input, const at::Tensor& w_in, const at::T
   // weight at fault.
   const bool ok = w_in.dim() == 2 && w_out.dim() == 2;
   const int64_t n = ok ? w_in.size(0) : 0, d = ok ? w_out.size(0) : 0;
-  const int64_t hidden = o.activation == Activation::swiglu ? n / 2 : n;
+  const int64_t hidden = is_gated(o.activation) ? n / 2 : n;
   const auto options = input.options();
   at::Tensor out = at::empty(ok ? with_last(input, d) : std::vector<int64_t>{}, options);
   const at::Tensor h = at::empty({rows * hidden}, options);
@@ -185,8 +185,10 @@ at::Tensor activate_backward(const at::Tensor& g, const at::Tensor& z, Activatio
       "gelu_backward");
   static const auto silu = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("silu_backward");
   static const auto swiglu = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("swiglu_backward");
+  static const auto geglu = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("geglu_blocks_backward");
   switch (a) {
     case Activation::swiglu: return swiglu.call(g, z);
+    case Activation::geglu: return geglu.call(g, z);
     case Activation::relu: return g.mul(z.gt(0));
     case Activation::gelu: return gelu.call(g, z, "none");
     case Activation::gelu_tanh: return gelu.call(g, z, "tanh");
@@ -280,16 +282,17 @@ at::Tensor matmul_autograd(const at::Tensor& input, const at::Tensor& other, con
 }
 
 // The hidden activation h = activation(z) and the gradient through it dz = activation'(z) dh, each
-// only where wanted: for swiglu both from one pass over z (swiglu_backward.recompute); for the
-// others the forward's and the backward's elementwise ops.
+// only where wanted: for the gated activations both from one pass over z (swiglu_backward.recompute,
+// geglu_blocks_backward.recompute); for the others the forward's and the backward's elementwise ops.
 std::pair<at::Tensor, at::Tensor> recompute(const at::Tensor& dh, const at::Tensor& z, Activation a, bool want_h,
                                             bool want_dz) {
-  static const auto swiglu = handle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&)>(
-      "swiglu_backward", "recompute");
+  using Recompute = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&);
+  static const auto swiglu = handle<Recompute>("swiglu_backward", "recompute");
+  static const auto geglu = handle<Recompute>("geglu_blocks_backward", "recompute");
   static const auto gelu = handle<at::Tensor(const at::Tensor&, c10::string_view)>("gelu");
   static const auto silu = handle<at::Tensor(const at::Tensor&)>("silu");
-  if (a == Activation::swiglu && want_h) {
-    auto [dz, h] = swiglu.call(dh, z);
+  if (is_gated(a) && want_h) {
+    auto [dz, h] = (a == Activation::geglu ? geglu : swiglu).call(dh, z);
     return {h, dz};
   }
   at::Tensor h;

@@ -169,54 +169,85 @@ void check_interleaved(const char* op, const TensorView& input, const char* othe
 
 }  // namespace
 
-void swiglu(const TensorView& input, const TensorView& out, cudaStream_t stream) {
-  runtime::NvtxRange range("tessera::swiglu");
-  check_interleaved("swiglu", input, "out", out, 2);
-  detail::check_no_internal_overlap("swiglu", "out", out);
-  detail::check_no_overlap("swiglu", "out", out, "input", input, /*allow_identical=*/false);
+namespace {
+
+// The gated forms on the interleaved layout, a Gate per activation (SiluGate: swiglu, GeluTanhGate:
+// geglu_blocks).
+template <class Gate>
+void gated_blocks(const char* op, const TensorView& input, const TensorView& out, cudaStream_t stream) {
+  check_interleaved(op, input, "out", out, 2);
+  detail::check_no_internal_overlap(op, "out", out);
+  detail::check_no_overlap(op, "out", out, "input", input, /*allow_identical=*/false);
   if (out.numel() == 0) return;
   const TensorView gate = blocks_of(input, kSwigluBlock, 2, 0), up = blocks_of(input, kSwigluBlock, 2, kSwigluBlock);
   const TensorView o = blocks_of(out, kSwigluBlock, 1, 0);
-  elementwise::map_floats<SiluGate::Mul, 2>("swiglu", o, {&gate, &up}, stream);
+  elementwise::map_floats<Gate::template Mul, 2>(op, o, {&gate, &up}, stream);
 }
 
-void swiglu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
-                     cudaStream_t stream) {
-  runtime::NvtxRange range("tessera::swiglu_backward");
-  const char* op = "swiglu_backward";
+// The gradient of input, and with `output` the forward's output recomputed from the same read.
+template <class Gate>
+void gated_blocks_backward(const char* op, const TensorView& grad_output, const TensorView& input,
+                           const TensorView& grad_input, const TensorView* output, cudaStream_t stream) {
   check_interleaved(op, input, "grad_output", grad_output, 2);
   check_interleaved(op, input, "grad_input", grad_input, 1);
   detail::check_no_internal_overlap(op, "grad_input", grad_input);
   detail::check_no_overlap(op, "grad_input", grad_input, "input", input, /*allow_identical=*/true);
   detail::check_no_overlap(op, "grad_input", grad_input, "grad_output", grad_output, /*allow_identical=*/false);
+  if (output) {
+    check_interleaved(op, input, "output", *output, 2);
+    detail::check_no_internal_overlap(op, "output", *output);
+    detail::check_no_overlap(op, "output", *output, "grad_output", grad_output, /*allow_identical=*/true);
+    detail::check_no_overlap(op, "output", *output, "input", input, /*allow_identical=*/false);
+    detail::check_no_overlap(op, "output", *output, "grad_input", grad_input, /*allow_identical=*/false);
+  }
   if (grad_input.numel() == 0) return;
   const TensorView gate = blocks_of(input, kSwigluBlock, 2, 0), up = blocks_of(input, kSwigluBlock, 2, kSwigluBlock);
   const TensorView dgate = blocks_of(grad_input, kSwigluBlock, 2, 0);
   const TensorView dup = blocks_of(grad_input, kSwigluBlock, 2, kSwigluBlock);
   const TensorView dy = blocks_of(grad_output, kSwigluBlock, 1, 0);
-  elementwise::map_floats<SiluGate::Grads, 3, 2>(op, {&dgate, &dup}, {&dy, &gate, &up}, stream);
+  if (output) {
+    const TensorView out = blocks_of(*output, kSwigluBlock, 1, 0);
+    elementwise::map_floats<Gate::template GradsAndOutput, 3, 3>(op, {&dgate, &dup, &out}, {&dy, &gate, &up},
+                                                                 stream);
+  } else {
+    elementwise::map_floats<Gate::template Grads, 3, 2>(op, {&dgate, &dup}, {&dy, &gate, &up}, stream);
+  }
+}
+
+}  // namespace
+
+void swiglu(const TensorView& input, const TensorView& out, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::swiglu");
+  gated_blocks<SiluGate>("swiglu", input, out, stream);
+}
+
+void swiglu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
+                     cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::swiglu_backward");
+  gated_blocks_backward<SiluGate>("swiglu_backward", grad_output, input, grad_input, nullptr, stream);
 }
 
 void swiglu_backward_recompute(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
                                const TensorView& output, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::swiglu_backward_recompute");
-  const char* op = "swiglu_backward";
-  check_interleaved(op, input, "grad_output", grad_output, 2);
-  check_interleaved(op, input, "grad_input", grad_input, 1);
-  check_interleaved(op, input, "output", output, 2);
-  detail::check_no_internal_overlap(op, "grad_input", grad_input);
-  detail::check_no_internal_overlap(op, "output", output);
-  detail::check_no_overlap(op, "grad_input", grad_input, "input", input, /*allow_identical=*/true);
-  detail::check_no_overlap(op, "grad_input", grad_input, "grad_output", grad_output, /*allow_identical=*/false);
-  detail::check_no_overlap(op, "output", output, "grad_output", grad_output, /*allow_identical=*/true);
-  detail::check_no_overlap(op, "output", output, "input", input, /*allow_identical=*/false);
-  detail::check_no_overlap(op, "output", output, "grad_input", grad_input, /*allow_identical=*/false);
-  if (grad_input.numel() == 0) return;
-  const TensorView gate = blocks_of(input, kSwigluBlock, 2, 0), up = blocks_of(input, kSwigluBlock, 2, kSwigluBlock);
-  const TensorView dgate = blocks_of(grad_input, kSwigluBlock, 2, 0);
-  const TensorView dup = blocks_of(grad_input, kSwigluBlock, 2, kSwigluBlock);
-  const TensorView dy = blocks_of(grad_output, kSwigluBlock, 1, 0), out = blocks_of(output, kSwigluBlock, 1, 0);
-  elementwise::map_floats<SiluGate::GradsAndOutput, 3, 3>(op, {&dgate, &dup, &out}, {&dy, &gate, &up}, stream);
+  gated_blocks_backward<SiluGate>("swiglu_backward", grad_output, input, grad_input, &output, stream);
+}
+
+void geglu_blocks(const TensorView& input, const TensorView& out, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::geglu_blocks");
+  gated_blocks<GeluTanhGate>("geglu_blocks", input, out, stream);
+}
+
+void geglu_blocks_backward(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
+                           cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::geglu_blocks_backward");
+  gated_blocks_backward<GeluTanhGate>("geglu_blocks_backward", grad_output, input, grad_input, nullptr, stream);
+}
+
+void geglu_blocks_backward_recompute(const TensorView& grad_output, const TensorView& input,
+                                     const TensorView& grad_input, const TensorView& output, cudaStream_t stream) {
+  runtime::NvtxRange range("tessera::geglu_blocks_backward_recompute");
+  gated_blocks_backward<GeluTanhGate>("geglu_blocks_backward", grad_output, input, grad_input, &output, stream);
 }
 
 namespace {
@@ -228,6 +259,14 @@ const OpRegistrar kSwigluBackward = describe("swiglu_backward", "elementwise",
     .schema("swiglu_backward.recompute(Tensor grad_output, Tensor input) -> "
             "(Tensor grad_input, Tensor output)")
     .kernel<&swiglu_backward>({"grad_output", "input", "grad_input"}, {{"grad_input", "input"}});
+const OpRegistrar kGegluBlocksBackward =
+    describe("geglu_blocks_backward", "elementwise",
+             "matmul's activation 'geglu' backward (gate and up interleaved in blocks of 64): grad_input")
+        .schema("geglu_blocks_backward(Tensor grad_output, Tensor input) -> Tensor")
+        // with the forward's output recomputed, as swiglu_backward.recompute (python/src/torch/elementwise.cpp)
+        .schema("geglu_blocks_backward.recompute(Tensor grad_output, Tensor input) -> "
+                "(Tensor grad_input, Tensor output)")
+        .kernel<&geglu_blocks_backward>({"grad_output", "input", "grad_input"}, {{"grad_input", "input"}});
 const OpRegistrar kSiluMul = describe("silu_mul", "elementwise", "SwiGLU's gate: silu(gate) * up")
     .schema("silu_mul(Tensor gate, Tensor up) -> Tensor")
     .kernel<&silu_mul>({"gate", "up", "out"}, {{"out", "gate"}})

@@ -5,8 +5,8 @@
 // stride 0: one matrix shared by every batch). The epilogue turns the float32 accumulator of one
 // element into its stored value: activation(alpha * acc + bias[n]) + residual[b, m, n] +
 // beta * C[b, m, n], and optionally stores alpha * acc + bias[n] as well (the pre-activation).
-// Activation swiglu pairs columns instead (C has N / 2 of them, out_cols): only the sm90 tier takes
-// it, in its own epilogue (gemm_sm90_swiglu.cuh); the other tiers refuse it.
+// The gated activations (swiglu, geglu) pair columns instead (C has N / 2 of them, out_cols): only
+// the sm90 tier takes them, in its own epilogue (gemm_sm90_swiglu.cuh); the other tiers refuse them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -82,8 +82,8 @@ struct GemmArgs {
   int device = 0;
 };
 
-// C's columns: N, or N / 2 with activation swiglu (gate and up columns in, one output out).
-inline int64_t out_cols(const GemmArgs& g) { return g.activation == Activation::swiglu ? g.n / 2 : g.n; }
+// C's columns: N, or N / 2 with a gated activation (gate and up columns in, one output out).
+inline int64_t out_cols(const GemmArgs& g) { return is_gated(g.activation) ? g.n / 2 : g.n; }
 
 struct GemmCtx {
   int sms = 0;
@@ -302,11 +302,11 @@ struct Sm90Tier {
   static constexpr const char* kWhen =
       "sm_90, 16-bit inputs with K or the rows of each operand contiguous (row- or column-major), "
       "or tf32 and fp8 inputs with K contiguous in both: TMA, wgmma, persistent, warp-specialized, "
-      "the output by TMA stores; a partly filled last wave's tiles split over K; activation swiglu "
-      "(16-bit output, K-major operands, N a multiple of 128, TMA-stored) in the epilogue on whole tiles";
+      "the output by TMA stores; a partly filled last wave's tiles split over K; activations swiglu and "
+      "geglu (16-bit output, K-major operands, N a multiple of 128, TMA-stored) in the epilogue on whole tiles";
   struct Plan {
     bool pingpong = false;  // else cooperative (gemm_sm90.cuh says what each is)
-    bool swiglu = false;    // activation swiglu, in the epilogue (gemm_sm90_swiglu.cuh)
+    bool gated = false;     // activation swiglu or geglu, in the epilogue (gemm_sm90_swiglu.cuh)
     int group = 8;          // TileOrder::group
     int splits = 1;         // cooperative: the tiles from `whole` on each split into chunks of K
     int64_t whole = 0;
@@ -399,9 +399,9 @@ struct SimtTier {
     dim3 grid;
     std::string describe() const;
   };
-  // Anything but swiglu, which matmul gives the sm90 tier only (it runs the rest as the product,
-  // then tessera::swiglu).
-  static bool can_implement(const GemmArgs& g, const GemmCtx&) { return g.activation != Activation::swiglu; }
+  // Anything but the gated activations, which matmul gives the sm90 tier only (it runs the rest as
+  // the product, then tessera::swiglu or geglu_blocks).
+  static bool can_implement(const GemmArgs& g, const GemmCtx&) { return !is_gated(g.activation); }
   static Plan plan(const GemmArgs& g, const GemmCtx& ctx);
   static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
 };

@@ -44,7 +44,7 @@ std::string RelayoutTier::Plan::describe() const {
 
 bool RelayoutTier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
   if (ctx.major != 9 || g.dtype != DType::float32 || !g.allow_tf32 || g.k == 0) return false;
-  if (g.activation == Activation::swiglu) return false;  // 16-bit outputs only (gemm_sm90.cu)
+  if (is_gated(g.activation)) return false;  // 16-bit outputs only (gemm_sm90.cu)
   if (k_major_a(g) && k_major_b(g)) return false;
   // Scratch is 256-byte aligned: a stand-in pointer of that alignment asks the sm90 tier.
   alignas(256) static const float probe[1] = {};

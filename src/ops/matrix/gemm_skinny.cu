@@ -234,7 +234,7 @@ bool SkinnyTier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
   // An explicit config names the sm90 tiers' choices: tuning may then prefer them.
   if (ctx.major < 8 || !(g.config == GemmConfig{}) || g.batch != 1 || g.m > kMaxM || g.k == 0)
     return false;
-  if (g.activation == Activation::swiglu) return false;  // the sm90 tier's alone (gemm.cuh)
+  if (is_gated(g.activation)) return false;  // the sm90 tier's alone (gemm.cuh)
   if (!is_16bit(g.dtype) || (g.out_dtype != g.dtype && g.out_dtype != DType::float32)) return false;
   const int64_t e = int64_t(dtype_size(g.dtype));
   return g.b_sk == 1 && g.k % kRun == 0 && g.b_sn * e % 16 == 0 &&

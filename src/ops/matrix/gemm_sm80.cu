@@ -351,7 +351,7 @@ std::string Sm80Tier::Plan::describe() const {
 
 bool Sm80Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
   if (ctx.major < 8 || g.k <= 0) return false;
-  if (g.activation == Activation::swiglu) return false;  // the sm90 tier's alone (gemm.cuh)
+  if (is_gated(g.activation)) return false;  // the sm90 tier's alone (gemm.cuh)
   if (g.dtype != DType::bfloat16 && g.dtype != DType::float16) return false;
   if (g.out_dtype != g.dtype && g.out_dtype != DType::float32) return false;
   if (tile_count(g, Narrow::BN) > INT32_MAX || (g.k + kBK - 1) / kBK > INT32_MAX) return false;

@@ -31,10 +31,10 @@ bool out_ok(DType in, DType out) {
   return out == in && in != DType::float32;
 }
 
-// Activation swiglu (store_swiglu): the kernels that hold it (kSwigluKernel: a 16-bit output of
+// Activations swiglu and geglu (store_swiglu): the kernels that hold it (kSwigluKernel: a 16-bit output of
 // the inputs' dtype, K-major operands), N whole 128-column blocks, nothing added after the
 // activation, and both outputs stored by TMA in either schedule.
-bool swiglu_ok(const GemmArgs& g) {
+bool gated_ok(const GemmArgs& g) {
   return (g.dtype == DType::bfloat16 || g.dtype == DType::float16) && g.out_dtype == g.dtype &&
          layout_a(g).k_major() && layout_b(g).k_major() && g.n % 128 == 0 && !g.residual &&
          g.beta == 0.0f && out_path(g, Cooperative::kRows) != kDrain && out_path(g, PingPong::kRows) != kDrain;
@@ -51,7 +51,7 @@ std::string Sm90Tier::Plan::describe() const {
          std::to_string(pingpong ? PingPong::BN : Cooperative::BN) + " tiles, " +
          std::to_string(pingpong ? PingPong::kStages : Cooperative::kStages) + " stages, group " +
          std::to_string(group) + split + ", " + std::to_string(grid) + " persistent CTAs" +
-         (swiglu ? ", swiglu in the epilogue" : "");
+         (gated ? ", the gated activation in the epilogue" : "");
 }
 
 bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
@@ -65,7 +65,7 @@ bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
     default: return false;
   }
   if (!out_ok(g.dtype, g.out_dtype) || !has_sm90a_code()) return false;
-  if (g.activation == Activation::swiglu && !swiglu_ok(g)) return false;
+  if (is_gated(g.activation) && !gated_ok(g)) return false;
   return operand_ok(g.dtype, layout_a(g), g.batch, kBM) && operand_ok(g.dtype, layout_b(g), g.batch, 256);
 }
 
@@ -73,7 +73,7 @@ Sm90Tier::Plan Sm90Tier::plan(const GemmArgs& g, const GemmCtx& ctx) {
   const Choice c = choose(g, ctx);
   Plan p;
   p.pingpong = c.pingpong;
-  p.swiglu = g.activation == Activation::swiglu;
+  p.gated = is_gated(g.activation);
   p.splits = c.splits;
   p.whole = c.whole;
   p.group = g.config.group > 0 ? g.config.group : 8;

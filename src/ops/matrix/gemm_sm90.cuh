@@ -16,7 +16,7 @@
 //                 (Schedule below), then the epilogue: the values written into swizzled shared
 //                 memory and stored by TMA (store_tma), which drains under the next tile's main
 //                 loop; or, for a residual or an output TMA cannot address, a short loop of
-//                 coalesced stores through shared memory (drain); activation swiglu through
+//                 coalesced stores through shared memory (drain); activations swiglu and geglu through
 //                 store_swiglu (gemm_sm90_swiglu.cuh), in the kernels of kSwigluKernel only
 // Work (Work below): whole tiles, and where the last wave would run partly empty, its tiles as
 // chunks of K that sum their partials together (sum_chunks).
@@ -433,7 +433,7 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     if constexpr (!S::kPingPong)  // pingpong's units are whole tiles
       if (w.split >= 0) sum_chunks<BN / 8 / kSubtiles<S, OutT>>(acc, work, w, g0, g1, wg);
     if constexpr (kSwigluKernel<T, OutT, KA, KB>)
-      if (epi.activation == Activation::swiglu) {  // whole tiles by TMA
+      if (is_gated(epi.activation)) {  // whole tiles by TMA
         store_swiglu<S::kRows, BN>(s.out[wg], maps, path == kTma3, epi, alpha, acc, batch, row0, col0, n, flip, wg);
         continue;
       }

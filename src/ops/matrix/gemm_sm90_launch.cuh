@@ -176,7 +176,7 @@ inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
     for (int64_t s = 2; s <= std::min(most, k_blocks / kMinChunkBlocks) && rem * s <= sms; ++s)
       if (coop_time(s) < coop_time(c.splits)) c.splits = int(s);
   }
-  if (g.activation == Activation::swiglu) c.splits = 1;  // store_swiglu stores whole tiles only
+  if (is_gated(g.activation)) c.splits = 1;  // store_swiglu stores whole tiles only
   c.whole = c.splits > 1 ? coop - rem : coop;
   const double pp_time = double((tiles(g, PingPong::BN) + sms - 1) / sms) / 2 * kPingPongCost;
   if (g.config.schedule) c.pingpong = g.config.schedule == 2;

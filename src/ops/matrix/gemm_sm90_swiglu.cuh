@@ -1,7 +1,8 @@
-// Activation swiglu in the Hopper GEMM's epilogue: consume (gemm_sm90.cuh) calls store_swiglu in
-// place of store_tma. With z = alpha * acc + bias over the product's N columns, the output has
-// N / 2: out[:, 64 j + c] = silu(z[:, 128 j + c]) * z[:, 128 j + 64 + c] (tessera::swiglu's layout),
-// and the product itself is stored only where the pre-activation output asks for it.
+// The gated activations swiglu and geglu in the Hopper GEMM's epilogue: consume (gemm_sm90.cuh)
+// calls store_swiglu in place of store_tma. With z = alpha * acc + bias over the product's N
+// columns, the output has N / 2: out[:, 64 j + c] = act(z[:, 128 j + c]) * z[:, 128 j + 64 + c]
+// (tessera::swiglu's layout), act silu or tanh-GELU, and the product itself is stored only where
+// the pre-activation output asks for it.
 //
 // A tile's BN columns (256 or 128) are whole 128-column blocks, each 64 gate columns then their 64
 // up columns. In wgmma's accumulator layout a thread holds columns 8 i + 2 (l % 4) and the next in
@@ -82,6 +83,8 @@ __device__ __forceinline__ void store_swiglu(unsigned char* out, const CUtensorM
   static_assert(sizeof(OutT) == 2 && BN % 128 == 0 && Acc == BN / 2, "16-bit blocks of 64 columns");
   const int lane = threadIdx.x % 32;
   const tile::Silu<true> silu;
+  const tile::GeluTanh<true> gelu;
+  const bool geglu = epi.activation == Activation::geglu;  // one kernel for both: a uniform branch
 #pragma unroll
   for (int q = 0; q < BN / 128; ++q) {
     if (col0 + 128 * q >= n) break;  // N is whole blocks: the tile's rest lies beyond it
@@ -108,7 +111,8 @@ __device__ __forceinline__ void store_swiglu(unsigned char* out, const CUtensorM
     }
     store_block<Rows, OutT, Frags>(out, maps, batched, x / 2, y, b, flip, wg, [&](int f, int j) {
       const float* g = &acc[f][j0 + j];
-      return make_float2(silu(g[0]) * g[32], silu(g[1]) * g[33]);
+      return geglu ? make_float2(gelu(g[0]) * g[32], gelu(g[1]) * g[33])
+                   : make_float2(silu(g[0]) * g[32], silu(g[1]) * g[33]);
     });
   }
 }

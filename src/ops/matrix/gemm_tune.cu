@@ -60,11 +60,11 @@ std::vector<GemmConfig> candidates(const GemmArgs& g, const GemmCtx& ctx) {
   if (!Sm90Tier::can_implement(g, ctx)) return out;
   for (int schedule : {1, 2})
     for (int group : {4, 8, 16}) out.push_back({schedule, group, 1});
-  // Splitting applies to cooperative's last wave, in chunks of 8 K blocks at least; not to swiglu
+  // Splitting applies to cooperative's last wave, in chunks of 8 K blocks at least; not to the gated
   // (whole tiles only).
   const int64_t k_blocks = g.k * int64_t(dtype_size(g.dtype)) / 128;
   for (int splits : {2, 4, 8})
-    if (k_blocks >= 8 * splits && g.activation != Activation::swiglu) out.push_back({1, 8, splits});
+    if (k_blocks >= 8 * splits && !is_gated(g.activation)) out.push_back({1, 8, splits});
   return out;
 }
 

@@ -22,6 +22,7 @@ const char* activation_name(Activation a) {
     case Activation::gelu_tanh: return "gelu_tanh";
     case Activation::silu: return "silu";
     case Activation::swiglu: return "swiglu";
+    case Activation::geglu: return "geglu";
     default: return "none";
   }
 }
@@ -72,8 +73,8 @@ TensorView widened(const TensorView& out, void* data) {
   return TensorView::make(data, out.dtype, shape, nullptr, out.ndim, out.device);
 }
 
-// With activation swiglu, out has N / 2 columns and the pre-activation output N (matmul_swiglu
-// checks the rest first).
+// With a gated activation (swiglu, geglu), out has N / 2 columns and the pre-activation output N
+// (matmul_gated checks the rest first).
 matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView& b,
                          const TensorView& c, const MatmulOptions& o) {
   for (auto [arg, t] : {std::pair{"input", &a}, std::pair{"other", &b}, std::pair{"out", &c}}) {
@@ -85,8 +86,8 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
   detail::check_same_device(kOp, "out", c, "input", a);
   const int64_t m = a.shape[a.ndim - 2], k = a.shape[a.ndim - 1];
   const int64_t n = b.shape[b.ndim - 1];
-  const bool swiglu = o.activation == Activation::swiglu;
-  const int64_t out_n = swiglu ? n / 2 : n;
+  const bool gated = is_gated(o.activation);
+  const int64_t out_n = gated ? n / 2 : n;
   if (b.shape[b.ndim - 2] != k)
     detail::throw_arg(ErrorKind::value, kOp, "other",
                       "K = " + std::to_string(k) + " rows (the columns of 'input' " +
@@ -99,7 +100,7 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
   if (c.shape[c.ndim - 2] != m || c.shape[c.ndim - 1] != out_n)
     detail::throw_arg(ErrorKind::value, kOp, "out",
                       "[..., " + std::to_string(m) + ", " + std::to_string(out_n) + "] (M of 'input', " +
-                          (swiglu ? "N / 2" : "N") + " of 'other')",
+                          (gated ? "N / 2" : "N") + " of 'other')",
                       c.shape_str());
   check_batch(kOp, "input", a, batch);
   check_batch(kOp, "other", b, batch);
@@ -146,7 +147,7 @@ matrix::GemmArgs resolve(const char* kOp, const TensorView& a, const TensorView&
   }
   if (o.preactivation) {
     const TensorView& z = *o.preactivation;
-    detail::check_like(kOp, "preactivation", z, "out", swiglu ? widened(c, c.data) : c);
+    detail::check_like(kOp, "preactivation", z, "out", gated ? widened(c, c.data) : c);
     detail::check_no_internal_overlap(kOp, "preactivation", z);
     detail::check_no_overlap(kOp, "preactivation", z, "out", c, false);
     detail::check_no_overlap(kOp, "preactivation", z, "input", a, false);
@@ -187,10 +188,10 @@ void matrix::run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cud
 
 namespace {
 
-// Whether swiglu runs in the sm90 tier's epilogue (only the N / 2 outputs written, and the product
-// only where the pre-activation output asks for it): that tier takes the call, the product would
-// go to it anyway (the skinny tier streams few rows' weight faster, and then swiglu's pass over
-// the product is small), and no other tier is forced (tests and measurements of that tier).
+// Whether a gated activation runs in the sm90 tier's epilogue (only the N / 2 outputs written, and
+// the product only where the pre-activation output asks for it): that tier takes the call, the
+// product would go to it anyway (the skinny tier streams few rows' weight faster, and then the
+// activation's pass over the product is small), and no other tier is forced (tests and measurements of that tier).
 bool fused(const matrix::GemmArgs& g, const matrix::GemmCtx& ctx) {
   matrix::GemmArgs product = g;
   product.activation = Activation::none;
@@ -199,15 +200,15 @@ bool fused(const matrix::GemmArgs& g, const matrix::GemmCtx& ctx) {
          !matrix::SkinnyTier::can_implement(product, ctx) && matrix::Sm90Tier::can_implement(g, ctx);
 }
 
-// activation 'swiglu': fused where the sm90 tier takes it; elsewhere the product (plus bias) into
-// the pre-activation output (a scratch buffer where none is asked for), then swiglu over it.
-void matmul_swiglu(const TensorView& input, const TensorView& other, const TensorView& out,
-                   const MatmulOptions& options, cudaStream_t stream) {
+// activation 'swiglu' or 'geglu': fused where the sm90 tier takes it; elsewhere the product (plus
+// bias) into the pre-activation output (a scratch buffer where none is asked for), then the gated
+// activation over it.
+void matmul_gated(const TensorView& input, const TensorView& other, const TensorView& out,
+                  const MatmulOptions& options, cudaStream_t stream) {
   const char* op = "matmul";
-  if (options.residual)
-    detail::throw_arg(ErrorKind::value, op, "residual", "none with activation 'swiglu'", "a tensor");
-  if (options.beta != 0.0)
-    detail::throw_arg(ErrorKind::value, op, "beta", "0 with activation 'swiglu'", std::to_string(options.beta));
+  const std::string with = std::string("with activation '") + activation_name(options.activation) + "'";
+  if (options.residual) detail::throw_arg(ErrorKind::value, op, "residual", "none " + with, "a tensor");
+  if (options.beta != 0.0) detail::throw_arg(ErrorKind::value, op, "beta", "0 " + with, std::to_string(options.beta));
   detail::check_cuda_tensor(op, "out", out);
   check_rank(op, "out", out);
   detail::check_cuda_tensor(op, "other", other);
@@ -215,10 +216,10 @@ void matmul_swiglu(const TensorView& input, const TensorView& other, const Tenso
   const int64_t n = other.shape[other.ndim - 1];
   if (n % (2 * kSwigluBlock) != 0)
     detail::throw_arg(ErrorKind::value, op, "other",
-                      "N a multiple of 128 with activation 'swiglu' (gate and up in blocks of 64 columns)",
+                      "N a multiple of 128 " + with + " (gate and up in blocks of 64 columns)",
                       other.shape_str());
   if (out.shape[out.ndim - 1] * 2 != n)
-    detail::throw_arg(ErrorKind::value, op, "out", "N / 2 = " + std::to_string(n / 2) + " columns with activation 'swiglu'",
+    detail::throw_arg(ErrorKind::value, op, "out", "N / 2 = " + std::to_string(n / 2) + " columns " + with,
                       out.shape_str());
   if (options.preactivation) {
     const TensorView& z = *options.preactivation;
@@ -245,7 +246,8 @@ void matmul_swiglu(const TensorView& input, const TensorView& other, const Tenso
   o.activation = Activation::none, o.preactivation = nullptr;
   matrix::GemmArgs product = resolve(op, input, other, z, o);
   run(op, product, stream);
-  swiglu(z, out, stream);
+  if (options.activation == Activation::geglu) geglu_blocks(z, out, stream);
+  else swiglu(z, out, stream);
 }
 
 }  // namespace
@@ -253,7 +255,7 @@ void matmul_swiglu(const TensorView& input, const TensorView& other, const Tenso
 void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
             const MatmulOptions& options, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::matmul");
-  if (options.activation == Activation::swiglu) return matmul_swiglu(input, other, out, options, stream);
+  if (is_gated(options.activation)) return matmul_gated(input, other, out, options, stream);
   matrix::GemmArgs g = resolve("matmul", input, other, out, options);
   run("matmul", g, stream);
 }

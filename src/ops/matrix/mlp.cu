@@ -50,18 +50,19 @@ void check(const TensorView& input, const TensorView& w_in, const TensorView& w_
     detail::check_same_device(kOp, arg, *t, "input", input);
   }
   const int64_t k = input.shape[input.ndim - 1], n = w_in.shape[0];
-  const bool swiglu = o.activation == Activation::swiglu;
-  const int64_t hidden = swiglu ? n / 2 : n;
+  const bool gated = is_gated(o.activation);
+  const int64_t hidden = gated ? n / 2 : n;
   if (w_in.shape[1] != k)
     detail::throw_arg(ErrorKind::value, kOp, "w_in",
                       "[N, K] with K = " + std::to_string(k) + " (the last dimension of 'input')", w_in.shape_str());
-  if (swiglu && n % (2 * kSwigluBlock) != 0)
+  if (gated && n % (2 * kSwigluBlock) != 0)
     detail::throw_arg(ErrorKind::value, kOp, "w_in",
-                      "N a multiple of 128 rows with activation 'swiglu' (gate and up in blocks of 64)",
+                      std::string("N a multiple of 128 rows with activation '") + activation_name(o.activation) +
+                          "' (gate and up in blocks of 64)",
                       w_in.shape_str());
   if (w_out.shape[1] != hidden)
     detail::throw_arg(ErrorKind::value, kOp, "w_out",
-                      "[D, " + std::to_string(hidden) + "] (the rows of 'w_in'" + (swiglu ? ", halved by swiglu)" : ")"),
+                      "[D, " + std::to_string(hidden) + "] (the rows of 'w_in'" + (gated ? ", halved by the gated activation)" : ")"),
                       w_out.shape_str());
   check_shape("out", out, rows_of(input, nullptr, w_out.shape[0]), "input's rows, the rows of 'w_out'");
   detail::check_no_internal_overlap(kOp, "out", out);
@@ -98,7 +99,7 @@ void mlp(const TensorView& input, const TensorView& w_in, const TensorView& w_ou
   runtime::NvtxRange range("tessera::mlp");
   check(input, w_in, w_out, out, options);
   runtime::DeviceGuard guard(input.device.index);
-  const int64_t hidden = options.activation == Activation::swiglu ? w_in.shape[0] / 2 : w_in.shape[0];
+  const int64_t hidden = is_gated(options.activation) ? w_in.shape[0] / 2 : w_in.shape[0];
   const TensorView shape = rows_of(input, nullptr, hidden);
   runtime::Scratch own(options.hidden ? 0 : shape.nbytes(), stream);
   const TensorView h = rows_of(input, options.hidden ? options.hidden->data : own.data(), hidden);
