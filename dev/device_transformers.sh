@@ -10,7 +10,7 @@
 # Steps (default: geglu tpytest ops flce step; map: the elementwise ops' verify cases, dev/map_lab
 # where it was built and carried, and their Python tests; lceprof: dev/lce_profile.py; step2: a
 # second transformers_step run, STEP2_ARGS, by default Gemma 2 against Liger; norm: rms_norm's
-# verify cases and tests; lce: linear_cross_entropy's). STEP_ARGS: extra transformers_step.py arguments;
+# verify cases and tests; lce: linear_cross_entropy's; gated: matmul's and mlp's swiglu and geglu). STEP_ARGS: extra transformers_step.py arguments;
 # OPS: llama_ops.py's --ops.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
@@ -33,6 +33,8 @@ for s in $STEPS; do
                              python3 -m pytest -q -rs tests/python/test_rowwise.py -k rms" ;;
     lce) step lce bash -c "devbin/tessera verify linear_cross_entropy &&
                            python3 -m pytest -q -rs tests/python/test_cross_entropy.py tests/python/test_sharding.py" ;;
+    gated) step gated bash -c "devbin/tessera verify matmul_swiglu matmul_swiglu_unfused mlp swiglu_backward geglu_blocks_backward &&
+                               python3 -m pytest -q -rs tests/python/test_mlp.py tests/python/test_matrix.py tests/python/test_torch_ops.py tests/python/test_sharding.py -k 'swiglu or geglu or mlp or activation or rms_norm or linear_cross or matmul'" ;;
     tpytest) step tpytest python3 -m pytest -q -rs tests/python/test_transformers_patch.py \
                tests/python/test_transformers_convergence.py ${TPYTEST_K:+-k "$TPYTEST_K"} ;;
     ops) step ops python3 benchmarks/llama_ops.py --rounds "${ROUNDS:-3}" \
@@ -46,7 +48,7 @@ for s in $STEPS; do
     *) echo "device_transformers.sh: unknown step $s" >&2 ;;
   esac
 done
-for s in norm lce tpytest; do
+for s in norm lce gated tpytest; do
   grep -E "passed|failed|cases" "$OUT/$s.log" 2>/dev/null | tail -n 3
   grep -E "^FAILED|FAIL " "$OUT/$s.log" 2>/dev/null | head -n 20 | cut -c1-220
 done
