@@ -13,9 +13,10 @@ out=None, out_dtype=None)`` computes
 with the whole epilogue applied as the product is stored. ``activation`` is None, 'relu', 'gelu',
 'gelu_tanh', 'silu', 'swiglu' or 'geglu'. 'swiglu' and 'geglu' are gated: the product's columns
 hold gate and up interleaved in blocks of 64 (columns 128 j .. 128 j + 63 the gate of features
-64 j .. 64 j + 63, the next 64 their up; ``swiglu_weight(w_gate, w_up)`` builds such a weight for
-``linear``), and the output is ``silu(gate) * up`` ('swiglu') or ``gelu_tanh(gate) * up`` ('geglu',
-Gemma's), N / 2 columns (N a multiple of 128; no residual or beta). So ``linear(x, swiglu_weight(w1,
+64 j .. 64 j + 63, the next 64 their up; for F = N / 2 not a multiple of 64 the last block is
+F % 64 wide; ``swiglu_weight(w_gate, w_up)`` builds such a weight for ``linear``), and the output is
+``silu(gate) * up`` ('swiglu') or ``gelu_tanh(gate) * up`` ('geglu', Gemma's), N / 2 columns (N
+even; no residual or beta; on Hopper in the GEMM's epilogue where N is a multiple of 128). So ``linear(x, swiglu_weight(w1,
 w3), activation="swiglu")`` is ``F.silu(x @ w1.T) * (x @ w3.T)`` from one GEMM. Under autograd the forward also stores the product (N columns: what the backward
 reads), so the memory it saves is that of the separate gate and up tensors' kernel launches, not
 of the product. ``input`` is [..., M, K] and ``other`` [K, N] or [..., K, N] (batch
@@ -300,18 +301,20 @@ def mlp(input: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, *,
 
 def swiglu_weight(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
     """The [2 F, K] weight whose product with ``linear(x, w, activation="swiglu")`` is
-    ``silu(x @ w_gate.T) * (x @ w_up.T)``: the rows of ``w_gate`` and ``w_up`` (each [F, K], F a
-    multiple of 64) interleaved in blocks of 64. A new tensor (differentiable: gradients flow back
-    to both); for a model's parameter, build it once and keep it as the parameter."""
+    ``silu(x @ w_gate.T) * (x @ w_up.T)`` (and with activation 'geglu', GeGLU's): the rows of
+    ``w_gate`` and ``w_up`` (each [F, K]) interleaved in blocks of 64, the last block F % 64 rows of
+    each where F is not a multiple of 64. A new tensor (differentiable: gradients flow back to
+    both); for a model's parameter, build it once and keep it as the parameter."""
     torch = _torch_only(w_gate, "w_gate")
     _torch_only(w_up, "w_up")
-    if w_gate.dim() != 2 or w_gate.shape != w_up.shape or w_gate.shape[0] % SWIGLU_BLOCK:
+    if w_gate.dim() != 2 or w_gate.shape != w_up.shape:
         raise ValueError(f"tessera.swiglu_weight: arguments 'w_gate' and 'w_up': expected two [F, K] "
-                         f"tensors of one shape, F a multiple of {SWIGLU_BLOCK}, got {list(w_gate.shape)} "
-                         f"and {list(w_up.shape)}")
+                         f"tensors of one shape, got {list(w_gate.shape)} and {list(w_up.shape)}")
     f, k = w_gate.shape
-    blocks = (f // SWIGLU_BLOCK, SWIGLU_BLOCK, k)
-    return torch.stack((w_gate.reshape(blocks), w_up.reshape(blocks)), 1).reshape(2 * f, k)
+    whole = f - f % SWIGLU_BLOCK
+    blocks = (whole // SWIGLU_BLOCK, SWIGLU_BLOCK, k)
+    head = torch.stack((w_gate[:whole].reshape(blocks), w_up[:whole].reshape(blocks)), 1).reshape(2 * whole, k)
+    return torch.cat((head, w_gate[whole:], w_up[whole:])) if whole < f else head
 
 
 def _torch_takes_over(input, other, bias=None) -> bool:

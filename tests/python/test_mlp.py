@@ -148,9 +148,14 @@ def reference(torch, x, w_in, w_out, activation):
     F = torch.nn.functional
     z = F.linear(x, w_in)
     if activation in ("swiglu", "geglu"):
-        g = z.unflatten(-1, (-1, 2, 64))
         act = F.silu if activation == "swiglu" else (lambda t: F.gelu(t, approximate="tanh"))
+        f = z.shape[-1] // 2
+        whole = f - f % 64  # blocks of 64 features, the last F % 64 wide
+        g = z[..., :2 * whole].unflatten(-1, (-1, 2, 64))
         h = (act(g[..., 0, :]) * g[..., 1, :]).flatten(-2)
+        if whole < f:
+            tail = z[..., 2 * whole:]
+            h = torch.cat((h, act(tail[..., :f - whole]) * tail[..., f - whole:]), -1)
     else:
         h = {None: lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
              "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[activation](z)
@@ -184,6 +189,34 @@ def test_mlp_matches_the_composition(torch, activation, dtype):
     assert rel_err(torch, y, composition(x, w_in, w_out, activation).detach()) < tol
     for g, t in zip(got, (x, w_in, w_out)):
         assert rel_err(torch, g, t.grad) < tol
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "geglu"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("f", [100, 40, 1000])
+def test_mlp_any_intermediate_size(torch, dtype, activation, f):
+    """Intermediate sizes that are not multiples of 64: the last gate/up block F % 64 wide (none
+    whole for F = 40), forward and backward, and swiglu_weight's layout for them."""
+    dt = getattr(torch, dtype)
+    x = torch.randn(3, 70, 96, device="cuda", dtype=dt, requires_grad=True)
+    w_in, w_out = weights(torch, dt, 96, 2 * f, 80, activation)
+    y = tessera.mlp(x, w_in, w_out, activation=activation)
+    assert y.shape == (3, 70, 80)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    leaves = [t.detach().double().requires_grad_() for t in (x, w_in, w_out)]
+    ref = reference(torch, *leaves, activation)
+    ref.backward(dy.double())
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    assert rel_err(torch, y, ref) < tol
+    for t, r in zip((x, w_in, w_out), leaves):
+        assert rel_err(torch, t.grad, r.grad) < tol, t.shape
+    w1, w3 = w_in.detach()[:f], w_in.detach()[f:]  # two projections, interleaved by swiglu_weight
+    F = torch.nn.functional
+    act = F.silu if activation == "swiglu" else (lambda t: F.gelu(t, approximate="tanh"))
+    want = act(F.linear(x.detach().double(), w1.double())) * F.linear(x.detach().double(), w3.double())
+    got = tessera.linear(x.detach(), tessera.swiglu_weight(w1, w3), activation=activation)
+    assert rel_err(torch, got, want) < tol
 
 
 @pytest.mark.parametrize("activation", ["swiglu", "geglu"])
@@ -285,8 +318,8 @@ def test_mlp_errors_name_the_argument(torch):
     w_in, w_out = weights(torch, bf, 64, 256, 32, "swiglu", grad=False)
     with pytest.raises(ValueError, match=r"tessera\.mlp: argument 'w_in': expected \[N, K\] with K = 64"):
         tessera.mlp(x, w_in[:, :63], w_out)
-    with pytest.raises(ValueError, match=r"tessera\.mlp: argument 'w_in': expected N a multiple of 128"):
-        tessera.mlp(x, w_in[:192], w_out)
+    with pytest.raises(ValueError, match=r"tessera\.mlp: argument 'w_in': expected N even"):
+        tessera.mlp(x, w_in[:191], w_out)
     with pytest.raises(ValueError, match=r"tessera\.mlp: argument 'w_out': expected \[D, 128\]"):
         tessera.mlp(x, w_in, w_out[:, :100])
     with pytest.raises(ValueError, match=r"tessera\.mlp: argument 'w_out': expected \[D, 256\]"):

@@ -36,7 +36,8 @@ const Gate kGates[] = {
      [](double g) { return reference::gelu_grad(g, GeluApproximate::tanh); }},
 };
 
-// input [rows, n] (n a multiple of 128), grad_output [rows, n / 2]; grad_input like input. Where
+// input [rows, n] (n even; n / 2 not a multiple of 64: a last, shorter block), grad_output
+// [rows, n / 2]; grad_input like input. Where
 // `recompute`, the _recompute backward, whose forward output is checked too.
 VerifyResult run(const Gate& gate, DType dt, int64_t rows, int64_t n, Layout layout, bool recompute) {
   cudaStream_t stream = nullptr;
@@ -50,23 +51,20 @@ VerifyResult run(const Gate& gate, DType dt, int64_t rows, int64_t n, Layout lay
   if (recompute) gate.recompute(dy.view, x.view, dx.view, y.view, stream);
   else gate.backward(dy.view, x.view, dx.view, stream);
   const HostCopy hx = to_host(x), hd = to_host(dy);
-  const std::vector<double> ref = host::tabulate(rows * n, [&](int64_t i) {
-    const int64_t r = i / n, c = i % n, block = c / 128, col = c % 64;
-    const bool is_up = c % 128 >= 64;
-    const double g = host::load_double(hx.view, r * n + block * 128 + col);
-    const double u = host::load_double(hx.view, r * n + block * 128 + 64 + col);
-    const double d = host::load_double(hd.view, r * (n / 2) + block * 64 + col);
-    return is_up ? d * gate.act(g) : d * u * gate.grad(g);
-  });
+  const int64_t f = n / 2;
+  std::vector<double> ref(size_t(rows * n)), out(size_t(rows * f));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < f; ++j) {
+      const int64_t gc = r * n + gated_gate_column(j, f), uc = gc + gated_block_width(j, f);
+      const double g = host::load_double(hx.view, gc), u = host::load_double(hx.view, uc);
+      const double d = host::load_double(hd.view, r * f + j);
+      ref[size_t(gc)] = d * u * gate.grad(g), ref[size_t(uc)] = d * gate.act(g);
+      out[size_t(r * f + j)] = gate.act(g) * u;
+    }
   const std::string name = std::string(dtype_name(dt)) + " [" + std::to_string(rows) + ", " + std::to_string(n) +
                            "] " + layout_name(layout) + (recompute ? " +output" : "");
   VerifyResult worst = compare(gate.op, name, dx, ref, stream);
   if (!recompute) return worst;
-  const std::vector<double> out = host::tabulate(rows * (n / 2), [&](int64_t i) {
-    const int64_t r = i / (n / 2), c = i % (n / 2), at = r * n + c / 64 * 128 + c % 64;
-    const double g = host::load_double(hx.view, at), u = host::load_double(hx.view, at + 64);
-    return gate.act(g) * u;
-  });
   keep_worst(worst, compare(gate.op, name + " (output)", y, out, stream));
   return worst;
 }
@@ -77,6 +75,7 @@ std::vector<VerifyCase> cases(const Gate& gate) {
     Layout layout;
   };
   const std::vector<Spec> specs = {{1000, 1024, Layout::contiguous}, {7, 128, Layout::contiguous},
+                                   {300, 200, Layout::contiguous}, {9, 80, Layout::strided},  // F % 64 != 0
                                    {300, 384, Layout::strided}, {0, 256, Layout::contiguous}};
   std::vector<VerifyCase> v;
   for (DType dt : kFloatTypes)

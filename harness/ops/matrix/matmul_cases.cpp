@@ -209,12 +209,13 @@ std::vector<VerifyCase> matmul_cases() {
   return cases;
 }
 
-// Activation swiglu (N a multiple of 128; out has N / 2 columns). On sm_90 the 16-bit cases with
+// Activation swiglu (N even; out has N / 2 columns). On sm_90 the 16-bit cases with
 // K-major operands that the sm90 tier takes run it in the epilogue: pingpong (few tiles) and
 // cooperative (66 to 132 tiles of 128 x 256 on 132 SMs, or more than a wave), a last tile half
 // beyond N, tails in M, batched (3-d maps), the pre-activation beside it. The others take the
 // product, then tessera::swiglu: other layouts, few rows (the skinny tier), rows that are not
-// 16-byte aligned, a float32 output or inputs, K = 0. Activation geglu (GeGLU's gate, tanh-GELU)
+// 16-byte aligned, a float32 output or inputs, K = 0, N / 2 not a multiple of 64 (a last, shorter
+// gate/up block). Activation geglu (GeGLU's gate, tanh-GELU)
 // takes the same kernels: the fused epilogue's cases again with it.
 std::vector<VerifyCase> matmul_swiglu_cases() {
   const Activation S = Activation::swiglu;
@@ -236,8 +237,10 @@ std::vector<VerifyCase> matmul_swiglu_cases() {
       {64, 100, 256, 0, 0, C, T, true, false, false, S},                    // rows of 200 bytes
       {256, 128, 384, 0, 0, C, T, true, false, true, S},                    // float32 output
       {64, 0, 256, 0, 0, C, T, true, false, false, S},                      // K = 0
+      {77, 96, 200, 0, 0, C, T, true, false, false, S},                     // F = 100: a last block of 36
+      {77, 96, 80, 0, 0, C, T, false, false, false, S, 1.0, 0.0, false, true},  // F = 40: no whole block
   };
-  for (std::size_t i : {0, 1, 2, 3, 4, 6, 8, 9, 11}) {
+  for (std::size_t i : {0, 1, 2, 3, 4, 6, 8, 9, 11, 16}) {
     MatmulSpec g = specs[i];
     g.activation = Activation::geglu;
     specs.push_back(g);

@@ -61,8 +61,8 @@ std::vector<double> matmul(const TensorView& a, const TensorView& b, const Tenso
     const int64_t h = n / 2;
     const Activation gate_act = o.activation == Activation::geglu ? Activation::gelu_tanh : Activation::silu;
     return host::tabulate(batch * m * h, [&](int64_t idx) {
-      const int64_t bi = idx / (m * h), i = idx / h % m, j = idx % h, gate = j / 64 * 128 + j % 64;
-      return activation(product(bi, i, gate), gate_act) * product(bi, i, gate + 64);
+      const int64_t bi = idx / (m * h), i = idx / h % m, j = idx % h, gate = gated_gate_column(j, h);
+      return activation(product(bi, i, gate), gate_act) * product(bi, i, gate + gated_block_width(j, h));
     });
   }
   return host::tabulate(batch * m * n, [&](int64_t idx) {

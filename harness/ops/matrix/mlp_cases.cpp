@@ -105,6 +105,8 @@ std::vector<VerifyCase> cases() {
       {0, 16, 512, 256, 128, A::swiglu, true},              // the skinny tier: product, then swiglu
       {0, 1000, 256, 1408, 256, A::geglu, true, true},      // geglu in the sm90 epilogue
       {2, 100, 96, 256, 72, A::geglu, true},                // and not (float32, odd rows)
+      {0, 70, 96, 200, 100, A::swiglu, false, true},        // F = 100: a last gate/up block of 36
+      {0, 70, 96, 80, 40, A::geglu, true},                  // F = 40: no whole block
       {0, 300, 200, 520, 136, A::gelu, true, true},         // tails in every dimension
       {0, 64, 64, 128, 64, A::gelu_tanh},
       {3, 77, 128, 200, 96, A::silu, true},

@@ -63,12 +63,22 @@ void geglu_backward_recompute(const TensorView& grad_output, const TensorView& g
                               cudaStream_t stream);
 
 // The same on one tensor whose last dimension interleaves gate and up in blocks of kSwigluBlock
-// columns: columns 128 j .. 128 j + 63 are the gate of features 64 j .. 64 j + 63, the next 64
-// their up. That is the product of a weight whose rows are so interleaved (matmul's activation
-// 'swiglu'; tessera.swiglu_weight builds one from the gate's and the up projection's).
-// swiglu: input [..., N] (N a multiple of 128) to out [..., N / 2]; swiglu_backward: grad_output
-// [..., N / 2] and input to grad_input [..., N], interleaved like input. Any strides.
+// features: columns 128 j .. 128 j + 63 are the gate of features 64 j .. 64 j + 63, the next 64
+// their up; where F = N / 2 is not a multiple of 64 the last block is F % 64 wide (its gate
+// columns, then its up). That is the product of a weight whose rows are so interleaved (matmul's
+// gated activations; tessera.swiglu_weight builds one from the gate's and the up projection's).
+// swiglu: input [..., N] (N even) to out [..., N / 2]; swiglu_backward: grad_output [..., N / 2]
+// and input to grad_input [..., N], interleaved like input. Any strides.
 inline constexpr int64_t kSwigluBlock = 64;
+// In that layout of F features: the column of feature j's gate, and the width of its block (its
+// up is that many columns on).
+inline constexpr int64_t gated_gate_column(int64_t j, int64_t f) {
+  const int64_t whole = f - f % kSwigluBlock;
+  return j < whole ? j / kSwigluBlock * 2 * kSwigluBlock + j % kSwigluBlock : 2 * whole + (j - whole);
+}
+inline constexpr int64_t gated_block_width(int64_t j, int64_t f) {
+  return j < f - f % kSwigluBlock ? kSwigluBlock : f % kSwigluBlock;
+}
 void swiglu(const TensorView& input, const TensorView& out, cudaStream_t stream);
 void swiglu_backward(const TensorView& grad_output, const TensorView& input, const TensorView& grad_input,
                      cudaStream_t stream);

@@ -11,11 +11,11 @@ namespace tessera {
 
 // swiglu and geglu: gated activations over column pairs, out = silu(gate) * up (SwiGLU) or
 // gelu_tanh(gate) * up (GeGLU, Gemma's), with gate and up the product's columns interleaved in
-// blocks of 64 (the layout of tessera::swiglu in tessera/ops/elementwise.hpp): out has N / 2
-// columns, N a multiple of 128, no residual or beta. On sm_90 (16-bit output, input and other
-// K-contiguous) they run in the GEMM's epilogue, which writes only out (and the pre-activation
-// where asked for); elsewhere the product goes to the pre-activation output (or scratch) and
-// tessera::swiglu or tessera::geglu_blocks makes out from it.
+// blocks of 64 features (the layout of tessera::swiglu in tessera/ops/elementwise.hpp): out has
+// N / 2 columns, N even, no residual or beta. On sm_90 (16-bit output, input and other
+// K-contiguous, N a multiple of 128) they run in the GEMM's epilogue, which writes only out (and
+// the pre-activation where asked for); elsewhere the product goes to the pre-activation output (or
+// scratch) and tessera::swiglu or tessera::geglu_blocks makes out from it.
 enum class Activation { none, relu, gelu, gelu_tanh, silu, swiglu, geglu };
 inline constexpr Activation kActivations[] = {Activation::none,      Activation::relu, Activation::gelu,
                                               Activation::gelu_tanh, Activation::silu, Activation::swiglu,
@@ -74,8 +74,8 @@ struct MlpOptions {
 
 // A two-layer MLP without biases, the layout of two nn.Linear weights:
 //   out = activation(input @ w_in^T) @ w_out^T
-// input [M, K] or [B, M, K]; w_in [N, K]; w_out [D, N'], N' = N / 2 for swiglu (w_in's rows gate
-// and up interleaved in blocks of 64, N a multiple of 128), else N; out [M, D] or [B, M, D]. One
+// input [M, K] or [B, M, K]; w_in [N, K]; w_out [D, N'], N' = N / 2 for swiglu and geglu (w_in's
+// rows gate and up interleaved in blocks of 64 features, N even), else N; out [M, D] or [B, M, D]. One
 // dtype for all (float32, float16, bfloat16); the hidden activation [.., M, N'] is rounded to it,
 // as two matmul calls would round it. Two matmul calls: the first with the activation (and the
 // preactivation) in its epilogue.

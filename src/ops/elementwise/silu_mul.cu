@@ -146,14 +146,35 @@ TensorView blocks_of(const TensorView& t, int64_t block, int64_t step, int64_t f
   return TensorView::make(data, t.dtype, shape, strides, t.ndim + 1, t.device);
 }
 
-// input [..., N] with N a multiple of 2 kSwigluBlock; `other` (named `other_name`) [..., N / div].
+// Columns [first, first + count) of t's last dimension.
+TensorView cols_of(const TensorView& t, int64_t first, int64_t count) {
+  TensorView v = t;
+  v.shape[t.ndim - 1] = count;
+  v.data = static_cast<char*>(t.data) + first * t.strides[t.ndim - 1] * int64_t(dtype_size(t.dtype));
+  return v;
+}
+
+// A tensor of the gated layout [..., 2F] (`gated`: the gates, which = 0, or the ups, which = 1) or
+// of its features [..., F], as its whole blocks of 64 features [..., F / 64, 64] and the last,
+// shorter block's F % 64 (whose gate and up columns follow one another the same way).
+struct Split {
+  TensorView blocks, tail;
+};
+Split split(const TensorView& t, int64_t f, bool gated, int which) {
+  const int64_t r = f % kSwigluBlock, whole = (f - r) * (gated ? 2 : 1);
+  return {blocks_of(cols_of(t, 0, whole), kSwigluBlock, gated ? 2 : 1, gated ? which * kSwigluBlock : 0),
+          cols_of(t, whole + (gated ? which * r : 0), r)};
+}
+
+// input [..., N] with N = 2F even (gate and up in blocks of 64 features, the last block F % 64);
+// `other` (named `other_name`) [..., N / div].
 void check_interleaved(const char* op, const TensorView& input, const char* other_name, const TensorView& other,
                        int64_t div) {
   detail::check_cuda_tensor(op, "input", input);
   detail::check_dtype_in(op, "input", input, {DType::float32, DType::float16, DType::bfloat16});
-  if (input.ndim < 1 || input.ndim >= kMaxDims || input.shape[input.ndim - 1] % (2 * kSwigluBlock) != 0)
+  if (input.ndim < 1 || input.ndim >= kMaxDims || input.shape[input.ndim - 1] % 2 != 0)
     detail::throw_arg(ErrorKind::value, op, "input",
-                      "1 to 7 dimensions, the last a multiple of 128 (gate and up in blocks of 64)",
+                      "1 to 7 dimensions, the last even (gate and up in blocks of 64 features)",
                       input.shape_str());
   detail::check_same_dtype(op, other_name, other, "input", input);
   detail::check_same_device(op, other_name, other, "input", input);
@@ -179,9 +200,10 @@ void gated_blocks(const char* op, const TensorView& input, const TensorView& out
   detail::check_no_internal_overlap(op, "out", out);
   detail::check_no_overlap(op, "out", out, "input", input, /*allow_identical=*/false);
   if (out.numel() == 0) return;
-  const TensorView gate = blocks_of(input, kSwigluBlock, 2, 0), up = blocks_of(input, kSwigluBlock, 2, kSwigluBlock);
-  const TensorView o = blocks_of(out, kSwigluBlock, 1, 0);
-  elementwise::map_floats<Gate::template Mul, 2>(op, o, {&gate, &up}, stream);
+  const int64_t f = input.shape[input.ndim - 1] / 2;
+  const Split gate = split(input, f, true, 0), up = split(input, f, true, 1), o = split(out, f, false, 0);
+  if (f >= kSwigluBlock) elementwise::map_floats<Gate::template Mul, 2>(op, o.blocks, {&gate.blocks, &up.blocks}, stream);
+  if (f % kSwigluBlock) elementwise::map_floats<Gate::template Mul, 2>(op, o.tail, {&gate.tail, &up.tail}, stream);
 }
 
 // The gradient of input, and with `output` the forward's output recomputed from the same read.
@@ -201,16 +223,21 @@ void gated_blocks_backward(const char* op, const TensorView& grad_output, const 
     detail::check_no_overlap(op, "output", *output, "grad_input", grad_input, /*allow_identical=*/false);
   }
   if (grad_input.numel() == 0) return;
-  const TensorView gate = blocks_of(input, kSwigluBlock, 2, 0), up = blocks_of(input, kSwigluBlock, 2, kSwigluBlock);
-  const TensorView dgate = blocks_of(grad_input, kSwigluBlock, 2, 0);
-  const TensorView dup = blocks_of(grad_input, kSwigluBlock, 2, kSwigluBlock);
-  const TensorView dy = blocks_of(grad_output, kSwigluBlock, 1, 0);
-  if (output) {
-    const TensorView out = blocks_of(*output, kSwigluBlock, 1, 0);
-    elementwise::map_floats<Gate::template GradsAndOutput, 3, 3>(op, {&dgate, &dup, &out}, {&dy, &gate, &up},
-                                                                 stream);
-  } else {
-    elementwise::map_floats<Gate::template Grads, 3, 2>(op, {&dgate, &dup}, {&dy, &gate, &up}, stream);
+  const int64_t f = input.shape[input.ndim - 1] / 2;
+  const Split gate = split(input, f, true, 0), up = split(input, f, true, 1);
+  const Split dgate = split(grad_input, f, true, 0), dup = split(grad_input, f, true, 1);
+  const Split dy = split(grad_output, f, false, 0);
+  const Split out = output ? split(*output, f, false, 0) : Split{};
+  // The whole blocks, then the last, shorter one.
+  for (bool tail : {false, true}) {
+    if (tail ? f % kSwigluBlock == 0 : f < kSwigluBlock) continue;
+    const auto pick = [tail](const Split& s) { return tail ? &s.tail : &s.blocks; };
+    if (output)
+      elementwise::map_floats<Gate::template GradsAndOutput, 3, 3>(op, {pick(dgate), pick(dup), pick(out)},
+                                                                   {pick(dy), pick(gate), pick(up)}, stream);
+    else
+      elementwise::map_floats<Gate::template Grads, 3, 2>(op, {pick(dgate), pick(dup)},
+                                                          {pick(dy), pick(gate), pick(up)}, stream);
   }
 }
 

@@ -214,9 +214,9 @@ void matmul_gated(const TensorView& input, const TensorView& other, const Tensor
   detail::check_cuda_tensor(op, "other", other);
   check_rank(op, "other", other);
   const int64_t n = other.shape[other.ndim - 1];
-  if (n % (2 * kSwigluBlock) != 0)
+  if (n % 2 != 0)
     detail::throw_arg(ErrorKind::value, op, "other",
-                      "N a multiple of 128 " + with + " (gate and up in blocks of 64 columns)",
+                      "N even " + with + " (gate and up in blocks of 64 features)",
                       other.shape_str());
   if (out.shape[out.ndim - 1] * 2 != n)
     detail::throw_arg(ErrorKind::value, op, "out", "N / 2 = " + std::to_string(n / 2) + " columns " + with,

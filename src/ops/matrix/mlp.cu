@@ -55,10 +55,10 @@ void check(const TensorView& input, const TensorView& w_in, const TensorView& w_
   if (w_in.shape[1] != k)
     detail::throw_arg(ErrorKind::value, kOp, "w_in",
                       "[N, K] with K = " + std::to_string(k) + " (the last dimension of 'input')", w_in.shape_str());
-  if (gated && n % (2 * kSwigluBlock) != 0)
+  if (gated && n % 2 != 0)
     detail::throw_arg(ErrorKind::value, kOp, "w_in",
-                      std::string("N a multiple of 128 rows with activation '") + activation_name(o.activation) +
-                          "' (gate and up in blocks of 64)",
+                      std::string("N even with activation '") + activation_name(o.activation) +
+                          "' (gate and up in blocks of 64 features)",
                       w_in.shape_str());
   if (w_out.shape[1] != hidden)
     detail::throw_arg(ErrorKind::value, kOp, "w_out",
