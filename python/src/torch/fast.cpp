@@ -248,16 +248,16 @@ PyObject* layer_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
-// rms_norm(input, normalized_shape, weight, eps, weight_offset)
+// rms_norm(input, normalized_shape, weight, eps[, weight_offset])
 PyObject* rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
   bool grad = false;
-  const at::Tensor* x = n == 5 ? plain(args[0], grad) : nullptr;
+  const at::Tensor* x = n == 4 || n == 5 ? plain(args[0], grad) : nullptr;
   std::vector<int64_t> shape;
   OptTensor w;
   double eps = 0.0, offset = 0.0;
   if (!x || !quiet() || !as_shape(args[1], shape) || !optional_like(args[2], *x, w, grad) ||
-      !as_double(args[3], eps) || !as_double(args[4], offset))
+      !as_double(args[3], eps) || (n == 5 && !as_double(args[4], offset)))
     Py_RETURN_NONE;
   if (records(grad)) {
     static const auto op =
@@ -381,12 +381,12 @@ PyObject* layer_norm_backward(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
-// rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask, weight_offset)
+// rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask[, weight_offset])
 // -> (grad_input, grad_weight), as layer_norm_backward.
 PyObject* rms_norm_backward(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
   bool grad = false;
-  const at::Tensor* x = n == 7 ? plain(args[1], grad) : nullptr;
+  const at::Tensor* x = n == 6 || n == 7 ? plain(args[1], grad) : nullptr;
   const at::Tensor* g = x ? plain_like(args[0], *x, grad) : nullptr;
   const at::Tensor* rstd = g ? plain(args[3], grad) : nullptr;
   std::vector<int64_t> shape;
@@ -394,7 +394,7 @@ PyObject* rms_norm_backward(PyObject*, PyObject* const* args, Py_ssize_t n) {
   std::array<bool, 2> mask{};
   double offset = 0.0;
   if (!rstd || !quiet() || !as_shape(args[2], shape) || !optional_like(args[4], *x, w, grad) ||
-      !as_mask(args[5], mask) || !as_double(args[6], offset) || records(grad))
+      !as_mask(args[5], mask) || (n == 7 && !as_double(args[6], offset)) || records(grad))
     Py_RETURN_NONE;
   RECORD_FUNCTION("tessera::rms_norm_backward", std::vector<c10::IValue>());
   auto [gi, gw] = fast::rms_norm_backward(*g, *x, shape, stats_view(*rstd, *x, shape.size()), w, mask, offset);
