@@ -188,10 +188,6 @@ void check_interleaved(const char* op, const TensorView& input, const char* othe
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The gated forms on the interleaved layout, a Gate per activation (SiluGate: swiglu, GeluTanhGate:
 // geglu_blocks).
 template <class Gate>
