@@ -181,7 +181,10 @@ inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
   const double pp_time = double((tiles(g, PingPong::BN) + sms - 1) / sms) / 2 * kPingPongCost;
   if (g.config.schedule) c.pingpong = g.config.schedule == 2;
   else if (forced) c.pingpong = forced == 1;
-  else c.pingpong = pp_time < coop_time(c.splits);
+  // With beta and few K blocks (a gradient accumulated in place over a short K: the fused loss's
+  // d_weight per chunk) the epilogue's read of C outweighs each tile's main loop; pingpong runs
+  // one consumer's epilogue under the other's main loop.
+  else c.pingpong = pp_time < coop_time(c.splits) || (g.beta != 0.0f && k_blocks <= 8);
   if (c.pingpong) c.splits = 1;
   return c;
 }
