@@ -5,12 +5,20 @@
 # tiers' cases, the Python tests of matmul and the torch ops, and benchmarks/matrix.py against torch in one run (BENCH_ARGS, default: the bars'
 # cases). Logs under $OUT, a summary last.
 #   device: bash dev/device_gemm.sh [steps]     (default: build ctest verify sanitize pybench)
+# Also: gated (verify of the fused activations' and the fused loss's GEMMs), pygated (their Python
+# tests), llama (benchmarks/llama_step.py, LLAMA_ARGS), schedules, bench, pytest, sass, pack.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 STEPS="${*:-build ctest verify sanitize pybench}"
 BUILD=/tmp/tessera-build
+# A build staged here (dev/stage_devbin.sh, dev/stage_devpkg.sh; carry devbin-pack, devwheel):
+# unpacked and installed as the other family drivers do, instead of building.
+if [ ! -d devbin ] && [ -f devbin-pack/devbin.tar.xz ]; then
+  # shellcheck source=dev/device_lib.sh
+  source dev/device_lib.sh
+fi
 summary=()
 step() {  # step NAME CMD...: run with a time limit, log to $OUT/NAME.log, record the last line
   local name=$1; shift
@@ -66,6 +74,10 @@ for s in $STEPS; do
     pybench) step pybench env PYTHONUNBUFFERED=1 python3 benchmarks/matrix.py --out /tmp/report \
                ${BENCH_ARGS:---no-sizes --sweep --layouts --narrow --self-check --rounds 5}
              cp /tmp/report/bench.csv "$OUT/" ;;
+    gated) step gated devbin/tessera verify matmul_swiglu matmul_swiglu_unfused mlp swiglu_backward \
+             geglu_blocks_backward linear_cross_entropy ;;
+    pygated) step pygated python3 -m pytest -q -rs tests/python/test_mlp.py tests/python/test_cross_entropy.py ;;
+    llama) step llama env PYTHONUNBUFFERED=1 python3 benchmarks/llama_step.py --out "$OUT/llama" ${LLAMA_ARGS:-} ;;
     pack) step pack pack ;;
     sass) step sass python3 dev/gemm_sass.py devbin/libtessera.so ;;
     *) echo "unknown step $s" >&2 ;;

@@ -46,4 +46,16 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
 
+// The inverse of ldmatrix_x4 (no transpose): lane l gives the address of row l % 8 of matrix l / 8,
+// and register j of lane l is written to row l / 4, columns 2 (l % 4) and the next of matrix j.
+// sm_90 and later: elsewhere it traps.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+#else
+  __trap();
+#endif
+}
+
 }  // namespace tessera::tile

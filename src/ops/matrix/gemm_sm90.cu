@@ -37,7 +37,7 @@ bool out_ok(DType in, DType out) {
 bool gated_ok(const GemmArgs& g) {
   return (g.dtype == DType::bfloat16 || g.dtype == DType::float16) && g.out_dtype == g.dtype &&
          layout_a(g).k_major() && layout_b(g).k_major() && g.n % 128 == 0 && !g.residual &&
-         g.beta == 0.0f && out_path(g, Cooperative::kRows) != kDrain && out_path(g, PingPong::kRows) != kDrain;
+         g.beta == 0.0f && out_path(g) != kDrain;
 }
 
 }  // namespace

@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "ops/matrix/gemm.cuh"
+#include "ops/matrix/gemm_sm90_stage.cuh"
 #include "ops/matrix/gemm_sm90_swiglu.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
@@ -96,7 +97,7 @@ struct alignas(1024) Smem {
   uint64_t full[S::kStages];
   uint64_t empty[S::kStages];
   uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
-  uint64_t old[kConsumers];   // beta: a sub-tile of the old output has landed in staging
+  uint64_t old[kConsumers][4];  // beta: a warp's rows of the old output have landed in staging
 };
 
 // The maps of the TMA stores: the output's, then the pre-activation output's (where asked for),
@@ -226,20 +227,22 @@ __device__ __noinline__ void drain(const Epilogue<OutT>& kernel_epi, const float
   });
 }
 
-// The activation over a staged sub-tile (Rows 128-byte rows): `from` into `to` (or in place),
-// 16 bytes a thread at a time: a loop over the buffer, not the accumulators, and a call, not
-// inlined into the unrolled loop of sub-tiles, so each activation's code appears once per kernel.
-template <int Rows, class OutT>
+// The activation over a warp's rows of a staged sub-tile (warp_box: Frags boxes of 16 128-byte
+// rows): `from` into `to` (or in place), 16 bytes a lane at a time: a loop over the buffer, not
+// the accumulators, and a call, not inlined into the unrolled loop of sub-tiles, so each
+// activation's code appears once per kernel.
+template <int Frags, class OutT>
 __device__ __noinline__ void activate_staged(const Epilogue<OutT>& epi, const unsigned char* from,
-                                             unsigned char* to, int tid) {
+                                             unsigned char* to, int warp, int lane) {
   epi.template with_activation<!std::is_same_v<OutT, float>>([&](auto act) {
 #pragma unroll 1
-    for (int i = tid; i < Rows * 128 / 16; i += 128) {
-      uint4 raw = reinterpret_cast<const uint4*>(from)[i];
+    for (int i = lane; i < Frags * kWarpRows * 128 / 16; i += 32) {
+      const int at = warp_box(warp, i / (kWarpRows * 128 / 16)) / 16 + i % (kWarpRows * 128 / 16);
+      uint4 raw = reinterpret_cast<const uint4*>(from)[at];
       OutT* v = reinterpret_cast<OutT*>(&raw);
 #pragma unroll
       for (int e = 0; e < 16 / int(sizeof(OutT)); ++e) v[e] = tile::from_float<OutT>(act(tile::to_float(v[e])));
-      reinterpret_cast<uint4*>(to)[i] = raw;
+      reinterpret_cast<uint4*>(to)[at] = raw;
     }
   });
 }
@@ -248,72 +251,78 @@ __device__ __noinline__ void activate_staged(const Epilogue<OutT>& epi, const un
 // [g0, g1)) by TMA stores, 128 bytes of columns (a sub-tile) at a time, through one of two
 // staging buffers in the 128-byte swizzle: alpha * acc + bias (+ beta times the old output,
 // brought into the buffer by a TMA load first) written from the accumulators, then the
-// activation over the buffer. One thread stores each sub-tile and waits only until the store
-// before the previous one has read its buffer, so the writes into shared memory are all the
-// epilogue costs the tensor cores; the stores drain under the next tile's main loop. `maps` are
-// the output's and the pre-activation's (OutMaps): with a pre-activation output, it stays in the
-// buffer and the activation goes into the other one, both stored.
-template <class S, class OutT, int Frags, int Acc>
+// activation over the buffer. Each warp stores its own rows (warp_box) and waits only until its
+// store before the previous one has read its buffer: no barrier across the warpgroup, so the
+// writes into shared memory are all the epilogue costs the tensor cores, and the stores drain
+// under the next tile's main loop. `maps` are the output's and the pre-activation's (OutMaps):
+// with a pre-activation output, it stays in the buffer and the activation goes into the other
+// one, both stored. Beta = false leaves out beta's code (no activation comes with beta: out_path):
+// the epilogue runs once per tile, so its code is fetched cold, and each branch inside the
+// unrolled sub-tiles costs the fetch that follows it.
+template <class S, class OutT, bool Beta, int Frags, int Acc>
 __device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar, const CUtensorMap* maps,
                                           OutPath path, const Epilogue<OutT>& epi, float alpha,
                                           const float (&acc)[Frags][Acc],
                                           int64_t batch, int64_t row0, int64_t col0, int64_t n,
-                                          int g0, int g1, int& flip, uint32_t& old_phase, int wg) {
+                                          int g0, int g1, int& flip, uint32_t& old_phase) {
   constexpr int kCols = 128 / int(sizeof(OutT)), kBytes = S::kRows * 128;
-  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  struct alignas(2 * sizeof(OutT)) Pair {
-    OutT x, y;
-  };
-  const bool aux = epi.z != nullptr, beta = epi.beta != 0.0f;  // beta: no activation (out_path)
+  const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+  const bool aux = epi.z != nullptr, beta = Beta && epi.beta != 0.0f;
   const bool activated = aux || epi.activation != Activation::none;
+  const int b = int(batch);
 #pragma unroll
   for (int p = 0; p < S::BN / kCols; ++p) {
     if (p * kCols < 8 * g0 || p * kCols >= 8 * g1) continue;
     unsigned char* buf = out + flip * kBytes;
     unsigned char* act_buf = aux ? out + (flip ^ 1) * kBytes : buf;
     if (!aux) flip ^= 1;
-    const int x = int(col0) + p * kCols, y = int(row0);
+    const int x = int(col0) + p * kCols, y = int(row0) + kWarpRows * warp;  // + 64 f
     const tile::BulkBarrier old{old_bar};
-    if (tid == 0) {
+    if (lane == 0) {
       if (aux) tile::bulk_wait_read<0>();
       else tile::bulk_wait_read<1>();
-      if (beta) {  // the old output's sub-tile, in the same swizzle, where v goes
-        old.expect(kBytes);
-        if (path == kTma3) tile::tma_load(buf, maps, x, y, int(batch), old);
-        else tile::tma_load(buf, maps, x, y, old);
+      if (beta) {  // the old output's rows, in the same swizzle, where v goes
+        old.expect(Frags * kWarpRows * 128);
+#pragma unroll
+        for (int f = 0; f < Frags; ++f) {
+          if (path == kTma3) tile::tma_load(buf + warp_box(warp, f), maps, x, y + 64 * f, b, old);
+          else tile::tma_load(buf + warp_box(warp, f), maps, x, y + 64 * f, old);
+        }
       }
     }
-    tile::group_sync(1 + wg, 128);
+    __syncwarp();
     if (beta) old.wait(old_phase), old_phase ^= 1;
+    // The sub-tile's bias, a pair of columns per 8-column group, loaded once for its fragments.
+    float2 bias[kCols / 8];
 #pragma unroll
-    for (int i = 0; i < kCols / 8; ++i) {
-      const int c = p * kCols + 8 * i + 2 * (lane % 4);  // the thread's two columns in the tile
-      const auto cols = epi.cols(col0 + c < n ? col0 + c : 0, col0 + c + 1 < n);
+    for (int i = 0; i < kCols / 8; ++i) bias[i] = make_float2(0.0f, 0.0f);
+    if (epi.bias) {
 #pragma unroll
-      for (int f = 0; f < Frags; ++f)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 64 * f + 16 * warp + lane / 4 + 8 * r, j = 4 * (c / 8) + 2 * r;
-          Pair* at = reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, (c % kCols) * sizeof(OutT)));
-          float v0 = alpha * acc[f][j] + cols.bias0, v1 = alpha * acc[f][j + 1] + cols.bias1;
-          if (beta) {
-            const Pair o = *at;
-            v0 += epi.beta * tile::to_float(o.x), v1 += epi.beta * tile::to_float(o.y);
-          }
-          *at = Pair{tile::from_float<OutT>(v0), tile::from_float<OutT>(v1)};
-        }
+      for (int i = 0; i < kCols / 8; ++i) {
+        const int64_t c = col0 + p * kCols + 8 * i + 2 * (lane % 4);
+        const auto cols = epi.cols(c < n ? c : 0, c + 1 < n);
+        bias[i] = make_float2(cols.bias0, cols.bias1);
+      }
     }
+    stage_block<S::kRows, OutT, Frags, Beta>(buf, epi.beta, [&](int f, int j) {
+      const int a = 4 * (p * kCols / 8) + j;
+      return make_float2(alpha * acc[f][a] + bias[j / 4].x, alpha * acc[f][a + 1] + bias[j / 4].y);
+    });
     if (activated) {
-      tile::group_sync(1 + wg, 128);
-      activate_staged<S::kRows>(epi, buf, act_buf, tid);
+      __syncwarp();
+      activate_staged<Frags>(epi, buf, act_buf, warp, lane);
     }
     tile::fence_async_shared();
-    tile::group_sync(1 + wg, 128);
-    if (tid == 0) {
-      if (path == kTma3) tile::tma_store(maps, x, y, int(batch), act_buf);
-      else tile::tma_store(maps, x, y, act_buf);
-      if (aux && path == kTma3) tile::tma_store(maps + 1, x, y, int(batch), buf);
-      else if (aux) tile::tma_store(maps + 1, x, y, buf);
+    __syncwarp();
+    if (lane == 0) {
+#pragma unroll
+      for (int f = 0; f < Frags; ++f) {
+        const unsigned char* from = act_buf + warp_box(warp, f);
+        if (path == kTma3) tile::tma_store(maps, x, y + 64 * f, b, from);
+        else tile::tma_store(maps, x, y + 64 * f, from);
+        if (aux && path == kTma3) tile::tma_store(maps + 1, x, y + 64 * f, b, buf + warp_box(warp, f));
+        else if (aux) tile::tma_store(maps + 1, x, y + 64 * f, buf + warp_box(warp, f));
+      }
       tile::bulk_commit();
     }
   }
@@ -387,7 +396,7 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
   float acc[kFrags][BN / 2];
   int64_t pos = 0;  // the ring position of the unit's first K block
   int flip = 0;     // the staging buffer of the next TMA store
-  uint32_t old_phase = 0;  // of s.old[wg]
+  uint32_t old_phase = 0;  // of s.old[wg][warp]
   const float alpha = epi.resolved().alpha;
   for (int64_t j = S::kPingPong ? wg : 0;; j += S::kPingPong ? kConsumers : 1) {
     const int64_t t = blockIdx.x + j * gridDim.x;
@@ -434,12 +443,17 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
       if (w.split >= 0) sum_chunks<BN / 8 / kSubtiles<S, OutT>>(acc, work, w, g0, g1, wg);
     if constexpr (kSwigluKernel<T, OutT, KA, KB>)
       if (is_gated(epi.activation)) {  // whole tiles by TMA
-        store_swiglu<S::kRows, BN>(s.out[wg], maps, path == kTma3, epi, alpha, acc, batch, row0, col0, n, flip, wg);
+        store_swiglu<S::kRows, BN>(s.out[wg], maps, path == kTma3, epi, alpha, acc, batch, row0, col0, n, flip);
         continue;
       }
     if (path != kDrain) {
-      store_tma<S>(s.out[wg], &s.old[wg], maps, path, epi, alpha, acc, batch, row0, col0, n,
-                   g0, g1, flip, old_phase, wg);
+      // 16-bit outputs without beta take a copy of the epilogue with no beta code at all; a second
+      // copy in the float32-output kernels would not fit beside the accumulators' registers.
+      uint64_t* old = &s.old[wg][warp];
+      if (sizeof(OutT) == 2 && epi.beta == 0.0f)
+        store_tma<S, OutT, false>(s.out[wg], old, maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
+      else
+        store_tma<S, OutT, true>(s.out[wg], old, maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
       continue;
     }
     // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
@@ -464,7 +478,7 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
       tile::group_sync(1 + wg, 128);
     }
   }
-  if (path != kDrain && threadIdx.x % 128 == 0) tile::bulk_wait_read<0>();  // before smem goes
+  if (path != kDrain && threadIdx.x % 32 == 0) tile::bulk_wait_read<0>();  // before smem goes
 }
 
 template <class T, class OutT, class S, bool KA, bool KB>
@@ -487,7 +501,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       tile::BulkBarrier{&s.empty[i]}.init(S::kReaders);
     }
     for (int i = 0; i < kConsumers; ++i) tile::BulkBarrier{&s.turn[i]}.init(1);
-    for (int i = 0; i < kConsumers; ++i) tile::BulkBarrier{&s.old[i]}.init(1);
+    for (int i = 0; i < kConsumers; ++i)
+      for (int w = 0; w < 4; ++w) tile::BulkBarrier{&s.old[i][w]}.init(1);
     tile::bulk_barriers_ready();
   }
   __syncthreads();

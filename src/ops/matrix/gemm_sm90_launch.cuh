@@ -51,8 +51,9 @@ inline CUtensorMap operand_map(DType dt, const OperandLayout& o, int64_t batch, 
 }
 
 // The map of the output (or, `z`, of the pre-activation output, N columns) for TMA stores: boxes
-// of 128 bytes of columns by `rows` rows, a 3-d map where batches differ.
-inline runtime::TmaShape out_shape(const GemmArgs& g, int rows, bool z = false) {
+// of 128 bytes of columns by a warp's rows (kWarpRows), a 3-d map where batches differ.
+inline runtime::TmaShape out_shape(const GemmArgs& g, bool z = false) {
+  const int rows = kWarpRows;
   runtime::TmaShape sh;
   sh.rank = g.batch > 1 ? 3 : 2;
   sh.dims[0] = uint64_t(z ? g.n : out_cols(g)), sh.dims[1] = uint64_t(g.m), sh.dims[2] = uint64_t(g.batch);
@@ -65,13 +66,13 @@ inline runtime::TmaShape out_shape(const GemmArgs& g, int rows, bool z = false) 
 // TMA stores (and, with beta, loads of the old output) take outputs with contiguous rows that the
 // copy engine can address, and epilogues without a residual, and without beta where there is an
 // activation or a pre-activation output (those go through drain).
-inline OutPath out_path(const GemmArgs& g, int rows) {
+inline OutPath out_path(const GemmArgs& g) {
   if (g.residual || (g.beta != 0.0f && (g.activation != Activation::none || g.z)) || g.c_sn != 1 || (g.batch > 1 && g.c_sb == 0) ||
       g.m > INT32_MAX || g.n > INT32_MAX || g.batch > INT32_MAX)
     return kDrain;
-  const runtime::TmaShape sh = out_shape(g, rows);
+  const runtime::TmaShape sh = out_shape(g);
   if (!runtime::tma_can_map(g.out_dtype, g.c, sh, runtime::TmaSwizzle::b128)) return kDrain;
-  if (g.z && (g.z_sn != 1 || !runtime::tma_can_map(g.out_dtype, g.z, out_shape(g, rows, true),
+  if (g.z && (g.z_sn != 1 || !runtime::tma_can_map(g.out_dtype, g.z, out_shape(g, true),
                                                     runtime::TmaSwizzle::b128)))
     return kDrain;
   return sh.rank == 3 ? kTma3 : kTma2;
@@ -86,12 +87,12 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   const CUtensorMap ma = operand_map(g.dtype, layout_a(g), g.batch, kBM);
   const CUtensorMap mb = operand_map(g.dtype, layout_b(g), g.batch, BN);
   const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && g.batch > 1};
-  const OutPath path = out_path(g, S::kRows);
+  const OutPath path = out_path(g);
   OutMaps maps{};
   if (path != kDrain)
-    maps.c = runtime::tma_map("matmul", g.out_dtype, g.c, out_shape(g, S::kRows), runtime::TmaSwizzle::b128);
+    maps.c = runtime::tma_map("matmul", g.out_dtype, g.c, out_shape(g), runtime::TmaSwizzle::b128);
   if (path != kDrain && g.z)
-    maps.z = runtime::tma_map("matmul", g.out_dtype, g.z, out_shape(g, S::kRows, true),
+    maps.z = runtime::tma_map("matmul", g.out_dtype, g.z, out_shape(g, true),
                           runtime::TmaSwizzle::b128);
   Work work;
   work.tiles.tiles_m = int((g.m + kBM - 1) / kBM);

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "ops/matrix/gemm.cuh"
+#include "ops/matrix/gemm_sm90_stage.cuh"
 #include "tile/activation.cuh"
 #include "tile/bulk.cuh"
 #include "tile/convert.cuh"
@@ -36,36 +37,28 @@ constexpr bool kSwigluKernel = sizeof(T) == 2 && std::is_same_v<T, OutT> && KA &
 
 // One 128-byte column block (64 16-bit columns) of a consumer's Rows rows: value(f, j) is the
 // thread's pair of columns 8 i + 2 (l % 4) and + 1 in row 64 f + 16 w + l / 4 + 8 r, j = 4 i + 2 r,
-// written into staging buffer `flip` in the 128-byte swizzle, then TMA-stored at (x, y) of `map`.
-// The two buffers alternate, so a store waits only for the one before the previous (as store_tma's
-// without a pre-activation), and the last ones drain under the next tile's main loop.
+// written into staging buffer `flip` in the 128-byte swizzle, then TMA-stored at (x, y) of `map`,
+// each warp its own rows (warp_box). The two buffers alternate, so a warp's store waits only for
+// its one before the previous (as store_tma's without a pre-activation), and the last ones drain
+// under the next tile's main loop.
 template <int Rows, class OutT, int Frags, class Value>
 __device__ __forceinline__ void store_block(unsigned char* out, const CUtensorMap* map, bool batched,
-                                            int x, int y, int batch, int& flip, int wg, Value value) {
-  struct alignas(2 * sizeof(OutT)) Pair {
-    OutT lo, hi;
-  };
-  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+                                            int x, int y, int batch, int& flip, Value value) {
+  const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
   unsigned char* buf = out + flip * Rows * 128;
   flip ^= 1;
-  if (tid == 0) tile::bulk_wait_read<1>();
-  tile::group_sync(1 + wg, 128);
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int f = 0; f < Frags; ++f)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = 64 * f + 16 * warp + lane / 4 + 8 * r, col = 8 * i + 2 * (lane % 4);
-        const float2 v = value(f, 4 * i + 2 * r);
-        *reinterpret_cast<Pair*>(buf + tile::sw128_offset(row, col * sizeof(OutT))) =
-            Pair{tile::from_float<OutT>(v.x), tile::from_float<OutT>(v.y)};
-      }
+  if (lane == 0) tile::bulk_wait_read<1>();
+  __syncwarp();
+  stage_block<Rows, OutT, Frags, false>(buf, 0.0f, value);
   tile::fence_async_shared();
-  tile::group_sync(1 + wg, 128);
-  if (tid == 0) {
-    if (batched) tile::tma_store(map, x, y, batch, buf);
-    else tile::tma_store(map, x, y, buf);
+  __syncwarp();
+  if (lane == 0) {
+#pragma unroll
+    for (int f = 0; f < Frags; ++f) {
+      const int row = y + 64 * f + kWarpRows * warp;
+      if (batched) tile::tma_store(map, x, row, batch, buf + warp_box(warp, f));
+      else tile::tma_store(map, x, row, buf + warp_box(warp, f));
+    }
     tile::bulk_commit();
   }
 }
@@ -79,7 +72,7 @@ template <int Rows, int BN, class OutT, int Frags, int Acc>
 __device__ __forceinline__ void store_swiglu(unsigned char* out, const CUtensorMap* maps, bool batched,
                                              const Epilogue<OutT>& epi, float alpha,
                                              float (&acc)[Frags][Acc], int64_t batch, int64_t row0,
-                                             int64_t col0, int64_t n, int& flip, int wg) {
+                                             int64_t col0, int64_t n, int& flip) {
   static_assert(sizeof(OutT) == 2 && BN % 128 == 0 && Acc == BN / 2, "16-bit blocks of 64 columns");
   const int lane = threadIdx.x % 32;
   const tile::Silu<true> silu;
@@ -102,14 +95,14 @@ __device__ __forceinline__ void store_swiglu(unsigned char* out, const CUtensorM
     }
     const int x = int(col0) + 128 * q, y = int(row0), b = int(batch);
     if (epi.z) {
-      store_block<Rows, OutT, Frags>(out, maps + 1, batched, x, y, b, flip, wg, [&](int f, int j) {
+      store_block<Rows, OutT, Frags>(out, maps + 1, batched, x, y, b, flip, [&](int f, int j) {
         return make_float2(acc[f][j0 + j], acc[f][j0 + j + 1]);
       });
-      store_block<Rows, OutT, Frags>(out, maps + 1, batched, x + 64, y, b, flip, wg, [&](int f, int j) {
+      store_block<Rows, OutT, Frags>(out, maps + 1, batched, x + 64, y, b, flip, [&](int f, int j) {
         return make_float2(acc[f][j0 + j + 32], acc[f][j0 + j + 33]);
       });
     }
-    store_block<Rows, OutT, Frags>(out, maps, batched, x / 2, y, b, flip, wg, [&](int f, int j) {
+    store_block<Rows, OutT, Frags>(out, maps, batched, x / 2, y, b, flip, [&](int f, int j) {
       const float* g = &acc[f][j0 + j];
       return geglu ? make_float2(gelu(g[0]) * g[32], gelu(g[1]) * g[33])
                    : make_float2(silu(g[0]) * g[32], silu(g[1]) * g[33]);
