@@ -193,7 +193,7 @@ TEST(MatmulGpu, SwigluRunsInTheSm90EpilogueWhereItCan) {
       const auto fused = trace_of(m, k, n, preact);
       ASSERT_FALSE(fused.empty());
       EXPECT_EQ(fused.front().tier, "sm90_wgmma");
-      EXPECT_NE(fused.front().why.find("swiglu in the epilogue"), std::string::npos) << fused.front().why;
+      EXPECT_NE(fused.front().why.find("gated activation in the epilogue"), std::string::npos) << fused.front().why;
       EXPECT_EQ(fused.front().why.find("chunks of K"), std::string::npos) << fused.front().why;
     }
     const auto skinny = trace_of(16, 256, 256, preact);
