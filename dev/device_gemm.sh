@@ -73,7 +73,7 @@ for s in $STEPS; do
               tests/python/test_torch_ops.py ;;
     pybench) step pybench env PYTHONUNBUFFERED=1 python3 benchmarks/matrix.py --out /tmp/report \
                ${BENCH_ARGS:---no-sizes --sweep --layouts --narrow --self-check --rounds 5}
-             cp /tmp/report/bench.csv "$OUT/" ;;
+             cp /tmp/report/bench.csv /tmp/report/bench.json "$OUT/" ;;
     gated) step gated devbin/tessera verify matmul_swiglu matmul_swiglu_unfused mlp swiglu_backward \
              geglu_blocks_backward linear_cross_entropy ;;
     pygated) step pygated python3 -m pytest -q -rs tests/python/test_mlp.py tests/python/test_cross_entropy.py ;;

@@ -361,6 +361,10 @@ __device__ __forceinline__ void sum_chunks(float (&acc)[Frags][Acc], const Work&
   int* counter = &work.counters[w.split * kConsumers + wg];
   __threadfence();
   tile::group_sync(1 + wg, 128);
+  if (g0 == g1) {  // more chunks than sub-tiles: this one stores nothing, so waits for nothing
+    if (tid == 0) tile::count_in(counter);
+    return;
+  }
   if (tid == 0) tile::count_in(counter), tile::wait_count(counter, work.splits);
   tile::group_sync(1 + wg, 128);
   // A block of Step float4s (a sub-tile's groups) of every chunk at a time: loads in flight

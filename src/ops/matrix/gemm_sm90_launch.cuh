@@ -161,10 +161,12 @@ inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
   const int64_t k_blocks = (g.k * int64_t(dtype_size(g.dtype)) + 127) / 128;
   const int64_t rem = coop % sms;
   Choice c;
-  // Chunks store shares of the tile's 128-byte column blocks: at most that many; and a tile's
-  // chunks wait for each other, so they must all be resident at once.
+  // A tile's chunks wait for each other, so they must all be resident at once. Chunks store
+  // shares of the tile's 128-byte column blocks; where there are more chunks than blocks, some
+  // store nothing and only leave their partial sums, which pays where the chunks stay long
+  // (kMinChunkBlocks twice over).
+  const int64_t most = std::min<int64_t>(k_blocks, sms);
   const int64_t blocks_out = Cooperative::BN * int64_t(dtype_size(g.out_dtype)) / 128;
-  const int64_t most = std::min<int64_t>({k_blocks, blocks_out, sms});
   auto coop_time = [&](int64_t splits) {  // in tile-times
     if (splits <= 1) return double((coop + sms - 1) / sms);
     return double(coop / sms) + 1.0 / splits + kSplitCost / k_blocks;
@@ -175,7 +177,8 @@ inline Choice choose(const GemmArgs& g, const GemmCtx& ctx) {
     // The chunks of a split tile wait for each other: all of them in one wave, else one waits
     // for a chunk that a later round runs.
     for (int64_t s = 2; s <= std::min(most, k_blocks / kMinChunkBlocks) && rem * s <= sms; ++s)
-      if (coop_time(s) < coop_time(c.splits)) c.splits = int(s);
+      if ((s <= blocks_out || k_blocks >= 2 * kMinChunkBlocks * s) && coop_time(s) < coop_time(c.splits))
+        c.splits = int(s);
   }
   if (is_gated(g.activation)) c.splits = 1;  // store_swiglu stores whole tiles only
   c.whole = c.splits > 1 ? coop - rem : coop;
