@@ -178,6 +178,9 @@ std::vector<VerifyCase> matmul_cases() {
       {256, 128, 384, 0, 0, C, T, true, false, false, A::relu},
       {256, 128, 384, 0, 0, C, T, true, false, false, A::gelu_tanh},
       {256, 192, 320, 0, 0, C, T, false, false, true},  // float32 output
+      {300, 200, 520, 0, 0, C, T, true, true},          // bias and residual by TMA, tails
+      {130, 96, 200, 3, 3, C, T, false, true},          // a batched residual by TMA
+      {256, 192, 320, 0, 0, C, T, false, true, true},   // a residual, float32 output
       {1, 4096, 1000},                                  // split K: one row, a tail in N
       {70, 2048, 384, 0, 0, C, T, true, true, false, A::gelu, 0.5, 0.5},  // split K, epilogue
       {16, 3584, 256, 0, 0, T, C},                      // split K, M/N-contiguous operands
