@@ -15,7 +15,7 @@ flushed before each repetition.
 
 Crossover scan (int32; elements 2^20 and 2^24, test_elements 2^4 .. 2^22): every explicit path
 timed by the same method; the fastest per size is printed, which is what IsinOptions' defaults
-are set from (its last scan: dev/worklog.md). It runs unless --no-crossover, or --ops leaves out isin's variants
+are set from (its last scan's conclusion: dev/worklog.md, section 3). It runs unless --no-crossover, or --ops leaves out isin's variants
 (isin_brute_force, isin_sort, isin_hash).
 """
 
