@@ -128,7 +128,7 @@ struct Work {
   // Where a split tile's chunks leave their float32 partial sums (per chunk and consumer, in the
   // accumulators' own order) and count themselves: the last to arrive sums them in chunk order.
   float* partials = nullptr;
-  int* counters = nullptr;  // zero at launch, one per split tile and consumer
+  int* counters = nullptr;  // zero at launch and left zero: two per split tile and consumer
 
   __host__ __device__ int64_t count() const { return whole + (tiles.count() - whole) * splits; }
 
@@ -365,14 +365,18 @@ __device__ __forceinline__ void sum_chunks(float (&acc)[Frags][Acc], const Work&
     const float* a = &acc[q / (Acc / 4)][4 * (q % (Acc / 4))];
     __stcg(&first[w.chunk * chunk_stride + q * 128 + tid], make_float4(a[0], a[1], a[2], a[3]));
   }
-  int* counter = &work.counters[w.split * kConsumers + wg];
+  int* arrive = &work.counters[2 * (w.split * kConsumers + wg)];
+  int* depart = arrive + 1;
   __threadfence();
   tile::group_sync(1 + wg, 128);
   if (g0 == g1) {  // more chunks than sub-tiles: this one stores nothing, so waits for nothing
-    if (tid == 0) tile::count_in(counter);
+    if (tid == 0) tile::count_in(arrive), tile::count_out(arrive, depart, work.splits);
     return;
   }
-  if (tid == 0) tile::count_in(counter), tile::wait_count(counter, work.splits);
+  if (tid == 0) {
+    tile::count_in(arrive), tile::wait_count(arrive, work.splits);
+    tile::count_out(arrive, depart, work.splits);
+  }
   tile::group_sync(1 + wg, 128);
   // A block of Step float4s (a sub-tile's groups) of every chunk at a time: loads in flight
   // without spilling the accumulators.

@@ -114,15 +114,14 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   work.k_blocks = int((g.k + kBK<T> - 1) / kBK<T>);
   work.whole = p.splits > 1 ? p.whole : work.tiles.count();
   work.splits = p.splits;
-  // Split tiles: their counters (zeroed here) and partials, kBM x BN floats per tile and chunk.
-  runtime::Scratch ws;
+  // Split tiles: their counters (two per tile and consumer, lent zero and left zero) and partials,
+  // kBM x BN floats per tile and chunk.
+  runtime::Scratch ws, counters;
   if (p.splits > 1) {
     const std::size_t split_tiles = std::size_t(work.tiles.count() - work.whole);
-    const std::size_t count_bytes = (split_tiles * kConsumers * sizeof(int) + 255) / 256 * 256;
-    ws = runtime::Scratch(count_bytes + split_tiles * p.splits * kBM * BN * sizeof(float), stream);
-    work.counters = ws.as<int>();
-    work.partials = reinterpret_cast<float*>(ws.as<unsigned char>() + count_bytes);
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(work.counters, 0, count_bytes, stream));
+    ws = runtime::Scratch(split_tiles * p.splits * kBM * BN * sizeof(float), stream);
+    work.partials = ws.as<float>();
+    work.counters = runtime::zeroed_counters(2 * split_tiles * kConsumers, stream, counters);
   }
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;

@@ -69,9 +69,8 @@ void GemvTier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
   runtime::Scratch partial, counters;
   if (p.splits > 1) {
     partial = runtime::Scratch(std::size_t(p.splits * g.m * g.n) * sizeof(float), stream);
-    counters = runtime::Scratch(std::size_t(p.blocks) * sizeof(unsigned), stream);
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(counters.data(), 0, counters.bytes(), stream));
-    args.partial = partial.as<float>(), args.counters = counters.as<unsigned>();
+    args.partial = partial.as<float>();
+    args.counters = reinterpret_cast<unsigned*>(runtime::zeroed_counters(std::size_t(p.blocks), stream, counters));
   }
   if (g.dtype == DType::float16) launch_out<__half>(g, p, args, stream);
   else launch_out<__nv_bfloat16>(g, p, args, stream);
