@@ -30,7 +30,7 @@ __host__ __device__ constexpr int warp_box(int warp, int f) { return (64 * f + k
 // in the same layout. Lane l gives the address of row l % 8 of block l / 8: row 8 (l / 8 % 2) +
 // l % 8 of the warp's 16, group i + l / 16. The swizzle XORs a row's 16-byte chunk index with the
 // row's low three bits (l % 8); i is even, so the chunk is i ^ (l / 16 ^ l % 8), worked out once.
-template <int Rows, class OutT, int Frags, bool Beta, class Value>
+template <class OutT, int Frags, bool Beta, class Value>
 __device__ __forceinline__ void stage_block(unsigned char* buf, float beta, Value value) {
   constexpr int kGroups = 16 / int(sizeof(OutT));  // 8-column groups in 128 bytes
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;

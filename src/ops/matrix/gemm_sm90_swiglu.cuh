@@ -49,7 +49,7 @@ __device__ __forceinline__ void store_block(unsigned char* out, const CUtensorMa
   flip ^= 1;
   if (lane == 0) tile::bulk_wait_read<1>();
   __syncwarp();
-  stage_block<Rows, OutT, Frags, false>(buf, 0.0f, value);
+  stage_block<OutT, Frags, false>(buf, 0.0f, value);
   tile::fence_async_shared();
   __syncwarp();
   if (lane == 0) {
