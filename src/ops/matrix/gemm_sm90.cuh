@@ -311,7 +311,7 @@ __device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar,
         bias[i] = make_float2(cols.bias0, cols.bias1);
       }
     }
-    stage_block<OutT, Frags, Beta>(buf, epi.beta != 0.0f ? epi.beta : 1.0f, [&](int f, int j) {
+    stage_block<OutT, Frags, Beta>(buf, !beta ? 0.0f : epi.beta != 0.0f ? epi.beta : 1.0f, [&](int f, int j) {
       const int a = 4 * (p * kCols / 8) + j;
       return make_float2(alpha * acc[f][a] + bias[j / 4].x, alpha * acc[f][a + 1] + bias[j / 4].y);
     });
