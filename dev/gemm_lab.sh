@@ -15,7 +15,8 @@ case "${1:-build}" in
   gemv)
     mkdir -p devbin-lab
     nvcc -O3 -DNDEBUG -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-      -lineinfo -Xptxas=-warn-spills -Iinclude -Isrc dev/gemv_lab.cu -lcublas -o devbin-lab/gemv_lab ;;
+      -lineinfo -Xptxas=-warn-spills -Iinclude -Isrc dev/gemv_lab.cu src/runtime/tma.cpp src/runtime/check.cpp src/runtime/device.cpp src/runtime/tensor.cpp -lcublas -ldl \
+      -o devbin-lab/gemv_lab ;;
   run)
     shift
     if [ "${ncu:-0}" = 1 ]; then  # the first cuBLAS kernel and ours, every section

@@ -194,11 +194,11 @@ std::vector<VerifyCase> matmul_cases() {
       {24, 4104, 136, 0, 0, C, T, false, true, true, A::none, 1.0, 0.5},  // f32 out, beta
       {12, 8200, 520, 0, 0, C, T, true, true, false, A::silu, 0.5},  // many chunks, an epilogue
       {2, 3000, 20000},                                  // no split: several pieces of K
-      // The GEMV tier (sm_90, M <= 16, both operands K-contiguous, K a multiple of 256; the cases
-      // above of that shape take it too): many segments of K, tails in N, epilogues.
-      {16, 8192, 100, 0, 0, C, T, true, false, false, A::gelu, 0.5},     // 16 segments, N tail
-      {3, 512, 4104, 0, 0, C, T, false, true, true, A::none, 1.0, 0.5},  // residual, f32 out, beta
-      {7, 1024, 200, 0, 0, C, T, true, false, false, A::silu},          // few blocks, 2 segments
+      // The GEMV tier (sm_90, M <= 16, both operands K-contiguous, K a multiple of 64; the cases
+      // above of that shape take it too): segments of K, tails in N and K, epilogues.
+      {16, 8192, 100, 0, 0, C, T, true, false, false, A::gelu, 0.5},     // 8 stages split, N tail
+      {3, 512, 4104, 0, 0, C, T, false, true, true, A::none, 1.0, 0.5},  // residual, f32 out, beta; K < a stage
+      {7, 2112, 200, 0, 0, C, T, true, false, false, A::silu},          // K's last stage 64 long
       // The pre-activation beside the output: TMA stores, split tiles, batched, drain (residual,
       // beta), the skinny and GEMV tiers.
       {256, 128, 384, 0, 0, C, T, true, false, false, A::gelu, 0.5, 0.0, false, true},

@@ -15,7 +15,8 @@ template <class T, class OutT>
 void launch_typed(const GemmArgs& g, const GemvTier::Plan& p, const gemv::Args& args, cudaStream_t stream) {
   auto kernel = gemv::gemv_kernel<T, OutT>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), gemv::smem_bytes());
-  kernel<<<p.grid, gemv::kThreads, gemv::smem_bytes(), stream>>>(args, Epilogue<OutT>::from(g));
+  kernel<<<p.grid, gemv::kThreads, gemv::smem_bytes(), stream>>>(args, gemv::make_maps(g.dtype, args),
+                                                                  Epilogue<OutT>::from(g));
   TESSERA_LAUNCH_CHECK();
 }
 
@@ -43,12 +44,10 @@ bool GemvTier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
     return false;
   if (is_gated(g.activation) || !is_16bit(g.dtype)) return false;
   if (g.out_dtype != g.dtype && g.out_dtype != DType::float32) return false;
-  const int64_t e = int64_t(dtype_size(g.dtype));
-  const auto rows_ok = [&](const void* p, int64_t stride) {
-    return stride * e % 16 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  };
-  return g.k % gemv::kStageK == 0 && g.a_sk == 1 && g.b_sk == 1 && rows_ok(g.a, g.a_sm) &&
-         rows_ok(g.b, g.b_sn) && g.n <= INT32_MAX && has_code();
+  if (g.k % gemv::kSub != 0 || g.a_sk != 1 || g.b_sk != 1 || g.n > INT32_MAX) return false;
+  gemv::Args a{};
+  a.a = g.a, a.a_sm = g.a_sm, a.w = g.b, a.w_sn = g.b_sn, a.m = int(g.m), a.n = g.n, a.k = g.k;
+  return gemv::can_map(g.dtype, a) && has_code();
 }
 
 GemvTier::Plan GemvTier::plan(const GemmArgs& g, const GemmCtx& ctx) {
