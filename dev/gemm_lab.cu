@@ -2,7 +2,7 @@
 // and measured in one short device call. Not part of the build; dev/gemm_lab.sh builds and runs it.
 //
 //   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--bias] [--gelu]
-//            [--preact] [--beta]
+//            [--preact] [--beta] [--residual]
 //            M,N,K[,LAYOUT] ...
 //
 // LAYOUT names C = A @ B as torch users meet it (default NT, x @ W^T): the first letter T where A
@@ -11,7 +11,8 @@
 //
 // --bias, --gelu add a bias, GELU to our epilogue only (the error column is then meaningless), to
 // compare the schedules' epilogue costs; --preact also stores the pre-activation (implies --gelu).
-// --beta: C = A W^T + C on both sides.
+// --beta: C = A W^T + C on both sides. --residual: C = A W^T + R, ours with R as the residual,
+// cuBLAS as beta = 1 over a C holding R.
 //
 // Per shape: the largest difference from cuBLAS relative to cuBLAS's largest value (a check, not
 // a test), then interleaved rounds (cuBLAS, tessera, cuBLAS again), each call after an L2 flush,
@@ -72,7 +73,7 @@ float median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   int rounds = 20, splits = 0;
-  bool with_bias = false, gelu = false, preact = false;
+  bool with_bias = false, gelu = false, preact = false, residual = false;
   float beta = 0.0f;
   std::string schedule = "all";
   std::vector<std::array<int64_t, 3>> shapes;
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--bias")) with_bias = true;
     else if (!std::strcmp(argv[i], "--preact")) gelu = preact = true;
     else if (!std::strcmp(argv[i], "--beta")) beta = 1.0f;
+    else if (!std::strcmp(argv[i], "--residual")) residual = true;
     else {
       long long m, n, k;
       char lay[3] = "NT";
@@ -112,18 +114,20 @@ int main(int argc, char** argv) {
     const auto& s = shapes[si];
     const int64_t m = s[0], n = s[1], k = s[2];
     const bool ta = layouts[si][0] == 'T', tb = layouts[si][1] == 'T';
-    __nv_bfloat16 *a, *w, *c, *ref, *bias, *z = nullptr;
+    __nv_bfloat16 *a, *w, *c, *ref, *bias, *z = nullptr, *res = nullptr;
     CK(cudaMalloc(&a, m * k * 2)), CK(cudaMalloc(&w, n * k * 2)), CK(cudaMalloc(&bias, n * 2));
     fill<<<64, 256>>>(bias, n, 3);
     CK(cudaMalloc(&c, m * n * 2)), CK(cudaMalloc(&ref, m * n * 2));
     if (preact) CK(cudaMalloc(&z, m * n * 2));
+    if (residual) CK(cudaMalloc(&res, m * n * 2)), fill<<<1024, 256>>>(res, m * n, 4);
+    const float peer_beta = residual ? 1.0f : beta;
     fill<<<1024, 256>>>(a, m * k, 1), fill<<<1024, 256>>>(w, n * k, 2);
     const float one = 1.0f;
     auto peer = [&] {
       // Column-major: C^T (n x m) = op(B) op(A), B read as stored (n x k with K contiguous: op T).
       CK(cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n),
                       int(m), int(k), &one, w, CUDA_R_16BF, int(tb ? k : n), a, CUDA_R_16BF,
-                      int(ta ? m : k), &beta, ref, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                      int(ta ? m : k), &peer_beta, ref, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
                       CUBLAS_GEMM_DEFAULT));
     };
     GemmArgs g;
@@ -133,6 +137,7 @@ int main(int argc, char** argv) {
     if (with_bias) g.bias = bias, g.bias_sn = 1;
     if (gelu) g.activation = Activation::gelu;
     if (preact) g.z = z, g.z_sm = n, g.z_sn = 1;
+    if (residual) g.residual = res, g.r_sm = n, g.r_sn = 1;
     g.beta = beta;
     const GemmCtx ctx{prop.multiProcessorCount, prop.major};
     for (int sched = 0; sched < 3; ++sched) {
@@ -147,7 +152,7 @@ int main(int argc, char** argv) {
       const int64_t units = p.splits > 1 ? p.whole + (t - p.whole) * p.splits : t;
       p.grid = int(std::min(units, int64_t(ctx.sms)));
       auto ours = [&] { sm90::launch_sm90<__nv_bfloat16>(g, p, 0); };
-      if (beta != 0.0f) fill<<<1024, 256>>>(c, m * n, 4), fill<<<1024, 256>>>(ref, m * n, 4);
+      if (beta != 0.0f || residual) fill<<<1024, 256>>>(c, m * n, 4), fill<<<1024, 256>>>(ref, m * n, 4);
       else CK(cudaMemset(c, 0xff, m * n * 2));
       peer(), ours();
       CK(cudaDeviceSynchronize());
@@ -179,7 +184,7 @@ int main(int argc, char** argv) {
                   median(self), err / big);
       std::fflush(stdout);
     }
-    CK(cudaFree(a)), CK(cudaFree(w)), CK(cudaFree(c)), CK(cudaFree(ref)), CK(cudaFree(bias)), CK(cudaFree(z));
+    CK(cudaFree(a)), CK(cudaFree(w)), CK(cudaFree(c)), CK(cudaFree(ref)), CK(cudaFree(bias)), CK(cudaFree(z)), CK(cudaFree(res));
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the GEMM lab (dev/gemm_lab.cu) here for sm_90a into devbin-lab/, or runs it on the device:
 #   bash dev/gemm_lab.sh build            (here: nvcc, a minute or two)
+#   bash dev/gemm_lab.sh gemv             (here: dev/gemv_lab.cu, the GEMV kernel's lab)
 #   bash dev/gemm_lab.sh run [args...]    (device, with devbin-lab carried; ncu=1 profiles)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,11 @@ case "${1:-build}" in
       -lineinfo -Xptxas=-warn-spills -Iinclude -Isrc dev/gemm_lab.cu src/runtime/tma.cpp \
       src/runtime/check.cpp src/runtime/device.cpp src/runtime/tensor.cpp src/runtime/scratch.cpp -lcublas -ldl \
       -o devbin-lab/gemm_lab ;;
+  gemv)
+    mkdir -p devbin-lab
+    nvcc -O3 -DNDEBUG -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+      -lineinfo -Xptxas=-warn-spills -Iinclude -Isrc dev/gemv_lab.cu src/runtime/tma.cpp src/runtime/check.cpp src/runtime/device.cpp src/runtime/tensor.cpp -lcublas -ldl \
+      -o devbin-lab/gemv_lab ;;
   run)
     shift
     if [ "${ncu:-0}" = 1 ]; then  # the first cuBLAS kernel and ours, every section

@@ -1,8 +1,11 @@
 #include "runtime/scratch.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "runtime/check.hpp"
@@ -76,6 +79,35 @@ Scratch& Scratch::operator=(Scratch&& o) noexcept {
     o.bytes_ = 0;
   }
   return *this;
+}
+
+int* zeroed_counters(std::size_t ints, cudaStream_t stream, Scratch& fallback) {
+  const std::size_t bytes = std::max<std::size_t>(ints, 1) * sizeof(int);
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) {
+    fallback = Scratch(bytes, stream);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(fallback.data(), 0, bytes, stream));
+    return fallback.as<int>();
+  }
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  struct Buffer {
+    void* ptr = nullptr;
+    std::size_t bytes = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, Buffer> buffers;  // never freed: the process's
+  std::lock_guard<std::mutex> lock(mu);
+  Buffer& b = buffers[{device, stream}];
+  if (b.bytes < bytes) {
+    const std::size_t grown = std::max<std::size_t>(bytes, 2 * b.bytes);
+    if (b.ptr) TESSERA_CUDA_CHECK(cudaFreeAsync(b.ptr, stream));
+    TESSERA_CUDA_CHECK(cudaMallocFromPoolAsync(&b.ptr, grown, pool_for(device), stream));
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(b.ptr, 0, grown, stream));
+    b.bytes = grown;
+  }
+  return static_cast<int*>(b.ptr);
 }
 
 std::size_t scratch_peak_bytes(int device) {

@@ -47,6 +47,15 @@ class Scratch {
   const ScratchAllocator* from_ = nullptr;  // the installed allocator that gave ptr_, if any
 };
 
+// Counters for kernels whose CTAs count themselves in (a split of K meeting on a counter per
+// output block): `ints` ints on the current device, zero for work enqueued on `stream` after the
+// call, lent on the condition that the kernels leave them zero (the last CTA to use a counter sets
+// it back), so that no call pays a memset. One buffer per device and stream, kept for the
+// process and grown in stream order (the old one freed after the work that used it). While the
+// stream is captured into a graph the counters come from `fallback` instead, zeroed by a memset
+// the graph records.
+int* zeroed_counters(std::size_t ints, cudaStream_t stream, Scratch& fallback);
+
 // The high-water mark of the scratch memory in use on `device` since the last reset (the pool's
 // own counter), and the reset, which sets it to what is in use now: what a call holds beyond its
 // arguments, for memory reports (tessera.bench.do_bench(memory=True)). Memory an installed

@@ -21,6 +21,13 @@ __device__ __forceinline__ void group_arrive(int id, int threads) {
 // barrier passes the news on. Waiting is safe only for CTAs that are all resident at once.
 __device__ __forceinline__ void count_in(int* counter) { atomicAdd(counter, 1); }
 
+// Counts a CTA out of the `arrive` counter that count_in and wait_count used, on `depart`: the
+// last of `target` to leave sets both back to zero (every CTA has passed its wait by then), so a
+// counter pair can be reused by the next launch without a memset (runtime::zeroed_counters).
+__device__ __forceinline__ void count_out(int* arrive, int* depart, int target) {
+  if (atomicAdd(depart, 1) == target - 1) atomicExch(arrive, 0), atomicExch(depart, 0);
+}
+
 __device__ __forceinline__ void wait_count(const int* counter, int target) {
   int v;
   do {

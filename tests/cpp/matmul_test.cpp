@@ -148,10 +148,11 @@ TEST(MatmulGpu, EveryRowOrColumnMajorLayoutTakesTheTensorCoresOnHopper) {
       for (Layout lb : {C, T})
         EXPECT_EQ(tier_of(dt, la, lb, 256, 192, 320), "sm90_wgmma")
             << tessera::dtype_name(dt) << " " << layout_name(la) << " @ " << layout_name(lb);
-  // Few rows against a K-contiguous weight stream it on the skinny tier; in the other layouts,
-  // few output tiles against a long K are split over K to fill the SMs.
+  // Few rows against a K-contiguous weight stream it: on the GEMV tier where the input's K is
+  // contiguous too, else on the skinny tier; in the other layouts, few output tiles against a
+  // long K are split over K to fill the SMs.
   for (Layout la : {C, T}) {
-    EXPECT_EQ(tier_of(DType::bfloat16, la, T, 16, 4096, 512), "skinny") << layout_name(la);
+    EXPECT_EQ(tier_of(DType::bfloat16, la, T, 16, 4096, 512), la == C ? "gemv_sm90" : "skinny") << layout_name(la);
     const auto split = choice_of(DType::bfloat16, la, C, 16, 4096, 512);
     EXPECT_EQ(split.tier, "sm90_wgmma") << layout_name(la);
     EXPECT_NE(split.why.find("chunks of K"), std::string::npos) << split.why;
@@ -197,9 +198,9 @@ TEST(MatmulGpu, SwigluRunsInTheSm90EpilogueWhereItCan) {
       EXPECT_NE(fused.front().why.find("gated activation in the epilogue"), std::string::npos) << fused.front().why;
       EXPECT_EQ(fused.front().why.find("chunks of K"), std::string::npos) << fused.front().why;
     }
-    const auto skinny = trace_of(16, 256, 256, preact);
-    ASSERT_FALSE(skinny.empty());
-    EXPECT_EQ(skinny.front().tier, "skinny");
+    const auto few_rows = trace_of(16, 256, 256, preact);  // the product on the GEMV tier, then swiglu
+    ASSERT_FALSE(few_rows.empty());
+    EXPECT_EQ(few_rows.front().tier, "gemv_sm90");
   }
   tessera::runtime::set_forced_tier("matmul", "sm80_mma");
   const auto forced = trace_of(512, 256, 1024, false);

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu.hpp"
 #include "runtime/scratch.hpp"
 
 namespace {
@@ -84,6 +85,42 @@ TEST_F(ScratchAllocatorTest, MemoryGoesBackToTheAllocatorThatGaveItAfterUninstal
   }
   ASSERT_EQ(released.size(), 1u);
   EXPECT_EQ(released[0].ptr, allocated[0].ptr);
+}
+
+// Counters lent zero (runtime::zeroed_counters): a stream's buffer is handed out zeroed, reused
+// while the kernels leave it zero, and grown zeroed; a stream being captured into a graph gets
+// scratch instead, zeroed by a memset the graph records.
+TEST(ZeroedCountersGpu, ZeroOnEveryLoanAndScratchUnderCapture) {
+  TESSERA_REQUIRE_GPU();
+  using tessera::runtime::Scratch;
+  using tessera::runtime::zeroed_counters;
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  const auto all_zero = [&](const int* p, int n) {
+    std::vector<int> h(n, -1);
+    EXPECT_EQ(cudaMemcpyAsync(h.data(), p, n * sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    for (int v : h)
+      if (v != 0) return false;
+    return true;
+  };
+  Scratch unused;
+  int* a = zeroed_counters(16, s, unused);
+  EXPECT_EQ(unused.data(), nullptr);
+  EXPECT_TRUE(all_zero(a, 16));
+  EXPECT_EQ(zeroed_counters(8, s, unused), a);  // the same buffer, still zero
+  int* b = zeroed_counters(4096, s, unused);     // grown, zeroed
+  EXPECT_TRUE(all_zero(b, 4096));
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  {
+    Scratch captured;
+    int* c = zeroed_counters(4, s, captured);
+    EXPECT_EQ(c, captured.as<int>());
+  }  // freed inside the capture, as the graph's own allocation
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
 }  // namespace

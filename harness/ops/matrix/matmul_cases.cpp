@@ -178,6 +178,9 @@ std::vector<VerifyCase> matmul_cases() {
       {256, 128, 384, 0, 0, C, T, true, false, false, A::relu},
       {256, 128, 384, 0, 0, C, T, true, false, false, A::gelu_tanh},
       {256, 192, 320, 0, 0, C, T, false, false, true},  // float32 output
+      {300, 200, 520, 0, 0, C, T, true, true},          // bias and residual by TMA, tails
+      {130, 96, 200, 3, 3, C, T, false, true},          // a batched residual by TMA
+      {256, 192, 320, 0, 0, C, T, false, true, true},   // a residual, float32 output
       {1, 4096, 1000},                                  // split K: one row, a tail in N
       {70, 2048, 384, 0, 0, C, T, true, true, false, A::gelu, 0.5, 0.5},  // split K, epilogue
       {16, 3584, 256, 0, 0, T, C},                      // split K, M/N-contiguous operands
@@ -191,14 +194,20 @@ std::vector<VerifyCase> matmul_cases() {
       {24, 4104, 136, 0, 0, C, T, false, true, true, A::none, 1.0, 0.5},  // f32 out, beta
       {12, 8200, 520, 0, 0, C, T, true, true, false, A::silu, 0.5},  // many chunks, an epilogue
       {2, 3000, 20000},                                  // no split: several pieces of K
+      // The GEMV tier (sm_90, M <= 16, both operands K-contiguous, K a multiple of 64; the cases
+      // above of that shape take it too): segments of K, tails in N and K, epilogues.
+      {16, 8192, 100, 0, 0, C, T, true, false, false, A::gelu, 0.5},     // 8 stages split, N tail
+      {3, 512, 4104, 0, 0, C, T, false, true, true, A::none, 1.0, 0.5},  // residual, f32 out, beta; K < a stage
+      {7, 2112, 200, 0, 0, C, T, true, false, false, A::silu},          // K's last stage 64 long
       // The pre-activation beside the output: TMA stores, split tiles, batched, drain (residual,
-      // beta), the skinny tier.
+      // beta), the skinny and GEMV tiers.
       {256, 128, 384, 0, 0, C, T, true, false, false, A::gelu, 0.5, 0.0, false, true},
       {70, 2048, 384, 0, 0, C, T, true, false, false, A::silu, 1.0, 0.0, false, true},
       {130, 96, 200, 3, 3, C, T, true, false, false, A::relu, 1.0, 0.0, false, true},
       {256, 128, 384, 0, 0, C, T, true, true, false, A::gelu_tanh, 1.0, 0.5, false, true},
       {300, 200, 520, 0, 0, C, T, false, false, true, A::gelu, 1.0, 0.0, false, true},
       {12, 8200, 520, 0, 0, C, T, true, true, false, A::silu, 0.5, 0.0, false, true},
+      {4, 768, 300, 0, 0, C, T, true, false, false, A::gelu_tanh, 1.0, 0.0, false, true},  // GEMV
   };
   std::vector<VerifyCase> cases;
   for (DType dt : kFloatTypes)

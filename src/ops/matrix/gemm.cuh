@@ -318,6 +318,24 @@ struct Sm90Tier {
   static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
 };
 
+// At most 16 rows against a weight with K contiguous on Hopper: the weight streamed into a ring of
+// shared-memory stages by bulk copies, several stages deep on every SM (gemv_sm90.cu).
+struct GemvTier {
+  static constexpr const char* kName = "gemv_sm90";
+  static constexpr const char* kWhen =
+      "sm_90, M <= 16, one matrix, 16-bit inputs, both operands with K contiguous and 16-byte "
+      "aligned rows, K a multiple of 256, no activation swiglu/geglu, no explicit config: the weight "
+      "streamed by bulk copies into a ring of shared-memory stages, K split so that the units "
+      "divide evenly over the SMs";
+  struct Plan {
+    int blocks = 0, splits = 1, seg_stages = 0, k_stages = 0, grid = 0;
+    std::string describe() const;
+  };
+  static bool can_implement(const GemmArgs& g, const GemmCtx& ctx);
+  static Plan plan(const GemmArgs& g, const GemmCtx& ctx);
+  static void launch(const GemmArgs& g, const Plan& p, cudaStream_t stream);
+};
+
 // Few rows against a weight with K contiguous (x @ W^T at decode and small batch): the weight
 // streamed once across every SM in 16-byte runs, mma.sync, K split where its columns are few
 // (gemm_skinny.cu).

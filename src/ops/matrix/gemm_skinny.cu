@@ -14,7 +14,8 @@
 //
 // Split K: each CTA writes its float32 partial sums to scratch and counts itself done on its column
 // block's counter; the last to arrive adds the partials in chunk order (so the same bits every
-// run, whichever arrives last) and applies the epilogue.
+// run, whichever arrives last), applies the epilogue and sets the counter back to zero (the
+// counters are lent zero by runtime::zeroed_counters, with no memset a call).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -53,7 +54,7 @@ struct SkinnyArgs {
   int64_t m, n, k, chunk;
   int splits;
   float* partial;      // splits > 1: [splits][m][n]
-  unsigned* counters;  // splits > 1: one per column block, zero at launch
+  unsigned* counters;  // splits > 1: one per column block, zero at launch and left zero
 };
 
 // A's rows [0, 16 MT) x K [k0, k0 + Piece) into shared `xs` (row pitch Pitch), zeros past M and
@@ -165,7 +166,10 @@ __global__ void __launch_bounds__(kThreads, kResident)
     });
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&p.counters[blockIdx.x], 1u) == unsigned(p.splits - 1);
+    if (threadIdx.x == 0) {
+      last = atomicAdd(&p.counters[blockIdx.x], 1u) == unsigned(p.splits - 1);
+      if (last) p.counters[blockIdx.x] = 0;  // left zero for the next launch
+    }
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -265,9 +269,8 @@ void SkinnyTier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
   runtime::Scratch partial, counters;
   if (p.splits > 1) {
     partial = runtime::Scratch(std::size_t(p.splits * g.m * g.n) * sizeof(float), stream);
-    counters = runtime::Scratch(std::size_t(p.blocks) * sizeof(unsigned), stream);
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(counters.data(), 0, counters.bytes(), stream));
-    args.partial = partial.as<float>(), args.counters = counters.as<unsigned>();
+    args.partial = partial.as<float>();
+    args.counters = reinterpret_cast<unsigned*>(runtime::zeroed_counters(std::size_t(p.blocks), stream, counters));
   }
   if (g.dtype == DType::float16) launch_out<__half>(g, p, args, stream);
   else launch_out<__nv_bfloat16>(g, p, args, stream);

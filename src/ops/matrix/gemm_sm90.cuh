@@ -15,7 +15,8 @@
 //   warpgroups 1,2 consumers: 128 float32 accumulators per thread, shared out by the schedule
 //                 (Schedule below), then the epilogue: the values written into swizzled shared
 //                 memory and stored by TMA (store_tma), which drains under the next tile's main
-//                 loop; or, for a residual or an output TMA cannot address, a short loop of
+//                 loop; or, for a residual beside an activation or beta, beta beside an
+//                 activation, or an output TMA cannot address, a short loop of
 //                 coalesced stores through shared memory (drain); activations swiglu and geglu through
 //                 store_swiglu (gemm_sm90_swiglu.cuh), in the kernels of kSwigluKernel only
 // Work (Work below): whole tiles, and where the last wave would run partly empty, its tiles as
@@ -100,18 +101,19 @@ struct alignas(1024) Smem {
   uint64_t old[kConsumers][4];  // beta: a warp's rows of the old output have landed in staging
 };
 
-// The maps of the TMA stores: the output's, then the pre-activation output's (where asked for),
-// side by side so that one pointer reaches both.
+// The maps of the epilogue's TMA copies, side by side so that one pointer reaches them all: the
+// output's and the pre-activation output's (where asked for) stores, and the loads of what the
+// values are added to (`add`: the output's own map for beta, the residual's for a residual).
 struct OutMaps {
-  CUtensorMap c, z;
+  CUtensorMap c, z, add;
 };
 
 struct Operand {
   bool batched;  // a 3-d map, the batch its outer coordinate (a 2-d map is shared by all)
 };
 
-// How the output leaves: 0 through `drain` (any layout, beta, residual); 2 or 3: TMA stores
-// (store_tma) through the output's 2-d or 3-d (batched) map.
+// How the output leaves: 0 through `drain` (any layout and epilogue); 2 or 3: TMA stores
+// (store_tma) through the output's 2-d or 3-d (batched) map (out_path says which epilogues).
 enum OutPath : int { kDrain = 0, kTma2 = 2, kTma3 = 3 };
 
 // The persistent grid's units of work, in order: the first `whole` tiles (of TileOrder) whole,
@@ -126,7 +128,7 @@ struct Work {
   // Where a split tile's chunks leave their float32 partial sums (per chunk and consumer, in the
   // accumulators' own order) and count themselves: the last to arrive sums them in chunk order.
   float* partials = nullptr;
-  int* counters = nullptr;  // zero at launch, one per split tile and consumer
+  int* counters = nullptr;  // zero at launch and left zero: two per split tile and consumer
 
   __host__ __device__ int64_t count() const { return whole + (tiles.count() - whole) * splits; }
 
@@ -251,7 +253,8 @@ __device__ __noinline__ void activate_staged(const Epilogue<OutT>& epi, const un
 // [g0, g1)) by TMA stores, 128 bytes of columns (a sub-tile) at a time, through one of two
 // staging buffers in the 128-byte swizzle: alpha * acc + bias (+ beta times the old output,
 // brought into the buffer by a TMA load first) written from the accumulators, then the
-// activation over the buffer. Each warp stores its own rows (warp_box) and waits only until its
+// activation over the buffer (a residual is loaded by TMA as beta's old output is, and added with
+// a factor of 1). Each warp stores its own rows (warp_box) and waits only until its
 // store before the previous one has read its buffer: no barrier across the warpgroup, so the
 // writes into shared memory are all the epilogue costs the tensor cores, and the stores drain
 // under the next tile's main loop. `maps` are the output's and the pre-activation's (OutMaps):
@@ -267,7 +270,10 @@ __device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar,
                                           int g0, int g1, int& flip, uint32_t& old_phase) {
   constexpr int kCols = 128 / int(sizeof(OutT)), kBytes = S::kRows * 128;
   const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
-  const bool aux = epi.z != nullptr, beta = Beta && epi.beta != 0.0f;
+  // What the buffer holds before the values are added to it: beta's old output, or the residual
+  // (which comes without beta, an activation or a pre-activation output: out_path).
+  const bool aux = epi.z != nullptr;
+  const bool beta = Beta && (epi.beta != 0.0f || epi.residual != nullptr);
   const bool activated = aux || epi.activation != Activation::none;
   const int b = int(batch);
 #pragma unroll
@@ -281,12 +287,13 @@ __device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar,
     if (lane == 0) {
       if (aux) tile::bulk_wait_read<0>();
       else tile::bulk_wait_read<1>();
-      if (beta) {  // the old output's rows, in the same swizzle, where v goes
+      if (beta) {  // the old output's (or the residual's) rows, in the same swizzle, where v goes
         old.expect(Frags * kWarpRows * 128);
 #pragma unroll
         for (int f = 0; f < Frags; ++f) {
-          if (path == kTma3) tile::tma_load(buf + warp_box(warp, f), maps, x, y + 64 * f, b, old);
-          else tile::tma_load(buf + warp_box(warp, f), maps, x, y + 64 * f, old);
+          unsigned char* to = buf + warp_box(warp, f);
+          if (path == kTma3) tile::tma_load(to, maps + 2, x, y + 64 * f, b, old);
+          else tile::tma_load(to, maps + 2, x, y + 64 * f, old);
         }
       }
     }
@@ -304,7 +311,7 @@ __device__ __forceinline__ void store_tma(unsigned char* out, uint64_t* old_bar,
         bias[i] = make_float2(cols.bias0, cols.bias1);
       }
     }
-    stage_block<OutT, Frags, Beta>(buf, epi.beta, [&](int f, int j) {
+    stage_block<OutT, Frags, Beta>(buf, !beta ? 0.0f : epi.beta != 0.0f ? epi.beta : 1.0f, [&](int f, int j) {
       const int a = 4 * (p * kCols / 8) + j;
       return make_float2(alpha * acc[f][a] + bias[j / 4].x, alpha * acc[f][a + 1] + bias[j / 4].y);
     });
@@ -358,14 +365,18 @@ __device__ __forceinline__ void sum_chunks(float (&acc)[Frags][Acc], const Work&
     const float* a = &acc[q / (Acc / 4)][4 * (q % (Acc / 4))];
     __stcg(&first[w.chunk * chunk_stride + q * 128 + tid], make_float4(a[0], a[1], a[2], a[3]));
   }
-  int* counter = &work.counters[w.split * kConsumers + wg];
+  int* arrive = &work.counters[2 * (w.split * kConsumers + wg)];
+  int* depart = arrive + 1;
   __threadfence();
   tile::group_sync(1 + wg, 128);
   if (g0 == g1) {  // more chunks than sub-tiles: this one stores nothing, so waits for nothing
-    if (tid == 0) tile::count_in(counter);
+    if (tid == 0) tile::count_in(arrive), tile::count_out(arrive, depart, work.splits);
     return;
   }
-  if (tid == 0) tile::count_in(counter), tile::wait_count(counter, work.splits);
+  if (tid == 0) {
+    tile::count_in(arrive), tile::wait_count(arrive, work.splits);
+    tile::count_out(arrive, depart, work.splits);
+  }
   tile::group_sync(1 + wg, 128);
   // A block of Step float4s (a sub-tile's groups) of every chunk at a time: loads in flight
   // without spilling the accumulators.
@@ -451,10 +462,11 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
         continue;
       }
     if (path != kDrain) {
-      // 16-bit outputs without beta take a copy of the epilogue with no beta code at all; a second
+      // 16-bit outputs without beta or a residual take a copy of the epilogue with no code for
+      // them at all; a second
       // copy in the float32-output kernels would not fit beside the accumulators' registers.
       uint64_t* old = &s.old[wg][warp];
-      if (sizeof(OutT) == 2 && epi.beta == 0.0f)
+      if (sizeof(OutT) == 2 && epi.beta == 0.0f && !epi.residual)
         store_tma<S, OutT, false>(s.out[wg], old, maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
       else
         store_tma<S, OutT, true>(s.out[wg], old, maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
@@ -500,6 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tile::tma_prefetch(&map_b);
     if (path != kDrain) tile::tma_prefetch(&maps.c);
     if (path != kDrain && epi.z) tile::tma_prefetch(&maps.z);
+    if (path != kDrain && (epi.residual || epi.beta != 0.0f)) tile::tma_prefetch(&maps.add);
     for (int i = 0; i < S::kStages; ++i) {
       tile::BulkBarrier{&s.full[i]}.init(1);
       tile::BulkBarrier{&s.empty[i]}.init(S::kReaders);

@@ -50,30 +50,39 @@ inline CUtensorMap operand_map(DType dt, const OperandLayout& o, int64_t batch, 
                           runtime::TmaSwizzle::b128);
 }
 
-// The map of the output (or, `z`, of the pre-activation output, N columns) for TMA stores: boxes
-// of 128 bytes of columns by a warp's rows (kWarpRows), a 3-d map where batches differ.
-inline runtime::TmaShape out_shape(const GemmArgs& g, bool z = false) {
+// The epilogue's maps: of the output, the pre-activation output (N columns) or the residual, for
+// TMA copies in boxes of 128 bytes of columns by a warp's rows (kWarpRows), 3-d where batches
+// differ.
+enum class EpiMap { c, z, r };
+inline runtime::TmaShape out_shape(const GemmArgs& g, EpiMap which = EpiMap::c) {
   const int rows = kWarpRows;
   runtime::TmaShape sh;
   sh.rank = g.batch > 1 ? 3 : 2;
-  sh.dims[0] = uint64_t(z ? g.n : out_cols(g)), sh.dims[1] = uint64_t(g.m), sh.dims[2] = uint64_t(g.batch);
-  sh.strides[0] = 1, sh.strides[1] = uint64_t(z ? g.z_sm : g.c_sm);
-  sh.strides[2] = uint64_t(z ? g.z_sb : g.c_sb);
+  sh.dims[0] = uint64_t(which == EpiMap::z ? g.n : out_cols(g)), sh.dims[1] = uint64_t(g.m);
+  sh.dims[2] = uint64_t(g.batch);
+  sh.strides[0] = 1;
+  sh.strides[1] = uint64_t(which == EpiMap::z ? g.z_sm : which == EpiMap::r ? g.r_sm : g.c_sm);
+  sh.strides[2] = uint64_t(which == EpiMap::z ? g.z_sb : which == EpiMap::r ? g.r_sb : g.c_sb);
   sh.box[0] = 128 / uint32_t(dtype_size(g.out_dtype)), sh.box[1] = uint32_t(rows), sh.box[2] = 1;
   return sh;
 }
 
 // TMA stores (and, with beta, loads of the old output) take outputs with contiguous rows that the
-// copy engine can address, and epilogues without a residual, and without beta where there is an
-// activation or a pre-activation output (those go through drain).
+// copy engine can address, without beta where there is an activation or a pre-activation output;
+// a residual likewise (loaded as beta's old output is), without beta, an activation or a
+// pre-activation output. The others go through drain.
 inline OutPath out_path(const GemmArgs& g) {
-  if (g.residual || (g.beta != 0.0f && (g.activation != Activation::none || g.z)) || g.c_sn != 1 || (g.batch > 1 && g.c_sb == 0) ||
-      g.m > INT32_MAX || g.n > INT32_MAX || g.batch > INT32_MAX)
+  const bool plain = g.activation == Activation::none && !g.z;
+  if ((g.beta != 0.0f && (!plain || g.residual)) || (g.residual && !plain) || g.c_sn != 1 ||
+      (g.batch > 1 && g.c_sb == 0) || g.m > INT32_MAX || g.n > INT32_MAX || g.batch > INT32_MAX)
     return kDrain;
   const runtime::TmaShape sh = out_shape(g);
   if (!runtime::tma_can_map(g.out_dtype, g.c, sh, runtime::TmaSwizzle::b128)) return kDrain;
-  if (g.z && (g.z_sn != 1 || !runtime::tma_can_map(g.out_dtype, g.z, out_shape(g, true),
+  if (g.z && (g.z_sn != 1 || !runtime::tma_can_map(g.out_dtype, g.z, out_shape(g, EpiMap::z),
                                                     runtime::TmaSwizzle::b128)))
+    return kDrain;
+  if (g.residual && (g.r_sn != 1 || (g.batch > 1 && g.r_sb == 0) ||
+                     !runtime::tma_can_map(g.out_dtype, g.residual, out_shape(g, EpiMap::r), runtime::TmaSwizzle::b128)))
     return kDrain;
   return sh.rank == 3 ? kTma3 : kTma2;
 }
@@ -92,8 +101,11 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   if (path != kDrain)
     maps.c = runtime::tma_map("matmul", g.out_dtype, g.c, out_shape(g), runtime::TmaSwizzle::b128);
   if (path != kDrain && g.z)
-    maps.z = runtime::tma_map("matmul", g.out_dtype, g.z, out_shape(g, true),
-                          runtime::TmaSwizzle::b128);
+    maps.z = runtime::tma_map("matmul", g.out_dtype, g.z, out_shape(g, EpiMap::z), runtime::TmaSwizzle::b128);
+  if (path != kDrain && g.residual)
+    maps.add = runtime::tma_map("matmul", g.out_dtype, g.residual, out_shape(g, EpiMap::r), runtime::TmaSwizzle::b128);
+  else if (path != kDrain && g.beta != 0.0f)
+    maps.add = maps.c;
   Work work;
   work.tiles.tiles_m = int((g.m + kBM - 1) / kBM);
   work.tiles.tiles_n = int((g.n + BN - 1) / BN);
@@ -102,15 +114,14 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   work.k_blocks = int((g.k + kBK<T> - 1) / kBK<T>);
   work.whole = p.splits > 1 ? p.whole : work.tiles.count();
   work.splits = p.splits;
-  // Split tiles: their counters (zeroed here) and partials, kBM x BN floats per tile and chunk.
-  runtime::Scratch ws;
+  // Split tiles: their counters (two per tile and consumer, lent zero and left zero) and partials,
+  // kBM x BN floats per tile and chunk.
+  runtime::Scratch ws, counters;
   if (p.splits > 1) {
     const std::size_t split_tiles = std::size_t(work.tiles.count() - work.whole);
-    const std::size_t count_bytes = (split_tiles * kConsumers * sizeof(int) + 255) / 256 * 256;
-    ws = runtime::Scratch(count_bytes + split_tiles * p.splits * kBM * BN * sizeof(float), stream);
-    work.counters = ws.as<int>();
-    work.partials = reinterpret_cast<float*>(ws.as<unsigned char>() + count_bytes);
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(work.counters, 0, count_bytes, stream));
+    ws = runtime::Scratch(split_tiles * p.splits * kBM * BN * sizeof(float), stream);
+    work.partials = ws.as<float>();
+    work.counters = runtime::zeroed_counters(2 * split_tiles * kConsumers, stream, counters);
   }
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;

@@ -183,21 +183,22 @@ void run(const char* op, matrix::GemmArgs& g, cudaStream_t stream) {
 }  // namespace
 
 void matrix::run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_t stream) {
-  runtime::run_first<SkinnyTier, Sm90Tier, RelayoutTier, Sm80Tier, SimtTier>(op, g, ctx, stream);
+  runtime::run_first<GemvTier, SkinnyTier, Sm90Tier, RelayoutTier, Sm80Tier, SimtTier>(op, g, ctx, stream);
 }
 
 namespace {
 
 // Whether a gated activation runs in the sm90 tier's epilogue (only the N / 2 outputs written, and
 // the product only where the pre-activation output asks for it): that tier takes the call, the
-// product would go to it anyway (the skinny tier streams few rows' weight faster, and then the
+// product would go to it anyway (the GEMV and skinny tiers stream few rows' weight faster, and then the
 // activation's pass over the product is small), and no other tier is forced (tests and measurements of that tier).
 bool fused(const matrix::GemmArgs& g, const matrix::GemmCtx& ctx) {
   matrix::GemmArgs product = g;
   product.activation = Activation::none;
   const std::string forced = runtime::forced_tier("matmul");
   return (forced.empty() || forced == matrix::Sm90Tier::kName) &&
-         !matrix::SkinnyTier::can_implement(product, ctx) && matrix::Sm90Tier::can_implement(g, ctx);
+         !matrix::GemvTier::can_implement(product, ctx) && !matrix::SkinnyTier::can_implement(product, ctx) &&
+         matrix::Sm90Tier::can_implement(g, ctx);
 }
 
 // activation 'swiglu' or 'geglu': fused where the sm90 tier takes it; elsewhere the product (plus
