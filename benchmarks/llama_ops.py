@@ -39,7 +39,8 @@ Cases (what the compiled side computes):
                   flex_attention with that score_mod and a causal block mask; tessera.flash_attention
 Memory-bound cases also report GB/s of their compulsory traffic (inputs read and outputs written,
 forward and backward) over the GPU time, against the copy rate measured in the same run (a 1 GiB
-clone); GEMM-bound and attention cases report TFLOP/s.
+clone) and against a copy at the op's size (of its first input's bytes, GPU time taken as the
+op's); GEMM-bound and attention cases report TFLOP/s.
 """
 import argparse
 import statistics
@@ -199,6 +200,13 @@ def gpu_us(fn, reps=5) -> float:
     return statistics.median(times)
 
 
+def same_size_copy_gbs(x: torch.Tensor) -> float:
+    """The copy rate at the op's size: a copy of x's bytes (the op's first input), its GPU time
+    taken as the op's is."""
+    y = torch.empty_like(x)
+    return 2 * x.numel() * x.element_size() / gpu_us(lambda: y.copy_(x)) / 1e3
+
+
 def copy_rate_gbs() -> float:
     x = torch.empty(1 << 29, device="cuda", dtype=BF)  # 1 GiB
     y = torch.empty_like(x)
@@ -259,10 +267,12 @@ def main():
         if nbytes:
             row["gbs"] = round(nbytes / gpu["tessera"] / 1e3, 0)
             row["of_copy"] = round(row["gbs"] / copy, 3)
+            row["copy_same_gbs"] = round(same_size_copy_gbs(inputs[0]), 0)
+            row["of_copy_same"] = round(row["gbs"] / row["copy_same_gbs"], 3)
         if flops:
             row["tflops"] = round(flops / med["tessera"] / 1e6, 1)
         rows.append(row)
-        rate = (f"{row['gbs']:.0f} GB/s ({row['of_copy']:.0%} of copy)" if nbytes
+        rate = (f"{row['gbs']:.0f} GB/s ({row['of_copy']:.0%} of copy, {row['of_copy_same']:.0%} of a same-size copy)" if nbytes
                 else f"{row['tflops']:.0f} TFLOP/s")
         lig = (f"liger {med['liger']:9.1f} us  " if "liger" in med else "")
         print(f"{op:14s} tessera {med['tessera']:9.1f} us  compile {med['compile']:9.1f} us  {lig}"
@@ -276,7 +286,8 @@ def main():
              "GPU: Liger (us) | GPU: best peer | GPU: best peer / tessera | tessera rate (GPU time) |",
              "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for r in rows:
-        rate = f"{r['gbs']:.0f} GB/s, {r['of_copy']:.0%} of copy" if "gbs" in r else f"{r['tflops']:.0f} TFLOP/s"
+        rate = (f"{r['gbs']:.0f} GB/s, {r['of_copy']:.0%} of copy, {r['of_copy_same']:.0%} of a same-size copy"
+                if "gbs" in r else f"{r['tflops']:.0f} TFLOP/s")
         lig, gpu_lig = (f"{r[k]:.1f}" if k in r else "-" for k in ("liger", "gpu_liger"))
         lines.append(f"| {r['op']} | {r['tessera']:.1f} | {r['compile']:.1f} | {lig} | {r['compile2']:.1f} | "
                      f"{r['peer']} | {r['peer_speedup']:.3f} | {r['harness']:.3f} | {r['gpu_tessera']:.1f} | "
