@@ -2,7 +2,7 @@
 """The Llama step's fused ops one at a time, at the model's sizes, forward + backward through
 autograd: tessera's public functions against torch.compile of the same math and Liger-Kernel.
 
-    python benchmarks/llama_ops.py [--small] [--ops LIST] [--rounds R] [--out DIR]
+    python benchmarks/llama_ops.py [--small] [--ops LIST] [--rounds R] [--out DIR] [--kernels]
 
 Sizes are llama_step's (FULL, or SMALL with --small): tokens = batch x seq. Each timed call runs
 the forward on inputs that require grad and torch.autograd.grad of its outputs (a fixed gradient
@@ -200,6 +200,13 @@ def gpu_us(fn, reps=5) -> float:
     return statistics.median(times)
 
 
+def kernel_rows(fn) -> list:
+    """profile_step's (name, ms, calls) of one call after an L2 flush."""
+    torch.empty(1 << 28, device="cuda", dtype=torch.int8).zero_()
+    torch.cuda.synchronize()
+    return profile_step(fn)
+
+
 def same_size_copy_gbs(x: torch.Tensor) -> float:
     """The copy rate at the op's size: a copy of x's bytes (the op's first input), its GPU time
     taken as the op's is."""
@@ -220,6 +227,8 @@ def main():
     ap.add_argument("--ops", default=",".join(OPS), help=f"of: {', '.join(OPS)}")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--kernels", action="store_true",
+                    help="also list each provider's kernels of one call (after an L2 flush), with their GPU times")
     args = ap.parse_args()
     ops = [o for o in args.ops.split(",") if o]
     if any(o not in OPS for o in ops):
@@ -253,6 +262,12 @@ def main():
             calls["liger"] = liger
         med = {k: v * 1e3 for k, v in interleaved_ms(calls, args.rounds).items()}
         gpu = {k: gpu_us(calls[k]) for k in ("tessera", "compile", "liger") if k in calls}
+        if args.kernels:
+            for k in ("tessera", "compile", "liger"):
+                if k in calls:
+                    print(f"  {op} {k} kernels:", flush=True)
+                    for name, ms, n in kernel_rows(calls[k]):
+                        print(f"    {ms * 1e3:9.1f} us  x{n}  {name[:150]}", flush=True)
         peer = min((k for k in ("compile", "liger") if k in calls), key=med.get)
         gpu_peer = min((k for k in ("compile", "liger") if k in calls), key=gpu.get)
         row = dict(op=op, **{k: round(v, 1) for k, v in med.items()},

@@ -1,9 +1,10 @@
 // LayerNorm and RMSNorm backward on sm_90 with the rows staged in shared memory: the staged tier
 // of the backward's list (norm_backward.cu has the column sums and the other tiers).
 //
-// Rows of up to 64 KB of x and dy. Each row group keeps a ring of p.stages rows (x and dy) in
-// shared memory, filled by bulk copies that its first thread issues, so the next rows' loads stay
-// in flight while the group computes, however few registers that leaves. The registers then go
+// Rows of up to 64 KB of x and dy. Each row group keeps a ring of p.stages rows (x and dy, and for
+// the add-norms the gradient of residual_out, which dx adds) in shared memory, filled by bulk
+// copies that its first thread issues, so the next rows' loads stay in flight while the group
+// computes, however few registers that leaves. The registers then go
 // where the register-resident kernel cannot afford them, at 16 elements per thread (twice as many
 // rows' worth of overhead saved per reduction as one vector per thread):
 //   - the weight as floats, and dw/db as fp32 sums per owned column (no shared-memory
@@ -33,18 +34,23 @@ using runtime::ceil_div;
 
 constexpr int kMaxStages = 8;  // most ring slots per row group
 
-// A row group's ring of slots in shared memory, [slot][x, dy][n], one transaction barrier each.
-template <class T>
+// A row group's ring of slots in shared memory, [slot][x, dy (, dres)][n], one transaction barrier
+// each.
+template <class T, bool kAdd>
 struct Ring {
+  static constexpr int kRows = kAdd ? 3 : 2;  // rows a slot holds
   T* slots;
   uint64_t* full;
   uint32_t row_bytes;
   __device__ __forceinline__ tile::BulkBarrier bar(int s) const { return tile::BulkBarrier{&full[s]}; }
-  // By the group's leader: row `row` of x and dy into slot s.
-  __device__ __forceinline__ void fill(int s, int64_t row, const BwdParams<T>& p) const {
-    bar(s).expect(2 * row_bytes);
-    bar(s).copy(slots + int64_t(s) * 2 * p.n, p.x + row * p.stride[0], row_bytes);
-    bar(s).copy(slots + int64_t(s) * 2 * p.n + p.n, p.dy + row * p.stride[1], row_bytes);
+  __device__ __forceinline__ T* slot(int s, int64_t n) const { return slots + int64_t(s) * kRows * n; }
+  // By the group's leader: row `row` of x, dy (and dres) into slot s.
+  __device__ __forceinline__ void fill(int s, int64_t row, const BwdP<T, kAdd>& p) const {
+    T* dst = slot(s, p.n);
+    bar(s).expect(kRows * row_bytes);
+    bar(s).copy(dst, p.x + row * p.stride[0], row_bytes);
+    bar(s).copy(dst + p.n, p.dy + row * p.stride[1], row_bytes);
+    if constexpr (kAdd) bar(s).copy(dst + 2 * p.n, dres_row(p, row), row_bytes);
   }
 };
 
@@ -92,7 +98,7 @@ __device__ __forceinline__ Pair row_pass(Regs<T, V, VPT>& r, const RowLanes<V>& 
   return acc;
 }
 
-// dx = rstd (w dy - ma - xhat mb) = (w dy - xhat mb) rstd + c; kAdd: + dres (from global memory).
+// dx = rstd (w dy - ma - xhat mb) = (w dy - xhat mb) rstd + c; kAdd: + dres (staged in the slot).
 template <bool kAdd, class T, int V, int VPT>
 __device__ __forceinline__ void write_dx(const Regs<T, V, VPT>& r, const RowLanes<V>& part, const T* xs,
                                          const T* dys, const T* dres, T* dx, float rstd, float shift, float mb,
@@ -159,8 +165,9 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
   const GroupReduce<Pair> sum{slots[sub][0], kGs, 1 + sub, part.t >> 5};
   const bool want_w = p.part_w != nullptr, want_b = !kRms && p.part_b != nullptr;
   const bool leader = part.t == 0;
-  const Ring<T> ring{reinterpret_cast<T*>(staged) + int64_t(sub) * stages * 2 * p.n, full[sub],
-                     static_cast<uint32_t>(p.n * sizeof(T))};
+  using Rg = Ring<T, kAdd>;
+  const Rg ring{reinterpret_cast<T*>(staged) + int64_t(sub) * stages * Rg::kRows * p.n, full[sub],
+                static_cast<uint32_t>(p.n * sizeof(T))};
   const int64_t first = int64_t(blockIdx.x) * kSubs + sub, stride = int64_t(gridDim.x) * kSubs;
 
   if (leader) {
@@ -195,7 +202,7 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
         for (int t = kFirstFills; t < stages; ++t)
           if (first + t * stride < p.rows) ring.fill(t, first + t * stride, p);
     }
-    const T* xs = ring.slots + int64_t(s) * 2 * p.n;
+    const T* xs = ring.slot(s, p.n);
     const T* dys = xs + p.n;
     const float shift = -mean * rstd;  // xhat = x * rstd + shift
     Pair acc = row_pass<kRms>(r, part, xs, dys, rstd, shift);
@@ -205,17 +212,22 @@ __global__ __launch_bounds__(kGs * kSubs, 1) void norm_backward_staged_kernel(co
       __syncwarp();
       if (kGs > 32) tile::group_sync(1 + sub, kGs);
     }
-    if constexpr (R::kKeep) {
+    if constexpr (R::kKeep && !kAdd) {
       asm volatile("" ::: "memory");  // the staged row is read above this line, never below
       // Every thread of the group is done with slot s: it takes row i + stages.
       if (leader && row + stages * stride < p.rows) ring.fill(s, row + stages * stride, p);
-    } else if (leader && i > 0 && row + (stages - 1) * stride < p.rows) {
+    } else if (!R::kKeep && leader && i > 0 && row + (stages - 1) * stride < p.rows) {
       // Every thread of the group is done with the previous row's slot.
       ring.fill(s == 0 ? stages - 1 : s - 1, row + (stages - 1) * stride, p);
     }
     if (p.dx)
-      write_dx<kAdd>(r, part, xs, dys, dres_row(p, row), p.dx + row * p.stride[2], rstd, shift, acc.b * p.inv_n,
+      write_dx<kAdd>(r, part, xs, dys, xs + 2 * p.n, p.dx + row * p.stride[2], rstd, shift, acc.b * p.inv_n,
                      kRms ? 0.0f : -acc.a * p.inv_n * rstd);
+    if constexpr (R::kKeep && kAdd) {  // dres is read from slot s by write_dx: refilled after it
+      __syncwarp();
+      if (kGs > 32) tile::group_sync(1 + sub, kGs);
+      if (leader && row + stages * stride < p.rows) ring.fill(s, row + stages * stride, p);
+    }
     mean = mean_next, rstd = rstd_next;
     if (++s == stages) s = 0, parity ^= 1u;
   }
@@ -232,7 +244,7 @@ BwdPlan<BwdP<T, kAdd>> staged_plan(int64_t n, int64_t rows, const Ctx& c) {
   const auto kernel = norm_backward_staged_kernel<T, V, VPT, kRms, kAdd, kGs, kSubs>;
   const std::size_t budget = std::min<std::size_t>(
       c.smem_optin - runtime::static_smem_bytes(reinterpret_cast<const void*>(kernel)), 200 * 1024);
-  const std::size_t slot = 2 * std::size_t(n) * sizeof(T);
+  const std::size_t slot = (kAdd ? 3 : 2) * std::size_t(n) * sizeof(T);
   const int stages = static_cast<int>(std::min<std::size_t>(kMaxStages, budget / (kSubs * slot)));
   if (stages < 3) return {};
   BwdPlan<BwdP<T, kAdd>> pl;
