@@ -26,7 +26,7 @@ import functools
 import inspect
 from typing import Any, Callable, TypeVar, cast
 
-from . import _C, _interop
+from . import _C, _interop, _state
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,15 +79,15 @@ def op(name: str) -> Callable[[F], F]:
             """The registered op where its kernel takes the arguments (tensors plain CUDA ones of
             one float dtype, numbers and names of the schema's kinds); else the declaration."""
             if not routes:
-                routes.append(getattr(_interop.ops, name).default)
+                routes.append(getattr(_state.ops, name).default)
             overload = routes[0]
             first = None
             for a, kind in zip(args, kinds):
                 if kind == "Tensor":
                     # A subclass (a DTensor) too: the op dispatches it (DTensor by its sharding
                     # rules, tessera/_sharding.py); the exact type is checked first, the cheaper.
-                    if (type(a) is not _interop.Tensor and not isinstance(a, _interop.Tensor)) or \
-                            not a.is_cuda or a.dtype not in _interop.FLOATS or \
+                    if (type(a) is not _state.Tensor and not isinstance(a, _state.Tensor)) or \
+                            not a.is_cuda or a.dtype not in _state.FLOATS or \
                             (first is not None and a.dtype is not first):
                         return call_declaration(*args)
                     first = a.dtype
@@ -105,7 +105,7 @@ def op(name: str) -> Callable[[F], F]:
         # binds the arguments (no binding of ours on every call).
         keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
         extras = names[n:]
-        text, namespace = [], {"_interop": _interop, "_route": route, "_declaration": declaration}
+        text, namespace = [], {"_interop": _interop, "_state": _state, "_route": route, "_declaration": declaration}
         for i, p in enumerate(params):
             if p.kind is p.KEYWORD_ONLY and "*" not in text:
                 text.append("*")
@@ -119,16 +119,16 @@ def op(name: str) -> Callable[[F], F]:
         passed = ", ".join(e if e not in keyword_only else f"{e}={e}" for e in names)
         source = f"""
 def {declaration.__name__}({", ".join(text)}):
-    if _interop.Tensor is None:  # torch imported after tessera: its ops loaded on first sight
+    if _state.Tensor is None:  # torch imported after tessera: its ops loaded on first sight
         _interop.torch_if_tensor({schema_names[0]}, init=True)
     if {own}:
-        fast = _interop.fast
-        if fast is not None and not _interop.dynamo_compiling():
+        fast = _state.fast
+        if fast is not None and not _state.dynamo_compiling():
             r = fast.call({_FAST_INDEX[name]}, {schema_args})
             if r is not None:
                 return r
-        if _interop.ops is not None and (type({schema_names[0]}) is _interop.Tensor or
-                                         isinstance({schema_names[0]}, _interop.Tensor)):
+        if _state.ops is not None and (type({schema_names[0]}) is _state.Tensor or
+                                       isinstance({schema_names[0]}, _state.Tensor)):
             return _route({schema_args})
     return _declaration({passed})
 """

@@ -11,7 +11,8 @@ The public functions (tessera.softmax, ...) call these ops for torch tensors. Wi
 (a wheel built in an isolated environment, without torch) ``ops`` is None: calls that need
 autograd are refused with a message that says how to install with them.
 
-Imported by tessera._interop once torch is present; importing it imports torch.
+Imported by tessera._interop once torch is present (importing it imports torch); it fills in
+tessera._state.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 
 import torch
 
-from . import _C, _interop
+from . import _C, _state
 
 _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtessera_torch.so")
 
@@ -226,5 +227,17 @@ if ops is not None:
     from . import _sharding
     _sharding.install(torch)  # DTensor's rules, once torch.distributed.tensor is imported
 
-# The public functions' fast path reads tessera._interop's copy of the above.
-_interop.init_ops(torch)
+
+
+def _fast_index():
+    """fast.call's op indices by name, or None where they do not match the library's list of the
+    generic ops (the same libtessera gives both lists: a mismatch is a broken install)."""
+    index = {d["name"]: fast.index(d["name"]) for d in _C.op_descriptions() if d["generic"]}
+    return index if list(index.values()) == list(range(len(index))) else None
+
+
+# What the public functions read per call (tessera._surface counts the generic ops in the same order).
+_index = _fast_index() if fast is not None else {}
+if _index is None:
+    fast, _index = None, {}
+_state.publish(torch, ops, fast, _index)

@@ -30,7 +30,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from . import _C, _interop
+from . import _C, _interop, _state
 from ._interop import (as_arg, dlpack_stream, torch_if_tensor, torch_stream,
                        torch_view, wrap_output)
 from ._surface import op
@@ -179,7 +179,7 @@ def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
     the input's shape, dtype and device; it may be the input itself.
     """
     if out is None and _interop.outside_kernels(input, cast=dtype):
-        return _interop.torch_module.softmax(input, dim, dtype=dtype)
+        return _state.torch_module.softmax(input, dim, dtype=dtype)
     return _softmax_entry(input, dim, dtype, out, False)
 
 
@@ -188,7 +188,7 @@ def log_softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None,
                 out: TensorT | None = None) -> TensorT:
     """Log-softmax along ``dim``, as :func:`torch.log_softmax`; see :func:`softmax`."""
     if out is None and _interop.outside_kernels(input, cast=dtype):
-        return _interop.torch_module.log_softmax(input, dim, dtype=dtype)
+        return _state.torch_module.log_softmax(input, dim, dtype=dtype)
     return _softmax_entry(input, dim, dtype, out, True)
 
 
@@ -292,20 +292,20 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
         eps: added to the variance.
         out: optional preallocated output (keyword only, not in torch's signature).
     """
-    fast = _interop.fast
-    if fast is not None and out is None and not _interop.dynamo_compiling():
+    fast = _state.fast
+    if fast is not None and out is None and not _state.dynamo_compiling():
         r = fast.layer_norm(input, normalized_shape, weight, bias, eps)
         if r is not None:
             return r
-    ops, T = _interop.ops, _interop.Tensor  # T: also a subclass (a DTensor), checked after the exact type
+    ops, T = _state.ops, _state.Tensor  # T: also a subclass (a DTensor), checked after the exact type
     if out is None and ops is not None and (type(input) is T or isinstance(input, T)) and input.is_cuda \
-            and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype) \
+            and input.dtype in _state.FLOATS and (weight is None or weight.dtype is input.dtype) \
             and (bias is None or bias.dtype is input.dtype):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
             return ops.layer_norm.default(input, shape, weight, bias, eps)[0]
     if out is None and _interop.outside_kernels(input, weight, bias):
-        return _interop.torch_module.nn.functional.layer_norm(
+        return _state.torch_module.nn.functional.layer_norm(
             input, _torch_shape(normalized_shape), weight, bias, eps)
     op = "layer_norm"
     k = _normalized_ndim(normalized_shape, input, op)
@@ -342,7 +342,7 @@ def layer_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int
     mean and rstd are float32 with the leading shape ``input.shape[:-len(normalized_shape)]`` (not
     torch's ``leading + (1,) * len(normalized_shape)``). Torch tensors only; not differentiable
     (use :func:`layer_norm` for autograd)."""
-    ops, T = _interop.ops, _interop.Tensor
+    ops, T = _state.ops, _state.Tensor
     if ops is not None and (type(input) is T or isinstance(input, T)):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
@@ -366,8 +366,8 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     off; grad_weight also where ``weight`` is None. grad_bias needs no bias (it is the sum of
     grad_output over rows). grad_weight and grad_bias are bit-identical from run to run on one GPU.
     Torch tensors only."""
-    fast = _interop.fast
-    if fast is not None and not _interop.dynamo_compiling():
+    fast = _state.fast
+    if fast is not None and not _state.dynamo_compiling():
         r = fast.layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight,
                                      output_mask)
         if r is not None:
@@ -378,9 +378,9 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     k = _normalized_ndim(normalized_shape, input, op)
     mask = _output_mask(output_mask, 3, op)
     mean, rstd = _stats_view(torch, mean, input, k), _stats_view(torch, rstd, input, k)
-    T = _interop.Tensor
-    if _interop.ops is not None and (type(input) is T or isinstance(input, T)):
-        return _interop.ops.layer_norm_backward.default(
+    T = _state.Tensor
+    if _state.ops is not None and (type(input) is T or isinstance(input, T)):
+        return _state.ops.layer_norm_backward.default(
             grad_output, input, tuple(input.shape[input.dim() - k:]), mean, rstd, weight, mask)
     return _layer_norm_backward_torch(torch, grad_output, input, k, mean, rstd, weight, mask[0],
                                       mask[1] and weight is not None, mask[2])
@@ -420,14 +420,14 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
     Other arguments as in :func:`layer_norm`.
     """
     eps_ = RMS_NORM_DEFAULT_EPS if eps is None else eps
-    fast = _interop.fast
-    if fast is not None and out is None and not _interop.dynamo_compiling():
+    fast = _state.fast
+    if fast is not None and out is None and not _state.dynamo_compiling():
         r = fast.rms_norm(input, normalized_shape, weight, eps_, weight_offset)
         if r is not None:
             return r
-    ops, T = _interop.ops, _interop.Tensor  # T: also a subclass (a DTensor), checked after the exact type
+    ops, T = _state.ops, _state.Tensor  # T: also a subclass (a DTensor), checked after the exact type
     if out is None and ops is not None and (type(input) is T or isinstance(input, T)) and input.is_cuda \
-            and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype):
+            and input.dtype in _state.FLOATS and (weight is None or weight.dtype is input.dtype):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
             return ops.rms_norm.default(input, shape, weight, eps_, weight_offset)[0]
@@ -451,7 +451,7 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
 
 def _rms_norm_fallback(input, normalized_shape, weight, eps, weight_offset):
     """torch's rms_norm where tessera's kernels do not run; the offset as Gemma computes it."""
-    F = _interop.torch_module.nn.functional
+    F = _state.torch_module.nn.functional
     shape = _torch_shape(normalized_shape)
     if not weight_offset:
         return F.rms_norm(input, shape, weight, eps)
@@ -481,7 +481,7 @@ def rms_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int],
     """``(out, rstd)`` of :func:`rms_norm`, as ``torch.ops.aten._fused_rms_norm``, with rstd float32
     of the leading shape ``input.shape[:-len(normalized_shape)]``. Torch tensors only; not
     differentiable (use :func:`rms_norm` for autograd)."""
-    ops, T = _interop.ops, _interop.Tensor
+    ops, T = _state.ops, _state.Tensor
     if ops is not None and (type(input) is T or isinstance(input, T)):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
@@ -505,8 +505,8 @@ def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     shape, or ``leading + (1,) * len(normalized_shape)``) and its weight_offset. An entry is None
     where ``output_mask`` turns it off; grad_weight also where ``weight`` is None. grad_weight is
     bit-identical from run to run on one GPU. Torch tensors only."""
-    fast = _interop.fast
-    if fast is not None and not _interop.dynamo_compiling():
+    fast = _state.fast
+    if fast is not None and not _state.dynamo_compiling():
         r = fast.rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask,
                                    weight_offset)
         if r is not None:
@@ -517,9 +517,9 @@ def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     k = _normalized_ndim(normalized_shape, input, op)
     mask = _output_mask(output_mask, 2, op)
     rstd = _stats_view(torch, rstd, input, k)
-    T = _interop.Tensor
-    if _interop.ops is not None and (type(input) is T or isinstance(input, T)):
-        return _interop.ops.rms_norm_backward.default(
+    T = _state.Tensor
+    if _state.ops is not None and (type(input) is T or isinstance(input, T)):
+        return _state.ops.rms_norm_backward.default(
             grad_output, input, tuple(input.shape[input.dim() - k:]), rstd, weight, mask, weight_offset)
     return _rms_norm_backward_torch(torch, grad_output, input, k, rstd, weight, weight_offset, mask[0],
                                     mask[1] and weight is not None)
@@ -556,9 +556,9 @@ def _add_norm_torch(input, residual, op: str):
 def _takes(input, residual, *params) -> bool:
     """The registered op's direct route: a CUDA tensor of a float dtype (a subclass too), and a
     residual and parameters of its dtype (devices and shapes are the library's to check)."""
-    T = _interop.Tensor  # a subclass too (a DTensor), after the exact type
-    return ((type(input) is T or isinstance(input, T)) and input.is_cuda and input.dtype in _interop.FLOATS
-            and isinstance(residual, _interop.Tensor) and residual.dtype is input.dtype
+    T = _state.Tensor  # a subclass too (a DTensor), after the exact type
+    return ((type(input) is T or isinstance(input, T)) and input.is_cuda and input.dtype in _state.FLOATS
+            and isinstance(residual, _state.Tensor) and residual.dtype is input.dtype
             and all(p is None or p.dtype is input.dtype for p in params))
 
 
@@ -586,13 +586,13 @@ def add_layer_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     Calls the kernels do not take (CPU tensors, other or mixed dtypes, such as a float32
     residual beside bfloat16 activations) compute the same composition with torch's functions.
     """
-    fast = _interop.fast
-    if fast is not None and not _interop.dynamo_compiling():
+    fast = _state.fast
+    if fast is not None and not _state.dynamo_compiling():
         r = fast.add_layer_norm(input, residual, weight, bias, eps)
         if r is not None:
             return r
-    if _interop.ops is not None and _takes(input, residual, weight, bias):
-        out, res, _, _ = _interop.ops.add_layer_norm.default(input, residual, weight, bias, eps)
+    if _state.ops is not None and _takes(input, residual, weight, bias):
+        out, res, _, _ = _state.ops.add_layer_norm.default(input, residual, weight, bias, eps)
         return out, res
     op = "add_layer_norm"
     torch = _add_norm_torch(input, residual, op)
@@ -617,13 +617,13 @@ def add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tens
     Arguments and the calls torch computes as in :func:`add_layer_norm`.
     """
     e = RMS_NORM_DEFAULT_EPS if eps is None else eps
-    fast = _interop.fast
-    if fast is not None and not _interop.dynamo_compiling():
+    fast = _state.fast
+    if fast is not None and not _state.dynamo_compiling():
         r = fast.add_rms_norm(input, residual, weight, e)
         if r is not None:
             return r
-    if _interop.ops is not None and _takes(input, residual, weight):
-        out, res, _ = _interop.ops.add_rms_norm.default(input, residual, weight, e)
+    if _state.ops is not None and _takes(input, residual, weight):
+        out, res, _ = _state.ops.add_rms_norm.default(input, residual, weight, e)
         return out, res
     op = "add_rms_norm"
     torch = _add_norm_torch(input, residual, op)

@@ -533,7 +533,7 @@ def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops
     xm, wm = x0.clone().requires_grad_(), w0.clone().requires_grad_()
     with dispatch_log() as log:
         assert not fast.takes(xm)
-        assert fast.call(tessera._interop.FAST["gelu"], xm, "none") is None
+        assert fast.call(tessera._state.FAST["gelu"], xm, "none") is None
         got = tessera.layer_norm(tessera.gelu(xm), (64,), wm)
     assert "tessera.gelu.default" in log.seen and "tessera.layer_norm.default" in log.seen, log.seen
     got.sum().backward()
@@ -544,7 +544,7 @@ def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops
         pass
 
     xs = x0.clone().as_subclass(Sub).requires_grad_()
-    assert not fast.takes(xs) and fast.call(tessera._interop.FAST["gelu"], xs, "none") is None
+    assert not fast.takes(xs) and fast.call(tessera._state.FAST["gelu"], xs, "none") is None
     ys = tessera.gelu(xs)
     node = ys.grad_fn  # torch wraps a subclass's result as the subclass: an alias of the op's output
     node = node.next_functions[0][0] if node.name() == "AliasBackward0" else node
