@@ -84,6 +84,16 @@ def test_console_script_runs_the_binary():
     assert "bench" in r.stdout
 
 
+def test_cli_verify_list_names_the_cases_without_a_gpu():
+    r = run_cli("verify", "--list", "rms_norm", "add_rms_norm_backward")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    names = {line.split()[0] for line in lines[:-1]}
+    assert {"rms_norm", "add_rms_norm_backward"} <= names <= {"rms_norm", "rms_norm_backward", "add_rms_norm_backward"}
+    assert lines[-1] == f"{len(lines) - 1} case(s)" and len(lines) > 50
+    assert "PASS" not in r.stdout and "FAIL" not in r.stdout
+
+
 def test_cli_bad_sizes_is_a_usage_error():
     r = run_cli("bench", "--sizes", "abc")
     assert r.returncode == 2
