@@ -47,9 +47,16 @@ struct OpDesc {
 
   // The generic kernel of the first schema. `params` names the library function's parameters in
   // order (the stream, last, excluded): an argument of the schema of the same name, or an output.
-  // Each output is allocated contiguous, with the shape, dtype and device of the argument `like`.
+  // Each output is allocated contiguous on the device of the tensor argument `like`, with its rule's
+  // dtype and shape (the out:: helpers below spell the common ones):
+  //   dtype: like's, float32 (statistics) or bool (a mask);
+  //   shape: like's; like's leading dimensions, without as many trailing ones as the tensor
+  //   argument `other` has; or the broadcast of like's and other's shapes.
   struct Output {
     std::string param, like;
+    enum class Dtype : uint8_t { like, float32, boolean } dtype = Dtype::like;
+    enum class Shape : uint8_t { like, leading, broadcast } shape = Shape::like;
+    std::string other;  // leading, broadcast: the second tensor argument
   };
   std::vector<std::string> params;
   std::vector<Output> outputs;
@@ -169,6 +176,36 @@ struct describe {
 struct OpRegistrar {
   OpRegistrar(describe&& op);
 };
+
+// Outputs by rule, for describe::kernel: {"out", "input"} is out::like("out", "input").
+namespace out {
+inline OpDesc::Output like(std::string param, std::string arg) { return {std::move(param), std::move(arg)}; }
+inline OpDesc::Output mask(std::string param, std::string arg) {
+  OpDesc::Output o{std::move(param), std::move(arg)};
+  o.dtype = OpDesc::Output::Dtype::boolean;
+  return o;
+}
+// float32 statistics over like's leading dimensions, one per row of `trailing`'s dimensions.
+inline OpDesc::Output stats(std::string param, std::string arg, std::string trailing) {
+  OpDesc::Output o{std::move(param), std::move(arg)};
+  o.dtype = OpDesc::Output::Dtype::float32;
+  o.shape = OpDesc::Output::Shape::leading;
+  o.other = std::move(trailing);
+  return o;
+}
+inline OpDesc::Output broadcast(std::string param, std::string arg, std::string with) {
+  OpDesc::Output o{std::move(param), std::move(arg)};
+  o.shape = OpDesc::Output::Shape::broadcast;
+  o.other = std::move(with);
+  return o;
+}
+}  // namespace out
+
+// An output's shape by its rule, from the shapes of its `like` argument and of its `other` one
+// (unused for Shape::like). Throws tessera::Error naming the op where the shapes do not allow it
+// (other has more dimensions than like to drop; the two do not broadcast).
+std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, const std::vector<int64_t>& like,
+                                  const std::vector<int64_t>& other);
 
 // The place of a family in DESIGN.md's family table (elementwise, rowwise, matrix, attention,
 // loss, set); unknown families after those. The harness orders its table by it too.

@@ -50,14 +50,6 @@ void gelu_backward_flag(const TensorView& grad_output, const TensorView& input, 
   gelu_backward(grad_output, input, out, approximate(tanh), stream);
 }
 
-IsinPath isin_path(const std::string& name) {
-  for (IsinPath p : {IsinPath::automatic, IsinPath::brute_force, IsinPath::sort, IsinPath::hash,
-                     IsinPath::bitmap})
-    if (name == isin_path_name(p)) return p;
-  detail::throw_arg(ErrorKind::value, "isin", "path",
-                    "'automatic', 'brute_force', 'sort', 'hash' or 'bitmap'", "'" + name + "'");
-}
-
 IsinOptions isin_options(int64_t brute_force_max_test, int64_t brute_force_max_work,
                          int64_t hash_min_test) {
   IsinOptions o;
@@ -73,7 +65,7 @@ void isin_flat(const TensorView& elements, const TensorView& test, const TensorV
                int64_t brute_force_max_test, int64_t brute_force_max_work, int64_t hash_min_test,
                cudaStream_t stream) {
   IsinOptions o = isin_options(brute_force_max_test, brute_force_max_work, hash_min_test);
-  o.path = isin_path(path);
+  parse("isin", path, o.path);
   isin(elements, test, out, assume_unique, invert, stream, o);
 }
 
@@ -317,9 +309,18 @@ NB_MODULE(_C, m) {
             d["dtypes"] = dtypes;
             d["schemas"] = o.schemas;
             d["params"] = o.params;
-            nb::dict outputs;
-            for (const OpDesc::Output& out : o.outputs) outputs[out.param.c_str()] = out.like;
+            nb::dict outputs, rules;
+            for (const OpDesc::Output& out : o.outputs) {
+              using O = OpDesc::Output;
+              outputs[out.param.c_str()] = out.like;
+              rules[out.param.c_str()] = nb::make_tuple(
+                  out.like,
+                  out.dtype == O::Dtype::like ? "like" : out.dtype == O::Dtype::float32 ? "float32" : "bool",
+                  out.shape == O::Shape::like ? "like" : out.shape == O::Shape::leading ? "leading" : "broadcast",
+                  out.other);
+            }
             d["outputs"] = outputs;
+            d["output_rules"] = rules;
             d["generic"] = o.call != nullptr;
             d["backward"] = o.backward;
             d["backward_args"] = o.backward_args;
@@ -330,7 +331,8 @@ NB_MODULE(_C, m) {
           return ops;
         },
         "Every op's description (tessera/op.hpp), as dicts: name, family, summary, dtypes, "
-        "schemas, params, outputs, generic, backward, backward_args, grads, torch_function.");
+        "schemas, params, outputs (param -> like), output_rules (param -> (like, dtype, shape, other): "
+        "tessera/op.hpp's rule), generic, backward, backward_args, grads, torch_function.");
 
   bind_bench(m);
 }

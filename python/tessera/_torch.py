@@ -5,7 +5,7 @@ building Python had torch: ``pip install --no-build-isolation .``) defines every
 description's schema and registers its CUDA kernel and, for the differentiable ones, its autograd
 kernel, all in C++. This module loads it and registers the fake kernels (shapes, dtypes and strides
 only) that FakeTensor and torch.compile trace with: one generic fake for the ops whose description
-(tessera._C.op_descriptions()) allocates outputs like an argument, a written one for the others.
+(tessera._C.op_descriptions()) allocates outputs by a rule (op.hpp), a written one for the others.
 
 The public functions (tessera.softmax, ...) call these ops for torch tensors. Without the library
 (a wheel built in an isolated environment, without torch) ``ops`` is None: calls that need
@@ -51,10 +51,30 @@ def _param_grad(x, normalized_shape, weight):
     return x.new_empty(tuple(normalized_shape), dtype=dtype)
 
 
-def _generic_fake(like):
+_DTYPES = {"float32": torch.float32, "bool": torch.bool}
+
+
+def _generic_fake(rules):
+    """The fake of an op of the generic kernel: each output by its description's rule
+    (tessera/op.hpp): ``rules`` holds, per output, the positions and names of its rule's ``like``
+    and ``other`` arguments, its dtype rule and its shape rule."""
     def fake(*args, **kwargs):
-        outs = tuple(_like(args[i] if i < len(args) else kwargs[n]) for i, n in like)
-        return outs[0] if len(outs) == 1 else outs
+        def arg(i, n):
+            return args[i] if i < len(args) else kwargs[n]
+        outs = []
+        for (li, ln), dtype, shape, (oi, on) in rules:
+            like = arg(li, ln)
+            if dtype == "like" and shape == "like":
+                outs.append(_like(like))
+                continue
+            if shape == "like":
+                size = like.shape
+            elif shape == "leading":
+                size = like.shape[:like.dim() - arg(oi, on).dim()]
+            else:
+                size = torch.broadcast_shapes(like.shape, arg(oi, on).shape)
+            outs.append(like.new_empty(size, dtype=_DTYPES.get(dtype, like.dtype)))
+        return outs[0] if len(outs) == 1 else tuple(outs)
     return fake
 
 
@@ -69,13 +89,13 @@ def _register_fakes():
     def _add_scalar(input, other, *, alpha=1):
         return _like(input)
 
-    # The ops of the generic kernel: each output contiguous, like the argument its description
-    # names.
+    # The ops of the generic kernel: each output contiguous, by its description's rule.
     for d in _C.op_descriptions():
         if d["generic"]:
             names = [a.name for a in getattr(ops, d["name"]).default._schema.arguments]
-            like = [(names.index(n), n) for n in d["outputs"].values()]
-            fake(f"tessera::{d['name']}", _generic_fake(like))
+            rules = [((names.index(like), like), dtype, shape, (names.index(other) if other else -1, other))
+                     for like, dtype, shape, other in d["output_rules"].values()]
+            fake(f"tessera::{d['name']}", _generic_fake(rules))
 
     @fake("tessera::copy")
     def _copy(src, dst):
@@ -122,10 +142,6 @@ def _register_fakes():
         return (_like(residual_out) if output_mask[0] else None,
                 _param_grad(residual_out, residual_out.shape[-1:], weight)
                 if output_mask[1] and weight is not None else None)
-
-    @fake("tessera::isin")
-    def _isin(elements, test_elements, **kwargs):
-        return elements.new_empty(elements.shape, dtype=torch.bool)
 
     @fake("tessera::matmul")
     def _matmul(input, other, *, bias=None, residual=None, activation="none", alpha=1.0,

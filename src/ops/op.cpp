@@ -29,6 +29,8 @@ void check(const OpDesc& d) {
       refuse("outputs", "an output among the params", o.param);
     if (std::find(d.params.begin(), d.params.end(), o.like) == d.params.end())
       refuse("outputs", "an output like one of the params", o.like);
+    if ((o.shape == OpDesc::Output::Shape::like) != o.other.empty())
+      refuse("outputs", "a second argument exactly where the shape rule takes one", o.param);
   }
   if (!d.backward.empty() && (d.backward_args.empty() || d.grads.empty()))
     refuse("differentiable", "the backward's arguments and the gradients it gives", "none");
@@ -61,6 +63,33 @@ OpRegistrar::OpRegistrar(describe&& op) { registered().push_back(std::move(op.d)
 const std::vector<OpDesc>& op_descriptions() {
   static const std::vector<OpDesc> table = build();
   return table;
+}
+
+std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, const std::vector<int64_t>& like,
+                                  const std::vector<int64_t>& other) {
+  using S = OpDesc::Output::Shape;
+  if (o.shape == S::like) return like;
+  if (o.shape == S::leading) {
+    if (other.size() > like.size())
+      detail::throw_arg(ErrorKind::value, op.name.c_str(), o.other.c_str(),
+                        "at most the " + std::to_string(like.size()) + " dimensions of '" + o.like + "'",
+                        std::to_string(other.size()) + " dimensions");
+    return std::vector<int64_t>(like.begin(), like.end() - static_cast<std::ptrdiff_t>(other.size()));
+  }
+  // Broadcast: dimensions aligned from the last; each pair equal, or one of them 1.
+  const size_t n = std::max(like.size(), other.size());
+  std::vector<int64_t> r(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t a = i < like.size() ? like[like.size() - 1 - i] : 1;
+    const int64_t b = i < other.size() ? other[other.size() - 1 - i] : 1;
+    if (a != b && a != 1 && b != 1)
+      detail::throw_arg(ErrorKind::value, op.name.c_str(), o.other.c_str(),
+                        "a shape that broadcasts with '" + o.like + "'",
+                        "size " + std::to_string(b) + " against " + std::to_string(a) + " at dimension " +
+                            std::to_string(static_cast<int64_t>(n - 1 - i)));
+    r[n - 1 - i] = a == 1 ? b : a;
+  }
+  return r;
 }
 
 const OpDesc* find_op_description(std::string_view name) {

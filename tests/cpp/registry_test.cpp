@@ -86,6 +86,26 @@ TEST(Registry, EveryDescriptionIsComplete) {
   }
 }
 
+// The output rules (tessera/op.hpp): leading dimensions, broadcasts, and the errors that name the
+// op and the argument.
+TEST(Registry, OutputShapesByRule) {
+  namespace out = tessera::out;
+  tessera::OpDesc op;
+  op.name = "norm";
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(tessera::output_shape(op, out::like("out", "x"), {4, 5, 6}, {}), (V{4, 5, 6}));
+  EXPECT_EQ(tessera::output_shape(op, out::mask("out", "x"), {3}, {}), (V{3}));
+  EXPECT_EQ(tessera::output_shape(op, out::stats("rstd", "x", "weight"), {4, 5, 6}, {6}), (V{4, 5}));
+  EXPECT_EQ(tessera::output_shape(op, out::stats("rstd", "x", "weight"), {4, 5, 6}, {5, 6}), (V{4}));
+  EXPECT_EQ(tessera::output_shape(op, out::stats("rstd", "x", "weight"), {6}, {6}), (V{}));
+  EXPECT_EQ(tessera::output_shape(op, out::broadcast("out", "a", "b"), {4, 1, 6}, {5, 1}), (V{4, 5, 6}));
+  EXPECT_EQ(tessera::output_shape(op, out::broadcast("out", "a", "b"), {}, {2, 3}), (V{2, 3}));
+  tessera::testing::expect_error([&] { tessera::output_shape(op, out::stats("rstd", "x", "weight"), {6}, {2, 6}); },
+               ErrorKind::value, {"norm", "weight", "at most the 1 dimensions of 'x'", "2 dimensions"});
+  tessera::testing::expect_error([&] { tessera::output_shape(op, out::broadcast("out", "a", "b"), {4, 3}, {5, 3}); },
+               ErrorKind::value, {"norm", "'b'", "broadcasts with 'a'", "size 5 against 4 at dimension 0"});
+}
+
 // The harness adds cases to the library's descriptions, under their names: every described op has
 // them, in its family and for the dtypes its description says its kernels take.
 TEST(Registry, EveryDescribedOpHasCases) {

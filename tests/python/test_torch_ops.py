@@ -234,10 +234,18 @@ def expected_outputs(torch, name, args, kwargs):
     checked for their device only."""
     descriptions = {o["name"]: o for o in op_descriptions()}
     base = name.split(".")[0]
-    if name in descriptions and descriptions[name]["generic"]:  # each output like an argument
+    if name == "isin":  # torch's contract, apart from the description's rule
+        return [(tuple(args[0].shape), torch.bool)]
+    if name in descriptions and descriptions[name]["generic"]:  # each output by its rule
         bound = dict(zip((a.name for a in overload(torch, name)._schema.arguments), args), **kwargs)
-        return [(tuple(bound[like].shape), bound[like].dtype)
-                for like in descriptions[name]["outputs"].values()]
+        want = []
+        for like, dtype, shape, other in descriptions[name]["output_rules"].values():
+            t = bound[like]
+            size = (tuple(t.shape) if shape == "like" else
+                    tuple(t.shape[:t.dim() - bound[other].dim()]) if shape == "leading" else
+                    tuple(torch.broadcast_shapes(t.shape, bound[other].shape)))
+            want.append((size, {"like": t.dtype, "float32": torch.float32, "bool": torch.bool}[dtype]))
+        return want
     if base == "add":
         r = torch.add(args[0], args[1], alpha=kwargs.get("alpha", 1))
         return [(tuple(r.shape), r.dtype)]
@@ -258,8 +266,6 @@ def expected_outputs(torch, name, args, kwargs):
         return out + ([(tuple(x.shape[:-1]) + (w_in.shape[0],), x.dtype)] if name == "mlp.preactivation" else [])
     if name in ("swiglu_backward.recompute", "geglu_blocks_backward.recompute"):
         return [(tuple(args[1].shape), args[1].dtype), (tuple(args[0].shape), args[0].dtype)]
-    if name == "isin":
-        return [(tuple(args[0].shape), torch.bool)]
     return None
 
 

@@ -2,7 +2,7 @@
 // (tessera/op.hpp), registered from the descriptions: no op is named here.
 //
 // The CUDA kernel reads the schema's arguments off the dispatcher's stack, allocates each output
-// like the input its description names, and runs the library function on torch's current stream.
+// by its description's rule, and runs the library function on torch's current stream.
 // The autograd kernel, where autograd records the call, runs the op below autograd inside one
 // torch::autograd::Function for every op: its forward saves what the description's backward
 // formula names (arguments, the forward's result), its backward calls the backward op through the
@@ -14,6 +14,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
@@ -25,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "binding.hpp"
 
@@ -70,6 +72,10 @@ void fill_plan(Plan& p, const OpDesc& d) {
     if (out != d.outputs.end()) {
       q.arg = arg_index(out->like);
       q.out = static_cast<int>(out - d.outputs.begin());
+      if (!out->other.empty()) q.other = arg_index(out->other);
+      for (int k : {q.arg, q.other})
+        TORCH_CHECK(k < 0 || p.args[k] == From::tensor, "tessera: op '", d.name, "': output '", out->param,
+                    "' is shaped by '", args[k].name(), "', which is not a tensor argument");
     } else {
       q.arg = arg_index(name);
       q.from = p.args[q.arg];
@@ -91,6 +97,22 @@ void fill_plan(Plan& p, const OpDesc& d) {
       p.backward_args.push_back({B::tensor, k, p.num_saved++});
     else p.backward_args.push_back({B::value, k, p.num_values++});
   }
+}
+
+// Output `q` of op `d` by its rule: contiguous, on like's device.
+at::Tensor allocate(const OpDesc& d, const Plan::Param& q, const Value* args) {
+  using O = OpDesc::Output;
+  const O& o = d.outputs[static_cast<size_t>(q.out)];
+  const at::Tensor& like = *args[q.arg].tensor;
+  if (o.dtype == O::Dtype::like && o.shape == O::Shape::like)
+    return at::empty_like(like, at::MemoryFormat::Contiguous);
+  const at::TensorOptions opt = o.dtype == O::Dtype::like      ? like.options()
+                                : o.dtype == O::Dtype::float32 ? like.options().dtype(at::kFloat)
+                                                               : like.options().dtype(at::kBool);
+  if (o.shape == O::Shape::like) return at::empty(like.sizes(), opt);
+  std::vector<int64_t> shape;
+  guarded([&] { shape = output_shape(d, o, like.sizes().vec(), args[q.other].tensor->sizes().vec()); });
+  return at::empty(shape, opt);
 }
 
 // The schema's arguments off the stack, as run() reads them.
@@ -278,7 +300,7 @@ Outputs run(const Plan& p, const Value* args) {
   for (size_t i = 0; i < p.params.size(); ++i) {
     const Plan::Param& q = p.params[i];
     if (q.from != From::output) continue;
-    outs[q.out] = at::empty_like(*args[q.arg].tensor, at::MemoryFormat::Contiguous);
+    outs[q.out] = allocate(d, q, args);
     a[i].kind = Arg::Kind::tensor;
     a[i].tensor = view(op, d.params[i].c_str(), outs[q.out]);
   }

@@ -1,7 +1,7 @@
 // The torch surface of every op whose description has a kernel (tessera/op.hpp): one CUDA kernel
 // and one autograd kernel for all of them, registered from the descriptions by generic.cpp, and the
 // plan they share with the fast path (fast.cpp): where each of the library function's parameters
-// comes from in the schema's arguments, and which outputs to allocate like which input.
+// comes from in the schema's arguments, and how each output is allocated (its description's rule).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,8 +24,9 @@ struct Plan {
   enum class From : uint8_t { tensor, optional_tensor, real, integer, boolean, string, output };
   struct Param {
     From from;
-    int arg;   // the schema argument it reads; for an output, the argument it is shaped like
-    int out;   // for an output, its place among the op's returns
+    int arg;         // the schema argument it reads; for an output, its rule's `like` argument
+    int out;         // for an output, its place among the op's returns
+    int other = -1;  // for an output, its rule's `other` argument (-1: none)
   };
   std::vector<Param> params;
   std::vector<From> args;  // the schema's arguments' kinds
