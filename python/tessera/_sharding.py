@@ -80,7 +80,8 @@ def register(torch) -> bool:
         from torch.distributed.tensor.experimental import register_sharding as torch_register_sharding
     except ImportError:
         return False
-    register_sharding = _keywords_as_placed(torch_register_sharding)
+    ruled = set()  # the ops given a rule below; the generic ones left take their family's default
+    register_sharding = _recording(_keywords_as_placed(torch_register_sharding), ruled)
     _done = True
     ops = torch.ops.tessera
     R = Replicate()
@@ -92,7 +93,8 @@ def register(torch) -> bool:
         """`placement` for every tensor argument, None for the others."""
         return [placement if is_tensor(a) else None for a in args]
 
-    # Elementwise ops over tensors of one shape: any dimension, or replicated.
+    # Elementwise ops over tensors of one shape: any dimension, or replicated. The default of the
+    # generic kernel's elementwise ops (below, after every written rule).
     def same_shape(op):
         outs = len(op._schema.returns)
 
@@ -100,10 +102,6 @@ def register(torch) -> bool:
         def rule(*args, **kwargs):
             ndim = next(a for a in args if is_tensor(a)).ndim
             return [([R] * outs, each(args, R))] + [([Shard(d)] * outs, each(args, Shard(d))) for d in range(ndim)]
-
-    for name in ("gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "silu_mul_backward",
-                 "silu_mul_backward_recompute", "geglu", "geglu_backward", "geglu_backward_recompute"):
-        same_shape(getattr(ops, name).default)
 
     # Seeded dropout: element i's mask bit comes from the Philox stream at (seed, offset + i), the
     # global index; a shard would draw another mask.
@@ -286,7 +284,22 @@ def register(torch) -> bool:
         return strategies
 
     _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial)
+    # The defaults: an elementwise op of the generic kernel whose outputs are all shaped like an
+    # argument (gelu, silu_mul, ...) shards along any dimension, unless written above.
+    from . import _C
+    for d in _C.op_descriptions():
+        if d["generic"] and d["family"] == "elementwise" and d["name"] not in ruled and \
+                all(shape == "like" for _, _, shape, _ in d["output_rules"].values()):
+            same_shape(getattr(ops, d["name"]).default)
     return True
+
+
+def _recording(register_sharding, names: set):
+    """register_sharding that also adds each op's name (its overload packet's) to `names`."""
+    def register(op):
+        names.add(op._schema.name.split("::")[-1])
+        return register_sharding(op)
+    return register
 
 
 def _keywords_as_placed(register_sharding):

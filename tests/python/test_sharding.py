@@ -26,6 +26,24 @@ def test_elementwise_ops_keep_any_sharding(run):
         assert placements([z]) == [(run.Shard(d),)] and comms == 0
 
 
+def test_every_generic_op_has_a_rule_and_elementwise_ones_default_to_any_dimension(run):
+    """An op of the generic kernel gets a rule without writing one: the elementwise ones shard along
+    any dimension unless their rule is written (dropout, the interleaved gates' backwards)."""
+    from torch.distributed.tensor import DTensor
+    from tessera import _C
+    funcs = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
+    ops = run.torch.ops.tessera
+    generic = [d["name"] for d in _C.op_descriptions() if d["generic"]]
+    assert "gelu" in generic and "silu_mul_backward" in generic
+    assert [n for n in generic if getattr(ops, n).default not in funcs] == []
+    x = run.tensor((8, 16), run.Shard(1))
+    (y,), comms = run.call(ops.gelu_backward.default, x, run.tensor((8, 16), run.Shard(1)))
+    assert placements([y]) == [(run.Shard(1),)] and comms == 0
+    (a, b), comms = run.call(ops.geglu_backward.default, x, run.tensor((8, 16), run.Shard(1)),
+                             run.tensor((8, 16), run.Shard(1)))
+    assert placements([a, b]) == [(run.Shard(1),)] * 2 and comms == 0
+
+
 def test_softmax_shards_rows_and_gathers_its_own_dimension(run):
     ops = run.torch.ops.tessera
     (y,), comms = run.call(ops.softmax.default, run.tensor((8, 16), run.Shard(0)), -1)
