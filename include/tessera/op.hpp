@@ -179,22 +179,27 @@ struct OpRegistrar {
 
 // Outputs by rule, for describe::kernel: {"out", "input"} is out::like("out", "input").
 namespace out {
-inline OpDesc::Output like(std::string param, std::string arg) { return {std::move(param), std::move(arg)}; }
+inline OpDesc::Output like(std::string param, std::string arg) {
+  OpDesc::Output o;
+  o.param = std::move(param);
+  o.like = std::move(arg);
+  return o;
+}
 inline OpDesc::Output mask(std::string param, std::string arg) {
-  OpDesc::Output o{std::move(param), std::move(arg)};
+  OpDesc::Output o = like(std::move(param), std::move(arg));
   o.dtype = OpDesc::Output::Dtype::boolean;
   return o;
 }
 // float32 statistics over like's leading dimensions, one per row of `trailing`'s dimensions.
 inline OpDesc::Output stats(std::string param, std::string arg, std::string trailing) {
-  OpDesc::Output o{std::move(param), std::move(arg)};
+  OpDesc::Output o = like(std::move(param), std::move(arg));
   o.dtype = OpDesc::Output::Dtype::float32;
   o.shape = OpDesc::Output::Shape::leading;
   o.other = std::move(trailing);
   return o;
 }
 inline OpDesc::Output broadcast(std::string param, std::string arg, std::string with) {
-  OpDesc::Output o{std::move(param), std::move(arg)};
+  OpDesc::Output o = like(std::move(param), std::move(arg));
   o.shape = OpDesc::Output::Shape::broadcast;
   o.other = std::move(with);
   return o;

@@ -555,31 +555,16 @@ BenchCase bench(Kind k, bool backward, DType dt, int64_t n) {
 }
 
 const Registrar kRegistrar(20, [] {
-  struct Entry {
-    Kind kind;
-    bool backward;
-    const char* summary;
-  };
-  const Entry entries[] = {
-      {{false, false}, false, "LayerNorm over the trailing dimensions, as torch.nn.functional.layer_norm"},
-      {{false, false}, true, "LayerNorm backward: grad_in, grad_weight, grad_bias (deterministic)"},
-      {{true, false}, false, "RMSNorm over the trailing dimensions, as torch.nn.functional.rms_norm"},
-      {{true, false}, true, "RMSNorm backward: grad_in, grad_weight (deterministic)"},
-      {{false, true}, false, "residual_out = input + residual, then LayerNorm of it over the last dimension"},
-      {{false, true}, true,
-       "add_layer_norm backward: grad_input (of input and residual), grad_weight, grad_bias (deterministic)"},
-      {{true, true}, false, "residual_out = input + residual, then RMSNorm of it over the last dimension"},
-      {{true, true}, true, "add_rms_norm backward: grad_input (of input and residual), grad_weight (deterministic)"},
-  };
   std::vector<OpInfo> ops;
-  for (const Entry& e : entries) {
-    OpInfo op = op_info(op_name(e.kind, e.backward), e.summary);
-    op.bench_sizes = {1024, 4096, 8192, 16384};
-    op.verify_cases = [e] { return cases(e.kind, e.backward); };
-    op.make_bench = [e](DType dt, int64_t n) { return bench(e.kind, e.backward, dt, n); };
-    op.bench_shape = [e](DType dt, int64_t n) { return bench_shape(e.kind, e.backward, dt, n); };
-    ops.push_back(op);
-  }
+  for (Kind kind : {Kind{false, false}, Kind{true, false}, Kind{false, true}, Kind{true, true}})
+    for (bool backward : {false, true}) {
+      OpInfo op = op_info(op_name(kind, backward));
+      op.bench_sizes = {1024, 4096, 8192, 16384};
+      op.verify_cases = [kind, backward] { return cases(kind, backward); };
+      op.make_bench = [kind, backward](DType dt, int64_t n) { return bench(kind, backward, dt, n); };
+      op.bench_shape = [kind, backward](DType dt, int64_t n) { return bench_shape(kind, backward, dt, n); };
+      ops.push_back(op);
+    }
   return ops;
 });
 
