@@ -25,6 +25,9 @@ from typing import Any
 from . import _interop, _state
 from ._surface import op
 
+__all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache", "rotary_embedding",
+           "scaled_dot_product_attention"]
+
 
 def _ops(torch, name: str):
     _interop.init_ops(torch)

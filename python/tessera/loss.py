@@ -9,6 +9,8 @@ from typing import Any
 
 from . import _interop, _state, _vocab_parallel
 
+__all__ = ["cross_entropy", "linear_cross_entropy"]
+
 
 def _ops(torch):
     _interop.init_ops(torch)
