@@ -3,9 +3,9 @@
 The compiled library next to this module (libtessera_torch.so, built with the wheel where the
 building Python had torch: ``pip install --no-build-isolation .``) defines every op from its
 description's schema and registers its CUDA kernel and, for the differentiable ones, its autograd
-kernel, all in C++. This module loads it and registers the fake kernels (shapes, dtypes and strides
-only) that FakeTensor and torch.compile trace with: one generic fake for the ops whose description
-(tessera._C.op_descriptions()) allocates outputs by a rule (op.hpp), a written one for the others.
+kernel, all in C++; for the ops whose description allocates outputs by a rule (tessera/op.hpp) also
+the Meta kernel that FakeTensor and torch.compile trace with. This module loads it and registers
+the fake kernels (shapes, dtypes and strides only) of the others, written here.
 
 The public functions (tessera.softmax, ...) call these ops for torch tensors. Without the library
 (a wheel built in an isolated environment, without torch) ``ops`` is None: calls that need
@@ -51,31 +51,6 @@ def _param_grad(x, normalized_shape, weight):
     return x.new_empty(tuple(normalized_shape), dtype=dtype)
 
 
-_DTYPES = {"float32": torch.float32, "bool": torch.bool}
-
-
-def _generic_fake(rules):
-    """The fake of an op of the generic kernel: each output by its description's rule
-    (tessera/op.hpp): ``rules`` holds, per output, the positions and names of its rule's ``like``
-    and ``other`` arguments, its dtype rule and its shape rule."""
-    def fake(*args, **kwargs):
-        def arg(i, n):
-            return args[i] if i < len(args) else kwargs[n]
-        outs = []
-        for (li, ln), dtype, shape, (oi, on) in rules:
-            like = arg(li, ln)
-            if dtype == "like" and shape == "like":
-                outs.append(_like(like))
-                continue
-            if shape == "like":
-                size = like.shape
-            elif shape == "leading":
-                size = like.shape[:like.dim() - arg(oi, on).dim()]
-            else:
-                size = torch.broadcast_shapes(like.shape, arg(oi, on).shape)
-            outs.append(like.new_empty(size, dtype=_DTYPES.get(dtype, like.dtype)))
-        return outs[0] if len(outs) == 1 else tuple(outs)
-    return fake
 
 
 def _register_fakes():
@@ -88,14 +63,6 @@ def _register_fakes():
     @fake("tessera::add.Scalar")
     def _add_scalar(input, other, *, alpha=1):
         return _like(input)
-
-    # The ops of the generic kernel: each output contiguous, by its description's rule.
-    for d in _C.op_descriptions():
-        if d["generic"]:
-            names = [a.name for a in getattr(ops, d["name"]).default._schema.arguments]
-            rules = [((names.index(like), like), dtype, shape, (names.index(other) if other else -1, other))
-                     for like, dtype, shape, other in d["output_rules"].values()]
-            fake(f"tessera::{d['name']}", _generic_fake(rules))
 
     @fake("tessera::copy")
     def _copy(src, dst):

@@ -2,7 +2,8 @@
 // (tessera/op.hpp), registered from the descriptions: no op is named here.
 //
 // The CUDA kernel reads the schema's arguments off the dispatcher's stack, allocates each output
-// by its description's rule, and runs the library function on torch's current stream.
+// by its description's rule, and runs the library function on torch's current stream; the Meta
+// kernel (what FakeTensor and torch.compile trace with) allocates the same outputs and stops.
 // The autograd kernel, where autograd records the call, runs the op below autograd inside one
 // torch::autograd::Function for every op: its forward saves what the description's backward
 // formula names (arguments, the forward's result), its backward calls the backward op through the
@@ -231,6 +232,22 @@ struct AutogradKernel : c10::OperatorKernel {
   }
 };
 
+// One op's Meta kernel: its outputs by their rule on the meta device, the library not called.
+// FakeTensor (torch.compile's tracing) runs it on meta copies of the fake inputs.
+struct MetaKernel : c10::OperatorKernel {
+  const Plan* plan;
+  explicit MetaKernel(const Plan* p) : plan(p) {}
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) const {
+    Value v[kMaxArgs];
+    read_args(*plan, torch::jit::last(*stack, plan->num_args), v);
+    Outputs outs(static_cast<size_t>(plan->num_outputs));
+    for (const Plan::Param& q : plan->params)
+      if (q.from == From::output) outs[q.out] = allocate(*plan->desc, q, v);
+    torch::jit::drop(*stack, plan->num_args);
+    for (at::Tensor& t : outs) stack->emplace_back(std::move(t));
+  }
+};
+
 void register_kernels(torch::Library& m) {
   for (const Plan& p : plans())
     m.impl(p.desc->name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(&p)));
@@ -335,6 +352,11 @@ Outputs dispatch(const Plan& p, const Value* args) {
 }  // namespace tessera::torch_ops::generic
 
 TESSERA_TORCH_KERNELS(tessera::torch_ops::generic::register_kernels)
+TORCH_LIBRARY_IMPL(tessera, Meta, m) {
+  using namespace tessera::torch_ops::generic;
+  for (const Plan& p : plans())
+    m.impl(p.desc->name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<MetaKernel>(&p)));
+}
 TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   using namespace tessera::torch_ops::generic;
   for (const Plan& p : plans())
