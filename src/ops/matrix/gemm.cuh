@@ -319,14 +319,14 @@ struct Sm90Tier {
 };
 
 // At most 16 rows against a weight with K contiguous on Hopper: the weight streamed into a ring of
-// shared-memory stages by bulk copies, several stages deep on every SM (gemv_sm90.cu).
+// shared-memory stages by the copy engine, several stages deep on every SM (gemv_sm90.cu).
 struct GemvTier {
   static constexpr const char* kName = "gemv_sm90";
   static constexpr const char* kWhen =
-      "sm_90, M <= 16, one matrix, 16-bit inputs, both operands with K contiguous and 16-byte "
-      "aligned rows, K a multiple of 256, no activation swiglu/geglu, no explicit config: the weight "
-      "streamed by bulk copies into a ring of shared-memory stages, K split so that the units "
-      "divide evenly over the SMs";
+      "sm_90, M <= 16, one matrix, 16-bit inputs, both operands with K contiguous and rows the "
+      "copy engine can address, K a multiple of 64, no activation swiglu/geglu, no explicit config: "
+      "the weight streamed by tensor copies into a ring of shared-memory stages, K split only where "
+      "the row blocks are fewer than two an SM";
   struct Plan {
     int blocks = 0, splits = 1, seg_stages = 0, k_stages = 0, grid = 0;
     std::string describe() const;
