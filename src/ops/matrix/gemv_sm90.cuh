@@ -5,21 +5,22 @@
 //
 // The weight streams into a ring of shared-memory stages by the copy engine, kStages deep, so the
 // bytes in flight per SM are set by shared memory (~200 KB), not by registers, and nothing waits
-// between batches. A stage is 16 W rows x 1024 K and A's 16 rows x the same K, each one tensor copy
+// between batches. A stage is 16 W rows x 1024 K and A's M rows x the same K, each one tensor copy
 // (a 3-D view of the operand: 64 K, rows, K / 64). The stage's shape is DRAM's: every W row is read
-// in runs of 2 KB, where runs of 512 bytes (64 rows x 256 K) held the stream to half the copy rate
-// and runs of 1 KB to two thirds. A is re-read each stage, from L2, as M rows only (the copy
-// engine's zero fill of 16 - M rows cost more than the rows): A's rows past M are read from a zero
-// row. Rows of W past N and K past the end arrive as zeros. The four consumer warps take a quarter of the stage's K each
-// on mma.sync (m16n8k16: A's rows against the 16 W rows as two n8 tiles), both operands read by
-// ldmatrix from the 128-byte swizzle, so the eight rows of one 8 x 8 block fall on distinct banks;
-// warp 0 sums the quarters at the unit's end, in a fixed order.
+// in runs of 2 KB, since DRAM serves shorter runs of many rows (512 bytes, 1 KB) well below the
+// copy rate (dev/worklog.md, section 10). A is re-read each stage, from L2, as M rows only (the
+// copy engine's zero fill of the rest would cost more than the rows); A's rows past M are read
+// from a zero row. Rows of W past N and K past the end arrive as zeros. The four consumer warps
+// take a quarter of the stage's K each on mma.sync (m16n8k16: A's rows against the 16 W rows as
+// two n8 tiles), both operands read by ldmatrix from the 128-byte swizzle, so the eight rows of
+// one 8 x 8 block fall on distinct banks; warp 0 sums the quarters at the unit's end, in a fixed
+// order.
 //
 // Work: units of (16 W rows, a segment of K), handed out round-robin to a persistent grid of one
-// CTA per SM; the split of K is chosen so that the units divide evenly over the SMs (plan()). Where
-// K is split, each unit leaves float32 partial sums and counts itself on its row block's counter;
-// the last of a row block sums the segments in order (the same bits every run, whichever is last),
-// applies the epilogue and sets the counter back to zero.
+// CTA per SM; K is split only where the row blocks are fewer than two an SM (plan()). Where it is,
+// each unit leaves float32 partial sums and counts itself on its row block's counter; the last of
+// a row block sums the segments in order (the same bits every run, whichever is last), applies
+// the epilogue and sets the counter back to zero.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -66,7 +67,7 @@ struct Args {
   int64_t w_sn;        // W [N, K]: K contiguous, rows 16-byte aligned
   int m;
   int64_t n, k;
-  int blocks;          // ceil(N / 64)
+  int blocks;          // ceil(N / 16)
   int splits;          // segments of K
   int seg_stages;      // stages per segment (the last may have fewer)
   int k_stages;        // ceil(K / 1024)
