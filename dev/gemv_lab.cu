@@ -20,25 +20,10 @@
 #include <vector>
 
 #include "ops/matrix/gemv_sm90.cuh"
+#include "lab.cuh"
 
 using namespace tessera;
 using namespace tessera::matrix;
-
-template <class E>
-void check(E e, const char* what, int line) {
-  if (int(e) == 0) return;
-  std::fprintf(stderr, "%s failed (%d) at line %d\n", what, int(e), line);
-  std::exit(1);
-}
-#define CK(x) check((x), #x, __LINE__)
-
-__global__ void fill(__nv_bfloat16* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * int64_t(blockDim.x)) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-    p[i] = __float2bfloat16(float(h & 0xffff) / 65536.0f - 0.5f);
-  }
-}
 
 // W's bytes read once and nothing written (but a value no input makes): what reading alone reaches.
 __global__ void read_only(const uint4* p, int64_t n, uint4* sink) {
@@ -48,11 +33,6 @@ __global__ void read_only(const uint4* p, int64_t n, uint4* sink) {
     x ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (x == 0x9e3779b9u && threadIdx.x == 1023) sink->x = x;
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 int main(int argc, char** argv) {

@@ -56,6 +56,23 @@ class Scratch {
 // the graph records.
 int* zeroed_counters(std::size_t ints, cudaStream_t stream, Scratch& fallback);
 
+// What a launch that splits its work over CTAs meeting on counters holds for the call: `floats`
+// float32 partial sums (Scratch) and `counters` zeroed counters (zeroed_counters). Empty where
+// nothing is split.
+class SplitScratch {
+ public:
+  SplitScratch() = default;
+  SplitScratch(std::size_t floats, std::size_t counters, cudaStream_t stream)
+      : partials_(floats * sizeof(float), stream), counters_(zeroed_counters(counters, stream, fallback_)) {}
+  float* partials() const { return partials_.as<float>(); }
+  template <class C = int>
+  C* counters() const { return reinterpret_cast<C*>(counters_); }
+
+ private:
+  Scratch partials_, fallback_;
+  int* counters_ = nullptr;
+};
+
 // The high-water mark of the scratch memory in use on `device` since the last reset (the pool's
 // own counter), and the reset, which sets it to what is in use now: what a call holds beyond its
 // arguments, for memory reports (tessera.bench.do_bench(memory=True)). Memory an installed

@@ -266,12 +266,11 @@ void SkinnyTier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
   args.a_vec = g.a_sk == 1 && g.a_sm * e % 16 == 0 && reinterpret_cast<uintptr_t>(g.a) % 16 == 0;
   args.w = g.b, args.w_sn = g.b_sn;
   args.m = g.m, args.n = g.n, args.k = g.k, args.chunk = p.chunk, args.splits = p.splits;
-  runtime::Scratch partial, counters;
-  if (p.splits > 1) {
-    partial = runtime::Scratch(std::size_t(p.splits * g.m * g.n) * sizeof(float), stream);
-    args.partial = partial.as<float>();
-    args.counters = reinterpret_cast<unsigned*>(runtime::zeroed_counters(std::size_t(p.blocks), stream, counters));
-  }
+  const runtime::SplitScratch split = p.splits > 1 ? runtime::SplitScratch(std::size_t(p.splits * g.m * g.n),
+                                                                             std::size_t(p.blocks), stream)
+                                                   : runtime::SplitScratch();
+  args.partial = split.partials();
+  args.counters = split.counters<unsigned>();
   if (g.dtype == DType::float16) launch_out<__half>(g, p, args, stream);
   else launch_out<__nv_bfloat16>(g, p, args, stream);
 }

@@ -116,13 +116,12 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   work.splits = p.splits;
   // Split tiles: their counters (two per tile and consumer, lent zero and left zero) and partials,
   // kBM x BN floats per tile and chunk.
-  runtime::Scratch ws, counters;
-  if (p.splits > 1) {
-    const std::size_t split_tiles = std::size_t(work.tiles.count() - work.whole);
-    ws = runtime::Scratch(split_tiles * p.splits * kBM * BN * sizeof(float), stream);
-    work.partials = ws.as<float>();
-    work.counters = runtime::zeroed_counters(2 * split_tiles * kConsumers, stream, counters);
-  }
+  const std::size_t split_tiles = std::size_t(work.tiles.count() - work.whole);
+  const runtime::SplitScratch split = p.splits > 1 ? runtime::SplitScratch(split_tiles * p.splits * kBM * BN,
+                                                                             2 * split_tiles * kConsumers, stream)
+                                                   : runtime::SplitScratch();
+  work.partials = split.partials();
+  work.counters = split.counters();
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);

@@ -1,0 +1,33 @@
+// What the labs share (dev/gemm_lab.cu, dev/gemv_lab.cu): exiting on a CUDA or cuBLAS error, bf16
+// inputs from a hash of their index, and the median of a run's rounds. Not part of the build.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+template <class E>
+void check(E e, const char* what, int line) {
+  if (int(e) == 0) return;
+  std::fprintf(stderr, "%s failed (%d) at line %d\n", what, int(e), line);
+  std::exit(1);
+}
+#define CK(x) check((x), #x, __LINE__)
+
+// Values in [-0.5, 0.5), a function of the index and the seed.
+__global__ void fill(__nv_bfloat16* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * int64_t(blockDim.x)) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+    p[i] = __float2bfloat16(float(h & 0xffff) / 65536.0f - 0.5f);
+  }
+}
+
+inline float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
