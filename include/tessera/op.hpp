@@ -50,24 +50,51 @@ struct OpDesc {
   // Each output is allocated contiguous on the device of the tensor argument `like`, with its rule's
   // dtype and shape (the out:: helpers below spell the common ones):
   //   dtype: like's, float32 (statistics) or bool (a mask);
-  //   shape: like's; like's leading dimensions, without as many trailing ones as the tensor
-  //   argument `other` has; or the broadcast of like's and other's shapes.
+  //   shape: like's; like's leading dimensions, without as many trailing ones as `other` names (a
+  //   tensor argument: its dimensions; an int[] argument: its length; none: `drop`); or the
+  //   broadcast of like's and other's shapes.
+  // An output like an optional tensor argument that is None is None too (a gradient of an absent
+  // weight), as is one whose `mask` (a bool[] argument) is false at `mask_index`. An `internal`
+  // one (statistics saved for the backward) is not returned by the public function, and a call
+  // autograd does not record leaves it out.
   struct Output {
     std::string param, like;
     enum class Dtype : uint8_t { like, float32, boolean } dtype = Dtype::like;
     enum class Shape : uint8_t { like, leading, broadcast } shape = Shape::like;
-    std::string other;  // leading, broadcast: the second tensor argument
+    std::string other;  // leading, broadcast: the second argument
+    int drop = 0;       // leading without `other`: the trailing dimensions dropped
+    bool internal = false;
+    std::string mask;
+    int mask_index = -1;
+    Output when(std::string bools, int index) && {
+      mask = std::move(bools);
+      mask_index = index;
+      return std::move(*this);
+    }
   };
   std::vector<std::string> params;
   std::vector<Output> outputs;
   // The library function run on `args` (one per param, in order); `op` names it in errors.
   void (*call)(const char* op, const Arg* args, cudaStream_t stream) = nullptr;
+  // int[] arguments that name the trailing dimensions of a tensor argument (a normalized shape):
+  // the kernels check that they are, and the library's parameter of that name takes their count.
+  struct Trailing {
+    std::string arg, of;
+  };
+  std::vector<Trailing> trailing;
+  // Tensor arguments that are float32 whatever the op's dtype (statistics); every other tensor
+  // argument has the first one's dtype where tessera's kernels take the call.
+  std::vector<std::string> float32_args;
 
   // Autograd: the op whose result is the forward's gradients, called with `backward_args`
   // ("grad": the gradient of the forward's first output, made contiguous, "grad1" of its second,
-  // and so on; autograd gives zeros for an output that got none; "result": the
-  // forward's first output; any other: the forward's argument of that name), whose outputs are
-  // the gradients of the forward's tensor arguments named in `grads`, in order.
+  // and so on; "result": the forward's first output, "result1" its second; "mask": a bool[] with
+  // one entry per backward output, true where autograd wants it; any other: the forward's argument
+  // of that name), whose outputs are the gradients of the forward's tensor arguments named in
+  // `grads`, in order ("input residual": one gradient for both). An output no "gradN" names gets
+  // no gradient (statistics). Where every output has a gradient formula, autograd gives zeros to
+  // an output that got none; otherwise a missing gradient is None for a `Tensor?` argument of the
+  // backward and zeros for a `Tensor` one, and the backward is not run where none came.
   std::string backward;
   std::vector<std::string> backward_args, grads;
 
@@ -163,6 +190,14 @@ struct describe {
     d.grads = std::move(grads);
     return std::move(*this);
   }
+  describe&& trailing(std::string arg, std::string of) && {
+    d.trailing.push_back({std::move(arg), std::move(of)});
+    return std::move(*this);
+  }
+  describe&& float32_args(std::vector<std::string> args) && {
+    d.float32_args = std::move(args);
+    return std::move(*this);
+  }
   describe&& dtypes(std::vector<DType> types) && {
     d.dtypes = std::move(types);
     return std::move(*this);
@@ -190,12 +225,19 @@ inline OpDesc::Output mask(std::string param, std::string arg) {
   o.dtype = OpDesc::Output::Dtype::boolean;
   return o;
 }
-// float32 statistics over like's leading dimensions, one per row of `trailing`'s dimensions.
+// float32 statistics over like's leading dimensions, one per row of `trailing`'s dimensions (or
+// of the last `drop`), saved for the backward (internal).
 inline OpDesc::Output stats(std::string param, std::string arg, std::string trailing) {
   OpDesc::Output o = like(std::move(param), std::move(arg));
   o.dtype = OpDesc::Output::Dtype::float32;
   o.shape = OpDesc::Output::Shape::leading;
   o.other = std::move(trailing);
+  o.internal = true;
+  return o;
+}
+inline OpDesc::Output stats(std::string param, std::string arg, int drop) {
+  OpDesc::Output o = stats(std::move(param), std::move(arg), std::string());
+  o.drop = drop;
   return o;
 }
 inline OpDesc::Output broadcast(std::string param, std::string arg, std::string with) {
@@ -207,10 +249,16 @@ inline OpDesc::Output broadcast(std::string param, std::string arg, std::string 
 }  // namespace out
 
 // An output's shape by its rule, from the shapes of its `like` argument and of its `other` one
-// (unused for Shape::like). Throws tessera::Error naming the op where the shapes do not allow it
-// (other has more dimensions than like to drop; the two do not broadcast).
+// (its value for an int[] argument; unused for Shape::like). Throws tessera::Error naming the op
+// where the shapes do not allow it (more dimensions to drop than like has; no broadcast).
 std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, const std::vector<int64_t>& like,
                                   const std::vector<int64_t>& other);
+
+// Checks an int[] argument of a Trailing rule: `dims` (n of them) must be the trailing part of the
+// tensor argument's `shape` (ndim of them), at least one. Throws tessera::Error (ValueError)
+// naming the op and the argument otherwise.
+void check_trailing(const OpDesc& op, const OpDesc::Trailing& t, const int64_t* shape, int ndim, const int64_t* dims,
+                    size_t n);
 
 // The place of a family in DESIGN.md's family table (elementwise, rowwise, matrix, attention,
 // loss, set); unknown families after those. The harness orders its table by it too.

@@ -313,14 +313,25 @@ NB_MODULE(_C, m) {
             for (const OpDesc::Output& out : o.outputs) {
               using O = OpDesc::Output;
               outputs[out.param.c_str()] = out.like;
-              rules[out.param.c_str()] = nb::make_tuple(
-                  out.like,
-                  out.dtype == O::Dtype::like ? "like" : out.dtype == O::Dtype::float32 ? "float32" : "bool",
-                  out.shape == O::Shape::like ? "like" : out.shape == O::Shape::leading ? "leading" : "broadcast",
-                  out.other);
+              nb::dict r;
+              r["like"] = out.like;
+              r["dtype"] = out.dtype == O::Dtype::like ? "like" : out.dtype == O::Dtype::float32 ? "float32" : "bool";
+              r["shape"] = out.shape == O::Shape::like      ? "like"
+                           : out.shape == O::Shape::leading ? "leading"
+                                                            : "broadcast";
+              r["other"] = out.other;
+              r["drop"] = out.drop;
+              r["internal"] = out.internal;
+              r["mask"] = out.mask;
+              r["mask_index"] = out.mask_index;
+              rules[out.param.c_str()] = r;
             }
             d["outputs"] = outputs;
             d["output_rules"] = rules;
+            nb::dict trailing;
+            for (const OpDesc::Trailing& t : o.trailing) trailing[t.arg.c_str()] = t.of;
+            d["trailing"] = trailing;
+            d["float32_args"] = o.float32_args;
             d["generic"] = o.call != nullptr;
             d["backward"] = o.backward;
             d["backward_args"] = o.backward_args;
@@ -331,8 +342,10 @@ NB_MODULE(_C, m) {
           return ops;
         },
         "Every op's description (tessera/op.hpp), as dicts: name, family, summary, dtypes, "
-        "schemas, params, outputs (param -> like), output_rules (param -> (like, dtype, shape, other): "
-        "tessera/op.hpp's rule), generic, backward, backward_args, grads, torch_function.");
+        "schemas, params, outputs (param -> like), output_rules (param -> its rule as a dict: like, dtype, "
+        "shape, other, drop, internal, mask, mask_index; tessera/op.hpp's Output), trailing (int[] argument -> "
+        "the tensor argument whose trailing dimensions it names), float32_args, generic, backward, "
+        "backward_args, grads, torch_function.");
 
   bind_bench(m);
 }

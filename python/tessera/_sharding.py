@@ -141,15 +141,15 @@ def register(torch) -> bool:
             [([Shard(d)] * 3, [Shard(d), None] + tail) for d in lead(input, normalized_shape)]
 
     @register_sharding(ops.rms_norm.default)
-    def rms_norm_rule(input, normalized_shape, weight, eps, weight_offset=0.0):
+    def rms_norm_rule(input, normalized_shape, weight=None, eps=2.0 ** -23, weight_offset=0.0):
         tail = [param(weight), None, None]
         return [([R] * 2, [R, None] + tail)] + \
             [([Shard(d)] * 2, [Shard(d), None] + tail) for d in lead(input, normalized_shape)]
 
     @register_sharding(ops.layer_norm_backward.default)
-    def layer_norm_backward_rule(grad_output, input, normalized_shape, mean, rstd, weight, output_mask):
+    def layer_norm_backward_rule(grad_output, input, normalized_shape, mean, rstd, weight, bias, output_mask):
         def ins(p):
-            return [p, p, None, p, p, param(weight), None]
+            return [p, p, None, p, p, param(weight), param(bias), None]
         return [([R] * 3, ins(R))] + \
             [([Shard(d), Partial(), Partial()], ins(Shard(d))) for d in lead(input, normalized_shape)]
 
@@ -171,14 +171,15 @@ def register(torch) -> bool:
         return [([R] * 4, [R, R] + tail)] + [([Shard(d)] * 4, [Shard(d)] * 2 + tail) for d in rows_of(input)]
 
     @register_sharding(ops.add_rms_norm.default)
-    def add_rms_norm_rule(input, residual, weight, eps):
+    def add_rms_norm_rule(input, residual, weight=None, eps=2.0 ** -23):
         tail = [param(weight), None]
         return [([R] * 3, [R, R] + tail)] + [([Shard(d)] * 3, [Shard(d)] * 2 + tail) for d in rows_of(input)]
 
     @register_sharding(ops.add_layer_norm_backward.default)
-    def add_layer_norm_backward_rule(grad_output, grad_residual_out, residual_out, mean, rstd, weight, output_mask):
+    def add_layer_norm_backward_rule(grad_output, grad_residual_out, residual_out, mean, rstd, weight, bias,
+                                     output_mask):
         def ins(p):
-            return [p, p if grad_residual_out is not None else None, p, p, p, param(weight), None]
+            return [p, p if grad_residual_out is not None else None, p, p, p, param(weight), param(bias), None]
         return [([R] * 3, ins(R))] + \
             [([Shard(d), Partial(), Partial()], ins(Shard(d))) for d in rows_of(residual_out)]
 
@@ -289,7 +290,7 @@ def register(torch) -> bool:
     from . import _C
     for d in _C.op_descriptions():
         if d["generic"] and d["family"] == "elementwise" and d["name"] not in ruled and \
-                all(shape == "like" for _, _, shape, _ in d["output_rules"].values()):
+                all(r["shape"] == "like" for r in d["output_rules"].values()):
             same_shape(getattr(ops, d["name"]).default)
     return True
 

@@ -62,6 +62,12 @@ def op(name: str) -> Callable[[F], F]:
         raise ValueError(f"tessera: op {name!r} has no generic kernel in the library's descriptions")
     arguments = _schema_args(schema)
     schema_names = [a[0] for a in arguments]
+    desc = next(d for d in _GENERIC if d["name"] == name)
+    float32 = set(desc["float32_args"])
+    rules = list(desc["output_rules"].values())
+    public = [i for i, r in enumerate(rules) if not r["internal"]]
+    pick = None if len(public) == len(rules) else \
+        (lambda r: r[public[0]]) if len(public) == 1 else (lambda r: tuple(r[i] for i in public))
     n_pos = sum(not kw for _, _, kw, _ in arguments)
     kw_only = [(i, a, d) for i, (a, _, kw, d) in enumerate(arguments) if kw]
     kinds = [k for _, k, _, _ in arguments]
@@ -82,15 +88,28 @@ def op(name: str) -> Callable[[F], F]:
                 routes.append(getattr(_state.ops, name).default)
             overload = routes[0]
             first = None
-            for a, kind in zip(args, kinds):
-                if kind == "Tensor":
+            for i, (a, kind, arg) in enumerate(zip(args, kinds, schema_names)):
+                if kind == "Tensor" or kind == "Tensor?" and a is not None and a.is_floating_point():
                     # A subclass (a DTensor) too: the op dispatches it (DTensor by its sharding
                     # rules, tessera/_sharding.py); the exact type is checked first, the cheaper.
-                    if (type(a) is not _state.Tensor and not isinstance(a, _state.Tensor)) or \
-                            not a.is_cuda or a.dtype not in _state.FLOATS or \
-                            (first is not None and a.dtype is not first):
+                    # Float tensors of one dtype, but for float32 statistics.
+                    if (type(a) is not _state.Tensor and not isinstance(a, _state.Tensor)) or not a.is_cuda:
                         return call_declaration(*args)
-                    first = a.dtype
+                    if arg in float32:
+                        if a.dtype is not _state.torch_module.float32:
+                            return call_declaration(*args)
+                    elif a.dtype not in _state.FLOATS or (first is not None and a.dtype is not first):
+                        return call_declaration(*args)
+                    else:
+                        first = a.dtype
+                elif kind == "int[]":  # an int, or a sequence of ints (torch.Size is a tuple)
+                    if type(a) is int:
+                        args = args[:i] + ((a,),) + args[i + 1:]
+                    elif not isinstance(a, (tuple, list)):
+                        return call_declaration(*args)
+                elif kind.startswith("bool["):
+                    if not isinstance(a, (tuple, list)) or not all(type(b) is bool for b in a):
+                        return call_declaration(*args)
                 elif kind == "int" and type(a) is not int or kind == "bool" and type(a) is not bool or \
                         kind == "str" and type(a) is not str or \
                         kind == "float" and type(a) is not float and type(a) is not int:
@@ -98,8 +117,10 @@ def op(name: str) -> Callable[[F], F]:
             if kw_only:  # keyword arguments cost the op's parsing: only those not at their default
                 kw = {k: args[i] for i, k, d in kw_only if args[i] != d}
                 if kw:
-                    return overload(*args[:n_pos], **kw)
-            return overload(*args[:n_pos]) if n_pos < len(args) else overload(*args)
+                    r = overload(*args[:n_pos], **kw)
+                    return r if pick is None else pick(r)
+            r = overload(*args[:n_pos]) if n_pos < len(args) else overload(*args)
+            return r if pick is None else pick(r)
 
         # The public function, generated with the declaration's own parameters, so that Python
         # binds the arguments (no binding of ours on every call).

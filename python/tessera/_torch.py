@@ -41,18 +41,6 @@ def _like(t):
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
-def _stats(x, normalized_shape, count):
-    lead = x.shape[:x.dim() - len(normalized_shape)]
-    return tuple(x.new_empty(lead, dtype=torch.float32) for _ in range(count))
-
-
-def _param_grad(x, normalized_shape, weight):
-    dtype = weight.dtype if weight is not None else x.dtype
-    return x.new_empty(tuple(normalized_shape), dtype=dtype)
-
-
-
-
 def _register_fakes():
     fake = torch.library.register_fake
 
@@ -67,48 +55,6 @@ def _register_fakes():
     @fake("tessera::copy")
     def _copy(src, dst):
         return None
-
-    @fake("tessera::layer_norm")
-    def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        return (_like(input),) + _stats(input, normalized_shape, 2)
-
-    @fake("tessera::layer_norm_backward")
-    def _layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight, output_mask):
-        return (_like(input) if output_mask[0] else None,
-                _param_grad(input, normalized_shape, weight)
-                if output_mask[1] and weight is not None else None,
-                _param_grad(input, normalized_shape, weight) if output_mask[2] else None)
-
-    @fake("tessera::rms_norm")
-    def _rms_norm(input, normalized_shape, weight, eps, weight_offset=0.0):
-        return (_like(input),) + _stats(input, normalized_shape, 1)
-
-    @fake("tessera::rms_norm_backward")
-    def _rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask, weight_offset=0.0):
-        return (_like(input) if output_mask[0] else None,
-                _param_grad(input, normalized_shape, weight)
-                if output_mask[1] and weight is not None else None)
-
-    @fake("tessera::add_layer_norm")
-    def _add_layer_norm(input, residual, weight=None, bias=None, eps=1e-5):
-        return (_like(input), _like(input)) + _stats(input, input.shape[-1:], 2)
-
-    @fake("tessera::add_layer_norm_backward")
-    def _add_layer_norm_backward(grad_output, grad_residual_out, residual_out, mean, rstd, weight, output_mask):
-        n = residual_out.shape[-1:]
-        return (_like(residual_out) if output_mask[0] else None,
-                _param_grad(residual_out, n, weight) if output_mask[1] and weight is not None else None,
-                _param_grad(residual_out, n, weight) if output_mask[2] else None)
-
-    @fake("tessera::add_rms_norm")
-    def _add_rms_norm(input, residual, weight, eps):
-        return (_like(input), _like(input)) + _stats(input, input.shape[-1:], 1)
-
-    @fake("tessera::add_rms_norm_backward")
-    def _add_rms_norm_backward(grad_output, grad_residual_out, residual_out, rstd, weight, output_mask):
-        return (_like(residual_out) if output_mask[0] else None,
-                _param_grad(residual_out, residual_out.shape[-1:], weight)
-                if output_mask[1] and weight is not None else None)
 
     @fake("tessera::matmul")
     def _matmul(input, other, *, bias=None, residual=None, activation="none", alpha=1.0,

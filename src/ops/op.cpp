@@ -16,6 +16,16 @@ std::vector<OpDesc>& registered() {
   return v;
 }
 
+// Whether the first schema has an argument of that name ("Tensor? bias=None" names bias).
+bool in_schema(const OpDesc& d, const std::string& name) {
+  const std::string& s = d.schemas[0];
+  for (size_t at = s.find(" " + name); at != std::string::npos; at = s.find(" " + name, at + 1)) {
+    const char next = at + 1 + name.size() < s.size() ? s[at + 1 + name.size()] : '\0';
+    if (next == ',' || next == '=' || next == ')') return true;
+  }
+  return false;
+}
+
 // A description that a surface could not use is refused when the table is built, naming the op.
 void check(const OpDesc& d) {
   auto refuse = [&](const char* field, const std::string& expected, const std::string& got) {
@@ -27,9 +37,11 @@ void check(const OpDesc& d) {
   for (const OpDesc::Output& o : d.outputs) {
     if (std::find(d.params.begin(), d.params.end(), o.param) == d.params.end())
       refuse("outputs", "an output among the params", o.param);
-    if (std::find(d.params.begin(), d.params.end(), o.like) == d.params.end())
-      refuse("outputs", "an output like one of the params", o.like);
-    if ((o.shape == OpDesc::Output::Shape::like) != o.other.empty())
+    if (std::find(d.params.begin(), d.params.end(), o.like) == d.params.end() && !in_schema(d, o.like))
+      refuse("outputs", "an output like one of the params or of the schema's arguments", o.like);
+    using S = OpDesc::Output::Shape;
+    const bool takes_other = o.shape == S::broadcast || (o.shape == S::leading && o.drop == 0);
+    if (takes_other == o.other.empty())
       refuse("outputs", "a second argument exactly where the shape rule takes one", o.param);
   }
   if (!d.backward.empty() && (d.backward_args.empty() || d.grads.empty()))
@@ -70,11 +82,13 @@ std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, con
   using S = OpDesc::Output::Shape;
   if (o.shape == S::like) return like;
   if (o.shape == S::leading) {
-    if (other.size() > like.size())
-      detail::throw_arg(ErrorKind::value, op.name.c_str(), o.other.c_str(),
+    // A fixed count drops what there is: the library names an input with too few dimensions.
+    const size_t drop = o.other.empty() ? std::min(static_cast<size_t>(o.drop), like.size()) : other.size();
+    if (drop > like.size())
+      detail::throw_arg(ErrorKind::value, op.name.c_str(), (o.other.empty() ? o.like : o.other).c_str(),
                         "at most the " + std::to_string(like.size()) + " dimensions of '" + o.like + "'",
-                        std::to_string(other.size()) + " dimensions");
-    return std::vector<int64_t>(like.begin(), like.end() - static_cast<std::ptrdiff_t>(other.size()));
+                        std::to_string(drop) + " dimensions");
+    return std::vector<int64_t>(like.begin(), like.end() - static_cast<std::ptrdiff_t>(drop));
   }
   // Broadcast: dimensions aligned from the last; each pair equal, or one of them 1.
   const size_t n = std::max(like.size(), other.size());
@@ -90,6 +104,27 @@ std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, con
     r[n - 1 - i] = a == 1 ? b : a;
   }
   return r;
+}
+
+namespace {
+std::string dims_list(const int64_t* d, size_t n) {
+  std::string r = "[";
+  for (size_t i = 0; i < n; ++i) r += (i ? ", " : "") + std::to_string(d[i]);
+  return r + "]";
+}
+}  // namespace
+
+void check_trailing(const OpDesc& op, const OpDesc::Trailing& t, const int64_t* shape, int ndim, const int64_t* dims,
+                    size_t n) {
+  const size_t nd = static_cast<size_t>(ndim);
+  bool ok = n > 0 && n <= nd;
+  for (size_t i = 0; ok && i < n; ++i) ok = shape[nd - n + i] == dims[i];
+  if (ok) return;
+  detail::throw_arg(ErrorKind::value, op.name.c_str(), t.arg.c_str(),
+                    "the trailing dimensions of the " + t.of + "'s shape " + dims_list(shape, nd) + " (" +
+                        (nd ? "1 to " + std::to_string(nd) + " of them" : std::string("a 0-d " + t.of + " has none")) +
+                        ")",
+                    dims_list(dims, n));
 }
 
 const OpDesc* find_op_description(std::string_view name) {

@@ -2,7 +2,7 @@
 // outputs, and the library's errors as torch's (ValueError/TypeError/RuntimeError in Python).
 //
 // The ops whose description has a kernel take generic.cpp's kernels. The others are registered by
-// their family's file (elementwise.cpp, rowwise.cpp, ...): a CUDA kernel per op (the library's
+// their family's file (elementwise.cpp, matrix.cpp, ...): a CUDA kernel per op (the library's
 // checks, then its launch on torch's current stream), an Autograd kernel for the differentiable
 // ones (a torch::autograd::Function whose backward calls the family's backward op through the
 // dispatcher). The schemas are the op descriptions' own (tessera/op.hpp, defined by library.cpp);

@@ -17,14 +17,18 @@
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +45,10 @@ From kind_of(const c10::Argument& a, const OpDesc& d) {
   if (t->kind() == c10::TypeKind::TensorType) return From::tensor;
   if (auto o = t->cast<c10::OptionalType>(); o && o->getElementType()->kind() == c10::TypeKind::TensorType)
     return From::optional_tensor;
+  if (auto l = t->cast<c10::ListType>()) {
+    if (l->getElementType()->kind() == c10::TypeKind::IntType) return From::ints;
+    if (l->getElementType()->kind() == c10::TypeKind::BoolType) return From::bools;
+  }
   switch (t->kind()) {
     case c10::TypeKind::FloatType: return From::real;
     case c10::TypeKind::IntType: return From::integer;
@@ -50,6 +58,58 @@ From kind_of(const c10::Argument& a, const OpDesc& d) {
       TORCH_CHECK(false, "tessera: op '", d.name, "': argument '", a.name(), "' of type ", t->str(),
                   " has no generic kernel; register its kernel by hand");
   }
+}
+
+// Where each of the backward's arguments comes from (OpDesc::backward_args), and which forward
+// outputs have a gradient formula.
+void fill_backward(Plan& p, const OpDesc& d, const std::function<int(const std::string&)>& arg_index) {
+  const OpDesc* back = find_op_description(d.backward);
+  TORCH_CHECK(back, "tessera: op '", d.name, "': its backward '", d.backward, "' has no description");
+  const c10::FunctionSchema schema = torch::jit::parseSchema(back->schemas[0]);
+  TORCH_CHECK(schema.arguments().size() == d.backward_args.size(), "tessera: op '", d.name, "': ",
+              d.backward_args.size(), " backward arguments for the ", schema.arguments().size(), " of '",
+              d.backward, "'");
+  p.num_backward_outputs = static_cast<int>(schema.returns().size());
+  p.differentiable.assign(static_cast<size_t>(p.num_outputs), false);
+  auto numbered = [](const std::string& a, const char* prefix) {  // "grad3" -> 3, "grad" -> 0; else -1
+    const size_t n = std::strlen(prefix);
+    if (a.compare(0, n, prefix) != 0) return -1;
+    if (a.size() == n) return 0;
+    for (size_t i = n; i < a.size(); ++i)
+      if (!std::isdigit(static_cast<unsigned char>(a[i]))) return -1;
+    return std::stoi(a.substr(n));
+  };
+  using B = Plan::BackwardArg;
+  for (size_t i = 0; i < d.backward_args.size(); ++i) {
+    const std::string& a = d.backward_args[i];
+    const bool optional = schema.arguments()[i].type()->cast<c10::OptionalType>() != nullptr;
+    if (const int g = numbered(a, "grad"); g >= 0) {
+      TORCH_CHECK(g < p.num_outputs, "tessera: op '", d.name, "': '", a, "' names no output");
+      p.backward_args.push_back({B::grad, g, -1, optional});
+      p.differentiable[static_cast<size_t>(g)] = true;
+    } else if (const int r = numbered(a, "result"); r >= 0) {
+      TORCH_CHECK(r < p.num_outputs, "tessera: op '", d.name, "': '", a, "' names no output");
+      p.backward_args.push_back({B::result, r, p.num_saved++});
+    } else if (a == "mask") {
+      p.backward_args.push_back({B::mask, -1, -1});
+    } else if (const int k = arg_index(a); p.args[k] == From::tensor || p.args[k] == From::optional_tensor) {
+      p.backward_args.push_back({B::tensor, k, p.num_saved++});
+    } else {
+      p.backward_args.push_back({B::value, k, p.num_values++});
+    }
+  }
+  p.materialize = std::all_of(p.differentiable.begin(), p.differentiable.end(), [](bool b) { return b; });
+  const auto n_diff = std::count(p.differentiable.begin(), p.differentiable.end(), true);
+  if (!p.materialize && n_diff > 1)
+    for (const B& b : p.backward_args)
+      if (b.kind == B::grad && !b.optional) p.zeros.push_back(b.arg);
+  // "input residual": one backward output, the gradient of each forward argument it names.
+  for (size_t j = 0; j < d.grads.size(); ++j) {
+    std::istringstream names(d.grads[j]);
+    for (std::string name; names >> name;) p.grad_args.push_back({arg_index(name), static_cast<int>(j)});
+  }
+  TORCH_CHECK(static_cast<int>(d.grads.size()) <= p.num_backward_outputs, "tessera: op '", d.name, "': ",
+              d.grads.size(), " gradients from the ", p.num_backward_outputs, " outputs of '", d.backward, "'");
 }
 
 void fill_plan(Plan& p, const OpDesc& d) {
@@ -66,6 +126,13 @@ void fill_plan(Plan& p, const OpDesc& d) {
     TORCH_CHECK(false, "tessera: op '", d.name, "': '", name, "' is not an argument of its schema");
   };
   for (const c10::Argument& a : args) p.args.push_back(kind_of(a, d));
+  p.float32.assign(args.size(), false);
+  for (const std::string& name : d.float32_args) p.float32[static_cast<size_t>(arg_index(name))] = true;
+  for (const OpDesc::Trailing& t : d.trailing) {
+    p.trailing.push_back({arg_index(t.arg), arg_index(t.of), &t});
+    TORCH_CHECK(p.args[p.trailing.back().arg] == From::ints && p.args[p.trailing.back().of] == From::tensor,
+                "tessera: op '", d.name, "': '", t.arg, "' is not an int[] naming dimensions of tensor '", t.of, "'");
+  }
   for (const std::string& name : d.params) {
     Plan::Param q{From::output, -1, -1};
     const auto out = std::find_if(d.outputs.begin(), d.outputs.end(),
@@ -74,9 +141,14 @@ void fill_plan(Plan& p, const OpDesc& d) {
       q.arg = arg_index(out->like);
       q.out = static_cast<int>(out - d.outputs.begin());
       if (!out->other.empty()) q.other = arg_index(out->other);
-      for (int k : {q.arg, q.other})
-        TORCH_CHECK(k < 0 || p.args[k] == From::tensor, "tessera: op '", d.name, "': output '", out->param,
-                    "' is shaped by '", args[k].name(), "', which is not a tensor argument");
+      if (!out->mask.empty()) q.mask = arg_index(out->mask);
+      TORCH_CHECK(p.args[q.arg] == From::tensor || p.args[q.arg] == From::optional_tensor, "tessera: op '",
+                  d.name, "': output '", out->param, "' is like '", out->like, "', which is not a tensor argument");
+      TORCH_CHECK(q.other < 0 || p.args[q.other] == From::tensor || p.args[q.other] == From::ints,
+                  "tessera: op '", d.name, "': output '", out->param, "' is shaped by '", out->other,
+                  "', which is neither a tensor nor an int[] argument");
+      TORCH_CHECK(q.mask < 0 || p.args[q.mask] == From::bools, "tessera: op '", d.name, "': output '",
+                  out->param, "' is masked by '", out->mask, "', which is not a bool[] argument");
     } else {
       q.arg = arg_index(name);
       q.from = p.args[q.arg];
@@ -84,26 +156,31 @@ void fill_plan(Plan& p, const OpDesc& d) {
     p.params.push_back(q);
   }
   p.num_outputs = static_cast<int>(d.outputs.size());
+  for (const OpDesc::Output& o : d.outputs) p.internal.push_back(o.internal);
   TORCH_CHECK(schema.returns().size() == d.outputs.size(), "tessera: op '", d.name,
               "': its schema returns ", schema.returns().size(), " values, its description ",
               d.outputs.size(), " outputs");
-  for (const std::string& g : d.grads) p.grad_args.push_back(arg_index(g));
-  for (const std::string& a : d.backward_args) {
-    using B = Plan::BackwardArg;
-    if (a == "grad") p.backward_args.push_back({B::grad, 0, -1});
-    else if (a.rfind("grad", 0) == 0 && a.size() > 4 && std::isdigit(static_cast<unsigned char>(a[4])))
-      p.backward_args.push_back({B::grad, std::stoi(a.substr(4)), -1});
-    else if (a == "result") p.backward_args.push_back({B::result, -1, p.num_saved++});
-    else if (const int k = arg_index(a); p.args[k] == From::tensor || p.args[k] == From::optional_tensor)
-      p.backward_args.push_back({B::tensor, k, p.num_saved++});
-    else p.backward_args.push_back({B::value, k, p.num_values++});
+  if (!d.backward.empty()) fill_backward(p, d, arg_index);
+}
+
+// The int[] arguments that name trailing dimensions, checked against their tensor's shape.
+void check_trailing(const Plan& p, const Value* args) {
+  for (const Plan::Trailing& t : p.trailing) {
+    const at::Tensor& of = *args[t.of].tensor;
+    guarded([&] {
+      tessera::check_trailing(*p.desc, *t.rule, of.sizes().data(), static_cast<int>(of.dim()), args[t.arg].ints,
+                              static_cast<size_t>(args[t.arg].num));
+    });
   }
 }
 
-// Output `q` of op `d` by its rule: contiguous, on like's device.
+// Output `q` of op `d` by its rule: contiguous, on like's device; undefined where its rule says
+// None (an absent `like`, a false mask entry).
 at::Tensor allocate(const OpDesc& d, const Plan::Param& q, const Value* args) {
   using O = OpDesc::Output;
   const O& o = d.outputs[static_cast<size_t>(q.out)];
+  if (!args[q.arg].tensor) return {};
+  if (q.mask >= 0 && !(o.mask_index < args[q.mask].num && (args[q.mask].bools >> o.mask_index & 1u))) return {};
   const at::Tensor& like = *args[q.arg].tensor;
   if (o.dtype == O::Dtype::like && o.shape == O::Shape::like)
     return at::empty_like(like, at::MemoryFormat::Contiguous);
@@ -111,8 +188,11 @@ at::Tensor allocate(const OpDesc& d, const Plan::Param& q, const Value* args) {
                                 : o.dtype == O::Dtype::float32 ? like.options().dtype(at::kFloat)
                                                                : like.options().dtype(at::kBool);
   if (o.shape == O::Shape::like) return at::empty(like.sizes(), opt);
+  std::vector<int64_t> other;
+  if (q.other >= 0 && args[q.other].tensor) other = args[q.other].tensor->sizes().vec();
+  else if (q.other >= 0) other.assign(args[q.other].ints, args[q.other].ints + args[q.other].num);
   std::vector<int64_t> shape;
-  guarded([&] { shape = output_shape(d, o, like.sizes().vec(), args[q.other].tensor->sizes().vec()); });
+  guarded([&] { shape = output_shape(d, o, like.sizes().vec(), other); });
   return at::empty(shape, opt);
 }
 
@@ -127,6 +207,23 @@ void read_args(const Plan& p, c10::ArrayRef<c10::IValue> in, Value* v) {
       case From::integer: v[i].integer = x.toInt(); break;
       case From::boolean: v[i].boolean = x.toBool(); break;
       case From::string: v[i].string = x.toStringView(); break;
+      case From::ints: {
+        const c10::List<int64_t> l = x.toIntList();
+        TORCH_CHECK_VALUE(l.size() <= static_cast<size_t>(kMaxDims), "tessera.", p.desc->name, ": argument ",
+                          i + 1, ": expected at most ", kMaxDims, " sizes, got ", l.size());
+        v[i].num = static_cast<int>(l.size());
+        for (size_t k = 0; k < l.size(); ++k) v[i].ints[k] = l.get(k);
+        break;
+      }
+      case From::bools: {
+        const c10::List<bool> l = x.toBoolList();
+        TORCH_CHECK_VALUE(l.size() <= 32, "tessera.", p.desc->name, ": argument ", i + 1,
+                          ": expected at most 32 booleans, got ", l.size());
+        v[i].num = static_cast<int>(l.size());
+        v[i].bools = 0;
+        for (size_t k = 0; k < l.size(); ++k) v[i].bools |= static_cast<uint32_t>(l.get(k)) << k;
+        break;
+      }
       case From::output: break;
     }
   }
@@ -147,20 +244,24 @@ struct Kernel : c10::OperatorKernel {
 
 // ---- autograd -------------------------------------------------------------------------------------
 
+// The shape and dtype of output `i`, saved where its missing gradient is taken as zeros.
+std::string zeros_key(int i) { return "zeros" + std::to_string(i); }
+
 // apply's arguments: the plan, the op, the tensors whose gradients the backward gives (autograd
 // sees these), the stack (read here, where the call takes its arguments off it).
 struct Function : torch::autograd::Function<Function> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Plan* p,
                                                 const c10::OperatorHandle* op, at::TensorList,
                                                 torch::jit::Stack* stack) {
+    using B = Plan::BackwardArg;
     auto in = torch::jit::last(*stack, p->num_args);
     std::vector<at::Tensor> saved(static_cast<size_t>(p->num_saved));
     // The values list only where the backward takes values (a list is a heap allocation).
     std::optional<c10::impl::GenericList> values;
     if (p->num_values) values.emplace(c10::AnyType::get());
-    for (const Plan::BackwardArg& b : p->backward_args) {
-      if (b.kind == Plan::BackwardArg::tensor && in[b.arg].isTensor()) saved[b.slot] = in[b.arg].toTensor();
-      else if (b.kind == Plan::BackwardArg::value) values->push_back(in[b.arg]);
+    for (const B& b : p->backward_args) {
+      if (b.kind == B::tensor && in[b.arg].isTensor()) saved[b.slot] = in[b.arg].toTensor();
+      else if (b.kind == B::value) values->push_back(in[b.arg]);
     }
     {
       at::AutoDispatchBelowADInplaceOrView guard;
@@ -171,28 +272,65 @@ struct Function : torch::autograd::Function<Function> {
     for (size_t i = stack->size() - static_cast<size_t>(p->num_outputs); i < stack->size(); ++i)
       outs.push_back(std::move((*stack)[i]).toTensor());
     torch::jit::drop(*stack, p->num_outputs);
-    for (const Plan::BackwardArg& b : p->backward_args)
-      if (b.kind == Plan::BackwardArg::result) saved[b.slot] = outs[0];
+    for (const B& b : p->backward_args)
+      if (b.kind == B::result) saved[b.slot] = outs[static_cast<size_t>(b.arg)];
     ctx->save_for_backward(std::move(saved));
     ctx->saved_data["plan"] = reinterpret_cast<int64_t>(p);
     if (values) ctx->saved_data["values"] = std::move(*values);
+    if (!p->materialize) {
+      ctx->set_materialize_grads(false);  // no zeros for the statistics' gradients
+      torch::autograd::variable_list fixed;
+      for (size_t i = 0; i < outs.size(); ++i)
+        if (!p->differentiable[i] && outs[i].defined()) fixed.push_back(outs[i]);
+      ctx->mark_non_differentiable(fixed);
+      for (int i : p->zeros) {
+        std::vector<int64_t> meta = outs[static_cast<size_t>(i)].sizes().vec();
+        meta.push_back(static_cast<int64_t>(outs[static_cast<size_t>(i)].scalar_type()));
+        ctx->saved_data[zeros_key(i)] = std::move(meta);
+      }
+    }
     return outs;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
+    using B = Plan::BackwardArg;
     const Plan& p = *reinterpret_cast<const Plan*>(ctx->saved_data["plan"].toInt());
     torch::autograd::variable_list result(p.grad_args.size() + 3);
-    if (!grads[0].defined()) return result;
+    const at::Tensor* came = nullptr;  // a gradient that came: the device of any zeros
+    for (const B& b : p.backward_args)
+      if (b.kind == B::grad && grads[static_cast<size_t>(b.arg)].defined()) came = &grads[static_cast<size_t>(b.arg)];
+    if (!came) return result;
     const torch::autograd::variable_list saved = ctx->get_saved_variables();
     std::optional<c10::impl::GenericList> values;
     if (p.num_values) values.emplace(ctx->saved_data["values"].toList());
     torch::jit::Stack stack;
     stack.reserve(p.backward_args.size());
-    for (const Plan::BackwardArg& b : p.backward_args) {
+    for (const B& b : p.backward_args) {
       switch (b.kind) {
-        case Plan::BackwardArg::grad: stack.emplace_back(grads[static_cast<size_t>(b.arg)].contiguous()); break;
-        case Plan::BackwardArg::value: stack.push_back(values->get(static_cast<size_t>(b.slot))); break;
+        case B::grad: {
+          const at::Tensor& g = grads[static_cast<size_t>(b.arg)];
+          if (g.defined()) {
+            stack.emplace_back(g.contiguous());
+          } else if (b.optional) {
+            stack.emplace_back();
+          } else {
+            std::vector<int64_t> meta = ctx->saved_data[zeros_key(b.arg)].toIntVector();
+            const auto dtype = static_cast<at::ScalarType>(meta.back());
+            meta.pop_back();
+            stack.emplace_back(at::zeros(meta, came->options().dtype(dtype)));
+          }
+          break;
+        }
+        case B::value: stack.push_back(values->get(static_cast<size_t>(b.slot))); break;
+        case B::mask: {  // the backward outputs autograd wants: any of the arguments each one is for
+          c10::List<bool> want;
+          for (int j = 0; j < p.num_backward_outputs; ++j) want.push_back(false);
+          for (size_t i = 0; i < p.grad_args.size(); ++i)
+            if (ctx->needs_input_grad(i)) want.set(static_cast<size_t>(p.grad_args[i].out), true);
+          stack.emplace_back(std::move(want));
+          break;
+        }
         default: {  // an optional tensor that was None was saved undefined: None again
           const at::Tensor& t = saved[static_cast<size_t>(b.slot)];
           if (t.defined()) stack.emplace_back(t);
@@ -202,9 +340,11 @@ struct Function : torch::autograd::Function<Function> {
       }
     }
     p.backward_op().callBoxed(&stack);
-    // The backward's returns, one stack entry each: the gradients of the description's grads.
-    for (size_t i = 0; i < p.grad_args.size() && i < stack.size(); ++i)
-      if (stack[i].isTensor()) result[2 + i] = stack[i].toTensor();
+    // The backward's returns, one stack entry each; each is the gradient of the arguments it is for.
+    for (size_t i = 0; i < p.grad_args.size(); ++i) {
+      const size_t j = static_cast<size_t>(p.grad_args[i].out);
+      if (j < stack.size() && stack[j].isTensor()) result[2 + i] = stack[j].toTensor();
+    }
     return result;
   }
 };
@@ -217,8 +357,8 @@ struct AutogradKernel : c10::OperatorKernel {
     auto in = torch::jit::last(*stack, plan->num_args);
     c10::SmallVector<at::Tensor, 4> inputs;
     bool records = false;
-    for (int k : plan->grad_args) {
-      inputs.push_back(in[k].isTensor() ? in[k].toTensor() : at::Tensor());
+    for (const Plan::GradArg& g : plan->grad_args) {
+      inputs.push_back(in[g.arg].isTensor() ? in[g.arg].toTensor() : at::Tensor());
       records = records || (inputs.back().defined() && inputs.back().requires_grad());
     }
     if (!records || !at::GradMode::is_enabled()) {
@@ -240,6 +380,7 @@ struct MetaKernel : c10::OperatorKernel {
   void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) const {
     Value v[kMaxArgs];
     read_args(*plan, torch::jit::last(*stack, plan->num_args), v);
+    check_trailing(*plan, v);
     Outputs outs(static_cast<size_t>(plan->num_outputs));
     for (const Plan::Param& q : plan->params)
       if (q.from == From::output) outs[q.out] = allocate(*plan->desc, q, v);
@@ -287,7 +428,7 @@ int index(const std::string& name) {
   return it == names.end() ? -1 : it->second;
 }
 
-Outputs run(const Plan& p, const Value* args) {
+Outputs run(const Plan& p, const Value* args, bool internal) {
   const OpDesc& d = *p.desc;
   const char* op = d.name.c_str();
   c10::SmallVector<Arg, 6> a(p.params.size());
@@ -309,15 +450,19 @@ Outputs run(const Plan& p, const Value* args) {
       case From::integer: a[i].kind = Arg::Kind::integer; a[i].integer = v.integer; break;
       case From::boolean: a[i].kind = Arg::Kind::boolean; a[i].boolean = v.boolean; break;
       case From::string: a[i].kind = Arg::Kind::string; a[i].string = v.string; break;
+      case From::ints: a[i].kind = Arg::Kind::integer; a[i].integer = v.num; break;  // a Trailing rule's count
+      case From::bools:
       case From::output: break;
     }
   }
+  check_trailing(p, args);
   // Outputs after every input is viewed: an input the library refuses allocates nothing.
   Outputs outs(static_cast<size_t>(p.num_outputs));
   for (size_t i = 0; i < p.params.size(); ++i) {
     const Plan::Param& q = p.params[i];
-    if (q.from != From::output) continue;
+    if (q.from != From::output || (!internal && p.internal[static_cast<size_t>(q.out)])) continue;
     outs[q.out] = allocate(d, q, args);
+    if (!outs[q.out].defined()) continue;
     a[i].kind = Arg::Kind::tensor;
     a[i].tensor = view(op, d.params[i].c_str(), outs[q.out]);
   }
@@ -340,6 +485,13 @@ Outputs dispatch(const Plan& p, const Value* args) {
       case From::integer: stack.emplace_back(v.integer); break;
       case From::boolean: stack.emplace_back(v.boolean); break;
       case From::string: stack.emplace_back(std::string(v.string)); break;
+      case From::ints: stack.emplace_back(std::vector<int64_t>(v.ints, v.ints + v.num)); break;
+      case From::bools: {
+        c10::List<bool> l;
+        for (int k = 0; k < v.num; ++k) l.push_back((v.bools >> k & 1u) != 0);
+        stack.emplace_back(std::move(l));
+        break;
+      }
       case From::output: break;
     }
   }
