@@ -60,7 +60,7 @@ def cases():
          lambda: aten._softmax_backward_data(g, sm, -1, torch.float32)),
         ("layer_norm", lambda: tessera.layer_norm(x, (256,), w, b), lambda: F.layer_norm(x, (256,), w, b)),
         ("layer_norm_backward",
-         lambda: tessera.layer_norm_backward(g, x, (256,), lead_mean, lead_rstd, w),
+         lambda: tessera.layer_norm_backward(g, x, (256,), lead_mean, lead_rstd, w, b),
          lambda: aten.native_layer_norm_backward(g, x, (256,), mean, rstd, w, b, (True, True, True))),
         ("rms_norm", lambda: tessera.rms_norm(x, (256,), w, 1e-6), lambda: F.rms_norm(x, (256,), w, 1e-6)),
         ("rms_norm_backward",

@@ -125,70 +125,6 @@ def register(torch) -> bool:
     for name, tensors in (("softmax", 1), ("log_softmax", 1), ("softmax_backward", 2), ("log_softmax_backward", 2)):
         rows(getattr(ops, name).default, tensors)
 
-    # The norms: rows are independent, so the leading (not normalized) dimensions shard, the
-    # statistics alike. The parameters are replicated; their gradients are column sums over the
-    # rows, so each rank holds a partial sum (Partial).
-    def lead(x, normalized_shape):
-        return range(x.ndim - len(normalized_shape))
-
-    def param(t):
-        return R if t is not None else None
-
-    @register_sharding(ops.layer_norm.default)
-    def layer_norm_rule(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        tail = [param(weight), param(bias), None]
-        return [([R] * 3, [R, None] + tail)] + \
-            [([Shard(d)] * 3, [Shard(d), None] + tail) for d in lead(input, normalized_shape)]
-
-    @register_sharding(ops.rms_norm.default)
-    def rms_norm_rule(input, normalized_shape, weight=None, eps=2.0 ** -23, weight_offset=0.0):
-        tail = [param(weight), None, None]
-        return [([R] * 2, [R, None] + tail)] + \
-            [([Shard(d)] * 2, [Shard(d), None] + tail) for d in lead(input, normalized_shape)]
-
-    @register_sharding(ops.layer_norm_backward.default)
-    def layer_norm_backward_rule(grad_output, input, normalized_shape, mean, rstd, weight, bias, output_mask):
-        def ins(p):
-            return [p, p, None, p, p, param(weight), param(bias), None]
-        return [([R] * 3, ins(R))] + \
-            [([Shard(d), Partial(), Partial()], ins(Shard(d))) for d in lead(input, normalized_shape)]
-
-    @register_sharding(ops.rms_norm_backward.default)
-    def rms_norm_backward_rule(grad_output, input, normalized_shape, rstd, weight, output_mask,
-                               weight_offset=0.0):
-        def ins(p):
-            return [p, p, None, p, param(weight), None, None]
-        return [([R] * 2, ins(R))] + [([Shard(d), Partial()], ins(Shard(d))) for d in lead(input, normalized_shape)]
-
-    # The residual add fused with the norm: the same, over the last dimension; input and residual
-    # (and residual_out, grad_residual_out) sharded alike.
-    def rows_of(x):
-        return range(x.ndim - 1)
-
-    @register_sharding(ops.add_layer_norm.default)
-    def add_layer_norm_rule(input, residual, weight=None, bias=None, eps=1e-5):
-        tail = [param(weight), param(bias), None]
-        return [([R] * 4, [R, R] + tail)] + [([Shard(d)] * 4, [Shard(d)] * 2 + tail) for d in rows_of(input)]
-
-    @register_sharding(ops.add_rms_norm.default)
-    def add_rms_norm_rule(input, residual, weight=None, eps=2.0 ** -23):
-        tail = [param(weight), None]
-        return [([R] * 3, [R, R] + tail)] + [([Shard(d)] * 3, [Shard(d)] * 2 + tail) for d in rows_of(input)]
-
-    @register_sharding(ops.add_layer_norm_backward.default)
-    def add_layer_norm_backward_rule(grad_output, grad_residual_out, residual_out, mean, rstd, weight, bias,
-                                     output_mask):
-        def ins(p):
-            return [p, p if grad_residual_out is not None else None, p, p, p, param(weight), param(bias), None]
-        return [([R] * 3, ins(R))] + \
-            [([Shard(d), Partial(), Partial()], ins(Shard(d))) for d in rows_of(residual_out)]
-
-    @register_sharding(ops.add_rms_norm_backward.default)
-    def add_rms_norm_backward_rule(grad_output, grad_residual_out, residual_out, rstd, weight, output_mask):
-        def ins(p):
-            return [p, p if grad_residual_out is not None else None, p, p, param(weight), None]
-        return [([R] * 2, ins(R))] + [([Shard(d), Partial()], ins(Shard(d))) for d in rows_of(residual_out)]
-
     # RoPE: q and k by batch or by heads (k's heads divided as q's), the angles replicated, or
     # by batch where they are per sequence ((batch, positions, ...)); seqlen_offsets (one per
     # sequence) likewise.
@@ -284,14 +220,51 @@ def register(torch) -> bool:
             strategies.append(([Shard(2), Shard(1)], ins(Shard(2), Shard(2), R, R)))
         return strategies
 
+    # Row-wise ops of the generic kernel (the norm family): rows are independent, so the leading
+    # dimensions shard (all but the normalized ones: a Trailing argument's count, else the last).
+    # Tensors of the rows' rank and the float32 statistics shard alike; the others (weight, bias)
+    # are replicated, and outputs shaped like one of those (their gradients: column sums over the
+    # rows) are partial sums.
+    def rows_default(d):
+        op = getattr(ops, d["name"]).default
+        names = [a.name for a in op._schema.arguments]
+        outs = list(d["output_rules"].values())
+        trailing = next(iter(d["trailing"]), None)
+        stats = set(d["float32_args"])
+
+        @register_sharding(op)
+        def rule(*args, **kwargs):
+            bound = dict(zip(names, args), **kwargs)
+            given = list(args) + [kwargs[n] for n in names[len(args):] if n in kwargs]
+            x = bound[outs[0]["like"]]
+            dims = bound.get(trailing) if trailing else None
+            lead = x.ndim - (1 if dims is None or isinstance(dims, int) else len(dims))
+
+            def rows(name):
+                t = bound.get(name)
+                return is_tensor(t) and (t.ndim == x.ndim or name in stats)
+
+            def ins(p):
+                return [(p if rows(n) else R) if is_tensor(a) else None for n, a in zip(names, given)]
+
+            def results(p):
+                return [p if r["shape"] == "leading" or rows(r["like"]) else Partial() for r in outs]
+            return [([R] * len(outs), ins(R))] + [(results(Shard(k)), ins(Shard(k))) for k in range(lead)]
+
     _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial)
-    # The defaults: an elementwise op of the generic kernel whose outputs are all shaped like an
-    # argument (gelu, silu_mul, ...) shards along any dimension, unless written above.
+    # The defaults, unless written above: an elementwise op of the generic kernel whose outputs are
+    # all shaped like an argument (gelu, silu_mul, ...) shards along any dimension; a row-wise one
+    # with statistics or a normalized shape along its leading dimensions.
     from . import _C
     for d in _C.op_descriptions():
-        if d["generic"] and d["family"] == "elementwise" and d["name"] not in ruled and \
-                all(r["shape"] == "like" for r in d["output_rules"].values()):
+        if not d["generic"] or d["name"] in ruled:
+            continue
+        rules = d["output_rules"].values()
+        if d["family"] == "elementwise" and all(r["shape"] == "like" for r in rules):
             same_shape(getattr(ops, d["name"]).default)
+        elif d["family"] == "rowwise" and (d["trailing"] or d["float32_args"] or
+                                           any(r["internal"] for r in rules)):
+            rows_default(d)
     return True
 
 

@@ -87,7 +87,7 @@ def test_add_norm_ops_name_their_arguments(torch_cpu):
     # The backward's tensor normalized is the forward's residual_out.
     with pytest.raises(ValueError, match=r"tessera\.add_layer_norm_backward: argument 'residual_out': "
                                          + CPU_DEVICE_MSG):
-        ops.add_layer_norm_backward(x, None, x, torch.zeros(4), torch.ones(4), None, [True, True, True])
+        ops.add_layer_norm_backward(x, None, x, torch.zeros(4), torch.ones(4), None, None, [True, True, True])
     assert ops.add_rms_norm_backward(x, x, x, torch.ones(4), None, [False, True]) == (None, None)
 
 

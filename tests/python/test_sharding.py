@@ -86,7 +86,7 @@ def test_add_norms_shard_rows_and_sum_parameter_gradients(run):
     outs, comms = run.call(ops.add_layer_norm.default, x, r, w, w, 1e-5)
     assert placements(outs) == [(run.Shard(0),)] * 4 and comms == 0
     _, res, mean, rstd = outs
-    outs, comms = run.call(ops.add_layer_norm_backward.default, g, g, res, mean, rstd, w, [True, True, True])
+    outs, comms = run.call(ops.add_layer_norm_backward.default, g, g, res, mean, rstd, w, w, [True, True, True])
     assert placements(outs) == [(run.Shard(0),), (Partial(),), (Partial(),)] and comms == 0
     # The residual sharded along the normalized dimension: gathered first.
     (out, res, _), comms = run.call(ops.add_rms_norm.default, x, run.tensor((8, 16), run.Shard(1)), w, 1e-6)

@@ -288,6 +288,37 @@ def test_fake_kernels_without_a_gpu(torch_cpu, name):
                 assert [None if o is None else (tuple(o.shape), o.dtype) for o in outs] == want, (name, kwargs)
 
 
+def test_generic_autograd_on_meta_tensors(torch_cpu):
+    """The generic autograd kernel, run on meta tensors (its Meta kernel computes nothing): the
+    statistics are not differentiable, a None parameter gets no gradient, the add norms give one
+    gradient to input and residual, and either of their outputs alone carries the backward."""
+    torch = torch_cpu
+    ops = torch.ops.tessera
+
+    def t(*shape, grad=True):
+        return torch.randn(*shape, device="meta", requires_grad=grad)
+    x, w, b = t(4, 8), t(8), t(8)
+    out, mean, rstd = ops.layer_norm(x, [8], w, b, 1e-5)
+    assert out.requires_grad and not mean.requires_grad and not rstd.requires_grad
+    gx, gw, gb = torch.autograd.grad(out.sum(), (x, w, b))
+    assert (gx.shape, gw.shape, gb.shape) == ((4, 8), (8,), (8,))
+    out = ops.layer_norm(t(4, 8, grad=False), [8], w, None, 1e-5)[0]
+    assert torch.autograd.grad(out.sum(), (w,))[0].shape == (8,)
+    out = ops.rms_norm(x, [8], None, 1e-6, 0.0)[0]
+    assert torch.autograd.grad(out.sum(), (x,))[0].shape == (4, 8)
+    xi, ri = t(4, 8), t(4, 8)
+    o, res, _, _ = ops.add_layer_norm(xi, ri, w, b, 1e-5)
+    grads = torch.autograd.grad(o.sum() + res.sum(), (xi, ri, w, b))
+    assert [g.shape for g in grads] == [(4, 8), (4, 8), (8,), (8,)]
+    for pick in (0, 1):  # out's gradient alone, residual_out's alone
+        outs = ops.add_rms_norm(xi, ri, w, 1e-6)
+        gi, gr = torch.autograd.grad(outs[pick].sum(), (xi, ri))
+        assert gi.shape == gr.shape == (4, 8)
+    with pytest.raises(ValueError, match=r"tessera\.layer_norm: argument 'normalized_shape': expected the "
+                                         r"trailing dimensions of the input's shape \[2, 3\]"):
+        ops.layer_norm(torch.empty(2, 3, device="meta"), [4], None, None, 1e-5)
+
+
 @pytest.mark.parametrize("name", sorted(schemas()))
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_opcheck(torch, tops, name, dtype):
@@ -578,33 +609,36 @@ def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops
 
 
 def test_shortcut_takes_the_norms_backward_ops(torch, tops):
-    """layer_norm_backward and rms_norm_backward without grad take tessera._torch_fast: the op's
-    kernel, the op's results (statistics of the leading shape or torch's, masks, no weight)."""
+    """layer_norm_backward and rms_norm_backward without grad take tessera._torch_fast's call: the
+    op's kernel, the op's results (statistics of the leading shape or torch's, masks, no weight,
+    no bias)."""
     fast = _fast(torch)
+    ln, rms = fast.index("layer_norm_backward"), fast.index("rms_norm_backward")
     x, g = torch.randn(16, 64, device="cuda"), torch.randn(16, 64, device="cuda")
-    w = torch.randn(64, device="cuda")
-    _, mean, rstd = tops.layer_norm.default(x, [64], w, None, 1e-5)
+    w, b = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+    _, mean, rstd = tops.layer_norm.default(x, [64], w, b, 1e-5)
     for stats in ((mean, rstd), (mean.view(16, 1), rstd.view(16, 1))):
-        for weight, mask in ((w, (True, True, True)), (w, [True, False, True]), (None, (True, True, False))):
-            assert fast.layer_norm_backward(g, x, (64,), *stats, weight, mask) is not None
-            got = tessera.layer_norm_backward(g, x, (64,), *stats, weight, mask)
-            want = tops.layer_norm_backward.default(g, x, [64], mean, rstd, weight, list(mask))
+        for weight, bias, mask in ((w, b, (True, True, True)), (w, None, [True, False, True]),
+                                   (None, b, (True, True, False))):
+            assert fast.call(ln, g, x, (64,), *stats, weight, bias, mask) is not None
+            got = tessera.layer_norm_backward(g, x, (64,), *stats, weight, bias, mask)
+            want = tops.layer_norm_backward.default(g, x, [64], mean, rstd, weight, bias, list(mask))
             assert len(got) == 3
-            for a, b in zip(got, want):
-                assert (a is None and b is None) or torch.equal(a, b), (weight is None, mask)
+            for p, q in zip(got, want):
+                assert (p is None and q is None) or torch.equal(p, q), (weight is None, bias is None, mask)
     _, rstd = tops.rms_norm.default(x, [64], w, 1e-6)
     for r in (rstd, rstd.view(16, 1)):
         for weight, mask in ((w, (True, True)), (w, (False, True)), (None, (True, True))):
-            assert fast.rms_norm_backward(g, x, 64, r, weight, mask) is not None
+            assert fast.call(rms, g, x, 64, r, weight, mask, 0.0) is not None
             got = tessera.rms_norm_backward(g, x, 64, r, weight, mask)
             want = tops.rms_norm_backward.default(g, x, [64], rstd, weight, list(mask))
             assert len(got) == 2
-            for a, b in zip(got, want):
-                assert (a is None and b is None) or torch.equal(a, b), (weight is None, mask)
-    # Not a call the shortcut takes: a mask of other objects, a double tensor, a gradient that
-    # requires grad (the op's autograd fallback must see it).
-    assert fast.layer_norm_backward(g, x, (64,), mean, rstd, w, (1, 1, 1)) is None
-    assert fast.layer_norm_backward(g.double(), x.double(), (64,), mean, rstd, None, (True,) * 3) is None
-    assert fast.layer_norm_backward(g.clone().requires_grad_(), x, (64,), mean, rstd, w, (True,) * 3) is None
-    gi, gw, gb = tessera.layer_norm_backward(g, x, (64,), mean, rstd, w, (1, 1, 1))
+            for p, q in zip(got, want):
+                assert (p is None and q is None) or torch.equal(p, q), (weight is None, mask)
+    # Not a call the shortcut takes: a mask of other objects, double tensors, float32 statistics
+    # of another dtype.
+    assert fast.call(ln, g, x, (64,), mean, rstd, w, b, (1, 1, 1)) is None
+    assert fast.call(ln, g.double(), x.double(), (64,), mean, rstd, None, None, (True,) * 3) is None
+    assert fast.call(ln, g, x, (64,), mean.double(), rstd, w, b, (True,) * 3) is None
+    gi, gw, gb = tessera.layer_norm_backward(g, x, (64,), mean, rstd, w, b, (1, 1, 1))
     assert gi is not None and gw is not None and gb is not None

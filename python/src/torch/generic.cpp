@@ -108,6 +108,7 @@ void fill_backward(Plan& p, const OpDesc& d, const std::function<int(const std::
     std::istringstream names(d.grads[j]);
     for (std::string name; names >> name;) p.grad_args.push_back({arg_index(name), static_cast<int>(j)});
   }
+  TORCH_CHECK(p.grad_args.size() < 63, "tessera: op '", d.name, "': too many gradients");
   TORCH_CHECK(static_cast<int>(d.grads.size()) <= p.num_backward_outputs, "tessera: op '", d.name, "': ",
               d.grads.size(), " gradients from the ", p.num_backward_outputs, " outputs of '", d.backward, "'");
 }
@@ -244,14 +245,17 @@ struct Kernel : c10::OperatorKernel {
 
 // ---- autograd -------------------------------------------------------------------------------------
 
+int64_t all_given(const Plan& p) { return (int64_t{1} << p.grad_args.size()) - 1; }
+
 // The shape and dtype of output `i`, saved where its missing gradient is taken as zeros.
 std::string zeros_key(int i) { return "zeros" + std::to_string(i); }
 
-// apply's arguments: the plan, the op, the tensors whose gradients the backward gives (autograd
-// sees these), the stack (read here, where the call takes its arguments off it).
+// apply's arguments: the plan, the op, which of the plan's grad_args were given (bit i: grad_args[i];
+// a None optional tensor is not passed), the tensors given (autograd sees these), the stack (read
+// here, where the call takes its arguments off it).
 struct Function : torch::autograd::Function<Function> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Plan* p,
-                                                const c10::OperatorHandle* op, at::TensorList,
+                                                const c10::OperatorHandle* op, int64_t given, at::TensorList,
                                                 torch::jit::Stack* stack) {
     using B = Plan::BackwardArg;
     auto in = torch::jit::last(*stack, p->num_args);
@@ -277,6 +281,7 @@ struct Function : torch::autograd::Function<Function> {
     ctx->save_for_backward(std::move(saved));
     ctx->saved_data["plan"] = reinterpret_cast<int64_t>(p);
     if (values) ctx->saved_data["values"] = std::move(*values);
+    if (given != all_given(*p)) ctx->saved_data["given"] = given;
     if (!p->materialize) {
       ctx->set_materialize_grads(false);  // no zeros for the statistics' gradients
       torch::autograd::variable_list fixed;
@@ -296,7 +301,10 @@ struct Function : torch::autograd::Function<Function> {
                                                  torch::autograd::variable_list grads) {
     using B = Plan::BackwardArg;
     const Plan& p = *reinterpret_cast<const Plan*>(ctx->saved_data["plan"].toInt());
-    torch::autograd::variable_list result(p.grad_args.size() + 3);
+    const auto g = ctx->saved_data.find("given");
+    const int64_t given = g == ctx->saved_data.end() ? all_given(p) : g->second.toInt();
+    // One gradient per argument of apply: the plan, the op, given, each tensor given, the stack.
+    torch::autograd::variable_list result(static_cast<size_t>(__builtin_popcountll(given)) + 4);
     const at::Tensor* came = nullptr;  // a gradient that came: the device of any zeros
     for (const B& b : p.backward_args)
       if (b.kind == B::grad && grads[static_cast<size_t>(b.arg)].defined()) came = &grads[static_cast<size_t>(b.arg)];
@@ -326,8 +334,8 @@ struct Function : torch::autograd::Function<Function> {
         case B::mask: {  // the backward outputs autograd wants: any of the arguments each one is for
           c10::List<bool> want;
           for (int j = 0; j < p.num_backward_outputs; ++j) want.push_back(false);
-          for (size_t i = 0; i < p.grad_args.size(); ++i)
-            if (ctx->needs_input_grad(i)) want.set(static_cast<size_t>(p.grad_args[i].out), true);
+          for (size_t i = 0, c = 0; i < p.grad_args.size(); ++i)
+            if ((given >> i & 1) && ctx->needs_input_grad(c++)) want.set(static_cast<size_t>(p.grad_args[i].out), true);
           stack.emplace_back(std::move(want));
           break;
         }
@@ -341,9 +349,11 @@ struct Function : torch::autograd::Function<Function> {
     }
     p.backward_op().callBoxed(&stack);
     // The backward's returns, one stack entry each; each is the gradient of the arguments it is for.
-    for (size_t i = 0; i < p.grad_args.size(); ++i) {
+    for (size_t i = 0, c = 0; i < p.grad_args.size(); ++i) {
+      if (!(given >> i & 1)) continue;
       const size_t j = static_cast<size_t>(p.grad_args[i].out);
-      if (j < stack.size() && stack[j].isTensor()) result[2 + i] = stack[j].toTensor();
+      if (j < stack.size() && stack[j].isTensor()) result[3 + c] = stack[j].toTensor();
+      ++c;
     }
     return result;
   }
@@ -356,10 +366,14 @@ struct AutogradKernel : c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) const {
     auto in = torch::jit::last(*stack, plan->num_args);
     c10::SmallVector<at::Tensor, 4> inputs;
+    int64_t given = 0;
     bool records = false;
-    for (const Plan::GradArg& g : plan->grad_args) {
-      inputs.push_back(in[g.arg].isTensor() ? in[g.arg].toTensor() : at::Tensor());
-      records = records || (inputs.back().defined() && inputs.back().requires_grad());
+    for (size_t i = 0; i < plan->grad_args.size(); ++i) {
+      const c10::IValue& a = in[plan->grad_args[i].arg];
+      if (!a.isTensor()) continue;  // a None optional tensor: no gradient, not passed
+      given |= int64_t{1} << i;
+      inputs.push_back(a.toTensor());
+      records = records || inputs.back().requires_grad();
     }
     if (!records || !at::GradMode::is_enabled()) {
       at::AutoDispatchBelowADInplaceOrView guard;
@@ -367,7 +381,7 @@ struct AutogradKernel : c10::OperatorKernel {
       return;
     }
     torch::autograd::variable_list outs =
-        Function::apply(plan, &op, at::TensorList(inputs.data(), inputs.size()), stack);
+        Function::apply(plan, &op, given, at::TensorList(inputs.data(), inputs.size()), stack);
     for (at::Tensor& t : outs) stack->emplace_back(std::move(t));
   }
 };
@@ -466,6 +480,9 @@ Outputs run(const Plan& p, const Value* args, bool internal) {
     a[i].kind = Arg::Kind::tensor;
     a[i].tensor = view(op, d.params[i].c_str(), outs[q.out]);
   }
+  // Every output None (masked off, or like absent tensors): nothing to compute.
+  if (p.num_outputs > 0 && std::none_of(outs.begin(), outs.end(), [](const at::Tensor& t) { return t.defined(); }))
+    return outs;
   guarded([&] { d.call(op, a.data(), first ? stream_of(*first) : nullptr); });
   return outs;
 }
