@@ -101,6 +101,10 @@ struct OpDesc {
   // torch's function of the same contract ("torch.nn.functional.silu"), which takes the calls
   // tessera's kernels do not (CPU tensors, other dtypes); empty where there is none.
   std::string torch_function;
+
+  // The overloads with a generic kernel of their own, each described as an op named
+  // "<name>.<overload>" whose one schema is the overload's (also among `schemas`).
+  std::vector<OpDesc> overloads;
 };
 
 namespace detail {
@@ -188,6 +192,12 @@ struct describe {
     d.backward = std::move(backward);
     d.backward_args = std::move(args);
     d.grads = std::move(grads);
+    return std::move(*this);
+  }
+  // An overload with its own kernel: describe("add.Scalar", ...).schema("add.Scalar(...)").kernel<...>(...)
+  describe&& overload(describe&& o) && {
+    d.schemas.push_back(o.d.schemas.at(0));
+    d.overloads.push_back(std::move(o.d));
     return std::move(*this);
   }
   describe&& trailing(std::string arg, std::string of) && {

@@ -133,6 +133,49 @@ nb::object py_add(nb::handle a, nb::handle b, nb::handle out, double alpha, uint
   return result;
 }
 
+// One description as Python reads it (_C.op_descriptions()).
+nb::dict description(const OpDesc& o) {
+  nb::dict d;
+  d["name"] = o.name;
+  d["family"] = o.family;
+  d["summary"] = o.summary;
+  std::vector<std::string> dtypes;
+  for (DType t : o.dtypes) dtypes.emplace_back(dtype_name(t));
+  d["dtypes"] = dtypes;
+  d["schemas"] = o.schemas;
+  d["params"] = o.params;
+  nb::dict outputs, rules;
+  for (const OpDesc::Output& out : o.outputs) {
+    using O = OpDesc::Output;
+    outputs[out.param.c_str()] = out.like;
+    nb::dict r;
+    r["like"] = out.like;
+    r["dtype"] = out.dtype == O::Dtype::like ? "like" : out.dtype == O::Dtype::float32 ? "float32" : "bool";
+    r["shape"] = out.shape == O::Shape::like ? "like" : out.shape == O::Shape::leading ? "leading" : "broadcast";
+    r["other"] = out.other;
+    r["drop"] = out.drop;
+    r["internal"] = out.internal;
+    r["mask"] = out.mask;
+    r["mask_index"] = out.mask_index;
+    rules[out.param.c_str()] = r;
+  }
+  d["outputs"] = outputs;
+  d["output_rules"] = rules;
+  nb::dict trailing;
+  for (const OpDesc::Trailing& t : o.trailing) trailing[t.arg.c_str()] = t.of;
+  d["trailing"] = trailing;
+  d["float32_args"] = o.float32_args;
+  d["generic"] = o.call != nullptr;
+  d["backward"] = o.backward;
+  d["backward_args"] = o.backward_args;
+  d["grads"] = o.grads;
+  d["torch_function"] = o.torch_function;
+  nb::list overloads;
+  for (const OpDesc& v : o.overloads) overloads.append(description(v));
+  d["overloads"] = overloads;
+  return d;
+}
+
 }  // namespace
 }  // namespace tessera::python
 
@@ -299,53 +342,15 @@ NB_MODULE(_C, m) {
   m.def("op_descriptions",
         [] {
           nb::list ops;
-          for (const OpDesc& o : op_descriptions()) {
-            nb::dict d;
-            d["name"] = o.name;
-            d["family"] = o.family;
-            d["summary"] = o.summary;
-            std::vector<std::string> dtypes;
-            for (DType t : o.dtypes) dtypes.emplace_back(dtype_name(t));
-            d["dtypes"] = dtypes;
-            d["schemas"] = o.schemas;
-            d["params"] = o.params;
-            nb::dict outputs, rules;
-            for (const OpDesc::Output& out : o.outputs) {
-              using O = OpDesc::Output;
-              outputs[out.param.c_str()] = out.like;
-              nb::dict r;
-              r["like"] = out.like;
-              r["dtype"] = out.dtype == O::Dtype::like ? "like" : out.dtype == O::Dtype::float32 ? "float32" : "bool";
-              r["shape"] = out.shape == O::Shape::like      ? "like"
-                           : out.shape == O::Shape::leading ? "leading"
-                                                            : "broadcast";
-              r["other"] = out.other;
-              r["drop"] = out.drop;
-              r["internal"] = out.internal;
-              r["mask"] = out.mask;
-              r["mask_index"] = out.mask_index;
-              rules[out.param.c_str()] = r;
-            }
-            d["outputs"] = outputs;
-            d["output_rules"] = rules;
-            nb::dict trailing;
-            for (const OpDesc::Trailing& t : o.trailing) trailing[t.arg.c_str()] = t.of;
-            d["trailing"] = trailing;
-            d["float32_args"] = o.float32_args;
-            d["generic"] = o.call != nullptr;
-            d["backward"] = o.backward;
-            d["backward_args"] = o.backward_args;
-            d["grads"] = o.grads;
-            d["torch_function"] = o.torch_function;
-            ops.append(d);
-          }
+          for (const OpDesc& o : op_descriptions()) ops.append(description(o));
           return ops;
         },
         "Every op's description (tessera/op.hpp), as dicts: name, family, summary, dtypes, "
         "schemas, params, outputs (param -> like), output_rules (param -> its rule as a dict: like, dtype, "
         "shape, other, drop, internal, mask, mask_index; tessera/op.hpp's Output), trailing (int[] argument -> "
         "the tensor argument whose trailing dimensions it names), float32_args, generic, backward, "
-        "backward_args, grads, torch_function.");
+        "backward_args, grads, torch_function, overloads (the overloads with a kernel of their own, as dicts "
+        "of the same keys).");
 
   bind_bench(m);
 }

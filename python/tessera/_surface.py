@@ -30,7 +30,13 @@ from . import _C, _interop, _state
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_GENERIC = [d for d in _C.op_descriptions() if d["generic"]]
+def generic_descriptions() -> list:
+    """The descriptions with a generic kernel, overloads after their op ("add", "add.Scalar"), in
+    the order the library counts them (fast.call's indices)."""
+    return [d for o in _C.op_descriptions() for d in [o] + o["overloads"] if d["generic"]]
+
+
+_GENERIC = generic_descriptions()
 _REQUIRED = object()  # an argument without a default
 _SCHEMAS = {d["name"]: d["schemas"][0] for d in _GENERIC}
 # An op's index for _torch_fast.call: its place among the ops of the generic kernel, in the

@@ -44,18 +44,6 @@ def _like(t):
 def _register_fakes():
     fake = torch.library.register_fake
 
-    @fake("tessera::add")
-    def _add(input, other, *, alpha=1):
-        return input.new_empty(torch.broadcast_shapes(input.shape, other.shape))
-
-    @fake("tessera::add.Scalar")
-    def _add_scalar(input, other, *, alpha=1):
-        return _like(input)
-
-    @fake("tessera::copy")
-    def _copy(src, dst):
-        return None
-
     @fake("tessera::matmul")
     def _matmul(input, other, *, bias=None, residual=None, activation="none", alpha=1.0,
                 out_dtype=None, allow_tf32=None):
@@ -81,15 +69,6 @@ def _register_fakes():
     @fake("tessera::mlp.preactivation")
     def _mlp_preactivation(input, w_in, w_out, **kwargs):
         return _mlp(input, w_in, w_out, **kwargs), input.new_empty(input.shape[:-1] + (w_in.shape[0],))
-
-    # (grad_input like input, the forward's output like grad_output), as the generic kernel's.
-    @fake("tessera::swiglu_backward.recompute")
-    def _swiglu_backward_recompute(grad_output, input):
-        return _like(input), _like(grad_output)
-
-    @fake("tessera::geglu_blocks_backward.recompute")
-    def _geglu_blocks_backward_recompute(grad_output, input):
-        return _like(input), _like(grad_output)
 
     @fake("tessera::attention")
     def _attention(q, k, v, *, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0,
@@ -161,7 +140,8 @@ if ops is not None:
 def _fast_index():
     """fast.call's op indices by name, or None where they do not match the library's list of the
     generic ops (the same libtessera gives both lists: a mismatch is a broken install)."""
-    index = {d["name"]: fast.index(d["name"]) for d in _C.op_descriptions() if d["generic"]}
+    from ._surface import generic_descriptions
+    index = {d["name"]: fast.index(d["name"]) for d in generic_descriptions()}
     return index if list(index.values()) == list(range(len(index))) else None
 
 

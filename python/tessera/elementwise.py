@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from . import _C, _interop, _state
 from . import random as _random
-from ._surface import op
+from ._surface import _FAST_INDEX, op
 from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream,
                        stand_in, torch_if_tensor, torch_stream, torch_view, wrap_output)
 
@@ -54,6 +54,10 @@ def _no_grad_with_out(op: str):
 
 # ---- add --------------------------------------------------------------------------------------
 
+# add's two kernels for tessera._torch_fast.call: a tensor other, a number.
+_ADD, _ADD_SCALAR = _FAST_INDEX["add"], _FAST_INDEX["add.Scalar"]
+
+
 def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
         out: TensorT | None = None) -> TensorT:
     """``input + alpha * other``, as :func:`torch.add`.
@@ -72,7 +76,7 @@ def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
     """
     fast = _state.fast
     if fast is not None and out is None and not _state.dynamo_compiling():
-        r = fast.add(input, other) if alpha == 1 else fast.add(input, other, alpha)
+        r = fast.call(_ADD_SCALAR if type(other) is float or type(other) is int else _ADD, input, other, alpha)
         if r is not None:
             return r
     ops, T = _state.ops, _state.Tensor  # T: a subclass too (a DTensor), after the exact type

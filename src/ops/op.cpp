@@ -46,6 +46,11 @@ void check(const OpDesc& d) {
   }
   if (!d.backward.empty() && (d.backward_args.empty() || d.grads.empty()))
     refuse("differentiable", "the backward's arguments and the gradients it gives", "none");
+  for (const OpDesc& o : d.overloads) {
+    if (o.name.rfind(d.name + ".", 0) != 0 || o.schemas.size() != 1)
+      refuse("overload", "an op named " + d.name + ".<overload> with one schema", o.name);
+    check(o);
+  }
 }
 
 std::vector<OpDesc> build() {
@@ -128,8 +133,11 @@ void check_trailing(const OpDesc& op, const OpDesc::Trailing& t, const int64_t* 
 }
 
 const OpDesc* find_op_description(std::string_view name) {
-  for (const OpDesc& d : op_descriptions())
+  for (const OpDesc& d : op_descriptions()) {
     if (d.name == name) return &d;
+    for (const OpDesc& o : d.overloads)
+      if (o.name == name) return &o;
+  }
   return nullptr;
 }
 

@@ -112,33 +112,6 @@ bool as_double(PyObject* o, double& v) {
 
 PyObject* wrap(at::Tensor t) { return THPVariable_Wrap(std::move(t)); }
 
-// add(input, other[, alpha]): other a tensor of input's dtype and device, or a Python number.
-PyObject* add(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  HANDLE_TH_ERRORS
-  double alpha = 1.0;
-  bool grad = false;
-  const at::Tensor* x = n == 2 || n == 3 ? plain(args[0], grad) : nullptr;
-  if (!x || !quiet() || (n == 3 && !as_double(args[2], alpha))) Py_RETURN_NONE;
-  double number = 0.0;
-  if (as_double(args[1], number)) {
-    if (records(grad)) {
-      static const auto op = handle<at::Tensor(const at::Tensor&, double, double)>("add", "Scalar");
-      return wrap(op.call(*x, number, alpha));
-    }
-    RECORD_FUNCTION("tessera::add.Scalar", std::vector<c10::IValue>());
-    return wrap(fast::add_scalar(*x, number, alpha));
-  }
-  const at::Tensor* y = plain_like(args[1], *x, grad);
-  if (!y) Py_RETURN_NONE;
-  if (records(grad)) {
-    static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("add");
-    return wrap(op.call(*x, *y, alpha));
-  }
-  RECORD_FUNCTION("tessera::add", std::vector<c10::IValue>());
-  return wrap(fast::add(*x, *y, alpha));
-  END_HANDLE_TH_ERRORS
-}
-
 // The op's public outputs (its internal ones left out): one as itself, several as a tuple.
 PyObject* wrap_outputs(const tessera::torch_ops::generic::Plan& p, tessera::torch_ops::generic::Outputs outs) {
   size_t n = 0;
@@ -319,7 +292,6 @@ PyObject* records_(PyObject*, PyObject* x) {
 
 #define FAST(name, fn) {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL, nullptr}
 PyMethodDef methods[] = {
-    FAST("add", add),
     FAST("call", call),
     FAST("matmul", matmul<false>),
     FAST("linear", matmul<true>),

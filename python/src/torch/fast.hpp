@@ -11,8 +11,6 @@
 
 namespace tessera::torch_ops::fast {
 
-at::Tensor add(const at::Tensor& input, const at::Tensor& other, double alpha);
-at::Tensor add_scalar(const at::Tensor& input, double other, double alpha);
 at::Tensor matmul(const at::Tensor& input, const at::Tensor& other,
                   const std::optional<at::Tensor>& bias);
 at::Tensor mlp(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor& w_out, c10::string_view activation);

@@ -115,7 +115,7 @@ void fill_backward(Plan& p, const OpDesc& d, const std::function<int(const std::
 
 void fill_plan(Plan& p, const OpDesc& d) {
   p.desc = &d;
-  p.qualified = "tessera::" + d.name;
+  p.qualified = "tessera::" + d.name;  // "tessera::add.Scalar" for an overload
   const c10::FunctionSchema schema = torch::jit::parseSchema(d.schemas[0]);
   const auto& args = schema.arguments();
   p.num_args = static_cast<int>(args.size());
@@ -410,14 +410,25 @@ void register_kernels(torch::Library& m) {
 
 }  // namespace
 
+// "tessera::add.Scalar" as the dispatcher's (name, overload name).
+static std::pair<std::string, std::string> split_overload(const std::string& qualified) {
+  const size_t dot = qualified.find('.');
+  if (dot == std::string::npos) return {qualified, ""};
+  return {qualified.substr(0, dot), qualified.substr(dot + 1)};
+}
+
 const c10::OperatorHandle& Plan::op() const {
-  std::call_once(found, [&] { handle = c10::Dispatcher::singleton().findSchemaOrThrow(qualified.c_str(), ""); });
+  std::call_once(found, [&] {
+    const auto [name, overload] = split_overload(qualified);
+    handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  });
   return *handle;
 }
 
 const c10::OperatorHandle& Plan::backward_op() const {
   std::call_once(backward_found, [&] {
-    backward_handle = c10::Dispatcher::singleton().findSchemaOrThrow(("tessera::" + desc->backward).c_str(), "");
+    const auto [name, overload] = split_overload("tessera::" + desc->backward);
+    backward_handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
   });
   return *backward_handle;
 }
@@ -425,8 +436,11 @@ const c10::OperatorHandle& Plan::backward_op() const {
 const std::deque<Plan>& plans() {
   static const std::deque<Plan> v = [] {
     std::deque<Plan> r;
-    for (const OpDesc& d : op_descriptions())
+    for (const OpDesc& d : op_descriptions()) {
       if (d.call) fill_plan(r.emplace_back(), d);
+      for (const OpDesc& o : d.overloads)
+        if (o.call) fill_plan(r.emplace_back(), o);
+    }
     return r;
   }();
   return v;
