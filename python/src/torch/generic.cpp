@@ -288,10 +288,10 @@ struct Function : torch::autograd::Function<Function> {
       for (size_t i = 0; i < outs.size(); ++i)
         if (!p->differentiable[i] && outs[i].defined()) fixed.push_back(outs[i]);
       ctx->mark_non_differentiable(fixed);
-      for (int i : p->zeros) {
-        std::vector<int64_t> meta = outs[static_cast<size_t>(i)].sizes().vec();
-        meta.push_back(static_cast<int64_t>(outs[static_cast<size_t>(i)].scalar_type()));
-        ctx->saved_data[zeros_key(i)] = std::move(meta);
+      for (int i : p->zeros) {  // symbolic sizes: torch.compile traces this with dynamic shapes
+        const at::Tensor& o = outs[static_cast<size_t>(i)];
+        ctx->saved_data[zeros_key(i)] = o.sym_sizes();
+        ctx->saved_data[zeros_key(i) + "dtype"] = static_cast<int64_t>(o.scalar_type());
       }
     }
     return outs;
@@ -323,10 +323,9 @@ struct Function : torch::autograd::Function<Function> {
           } else if (b.optional) {
             stack.emplace_back();
           } else {
-            std::vector<int64_t> meta = ctx->saved_data[zeros_key(b.arg)].toIntVector();
-            const auto dtype = static_cast<at::ScalarType>(meta.back());
-            meta.pop_back();
-            stack.emplace_back(at::zeros(meta, came->options().dtype(dtype)));
+            const auto dtype = static_cast<at::ScalarType>(ctx->saved_data[zeros_key(b.arg) + "dtype"].toInt());
+            stack.emplace_back(at::zeros_symint(ctx->saved_data[zeros_key(b.arg)].toSymIntVector(),
+                                                came->options().dtype(dtype)));
           }
           break;
         }
