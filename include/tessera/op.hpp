@@ -51,22 +51,24 @@ struct OpDesc {
   // dtype and shape (the out:: helpers below spell the common ones):
   //   dtype: like's, float32 (statistics) or bool (a mask);
   //   shape: like's; like's leading dimensions, without as many trailing ones as `other` names (a
-  //   tensor argument: its dimensions; an int[] argument: its length; none: `drop`); or the
-  //   broadcast of like's and other's shapes.
+  //   tensor argument: its dimensions; an int[] argument: its length; none: `drop`); the
+  //   broadcast of like's and other's shapes; or a loss's (`reduced`): like's rows (its leading
+  //   dimensions without the last) where the str argument `other` is "none", else 0-d.
   // An output like an optional tensor argument that is None is None too (a gradient of an absent
-  // weight), as is one whose `mask` (a bool[] argument) is false at `mask_index`. An `internal`
+  // weight), as is one whose `mask` is false: a bool[] argument at `mask_index`, or a bool
+  // argument (mask_index -1). An `internal`
   // one (statistics saved for the backward) is not returned by the public function, and a call
   // autograd does not record leaves it out.
   struct Output {
     std::string param, like;
     enum class Dtype : uint8_t { like, float32, boolean } dtype = Dtype::like;
-    enum class Shape : uint8_t { like, leading, broadcast } shape = Shape::like;
+    enum class Shape : uint8_t { like, leading, broadcast, reduced } shape = Shape::like;
     std::string other;  // leading, broadcast: the second argument
     int drop = 0;       // leading without `other`: the trailing dimensions dropped
     bool internal = false;
     std::string mask;
     int mask_index = -1;
-    Output when(std::string bools, int index) && {
+    Output when(std::string bools, int index = -1) && {
       mask = std::move(bools);
       mask_index = index;
       return std::move(*this);
@@ -250,6 +252,14 @@ inline OpDesc::Output stats(std::string param, std::string arg, int drop) {
   o.drop = drop;
   return o;
 }
+// A loss: float32, per row of like where the str argument `reduction` is "none", else 0-d.
+inline OpDesc::Output loss(std::string param, std::string arg, std::string reduction) {
+  OpDesc::Output o = like(std::move(param), std::move(arg));
+  o.dtype = OpDesc::Output::Dtype::float32;
+  o.shape = OpDesc::Output::Shape::reduced;
+  o.other = std::move(reduction);
+  return o;
+}
 inline OpDesc::Output broadcast(std::string param, std::string arg, std::string with) {
   OpDesc::Output o = like(std::move(param), std::move(arg));
   o.shape = OpDesc::Output::Shape::broadcast;
@@ -259,10 +269,11 @@ inline OpDesc::Output broadcast(std::string param, std::string arg, std::string 
 }  // namespace out
 
 // An output's shape by its rule, from the shapes of its `like` argument and of its `other` one
-// (its value for an int[] argument; unused for Shape::like). Throws tessera::Error naming the op
+// (its value for an int[] argument; unused for Shape::like), or the value of the str argument of a
+// `reduced` rule. Throws tessera::Error naming the op
 // where the shapes do not allow it (more dimensions to drop than like has; no broadcast).
 std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, const std::vector<int64_t>& like,
-                                  const std::vector<int64_t>& other);
+                                  const std::vector<int64_t>& other, std::string_view reduction = {});
 
 // Checks an int[] argument of a Trailing rule: `dims` (n of them) must be the trailing part of the
 // tensor argument's `shape` (ndim of them), at least one. Throws tessera::Error (ValueError)

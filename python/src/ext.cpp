@@ -151,7 +151,10 @@ nb::dict description(const OpDesc& o) {
     nb::dict r;
     r["like"] = out.like;
     r["dtype"] = out.dtype == O::Dtype::like ? "like" : out.dtype == O::Dtype::float32 ? "float32" : "bool";
-    r["shape"] = out.shape == O::Shape::like ? "like" : out.shape == O::Shape::leading ? "leading" : "broadcast";
+    r["shape"] = out.shape == O::Shape::like      ? "like"
+                 : out.shape == O::Shape::leading ? "leading"
+                 : out.shape == O::Shape::reduced ? "reduced"
+                                                  : "broadcast";
     r["other"] = out.other;
     r["drop"] = out.drop;
     r["internal"] = out.internal;

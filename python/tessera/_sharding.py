@@ -247,9 +247,15 @@ def register(torch) -> bool:
             def ins(p):
                 return [(p if rows(n) else R) if is_tensor(a) else None for n, a in zip(names, given)]
 
-            def results(p):
-                return [p if r["shape"] == "leading" or rows(r["like"]) else Partial() for r in outs]
-            return [([R] * len(outs), ins(R))] + [(results(Shard(k)), ins(Shard(k))) for k in range(lead)]
+            def present(r):  # None where it is like an absent tensor or masked off
+                mask = bound.get(r["mask"]) if r["mask"] else True
+                return bound.get(r["like"]) is not None and \
+                    (mask if r["mask_index"] < 0 else mask[r["mask_index"]])
+
+            def results(p, param):
+                return [(p if r["shape"] == "leading" or rows(r["like"]) else param) if present(r) else None
+                        for r in outs]
+            return [(results(R, R), ins(R))] + [(results(Shard(k), Partial()), ins(Shard(k))) for k in range(lead)]
 
     _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial)
     # The defaults, unless written above: an elementwise op of the generic kernel whose outputs are
@@ -462,21 +468,24 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     # 'mean' without class weights as 'sum' over the all-reduced count). Class weights replicated.
     # A vocabulary sharded (vocab-parallel cross-entropy, whose max and sum of exp need
     # all-reduces) has no rule: gathered.
-    def loss_strategies(logits, weight, reduction, outputs):
+    def loss_strategies(logits, weight, reduction, outputs, grad=True):
         """Replicated, and (not for 'mean') by rows: logits and target Shard(0), the outputs
-        (loss, lse, grad)[:outputs] by rows, the loss a partial sum for 'sum'."""
+        (loss, lse, grad)[:outputs] by rows (grad None where there is none), the loss a partial
+        sum for 'sum'."""
         def ins(p):
             return [p, p] + ([R] if weight is not None else [])
-        strategies = [([R] * outputs, ins(R))]
+
+        def outs(loss, rows):
+            return [loss, rows, rows if grad else None][:outputs]
+        strategies = [(outs(R, R), ins(R))]
         if reduction != "mean" and logits.ndim == 2:
-            loss = Shard(0) if reduction == "none" else Partial()
-            strategies.append(([loss, Shard(0), Shard(0)][:outputs], ins(Shard(0))))
+            strategies.append((outs(Shard(0) if reduction == "none" else Partial(), Shard(0)), ins(Shard(0))))
         return strategies
 
-    # (loss, lse, grad): grad (N, V) where with_grad, else an empty (0,) tensor.
+    # (loss, lse, grad): grad (N, V) where with_grad, else None.
     @register_sharding(ops.cross_entropy.default)
-    def cross_entropy_rule(logits, target, weight=None, *, reduction="mean", **kwargs):
-        return loss_strategies(logits, weight, reduction, 3)
+    def cross_entropy_rule(logits, target, weight=None, *, reduction="mean", with_grad=False, **kwargs):
+        return loss_strategies(logits, weight, reduction, 3, with_grad)
 
     def placed_as(spec, allowed, op, arg):
         """`spec`'s present placements, all among `allowed` (an op writing it in place must not

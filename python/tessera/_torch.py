@@ -94,23 +94,6 @@ def _register_fakes():
     def _attention_backward(grad_out, q, k, v, out, lse, **kwargs):
         return _like(q), _like(k), _like(v)
 
-    @fake("tessera::cross_entropy")
-    def _cross_entropy(logits, target, weight=None, *, reduction="mean", with_grad=False, **kwargs):
-        n = logits.shape[0]
-        loss = logits.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
-        grad = logits.new_empty(logits.shape) if with_grad else logits.new_empty((0,))
-        return loss, logits.new_empty((n,), dtype=torch.float32), grad
-
-    @fake("tessera::cross_entropy.inplace")
-    def _cross_entropy_inplace(logits, target, weight=None, *, reduction="mean", **kwargs):
-        n = logits.shape[0]
-        loss = logits.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
-        return loss, logits.new_empty((n,), dtype=torch.float32)
-
-    @fake("tessera::cross_entropy.backward")
-    def _cross_entropy_backward(grad_loss, grad, *, reduction="mean"):
-        return None
-
     @fake("tessera::linear_cross_entropy")
     def _linear_cross_entropy(hidden, weight, bias, target, *, reduction="mean", output_mask=(False,) * 3,
                               accum_dtype=None, token_accuracy=False, **kwargs):

@@ -40,7 +40,7 @@ void check(const OpDesc& d) {
     if (std::find(d.params.begin(), d.params.end(), o.like) == d.params.end() && !in_schema(d, o.like))
       refuse("outputs", "an output like one of the params or of the schema's arguments", o.like);
     using S = OpDesc::Output::Shape;
-    const bool takes_other = o.shape == S::broadcast || (o.shape == S::leading && o.drop == 0);
+    const bool takes_other = o.shape == S::broadcast || o.shape == S::reduced || (o.shape == S::leading && o.drop == 0);
     if (takes_other == o.other.empty())
       refuse("outputs", "a second argument exactly where the shape rule takes one", o.param);
   }
@@ -83,9 +83,13 @@ const std::vector<OpDesc>& op_descriptions() {
 }
 
 std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, const std::vector<int64_t>& like,
-                                  const std::vector<int64_t>& other) {
+                                  const std::vector<int64_t>& other, std::string_view reduction) {
   using S = OpDesc::Output::Shape;
   if (o.shape == S::like) return like;
+  if (o.shape == S::reduced) {  // the rows where nothing is reduced; a 1-d like (refused later) has none
+    if (reduction != "none" || like.empty()) return {};
+    return std::vector<int64_t>(like.begin(), like.end() - 1);
+  }
   if (o.shape == S::leading) {
     // A fixed count drops what there is: the library names an input with too few dimensions.
     const size_t drop = o.other.empty() ? std::min(static_cast<size_t>(o.drop), like.size()) : other.size();

@@ -239,12 +239,17 @@ def expected_outputs(torch, name, args, kwargs):
     if name == "isin":  # torch's contract, apart from the description's rule
         return [(tuple(args[0].shape), torch.bool)]
     if name in descriptions and descriptions[name]["generic"]:  # each output by its rule
-        bound = dict(zip((a.name for a in overload(torch, name)._schema.arguments), args), **kwargs)
+        schema = overload(torch, name)._schema.arguments
+        bound = {a.name: a.default_value for a in schema if a.has_default_value()}
+        bound.update(zip((a.name for a in schema), args), **kwargs)
         want = []
         for r in descriptions[name]["output_rules"].values():
-            t, other = bound[r["like"]], bound.get(r["other"])
-            if t is None or (r["mask"] and not bound[r["mask"]][r["mask_index"]]):
+            t, other, mask = bound[r["like"]], bound.get(r["other"]), bound.get(r["mask"], True)
+            if t is None or not (mask if r["mask_index"] < 0 else mask[r["mask_index"]]):
                 want.append(None)  # an output like an absent tensor, or masked off: None
+                continue
+            if r["shape"] == "reduced":  # a loss: per row for 'none', else 0-d
+                want.append((tuple(t.shape[:-1]) if other == "none" else (), torch.float32))
                 continue
             drop = (r["drop"] if not r["other"] else
                     len(other) if isinstance(other, (list, tuple)) else other.dim())

@@ -3,6 +3,8 @@
 // argument) and enqueues its kernels on `stream`.
 #pragma once
 
+#include <string_view>
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -12,6 +14,8 @@
 namespace tessera {
 
 enum class Reduction { none, mean, sum };
+// "none", "mean", "sum"; anything else is refused, naming op's argument 'reduction'.
+void parse(const char* op, std::string_view name, Reduction& out);
 
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;   // rows with this target add nothing (loss 0, gradient 0)

@@ -145,11 +145,14 @@ void fill_plan(Plan& p, const OpDesc& d) {
       if (!out->mask.empty()) q.mask = arg_index(out->mask);
       TORCH_CHECK(p.args[q.arg] == From::tensor || p.args[q.arg] == From::optional_tensor, "tessera: op '",
                   d.name, "': output '", out->param, "' is like '", out->like, "', which is not a tensor argument");
-      TORCH_CHECK(q.other < 0 || p.args[q.other] == From::tensor || p.args[q.other] == From::ints,
+      const bool reduced = out->shape == OpDesc::Output::Shape::reduced;
+      TORCH_CHECK(q.other < 0 || (reduced ? p.args[q.other] == From::string
+                                          : p.args[q.other] == From::tensor || p.args[q.other] == From::ints),
                   "tessera: op '", d.name, "': output '", out->param, "' is shaped by '", out->other,
-                  "', which is neither a tensor nor an int[] argument");
-      TORCH_CHECK(q.mask < 0 || p.args[q.mask] == From::bools, "tessera: op '", d.name, "': output '",
-                  out->param, "' is masked by '", out->mask, "', which is not a bool[] argument");
+                  "', which is not a ", reduced ? "str" : "tensor or int[]", " argument");
+      TORCH_CHECK(q.mask < 0 || p.args[q.mask] == (out->mask_index < 0 ? From::boolean : From::bools),
+                  "tessera: op '", d.name, "': output '", out->param, "' is masked by '", out->mask,
+                  "', which is not a ", out->mask_index < 0 ? "bool" : "bool[]", " argument");
     } else {
       q.arg = arg_index(name);
       q.from = p.args[q.arg];
@@ -177,11 +180,14 @@ void check_trailing(const Plan& p, const Value* args) {
 
 // Output `q` of op `d` by its rule: contiguous, on like's device; undefined where its rule says
 // None (an absent `like`, a false mask entry).
-at::Tensor allocate(const OpDesc& d, const Plan::Param& q, const Value* args) {
+at::Tensor allocate(const Plan& p, const Plan::Param& q, const Value* args) {
+  const OpDesc& d = *p.desc;
   using O = OpDesc::Output;
   const O& o = d.outputs[static_cast<size_t>(q.out)];
   if (!args[q.arg].tensor) return {};
-  if (q.mask >= 0 && !(o.mask_index < args[q.mask].num && (args[q.mask].bools >> o.mask_index & 1u))) return {};
+  if (q.mask >= 0 && !(o.mask_index < 0 ? args[q.mask].boolean
+                                         : o.mask_index < args[q.mask].num && (args[q.mask].bools >> o.mask_index & 1u)))
+    return {};
   const at::Tensor& like = *args[q.arg].tensor;
   if (o.dtype == O::Dtype::like && o.shape == O::Shape::like)
     return at::empty_like(like, at::MemoryFormat::Contiguous);
@@ -190,10 +196,12 @@ at::Tensor allocate(const OpDesc& d, const Plan::Param& q, const Value* args) {
                                                                : like.options().dtype(at::kBool);
   if (o.shape == O::Shape::like) return at::empty(like.sizes(), opt);
   std::vector<int64_t> other;
-  if (q.other >= 0 && args[q.other].tensor) other = args[q.other].tensor->sizes().vec();
+  std::string_view text;
+  if (q.other >= 0 && p.args[q.other] == From::string) text = args[q.other].string;
+  else if (q.other >= 0 && args[q.other].tensor) other = args[q.other].tensor->sizes().vec();
   else if (q.other >= 0) other.assign(args[q.other].ints, args[q.other].ints + args[q.other].num);
   std::vector<int64_t> shape;
-  guarded([&] { shape = output_shape(d, o, like.sizes().vec(), other); });
+  guarded([&] { shape = output_shape(d, o, like.sizes().vec(), other, text); });
   return at::empty(shape, opt);
 }
 
@@ -396,7 +404,7 @@ struct MetaKernel : c10::OperatorKernel {
     check_trailing(*plan, v);
     Outputs outs(static_cast<size_t>(plan->num_outputs));
     for (const Plan::Param& q : plan->params)
-      if (q.from == From::output) outs[q.out] = allocate(*plan->desc, q, v);
+      if (q.from == From::output) outs[q.out] = allocate(*plan, q, v);
     torch::jit::drop(*stack, plan->num_args);
     for (at::Tensor& t : outs) stack->emplace_back(std::move(t));
   }
@@ -488,7 +496,7 @@ Outputs run(const Plan& p, const Value* args, bool internal) {
   for (size_t i = 0; i < p.params.size(); ++i) {
     const Plan::Param& q = p.params[i];
     if (q.from != From::output || (!internal && p.internal[static_cast<size_t>(q.out)])) continue;
-    outs[q.out] = allocate(d, q, args);
+    outs[q.out] = allocate(p, q, args);
     if (!outs[q.out].defined()) continue;
     a[i].kind = Arg::Kind::tensor;
     a[i].tensor = view(op, d.params[i].c_str(), outs[q.out]);

@@ -1,7 +1,8 @@
-// cross_entropy as torch ops: the functional op (loss, lse and, on request, the gradient for a
-// loss gradient of 1), its in-place overload (the gradient written over the logits), and the
-// backward overload that scales a saved gradient in place by the loss's gradient. The autograd
-// kernel ties them: the forward computes the gradient in the same pass, the backward only scales
+// The losses' autograd, and linear_cross_entropy's kernel. cross_entropy's three kernels are the
+// generic ones (its description, src/ops/loss/cross_entropy.cu): the functional op (loss, lse and,
+// on request, the gradient for a loss gradient of 1), its in-place overload (the gradient written
+// over the logits), and the backward overload that scales a saved gradient in place by the loss's
+// gradient. The autograd kernel ties them: the forward computes the gradient in the same pass, the backward only scales
 // it (nothing at all where the loss gradient is 1, as in training). Probability targets and class
 // weights that require grad get theirs from torch's ops in the backward (a rarer need; class
 // weights only with probability targets, as torch's nll_loss refuses them for class indices).
@@ -37,11 +38,9 @@ using Tensor6 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::T
 using OptTensor = std::optional<at::Tensor>;
 
 Reduction reduction_of(const char* op, c10::string_view r) {
-  if (r == "mean") return Reduction::mean;
-  if (r == "sum") return Reduction::sum;
-  if (r == "none") return Reduction::none;
-  TORCH_CHECK_VALUE(false, "tessera.", op, ": argument 'reduction': expected 'mean', 'sum' or 'none', got '",
-                    std::string(r), "'");
+  Reduction out{};
+  guarded([&] { parse(op, std::string_view(r.data(), r.size()), out); });
+  return out;
 }
 
 CrossEntropyOptions options_of(const char* op, int64_t ignore_index, c10::string_view reduction,
@@ -57,47 +56,6 @@ Tensor2 outputs(const at::Tensor& logits, Reduction r) {
   const auto f = logits.options().dtype(at::kFloat);
   const int64_t n = logits.dim() == 2 ? logits.size(0) : 0;
   return {r == Reduction::none ? at::empty({n}, f) : at::empty({}, f), at::empty({n}, f)};
-}
-
-Tensor3 cross_entropy(const at::Tensor& logits, const at::Tensor& target, const OptTensor& weight,
-                      int64_t ignore_index, c10::string_view reduction, double label_smoothing, double z_loss,
-                      double softcap, bool with_grad) {
-  const char* op = "cross_entropy";
-  const TensorView tx = view(op, "logits", logits), tt = view(op, "target", target);
-  TensorView tw;
-  CrossEntropyOptions o = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
-  o.weight = optional_view(op, "weight", weight, tw);
-  auto [loss, lse] = outputs(logits, o.reduction);
-  at::Tensor grad = with_grad ? at::empty(logits.sizes(), logits.options()) : at::empty({0}, logits.options());
-  guarded([&] {
-    const TensorView tl = view(op, "loss", loss), ts = view(op, "lse", lse);
-    const TensorView tg = with_grad ? view(op, "grad", grad) : TensorView{};
-    tessera::cross_entropy(tx, tt, tl, &ts, with_grad ? &tg : nullptr, o, stream_of(logits));
-  });
-  return {loss, lse, grad};
-}
-
-Tensor2 cross_entropy_inplace(at::Tensor& logits, const at::Tensor& target, const OptTensor& weight,
-                              int64_t ignore_index, c10::string_view reduction, double label_smoothing, double z_loss,
-                              double softcap) {
-  const char* op = "cross_entropy";
-  const TensorView tx = view(op, "logits", logits), tt = view(op, "target", target);
-  TensorView tw;
-  CrossEntropyOptions o = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
-  o.weight = optional_view(op, "weight", weight, tw);
-  auto [loss, lse] = outputs(logits, o.reduction);
-  guarded([&] {
-    const TensorView tl = view(op, "loss", loss), ts = view(op, "lse", lse);
-    tessera::cross_entropy(tx, tt, tl, &ts, &tx, o, stream_of(logits));
-  });
-  return {loss, lse};
-}
-
-void cross_entropy_backward(const at::Tensor& grad_loss, at::Tensor& grad, c10::string_view reduction) {
-  const char* op = "cross_entropy_backward";
-  const TensorView tf = view(op, "grad_loss", grad_loss), tg = view(op, "grad", grad);
-  const Reduction r = reduction_of(op, reduction);
-  guarded([&] { tessera::cross_entropy_backward(tf, tg, r, stream_of(grad)); });
 }
 
 // The saved gradient scaled by the loss's gradient and handed to autograd; it is consumed, so a
@@ -389,12 +347,7 @@ Tensor6 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor
           at::empty({0}, weight.options()), r[2]};
 }
 
-void kernels(torch::Library& m) {
-  m.impl("linear_cross_entropy", &linear_cross_entropy);
-  m.impl("cross_entropy", &cross_entropy);
-  m.impl("cross_entropy.inplace", &cross_entropy_inplace);
-  m.impl("cross_entropy.backward", &cross_entropy_backward);
-}
+void kernels(torch::Library& m) { m.impl("linear_cross_entropy", &linear_cross_entropy); }
 
 }  // namespace
 }  // namespace tessera::torch_ops
