@@ -53,7 +53,8 @@ struct OpDesc {
   //   shape: like's; like's leading dimensions, without as many trailing ones as `other` names (a
   //   tensor argument: its dimensions; an int[] argument: its length; none: `drop`); the
   //   broadcast of like's and other's shapes; or a loss's (`reduced`): like's rows (its leading
-  //   dimensions without the last) where the str argument `other` is "none", else 0-d.
+  //   dimensions without the last) where the str argument `other` is "none", else 0-d; or 0-d
+  //   (`scalar`). A ScalarType? argument (`dtype_from`) may override the dtype.
   // An output like an optional tensor argument that is None is None too (a gradient of an absent
   // weight), as is one whose `mask` is false: a bool[] argument at `mask_index`, or a bool
   // argument (mask_index -1). An `internal`
@@ -62,9 +63,10 @@ struct OpDesc {
   struct Output {
     std::string param, like;
     enum class Dtype : uint8_t { like, float32, boolean } dtype = Dtype::like;
-    enum class Shape : uint8_t { like, leading, broadcast, reduced } shape = Shape::like;
+    enum class Shape : uint8_t { like, leading, broadcast, reduced, scalar } shape = Shape::like;
     std::string other;  // leading, broadcast: the second argument
     int drop = 0;       // leading without `other`: the trailing dimensions dropped
+    std::string dtype_from;  // a ScalarType? argument that, where given, is the dtype
     bool internal = false;
     std::string mask;
     int mask_index = -1;

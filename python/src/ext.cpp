@@ -154,7 +154,9 @@ nb::dict description(const OpDesc& o) {
     r["shape"] = out.shape == O::Shape::like      ? "like"
                  : out.shape == O::Shape::leading ? "leading"
                  : out.shape == O::Shape::reduced ? "reduced"
+                 : out.shape == O::Shape::scalar  ? "scalar"
                                                   : "broadcast";
+    r["dtype_from"] = out.dtype_from;
     r["other"] = out.other;
     r["drop"] = out.drop;
     r["internal"] = out.internal;

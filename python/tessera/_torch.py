@@ -94,19 +94,6 @@ def _register_fakes():
     def _attention_backward(grad_out, q, k, v, out, lse, **kwargs):
         return _like(q), _like(k), _like(v)
 
-    @fake("tessera::linear_cross_entropy")
-    def _linear_cross_entropy(hidden, weight, bias, target, *, reduction="mean", output_mask=(False,) * 3,
-                              accum_dtype=None, token_accuracy=False, **kwargs):
-        n = hidden.shape[0]
-        loss = hidden.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
-        def grad(on, t, like):  # each output its own tensor, as the kernel's: none alias another
-            return like.new_empty(like.shape) if on and like is not None else t.new_empty((0,))
-        return (loss, hidden.new_empty((n,), dtype=torch.float32), grad(output_mask[0], hidden, hidden),
-                grad(output_mask[1], weight, weight).to(accum_dtype or weight.dtype) if output_mask[1]
-                else grad(False, weight, weight),
-                grad(output_mask[2], weight, bias),
-                hidden.new_empty((), dtype=torch.float32) if token_accuracy else hidden.new_empty((0,)))
-
     @fake("tessera::scaled_mm")
     def _scaled_mm(input, other, scale_a, scale_b, *, bias=None, out_dtype=None):
         return input.new_empty((input.shape[0], other.shape[1]),

@@ -86,6 +86,7 @@ std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, con
                                   const std::vector<int64_t>& other, std::string_view reduction) {
   using S = OpDesc::Output::Shape;
   if (o.shape == S::like) return like;
+  if (o.shape == S::scalar) return {};
   if (o.shape == S::reduced) {  // the rows where nothing is reduced; a 1-d like (refused later) has none
     if (reduction != "none" || like.empty()) return {};
     return std::vector<int64_t>(like.begin(), like.end() - 1);

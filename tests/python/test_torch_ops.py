@@ -248,7 +248,7 @@ def expected_outputs(torch, name, args, kwargs):
             if t is None or not (mask if r["mask_index"] < 0 else mask[r["mask_index"]]):
                 want.append(None)  # an output like an absent tensor, or masked off: None
                 continue
-            if r["shape"] == "reduced":  # a loss: per row for 'none', else 0-d
+            if r["shape"] in ("reduced", "scalar"):  # a loss: per row for 'none', else 0-d
                 want.append((tuple(t.shape[:-1]) if other == "none" else (), torch.float32))
                 continue
             drop = (r["drop"] if not r["other"] else
@@ -256,7 +256,8 @@ def expected_outputs(torch, name, args, kwargs):
             size = (tuple(t.shape) if r["shape"] == "like" else
                     tuple(t.shape[:t.dim() - drop]) if r["shape"] == "leading" else
                     tuple(torch.broadcast_shapes(t.shape, other.shape)))
-            want.append((size, {"like": t.dtype, "float32": torch.float32, "bool": torch.bool}[r["dtype"]]))
+            dtype = bound.get(r["dtype_from"]) or {"like": t.dtype, "float32": torch.float32, "bool": torch.bool}[r["dtype"]]
+            want.append((size, dtype))
         return want
     if base == "matmul":
         r = torch.matmul(args[0], args[1])

@@ -65,7 +65,8 @@ void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad,
 struct LinearCrossEntropyOptions : CrossEntropyOptions {
   // Where a chunk's logits and then their gradient go: contiguous, of hidden's dtype, at least V
   // elements (the chunk is as many token rows as it holds, up to chunk_rows); nullptr: tessera's
-  // scratch pool, chunk_rows rows (0: as many as fit in 512 MiB, a multiple of 256).
+  // scratch pool, chunk_rows rows (0: as many as fit in 512 MiB or a quarter of the free memory,
+  // whichever is less, a multiple of 256).
   const TensorView* workspace = nullptr;
   int64_t chunk_rows = 0;
   // Optional output, float32 []: the token accuracy that TRL's SFTTrainer logs (Liger's

@@ -24,6 +24,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -187,6 +188,10 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t n) {
         break;
       case generic::Plan::From::ints: ok = as_ints(o, v[i]); break;
       case generic::Plan::From::bools: ok = as_bools(o, v[i]); break;
+      case generic::Plan::From::dtype:
+        ok = o == Py_None || THPDtype_Check(o);
+        v[i].integer = o == Py_None ? -1 : static_cast<int64_t>(reinterpret_cast<THPDtype*>(o)->scalar_type);
+        break;
       case generic::Plan::From::real: ok = as_double(o, v[i].real); break;
       case generic::Plan::From::integer: ok = as_int(o, v[i].integer); break;
       case generic::Plan::From::boolean:

@@ -45,6 +45,9 @@ From kind_of(const c10::Argument& a, const OpDesc& d) {
   if (t->kind() == c10::TypeKind::TensorType) return From::tensor;
   if (auto o = t->cast<c10::OptionalType>(); o && o->getElementType()->kind() == c10::TypeKind::TensorType)
     return From::optional_tensor;
+  // ScalarType? is int? to the dispatcher; its real type says what it is.
+  if (auto o = a.real_type()->cast<c10::OptionalType>(); o && o->getElementType()->kind() == c10::TypeKind::ScalarTypeType)
+    return From::dtype;
   if (auto l = t->cast<c10::ListType>()) {
     if (l->getElementType()->kind() == c10::TypeKind::IntType) return From::ints;
     if (l->getElementType()->kind() == c10::TypeKind::BoolType) return From::bools;
@@ -143,6 +146,9 @@ void fill_plan(Plan& p, const OpDesc& d) {
       q.out = static_cast<int>(out - d.outputs.begin());
       if (!out->other.empty()) q.other = arg_index(out->other);
       if (!out->mask.empty()) q.mask = arg_index(out->mask);
+      if (!out->dtype_from.empty()) q.dtype = arg_index(out->dtype_from);
+      TORCH_CHECK(q.dtype < 0 || p.args[q.dtype] == From::dtype, "tessera: op '", d.name, "': output '", out->param,
+                  "' takes its dtype from '", out->dtype_from, "', which is not a ScalarType? argument");
       TORCH_CHECK(p.args[q.arg] == From::tensor || p.args[q.arg] == From::optional_tensor, "tessera: op '",
                   d.name, "': output '", out->param, "' is like '", out->like, "', which is not a tensor argument");
       const bool reduced = out->shape == OpDesc::Output::Shape::reduced;
@@ -189,9 +195,11 @@ at::Tensor allocate(const Plan& p, const Plan::Param& q, const Value* args) {
                                          : o.mask_index < args[q.mask].num && (args[q.mask].bools >> o.mask_index & 1u)))
     return {};
   const at::Tensor& like = *args[q.arg].tensor;
-  if (o.dtype == O::Dtype::like && o.shape == O::Shape::like)
+  const bool dtype_given = q.dtype >= 0 && args[q.dtype].integer >= 0;
+  if (o.dtype == O::Dtype::like && o.shape == O::Shape::like && !dtype_given)
     return at::empty_like(like, at::MemoryFormat::Contiguous);
-  const at::TensorOptions opt = o.dtype == O::Dtype::like      ? like.options()
+  const at::TensorOptions opt = dtype_given ? like.options().dtype(static_cast<at::ScalarType>(args[q.dtype].integer))
+                                : o.dtype == O::Dtype::like    ? like.options()
                                 : o.dtype == O::Dtype::float32 ? like.options().dtype(at::kFloat)
                                                                : like.options().dtype(at::kBool);
   if (o.shape == O::Shape::like) return at::empty(like.sizes(), opt);
@@ -224,6 +232,7 @@ void read_args(const Plan& p, c10::ArrayRef<c10::IValue> in, Value* v) {
         for (size_t k = 0; k < l.size(); ++k) v[i].ints[k] = l.get(k);
         break;
       }
+      case From::dtype: v[i].integer = x.isNone() ? -1 : static_cast<int64_t>(x.toScalarType()); break;
       case From::bools: {
         const c10::List<bool> l = x.toBoolList();
         TORCH_CHECK_VALUE(l.size() <= 32, "tessera.", p.desc->name, ": argument ", i + 1,
@@ -487,6 +496,7 @@ Outputs run(const Plan& p, const Value* args, bool internal) {
       case From::string: a[i].kind = Arg::Kind::string; a[i].string = v.string; break;
       case From::ints: a[i].kind = Arg::Kind::integer; a[i].integer = v.num; break;  // a Trailing rule's count
       case From::bools:
+      case From::dtype:
       case From::output: break;
     }
   }
@@ -524,6 +534,10 @@ Outputs dispatch(const Plan& p, const Value* args) {
       case From::boolean: stack.emplace_back(v.boolean); break;
       case From::string: stack.emplace_back(std::string(v.string)); break;
       case From::ints: stack.emplace_back(std::vector<int64_t>(v.ints, v.ints + v.num)); break;
+      case From::dtype:
+        if (v.integer < 0) stack.emplace_back();
+        else stack.emplace_back(static_cast<at::ScalarType>(v.integer));
+        break;
       case From::bools: {
         c10::List<bool> l;
         for (int k = 0; k < v.num; ++k) l.push_back((v.bools >> k & 1u) != 0);

@@ -18,18 +18,19 @@
 
 namespace tessera::torch_ops::generic {
 
-inline constexpr int kMaxArgs = 12;  // of a schema, and of a library function
+inline constexpr int kMaxArgs = 20;  // of a schema, and of a library function
 
 struct Plan {
   const OpDesc* desc = nullptr;
   std::string qualified;  // "tessera::silu", the profiler's name
-  enum class From : uint8_t { tensor, optional_tensor, real, integer, boolean, string, ints, bools, output };
+  enum class From : uint8_t { tensor, optional_tensor, real, integer, boolean, string, ints, bools, dtype, output };
   struct Param {
     From from;
     int arg;         // the schema argument it reads; for an output, its rule's `like` argument
     int out;         // for an output, its place among the op's returns
     int other = -1;  // for an output, its rule's `other` argument (-1: none)
-    int mask = -1;   // for an output, its rule's bool[] argument (-1: none)
+    int mask = -1;   // for an output, its rule's bool or bool[] argument (-1: none)
+    int dtype = -1;  // for an output, its rule's ScalarType? argument (-1: none)
   };
   std::vector<Param> params;
   std::vector<From> args;        // the schema's arguments' kinds
@@ -84,7 +85,7 @@ int index(const std::string& name);
 struct Value {
   const at::Tensor* tensor = nullptr;  // tensor, optional tensor (nullptr: None)
   double real = 0;
-  int64_t integer = 0;
+  int64_t integer = 0;  // integer; dtype: an at::ScalarType, -1 for None
   bool boolean = false;
   std::string_view string;
   int num = 0;                  // ints, bools: how many
