@@ -18,6 +18,7 @@ user's full cost of a differentiable call.
 Prints a table (us per call, tessera / torch) and writes overhead.json and overhead.md to --out.
 """
 import argparse
+import inspect
 import statistics
 import sys
 import time
@@ -61,7 +62,10 @@ def cases():
          lambda: aten._softmax_backward_data(g, sm, -1, torch.float32)),
         ("layer_norm", lambda: tessera.layer_norm(x, (256,), w, b), lambda: F.layer_norm(x, (256,), w, b)),
         ("layer_norm_backward",
-         lambda: tessera.layer_norm_backward(g, x, (256,), lead_mean, lead_rstd, w, b),
+         # (a build before layer_norm_backward took bias computes grad_bias without it)
+         (lambda: tessera.layer_norm_backward(g, x, (256,), lead_mean, lead_rstd, w, b))
+         if "bias" in inspect.signature(tessera.layer_norm_backward).parameters else
+         (lambda: tessera.layer_norm_backward(g, x, (256,), lead_mean, lead_rstd, w)),
          lambda: aten.native_layer_norm_backward(g, x, (256,), mean, rstd, w, b, (True, True, True))),
         ("rms_norm", lambda: tessera.rms_norm(x, (256,), w, 1e-6), lambda: F.rms_norm(x, (256,), w, 1e-6)),
         ("rms_norm_backward",
