@@ -247,9 +247,11 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
                  {"rstd", rstd}},
                 {{"input", &x}, {"residual", res.in}, {"weight", weight}, {"bias", bias}});
   if (x.numel() == 0) {  // rows of no elements have no statistics: NaN, as torch gives
-    runtime::DeviceGuard guard(x.device.index);
-    for (const TensorView* s : {mean, rstd})
-      if (s) byte_fill(*s, 0xff, stream);
+    for (const TensorView* s : {mean, rstd}) {
+      if (!s || s->numel() == 0) continue;  // no rows: nothing to write, the GPU untouched
+      runtime::DeviceGuard guard(x.device.index);
+      byte_fill(*s, 0xff, stream);
+    }
     return;
   }
 
