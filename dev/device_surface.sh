@@ -6,6 +6,7 @@
 # torch ops), host cost per call; logs under $OUT, a summary last.
 #   device: bash dev/device_surface.sh [steps]   (default: install ctest pytest ships overhead)
 #   two builds: ... install base hostab benchab   (the baseline from dev/stage_devbase.sh)
+#   the generic-kernel branch: install base ctest verify pytest ships hostab benchab
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -44,6 +45,7 @@ for s in $STEPS; do
     build) step build env OUT=/tmp/out-build bash dev/device_gemm.sh build
            cat /tmp/out-build/build.log >>"$OUT/build.log" 2>/dev/null ;;
     ctest) step ctest devbin/tessera_tests --gtest_brief=1 --gtest_filter="${CTEST_FILTER:-*}" ;;
+    verify) step verify devbin/tessera verify ${VERIFY_OPS:-layer_norm rms_norm add_layer_norm add_rms_norm cross_entropy linear_cross_entropy add copy isin silu_mul} ;;
     pytest) step pytest python3 -X faulthandler -m pytest -q -x -rs ${PYTEST_ARGS:-tests/python} ;;
     ships) step ships bash -c "ldd $site/tessera/libtessera_torch.so | grep -i tessera; ! ldd $site/tessera/libtessera_torch.so | grep -q harness && echo 'no harness in libtessera_torch'" ;;
     overhead) step overhead python3 benchmarks/overhead.py ${OVERHEAD_ARGS:-} ;;
