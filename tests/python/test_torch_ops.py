@@ -520,12 +520,12 @@ def test_shortcut_records_autograd_as_the_op(torch, tops, monkeypatch):
     registered op through the dispatcher: the same outputs, node (grad_fn and its edges), saved
     tensors and gradients as the call through torch.ops."""
     fast = _fast(torch)
-    from tessera import _interop
+    from tessera import _state
     for name, public, op, leaves in _autograd_cases(torch, tops):
         with monkeypatch.context() as patch:
             # Without torch.ops the public functions' Python paths refuse a differentiable call
             # (needs_ops): a result says the shortcut took it.
-            patch.setattr(_interop, "ops", None)
+            patch.setattr(_state, "ops", None)
             got = _run(torch, public, leaves)
         want = _run(torch, op, leaves)
         for g, w in zip(got[0], want[0]):
@@ -538,7 +538,7 @@ def test_shortcut_records_autograd_as_the_op(torch, tops, monkeypatch):
     x = torch.randn(16, 64, device="cuda", requires_grad=True)
     lin = torch.nn.Linear(64, 32, device="cuda")
     with monkeypatch.context() as patch:
-        patch.setattr(_interop, "ops", None)
+        patch.setattr(_state, "ops", None)
         got = tessera.linear(x, lin.weight, lin.bias)
     want = tops.matmul.default(x, lin.weight.transpose(-1, -2), bias=lin.bias)
     assert torch.equal(got, want) and got.grad_fn.name() == want.grad_fn.name()
