@@ -82,6 +82,14 @@ const std::vector<OpDesc>& op_descriptions() {
   return table;
 }
 
+namespace {
+std::string dims_list(const int64_t* d, size_t n) {
+  std::string r = "[";
+  for (size_t i = 0; i < n; ++i) r += (i ? ", " : "") + std::to_string(d[i]);
+  return r + "]";
+}
+}  // namespace
+
 std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, const std::vector<int64_t>& like,
                                   const std::vector<int64_t>& other, std::string_view reduction) {
   using S = OpDesc::Output::Shape;
@@ -100,7 +108,8 @@ std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, con
                         std::to_string(drop) + " dimensions");
     return std::vector<int64_t>(like.begin(), like.end() - static_cast<std::ptrdiff_t>(drop));
   }
-  // Broadcast: dimensions aligned from the last; each pair equal, or one of them 1.
+  // Broadcast: dimensions aligned from the last; each pair equal, or one of them 1. The error is
+  // the library's own (runtime/validate.cpp).
   const size_t n = std::max(like.size(), other.size());
   std::vector<int64_t> r(n);
   for (size_t i = 0; i < n; ++i) {
@@ -108,21 +117,12 @@ std::vector<int64_t> output_shape(const OpDesc& op, const OpDesc::Output& o, con
     const int64_t b = i < other.size() ? other[other.size() - 1 - i] : 1;
     if (a != b && a != 1 && b != 1)
       detail::throw_arg(ErrorKind::value, op.name.c_str(), o.other.c_str(),
-                        "a shape that broadcasts with '" + o.like + "'",
-                        "size " + std::to_string(b) + " against " + std::to_string(a) + " at dimension " +
-                            std::to_string(static_cast<int64_t>(n - 1 - i)));
+                        "a shape broadcastable with " + o.like + "'s " + dims_list(like.data(), like.size()),
+                        dims_list(other.data(), other.size()));
     r[n - 1 - i] = a == 1 ? b : a;
   }
   return r;
 }
-
-namespace {
-std::string dims_list(const int64_t* d, size_t n) {
-  std::string r = "[";
-  for (size_t i = 0; i < n; ++i) r += (i ? ", " : "") + std::to_string(d[i]);
-  return r + "]";
-}
-}  // namespace
 
 void check_trailing(const OpDesc& op, const OpDesc::Trailing& t, const int64_t* shape, int ndim, const int64_t* dims,
                     size_t n) {

@@ -320,6 +320,28 @@ def test_generic_autograd_on_meta_tensors(torch_cpu):
         ops.layer_norm(torch.empty(2, 3, device="meta"), [4], None, None, 1e-5)
 
 
+def test_meta_kernels_keep_dynamic_dimensions_symbolic(torch_cpu):
+    """torch.export with a dynamic batch dimension (no GPU: FakeTensors on the generic Meta
+    kernels): the outputs' rules leave it symbolic, so a compiled model does not recompile per
+    batch size. A normalized shape is checked against the trailing dimensions only."""
+    torch = torch_cpu
+    from torch.export import Dim
+    ops = torch.ops.tessera
+
+    class M(torch.nn.Module):
+        def forward(self, x, y, w, t, e, s):
+            out, mean, rstd = ops.layer_norm(x, [8], w, None, 1e-5)
+            loss, lse, grad = ops.cross_entropy(x, t, reduction="none", with_grad=True)
+            return out, mean, rstd, ops.add(x, y), loss, lse, grad, ops.isin(e, s)
+
+    n = Dim("n")
+    args = (torch.randn(6, 8), torch.randn(8), torch.randn(8), torch.randint(0, 8, (6,)),
+            torch.randint(0, 9, (6,)), torch.randint(0, 9, (4,)))
+    ep = torch.export.export(M(), args, dynamic_shapes=({0: n}, None, None, {0: n}, {0: n}, None))
+    shapes = [o.meta["val"].shape for o in ep.graph.output_node().args[0]]
+    assert all(isinstance(s[0], torch.SymInt) for s in shapes), shapes
+
+
 @pytest.mark.parametrize("name", sorted(schemas()))
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_opcheck(torch, tops, name, dtype):

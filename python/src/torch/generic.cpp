@@ -16,6 +16,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -174,34 +175,54 @@ void fill_plan(Plan& p, const OpDesc& d) {
 }
 
 // The int[] arguments that name trailing dimensions, checked against their tensor's shape.
+// On symbolic sizes (torch.compile with dynamic shapes) only the trailing dimensions named are
+// compared, so the leading ones stay symbolic.
 void check_trailing(const Plan& p, const Value* args) {
   for (const Plan::Trailing& t : p.trailing) {
     const at::Tensor& of = *args[t.of].tensor;
+    const c10::SymIntArrayRef s = of.sym_sizes();
+    const size_t nd = s.size(), n = static_cast<size_t>(args[t.arg].num);
+    bool ok = n > 0 && n <= nd;
+    for (size_t i = 0; ok && i < n; ++i) ok = s[nd - n + i] == args[t.arg].ints[i];
+    if (ok) continue;
+    std::vector<int64_t> shape;
+    for (const c10::SymInt& v : s) shape.push_back(v.guard_int(__FILE__, __LINE__));
     guarded([&] {
-      tessera::check_trailing(*p.desc, *t.rule, of.sizes().data(), static_cast<int>(of.dim()), args[t.arg].ints,
-                              static_cast<size_t>(args[t.arg].num));
+      tessera::check_trailing(*p.desc, *t.rule, shape.data(), static_cast<int>(nd), args[t.arg].ints, n);
     });
   }
 }
 
-// Output `q` of op `d` by its rule: contiguous, on like's device; undefined where its rule says
-// None (an absent `like`, a false mask entry).
-at::Tensor allocate(const Plan& p, const Plan::Param& q, const Value* args) {
-  const OpDesc& d = *p.desc;
+// Whether output `q` exists: not where its rule says None (an absent `like`, a false mask entry).
+bool present(const Plan& p, const Plan::Param& q, const Value* args) {
+  const OpDesc::Output& o = p.desc->outputs[static_cast<size_t>(q.out)];
+  if (!args[q.arg].tensor) return false;
+  return q.mask < 0 || (o.mask_index < 0 ? args[q.mask].boolean
+                                         : o.mask_index < args[q.mask].num && (args[q.mask].bools >> o.mask_index & 1u));
+}
+
+// Output `q`'s dtype and device: its rule's dtype (or its ScalarType? argument's) on like's device.
+at::TensorOptions options(const Plan& p, const Plan::Param& q, const Value* args) {
   using O = OpDesc::Output;
-  const O& o = d.outputs[static_cast<size_t>(q.out)];
-  if (!args[q.arg].tensor) return {};
-  if (q.mask >= 0 && !(o.mask_index < 0 ? args[q.mask].boolean
-                                         : o.mask_index < args[q.mask].num && (args[q.mask].bools >> o.mask_index & 1u)))
-    return {};
+  const O& o = p.desc->outputs[static_cast<size_t>(q.out)];
+  const at::Tensor& like = *args[q.arg].tensor;
+  if (q.dtype >= 0 && args[q.dtype].integer >= 0)
+    return like.options().dtype(static_cast<at::ScalarType>(args[q.dtype].integer));
+  return o.dtype == O::Dtype::like      ? like.options()
+         : o.dtype == O::Dtype::float32 ? like.options().dtype(at::kFloat)
+                                        : like.options().dtype(at::kBool);
+}
+
+// Output `q` by its rule: contiguous, on like's device; undefined where it is not present.
+at::Tensor allocate(const Plan& p, const Plan::Param& q, const Value* args) {
+  using O = OpDesc::Output;
+  const O& o = p.desc->outputs[static_cast<size_t>(q.out)];
+  if (!present(p, q, args)) return {};
   const at::Tensor& like = *args[q.arg].tensor;
   const bool dtype_given = q.dtype >= 0 && args[q.dtype].integer >= 0;
   if (o.dtype == O::Dtype::like && o.shape == O::Shape::like && !dtype_given)
     return at::empty_like(like, at::MemoryFormat::Contiguous);
-  const at::TensorOptions opt = dtype_given ? like.options().dtype(static_cast<at::ScalarType>(args[q.dtype].integer))
-                                : o.dtype == O::Dtype::like    ? like.options()
-                                : o.dtype == O::Dtype::float32 ? like.options().dtype(at::kFloat)
-                                                               : like.options().dtype(at::kBool);
+  const at::TensorOptions opt = options(p, q, args);
   if (o.shape == O::Shape::like) return at::empty(like.sizes(), opt);
   std::vector<int64_t> other;
   std::string_view text;
@@ -209,8 +230,37 @@ at::Tensor allocate(const Plan& p, const Plan::Param& q, const Value* args) {
   else if (q.other >= 0 && args[q.other].tensor) other = args[q.other].tensor->sizes().vec();
   else if (q.other >= 0) other.assign(args[q.other].ints, args[q.other].ints + args[q.other].num);
   std::vector<int64_t> shape;
-  guarded([&] { shape = output_shape(d, o, like.sizes().vec(), other, text); });
+  guarded([&] { shape = output_shape(*p.desc, o, like.sizes().vec(), other, text); });
   return at::empty(shape, opt);
+}
+
+// The Meta kernel's output `q`: the run's rule on symbolic sizes, which stay symbolic (a leading
+// dimension is never specialized to the traced value).
+at::Tensor allocate_symbolic(const Plan& p, const Plan::Param& q, const Value* args) {
+  using O = OpDesc::Output;
+  const OpDesc& d = *p.desc;
+  const O& o = d.outputs[static_cast<size_t>(q.out)];
+  if (!present(p, q, args)) return {};
+  const at::Tensor& like = *args[q.arg].tensor;
+  const at::TensorOptions opt = options(p, q, args);
+  const c10::SymIntArrayRef s = like.sym_sizes();
+  switch (o.shape) {
+    case O::Shape::like: return at::empty_symint(s, opt);
+    case O::Shape::scalar: return at::empty({}, opt);
+    case O::Shape::reduced:
+      return args[q.other].string == "none" && !s.empty() ? at::empty_symint(s.slice(0, s.size() - 1), opt)
+                                                           : at::empty({}, opt);
+    case O::Shape::leading: {
+      size_t drop = q.other < 0                 ? std::min(static_cast<size_t>(o.drop), s.size())
+                    : p.args[q.other] == From::ints ? static_cast<size_t>(args[q.other].num)
+                                                  : static_cast<size_t>(args[q.other].tensor->dim());
+      if (drop > s.size())  // the library's message, from the rule on the dimension counts alone
+        guarded([&] { output_shape(d, o, std::vector<int64_t>(s.size(), 1), std::vector<int64_t>(drop, 1)); });
+      return at::empty_symint(s.slice(0, s.size() - drop), opt);
+    }
+    case O::Shape::broadcast: return at::empty_symint(at::infer_size_symint(s, args[q.other].tensor->sym_sizes()), opt);
+  }
+  return {};
 }
 
 // The schema's arguments off the stack, as run() reads them.
@@ -413,7 +463,7 @@ struct MetaKernel : c10::OperatorKernel {
     check_trailing(*plan, v);
     Outputs outs(static_cast<size_t>(plan->num_outputs));
     for (const Plan::Param& q : plan->params)
-      if (q.from == From::output) outs[q.out] = allocate(*plan, q, v);
+      if (q.from == From::output) outs[q.out] = allocate_symbolic(*plan, q, v);
     torch::jit::drop(*stack, plan->num_args);
     for (at::Tensor& t : outs) stack->emplace_back(std::move(t));
   }
