@@ -17,6 +17,10 @@ once, or, where autograd records the call, the registered op through the dispatc
 then the registered op torch.ops.tessera.<name> (autograd in C++, fake kernel, torch.compile),
 which also takes subclasses of torch.Tensor (a DTensor: the op runs on its local shards by the
 sharding rules of tessera/_sharding.py; a FakeTensor: the fake kernel) on the same conditions.
+The public function returns the op's outputs but its internal ones (statistics saved for the
+backward: layer_norm returns out, not mean and rstd): one as itself, several as a tuple. Tensor
+arguments take one float dtype, but the description's float32 statistics; an int[] argument an
+int or a sequence of ints; a bool[] one a sequence of bools.
 """
 
 from __future__ import annotations
