@@ -254,6 +254,13 @@ inline OpDesc::Output stats(std::string param, std::string arg, int drop) {
   o.drop = drop;
   return o;
 }
+// float32, one per row of like (its dimensions but the last), returned to the caller: a loss's
+// log-sum-exp.
+inline OpDesc::Output per_row(std::string param, std::string arg) {
+  OpDesc::Output o = stats(std::move(param), std::move(arg), 1);
+  o.internal = false;
+  return o;
+}
 // A loss: float32, per row of like where the str argument `reduction` is "none", else 0-d.
 inline OpDesc::Output loss(std::string param, std::string arg, std::string reduction) {
   OpDesc::Output o = like(std::move(param), std::move(arg));

@@ -452,13 +452,13 @@ const OpRegistrar kCrossEntropy =
         .schema(std::string("cross_entropy(Tensor logits, Tensor target, Tensor? weight=None, *, ") + kOptions +
                 ", bool with_grad=False) -> (Tensor, Tensor, Tensor)")
         .kernel<&cross_entropy_args>(with(kArgs, "grad"), {out::loss("loss", "logits", "reduction"),
-                                                            out::stats("lse", "logits", 1),
+                                                            out::per_row("lse", "logits"),
                                                             out::like("grad", "logits").when("with_grad")})
         .overload(describe("cross_entropy.inplace", "loss", "cross_entropy with the gradient written over the logits")
                       .schema(std::string("cross_entropy.inplace(Tensor(a!) logits, Tensor target, Tensor? "
                                           "weight=None, *, ") + kOptions + ") -> (Tensor, Tensor)")
                       .kernel<&cross_entropy_args>(with(kArgs, "logits"), {out::loss("loss", "logits", "reduction"),
-                                                                           out::stats("lse", "logits", 1)}))
+                                                                           out::per_row("lse", "logits")}))
         .overload(describe("cross_entropy.backward", "loss", "cross_entropy's saved gradient scaled by the loss's")
                       .schema("cross_entropy.backward(Tensor grad_loss, Tensor(a!) grad, *, str reduction=\"mean\") -> ()")
                       .kernel<&cross_entropy_backward>({"grad_loss", "grad", "reduction"}, {}))

@@ -434,7 +434,7 @@ const OpRegistrar kLinearCrossEntropy =
         .kernel<&linear_cross_entropy_args>(
             {"hidden", "weight", "bias", "target", "ignore_index", "reduction", "label_smoothing", "z_loss", "softcap",
              "chunk_rows", "grad_loss", "ce_weight", "loss", "lse", "d_hidden", "d_weight", "d_bias", "accuracy"},
-            {out::loss("loss", "hidden", "reduction"), out::stats("lse", "hidden", 1),
+            {out::loss("loss", "hidden", "reduction"), out::per_row("lse", "hidden"),
              out::like("d_hidden", "hidden").when("output_mask", 0), d_weight(),
              out::like("d_bias", "bias").when("output_mask", 2), accuracy()});
 }  // namespace
