@@ -35,22 +35,6 @@
 using namespace tessera;
 using namespace tessera::matrix;
 
-struct Timer {
-  cudaEvent_t a, b;
-  Timer() { CK(cudaEventCreate(&a)), CK(cudaEventCreate(&b)); }
-  template <class F>
-  float us(F&& f, void* flush, size_t flush_bytes) {
-    CK(cudaMemsetAsync(flush, 0, flush_bytes));
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    return ms * 1000.0f;
-  }
-};
-
 int main(int argc, char** argv) {
   int rounds = 20, splits = 0;
   bool with_bias = false, gelu = false, preact = false, residual = false;

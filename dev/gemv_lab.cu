@@ -52,18 +52,8 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&flush, flush_bytes));
   cublasHandle_t h;
   CK(cublasCreate(&h));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0)), CK(cudaEventCreate(&e1));
-  auto time_us = [&](auto&& f) {
-    CK(cudaMemsetAsync(flush, 0, flush_bytes));
-    CK(cudaEventRecord(e0));
-    f();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms * 1000.0f;
-  };
+  Timer timer;
+  auto time_us = [&](auto&& f) { return timer.us(f, flush, flush_bytes); };
   const auto kernel = gemv::gemv_kernel<__nv_bfloat16, __nv_bfloat16>;
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(gemv::smem_bytes())));
   std::printf("%-18s %-10s %9s %9s %9s %9s %9s %6s %7s %9s %-9s %s\n", "M,N,K", "plan", "cublas_us", "ours_us",

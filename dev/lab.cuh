@@ -1,5 +1,6 @@
 // What the labs share (dev/gemm_lab.cu, dev/gemv_lab.cu): exiting on a CUDA or cuBLAS error, bf16
-// inputs from a hash of their index, and the median of a run's rounds. Not part of the build.
+// inputs from a hash of their index, a call timed by events after an L2 flush, and the median of a
+// run's rounds. Not part of the build.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,6 +27,24 @@ __global__ void fill(__nv_bfloat16* p, int64_t n, uint32_t seed) {
     p[i] = __float2bfloat16(float(h & 0xffff) / 65536.0f - 0.5f);
   }
 }
+
+// A call's time in us, by events around it, after a write over `flush` (larger than L2) evicts
+// what the previous call left there.
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() { CK(cudaEventCreate(&a)), CK(cudaEventCreate(&b)); }
+  template <class F>
+  float us(F&& f, void* flush, size_t flush_bytes) {
+    CK(cudaMemsetAsync(flush, 0, flush_bytes));
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    return ms * 1000.0f;
+  }
+};
 
 inline float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());

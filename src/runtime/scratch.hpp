@@ -57,13 +57,16 @@ class Scratch {
 int* zeroed_counters(std::size_t ints, cudaStream_t stream, Scratch& fallback);
 
 // What a launch that splits its work over CTAs meeting on counters holds for the call: `floats`
-// float32 partial sums (Scratch) and `counters` zeroed counters (zeroed_counters). Empty where
-// nothing is split.
+// float32 partial sums (Scratch) and `counters` zeroed counters (zeroed_counters). Empty (null
+// pointers, nothing taken) where the launch does not split, `splits` <= 1.
 class SplitScratch {
  public:
   SplitScratch() = default;
-  SplitScratch(std::size_t floats, std::size_t counters, cudaStream_t stream)
-      : partials_(floats * sizeof(float), stream), counters_(zeroed_counters(counters, stream, fallback_)) {}
+  SplitScratch(int splits, std::size_t floats, std::size_t counters, cudaStream_t stream) {
+    if (splits <= 1) return;
+    partials_ = Scratch(floats * sizeof(float), stream);
+    counters_ = zeroed_counters(counters, stream, fallback_);
+  }
   float* partials() const { return partials_.as<float>(); }
   template <class C = int>
   C* counters() const { return reinterpret_cast<C*>(counters_); }

@@ -266,9 +266,7 @@ void SkinnyTier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
   args.a_vec = g.a_sk == 1 && g.a_sm * e % 16 == 0 && reinterpret_cast<uintptr_t>(g.a) % 16 == 0;
   args.w = g.b, args.w_sn = g.b_sn;
   args.m = g.m, args.n = g.n, args.k = g.k, args.chunk = p.chunk, args.splits = p.splits;
-  const runtime::SplitScratch split = p.splits > 1 ? runtime::SplitScratch(std::size_t(p.splits * g.m * g.n),
-                                                                             std::size_t(p.blocks), stream)
-                                                   : runtime::SplitScratch();
+  const runtime::SplitScratch split(p.splits, std::size_t(p.splits * g.m * g.n), std::size_t(p.blocks), stream);
   args.partial = split.partials();
   args.counters = split.counters<unsigned>();
   if (g.dtype == DType::float16) launch_out<__half>(g, p, args, stream);

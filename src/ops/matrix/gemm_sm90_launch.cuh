@@ -117,9 +117,8 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   // Split tiles: their counters (two per tile and consumer, lent zero and left zero) and partials,
   // kBM x BN floats per tile and chunk.
   const std::size_t split_tiles = std::size_t(work.tiles.count() - work.whole);
-  const runtime::SplitScratch split = p.splits > 1 ? runtime::SplitScratch(split_tiles * p.splits * kBM * BN,
-                                                                             2 * split_tiles * kConsumers, stream)
-                                                   : runtime::SplitScratch();
+  const runtime::SplitScratch split(p.splits, split_tiles * p.splits * kBM * BN, 2 * split_tiles * kConsumers,
+                                    stream);
   work.partials = split.partials();
   work.counters = split.counters();
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;

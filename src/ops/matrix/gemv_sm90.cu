@@ -65,9 +65,7 @@ void GemvTier::launch(const GemmArgs& g, const Plan& p, cudaStream_t stream) {
   args.a = g.a, args.a_sm = g.a_sm, args.w = g.b, args.w_sn = g.b_sn;
   args.m = int(g.m), args.n = g.n, args.k = g.k;
   args.blocks = p.blocks, args.splits = p.splits, args.seg_stages = p.seg_stages, args.k_stages = p.k_stages;
-  const runtime::SplitScratch split = p.splits > 1 ? runtime::SplitScratch(std::size_t(p.splits * g.m * g.n),
-                                                                             std::size_t(p.blocks), stream)
-                                                   : runtime::SplitScratch();
+  const runtime::SplitScratch split(p.splits, std::size_t(p.splits * g.m * g.n), std::size_t(p.blocks), stream);
   args.partial = split.partials();
   args.counters = split.counters<unsigned>();
   if (g.dtype == DType::float16) launch_out<__half>(g, p, args, stream);
