@@ -46,7 +46,7 @@ for s in $STEPS; do
            cat /tmp/out-build/build.log >>"$OUT/build.log" 2>/dev/null ;;
     ctest) step ctest devbin/tessera_tests --gtest_brief=1 --gtest_filter="${CTEST_FILTER:-*}" ;;
     verify) step verify devbin/tessera verify ${VERIFY_OPS:-layer_norm rms_norm add_layer_norm add_rms_norm cross_entropy linear_cross_entropy add copy isin silu_mul} ;;
-    pytest) step pytest python3 -X faulthandler -m pytest -q -x -rs ${PYTEST_ARGS:-tests/python} ;;
+    pytest) step pytest python3 -X faulthandler -m pytest -q --maxfail=25 -rs ${PYTEST_ARGS:-tests/python} ;;
     ships) step ships bash -c "ldd $site/tessera/libtessera_torch.so | grep -i tessera; ! ldd $site/tessera/libtessera_torch.so | grep -q harness && echo 'no harness in libtessera_torch'" ;;
     overhead) step overhead python3 benchmarks/overhead.py ${OVERHEAD_ARGS:-} ;;
     base) step base base ;;

@@ -57,7 +57,8 @@ struct OpDesc {
   //   (`scalar`). A ScalarType? argument (`dtype_from`) may override the dtype.
   // An output like an optional tensor argument that is None is None too (a gradient of an absent
   // weight), as is one whose `mask` is false: a bool[] argument at `mask_index`, or a bool
-  // argument (mask_index -1). An `internal`
+  // argument (mask_index -1), or whose `needs` (a Tensor? argument: the gradient it is computed
+  // from) is None. An `internal`
   // one (statistics saved for the backward) is not returned by the public function, and a call
   // autograd does not record leaves it out.
   struct Output {
@@ -70,9 +71,14 @@ struct OpDesc {
     bool internal = false;
     std::string mask;
     int mask_index = -1;
+    std::string needs;
     Output when(std::string bools, int index = -1) && {
       mask = std::move(bools);
       mask_index = index;
+      return std::move(*this);
+    }
+    Output if_given(std::string tensor) && {
+      needs = std::move(tensor);
       return std::move(*this);
     }
   };

@@ -162,6 +162,7 @@ nb::dict description(const OpDesc& o) {
     r["internal"] = out.internal;
     r["mask"] = out.mask;
     r["mask_index"] = out.mask_index;
+    r["needs"] = out.needs;
     rules[out.param.c_str()] = r;
   }
   d["outputs"] = outputs;
@@ -352,7 +353,7 @@ NB_MODULE(_C, m) {
         },
         "Every op's description (tessera/op.hpp), as dicts: name, family, summary, dtypes, "
         "schemas, params, outputs (param -> like), output_rules (param -> its rule as a dict: like, dtype, "
-        "shape, other, drop, internal, mask, mask_index; tessera/op.hpp's Output), trailing (int[] argument -> "
+        "shape, other, drop, internal, mask, mask_index, needs; tessera/op.hpp's Output), trailing (int[] argument -> "
         "the tensor argument whose trailing dimensions it names), float32_args, generic, backward, "
         "backward_args, grads, torch_function, overloads (the overloads with a kernel of their own, as dicts "
         "of the same keys).");

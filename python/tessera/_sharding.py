@@ -247,9 +247,9 @@ def register(torch) -> bool:
             def ins(p):
                 return [(p if rows(n) else R) if is_tensor(a) else None for n, a in zip(names, given)]
 
-            def present(r):  # None where it is like an absent tensor or masked off
+            def present(r):  # None where it is like (or needs) an absent tensor or is masked off
                 mask = bound.get(r["mask"]) if r["mask"] else True
-                return bound.get(r["like"]) is not None and \
+                return bound.get(r["like"]) is not None and (not r["needs"] or bound.get(r["needs"]) is not None) and \
                     (mask if r["mask_index"] < 0 else mask[r["mask_index"]])
 
             def results(p, param):

@@ -229,6 +229,9 @@ def test_add_norms_fast_path_op_and_statistics(torch, dtype):
     assert torch.equal(gi0, gr) and torch.equal(gw0, gwr)  # no grad_residual_out: rms_norm's kernels
     assert_close(gw, gwr, dtype, "grad_weight")
     assert_close(gi, gr.double() + h.double(), dtype, "grad_input")
+    # No grad_output (only residual_out's gradient came): grad_input is grad_residual_out, no weight's.
+    gi1, gw1 = torch.ops.tessera.add_rms_norm_backward(None, h, res, rstd, w, [True, True])
+    assert torch.equal(gi1, h) and gw1 is None
 
 
 @pytest.mark.parametrize("fn", ADD_NORMS)

@@ -49,6 +49,7 @@ struct Spec {
   bool grad_in = true, grad_params = true;  // backward: which gradients are asked for
   bool inplace = false;  // add: out is input, residual_out is residual (backward: grad_input is grad_residual_out)
   bool dres = true;      // add backward: grad_residual_out given
+  bool dy = true;        // add backward: grad_output given
   double lo = -2, hi = 6;              // x's range: a non-zero mean exercises the variance
   double offset = 0;                   // rms_norm's weight_offset (Gemma's 1 + w)
 };
@@ -79,6 +80,7 @@ std::string case_name(Kind k, DType dt, const Spec& s, bool backward) {
   if (s.inplace) name += " in place";
   name += s.weight ? (s.bias ? " w+b" : " w") : " no w";
   if (backward && k.add && !s.dres) name += " no grad_residual_out";
+  if (backward && k.add && !s.dy) name += " no grad_output";
   if (backward && !s.grad_in) name += k.add ? " no grad_input" : " no grad_in";
   if (backward && !s.grad_params) name += " no grad_weight/bias";
   if (s.offset != 0) name += " weight_offset=" + std::to_string(s.offset).substr(0, 4);
@@ -268,7 +270,8 @@ VerifyResult run_add_backward(bool rms, DType dt, const Spec& s) {
   const char* op = rms ? "add_rms_norm_backward" : "add_layer_norm_backward";
   cudaStream_t stream = nullptr;
   TestTensor x = random_input(dt, s.shape, s.in, -2, 6);
-  TestTensor dy = random_input(dt, s.shape, s.in, -1, 1);
+  // Without grad_output the reference is given zeros, the op nullptr.
+  TestTensor dy = random_input(dt, s.shape, s.in, s.dy ? -1 : 0, s.dy ? 1 : 0);
   TestTensor dres, w;
   if (s.dres) dres = random_input(dt, s.shape, s.res, -1, 1);
   if (s.weight) w = random_input(dt, normalized(s), Layout::contiguous, -1, 2);
@@ -307,13 +310,13 @@ VerifyResult run_add_backward(bool rms, DType dt, const Spec& s) {
   if (rms) {
     auto ref = reference::add_rms_norm_backward(hdy.view, dv, hx.view, hrstd.view, wv);
     ref_in = std::move(ref.grad_in), ref_w = std::move(ref.grad_weight);
-    add_rms_norm_backward(dy.view, s.dres ? &dres.view : nullptr, x.view, rstd.view, s.weight ? &w.view : nullptr,
+    add_rms_norm_backward(s.dy ? &dy.view : nullptr, s.dres ? &dres.view : nullptr, x.view, rstd.view, s.weight ? &w.view : nullptr,
                           s.grad_in ? &dx.view : nullptr, want_dw ? &dw.view : nullptr, stream);
   } else {
     const HostCopy hmean = to_host(mean);
     auto ref = reference::add_layer_norm_backward(hdy.view, dv, hx.view, hmean.view, hrstd.view, wv);
     ref_in = std::move(ref.grad_in), ref_w = std::move(ref.grad_weight), ref_b = std::move(ref.grad_bias);
-    add_layer_norm_backward(dy.view, s.dres ? &dres.view : nullptr, x.view, mean.view, rstd.view,
+    add_layer_norm_backward(s.dy ? &dy.view : nullptr, s.dres ? &dres.view : nullptr, x.view, mean.view, rstd.view,
                             s.weight ? &w.view : nullptr, s.grad_in ? &dx.view : nullptr,
                             want_dw ? &dw.view : nullptr, want_db ? &db.view : nullptr, stream);
   }
@@ -441,8 +444,14 @@ std::vector<Spec> add_specs(bool backward) {
   dx_only.grad_params = false;
   Spec params_only{{64, 1024}};  // grad_residual_out unused: nothing to add it to
   params_only.grad_in = false;
+  Spec no_dy{{64, 1024}};  // only residual_out's gradient: grad_input is it, no pass
+  no_dy.dy = false;
+  Spec no_dy_strided = add_spec({64, 1000}, C, S, S);
+  no_dy_strided.dy = false;
+  Spec no_dy_inplace{{64, 1024}};
+  no_dy_inplace.dy = false, no_dy_inplace.inplace = true;
   const std::vector<Spec> more = {
-      no_dres, no_dres_long, dx_only, params_only,
+      no_dres, no_dres_long, dx_only, params_only, no_dy, no_dy_strided, no_dy_inplace,
       {{9, 70000}},     // long rows: dres added by the column kernel
       {{301, 40000}},   // long rows over several row ranges
       {{4, 8192}},      // staged (sm_90) or registers
@@ -541,9 +550,9 @@ BenchCase bench(Kind k, bool backward, DType dt, int64_t n) {
   c.run = [s, k](cudaStream_t q) {
     const TensorView* b = k.rms ? nullptr : &s->db.view;
     if (k.add && k.rms)
-      add_rms_norm_backward(s->dy.view, &s->dres.view, s->res.view, s->rstd.view, &s->w.view, &s->dx.view, &s->dw.view, q);
+      add_rms_norm_backward(&s->dy.view, &s->dres.view, s->res.view, s->rstd.view, &s->w.view, &s->dx.view, &s->dw.view, q);
     else if (k.add)
-      add_layer_norm_backward(s->dy.view, &s->dres.view, s->res.view, s->mean.view, s->rstd.view, &s->w.view,
+      add_layer_norm_backward(&s->dy.view, &s->dres.view, s->res.view, s->mean.view, s->rstd.view, &s->w.view,
                               &s->dx.view, &s->dw.view, b, q);
     else if (k.rms)
       rms_norm_backward(s->dy.view, s->x.view, 1, s->rstd.view, &s->w.view, 0.0, &s->dx.view, &s->dw.view, q);

@@ -89,15 +89,16 @@ void add_rms_norm(const TensorView& input, const TensorView& residual, const Ten
                   const TensorView* rstd, cudaStream_t stream);
 
 // Their gradients, in one pass over grad_output, grad_residual_out and the forward's residual_out
-// and statistics: grad_input = the norm's gradient + grad_residual_out (nullptr: zero), which is
-// the gradient of both input and residual; grad_weight and grad_bias as in layer_norm_backward
-// (deterministic). grad_input may be grad_residual_out itself (the same view).
-void add_layer_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+// and statistics: grad_input = the norm's gradient + grad_residual_out, which is the gradient of
+// both input and residual; grad_weight and grad_bias as in layer_norm_backward (deterministic).
+// Either gradient may be nullptr (zero): without grad_output, grad_input is grad_residual_out and
+// no pass runs. grad_input may be grad_residual_out itself (the same view).
+void add_layer_norm_backward(const TensorView* grad_output, const TensorView* grad_residual_out,
                              const TensorView& residual_out, const TensorView& mean,
                              const TensorView& rstd, const TensorView* weight,
                              const TensorView* grad_input, const TensorView* grad_weight,
                              const TensorView* grad_bias, cudaStream_t stream);
-void add_rms_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+void add_rms_norm_backward(const TensorView* grad_output, const TensorView* grad_residual_out,
                            const TensorView& residual_out, const TensorView& rstd,
                            const TensorView* weight, const TensorView* grad_input,
                            const TensorView* grad_weight, cudaStream_t stream);

@@ -148,6 +148,9 @@ void fill_plan(Plan& p, const OpDesc& d) {
       if (!out->other.empty()) q.other = arg_index(out->other);
       if (!out->mask.empty()) q.mask = arg_index(out->mask);
       if (!out->dtype_from.empty()) q.dtype = arg_index(out->dtype_from);
+      if (!out->needs.empty()) q.needs = arg_index(out->needs);
+      TORCH_CHECK(q.needs < 0 || p.args[q.needs] == From::optional_tensor, "tessera: op '", d.name, "': output '",
+                  out->param, "' needs '", out->needs, "', which is not a Tensor? argument");
       TORCH_CHECK(q.dtype < 0 || p.args[q.dtype] == From::dtype, "tessera: op '", d.name, "': output '", out->param,
                   "' takes its dtype from '", out->dtype_from, "', which is not a ScalarType? argument");
       TORCH_CHECK(p.args[q.arg] == From::tensor || p.args[q.arg] == From::optional_tensor, "tessera: op '",
@@ -193,10 +196,11 @@ void check_trailing(const Plan& p, const Value* args) {
   }
 }
 
-// Whether output `q` exists: not where its rule says None (an absent `like`, a false mask entry).
+// Whether output `q` exists: not where its rule says None (an absent `like` or `needs`, a false
+// mask entry).
 bool present(const Plan& p, const Plan::Param& q, const Value* args) {
   const OpDesc::Output& o = p.desc->outputs[static_cast<size_t>(q.out)];
-  if (!args[q.arg].tensor) return false;
+  if (!args[q.arg].tensor || (q.needs >= 0 && !args[q.needs].tensor)) return false;
   return q.mask < 0 || (o.mask_index < 0 ? args[q.mask].boolean
                                          : o.mask_index < args[q.mask].num && (args[q.mask].bools >> o.mask_index & 1u));
 }

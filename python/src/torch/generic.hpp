@@ -31,6 +31,7 @@ struct Plan {
     int other = -1;  // for an output, its rule's `other` argument (-1: none)
     int mask = -1;   // for an output, its rule's bool or bool[] argument (-1: none)
     int dtype = -1;  // for an output, its rule's ScalarType? argument (-1: none)
+    int needs = -1;  // for an output, the Tensor? argument it is None without (-1: none)
   };
   std::vector<Param> params;
   std::vector<From> args;        // the schema's arguments' kinds

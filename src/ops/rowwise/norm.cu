@@ -303,8 +303,9 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
 }
 
 // `xname`: the argument x is ('input'; the add ops' backward: 'residual_out'). `dres`: the add ops'
-// gradient of residual_out, added to grad_in (nullptr: none).
-void norm_backward(const char* op, bool rms, const TensorView& grad_out, const char* xname, const TensorView& x,
+// gradient of residual_out, added to grad_in (nullptr: none). grad_out nullptr (the add ops, where
+// only residual_out's gradient came): grad_in is dres and the parameters' gradients are zero.
+void norm_backward(const char* op, bool rms, const TensorView* grad_out, const char* xname, const TensorView& x,
                    int nnorm, const TensorView* mean, const TensorView& rstd_in, const TensorView* weight,
                    double w_offset, const TensorView* dres, const TensorView* grad_in, const TensorView* grad_weight,
                    const TensorView* grad_bias, cudaStream_t stream) {
@@ -314,7 +315,7 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const c
   const TensorView rstd_l = leading_view(rstd_in, x, lead);
   if (mean) mean = &mean_l;
   const TensorView& rstd = rstd_l;
-  detail::check_like(op, "grad_output", grad_out, xname, x);
+  if (grad_out) detail::check_like(op, "grad_output", *grad_out, xname, x);
   if (dres) detail::check_like(op, "grad_residual_out", *dres, xname, x);
   if (mean) check_stats(op, "mean", *mean, xname, x, lead);
   check_stats(op, "rstd", rstd, xname, x, lead);
@@ -330,7 +331,7 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const c
   if (grad_bias) check_param(op, "grad_bias", *grad_bias, xname, x, lead);
   // grad_input may be grad_residual_out itself: dx accumulated in place.
   check_outputs(op, {{"grad_input", grad_in, dres}, {"grad_weight", grad_weight}, {"grad_bias", grad_bias}},
-                {{"grad_output", &grad_out}, {"grad_residual_out", dres}, {xname, &x}, {"mean", mean},
+                {{"grad_output", grad_out}, {"grad_residual_out", dres}, {xname, &x}, {"mean", mean},
                  {"rstd", &rstd}, {"weight", weight}});
   if (!grad_in) dres = nullptr;  // nothing to add it to
 
@@ -338,15 +339,16 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const c
   const bool sums = grad_weight || grad_bias;
   if (n == 0 || (!grad_in && !sums) || (rows == 0 && !sums)) return;
   runtime::DeviceGuard guard(x.device.index);
-  if (rows == 0) {  // column sums over no rows: zeros, as torch gives
+  if (rows == 0 || !grad_out) {  // column sums over no rows, or of a zero gradient: zeros, as torch gives
     if (grad_weight) byte_fill(*grad_weight, 0, stream);
     if (grad_bias) byte_fill(*grad_bias, 0, stream);
+    if (grad_in && rows > 0) dres ? copy(*dres, *grad_in, stream) : byte_fill(*grad_in, 0, stream);
     return;
   }
 
   runtime::Scratch xs, dys, dxs, ws, dws, dbs, ms, rs, drs, parts, means;
   const TensorView xv = as_input(x, lead, true, xs, stream);
-  const TensorView dyv = as_input(grad_out, lead, true, dys, stream);
+  const TensorView dyv = as_input(*grad_out, lead, true, dys, stream);
   const TensorView mv = mean ? as_input(*mean, lead, false, ms, stream) : TensorView{};
   const TensorView rv = as_input(rstd, lead, false, rs, stream);
   const TensorView wv = weight ? as_input(*weight, 0, true, ws, stream) : TensorView{};
@@ -404,7 +406,7 @@ void layer_norm_backward(const TensorView& grad_out, const TensorView& x, int no
                          const TensorView* grad_in, const TensorView* grad_weight,
                          const TensorView* grad_bias, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::layer_norm_backward");
-  norm_backward("layer_norm_backward", false, grad_out, "input", x, normalized_ndim, &mean, rstd, weight, 0.0,
+  norm_backward("layer_norm_backward", false, &grad_out, "input", x, normalized_ndim, &mean, rstd, weight, 0.0,
                 nullptr, grad_in, grad_weight, grad_bias, stream);
 }
 
@@ -419,7 +421,7 @@ void rms_norm_backward(const TensorView& grad_out, const TensorView& x, int norm
                        const TensorView& rstd, const TensorView* weight, double weight_offset,
                        const TensorView* grad_in, const TensorView* grad_weight, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::rms_norm_backward");
-  norm_backward("rms_norm_backward", true, grad_out, "input", x, normalized_ndim, nullptr, rstd, weight,
+  norm_backward("rms_norm_backward", true, &grad_out, "input", x, normalized_ndim, nullptr, rstd, weight,
                 weight_offset, nullptr, grad_in, grad_weight, nullptr, stream);
 }
 
@@ -431,7 +433,7 @@ void add_layer_norm(const TensorView& input, const TensorView& residual, const T
                stream);
 }
 
-void add_layer_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+void add_layer_norm_backward(const TensorView* grad_output, const TensorView* grad_residual_out,
                              const TensorView& residual_out, const TensorView& mean, const TensorView& rstd,
                              const TensorView* weight, const TensorView* grad_input,
                              const TensorView* grad_weight, const TensorView* grad_bias, cudaStream_t stream) {
@@ -448,7 +450,7 @@ void add_rms_norm(const TensorView& input, const TensorView& residual, const Ten
                stream);
 }
 
-void add_rms_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+void add_rms_norm_backward(const TensorView* grad_output, const TensorView* grad_residual_out,
                            const TensorView& residual_out, const TensorView& rstd, const TensorView* weight,
                            const TensorView* grad_input, const TensorView* grad_weight, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::add_rms_norm_backward");
@@ -506,7 +508,9 @@ void describe_norm(const NormRow& r) {
   const size_t n_out = outs.size();
 
   // backward(grad_output, [grad_residual_out,] x, [normalized_shape,] stats, params, output_mask[, weight_offset])
-  std::vector<std::string> bargs = {"Tensor grad_output"}, bparams = {"grad_output"}, from = {"grad"};
+  // The add ops' grad_output may be None (only residual_out's gradient came): no parameter gradients.
+  std::vector<std::string> bargs = {r.add ? "Tensor? grad_output" : "Tensor grad_output"}, bparams = {"grad_output"},
+                           from = {"grad"};
   if (r.add) bargs.push_back("Tensor? grad_residual_out"), bparams.push_back("grad_residual_out"), from.push_back("grad1");
   bargs.push_back("Tensor " + x), bparams.push_back(x), from.push_back(r.add ? "result1" : "input");
   if (!r.add) bargs.push_back("int[] normalized_shape"), bparams.push_back("normalized_shape"), from.push_back("normalized_shape");
@@ -519,8 +523,10 @@ void describe_norm(const NormRow& r) {
   bargs.push_back("bool[" + std::to_string(params.size() + 1) + "] output_mask"), from.push_back("mask");
   if (offset) bargs.push_back("float weight_offset=0.0"), bparams.push_back("weight_offset"), from.push_back("weight_offset");
   std::vector<OpDesc::Output> bouts = {out::like("grad_input", x).when("output_mask", 0)};
-  for (size_t i = 0; i < params.size(); ++i)
-    bouts.push_back(out::like("grad_" + params[i], params[i]).when("output_mask", static_cast<int>(i) + 1));
+  for (size_t i = 0; i < params.size(); ++i) {
+    OpDesc::Output g = out::like("grad_" + params[i], params[i]).when("output_mask", static_cast<int>(i) + 1);
+    bouts.push_back(r.add ? std::move(g).if_given("grad_output") : std::move(g));
+  }
   for (const OpDesc::Output& o : bouts) bparams.push_back(o.param);
   std::vector<std::string> grads = {r.add ? "input residual" : "input"};
   grads.insert(grads.end(), params.begin(), params.end());
