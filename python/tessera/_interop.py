@@ -79,14 +79,15 @@ def init_ops(torch) -> None:
         from . import _torch  # noqa: F401 (its import fills in _state)
 
 
-def outside_kernels(first, *rest, dtypes=None, cast=None) -> bool:
+def outside_kernels(first, *rest, dtypes=None, cast=None, devices=True) -> bool:
     """torch's contract for the signatures tessera mirrors: True where ``first`` is a torch tensor
     that tessera's kernels do not take (not a CUDA tensor, or of a dtype outside ``dtypes``, by
     default FLOATS), or where a torch tensor among ``rest`` differs from it in dtype or device
     (None and other objects are ignored). ``cast``: the dtype the call converts ``first`` to
     first (softmax's dtype=), if any. The public functions give those calls to torch's own
     function: torch's result, or torch's error. Arrays that are not torch tensors keep tessera's
-    errors."""
+    errors. ``devices=False``: a device that differs stays with tessera, whose error names the
+    argument (where torch refuses the call too: a parameter on another device)."""
     torch = torch_if_tensor(first)
     if torch is None:
         return False
@@ -95,7 +96,7 @@ def outside_kernels(first, *rest, dtypes=None, cast=None) -> bool:
     if not first.is_cuda or dtype not in (_state.FLOATS if dtypes is None else dtypes):
         return True
     for t in rest:
-        if isinstance(t, torch.Tensor) and (t.dtype != dtype or t.device != first.device):
+        if isinstance(t, torch.Tensor) and (t.dtype != dtype or (devices and t.device != first.device)):
             return True
     return False
 

@@ -285,7 +285,7 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
         eps: added to the variance.
         out: optional preallocated output (keyword only, not in torch's signature).
     """
-    if out is None and _interop.outside_kernels(input, weight, bias):
+    if out is None and _interop.outside_kernels(input, weight, bias, devices=False):
         return _state.torch_module.nn.functional.layer_norm(
             input, _torch_shape(normalized_shape), weight, bias, eps)
     return _norm_entry("layer_norm", input, normalized_shape, weight, bias, eps, 0.0, out)
@@ -406,7 +406,7 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
     Gemma's RMSNorm does, without float32 copies of x. It needs a weight.
     Other arguments as in :func:`layer_norm`.
     """
-    if out is None and _interop.outside_kernels(input, weight):
+    if out is None and _interop.outside_kernels(input, weight, devices=False):
         return _rms_norm_fallback(input, normalized_shape, weight, eps, weight_offset)
     eps = RMS_NORM_DEFAULT_EPS if eps is None else eps
     return _norm_entry("rms_norm", input, normalized_shape, weight, None, eps, weight_offset, out)
@@ -507,7 +507,7 @@ def _add_norm_entry(op, input, residual, weight, bias, eps):
         raise TypeError(f"tessera.{op}: argument 'residual': expected a torch tensor, got "
                         f"{type(residual).__name__}")
     rms = op == "add_rms_norm"
-    if _interop.outside_kernels(input, residual, weight, bias):
+    if _interop.outside_kernels(input, residual, weight, bias, devices=False):
         s = input + residual
         F = torch.nn.functional
         return (F.rms_norm(s, s.shape[-1:], weight, eps) if rms else

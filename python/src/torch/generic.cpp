@@ -273,7 +273,9 @@ void read_args(const Plan& p, c10::ArrayRef<c10::IValue> in, Value* v) {
     const c10::IValue& x = in[i];
     switch (p.args[i]) {
       case From::tensor: v[i].tensor = &x.toTensor(); break;
-      case From::optional_tensor: v[i].tensor = x.isNone() ? nullptr : &x.toTensor(); break;
+      case From::optional_tensor:  // an undefined tensor (torch's saved None weight) is None too
+        v[i].tensor = x.isTensor() && x.toTensor().defined() ? &x.toTensor() : nullptr;
+        break;
       case From::real: v[i].real = x.toDouble(); break;
       case From::integer: v[i].integer = x.toInt(); break;
       case From::boolean: v[i].boolean = x.toBool(); break;
@@ -440,7 +442,7 @@ struct AutogradKernel : c10::OperatorKernel {
     bool records = false;
     for (size_t i = 0; i < plan->grad_args.size(); ++i) {
       const c10::IValue& a = in[plan->grad_args[i].arg];
-      if (!a.isTensor()) continue;  // a None optional tensor: no gradient, not passed
+      if (!a.isTensor() || !a.toTensor().defined()) continue;  // a None optional tensor: no gradient, not passed
       given |= int64_t{1} << i;
       inputs.push_back(a.toTensor());
       records = records || inputs.back().requires_grad();
