@@ -18,6 +18,7 @@ user's full cost of a differentiable call.
 Prints a table (us per call, tessera / torch) and writes overhead.json and overhead.md to --out.
 """
 import argparse
+import inspect
 import statistics
 import sys
 import time
@@ -41,6 +42,7 @@ def cases():
     sm = torch.softmax(x, -1)
     e = torch.randint(0, 1000, (64 * 256,), device=d, dtype=torch.int32)
     t = torch.randint(0, 1000, (256,), device=d, dtype=torch.int32)
+    target = torch.randint(0, 256, (64,), device=d)
     _, mean, rstd = torch.ops.aten.native_layer_norm(x, (256,), w, b, 1e-5)
     lead_mean, lead_rstd = mean.view(64), rstd.view(64)
     _, rms_rstd = torch.ops.aten._fused_rms_norm(x, (256,), w, 1e-6)
@@ -60,12 +62,20 @@ def cases():
          lambda: aten._softmax_backward_data(g, sm, -1, torch.float32)),
         ("layer_norm", lambda: tessera.layer_norm(x, (256,), w, b), lambda: F.layer_norm(x, (256,), w, b)),
         ("layer_norm_backward",
-         lambda: tessera.layer_norm_backward(g, x, (256,), lead_mean, lead_rstd, w),
+         # (a build before layer_norm_backward took bias computes grad_bias without it)
+         (lambda: tessera.layer_norm_backward(g, x, (256,), lead_mean, lead_rstd, w, b))
+         if "bias" in inspect.signature(tessera.layer_norm_backward).parameters else
+         (lambda: tessera.layer_norm_backward(g, x, (256,), lead_mean, lead_rstd, w)),
          lambda: aten.native_layer_norm_backward(g, x, (256,), mean, rstd, w, b, (True, True, True))),
         ("rms_norm", lambda: tessera.rms_norm(x, (256,), w, 1e-6), lambda: F.rms_norm(x, (256,), w, 1e-6)),
         ("rms_norm_backward",
          lambda: tessera.rms_norm_backward(g, x, (256,), lead_rms_rstd, w),
          lambda: aten._fused_rms_norm_backward(g, x, (256,), rms_rstd, w, (True, True))),
+        ("add_layer_norm", lambda: tessera.add_layer_norm(x, y, w, b),
+         lambda: (lambda s: (F.layer_norm(s, (256,), w, b), s))(x + y)),
+        ("add_rms_norm", lambda: tessera.add_rms_norm(x, y, w, 1e-6),
+         lambda: (lambda s: (F.rms_norm(s, (256,), w, 1e-6), s))(x + y)),
+        ("cross_entropy", lambda: tessera.cross_entropy(x, target), lambda: F.cross_entropy(x, target)),
         ("isin", lambda: tessera.isin(e, t), lambda: torch.isin(e, t)),
         ("matmul", lambda: tessera.matmul(x, m), lambda: torch.matmul(x, m)),
         ("linear", lambda: tessera.linear(x, m, w), lambda: F.linear(x, m, w)),
@@ -75,8 +85,16 @@ def cases():
     xg = x.clone().requires_grad_()
     wg, bg, mg = w.clone().requires_grad_(), b.clone().requires_grad_(), m.clone().requires_grad_()
 
+    yg = y.clone().requires_grad_()
+
     def fb(f):
         return lambda: torch.autograd.backward(f(), g)
+
+    def fb2(f):  # both outputs of an add norm carry a gradient, as in a residual stream
+        return lambda: torch.autograd.backward(list(f()), [g, g])
+
+    def fb0(f):  # a loss
+        return lambda: torch.autograd.backward(f())
     grad = [
         ("add", fb(lambda: tessera.add(xg, y)), fb(lambda: torch.add(xg, y))),
         ("gelu", fb(lambda: tessera.gelu(xg)), fb(lambda: F.gelu(xg))),
@@ -88,6 +106,12 @@ def cases():
          fb(lambda: F.layer_norm(xg, (256,), wg, bg))),
         ("rms_norm", fb(lambda: tessera.rms_norm(xg, (256,), wg, 1e-6)),
          fb(lambda: F.rms_norm(xg, (256,), wg, 1e-6))),
+        ("add_layer_norm", fb2(lambda: tessera.add_layer_norm(xg, yg, wg, bg)),
+         fb2(lambda: (lambda s: (F.layer_norm(s, (256,), wg, bg), s))(xg + yg))),
+        ("add_rms_norm", fb2(lambda: tessera.add_rms_norm(xg, yg, wg, 1e-6)),
+         fb2(lambda: (lambda s: (F.rms_norm(s, (256,), wg, 1e-6), s))(xg + yg))),
+        ("cross_entropy", fb0(lambda: tessera.cross_entropy(xg, target)),
+         fb0(lambda: F.cross_entropy(xg, target))),
         ("matmul", fb(lambda: tessera.matmul(xg, mg)), fb(lambda: torch.matmul(xg, mg))),
         ("linear", fb(lambda: tessera.linear(xg, mg, wg)), fb(lambda: F.linear(xg, mg, wg))),
     ]

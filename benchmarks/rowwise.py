@@ -346,7 +346,7 @@ def bench_layer_norm_backward(suite, op, dtype, bench, compiled):
     _, t_mean, t_rstd = tessera.layer_norm_forward(x, (n,), w, b, eps=LN_EPS)
     _, mean, rstd = aten.native_layer_norm(x, [n], w, b, LN_EPS)
     providers = {
-        "tessera": lambda: tessera.layer_norm_backward(g, x, (n,), t_mean, t_rstd, w,
+        "tessera": lambda: tessera.layer_norm_backward(g, x, (n,), t_mean, t_rstd, w, b,
                                                        output_mask=(True, True, True)),
         "torch": lambda: aten.native_layer_norm_backward(g, x, [n], mean, rstd, w, b,
                                                          [True, True, True]),
@@ -480,7 +480,7 @@ def bench_add_norm_backward(suite, op, dtype, bench, compiled, fused: bool):
         _, s, t_mean, t_rstd = tops.add_layer_norm(x, r, w, b, LN_EPS)
         _, mean, rstd = aten.native_layer_norm(s, [n], w, b, LN_EPS)
         providers = {
-            "tessera": lambda: tops.add_layer_norm_backward(g, h, s, t_mean, t_rstd, w, [True, True, True]),
+            "tessera": lambda: tops.add_layer_norm_backward(g, h, s, t_mean, t_rstd, w, b, [True, True, True]),
             "torch": lambda: _add_layer_norm_bwd(g, h, s, mean, rstd, w, b),
         }
         if fn is not None:

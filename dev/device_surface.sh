@@ -5,6 +5,8 @@
 # dev/stage_devpkg.sh, seconds), then the C++ tests, the Python tests, what ships (ldd of the
 # torch ops), host cost per call; logs under $OUT, a summary last.
 #   device: bash dev/device_surface.sh [steps]   (default: install ctest pytest ships overhead)
+#   two builds: ... install base hostab benchab   (the baseline from dev/stage_devbase.sh)
+#   the generic-kernel branch: install base ctest verify pytest ships hostab benchab
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -29,15 +31,27 @@ install() {
   bash dev/devwheel.sh && cp devbin/libtessera.so devbin/libtessera_harness.so "$site/tessera/" &&
     mkdir -p "$site/tessera/bin" && cp devbin/tessera "$site/tessera/bin/" && echo "installed"
 }
+# The baseline of a two-build comparison (dev/stage_devbase.sh): its CLI and libraries in
+# devbase/, its package in /tmp/pkg-old; this build's package in /tmp/pkg-new.
+base() {
+  python3 -c "import tarfile; tarfile.open('devbin-base/devbase.tar.xz').extractall('/tmp/devbase-x')" || return
+  rm -rf devbase /tmp/pkg-old /tmp/pkg-new && mv /tmp/devbase-x/devbase . && mkdir -p /tmp/pkg-old /tmp/pkg-new &&
+    mv /tmp/devbase-x/pkg/tessera /tmp/pkg-old/ && cp devbase/libtessera*.so /tmp/pkg-old/tessera/ &&
+    cp -r "$site/tessera" /tmp/pkg-new/ && echo "baseline $(cat /tmp/devbase-x/REF) staged"
+}
 for s in $STEPS; do
   case $s in
     install) step install install ;;
     build) step build env OUT=/tmp/out-build bash dev/device_gemm.sh build
            cat /tmp/out-build/build.log >>"$OUT/build.log" 2>/dev/null ;;
     ctest) step ctest devbin/tessera_tests --gtest_brief=1 --gtest_filter="${CTEST_FILTER:-*}" ;;
-    pytest) step pytest python3 -X faulthandler -m pytest -q -x -rs ${PYTEST_ARGS:-tests/python} ;;
+    verify) step verify devbin/tessera verify ${VERIFY_OPS:-layer_norm rms_norm add_layer_norm add_rms_norm cross_entropy linear_cross_entropy add copy isin silu_mul} ;;
+    pytest) step pytest python3 -X faulthandler -m pytest -q --maxfail=25 -rs ${PYTEST_ARGS:-tests/python} ;;
     ships) step ships bash -c "ldd $site/tessera/libtessera_torch.so | grep -i tessera; ! ldd $site/tessera/libtessera_torch.so | grep -q harness && echo 'no harness in libtessera_torch'" ;;
     overhead) step overhead python3 benchmarks/overhead.py ${OVERHEAD_ARGS:-} ;;
+    base) step base base ;;
+    hostab) step hostab python3 dev/host_ab.py /tmp/pkg-old /tmp/pkg-new --out "$OUT/hostab" ${HOSTAB_ARGS:-} ;;
+    benchab) step benchab bash dev/device.sh --baseline devbase --ops "${AB_OPS:-layer_norm,rms_norm,add_rms_norm,cross_entropy}" ab ;;
     bench) step bench devbin/tessera bench ${BENCH_OPS:-silu_mul silu gelu softmax} --dtype float32,bfloat16 --no-peaks ;;
     *) echo "unknown step $s" >&2 ;;
   esac

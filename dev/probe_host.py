@@ -7,7 +7,7 @@ import time
 import torch
 
 import tessera
-from tessera import _interop
+from tessera import _interop, _state
 
 N = 2000
 x = torch.randn(64, 256, device="cuda")
@@ -19,7 +19,7 @@ is_compiling = torch.compiler.is_compiling
 
 
 def fast_add(a, b, *, alpha=1, out=None):
-    if out is None and type(a) is _interop.Tensor:
+    if out is None and type(a) is _state.Tensor:
         return add_raw(a, b)
     return None
 

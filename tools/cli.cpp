@@ -64,6 +64,8 @@ const std::vector<VerbSpec>& verb_specs() {
       {Verb::verify, "verify", "[OPS...]", "check ops against their CPU references (default: all)",
        {{"--large", nullptr, "also run the cases over 2^31 elements",
          [](Args& a, const std::string&) { a.large = true; }},
+        {"--list", nullptr, "print each case's op and name instead of running it (no GPU needed)",
+         [](Args& a, const std::string&) { a.list = true; }},
         {"--seed", "N", "draw the random inputs from seed N (default 0: the fixed inputs of every run)",
          [](Args& a, const std::string& v) { a.seed = parse_int("--seed", v, 0); }},
         kDevice}},

@@ -50,6 +50,7 @@ struct Args {
   int device = 0;
   int reps = 0;                  // bench --reps: exactly this many timed reps; 0 keeps the default
   bool large = false;            // verify --large
+  bool list = false;             // verify --list: the cases' names, not run
   int seed = 0;                  // verify --seed: the random inputs' seed
   bool peaks = true;             // info, bench: --no-peaks clears it
   bool graph = false;            // bench --graph

@@ -91,6 +91,14 @@ int verify(const Args& a, std::ostream& out) {
   size_t op_width = 0;
   for (const auto* op : selected) op_width = std::max(op_width, op->name.size());
 
+  if (a.list) {
+    size_t n = 0;
+    for (const ops::OpInfo* op : selected)
+      for (const ops::VerifyCase& c : op->verify_cases())
+        if (!c.large || a.large) out << op->name << "  " << c.name << "\n", ++n;
+    out << n << " case(s)" << std::endl;
+    return 0;
+  }
   ops::set_verify_seed(uint64_t(a.seed));
   int passed = 0, failed = 0, skipped = 0;
   double worst = 0;  // the largest rel_err / tol of a passing case: the run's margin
@@ -385,6 +393,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
   try {
     if (a.verb == Verb::tune && a.show) return tune_show(out);  // reads a file: no GPU needed
+    if (a.verb == Verb::verify && a.list) return verify(a, out);  // names only: no GPU needed
     int count = runtime::device_count();
     if (count == 0) {
       err << "tessera: " << verb_name(a.verb) << " needs a GPU: " << runtime::no_gpu_reason()

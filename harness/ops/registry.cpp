@@ -40,6 +40,24 @@ void check_complete(const OpInfo& op) {
   if (!op.tolerance) missing("tolerance");
 }
 
+// An op the library describes (tessera/op.hpp) takes its family, summary and dtypes from its
+// description, which the harness does not repeat: it names the op and adds the cases, the bench
+// and the tolerance. The harness's own ops (variants such as gelu_tanh, isin_sort) give their own.
+void from_description(OpInfo& op) {
+  const OpDesc* d = find_op_description(op.name);
+  if (!d) {
+    if (op.summary.empty())
+      detail::throw_arg(ErrorKind::value, "register", "summary", "set for op '" + op.name + "'", "empty");
+    return;
+  }
+  if (!op.summary.empty())
+    detail::throw_arg(ErrorKind::value, "register", "summary",
+                      "none for op '" + op.name + "' (its description's is used)", op.summary);
+  op.family = d->family;
+  op.summary = d->summary;
+  op.dtypes = d->dtypes;
+}
+
 std::vector<OpInfo> build_table() {
   // Sort key: family, order, then (two files of one family with the same order) the file's first
   // op name, never which file registered first; within a file, the order `make` returned.
@@ -57,6 +75,7 @@ std::vector<OpInfo> build_table() {
     std::vector<OpInfo> ops = e.make();
     const std::string file_key = ops.empty() ? std::string() : ops[0].name;
     for (std::size_t i = 0; i < ops.size(); ++i) {
+      from_description(ops[i]);
       check_complete(ops[i]);
       keyed.push_back({family_rank(ops[i].family), ops[i].family, e.order, file_key, i, std::move(ops[i])});
     }

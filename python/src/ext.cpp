@@ -50,14 +50,6 @@ void gelu_backward_flag(const TensorView& grad_output, const TensorView& input, 
   gelu_backward(grad_output, input, out, approximate(tanh), stream);
 }
 
-IsinPath isin_path(const std::string& name) {
-  for (IsinPath p : {IsinPath::automatic, IsinPath::brute_force, IsinPath::sort, IsinPath::hash,
-                     IsinPath::bitmap})
-    if (name == isin_path_name(p)) return p;
-  detail::throw_arg(ErrorKind::value, "isin", "path",
-                    "'automatic', 'brute_force', 'sort', 'hash' or 'bitmap'", "'" + name + "'");
-}
-
 IsinOptions isin_options(int64_t brute_force_max_test, int64_t brute_force_max_work,
                          int64_t hash_min_test) {
   IsinOptions o;
@@ -73,7 +65,7 @@ void isin_flat(const TensorView& elements, const TensorView& test, const TensorV
                int64_t brute_force_max_test, int64_t brute_force_max_work, int64_t hash_min_test,
                cudaStream_t stream) {
   IsinOptions o = isin_options(brute_force_max_test, brute_force_max_work, hash_min_test);
-  o.path = isin_path(path);
+  parse("isin", path, o.path);
   isin(elements, test, out, assume_unique, invert, stream, o);
 }
 
@@ -139,6 +131,55 @@ nb::object py_add(nb::handle a, nb::handle b, nb::handle out, double alpha, uint
   else tessera::add(av, bv, ov, alpha, stream);
   set_producer(result, stream);
   return result;
+}
+
+// One description as Python reads it (_C.op_descriptions()).
+nb::dict description(const OpDesc& o) {
+  nb::dict d;
+  d["name"] = o.name;
+  d["family"] = o.family;
+  d["summary"] = o.summary;
+  std::vector<std::string> dtypes;
+  for (DType t : o.dtypes) dtypes.emplace_back(dtype_name(t));
+  d["dtypes"] = dtypes;
+  d["schemas"] = o.schemas;
+  d["params"] = o.params;
+  nb::dict outputs, rules;
+  for (const OpDesc::Output& out : o.outputs) {
+    using O = OpDesc::Output;
+    outputs[out.param.c_str()] = out.like;
+    nb::dict r;
+    r["like"] = out.like;
+    r["dtype"] = out.dtype == O::Dtype::like ? "like" : out.dtype == O::Dtype::float32 ? "float32" : "bool";
+    r["shape"] = out.shape == O::Shape::like      ? "like"
+                 : out.shape == O::Shape::leading ? "leading"
+                 : out.shape == O::Shape::reduced ? "reduced"
+                 : out.shape == O::Shape::scalar  ? "scalar"
+                                                  : "broadcast";
+    r["dtype_from"] = out.dtype_from;
+    r["other"] = out.other;
+    r["drop"] = out.drop;
+    r["internal"] = out.internal;
+    r["mask"] = out.mask;
+    r["mask_index"] = out.mask_index;
+    r["needs"] = out.needs;
+    rules[out.param.c_str()] = r;
+  }
+  d["outputs"] = outputs;
+  d["output_rules"] = rules;
+  nb::dict trailing;
+  for (const OpDesc::Trailing& t : o.trailing) trailing[t.arg.c_str()] = t.of;
+  d["trailing"] = trailing;
+  d["float32_args"] = o.float32_args;
+  d["generic"] = o.call != nullptr;
+  d["backward"] = o.backward;
+  d["backward_args"] = o.backward_args;
+  d["grads"] = o.grads;
+  d["torch_function"] = o.torch_function;
+  nb::list overloads;
+  for (const OpDesc& v : o.overloads) overloads.append(description(v));
+  d["overloads"] = overloads;
+  return d;
 }
 
 }  // namespace
@@ -307,30 +348,15 @@ NB_MODULE(_C, m) {
   m.def("op_descriptions",
         [] {
           nb::list ops;
-          for (const OpDesc& o : op_descriptions()) {
-            nb::dict d;
-            d["name"] = o.name;
-            d["family"] = o.family;
-            d["summary"] = o.summary;
-            std::vector<std::string> dtypes;
-            for (DType t : o.dtypes) dtypes.emplace_back(dtype_name(t));
-            d["dtypes"] = dtypes;
-            d["schemas"] = o.schemas;
-            d["params"] = o.params;
-            nb::dict outputs;
-            for (const OpDesc::Output& out : o.outputs) outputs[out.param.c_str()] = out.like;
-            d["outputs"] = outputs;
-            d["generic"] = o.call != nullptr;
-            d["backward"] = o.backward;
-            d["backward_args"] = o.backward_args;
-            d["grads"] = o.grads;
-            d["torch_function"] = o.torch_function;
-            ops.append(d);
-          }
+          for (const OpDesc& o : op_descriptions()) ops.append(description(o));
           return ops;
         },
         "Every op's description (tessera/op.hpp), as dicts: name, family, summary, dtypes, "
-        "schemas, params, outputs, generic, backward, backward_args, grads, torch_function.");
+        "schemas, params, outputs (param -> like), output_rules (param -> its rule as a dict: like, dtype, "
+        "shape, other, drop, internal, mask, mask_index, needs; tessera/op.hpp's Output), trailing (int[] argument -> "
+        "the tensor argument whose trailing dimensions it names), float32_args, generic, backward, "
+        "backward_args, grads, torch_function, overloads (the overloads with a kernel of their own, as dicts "
+        "of the same keys).");
 
   bind_bench(m);
 }

@@ -23,21 +23,18 @@ bench, profile on the local GPU) is installed with the package.
 
 import sys
 
-from . import _C, _interop
+from . import _C, _interop, _routing, attention, elementwise, loss, matrix, rowwise
 from . import bench
 from . import random
 from ._C import DeviceArray
-from .elementwise import (add, copy, dropout, dropout_backward, gelu, gelu_backward, geglu, silu,
-                          silu_backward, silu_mul)
-from .matrix import linear, matmul, mlp, scaled_mm, swiglu_weight
-from .rowwise import (add_layer_norm, add_rms_norm, layer_norm, layer_norm_backward,
-                      layer_norm_forward, log_softmax, log_softmax_backward, rms_norm,
-                      rms_norm_backward, rms_norm_forward, softmax, softmax_backward)
+# Each family module's __all__ names its public functions once; they are tessera's.
+from .elementwise import *  # noqa: F401,F403
+from .matrix import *  # noqa: F401,F403
+from .rowwise import *  # noqa: F401,F403
 from .set import isin
-from .attention import (flash_attention, flash_attention_varlen, flash_attention_with_kvcache,
-                        rotary_embedding, scaled_dot_product_attention)
-from .loss import cross_entropy, linear_cross_entropy
-from ._routing import disable, enable, routable, routing_counts, use_tessera
+from .attention import *  # noqa: F401,F403
+from .loss import *  # noqa: F401,F403
+from ._routing import *  # noqa: F401,F403
 
 __version__: str = _C.__version__
 
@@ -46,15 +43,9 @@ if "torch" in sys.modules:  # else on the first torch tensor (tessera never impo
 
 # tessera.copy and tessera.random are left out of __all__: a star import would shadow the
 # standard library's copy and random modules.
-__all__ = ["add", "gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "geglu", "dropout",
-           "dropout_backward",
-           "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
-           "layer_norm", "layer_norm_forward", "layer_norm_backward",
-           "rms_norm", "rms_norm_forward", "rms_norm_backward", "add_layer_norm", "add_rms_norm",
-           "matmul", "linear", "mlp", "scaled_mm", "swiglu_weight",
-           "isin", "flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache", "rotary_embedding",
-           "scaled_dot_product_attention", "cross_entropy", "linear_cross_entropy", "enable", "disable", "use_tessera", "routing_counts", "routable",
-           "set_autotune", "autotune_enabled", "bench", "DeviceArray", "is_available", "device_count", "no_gpu_reason", "__version__"]
+__all__ = [name for module in (elementwise, rowwise, matrix, attention, loss, _routing) for name in module.__all__
+           if name != "copy"] + ["isin", "set_autotune", "autotune_enabled", "bench", "DeviceArray", "is_available",
+                                 "device_count", "no_gpu_reason", "__version__"]
 
 
 def set_autotune(on: bool) -> None:

@@ -15,7 +15,7 @@ import numbers
 import sys
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
-from . import _C
+from . import _C, _state
 
 if TYPE_CHECKING:
     import torch
@@ -45,29 +45,11 @@ TensorT = TypeVar("TensorT", bound=TensorLike)
 # torch.dtype -> tessera dtype code, built the first time a torch tensor is seen.
 _torch_codes: dict | None = None
 _torch_raw_stream = None
-# Once torch is seen: torch.Tensor, and torch.ops.tessera where its library is built (None
-# otherwise). The public functions call the registered ops for a torch.Tensor input, a subclass
-# too (a DTensor, which the op runs on its shards by tessera._sharding's rules): `type(x) is
-# Tensor or isinstance(x, Tensor)`, the exact type checked first, the cheaper. The fast path
-# below (`fast`) takes exact torch.Tensor (and nn.Parameter) only. Everything else takes their Python paths.
-Tensor = None
-ops = None
-# tessera._torch_fast where built: the public functions' calls on plain CUDA tensors (the op's
-# kernel at once; where autograd records the call, the registered op through the dispatcher from
-# C++, without torch.ops' Python), with torch.compiler.is_dynamo_compiling (False when called,
-# True where dynamo traces) to skip it in compiled graphs, which take the registered ops.
-fast = None
-FAST = {}  # op name -> its index for fast.call (its place among the ops of the generic kernel)
-dynamo_compiling = None
-torch_module = None  # the torch module, once seen
-FLOATS = frozenset()  # torch's float32, float16 and bfloat16, once seen: the float kernels' dtypes
-
-
 def torch_if_tensor(x, init=False):
     """The torch module when ``x`` is a torch tensor, else None; with ``init``, tessera's torch ops
     are loaded (init_ops) the first time one is seen."""
-    if Tensor is not None:  # torch seen: no lookup in sys.modules, which torch.compile traces
-        return torch_module if isinstance(x, Tensor) else None
+    if _state.Tensor is not None:  # torch seen: no lookup in sys.modules, which torch.compile traces
+        return _state.torch_module if isinstance(x, _state.Tensor) else None
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         if init:
@@ -92,42 +74,29 @@ def _init_torch(torch) -> None:
 
 
 def init_ops(torch) -> None:
-    """Loads tessera's torch ops (tessera._torch) and sets Tensor and ops."""
-    global Tensor, ops, torch_module, FLOATS, fast, dynamo_compiling, FAST
-    if Tensor is None:
-        from . import _torch  # (when called by _torch's import: the module as far as it got)
-        ops = _torch.ops
-        fast = getattr(_torch, "fast", None)
-        if fast is not None:
-            from . import _C
-            FAST = {d["name"]: fast.index(d["name"]) for d in _C.op_descriptions() if d["generic"]}
-            # The public functions call fast.call with the op's place among these (tessera/
-            # _surface.py): the same libtessera gives both lists, so a mismatch is a broken install.
-            if list(FAST.values()) != list(range(len(FAST))):
-                fast = None
-        dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
-        torch_module = torch
-        FLOATS = frozenset((torch.float32, torch.float16, torch.bfloat16))
-        Tensor = torch.Tensor
+    """Loads tessera's torch ops (tessera._torch), which fill in tessera._state."""
+    if _state.Tensor is None:
+        from . import _torch  # noqa: F401 (its import fills in _state)
 
 
-def outside_kernels(first, *rest, dtypes=None, cast=None) -> bool:
+def outside_kernels(first, *rest, dtypes=None, cast=None, devices=True) -> bool:
     """torch's contract for the signatures tessera mirrors: True where ``first`` is a torch tensor
     that tessera's kernels do not take (not a CUDA tensor, or of a dtype outside ``dtypes``, by
     default FLOATS), or where a torch tensor among ``rest`` differs from it in dtype or device
     (None and other objects are ignored). ``cast``: the dtype the call converts ``first`` to
     first (softmax's dtype=), if any. The public functions give those calls to torch's own
     function: torch's result, or torch's error. Arrays that are not torch tensors keep tessera's
-    errors."""
+    errors. ``devices=False``: a device that differs stays with tessera, whose error names the
+    argument (where torch refuses the call too: a parameter on another device)."""
     torch = torch_if_tensor(first)
     if torch is None:
         return False
     init_ops(torch)
     dtype = first.dtype if cast is None else cast
-    if not first.is_cuda or dtype not in (FLOATS if dtypes is None else dtypes):
+    if not first.is_cuda or dtype not in (_state.FLOATS if dtypes is None else dtypes):
         return True
     for t in rest:
-        if isinstance(t, torch.Tensor) and (t.dtype != dtype or t.device != first.device):
+        if isinstance(t, torch.Tensor) and (t.dtype != dtype or (devices and t.device != first.device)):
             return True
     return False
 
@@ -222,9 +191,9 @@ def broadcast_shape(a, b):
 def needs_ops(op: str, what: str = "autograd needs"):
     """tessera's torch ops (torch.ops.tessera), the one autograd there is (C++); a clear error
     where this installation was built without them (`what` says what needs them)."""
-    if ops is None:
+    if _state.ops is None:
         raise RuntimeError(
             f"tessera.{op}: {what} tessera's torch ops (libtessera_torch.so), which this "
             "installation lacks: it was built where torch could not be imported. Reinstall with "
             "torch present: pip install --no-build-isolation <path to tessera>")
-    return ops
+    return _state.ops

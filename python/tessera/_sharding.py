@@ -80,7 +80,8 @@ def register(torch) -> bool:
         from torch.distributed.tensor.experimental import register_sharding as torch_register_sharding
     except ImportError:
         return False
-    register_sharding = _keywords_as_placed(torch_register_sharding)
+    ruled = set()  # the ops given a rule below; the generic ones left take their family's default
+    register_sharding = _recording(_keywords_as_placed(torch_register_sharding), ruled)
     _done = True
     ops = torch.ops.tessera
     R = Replicate()
@@ -92,7 +93,8 @@ def register(torch) -> bool:
         """`placement` for every tensor argument, None for the others."""
         return [placement if is_tensor(a) else None for a in args]
 
-    # Elementwise ops over tensors of one shape: any dimension, or replicated.
+    # Elementwise ops over tensors of one shape: any dimension, or replicated. The default of the
+    # generic kernel's elementwise ops (below, after every written rule).
     def same_shape(op):
         outs = len(op._schema.returns)
 
@@ -100,10 +102,6 @@ def register(torch) -> bool:
         def rule(*args, **kwargs):
             ndim = next(a for a in args if is_tensor(a)).ndim
             return [([R] * outs, each(args, R))] + [([Shard(d)] * outs, each(args, Shard(d))) for d in range(ndim)]
-
-    for name in ("gelu", "gelu_backward", "silu", "silu_backward", "silu_mul", "silu_mul_backward",
-                 "silu_mul_backward_recompute", "geglu", "geglu_backward", "geglu_backward_recompute"):
-        same_shape(getattr(ops, name).default)
 
     # Seeded dropout: element i's mask bit comes from the Philox stream at (seed, offset + i), the
     # global index; a shard would draw another mask.
@@ -126,69 +124,6 @@ def register(torch) -> bool:
 
     for name, tensors in (("softmax", 1), ("log_softmax", 1), ("softmax_backward", 2), ("log_softmax_backward", 2)):
         rows(getattr(ops, name).default, tensors)
-
-    # The norms: rows are independent, so the leading (not normalized) dimensions shard, the
-    # statistics alike. The parameters are replicated; their gradients are column sums over the
-    # rows, so each rank holds a partial sum (Partial).
-    def lead(x, normalized_shape):
-        return range(x.ndim - len(normalized_shape))
-
-    def param(t):
-        return R if t is not None else None
-
-    @register_sharding(ops.layer_norm.default)
-    def layer_norm_rule(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        tail = [param(weight), param(bias), None]
-        return [([R] * 3, [R, None] + tail)] + \
-            [([Shard(d)] * 3, [Shard(d), None] + tail) for d in lead(input, normalized_shape)]
-
-    @register_sharding(ops.rms_norm.default)
-    def rms_norm_rule(input, normalized_shape, weight, eps, weight_offset=0.0):
-        tail = [param(weight), None, None]
-        return [([R] * 2, [R, None] + tail)] + \
-            [([Shard(d)] * 2, [Shard(d), None] + tail) for d in lead(input, normalized_shape)]
-
-    @register_sharding(ops.layer_norm_backward.default)
-    def layer_norm_backward_rule(grad_output, input, normalized_shape, mean, rstd, weight, output_mask):
-        def ins(p):
-            return [p, p, None, p, p, param(weight), None]
-        return [([R] * 3, ins(R))] + \
-            [([Shard(d), Partial(), Partial()], ins(Shard(d))) for d in lead(input, normalized_shape)]
-
-    @register_sharding(ops.rms_norm_backward.default)
-    def rms_norm_backward_rule(grad_output, input, normalized_shape, rstd, weight, output_mask,
-                               weight_offset=0.0):
-        def ins(p):
-            return [p, p, None, p, param(weight), None, None]
-        return [([R] * 2, ins(R))] + [([Shard(d), Partial()], ins(Shard(d))) for d in lead(input, normalized_shape)]
-
-    # The residual add fused with the norm: the same, over the last dimension; input and residual
-    # (and residual_out, grad_residual_out) sharded alike.
-    def rows_of(x):
-        return range(x.ndim - 1)
-
-    @register_sharding(ops.add_layer_norm.default)
-    def add_layer_norm_rule(input, residual, weight=None, bias=None, eps=1e-5):
-        tail = [param(weight), param(bias), None]
-        return [([R] * 4, [R, R] + tail)] + [([Shard(d)] * 4, [Shard(d)] * 2 + tail) for d in rows_of(input)]
-
-    @register_sharding(ops.add_rms_norm.default)
-    def add_rms_norm_rule(input, residual, weight, eps):
-        tail = [param(weight), None]
-        return [([R] * 3, [R, R] + tail)] + [([Shard(d)] * 3, [Shard(d)] * 2 + tail) for d in rows_of(input)]
-
-    @register_sharding(ops.add_layer_norm_backward.default)
-    def add_layer_norm_backward_rule(grad_output, grad_residual_out, residual_out, mean, rstd, weight, output_mask):
-        def ins(p):
-            return [p, p if grad_residual_out is not None else None, p, p, p, param(weight), None]
-        return [([R] * 3, ins(R))] + \
-            [([Shard(d), Partial(), Partial()], ins(Shard(d))) for d in rows_of(residual_out)]
-
-    @register_sharding(ops.add_rms_norm_backward.default)
-    def add_rms_norm_backward_rule(grad_output, grad_residual_out, residual_out, rstd, weight, output_mask):
-        def ins(p):
-            return [p, p if grad_residual_out is not None else None, p, p, param(weight), None]
-        return [([R] * 2, ins(R))] + [([Shard(d), Partial()], ins(Shard(d))) for d in rows_of(residual_out)]
 
     # RoPE: q and k by batch or by heads (k's heads divided as q's), the angles replicated, or
     # by batch where they are per sequence ((batch, positions, ...)); seqlen_offsets (one per
@@ -285,8 +220,66 @@ def register(torch) -> bool:
             strategies.append(([Shard(2), Shard(1)], ins(Shard(2), Shard(2), R, R)))
         return strategies
 
+    # Row-wise ops of the generic kernel (the norm family): rows are independent, so the leading
+    # dimensions shard (all but the normalized ones: a Trailing argument's count, else the last).
+    # Tensors of the rows' rank and the float32 statistics shard alike; the others (weight, bias)
+    # are replicated, and outputs shaped like one of those (their gradients: column sums over the
+    # rows) are partial sums.
+    def rows_default(d):
+        op = getattr(ops, d["name"]).default
+        names = [a.name for a in op._schema.arguments]
+        outs = list(d["output_rules"].values())
+        trailing = next(iter(d["trailing"]), None)
+        stats = set(d["float32_args"])
+
+        @register_sharding(op)
+        def rule(*args, **kwargs):
+            bound = dict(zip(names, args), **kwargs)
+            given = list(args) + [kwargs[n] for n in names[len(args):] if n in kwargs]
+            x = bound[outs[0]["like"]]
+            dims = bound.get(trailing) if trailing else None
+            lead = x.ndim - (1 if dims is None or isinstance(dims, int) else len(dims))
+
+            def rows(name):
+                t = bound.get(name)
+                return is_tensor(t) and (t.ndim == x.ndim or name in stats)
+
+            def ins(p):
+                return [(p if rows(n) else R) if is_tensor(a) else None for n, a in zip(names, given)]
+
+            def present(r):  # None where it is like (or needs) an absent tensor or is masked off
+                mask = bound.get(r["mask"]) if r["mask"] else True
+                return bound.get(r["like"]) is not None and (not r["needs"] or bound.get(r["needs"]) is not None) and \
+                    (mask if r["mask_index"] < 0 else mask[r["mask_index"]])
+
+            def results(p, param):
+                return [(p if r["shape"] == "leading" or rows(r["like"]) else param) if present(r) else None
+                        for r in outs]
+            return [(results(R, R), ins(R))] + [(results(Shard(k), Partial()), ins(Shard(k))) for k in range(lead)]
+
     _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial)
+    # The defaults, unless written above: an elementwise op of the generic kernel whose outputs are
+    # all shaped like an argument (gelu, silu_mul, ...) shards along any dimension; a row-wise one
+    # with statistics or a normalized shape along its leading dimensions.
+    from . import _C
+    for d in _C.op_descriptions():
+        if not d["generic"] or d["name"] in ruled:
+            continue
+        rules = d["output_rules"].values()
+        if d["family"] == "elementwise" and all(r["shape"] == "like" for r in rules):
+            same_shape(getattr(ops, d["name"]).default)
+        elif d["family"] == "rowwise" and (d["trailing"] or d["float32_args"] or
+                                           any(r["internal"] for r in rules)):
+            rows_default(d)
     return True
+
+
+def _recording(register_sharding, names: set):
+    """register_sharding that also adds each op's name (its overload packet's) to `names`."""
+    def register(op):
+        names.add(op._schema.name.split("::")[-1])
+        return register_sharding(op)
+    return register
 
 
 def _keywords_as_placed(register_sharding):
@@ -475,21 +468,24 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     # 'mean' without class weights as 'sum' over the all-reduced count). Class weights replicated.
     # A vocabulary sharded (vocab-parallel cross-entropy, whose max and sum of exp need
     # all-reduces) has no rule: gathered.
-    def loss_strategies(logits, weight, reduction, outputs):
+    def loss_strategies(logits, weight, reduction, outputs, grad=True):
         """Replicated, and (not for 'mean') by rows: logits and target Shard(0), the outputs
-        (loss, lse, grad)[:outputs] by rows, the loss a partial sum for 'sum'."""
+        (loss, lse, grad)[:outputs] by rows (grad None where there is none), the loss a partial
+        sum for 'sum'."""
         def ins(p):
             return [p, p] + ([R] if weight is not None else [])
-        strategies = [([R] * outputs, ins(R))]
+
+        def outs(loss, rows):
+            return [loss, rows, rows if grad else None][:outputs]
+        strategies = [(outs(R, R), ins(R))]
         if reduction != "mean" and logits.ndim == 2:
-            loss = Shard(0) if reduction == "none" else Partial()
-            strategies.append(([loss, Shard(0), Shard(0)][:outputs], ins(Shard(0))))
+            strategies.append((outs(Shard(0) if reduction == "none" else Partial(), Shard(0)), ins(Shard(0))))
         return strategies
 
-    # (loss, lse, grad): grad (N, V) where with_grad, else an empty (0,) tensor.
+    # (loss, lse, grad): grad (N, V) where with_grad, else None.
     @register_sharding(ops.cross_entropy.default)
-    def cross_entropy_rule(logits, target, weight=None, *, reduction="mean", **kwargs):
-        return loss_strategies(logits, weight, reduction, 3)
+    def cross_entropy_rule(logits, target, weight=None, *, reduction="mean", with_grad=False, **kwargs):
+        return loss_strategies(logits, weight, reduction, 3, with_grad)
 
     def placed_as(spec, allowed, op, arg):
         """`spec`'s present placements, all among `allowed` (an op writing it in place must not
@@ -524,18 +520,23 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     # ce_weight) -> (loss, lse, d_hidden, d_weight, d_bias, accuracy): rows as cross_entropy's, the
     # weight, bias and class weights replicated; d_hidden by rows, d_weight and d_bias sums over the
     # rows (Partial). grad_loss (the backward of 'none': one per row) by rows. The token accuracy, a
-    # ratio of counts over all rows, only with the rows gathered (without it, an empty placeholder).
+    # ratio of counts over all rows, only with the rows gathered (without it, None).
     @register_sharding(ops.linear_cross_entropy.default)
-    def linear_cross_entropy_rule(hidden, weight, bias, target, *, reduction="mean", grad_loss=None, ce_weight=None,
-                                  token_accuracy=False, **kwargs):
+    def linear_cross_entropy_rule(hidden, weight, bias, target, *, reduction="mean", output_mask=(False,) * 3,
+                                  grad_loss=None, ce_weight=None, token_accuracy=False, **kwargs):
         def ins(p):
             rows = grad_loss is not None and grad_loss.ndim == 1
             return [p, R] + ([R] if bias is not None else []) + [p] + \
                 ([p if rows else R] if grad_loss is not None else []) + ([R] if ce_weight is not None else [])
-        strategies = [([R] * 6, ins(R))]
+        # (loss, lse, d_hidden, d_weight, d_bias, accuracy), None where an output is None
+        present = [True, True, output_mask[0], output_mask[1], output_mask[2] and bias is not None, token_accuracy]
+
+        def outs(*placements):
+            return [p if on else None for p, on in zip(placements, present)]
+        strategies = [(outs(*[R] * 6), ins(R))]
         if reduction != "mean" and hidden.ndim == 2 and not token_accuracy:
             loss = Shard(0) if reduction == "none" else Partial()
-            strategies.append(([loss, Shard(0), Shard(0), Partial(), Partial(), R], ins(Shard(0))))
+            strategies.append((outs(loss, Shard(0), Shard(0), Partial(), Partial(), R), ins(Shard(0))))
         return strategies
 
     # copy(src, dst) writes dst in place: dst stays as it is placed (a copy commutes with any

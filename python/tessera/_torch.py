@@ -3,15 +3,16 @@
 The compiled library next to this module (libtessera_torch.so, built with the wheel where the
 building Python had torch: ``pip install --no-build-isolation .``) defines every op from its
 description's schema and registers its CUDA kernel and, for the differentiable ones, its autograd
-kernel, all in C++. This module loads it and registers the fake kernels (shapes, dtypes and strides
-only) that FakeTensor and torch.compile trace with: one generic fake for the ops whose description
-(tessera._C.op_descriptions()) allocates outputs like an argument, a written one for the others.
+kernel, all in C++; for the ops whose description allocates outputs by a rule (tessera/op.hpp) also
+the Meta kernel that FakeTensor and torch.compile trace with. This module loads it and registers
+the fake kernels (shapes, dtypes and strides only) of the others, written here.
 
 The public functions (tessera.softmax, ...) call these ops for torch tensors. Without the library
 (a wheel built in an isolated environment, without torch) ``ops`` is None: calls that need
 autograd are refused with a message that says how to install with them.
 
-Imported by tessera._interop once torch is present; importing it imports torch.
+Imported by tessera._interop once torch is present (importing it imports torch); it fills in
+tessera._state.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 
 import torch
 
-from . import _C, _interop
+from . import _C, _state
 
 _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtessera_torch.so")
 
@@ -40,91 +41,8 @@ def _like(t):
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
-def _stats(x, normalized_shape, count):
-    lead = x.shape[:x.dim() - len(normalized_shape)]
-    return tuple(x.new_empty(lead, dtype=torch.float32) for _ in range(count))
-
-
-def _param_grad(x, normalized_shape, weight):
-    dtype = weight.dtype if weight is not None else x.dtype
-    return x.new_empty(tuple(normalized_shape), dtype=dtype)
-
-
-def _generic_fake(like):
-    def fake(*args, **kwargs):
-        outs = tuple(_like(args[i] if i < len(args) else kwargs[n]) for i, n in like)
-        return outs[0] if len(outs) == 1 else outs
-    return fake
-
-
 def _register_fakes():
     fake = torch.library.register_fake
-
-    @fake("tessera::add")
-    def _add(input, other, *, alpha=1):
-        return input.new_empty(torch.broadcast_shapes(input.shape, other.shape))
-
-    @fake("tessera::add.Scalar")
-    def _add_scalar(input, other, *, alpha=1):
-        return _like(input)
-
-    # The ops of the generic kernel: each output contiguous, like the argument its description
-    # names.
-    for d in _C.op_descriptions():
-        if d["generic"]:
-            names = [a.name for a in getattr(ops, d["name"]).default._schema.arguments]
-            like = [(names.index(n), n) for n in d["outputs"].values()]
-            fake(f"tessera::{d['name']}", _generic_fake(like))
-
-    @fake("tessera::copy")
-    def _copy(src, dst):
-        return None
-
-    @fake("tessera::layer_norm")
-    def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        return (_like(input),) + _stats(input, normalized_shape, 2)
-
-    @fake("tessera::layer_norm_backward")
-    def _layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight, output_mask):
-        return (_like(input) if output_mask[0] else None,
-                _param_grad(input, normalized_shape, weight)
-                if output_mask[1] and weight is not None else None,
-                _param_grad(input, normalized_shape, weight) if output_mask[2] else None)
-
-    @fake("tessera::rms_norm")
-    def _rms_norm(input, normalized_shape, weight, eps, weight_offset=0.0):
-        return (_like(input),) + _stats(input, normalized_shape, 1)
-
-    @fake("tessera::rms_norm_backward")
-    def _rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask, weight_offset=0.0):
-        return (_like(input) if output_mask[0] else None,
-                _param_grad(input, normalized_shape, weight)
-                if output_mask[1] and weight is not None else None)
-
-    @fake("tessera::add_layer_norm")
-    def _add_layer_norm(input, residual, weight=None, bias=None, eps=1e-5):
-        return (_like(input), _like(input)) + _stats(input, input.shape[-1:], 2)
-
-    @fake("tessera::add_layer_norm_backward")
-    def _add_layer_norm_backward(grad_output, grad_residual_out, residual_out, mean, rstd, weight, output_mask):
-        n = residual_out.shape[-1:]
-        return (_like(residual_out) if output_mask[0] else None,
-                _param_grad(residual_out, n, weight) if output_mask[1] and weight is not None else None,
-                _param_grad(residual_out, n, weight) if output_mask[2] else None)
-
-    @fake("tessera::add_rms_norm")
-    def _add_rms_norm(input, residual, weight, eps):
-        return (_like(input), _like(input)) + _stats(input, input.shape[-1:], 1)
-
-    @fake("tessera::add_rms_norm_backward")
-    def _add_rms_norm_backward(grad_output, grad_residual_out, residual_out, rstd, weight, output_mask):
-        return (_like(residual_out) if output_mask[0] else None,
-                _param_grad(residual_out, residual_out.shape[-1:], weight)
-                if output_mask[1] and weight is not None else None)
-
-    @fake("tessera::isin")
-    def _isin(elements, test_elements, **kwargs):
-        return elements.new_empty(elements.shape, dtype=torch.bool)
 
     @fake("tessera::matmul")
     def _matmul(input, other, *, bias=None, residual=None, activation="none", alpha=1.0,
@@ -152,15 +70,6 @@ def _register_fakes():
     def _mlp_preactivation(input, w_in, w_out, **kwargs):
         return _mlp(input, w_in, w_out, **kwargs), input.new_empty(input.shape[:-1] + (w_in.shape[0],))
 
-    # (grad_input like input, the forward's output like grad_output), as the generic kernel's.
-    @fake("tessera::swiglu_backward.recompute")
-    def _swiglu_backward_recompute(grad_output, input):
-        return _like(input), _like(grad_output)
-
-    @fake("tessera::geglu_blocks_backward.recompute")
-    def _geglu_blocks_backward_recompute(grad_output, input):
-        return _like(input), _like(grad_output)
-
     @fake("tessera::attention")
     def _attention(q, k, v, *, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0,
                    deterministic=False, alibi_slopes=None):
@@ -185,36 +94,6 @@ def _register_fakes():
     def _attention_backward(grad_out, q, k, v, out, lse, **kwargs):
         return _like(q), _like(k), _like(v)
 
-    @fake("tessera::cross_entropy")
-    def _cross_entropy(logits, target, weight=None, *, reduction="mean", with_grad=False, **kwargs):
-        n = logits.shape[0]
-        loss = logits.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
-        grad = logits.new_empty(logits.shape) if with_grad else logits.new_empty((0,))
-        return loss, logits.new_empty((n,), dtype=torch.float32), grad
-
-    @fake("tessera::cross_entropy.inplace")
-    def _cross_entropy_inplace(logits, target, weight=None, *, reduction="mean", **kwargs):
-        n = logits.shape[0]
-        loss = logits.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
-        return loss, logits.new_empty((n,), dtype=torch.float32)
-
-    @fake("tessera::cross_entropy.backward")
-    def _cross_entropy_backward(grad_loss, grad, *, reduction="mean"):
-        return None
-
-    @fake("tessera::linear_cross_entropy")
-    def _linear_cross_entropy(hidden, weight, bias, target, *, reduction="mean", output_mask=(False,) * 3,
-                              accum_dtype=None, token_accuracy=False, **kwargs):
-        n = hidden.shape[0]
-        loss = hidden.new_empty((n,) if reduction == "none" else (), dtype=torch.float32)
-        def grad(on, t, like):  # each output its own tensor, as the kernel's: none alias another
-            return like.new_empty(like.shape) if on and like is not None else t.new_empty((0,))
-        return (loss, hidden.new_empty((n,), dtype=torch.float32), grad(output_mask[0], hidden, hidden),
-                grad(output_mask[1], weight, weight).to(accum_dtype or weight.dtype) if output_mask[1]
-                else grad(False, weight, weight),
-                grad(output_mask[2], weight, bias),
-                hidden.new_empty((), dtype=torch.float32) if token_accuracy else hidden.new_empty((0,)))
-
     @fake("tessera::scaled_mm")
     def _scaled_mm(input, other, scale_a, scale_b, *, bias=None, out_dtype=None):
         return input.new_empty((input.shape[0], other.shape[1]),
@@ -226,5 +105,18 @@ if ops is not None:
     from . import _sharding
     _sharding.install(torch)  # DTensor's rules, once torch.distributed.tensor is imported
 
-# The public functions' fast path reads tessera._interop's copy of the above.
-_interop.init_ops(torch)
+
+
+def _fast_index():
+    """fast.call's op indices by name, or None where they do not match the library's list of the
+    generic ops (the same libtessera gives both lists: a mismatch is a broken install)."""
+    from ._surface import generic_descriptions
+    index = {d["name"]: fast.index(d["name"]) for d in generic_descriptions()}
+    return index if list(index.values()) == list(range(len(index))) else None
+
+
+# What the public functions read per call (tessera._surface counts the generic ops in the same order).
+_index = _fast_index() if fast is not None else {}
+if _index is None:
+    fast, _index = None, {}
+_state.publish(torch, ops, fast, _index)

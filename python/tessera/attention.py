@@ -22,13 +22,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _interop
+from . import _interop, _state
 from ._surface import op
+
+__all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache", "rotary_embedding",
+           "scaled_dot_product_attention"]
 
 
 def _ops(torch, name: str):
     _interop.init_ops(torch)
-    ops = _interop.ops
+    ops = _state.ops
     if ops is None:
         raise RuntimeError(f"tessera.{name}: needs tessera's torch ops (a wheel built with torch "
                            "present: pip install --no-build-isolation .)")
@@ -221,19 +224,19 @@ def rotary_embedding(q: Any, k: Any, cos: Any, sin: Any, *, layout: str = "bshd"
     Returns the rotated ``(q, k)``, new tensors of their shapes. Differentiable in q and k. Other
     tensors (CPU, float64) take torch's composition of the same contract.
     """
-    torch = _interop.torch_module
-    if (_interop.ops is not None and isinstance(q, _interop.Tensor) and q.is_cuda and q.dtype in _interop.FLOATS
+    torch = _state.torch_module
+    if (_state.ops is not None and isinstance(q, _state.Tensor) and q.is_cuda and q.dtype in _state.FLOATS
             and isinstance(cos, torch.Tensor) and cos.dtype == torch.float32):
         # float32 angles beside a half-precision q: the kernels' own case, which the generic
         # route (one dtype for every tensor) passes here.
-        return _interop.ops.rotary_embedding.default(q, k, cos, sin, layout=layout, interleaved=interleaved,
+        return _state.ops.rotary_embedding.default(q, k, cos, sin, layout=layout, interleaved=interleaved,
                                                      seqlen_offset=seqlen_offset, seqlen_offsets=seqlen_offsets)
     return _rotary_torch(q, k, cos, sin, layout, interleaved, seqlen_offset, seqlen_offsets)
 
 
 def _rotary_torch(q, k, cos, sin, layout, interleaved, offset, offsets):
     """rotary_embedding in torch's operations (float32 math, float64 for float64 tensors)."""
-    torch = _interop.torch_module
+    torch = _state.torch_module
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"tessera.rotary_embedding: argument 'layout': expected 'bshd' or 'bhsd', got {layout!r}")
     seq_dim = 1 if layout == "bshd" else 2

@@ -18,9 +18,9 @@ import numbers
 import sys
 from typing import TYPE_CHECKING
 
-from . import _C, _interop
+from . import _C, _interop, _state
 from . import random as _random
-from ._surface import op
+from ._surface import _FAST_INDEX, op
 from ._interop import (as_arg, as_number, broadcast_shape, dlpack_stream,
                        stand_in, torch_if_tensor, torch_stream, torch_view, wrap_output)
 
@@ -54,6 +54,10 @@ def _no_grad_with_out(op: str):
 
 # ---- add --------------------------------------------------------------------------------------
 
+# add's two kernels for tessera._torch_fast.call: a tensor other, a number.
+_ADD, _ADD_SCALAR = _FAST_INDEX["add"], _FAST_INDEX["add.Scalar"]
+
+
 def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
         out: TensorT | None = None) -> TensorT:
     """``input + alpha * other``, as :func:`torch.add`.
@@ -70,14 +74,14 @@ def add(input: TensorT, other: TensorLike | float, *, alpha: float = 1,
         ``out``, or a new tensor of the broadcast shape (a torch tensor for torch inputs, a cupy
         array for cupy inputs, a :class:`tessera.DeviceArray` for other DLPack inputs).
     """
-    fast = _interop.fast
-    if fast is not None and out is None and not _interop.dynamo_compiling():
-        r = fast.add(input, other) if alpha == 1 else fast.add(input, other, alpha)
+    fast = _state.fast
+    if fast is not None and out is None and not _state.dynamo_compiling():
+        r = fast.call(_ADD_SCALAR if type(other) is float or type(other) is int else _ADD, input, other, alpha)
         if r is not None:
             return r
-    ops, T = _interop.ops, _interop.Tensor  # T: a subclass too (a DTensor), after the exact type
+    ops, T = _state.ops, _state.Tensor  # T: a subclass too (a DTensor), after the exact type
     if out is None and ops is not None and (type(input) is T or isinstance(input, T)) and input.is_cuda \
-            and input.dtype in _interop.FLOATS:
+            and input.dtype in _state.FLOATS:
         # Keyword arguments cost the op's argument parsing more than positional ones: left out
         # where they are the defaults.
         if (type(other) is T or isinstance(other, T)) and other.dtype is input.dtype and other.is_cuda:
@@ -230,7 +234,7 @@ def gelu(input: TensorT, approximate: str = "none", *, out: TensorT | None = Non
     ``input``'s shape, dtype and device; it may be ``input`` itself.
     """
     if out is None and _interop.outside_kernels(input):
-        return _interop.torch_module.nn.functional.gelu(input, approximate=approximate)
+        return _state.torch_module.nn.functional.gelu(input, approximate=approximate)
     return _map("gelu", _C.gelu, input, out, (_approximate(approximate, "gelu"),),
                 lambda ops: ops.gelu.default(input, approximate=approximate))
 
@@ -241,7 +245,7 @@ def gelu_backward(grad_output: TensorLike, input: TensorT, *, approximate: str =
     """Gradient of :func:`gelu` with respect to ``input``: ``grad_output * gelu'(input)``, as
     ``torch.ops.aten.gelu_backward``. Not differentiable itself."""
     if out is None and _interop.outside_kernels(input, grad_output):
-        return _interop.torch_module.ops.aten.gelu_backward(grad_output, input,
+        return _state.torch_module.ops.aten.gelu_backward(grad_output, input,
                                                             approximate=approximate)
     tanh = _approximate(approximate, "gelu_backward")
     return _map_backward("gelu_backward", _C.gelu_backward, grad_output, input, out, (tanh,))
@@ -252,7 +256,7 @@ def silu(input: TensorT, *, out: TensorT | None = None) -> TensorT:
     """SiLU (swish), as :func:`torch.nn.functional.silu`: ``x * sigmoid(x)``. ``out`` as for
     :func:`gelu` (torch's ``inplace=True`` is ``out=input``)."""
     if out is None and _interop.outside_kernels(input):
-        return _interop.torch_module.nn.functional.silu(input)
+        return _state.torch_module.nn.functional.silu(input)
     return _map("silu", _C.silu, input, out, (), lambda ops: ops.silu.default(input))
 
 
@@ -262,7 +266,7 @@ def silu_backward(grad_output: TensorLike, input: TensorT, *,
     """Gradient of :func:`silu` with respect to ``input``, as ``torch.ops.aten.silu_backward``.
     Not differentiable itself."""
     if out is None and _interop.outside_kernels(input, grad_output):
-        return _interop.torch_module.ops.aten.silu_backward(grad_output, input)
+        return _state.torch_module.ops.aten.silu_backward(grad_output, input)
     return _map_backward("silu_backward", _C.silu_backward, grad_output, input, out, ())
 
 
@@ -278,7 +282,7 @@ def silu_mul(gate: TensorT, up: TensorT) -> TensorT:
     taken as they are. Differentiable in both: the backward writes both gradients, one pass each,
     without keeping the product. Other tensors take torch's composition.
     """
-    return _interop.torch_module.nn.functional.silu(gate) * up
+    return _state.torch_module.nn.functional.silu(gate) * up
 
 
 @op("geglu")
@@ -286,7 +290,7 @@ def geglu(gate: TensorT, up: TensorT) -> TensorT:
     """GeGLU's gate, as Gemma's feed-forward computes it: ``gelu(gate, approximate="tanh") * up``,
     in one pass; otherwise as :func:`silu_mul` (any layout, differentiable in both, torch's
     composition for other tensors)."""
-    return _interop.torch_module.nn.functional.gelu(gate, approximate="tanh") * up
+    return _state.torch_module.nn.functional.gelu(gate, approximate="tanh") * up
 
 
 # ---- dropout ----------------------------------------------------------------------------------
@@ -369,15 +373,15 @@ def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool
     op = "dropout"
     p = _probability(p, op)
     if seed is None and out is None and (_interop.outside_kernels(input) or (
-            _interop.Tensor is not None and (_interop.torch_module.compiler.is_compiling() or (
-                type(input) is not _interop.Tensor and isinstance(input, _interop.Tensor))))):
+            _state.Tensor is not None and (_state.torch_module.compiler.is_compiling() or (
+                type(input) is not _state.Tensor and isinstance(input, _state.Tensor))))):
         # torch's dropout, from torch's generator (a given seed asks for tessera's masks). Also
         # in a torch.compile graph: tessera's generator state is Python ints, which a graph
         # would freeze into one mask for every call. And for a subclass (a DTensor): tessera's
         # mask follows each element's global index, which a shard does not know, so its op
         # runs replicated (gathering a sharded input); torch's dropout on a DTensor runs on the
         # shards, from DTensor's own generator.
-        return _interop.torch_module.nn.functional.dropout(input, p, training, inplace)
+        return _state.torch_module.nn.functional.dropout(input, p, training, inplace)
     torch = torch_if_tensor(input)
     if inplace:
         if out is not None and out is not input:
@@ -398,8 +402,8 @@ def dropout(input: TensorT, p: float = 0.5, training: bool = True, inplace: bool
                             as_arg(torch_if_tensor(out), out, op, "out"), p, seed, offset,
                             dlpack_stream(input))
         return out if out is not None else wrap_output(input, result)
-    if out is None and _interop.ops is not None and isinstance(input, _interop.Tensor):
-        return _interop.ops.dropout.default(input, p, _int64(seed), _int64(offset))
+    if out is None and _state.ops is not None and isinstance(input, _state.Tensor):
+        return _state.ops.dropout.default(input, p, _int64(seed), _int64(offset))
     if _requires_grad(torch, input):
         if out is not None and out is not input:
             raise _no_grad_with_out(op)
@@ -428,8 +432,8 @@ def dropout_backward(grad_output: TensorT, p: float, seed: int, offset: int, *,
     op = "dropout_backward"
     p = _probability(p, op)
     seed, offset = _uint64(seed, op, "seed"), _uint64(offset, op, "offset")
-    ops = _interop.ops
-    if out is None and ops is not None and isinstance(grad_output, _interop.Tensor):
+    ops = _state.ops
+    if out is None and ops is not None and isinstance(grad_output, _state.Tensor):
         return ops.dropout_backward.default(grad_output, p, _int64(seed), _int64(offset))
     torch = torch_if_tensor(grad_output)
     if torch is None:

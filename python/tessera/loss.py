@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _interop, _vocab_parallel
+from . import _interop, _state, _vocab_parallel
+
+__all__ = ["cross_entropy", "linear_cross_entropy"]
 
 
 def _ops(torch):
     _interop.init_ops(torch)
-    if _interop.ops is None:
+    if _state.ops is None:
         raise RuntimeError("tessera.cross_entropy: needs tessera's torch ops (a wheel built with torch "
                            "present: pip install --no-build-isolation .)")
-    return _interop.ops
+    return _state.ops
 
 
 def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index: int = -100,

@@ -69,7 +69,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
-from . import _C, _interop
+from . import _C, _interop, _state
 from ._interop import as_arg, torch_if_tensor, torch_stream, torch_view
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
         if beta != 0:
             raise ValueError("tessera.matmul: argument 'beta': a nonzero beta reads 'out', "
                              "which was not given")
-        if _interop.ops is None:
+        if _state.ops is None:
             out = torch.empty(out_shape, dtype=dtype, device=a.device)
     elif tuple(out.shape) != out_shape:
         raise ValueError(f"tessera.matmul: argument 'out': expected shape {list(out_shape)}, got "
@@ -147,9 +147,9 @@ def _forward(torch, a, b, bias, activation, residual, alpha, beta, out, out_dtyp
                                  f"broadcasts to {list(out_shape)}, got "
                                  f"{list(residual.shape)}") from None
         r3 = _as_3d(torch, residual, batch_shape, m, n)
-    if allocate and _interop.ops is not None:  # the registered op allocates the output; it reads
+    if allocate and _state.ops is not None:  # the registered op allocates the output; it reads
         # torch's float32 matmul precision itself (at run time, also in a compiled graph)
-        result = _interop.ops.matmul.default(
+        result = _state.ops.matmul.default(
             a3, b3, bias=bias, residual=r3, activation=_activation(activation), alpha=float(alpha),
             out_dtype=out_dtype)
         return result if len(batch_shape) <= 1 else result.view(out_shape)
@@ -169,26 +169,26 @@ def matmul(input: torch.Tensor, other: torch.Tensor, *, bias: Optional[torch.Ten
            out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """``activation(alpha * (input @ other) + bias) + residual + beta * out`` in one kernel; see
     the module's documentation."""
-    fast = _interop.fast
+    fast = _state.fast
     if fast is not None and activation is None and residual is None and alpha == 1 and beta == 0 \
-            and out is None and out_dtype is None and not _interop.dynamo_compiling():
+            and out is None and out_dtype is None and not _state.dynamo_compiling():
         r = fast.matmul(input, other) if bias is None else fast.matmul(input, other, bias)
         if r is not None:
             return r
-    if type(input) is not _interop.Tensor and (bias is not None or residual is not None) \
+    if type(input) is not _state.Tensor and (bias is not None or residual is not None) \
             and hasattr(input, "placements") and hasattr(other, "placements"):  # DTensors
         bias, residual = _epilogue_as_placed(input, other, bias, residual, activation)
-    ops = _interop.ops
+    ops = _state.ops
     if ops is not None and out is None and residual is None and beta == 0 \
-            and isinstance(input, _interop.Tensor) and isinstance(other, _interop.Tensor) \
+            and isinstance(input, _state.Tensor) and isinstance(other, _state.Tensor) \
             and input.dim() == 2 and other.dim() == 2 and input.is_cuda \
-            and input.dtype in _interop.FLOATS and other.dtype is input.dtype \
+            and input.dtype in _state.FLOATS and other.dtype is input.dtype \
             and type(alpha) in (int, float) and math.isfinite(alpha):
         return ops.matmul.default(input, other, bias=bias, activation=_activation(activation),
                                   alpha=alpha, out_dtype=out_dtype)
     if bias is None and activation is None and residual is None and alpha == 1 and beta == 0 \
             and out is None and out_dtype is None and _torch_takes_over(input, other):
-        return _interop.torch_module.matmul(input, other)
+        return _state.torch_module.matmul(input, other)
     torch = _torch_only(input, "input")
     _torch_only(other, "other")
     _activation(activation)
@@ -272,13 +272,13 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
            activation: Optional[str] = None) -> torch.Tensor:
     """``torch.nn.functional.linear``: ``input @ weight.T + bias`` (weight [N, K]), with an
     optional fused activation."""
-    fast = _interop.fast
-    if fast is not None and activation is None and not _interop.dynamo_compiling():
+    fast = _state.fast
+    if fast is not None and activation is None and not _state.dynamo_compiling():
         r = fast.linear(input, weight) if bias is None else fast.linear(input, weight, bias)
         if r is not None:
             return r
     if activation is None and _torch_takes_over(input, weight, bias):
-        return _interop.torch_module.nn.functional.linear(input, weight, bias)
+        return _state.torch_module.nn.functional.linear(input, weight, bias)
     _torch_only(weight, "weight")
     return matmul(input, weight.transpose(-1, -2), bias=bias, activation=activation)
 
@@ -289,8 +289,8 @@ def mlp(input: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, *,
     saves the pre-activation product and recomputes the hidden activation in the backward; see the
     module's documentation."""
     name = _activation(activation, "mlp")
-    fast = _interop.fast
-    if fast is not None and not _interop.dynamo_compiling():
+    fast = _state.fast
+    if fast is not None and not _state.dynamo_compiling():
         r = fast.mlp(input, w_in, w_out, name)
         if r is not None:
             return r
@@ -353,8 +353,8 @@ def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
     if input.dim() != 2 or other.dim() != 2:
         raise ValueError(f"tessera.scaled_mm: arguments 'input' and 'other': expected 2-d "
                          f"tensors, got {input.dim()}-d and {other.dim()}-d")
-    if _interop.ops is not None:
-        return _interop.ops.scaled_mm.default(input, other, scale_a, scale_b, bias=bias,
+    if _state.ops is not None:
+        return _state.ops.scaled_mm.default(input, other, scale_a, scale_b, bias=bias,
                                               out_dtype=out_dtype)
     dtype = out_dtype if out_dtype is not None else torch.bfloat16
     out = torch.empty((input.shape[0], other.shape[1]), dtype=dtype, device=input.device)

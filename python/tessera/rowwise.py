@@ -30,7 +30,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from . import _C, _interop
+from . import _C, _interop, _state
 from ._interop import (as_arg, dlpack_stream, torch_if_tensor, torch_stream,
                        torch_view, wrap_output)
 from ._surface import op
@@ -138,17 +138,6 @@ def _requires_grad(torch, *tensors) -> bool:
     return False
 
 
-def _stats_view(torch, stat, x, k: int):
-    """mean/rstd as the leading shape the library wants; torch's leading + (1,) * k shape is
-    reshaped (a view for the tensors native_layer_norm returns). Anything else goes to the library
-    as it is, to be refused there."""
-    if isinstance(stat, torch.Tensor) and isinstance(x, torch.Tensor):
-        lead = tuple(x.shape[:x.dim() - k])
-        if stat.dim() == x.dim() and tuple(stat.shape) == lead + (1,) * k:
-            return stat.reshape(lead)
-    return stat
-
-
 def _new_stats(torch, x, k: int, count: int = 2):
     """``count`` uninitialized float32 tensors of the leading shape (mean and rstd, or rstd) for
     the kernel to fill; NaN where rows have no elements (a size-0 normalized dimension): their
@@ -179,7 +168,7 @@ def softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None, *,
     the input's shape, dtype and device; it may be the input itself.
     """
     if out is None and _interop.outside_kernels(input, cast=dtype):
-        return _interop.torch_module.softmax(input, dim, dtype=dtype)
+        return _state.torch_module.softmax(input, dim, dtype=dtype)
     return _softmax_entry(input, dim, dtype, out, False)
 
 
@@ -188,7 +177,7 @@ def log_softmax(input: TensorT, dim: int = -1, dtype: torch.dtype | None = None,
                 out: TensorT | None = None) -> TensorT:
     """Log-softmax along ``dim``, as :func:`torch.log_softmax`; see :func:`softmax`."""
     if out is None and _interop.outside_kernels(input, cast=dtype):
-        return _interop.torch_module.log_softmax(input, dim, dtype=dtype)
+        return _state.torch_module.log_softmax(input, dim, dtype=dtype)
     return _softmax_entry(input, dim, dtype, out, True)
 
 
@@ -265,7 +254,10 @@ def _softmax_backward_torch(torch, grad, y, dim, log, out):
     return out
 
 
-# ---- LayerNorm --------------------------------------------------------------------------------
+# ---- LayerNorm and RMSNorm, alone and after the residual add --------------------------------------
+# Declarations of the norm family's ops (one description template in the library): a call the
+# kernels take runs the op; the bodies take the rest (torch's function for CPU tensors and mixed
+# dtypes, DLPack arrays and out= through the library's bindings).
 
 def _torch_shape(normalized_shape):
     """normalized_shape as torch's functions take it: a sequence (tessera also takes an int). No
@@ -275,6 +267,7 @@ def _torch_shape(normalized_shape):
     return (operator.index(normalized_shape),)
 
 
+@op("layer_norm")
 def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
                weight: TensorLike | None = None, bias: TensorLike | None = None,
                eps: float = 1e-5, *, out: TensorT | None = None) -> TensorT:
@@ -292,34 +285,34 @@ def layer_norm(input: TensorT, normalized_shape: int | Sequence[int],
         eps: added to the variance.
         out: optional preallocated output (keyword only, not in torch's signature).
     """
-    fast = _interop.fast
-    if fast is not None and out is None and not _interop.dynamo_compiling():
-        r = fast.layer_norm(input, normalized_shape, weight, bias, eps)
-        if r is not None:
-            return r
-    ops, T = _interop.ops, _interop.Tensor  # T: also a subclass (a DTensor), checked after the exact type
-    if out is None and ops is not None and (type(input) is T or isinstance(input, T)) and input.is_cuda \
-            and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype) \
-            and (bias is None or bias.dtype is input.dtype):
-        shape = _shape_arg(normalized_shape)
-        if shape is not None:
-            return ops.layer_norm.default(input, shape, weight, bias, eps)[0]
-    if out is None and _interop.outside_kernels(input, weight, bias):
-        return _interop.torch_module.nn.functional.layer_norm(
+    if out is None and _interop.outside_kernels(input, weight, bias, devices=False):
+        return _state.torch_module.nn.functional.layer_norm(
             input, _torch_shape(normalized_shape), weight, bias, eps)
-    op = "layer_norm"
+    return _norm_entry("layer_norm", input, normalized_shape, weight, bias, eps, 0.0, out)
+
+
+def _norm_entry(op, input, normalized_shape, weight, bias, eps, weight_offset, out):
+    """layer_norm and rms_norm where the op does not take the call: DLPack arrays, out=, and
+    arguments of other Python types."""
+    rms = op == "rms_norm"
     k = _normalized_ndim(normalized_shape, input, op)
     torch = torch_if_tensor(input)
     if torch is None:
-        result = _C.layer_norm(as_arg(None, input, op, "input"), k, _arg(weight, op, "weight"),
-                               _arg(bias, op, "bias"), float(eps), _arg(out, op, "out"), None,
-                               None, dlpack_stream(input))
+        x, w, o, stream = as_arg(None, input, op, "input"), _arg(weight, op, "weight"), _arg(out, op, "out"), \
+            dlpack_stream(input)
+        result = _C.rms_norm(x, k, w, float(eps), float(weight_offset), o, None, stream) if rms else \
+            _C.layer_norm(x, k, w, _arg(bias, op, "bias"), float(eps), o, None, None, stream)
         return out if out is not None else wrap_output(input, result)
     if _requires_grad(torch, input, weight, bias):
         if out is not None:
             raise _no_grad_with_out(op)
         shape = list(input.shape[input.dim() - k:])
-        return _interop.needs_ops(op).layer_norm.default(input, shape, weight, bias, float(eps))[0]
+        ops = _interop.needs_ops(op)
+        if rms:
+            return ops.rms_norm.default(input, shape, weight, float(eps), float(weight_offset))[0]
+        return ops.layer_norm.default(input, shape, weight, bias, float(eps))[0]
+    if rms:
+        return _rms_norm_torch(torch, input, k, weight, eps, weight_offset, out, False)[0]
     return _layer_norm_torch(torch, input, k, weight, bias, eps, out, False)[0]
 
 
@@ -342,7 +335,7 @@ def layer_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int
     mean and rstd are float32 with the leading shape ``input.shape[:-len(normalized_shape)]`` (not
     torch's ``leading + (1,) * len(normalized_shape)``). Torch tensors only; not differentiable
     (use :func:`layer_norm` for autograd)."""
-    ops, T = _interop.ops, _interop.Tensor
+    ops, T = _state.ops, _state.Tensor
     if ops is not None and (type(input) is T or isinstance(input, T)):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
@@ -354,36 +347,31 @@ def layer_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int
     return _layer_norm_torch(torch, input, k, weight, bias, eps, None, True)
 
 
+@op("layer_norm_backward")
 def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
                         normalized_shape: int | Sequence[int], mean: torch.Tensor,
                         rstd: torch.Tensor, weight: torch.Tensor | None = None,
+                        bias: torch.Tensor | None = None,
                         output_mask: Sequence[bool] = (True, True, True)
                         ) -> tuple[torch.Tensor | None, torch.Tensor | None,
                                    torch.Tensor | None]:
     """``(grad_input, grad_weight, grad_bias)`` of :func:`layer_norm`, given the forward's mean and
     rstd (either the leading shape or torch's ``leading + (1,) * len(normalized_shape)``), as
-    ``torch.ops.aten.native_layer_norm_backward``. An entry is None where ``output_mask`` turns it
-    off; grad_weight also where ``weight`` is None. grad_bias needs no bias (it is the sum of
-    grad_output over rows). grad_weight and grad_bias are bit-identical from run to run on one GPU.
+    ``torch.ops.aten.native_layer_norm_backward`` (its arguments, in its order). An entry is None
+    where ``output_mask`` turns it off, grad_weight also where ``weight`` is None and grad_bias
+    where ``bias`` is. grad_weight and grad_bias are bit-identical from run to run on one GPU.
     Torch tensors only."""
-    fast = _interop.fast
-    if fast is not None and not _interop.dynamo_compiling():
-        r = fast.layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight,
-                                     output_mask)
-        if r is not None:
-            return r
     op = "layer_norm_backward"
     torch = torch_if_tensor(input)
     _torch_only(torch, input, op, "the backward functions take torch tensors")
     k = _normalized_ndim(normalized_shape, input, op)
     mask = _output_mask(output_mask, 3, op)
-    mean, rstd = _stats_view(torch, mean, input, k), _stats_view(torch, rstd, input, k)
-    T = _interop.Tensor
-    if _interop.ops is not None and (type(input) is T or isinstance(input, T)):
-        return _interop.ops.layer_norm_backward.default(
-            grad_output, input, tuple(input.shape[input.dim() - k:]), mean, rstd, weight, mask)
+    T = _state.Tensor
+    if _state.ops is not None and (type(input) is T or isinstance(input, T)):
+        return _state.ops.layer_norm_backward.default(
+            grad_output, input, tuple(input.shape[input.dim() - k:]), mean, rstd, weight, bias, mask)
     return _layer_norm_backward_torch(torch, grad_output, input, k, mean, rstd, weight, mask[0],
-                                      mask[1] and weight is not None, mask[2])
+                                      mask[1] and weight is not None, mask[2] and bias is not None)
 
 
 def _layer_norm_backward_torch(torch, grad, x, k, mean, rstd, weight, want_in, want_w, want_b):
@@ -402,16 +390,15 @@ def _layer_norm_backward_torch(torch, grad, x, k, mean, rstd, weight, want_in, w
     return gi, gw, gb
 
 
-# ---- RMSNorm ----------------------------------------------------------------------------------
-
+@op("rms_norm")
 def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
-             weight: TensorLike | None = None, eps: float | None = None, *,
+             weight: TensorLike | None = None, eps: float | None = RMS_NORM_DEFAULT_EPS, *,
              weight_offset: float = 0.0, out: TensorT | None = None) -> TensorT:
     """RMSNorm over the trailing ``normalized_shape`` dimensions, as
     :func:`torch.nn.functional.rms_norm`: ``x * rstd * weight`` with
     ``rstd = 1 / sqrt(mean(x^2) + eps)``. Differentiable with respect to input and weight.
 
-    ``eps=None`` takes torch's default, which (whatever the input dtype) is float32's epsilon,
+    ``eps=None`` is torch's default, which (whatever the input dtype) is float32's epsilon,
     2**-23: torch documents ``finfo(input.dtype).eps`` but resolves it with its accumulation type.
 
     ``weight_offset`` is added to each weight in float32: ``weight_offset=1`` is Gemma's
@@ -419,39 +406,15 @@ def rms_norm(input: TensorT, normalized_shape: int | Sequence[int],
     Gemma's RMSNorm does, without float32 copies of x. It needs a weight.
     Other arguments as in :func:`layer_norm`.
     """
-    eps_ = RMS_NORM_DEFAULT_EPS if eps is None else eps
-    fast = _interop.fast
-    if fast is not None and out is None and not _interop.dynamo_compiling():
-        r = fast.rms_norm(input, normalized_shape, weight, eps_, weight_offset)
-        if r is not None:
-            return r
-    ops, T = _interop.ops, _interop.Tensor  # T: also a subclass (a DTensor), checked after the exact type
-    if out is None and ops is not None and (type(input) is T or isinstance(input, T)) and input.is_cuda \
-            and input.dtype in _interop.FLOATS and (weight is None or weight.dtype is input.dtype):
-        shape = _shape_arg(normalized_shape)
-        if shape is not None:
-            return ops.rms_norm.default(input, shape, weight, eps_, weight_offset)[0]
-    if out is None and _interop.outside_kernels(input, weight):
+    if out is None and _interop.outside_kernels(input, weight, devices=False):
         return _rms_norm_fallback(input, normalized_shape, weight, eps, weight_offset)
-    op = "rms_norm"
-    k = _normalized_ndim(normalized_shape, input, op)
-    eps = float(eps_)
-    torch = torch_if_tensor(input)
-    if torch is None:
-        result = _C.rms_norm(as_arg(None, input, op, "input"), k, _arg(weight, op, "weight"), eps,
-                             float(weight_offset), _arg(out, op, "out"), None, dlpack_stream(input))
-        return out if out is not None else wrap_output(input, result)
-    if _requires_grad(torch, input, weight):
-        if out is not None:
-            raise _no_grad_with_out(op)
-        shape = list(input.shape[input.dim() - k:])
-        return _interop.needs_ops(op).rms_norm.default(input, shape, weight, eps, weight_offset)[0]
-    return _rms_norm_torch(torch, input, k, weight, eps, weight_offset, out, False)[0]
+    eps = RMS_NORM_DEFAULT_EPS if eps is None else eps
+    return _norm_entry("rms_norm", input, normalized_shape, weight, None, eps, weight_offset, out)
 
 
 def _rms_norm_fallback(input, normalized_shape, weight, eps, weight_offset):
     """torch's rms_norm where tessera's kernels do not run; the offset as Gemma computes it."""
-    F = _interop.torch_module.nn.functional
+    F = _state.torch_module.nn.functional
     shape = _torch_shape(normalized_shape)
     if not weight_offset:
         return F.rms_norm(input, shape, weight, eps)
@@ -481,20 +444,20 @@ def rms_norm_forward(input: torch.Tensor, normalized_shape: int | Sequence[int],
     """``(out, rstd)`` of :func:`rms_norm`, as ``torch.ops.aten._fused_rms_norm``, with rstd float32
     of the leading shape ``input.shape[:-len(normalized_shape)]``. Torch tensors only; not
     differentiable (use :func:`rms_norm` for autograd)."""
-    ops, T = _interop.ops, _interop.Tensor
+    ops, T = _state.ops, _state.Tensor
+    eps = RMS_NORM_DEFAULT_EPS if eps is None else eps
     if ops is not None and (type(input) is T or isinstance(input, T)):
         shape = _shape_arg(normalized_shape)
         if shape is not None:
-            return ops.rms_norm.default(input, shape, weight,
-                                        RMS_NORM_DEFAULT_EPS if eps is None else eps, weight_offset)
+            return ops.rms_norm.default(input, shape, weight, eps, weight_offset)
     op = "rms_norm_forward"
     torch = torch_if_tensor(input)
     _torch_only(torch, input, op, "for DLPack arrays use tessera.rms_norm")
     k = _normalized_ndim(normalized_shape, input, op)
-    eps = RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
-    return _rms_norm_torch(torch, input, k, weight, eps, weight_offset, None, True)
+    return _rms_norm_torch(torch, input, k, weight, float(eps), weight_offset, None, True)
 
 
+@op("rms_norm_backward")
 def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
                       normalized_shape: int | Sequence[int], rstd: torch.Tensor,
                       weight: torch.Tensor | None = None,
@@ -505,22 +468,16 @@ def rms_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     shape, or ``leading + (1,) * len(normalized_shape)``) and its weight_offset. An entry is None
     where ``output_mask`` turns it off; grad_weight also where ``weight`` is None. grad_weight is
     bit-identical from run to run on one GPU. Torch tensors only."""
-    fast = _interop.fast
-    if fast is not None and not _interop.dynamo_compiling():
-        r = fast.rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask,
-                                   weight_offset)
-        if r is not None:
-            return r
     op = "rms_norm_backward"
     torch = torch_if_tensor(input)
     _torch_only(torch, input, op, "the backward functions take torch tensors")
     k = _normalized_ndim(normalized_shape, input, op)
     mask = _output_mask(output_mask, 2, op)
-    rstd = _stats_view(torch, rstd, input, k)
-    T = _interop.Tensor
-    if _interop.ops is not None and (type(input) is T or isinstance(input, T)):
-        return _interop.ops.rms_norm_backward.default(
-            grad_output, input, tuple(input.shape[input.dim() - k:]), rstd, weight, mask, weight_offset)
+    T = _state.Tensor
+    if _state.ops is not None and (type(input) is T or isinstance(input, T)):
+        return _state.ops.rms_norm_backward.default(
+            grad_output, input, tuple(input.shape[input.dim() - k:]), rstd, weight, mask,
+            float(weight_offset))
     return _rms_norm_backward_torch(torch, grad_output, input, k, rstd, weight, weight_offset, mask[0],
                                     mask[1] and weight is not None)
 
@@ -539,10 +496,9 @@ def _rms_norm_backward_torch(torch, grad, x, k, rstd, weight, weight_offset, wan
     return gi, gw
 
 
-# ---- the residual add fused with the norm ---------------------------------------------------------
-
-def _add_norm_torch(input, residual, op: str):
-    """The torch module, after checking that input and residual are torch tensors."""
+def _add_norm_entry(op, input, residual, weight, bias, eps):
+    """add_layer_norm and add_rms_norm where the op does not take the call: torch's composition
+    for the calls the kernels do not take, the op for arguments of other Python types."""
     torch = torch_if_tensor(input, init=True)
     if torch is None:
         raise TypeError(f"tessera.{op}: argument 'input': expected a torch tensor, got "
@@ -550,18 +506,20 @@ def _add_norm_torch(input, residual, op: str):
     if not isinstance(residual, torch.Tensor):
         raise TypeError(f"tessera.{op}: argument 'residual': expected a torch tensor, got "
                         f"{type(residual).__name__}")
-    return torch
+    rms = op == "add_rms_norm"
+    if _interop.outside_kernels(input, residual, weight, bias, devices=False):
+        s = input + residual
+        F = torch.nn.functional
+        return (F.rms_norm(s, s.shape[-1:], weight, eps) if rms else
+                F.layer_norm(s, s.shape[-1:], weight, bias, eps), s)
+    ops = _interop.needs_ops(op)
+    eps = float(RMS_NORM_DEFAULT_EPS if eps is None else eps)
+    r = ops.add_rms_norm.default(input, residual, weight, eps) if rms else \
+        ops.add_layer_norm.default(input, residual, weight, bias, eps)
+    return r[0], r[1]
 
 
-def _takes(input, residual, *params) -> bool:
-    """The registered op's direct route: a CUDA tensor of a float dtype (a subclass too), and a
-    residual and parameters of its dtype (devices and shapes are the library's to check)."""
-    T = _interop.Tensor  # a subclass too (a DTensor), after the exact type
-    return ((type(input) is T or isinstance(input, T)) and input.is_cuda and input.dtype in _interop.FLOATS
-            and isinstance(residual, _interop.Tensor) and residual.dtype is input.dtype
-            and all(p is None or p.dtype is input.dtype for p in params))
-
-
+@op("add_layer_norm")
 def add_layer_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
                    bias: torch.Tensor | None = None,
                    eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -586,52 +544,20 @@ def add_layer_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     Calls the kernels do not take (CPU tensors, other or mixed dtypes, such as a float32
     residual beside bfloat16 activations) compute the same composition with torch's functions.
     """
-    fast = _interop.fast
-    if fast is not None and not _interop.dynamo_compiling():
-        r = fast.add_layer_norm(input, residual, weight, bias, eps)
-        if r is not None:
-            return r
-    if _interop.ops is not None and _takes(input, residual, weight, bias):
-        out, res, _, _ = _interop.ops.add_layer_norm.default(input, residual, weight, bias, eps)
-        return out, res
-    op = "add_layer_norm"
-    torch = _add_norm_torch(input, residual, op)
-    if _interop.outside_kernels(input, residual, weight, bias):
-        s = input + residual
-        return torch.nn.functional.layer_norm(s, s.shape[-1:], weight, bias, eps), s
-    out, res, _, _ = _interop.needs_ops(op).add_layer_norm.default(input, residual, weight, bias,
-                                                                  float(eps))
-    return out, res
+    return _add_norm_entry("add_layer_norm", input, residual, weight, bias, eps)
 
 
+@op("add_rms_norm")
 def add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
-                 eps: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 eps: float | None = RMS_NORM_DEFAULT_EPS) -> tuple[torch.Tensor, torch.Tensor]:
     """``(output, residual_out)``: ``residual_out = input + residual`` and ``output`` its RMSNorm
     over the last dimension, in one pass (vLLM's ``fused_add_rms_norm``, out of place): input and
     residual are read once, output and residual_out written once. The result is that of
     ``s = input + residual; F.rms_norm(s, s.shape[-1:], weight, eps), s``.
 
-    ``eps=None`` takes torch's default, float32's epsilon (see :func:`rms_norm`). Differentiable
+    ``eps=None`` is torch's default, float32's epsilon (see :func:`rms_norm`). Differentiable
     with respect to input, residual and weight: the forward saves residual_out and the float32
     rstd, the backward writes one gradient for input and residual, as :func:`add_layer_norm`'s.
     Arguments and the calls torch computes as in :func:`add_layer_norm`.
     """
-    e = RMS_NORM_DEFAULT_EPS if eps is None else eps
-    fast = _interop.fast
-    if fast is not None and not _interop.dynamo_compiling():
-        r = fast.add_rms_norm(input, residual, weight, e)
-        if r is not None:
-            return r
-    if _interop.ops is not None and _takes(input, residual, weight):
-        out, res, _ = _interop.ops.add_rms_norm.default(input, residual, weight, e)
-        return out, res
-    op = "add_rms_norm"
-    torch = _add_norm_torch(input, residual, op)
-    if _interop.outside_kernels(input, residual, weight):
-        s = input + residual
-        return torch.nn.functional.rms_norm(s, s.shape[-1:], weight, eps), s
-    out, res, _ = _interop.needs_ops(op).add_rms_norm.default(input, residual, weight, float(e))
-    return out, res
-
-
-# ---- autograd ---------------------------------------------------------------------------------
+    return _add_norm_entry("add_rms_norm", input, residual, weight, None, eps)

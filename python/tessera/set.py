@@ -20,7 +20,7 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING
 
-from . import _C, _interop
+from . import _C, _interop, _state
 from ._interop import (as_arg, dlpack_stream, torch_if_tensor, torch_stream_of_either, torch_view,
                        wrap_output)
 
@@ -76,8 +76,8 @@ def isin(elements: TensorT | float, test_elements: TensorT | float, *,
         return torch.isin(elements, test_elements, assume_unique=assume_unique, invert=invert)
     elements, test_elements = _promote(torch, elements, test_elements)
     t = isin_thresholds
-    if out is None and _interop.ops is not None:
-        return _interop.ops.isin.default(
+    if out is None and _state.ops is not None:
+        return _state.ops.isin.default(
             elements, test_elements, assume_unique=bool(assume_unique), invert=bool(invert),
             path=path, brute_force_max_test=int(t["brute_force_max_test"]),
             brute_force_max_work=int(t["brute_force_max_work"]),

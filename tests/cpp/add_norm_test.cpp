@@ -224,28 +224,28 @@ TEST(AddNormChecks, InPlaceOnlyAsVllmDoes) {
 TEST(AddNormChecks, BackwardArguments) {
   Args a;
   const TensorView dres48 = cuda_tensor(0xa00000, DType::bfloat16, {8, 4});
-  expect_error([&] { tessera::add_rms_norm_backward(a.dy, &dres48, a.res, a.rstd, &a.w, &a.dx, &a.dw, nullptr); },
+  expect_error([&] { tessera::add_rms_norm_backward(&a.dy, &dres48, a.res, a.rstd, &a.w, &a.dx, &a.dw, nullptr); },
                ErrorKind::value,
                {"tessera.add_rms_norm_backward: argument 'grad_residual_out'", "shape [4, 8] (that of 'residual_out')",
                 "got [8, 4]"});
   const TensorView dyf = cuda_tensor(0x900000, DType::float32, {4, 8});
-  expect_error([&] { tessera::add_layer_norm_backward(dyf, &a.dres, a.res, a.mean, a.rstd, nullptr, &a.dx, nullptr, nullptr, nullptr); },
+  expect_error([&] { tessera::add_layer_norm_backward(&dyf, &a.dres, a.res, a.mean, a.rstd, nullptr, &a.dx, nullptr, nullptr, nullptr); },
                ErrorKind::type, {"argument 'grad_output'", "dtype bfloat16 (that of 'residual_out')"});
   const TensorView rstd5 = cuda_tensor(0x800000, DType::float32, {5});
-  expect_error([&] { tessera::add_rms_norm_backward(a.dy, nullptr, a.res, rstd5, nullptr, &a.dx, nullptr, nullptr); },
+  expect_error([&] { tessera::add_rms_norm_backward(&a.dy, nullptr, a.res, rstd5, nullptr, &a.dx, nullptr, nullptr); },
                ErrorKind::value, {"argument 'rstd'", "shape [4] (the leading shape of 'residual_out')", "got [5]"});
   const TensorView s0 = cuda_tensor(0x400000, DType::bfloat16, {});
-  expect_error([&] { tessera::add_rms_norm_backward(s0, nullptr, s0, a.rstd, nullptr, &a.dx, nullptr, nullptr); },
+  expect_error([&] { tessera::add_rms_norm_backward(&s0, nullptr, s0, a.rstd, nullptr, &a.dx, nullptr, nullptr); },
                ErrorKind::value, {"tessera.add_rms_norm_backward: argument 'residual_out'", "at least 1 dimension"});
-  expect_error([&] { tessera::add_layer_norm_backward(a.dy, nullptr, a.res, a.mean, a.rstd, nullptr, &a.dx, &a.dw, nullptr, nullptr); },
+  expect_error([&] { tessera::add_layer_norm_backward(&a.dy, nullptr, a.res, a.mean, a.rstd, nullptr, &a.dx, &a.dw, nullptr, nullptr); },
                ErrorKind::value, {"argument 'grad_weight'", "nullptr when 'weight' is not given"});
   // grad_input may be grad_residual_out (same view), nothing else it reads.
-  expect_error([&] { tessera::add_rms_norm_backward(a.dy, &a.dres, a.res, a.rstd, nullptr, &a.dy, nullptr, nullptr); },
+  expect_error([&] { tessera::add_rms_norm_backward(&a.dy, &a.dres, a.res, a.rstd, nullptr, &a.dy, nullptr, nullptr); },
                ErrorKind::value, {"argument 'grad_input'", "does not overlap 'grad_output'"});
-  expect_error([&] { tessera::add_rms_norm_backward(a.dy, &a.dres, a.res, a.rstd, nullptr, &a.res, nullptr, nullptr); },
+  expect_error([&] { tessera::add_rms_norm_backward(&a.dy, &a.dres, a.res, a.rstd, nullptr, &a.res, nullptr, nullptr); },
                ErrorKind::value, {"argument 'grad_input'", "does not overlap 'residual_out'"});
   const TensorView shifted = cuda_tensor(0xa00000 + 16, DType::bfloat16, {4, 8});
-  expect_error([&] { tessera::add_rms_norm_backward(a.dy, &a.dres, a.res, a.rstd, nullptr, &shifted, nullptr, nullptr); },
+  expect_error([&] { tessera::add_rms_norm_backward(&a.dy, &a.dres, a.res, a.rstd, nullptr, &shifted, nullptr, nullptr); },
                ErrorKind::value, {"argument 'grad_input'", "does not overlap 'grad_residual_out'"});
 }
 
@@ -255,8 +255,8 @@ TEST(AddNormChecks, EmptyTensorsReturnWithoutTouchingTheGpu) {
   const TensorView w = cuda_tensor(0x500000, DType::bfloat16, {8});
   EXPECT_NO_THROW(tessera::add_layer_norm(x, x, &w, &w, 1e-5, x, x, &s, &s, nullptr));
   EXPECT_NO_THROW(tessera::add_rms_norm(x, x, nullptr, 1e-6, x, x, &s, nullptr));
-  EXPECT_NO_THROW(tessera::add_rms_norm_backward(x, &x, x, s, nullptr, &x, nullptr, nullptr));
-  EXPECT_NO_THROW(tessera::add_layer_norm_backward(x, nullptr, x, s, s, &w, &x, nullptr, nullptr, nullptr));
+  EXPECT_NO_THROW(tessera::add_rms_norm_backward(&x, &x, x, s, nullptr, &x, nullptr, nullptr));
+  EXPECT_NO_THROW(tessera::add_layer_norm_backward(&x, nullptr, x, s, s, &w, &x, nullptr, nullptr, nullptr));
 }
 
 TEST(AddNormRegistry, OpsAndCases) {
@@ -337,9 +337,9 @@ TEST(AddNormGpu, DeterministicAndInPlaceAsOutOfPlace) {
         TestTensor dw = make_tensor(s.dt, {s.n}, Layout::contiguous), db = make_tensor(s.dt, {s.n}, Layout::contiguous);
         const TensorView& gi = run == 2 ? dres.view : dx.view;
         if (rms)
-          tessera::add_rms_norm_backward(dy.view, &dres.view, res.view, rstd.view, &w.view, &gi, &dw.view, nullptr);
+          tessera::add_rms_norm_backward(&dy.view, &dres.view, res.view, rstd.view, &w.view, &gi, &dw.view, nullptr);
         else
-          tessera::add_layer_norm_backward(dy.view, &dres.view, res.view, mean.view, rstd.view, &w.view, &gi, &dw.view,
+          tessera::add_layer_norm_backward(&dy.view, &dres.view, res.view, mean.view, rstd.view, &w.view, &gi, &dw.view,
                                            &db.view, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const auto got_dx = bytes_of(run == 2 ? dres : dx);

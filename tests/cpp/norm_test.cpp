@@ -247,11 +247,15 @@ TEST(NormChecks, StatisticsMustBeFloat32OfTheLeadingShape) {
   expect_error([&] { tessera::layer_norm_backward(a.dy, a.x, 1, a.mean, rstd5, &a.w, &a.out, nullptr, nullptr, nullptr); },
                ErrorKind::value, {"tessera.layer_norm_backward: argument 'rstd'", "got [5]"});
   // Every dimension normalized: the statistics are 0-d.
-  const TensorView rstd0 = cuda_tensor(0x700000, DType::float32, {});
   expect_error([&] { tessera::rms_norm(a.x, 2, nullptr, 1e-5, 0.0, a.out, &a.rstd, nullptr); }, ErrorKind::value,
                {"argument 'rstd'", "shape [] (the leading shape of 'input')", "got [4]"});
-  EXPECT_NO_THROW(tessera::rms_norm(TensorView::contiguous(nullptr, DType::float32, {0, 8}), 2, nullptr, 1e-5, 0.0,
-                                    TensorView::contiguous(nullptr, DType::float32, {0, 8}), &rstd0, nullptr));
+  // The backwards also take torch's statistics, the leading shape followed by 1s; no other shape.
+  const TensorView rstd41 = cuda_tensor(0x700000, DType::float32, {4, 1}),
+                   rstd42 = cuda_tensor(0x700000, DType::float32, {4, 2});
+  expect_error([&] { tessera::layer_norm_backward(a.dy, a.x, 1, a.mean, rstd42, &a.w, &a.out, nullptr, nullptr, nullptr); },
+               ErrorKind::value, {"tessera.layer_norm_backward: argument 'rstd'", "got [4, 2]"});
+  expect_error([&] { tessera::layer_norm_backward(a.dy, a.x, 1, a.mean, rstd41, &a.w, &a.out, &a.out, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'grad_weight'"});  // rstd41 passed its check: the next one fails
 }
 
 TEST(NormChecks, Eps) {
@@ -358,10 +362,34 @@ TEST(NormRegistry, OpsAndCases) {
   EXPECT_EQ(tessera::ops::select_ops("rms_norm").size(), 2u);
 }
 
-// ---- GPU: determinism (the verify cases run in verify_test.cpp) -----------------------------
+// ---- GPU: empty rows, determinism (the verify cases run in verify_test.cpp) -----------------
 
 std::vector<unsigned char> bytes_of(const tessera::ops::TestTensor& t) {
   return tessera::ops::to_host(t).bytes;
+}
+
+// Rows of no elements (every dimension normalized, or a 0-sized one) have NaN statistics, as
+// torch's; the outputs stay empty.
+TEST(NormGpu, EmptyRowsHaveNaNStatistics) {
+  TESSERA_REQUIRE_GPU();
+  using tessera::ops::Layout;
+  using tessera::ops::make_tensor;
+  const TensorView x = TensorView::contiguous(nullptr, DType::float32, {3, 0});
+  auto mean = make_tensor(DType::float32, {3}, Layout::contiguous), rstd = make_tensor(DType::float32, {3}, Layout::contiguous);
+  auto one = make_tensor(DType::float32, {}, Layout::contiguous);
+  for (auto* t : {&mean, &rstd, &one}) tessera::ops::fill_random(*t, 0, 1, nullptr);  // finite first
+  tessera::layer_norm(x, 1, nullptr, nullptr, 1e-5, x, &mean.view, &rstd.view, nullptr);
+  tessera::rms_norm(TensorView::contiguous(nullptr, DType::float32, {0, 8}), 2, nullptr, 1e-5, 0.0,
+                    TensorView::contiguous(nullptr, DType::float32, {0, 8}), &one.view, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (const auto* t : {&mean, &rstd, &one}) {
+    const std::vector<unsigned char> b = bytes_of(*t);
+    for (size_t i = 0; i + 4 <= b.size(); i += 4) {
+      float v;
+      std::memcpy(&v, b.data() + i, 4);
+      EXPECT_TRUE(std::isnan(v)) << "statistic " << i / 4 << ": " << v;
+    }
+  }
 }
 
 // The same backward twice on the same inputs: grad_weight and grad_bias bit for bit the same

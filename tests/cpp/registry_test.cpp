@@ -86,6 +86,49 @@ TEST(Registry, EveryDescriptionIsComplete) {
   }
 }
 
+// The output rules (tessera/op.hpp): leading dimensions, broadcasts, and the errors that name the
+// op and the argument.
+TEST(Registry, OutputShapesByRule) {
+  namespace out = tessera::out;
+  tessera::OpDesc op;
+  op.name = "norm";
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(tessera::output_shape(op, out::like("out", "x"), {4, 5, 6}, {}), (V{4, 5, 6}));
+  EXPECT_EQ(tessera::output_shape(op, out::mask("out", "x"), {3}, {}), (V{3}));
+  EXPECT_EQ(tessera::output_shape(op, out::stats("rstd", "x", "weight"), {4, 5, 6}, {6}), (V{4, 5}));
+  EXPECT_EQ(tessera::output_shape(op, out::stats("rstd", "x", "weight"), {4, 5, 6}, {5, 6}), (V{4}));
+  EXPECT_EQ(tessera::output_shape(op, out::stats("rstd", "x", "weight"), {6}, {6}), (V{}));
+  EXPECT_EQ(tessera::output_shape(op, out::broadcast("out", "a", "b"), {4, 1, 6}, {5, 1}), (V{4, 5, 6}));
+  EXPECT_EQ(tessera::output_shape(op, out::broadcast("out", "a", "b"), {}, {2, 3}), (V{2, 3}));
+  tessera::testing::expect_error([&] { tessera::output_shape(op, out::stats("rstd", "x", "weight"), {6}, {2, 6}); },
+               ErrorKind::value, {"norm", "weight", "at most the 1 dimensions of 'x'", "2 dimensions"});
+  tessera::testing::expect_error([&] { tessera::output_shape(op, out::broadcast("out", "a", "b"), {4, 3}, {5, 3}); },
+               ErrorKind::value, {"norm", "'b'", "broadcastable with a's [4, 3]", "got [5, 3]"});
+  // A fixed count of trailing dimensions (the add norms' last one); what a 0-d input lacks is the
+  // library's to name.
+  EXPECT_EQ(tessera::output_shape(op, out::stats("rstd", "x", 1), {4, 5, 6}, {}), (V{4, 5}));
+  EXPECT_EQ(tessera::output_shape(op, out::stats("rstd", "x", 1), {}, {}), (V{}));
+  EXPECT_TRUE(out::stats("rstd", "x", 1).internal);
+  EXPECT_EQ(out::like("grad_weight", "weight").when("output_mask", 1).mask_index, 1);
+}
+
+// A Trailing rule's int[] argument: the trailing dimensions of its tensor, at least one.
+TEST(Registry, TrailingDimensionsChecked) {
+  tessera::OpDesc op;
+  op.name = "layer_norm";
+  const tessera::OpDesc::Trailing t{"normalized_shape", "input"};
+  const int64_t shape[] = {2, 3, 4}, last[] = {4}, two[] = {3, 4}, wrong[] = {2, 4};
+  tessera::check_trailing(op, t, shape, 3, last, 1);
+  tessera::check_trailing(op, t, shape, 3, two, 2);
+  tessera::testing::expect_error([&] { tessera::check_trailing(op, t, shape, 3, wrong, 2); }, ErrorKind::value,
+                                 {"layer_norm", "'normalized_shape'", "trailing dimensions of the input's shape [2, 3, 4]",
+                                  "1 to 3 of them", "got [2, 4]"});
+  tessera::testing::expect_error([&] { tessera::check_trailing(op, t, shape, 3, last, 0); }, ErrorKind::value,
+                                 {"layer_norm", "got []"});
+  tessera::testing::expect_error([&] { tessera::check_trailing(op, t, shape, 0, last, 1); }, ErrorKind::value,
+                                 {"a 0-d input has none"});
+}
+
 // The harness adds cases to the library's descriptions, under their names: every described op has
 // them, in its family and for the dtypes its description says its kernels take.
 TEST(Registry, EveryDescribedOpHasCases) {

@@ -87,7 +87,7 @@ def test_add_norm_ops_name_their_arguments(torch_cpu):
     # The backward's tensor normalized is the forward's residual_out.
     with pytest.raises(ValueError, match=r"tessera\.add_layer_norm_backward: argument 'residual_out': "
                                          + CPU_DEVICE_MSG):
-        ops.add_layer_norm_backward(x, None, x, torch.zeros(4), torch.ones(4), None, [True, True, True])
+        ops.add_layer_norm_backward(x, None, x, torch.zeros(4), torch.ones(4), None, None, [True, True, True])
     assert ops.add_rms_norm_backward(x, x, x, torch.ones(4), None, [False, True]) == (None, None)
 
 
@@ -229,6 +229,9 @@ def test_add_norms_fast_path_op_and_statistics(torch, dtype):
     assert torch.equal(gi0, gr) and torch.equal(gw0, gwr)  # no grad_residual_out: rms_norm's kernels
     assert_close(gw, gwr, dtype, "grad_weight")
     assert_close(gi, gr.double() + h.double(), dtype, "grad_input")
+    # No grad_output (only residual_out's gradient came): grad_input is grad_residual_out, no weight's.
+    gi1, gw1 = torch.ops.tessera.add_rms_norm_backward(None, h, res, rstd, w, [True, True])
+    assert torch.equal(gi1, h) and gw1 is None
 
 
 @pytest.mark.parametrize("fn", ADD_NORMS)

@@ -241,12 +241,12 @@ def test_mlp_at_sizes_of_the_fused_epilogue(torch, dtype, activation):
 def test_mlp_without_autograd_is_two_gemms(torch):
     """Under no_grad (or with nothing requiring grad) the fast path takes plain CUDA tensors, with
     the composition's result; the profiler sees the op."""
-    from tessera import _interop
+    from tessera import _state
     x = torch.randn(2, 50, 256, device="cuda", dtype=torch.bfloat16)
     w_in, w_out = weights(torch, torch.bfloat16, 256, 512, 128, "swiglu", grad=False)
     want = composition(x, w_in, w_out, "swiglu")
-    if _interop.fast is not None:
-        assert _interop.fast.mlp(x, w_in, w_out, "swiglu") is not None
+    if _state.fast is not None:
+        assert _state.fast.mlp(x, w_in, w_out, "swiglu") is not None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         got = tessera.mlp(x, w_in, w_out)
     assert "tessera::mlp" in {e.key for e in prof.key_averages()}

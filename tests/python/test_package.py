@@ -84,6 +84,16 @@ def test_console_script_runs_the_binary():
     assert "bench" in r.stdout
 
 
+def test_cli_verify_list_names_the_cases_without_a_gpu():
+    r = run_cli("verify", "--list", "rms_norm", "add_rms_norm_backward")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    names = {line.split()[0] for line in lines[:-1]}
+    assert {"rms_norm", "add_rms_norm_backward"} <= names <= {"rms_norm", "rms_norm_backward", "add_rms_norm_backward"}
+    assert lines[-1] == f"{len(lines) - 1} case(s)" and len(lines) > 50
+    assert "PASS" not in r.stdout and "FAIL" not in r.stdout
+
+
 def test_cli_bad_sizes_is_a_usage_error():
     r = run_cli("bench", "--sizes", "abc")
     assert r.returncode == 2
@@ -97,3 +107,33 @@ def test_cli_wrapper_reports_a_missing_binary(monkeypatch, tmp_path, capsys):
         tessera._cli.main()
     assert e.value.code == 1
     assert "missing" in capsys.readouterr().err
+
+
+def _module_imports(path: Path):
+    """(imported tessera module, at module level?) for each `from . import` of a module's source."""
+    import ast
+    tree = ast.parse(path.read_text())
+    top = {id(n) for n in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None:
+            found += [(a.name, id(node) in top) for a in node.names]
+    return found
+
+
+def test_torch_state_has_no_import_cycle():
+    """tessera._torch publishes into tessera._state and never imports tessera._interop, which
+    imports tessera._torch only inside init_ops: no module runs while another is half-loaded."""
+    assert _module_imports(PKG / "_state.py") == []
+    assert all(name != "_interop" for name, _ in _module_imports(PKG / "_torch.py"))
+    assert ("_torch", False) in _module_imports(PKG / "_interop.py")
+    assert ("_torch", True) not in _module_imports(PKG / "_interop.py")
+
+
+def test_state_is_published_once_torch_is_seen():
+    code = ("import tessera, torch; from tessera import _state; assert _state.Tensor is None; "
+            "tessera.gelu(torch.ones(2)); assert _state.Tensor is torch.Tensor; "
+            "assert _state.torch_module is torch and torch.float32 in _state.FLOATS; print('ok')")
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

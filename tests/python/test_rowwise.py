@@ -147,7 +147,7 @@ def test_torch_cpu_tensors_get_torchs_results():
     with pytest.raises(RuntimeError, match=r"normalized_shape"):  # torch's own error
         tessera.layer_norm(x, (3,))
     with pytest.raises(ValueError, match=r"tessera\.layer_norm_backward: argument 'output_mask'"):
-        tessera.layer_norm_backward(x, x, 4, torch.zeros(3), torch.ones(3), None, (True, False))
+        tessera.layer_norm_backward(x, x, 4, torch.zeros(3), torch.ones(3), None, None, (True, False))
     # Everything masked off: nothing to compute, no library call.
     assert tessera.rms_norm_backward(x, x, 4, torch.ones(3), None, (False, True)) == (None, None)
 
@@ -472,7 +472,7 @@ def test_norms_zero_rows(torch):
     poison = [torch.full((64,), math.nan, device=DEV) for _ in range(2)]
     del poison
     _, gw, gb = tessera.layer_norm_backward(torch.empty(0, 64, device=DEV), x.detach(), 64, mean,
-                                            rstd, w.detach())
+                                            rstd, w.detach(), w.detach())
     assert torch.equal(gw, torch.zeros_like(gw)) and torch.equal(gb, torch.zeros_like(gb))
     x3 = torch.empty(2, 0, 5, device=DEV)
     assert tessera.rms_norm(x3, (0, 5)).shape == (2, 0, 5)
@@ -515,15 +515,17 @@ def test_layer_norm_backward_function_matches_torch(torch, dtype, mask):
                                                     rstd.double().view(6, 1, 1), w.double(),
                                                     b.double(), [True, True, True])
     for m, r in ((mean, rstd), (mean_t, rstd_t)):
-        got = tessera.layer_norm_backward(g, x, (5, 96), m, r, w, mask)
+        got = tessera.layer_norm_backward(g, x, (5, 96), m, r, w, b, mask)
         for want, out, expected, name in zip(mask, got, ref, ("grad_input", "grad_weight",
                                                               "grad_bias")):
             if want:
                 assert_close(out, expected, dtype, name)
             else:
                 assert out is None, name
-    # No weight: no grad_weight, whatever the mask says.
+    # No weight: no grad_weight, and no bias no grad_bias, whatever the mask says.
     gi, gw, gb = tessera.layer_norm_backward(g, x, (5, 96), mean, rstd)
+    assert gw is None and gi is not None and gb is None
+    gi, gw, gb = tessera.layer_norm_backward(g, x, (5, 96), mean, rstd, None, b)
     assert gw is None and gi is not None and gb is not None
 
 

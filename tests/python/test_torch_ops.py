@@ -66,7 +66,8 @@ def samples(torch, name, dtype):
     if name == "layer_norm_backward":
         xi, w = x(4, 8, grad=False), x(8, grad=False)
         _, mean, rstd = torch.ops.tessera.layer_norm(xi, [8], w, None, 1e-5)
-        return [((x(4, 8, grad=False), xi, [8], mean, rstd, w, [True, True, True]), {})]
+        return [((x(4, 8, grad=False), xi, [8], mean, rstd, w, x(8, grad=False), [True, True, True]), {}),
+                ((x(4, 8, grad=False), xi, [8], mean, rstd, None, None, [True, True, False]), {})]
     if name == "rms_norm_backward":
         xi, w = x(4, 8, grad=False), x(8, grad=False)
         _, rstd = torch.ops.tessera.rms_norm(xi, [8], w, 1e-6)
@@ -79,8 +80,9 @@ def samples(torch, name, dtype):
     if name == "add_layer_norm_backward":
         xi, ri, w = x(4, 8, grad=False), x(4, 8, grad=False), x(8, grad=False)
         _, res, mean, rstd = torch.ops.tessera.add_layer_norm(xi, ri, w, None, 1e-5)
-        return [((x(4, 8, grad=False), x(4, 8, grad=False), res, mean, rstd, w, [True, True, True]), {}),
-                ((x(4, 8, grad=False), None, res, mean, rstd, None, [True, False, True]), {})]
+        return [((x(4, 8, grad=False), x(4, 8, grad=False), res, mean, rstd, w, x(8, grad=False),
+                  [True, True, True]), {}),
+                ((x(4, 8, grad=False), None, res, mean, rstd, None, x(8, grad=False), [True, False, True]), {})]
     if name == "add_rms_norm_backward":
         xi, ri, w = x(4, 8, grad=False), x(4, 8, grad=False), x(8, grad=False)
         _, res, rstd = torch.ops.tessera.add_rms_norm(xi, ri, w, 1e-6)
@@ -232,22 +234,31 @@ def expected_outputs(torch, name, args, kwargs):
     """[(shape, dtype)] of torch.ops.tessera.<name>(*args, **kwargs) where the contract fixes
     them simply (computed with torch's own ops or the description's rule); None for the ops
     checked for their device only."""
-    descriptions = {o["name"]: o for o in op_descriptions()}
+    descriptions = {d["name"]: d for o in op_descriptions() for d in [o] + o["overloads"]}
     base = name.split(".")[0]
-    if name in descriptions and descriptions[name]["generic"]:  # each output like an argument
-        bound = dict(zip((a.name for a in overload(torch, name)._schema.arguments), args), **kwargs)
-        return [(tuple(bound[like].shape), bound[like].dtype)
-                for like in descriptions[name]["outputs"].values()]
-    if base == "add":
-        r = torch.add(args[0], args[1], alpha=kwargs.get("alpha", 1))
-        return [(tuple(r.shape), r.dtype)]
-    if name in ("layer_norm", "rms_norm"):
-        x, normalized = args[0], args[1]
-        lead = tuple(x.shape[:x.dim() - len(normalized)])
-        return [(tuple(x.shape), x.dtype)] + [(lead, torch.float32)] * (2 if name == "layer_norm" else 1)
-    if name in ("add_layer_norm", "add_rms_norm"):
-        x = args[0]
-        return [(tuple(x.shape), x.dtype)] * 2 + [(tuple(x.shape[:-1]), torch.float32)] * (2 if name == "add_layer_norm" else 1)
+    if name == "isin":  # torch's contract, apart from the description's rule
+        return [(tuple(args[0].shape), torch.bool)]
+    if name in descriptions and descriptions[name]["generic"]:  # each output by its rule
+        schema = overload(torch, name)._schema.arguments
+        bound = {a.name: a.default_value for a in schema if a.has_default_value()}
+        bound.update(zip((a.name for a in schema), args), **kwargs)
+        want = []
+        for r in descriptions[name]["output_rules"].values():
+            t, other, mask = bound[r["like"]], bound.get(r["other"]), bound.get(r["mask"], True)
+            if t is None or not (mask if r["mask_index"] < 0 else mask[r["mask_index"]]):
+                want.append(None)  # an output like an absent tensor, or masked off: None
+                continue
+            if r["shape"] in ("reduced", "scalar"):  # a loss: per row for 'none', else 0-d
+                want.append((tuple(t.shape[:-1]) if other == "none" else (), torch.float32))
+                continue
+            drop = (r["drop"] if not r["other"] else
+                    len(other) if isinstance(other, (list, tuple)) else other.dim())
+            size = (tuple(t.shape) if r["shape"] == "like" else
+                    tuple(t.shape[:t.dim() - drop]) if r["shape"] == "leading" else
+                    tuple(torch.broadcast_shapes(t.shape, other.shape)))
+            dtype = bound.get(r["dtype_from"]) or {"like": t.dtype, "float32": torch.float32, "bool": torch.bool}[r["dtype"]]
+            want.append((size, dtype))
+        return want
     if base == "matmul":
         r = torch.matmul(args[0], args[1])
         out = tuple(r.shape[:-1]) + (r.shape[-1] // (2 if kwargs.get("activation") in ("swiglu", "geglu") else 1),)
@@ -256,10 +267,6 @@ def expected_outputs(torch, name, args, kwargs):
         x, w_in, w_out = args
         out = [(tuple(x.shape[:-1]) + (w_out.shape[0],), x.dtype)]
         return out + ([(tuple(x.shape[:-1]) + (w_in.shape[0],), x.dtype)] if name == "mlp.preactivation" else [])
-    if name in ("swiglu_backward.recompute", "geglu_blocks_backward.recompute"):
-        return [(tuple(args[1].shape), args[1].dtype), (tuple(args[0].shape), args[0].dtype)]
-    if name == "isin":
-        return [(tuple(args[0].shape), torch.bool)]
     return None
 
 
@@ -275,11 +282,11 @@ def test_fake_kernels_without_a_gpu(torch_cpu, name):
         for args, kwargs in samples(torch, name, "float32"):
             args, kwargs = tuple(map(plain, args)), {k: plain(v) for k, v in kwargs.items()}
             outs = overload(torch, name)(*args, **kwargs)
-            outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            outs = list(outs) if isinstance(outs, (tuple, list)) else [] if outs is None else [outs]
             assert all(o.device.type == "cuda" for o in outs if isinstance(o, torch.Tensor)), name
             want = expected_outputs(torch, name, args, kwargs)
             if want is not None:
-                assert [(tuple(o.shape), o.dtype) for o in outs] == want, (name, kwargs)
+                assert [None if o is None else (tuple(o.shape), o.dtype) for o in outs] == want, (name, kwargs)
 
 
 @pytest.mark.parametrize("name", sorted(schemas()))
@@ -482,12 +489,12 @@ def test_shortcut_records_autograd_as_the_op(torch, tops, monkeypatch):
     registered op through the dispatcher: the same outputs, node (grad_fn and its edges), saved
     tensors and gradients as the call through torch.ops."""
     fast = _fast(torch)
-    from tessera import _interop
+    from tessera import _state
     for name, public, op, leaves in _autograd_cases(torch, tops):
         with monkeypatch.context() as patch:
             # Without torch.ops the public functions' Python paths refuse a differentiable call
             # (needs_ops): a result says the shortcut took it.
-            patch.setattr(_interop, "ops", None)
+            patch.setattr(_state, "ops", None)
             got = _run(torch, public, leaves)
         want = _run(torch, op, leaves)
         for g, w in zip(got[0], want[0]):
@@ -500,7 +507,7 @@ def test_shortcut_records_autograd_as_the_op(torch, tops, monkeypatch):
     x = torch.randn(16, 64, device="cuda", requires_grad=True)
     lin = torch.nn.Linear(64, 32, device="cuda")
     with monkeypatch.context() as patch:
-        patch.setattr(_interop, "ops", None)
+        patch.setattr(_state, "ops", None)
         got = tessera.linear(x, lin.weight, lin.bias)
     want = tops.matmul.default(x, lin.weight.transpose(-1, -2), bias=lin.bias)
     assert torch.equal(got, want) and got.grad_fn.name() == want.grad_fn.name()
@@ -533,7 +540,7 @@ def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops
     xm, wm = x0.clone().requires_grad_(), w0.clone().requires_grad_()
     with dispatch_log() as log:
         assert not fast.takes(xm)
-        assert fast.call(tessera._interop.FAST["gelu"], xm, "none") is None
+        assert fast.call(tessera._state.FAST["gelu"], xm, "none") is None
         got = tessera.layer_norm(tessera.gelu(xm), (64,), wm)
     assert "tessera.gelu.default" in log.seen and "tessera.layer_norm.default" in log.seen, log.seen
     got.sum().backward()
@@ -544,7 +551,7 @@ def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops
         pass
 
     xs = x0.clone().as_subclass(Sub).requires_grad_()
-    assert not fast.takes(xs) and fast.call(tessera._interop.FAST["gelu"], xs, "none") is None
+    assert not fast.takes(xs) and fast.call(tessera._state.FAST["gelu"], xs, "none") is None
     ys = tessera.gelu(xs)
     node = ys.grad_fn  # torch wraps a subclass's result as the subclass: an alias of the op's output
     node = node.next_functions[0][0] if node.name() == "AliasBackward0" else node
@@ -572,33 +579,36 @@ def test_shortcut_autograd_bypassed_for_modes_subclasses_and_compile(torch, tops
 
 
 def test_shortcut_takes_the_norms_backward_ops(torch, tops):
-    """layer_norm_backward and rms_norm_backward without grad take tessera._torch_fast: the op's
-    kernel, the op's results (statistics of the leading shape or torch's, masks, no weight)."""
+    """layer_norm_backward and rms_norm_backward without grad take tessera._torch_fast's call: the
+    op's kernel, the op's results (statistics of the leading shape or torch's, masks, no weight,
+    no bias)."""
     fast = _fast(torch)
+    ln, rms = fast.index("layer_norm_backward"), fast.index("rms_norm_backward")
     x, g = torch.randn(16, 64, device="cuda"), torch.randn(16, 64, device="cuda")
-    w = torch.randn(64, device="cuda")
-    _, mean, rstd = tops.layer_norm.default(x, [64], w, None, 1e-5)
+    w, b = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+    _, mean, rstd = tops.layer_norm.default(x, [64], w, b, 1e-5)
     for stats in ((mean, rstd), (mean.view(16, 1), rstd.view(16, 1))):
-        for weight, mask in ((w, (True, True, True)), (w, [True, False, True]), (None, (True, True, False))):
-            assert fast.layer_norm_backward(g, x, (64,), *stats, weight, mask) is not None
-            got = tessera.layer_norm_backward(g, x, (64,), *stats, weight, mask)
-            want = tops.layer_norm_backward.default(g, x, [64], mean, rstd, weight, list(mask))
+        for weight, bias, mask in ((w, b, (True, True, True)), (w, None, [True, False, True]),
+                                   (None, b, (True, True, False))):
+            assert fast.call(ln, g, x, (64,), *stats, weight, bias, mask) is not None
+            got = tessera.layer_norm_backward(g, x, (64,), *stats, weight, bias, mask)
+            want = tops.layer_norm_backward.default(g, x, [64], mean, rstd, weight, bias, list(mask))
             assert len(got) == 3
-            for a, b in zip(got, want):
-                assert (a is None and b is None) or torch.equal(a, b), (weight is None, mask)
+            for p, q in zip(got, want):
+                assert (p is None and q is None) or torch.equal(p, q), (weight is None, bias is None, mask)
     _, rstd = tops.rms_norm.default(x, [64], w, 1e-6)
     for r in (rstd, rstd.view(16, 1)):
         for weight, mask in ((w, (True, True)), (w, (False, True)), (None, (True, True))):
-            assert fast.rms_norm_backward(g, x, 64, r, weight, mask) is not None
+            assert fast.call(rms, g, x, 64, r, weight, mask, 0.0) is not None
             got = tessera.rms_norm_backward(g, x, 64, r, weight, mask)
             want = tops.rms_norm_backward.default(g, x, [64], rstd, weight, list(mask))
             assert len(got) == 2
-            for a, b in zip(got, want):
-                assert (a is None and b is None) or torch.equal(a, b), (weight is None, mask)
-    # Not a call the shortcut takes: a mask of other objects, a double tensor, a gradient that
-    # requires grad (the op's autograd fallback must see it).
-    assert fast.layer_norm_backward(g, x, (64,), mean, rstd, w, (1, 1, 1)) is None
-    assert fast.layer_norm_backward(g.double(), x.double(), (64,), mean, rstd, None, (True,) * 3) is None
-    assert fast.layer_norm_backward(g.clone().requires_grad_(), x, (64,), mean, rstd, w, (True,) * 3) is None
-    gi, gw, gb = tessera.layer_norm_backward(g, x, (64,), mean, rstd, w, (1, 1, 1))
+            for p, q in zip(got, want):
+                assert (p is None and q is None) or torch.equal(p, q), (weight is None, mask)
+    # Not a call the shortcut takes: a mask of other objects, double tensors, float32 statistics
+    # of another dtype.
+    assert fast.call(ln, g, x, (64,), mean, rstd, w, b, (1, 1, 1)) is None
+    assert fast.call(ln, g.double(), x.double(), (64,), mean, rstd, None, None, (True,) * 3) is None
+    assert fast.call(ln, g, x, (64,), mean.double(), rstd, w, b, (True,) * 3) is None
+    gi, gw, gb = tessera.layer_norm_backward(g, x, (64,), mean, rstd, w, b, (1, 1, 1))
     assert gi is not None and gw is not None and gb is not None

@@ -239,7 +239,6 @@ const Registrar kRegistrar(10, [] {
   OpInfo op;
   op.name = "attention";
   op.family = "attention";
-  op.summary = "softmax(scale * Q K^T, masked) V in FlashAttention's layout: GQA, causal, window, soft-cap, ALiBi";
   op.dtypes = kTypes;
   op.bench_sizes = {512, 1024, 2048, 4096, 8192, 16384};
   op.size_meaning = "sequence length n (batch x heads = max(1, 16384 / n) x 32, head_dim 128)";
@@ -257,7 +256,6 @@ const Registrar kRegistrar(10, [] {
 
   OpInfo backward = op;
   backward.name = "attention_backward";
-  backward.summary = "dq, dk, dv of attention from the forward's out and lse";
   backward.verify_cases = backward_cases;
   backward.make_bench = backward_bench;
   backward.bench_shape = [](DType dt, int64_t n) { return attention_shape(dt, n, false, true); };

@@ -174,9 +174,6 @@ const Registrar kRegistrar(30, [] {
   for (bool bwd : {false, true}) {
     OpInfo op;
     op.name = bwd ? "rotary_embedding_backward" : "rotary_embedding";
-    op.family = "attention";
-    op.summary = bwd ? "rotary_embedding backward: the opposite rotation" : "RoPE: q and k rotated by their positions' angles";
-    op.dtypes = {DType::float32, DType::float16, DType::bfloat16};
     op.bench_sizes = {1024, 4096, 16384, 65536};
     op.size_meaning = "tokens n (n / 2048 or 1 sequences; 32 query and 8 key heads of 128)";
     op.tolerance = default_tolerance;

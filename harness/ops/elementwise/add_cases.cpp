@@ -108,7 +108,7 @@ BenchCase add_bench(DType dt, int64_t n) {
 }
 
 const Registrar kRegistrar(10, [] {
-  OpInfo op = op_info("add", "out = a + alpha * b with broadcasting");
+  OpInfo op = op_info("add");
   op.verify_cases = add_cases;
   op.make_bench = add_bench;
   op.bench_shape = add_shape;

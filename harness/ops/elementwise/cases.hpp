@@ -27,8 +27,10 @@ inline BenchShape flat_shape(DType dt, int64_t n, int inputs, int moved) {
 }
 
 // The fields every elementwise op shares: float dtypes, sizes 2^16 .. 2^28 elements (launch-bound
-// to HBM-bound), the default tolerance. The caller adds the cases and the bench.
-inline OpInfo op_info(std::string name, std::string summary) {
+// to HBM-bound), the default tolerance. The caller adds the cases and the bench; a summary only
+// for an op the library does not describe (a described op's family, summary and dtypes are its
+// description's).
+inline OpInfo op_info(std::string name, std::string summary = {}) {
   OpInfo op;
   op.name = std::move(name);
   op.family = "elementwise";

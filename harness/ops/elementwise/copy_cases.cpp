@@ -69,7 +69,7 @@ BenchCase copy_bench(DType dt, int64_t n) {
 }
 
 const Registrar kRegistrar(40, [] {
-  OpInfo op = op_info("copy", "dst = src between any two layouts of one shape");
+  OpInfo op = op_info("copy");
   op.verify_cases = copy_cases;
   op.make_bench = copy_bench;
   op.bench_shape = copy_shape;

@@ -111,8 +111,7 @@ BenchCase dropout_bench(DType dt, int64_t n, bool backward) {
 const Registrar kRegistrar(30, [] {
   std::vector<OpInfo> ops;
   for (bool bwd : {false, true}) {
-    OpInfo op = op_info(op_name(bwd), bwd ? "seeded dropout backward: grad_out * mask(seed, offset) / (1 - p)"
-                                          : "seeded inverted dropout on Philox4x32-10, mask regenerated, never stored");
+    OpInfo op = op_info(op_name(bwd));
     op.verify_cases = [bwd] { return dropout_cases(bwd); };
     op.make_bench = [bwd](DType dt, int64_t n) { return dropout_bench(dt, n, bwd); };
     op.bench_shape = dropout_shape;

@@ -97,8 +97,12 @@ const Registrar kRegistrar(20, [] {
   std::vector<OpInfo> ops;
   for (GeluApproximate ap : {GeluApproximate::none, GeluApproximate::tanh})
     for (bool bwd : {false, true}) {
-      OpInfo op = op_info(op_name(ap, bwd), std::string("GELU ") + (bwd ? "backward" : "forward") +
-                                                ", approximate='" + approx_name(ap) + "'");
+      // The tanh form's own ops (gelu_tanh, gelu_tanh_backward) are the harness's: the library's
+      // gelu takes approximate='tanh'.
+      OpInfo op = ap == GeluApproximate::none
+                      ? op_info(op_name(ap, bwd))
+                      : op_info(op_name(ap, bwd), std::string("GELU ") + (bwd ? "backward" : "forward") +
+                                                      ", approximate='tanh'");
       op.verify_cases = [ap, bwd] { return gelu_cases(ap, bwd); };
       op.make_bench = [ap, bwd](DType dt, int64_t n) { return gelu_bench(dt, n, ap, bwd); };
       op.bench_shape = [bwd](DType dt, int64_t n) { return gelu_shape(dt, n, bwd); };

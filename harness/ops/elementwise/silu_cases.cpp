@@ -85,7 +85,7 @@ BenchCase silu_bench(DType dt, int64_t n, bool backward) {
 const Registrar kRegistrar(25, [] {
   std::vector<OpInfo> ops;
   for (bool bwd : {false, true}) {
-    OpInfo op = op_info(op_name(bwd), std::string("SiLU ") + (bwd ? "backward" : "forward") + ": x * sigmoid(x)");
+    OpInfo op = op_info(op_name(bwd));
     op.verify_cases = [bwd] { return silu_cases(bwd); };
     op.make_bench = [bwd](DType dt, int64_t n) { return silu_bench(dt, n, bwd); };
     op.bench_shape = [bwd](DType dt, int64_t n) { return silu_shape(dt, n, bwd); };

@@ -24,7 +24,6 @@ double gelu_tanh_grad(double x) { return reference::gelu_grad(x, GeluApproximate
 // library's three calls and the activation with its derivative in double precision.
 struct Gate {
   const char* name;
-  const char* summary;
   decltype(&silu_mul) forward;
   decltype(&silu_mul_backward) backward;
   decltype(&silu_mul_backward_recompute) recompute;
@@ -32,10 +31,8 @@ struct Gate {
   double (*grad)(double);
 };
 const Gate kGates[] = {
-    {"silu_mul", "SwiGLU's gate: silu(gate) * up", silu_mul, silu_mul_backward, silu_mul_backward_recompute, silu,
-     silu_grad},
-    {"geglu", "GeGLU's gate: gelu_tanh(gate) * up", geglu, geglu_backward, geglu_backward_recompute, gelu_tanh,
-     gelu_tanh_grad},
+    {"silu_mul", silu_mul, silu_mul_backward, silu_mul_backward_recompute, silu, silu_grad},
+    {"geglu", geglu, geglu_backward, geglu_backward_recompute, gelu_tanh, gelu_tanh_grad},
 };
 
 // The forward, the backward, and the backward that also recomputes the forward's output.
@@ -139,11 +136,7 @@ const Registrar kRegistrar(26, [] {
   std::vector<OpInfo> ops;
   for (const Gate& gt : kGates)
     for (Pass pass : kPasses) {
-      const std::string summary =
-          pass == Pass::forward    ? std::string(gt.summary)
-          : pass == Pass::backward ? std::string(gt.name) + " backward: grad_gate, grad_up"
-                                   : std::string(gt.name) + " backward with the forward's output recomputed: grad_gate, grad_up, out";
-      OpInfo op = op_info(op_name(gt, pass), summary);
+      OpInfo op = op_info(op_name(gt, pass));
       op.verify_cases = [pass, &gt] { return cases(gt, pass); };
       op.make_bench = [pass, &gt](DType dt, int64_t n) { return bench(gt, dt, n, pass); };
       op.bench_shape = [pass](DType dt, int64_t n) { return shape(dt, n, pass); };

@@ -19,19 +19,15 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 // One gated activation: its op, the library's two backwards, and act and act' in double.
 struct Gate {
   const char* op;
-  const char* summary;
   void (*backward)(const TensorView&, const TensorView&, const TensorView&, cudaStream_t);
   void (*recompute)(const TensorView&, const TensorView&, const TensorView&, const TensorView&, cudaStream_t);
   double (*act)(double);
   double (*grad)(double);
 };
 const Gate kGates[] = {
-    {"swiglu_backward", "swiglu backward (gate and up interleaved in blocks of 64): grad_input", swiglu_backward,
-     swiglu_backward_recompute, [](double g) { return g * sigmoid(g); },
+    {"swiglu_backward", swiglu_backward, swiglu_backward_recompute, [](double g) { return g * sigmoid(g); },
      [](double g) { const double s = sigmoid(g); return s * (1.0 + g * (1.0 - s)); }},
-    {"geglu_blocks_backward",
-     "matmul's activation 'geglu' backward (gate and up interleaved in blocks of 64): grad_input",
-     geglu_blocks_backward, geglu_blocks_backward_recompute,
+    {"geglu_blocks_backward", geglu_blocks_backward, geglu_blocks_backward_recompute,
      [](double g) { return reference::gelu(g, GeluApproximate::tanh); },
      [](double g) { return reference::gelu_grad(g, GeluApproximate::tanh); }},
 };
@@ -117,7 +113,7 @@ BenchCase bench(const Gate& gate, DType dt, int64_t n) {
 const Registrar kRegistrar(26, [] {
   std::vector<OpInfo> ops;
   for (const Gate& gate : kGates) {
-    OpInfo op = op_info(gate.op, gate.summary);
+    OpInfo op = op_info(gate.op);
     op.verify_cases = [&gate] { return cases(gate); };
     op.make_bench = [&gate](DType dt, int64_t n) { return bench(gate, dt, n); };
     op.bench_shape = shape;

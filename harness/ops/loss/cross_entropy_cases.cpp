@@ -206,9 +206,6 @@ BenchCase ce_bench(DType dt, int64_t v) {
 const Registrar kRegistrar(10, [] {
   OpInfo op;
   op.name = "cross_entropy";
-  op.family = "loss";
-  op.summary = "cross-entropy of logits [N, V] against class indices or class probabilities, with the gradient in the same pass";
-  op.dtypes = kTypes;
   op.bench_sizes = {1024, 8192, 32000, 50257, 128256, 256000};
   op.size_meaning = "classes V (rows: 8192, fewer where N V would pass 2^31)";
   op.tolerance = default_tolerance;

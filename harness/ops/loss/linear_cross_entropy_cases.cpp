@@ -226,9 +226,6 @@ BenchCase lce_bench(DType dt, int64_t v) {
 const Registrar kRegistrar(20, [] {
   OpInfo op;
   op.name = "linear_cross_entropy";
-  op.family = "loss";
-  op.summary = "cross-entropy of hidden @ weight^T + bias against class targets, with d_hidden and d_weight, in chunks";
-  op.dtypes = kTypes;
   op.bench_sizes = {32000, 128256};
   op.size_meaning = "classes V (N 8192 tokens, H 4096)";
   op.tolerance = default_tolerance;

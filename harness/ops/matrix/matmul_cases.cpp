@@ -436,7 +436,6 @@ const Registrar kRegistrar(10, [] {
   OpInfo op;
   op.name = "matmul";
   op.family = "matrix";
-  op.summary = "GEMM with a fused epilogue: activation(alpha * A @ B + bias) + residual + beta * C";
   op.dtypes = kFloatTypes;
   op.bench_sizes = {256, 512, 1024, 2048, 4096, 8192};
   op.size_meaning = "M = N = K";
@@ -456,7 +455,6 @@ const Registrar kRegistrar(10, [] {
 
   OpInfo fp8 = op;
   fp8.name = "scaled_mm";
-  fp8.summary = "float8 GEMM with per-tensor scales (torch._scaled_mm): scale_a * scale_b * A @ B + bias";
   fp8.dtypes = {DType::float8_e4m3fn, DType::float8_e5m2};
   fp8.verify_cases = scaled_mm_cases;
   fp8.make_bench = [](DType dt, int64_t n) { return gemm_bench("scaled_mm", dt, n); };

@@ -162,9 +162,6 @@ BenchCase bench(DType dt, int64_t n) {
 const Registrar kRegistrar(15, [] {
   OpInfo op;
   op.name = kOp;
-  op.family = "matrix";
-  op.summary = "two-layer MLP without biases: activation(input @ w_in^T) @ w_out^T";
-  op.dtypes = {DType::float32, DType::float16, DType::bfloat16};
   op.bench_sizes = {1024, 2048, 4096};
   op.size_meaning = "M = K = D = F (swiglu: w_in [2F, K], w_out [D, F])";
   op.tolerance = default_tolerance;

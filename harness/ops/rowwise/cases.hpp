@@ -23,8 +23,10 @@ inline const std::vector<int64_t> kBenchColumns = {256, 1024, 4096, 16384, 32768
 inline const std::vector<DType> kFloatTypes = {DType::float32, DType::float16, DType::bfloat16};
 
 // The fields every row-wise op shares: float dtypes, the size meaning above, the default
-// tolerance. The caller adds the bench sizes, the cases and the bench.
-inline OpInfo op_info(std::string name, std::string summary) {
+// tolerance. The caller adds the bench sizes, the cases and the bench; a summary only for an op
+// the library does not describe (a described op's family, summary and dtypes are its
+// description's).
+inline OpInfo op_info(std::string name, std::string summary = {}) {
   OpInfo op;
   op.name = std::move(name);
   op.family = "rowwise";

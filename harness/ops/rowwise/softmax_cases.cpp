@@ -246,15 +246,9 @@ BenchCase bench(Kind kind, DType dt, int64_t n) {
 }
 
 const Registrar kRegistrar(10, [] {
-  const std::pair<Kind, const char*> kinds[] = {
-      {Kind::softmax, "softmax over one dimension, as torch.softmax"},
-      {Kind::log_softmax, "log-softmax over one dimension, as torch.log_softmax"},
-      {Kind::softmax_backward, "softmax backward from its output: y * (g - sum(g * y))"},
-      {Kind::log_softmax_backward, "log-softmax backward from its output: g - exp(y) * sum(g)"},
-  };
   std::vector<OpInfo> ops;
-  for (const auto& [kind, summary] : kinds) {
-    OpInfo op = op_info(kind_name(kind), summary);
+  for (Kind kind : {Kind::softmax, Kind::log_softmax, Kind::softmax_backward, Kind::log_softmax_backward}) {
+    OpInfo op = op_info(kind_name(kind));
     op.bench_sizes = kBenchColumns;
     op.verify_cases = [kind = kind] { return cases(kind); };
     op.make_bench = [kind = kind](DType dt, int64_t n) { return bench(kind, dt, n); };

@@ -189,8 +189,8 @@ const Registrar kRegistrar(10, [] {
     OpInfo op;
     op.name = op_name(path);
     op.family = "set";
-    op.summary = path == IsinPath::automatic ? "torch.isin: elements in test_elements (bench: N x N)"
-                                             : std::string("isin forced onto the ") + isin_path_name(path) + " path";
+    if (path != IsinPath::automatic)  // isin's own is its description's
+      op.summary = std::string("isin forced onto the ") + isin_path_name(path) + " path";
     op.dtypes = path == IsinPath::bitmap
                     ? std::vector<DType>{DType::int8, DType::int16, DType::uint8, DType::float16, DType::bfloat16}
                     : kAllTypes;

@@ -3,6 +3,8 @@
 // argument) and enqueues its kernels on `stream`.
 #pragma once
 
+#include <string_view>
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -12,6 +14,8 @@
 namespace tessera {
 
 enum class Reduction { none, mean, sum };
+// "none", "mean", "sum"; anything else is refused, naming op's argument 'reduction'.
+void parse(const char* op, std::string_view name, Reduction& out);
 
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;   // rows with this target add nothing (loss 0, gradient 0)
@@ -61,7 +65,8 @@ void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad,
 struct LinearCrossEntropyOptions : CrossEntropyOptions {
   // Where a chunk's logits and then their gradient go: contiguous, of hidden's dtype, at least V
   // elements (the chunk is as many token rows as it holds, up to chunk_rows); nullptr: tessera's
-  // scratch pool, chunk_rows rows (0: as many as fit in 512 MiB, a multiple of 256).
+  // scratch pool, chunk_rows rows (0: as many as fit in 512 MiB or a quarter of the free memory,
+  // whichever is less, a multiple of 256).
   const TensorView* workspace = nullptr;
   int64_t chunk_rows = 0;
   // Optional output, float32 []: the token accuracy that TRL's SFTTrainer logs (Liger's

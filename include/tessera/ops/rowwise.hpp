@@ -39,7 +39,7 @@ void log_softmax_backward(const TensorView& grad_output, const TensorView& outpu
 // shape) elements. weight and bias, where given (nullptr: none), have exactly the normalized shape
 // and input's dtype. mean and rstd are float32 tensors of the leading shape
 // (input.shape[:-normalized_ndim]; 0-d when every dimension is normalized); they may be nullptr
-// when the caller does not need them.
+// when the caller does not need them. Rows of no elements (N = 0) get NaN statistics, as torch's.
 
 // out = (input - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps) (biased variance), as
 // torch.nn.functional.layer_norm.
@@ -47,7 +47,8 @@ void layer_norm(const TensorView& input, int normalized_ndim, const TensorView* 
                 const TensorView* bias, double eps, const TensorView& out, const TensorView* mean,
                 const TensorView* rstd, cudaStream_t stream);
 
-// Gradients of layer_norm, given the forward's saved mean and rstd. grad_input has input's shape;
+// Gradients of layer_norm, given the forward's saved mean and rstd (of the leading shape, or of
+// torch's leading + (1,) * normalized_ndim, as the backwards below take them). grad_input has input's shape;
 // grad_weight and grad_bias (each nullptr when not wanted; grad_weight needs weight) have the
 // normalized shape. grad_weight and grad_bias are reduced over rows in a fixed order: the same
 // inputs on the same GPU give bit-identical results on every run.
@@ -88,15 +89,16 @@ void add_rms_norm(const TensorView& input, const TensorView& residual, const Ten
                   const TensorView* rstd, cudaStream_t stream);
 
 // Their gradients, in one pass over grad_output, grad_residual_out and the forward's residual_out
-// and statistics: grad_input = the norm's gradient + grad_residual_out (nullptr: zero), which is
-// the gradient of both input and residual; grad_weight and grad_bias as in layer_norm_backward
-// (deterministic). grad_input may be grad_residual_out itself (the same view).
-void add_layer_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+// and statistics: grad_input = the norm's gradient + grad_residual_out, which is the gradient of
+// both input and residual; grad_weight and grad_bias as in layer_norm_backward (deterministic).
+// Either gradient may be nullptr (zero): without grad_output, grad_input is grad_residual_out and
+// no pass runs. grad_input may be grad_residual_out itself (the same view).
+void add_layer_norm_backward(const TensorView* grad_output, const TensorView* grad_residual_out,
                              const TensorView& residual_out, const TensorView& mean,
                              const TensorView& rstd, const TensorView* weight,
                              const TensorView* grad_input, const TensorView* grad_weight,
                              const TensorView* grad_bias, cudaStream_t stream);
-void add_rms_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+void add_rms_norm_backward(const TensorView* grad_output, const TensorView* grad_residual_out,
                            const TensorView& residual_out, const TensorView& rstd,
                            const TensorView* weight, const TensorView* grad_input,
                            const TensorView* grad_weight, cudaStream_t stream);

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string_view>
 
 #include "tessera/tensor.hpp"
 
@@ -19,6 +20,8 @@ enum class IsinPath {
   bitmap,       // 8- and 16-bit dtypes only: a presence bit per possible value
 };
 const char* isin_path_name(IsinPath path);  // "automatic", "brute_force", ...
+// The path of that name; throws tessera::Error naming `op` for any other.
+void parse(const char* op, std::string_view name, IsinPath& out);
 
 // The automatic dispatch, tunable. The defaults are the crossovers measured on an H200
 // (docs/PERF.md, isin): brute force only while it is a single cheap launch (2^10 x 2^10, or

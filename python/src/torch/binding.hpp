@@ -1,12 +1,13 @@
 // What every torch-registered tessera op shares: at::Tensor to TensorView, the current stream,
 // outputs, and the library's errors as torch's (ValueError/TypeError/RuntimeError in Python).
 //
-// The ops whose description has a kernel take generic.cpp's kernels. The others are registered by
-// their family's file (elementwise.cpp, rowwise.cpp, ...): a CUDA kernel per op (the library's
-// checks, then its launch on torch's current stream), an Autograd kernel for the differentiable
-// ones (a torch::autograd::Function whose backward calls the family's backward op through the
-// dispatcher). The schemas are the op descriptions' own (tessera/op.hpp, defined by library.cpp);
-// fake kernels, for FakeTensor and torch.compile, are Python's (tessera/_torch.py).
+// The ops whose description has a kernel take generic.cpp's kernels (CUDA, Meta and, with a
+// backward formula, Autograd). What no rule says is registered by its family's file: matmul, mlp
+// and attention's kernels (matrix.cpp, attention.cpp: the library's checks, then its launch on
+// torch's current stream), and the Autograd kernels of those and of add and the losses
+// (elementwise.cpp, loss.cpp: a torch::autograd::Function whose backward calls the family's
+// backward op through the dispatcher). The schemas are the op descriptions' own (tessera/op.hpp,
+// defined by library.cpp); the fakes of the hand-written kernels are Python's (tessera/_torch.py).
 #pragma once
 
 #include <ATen/core/Tensor.h>

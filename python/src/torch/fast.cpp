@@ -24,12 +24,11 @@
 #include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include <array>
 #include <optional>
-#include <tuple>
 #include <vector>
 
 #include "binding.hpp"
@@ -41,9 +40,6 @@ namespace {
 namespace fast = tessera::torch_ops::fast;
 using tessera::torch_ops::handle;  // the typed handle of a registered op (keep it in a static)
 using OptTensor = std::optional<at::Tensor>;
-using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
-using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-using Tensor4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 // Keys on a tensor that ask for more than its CUDA kernel: Python (subclasses, modes), functorch's
 // transforms, functionalization, lazy conjugate/negative views, zero tensors, nested tensors.
@@ -115,57 +111,49 @@ bool as_double(PyObject* o, double& v) {
   return true;
 }
 
-// An int or a list/tuple of ints.
-bool as_shape(PyObject* o, std::vector<int64_t>& shape) {
-  int64_t d = 0;
-  if (as_int(o, d)) {
-    shape.assign(1, d);
+PyObject* wrap(at::Tensor t) { return THPVariable_Wrap(std::move(t)); }
+
+// The op's public outputs (its internal ones left out): one as itself, several as a tuple.
+PyObject* wrap_outputs(const tessera::torch_ops::generic::Plan& p, tessera::torch_ops::generic::Outputs outs) {
+  size_t n = 0;
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (!p.internal[i]) outs[n++] = std::move(outs[i]);
+  if (n == 1) return wrap(std::move(outs[0]));
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(n));
+  if (!t) return nullptr;
+  for (size_t i = 0; i < n; ++i) PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
+  return t;
+}
+
+// An int or a list/tuple of at most kMaxDims ints (an int[] argument).
+bool as_ints(PyObject* o, tessera::torch_ops::generic::Value& v) {
+  if (as_int(o, v.ints[0])) {
+    v.num = 1;
     return true;
   }
   if (!PyTuple_Check(o) && !PyList_Check(o)) return false;  // torch.Size is a tuple
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+  if (n > tessera::kMaxDims) return false;
   PyObject** items = PySequence_Fast_ITEMS(o);
-  shape.resize(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i)
-    if (!as_int(items[i], shape[static_cast<size_t>(i)])) return false;
+    if (!as_int(items[i], v.ints[i])) return false;
+  v.num = static_cast<int>(n);
   return true;
 }
 
-PyObject* wrap(at::Tensor t) { return THPVariable_Wrap(std::move(t)); }
-
-// add(input, other[, alpha]): other a tensor of input's dtype and device, or a Python number.
-PyObject* add(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  HANDLE_TH_ERRORS
-  double alpha = 1.0;
-  bool grad = false;
-  const at::Tensor* x = n == 2 || n == 3 ? plain(args[0], grad) : nullptr;
-  if (!x || !quiet() || (n == 3 && !as_double(args[2], alpha))) Py_RETURN_NONE;
-  double number = 0.0;
-  if (as_double(args[1], number)) {
-    if (records(grad)) {
-      static const auto op = handle<at::Tensor(const at::Tensor&, double, double)>("add", "Scalar");
-      return wrap(op.call(*x, number, alpha));
-    }
-    RECORD_FUNCTION("tessera::add.Scalar", std::vector<c10::IValue>());
-    return wrap(fast::add_scalar(*x, number, alpha));
+// A list/tuple of Python bools (a bool[] argument).
+bool as_bools(PyObject* o, tessera::torch_ops::generic::Value& v) {
+  if (!PyTuple_Check(o) && !PyList_Check(o)) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+  if (n > 32) return false;
+  PyObject** items = PySequence_Fast_ITEMS(o);
+  v.bools = 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!PyBool_Check(items[i])) return false;
+    v.bools |= static_cast<uint32_t>(items[i] == Py_True) << i;
   }
-  const at::Tensor* y = plain_like(args[1], *x, grad);
-  if (!y) Py_RETURN_NONE;
-  if (records(grad)) {
-    static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("add");
-    return wrap(op.call(*x, *y, alpha));
-  }
-  RECORD_FUNCTION("tessera::add", std::vector<c10::IValue>());
-  return wrap(fast::add(*x, *y, alpha));
-  END_HANDLE_TH_ERRORS
-}
-
-PyObject* wrap_outputs(tessera::torch_ops::generic::Outputs outs) {
-  if (outs.size() == 1) return wrap(std::move(outs[0]));
-  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
-  if (!t) return nullptr;
-  for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
-  return t;
+  v.num = static_cast<int>(n);
+  return true;
 }
 
 // call(op, *args): an op of generic.cpp's kernel (op: its index(name)), one positional argument
@@ -189,9 +177,20 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t n) {
         if (o == Py_None) break;
         [[fallthrough]];
       case generic::Plan::From::tensor:
+        if (p.float32[static_cast<size_t>(i)]) {  // statistics: float32 whatever the op's dtype
+          v[i].tensor = plain(o, grad);
+          ok = v[i].tensor && v[i].tensor->scalar_type() == at::kFloat;
+          break;
+        }
         v[i].tensor = first ? plain_like(o, *first, grad) : plain(o, grad);
         ok = v[i].tensor != nullptr;
         if (!first) first = v[i].tensor;
+        break;
+      case generic::Plan::From::ints: ok = as_ints(o, v[i]); break;
+      case generic::Plan::From::bools: ok = as_bools(o, v[i]); break;
+      case generic::Plan::From::dtype:
+        ok = o == Py_None || THPDtype_Check(o);
+        v[i].integer = o == Py_None ? -1 : static_cast<int64_t>(reinterpret_cast<THPDtype*>(o)->scalar_type);
         break;
       case generic::Plan::From::real: ok = as_double(o, v[i].real); break;
       case generic::Plan::From::integer: ok = as_int(o, v[i].integer); break;
@@ -211,9 +210,9 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t n) {
     }
     if (!ok) Py_RETURN_NONE;
   }
-  if (records(grad)) return wrap_outputs(generic::dispatch(p, v));
+  if (records(grad)) return wrap_outputs(p, generic::dispatch(p, v));
   RECORD_FUNCTION(p.qualified.c_str(), std::vector<c10::IValue>());
-  return wrap_outputs(generic::run(p, v));
+  return wrap_outputs(p, generic::run(p, v, /*internal=*/false));
   END_HANDLE_TH_ERRORS
 }
 
@@ -223,182 +222,6 @@ PyObject* index(PyObject*, PyObject* name) {
   const char* s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : nullptr;
   if (!s) return nullptr;
   return PyLong_FromLong(tessera::torch_ops::generic::index(s));
-  END_HANDLE_TH_ERRORS
-}
-
-// layer_norm(input, normalized_shape, weight, bias, eps)
-PyObject* layer_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  HANDLE_TH_ERRORS
-  bool grad = false;
-  const at::Tensor* x = n == 5 ? plain(args[0], grad) : nullptr;
-  std::vector<int64_t> shape;
-  OptTensor w, b;
-  double eps = 0.0;
-  if (!x || !quiet() || !as_shape(args[1], shape) || !optional_like(args[2], *x, w, grad) ||
-      !optional_like(args[3], *x, b, grad) || !as_double(args[4], eps))
-    Py_RETURN_NONE;
-  if (records(grad)) {
-    static const auto op =
-        handle<Tensor3(const at::Tensor&, at::IntArrayRef, const OptTensor&, const OptTensor&, double)>(
-            "layer_norm");
-    return wrap(std::get<0>(op.call(*x, shape, w, b, eps)));
-  }
-  RECORD_FUNCTION("tessera::layer_norm", std::vector<c10::IValue>());
-  return wrap(fast::layer_norm(*x, shape, w, b, eps));
-  END_HANDLE_TH_ERRORS
-}
-
-// rms_norm(input, normalized_shape, weight, eps[, weight_offset])
-PyObject* rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  HANDLE_TH_ERRORS
-  bool grad = false;
-  const at::Tensor* x = n == 4 || n == 5 ? plain(args[0], grad) : nullptr;
-  std::vector<int64_t> shape;
-  OptTensor w;
-  double eps = 0.0, offset = 0.0;
-  if (!x || !quiet() || !as_shape(args[1], shape) || !optional_like(args[2], *x, w, grad) ||
-      !as_double(args[3], eps) || (n == 5 && !as_double(args[4], offset)))
-    Py_RETURN_NONE;
-  if (records(grad)) {
-    static const auto op =
-        handle<Tensor2(const at::Tensor&, at::IntArrayRef, const OptTensor&, double, double)>("rms_norm");
-    return wrap(std::get<0>(op.call(*x, shape, w, eps, offset)));
-  }
-  RECORD_FUNCTION("tessera::rms_norm", std::vector<c10::IValue>());
-  return wrap(fast::rms_norm(*x, shape, w, eps, offset));
-  END_HANDLE_TH_ERRORS
-}
-
-PyObject* wrap_tuple(at::Tensor a, at::Tensor b) {
-  PyObject* t = PyTuple_New(2);
-  if (!t) return nullptr;
-  PyTuple_SET_ITEM(t, 0, wrap(std::move(a)));
-  PyTuple_SET_ITEM(t, 1, wrap(std::move(b)));
-  return t;
-}
-
-PyObject* wrap_tuple(at::Tensor a, at::Tensor b, at::Tensor c) {
-  PyObject* t = PyTuple_New(3);
-  if (!t) return nullptr;
-  PyTuple_SET_ITEM(t, 0, wrap(std::move(a)));
-  PyTuple_SET_ITEM(t, 1, wrap(std::move(b)));
-  PyTuple_SET_ITEM(t, 2, wrap(std::move(c)));
-  return t;
-}
-
-// add_layer_norm(input, residual, weight, bias, eps) -> (out, residual_out)
-PyObject* add_layer_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  HANDLE_TH_ERRORS
-  bool grad = false;
-  const at::Tensor* x = n == 5 ? plain(args[0], grad) : nullptr;
-  const at::Tensor* r = x ? plain_like(args[1], *x, grad) : nullptr;
-  OptTensor w, b;
-  double eps = 0.0;
-  if (!r || !quiet() || !optional_like(args[2], *x, w, grad) || !optional_like(args[3], *x, b, grad) ||
-      !as_double(args[4], eps))
-    Py_RETURN_NONE;
-  if (records(grad)) {
-    static const auto op =
-        handle<Tensor4(const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&, double)>(
-            "add_layer_norm");
-    auto [out, res, mean, rstd] = op.call(*x, *r, w, b, eps);
-    return wrap_tuple(std::move(out), std::move(res));
-  }
-  RECORD_FUNCTION("tessera::add_layer_norm", std::vector<c10::IValue>());
-  auto [out, res] = fast::add_layer_norm(*x, *r, w, b, eps);
-  return wrap_tuple(std::move(out), std::move(res));
-  END_HANDLE_TH_ERRORS
-}
-
-// add_rms_norm(input, residual, weight, eps) -> (out, residual_out)
-PyObject* add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  HANDLE_TH_ERRORS
-  bool grad = false;
-  const at::Tensor* x = n == 4 ? plain(args[0], grad) : nullptr;
-  const at::Tensor* r = x ? plain_like(args[1], *x, grad) : nullptr;
-  OptTensor w;
-  double eps = 0.0;
-  if (!r || !quiet() || !optional_like(args[2], *x, w, grad) || !as_double(args[3], eps)) Py_RETURN_NONE;
-  if (records(grad)) {
-    static const auto op =
-        handle<Tensor3(const at::Tensor&, const at::Tensor&, const OptTensor&, double)>("add_rms_norm");
-    auto [out, res, rstd] = op.call(*x, *r, w, eps);
-    return wrap_tuple(std::move(out), std::move(res));
-  }
-  RECORD_FUNCTION("tessera::add_rms_norm", std::vector<c10::IValue>());
-  auto [out, res] = fast::add_rms_norm(*x, *r, w, eps);
-  return wrap_tuple(std::move(out), std::move(res));
-  END_HANDLE_TH_ERRORS
-}
-
-// The statistic `s` (mean or rstd) as the backward kernels take it: the leading shape of `x`
-// (normalized over its last `k` dimensions); torch's leading + (1,) * k reshaped, as the Python
-// function does (tessera/rowwise.py, _stats_view). Anything else as it is, for the library to
-// check.
-at::Tensor stats_view(const at::Tensor& s, const at::Tensor& x, size_t k) {
-  const int64_t nd = x.dim();
-  if (s.dim() != nd || k > static_cast<size_t>(nd)) return s;
-  const auto lead = x.sizes().slice(0, nd - static_cast<int64_t>(k));
-  const auto sizes = s.sizes();
-  for (int64_t i = 0; i < nd; ++i)
-    if (sizes[i] != (i < static_cast<int64_t>(lead.size()) ? lead[i] : 1)) return s;
-  return s.reshape(lead);
-}
-
-// A tuple or list of N Python bools.
-template <size_t N>
-bool as_mask(PyObject* o, std::array<bool, N>& mask) {
-  if (!PyTuple_Check(o) && !PyList_Check(o)) return false;
-  if (PySequence_Fast_GET_SIZE(o) != static_cast<Py_ssize_t>(N)) return false;
-  PyObject** items = PySequence_Fast_ITEMS(o);
-  for (size_t i = 0; i < N; ++i) {
-    if (!PyBool_Check(items[i])) return false;
-    mask[i] = items[i] == Py_True;
-  }
-  return true;
-}
-
-// layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight, output_mask)
-// -> (grad_input, grad_weight, grad_bias), each None where not wanted. Not differentiable: a call
-// autograd would see (a tensor requiring grad, grad mode on) takes the registered op.
-PyObject* layer_norm_backward(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  HANDLE_TH_ERRORS
-  bool grad = false;
-  const at::Tensor* x = n == 7 ? plain(args[1], grad) : nullptr;
-  const at::Tensor* g = x ? plain_like(args[0], *x, grad) : nullptr;
-  const at::Tensor* mean = g ? plain(args[3], grad) : nullptr;
-  const at::Tensor* rstd = mean ? plain(args[4], grad) : nullptr;
-  std::vector<int64_t> shape;
-  OptTensor w;
-  std::array<bool, 3> mask{};
-  if (!rstd || !quiet() || !as_shape(args[2], shape) || !optional_like(args[5], *x, w, grad) ||
-      !as_mask(args[6], mask) || records(grad))
-    Py_RETURN_NONE;
-  RECORD_FUNCTION("tessera::layer_norm_backward", std::vector<c10::IValue>());
-  auto [gi, gw, gb] = fast::layer_norm_backward(*g, *x, shape, stats_view(*mean, *x, shape.size()),
-                                                stats_view(*rstd, *x, shape.size()), w, mask);
-  return wrap_tuple(std::move(gi), std::move(gw), std::move(gb));
-  END_HANDLE_TH_ERRORS
-}
-
-// rms_norm_backward(grad_output, input, normalized_shape, rstd, weight, output_mask[, weight_offset])
-// -> (grad_input, grad_weight), as layer_norm_backward.
-PyObject* rms_norm_backward(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  HANDLE_TH_ERRORS
-  bool grad = false;
-  const at::Tensor* x = n == 6 || n == 7 ? plain(args[1], grad) : nullptr;
-  const at::Tensor* g = x ? plain_like(args[0], *x, grad) : nullptr;
-  const at::Tensor* rstd = g ? plain(args[3], grad) : nullptr;
-  std::vector<int64_t> shape;
-  OptTensor w;
-  std::array<bool, 2> mask{};
-  double offset = 0.0;
-  if (!rstd || !quiet() || !as_shape(args[2], shape) || !optional_like(args[4], *x, w, grad) ||
-      !as_mask(args[5], mask) || (n == 7 && !as_double(args[6], offset)) || records(grad))
-    Py_RETURN_NONE;
-  RECORD_FUNCTION("tessera::rms_norm_backward", std::vector<c10::IValue>());
-  auto [gi, gw] = fast::rms_norm_backward(*g, *x, shape, stats_view(*rstd, *x, shape.size()), w, mask, offset);
-  return wrap_tuple(std::move(gi), std::move(gw));
   END_HANDLE_TH_ERRORS
 }
 
@@ -474,14 +297,7 @@ PyObject* records_(PyObject*, PyObject* x) {
 
 #define FAST(name, fn) {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL, nullptr}
 PyMethodDef methods[] = {
-    FAST("add", add),
     FAST("call", call),
-    FAST("layer_norm", layer_norm),
-    FAST("rms_norm", rms_norm),
-    FAST("add_layer_norm", add_layer_norm),
-    FAST("add_rms_norm", add_rms_norm),
-    FAST("layer_norm_backward", layer_norm_backward),
-    FAST("rms_norm_backward", rms_norm_backward),
     FAST("matmul", matmul<false>),
     FAST("linear", matmul<true>),
     FAST("mlp", mlp),

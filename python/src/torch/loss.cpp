@@ -1,19 +1,18 @@
-// cross_entropy as torch ops: the functional op (loss, lse and, on request, the gradient for a
-// loss gradient of 1), its in-place overload (the gradient written over the logits), and the
-// backward overload that scales a saved gradient in place by the loss's gradient. The autograd
-// kernel ties them: the forward computes the gradient in the same pass, the backward only scales
-// it (nothing at all where the loss gradient is 1, as in training). Probability targets and class
-// weights that require grad get theirs from torch's ops in the backward (a rarer need; class
-// weights only with probability targets, as torch's nll_loss refuses them for class indices).
-// linear_cross_entropy likewise:
-// its forward computes the gradients for a loss gradient of 1 and the backward scales them;
-// with reduction 'none' the backward runs the chunks again with the per-row loss gradients.
+// The losses' autograd, written by hand; their kernels are the generic ones (the descriptions in
+// src/ops/loss/). cross_entropy has three: the functional op (loss, lse and, on request, the
+// gradient for a loss gradient of 1), its in-place overload (the gradient written over the
+// logits), and the backward overload that scales a saved gradient in place by the loss's
+// gradient. The autograd kernel ties them: the forward computes the gradient in the same pass, the
+// backward only scales it (nothing at all where the loss gradient is 1, as in training).
+// Probability targets and class weights that require grad get theirs from torch's ops in the
+// backward (a rarer need; class weights only with probability targets, as torch's nll_loss
+// refuses them for class indices). linear_cross_entropy likewise: its forward computes the
+// gradients for a loss gradient of 1 and the backward scales them; with reduction 'none' the
+// backward runs the chunks again with the per-row loss gradients.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/custom_function.h>
-
-#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <array>
@@ -35,70 +34,6 @@ using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 // linear_cross_entropy's: loss, lse, d_hidden, d_weight, d_bias, accuracy
 using Tensor6 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using OptTensor = std::optional<at::Tensor>;
-
-Reduction reduction_of(const char* op, c10::string_view r) {
-  if (r == "mean") return Reduction::mean;
-  if (r == "sum") return Reduction::sum;
-  if (r == "none") return Reduction::none;
-  TORCH_CHECK_VALUE(false, "tessera.", op, ": argument 'reduction': expected 'mean', 'sum' or 'none', got '",
-                    std::string(r), "'");
-}
-
-CrossEntropyOptions options_of(const char* op, int64_t ignore_index, c10::string_view reduction,
-                               double label_smoothing, double z_loss, double softcap) {
-  CrossEntropyOptions o;
-  o.ignore_index = ignore_index, o.reduction = reduction_of(op, reduction), o.label_smoothing = label_smoothing;
-  o.z_loss = z_loss, o.softcap = softcap;
-  return o;
-}
-
-// loss ([] or [N]) and lse ([N]) for logits [N, V] (shapes only where the library will refuse them).
-Tensor2 outputs(const at::Tensor& logits, Reduction r) {
-  const auto f = logits.options().dtype(at::kFloat);
-  const int64_t n = logits.dim() == 2 ? logits.size(0) : 0;
-  return {r == Reduction::none ? at::empty({n}, f) : at::empty({}, f), at::empty({n}, f)};
-}
-
-Tensor3 cross_entropy(const at::Tensor& logits, const at::Tensor& target, const OptTensor& weight,
-                      int64_t ignore_index, c10::string_view reduction, double label_smoothing, double z_loss,
-                      double softcap, bool with_grad) {
-  const char* op = "cross_entropy";
-  const TensorView tx = view(op, "logits", logits), tt = view(op, "target", target);
-  TensorView tw;
-  CrossEntropyOptions o = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
-  o.weight = optional_view(op, "weight", weight, tw);
-  auto [loss, lse] = outputs(logits, o.reduction);
-  at::Tensor grad = with_grad ? at::empty(logits.sizes(), logits.options()) : at::empty({0}, logits.options());
-  guarded([&] {
-    const TensorView tl = view(op, "loss", loss), ts = view(op, "lse", lse);
-    const TensorView tg = with_grad ? view(op, "grad", grad) : TensorView{};
-    tessera::cross_entropy(tx, tt, tl, &ts, with_grad ? &tg : nullptr, o, stream_of(logits));
-  });
-  return {loss, lse, grad};
-}
-
-Tensor2 cross_entropy_inplace(at::Tensor& logits, const at::Tensor& target, const OptTensor& weight,
-                              int64_t ignore_index, c10::string_view reduction, double label_smoothing, double z_loss,
-                              double softcap) {
-  const char* op = "cross_entropy";
-  const TensorView tx = view(op, "logits", logits), tt = view(op, "target", target);
-  TensorView tw;
-  CrossEntropyOptions o = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
-  o.weight = optional_view(op, "weight", weight, tw);
-  auto [loss, lse] = outputs(logits, o.reduction);
-  guarded([&] {
-    const TensorView tl = view(op, "loss", loss), ts = view(op, "lse", lse);
-    tessera::cross_entropy(tx, tt, tl, &ts, &tx, o, stream_of(logits));
-  });
-  return {loss, lse};
-}
-
-void cross_entropy_backward(const at::Tensor& grad_loss, at::Tensor& grad, c10::string_view reduction) {
-  const char* op = "cross_entropy_backward";
-  const TensorView tf = view(op, "grad_loss", grad_loss), tg = view(op, "grad", grad);
-  const Reduction r = reduction_of(op, reduction);
-  guarded([&] { tessera::cross_entropy_backward(tf, tg, r, stream_of(grad)); });
-}
 
 // The saved gradient scaled by the loss's gradient and handed to autograd; it is consumed, so a
 // second backward through the same loss (retain_graph) is refused rather than scaled twice.
@@ -206,6 +141,8 @@ Tensor3 cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& targe
                                label_smoothing, z_loss, softcap, with_grad);
   auto r = CrossEntropyFunction<false>::apply(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss,
                                               softcap);
+  // The gradient goes to autograd, not out of the op: an empty placeholder (an undefined output
+  // of an autograd kernel breaks what wraps it, DTensor's dispatch).
   return {r[0], r[1], at::empty({0}, logits.options())};
 }
 
@@ -218,70 +155,6 @@ Tensor2 cross_entropy_inplace_autograd(at::Tensor& logits, const at::Tensor& tar
   auto r = CrossEntropyFunction<true>::apply(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss,
                                              softcap);
   return {r[0], r[1]};
-}
-
-// Token rows per chunk: the caller's, else as many as keep one chunk's logits within a quarter
-// of the free memory and 512 MiB, in multiples of 256. Each chunk after the first reads and
-// writes d_weight once more (4 V H bytes against the chunk's 6 rows V H FLOPs): at 2048 rows that
-// is about 5% of the op's time on an H100-class GPU; halving the chunk doubles it.
-int64_t chunk_rows_for(const at::Tensor& hidden, int64_t v, int64_t n, int64_t chunk_rows) {
-  if (chunk_rows > 0) return std::max<int64_t>(1, std::min(chunk_rows, n));
-  size_t free = 0, total = 0;
-  if (hidden.is_cuda() && cudaMemGetInfo(&free, &total) != cudaSuccess) free = 0, (void)cudaGetLastError();
-  const int64_t budget = std::min<int64_t>(int64_t(free / 4), int64_t(1) << 29);
-  int64_t rows = v > 0 ? budget / (v * int64_t(hidden.element_size())) : 1;
-  rows = rows >= 256 ? rows / 256 * 256 : std::max<int64_t>(1, rows);
-  return std::max<int64_t>(1, std::min(rows, n));
-}
-
-Tensor6 linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
-                             const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
-                             double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
-                             std::array<bool, 3> output_mask, const OptTensor& grad_loss,
-                             const OptTensor& ce_weight, std::optional<at::ScalarType> accum_dtype,
-                             bool token_accuracy) {
-  const char* op = "linear_cross_entropy";
-  const TensorView th = view(op, "hidden", hidden), tw = view(op, "weight", weight);
-  TensorView tb_slot, tg_slot;
-  const TensorView* tb = optional_view(op, "bias", bias, tb_slot);
-  const TensorView tt = view(op, "target", target);
-  const TensorView* tg = optional_view(op, "grad_loss", grad_loss, tg_slot);
-  TensorView tc_slot;
-  const TensorView* tc = optional_view(op, "ce_weight", ce_weight, tc_slot);
-  LinearCrossEntropyOptions o;
-  static_cast<CrossEntropyOptions&>(o) = options_of(op, ignore_index, reduction, label_smoothing, z_loss, softcap);
-  o.weight = tc;
-  const int64_t n = hidden.dim() == 2 ? hidden.size(0) : 0, v = weight.dim() == 2 ? weight.size(0) : 0;
-  auto [loss, lse] = outputs(hidden, o.reduction);
-  // The gradients asked for (hidden, weight, bias), each in its input's shape; the others empty.
-  const bool has_bias = bias && bias->defined();
-  const bool want[3] = {output_mask[0], output_mask[1], output_mask[2] && has_bias};
-  const auto grad_of = [](bool on, const at::Tensor& like, const at::Tensor& t) {
-    return on ? at::empty(t.sizes(), t.options()) : at::empty({0}, like.options());
-  };
-  // d_weight in accum_dtype: the chunks' parts added up in it (float32 for a 16-bit weight)
-  TORCH_CHECK_VALUE(!accum_dtype || *accum_dtype == at::kFloat || *accum_dtype == weight.scalar_type(),
-                    "tessera.", op, ": argument 'accum_dtype': expected None, torch.float32 or the weight's dtype ",
-                    weight.scalar_type(), ", got ", accum_dtype ? c10::toString(*accum_dtype) : "None");
-  at::Tensor dh = grad_of(want[0], hidden, hidden);
-  at::Tensor dw = want[1] ? at::empty(weight.sizes(), weight.options().dtype(accum_dtype.value_or(weight.scalar_type())))
-                          : at::empty({0}, weight.options());
-  at::Tensor db = grad_of(want[2], weight, has_bias ? *bias : weight);
-  at::Tensor acc = token_accuracy ? at::empty({}, hidden.options().dtype(at::kFloat)) : at::empty({0}, hidden.options());
-  at::Tensor ws = at::empty({chunk_rows_for(hidden, v, n, chunk_rows) * std::max<int64_t>(v, 1)}, hidden.options());
-  guarded([&] {
-    const TensorView tl = view(op, "loss", loss), ts = view(op, "lse", lse), tws = view(op, "workspace", ws);
-    TensorView tdh, tdw, tdb, tacc;
-    if (token_accuracy) tacc = view(op, "accuracy", acc), o.accuracy = &tacc;
-    LinearCrossEntropyGrads g;
-    if (want[0]) tdh = view(op, "d_hidden", dh), g.d_hidden = &tdh;
-    if (want[1]) tdw = view(op, "d_weight", dw), g.d_weight = &tdw;
-    if (want[2]) tdb = view(op, "d_bias", db), g.d_bias = &tdb;
-    g.grad_loss = tg;
-    o.workspace = &tws;
-    tessera::linear_cross_entropy(th, tw, tb, tt, tl, &ts, g, o, stream_of(hidden));
-  });
-  return {loss, lse, dh, dw, db, acc};
 }
 
 using LceSig = Tensor6(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&, int64_t,
@@ -320,6 +193,8 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                                      double(chunk_rows)};
     ctx->saved_data["bias"] = bias && bias->defined();
     if (accum_dtype) ctx->saved_data["accum_dtype"] = int64_t(*accum_dtype);
+    // Without token_accuracy the kernel gives None: an empty placeholder for autograd's outputs.
+    if (!acc.defined()) acc = at::empty({0}, hidden.options());
     ctx->mark_non_differentiable({lse, acc});
     return {loss, lse, acc};
   }
@@ -384,22 +259,15 @@ Tensor6 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor
                                ce_weight, accum_dtype, token_accuracy);
   auto r = LinearCrossEntropyFunction::apply(hidden, weight, bias, target, ignore_index, reduction, label_smoothing,
                                              z_loss, softcap, chunk_rows, ce_weight, accum_dtype, token_accuracy);
-  // The gradients go to autograd, not out of the op: three placeholders, none aliasing another.
+  // The gradients go to autograd, not out of the op: three placeholders, none aliasing another (as
+  // cross_entropy's).
   return {r[0], r[1], at::empty({0}, hidden.options()), at::empty({0}, weight.options()),
           at::empty({0}, weight.options()), r[2]};
-}
-
-void kernels(torch::Library& m) {
-  m.impl("linear_cross_entropy", &linear_cross_entropy);
-  m.impl("cross_entropy", &cross_entropy);
-  m.impl("cross_entropy.inplace", &cross_entropy_inplace);
-  m.impl("cross_entropy.backward", &cross_entropy_backward);
 }
 
 }  // namespace
 }  // namespace tessera::torch_ops
 
-TESSERA_TORCH_KERNELS(tessera::torch_ops::kernels)
 TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   m.impl("cross_entropy", &tessera::torch_ops::cross_entropy_autograd);
   m.impl("cross_entropy.inplace", &tessera::torch_ops::cross_entropy_inplace_autograd);

@@ -177,15 +177,13 @@ Tensor3 native_layer_norm_backward(const at::Tensor& grad, const at::Tensor& inp
                                    const OptTensor& bias, std::array<bool, 3> mask) {
   static const auto op =
       handle<Tensor3(const at::Tensor&, const at::Tensor&, at::IntArrayRef, const at::Tensor&,
-                     const at::Tensor&, const OptTensor&, std::array<bool, 3>)>("layer_norm_backward");
+                     const at::Tensor&, const OptTensor&, const OptTensor&, std::array<bool, 3>)>(
+          "layer_norm_backward");
   const int64_t k = static_cast<int64_t>(shape.size());
   const bool f32_stats = mean.scalar_type() == at::kFloat && rstd.scalar_type() == at::kFloat;
-  if (ran(kLayerNormBackward, all_take(input, grad, weight) && f32_stats && input.numel() > 0)) {
+  if (ran(kLayerNormBackward, all_take(input, grad, weight, bias) && f32_stats && input.numel() > 0)) {
     const at::IntArrayRef lead = input.sizes().slice(0, input.dim() - k);
-    // A bias gradient is asked for only where there is a bias (torch's convention).
-    auto [gi, gw, gb] = op.call(grad, input, shape, mean.reshape(lead), rstd.reshape(lead), weight,
-                                {mask[0], mask[1], mask[2] && bias && bias->defined()});
-    return {gi, gw, gb};
+    return op.call(grad, input, shape, mean.reshape(lead), rstd.reshape(lead), weight, bias, mask);
   }
   return at::cuda::native_layer_norm_backward(grad, input, shape, mean, rstd, weight, bias, mask);
 }

@@ -62,6 +62,38 @@ struct Rows {
   __device__ int64_t query(const Params& p, int r) const { return (first + r) / p.group; }
 };
 
+// The end of decode_split_kernel: each key group's (acc, m, l) of its rows through shared memory,
+// merged into the chunk's partial of each row (unnormalized O, max, sum); a KV cache's bad entry
+// (`bad`) carries NaN into out and lse.
+template <int D, int R, int G>
+__device__ __forceinline__ void merge_groups(float (&s_o)[kWarps * G][R][D], float (&s_ml)[kWarps * G][R][2],
+                                             const float (&acc)[R][8], const float (&m)[R], const float (&l)[R],
+                                             bool bad, int g, int sub, const Rows& rows, const Params& p,
+                                             const Split& sp, int64_t len_q, int64_t b, int64_t hk) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int d = 0; d < 8; ++d) s_o[g][r][8 * sub + d] = acc[r][d];
+    if (sub == 0) s_ml[g][r][0] = m[r], s_ml[g][r][1] = bad ? NAN : l[r];
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < R * D; x += kWarps * 32) {
+    const int r = x / D, d = x % D;
+    const int64_t i = rows.query(p, r);
+    if (rows.first + r >= rows.count || i >= len_q) continue;
+    float mx = -INFINITY;
+    for (int y = 0; y < kWarps * G; ++y) mx = fmaxf(mx, s_ml[y][r][0]);
+    float o = 0.f, sum = 0.f;
+    for (int y = 0; y < kWarps * G; ++y) {
+      const float w = tile::merge_weight<tile::Base::two>(s_ml[y][r][0], mx);
+      o += w * s_o[y][r][d], sum += w * s_ml[y][r][1];
+    }
+    const int64_t at = ((b * p.heads_q + rows.head(p, hk, r)) * p.seq_q + i) * sp.splits + blockIdx.x;
+    sp.o[at * D + d] = o;
+    if (d == 0) sp.ml[2 * at] = mx, sp.ml[2 * at + 1] = sum;
+  }
+}
+
 // Query rows of CTA (split blockIdx.x, KV head and row block blockIdx.y, batch blockIdx.z) against
 // chunk blockIdx.x of their keys. Alibi: ALiBi's bias, whose per-row state (2 R registers) would
 // cost calls without it a spill at R = 4.
@@ -78,10 +110,8 @@ decode_split_kernel(Params p, Split sp) {
   const float mul = (p.softcap > 0.f ? 1.f : p.scale) * kLog2e;
   float q[R][8], acc[R][8], m[R], l[R];
   int32_t lo[R], hi[R];  // each row's keys; the host keeps seq_k below 2^31
-  // ALiBi: a row's bias against key j is -al |dg - j| in log2 units; dg, the row's diagonal, is
-  // below 2^31 as the keys are.
-  float al[R];
-  int32_t dg[R];
+  float al[R];  // ALiBi: a row's bias against key j is -al |dg - j| in log2 units
+  int32_t dg[R];  // the row's diagonal, below 2^31 as the keys are
   // The key loop counts in int32 (keys are below 2^30): a 64-bit index costs the kernels of 4 rows
   // a spill. No row with keys: an empty loop.
   int32_t lo_all = INT32_MAX / 2, hi_all = -1;
@@ -144,29 +174,7 @@ decode_split_kernel(Params p, Split sp) {
       for (int d = 0; d < 8; ++d) acc[r][d] = fmaf(e, vr[d], acc[r][d]);
     }
   }
-  const int g = warp * G + grp;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int d = 0; d < 8; ++d) s_o[g][r][8 * sub + d] = acc[r][d];
-    if (sub == 0) s_ml[g][r][0] = m[r], s_ml[g][r][1] = bad ? NAN : l[r];  // NaN carried into out and lse
-  }
-  __syncthreads();
-  for (int x = threadIdx.x; x < R * D; x += kWarps * 32) {
-    const int r = x / D, d = x % D;
-    const int64_t i = rows.query(p, r);
-    if (rows.first + r >= rows.count || i >= sq.len_q) continue;
-    float mx = -INFINITY;
-    for (int y = 0; y < kWarps * G; ++y) mx = fmaxf(mx, s_ml[y][r][0]);
-    float o = 0.f, sum = 0.f;
-    for (int y = 0; y < kWarps * G; ++y) {
-      const float w = tile::merge_weight<tile::Base::two>(s_ml[y][r][0], mx);
-      o += w * s_o[y][r][d], sum += w * s_ml[y][r][1];
-    }
-    const int64_t at = ((b * p.heads_q + rows.head(p, hk, r)) * p.seq_q + i) * sp.splits + blockIdx.x;
-    sp.o[at * D + d] = o;
-    if (d == 0) sp.ml[2 * at] = mx, sp.ml[2 * at + 1] = sum;
-  }
+  merge_groups<D, R, G>(s_o, s_ml, acc, m, l, bad, warp * G + grp, sub, rows, p, sp, sq.len_q, b, hk);
 }
 
 // One query row per CTA: the chunks' partials merged, out and lse written.

@@ -251,11 +251,17 @@ void add(const TensorView& a, double b, const TensorView& out, double alpha, cud
 
 namespace tessera {
 namespace {
-// Broadcasting output shapes and torch's number-on-either-side contract: the torch kernels are
-// written by hand (python/src/torch/elementwise.cpp).
+// add's two overloads, named apart.
+constexpr void (*kAddTensor)(const TensorView&, const TensorView&, const TensorView&, double, cudaStream_t) = &add;
+constexpr void (*kAddScalar)(const TensorView&, double, const TensorView&, double, cudaStream_t) = &add;
+// The output takes the broadcast shape. Autograd is written by hand (python/src/torch/
+// elementwise.cpp): a broadcast input's gradient is summed back to its shape, by torch's ops.
 const OpRegistrar kAdd = describe("add", "elementwise", "out = input + alpha * other with broadcasting")
     .schema("add(Tensor input, Tensor other, *, float alpha=1) -> Tensor")
-    .schema("add.Scalar(Tensor input, float other, *, float alpha=1) -> Tensor")
+    .kernel<kAddTensor>({"input", "other", "out", "alpha"}, {out::broadcast("out", "input", "other")})
+    .overload(describe("add.Scalar", "elementwise", "out = input + alpha * other for a number other")
+                  .schema("add.Scalar(Tensor input, float other, *, float alpha=1) -> Tensor")
+                  .kernel<kAddScalar>({"input", "other", "out", "alpha"}, {{"out", "input"}}))
     .torch("torch.add");
 }  // namespace
 }  // namespace tessera

@@ -184,6 +184,7 @@ void copy(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
 namespace tessera {
 namespace {
 const OpRegistrar kCopy = describe("copy", "elementwise", "dst = src between any two layouts of one shape")
-    .schema("copy(Tensor src, Tensor(a!) dst) -> ()");
+    .schema("copy(Tensor src, Tensor(a!) dst) -> ()")
+    .kernel<&copy>({"src", "dst"}, {});
 }  // namespace
 }  // namespace tessera

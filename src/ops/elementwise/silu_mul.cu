@@ -277,19 +277,24 @@ namespace {
 const OpRegistrar kSwigluBackward = describe("swiglu_backward", "elementwise",
                                              "swiglu backward (gate and up interleaved in blocks of 64): grad_input")
     .schema("swiglu_backward(Tensor grad_output, Tensor input) -> Tensor")
-    // grad_input and the forward's output recomputed in the same pass (swiglu_backward_recompute):
-    // a kernel written by hand (python/src/torch/elementwise.cpp).
-    .schema("swiglu_backward.recompute(Tensor grad_output, Tensor input) -> "
-            "(Tensor grad_input, Tensor output)")
-    .kernel<&swiglu_backward>({"grad_output", "input", "grad_input"}, {{"grad_input", "input"}});
+    .kernel<&swiglu_backward>({"grad_output", "input", "grad_input"}, {{"grad_input", "input"}})
+    // grad_input and the forward's output recomputed in the same pass (mlp's backward)
+    .overload(describe("swiglu_backward.recompute", "elementwise", "swiglu backward with the forward's output")
+                  .schema("swiglu_backward.recompute(Tensor grad_output, Tensor input) -> "
+                          "(Tensor grad_input, Tensor output)")
+                  .kernel<&swiglu_backward_recompute>({"grad_output", "input", "grad_input", "output"},
+                                                      {{"grad_input", "input"}, {"output", "grad_output"}}));
 const OpRegistrar kGegluBlocksBackward =
     describe("geglu_blocks_backward", "elementwise",
              "matmul's activation 'geglu' backward (gate and up interleaved in blocks of 64): grad_input")
         .schema("geglu_blocks_backward(Tensor grad_output, Tensor input) -> Tensor")
-        // with the forward's output recomputed, as swiglu_backward.recompute (python/src/torch/elementwise.cpp)
-        .schema("geglu_blocks_backward.recompute(Tensor grad_output, Tensor input) -> "
-                "(Tensor grad_input, Tensor output)")
-        .kernel<&geglu_blocks_backward>({"grad_output", "input", "grad_input"}, {{"grad_input", "input"}});
+        .kernel<&geglu_blocks_backward>({"grad_output", "input", "grad_input"}, {{"grad_input", "input"}})
+        .overload(describe("geglu_blocks_backward.recompute", "elementwise",
+                           "geglu_blocks backward with the forward's output")
+                      .schema("geglu_blocks_backward.recompute(Tensor grad_output, Tensor input) -> "
+                              "(Tensor grad_input, Tensor output)")
+                      .kernel<&geglu_blocks_backward_recompute>({"grad_output", "input", "grad_input", "output"},
+                                                                {{"grad_input", "input"}, {"output", "grad_output"}}));
 const OpRegistrar kSiluMul = describe("silu_mul", "elementwise", "SwiGLU's gate: silu(gate) * up")
     .schema("silu_mul(Tensor gate, Tensor up) -> Tensor")
     .kernel<&silu_mul>({"gate", "up", "out"}, {{"out", "gate"}})

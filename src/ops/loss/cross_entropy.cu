@@ -413,16 +413,55 @@ void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad,
 }  // namespace tessera
 
 namespace tessera {
+
+void parse(const char* op, std::string_view name, Reduction& out) {
+  if (name == "mean") out = Reduction::mean;
+  else if (name == "sum") out = Reduction::sum;
+  else if (name == "none") out = Reduction::none;
+  else detail::throw_arg(ErrorKind::value, op, "reduction", "'mean', 'sum' or 'none'", "'" + std::string(name) + "'");
+}
+
 namespace {
-// The loss, lse and gradient outputs shaped by the reduction: torch kernels written by hand
-// (python/src/torch/loss.cpp).
-const OpRegistrar kCrossEntropy = describe("cross_entropy", "loss", "cross-entropy of logits [N, V] against class indices or class probabilities, with the gradient in the same pass")
-    .schema("cross_entropy(Tensor logits, Tensor target, Tensor? weight=None, *, int ignore_index=-100, "
-            "str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, "
-            "bool with_grad=False) -> (Tensor, Tensor, Tensor)")
-    .schema("cross_entropy.inplace(Tensor(a!) logits, Tensor target, Tensor? weight=None, *, int ignore_index=-100, "
-            "str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0) -> (Tensor, Tensor)")
-    .schema("cross_entropy.backward(Tensor grad_loss, Tensor(a!) grad, *, str reduction=\"mean\") -> ()")
-    .torch("torch.nn.functional.cross_entropy");
+// cross_entropy with its options as plain arguments, in the schema's order (the description's
+// generic kernel): the torch op and its in-place overload, whose gradient is the logits.
+void cross_entropy_args(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                        int64_t ignore_index, Reduction reduction, double label_smoothing, double z_loss,
+                        double softcap, const TensorView& loss, const TensorView* lse, const TensorView* grad,
+                        cudaStream_t stream) {
+  CrossEntropyOptions o;
+  o.ignore_index = ignore_index, o.reduction = reduction, o.label_smoothing = label_smoothing;
+  o.z_loss = z_loss, o.softcap = softcap, o.weight = weight;
+  cross_entropy(logits, target, loss, lse, grad, o, stream);
+}
+
+// The loss by the reduction, the float32 lse of each row, and (with_grad) the gradient for a
+// loss gradient of 1. Autograd is written by hand (python/src/torch/loss.cpp): the forward's
+// gradient is saved and scaled in place by the backward overload.
+const char* const kOptions = "int ignore_index=-100, str reduction=\"mean\", float label_smoothing=0.0, "
+                             "float z_loss=0.0, float softcap=0.0";
+const std::vector<std::string> kArgs = {"logits", "target", "weight", "ignore_index", "reduction",
+                                        "label_smoothing", "z_loss", "softcap", "loss", "lse"};
+std::vector<std::string> with(std::vector<std::string> v, const char* last) {
+  v.push_back(last);
+  return v;
+}
+const OpRegistrar kCrossEntropy =
+    describe("cross_entropy", "loss",
+             "cross-entropy of logits [N, V] against class indices or class probabilities, with the gradient in "
+             "the same pass")
+        .schema(std::string("cross_entropy(Tensor logits, Tensor target, Tensor? weight=None, *, ") + kOptions +
+                ", bool with_grad=False) -> (Tensor, Tensor, Tensor)")
+        .kernel<&cross_entropy_args>(with(kArgs, "grad"), {out::loss("loss", "logits", "reduction"),
+                                                            out::per_row("lse", "logits"),
+                                                            out::like("grad", "logits").when("with_grad")})
+        .overload(describe("cross_entropy.inplace", "loss", "cross_entropy with the gradient written over the logits")
+                      .schema(std::string("cross_entropy.inplace(Tensor(a!) logits, Tensor target, Tensor? "
+                                          "weight=None, *, ") + kOptions + ") -> (Tensor, Tensor)")
+                      .kernel<&cross_entropy_args>(with(kArgs, "logits"), {out::loss("loss", "logits", "reduction"),
+                                                                           out::per_row("lse", "logits")}))
+        .overload(describe("cross_entropy.backward", "loss", "cross_entropy's saved gradient scaled by the loss's")
+                      .schema("cross_entropy.backward(Tensor grad_loss, Tensor(a!) grad, *, str reduction=\"mean\") -> ()")
+                      .kernel<&cross_entropy_backward>({"grad_loss", "grad", "reduction"}, {}))
+        .torch("torch.nn.functional.cross_entropy");
 }  // namespace
 }  // namespace tessera

@@ -38,6 +38,19 @@ namespace {
 
 constexpr const char* kOp = "linear_cross_entropy";
 constexpr int64_t kScratchChunkBytes = int64_t(1) << 29;
+
+// A chunk's bytes from the scratch pool: 512 MiB, or a quarter of the free memory where that is
+// less (one chunk's logits are the op's extra memory). Each chunk after the first reads and writes
+// d_weight once more (4 V H bytes against the chunk's 6 rows V H FLOPs): at 2048 rows about 5% of
+// the op's time on an H100-class GPU; halving the chunk doubles it.
+int64_t chunk_bytes() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return kScratchChunkBytes;
+  }
+  return std::min<int64_t>(kScratchChunkBytes, static_cast<int64_t>(free / 4));
+}
 constexpr int kBiasThreads = 256, kBiasUnroll = 8;
 constexpr int kHitThreads = 512;
 
@@ -303,7 +316,7 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
   const bool none = options.reduction == Reduction::none, mean = options.reduction == Reduction::mean;
   const bool want = grads.d_hidden || grads.d_weight || grads.d_bias;
 
-  int64_t chunk = options.workspace ? options.workspace->numel() / v : kScratchChunkBytes / (v * elem);
+  int64_t chunk = options.workspace ? options.workspace->numel() / v : chunk_bytes() / (v * elem);
   if (!options.workspace && chunk >= 256) chunk = chunk / 256 * 256;
   if (options.chunk_rows > 0) chunk = std::min(chunk, options.chunk_rows);
   chunk = std::max<int64_t>(1, std::min(chunk, n));
@@ -373,10 +386,56 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
 
 namespace tessera {
 namespace {
-const OpRegistrar kLinearCrossEntropy = describe("linear_cross_entropy", "loss", "cross-entropy of hidden @ weight^T + bias against class targets, with d_hidden and d_weight, in chunks")
-    .schema("linear_cross_entropy(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, *, int ignore_index=-100, "
-            "str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float softcap=0.0, int chunk_rows=0, "
-            "bool[3] output_mask=[False, False, False], Tensor? grad_loss=None, Tensor? ce_weight=None, "
-            "ScalarType? accum_dtype=None, bool token_accuracy=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+// linear_cross_entropy with its options and gradients as plain arguments, in the schema's order
+// (the description's generic kernel).
+void linear_cross_entropy_args(const TensorView& hidden, const TensorView& weight, const TensorView* bias,
+                               const TensorView& target, int64_t ignore_index, Reduction reduction,
+                               double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
+                               const TensorView* grad_loss, const TensorView* ce_weight, const TensorView& loss,
+                               const TensorView* lse, const TensorView* d_hidden, const TensorView* d_weight,
+                               const TensorView* d_bias, const TensorView* accuracy, cudaStream_t stream) {
+  LinearCrossEntropyOptions o;
+  o.ignore_index = ignore_index, o.reduction = reduction, o.label_smoothing = label_smoothing;
+  o.z_loss = z_loss, o.softcap = softcap, o.weight = ce_weight, o.chunk_rows = chunk_rows, o.accuracy = accuracy;
+  // d_weight's dtype is the schema's accum_dtype: name it so.
+  if (d_weight && d_weight->dtype != weight.dtype && d_weight->dtype != DType::float32)
+    detail::throw_arg(ErrorKind::value, kOp, "accum_dtype",
+                      std::string("None, float32 or the weight's dtype ") + dtype_name(weight.dtype),
+                      dtype_name(d_weight->dtype));
+  LinearCrossEntropyGrads g;
+  g.d_hidden = d_hidden, g.d_weight = d_weight, g.d_bias = d_bias, g.grad_loss = grad_loss;
+  linear_cross_entropy(hidden, weight, bias, target, loss, lse, g, o, stream);
+}
+
+OpDesc::Output accuracy() {
+  OpDesc::Output o = out::like("accuracy", "hidden");
+  o.dtype = OpDesc::Output::Dtype::float32;
+  o.shape = OpDesc::Output::Shape::scalar;
+  return std::move(o).when("token_accuracy");
+}
+
+// The gradients wanted (output_mask; d_bias only with a bias), d_weight in accum_dtype where
+// given. Autograd is written by hand (python/src/torch/loss.cpp): the forward's gradients are
+// saved and scaled by the backward, or, for 'none', the chunks run again with grad_loss.
+OpDesc::Output d_weight() {
+  OpDesc::Output o = out::like("d_weight", "weight").when("output_mask", 1);
+  o.dtype_from = "accum_dtype";
+  return o;
+}
+
+const OpRegistrar kLinearCrossEntropy =
+    describe("linear_cross_entropy", "loss",
+             "cross-entropy of hidden @ weight^T + bias against class targets, with d_hidden and d_weight, in chunks")
+        .schema("linear_cross_entropy(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, *, int "
+                "ignore_index=-100, str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float "
+                "softcap=0.0, int chunk_rows=0, bool[3] output_mask=[False, False, False], Tensor? grad_loss=None, "
+                "Tensor? ce_weight=None, ScalarType? accum_dtype=None, bool token_accuracy=False) -> (Tensor, Tensor, "
+                "Tensor, Tensor, Tensor, Tensor)")
+        .kernel<&linear_cross_entropy_args>(
+            {"hidden", "weight", "bias", "target", "ignore_index", "reduction", "label_smoothing", "z_loss", "softcap",
+             "chunk_rows", "grad_loss", "ce_weight", "loss", "lse", "d_hidden", "d_weight", "d_bias", "accuracy"},
+            {out::loss("loss", "hidden", "reduction"), out::per_row("lse", "hidden"),
+             out::like("d_hidden", "hidden").when("output_mask", 0), d_weight(),
+             out::like("d_bias", "bias").when("output_mask", 2), accuracy()});
 }  // namespace
 }  // namespace tessera

@@ -112,15 +112,16 @@ void copy_back(const TensorView& used, const TensorView* out, cudaStream_t strea
   if (out && used.data != out->data) copy(used, *out, stream);
 }
 
-void zero_fill(const TensorView& t, cudaStream_t stream) {
+// Every byte of t set to `byte`: 0 is zero in every dtype, 0xff a NaN in float32.
+void byte_fill(const TensorView& t, int byte, cudaStream_t stream) {
   if (t.numel() == 0) return;
   if (t.is_contiguous()) {
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), stream));
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(t.data, byte, t.nbytes(), stream));
     return;
   }
   runtime::Scratch z;
   const TensorView c = contiguous_scratch(t, z, stream);
-  TESSERA_CUDA_CHECK(cudaMemsetAsync(c.data, 0, c.nbytes(), stream));
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(c.data, byte, c.nbytes(), stream));
   copy(c, t, stream);
 }
 
@@ -165,6 +166,17 @@ void check_stats(const char* op, const char* arg, const TensorView& t, const cha
   detail::check_dtype_in(op, arg, t, {DType::float32});
   const std::string what = "the leading shape of '" + std::string(xname) + "'";
   check_shape(op, arg, t, x.shape, lead, what.c_str());
+}
+
+// torch's statistics keep the normalized dimensions as 1s (native_layer_norm's leading + (1,) * k):
+// the same values, viewed with the leading shape. Anything else as it is, for check_stats.
+TensorView leading_view(const TensorView& t, const TensorView& x, int lead) {
+  if (t.ndim != x.ndim || t.ndim == lead) return t;
+  for (int d = lead; d < t.ndim; ++d)
+    if (t.shape[d] != 1) return t;
+  TensorView v = t;
+  v.ndim = lead;
+  return v;
 }
 
 void check_eps(const char* op, double eps) {
@@ -234,7 +246,14 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
                 {{"out", &out, res.in ? &x : nullptr}, {"residual_out", res.out, res.in}, {"mean", mean},
                  {"rstd", rstd}},
                 {{"input", &x}, {"residual", res.in}, {"weight", weight}, {"bias", bias}});
-  if (x.numel() == 0) return;
+  if (x.numel() == 0) {  // rows of no elements have no statistics: NaN, as torch gives
+    for (const TensorView* s : {mean, rstd}) {
+      if (!s || s->numel() == 0) continue;  // no rows: nothing to write, the GPU untouched
+      runtime::DeviceGuard guard(x.device.index);
+      byte_fill(*s, 0xff, stream);
+    }
+    return;
+  }
 
   runtime::DeviceGuard guard(x.device.index);
   runtime::Scratch xs, os, ws, bs, ms, rs, res_s, res_os;
@@ -284,14 +303,19 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
 }
 
 // `xname`: the argument x is ('input'; the add ops' backward: 'residual_out'). `dres`: the add ops'
-// gradient of residual_out, added to grad_in (nullptr: none).
-void norm_backward(const char* op, bool rms, const TensorView& grad_out, const char* xname, const TensorView& x,
-                   int nnorm, const TensorView* mean, const TensorView& rstd, const TensorView* weight,
+// gradient of residual_out, added to grad_in (nullptr: none). grad_out nullptr (the add ops, where
+// only residual_out's gradient came): grad_in is dres and the parameters' gradients are zero.
+void norm_backward(const char* op, bool rms, const TensorView* grad_out, const char* xname, const TensorView& x,
+                   int nnorm, const TensorView* mean, const TensorView& rstd_in, const TensorView* weight,
                    double w_offset, const TensorView* dres, const TensorView* grad_in, const TensorView* grad_weight,
                    const TensorView* grad_bias, cudaStream_t stream) {
   check_x(op, xname, x, nnorm, std::string(xname) != "input");  // the add ops normalize the last dim
   const int lead = x.ndim - nnorm;
-  detail::check_like(op, "grad_output", grad_out, xname, x);
+  const TensorView mean_l = mean ? leading_view(*mean, x, lead) : TensorView{};
+  const TensorView rstd_l = leading_view(rstd_in, x, lead);
+  if (mean) mean = &mean_l;
+  const TensorView& rstd = rstd_l;
+  if (grad_out) detail::check_like(op, "grad_output", *grad_out, xname, x);
   if (dres) detail::check_like(op, "grad_residual_out", *dres, xname, x);
   if (mean) check_stats(op, "mean", *mean, xname, x, lead);
   check_stats(op, "rstd", rstd, xname, x, lead);
@@ -307,7 +331,7 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const c
   if (grad_bias) check_param(op, "grad_bias", *grad_bias, xname, x, lead);
   // grad_input may be grad_residual_out itself: dx accumulated in place.
   check_outputs(op, {{"grad_input", grad_in, dres}, {"grad_weight", grad_weight}, {"grad_bias", grad_bias}},
-                {{"grad_output", &grad_out}, {"grad_residual_out", dres}, {xname, &x}, {"mean", mean},
+                {{"grad_output", grad_out}, {"grad_residual_out", dres}, {xname, &x}, {"mean", mean},
                  {"rstd", &rstd}, {"weight", weight}});
   if (!grad_in) dres = nullptr;  // nothing to add it to
 
@@ -315,15 +339,16 @@ void norm_backward(const char* op, bool rms, const TensorView& grad_out, const c
   const bool sums = grad_weight || grad_bias;
   if (n == 0 || (!grad_in && !sums) || (rows == 0 && !sums)) return;
   runtime::DeviceGuard guard(x.device.index);
-  if (rows == 0) {  // column sums over no rows: zeros, as torch gives
-    if (grad_weight) zero_fill(*grad_weight, stream);
-    if (grad_bias) zero_fill(*grad_bias, stream);
+  if (rows == 0 || !grad_out) {  // column sums over no rows, or of a zero gradient: zeros, as torch gives
+    if (grad_weight) byte_fill(*grad_weight, 0, stream);
+    if (grad_bias) byte_fill(*grad_bias, 0, stream);
+    if (grad_in && rows > 0) dres ? copy(*dres, *grad_in, stream) : byte_fill(*grad_in, 0, stream);
     return;
   }
 
   runtime::Scratch xs, dys, dxs, ws, dws, dbs, ms, rs, drs, parts, means;
   const TensorView xv = as_input(x, lead, true, xs, stream);
-  const TensorView dyv = as_input(grad_out, lead, true, dys, stream);
+  const TensorView dyv = as_input(*grad_out, lead, true, dys, stream);
   const TensorView mv = mean ? as_input(*mean, lead, false, ms, stream) : TensorView{};
   const TensorView rv = as_input(rstd, lead, false, rs, stream);
   const TensorView wv = weight ? as_input(*weight, 0, true, ws, stream) : TensorView{};
@@ -381,7 +406,7 @@ void layer_norm_backward(const TensorView& grad_out, const TensorView& x, int no
                          const TensorView* grad_in, const TensorView* grad_weight,
                          const TensorView* grad_bias, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::layer_norm_backward");
-  norm_backward("layer_norm_backward", false, grad_out, "input", x, normalized_ndim, &mean, rstd, weight, 0.0,
+  norm_backward("layer_norm_backward", false, &grad_out, "input", x, normalized_ndim, &mean, rstd, weight, 0.0,
                 nullptr, grad_in, grad_weight, grad_bias, stream);
 }
 
@@ -396,7 +421,7 @@ void rms_norm_backward(const TensorView& grad_out, const TensorView& x, int norm
                        const TensorView& rstd, const TensorView* weight, double weight_offset,
                        const TensorView* grad_in, const TensorView* grad_weight, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::rms_norm_backward");
-  norm_backward("rms_norm_backward", true, grad_out, "input", x, normalized_ndim, nullptr, rstd, weight,
+  norm_backward("rms_norm_backward", true, &grad_out, "input", x, normalized_ndim, nullptr, rstd, weight,
                 weight_offset, nullptr, grad_in, grad_weight, nullptr, stream);
 }
 
@@ -408,7 +433,7 @@ void add_layer_norm(const TensorView& input, const TensorView& residual, const T
                stream);
 }
 
-void add_layer_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+void add_layer_norm_backward(const TensorView* grad_output, const TensorView* grad_residual_out,
                              const TensorView& residual_out, const TensorView& mean, const TensorView& rstd,
                              const TensorView* weight, const TensorView* grad_input,
                              const TensorView* grad_weight, const TensorView* grad_bias, cudaStream_t stream) {
@@ -425,7 +450,7 @@ void add_rms_norm(const TensorView& input, const TensorView& residual, const Ten
                stream);
 }
 
-void add_rms_norm_backward(const TensorView& grad_output, const TensorView* grad_residual_out,
+void add_rms_norm_backward(const TensorView* grad_output, const TensorView* grad_residual_out,
                            const TensorView& residual_out, const TensorView& rstd, const TensorView* weight,
                            const TensorView* grad_input, const TensorView* grad_weight, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::add_rms_norm_backward");
@@ -437,34 +462,118 @@ void add_rms_norm_backward(const TensorView& grad_output, const TensorView* grad
 
 namespace tessera {
 namespace {
-// mean and rstd are float32 of the leading shape: torch kernels written by hand
-// (python/src/torch/rowwise.cpp).
-const OpRegistrar kLayerNorm = describe("layer_norm", "rowwise", "LayerNorm over the trailing dimensions, as torch.nn.functional.layer_norm")
-    .schema("layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
-            "float eps=1e-05) -> (Tensor, Tensor, Tensor)")
-    .torch("torch.nn.functional.layer_norm");
-const OpRegistrar kLayerNormBackward = describe("layer_norm_backward", "rowwise", "LayerNorm backward: grad_in, grad_weight, grad_bias (deterministic)")
-    .schema("layer_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor mean, "
-            "Tensor rstd, Tensor? weight, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
-const OpRegistrar kRmsNorm = describe("rms_norm", "rowwise", "RMSNorm over the trailing dimensions, as torch.nn.functional.rms_norm")
-    .schema("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float eps, "
-            "float weight_offset=0.0) -> (Tensor, Tensor)")
-    .torch("torch.nn.functional.rms_norm");
-const OpRegistrar kRmsNormBackward = describe("rms_norm_backward", "rowwise", "RMSNorm backward: grad_in, grad_weight (deterministic)")
-    .schema("rms_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor rstd, "
-            "Tensor? weight, bool[2] output_mask, float weight_offset=0.0) -> (Tensor, Tensor)");
-// The residual add fused with the norm over the last dimension: (out, residual_out, [mean,] rstd).
-// The backward's grad_input is the gradient of both input and residual.
-const OpRegistrar kAddLayerNorm = describe("add_layer_norm", "rowwise", "residual_out = input + residual, then LayerNorm of it over the last dimension")
-    .schema("add_layer_norm(Tensor input, Tensor residual, Tensor? weight=None, Tensor? bias=None, "
-            "float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)");
-const OpRegistrar kAddLayerNormBackward = describe("add_layer_norm_backward", "rowwise", "add_layer_norm backward: grad_input (of input and residual), grad_weight, grad_bias (deterministic)")
-    .schema("add_layer_norm_backward(Tensor grad_output, Tensor? grad_residual_out, Tensor residual_out, "
-            "Tensor mean, Tensor rstd, Tensor? weight, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
-const OpRegistrar kAddRmsNorm = describe("add_rms_norm", "rowwise", "residual_out = input + residual, then RMSNorm of it over the last dimension")
-    .schema("add_rms_norm(Tensor input, Tensor residual, Tensor? weight, float eps) -> (Tensor, Tensor, Tensor)");
-const OpRegistrar kAddRmsNormBackward = describe("add_rms_norm_backward", "rowwise", "add_rms_norm backward: grad_input (of input and residual), grad_weight (deterministic)")
-    .schema("add_rms_norm_backward(Tensor grad_output, Tensor? grad_residual_out, Tensor residual_out, "
-            "Tensor rstd, Tensor? weight, bool[2] output_mask) -> (Tensor, Tensor)");
+// The norm family, layer | rms x plain | add: each row a forward and its backward, from one
+// template. The plain norms take a normalized shape (the library its length); the add ops
+// normalize the last dimension, and their backward's grad_input is the gradient of both input and
+// residual. Statistics (mean, rstd) are float32 of the leading shape, saved for the backward.
+struct NormRow {
+  bool rms, add;
+  const char* summary;
+  const char* backward_summary;
+  const char* torch;
+  void (*forward)(const char*, const Arg*, cudaStream_t);
+  void (*backward)(const char*, const Arg*, cudaStream_t);
+};
+
+template <auto Fn>
+constexpr auto kCall = &detail::Invoke<Fn, decltype(Fn)>::call;
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string r;
+  for (const std::string& s : v) r += (r.empty() ? "" : ", ") + s;
+  return r;
+}
+
+void describe_norm(const NormRow& r) {
+  const std::string name = std::string(r.add ? "add_" : "") + (r.rms ? "rms_norm" : "layer_norm");
+  const std::string x = r.add ? "residual_out" : "input";  // what the backward normalizes
+  const std::vector<std::string> stats = r.rms ? std::vector<std::string>{"rstd"} : std::vector<std::string>{"mean", "rstd"};
+  const std::vector<std::string> params = r.rms ? std::vector<std::string>{"weight"} : std::vector<std::string>{"weight", "bias"};
+  const std::string eps = r.rms ? "1.1920928955078125e-07" : "1e-05";  // torch's defaults
+  const bool offset = r.rms && !r.add;  // Gemma's weight_offset: the plain rms_norm's
+
+  std::vector<std::string> args = {"Tensor input", r.add ? "Tensor residual" : "int[] normalized_shape"};
+  for (const std::string& p : params) args.push_back("Tensor? " + p + "=None");
+  args.push_back("float eps=" + eps);
+  if (offset) args.push_back("float weight_offset=0.0");
+  std::vector<std::string> kparams = {"input", r.add ? "residual" : "normalized_shape"};
+  kparams.insert(kparams.end(), params.begin(), params.end());
+  kparams.push_back("eps");
+  if (offset) kparams.push_back("weight_offset");
+  std::vector<OpDesc::Output> outs = {out::like("out", "input")};
+  if (r.add) outs.push_back(out::like("residual_out", "input"));
+  for (const std::string& s : stats)
+    outs.push_back(r.add ? out::stats(s, "input", 1) : out::stats(s, "input", "normalized_shape"));
+  for (const OpDesc::Output& o : outs) kparams.push_back(o.param);
+  const size_t n_out = outs.size();
+
+  // backward(grad_output, [grad_residual_out,] x, [normalized_shape,] stats, params, output_mask[, weight_offset])
+  // The add ops' grad_output may be None (only residual_out's gradient came): no parameter gradients.
+  std::vector<std::string> bargs = {r.add ? "Tensor? grad_output" : "Tensor grad_output"}, bparams = {"grad_output"},
+                           from = {"grad"};
+  if (r.add) bargs.push_back("Tensor? grad_residual_out"), bparams.push_back("grad_residual_out"), from.push_back("grad1");
+  bargs.push_back("Tensor " + x), bparams.push_back(x), from.push_back(r.add ? "result1" : "input");
+  if (!r.add) bargs.push_back("int[] normalized_shape"), bparams.push_back("normalized_shape"), from.push_back("normalized_shape");
+  for (size_t i = 0; i < stats.size(); ++i) {
+    bargs.push_back("Tensor " + stats[i]), bparams.push_back(stats[i]);
+    from.push_back("result" + std::to_string(n_out - stats.size() + i));
+  }
+  for (const std::string& p : params) bargs.push_back("Tensor? " + p), from.push_back(p);
+  bparams.push_back("weight");  // the library takes the weight, not the bias
+  bargs.push_back("bool[" + std::to_string(params.size() + 1) + "] output_mask"), from.push_back("mask");
+  if (offset) bargs.push_back("float weight_offset=0.0"), bparams.push_back("weight_offset"), from.push_back("weight_offset");
+  std::vector<OpDesc::Output> bouts = {out::like("grad_input", x).when("output_mask", 0)};
+  for (size_t i = 0; i < params.size(); ++i) {
+    OpDesc::Output g = out::like("grad_" + params[i], params[i]).when("output_mask", static_cast<int>(i) + 1);
+    bouts.push_back(r.add ? std::move(g).if_given("grad_output") : std::move(g));
+  }
+  for (const OpDesc::Output& o : bouts) bparams.push_back(o.param);
+  std::vector<std::string> grads = {r.add ? "input residual" : "input"};
+  grads.insert(grads.end(), params.begin(), params.end());
+  std::string returns = "(Tensor";
+  for (size_t i = 1; i < n_out; ++i) returns += ", Tensor";
+  std::string breturns = "(Tensor";
+  for (size_t i = 1; i < bouts.size(); ++i) breturns += ", Tensor";
+
+  describe fwd(name, "rowwise", r.summary);
+  fwd.d.schemas = {name + "(" + joined(args) + ") -> " + returns + ")"};
+  fwd.d.params = kparams;
+  fwd.d.outputs = outs;
+  fwd.d.call = r.forward;
+  if (!r.add) fwd.d.trailing = {{"normalized_shape", "input"}};
+  fwd.d.backward = name + "_backward";
+  fwd.d.backward_args = from;
+  fwd.d.grads = grads;
+  if (r.torch) fwd.d.torch_function = r.torch;
+  OpRegistrar{std::move(fwd)};
+
+  describe bwd(name + "_backward", "rowwise", r.backward_summary);
+  bwd.d.schemas = {name + "_backward(" + joined(bargs) + ") -> " + breturns + ")"};
+  bwd.d.params = bparams;
+  bwd.d.outputs = bouts;
+  bwd.d.call = r.backward;
+  if (!r.add) bwd.d.trailing = {{"normalized_shape", x}};
+  bwd.d.float32_args = stats;
+  OpRegistrar{std::move(bwd)};
+}
+
+const bool kNorms = [] {
+  const NormRow rows[] = {
+      {false, false, "LayerNorm over the trailing dimensions, as torch.nn.functional.layer_norm",
+       "LayerNorm backward: grad_in, grad_weight, grad_bias (deterministic)", "torch.nn.functional.layer_norm",
+       kCall<&layer_norm>, kCall<&layer_norm_backward>},
+      {true, false, "RMSNorm over the trailing dimensions, as torch.nn.functional.rms_norm",
+       "RMSNorm backward: grad_in, grad_weight (deterministic)", "torch.nn.functional.rms_norm", kCall<&rms_norm>,
+       kCall<&rms_norm_backward>},
+      {false, true, "residual_out = input + residual, then LayerNorm of it over the last dimension",
+       "add_layer_norm backward: grad_input (of input and residual), grad_weight, grad_bias (deterministic)",
+       nullptr, kCall<&add_layer_norm>, kCall<&add_layer_norm_backward>},
+      {true, true, "residual_out = input + residual, then RMSNorm of it over the last dimension",
+       "add_rms_norm backward: grad_input (of input and residual), grad_weight (deterministic)", nullptr,
+       kCall<&add_rms_norm>, kCall<&add_rms_norm_backward>},
+  };
+  for (const NormRow& r : rows) describe_norm(r);
+  return true;
+}();
 }  // namespace
 }  // namespace tessera

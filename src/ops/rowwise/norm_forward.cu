@@ -128,6 +128,33 @@ __device__ __forceinline__ void mean_var_merged(Frag<T, V> (&x)[VPT], const RowL
   var = r.m2 * p.inv_n;
 }
 
+// A row's outputs, (x - mean) rstd w + b, with weight and bias loaded KB vectors at a time (see
+// norm_forward_kernel), and its mean and rstd where asked for.
+template <int KB, class T, int V, int VPT, class P>
+__device__ __forceinline__ void store_normalized(const Frag<T, V> (&x)[VPT], const RowLanes<V>& part, const P& p,
+                                                 const int64_t (&off)[4], float mean, float rstd, int after) {
+#pragma unroll
+  for (int k0 = 0; k0 < VPT; k0 += KB) {
+    Frag<T, V> w[KB], b[KB];
+#pragma unroll
+    for (int j = 0; j < KB; ++j) {
+      w[j] = part.param(p.w, ones<T>(), k0 + j, 1.0f, after);
+      b[j] = part.param(p.b, zeros<T>(), k0 + j, 0.0f, after);
+    }
+#pragma unroll
+    for (int j = 0; j < KB; ++j) {
+      float y[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) y[e] = fmaf((x[k0 + j][e] - mean) * rstd, w[j][e] + p.w_offset, b[j][e]);
+      part.store(p.out + off[1], k0 + j, pack_each<T, V>(y));
+    }
+  }
+  if (part.t == 0) {
+    if (p.mean) p.mean[off[2]] = mean;
+    if (p.rstd) p.rstd[off[3]] = rstd;
+  }
+}
+
 // Row groups of gs threads (kGs: fixed at compile time; 0: p.gs), VPT vectors per thread.
 // kPrefetch: the loop is persistent (the launcher sizes the grid to the resident CTAs) and each
 // group loads its next row into a second fragment before it reduces, normalizes and stores the
@@ -199,27 +226,7 @@ void norm_forward_kernel(const FwdP<T, kAdd> p) {
     else mean_var_merged(x, part, sum, buf, mine, p, mean, var);
     const float rstd = rsqrtf(var + p.eps);
     refresh(x, rstd, p.zero);
-    const int after = zero_after(rstd, p.zero);
-#pragma unroll
-    for (int k0 = 0; k0 < VPT; k0 += KB) {
-      Frag<T, V> w[KB], b[KB];
-#pragma unroll
-      for (int j = 0; j < KB; ++j) {
-        w[j] = part.param(p.w, ones<T>(), k0 + j, 1.0f, after);
-        b[j] = part.param(p.b, zeros<T>(), k0 + j, 0.0f, after);
-      }
-#pragma unroll
-      for (int j = 0; j < KB; ++j) {
-        float y[V];
-#pragma unroll
-        for (int e = 0; e < V; ++e) y[e] = fmaf((x[k0 + j][e] - mean) * rstd, w[j][e] + p.w_offset, b[j][e]);
-        part.store(p.out + off[1], k0 + j, pack_each<T, V>(y));
-      }
-    }
-    if (part.t == 0) {
-      if (p.mean) p.mean[off[2]] = mean;
-      if (p.rstd) p.rstd[off[3]] = rstd;
-    }
+    store_normalized<KB>(x, part, p, off, mean, rstd, zero_after(rstd, p.zero));
     if constexpr (kPrefetch) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {

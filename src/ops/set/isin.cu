@@ -540,13 +540,36 @@ void isin(const TensorView& elements, const TensorView& test_elements, const Ten
 }  // namespace tessera
 
 namespace tessera {
+
+void parse(const char* op, std::string_view name, IsinPath& out) {
+  for (IsinPath p : {IsinPath::automatic, IsinPath::brute_force, IsinPath::sort, IsinPath::hash, IsinPath::bitmap})
+    if (name == isin_path_name(p)) return void(out = p);
+  detail::throw_arg(ErrorKind::value, op, "path", "'automatic', 'brute_force', 'sort', 'hash' or 'bitmap'",
+                    "'" + std::string(name) + "'");
+}
+
 namespace {
+// isin with its options as the schema's arguments: the description's kernel.
+void isin_op(const TensorView& elements, const TensorView& test_elements, const TensorView& out, bool assume_unique,
+             bool invert, IsinPath path, int64_t brute_force_max_test, int64_t brute_force_max_work,
+             int64_t hash_min_test, cudaStream_t stream) {
+  IsinOptions o;
+  o.path = path;
+  o.brute_force_max_test = brute_force_max_test;
+  o.brute_force_max_work = brute_force_max_work;
+  o.hash_min_test = hash_min_test;
+  isin(elements, test_elements, out, assume_unique, invert, stream, o);
+}
+
 const IsinOptions kIsinDefaults;
 const OpRegistrar kIsin = describe("isin", "set", "torch.isin: elements in test_elements")
     .schema("isin(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False, "
             "str path='automatic', int brute_force_max_test=" + std::to_string(kIsinDefaults.brute_force_max_test) +
             ", int brute_force_max_work=" + std::to_string(kIsinDefaults.brute_force_max_work) +
             ", int hash_min_test=" + std::to_string(kIsinDefaults.hash_min_test) + ") -> Tensor")
+    .kernel<&isin_op>({"elements", "test_elements", "out", "assume_unique", "invert", "path", "brute_force_max_test",
+                       "brute_force_max_work", "hash_min_test"},
+                      {out::mask("out", "elements")})
     .dtypes({DType::int32, DType::int64, DType::int8, DType::int16, DType::uint8, DType::float16,
              DType::bfloat16, DType::float32, DType::float64})
     .torch("torch.isin");

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Puts a benchmark's own report into docs/PERF.md; checks that PERF.md holds nothing else.
+
+    python3 scripts/perf_reports.py NAME REPORT.md --title TITLE --date YYYY-MM-DD --command 'CMD'
+                                   [--gpu NAME] [--env TEXT] [--perf docs/PERF.md] [--print]
+    python3 scripts/perf_reports.py --check [--perf docs/PERF.md]
+
+The benchmarks that measure more than one op's time (a training step, host cost per call, a
+model's ops one at a time, a lab's kernels against cuBLAS) write their tables as markdown next to
+their JSON (`--out DIR`: llama_step.md, overhead.md, llama_ops.md, ...). PERF.md holds them
+between the lines `<!-- perf:reports:begin -->` and `<!-- perf:reports:end -->`, one block each,
+opened by `<!-- perf:report NAME -->` and running to the next marker or the end line. A block
+is written whole from one report: a `### TITLE` heading, one line naming the GPU, the date, the
+versions and the command, a blank line, then the report as the benchmark wrote it. NAME's block
+is rewritten in place, or appended where there is none.
+
+What PERF.md is: the method (the text before the first section), the op tables of
+scripts/perf_tables.py (between `<!-- perf:begin -->` and `<!-- perf:end -->`) and these reports.
+--check says whether that holds: nothing but blank lines between and after the sections, every
+report block with its heading and run line. It exits 1 and lists what differs otherwise.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+BEGIN = "<!-- perf:reports:begin -->"
+END = "<!-- perf:reports:end -->"
+TABLES_END = "<!-- perf:end -->"
+MARK = re.compile(r"^<!-- perf:report (?P<name>[a-z0-9_]+) -->$")
+RUN = re.compile(r"^\*\*Run:\*\* .+, \d{4}-\d{2}-\d{2}(, .+)?\. Command: `.+`\.$")
+DEFAULT_PERF = Path(__file__).resolve().parent.parent / "docs" / "PERF.md"
+
+
+class PerfError(Exception):
+    """A PERF.md or report this script cannot work with; the message says why."""
+
+
+def split(text: str):
+    """(before, [(name, lines)], after) around the reports' section."""
+    lines = text.split("\n")
+    try:
+        b = lines.index(BEGIN)
+        e = lines.index(END, b + 1)
+    except ValueError:
+        raise PerfError(f"PERF.md needs a section between the lines {BEGIN} and {END}") from None
+    blocks: list = []
+    for line in lines[b + 1:e]:
+        if line.startswith("<!-- perf:report"):
+            m = MARK.match(line)
+            if not m:
+                raise PerfError(f"PERF.md: a marker the script cannot read: {line}")
+            if any(n == m["name"] for n, _ in blocks):
+                raise PerfError(f"PERF.md: report {m['name']} twice")
+            blocks.append((m["name"], [line]))
+        elif blocks:
+            blocks[-1][1].append(line)
+        elif line.strip():
+            raise PerfError(f"PERF.md: text before the first report block: {line}")
+    return lines[:b + 1], blocks, lines[e:]
+
+
+def render(name: str, report: str, *, title: str, date: str, command: str, gpu: str, env: str | None) -> list:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
+        raise PerfError(f"--date {date!r}: expected YYYY-MM-DD")
+    body = report.strip("\n").split("\n")
+    if not report.strip():
+        raise PerfError(f"report {name}: empty")
+    if any(MARK.match(line) or line in (BEGIN, END) for line in body):
+        raise PerfError(f"report {name}: holds a marker line")
+    run = f"**Run:** {gpu}, {date}{', ' + env if env else ''}. Command: `{command}`."
+    return [f"<!-- perf:report {name} -->", f"### {title}", run, ""] + body + [""]
+
+
+def put(text: str, name: str, block: list) -> str:
+    before, blocks, after = split(text)
+    names = [n for n, _ in blocks]
+    if name in names:
+        blocks[names.index(name)] = (name, block)
+    else:
+        blocks.append((name, block))
+    return "\n".join(before + [line for _, lines in blocks for line in lines] + after)
+
+
+def check(text: str) -> list:
+    """What in PERF.md is neither method, nor the op tables, nor a well-formed report block."""
+    problems = []
+    try:
+        before, blocks, after = split(text)
+    except PerfError as e:
+        return [str(e)]
+    lines = text.split("\n")
+    if TABLES_END in lines:
+        between = lines[lines.index(TABLES_END) + 1:lines.index(BEGIN)]
+        problems += [f"text between the op tables and the reports: {l}" for l in between if l.strip()]
+    problems += [f"text after the reports: {l}" for l in after[1:] if l.strip()]
+    for name, block in blocks:
+        if len(block) < 4 or not block[1].startswith("### ") or not RUN.match(block[2]):
+            problems.append(f"report {name}: expected a ### heading and a **Run:** line (GPU, date, command)")
+    return problems
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", help="the report's block name, e.g. llama_step")
+    p.add_argument("report", nargs="?", type=Path, help="the markdown the benchmark wrote")
+    p.add_argument("--title", help="the block's heading")
+    p.add_argument("--date", help="the day of the run, YYYY-MM-DD")
+    p.add_argument("--command", help="the exact command of the run")
+    p.add_argument("--gpu", default="NVIDIA H200", help="default: NVIDIA H200")
+    p.add_argument("--env", help="versions worth naming, e.g. 'torch 2.11.0, code at abc1234'")
+    p.add_argument("--perf", type=Path, default=DEFAULT_PERF, help="default: docs/PERF.md")
+    p.add_argument("--print", action="store_true", dest="print_only", help="print the block, write nothing")
+    p.add_argument("--check", action="store_true", help="check PERF.md; no report")
+    a = p.parse_args(argv)
+    try:
+        text = a.perf.read_text(encoding="utf-8")
+    except OSError as e:
+        print(f"perf_reports: {e}", file=sys.stderr)
+        return 2
+    if a.check:
+        problems = check(text)
+        for line in problems:
+            print(f"perf_reports: {a.perf}: {line}", file=sys.stderr)
+        if not problems:
+            print(f"perf_reports: {a.perf}: {len(split(text)[1])} report(s), nothing else after the method")
+        return 1 if problems else 0
+    if not (a.name and a.report and a.title and a.date and a.command):
+        p.error("name the block and its report, --title, --date and --command (or pass --check)")
+    try:
+        block = render(a.name, a.report.read_text(encoding="utf-8"), title=a.title, date=a.date,
+                       command=a.command, gpu=a.gpu, env=a.env)
+        new = put(text, a.name, block)
+    except (OSError, PerfError) as e:
+        print(f"perf_reports: {e}", file=sys.stderr)
+        return 2
+    if a.print_only:
+        sys.stdout.write("\n".join(block) + "\n")
+        return 0
+    if new != text:
+        a.perf.write_text(new, encoding="utf-8")
+    print(f"perf_reports: {a.perf}: report {a.name} from {a.report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""scripts/perf_reports.py: a benchmark's own markdown report as a block of docs/PERF.md, and its
+--check that PERF.md holds the method, the op tables and such blocks, nothing else (CPU only)."""
+
+from pathlib import Path
+
+import script_module
+
+pr = script_module.load("perf_reports")
+
+PERF = """# Performance
+Method text.
+<!-- perf:begin -->
+<!-- perf:op softmax -->
+a table
+<!-- perf:end -->
+
+<!-- perf:reports:begin -->
+<!-- perf:reports:end -->
+"""
+
+ARGS = ["--title", "The step", "--date", "2026-11-30", "--command", "python benchmarks/llama_step.py",
+        "--env", "torch 2.11.0"]
+
+
+def write(tmp_path, text):
+    p = tmp_path / "PERF.md"
+    p.write_text(text)
+    return p
+
+
+def test_a_report_becomes_a_block_with_its_run_and_is_rewritten_in_place(tmp_path):
+    perf = write(tmp_path, PERF)
+    report = tmp_path / "llama_step.md"
+    report.write_text("| run | ms |\n| --- | ---: |\n| tessera | 55.0 |\n")
+    assert pr.main(["llama_step", str(report), "--perf", str(perf)] + ARGS) == 0
+    text = perf.read_text()
+    assert "<!-- perf:report llama_step -->\n### The step\n**Run:** NVIDIA H200, 2026-11-30, torch 2.11.0. " \
+           "Command: `python benchmarks/llama_step.py`.\n\n| run | ms |" in text
+    assert pr.main(["--check", "--perf", str(perf)]) == 0
+    report.write_text("| run | ms |\n| --- | ---: |\n| tessera | 54.0 |\n")
+    other = tmp_path / "overhead.md"
+    other.write_text("host cost\n")
+    assert pr.main(["overhead", str(other), "--perf", str(perf)] + ARGS) == 0
+    assert pr.main(["llama_step", str(report), "--perf", str(perf)] + ARGS) == 0
+    text = perf.read_text()
+    assert "55.0" not in text and "54.0" in text
+    assert text.index("perf:report llama_step") < text.index("perf:report overhead")  # in place
+    assert pr.main(["--check", "--perf", str(perf)]) == 0
+
+
+def test_check_refuses_text_outside_the_sections_and_blocks_without_a_run(tmp_path, capsys):
+    perf = write(tmp_path, PERF.replace("<!-- perf:reports:begin -->", "Copied by hand.\n<!-- perf:reports:begin -->"))
+    assert pr.main(["--check", "--perf", str(perf)]) == 1
+    assert "text between the op tables and the reports: Copied by hand." in capsys.readouterr().err
+    perf = write(tmp_path, PERF + "A note after.\n")
+    assert pr.main(["--check", "--perf", str(perf)]) == 1
+    perf = write(tmp_path, PERF.replace("<!-- perf:reports:end -->",
+                                        "<!-- perf:report x -->\n### X\nno run line\n\n<!-- perf:reports:end -->"))
+    assert pr.main(["--check", "--perf", str(perf)]) == 1
+    assert "report x: expected a ### heading and a **Run:** line" in capsys.readouterr().err
+
+
+def test_bad_input_is_refused_by_name(tmp_path, capsys):
+    perf = write(tmp_path, PERF)
+    report = tmp_path / "r.md"
+    report.write_text("<!-- perf:reports:end -->\n")
+    assert pr.main(["r", str(report), "--perf", str(perf)] + ARGS) == 2
+    assert "holds a marker line" in capsys.readouterr().err
+    report.write_text("ok\n")
+    bad_date = ARGS[:3] + ["30.11.2026"] + ARGS[4:]
+    assert pr.main(["r", str(report), "--perf", str(perf)] + bad_date) == 2
+    assert "expected YYYY-MM-DD" in capsys.readouterr().err
+    perf = write(tmp_path, "# no sections\n")
+    assert pr.main(["--check", "--perf", str(perf)]) == 1
+
+
+def test_the_repositorys_perf_md_reads():
+    """docs/PERF.md has the reports' section (its hand-copied sections are checked once they are
+    regenerated; until then --check lists them)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "PERF.md").read_text()
+    pr.split(text)
