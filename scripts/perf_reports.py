@@ -4,6 +4,8 @@
     python3 scripts/perf_reports.py NAME REPORT.md --title TITLE --date YYYY-MM-DD --command 'CMD'
                                    [--gpu NAME] [--env TEXT] [--perf docs/PERF.md] [--print]
     python3 scripts/perf_reports.py --check [--perf docs/PERF.md]
+    python3 scripts/perf_reports.py --run DIR [NAME ...] [--code HASH] [--timeout S]   (on the GPU)
+    python3 scripts/perf_reports.py --insert DIR [NAME ...]                            (then here)
 
 The benchmarks that measure more than one op's time (a training step, host cost per call, a
 model's ops one at a time, a lab's kernels against cuBLAS) write their tables as markdown next to
@@ -13,6 +15,11 @@ opened by `<!-- perf:report NAME -->` and running to the next marker or the end 
 is written whole from one report: a `### TITLE` heading, one line naming the GPU, the date, the
 versions and the command, a blank line, then the report as the benchmark wrote it. NAME's block
 is rewritten in place, or appended where there is none.
+
+REPORTS lists the blocks PERF.md holds and the command that writes each. --run runs them (all, or
+the NAMEs) from the repository root, each into DIR/NAME/ with its log and run.json (the day, the
+GPU, the versions, the code); --insert puts every report found under DIR into PERF.md with that
+run line. So one device call regenerates them and no number is copied by hand.
 
 What PERF.md is: the method (the text before the first section), the op tables of
 scripts/perf_tables.py (between `<!-- perf:begin -->` and `<!-- perf:end -->`) and these reports.
@@ -24,8 +31,11 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 BEGIN = "<!-- perf:reports:begin -->"
@@ -33,7 +43,33 @@ END = "<!-- perf:reports:end -->"
 TABLES_END = "<!-- perf:end -->"
 MARK = re.compile(r"^<!-- perf:report (?P<name>[a-z0-9_]+) -->$")
 RUN = re.compile(r"^\*\*Run:\*\* .+, \d{4}-\d{2}-\d{2}(, .+)?\. Command: `.+`\.$")
-DEFAULT_PERF = Path(__file__).resolve().parent.parent / "docs" / "PERF.md"
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PERF = ROOT / "docs" / "PERF.md"
+
+# Each report PERF.md holds: its heading, the command that writes it ({out}: a directory of its
+# own) and the markdown file the command writes there.
+_STEP = "python3 benchmarks/llama_step.py --tessera all,swiglu --rounds 2 --steps 6 --warmup 2 --profile"
+REPORTS = {
+    "headline": ("The main job: each operator against its best peer (scripts/main.sh)",
+                 "bash scripts/main.sh && cp report/headline.md {out}/", "headline.md"),
+    "transformers_step": ("Hugging Face transformers: the training step (benchmarks/transformers_step.py)",
+                          "python3 benchmarks/transformers_step.py --rounds 3 --runs eager,compile,liger,tessera,"
+                          "tessera_compile,tessera_attn,tessera_attn_compile --out {out}", "transformers_step.md"),
+    "llama_step_compile": ("The Llama-style training step under torch.compile (benchmarks/llama_step.py)",
+                           _STEP + " --runs torch-compile,tessera-compile --out {out}", "llama_step.md"),
+    "llama_step_eager": ("The Llama-style training step, eager (benchmarks/llama_step.py)",
+                         _STEP + " --runs torch-eager,tessera-eager --out {out}", "llama_step.md"),
+    "llama_ops": ("The Llama step's ops one at a time (benchmarks/llama_ops.py)",
+                  "python3 benchmarks/llama_ops.py --rounds 3 --out {out}", "llama_ops.md"),
+    "attention_gqa_forward": ("Attention with GQA against cuDNN, forward (benchmarks/attention.py)",
+                              "python3 benchmarks/attention.py --gqa --rounds 3 --out {out}",
+                              "attention_gqa_forward.md"),
+    "attention_gqa_backward": ("Attention with GQA against cuDNN, backward (benchmarks/attention.py)",
+                               "python3 benchmarks/attention.py --gqa --backward --rounds 3 --out {out}",
+                               "attention_gqa_backward.md"),
+    "overhead": ("Host cost per call (benchmarks/overhead.py)",
+                 "python3 benchmarks/overhead.py --rounds 5 --calls 500 --out {out}", "overhead.md"),
+}
 
 
 class PerfError(Exception):
@@ -104,6 +140,70 @@ def check(text: str) -> list:
     return problems
 
 
+def _versions() -> tuple:
+    """(GPU name, 'torch X, transformers Y, Liger-Kernel Z') of this machine, as far as importable."""
+    probe = ("import importlib.metadata as m, torch\n"
+             "print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')\n"
+             "v = ['torch ' + torch.__version__]\n"
+             "for d, n in (('transformers', 'transformers'), ('liger-kernel', 'Liger-Kernel')):\n"
+             "    try: v.append(n + ' ' + m.version(d))\n"
+             "    except m.PackageNotFoundError: pass\n"
+             "print(', '.join(v))\n")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    lines = r.stdout.strip().split("\n") if r.returncode == 0 else []
+    return (lines[0], lines[1]) if len(lines) == 2 else ("unknown GPU", "torch not importable")
+
+
+def run_reports(out: Path, names: list, code: str, timeout: float, reports=None) -> int:
+    """Runs each named report's command into out/NAME/ (its log and run.json beside); returns how
+    many failed. A failed command leaves no run.json, so --insert skips it."""
+    reports = REPORTS if reports is None else reports
+    gpu, env = _versions()
+    failed = 0
+    for name in names:
+        _, command, _ = reports[name]
+        d = (out / name).resolve()
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "run.json").unlink(missing_ok=True)
+        t0 = time.time()
+        with open(d / "log.txt", "w") as log:
+            try:
+                rc = subprocess.run(command.format(out=d), shell=True, cwd=ROOT, stdout=log,
+                                    stderr=subprocess.STDOUT, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        ok = rc == 0
+        failed += not ok
+        print(f"perf_reports: {name}: {'ok' if ok else f'failed ({rc})'} in {time.time() - t0:.0f} s", flush=True)
+        if ok:
+            (d / "run.json").write_text(json.dumps({
+                "date": time.strftime("%Y-%m-%d"), "gpu": gpu, "command": command.format(out="DIR"),
+                "env": f"{env}, code at {code}"}))
+    return failed
+
+
+def insert_reports(text: str, out: Path, names: list, reports=None) -> tuple:
+    """text with each report found under out (a run.json and its markdown) put in; and their names."""
+    reports = REPORTS if reports is None else reports
+    done = []
+    for name in names:
+        title, _, md = reports[name]
+        run = out / name / "run.json"
+        if not run.is_file():
+            continue
+        r = json.loads(run.read_text())
+        block = render(name, (out / name / md).read_text(encoding="utf-8"), title=title, date=r["date"],
+                       command=r["command"], gpu=r["gpu"], env=r["env"])
+        text = put(text, name, block)
+        done.append(name)
+    return text, done
+
+
+def _code() -> str:
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -117,7 +217,27 @@ def main(argv=None) -> int:
     p.add_argument("--perf", type=Path, default=DEFAULT_PERF, help="default: docs/PERF.md")
     p.add_argument("--print", action="store_true", dest="print_only", help="print the block, write nothing")
     p.add_argument("--check", action="store_true", help="check PERF.md; no report")
+    p.add_argument("--run", type=Path, metavar="DIR", help="run the reports' commands (all, or NAMEs) into DIR")
+    p.add_argument("--insert", type=Path, metavar="DIR", help="put the reports found under DIR into PERF.md")
+    p.add_argument("--code", help="--run: the commit the run's build is from (default: git's HEAD)")
+    p.add_argument("--timeout", type=float, default=1800, help="--run: seconds per command (default 1800)")
+    p.add_argument("more", nargs="*", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.run or a.insert:
+        names = [str(n) for n in (a.name, a.report, *a.more) if n] or list(REPORTS)
+        unknown = [n for n in names if n not in REPORTS]
+        if unknown:
+            p.error(f"unknown report(s) {unknown}; expected names of {', '.join(REPORTS)}")
+        if a.run:
+            return 1 if run_reports(a.run, names, a.code or _code(), a.timeout) else 0
+        try:
+            text, done = insert_reports(a.perf.read_text(encoding="utf-8"), a.insert, names)
+        except (OSError, PerfError, KeyError, ValueError) as e:
+            print(f"perf_reports: {e}", file=sys.stderr)
+            return 2
+        a.perf.write_text(text, encoding="utf-8")
+        print(f"perf_reports: {a.perf}: {len(done)} report(s) from {a.insert}: {', '.join(done) or 'none found'}")
+        return 0 if done else 1
     try:
         text = a.perf.read_text(encoding="utf-8")
     except OSError as e:

@@ -79,3 +79,26 @@ def test_the_repositorys_perf_md_reads():
     regenerated; until then --check lists them)."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "PERF.md").read_text()
     pr.split(text)
+
+
+def test_run_writes_each_report_with_its_run_and_insert_puts_them_in(tmp_path):
+    perf = write(tmp_path, PERF)
+    reports = {
+        "good": ("A good one", "python3 -c \"open('{out}/good.md', 'w').write('| a |\\n| --- |\\n| 1 |\\n')\"",
+                 "good.md"),
+        "bad": ("A failing one", "python3 -c \"raise SystemExit(3)\"", "bad.md"),
+    }
+    out = tmp_path / "runs"
+    assert pr.run_reports(out, ["good", "bad"], "abc1234", 60, reports) == 1
+    assert (out / "good" / "run.json").is_file() and not (out / "bad" / "run.json").exists()
+    text, done = pr.insert_reports(perf.read_text(), out, ["good", "bad"], reports)
+    assert done == ["good"]
+    assert "### A good one\n**Run:** " in text and "code at abc1234. Command: `python3 -c" in text
+    assert "DIR/good.md" in text and "| 1 |" in text  # the command as run, its directory named DIR
+    perf.write_text(text)
+    assert pr.main(["--check", "--perf", str(perf)]) == 0
+
+
+def test_the_reports_commands_name_their_output_directory():
+    for name, (title, command, md) in pr.REPORTS.items():
+        assert "{out}" in command and md.endswith(".md") and title, name
