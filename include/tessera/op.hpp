@@ -92,9 +92,11 @@ struct OpDesc {
     std::string arg, of;
   };
   std::vector<Trailing> trailing;
-  // Tensor arguments that are float32 whatever the op's dtype (statistics); every other tensor
-  // argument has the first one's dtype where tessera's kernels take the call.
+  // Tensor arguments that are float32 whatever the op's dtype (statistics), and those of a dtype
+  // of their own that the library checks (class indices); every other tensor argument has the
+  // first one's dtype, one of `dtypes`, where tessera's kernels take the call.
   std::vector<std::string> float32_args;
+  std::vector<std::string> own_dtype_args;
 
   // Autograd: the op whose result is the forward's gradients, called with `backward_args`
   // ("grad": the gradient of the forward's first output, made contiguous, "grad1" of its second,
@@ -216,6 +218,10 @@ struct describe {
   }
   describe&& float32_args(std::vector<std::string> args) && {
     d.float32_args = std::move(args);
+    return std::move(*this);
+  }
+  describe&& own_dtype_args(std::vector<std::string> args) && {
+    d.own_dtype_args = std::move(args);
     return std::move(*this);
   }
   describe&& dtypes(std::vector<DType> types) && {

@@ -171,6 +171,7 @@ nb::dict description(const OpDesc& o) {
   for (const OpDesc::Trailing& t : o.trailing) trailing[t.arg.c_str()] = t.of;
   d["trailing"] = trailing;
   d["float32_args"] = o.float32_args;
+  d["own_dtype_args"] = o.own_dtype_args;
   d["generic"] = o.call != nullptr;
   d["backward"] = o.backward;
   d["backward_args"] = o.backward_args;
@@ -354,7 +355,7 @@ NB_MODULE(_C, m) {
         "Every op's description (tessera/op.hpp), as dicts: name, family, summary, dtypes, "
         "schemas, params, outputs (param -> like), output_rules (param -> its rule as a dict: like, dtype, "
         "shape, other, drop, internal, mask, mask_index, needs; tessera/op.hpp's Output), trailing (int[] argument -> "
-        "the tensor argument whose trailing dimensions it names), float32_args, generic, backward, "
+        "the tensor argument whose trailing dimensions it names), float32_args, own_dtype_args, generic, backward, "
         "backward_args, grads, torch_function, overloads (the overloads with a kernel of their own, as dicts "
         "of the same keys).");
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _interop, _state, _vocab_parallel
+from ._surface import _FAST_INDEX
 
 __all__ = ["cross_entropy", "linear_cross_entropy"]
 
@@ -81,7 +82,16 @@ def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index:
     kw = dict(ignore_index=int(ignore_index), reduction="sum" if mean_of_sum else str(reduction),
               label_smoothing=float(label_smoothing), z_loss=float(z_loss), softcap=float(softcap or 0.0))
     ops = _ops(torch)
-    if inplace_grad:
+    fast = _state.fast
+    r = None
+    if fast is not None and not inplace_grad and not _state.dynamo_compiling():
+        # Plain CUDA tensors: the op's kernel, or where autograd records the call its autograd
+        # kernel, from C++ (None for anything else).
+        r = fast.call(_FAST_INDEX["cross_entropy"], logits, target, weight, kw["ignore_index"], kw["reduction"],
+                      kw["label_smoothing"], kw["z_loss"], kw["softcap"], False)
+    if r is not None:
+        loss, lse, _ = r
+    elif inplace_grad:
         loss, lse = ops.cross_entropy.inplace(logits, target, weight, **kw)
     else:
         loss, lse, _ = ops.cross_entropy.default(logits, target, weight, **kw)

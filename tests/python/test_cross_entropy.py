@@ -215,6 +215,35 @@ def test_matches_torch_and_lse(torch):
     assert torch.allclose(g, w, atol=1e-7, rtol=1e-4)
 
 
+def test_shortcut_takes_class_indices_and_float32_weights(torch):
+    """The no-grad shortcut (tessera._torch_fast) takes the logits of one of the op's dtypes,
+    class indices of their own dtype and float32 class weights; it declines the rest (None) for
+    the registered op. Either way the same kernel, bit for bit."""
+    from tessera import _state
+    from tessera._surface import _FAST_INDEX
+    tessera.cross_entropy(torch.randn(2, 8, device="cuda"), torch.zeros(2, dtype=torch.long, device="cuda"))
+    if _state.fast is None:
+        pytest.skip("built without torch's Python library: no shortcut")
+    call, i = _state.fast.call, _FAST_INDEX["cross_entropy"]
+    x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16)
+    t = torch.randint(0, 1000, (64,), device="cuda")
+    w = torch.rand(1000, device="cuda")
+    opts = (-100, "mean", 0.1, 0.0, 0.0, False)
+    got = call(i, x, t, w, *opts)
+    want = torch.ops.tessera.cross_entropy(x, t, w, label_smoothing=0.1)
+    assert got[2] is None and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(tessera.cross_entropy(x, t, w, label_smoothing=0.1), want[0])
+    assert call(i, x, t, w.half(), *opts) is None  # weights not float32
+    assert call(i, x, t.cpu(), w, *opts) is None  # indices off the logits' device
+    assert call(i, x.double(), t, None, *opts) is None  # a dtype the kernels lack
+    # Through autograd (the op's autograd kernel, reached from C++): torch's gradient.
+    xg = x.float().requires_grad_()
+    tessera.cross_entropy(xg, t, w).backward()
+    x64 = x.double().requires_grad_()
+    torch.nn.functional.cross_entropy(x64, t, w.double()).backward()
+    close(xg.grad, x64.grad, 1e-5, 1e-7)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_inplace_grad_overwrites_the_logits(torch, reduction):
     base = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)

@@ -65,14 +65,19 @@ bool quiet() {
 // The tensor of `o` where it is a plain CUDA tensor the kernels take; nullptr otherwise. `grad`
 // becomes true where it requires grad (whether autograd records the call: records(grad), once
 // every argument is read).
-const at::Tensor* plain(PyObject* o, bool& grad) {
+const at::Tensor* dense(PyObject* o, bool& grad) {
   if (!THPVariable_CheckExact(o)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(o);
-  const auto s = t.scalar_type();
-  const bool ok = t.is_cuda() && t.layout() == at::kStrided &&
-                  (s == at::kFloat || s == at::kHalf || s == at::kBFloat16) && !t.key_set().has_any(kWrapped);
+  const bool ok = t.is_cuda() && t.layout() == at::kStrided && !t.key_set().has_any(kWrapped);
   grad = grad || t.requires_grad();
   return ok ? &t : nullptr;
+}
+
+// ... of a float dtype the kernels take (the hand-written fast entries).
+const at::Tensor* plain(PyObject* o, bool& grad) {
+  const at::Tensor* t = dense(o, grad);
+  const auto s = t ? t->scalar_type() : at::kDouble;
+  return s == at::kFloat || s == at::kHalf || s == at::kBFloat16 ? t : nullptr;
 }
 
 // A plain tensor of `like`'s dtype and device.
@@ -176,16 +181,20 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t n) {
       case generic::Plan::From::optional_tensor:
         if (o == Py_None) break;
         [[fallthrough]];
-      case generic::Plan::From::tensor:
-        if (p.float32[static_cast<size_t>(i)]) {  // statistics: float32 whatever the op's dtype
-          v[i].tensor = plain(o, grad);
-          ok = v[i].tensor && v[i].tensor->scalar_type() == at::kFloat;
-          break;
-        }
-        v[i].tensor = first ? plain_like(o, *first, grad) : plain(o, grad);
-        ok = v[i].tensor != nullptr;
-        if (!first) first = v[i].tensor;
+      case generic::Plan::From::tensor: {
+        // One dtype of the description's, on one device; statistics float32 and class indices
+        // their own (the library checks those).
+        const at::Tensor* t = dense(o, grad);
+        const size_t a = static_cast<size_t>(i);
+        ok = t && (!first || t->device() == first->device()) &&
+             (p.float32[a]     ? t->scalar_type() == at::kFloat
+              : p.own_dtype[a] ? true
+              : first          ? t->scalar_type() == first->scalar_type()
+                               : p.takes(t->scalar_type()));
+        v[i].tensor = t;
+        if (ok && !first && !p.float32[a] && !p.own_dtype[a]) first = t;
         break;
+      }
       case generic::Plan::From::ints: ok = as_ints(o, v[i]); break;
       case generic::Plan::From::bools: ok = as_bools(o, v[i]); break;
       case generic::Plan::From::dtype:

@@ -133,6 +133,13 @@ void fill_plan(Plan& p, const OpDesc& d) {
   for (const c10::Argument& a : args) p.args.push_back(kind_of(a, d));
   p.float32.assign(args.size(), false);
   for (const std::string& name : d.float32_args) p.float32[static_cast<size_t>(arg_index(name))] = true;
+  p.own_dtype.assign(args.size(), false);
+  for (const std::string& name : d.own_dtype_args) p.own_dtype[static_cast<size_t>(arg_index(name))] = true;
+  for (int s = 0; s < std::min(64, static_cast<int>(at::ScalarType::NumOptions)); ++s) {
+    DType t;
+    if (dtype_of(static_cast<at::ScalarType>(s), t) && std::find(d.dtypes.begin(), d.dtypes.end(), t) != d.dtypes.end())
+      p.dtypes |= uint64_t{1} << s;
+  }
   for (const OpDesc::Trailing& t : d.trailing) {
     p.trailing.push_back({arg_index(t.arg), arg_index(t.of), &t});
     TORCH_CHECK(p.args[p.trailing.back().arg] == From::ints && p.args[p.trailing.back().of] == From::tensor,

@@ -36,6 +36,9 @@ struct Plan {
   std::vector<Param> params;
   std::vector<From> args;        // the schema's arguments' kinds
   std::vector<bool> float32;     // per schema argument: a float32 tensor whatever the op's dtype
+  std::vector<bool> own_dtype;   // per schema argument: a tensor of its own dtype (class indices)
+  uint64_t dtypes = 0;           // the description's dtypes: bit s for at::ScalarType s
+  bool takes(at::ScalarType s) const { return static_cast<int>(s) < 64 && (dtypes >> static_cast<int>(s) & 1u); }
   std::vector<bool> internal;    // per output: left out of the public function's result
   struct Trailing {
     int arg, of;  // an int[] argument, and the tensor argument whose trailing dimensions it names

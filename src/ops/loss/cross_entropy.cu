@@ -454,6 +454,8 @@ const OpRegistrar kCrossEntropy =
         .kernel<&cross_entropy_args>(with(kArgs, "grad"), {out::loss("loss", "logits", "reduction"),
                                                             out::per_row("lse", "logits"),
                                                             out::like("grad", "logits").when("with_grad")})
+        .own_dtype_args({"target"})  // class indices, or probabilities in the logits' dtype
+        .float32_args({"weight"})
         .overload(describe("cross_entropy.inplace", "loss", "cross_entropy with the gradient written over the logits")
                       .schema(std::string("cross_entropy.inplace(Tensor(a!) logits, Tensor target, Tensor? "
                                           "weight=None, *, ") + kOptions + ") -> (Tensor, Tensor)")
