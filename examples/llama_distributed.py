@@ -10,6 +10,8 @@ GPU's on the same global batch.
         --steps 20 --out report/dist/ddp.json --compare report/dist/single.json
     torchrun --standalone --nproc-per-node 2 examples/llama_distributed.py --mode fsdp2 \\
         --steps 20 --out report/dist/fsdp2.json --compare report/dist/single.json
+    # the three as one markdown table, report/dist/llama_distributed.md
+    python examples/llama_distributed.py --table report/dist
 
 Add --small for a quick check (llama_step's small model), --tessera none for torch's functions
 alone (llama_step's syntax: all, none, all,linear, all,-add_norm, rope,loss, ...), --batch for
@@ -130,6 +132,41 @@ def compare(run: dict, ref: dict, tol: float = LOSS_TOL, step0_tol: float = STEP
                 problems=problems, ok=not problems)
 
 
+def table(runs: list) -> str:
+    """The runs (--out JSONs; the first, the one-GPU run, is the reference) as a markdown table."""
+    ref = runs[0]
+    lines = ["| run | GPUs | step (ms) | tokens/s | vs 1 GPU | peak memory per rank (GiB) | max \\|loss - 1 GPU's\\| |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in runs:
+        c = compare(r, ref)
+        step = statistics.median(r["step_ms"][r["warmup"]:])
+        peaks = r["peak_gib_per_rank"]
+        peak = "n/a" if peaks[0] is None else ", ".join(f"{p:.2f}" for p in peaks)
+        diff = "-" if r is ref else f"{c['max_diff']:.2g} (step 0: {c['step0_diff']:.2g})"
+        scaling = "n/a" if c["scaling"] is None else f"{c['scaling']:.2f}x"
+        lines.append(f"| {r['mode']} ({r['precision']}) | {r['world_size']} | {step:.0f} | "
+                     f"{r['tokens_per_s']:,.0f} | {scaling} | {peak} | {diff} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(folder: str) -> int:
+    """folder/llama_distributed.md from the runs' JSONs there (single, ddp, fsdp2: those present)."""
+    runs = []
+    for mode in MODES:
+        path = os.path.join(folder, f"{mode}.json")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                runs.append(json.load(f))
+    if not runs or runs[0]["mode"] != "single":
+        print(f"llama_distributed --table: no single.json in {folder} (the reference)", file=sys.stderr)
+        return 2
+    out = os.path.join(folder, "llama_distributed.md")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(table(runs))
+    print(f"wrote {out}")
+    return 0
+
+
 # ---- arguments ----------------------------------------------------------------------------------
 
 def parse_args(argv=None):
@@ -155,6 +192,8 @@ def parse_args(argv=None):
     ap.add_argument("--ddp-reduce", choices=("fp32", "bf16"), default="fp32",
                     help="ddp's gradient all-reduce: float32 (a hook) or DDP's own in bf16")
     ap.add_argument("--out", default=None, help="the JSON to write (default report/llama_distributed/MODE.json)")
+    ap.add_argument("--table", metavar="DIR", default=None,
+                    help="write DIR/llama_distributed.md from the runs' JSONs in DIR (single, ddp, fsdp2); no run")
     ap.add_argument("--compare", metavar="REF.json", default=None,
                     help="a reference run's --out: prints max |loss - ref| and the tokens/s ratio; "
                          "exits with 1 beyond bf16 noise")
@@ -399,6 +438,8 @@ def report(result, args):
 
 def main(argv=None):
     c, args = parse_args(argv)
+    if args.table:
+        return write_table(args.table)
     rank, world, device = setup(c, args)
     if rank == 0:
         pieces = ", ".join(args.pieces) or "none"

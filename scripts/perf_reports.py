@@ -69,7 +69,18 @@ REPORTS = {
                                "attention_gqa_backward.md"),
     "overhead": ("Host cost per call (benchmarks/overhead.py)",
                  "python3 benchmarks/overhead.py --rounds 5 --calls 500 --out {out}", "overhead.md"),
+    "llama_train": ("The example model under `tessera.enable()` (examples/llama_train.py)",
+                    "python3 examples/llama_train.py --steps 60 --modes torch,enable --no-compile --out {out}",
+                    "report.md"),
+    "llama_distributed": ("Data parallel on 2 GPUs: DDP and FSDP2 (examples/llama_distributed.py)",
+                          "python3 examples/llama_distributed.py --mode single --steps 20 --batch 8 --out {out}/single.json"
+                          " && for m in ddp fsdp2; do torchrun --standalone --nproc-per-node 2"
+                          " examples/llama_distributed.py --mode $m --steps 20 --batch 8 --out {out}/$m.json"
+                          " --compare {out}/single.json || exit; done"
+                          " && python3 examples/llama_distributed.py --table {out}", "llama_distributed.md"),
 }
+# Run only when named (a machine of two GPUs).
+TWO_GPUS = {"llama_distributed"}
 
 
 class PerfError(Exception):
@@ -224,7 +235,7 @@ def main(argv=None) -> int:
     p.add_argument("more", nargs="*", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.run or a.insert:
-        names = [str(n) for n in (a.name, a.report, *a.more) if n] or list(REPORTS)
+        names = [str(n) for n in (a.name, a.report, *a.more) if n] or [n for n in REPORTS if n not in TWO_GPUS]
         unknown = [n for n in names if n not in REPORTS]
         if unknown:
             p.error(f"unknown report(s) {unknown}; expected names of {', '.join(REPORTS)}")

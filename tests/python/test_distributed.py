@@ -108,6 +108,22 @@ def _result(losses, tps=1000.0, **kw):
     return r
 
 
+def test_table_of_the_runs(ex, tmp_path):
+    import json
+    base = dict(world_size=1, precision="bf16 params", warmup=1, step_ms=[9.0, 4.0, 6.0], peak_gib_per_rank=[2.5])
+    runs = {"single": _result([10.0, 9.5, 9.0], mode="single", **base),
+            "ddp": _result([10.0, 9.5, 9.02], tps=1800.0, **dict(base, mode="ddp", world_size=2,
+                                                                   peak_gib_per_rank=[2.0, 2.25]))}
+    for name, r in runs.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(r))
+    assert ex.main(["--table", str(tmp_path)]) == 0
+    lines = (tmp_path / "llama_distributed.md").read_text().splitlines()
+    assert lines[2] == "| single (bf16 params) | 1 | 5 | 1,000 | 1.00x | 2.50 | - |"
+    assert lines[3] == "| ddp (bf16 params) | 2 | 5 | 1,800 | 1.80x | 2.00, 2.25 | 0.02 (step 0: 0) |"
+    (tmp_path / "single.json").unlink()
+    assert ex.main(["--table", str(tmp_path)]) == 2  # no reference
+
+
 def test_compare(ex):
     ref = _result([10.0, 9.5, 9.0], tps=1000.0)
     r = ex.compare(_result([10.0005, 9.51, 9.0], tps=1900.0), ref)
