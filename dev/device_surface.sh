@@ -7,6 +7,9 @@
 #   device: bash dev/device_surface.sh [steps]   (default: install ctest pytest ships overhead)
 #   two builds: ... install base hostab benchab   (the baseline from dev/stage_devbase.sh)
 #   the generic-kernel branch: install base ctest verify pytest ships hostab benchab
+#   PERF.md's reports: REPORTS="overhead llama_ops" ... install reports  (then, here: tar xzf
+#   logs.tgz; python3 scripts/perf_reports.py --insert reports)
+# Everything under $OUT ends as one archive, logs.tgz, and the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT="${OUT:-/tmp/out}"
@@ -53,9 +56,13 @@ for s in $STEPS; do
     hostab) step hostab python3 dev/host_ab.py /tmp/pkg-old /tmp/pkg-new --out "$OUT/hostab" ${HOSTAB_ARGS:-} ;;
     benchab) step benchab bash dev/device.sh --baseline devbase --ops "${AB_OPS:-layer_norm,rms_norm,add_rms_norm,cross_entropy}" ab ;;
     bench) step bench devbin/tessera bench ${BENCH_OPS:-silu_mul silu gelu softmax} --dtype float32,bfloat16 --no-peaks ;;
+    # docs/PERF.md's reports (scripts/perf_reports.py; REPORTS names some, default all of one GPU)
+    reports) step reports python3 scripts/perf_reports.py --run "$OUT/reports" ${REPORTS:-} --timeout "${REPORT_TIMEOUT:-500}" ;;
     *) echo "unknown step $s" >&2 ;;
   esac
 done
 grep -E "FAILED|Error|error:" "$OUT"/ctest.log 2>/dev/null | head -20
 grep -E "^FAILED|^ERROR|Error" "$OUT"/pytest.log 2>/dev/null | head -20
 printf '%s\n' "${summary[@]}"
+# A call brings back only a few files: the logs and reports as one archive.
+tar czf /tmp/surface-logs.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/surface-logs.tgz "$OUT/logs.tgz"

@@ -170,6 +170,9 @@ def run_reports(out: Path, names: list, code: str, timeout: float, reports=None)
     many failed. A failed command leaves no run.json, so --insert skips it."""
     reports = REPORTS if reports is None else reports
     gpu, env = _versions()
+    if gpu in ("no GPU", "unknown GPU"):  # the commands build and time on the GPU machine only
+        print(f"perf_reports: --run needs a CUDA GPU that torch sees ({gpu}: {env})", file=sys.stderr)
+        return len(names)
     failed = 0
     for name in names:
         _, command, _ = reports[name]

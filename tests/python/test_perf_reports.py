@@ -81,7 +81,7 @@ def test_the_repositorys_perf_md_reads():
     pr.split(text)
 
 
-def test_run_writes_each_report_with_its_run_and_insert_puts_them_in(tmp_path):
+def test_run_writes_each_report_with_its_run_and_insert_puts_them_in(tmp_path, monkeypatch):
     perf = write(tmp_path, PERF)
     reports = {
         "good": ("A good one", "python3 -c \"open('{out}/good.md', 'w').write('| a |\\n| --- |\\n| 1 |\\n')\"",
@@ -89,6 +89,7 @@ def test_run_writes_each_report_with_its_run_and_insert_puts_them_in(tmp_path):
         "bad": ("A failing one", "python3 -c \"raise SystemExit(3)\"", "bad.md"),
     }
     out = tmp_path / "runs"
+    monkeypatch.setattr(pr, "_versions", lambda: ("NVIDIA H200", "torch 2.11.0"))
     assert pr.run_reports(out, ["good", "bad"], "abc1234", 60, reports) == 1
     assert (out / "good" / "run.json").is_file() and not (out / "bad" / "run.json").exists()
     text, done = pr.insert_reports(perf.read_text(), out, ["good", "bad"], reports)
@@ -102,3 +103,10 @@ def test_run_writes_each_report_with_its_run_and_insert_puts_them_in(tmp_path):
 def test_the_reports_commands_name_their_output_directory():
     for name, (title, command, md) in pr.REPORTS.items():
         assert "{out}" in command and md.endswith(".md") and title, name
+
+
+def test_run_refuses_without_a_gpu(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pr, "_versions", lambda: ("no GPU", "torch 2.11.0"))
+    reports = {"x": ("X", "touch {out}/ran", "x.md")}
+    assert pr.run_reports(tmp_path, ["x"], "abc1234", 60, reports) == 1
+    assert not (tmp_path / "x").exists() and "needs a CUDA GPU" in capsys.readouterr().err
