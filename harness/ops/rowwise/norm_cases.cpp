@@ -164,8 +164,24 @@ VerifyResult run_plain_forward(bool rms, DType dt, const Spec& s) {
                          {"rstd", compare(op, name, rstd, ref.rstd, stream, m)}});
 }
 
-// The saved statistics come from the double reference, rounded to float32 as the forward
-// stores them; the reference backward then uses exactly what the operator is given.
+// The statistics a forward stores for x (host copy hx): the double reference's rounded to float32,
+// in the spec's layout, so that the reference backward uses exactly what the operator is given.
+std::pair<TestTensor, TestTensor> saved_stats(bool rms, const Spec& s, const TensorView& hx, const TensorView* wv) {
+  auto to_float = [](std::vector<double> v) {
+    for (double& e : v) e = static_cast<float>(e);
+    return v;
+  };
+  TestTensor mean, rstd;
+  if (rms) {
+    rstd = upload(DType::float32, leading(s), s.stats, s.narrow, to_float(reference::rms_norm(hx, s.nnorm, wv, kEps).rstd));
+  } else {
+    const auto fwd = reference::layer_norm(hx, s.nnorm, wv, nullptr, kEps);
+    mean = upload(DType::float32, leading(s), s.stats, s.narrow, to_float(fwd.mean));
+    rstd = upload(DType::float32, leading(s), s.stats, s.narrow, to_float(fwd.rstd));
+  }
+  return {std::move(mean), std::move(rstd)};
+}
+
 VerifyResult run_plain_backward(bool rms, DType dt, const Spec& s) {
   const char* op = rms ? "rms_norm_backward" : "layer_norm_backward";
   cudaStream_t stream = nullptr;
@@ -183,18 +199,7 @@ VerifyResult run_plain_backward(bool rms, DType dt, const Spec& s) {
   if (s.weight) hw = to_host(w);
   const TensorView* wv = s.weight ? &hw.view : nullptr;
 
-  auto to_float = [](std::vector<double> v) {
-    for (double& e : v) e = static_cast<float>(e);
-    return v;
-  };
-  TestTensor mean, rstd;
-  if (rms) {
-    rstd = upload(DType::float32, leading(s), s.stats, s.narrow, to_float(reference::rms_norm(hx.view, s.nnorm, wv, kEps).rstd));
-  } else {
-    const auto fwd = reference::layer_norm(hx.view, s.nnorm, wv, nullptr, kEps);
-    mean = upload(DType::float32, leading(s), s.stats, s.narrow, to_float(fwd.mean));
-    rstd = upload(DType::float32, leading(s), s.stats, s.narrow, to_float(fwd.rstd));
-  }
+  auto [mean, rstd] = saved_stats(rms, s, hx.view, wv);
   const HostCopy hrstd = to_host(rstd);
 
   TestTensor dx, dw, db;
@@ -263,9 +268,7 @@ VerifyResult run_add_forward(bool rms, DType dt, const Spec& s) {
                          {"rstd", compare(op, name, rstd, ref.rstd, stream, m)}});
 }
 
-// residual_out is random data of the dtype (what a forward stores); its statistics come from the
-// double reference rounded to float32 as the forward stores them, and the reference backward
-// uses exactly what the operator is given.
+// residual_out is random data of the dtype (what a forward stores), its statistics saved_stats'.
 VerifyResult run_add_backward(bool rms, DType dt, const Spec& s) {
   const char* op = rms ? "add_rms_norm_backward" : "add_layer_norm_backward";
   cudaStream_t stream = nullptr;
@@ -282,18 +285,7 @@ VerifyResult run_add_backward(bool rms, DType dt, const Spec& s) {
   const TensorView* wv = s.weight ? &hw.view : nullptr;
   const TensorView* dv = s.dres ? &hdres.view : nullptr;
 
-  auto to_float = [](std::vector<double> v) {
-    for (double& e : v) e = static_cast<float>(e);
-    return v;
-  };
-  TestTensor mean, rstd;
-  if (rms) {
-    rstd = upload(DType::float32, leading(s), Layout::contiguous, false, to_float(reference::rms_norm(hx.view, 1, wv, kEps).rstd));
-  } else {
-    const auto fwd = reference::layer_norm(hx.view, 1, wv, nullptr, kEps);
-    mean = upload(DType::float32, leading(s), Layout::contiguous, false, to_float(fwd.mean));
-    rstd = upload(DType::float32, leading(s), Layout::contiguous, false, to_float(fwd.rstd));
-  }
+  auto [mean, rstd] = saved_stats(rms, s, hx.view, wv);
   const HostCopy hrstd = to_host(rstd);
 
   TestTensor own_dx, dw, db;  // in place: grad_input is grad_residual_out
