@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What one differentiable call costs the host, op by op: the forward on 64 x 256 float32 inputs
-that require grad, then its backward (benchmarks/overhead.py's autograd cases), under
+that require grad, then its backward (or, for the *_nograd cases, the forward alone) (benchmarks/overhead.py's autograd cases), under
 torch.profiler for tessera and torch. Per provider: the CUDA kernels launched per call, and the
 host events (runtime calls, aten ops, autograd nodes) with their count and CPU time per call.
 
@@ -21,6 +21,12 @@ def cases():
     w = torch.randn(256, device=d, requires_grad=True)
     b = torch.randn(256, device=d, requires_grad=True)
     g = torch.randn(64, 256, device=d)
+    y = torch.randn(64, 256, device=d)
+    m = torch.randn(256, 256, device=d)
+    t = torch.randint(0, 256, (64,), device=d)
+
+    def no_grad(f):
+        return torch.no_grad()(f)
 
     def fb(f):
         return lambda: torch.autograd.backward(f(), g)
@@ -30,6 +36,11 @@ def cases():
         "gelu": (fb(lambda: tessera.gelu(x)), fb(lambda: F.gelu(x))),
         "log_softmax": (fb(lambda: tessera.log_softmax(x, -1)), fb(lambda: torch.log_softmax(x, -1))),
         "silu": (fb(lambda: tessera.silu(x)), fb(lambda: F.silu(x))),
+        "add": (fb(lambda: tessera.add(x, y)), fb(lambda: torch.add(x, y))),
+        "dropout": (fb(lambda: tessera.dropout(x, 0.1)), fb(lambda: F.dropout(x, 0.1))),
+        "cross_entropy": (lambda: tessera.cross_entropy(x, t).backward(), lambda: F.cross_entropy(x, t).backward()),
+        "cross_entropy_nograd": (no_grad(lambda: tessera.cross_entropy(x, t)), no_grad(lambda: F.cross_entropy(x, t))),
+        "matmul_nograd": (no_grad(lambda: tessera.matmul(x, m)), no_grad(lambda: torch.matmul(x, m))),
     }
 
 

@@ -244,6 +244,24 @@ def test_shortcut_takes_class_indices_and_float32_weights(torch):
     close(xg.grad, x64.grad, 1e-5, 1e-7)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_loss_without_gradient_is_the_same_mean(torch, weighted):
+    """Without a gradient the mean's divisor is counted in the sum's launch, not before the rows:
+    the same loss bit for bit as with one, ignored rows and class weights included."""
+    x = torch.randn(300, 1000, device="cuda")
+    t = torch.randint(0, 1000, (300,), device="cuda")
+    t[::7] = -100
+    w = torch.rand(1000, device="cuda") + 0.5 if weighted else None
+    with torch.no_grad():
+        alone = tessera.cross_entropy(x, t, w, label_smoothing=0.1)
+    with_grad = tessera.cross_entropy(x.clone().requires_grad_(), t, w, label_smoothing=0.1)
+    assert torch.equal(alone, with_grad.detach())
+    close(alone, torch.nn.functional.cross_entropy(x.double(), t, None if w is None else w.double(),
+                                                   label_smoothing=0.1), 1e-5, 1e-6)
+    with torch.no_grad():
+        assert tessera.cross_entropy(x, torch.full_like(t, -100)).isnan()  # all ignored: 0 / 0
+
+
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_inplace_grad_overwrites_the_logits(torch, reduction):
     base = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)

@@ -33,6 +33,7 @@ struct Spec {
   bool int32 = false;     // int32 targets
   bool weighted = false;  // class weights, random in [0.25, 2]
   bool probs = false;     // probability targets (random rows summing to 1), laid out as the logits
+  bool loss_only = false; // no gradient asked for (a mean then counts its divisor in its sum's launch)
 };
 
 std::string describe(DType dt, const Spec& s) {
@@ -48,6 +49,7 @@ std::string describe(DType dt, const Spec& s) {
   if (s.weighted) d += " class weights";
   if (s.probs) d += " probabilities";
   if (s.ref.ignore_index != -100) d += " ignore_index " + std::to_string(s.ref.ignore_index);
+  if (s.loss_only) d += " loss only";
   return d;
 }
 
@@ -115,7 +117,7 @@ VerifyResult run_case(DType dt, const Spec& spec) {
   o.z_loss = s.ref.z_loss, o.softcap = s.ref.softcap;
   o.weight = s.weighted ? &weight.view : nullptr;
   const TensorView& g = s.inplace ? logits.view : grad.view;
-  cross_entropy(logits.view, target.view, loss.view, &lse.view, &g, o, stream);
+  cross_entropy(logits.view, target.view, loss.view, &lse.view, s.loss_only ? nullptr : &g, o, stream);
   // The reference's per-row losses and gradients, reduced and scaled as the reduction asks.
   const reference::CrossEntropyRows ref = s.probs ? reference::cross_entropy_probs(x, q, s.rows, s.classes, s.ref)
                                                   : reference::cross_entropy(x, t, s.rows, s.classes, s.ref);
@@ -137,6 +139,7 @@ VerifyResult run_case(DType dt, const Spec& spec) {
   if (s.inplace) grad_out = &logits;  // compared over the logits' storage (its padding untouched)
   for (const auto& [t_, r, what] : {std::tuple<TestTensor*, const std::vector<double>*, const char*>{grad_out, &want_grad, " grad"},
                                     {&lse, &ref.lse, " lse"}}) {
+    if (s.loss_only && t_ == grad_out) continue;  // no gradient written (the poison stays)
     keep_worst(worst, compare("cross_entropy", name + what, *t_, *r, stream, m));
   }
   worst.name = name;
@@ -165,6 +168,12 @@ std::vector<VerifyCase> cases() {
   all.push_back({17, 50257, Reduction::none, mixed, false, true, false, true, true});  // split, in place
   all.push_back({33, 3, Reduction::sum, smooth, true, false, false, false, true});      // padded: scalar
   all.push_back({5, 128256, Reduction::mean, cap, false, false, false, true, true});
+  // The loss alone: a mean over ignored rows, over class weights (an ignore_index that is a class)
+  // and over probabilities; a sum.
+  all.push_back({300, 1000, Reduction::mean, smooth, false, false, true, false, false, true});
+  all.push_back({50, 4096, Reduction::mean, ignore3, false, false, false, true, false, true});
+  all.push_back({17, 50257, Reduction::mean, mixed, true, false, false, false, true, true});
+  all.push_back({64, 4096, Reduction::sum, plain, false, false, false, false, false, true});
   std::vector<VerifyCase> c;
   for (DType dt : kTypes)
     for (const Spec& s : all) c.push_back({describe(dt, s), false, [=] { return run_case(dt, s); }});

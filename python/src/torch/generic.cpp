@@ -426,7 +426,12 @@ struct Function : torch::autograd::Function<Function> {
         }
       }
     }
-    p.backward_op().callBoxed(&stack);
+    if (at::GradMode::is_enabled()) {  // create_graph: torch's autograd fallback sees the call
+      p.backward_op().callBoxed(&stack);
+    } else {  // nothing to record: past the autograd keys at once
+      at::AutoDispatchBelowADInplaceOrView guard;
+      p.backward_op().callBoxed(&stack);
+    }
     // The backward's returns, one stack entry each; each is the gradient of the arguments it is for.
     for (size_t i = 0, c = 0; i < p.grad_args.size(); ++i) {
       if (!(given >> i & 1)) continue;

@@ -38,40 +38,45 @@ constexpr int kScaleThreads = 512;
 // A mean's divisor: for class indices the rows not ignored, or with class weights the sum of
 // their targets' weights (a target out of range adds nothing: its row's NaN is the mean's
 // already, and the other rows' gradients stay finite, as they do without weights); for
-// probabilities (target null) the rows.
-__global__ void __launch_bounds__(1024) divisor_kernel(const void* target, bool target64, int64_t rows, int64_t ignore,
-                                                       const float* weight, int64_t classes, float* divisor) {
-  __shared__ float wscratch[32];
-  __shared__ int nscratch[32];
-  if (!target) {
-    if (threadIdx.x == 0) *divisor = float(rows);
-    return;
+// probabilities (target null) the rows. Computed by a whole block; every thread gets it.
+struct MeanOf {
+  const void* target;
+  bool target64;
+  int64_t rows, ignore;
+  const float* weight;
+  int64_t classes;
+
+  __device__ float block_divisor() const {
+    __shared__ float wscratch[32];
+    __shared__ int nscratch[32];
+    if (!target) return float(rows);
+    int n = 0;
+    float w = 0.f;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+      const int64_t t = target64 ? static_cast<const int64_t*>(target)[r] : static_cast<const int32_t*>(target)[r];
+      n += t != ignore;
+      if (weight && t != ignore && t >= 0 && t < classes) w += weight[t];
+    }
+    return weight ? tile::block_sum(w, wscratch) : float(tile::block_sum(n, nscratch));
   }
-  int n = 0;
-  float w = 0.f;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int64_t t = target64 ? static_cast<const int64_t*>(target)[r] : static_cast<const int32_t*>(target)[r];
-    n += t != ignore;
-    if (weight && t != ignore && t >= 0 && t < classes) w += weight[t];
-  }
-  if (weight) {
-    w = tile::block_sum(w, wscratch);
-    if (threadIdx.x == 0) *divisor = w;
-  } else {
-    n = tile::block_sum(n, nscratch);
-    if (threadIdx.x == 0) *divisor = float(n);
-  }
+};
+
+__global__ void __launch_bounds__(1024) divisor_kernel(const MeanOf mean, float* divisor) {
+  const float d = mean.block_divisor();
+  if (threadIdx.x == 0) *divisor = d;
 }
 
-// The per-row losses summed in a fixed order (the same bits every run); the mean divides by its
-// divisor (no rows, or only ignored ones: 0 / 0 = NaN, as torch).
+// The per-row losses summed in a fixed order (the same bits every run); a mean divides by
+// *divisor, or where the forward computed none (no gradient needed it first) by `mean`'s, computed
+// here: one launch less. No rows, or only ignored ones: 0 / 0 = NaN, as torch.
 __global__ void __launch_bounds__(1024) reduce_kernel(const float* row_loss, int64_t rows, const float* divisor,
-                                                      float* loss) {
+                                                      const MeanOf mean, bool own_mean, float* loss) {
   __shared__ float scratch[32];
   float s = 0.f;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += row_loss[r];
   s = tile::block_sum(s, scratch);
-  if (threadIdx.x == 0) *loss = divisor ? s / *divisor : s;
+  const float d = own_mean ? mean.block_divisor() : divisor ? *divisor : 1.f;
+  if (threadIdx.x == 0) *loss = own_mean || divisor ? s / d : s;
 }
 
 // Row r of grad times its factor (grad_loss[0], or grad_loss[r * stride] for none); a factor of
@@ -349,11 +354,13 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
   a.eps = float(options.label_smoothing), a.z = float(options.z_loss), a.cap = float(options.softcap);
   a.weight = options.weight ? static_cast<const float*>(options.weight->data) : nullptr;
   a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  // The gradient needs the mean's divisor first; the loss alone takes it in its sum.
+  const bool divisor_first = mean && grad;
   runtime::Scratch row_loss(none ? 0 : size_t(std::max<int64_t>(rows, 1)) * sizeof(float), stream),
-      divisor(mean ? sizeof(float) : 0, stream);
+      divisor(divisor_first ? sizeof(float) : 0, stream);
   a.row_loss = none ? static_cast<float*>(loss.data) : row_loss.as<float>();
-  a.divisor = mean ? divisor.as<float>() : nullptr;
-  if (mean) {
+  a.divisor = divisor_first ? divisor.as<float>() : nullptr;
+  if (divisor_first) {
     loss::mean_divisor(probs ? nullptr : a.target, a.target64, rows, a.ignore, a.weight, a.classes, divisor.as<float>(),
                        stream);
   }
@@ -367,19 +374,29 @@ void cross_entropy(const TensorView& logits, const TensorView& target, const Ten
     runtime::run_first<RowTier<Access::vectors>, RowTier<Access::split>, RowTier<Access::scalar>>(
         kOp, c, runtime::device_props(logits.device.index), stream);
   }
-  if (!none) {
-    loss::sum_rows(a.row_loss, rows, a.divisor, static_cast<float*>(loss.data), stream);
+  if (divisor_first || !mean) {
+    if (!none) loss::sum_rows(a.row_loss, rows, a.divisor, static_cast<float*>(loss.data), stream);
+  } else {
+    loss::mean_rows(a.row_loss, rows, probs ? nullptr : a.target, a.target64, a.ignore, a.weight, a.classes,
+                    static_cast<float*>(loss.data), stream);
   }
 }
 
 void loss::mean_divisor(const void* target, bool target64, int64_t rows, int64_t ignore, const float* weight,
                         int64_t classes, float* divisor, cudaStream_t stream) {
-  divisor_kernel<<<1, 1024, 0, stream>>>(target, target64, rows, ignore, weight, classes, divisor);
+  divisor_kernel<<<1, 1024, 0, stream>>>(MeanOf{target, target64, rows, ignore, weight, classes}, divisor);
   TESSERA_LAUNCH_CHECK();
 }
 
 void loss::sum_rows(const float* row_loss, int64_t rows, const float* divisor, float* loss, cudaStream_t stream) {
-  reduce_kernel<<<1, 1024, 0, stream>>>(row_loss, rows, divisor, loss);
+  reduce_kernel<<<1, 1024, 0, stream>>>(row_loss, rows, divisor, MeanOf{}, false, loss);
+  TESSERA_LAUNCH_CHECK();
+}
+
+void loss::mean_rows(const float* row_loss, int64_t rows, const void* target, bool target64, int64_t ignore,
+                     const float* weight, int64_t classes, float* loss, cudaStream_t stream) {
+  reduce_kernel<<<1, 1024, 0, stream>>>(row_loss, rows, nullptr, MeanOf{target, target64, rows, ignore, weight, classes},
+                                        true, loss);
   TESSERA_LAUNCH_CHECK();
 }
 

@@ -18,4 +18,9 @@ void mean_divisor(const void* target, bool target64, int64_t rows, int64_t ignor
 // *divisor where divisor is set (a mean; over no rows 0 / 0 = NaN, as torch).
 void sum_rows(const float* row_loss, int64_t rows, const float* divisor, float* loss, cudaStream_t stream);
 
+// *loss = the mean of row_loss [rows]: its sum as sum_rows's over mean_divisor's divisor, both in
+// one launch (where nothing needed the divisor before the rows' losses).
+void mean_rows(const float* row_loss, int64_t rows, const void* target, bool target64, int64_t ignore,
+               const float* weight, int64_t classes, float* loss, cudaStream_t stream);
+
 }  // namespace tessera::loss
