@@ -17,7 +17,6 @@
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ExpandUtils.h>
-#include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
@@ -230,9 +229,7 @@ at::Tensor allocate(const Plan& p, const Plan::Param& q, const Value* args) {
   const O& o = p.desc->outputs[static_cast<size_t>(q.out)];
   if (!present(p, q, args)) return {};
   const at::Tensor& like = *args[q.arg].tensor;
-  const bool dtype_given = q.dtype >= 0 && args[q.dtype].integer >= 0;
-  if (o.dtype == O::Dtype::like && o.shape == O::Shape::like && !dtype_given)
-    return at::empty_like(like, at::MemoryFormat::Contiguous);
+  // at::empty, not empty_like: empty_like is a composite op that dispatches again.
   const at::TensorOptions opt = options(p, q, args);
   if (o.shape == O::Shape::like) return at::empty(like.sizes(), opt);
   std::vector<int64_t> other;
@@ -543,7 +540,7 @@ int index(const std::string& name) {
 Outputs run(const Plan& p, const Value* args, bool internal) {
   const OpDesc& d = *p.desc;
   const char* op = d.name.c_str();
-  c10::SmallVector<Arg, 6> a(p.params.size());
+  c10::SmallVector<Arg, 12> a(p.params.size());  // a norm backward's 11 without a heap allocation
   const at::Tensor* first = nullptr;
   for (size_t i = 0; i < p.params.size(); ++i) {
     const Plan::Param& q = p.params[i];
