@@ -22,6 +22,7 @@ def cases(dev):
     w = torch.randn(256, device=dev, requires_grad=True)
     b = torch.randn(256, device=dev, requires_grad=True)
     g = torch.randn(64, 256, device=dev)
+    y = torch.randn(64, 256, device=dev)
 
     def grad_only(f, wrt):
         o = f()
@@ -38,6 +39,7 @@ def cases(dev):
         "ln_fb": (fb(lambda: tessera.layer_norm(x, (256,), w, b)), fb(lambda: F.layer_norm(x, (256,), w, b))),
         "rms_fb": (fb(lambda: tessera.rms_norm(x, (256,), w, 1e-6)), fb(lambda: F.rms_norm(x, (256,), w, 1e-6))),
         "gelu_fb": (fb(lambda: tessera.gelu(x)), fb(lambda: F.gelu(x))),
+        "add_fb": (fb(lambda: tessera.add(x, y)), fb(lambda: torch.add(x, y))),
     }
 
 

@@ -18,20 +18,27 @@ struct AddFunction : torch::autograd::Function<AddFunction> {
   }
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other,
                             double alpha) {
-    ctx->saved_data["alpha"] = alpha;
-    ctx->saved_data["input"] = input.sym_sizes();
-    ctx->saved_data["other"] = other.sym_sizes();
-    return call_below_autograd(op(), input, other, alpha);
+    at::Tensor out = call_below_autograd(op(), input, other, alpha);
+    if (alpha != 1.0) ctx->saved_data["alpha"] = alpha;
+    // An argument's shape only where it was broadcast (its gradient is then summed back to it).
+    if (input.sym_sizes() != out.sym_sizes()) ctx->saved_data["input"] = input.sym_sizes();
+    if (other.sym_sizes() != out.sym_sizes()) ctx->saved_data["other"] = other.sym_sizes();
+    return out;
   }
   // d/dinput = 1, d/dother = alpha, each summed over the dimensions it was broadcast along;
   // torch ops, so the backward is itself differentiable.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor& g = grads[0];
-    const double alpha = ctx->saved_data["alpha"].toDouble();
+    const auto& data = ctx->saved_data;
+    const auto a = data.find("alpha");
+    const double alpha = a == data.end() ? 1.0 : a->second.toDouble();
+    const auto summed = [&](const at::Tensor& t, const char* key) {
+      const auto it = data.find(key);
+      return it == data.end() ? t : t.sum_to_size_symint(it->second.toSymIntVector());
+    };
     at::Tensor ga, gb;
-    if (ctx->needs_input_grad(0)) ga = g.sum_to_size_symint(ctx->saved_data["input"].toSymIntVector());
-    if (ctx->needs_input_grad(1))
-      gb = (alpha == 1.0 ? g : g.mul(alpha)).sum_to_size_symint(ctx->saved_data["other"].toSymIntVector());
+    if (ctx->needs_input_grad(0)) ga = summed(g, "input");
+    if (ctx->needs_input_grad(1)) gb = summed(alpha == 1.0 ? g : g.mul(alpha), "other");
     return {ga, gb, at::Tensor()};
   }
 };

@@ -125,13 +125,15 @@ void byte_fill(const TensorView& t, int byte, cudaStream_t stream) {
   copy(c, t, stream);
 }
 
+// `part` of x's shape ("normalized", "leading"): the message is built only for an error.
 void check_shape(const char* op, const char* arg, const TensorView& t, const int64_t* shape, int ndim,
-                 const char* what) {
+                 const char* part, const char* xname) {
   bool same = t.ndim == ndim;
   for (int d = 0; same && d < ndim; ++d) same = t.shape[d] == shape[d];
   if (!same)
     detail::throw_arg(ErrorKind::value, op, arg,
-                      "shape " + detail::shape_str(shape, ndim) + " (" + what + ")", t.shape_str());
+                      "shape " + detail::shape_str(shape, ndim) + " (the " + part + " shape of '" + xname + "')",
+                      t.shape_str());
 }
 
 // x, the tensor normalized, is the argument `xname` ('input'; the add ops' backward:
@@ -154,8 +156,7 @@ void check_param(const char* op, const char* arg, const TensorView& t, const cha
   detail::check_cuda_tensor(op, arg, t);
   detail::check_same_device(op, arg, t, xname, x);
   detail::check_same_dtype(op, arg, t, xname, x);
-  const std::string what = "the normalized shape of '" + std::string(xname) + "'";
-  check_shape(op, arg, t, x.shape + lead, x.ndim - lead, what.c_str());
+  check_shape(op, arg, t, x.shape + lead, x.ndim - lead, "normalized", xname);
 }
 
 // mean, rstd: float32, the leading shape.
@@ -164,8 +165,7 @@ void check_stats(const char* op, const char* arg, const TensorView& t, const cha
   detail::check_cuda_tensor(op, arg, t);
   detail::check_same_device(op, arg, t, xname, x);
   detail::check_dtype_in(op, arg, t, {DType::float32});
-  const std::string what = "the leading shape of '" + std::string(xname) + "'";
-  check_shape(op, arg, t, x.shape, lead, what.c_str());
+  check_shape(op, arg, t, x.shape, lead, "leading", xname);
 }
 
 // torch's statistics keep the normalized dimensions as 1s (native_layer_norm's leading + (1,) * k):
@@ -208,14 +208,13 @@ struct Named {
 // except being exactly its `may_be` input (the add ops in place: each element is read before it
 // is written, by the thread that writes it).
 void check_outputs(const char* op, std::initializer_list<Named> outs, std::initializer_list<Named> ins) {
-  std::vector<Named> seen;
-  for (const Named& o : outs) {
-    if (!o.t) continue;
-    detail::check_no_internal_overlap(op, o.name, *o.t);
+  for (auto o = outs.begin(); o != outs.end(); ++o) {
+    if (!o->t) continue;
+    detail::check_no_internal_overlap(op, o->name, *o->t);
     for (const Named& i : ins)
-      if (i.t) detail::check_no_overlap(op, o.name, *o.t, i.name, *i.t, o.may_be && o.may_be == i.t);
-    for (const Named& s : seen) detail::check_no_overlap(op, o.name, *o.t, s.name, *s.t, false);
-    seen.push_back(o);
+      if (i.t) detail::check_no_overlap(op, o->name, *o->t, i.name, *i.t, o->may_be && o->may_be == i.t);
+    for (auto s = outs.begin(); s != o; ++s)
+      if (s->t) detail::check_no_overlap(op, o->name, *o->t, s->name, *s->t, false);
   }
 }
 
