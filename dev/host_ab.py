@@ -25,7 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_once(pkg_dir, calls, out_dir):
-    env = dict(os.environ, PYTHONPATH=f"{Path(pkg_dir).resolve()}:{ROOT / 'benchmarks'}")
+    # Each build's own libraries first: an inherited LD_LIBRARY_PATH (devbin/) would win over the
+    # package's RUNPATH and hand the old build the new libtessera.
+    env = dict(os.environ, PYTHONPATH=f"{Path(pkg_dir).resolve()}:{ROOT / 'benchmarks'}",
+               LD_LIBRARY_PATH=str(Path(pkg_dir).resolve() / "tessera"))
     pin = ["taskset", "-c", "2"] if shutil.which("taskset") else []
     subprocess.run(pin + [sys.executable, str(ROOT / "benchmarks" / "overhead.py"), "--calls", str(calls),
                     "--rounds", "3", "--out", out_dir], env=env, check=True, cwd="/tmp",
