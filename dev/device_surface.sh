@@ -57,7 +57,9 @@ for s in $STEPS; do
     benchab) step benchab bash dev/device.sh --baseline devbase --ops "${AB_OPS:-layer_norm,rms_norm,add_rms_norm,cross_entropy}" ab ;;
     bench) step bench devbin/tessera bench ${BENCH_OPS:-silu_mul silu gelu softmax} --dtype float32,bfloat16 --no-peaks ;;
     # docs/PERF.md's reports (scripts/perf_reports.py; REPORTS names some, default all of one GPU)
-    reports) step reports python3 scripts/perf_reports.py --run "$OUT/reports" ${REPORTS:-} --timeout "${REPORT_TIMEOUT:-500}" ;;
+    # the staged code's commit (dev/stage_devbin.sh): the device's git HEAD is not the tree's
+    reports) step reports python3 scripts/perf_reports.py --run "$OUT/reports" ${REPORTS:-} --timeout "${REPORT_TIMEOUT:-500}" \
+               --code "$(cat devbin-pack/CODE 2>/dev/null || echo unknown)" ;;
     *) echo "unknown step $s" >&2 ;;
   esac
 done

@@ -16,4 +16,9 @@ du -sh devbin
 # dev/device_gemm.sh unpack it where devbin/ is missing.
 mkdir -p devbin-pack
 tar -cJf devbin-pack/devbin.tar.xz devbin
-du -sh devbin-pack
+# The code the binaries are built from, for the reports' run line: the device's copy of the tree
+# does not carry an up-to-date git HEAD. "-dirty": tracked files differed from that commit.
+code=$(git rev-parse --short HEAD)
+git diff --quiet HEAD -- src include python tools harness || code="$code-dirty"
+echo "$code" > devbin-pack/CODE
+du -sh devbin-pack; echo "code $code"
