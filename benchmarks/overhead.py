@@ -7,9 +7,10 @@ A tiny tensor (64 x 256 float32; matmul 64 x 256 @ 256 x 256) keeps the GPU work
 host's, so a loop of N calls with one synchronize at the end measures what each call costs the
 CPU: argument handling, dispatch, allocation, launch. Each case is timed as the median over R
 rounds, the providers interleaved within a round (torch, tessera, torch again as "torch2": the
-harness's own reading of torch against itself, which should be 1.00). "host" is the enqueue
-cost alone: 300 calls timed before the synchronize, too few to fill the launch queue, so a
-provider whose kernels take the GPU longer than the host reads the same there.
+harness's own reading of torch against itself, which should be 1.00). tessera / torch is the
+median over the rounds of tessera's time over the mean of the two torch readings around it.
+"host" is the enqueue cost alone: 300 calls timed before the synchronize, too few to fill the
+launch queue, so a provider whose kernels take the GPU longer than the host reads the same there.
 
 Without autograd: each op under torch.no_grad(). With autograd: the forward on inputs that
 require grad, then backward of the output with a given gradient (torch.autograd.backward), the
@@ -151,6 +152,11 @@ def measure(providers, calls, rounds, autograd):
                 host[k].append(host_per_call(fn))
     r = {k: statistics.median(v) for k, v in times.items()}
     r.update({"host_" + k: statistics.median(v) for k, v in host.items()})
+    # tessera runs between torch and torch2 in every round: its ratio to their mean cancels the
+    # round's drift; the median over rounds of that ratio, and of torch2 / torch.
+    r["ratio"] = statistics.median(t / ((a + b) / 2)
+                                   for t, a, b in zip(times["tessera"], times["torch"], times["torch2"]))
+    r["harness"] = statistics.median(b / a for a, b in zip(times["torch"], times["torch2"]))
     return r
 
 
@@ -163,9 +169,7 @@ def main():
     rows = []
     for name, autograd, providers in cases():
         r = measure(providers, args.calls, args.rounds, autograd)
-        rows.append({"op": name, "autograd": autograd, **{k: round(v, 2) for k, v in r.items()},
-                     "ratio": round(r["tessera"] / r["torch"], 2),
-                     "harness": round(r["torch2"] / r["torch"], 2)})
+        rows.append({"op": name, "autograd": autograd, **{k: round(v, 2) for k, v in r.items()}})
         print(f"{name:22s} {'fwd+bwd' if autograd else 'no grad':8s} tessera {r['tessera']:7.2f} us"
               f"  torch {r['torch']:7.2f} us  ratio {rows[-1]['ratio']:.2f}"
               f"  (torch2/torch {rows[-1]['harness']:.2f}; host {r['host_tessera']:.2f} / "
