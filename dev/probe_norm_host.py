@@ -2,12 +2,16 @@
 5 interleaved rounds of 500 calls, the GPU synchronized once a round): which part of
 layer_norm's forward + backward costs more than rms_norm's and torch's."""
 import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import tessera
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from overhead import host_per_call as per_call  # noqa: E402 (the enqueue cost of `calls` calls)
 
 d = "cuda"
 x = torch.randn(64, 256, device=d, requires_grad=True)
@@ -58,16 +62,6 @@ cases = {
     "ln bwd op aten": lambda: torch.ops.aten.native_layer_norm_backward(g, x.detach(), [256], mean.view(64, 1), rstd.view(64, 1), w0, b0, [True, True, True]),
     "rms bwd op": lambda: T.rms_norm_backward.default(g, x.detach(), [256], rrstd, w0, [True, True], 0.0),
 }
-
-
-def per_call(fn, n):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return t / n * 1e6
 
 
 for fn in cases.values():
