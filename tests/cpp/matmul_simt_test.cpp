@@ -1,5 +1,6 @@
 // The SIMT tier (forced, so that every GPU runs it): its float32 kernel on every operand layout
-// it takes, with tails in M, N and K, batches and the epilogue, against the CPU reference; the
+// it takes, with tails in M, N and K, batches, the epilogue and K split over CTAs where the tiles
+// are few, against the CPU reference; the
 // generic kernel for what the float32 one does not take, float8 inputs (scaled_mm) included.
 #include <gtest/gtest.h>
 
@@ -181,6 +182,18 @@ TEST_F(MatmulSimt, Float32Epilogue) {
     expect_case({127, 300, 127, ka, kb, 0, 0, false, true, A::gelu_tanh, 1.0, 1.0}, kFast);
   }
   expect_case({129, 0, 130, true, true, 0, 0, true, true, A::gelu, 1.0, 0.5}, kFast);  // K = 0
+}
+
+// Few tiles over a long K: K split over several CTAs a tile, the last one summing the chunks (in
+// chunk order) and running the epilogue; chunks of whole slices and a last one with a tail.
+TEST_F(MatmulSimt, Float32SplitsKWhereTheTilesAreFew) {
+  using A = Activation;
+  for (auto [ka, kb] : kLayouts) {
+    expect_case({64, 256, 256, ka, kb}, "K split 4 ways of 64");
+    expect_case({129, 999, 130, ka, kb, 2, 2, true, true, A::gelu, 0.5, 0.5}, "K split 4 ways of 256");
+    expect_case({7, 70, 300, ka, kb, 0, 0, true, false, A::silu, 2.0, 1.0}, "K split 2 ways of 40");
+  }
+  expect_case({128, 4096, 128, true, true}, "K split 4 ways of 1024");
 }
 
 TEST_F(MatmulSimt, UnalignedRowsTakeTheGenericKernel) {

@@ -408,12 +408,13 @@ struct SimtTier {
   static constexpr const char* kName = "simt";
   static constexpr const char* kWhen =
       "any dtype, layout and GPU, float32 FMAs: float32 operands on sm_80 on, each K-major or "
-      "MN-major with 16-byte aligned rows, on 128 x 128 tiles; anything else on 64 x 64 tiles "
-      "through the strides";
+      "MN-major with 16-byte aligned rows, on 128 x 128 tiles (K split over CTAs where the tiles "
+      "are few); anything else on 64 x 64 tiles through the strides";
   struct Plan {
     bool fast = false;  // the float32 kernel (else the generic one)
     bool a_kmajor = false, b_kmajor = false;  // fast: each operand's contiguous dimension is K
     TileOrder order;  // fast: the output tiles in grouped order
+    int splits = 1, chunk = 0;  // fast: K split over `splits` CTAs a tile, `chunk` of K each
     dim3 grid;
     std::string describe() const;
   };

@@ -6,7 +6,8 @@
 //             contiguous and 16-byte aligned): 128 x 128 output tiles, 256 threads of 8 x 8
 //             outputs each, asynchronous copies (tile/async_copy.cuh) into a ring of
 //             shared-memory slices. The float32 workhorse, in the design of the classic SGEMM
-//             kernels.
+//             kernels. Where the tiles leave SMs idle (a small M x N over a long K), K is split
+//             over several CTAs a tile, which meet on a counter.
 //   generic   everything else (other strides and alignments, 16-bit and float8 inputs): 64 x 64
 //             tiles, 4 x 4 outputs per thread, loads element by element through the strides.
 //             The layouts that matter for 16-bit inputs are the tensor-core tiers'; this kernel is
@@ -15,11 +16,14 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
 #include "ops/matrix/gemm.cuh"
 #include "runtime/check.hpp"
+#include "runtime/device.hpp"
+#include "runtime/scratch.hpp"
 #include "tile/async_copy.cuh"
 #include "tile/convert.cuh"
 
@@ -144,6 +148,18 @@ void launch_in(const GemmArgs& g, dim3 grid, cudaStream_t stream) {
 
 constexpr int kBig = 128, kSlice = 8, kPad = 4, kStages = 4;
 constexpr int kSmem = 2 * kStages * kSlice * (kBig + kPad) * int(sizeof(float));
+// A split CTA takes kMinChunk of K at least (the ring of slices filled once); a tile's last CTA
+// reads every chunk's 64 KB of partial sums, so a tile takes kMaxSplits chunks at most.
+constexpr int kMinChunk = kStages * kSlice, kMaxSplits = 4;
+
+// K split over `splits` CTAs a tile, each summing `chunk` of K (a multiple of kSlice) into its
+// partial sums; the tile's last CTA to count itself in adds every chunk's, in chunk order (the
+// same bits every run), and runs the epilogue.
+struct SplitK {
+  int splits = 1, chunk = 0;
+  float* partial = nullptr;      // [tiles][splits][64 values][kThreads]: stores coalesced
+  unsigned* counters = nullptr;  // one a tile, lent zero and left zero
+};
 
 struct Operand {
   const float* p;
@@ -164,9 +180,9 @@ struct Stage {
     return KMajor ? threadIdx.x / 8 : threadIdx.x % 32 * 4;
   }
 
-  __device__ Stage(const Operand& o, int64_t b, int64_t mn0) {
+  __device__ Stage(const Operand& o, int64_t b, int64_t mn0, int64_t k0) {
     const int64_t left = o.extent - mn0 - mn();
-    p = o.p + b * o.s_b + (mn0 + mn()) * o.s_mn + kk() * o.s_k;
+    p = o.p + b * o.s_b + (mn0 + mn()) * o.s_mn + (k0 + kk()) * o.s_k;
     in = KMajor ? (left > 0) | (left > 32) << 1 | (left > 64) << 2 | (left > 96) << 3
                 : int(left < 0 ? 0 : left < 4 ? left : 4);
   }
@@ -195,13 +211,39 @@ __device__ __forceinline__ void frag(float (&v)[8], const float* p, int apart) {
   *reinterpret_cast<float4*>(v + 4) = *reinterpret_cast<const float4*>(p + apart);
 }
 
+// A split tile's CTA leaves its partial sums; the last of the tile's CTAs gets true back, with acc
+// the sum of every chunk's in chunk order (its own read back too), the others false.
+__device__ bool sum_chunks(float (&acc)[8][8], const SplitK& s, int64_t t, int chunk) {
+  __shared__ bool last;
+  float* mine = s.partial + (t * s.splits + chunk) * 64 * kThreads + threadIdx.x;
+#pragma unroll
+  for (int v = 0; v < 64; ++v) mine[v * kThreads] = acc[v / 8][v % 8];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&s.counters[t], 1u) == unsigned(s.splits - 1);
+    if (last) s.counters[t] = 0;  // left zero for the next launch
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+#pragma unroll
+  for (int v = 0; v < 64; ++v) acc[v / 8][v % 8] = 0.f;
+  for (int c = 0; c < s.splits; ++c) {
+    const float* from = s.partial + (t * s.splits + c) * 64 * kThreads + threadIdx.x;
+#pragma unroll
+    for (int v = 0; v < 64; ++v) acc[v / 8][v % 8] += __ldcg(from + v * kThreads);
+  }
+  return true;
+}
+
 // Warps in a 4 x 2 grid of 32 x 64 each; a warp's lanes 4 x 8, each owning a 2 x 2 grid of
 // 4 x 4 blocks 16 rows and 32 columns apart. A k step reads one float4 per block row and column:
 // lanes of a quarter-warp read 8 consecutive float4s of B (all banks) and one of A (broadcast).
 template <bool KA, bool KB>
 __global__ void __launch_bounds__(kThreads, 2)
     gemm_f32_kernel(const Operand a_op, const Operand b_op, const Epilogue<float> epi,
-                    const TileOrder order, int k) {
+                    const TileOrder order, int k, const SplitK split) {
   extern __shared__ float4 smem[];  // as[kStages], then bs[kStages]
   auto* as = reinterpret_cast<float(*)[kSlice][kBig + kPad]>(smem);
   auto* bs = as + kStages;
@@ -210,14 +252,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tm = warp / 2 * 32 + lane / 8 * 4, tn = warp % 2 * 64 + lane % 8 * 4;
   float acc[8][8] = {};
+  // This CTA's tile, and its chunk of K (all of K without a split).
+  const int64_t t = blockIdx.x / split.splits;
+  const int chunk = int(blockIdx.x % split.splits), k0 = chunk * split.chunk;
   {
     int64_t b;
     int tile_m, tile_n;
-    order.at(blockIdx.x, b, tile_m, tile_n);
+    order.at(t, b, tile_m, tile_n);
     if (threadIdx.x == 0)
       tile[0] = b, tile[1] = int64_t(tile_m) * kBig, tile[2] = int64_t(tile_n) * kBig;
-    Stage<KA> sa(a_op, b, int64_t(tile_m) * kBig);
-    Stage<KB> sb(b_op, b, int64_t(tile_n) * kBig);
+    Stage<KA> sa(a_op, b, int64_t(tile_m) * kBig, k0);
+    Stage<KB> sb(b_op, b, int64_t(tile_n) * kBig, k0);
+    k = split.splits > 1 ? min(k - k0, split.chunk) : k;  // from here on, this chunk's length
     const int slices = (k + kSlice - 1) / kSlice;
     // Groups are committed even when empty, so that the wait below counts slices.
 #pragma unroll
@@ -248,6 +294,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     tile::cp_async_wait<0>();
     __syncthreads();  // tile[] written
   }
+  if (split.splits > 1 && !sum_chunks(acc, split, t, chunk)) return;
   const int64_t b = tile[0], m0 = tile[1] + tm, n0 = tile[2] + tn;
   e.with_activation<false>([&](auto act) {
 #pragma unroll
@@ -282,8 +329,12 @@ void launch_f32(const GemmArgs& g, const SimtTier::Plan& p, cudaStream_t stream)
   if constexpr (kSmem > 48 * 1024)
     TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<KA, KB>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const int64_t tiles = p.order.count();
+  const runtime::SplitScratch parts(p.splits, std::size_t(tiles * p.splits) * 64 * kThreads, std::size_t(tiles),
+                                    stream);
+  const SplitK split{p.splits, p.chunk, parts.partials(), parts.counters<unsigned>()};
   gemm_f32_kernel<KA, KB><<<p.grid, kThreads, kSmem, stream>>>(a, b, Epilogue<float>::from(g),
-                                                               p.order, int(g.k));
+                                                               p.order, int(g.k), split);
   TESSERA_LAUNCH_CHECK();
 }
 
@@ -296,8 +347,9 @@ std::string SimtTier::Plan::describe() const {
            std::to_string(grid.y) + " x " + std::to_string(grid.z);
   return "float32 " + std::to_string(kBig) + " x " + std::to_string(kBig) +
          " tiles, 8 x 8 per thread, A " + (a_kmajor ? "K" : "M") + "-major, B " +
-         (b_kmajor ? "K" : "N") + "-major, group " + std::to_string(order.group) + ", grid " +
-         std::to_string(grid.x);
+         (b_kmajor ? "K" : "N") + "-major, group " + std::to_string(order.group) +
+         (splits > 1 ? ", K split " + std::to_string(splits) + " ways of " + std::to_string(chunk) : "") +
+         ", grid " + std::to_string(grid.x);
 }
 
 SimtTier::Plan SimtTier::plan(const GemmArgs& g, const GemmCtx& ctx) {
@@ -310,7 +362,16 @@ SimtTier::Plan SimtTier::plan(const GemmArgs& g, const GemmCtx& ctx) {
     p.order.tiles_n = int((g.n + kBig - 1) / kBig);
     p.order.batch = g.batch;
     p.order.group = g.config.group > 0 ? g.config.group : 8;
-    p.grid = dim3(unsigned(p.order.count()));  // one tile per CTA: under 2^31 in any memory
+    // K split where the tiles fill less than a wave of resident CTAs (two an SM): as many chunks
+    // as still fit in one, up to kMaxSplits, each kMinChunk of K at least.
+    const int64_t tiles = p.order.count(), wave = 2 * int64_t(ctx.sms);
+    const int64_t splits = std::min<int64_t>({wave / std::max<int64_t>(tiles, 1), g.k / kMinChunk, kMaxSplits});
+    p.chunk = int(g.k);
+    if (splits > 1) {
+      p.chunk = int(runtime::ceil_div(runtime::ceil_div(g.k, splits), int64_t(kSlice)) * kSlice);
+      p.splits = int(runtime::ceil_div(g.k, int64_t(p.chunk)));
+    }
+    p.grid = dim3(unsigned(tiles * p.splits));  // one tile (or chunk) per CTA: under 2^31 in any memory
     return p;
   }
   p.grid = dim3(unsigned((g.n + kTile - 1) / kTile),
