@@ -15,6 +15,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/stack.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/zeros.h>
@@ -223,15 +224,20 @@ at::TensorOptions options(const Plan& p, const Plan::Param& q, const Value* args
                                         : like.options().dtype(at::kBool);
 }
 
+// A contiguous tensor: on CUDA straight from torch's CUDA allocator (the kernels run on CUDA
+// tensors alone; at::empty would pass the dispatcher again).
+at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& opt) {
+  return opt.device().is_cuda() ? at::Tensor(at::detail::empty_cuda(sizes, opt)) : at::empty(sizes, opt);
+}
+
 // Output `q` by its rule: contiguous, on like's device; undefined where it is not present.
 at::Tensor allocate(const Plan& p, const Plan::Param& q, const Value* args) {
   using O = OpDesc::Output;
   const O& o = p.desc->outputs[static_cast<size_t>(q.out)];
   if (!present(p, q, args)) return {};
   const at::Tensor& like = *args[q.arg].tensor;
-  // at::empty, not empty_like: empty_like is a composite op that dispatches again.
   const at::TensorOptions opt = options(p, q, args);
-  if (o.shape == O::Shape::like) return at::empty(like.sizes(), opt);
+  if (o.shape == O::Shape::like) return empty_output(like.sizes(), opt);
   std::vector<int64_t> other;
   std::string_view text;
   if (q.other >= 0 && p.args[q.other] == From::string) text = args[q.other].string;
@@ -239,7 +245,7 @@ at::Tensor allocate(const Plan& p, const Plan::Param& q, const Value* args) {
   else if (q.other >= 0) other.assign(args[q.other].ints, args[q.other].ints + args[q.other].num);
   std::vector<int64_t> shape;
   guarded([&] { shape = output_shape(*p.desc, o, like.sizes().vec(), other, text); });
-  return at::empty(shape, opt);
+  return empty_output(shape, opt);
 }
 
 // The Meta kernel's output `q`: the run's rule on symbolic sizes, which stay symbolic (a leading
