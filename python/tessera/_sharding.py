@@ -24,9 +24,7 @@ program imports it (install()), not when tessera is imported.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import sys
+from ._imports import after_import
 
 _MODULE = "torch.distributed.tensor"
 _done = False
@@ -34,40 +32,7 @@ _done = False
 
 def install(torch) -> None:
     """Registers the rules now if torch.distributed.tensor is loaded, else once it is."""
-    if _MODULE in sys.modules:
-        register(torch)
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder(torch))
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Runs register() right after torch.distributed.tensor has been imported."""
-
-    def __init__(self, torch):
-        self.torch = torch
-
-    def find_spec(self, name, path, target=None):
-        if name != _MODULE:
-            return None
-        sys.meta_path.remove(self)  # the lookup below, and later imports, without this finder
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, torch = spec.loader, self.torch
-
-        class Loader(importlib.abc.Loader):
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                loader.exec_module(module)
-                register(torch)
-
-            def __getattr__(self, attr):  # get_source, resource readers, ...: the real loader's
-                return getattr(loader, attr)
-
-        spec.loader = Loader()
-        return spec
+    after_import(_MODULE, register, torch)
 
 
 def register(torch) -> bool:

@@ -100,10 +100,39 @@ def _register_fakes():
                                dtype=out_dtype or torch.bfloat16)
 
 
+def _register_lowerings() -> None:
+    """Gives every tessera op inductor's fallback lowering (a call of the op's kernel) before a
+    graph is lowered, with the layout constraint inductor would pick for it.
+
+    Inductor otherwise registers the fallback at the op's first use in a graph, and first formats
+    that call's arguments into a log message, whether or not logging is on. An argument made by a
+    chain of extern kernels (GEMMs and tessera's ops, layer after layer) prints the whole chain
+    once for every path through it, which grows exponentially with the model's depth: a tessera
+    op first used after the last layer could keep the compile busy for many minutes."""
+    try:
+        from torch._inductor import lowering
+        from torch._library.utils import get_layout_constraint_tag
+        for qualified in torch._C._dispatch_get_all_op_names():
+            if not qualified.startswith("tessera::"):
+                continue
+            name, _, overload = qualified[len("tessera::"):].partition(".")
+            op = getattr(getattr(ops, name), overload or "default")
+            # ops with a decomposition (CompositeImplicitAutograd ones) never reach a lowering
+            if op not in lowering.lowerings and op not in lowering.decompositions:
+                constraint = lowering.tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
+                lowering.make_fallback(op, layout_constraint=constraint, warn=False)
+    except Exception as e:  # a torch whose inductor differs: compiled graphs still work, only slower to compile
+        import warnings
+        warnings.warn(f"tessera: could not register its ops' lowerings with torch inductor ({e!r}); "
+                      "torch.compile still works, but may compile deep models slowly", stacklevel=2)
+
+
 if ops is not None:
     _register_fakes()
     from . import _sharding
+    from ._imports import after_import
     _sharding.install(torch)  # DTensor's rules, once torch.distributed.tensor is imported
+    after_import("torch._inductor.lowering", _register_lowerings)
 
 
 

@@ -9,6 +9,9 @@ op's fake kernel (what torch.compile traces with) runs under FakeTensorMode and 
 shapes, dtypes and device. With TESSERA_REQUIRE_TORCH_OPS=1 (scripts/test.sh, where it built the
 torch ops) a missing torch or torch library fails these instead of skipping them."""
 
+import subprocess
+import sys
+
 import pytest
 from fake_dist import dispatch_log
 
@@ -332,6 +335,27 @@ def _inputs(torch):
     def r(*s):
         return torch.randn(*s, device="cuda", generator=g, requires_grad=True)
     return r(32, 64), r(32, 64), r(64), r(64), r(48, 64)
+
+
+@pytest.mark.parametrize("first", ["tessera", "inductor"])
+def test_ops_have_inductor_lowerings_before_any_graph(torch_cpu, first):
+    """Every tessera op that reaches inductor has its fallback lowering once inductor's lowerings
+    are loaded, whichever is imported first: inductor's own registration at an op's first use
+    formats the call's arguments, exponential in the depth of the extern kernels before it."""
+    inductor = "import torch._inductor.lowering\n"
+    code = ("import sys, torch\n" + (inductor if first == "inductor" else "") +
+            "import tessera\nfrom tessera import _torch\n"
+            "assert (first == 'inductor') == ('torch._inductor.lowering' in sys.modules)\n" + inductor +
+            "from torch._inductor.lowering import lowerings, decompositions\n"
+            "names = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith('tessera::')]\n"
+            "ops = [getattr(getattr(torch.ops.tessera, n[9:].partition('.')[0]), n.partition('.')[2] or 'default')"
+            " for n in names]\n"
+            "missing = [str(op) for op in ops if op not in lowerings and op not in decompositions]\n"
+            "assert len(ops) > 40 and not missing, missing\n"
+            "assert torch.ops.tessera.add_rms_norm.default in lowerings\n")
+    r = subprocess.run([sys.executable, "-c", f"first = {first!r}\n" + code],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
