@@ -54,17 +54,16 @@ _OPT_IN = _GEMMS + _ATTENTION
 
 
 def _family(name: str) -> str:
-    """The family of an aten op name: '_softmax_backward_data' -> 'softmax', 'addmm' -> 'matmul'."""
+    """The family of an aten op name: '_softmax_backward_data' -> 'softmax', 'addmm' -> 'matmul',
+    'cross_entropy_loss' -> 'cross_entropy'."""
     if name in _GEMMS:
         return "matmul"
-    if name == "cross_entropy_loss":
-        return "cross_entropy"
     if name in _ATTENTION:
         return "attention"
     base = name.split(".")[0].lstrip("_")
     for prefix in ("native_", "fused_"):
         base = base[len(prefix):] if base.startswith(prefix) else base
-    for suffix in ("_backward_data", "_backward"):
+    for suffix in ("_backward_data", "_backward", "_loss"):
         base = base[:-len(suffix)] if base.endswith(suffix) else base
     return base
 

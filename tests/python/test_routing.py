@@ -82,6 +82,18 @@ def test_disable_gives_the_ops_back(routed):
     assert all(c["tessera"] == 0 for c in tessera.routing_counts().values())
 
 
+def test_each_routable_op_has_its_family(torch_cpu):
+    """enable(include=...) takes families; every routable aten op maps to one, its backward too."""
+    from tessera import _routing, _torch
+    if _torch.ops is None:
+        pytest.skip("the wheel was built without torch (an isolated build): no torch ops")
+    families = {n: _routing._family(n) for n in tessera.routable()}
+    assert set(families.values()) == {"add", "gelu", "silu", "softmax", "log_softmax", "layer_norm",
+                                      "rms_norm", "isin", "matmul", "attention", "cross_entropy"}, families
+    assert families["_log_softmax_backward_data"] == "log_softmax"
+    assert families["cross_entropy_loss"] == "cross_entropy"
+
+
 def test_include_names_are_checked(routed):
     with pytest.raises(ValueError, match=r"argument 'include'"):
         tessera.enable(include=["matmul_nope"])
