@@ -4,6 +4,9 @@ DTensor with torch's `parallelize_module`, checked against the same model unshar
 
     torchrun --standalone --nproc-per-node 2 examples/llama_tensor_parallel.py
     torchrun --standalone --nproc-per-node 2 examples/llama_tensor_parallel.py --small --tessera all,swiglu,linear
+    # each run's figures as JSON, then the runs in DIR as one markdown table, DIR/llama_tensor_parallel.md
+    torchrun --standalone --nproc-per-node 2 examples/llama_tensor_parallel.py --out DIR/all.json
+    python examples/llama_tensor_parallel.py --table DIR
 
 The plan is Megatron's, written with torch's parallel styles: in each block, the attention's q, k
 and v projections column-wise (ColwiseParallel: each rank holds whole heads, whole GQA groups with
@@ -24,13 +27,16 @@ checks, on every rank:
   - the collectives DTensor issued (CommDebugMode): 4 all-reduces per block (two sublayer outputs
     forward, two input gradients backward) and nothing else, so no rule gathered a shard;
   - under torch.profiler, the GPU kernels of a sharded step: tessera's ran on the rank.
-Rank 0 prints each rank's figures and exits with 1 where a check failed on any rank.
+Rank 0 prints each rank's figures (and writes them to --out as JSON) and exits with 1 where a
+check failed on any rank.
 
 CUDA only: torch's own attention on the CPU has no DTensor rule for heads-sharded inputs (its
 flash kernel has none, its math form flattens batch and heads), so --tessera none needs GPUs too.
 """
 import argparse
 import copy
+import glob
+import json
 import os
 import sys
 
@@ -58,8 +64,46 @@ def parse_args(argv=None):
     ap.add_argument("--loss-tol", type=float, default=LOSS_TOL)
     ap.add_argument("--grad-tol", type=float, default=GRAD_TOL)
     add_shape_args(ap)
+    ap.add_argument("--out", default=None, help="the JSON rank 0 writes: every rank's figures")
+    ap.add_argument("--table", metavar="DIR", default=None,
+                    help="write DIR/llama_tensor_parallel.md from the runs' JSONs in DIR; no run")
     args = ap.parse_args(argv)
     return shape_and_pieces(ap, args), args
+
+
+def table(runs: list) -> str:
+    """The runs (--out JSONs) as a markdown table, a row each."""
+    lines = ["| pieces | loss \\|diff\\| | worst gradient (norm of difference / norm) | collectives | "
+             "tessera kernels launched / all (per rank) | peak memory per rank (GiB) | checks |",
+             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    for r in runs:
+        ranks = r["ranks"]
+        worst = max(ranks, key=lambda x: x["worst_grad"][1])["worst_grad"]
+        comms = ", ".join(f"{n} {k}" for k, n in sorted(ranks[0]["comms"].items())) or "none"
+        kernels = ", ".join(f"{x['tessera_kernels']} / {x['kernels']}" for x in ranks)
+        peaks = ", ".join(f"{x['peak_gib']:.2f}" for x in ranks)
+        problems = "; ".join(p for x in ranks for p in x["problems"]) or "ok"
+        lines.append(f"| {r['pieces'] or 'none'} | {max(x['loss_diff'] for x in ranks):.2g} | "
+                     f"{worst[1]:.3g} ({worst[0]}) | {comms} | {kernels} | {peaks} | {problems} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(folder: str) -> int:
+    """folder/llama_tensor_parallel.md from every run's JSON there, in file-name order."""
+    runs = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            run = json.load(f)
+        if "ranks" in run:
+            runs.append(run)
+    if not runs:
+        print(f"llama_tensor_parallel --table: no run's JSON in {folder}", file=sys.stderr)
+        return 2
+    out = os.path.join(folder, "llama_tensor_parallel.md")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(table(runs))
+    print(f"wrote {out}")
+    return 0
 
 
 def tp_plan(model, mesh):
@@ -107,6 +151,8 @@ def step(model, tokens, targets):
 
 def main(argv=None):
     c, args = parse_args(argv)
+    if args.table:
+        return write_table(args.table)
     if "RANK" not in os.environ:
         sys.exit("llama_tensor_parallel: runs under torchrun: torchrun --standalone --nproc-per-node 2 "
                  + " ".join(sys.argv))
@@ -190,6 +236,11 @@ def main(argv=None):
                 print(f"  FAIL rank {r['rank']}: {p}")
                 failed = True
         print("ok" if not failed else "FAILED")
+        if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "w", encoding="utf-8") as f:
+                json.dump(dict(world_size=world, blocks=blocks, pieces=",".join(args.pieces),
+                               tokens=c.batch * c.seq, ranks=everyone), f, indent=1)
     dist.barrier()  # every rank past its last collective before any leaves
     dist.destroy_process_group()
     return 1 if failed else 0

@@ -365,6 +365,33 @@ def test_op_on_tensors_device_and_its_current_stream(name, data_dev, current_dev
 
 # ---- tensor parallelism -------------------------------------------------------------------------
 
+def test_tensor_parallel_table_of_the_runs(tmp_path):
+    """--table writes one row per run's JSON (what rank 0 writes with --out), in file-name order,
+    the worst rank's figures and every problem."""
+    import json
+    tp = _module("llama_tensor_parallel", TP_EXAMPLE)
+
+    def rank(r, diff, worst, problems=()):
+        return dict(rank=r, loss=1.0, ref_loss=1.0, loss_diff=diff, worst_grad=worst, comms={"all_reduce": 32},
+                    tessera_kernels=136, kernels=525, peak_gib=20.5 + r, problems=list(problems), top=[])
+    runs = {"1": [rank(0, 1.1e-5, ["layers.7.attention.wk", 0.011]), rank(1, 2e-6, ["tok", 0.002])],
+            "2": [rank(0, 1e-6, ["a", 0.001]), rank(1, 1e-6, ["b", 0.5], ["b: gradient off by 0.5 of its norm"])]}
+    for name, ranks in runs.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(dict(world_size=2, blocks=8, pieces={"1": "all", "2": "all,swiglu"}[name],
+                                                                 tokens=8192, ranks=ranks)))
+    assert tp.main(["--table", str(tmp_path)]) == 0
+    lines = (tmp_path / "llama_tensor_parallel.md").read_text().splitlines()
+    assert len(lines) == 4
+    assert lines[2] == ("| all | 1.1e-05 | 0.011 (layers.7.attention.wk) | 32 all_reduce | 136 / 525, 136 / 525 | "
+                        "20.50, 21.50 | ok |")
+    assert lines[3].endswith("| 0.5 (b) | 32 all_reduce | 136 / 525, 136 / 525 | 20.50, 21.50 | "
+                             "b: gradient off by 0.5 of its norm |")
+    for f in tmp_path.glob("*.json"):
+        f.unlink()
+    assert tp.main(["--table", str(tmp_path)]) == 2  # no run
+
+
+
 @pytest.mark.parametrize("pieces", ["all", "all,swiglu,linear"])
 def test_tensor_parallel_plan_runs_tesseras_ops_on_shards(cuda_run, pieces):
     """The example's plan on the small model (one block), fake CUDA tensors on a fake 2-rank
