@@ -160,10 +160,14 @@ def write_table(folder: str) -> int:
     if not runs or runs[0]["mode"] != "single":
         print(f"llama_distributed --table: no single.json in {folder} (the reference)", file=sys.stderr)
         return 2
-    out = os.path.join(folder, "llama_distributed.md")
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(table(runs))
-    print(f"wrote {out}")
+    return write_markdown(os.path.join(folder, "llama_distributed.md"), table(runs))
+
+
+def write_markdown(path: str, text: str) -> int:
+    """Writes a --table's markdown and says where; 0, the exit status."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"wrote {path}")
     return 0
 
 

@@ -46,7 +46,7 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
 sys.path.insert(0, HERE)
-from llama_distributed import exit_now, markov_tokens  # noqa: E402
+from llama_distributed import exit_now, markov_tokens, write_markdown  # noqa: E402
 from llama_step import PIECES, add_shape_args, build, shape_and_pieces  # noqa: E402
 
 LOSS_TOL = 2e-3   # |loss - reference's|
@@ -99,11 +99,7 @@ def write_table(folder: str) -> int:
     if not runs:
         print(f"llama_tensor_parallel --table: no run's JSON in {folder}", file=sys.stderr)
         return 2
-    out = os.path.join(folder, "llama_tensor_parallel.md")
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(table(runs))
-    print(f"wrote {out}")
-    return 0
+    return write_markdown(os.path.join(folder, "llama_tensor_parallel.md"), table(runs))
 
 
 def tp_plan(model, mesh):
