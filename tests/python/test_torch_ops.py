@@ -358,6 +358,40 @@ def test_ops_have_inductor_lowerings_before_any_graph(torch_cpu, first):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+def test_inductor_lowers_a_deep_graph_of_tessera_ops_without_formatting_their_calls(torch_cpu, monkeypatch):
+    """Inductor's lowering of layers of tessera ops on fake CUDA tensors (no GPU): it finds every op
+    registered and never formats a call's arguments (what its registration at first use does, at
+    a cost exponential in the depth of extern kernels before the call)."""
+    torch = torch_cpu
+    from tessera import _torch
+    if _torch.ops is None:
+        pytest.skip("the wheel was built without torch (an isolated build): no torch ops")
+    from torch._inductor import exc
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    formatted = []
+    monkeypatch.setattr(exc.OperatorIssue, "operator_str",
+                        staticmethod(lambda target, *a: formatted.append(str(target)) or ""))
+
+    def layers(x, w, g):
+        h, r = x, x
+        for _ in range(6):
+            h, r = torch.ops.tessera.add_rms_norm(torch.ops.tessera.matmul(h, w), r, g, 1e-5)[:2]
+        return torch.ops.tessera.softmax(h, -1)
+    mode = FakeTensorMode()
+    with mode:
+        args = [torch.randn(*s, device="cuda", dtype=torch.bfloat16) for s in ((64, 64), (64, 64), (64,))]
+        gm = make_fx(layers)(*args)
+    with V.set_fake_mode(mode):
+        graph = GraphLowering(gm, example_inputs=args)
+        with V.set_graph_handler(graph):
+            graph.run(*args)
+    assert formatted == []
+    assert sum("tessera" in str(n.target) for n in gm.graph.nodes) == 13
+
+
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
 def test_compile_fullgraph_forward_and_backward(torch, tops, mode):
     torch._dynamo.reset()
