@@ -78,7 +78,8 @@ REPORTS = {
                           " examples/llama_distributed.py --mode $m --steps 20 --batch 8 --out {out}/$m.json"
                           " --compare {out}/single.json || exit; done"
                           " && python3 examples/llama_distributed.py --table {out}", "llama_distributed.md"),
-    "llama_tensor_parallel": ("Tensor parallelism on 2 GPUs against the unsharded model (examples/llama_tensor_parallel.py)",
+    "llama_tensor_parallel": ("Tensor parallelism on 2 GPUs against the unsharded model "
+                              "(examples/llama_tensor_parallel.py)",
                               "i=0; for p in all,swiglu,linear all; do i=$((i+1)); torchrun --standalone"
                               " --nproc-per-node 2 examples/llama_tensor_parallel.py --tessera $p --out {out}/$i.json"
                               " || exit; done && python3 examples/llama_tensor_parallel.py --table {out}",

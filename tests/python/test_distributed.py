@@ -376,9 +376,10 @@ def test_tensor_parallel_table_of_the_runs(tmp_path):
                     tessera_kernels=136, kernels=525, peak_gib=20.5 + r, problems=list(problems), top=[])
     runs = {"1": [rank(0, 1.1e-5, ["layers.7.attention.wk", 0.011]), rank(1, 2e-6, ["tok", 0.002])],
             "2": [rank(0, 1e-6, ["a", 0.001]), rank(1, 1e-6, ["b", 0.5], ["b: gradient off by 0.5 of its norm"])]}
+    pieces = {"1": "all", "2": "all,swiglu"}
     for name, ranks in runs.items():
-        (tmp_path / f"{name}.json").write_text(json.dumps(dict(world_size=2, blocks=8, pieces={"1": "all", "2": "all,swiglu"}[name],
-                                                                 tokens=8192, ranks=ranks)))
+        run = dict(world_size=2, blocks=8, pieces=pieces[name], tokens=8192, ranks=ranks)
+        (tmp_path / f"{name}.json").write_text(json.dumps(run))
     assert tp.main(["--table", str(tmp_path)]) == 0
     lines = (tmp_path / "llama_tensor_parallel.md").read_text().splitlines()
     assert len(lines) == 4
