@@ -28,6 +28,23 @@ __device__ __forceinline__ void count_out(int* arrive, int* depart, int target) 
   if (atomicAdd(depart, 1) == target - 1) atomicExch(arrive, 0), atomicExch(depart, 0);
 }
 
+// One of `n` CTAs that each leave partial results for the last to combine: publishes this CTA's
+// writes, counts it on `counter`, and returns true in every thread of the last CTA to arrive
+// (false in the others), which sets the counter back to zero for the next launch and, fenced
+// again, may read the others' writes. Every thread of the CTA calls it.
+__device__ __forceinline__ bool last_to_arrive(unsigned* counter, unsigned n) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == n - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 __device__ __forceinline__ void wait_count(const int* counter, int target) {
   int v;
   do {

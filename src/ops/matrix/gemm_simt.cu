@@ -26,6 +26,7 @@
 #include "runtime/scratch.hpp"
 #include "tile/async_copy.cuh"
 #include "tile/convert.cuh"
+#include "tile/sync.cuh"
 
 namespace tessera::matrix {
 namespace {
@@ -214,19 +215,10 @@ __device__ __forceinline__ void frag(float (&v)[8], const float* p, int apart) {
 // A split tile's CTA leaves its partial sums; the last of the tile's CTAs gets true back, with acc
 // the sum of every chunk's in chunk order (its own read back too), the others false.
 __device__ bool sum_chunks(float (&acc)[8][8], const SplitK& s, int64_t t, int chunk) {
-  __shared__ bool last;
   float* mine = s.partial + (t * s.splits + chunk) * 64 * kThreads + threadIdx.x;
 #pragma unroll
   for (int v = 0; v < 64; ++v) mine[v * kThreads] = acc[v / 8][v % 8];
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(&s.counters[t], 1u) == unsigned(s.splits - 1);
-    if (last) s.counters[t] = 0;  // left zero for the next launch
-  }
-  __syncthreads();
-  if (!last) return false;
-  __threadfence();
+  if (!tile::last_to_arrive(&s.counters[t], unsigned(s.splits))) return false;
 #pragma unroll
   for (int v = 0; v < 64; ++v) acc[v / 8][v % 8] = 0.f;
   for (int c = 0; c < s.splits; ++c) {

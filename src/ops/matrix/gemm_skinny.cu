@@ -28,6 +28,7 @@
 #include "runtime/device.hpp"
 #include "runtime/scratch.hpp"
 #include "tile/mma.cuh"
+#include "tile/sync.cuh"
 #include "tile/vec.cuh"
 
 namespace tessera::matrix {
@@ -140,7 +141,6 @@ __global__ void __launch_bounds__(kThreads, kResident)
   // each) fall on distinct banks.
   constexpr int kPitch = kPiece + 64 / int(sizeof(T));
   __shared__ alignas(16) T xs[16 * MT * kPitch];
-  __shared__ bool last;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
   const int64_t n0 = int64_t(blockIdx.x) * kRows + warp * kRowsPerWarp;
   const int split = blockIdx.y;
@@ -164,15 +164,7 @@ __global__ void __launch_bounds__(kThreads, kResident)
       mine[r * p.n + c] = v[i];
       if (c + 1 < p.n) mine[r * p.n + c + 1] = v[i + 1];
     });
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      last = atomicAdd(&p.counters[blockIdx.x], 1u) == unsigned(p.splits - 1);
-      if (last) p.counters[blockIdx.x] = 0;  // left zero for the next launch
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!tile::last_to_arrive(&p.counters[blockIdx.x], unsigned(p.splits))) return;
     // The sum in chunk order, this CTA's own chunk from its registers (the same values it wrote).
     // Each chunk's partials are loaded together before they are added: one L2 round trip a
     // chunk, not one an output.
