@@ -59,6 +59,13 @@ REPORTS = {
                            _STEP + " --runs torch-compile,tessera-compile --out {out}", "llama_step.md"),
     "llama_step_eager": ("The Llama-style training step, eager (benchmarks/llama_step.py)",
                          _STEP + " --runs torch-eager,tessera-eager --out {out}", "llama_step.md"),
+    "transformers_step_gemma2": ("Hugging Face transformers: Gemma 2's training step (benchmarks/transformers_step.py)",
+                                 "python3 benchmarks/transformers_step.py --family gemma2 --rounds 2 --runs "
+                                 "eager,compile,liger,tessera --out {out}", "transformers_step.md"),
+    # A shape named in no issue or default: wider, shallower, a small vocabulary, more sequences.
+    "llama_step_other_size": ("The Llama-style training step at another size (benchmarks/llama_step.py)",
+                              _STEP + " --layers 6 --dim 3072 --heads 24 --kv-heads 8 --ffn 8192 --vocab 32000"
+                              " --batch 4 --seq 2048 --out {out}", "llama_step.md"),
     "llama_ops": ("The Llama step's ops one at a time (benchmarks/llama_ops.py)",
                   "python3 benchmarks/llama_ops.py --rounds 3 --out {out}", "llama_ops.md"),
     "attention_gqa_forward": ("Attention with GQA against cuDNN, forward (benchmarks/attention.py)",
