@@ -127,6 +127,8 @@ std::vector<VerifyCase> cases(bool backward) {
       {1, 19, 4, 4, 64, 32, 64, L::bhsd, false, 5},                  // SDPA's layout, an offset
       {3, 9, 4, 1, 128, 64, 32, L::bshd, false, 2, true, true},      // decode: per-batch offsets
       {2, 11, 3, 1, 40, 12, 11, L::bshd, false, 0, false, false, Layout::offset},  // unaligned
+      {2, 11, 5, 3, 40, 12, 11, L::bshd, true, 0, false, false, Layout::offset},   // unaligned GPT-J pairs
+      {2, 7, 9, 3, 64, 32, 9, L::bhsd, false, 0},                    // a head group of one
       {2, 13, 6, 2, 64, 16, 13, L::bshd, true, 0, false, false, Layout::contiguous, true},  // packed
       {1, 0, 4, 2, 64, 32, 8},                                       // nothing to do
   };

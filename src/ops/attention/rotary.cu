@@ -3,8 +3,7 @@
 //   (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos),
 // the pairs (i, i + rotary_dim / 2) (GPT-NeoX, Llama) or (2i, 2i + 1) (GPT-J: interleaved); the
 // features past rotary_dim are copied. The backward is the same rotation by the opposite angle (a
-// rotation's inverse is its transpose), applied to the gradients. One launch covers q's rows then
-// k's.
+// rotation's inverse is its transpose), applied to the gradients. One launch covers q and k.
 //
 // Bytes: q and k read once and written once; cos and sin (positions x rotary_dim / 2) stay in L2.
 #include <cuda_bf16.h>
@@ -34,13 +33,16 @@ namespace {
 struct Rows {  // q or k: rows (batch, seq, head) of head_dim features, the last dimension contiguous
   const void* x;
   void* out;
-  int64_t rows;
   int64_t xs[3], os[3];  // strides of batch, seq, head in x and out (elements)
 };
 
+// A thread rotates the same item of up to kHeads heads of one position: their angles are the same,
+// so it reads them once (read per row, they were twice q's and k's bytes in L2 loads).
+constexpr int kHeads = 4;
+
 struct RotaryArgs {
   Rows t[2];
-  int64_t seq, heads[2];
+  int64_t tokens, seq, heads[2];    // tokens: batch x seq
   int head_dim, half;               // half: rotary_dim / 2
   const void* cos;
   const void* sin;
@@ -54,6 +56,9 @@ struct RotaryArgs {
   int rotary_items;
   bool angle_vec;                   // an item's angles by 16-byte loads (NeoX pairs, cj = 1, aligned)
 };
+
+// Head groups of q, then of k, per position.
+__host__ __device__ inline int64_t head_groups(const RotaryArgs& a, int which) { return (a.heads[which] + kHeads - 1) / kHeads; }
 
 template <class C>
 __device__ __forceinline__ float load_angle(const void* p, int64_t i) {
@@ -74,77 +79,98 @@ __device__ __forceinline__ void load_angles(const C* p, float (&v)[V]) {
   }
 }
 
-// One item: V features of a row (V pairs for NeoX, V / 2 interleaved, or V copied). I is the
-// index type of the item count: 32-bit where it fits, so that the row's (batch, seq, head) come
-// from 32-bit divisions (a 64-bit one is a long instruction sequence, and this kernel is otherwise
-// a few loads and FMAs per 32 bytes moved).
+// The cos and sin of pairs j, j + step, ... (N of them) from angle0; cos NaN where the position is
+// outside cos and sin (`valid` false), sin negated for the backward.
+template <class C, int N>
+__device__ __forceinline__ void item_angles(const RotaryArgs& a, int64_t angle0, bool valid, int j, int step,
+                                            float (&c)[N], float (&sn)[N]) {
+  if constexpr (N % (16 / int(sizeof(C))) == 0) {
+    if (a.angle_vec) {
+      load_angles<C, N>(static_cast<const C*>(a.cos) + angle0 + j, c);
+      load_angles<C, N>(static_cast<const C*>(a.sin) + angle0 + j, sn);
+    }
+  }
+  if (!(N % (16 / int(sizeof(C))) == 0 && a.angle_vec)) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      c[e] = load_angle<C>(a.cos, angle0 + (j + e * step) * a.cj);
+      sn[e] = load_angle<C>(a.sin, angle0 + (j + e * step) * a.cj);
+    }
+  }
+  const float sign = a.conjugate ? -1.0f : 1.0f;
+#pragma unroll
+  for (int e = 0; e < N; ++e) c[e] = valid ? c[e] : NAN, sn[e] *= sign;
+}
+
+// One item: V features of a row (V pairs for NeoX, V / 2 interleaved, or V copied), in nh <= kHeads
+// rows h stride apart. I is the index type of the item count: 32-bit where it fits, so that the
+// position and head group come from 32-bit divisions (a 64-bit one is a long instruction sequence,
+// and this kernel is otherwise a few loads and FMAs per 32 bytes moved). Every row's loads are
+// issued before any store.
 template <class T, class C, int V, class I>
 __global__ void rotary_kernel(const RotaryArgs a) {
-  const I total = I(a.t[0].rows + a.t[1].rows) * I(a.items);
+  const I g0 = I(head_groups(a, 0)), groups = g0 + I(head_groups(a, 1));
+  const I total = I(a.tokens) * groups * I(a.items);
   for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * blockDim.x) {
-    I row = i / I(a.items);
-    const int item = int(i - row * I(a.items));
-    const int which = row < I(a.t[0].rows) ? 0 : 1;
-    if (which) row -= I(a.t[0].rows);
+    const I r = i / I(a.items), token = r / groups;
+    const int item = int(i - r * I(a.items));
+    int g = int(r - token * groups);
+    const int which = g < int(g0) ? 0 : 1;
+    if (which) g -= int(g0);
     const Rows& t = a.t[which];
-    const I heads = I(a.heads[which]), rest = row / heads;
-    const int64_t h = row - rest * heads, b = rest / I(a.seq), s = rest - I(b) * I(a.seq);
-    const T* x = static_cast<const T*>(t.x) + b * t.xs[0] + s * t.xs[1] + h * t.xs[2];
-    T* out = static_cast<T*>(t.out) + b * t.os[0] + s * t.os[1] + h * t.os[2];
-    if (item >= a.rotary_items) {  // past rotary_dim: copied
-      const int c = 2 * a.half + (item - a.rotary_items) * V;
-      tile::store_frag<T, V>(out + c, tile::load_frag<T, V>(x + c));
-      continue;
+    const int h0 = g * kHeads, nh = min(kHeads, int(a.heads[which]) - h0);
+    const int64_t b = int64_t(token / I(a.seq)), s = int64_t(token) - b * a.seq;
+    const T* x = static_cast<const T*>(t.x) + b * t.xs[0] + s * t.xs[1] + h0 * t.xs[2];
+    T* out = static_cast<T*>(t.out) + b * t.os[0] + s * t.os[1] + h0 * t.os[2];
+    tile::Frag<T, V> fu[kHeads], fw[kHeads];
+    // NeoX: pairs (j, j + half), V of them from two fragments; interleaved: (2j, 2j + 1) in one
+    // fragment (a lone element pairs with its neighbour, read beside it); copied: one fragment.
+    const bool copied = item >= a.rotary_items, neox = !copied && !a.interleaved;
+    const int c0 = copied ? 2 * a.half + (item - a.rotary_items) * V : item * V;
+#pragma unroll
+    for (int k = 0; k < kHeads; ++k) {
+      if (k >= nh) break;
+      fu[k] = tile::load_frag<T, V>(x + k * t.xs[2] + c0);
+      if (neox) fw[k] = tile::load_frag<T, V>(x + k * t.xs[2] + c0 + a.half);
+      else if (V == 1 && !copied) fw[k] = tile::load_frag<T, V>(x + k * t.xs[2] + (c0 ^ 1));
     }
-    int64_t pos = a.offset + s;
-    if (a.offsets) pos += a.offsets64 ? static_cast<const int64_t*>(a.offsets)[b] : static_cast<const int*>(a.offsets)[b];
-    const bool valid = pos >= 0 && pos < a.positions;  // else NaN: no read outside cos and sin
-    const int64_t angle0 = b * a.cb + (valid ? pos : 0) * a.cp;
-    const float sign = a.conjugate ? -1.0f : 1.0f;
-    float u[V], w[V];
-    if (!a.interleaved) {  // pairs (j, j + half): V of them, from two fragments
-      const int j = item * V;
-      tile::unpack(tile::load_frag<T, V>(x + j), u);
-      tile::unpack(tile::load_frag<T, V>(x + j + a.half), w);
-      float c[V], sn[V];
-      if (V > 1 && a.angle_vec) {
-        if constexpr (V > 1) {
-          load_angles<C, V>(static_cast<const C*>(a.cos) + angle0 + j, c);
-          load_angles<C, V>(static_cast<const C*>(a.sin) + angle0 + j, sn);
-        }
-      } else {
+    constexpr int P = V > 1 ? V / 2 : 1;  // interleaved pairs an item
+    float c[V], sn[V], ci[P], si[P];
+    if (!copied) {
+      int64_t pos = a.offset + s;
+      if (a.offsets) pos += a.offsets64 ? static_cast<const int64_t*>(a.offsets)[b] : static_cast<const int*>(a.offsets)[b];
+      const bool valid = pos >= 0 && pos < a.positions;  // else NaN: no read outside cos and sin
+      const int64_t angle0 = b * a.cb + (valid ? pos : 0) * a.cp;
+      if (neox) item_angles<C, V>(a, angle0, valid, c0, 1, c, sn);
+      else item_angles<C, P>(a, angle0, valid, c0 / 2, 1, ci, si);
+    }
+#pragma unroll
+    for (int k = 0; k < kHeads; ++k) {
+      if (k >= nh) break;
+      float u[V], w[V];
+      tile::unpack(fu[k], u);
+      if (neox) {
+        tile::unpack(fw[k], w);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          c[e] = load_angle<C>(a.cos, angle0 + (j + e) * a.cj);
-          sn[e] = load_angle<C>(a.sin, angle0 + (j + e) * a.cj);
+          const float x1 = u[e], x2 = w[e];
+          u[e] = x1 * c[e] - x2 * sn[e], w[e] = x1 * sn[e] + x2 * c[e];
         }
-      }
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float ce = valid ? c[e] : NAN, se = sign * sn[e];
-        const float x1 = u[e], x2 = w[e];
-        u[e] = x1 * ce - x2 * se, w[e] = x1 * se + x2 * ce;
-      }
-      tile::store_frag<T, V>(out + j, tile::pack<T, V>(u));
-      tile::store_frag<T, V>(out + j + a.half, tile::pack<T, V>(w));
-    } else {  // pairs (2j, 2j + 1): V / 2 of them in one fragment (a lone element pairs with none)
-      const int c0 = item * V;
-      tile::unpack(tile::load_frag<T, V>(x + c0), u);
-      if constexpr (V == 1) w[0] = tile::to_float(x[c0 ^ 1]);
-#pragma unroll
-      for (int e = 0; e < V; e += 2) {
-        const int j = (c0 + e) / 2;
-        const float c = valid ? load_angle<C>(a.cos, angle0 + j * a.cj) : NAN;
-        const float sn = sign * load_angle<C>(a.sin, angle0 + (valid ? j * a.cj : 0));
-        if constexpr (V == 1) {  // one element: its partner read beside it
-          const float x1 = (c0 & 1) ? w[0] : u[0], x2 = (c0 & 1) ? u[0] : w[0];
-          u[0] = (c0 & 1) ? x1 * sn + x2 * c : x1 * c - x2 * sn;
+        tile::store_frag<T, V>(out + k * t.os[2] + c0 + a.half, tile::pack<T, V>(w));
+      } else if (!copied) {
+        if constexpr (V == 1) {
+          const bool odd = c0 & 1;
+          const float other = fw[k][0];
+          u[0] = odd ? other * si[0] + u[0] * ci[0] : u[0] * ci[0] - other * si[0];
         } else {
-          const float x1 = u[e], x2 = u[e + 1];
-          u[e] = x1 * c - x2 * sn, u[e + 1] = x1 * sn + x2 * c;
+#pragma unroll
+          for (int e = 0; e < V; e += 2) {
+            const float x1 = u[e], x2 = u[e + 1];
+            u[e] = x1 * ci[e / 2] - x2 * si[e / 2], u[e + 1] = x1 * si[e / 2] + x2 * ci[e / 2];
+          }
         }
       }
-      tile::store_frag<T, V>(out + c0, tile::pack<T, V>(u));
+      tile::store_frag<T, V>(out + k * t.os[2] + c0, tile::pack<T, V>(u));
     }
   }
 }
@@ -173,7 +199,7 @@ struct RotaryTier {
     return ok;
   }
   static Plan plan(const RotaryArgs& a, const RotaryCtx& c) {
-    const int64_t work = (a.t[0].rows + a.t[1].rows) * int64_t(items(a));
+    const int64_t work = a.tokens * (head_groups(a, 0) + head_groups(a, 1)) * int64_t(items(a));
     return {runtime::grid_cap(std::min<int64_t>(runtime::ceil_div(work, 256), int64_t(c.sms) * 16))};
   }
   static int items(const RotaryArgs& a) {
@@ -187,7 +213,8 @@ struct RotaryTier {
     constexpr int64_t W = 16 / int64_t(sizeof(C));  // angles per 16-byte load
     a.angle_vec = V > 1 && V % W == 0 && !a.interleaved && a.cj == 1 && aligned(a.cos) && aligned(a.sin) &&
                   a.cb % W == 0 && a.cp % W == 0;
-    const int64_t reach = (a.t[0].rows + a.t[1].rows) * int64_t(a.items) + int64_t(p.grid) * 256;
+    const int64_t reach =
+        a.tokens * (head_groups(a, 0) + head_groups(a, 1)) * int64_t(a.items) + int64_t(p.grid) * 256;
     if (reach < (int64_t(1) << 32)) rotary_kernel<T, C, V, uint32_t><<<p.grid, 256, 0, stream>>>(a);
     else rotary_kernel<T, C, V, int64_t><<<p.grid, 256, 0, stream>>>(a);
   }
@@ -209,8 +236,7 @@ void run_dtype(const char* op, const RotaryArgs& a, const RotaryCtx& ctx, cudaSt
 // seq, head_dim).
 Rows rows_of(const TensorView& x, const TensorView& out, RotaryLayout layout) {
   const int s = layout == RotaryLayout::bshd ? 1 : 2, h = layout == RotaryLayout::bshd ? 2 : 1;
-  return {x.data, out.data, x.shape[0] * x.shape[1] * x.shape[2],
-          {x.strides[0], x.strides[s], x.strides[h]}, {out.strides[0], out.strides[s], out.strides[h]}};
+  return {x.data, out.data, {x.strides[0], x.strides[s], x.strides[h]}, {out.strides[0], out.strides[s], out.strides[h]}};
 }
 
 // The tensor arguments' names in errors: the forward's, or the backward's (grad_q, ...).
@@ -285,7 +311,7 @@ void rotate(const char* op, const Names& nm, const TensorView& q, const TensorVi
   if (q.numel() + k.numel() == 0) return;
   RotaryArgs a{};
   a.t[0] = rows_of(q, q_out, layout), a.t[1] = rows_of(k, k_out, layout);
-  a.seq = seq, a.heads[0] = q.shape[s == 1 ? 2 : 1], a.heads[1] = k.shape[s == 1 ? 2 : 1];
+  a.tokens = q.shape[0] * seq, a.seq = seq, a.heads[0] = q.shape[s == 1 ? 2 : 1], a.heads[1] = k.shape[s == 1 ? 2 : 1];
   a.head_dim = int(dim), a.half = int(half);
   a.cos = cos.data, a.sin = sin.data, a.cos_dtype = cos.dtype;
   a.cb = cos.ndim == 3 && cos.shape[0] > 1 ? cos.strides[0] : 0, a.cp = cos.strides[cos.ndim - 2];
