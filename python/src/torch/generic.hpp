@@ -1,7 +1,8 @@
 // The torch surface of every op whose description has a kernel (tessera/op.hpp): one CUDA kernel
-// and one autograd kernel for all of them, registered from the descriptions by generic.cpp, and the
-// plan they share with the fast path (fast.cpp): where each of the library function's parameters
-// comes from in the schema's arguments, and how each output is allocated (its description's rule).
+// and one autograd kernel for all of them, registered from the descriptions by generic.cpp and
+// generic_autograd.cpp, and the plan they share with the fast path (fast.cpp): where each of the
+// library function's parameters comes from in the schema's arguments, and how each output is
+// allocated (its description's rule).
 #pragma once
 
 #include <ATen/core/Tensor.h>
