@@ -58,7 +58,9 @@ struct RotaryArgs {
 };
 
 // Head groups of q, then of k, per position.
-__host__ __device__ inline int64_t head_groups(const RotaryArgs& a, int which) { return (a.heads[which] + kHeads - 1) / kHeads; }
+__host__ __device__ inline int64_t head_groups(const RotaryArgs& a, int which) {
+  return (a.heads[which] + kHeads - 1) / kHeads;
+}
 
 template <class C>
 __device__ __forceinline__ float load_angle(const void* p, int64_t i) {
@@ -79,11 +81,11 @@ __device__ __forceinline__ void load_angles(const C* p, float (&v)[V]) {
   }
 }
 
-// The cos and sin of pairs j, j + step, ... (N of them) from angle0; cos NaN where the position is
-// outside cos and sin (`valid` false), sin negated for the backward.
+// The cos and sin of pairs j .. j + N - 1 from angle0; cos NaN where the position is outside cos
+// and sin (`valid` false), sin negated for the backward.
 template <class C, int N>
-__device__ __forceinline__ void item_angles(const RotaryArgs& a, int64_t angle0, bool valid, int j, int step,
-                                            float (&c)[N], float (&sn)[N]) {
+__device__ __forceinline__ void item_angles(const RotaryArgs& a, int64_t angle0, bool valid, int j, float (&c)[N],
+                                            float (&sn)[N]) {
   if constexpr (N % (16 / int(sizeof(C))) == 0) {
     if (a.angle_vec) {
       load_angles<C, N>(static_cast<const C*>(a.cos) + angle0 + j, c);
@@ -93,8 +95,8 @@ __device__ __forceinline__ void item_angles(const RotaryArgs& a, int64_t angle0,
   if (!(N % (16 / int(sizeof(C))) == 0 && a.angle_vec)) {
 #pragma unroll
     for (int e = 0; e < N; ++e) {
-      c[e] = load_angle<C>(a.cos, angle0 + (j + e * step) * a.cj);
-      sn[e] = load_angle<C>(a.sin, angle0 + (j + e * step) * a.cj);
+      c[e] = load_angle<C>(a.cos, angle0 + (j + e) * a.cj);
+      sn[e] = load_angle<C>(a.sin, angle0 + (j + e) * a.cj);
     }
   }
   const float sign = a.conjugate ? -1.0f : 1.0f;
@@ -141,8 +143,8 @@ __global__ void rotary_kernel(const RotaryArgs a) {
       if (a.offsets) pos += a.offsets64 ? static_cast<const int64_t*>(a.offsets)[b] : static_cast<const int*>(a.offsets)[b];
       const bool valid = pos >= 0 && pos < a.positions;  // else NaN: no read outside cos and sin
       const int64_t angle0 = b * a.cb + (valid ? pos : 0) * a.cp;
-      if (neox) item_angles<C, V>(a, angle0, valid, c0, 1, c, sn);
-      else item_angles<C, P>(a, angle0, valid, c0 / 2, 1, ci, si);
+      if (neox) item_angles<C, V>(a, angle0, valid, c0, c, sn);
+      else item_angles<C, P>(a, angle0, valid, c0 / 2, ci, si);
     }
 #pragma unroll
     for (int k = 0; k < kHeads; ++k) {
