@@ -13,8 +13,11 @@ their JSON (`--out DIR`: llama_step.md, overhead.md, llama_ops.md, ...). PERF.md
 between the lines `<!-- perf:reports:begin -->` and `<!-- perf:reports:end -->`, one block each,
 opened by `<!-- perf:report NAME -->` and running to the next marker or the end line. A block
 is written whole from one report: a `### TITLE` heading, one line naming the GPU, the date, the
-versions and the command, a blank line, then the report as the benchmark wrote it. NAME's block
-is rewritten in place, or appended where there is none.
+versions and the command, a blank line, then the report as the benchmark wrote it less its own
+`# ` title (the heading stands for it) and its code blocks, each with the paragraph introducing
+it: a profile's kernel listings, a list of commands, which stay in the benchmark's report and
+log, while its tables (GPU time per category among them) come whole. NAME's block is rewritten
+in place, or appended where there is none.
 
 REPORTS lists the blocks PERF.md holds and the command that writes each. --run runs them (all, or
 the NAMEs) from the repository root, each into DIR/NAME/ with its log and run.json (the day, the
@@ -22,9 +25,10 @@ GPU, the versions, the code); --insert puts every report found under DIR into PE
 run line. So one device call regenerates them and no number is copied by hand.
 
 What PERF.md is: the method (the text before the first section), the op tables of
-scripts/perf_tables.py (between `<!-- perf:begin -->` and `<!-- perf:end -->`) and these reports.
---check says whether that holds: nothing but blank lines between and after the sections, every
-report block with its heading and run line. It exits 1 and lists what differs otherwise.
+scripts/perf_tables.py (between `<!-- perf:begin -->` and `<!-- perf:end -->`) and these reports,
+in at most MAX_LINES lines (older runs are in its git history). --check says whether that holds:
+nothing but blank lines between and after the sections, every report block with its heading and
+run line, the length. It exits 1 and lists what differs otherwise.
 Standard library only.
 """
 
@@ -45,10 +49,12 @@ MARK = re.compile(r"^<!-- perf:report (?P<name>[a-z0-9_]+) -->$")
 RUN = re.compile(r"^\*\*Run:\*\* .+, \d{4}-\d{2}-\d{2}(, .+)?\. Command: `.+`\.$")
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PERF = ROOT / "docs" / "PERF.md"
+MAX_LINES = 450  # PERF.md's length: a report that would pass it calls for a shorter one
+FENCE, INDENT = "```", "    "  # how a report's code blocks open (compact)
 
 # Each report PERF.md holds: its heading, the command that writes it ({out}: a directory of its
-# own) and the markdown file the command writes there.
-_STEP = "python3 benchmarks/llama_step.py --tessera all,swiglu --rounds 2 --steps 6 --warmup 2 --profile"
+# own) and the markdown file the command writes there. One report per benchmark and setting:
+# the current run, not earlier ones.
 REPORTS = {
     "headline": ("The main job: each operator against its best peer (scripts/main.sh)",
                  "bash scripts/main.sh && cp report/headline.md {out}/", "headline.md"),
@@ -56,16 +62,12 @@ REPORTS = {
                           "python3 benchmarks/transformers_step.py --rounds 3 --runs eager,compile,liger,tessera,"
                           "tessera_compile,tessera_attn,tessera_attn_compile --out {out}", "transformers_step.md"),
     "llama_step_compile": ("The Llama-style training step under torch.compile (benchmarks/llama_step.py)",
-                           _STEP + " --runs torch-compile,tessera-compile --out {out}", "llama_step.md"),
-    "llama_step_eager": ("The Llama-style training step, eager (benchmarks/llama_step.py)",
-                         _STEP + " --runs torch-eager,tessera-eager --out {out}", "llama_step.md"),
+                           "python3 benchmarks/llama_step.py --tessera all,swiglu --rounds 2 --steps 6 "
+                           "--warmup 2 --profile --runs torch-compile,tessera-compile --out {out}",
+                           "llama_step.md"),
     "transformers_step_gemma2": ("Hugging Face transformers: Gemma 2's training step (benchmarks/transformers_step.py)",
                                  "python3 benchmarks/transformers_step.py --family gemma2 --rounds 2 --runs "
                                  "eager,compile,liger,tessera --out {out}", "transformers_step.md"),
-    # A shape named in no issue or default: wider, shallower, a small vocabulary, more sequences.
-    "llama_step_other_size": ("The Llama-style training step at another size (benchmarks/llama_step.py)",
-                              _STEP + " --layers 6 --dim 3072 --heads 24 --kv-heads 8 --ffn 8192 --vocab 32000"
-                              " --batch 4 --seq 2048 --out {out}", "llama_step.md"),
     "llama_ops": ("The Llama step's ops one at a time (benchmarks/llama_ops.py)",
                   "python3 benchmarks/llama_ops.py --rounds 3 --out {out}", "llama_ops.md"),
     "attention_gqa_forward": ("Attention with GQA against cuDNN, forward (benchmarks/attention.py)",
@@ -124,11 +126,45 @@ def split(text: str):
     return lines[:b + 1], blocks, lines[e:]
 
 
+def compact(lines: list) -> list:
+    """A report's lines as PERF.md holds them: without its own `# ` title, and without its code
+    blocks, fenced or indented (kernel listings, lists of commands), each with the paragraph that
+    introduces it; runs of blank lines made one."""
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    out, i = [], 0
+    while i < len(lines):
+        fenced = lines[i].startswith(FENCE)
+        if not fenced and not (lines[i].startswith(INDENT) and (not out or not out[-1].strip())):
+            out.append(lines[i])
+            i += 1
+            continue
+        while out and not out[-1].strip():
+            out.pop()
+        while out and out[-1].strip() and not out[-1].startswith("|"):
+            out.pop()  # the paragraph introducing the block, not a table above it
+        if fenced:
+            i += 1
+            while i < len(lines) and not lines[i].startswith(FENCE):
+                i += 1
+            i += 1
+        else:
+            while i < len(lines) and (lines[i].startswith(INDENT) or not lines[i].strip()):
+                i += 1
+    kept = []
+    for line in out:
+        if line.strip() or (kept and kept[-1].strip()):
+            kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return kept
+
+
 def render(name: str, report: str, *, title: str, date: str, command: str, gpu: str, env: str | None) -> list:
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
         raise PerfError(f"--date {date!r}: expected YYYY-MM-DD")
-    body = report.strip("\n").split("\n")
-    if not report.strip():
+    body = compact(report.strip("\n").split("\n"))
+    if not body:
         raise PerfError(f"report {name}: empty")
     if any(MARK.match(line) or line in (BEGIN, END) for line in body):
         raise PerfError(f"report {name}: holds a marker line")
@@ -158,6 +194,9 @@ def check(text: str) -> list:
         between = lines[lines.index(TABLES_END) + 1:lines.index(BEGIN)]
         problems += [f"text between the op tables and the reports: {l}" for l in between if l.strip()]
     problems += [f"text after the reports: {l}" for l in after[1:] if l.strip()]
+    n = len(text.rstrip("\n").split("\n"))
+    if n > MAX_LINES:
+        problems.append(f"{n} lines, more than {MAX_LINES}: shorten a report (older runs are in git)")
     for name, block in blocks:
         if len(block) < 4 or not block[1].startswith("### ") or not RUN.match(block[2]):
             problems.append(f"report {name}: expected a ### heading and a **Run:** line (GPU, date, command)")
@@ -264,6 +303,10 @@ def main(argv=None) -> int:
             return 2
         a.perf.write_text(text, encoding="utf-8")
         print(f"perf_reports: {a.perf}: {len(done)} report(s) from {a.insert}: {', '.join(done) or 'none found'}")
+        n = len(text.rstrip("\n").split("\n"))
+        if n > MAX_LINES:
+            print(f"perf_reports: {a.perf}: {n} lines, more than {MAX_LINES}: --check fails until a "
+                  "report is shorter", file=sys.stderr)
         return 0 if done else 1
     try:
         text = a.perf.read_text(encoding="utf-8")

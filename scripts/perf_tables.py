@@ -24,10 +24,13 @@ marker or the end marker. Text before the first block is kept. A marker names th
 table, with an optional title: `<!-- perf:op softmax -->` is one op's table, headed by the op;
 `<!-- perf:op rowwise: softmax,layer_norm -->` is one table of a family, headed by the title,
 its rows in the marker's order of ops, with an "op" column (as has any titled block, or any
-block of several ops). The markers are the layout, kept by hand (to move an op into a family,
-edit them); what follows each marker is the script's. An op is named by the report's op without
-a bracketed parameter part ("dropout[p=0.5]" is op "dropout", with a "params" column "p=0.5");
-rows are (op,) (params,) dtype x shape; columns:
+block of several ops). A marker may end in a list of shapes, as the table writes them:
+`<!-- perf:op elementwise: add,gelu | shapes: 2^20; 2^28 -->` shows the cases of those shapes
+alone (a few sizes of a family; the reports hold every size run). The markers are the layout,
+kept by hand (to move an op into a family or pick the sizes shown, edit them); what follows each
+marker is the script's. An op is named by the report's op without a bracketed parameter part
+("dropout[p=0.5]" is op "dropout", with a "params" column "p=0.5"); rows are (op,) (params,)
+dtype x shape; columns:
   - dtype, shape ("4096 x 1024"; 1-D powers of two, and shapes of powers of two with a dimension
     of 2^20 or more, as 2^k),
   - per provider (ours first, then the peers in order of appearance): the median time in us
@@ -49,14 +52,16 @@ from different GPUs are errors. Blocks of ops not in the reports are kept as the
 measured op's block is rewritten in place; ops in no block get a block of their own, appended
 in order of appearance. A block of several ops is rewritten only if the reports cover all of
 them (--drop-old rewrites it anyway, with the ops measured, dropping the rest); an op in two
-markers is an error. Rows and columns follow the marker's order of ops, the order of the reports
-on the command line and of the rows in each file; nothing depends on the clock or on how the
-file system lists a directory, so the same inputs always give the same bytes.
+markers is an error, and so is an op of which the reports hold none of its marker's shapes. Rows
+and columns follow the marker's order of ops, the order of the reports on the command line and
+of the rows in each file; nothing depends on the clock or on how the file system lists a
+directory, so the same inputs always give the same bytes.
 
 --check reads PERF.md alone (no reports) and says whether every block is as the script writes
 it: the marker, heading, run and command lines, the header its columns imply, every row's cell
-count, the ops of the marker present, and the best peer and the ratio agreeing with the time (or
-GB/s) cells to their rounding. It exits 1 and lists what differs otherwise.
+count, the ops of the marker present, each row's shape among the marker's, and the best peer and
+the ratio agreeing with the time (or GB/s) cells to their rounding. It exits 1 and lists what
+differs otherwise.
 
 --print writes the new section to stdout and leaves PERF.md alone. Standard library only.
 """
@@ -72,7 +77,9 @@ from pathlib import Path
 
 BEGIN = "<!-- perf:begin -->"
 END = "<!-- perf:end -->"
-OP_MARK = re.compile(r"^<!-- perf:op (?:(?P<title>[^:]+): )?(?P<ops>[^ :]+) -->$")
+OP_MARK = re.compile(r"^<!-- perf:op (?:(?P<title>[^:|]+): )?(?P<ops>[^ :|]+)"
+                     r"(?: \| shapes: (?P<shapes>[^|]+?))? -->$")
+SHAPES_SEP = "; "
 DEFAULT_PERF = Path(__file__).resolve().parent.parent / "docs" / "PERF.md"
 
 
@@ -295,8 +302,9 @@ def render_table(cases: list, ours: str, cells: str, with_op: bool = False) -> l
     return lines
 
 
-def marker(title: str | None, ops: list) -> str:
-    return f"<!-- perf:op {title + ': ' if title else ''}{','.join(ops)} -->"
+def marker(title: str | None, ops: list, shapes: list | None = None) -> str:
+    tail = f" | shapes: {SHAPES_SEP.join(shapes)}" if shapes else ""
+    return f"<!-- perf:op {title + ': ' if title else ''}{','.join(ops)}{tail} -->"
 
 
 def heading(title: str | None, ops: list) -> str:
@@ -309,8 +317,10 @@ def with_op_column(title: str | None, ops: list) -> bool:
 
 
 def render_block(title: str | None, ops: list, cases: list, *, ours: str, cells: str,
-                 gpu: str | None, date: str, command: str, env: str | None) -> list:
-    """One block: marker, heading, the run's line, the command, the table of `ops` (in order)."""
+                 gpu: str | None, date: str, command: str, env: str | None,
+                 shapes: list | None = None) -> list:
+    """One block: marker, heading, the run's line, the command, the table of `ops` (in order;
+    the cases given, which build_section has already narrowed to the marker's shapes)."""
     cases = [c for o in ops for c in cases if c.table == o]
     reports = []
     for c in cases:
@@ -331,7 +341,7 @@ def render_block(title: str | None, ops: list, cases: list, *, ours: str, cells:
         first += f"; copy {copies[0]} GB/s measured in the same run."
     else:
         first += f"; copy {copies[0]}-{copies[-1]} GB/s measured in the runs."
-    return [marker(title, ops), heading(title, ops), first, f"Command: `{command}`", "",
+    return [marker(title, ops, shapes), heading(title, ops), first, f"Command: `{command}`", "",
             *render_table(cases, ours, cells, with_op=with_op_column(title, ops)), ""]
 
 
@@ -342,6 +352,7 @@ class Block:
     title: str | None
     ops: list
     lines: list
+    shapes: list | None = None  # the shapes shown, as the table writes them; None: all
 
 
 def split_section(text: str):
@@ -363,7 +374,10 @@ def split_section(text: str):
             if twice or len(set(ops)) < len(ops):
                 raise PerfError(f"PERF.md: op {', '.join(twice or ops)} in two markers")
             seen.update(ops)
-            blocks.append(Block(m["title"], ops, [line]))
+            shapes = [x.strip() for x in m["shapes"].split(";")] if m["shapes"] else None
+            if shapes is not None and not all(shapes):
+                raise PerfError(f"PERF.md: an empty shape in the marker: {line}")
+            blocks.append(Block(m["title"], ops, [line], shapes))
         elif blocks:
             blocks[-1].lines.append(line)
         else:
@@ -373,7 +387,7 @@ def split_section(text: str):
 
 def build_section(text: str, tables: dict, render, *, drop_old: bool = False) -> str:
     """PERF.md's text with the tables of the ops in `tables` (op -> cases) put in their blocks
-    (see the rules); render(title, ops, cases) gives a block's lines."""
+    (see the rules); render(title, ops, cases, shapes) gives a block's lines."""
     before, lead, blocks, after = split_section(text)
     out, placed = [], set()
     for blk in blocks:
@@ -385,11 +399,18 @@ def build_section(text: str, tables: dict, render, *, drop_old: bool = False) ->
         if missing and not drop_old:
             raise PerfError(f"the block of {','.join(blk.ops)} also holds {', '.join(missing)}, "
                             "which these reports do not measure; pass --drop-old to drop them")
-        out += render(blk.title, covered, [c for o in covered for c in tables[o]])
+        cases = [c for o in covered for c in tables[o]]
+        if blk.shapes:
+            cases = [c for c in cases if fmt_shape(c.shape) in blk.shapes]
+            bare = [o for o in covered if not any(c.table == o for c in cases)]
+            if bare:
+                raise PerfError(f"the reports hold {', '.join(bare)} at none of the shapes its "
+                                f"marker lists ({SHAPES_SEP.join(blk.shapes)})")
+        out += render(blk.title, covered, cases, blk.shapes)
         placed.update(covered)
     for o, cases in tables.items():
         if o not in placed:
-            out += render(None, [o], cases)
+            out += render(None, [o], cases, None)
     return "\n".join(before + lead + out + after)
 
 
@@ -479,6 +500,8 @@ def check_block(blk: Block) -> list:
         if op not in blk.ops:
             bad.append(f"{where}: op {op!r} is not in the marker")
         seen_ops.add(op)
+        if blk.shapes and row[first - 1] not in blk.shapes:
+            bad.append(f"{where}: shape {row[first - 1]!r} is not among the marker's")
         vals = {}
         for p, text in zip(providers, row[first:first + len(providers)]):
             if text != "-":
@@ -579,9 +602,9 @@ def main(argv=None) -> int:
             raise PerfError("the reports hold no rows")
         tables = group_tables(cases)
 
-        def render(title, ops, cs):
+        def render(title, ops, cs, shapes):
             return render_block(title, ops, cs, ours=a.ours, cells=a.cells, gpu=a.gpu,
-                                date=a.date, command=a.command, env=a.env)
+                                date=a.date, command=a.command, env=a.env, shapes=shapes)
 
         text = a.perf.read_text(encoding="utf-8") if a.perf.exists() else ""
         new = build_section(text, tables, render, drop_old=a.drop_old)

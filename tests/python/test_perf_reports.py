@@ -74,11 +74,38 @@ def test_bad_input_is_refused_by_name(tmp_path, capsys):
     assert pr.main(["--check", "--perf", str(perf)]) == 1
 
 
-def test_the_repositorys_perf_md_reads():
-    """docs/PERF.md has the reports' section (its hand-copied sections are checked once they are
-    regenerated; until then --check lists them)."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "PERF.md").read_text()
-    pr.split(text)
+def test_the_repositorys_perf_md_checks_and_stays_short():
+    """docs/PERF.md holds the method, the op tables and the reports, nothing else, in at most 450
+    lines: older runs leave it (git keeps them) rather than pile up."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "PERF.md").read_text(encoding="utf-8")
+    assert pr.check(text) == []
+    assert pr.MAX_LINES == 450
+    assert len(text.splitlines()) <= pr.MAX_LINES
+    names = [name for name, _ in pr.split(text)[1]]
+    assert set(names) <= set(pr.REPORTS), "a block no REPORTS entry would rewrite"
+
+
+def test_check_refuses_a_perf_md_past_its_length(tmp_path, capsys):
+    perf = write(tmp_path, PERF.replace("Method text.\n", "Method text.\n" * pr.MAX_LINES))
+    assert pr.main(["--check", "--perf", str(perf)]) == 1
+    assert f"more than {pr.MAX_LINES}" in capsys.readouterr().err
+
+
+def test_a_block_holds_the_reports_tables_not_its_listings():
+    """The report's own title goes (the block's heading stands for it), and so do its code
+    blocks, fenced or indented, each with the paragraph introducing it; tables and text stay."""
+    report = ("# Step figures\n\nThe runs:\n\n| run | ms |\n| --- | ---: |\n| tessera | 54.0 |\n\n"
+              "GPU time per category:\n\n| category | tessera |\n| --- | ---: |\n| gemm | 40.5 |\n\n"
+              "tessera: top CUDA kernels of one step\n\n```\nkernel  ms\ngemm_kernel  12.0\n```\n\n"
+              "torch: top CUDA kernels of one step\n\n```\nkernel  ms\nnvjet  11.0\n```\n\n"
+              "A closing note.\n\nMeasured by:\n\n    python3 a.py\n    python3 b.py\n")
+    block = pr.render("step", report, title="The step", date="2026-11-30", command="c", gpu="G", env=None)
+    assert block == ["<!-- perf:report step -->", "### The step", "**Run:** G, 2026-11-30. Command: `c`.", "",
+                     "The runs:", "", "| run | ms |", "| --- | ---: |", "| tessera | 54.0 |", "",
+                     "GPU time per category:", "", "| category | tessera |", "| --- | ---: |", "| gemm | 40.5 |",
+                     "", "A closing note.", ""]
+    # A code block right under a table takes no table with it.
+    assert pr.compact(["| a |", "| --- |", "| 1 |", "```", "x", "```"]) == ["| a |", "| --- |", "| 1 |"]
 
 
 def test_run_writes_each_report_with_its_run_and_insert_puts_them_in(tmp_path, monkeypatch):

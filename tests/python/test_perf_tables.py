@@ -297,6 +297,39 @@ def test_markers(bench_files, capsys):
     expect_error(capsys, run(perf, py), "a marker the script cannot read")
 
 
+def test_marker_shapes_pick_the_sizes_shown(bench_files, capsys):
+    _, py, cpp, perf = bench_files
+    picked = PERF_BEFORE.replace("<!-- perf:op softmax -->", "<!-- perf:op softmax | shapes: 4096 x 1024 -->")
+    picked = picked.replace("<!-- perf:op isin -->\n### isin\na hand-kept table of an op not in these reports\n", "")
+    perf.write_text(picked, encoding="utf-8")
+    assert run(perf, py) == 0
+    text = perf.read_text(encoding="utf-8")
+    # The marker is kept; its table holds the shape it lists, the report's other shape left out.
+    assert ("<!-- perf:op softmax | shapes: 4096 x 1024 -->\n### softmax\n" in text
+            and "| float32 | 4096 x 1024 | 10.0 | 15.0 | 12.5 | 2000 | 50.0 | triton | 1.25 |\n\n" in text
+            and "256 x 262144" not in text)
+    assert pt.main(["--check", "--perf", str(perf)]) == 0
+    # --check: a row of a shape the marker does not list.
+    row = "| bfloat16 | 256 x 262144 | 200.0 | 100.0 | - | 800 | 20.0 | torch | 0.50 |"
+    perf.write_text(text.replace("| triton | 1.25 |\n", "| triton | 1.25 |\n" + row + "\n"), encoding="utf-8")
+    capsys.readouterr()
+    assert pt.main(["--check", "--perf", str(perf)]) == 1
+    assert "shape '256 x 262144' is not among the marker's" in capsys.readouterr().err
+    # A family's marker takes shapes too, written back as it was read.
+    mark = "<!-- perf:op rows, and more: layer_norm,softmax | shapes: 4096 x 4096; 4096 x 1024 -->"
+    perf.write_text(FAMILY_BEFORE.replace("<!-- perf:op rows, and more: layer_norm,softmax -->", mark),
+                    encoding="utf-8")
+    assert run(perf, py, cpp) == 0
+    text = perf.read_text(encoding="utf-8")
+    assert mark + "\n### rows, and more\n" in text and "256 x 262144" not in text
+    assert "| layer_norm | float32 | 4096 x 4096 | 50.0 |" in text
+    assert "| softmax | float32 | 4096 x 1024 | 10.0 | 15.0 | 12.5 |" in text
+    assert pt.main(["--check", "--perf", str(perf)]) == 0
+    # A marker whose shapes the reports do not hold for one of its ops is refused.
+    perf.write_text(picked.replace("4096 x 1024 -->", "8 x 8 -->"), encoding="utf-8")
+    expect_error(capsys, run(perf, py), "at none of the shapes its marker lists (8 x 8)")
+
+
 # ---- --check ------------------------------------------------------------------------------------
 
 def test_check_finds_hand_edits(bench_files, capsys):
