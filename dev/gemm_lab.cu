@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/matrix/gemm_sm90_launch.cuh"
+#include "ops/matrix/gemm_sm90_instance.cuh"
 #include "lab.cuh"
 
 using namespace tessera;

@@ -1,16 +1,13 @@
-// The Hopper GEMM tier (sm90_wgmma): when it applies, how it is planned (schedule, grid, raster
-// group), and the 16-bit kernels. The kernel itself is in gemm_sm90.cuh, its launch in
-// gemm_sm90_launch.cuh; its tf32 and fp8 instances compile in gemm_sm90_narrow.cu.
+// The Hopper GEMM tier (sm90_wgmma): when it applies, and how it is planned (schedule, grid, raster
+// group). The kernel itself is in gemm_sm90.cuh, its launch in gemm_sm90_launch.cuh; its instances
+// compile apart (gemm_sm90_instance.cuh).
 #include "ops/matrix/gemm_sm90_launch.cuh"
 
 namespace tessera::matrix {
 namespace sm90 {
 
-extern template void launch_sm90<float>(const GemmArgs&, const Sm90Tier::Plan&, cudaStream_t);
-extern template void launch_sm90<__nv_fp8_e4m3>(const GemmArgs&, const Sm90Tier::Plan&, cudaStream_t);
-extern template void launch_sm90<__nv_fp8_e5m2>(const GemmArgs&, const Sm90Tier::Plan&, cudaStream_t);
-template void launch_sm90<__half>(const GemmArgs&, const Sm90Tier::Plan&, cudaStream_t);
-template void launch_sm90<__nv_bfloat16>(const GemmArgs&, const Sm90Tier::Plan&, cudaStream_t);
+// Compiled with the kernels' architectures: whether this library holds sm_90a code for the GPU.
+__global__ void sm90a_probe() {}
 
 }  // namespace sm90
 
@@ -20,8 +17,7 @@ using namespace sm90;
 // Whether the kernels hold sm_90a code (the build asked for it) on this GPU: a process's GPUs
 // that pass `major == 9` share the answer.
 bool has_sm90a_code() {
-  return runtime::has_sm90a_code(reinterpret_cast<const void*>(
-      gemm_sm90_kernel<__nv_bfloat16, __nv_bfloat16, Cooperative, true, true>));
+  return runtime::has_sm90a_code(reinterpret_cast<const void*>(sm90a_probe));
 }
 
 bool out_ok(DType in, DType out) {
