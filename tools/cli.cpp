@@ -64,6 +64,14 @@ const std::vector<VerbSpec>& verb_specs() {
       {Verb::verify, "verify", "[OPS...]", "check ops against their CPU references (default: all)",
        {{"--large", nullptr, "also run the cases over 2^31 elements",
          [](Args& a, const std::string&) { a.large = true; }},
+        {"--full", nullptr,
+         "run every case (default: the fewest cases that run every op, dtype and kernel tier; "
+         "ops named run all of theirs)",
+         [](Args& a, const std::string&) { a.full = true; }},
+        {"--write-selection", "FILE",
+         "run every case and write the default selection of the ops run to FILE (each op's lines "
+         "stand alone: files of disjoint ops concatenate)",
+         [](Args& a, const std::string& v) { a.selection_out = v; }},
         {"--list", nullptr, "print each case's op and name instead of running it (no GPU needed)",
          [](Args& a, const std::string&) { a.list = true; }},
         {"--seed", "N", "draw the random inputs from seed N (default 0: the fixed inputs of every run)",

@@ -51,6 +51,8 @@ struct Args {
   int reps = 0;                  // bench --reps: exactly this many timed reps; 0 keeps the default
   bool large = false;            // verify --large
   bool list = false;             // verify --list: the cases' names, not run
+  bool full = false;             // verify --full: every case, not the default selection
+  std::string selection_out;     // verify --write-selection: the fresh default selection's file
   int seed = 0;                  // verify --seed: the random inputs' seed
   bool peaks = true;             // info, bench: --no-peaks clears it
   bool graph = false;            // bench --graph

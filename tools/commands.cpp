@@ -2,9 +2,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "bench/bench.hpp"
@@ -12,6 +14,7 @@
 #include "bench/toolkit_lib.hpp"
 #include "cli.hpp"
 #include "ops/registry.hpp"
+#include "ops/selection.hpp"
 #include "ops/verify.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
@@ -86,52 +89,102 @@ int info(const Args& a, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+// What a case covers for the default selection (ops/selection.hpp): its dtype with each traced
+// op and tier, or the dtype alone where nothing was traced.
+std::vector<std::string> coverage(const std::string& name, const std::vector<runtime::TierChoice>& tiers) {
+  std::string dtype = ops::case_dtype(name);
+  if (dtype.empty()) dtype = "(no dtype)";
+  std::vector<std::string> covers;
+  for (const auto& t : tiers) covers.push_back(dtype + ":" + t.op + ":" + t.tier);
+  if (covers.empty()) covers.push_back(dtype);
+  std::sort(covers.begin(), covers.end());
+  covers.erase(std::unique(covers.begin(), covers.end()), covers.end());
+  return covers;
+}
+
+// After a full run: the pairs the compiled-in selection misses, and the fresh selection where asked.
+void check_selection(const Args& a, const std::vector<ops::CaseCoverage>& ran, std::ostream& out) {
+  const std::vector<std::string> missed = ops::uncovered_by_default(ran);
+  const std::vector<std::size_t> chosen = ops::cover(ran);
+  out << "default selection: " << chosen.size() << " of " << ran.size()
+      << " cases cover every dtype and tier this run reached of its ops";
+  if (missed.empty()) out << "; the compiled-in selection covers them all\n";
+  else out << "; the compiled-in selection misses " << missed.size() << ":\n";
+  for (const std::string& m : missed) out << "  " << m << "\n";
+  if (!missed.empty() && a.selection_out.empty())
+    out << "  (write a fresh selection: tessera verify --full --write-selection harness/ops/verify_default.txt)\n";
+  if (a.selection_out.empty()) return;
+  std::ofstream f(a.selection_out);
+  f << "# The default `tessera verify` run (harness/ops/selection.hpp): op<TAB>case name, one case a line.\n"
+    << "# Written by `tessera verify --full --write-selection harness/ops/verify_default.txt` on a GPU.\n";
+  for (std::size_t i : chosen) f << ran[i].op << "\t" << ran[i].name << "\n";
+  if (!f) throw Error(ErrorKind::runtime, "verify: could not write --write-selection " + a.selection_out);
+  out << "wrote " << a.selection_out << "\n";
+}
+
 int verify(const Args& a, std::ostream& out) {
   const std::vector<const ops::OpInfo*> selected = resolve_ops(a.ops);
   size_t op_width = 0;
   for (const auto* op : selected) op_width = std::max(op_width, op->name.size());
+  // Whether the run takes a case: --large for the largest; those the default selection leaves
+  // out with --full, or where ops are named (all of theirs).
+  const bool full = a.full || !a.selection_out.empty() || !a.ops.empty();
+  const auto takes = [&](const ops::OpInfo& op, const ops::VerifyCase& c) {
+    return (!c.large || a.large) && (full || ops::selected_by_default(op.name, c.name));
+  };
 
   if (a.list) {
     size_t n = 0;
     for (const ops::OpInfo* op : selected)
       for (const ops::VerifyCase& c : op->verify_cases())
-        if (!c.large || a.large) out << op->name << "  " << c.name << "\n", ++n;
+        if (takes(*op, c)) out << op->name << "  " << c.name << "\n", ++n;
     out << n << " case(s)" << std::endl;
     return 0;
   }
   ops::set_verify_seed(uint64_t(a.seed));
-  int passed = 0, failed = 0, skipped = 0;
+  int passed = 0, failed = 0, skipped = 0, left = 0;
   double worst = 0;  // the largest rel_err / tol of a passing case: the run's margin
   std::string worst_case;
+  std::vector<ops::CaseCoverage> ran;
   for (const ops::OpInfo* op : selected) {
     for (const ops::VerifyCase& c : op->verify_cases()) {
-      if (c.large && !a.large) {
-        ++skipped;
+      if (!takes(*op, c)) {
+        ++(c.large && !a.large ? skipped : left);
         continue;
       }
       ops::VerifyResult r;
+      const auto t0 = std::chrono::steady_clock::now();
+      runtime::set_tier_trace(true);
       try {
         r = c.run();
       } catch (const Error& e) {  // one broken case must not hide the others
         r.passed = false;
         r.detail = e.what();
       }
+      const std::vector<runtime::TierChoice> tiers = runtime::take_tier_trace();
+      runtime::set_tier_trace(false);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (r.name.empty()) r.name = c.name;
       ++(r.passed ? passed : failed);
+      ran.push_back({op->name, c.name, coverage(c.name, tiers), seconds});
       const double ratio = r.tolerance > 0 ? r.rel_err / r.tolerance : (r.rel_err > 0 ? INFINITY : 0.0);
       if (r.passed && ratio > worst) {
         worst = ratio;
         worst_case = op->name + " " + r.name;
       }
-      out << strf("%s  %-*s  %-36s  rel_err %.2e  max_abs %.2e  tol %.2e  (%.3f of tol)  unwritten %lld",
+      out << strf("%s  %-*s  %-36s  rel_err %.2e  max_abs %.2e  tol %.2e  (%.3f of tol)  unwritten %lld  %.2f s",
                   r.passed ? "PASS" : "FAIL", int(op_width), op->name.c_str(), r.name.c_str(),
-                  r.rel_err, r.max_abs, r.tolerance, ratio, static_cast<long long>(r.unwritten));
+                  r.rel_err, r.max_abs, r.tolerance, ratio, static_cast<long long>(r.unwritten), seconds);
       if (!r.passed && !r.detail.empty()) out << "  (" << r.detail << ")";
       out << std::endl;  // flushed: a long run shows its progress
     }
   }
   if (skipped) out << skipped << " large case(s) skipped (run with --large)\n";
+  if (left)
+    out << left << " case(s) left out: the default run takes the fewest cases that cover every op, dtype "
+        << "and kernel tier (run with --full for all)\n";
   if (!worst_case.empty()) out << strf("closest to its bound: %s (%.3f of tol)\n", worst_case.c_str(), worst);
+  if (full) check_selection(a, ran, out);
   out << passed << " passed, " << failed << " failed (seed " << a.seed << ")\n";
   return failed ? 1 : 0;
 }
