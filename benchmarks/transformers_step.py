@@ -3,22 +3,25 @@
 torch.compile, Liger-Kernel's apply_liger_kernel_to_<family>, and tessera.transformers'
 apply_tessera (eager and compiled): step time, tokens/s, peak memory above the weights, step-0 loss.
 
-    python benchmarks/transformers_step.py [--family llama] [--layers 8 --hidden 2048 --heads 16
-        --kv-heads 4 --intermediate 5632 --vocab 128256] [--batch 2 --seq 4096] [--steps 8]
-        [--warmup 3] [--rounds 2] [--runs "eager,compile,liger,tessera,tessera compile,tessera attn"]
+    python benchmarks/transformers_step.py [--family llama[,gemma2,...] | all] [--layers 8 --hidden 2048
+        --heads 16 --kv-heads 4 --intermediate 5632 --vocab 128256] [--batch 2 --seq 4096] [--steps 8]
+        [--warmup 3] [--rounds 2] [--runs "eager,compile,liger,tessera,tessera compile,tessera sdpa,..."]
         [--attn sdpa] [--fit] [--profile] [--out DIR]
 
 The model: <family>ForCausalLM from its config with random init (the sizes above, bf16 weights),
-``attn_implementation`` --attn (sdpa; "tessera" is tessera's FlashAttention), except in the
-"tessera attn" runs, which patch the model and take tessera's attention. A step is
+``attn_implementation`` --attn (sdpa; "tessera" is tessera's FlashAttention). The "tessera" runs
+patch it with apply_tessera's defaults, which put it on tessera's attention too; the "tessera
+sdpa" runs with ``attention=False``, keeping --attn. A step is
 ``model(input_ids=x, labels=x).loss.backward()`` then zero_grad(set_to_none=True), no optimizer:
 what the patches change. Each run builds the same model (one seed) and sees the same batch;
 each run's model is built (and compiled) once and kept; the runs are interleaved within each of
 --rounds rounds, and each reports the median over rounds of its median step (CUDA events around
 each step, the host running ahead). Peak memory: torch's allocator peak over the timed steps, less
 the memory held before them (the weights of every model kept).
+With several families (a list, or "all"), each is run in turn (its models freed before the next),
+its table printed; the report is a table of each patched run compiled against uncompiled.
 Liger's run is left out, with a note, where liger_kernel does not import. Writes
-transformers_step.json, .md and .svg (step time and peak memory) into --out.
+transformers_step.json, .md and .svg (step time and peak memory; the first family's) into --out.
 """
 import argparse
 import gc
@@ -42,16 +45,16 @@ CONFIGS = {  # family -> (config class, the family's own defaults that the flags
     "gemma3_text": ("Gemma3TextConfig", {}),
     "phi3": ("Phi3Config", {}),
 }
-RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera attn", "tessera attn compile")
-DEFAULT_RUNS = RUNS[:6]
+RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera sdpa", "tessera sdpa compile")
+DEFAULT_RUNS = RUNS
 # --fit: the model for a GPU under FIT_GIB (the issue's model's eager run peaks near 20 GiB above
 # the weights of the runs kept).
 FIT_GIB = 40
 SMALL = dict(layers=4, hidden=1024, heads=8, kv_heads=2, intermediate=2816, vocab=32000, batch=1, seq=2048)
 
 
-def config_of(args):
-    name, extra = CONFIGS[args.family]
+def config_of(args, family):
+    name, extra = CONFIGS[family]
     return getattr(transformers, name)(
         vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
         num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
@@ -69,21 +72,20 @@ def liger_apply(family):
     return (fn, "") if fn else (None, f"Liger has no apply_liger_kernel_to_{family}")
 
 
-def build(run, args):
+def build(run, args, family):
     if run == "liger":
-        apply, why = liger_apply(args.family)
+        apply, why = liger_apply(family)
         if apply is None:
             raise RuntimeError(why)
     torch.manual_seed(args.seed)
     with torch.device("cuda"):  # random init on the GPU: seconds, not a minute of CPU time per model
-        attn = "tessera" if " attn" in run else args.attn
-        model = transformers.AutoModelForCausalLM.from_config(config_of(args), attn_implementation=attn,
+        model = transformers.AutoModelForCausalLM.from_config(config_of(args, family), attn_implementation=args.attn,
                                                               dtype=torch.bfloat16).train()
     if run == "liger":
         apply(model=model)
     elif run.startswith("tessera"):
         import tessera.transformers as tt
-        tt.apply_tessera(model)
+        tt.apply_tessera(model, attention=" sdpa" not in run)
     return model
 
 
@@ -91,8 +93,8 @@ class Run:
     """One run's model, built (and compiled, and warmed up) at its first measure() and kept for the
     later rounds, so that each round times the same model without a second compilation."""
 
-    def __init__(self, run, args, ids):
-        self.model = build(run, args)
+    def __init__(self, run, args, family, ids):
+        self.model = build(run, args, family)
         self.fn = torch.compile(self.model) if run.endswith("compile") else self.model
         self.ids = ids
         for _ in range(args.warmup):
@@ -114,45 +116,17 @@ class Run:
                     peak=(torch.cuda.max_memory_allocated() - base) / 2**30, loss=loss.item())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--family", default="llama", choices=list(CONFIGS))
-    for flag, default in (("layers", 8), ("hidden", 2048), ("heads", 16), ("kv-heads", 4), ("intermediate", 5632),
-                          ("vocab", 128256), ("batch", 2), ("seq", 4096), ("steps", 8), ("warmup", 3), ("rounds", 2),
-                          ("seed", 0)):
-        ap.add_argument(f"--{flag}", type=int, default=default)
-    ap.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
-    ap.add_argument("--attn", default="sdpa", help="attn_implementation (sdpa, eager, tessera, ...)")
-    ap.add_argument("--fit", action="store_true", help=f"where the GPU has under {FIT_GIB} GiB, the small model: "
-                    + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in SMALL.items()))
-    ap.add_argument("--profile", action="store_true", help="one more step of each run (first round) under "
-                    "torch.profiler: its top CUDA kernels and GPU ms per category")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
-    if args.fit and torch.cuda.get_device_properties(0).total_memory < FIT_GIB * 2**30:
-        print(f"the small model: the GPU has under {FIT_GIB} GiB")
-        vars(args).update(SMALL)
-    runs = [r.strip().replace("_", " ") for r in args.runs.split(",") if r.strip()]
-    if any(r not in RUNS for r in runs):
-        ap.error(f"--runs: expected names of {', '.join(RUNS)}, got {runs}")
-    if "liger" in runs and liger_apply(args.family)[0] is None:
-        print(f"note: the liger run is left out: {liger_apply(args.family)[1]}")
-        runs.remove("liger")
-    if args.attn == "tessera" or any(r.startswith("tessera") for r in runs):
-        import tessera.transformers  # noqa: F401 - registers attn_implementation="tessera"
-    ids = torch.randint(3, args.vocab, (args.batch, args.seq), device="cuda",
-                        generator=torch.Generator(device="cuda").manual_seed(args.seed))
+def run_family(family, runs, args, ids) -> dict:
+    """The runs of one family in --rounds interleaved rounds: {results, errors, profiles, table}."""
     per_round = {r: [] for r in runs}
-    errors = {}
-    held = {}
-    profiles = {}
+    errors, held, profiles = {}, {}, {}
     for k in range(args.rounds):
         for run in runs:
             if run in errors:
                 continue
             try:
                 if run not in held:
-                    held[run] = Run(run, args, ids)
+                    held[run] = Run(run, args, family, ids)
                 per_round[run].append(held[run].measure(args.steps))
                 if args.profile and k == 0:
                     profiles[run] = profile_step(held[run].step)
@@ -161,8 +135,12 @@ def main() -> int:
                 torch.cuda.empty_cache()
             if run in per_round and len(per_round[run]) == k + 1:
                 r = per_round[run][-1]
-                print(f"round {k + 1}/{args.rounds} {run}: {r['ms']:.2f} ms/step, peak {r['peak']:.2f} GiB, "
+                print(f"{family} round {k + 1}/{args.rounds} {run}: {r['ms']:.2f} ms/step, peak {r['peak']:.2f} GiB, "
                       f"loss {r['loss']:.5f}", flush=True)
+    held.clear()
+    gc.collect()
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
     results = {}
     for run, rs in per_round.items():
         if rs:
@@ -186,27 +164,92 @@ def main() -> int:
         table += (f"\n\ntessera against the faster of {' and '.join(peers)} ({best}): "
                   f"{results[best]['ms'] / results['tessera']['ms']:.3f}x the tokens/s, "
                   f"{results['tessera']['peak'] / results[best]['peak']:.3f}x the peak memory")
+    return dict(results=results, errors=errors, profiles=profiles, table=table)
+
+
+def compiled_summary(by_family) -> str:
+    """Per family, each patched run's step uncompiled and under torch.compile, and their ratio
+    (uncompiled over compiled: at least 1 where compiling does not slow the patched model)."""
+    pairs = ("tessera", "tessera sdpa")
+    lines = ["| family | " + " | ".join(f"{r} (ms) | {r} compile (ms) | ratio" for r in pairs) + " |",
+             "| --- |" + " ---: | ---: | ---: |" * len(pairs)]
+    for family, out in by_family.items():
+        res, cells = out["results"], []
+        for run in pairs:
+            a, b = res.get(run, {}).get("ms"), res.get(f"{run} compile", {}).get("ms")
+            cells += [f"{a:.2f}" if a else "-", f"{b:.2f}" if b else "-", f"{a / b:.3f}" if a and b else "-"]
+        lines.append(f"| {family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", default="llama", help=f"a family, a comma-separated list, or all: {', '.join(CONFIGS)}")
+    for flag, default in (("layers", 8), ("hidden", 2048), ("heads", 16), ("kv-heads", 4), ("intermediate", 5632),
+                          ("vocab", 128256), ("batch", 2), ("seq", 4096), ("steps", 8), ("warmup", 3), ("rounds", 2),
+                          ("seed", 0)):
+        ap.add_argument(f"--{flag}", type=int, default=default)
+    ap.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
+    ap.add_argument("--attn", default="sdpa", help="attn_implementation (sdpa, eager, tessera, ...)")
+    ap.add_argument("--fit", action="store_true", help=f"where the GPU has under {FIT_GIB} GiB, the small model: "
+                    + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in SMALL.items()))
+    ap.add_argument("--profile", action="store_true", help="one more step of each run (first round) under "
+                    "torch.profiler: its top CUDA kernels and GPU ms per category")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    families = list(CONFIGS) if args.family == "all" else [f.strip() for f in args.family.split(",") if f.strip()]
+    if not families or any(f not in CONFIGS for f in families):
+        ap.error(f"--family: expected all or names of {', '.join(CONFIGS)}, got {args.family!r}")
+    if args.fit and torch.cuda.get_device_properties(0).total_memory < FIT_GIB * 2**30:
+        print(f"the small model: the GPU has under {FIT_GIB} GiB")
+        vars(args).update(SMALL)
+    runs = [r.strip().replace("_", " ") for r in args.runs.split(",") if r.strip()]
+    if any(r not in RUNS for r in runs):
+        ap.error(f"--runs: expected names of {', '.join(RUNS)}, got {runs}")
+    if args.attn == "tessera" or any(r.startswith("tessera") for r in runs):
+        import tessera.transformers  # noqa: F401 - registers attn_implementation="tessera"
+    ids = torch.randint(3, args.vocab, (args.batch, args.seq), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(args.seed))
+    by_family = {}
+    for family in families:
+        family_runs = list(runs)
+        if "liger" in family_runs and liger_apply(family)[0] is None:
+            print(f"note: {family}'s liger run is left out: {liger_apply(family)[1]}")
+            family_runs.remove("liger")
+        by_family[family] = run_family(family, family_runs, args, ids)
+    if len(families) == 1:
+        table = by_family[families[0]]["table"]
+    else:
+        for family, out in by_family.items():
+            print(f"\n{family}\n\n{out['table']}")
+        table = ("Each patched run's step uncompiled and under torch.compile (ratio: uncompiled over compiled; "
+                 "the runs of each family in the JSON)\n\n" + compiled_summary(by_family))
     print(table)
+    first = by_family[families[0]]
+    profiles = first["profiles"]
     for run, rows in profiles.items():
         print(f"\n{run}: one profiled step\n{top_kernels(rows)}")
     if profiles:
         table += "\n\nGPU ms per category in one profiled step of each run\n\n" + category_table(
             {r: {"categories": by_category(rows)} for r, rows in profiles.items()}, runs)
         print(table[table.index("GPU ms per category"):])
+    errors = {f"{family} {run}": why for family, out in by_family.items() for run, why in out["errors"].items()}
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         meta = dict(vars(args), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                     transformers=transformers.__version__)
+        results = first["results"] if len(families) == 1 else {f: out["results"] for f, out in by_family.items()}
         with open(os.path.join(args.out, "transformers_step.json"), "w") as f:
             json.dump(dict(meta=meta, results=results, errors=errors), f, indent=1)
         with open(os.path.join(args.out, "transformers_step.md"), "w") as f:
             f.write(table + "\n")
+        results = first["results"]
         colour = {run: COLORS[i % len(COLORS)] for i, run in enumerate(runs)}
         panels = [(heading, unit, [(run, [(results[run][key], colour[run], f"{run}: {results[run][key]:.2f} {unit}")]
                                    if run in results else []) for run in runs], None)
                   for heading, key, unit in (("step time, median", "ms", "ms"),
                                              ("peak memory above the weights", "peak", "GiB"))]
-        title = f"{args.family}: {args.layers} layers of {args.hidden}, {args.batch} x {args.seq} tokens"
+        title = f"{families[0]}: {args.layers} layers of {args.hidden}, {args.batch} x {args.seq} tokens"
         with open(os.path.join(args.out, "transformers_step.svg"), "w") as f:
             f.write(svg_bars(title, panels))
     return 1 if errors else 0

@@ -60,7 +60,7 @@ REPORTS = {
                  "bash scripts/main.sh && cp report/headline.md {out}/", "headline.md"),
     "transformers_step": ("Hugging Face transformers: the training step (benchmarks/transformers_step.py)",
                           "python3 benchmarks/transformers_step.py --rounds 3 --runs eager,compile,liger,tessera,"
-                          "tessera_compile,tessera_attn,tessera_attn_compile --out {out}", "transformers_step.md"),
+                          "tessera_compile,tessera_sdpa,tessera_sdpa_compile --out {out}", "transformers_step.md"),
     "llama_step_compile": ("The Llama-style training step under torch.compile (benchmarks/llama_step.py)",
                            "python3 benchmarks/llama_step.py --tessera all,swiglu --rounds 2 --steps 6 "
                            "--warmup 2 --profile --runs torch-compile,tessera-compile --out {out}",

@@ -33,9 +33,20 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     ``token_accuracy`` (the output a ``TesseraCausalLMOutputWithPast``), as TRL's SFTTrainer asks of
     Liger's models.
 
-Importing this module also registers ``attn_implementation="tessera"``: tessera's FlashAttention
-behind transformers' AttentionInterface (causal, GQA, sliding windows, soft-cap, padded batches and
-packed sequences: tessera/_transformers_attention.py).
+  - ``attention``: the model's ``attn_implementation`` to ``"tessera"``, tessera's FlashAttention
+    behind transformers' AttentionInterface (causal, GQA, sliding windows, soft-cap, padded batches
+    and packed sequences: tessera/_transformers_attention.py). By class, a model built afterwards
+    without an ``attn_implementation`` of its own takes it (one named in ``from_config`` /
+    ``from_pretrained`` is kept); by instance, the model is switched. ``attention=False`` keeps the
+    model's own.
+  - Always, with sdpa kept (``attention=False`` or one named): under ``torch.compile``, the family's
+    causal mask is left out where it is plainly causal (no cached tokens, no padding, no packed
+    sequences, no window it reaches), so that sdpa runs its causal kernels as it does uncompiled.
+    transformers materializes the mask whenever it traces, and sdpa's masked backward is about three
+    times slower. Where the mask or positions must be read to know, the trace breaks once, at the
+    mask.
+
+Importing this module also registers ``attn_implementation="tessera"``.
 
 ``revert()`` undoes every patch of this module (the classes' and the modeling modules'). Needs
 transformers >= 5 (``pip install tessera[transformers]``); nothing else in tessera imports this.
@@ -52,6 +63,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 import transformers
+from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 import tessera
@@ -93,20 +105,30 @@ FAMILIES = {f.model_type: f for f in (
 # The activations each gate stands for (config.hidden_act, or Gemma's hidden_activation).
 _GATE_ACTIVATIONS = {"silu": ("silu", "swish"), "gelu_tanh": ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")}
 
-# (owner, attribute) -> what the owner itself held before the first patch (_MISSING: nothing, the
-# attribute came from a base class or, for an instance, from its class), for revert().
-_ORIGINALS: dict[tuple[Any, str], Any] = {}
+# (id(owner), attribute) -> (owner, what the owner itself held before the first patch: _MISSING
+# where nothing, the attribute coming from a base class or, for an instance, from its class), for
+# revert(). By id: configs, which are patched too, do not hash.
+_ORIGINALS: dict[tuple[int, str], tuple[Any, Any]] = {}
 _MISSING = object()
 
 
+def _keep(owner: Any, name: str) -> None:
+    """Records what `owner` holds of `name` before its first patch."""
+    _ORIGINALS.setdefault((id(owner), name), (owner, vars(owner).get(name, _MISSING)))
+
+
+def _patched(owner: Any, name: str) -> bool:
+    return (id(owner), name) in _ORIGINALS
+
+
 def _set(owner: Any, name: str, value: Any) -> None:
-    _ORIGINALS.setdefault((owner, name), vars(owner).get(name, _MISSING))
+    _keep(owner, name)
     setattr(owner, name, value)
 
 
 def revert() -> None:
-    """Undoes every patch this module made: classes, modeling modules and instances."""
-    for (owner, name), value in reversed(list(_ORIGINALS.items())):
+    """Undoes every patch this module made: classes, modeling modules, instances and configs."""
+    for (_, name), (owner, value) in reversed(list(_ORIGINALS.items())):
         if value is _MISSING:
             if name in vars(owner):
                 delattr(owner, name)
@@ -118,9 +140,9 @@ def revert() -> None:
 def _original(cls: type, name: str) -> Any:
     """The class's attribute as it was before this module patched it (a base class's where the
     class held none of its own)."""
-    value = _ORIGINALS.get((cls, name), _MISSING)
-    if (cls, name) not in _ORIGINALS:
+    if not _patched(cls, name):
         return getattr(cls, name)
+    value = _ORIGINALS[(id(cls), name)][1]
     if value is not _MISSING:
         return value
     return getattr(super(cls, cls), name)
@@ -414,6 +436,78 @@ def _loss_of_logits(logits, target, num_items):
     return _per_item(ce(logits, target, ignore_index=IGNORE_INDEX, reduction=reduction), num_items)
 
 
+# ---- attention ---------------------------------------------------------------------------------
+
+def _plainly_causal(call: dict, sliding: bool) -> bool:
+    """Whether a mask creation's arguments (by name) describe a plain causal mask for sdpa: no cached
+    tokens, no padding, no packed sequences, no window reached, nothing overlaid. Reads the padding
+    mask and, without a cache, the positions (a graph break under torch.compile) only where given."""
+    config = call.get("config")
+    embeds = call.get("inputs_embeds", call.get("input_embeds"))
+    if config is None or embeds is None or config._attn_implementation != "sdpa" or not getattr(config, "is_causal", True):
+        return False
+    if any(call.get(k) is not None for k in ("or_mask_function", "and_mask_function", "block_sequence_ids")):
+        return False
+    if call.get("allow_is_causal_skip", True) is False:
+        return False
+    q = embeds.shape[1]
+    if sliding:
+        window = getattr(config, "sliding_window", None)
+        if window is None or q >= window:
+            return False
+    cache, positions, mask = call.get("past_key_values"), call.get("position_ids"), call.get("attention_mask")
+    if cache is not None:
+        if not isinstance(cache, DynamicCache) or cache.get_seq_length() != 0:
+            return False
+    elif positions is not None and not bool((positions.diff(dim=-1) == 1).all()):
+        return False  # packed sequences (positions restarting) need their block mask
+    if mask is not None and (mask.dim() != 2 or mask.shape[-1] != q or not bool(mask.all())):
+        return False
+    return True
+
+
+def _sdpa_mask(original: Callable, sliding: bool) -> Callable:
+    """The modeling module's create_causal_mask (or create_sliding_window_causal_mask), returning
+    None under torch.compile where the mask is plainly causal: sdpa then runs with is_causal. The
+    call is read by the original's parameter names, fixed here, with plain dict operations."""
+    names = list(inspect.signature(original).parameters)
+
+    def create(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            call = dict(zip(names, args))
+            call.update(kwargs)
+            if _plainly_causal(call, sliding):
+                return None
+        return original(*args, **kwargs)
+
+    create.__doc__ = f"{original.__name__} with sdpa's causal kernels kept under torch.compile (tessera.transformers)"
+    return create
+
+
+def _patch_masks(module: types.ModuleType) -> None:
+    for name, sliding in (("create_causal_mask", False), ("create_sliding_window_causal_mask", True)):
+        original = vars(module).get(name)
+        if original is not None and not _patched(module, name):
+            _set(module, name, _sdpa_mask(original, sliding))
+
+
+def _attention_by_default(cls: type) -> None:
+    """Models of `cls` built afterwards take attn_implementation="tessera" unless they name one."""
+    check = _original(cls, "_check_and_adjust_attn_implementation")
+
+    def adjust(self, attn_implementation, *args, **kwargs):
+        return check(self, "tessera" if attn_implementation is None else attn_implementation, *args, **kwargs)
+
+    _set(cls, "_check_and_adjust_attn_implementation", adjust)
+
+
+def _attention_on(model) -> None:
+    """Switches a built model (and its submodels sharing its config) to tessera's attention."""
+    config = model.config
+    _keep(config, "_attn_implementation_internal")
+    model.set_attn_implementation("tessera")
+
+
 # ---- applying ----------------------------------------------------------------------------------
 
 def _norm_classes(family: Family, module: types.ModuleType) -> list[type]:
@@ -427,13 +521,19 @@ def _mlp_forward(family: Family) -> Callable:
 
 
 def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: bool = True,
-           cross_entropy: bool = False, fused_linear_cross_entropy: bool = True, model=None) -> None:
+           cross_entropy: bool = False, fused_linear_cross_entropy: bool = True, attention: bool = True,
+           model=None) -> None:
     if cross_entropy and fused_linear_cross_entropy:
         raise ValueError("tessera.transformers: cross_entropy and fused_linear_cross_entropy are two ways "
                          "to the same loss: ask for one")
     module = modeling(family)
     if rope:
         _set(module, "apply_rotary_pos_emb", apply_rotary_pos_emb)
+    _patch_masks(module)
+    if attention and model is None:
+        _attention_by_default(getattr(module, f"{family.prefix}PreTrainedModel"))
+    elif attention and model.config._attn_implementation != "tessera":
+        _attention_on(model)
     norm_fn = gemma_rms_norm_forward if family.gemma_norm else rms_norm_forward
     mlp_cls = getattr(module, f"{family.prefix}MLP")
     lm_cls = getattr(module, f"{family.prefix}ForCausalLM")
@@ -461,22 +561,23 @@ def _apply_function(family: Family) -> Callable:
     mlp_kw = family.mlp_keyword
 
     def apply(rope: bool = True, rms_norm: bool = True, cross_entropy: bool = False,
-              fused_linear_cross_entropy: bool = True, model=None, **kwargs) -> None:
+              fused_linear_cross_entropy: bool = True, attention: bool = True, model=None, **kwargs) -> None:
         unknown = set(kwargs) - {mlp_kw}
         if unknown:
             raise TypeError(f"apply_tessera_to_{family.model_type}() got unexpected keyword argument(s) "
                             f"{', '.join(sorted(unknown))} (it takes rope, rms_norm, {mlp_kw}, cross_entropy, "
-                            "fused_linear_cross_entropy, model)")
+                            "fused_linear_cross_entropy, attention, model)")
         _apply(family, rope=rope, rms_norm=rms_norm, mlp=kwargs.get(mlp_kw, True), cross_entropy=cross_entropy,
-               fused_linear_cross_entropy=fused_linear_cross_entropy, model=model)
+               fused_linear_cross_entropy=fused_linear_cross_entropy, attention=attention, model=model)
 
     apply.__name__ = apply.__qualname__ = f"apply_tessera_to_{family.model_type}"
-    apply.__doc__ = (f"Puts {family.prefix} models on tessera's kernels: rope, rms_norm, {mlp_kw}, and the loss "
-                     "(fused_linear_cross_entropy, or cross_entropy); model=None patches the classes before "
+    apply.__doc__ = (f"Puts {family.prefix} models on tessera's kernels: rope, rms_norm, {mlp_kw}, the loss "
+                     "(fused_linear_cross_entropy, or cross_entropy) and attention (attn_implementation "
+                     "'tessera'; False keeps the model's); model=None patches the classes before "
                      "a model is built, model=... an existing one in place (see tessera.transformers).")
     params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in
               (("rope", True), ("rms_norm", True), (mlp_kw, True), ("cross_entropy", False),
-               ("fused_linear_cross_entropy", True), ("model", None))]
+               ("fused_linear_cross_entropy", True), ("attention", True), ("model", None))]
     apply.__signature__ = inspect.Signature(params)
     return apply
 
@@ -508,7 +609,7 @@ def apply_tessera(model, **kwargs) -> None:
 
 def _apply_for_config(config, kwargs: dict) -> dict:
     """Pops tessera's keywords from from_pretrained's / from_config's and patches the family."""
-    names = {"rope", "rms_norm", "swiglu", "geglu", "cross_entropy", "fused_linear_cross_entropy"}
+    names = {"rope", "rms_norm", "swiglu", "geglu", "cross_entropy", "fused_linear_cross_entropy", "attention"}
     ours = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
     family = _family_of(config.model_type)
     ours = {k: v for k, v in ours.items() if k not in {"swiglu", "geglu"} - {family.mlp_keyword}}

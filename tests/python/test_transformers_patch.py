@@ -266,6 +266,68 @@ def test_keywords_and_families():
         tt.apply_tessera(Other())
 
 
+def test_attention_by_default_and_kept_on_request():
+    # By instance: the model switches to tessera's attention unless attention=False; revert()
+    # restores the model's own.
+    model = build("llama")
+    tt.apply_tessera(model)
+    assert model.config._attn_implementation == "tessera"
+    tt.revert()
+    assert model.config._attn_implementation == "eager"
+    kept = build("llama")
+    tt.apply_tessera(kept, attention=False)
+    assert kept.config._attn_implementation == "eager"
+    # By class: a model built afterwards without an implementation of its own takes tessera's;
+    # one that names its own keeps it.
+    tt.apply_tessera_to_llama()
+    assert transformers.AutoModelForCausalLM.from_config(config_of("llama")).config._attn_implementation == "tessera"
+    assert build("llama").config._attn_implementation == "eager"
+    tt.revert()
+    assert transformers.AutoModelForCausalLM.from_config(config_of("llama")).config._attn_implementation == "sdpa"
+    tt.apply_tessera_to_llama(attention=False)
+    assert transformers.AutoModelForCausalLM.from_config(config_of("llama")).config._attn_implementation == "sdpa"
+
+
+def _mask_is_none_compiled(model_type, **call):
+    """Whether the family's create_causal_mask, traced by torch.compile (aot_eager), returns None."""
+    module = tt.modeling(tt.FAMILIES[model_type])
+    config = config_of(model_type)
+    config._attn_implementation = "sdpa"
+    embeds = torch.zeros(2, 11, COMMON["hidden_size"])
+
+    def probe(embeds):
+        mask = module.create_causal_mask(config=config, inputs_embeds=embeds, **call)
+        return embeds.new_ones(()) if mask is None else embeds.new_zeros(())
+
+    torch._dynamo.reset()
+    return bool(torch.compile(probe, backend="aot_eager")(embeds))
+
+
+def test_sdpa_keeps_its_causal_kernels_under_compile():
+    # transformers materializes the causal mask whenever it traces; the patched family leaves it out
+    # where it is plainly causal, so that compiled sdpa runs is_causal as eager sdpa does.
+    plain = dict(attention_mask=None, past_key_values=transformers.DynamicCache(), position_ids=None)
+    assert not _mask_is_none_compiled("llama", **plain)
+    tt.apply_tessera_to_llama(attention=False)
+    assert _mask_is_none_compiled("llama", **plain)
+    assert _mask_is_none_compiled("llama", **{**plain, "attention_mask": torch.ones(2, 11, dtype=torch.long)})
+    padded = torch.ones(2, 11, dtype=torch.long)
+    padded[1, -2:] = 0
+    assert not _mask_is_none_compiled("llama", **{**plain, "attention_mask": padded})
+    packed = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5]] * 2)
+    assert not _mask_is_none_compiled("llama", attention_mask=None, past_key_values=None, position_ids=packed)
+    assert _mask_is_none_compiled("llama", attention_mask=None, past_key_values=None,
+                                  position_ids=torch.arange(11).expand(2, 11))
+    # The compiled sdpa model's loss and gradients are the eager model's.
+    ids, labels = batch("llama")
+    want = build_attn("llama", "sdpa").train()
+    want_loss = want(input_ids=ids, labels=labels).loss
+    model = build_attn("llama", "sdpa").train()
+    torch._dynamo.reset()
+    got = torch.compile(model, backend="aot_eager")(input_ids=ids, labels=labels).loss
+    torch.testing.assert_close(got, want_loss, rtol=1e-5, atol=1e-5)
+
+
 def test_auto_class_patches_at_from_config():
     module, norm_cls, norm_fn, mlp_cls, mlp_fn, lm_cls = expected("qwen3")
     model = tt.AutoTesseraForCausalLM.from_config(config_of("qwen3"), swiglu=False)
@@ -420,7 +482,10 @@ def test_trl_sft_trainer_trains_a_patched_model(tmp_path):
         assert len(logs) == 2 and all("mean_token_accuracy" in h for h in logs), logs
         return torch.tensor([h["loss"] for h in logs])
 
-    torch.testing.assert_close(losses(True), losses(False), rtol=1e-4, atol=1e-5)
+    # The patched model's attention (tessera's, in float32 on the CPU) rounds otherwise than eager's,
+    # and AdamW's first step moves each weight by about the learning rate whatever its gradient's
+    # size, so the second step's loss differs in its fourth digit.
+    torch.testing.assert_close(losses(True), losses(False), rtol=1e-3, atol=1e-5)
 
 
 # ---- PEFT ----------------------------------------------------------------------------------------
