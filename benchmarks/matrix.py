@@ -3,7 +3,7 @@
 
     python benchmarks/matrix.py [--out DIR] [--quick] [--ops LIST] [--dtypes LIST] [--rounds R]
                                 [--self-check] [--layouts] [--sweep] [--narrow] [--epilogue]
-                                [--accumulate] [--no-sizes]
+                                [--accumulate] [--fp32] [--no-sizes]
 
 Cases: matmul's description (tessera.bench.ops, what `tessera bench matmul` times): square
 problems M = N = K of its bench sizes (--quick: the smallest, a middle and the largest), input
@@ -21,14 +21,16 @@ NT is x @ W^T. --layouts adds matmul_nn (both row-major) and matmul_tn (A column
 row-major) at 4096 and 8192 in bfloat16 and float16. --sweep adds linear-layer shapes in bfloat16: M in
 {1, 16, 128, 1024, 8192} against the (N, K) of Llama-3-8B's projections {(4096, 4096),
 (14336, 4096), (4096, 14336), (128256, 4096)}, and prints their geometric mean ratio.
---narrow adds, at 4096 and 8192 (other = W^T): float32 with TF32 allowed on both sides
+--narrow adds, at 4096 and 8192 (those of --sizes where given; other = W^T): float32 with TF32 allowed on both sides
 (matmul_tf32, torch.set_float32_matmul_precision("high") around those calls; at 8192 also in the
 layouts NN, TN and TT), float8 e4m3
 (scaled_mm against torch._scaled_mm with use_fast_accum=True, the same accumulation, and False as
 a second peer). --epilogue adds bias + GELU fused at 8192 x 8192 x 4096 bfloat16
 (matmul_bias_gelu against torch.matmul, + bias, gelu; and addmm then gelu), and the same layer
 under autograd, forward and backward (linear_gelu_fwd_bwd: tessera.linear(activation="gelu")
-against F.gelu(F.linear)).
+against F.gelu(F.linear)). --fp32 adds float32 in every layout (NT, NN, TN, TT) at 4096 and 8192,
+exact (matmul_fp32_<layout>) and with TF32 allowed on both sides (matmul_tf32_<layout>): the table
+that shows a regression of the float32 tiers.
 """
 
 from __future__ import annotations
@@ -98,7 +100,9 @@ def bench_gemm(suite: Suite, op: str, dtype, m: int, n: int, k: int, layout: str
               timing=dict(cuda_graph=False, flush_l2=True))
 
 
-def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool, layout: str = "NT") -> None:
+def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool, layout: str = "NT",
+               named: bool = False) -> None:
+    """float32 with TF32 allowed on both sides; named: the op carries its layout, NT included."""
     a, b = operands(size, size, size, torch.float32, layout)
     out_t, out_c = (torch.empty(size, size, device="cuda") for _ in range(2))
 
@@ -119,7 +123,7 @@ def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool, layout: s
     if self_check:
         out_c2 = torch.empty(size, size, device="cuda")
         providers["torch2"] = lambda: torch_tf32(out_c2)
-    op = "matmul_tf32" if layout == "NT" else "matmul_tf32_" + layout.lower()
+    op = "matmul_tf32" if layout == "NT" and not named else "matmul_tf32_" + layout.lower()
     suite.run(op, torch.float32, size, float(3 * size * size * 4), providers,
               flops=2.0 * size ** 3, shape=(size, size, size),
               tolerances={torch.float32: TF32_TOLERANCE}, rounds=rounds,
@@ -221,6 +225,7 @@ def main() -> int:
     p.add_argument("--narrow", action="store_true")
     p.add_argument("--epilogue", action="store_true", help="bias + GELU fused, and under autograd")
     p.add_argument("--accumulate", action="store_true", help="the linear cross-entropy's d_weight GEMM, beta 0 and 1")
+    p.add_argument("--fp32", action="store_true", help="float32, exact and TF32, every layout at 4096 and 8192")
     p.add_argument("--no-sizes", action="store_true", help="skip the size sweep: only the extra cases asked for")
     args = p.parse_args()
     resolve_selection(p, args, OPS)
@@ -250,7 +255,7 @@ def main() -> int:
                     suite, "linear", torch.bfloat16, m, n, k, "NT", args.rounds, args.self_check))
                 torch.cuda.empty_cache()
     if args.narrow:
-        for size in (4096, 8192):
+        for size in [x for x in (4096, 8192) if not args.sizes or x in args.sizes]:
             suite.attempt(f"matmul_tf32 {size}", lambda: bench_tf32(suite, size, args.rounds,
                                                                     args.self_check))
             suite.attempt(f"scaled_mm e4m3 {size}", lambda: bench_fp8(suite, size, args.rounds,
@@ -260,6 +265,15 @@ def main() -> int:
             suite.attempt(f"matmul_tf32 {layout} 8192", lambda: bench_tf32(
                 suite, 8192, args.rounds, args.self_check, layout))
             torch.cuda.empty_cache()
+    if args.fp32:
+        for size in (4096, 8192):
+            for layout in ("NT", "NN", "TN", "TT"):
+                op = "matmul_fp32_" + layout.lower()
+                suite.attempt(f"{op} {size}", lambda: bench_gemm(
+                    suite, op, torch.float32, size, size, size, layout, args.rounds, args.self_check))
+                suite.attempt(f"matmul_tf32 {layout} {size}", lambda: bench_tf32(
+                    suite, size, args.rounds, args.self_check, layout, named=True))
+                torch.cuda.empty_cache()
     if args.epilogue:
         suite.attempt("matmul bias+gelu", lambda: bench_bias_gelu(suite, args.rounds,
                                                                   args.self_check))

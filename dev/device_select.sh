@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: the package built there for sm_90a as main.sh builds it, then
+#   select  `tessera verify --full --write-selection` over every op, the ops dealt round-robin to
+#           JOBS processes at once (default 8): the default selection's file ($OUT/verify_default.txt),
+#           each case's time and the largest per op;
+#   fp32    benchmarks/matrix.py --fp32 (float32 exact and TF32, every layout, 4096 and 8192);
+#   compiled benchmarks/transformers_step.py over every family, each patched run compiled and not
+#           (COMPILED_ARGS: its size and rounds);
+#   ncu     Nsight Compute of the TF32 NT 4096 kernel beside cuBLAS's (NCU=1).
+# Logs under $OUT (packed), a short summary last.
+#   device: bash dev/device_select.sh [steps]      (carry [".whl"] for Liger-Kernel)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT" /tmp/logs
+STEPS="${*:-select fp32 compiled}"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH=/tmp/site
+fi
+summary=()
+step() {  # step NAME SECONDS CMD...
+  local name=$1 limit=$2 t0=$SECONDS rc=0
+  shift 2
+  timeout "$limit" "$@" >"/tmp/logs/$name.log" 2>&1 || rc=$?
+  summary+=("$(printf '%-9s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "/tmp/logs/$name.log" | cut -c1-110)")")
+}
+install() {
+  source scripts/common.sh
+  export TESSERA_CUDA_ARCHITECTURES=90a ARCHS=90a CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)"
+  pick_env && make_venv && install_pins build && pick_generator && install_package -v
+}
+step install 300 install
+TESSERA="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/tessera"
+[ -x "$TESSERA" ] || TESSERA=tessera
+
+select_cases() {
+  local jobs="${JOBS:-8}" ops i=0
+  mapfile -t ops < <("$TESSERA" verify --full --list | awk 'NF > 1 && $2 != "case(s)" {print $1}' | uniq)
+  declare -a group
+  for op in "${ops[@]}"; do group[i % jobs]+=" $op"; i=$((i + 1)); done
+  for g in $(seq 0 $((jobs - 1))); do
+    [ -n "${group[g]:-}" ] || continue
+    # shellcheck disable=SC2086
+    "$TESSERA" verify --full --write-selection "/tmp/logs/sel$g.txt" ${group[g]} >"/tmp/logs/verify$g.txt" 2>&1 &
+  done
+  wait
+  { head -n 2 /tmp/logs/sel0.txt; for g in $(seq 0 $((jobs - 1))); do grep -v '^#' "/tmp/logs/sel$g.txt" 2>/dev/null; done; } >"$OUT/verify_default.txt"
+  cat /tmp/logs/verify*.txt >/tmp/logs/verify_full.txt
+  grep -hE '^(default selection|[0-9]+ passed)' /tmp/logs/verify*.txt
+  grep -h '^FAIL' /tmp/logs/verify*.txt | cut -c1-200
+  # seconds per op (the last field of each case line), the largest first
+  awk '/^(PASS|FAIL)/ {t[$2] += $(NF - 1)} END {for (o in t) printf "%8.1f s  %s\n", t[o], o}' /tmp/logs/verify*.txt | sort -rn | head -15
+  echo "selected $(grep -vc '^#' "$OUT/verify_default.txt") of $(grep -cE '^(PASS|FAIL)' /tmp/logs/verify_full.txt) cases"
+}
+
+for s in $STEPS; do
+  case $s in
+    select) step select 240 select_cases ;;
+    fp32) step fp32 240 python3 benchmarks/matrix.py --no-sizes --fp32 --rounds 3 --out /tmp/logs/matrix_fp32 ;;
+    compiled) step compiled "${COMPILED_LIMIT:-330}" python3 benchmarks/transformers_step.py --family all \
+                ${COMPILED_ARGS:---layers 2 --vocab 32000 --rounds 2 --steps 4 --warmup 2} \
+                --runs tessera,tessera_compile,tessera_sdpa,tessera_sdpa_compile --out /tmp/logs/compiled ;;
+    ncu) step ncu 120 ncu --target-processes all -k "regex:gemm|sm90|xmma|cutlass" -c 4 --section SpeedOfLight \
+                --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy python3 -c "
+import torch, tessera
+a = torch.randn(4096, 4096, device='cuda'); b = torch.randn(4096, 4096, device='cuda').t()
+torch.set_float32_matmul_precision('high')
+for _ in range(2): torch.matmul(a, b); tessera.matmul(a, b)
+torch.cuda.synchronize()" ;;
+  esac
+done
+cp /tmp/logs/matrix_fp32/bench.json "$OUT/matrix_fp32.json" 2>/dev/null
+cp /tmp/logs/compiled/transformers_step.md "$OUT/compiled.md" 2>/dev/null
+python3 -c "import tarfile; t = tarfile.open('$OUT/logs.tar.xz', 'w:xz'); t.add('/tmp/logs', 'logs'); t.close()"
+for s in select fp32 compiled ncu; do
+  [ -f "/tmp/logs/$s.log" ] || continue
+  echo "== $s"; tail -n 30 "/tmp/logs/$s.log" | cut -c1-220
+done
+printf '%s\n' "${summary[@]}"
