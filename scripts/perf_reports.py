@@ -61,6 +61,11 @@ REPORTS = {
     "transformers_step": ("Hugging Face transformers: the training step (benchmarks/transformers_step.py)",
                           "python3 benchmarks/transformers_step.py --rounds 3 --runs eager,compile,liger,tessera,"
                           "tessera_compile,tessera_sdpa,tessera_sdpa_compile --out {out}", "transformers_step.md"),
+    "transformers_step_compiled": ("Hugging Face transformers: every family's patched step, compiled and not "
+                                   "(benchmarks/transformers_step.py)",
+                                   "python3 benchmarks/transformers_step.py --family all --layers 2 --vocab 32000 "
+                                   "--rounds 2 --steps 4 --warmup 2 --runs tessera,tessera_compile,tessera_sdpa,"
+                                   "tessera_sdpa_compile --out {out}", "transformers_step.md"),
     "llama_step_compile": ("The Llama-style training step under torch.compile (benchmarks/llama_step.py)",
                            "python3 benchmarks/llama_step.py --tessera all,swiglu --rounds 2 --steps 6 "
                            "--warmup 2 --profile --runs torch-compile,tessera-compile --out {out}",
