@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The main job, on a machine with a GPU: build and install the Python package into the Python
-# environment, verify every operator against its CPU reference, then run the benchmark families
-# against the peers that are installed (torch, torch.compile, cuBLAS, cuDNN, Triton, Liger-Kernel)
-# and tessera's own suite, into report/ (tables, CSV, JSON, SVG plots; report/README.md indexes
-# them under the headline table, one row per operator against its best peer). The failures, each
-# step's time, the report and the headline table are printed last.
+# environment, verify every operator, dtype and kernel tier against its CPU reference, then run
+# the benchmarks of the headline cases against the peers that are installed (torch,
+# torch.compile, cuBLAS, cuDNN, Triton, Liger-Kernel) into report/ (tables, CSV, JSON, SVG plots;
+# report/README.md indexes them under the headline table, one row per operator against its best
+# peer). The failures, each step's time, the report and the headline table are printed last.
 #   bash scripts/main.sh            # from anywhere
 # Environment: TESSERA_CUDA_ARCHITECTURES (default: the build directory's, else the GPU's own,
 #              e.g. 90a on an H100/H200; "80;90a" builds both),
@@ -88,20 +88,17 @@ if "$PY" -c "import torch" 2>/dev/null; then has_torch=1; fi
 describe() {  # the first line of a benchmark script's docstring
   "$PY" -c 'import ast, sys; d = ast.get_docstring(ast.parse(open(sys.argv[1]).read())) or ""; print((d.splitlines() or [""])[0])' "$1"
 }
-declare -A what=([tessera]="tessera bench: every bfloat16 operator at its smallest, a middle and its largest size, in GB/s, TFLOP/s and % of the GPU's measured peaks (\`tessera bench\` alone: every dtype and size)")
+declare -A what=()
 # The benchmarks the main job runs: the runs that measure the headline cases at the sizes the
-# table cites (the list scripts/headline.py keeps beside its table), the float32 GEMMs in every
+# table cites (the list scripts/headline.py keeps beside its table), and the float32 GEMMs in every
 # layout (exact and TF32, against cuBLAS: PERF.md's table of them is regenerated from this run, so
-# a regression of those tiers shows there), and the transformers training step's eager runs in one
-# round. Each script run alone, without these arguments, covers every size, dtype and run;
-# benchmarks/llama_step.py, autograd.py and overhead.py (host cost per call) and the compiled
-# transformers runs are left to be run alone, to keep the job in minutes.
+# a regression of those tiers shows there). Each script run alone, without these arguments, covers
+# every size, dtype and run; the training steps (benchmarks/transformers_step.py, llama_step.py),
+# autograd.py, overhead.py (host cost per call) and `tessera bench` (tessera's own suite) are
+# left to be run alone, to keep the job in minutes.
 runs=()
 while IFS= read -r line; do runs+=("$line"); done < <("$PY" scripts/headline.py --commands)
-runs+=("matrix_fp32 benchmarks/matrix.py --no-sizes --fp32 --rounds 3")
-# The transformers training step (the Llama of benchmarks/transformers_step.py; a small one where
-# the GPU has under 40 GiB), eager runs, one round, where transformers imports.
-runs+=("transformers_step benchmarks/transformers_step.py --fit --rounds 1 --steps 4 --runs eager,liger,tessera")
+runs+=("matrix_fp32 benchmarks/matrix.py --no-sizes --fp32 --rounds 2")
 for run in "${runs[@]}"; do
   read -ra words <<<"$run"
   name=${words[0]} script=${words[1]}
@@ -124,12 +121,9 @@ if [ -f report/matrix_fp32/bench.json ]; then
   code="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   versions="$("$PY" -c 'import torch; print(f"torch {torch.__version__}")' 2>/dev/null || true)"
   timed "PERF.md float32 GEMM table" "$PY" scripts/perf_tables.py report/matrix_fp32 --date "$(date -u +%F)" \
-    --env "$versions, code at $code" --command "bash scripts/main.sh (matrix.py --no-sizes --fp32 --rounds 3)" ||
+    --env "$versions, code at $code" --command "bash scripts/main.sh (matrix.py --no-sizes --fp32 --rounds 2)" ||
     failed+=("scripts/perf_tables.py report/matrix_fp32")
 fi
-echo "== tessera bench"
-rm -rf report/tessera
-timed "tessera bench" "$TESSERA" bench --quick --dtype bfloat16 --out report/tessera || failed+=("tessera bench")
 
 # report/README.md: the headline table, then each folder, what it is, and a link to each file.
 headline=""

@@ -27,6 +27,16 @@ pick_generator
 export CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
 TORCH="${TESSERA_TORCH:-ON}"
 
+# Each phase's wall time, printed as the next begins and listed at the end: where the command's
+# minutes go.
+SECONDS=0
+phase_name="environment" phase_t0=0 phases=()
+phase() {  # phase NAME: ends the running phase, starts NAME
+  phases+=("$(printf '%-34s %5d s' "$phase_name" $((SECONDS - phase_t0)))")
+  echo "== ($phase_name: $((SECONDS - phase_t0)) s)"
+  phase_name=$1 phase_t0=$SECONDS
+}
+
 pick_env
 make_venv
 install_pins build test
@@ -40,11 +50,13 @@ if [ "$TORCH" != OFF ]; then
   install_pins transformers-test
 fi
 
+phase "C++ build"
 echo "== C++ build ($ARCHS, $BUILD)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=$ARCHS" \
       -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_PYTHON=OFF -DTESSERA_BUILD_CLI=ON >/dev/null
 cmake --build "$BUILD" -j "$JOBS"
 
+phase "C++ tests"
 echo "== C++ tests"
 # A failing test does not stop the remaining steps; the command fails at the end. The run's
 # whole output goes to $BUILD/ctest.log; here its summary, and the failures' output.
@@ -55,6 +67,7 @@ if [ "$rc" -ne 0 ]; then
   ctest --test-dir "$BUILD" --rerun-failed --output-on-failure -j 1 || true
 fi
 
+phase "consumer project"
 echo "== installed package: a consumer project"
 cmake --install "$BUILD" --prefix "$BUILD/install" >/dev/null
 cmake -S tests/consumer -B "$BUILD/consumer" -DCMAKE_PREFIX_PATH="$BUILD/install" >/dev/null
@@ -62,6 +75,7 @@ cmake --build "$BUILD/consumer" -j "$JOBS" >/dev/null
 "$BUILD/consumer/consumer"
 "$BUILD/install/bin/tessera" --help >/dev/null
 
+phase "Python package"
 if [ "$TORCH" != OFF ]; then
   echo "== Python package (the extension and the torch ops, in $BUILD)"
 else
@@ -79,6 +93,7 @@ if [ "$TORCH" != OFF ]; then
   export TESSERA_REQUIRE_TORCH_OPS=1  # tests that need the torch ops fail instead of skipping
 fi
 
+phase "Python tests"
 echo "== Python tests"
 prc=0
 PATH="$VENV/bin:$PATH" "$PY" -m pytest tests/python -q -p no:cacheprovider \
@@ -132,6 +147,9 @@ with open(sys.argv[3], "w") as f:
 print(f"(each skipped test and its reason: {sys.argv[3]})")
 EOF
 
+phase "done"
+echo "== what each phase took ($SECONDS s in all)"
+printf '%s\n' "${phases[@]}"
 if [ "$rc" -ne 0 ]; then
   echo "C++ tests failed (ctest exit status $rc; the failures are above, the whole run in $BUILD/ctest.log)" >&2
   exit "$rc"

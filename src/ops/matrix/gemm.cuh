@@ -404,6 +404,11 @@ void set_config_override(std::optional<GemmConfig> config);
 // Runs the first tier that takes `g` (matmul.cu).
 void run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_t stream);
 
+// The SIMT tier's generic kernel's output tiles (kSimtTile square), and its launch over `grid`
+// (gemm_simt_generic.cu).
+constexpr int kSimtTile = 64;
+void launch_simt_generic(const GemmArgs& g, dim3 grid, cudaStream_t stream);
+
 struct SimtTier {
   static constexpr const char* kName = "simt";
   static constexpr const char* kWhen =
