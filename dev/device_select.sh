@@ -20,20 +20,22 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     export PYTHONPATH=/tmp/site
 fi
 summary=()
-step() {  # step NAME SECONDS CMD...
+step() {  # step NAME SECONDS CMD... (CMD may be a function of this script: exported, run by bash)
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
-  timeout "$limit" "$@" >"/tmp/logs/$name.log" 2>&1 || rc=$?
+  timeout "$limit" bash -c '"$@"' bash "$@" >"/tmp/logs/$name.log" 2>&1 || rc=$?
   summary+=("$(printf '%-9s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "/tmp/logs/$name.log" | cut -c1-110)")")
 }
-install() {
+build_install() {
   source scripts/common.sh
   export TESSERA_CUDA_ARCHITECTURES=90a ARCHS=90a CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)"
   pick_env && make_venv && install_pins build && pick_generator && install_package -v
 }
-step install 300 install
+export -f build_install
+step install 300 build_install
 TESSERA="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/tessera"
 [ -x "$TESSERA" ] || TESSERA=tessera
+export TESSERA OUT
 
 select_cases() {
   local jobs="${JOBS:-8}" ops i=0
@@ -54,6 +56,7 @@ select_cases() {
   awk '/^(PASS|FAIL)/ {t[$2] += $(NF - 1)} END {for (o in t) printf "%8.1f s  %s\n", t[o], o}' /tmp/logs/verify*.txt | sort -rn | head -15
   echo "selected $(grep -vc '^#' "$OUT/verify_default.txt") of $(grep -cE '^(PASS|FAIL)' /tmp/logs/verify_full.txt) cases"
 }
+export -f select_cases
 
 for s in $STEPS; do
   case $s in
