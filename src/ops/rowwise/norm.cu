@@ -1,7 +1,7 @@
 // LayerNorm and RMSNorm (torch's semantics; see tessera/ops/rowwise.hpp), and the same fused with
 // a residual add (add_layer_norm, add_rms_norm): argument checks, layouts, dtype dispatch and the
-// public functions. The kernels and their tiers are in norm_forward.cu, norm_backward.cu and
-// norm_staged.cu (norm.cuh says what bounds them).
+// public functions. The kernels and their tiers are in norm_forward.cuh, norm_backward.cuh
+// and norm_staged.cu (norm.cuh says what bounds them).
 //
 // Layouts: the kernels need the normalized block of x/out (dy/dx) dense (stride 1 innermost,
 // contiguous over the normalized dimensions) and the rows at a uniform stride (leading dimensions

@@ -1,14 +1,15 @@
 // LayerNorm and RMSNorm: what the kernel files and the host launcher share.
 //
-//   norm.cu           host: argument checks, layouts, dtype dispatch, the public functions
-//   norm_forward.cu   forward kernels and their tiers
-//   norm_backward.cu  backward: register-resident and long-row tiers, the dw/db column sums
-//   norm_staged.cu    backward on sm_90: rows staged in shared memory by bulk copies
+//   norm.cu            host: argument checks, layouts, dtype dispatch, the public functions
+//   norm_forward.cuh   forward kernels and their tiers
+//   norm_backward.cuh  backward: register-resident and long-row tiers, the dw/db column sums
+//   norm_staged.cu     backward on sm_90: rows staged in shared memory by bulk copies
 //
 // Each direction picks its kernel with runtime::run_first over an ordered list of tiers
-// (runtime/tier.hpp), in norm_forward.cu and norm_backward.cu. Those files export one host entry
-// point each (forward, backward), explicitly instantiated there per dtype: a template is compiled
-// where it is instantiated, so each kernel is compiled in its own file only.
+// (runtime/tier.hpp), in norm_forward.cuh and norm_backward.cuh. Those export one host entry
+// point each (forward, backward), explicitly instantiated per dtype in a file of its own
+// (norm_forward_<dtype>.cu, norm_backward_<dtype>.cu): a template is compiled where it is
+// instantiated, so each dtype's kernels are compiled in their own file only.
 //
 // add_layer_norm and add_rms_norm take the same kernels with a residual (kAdd): the forward also
 // reads the residual and writes x + residual (residual_out), the row it then normalizes; the
@@ -255,7 +256,7 @@ struct BwdPlan {
   }
 };
 
-// norm_backward.cu: `plan`'s kernel, with the partial rows of column sums it writes and their sum
+// norm_backward.cuh: `plan`'s kernel, with the partial rows of column sums it writes and their sum
 // into dw/db after it.
 template <class P, class T>
 void launch_backward(const BwdArgs<T>& a, const BwdPlan<P>& plan, cudaStream_t stream);

@@ -1,5 +1,5 @@
 // LayerNorm and RMSNorm backward on sm_90 with the rows staged in shared memory: the staged tier
-// of the backward's list (norm_backward.cu has the column sums and the other tiers).
+// of the backward's list (norm_backward.cuh has the column sums and the other tiers).
 //
 // Rows of up to 64 KB of x and dy. Each row group keeps a ring of p.stages rows (x and dy, and for
 // the add-norms the gradient of residual_out, which dx adds) in shared memory, filled by bulk

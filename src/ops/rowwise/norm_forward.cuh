@@ -1,4 +1,5 @@
-// LayerNorm and RMSNorm forward: the kernels and their tiers (norm.cuh has what bounds them).
+// LayerNorm and RMSNorm forward: the kernels and their tiers (norm.cuh has what bounds them),
+// instantiated once per dtype by norm_forward_<dtype>.cu, so that a build's cores share them.
 //
 // A row is read once into registers (VPT vectors of V = 16 / sizeof(T) elements per thread),
 // reduced, normalized and written once. LayerNorm either sums x for the mean and then the squared
@@ -25,6 +26,8 @@
 // tiers, whose rows fill the registers alone, do not take it (vpt4 takes float32 rows up to 4096
 // vectors on sm_90 too), and the stream tier reads x and the residual once, writes their sum to
 // residual_out in pass 1 and reads that back in pass 2.
+#pragma once
+
 #include <algorithm>
 #include <string>
 
@@ -515,10 +518,5 @@ void forward(const char* op, const AddFwdParams<T>& p, bool rms, bool vec, const
   else vec ? forward_v<T, V, false>(op, p, ctx, stream) : forward_v<T, 1, false>(op, p, ctx, stream);
   TESSERA_LAUNCH_CHECK();
 }
-
-template void forward<float>(const char*, const AddFwdParams<float>&, bool, bool, const Ctx&, cudaStream_t);
-template void forward<__half>(const char*, const AddFwdParams<__half>&, bool, bool, const Ctx&, cudaStream_t);
-template void forward<__nv_bfloat16>(const char*, const AddFwdParams<__nv_bfloat16>&, bool, bool, const Ctx&,
-                                     cudaStream_t);
 
 }  // namespace tessera::norm

@@ -1,6 +1,7 @@
 // LayerNorm and RMSNorm backward: the register-resident and long-row tiers, the column sums of
 // dw/db, and the tier list (the sm_90 staged tier is in norm_staged.cu; norm.cuh has what bounds
-// them).
+// them), instantiated once per dtype by norm_backward_<dtype>.cu, so that a build's cores share
+// them.
 //
 // dx needs two row sums, sum(w dy) and sum(w dy xhat), reduced together as a pair. dw = the sum
 // over rows of dy * xhat and db = the sum of dy are column sums: each thread owns fixed columns
@@ -30,6 +31,8 @@
 //   long-rows: longer rows, or column-sum planes over the GPU's shared memory per CTA: the row
 //     means dx needs (norm_backward_rowsums_kernel), then column slices over row ranges
 //     (norm_backward_cols_kernel) with the column sums in registers; x and dy are read twice.
+#pragma once
+
 #include <algorithm>
 #include <string>
 
@@ -507,17 +510,5 @@ void backward(const char* op, const BwdArgs<T>& a, bool rms, bool vec, const Ctx
   if (rms) vec ? backward_v<T, V, true>(op, a, ctx, stream) : backward_v<T, 1, true>(op, a, ctx, stream);
   else vec ? backward_v<T, V, false>(op, a, ctx, stream) : backward_v<T, 1, false>(op, a, ctx, stream);
 }
-
-#define TESSERA_LAUNCH_BACKWARD(T)                                                                  \
-  template void launch_backward(const BwdArgs<T>&, const BwdPlan<BwdParams<T>>&, cudaStream_t);    \
-  template void launch_backward(const BwdArgs<T>&, const BwdPlan<AddBwdParams<T>>&, cudaStream_t);
-TESSERA_LAUNCH_BACKWARD(float)
-TESSERA_LAUNCH_BACKWARD(__half)
-TESSERA_LAUNCH_BACKWARD(__nv_bfloat16)
-#undef TESSERA_LAUNCH_BACKWARD
-template void backward<float>(const char*, const BwdArgs<float>&, bool, bool, const Ctx&, cudaStream_t);
-template void backward<__half>(const char*, const BwdArgs<__half>&, bool, bool, const Ctx&, cudaStream_t);
-template void backward<__nv_bfloat16>(const char*, const BwdArgs<__nv_bfloat16>&, bool, bool, const Ctx&,
-                                      cudaStream_t);
 
 }  // namespace tessera::norm

@@ -1,0 +1,8 @@
+// LayerNorm and RMSNorm forward, float32 (norm_forward.cuh).
+#include "ops/rowwise/norm_forward.cuh"
+
+namespace tessera::norm {
+
+template void forward<float>(const char*, const AddFwdParams<float>&, bool, bool, const Ctx&, cudaStream_t);
+
+}  // namespace tessera::norm
