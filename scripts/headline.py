@@ -50,7 +50,7 @@ RUNS = {
     "set": ("benchmarks/set.py", "--quick --dtypes int32 --no-crossover"),
     "matrix": ("benchmarks/matrix.py", "--sizes 8192 --dtypes bfloat16 --narrow --rounds 3"),
     "llama_ops": ("benchmarks/llama_ops.py",
-                  "--ops rms_norm,add_rms_norm,rotary,silu_mul,geglu,mlp,linear_ce --rounds 2"),
+                  "--ops rms_norm,add_rms_norm,rotary,silu_mul,geglu,mlp,linear_ce --rounds 3"),
     "attention": ("benchmarks/attention.py", "--quick --dims 128 --rounds 3"),
     "cross_entropy": ("benchmarks/cross_entropy.py", "--rounds 2"),
 }
