@@ -66,7 +66,7 @@ for s in $STEPS; do
                 ${COMPILED_ARGS:---layers 2 --vocab 32000 --rounds 2 --steps 4 --warmup 2} \
                 --runs tessera,tessera_compile,tessera_sdpa,tessera_sdpa_compile --out /tmp/logs/compiled ;;
     ncu) step ncu 120 ncu --target-processes all -k "regex:gemm|sm90|xmma|cutlass" -c 4 --section SpeedOfLight \
-                --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy python3 -c "
+                --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats python3 -c "
 import torch, tessera
 a = torch.randn(4096, 4096, device='cuda'); b = torch.randn(4096, 4096, device='cuda').t()
 torch.set_float32_matmul_precision('high')
