@@ -42,9 +42,9 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
   - Always, with sdpa kept (``attention=False`` or one named): under ``torch.compile``, the family's
     causal mask is left out where it is plainly causal (no cached tokens, no padding, no packed
     sequences, no window it reaches), so that sdpa runs its causal kernels as it does uncompiled.
-    transformers materializes the mask whenever it traces, and sdpa's masked backward is about three
-    times slower. Where the mask or positions must be read to know, the trace breaks once, at the
-    mask.
+    transformers materializes the mask whenever it traces, and sdpa's masked kernels are much slower
+    than its causal ones. Where the mask or positions must be read to know, the trace breaks once,
+    at the mask.
 
 Importing this module also registers ``attn_implementation="tessera"``.
 
