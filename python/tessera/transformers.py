@@ -38,7 +38,7 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     and packed sequences: tessera/_transformers_attention.py). By class, a model built afterwards
     without an ``attn_implementation`` of its own takes it (one named in ``from_config`` /
     ``from_pretrained`` is kept); by instance, the model is switched. ``attention=False`` keeps the
-    model's own.
+    model's own, and so does a config with attention dropout, which tessera's kernels do not apply.
   - Always, with sdpa kept (``attention=False`` or one named): under ``torch.compile``, the family's
     causal mask is left out where it is plainly causal (no cached tokens, no padding, no packed
     sequences, no window it reaches), so that sdpa runs its causal kernels as it does uncompiled.
@@ -491,12 +491,21 @@ def _patch_masks(module: types.ModuleType) -> None:
             _set(module, name, _sdpa_mask(original, sliding))
 
 
+def _takes_attention(config) -> bool:
+    """Whether tessera's attention runs this config's models on its kernels: not with attention
+    dropout, which the kernels do not apply (the attention's torch path would, at a torch matmul's
+    cost and memory)."""
+    return not float(getattr(config, "attention_dropout", 0.0) or 0.0)
+
+
 def _attention_by_default(cls: type) -> None:
     """Models of `cls` built afterwards take attn_implementation="tessera" unless they name one."""
     check = _original(cls, "_check_and_adjust_attn_implementation")
 
     def adjust(self, attn_implementation, *args, **kwargs):
-        return check(self, "tessera" if attn_implementation is None else attn_implementation, *args, **kwargs)
+        if attn_implementation is None and _takes_attention(self.config):
+            attn_implementation = "tessera"
+        return check(self, attn_implementation, *args, **kwargs)
 
     _set(cls, "_check_and_adjust_attn_implementation", adjust)
 
@@ -504,6 +513,8 @@ def _attention_by_default(cls: type) -> None:
 def _attention_on(model) -> None:
     """Switches a built model (and its submodels sharing its config) to tessera's attention."""
     config = model.config
+    if config._attn_implementation == "tessera" or not _takes_attention(config):
+        return
     _keep(config, "_attn_implementation_internal")
     model.set_attn_implementation("tessera")
 
@@ -532,7 +543,7 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
     _patch_masks(module)
     if attention and model is None:
         _attention_by_default(getattr(module, f"{family.prefix}PreTrainedModel"))
-    elif attention and model.config._attn_implementation != "tessera":
+    elif attention:
         _attention_on(model)
     norm_fn = gemma_rms_norm_forward if family.gemma_norm else rms_norm_forward
     mlp_cls = getattr(module, f"{family.prefix}MLP")

@@ -286,6 +286,16 @@ def test_attention_by_default_and_kept_on_request():
     assert transformers.AutoModelForCausalLM.from_config(config_of("llama")).config._attn_implementation == "sdpa"
     tt.apply_tessera_to_llama(attention=False)
     assert transformers.AutoModelForCausalLM.from_config(config_of("llama")).config._attn_implementation == "sdpa"
+    tt.revert()
+    # Attention dropout, which tessera's kernels do not apply, keeps the model's attention.
+    dropout = config_of("llama")
+    dropout.attention_dropout = 0.1
+    tt.apply_tessera_to_llama()
+    assert transformers.AutoModelForCausalLM.from_config(dropout).config._attn_implementation == "sdpa"
+    tt.revert()
+    model = transformers.AutoModelForCausalLM.from_config(dropout, attn_implementation="eager")
+    tt.apply_tessera(model)
+    assert model.config._attn_implementation == "eager"
 
 
 def _mask_is_none_compiled(model_type, **call):
