@@ -60,7 +60,7 @@ void launch_out(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream)
 }
 
 template <class T, class S>
-void launch_layouts(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+void launch_layout(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
   const bool ka = layout_a(g).k_major(), kb = layout_b(g).k_major();
   if constexpr (sizeof(T) == 2) {
     if (ka && kb) launch_out<T, S, true, true>(g, p, stream);
@@ -70,11 +70,6 @@ void launch_layouts(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t str
   } else {
     launch_out<T, S, true, true>(g, p, stream);  // operand_ok took K-major operands only
   }
-}
-
-template <class T, class S>
-void launch_layout(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
-  launch_layouts<T, S>(g, p, stream);
 }
 
 }  // namespace tessera::matrix::sm90
