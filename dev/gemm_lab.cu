@@ -1,8 +1,9 @@
-// The GEMM lab: the sm90 kernel's bf16 instances (bf16 out) against cuBLAS, built apart from the library so that a kernel change is compiled in a minute
+// The GEMM lab: the sm90 kernel's bf16 instances (bf16 out), or with --tf32 its float32 ones
+// (float32 out, TF32 multiplies), against cuBLAS, built apart from the library so that a kernel change is compiled in a minute
 // and measured in one short device call. Not part of the build; dev/gemm_lab.sh builds and runs it.
 //
 //   gemm_lab [--rounds R] [--schedule auto|cooperative|pingpong|all] [--splits S] [--bias] [--gelu]
-//            [--preact] [--beta] [--residual]
+//            [--preact] [--beta] [--residual] [--tf32]
 //            M,N,K[,LAYOUT] ...
 //
 // LAYOUT names C = A @ B as torch users meet it (default NT, x @ W^T): the first letter T where A
@@ -27,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ops/matrix/gemm_sm90_instance.cuh"
@@ -35,67 +37,46 @@
 using namespace tessera;
 using namespace tessera::matrix;
 
-int main(int argc, char** argv) {
+struct Options {
   int rounds = 20, splits = 0;
-  bool with_bias = false, gelu = false, preact = false, residual = false;
+  bool with_bias = false, gelu = false, preact = false, residual = false, tf32 = false;
   float beta = 0.0f;
   std::string schedule = "all";
-  std::vector<std::array<int64_t, 3>> shapes;
-  std::vector<std::string> layouts;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) schedule = argv[++i];
-    else if (!std::strcmp(argv[i], "--splits") && i + 1 < argc) splits = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--gelu")) gelu = true;
-    else if (!std::strcmp(argv[i], "--bias")) with_bias = true;
-    else if (!std::strcmp(argv[i], "--preact")) gelu = preact = true;
-    else if (!std::strcmp(argv[i], "--beta")) beta = 1.0f;
-    else if (!std::strcmp(argv[i], "--residual")) residual = true;
-    else {
-      long long m, n, k;
-      char lay[3] = "NT";
-      const int got = std::sscanf(argv[i], "%lld,%lld,%lld,%2[NT]", &m, &n, &k, lay);
-      if (got < 3) {
-        std::fprintf(stderr, "shape '%s': expected M,N,K[,LAYOUT]\n", argv[i]);
-        return 2;
-      }
-      shapes.push_back({m, n, k});
-      layouts.push_back(lay);
-    }
-  }
-  if (shapes.empty()) shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}}, layouts = {"NT", "NT"};
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
-  const size_t flush_bytes = size_t(512) << 20;
-  void* flush;
-  CK(cudaMalloc(&flush, flush_bytes));
-  cublasHandle_t h;
-  CK(cublasCreate(&h));
-  Timer timer;
-  std::printf("%-23s %-22s %9s %9s %9s %7s %9s %9s\n", "M,N,K", "schedule", "cublas_us", "ours_us",
-              "ratio", "TFLOP/s", "peer/peer", "max_err");
-  for (std::size_t si = 0; si < shapes.size(); ++si) {
-    const auto& s = shapes[si];
+};
+
+template <class T>
+void bench_shape(const Options& o, const std::array<int64_t, 3>& s, const std::string& layout,
+                 const cudaDeviceProp& prop, cublasHandle_t h, void* flush, size_t flush_bytes) {
+    const int rounds = o.rounds, splits = o.splits;
+    const bool with_bias = o.with_bias, gelu = o.gelu, preact = o.preact, residual = o.residual;
+    const float beta = o.beta;
+    const std::string& schedule = o.schedule;
+    constexpr bool kF32 = std::is_same_v<T, float>;
+    constexpr cudaDataType_t kType = kF32 ? CUDA_R_32F : CUDA_R_16BF;
+    constexpr int64_t E = sizeof(T);
+    Timer timer;
     const int64_t m = s[0], n = s[1], k = s[2];
-    const bool ta = layouts[si][0] == 'T', tb = layouts[si][1] == 'T';
-    __nv_bfloat16 *a, *w, *c, *ref, *bias, *z = nullptr, *res = nullptr;
-    CK(cudaMalloc(&a, m * k * 2)), CK(cudaMalloc(&w, n * k * 2)), CK(cudaMalloc(&bias, n * 2));
+    const bool ta = layout[0] == 'T', tb = layout[1] == 'T';
+    T *a, *w, *c, *ref, *bias, *z = nullptr, *res = nullptr;
+    CK(cudaMalloc(&a, m * k * E)), CK(cudaMalloc(&w, n * k * E)), CK(cudaMalloc(&bias, n * E));
     fill<<<64, 256>>>(bias, n, 3);
-    CK(cudaMalloc(&c, m * n * 2)), CK(cudaMalloc(&ref, m * n * 2));
-    if (preact) CK(cudaMalloc(&z, m * n * 2));
-    if (residual) CK(cudaMalloc(&res, m * n * 2)), fill<<<1024, 256>>>(res, m * n, 4);
+    CK(cudaMalloc(&c, m * n * E)), CK(cudaMalloc(&ref, m * n * E));
+    if (preact) CK(cudaMalloc(&z, m * n * E));
+    if (residual) CK(cudaMalloc(&res, m * n * E)), fill<<<1024, 256>>>(res, m * n, 4);
     const float peer_beta = residual ? 1.0f : beta;
     fill<<<1024, 256>>>(a, m * k, 1), fill<<<1024, 256>>>(w, n * k, 2);
     const float one = 1.0f;
     auto peer = [&] {
       // Column-major: C^T (n x m) = op(B) op(A), B read as stored (n x k with K contiguous: op T).
       CK(cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n),
-                      int(m), int(k), &one, w, CUDA_R_16BF, int(tb ? k : n), a, CUDA_R_16BF,
-                      int(ta ? m : k), &peer_beta, ref, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                      int(m), int(k), &one, w, kType, int(tb ? k : n), a, kType,
+                      int(ta ? m : k), &peer_beta, ref, kType, int(n),
+                      kF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
                       CUBLAS_GEMM_DEFAULT));
     };
     GemmArgs g;
     g.a = a, g.b = w, g.c = c, g.m = m, g.n = n, g.k = k;
+    if (kF32) g.dtype = g.out_dtype = DType::float32;
     g.a_sm = ta ? 1 : k, g.a_sk = ta ? m : 1, g.b_sn = tb ? k : 1, g.b_sk = tb ? 1 : n;
     g.c_sm = n, g.c_sn = 1;
     if (with_bias) g.bias = bias, g.bias_sn = 1;
@@ -115,17 +96,17 @@ int main(int argc, char** argv) {
       const int64_t t = sm90::tiles(g, p.pingpong ? sm90::PingPong::BN : sm90::Cooperative::BN);
       const int64_t units = p.splits > 1 ? p.whole + (t - p.whole) * p.splits : t;
       p.grid = int(std::min(units, int64_t(ctx.sms)));
-      auto ours = [&] { sm90::launch_sm90<__nv_bfloat16>(g, p, 0); };
+      auto ours = [&] { sm90::launch_sm90<T>(g, p, 0); };
       if (beta != 0.0f || residual) fill<<<1024, 256>>>(c, m * n, 4), fill<<<1024, 256>>>(ref, m * n, 4);
-      else CK(cudaMemset(c, 0xff, m * n * 2));
+      else CK(cudaMemset(c, 0xff, m * n * E));
       peer(), ours();
       CK(cudaDeviceSynchronize());
-      std::vector<__nv_bfloat16> hc(m * n), hr(m * n);
-      CK(cudaMemcpy(hc.data(), c, m * n * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(hr.data(), ref, m * n * 2, cudaMemcpyDeviceToHost));
+      std::vector<T> hc(m * n), hr(m * n);
+      CK(cudaMemcpy(hc.data(), c, m * n * E, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hr.data(), ref, m * n * E, cudaMemcpyDeviceToHost));
       double err = 0, big = 0;
       for (int64_t i = 0; i < m * n; ++i) {
-        const double x = __bfloat162float(hc[i]), y = __bfloat162float(hr[i]);
+        const double x = float(hc[i]), y = float(hr[i]);
         err = std::isfinite(x) ? std::max(err, std::fabs(x - y)) : INFINITY;
         big = std::max(big, std::fabs(y));
       }
@@ -149,6 +130,53 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     CK(cudaFree(a)), CK(cudaFree(w)), CK(cudaFree(c)), CK(cudaFree(ref)), CK(cudaFree(bias)), CK(cudaFree(z)), CK(cudaFree(res));
+}
+
+
+int main(int argc, char** argv) {
+  Options o;
+  int& rounds = o.rounds;
+  int& splits = o.splits;
+  bool &with_bias = o.with_bias, &gelu = o.gelu, &preact = o.preact, &residual = o.residual;
+  float& beta = o.beta;
+  std::string& schedule = o.schedule;
+  std::vector<std::array<int64_t, 3>> shapes;
+  std::vector<std::string> layouts;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) schedule = argv[++i];
+    else if (!std::strcmp(argv[i], "--splits") && i + 1 < argc) splits = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--gelu")) gelu = true;
+    else if (!std::strcmp(argv[i], "--bias")) with_bias = true;
+    else if (!std::strcmp(argv[i], "--preact")) gelu = preact = true;
+    else if (!std::strcmp(argv[i], "--beta")) beta = 1.0f;
+    else if (!std::strcmp(argv[i], "--residual")) residual = true;
+    else if (!std::strcmp(argv[i], "--tf32")) o.tf32 = true;
+    else {
+      long long m, n, k;
+      char lay[3] = "NT";
+      const int got = std::sscanf(argv[i], "%lld,%lld,%lld,%2[NT]", &m, &n, &k, lay);
+      if (got < 3) {
+        std::fprintf(stderr, "shape '%s': expected M,N,K[,LAYOUT]\n", argv[i]);
+        return 2;
+      }
+      shapes.push_back({m, n, k});
+      layouts.push_back(lay);
+    }
+  }
+  if (shapes.empty()) shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}}, layouts = {"NT", "NT"};
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const size_t flush_bytes = size_t(512) << 20;
+  void* flush;
+  CK(cudaMalloc(&flush, flush_bytes));
+  cublasHandle_t h;
+  CK(cublasCreate(&h));
+  std::printf("%-23s %-22s %9s %9s %9s %7s %9s %9s\n", "M,N,K", "schedule", "cublas_us", "ours_us",
+              "ratio", "TFLOP/s", "peer/peer", "max_err");
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    if (o.tf32) bench_shape<float>(o, shapes[si], layouts[si], prop, h, flush, flush_bytes);
+    else bench_shape<__nv_bfloat16>(o, shapes[si], layouts[si], prop, h, flush, flush_bytes);
   }
   return 0;
 }

@@ -2,6 +2,8 @@
 # Builds the GEMM lab (dev/gemm_lab.cu) here for sm_90a into devbin-lab/, or runs it on the device:
 #   bash dev/gemm_lab.sh build            (here: nvcc, a minute or two)
 #   bash dev/gemm_lab.sh gemv             (here: dev/gemv_lab.cu, the GEMV kernel's lab)
+#   bash dev/gemm_lab.sh simt [SRC]       (here: dev/simt_lab.cu, the SIMT float32 kernel's lab,
+#                                          SRC a variant of src/ops/matrix/gemm_simt.cu)
 #   bash dev/gemm_lab.sh run [args...]    (device, with devbin-lab carried; ncu=1 profiles)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +19,13 @@ case "${1:-build}" in
     nvcc -O3 -DNDEBUG -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
       -lineinfo -Xptxas=-warn-spills -Iinclude -Isrc dev/gemv_lab.cu src/runtime/tma.cpp src/runtime/check.cpp src/runtime/device.cpp src/runtime/tensor.cpp -lcublas -ldl \
       -o devbin-lab/gemv_lab ;;
+  simt)
+    mkdir -p devbin-lab /tmp/simt_variant/ops/matrix
+    cp "${2:-src/ops/matrix/gemm_simt.cu}" /tmp/simt_variant/ops/matrix/gemm_simt.cu
+    nvcc -O3 -DNDEBUG -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+      -lineinfo -Xptxas=-warn-spills -Iinclude -I/tmp/simt_variant -Isrc -Idev dev/simt_lab.cu src/runtime/check.cpp \
+      src/runtime/device.cpp src/runtime/tensor.cpp src/runtime/scratch.cpp -lcublas -ldl \
+      -o "devbin-lab/simt_lab${3:-}" ;;
   run)
     shift
     if [ "${ncu:-0}" = 1 ]; then  # the first cuBLAS kernel and ours, every section

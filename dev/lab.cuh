@@ -19,12 +19,13 @@ void check(E e, const char* what, int line) {
 }
 #define CK(x) check((x), #x, __LINE__)
 
-// Values in [-0.5, 0.5), a function of the index and the seed.
-__global__ void fill(__nv_bfloat16* p, int64_t n, uint32_t seed) {
+// Values in [-0.5, 0.5), a function of the index and the seed (bf16 or float).
+template <class T>
+__global__ void fill(T* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * int64_t(blockDim.x)) {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
     h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-    p[i] = __float2bfloat16(float(h & 0xffff) / 65536.0f - 0.5f);
+    p[i] = T(float(h & 0xffff) / 65536.0f - 0.5f);
   }
 }
 

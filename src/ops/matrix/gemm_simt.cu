@@ -41,7 +41,7 @@ constexpr int kThreads = 256;
 // slice: an MN-major operand in 16-byte copies, a K-major one transposed on the way in by 4-byte
 // copies. Zero fill (the copies' source size) covers the tails in M, N and K.
 
-constexpr int kBig = 128, kSlice = 8, kPad = 4, kStages = 4;
+constexpr int kBig = 128, kSlice = 16, kPad = 4, kStages = 4;
 constexpr int kSmem = 2 * kStages * kSlice * (kBig + kPad) * int(sizeof(float));
 // A split CTA takes kMinChunk of K at least (the ring of slices filled once); a tile's last CTA
 // reads every chunk's 64 KB of partial sums, so a tile takes kMaxSplits chunks at most.
@@ -62,8 +62,9 @@ struct Operand {
 };
 
 
-// One thread's share of each 128 x kSlice slice of an operand, per 8 of K: K-major, 4 rows 32
-// apart, one K each, a warp covering 4 whole 32-byte rows and the 32 shared-memory banks;
+// One thread's share of each 128 x kSlice slice of an operand, per 8 of K (h): K-major, 4 rows 32
+// apart, one K each, a warp covering 4 whole 32-byte rows and the 32 shared-memory banks (a warp's
+// copies must read whole rows: four K of one row a thread would touch 16 rows a copy);
 // MN-major, 4 consecutive MN of one K, a warp reading 512 contiguous bytes.
 template <bool KMajor>
 struct Stage {
@@ -82,11 +83,19 @@ struct Stage {
                 : int(left < 0 ? 0 : left < 4 ? left : 4);
   }
 
-  // Starts the copy of the next slice, which has `rem` of K from its start on, into s.
+  // Starts the copy of the next slice, which has `rem` of K from its start on, into s: K is tested
+  // only in the slice that it ends inside.
   __device__ __forceinline__ void issue(float (*s)[kBig + kPad], int rem, const Operand& o) {
+    if (rem >= kSlice) copy<false>(s, rem, o);
+    else copy<true>(s, rem, o);
+    p += KMajor ? kSlice : kSlice * o.s_k;
+  }
+
+  template <bool Tail>
+  __device__ __forceinline__ void copy(float (*s)[kBig + kPad], int rem, const Operand& o) const {
 #pragma unroll
     for (int h = 0; h < kSlice; h += 8) {
-      const bool k_in = kk() + h < rem;
+      const bool k_in = !Tail || kk() + h < rem;
       if (KMajor) {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -96,7 +105,6 @@ struct Stage {
         tile::cp_async<16>(tile::smem_addr(&s[kk() + h][mn()]), p + h * o.s_k, k_in ? 4 * in : 0);
       }
     }
-    p += KMajor ? kSlice : kSlice * o.s_k;
   }
 };
 

@@ -1,17 +1,19 @@
 // softmax and log_softmax, device side: the four operators as policies (the math) and the row
-// kernels they run in. The host side, which chooses among the kernels, is softmax.cu.
+// kernels they run in. The host side: the tiers that choose among the kernels (softmax_tiers.cuh,
+// instantiated per dtype in softmax_<dtype>.cu) and the public functions (softmax.cu).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
 #include <cstdint>
 #include <type_traits>
 
+#include "tessera/tensor.hpp"
 #include "tile/row.cuh"
 
-namespace tessera {
-namespace {
+namespace tessera::softmax_detail {
 
 using tile::Frag;
 using tile::pack;
@@ -333,5 +335,9 @@ __global__ void __launch_bounds__(kColumnThreads, 4) columns_kernel(RowArgs<T, O
   }
 }
 
-}  // namespace
-}  // namespace tessera
+// The tiers' entry point for one operator and dtype (softmax_tiers.cuh): `out` and `in` with the
+// reduced dimension `d`, which the dtype's translation unit (softmax_<dtype>.cu) instantiates.
+template <class Op, class T>
+void run(const TensorView& out, const std::array<TensorView, Op::kIn>& in, int d, cudaStream_t s);
+
+}  // namespace tessera::softmax_detail
