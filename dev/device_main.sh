@@ -39,6 +39,10 @@ python3 -c "import tarfile; t = tarfile.open('$OUT/report.tar.xz', 'w:xz'); t.ad
 grep -E '^(PASS|FAIL)' report/verify.txt 2>/dev/null | sed -n 's/.*(\([0-9.e+inf-]*\) of tol).*/\1 &/p' |
   sort -g -r | head -n 12 | cut -c1-200
 grep -E '^FAIL|closest|passed,' report/verify.txt 2>/dev/null | head -20
+# the build's longest objects (its critical path on this machine's cores)
+for f in $(find build -name .ninja_log 2>/dev/null); do cp "$f" "$OUT/ninja_log_$(echo "$f" | tr / _)"; done
+cat $(find build -name .ninja_log 2>/dev/null) 2>/dev/null | awk '!/^#/ {printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4}' |
+  sort -rn | head -n 12
 sed -n '/== what each step took/,$p' "$OUT/main.log" | head -60
 tail -n 5 "$OUT/main.log"
 # Then, where asked, verify of some ops over more seeds with the command main.sh installed
