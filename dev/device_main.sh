@@ -45,6 +45,12 @@ cat $(find build -name .ninja_log 2>/dev/null) 2>/dev/null | awk '!/^#/ {printf 
   sort -rn | head -n 12
 sed -n '/== what each step took/,$p' "$OUT/main.log" | head -60
 tail -n 5 "$OUT/main.log"
+# Then, where asked (AFTER="cmd; cmd"), commands in the fresh copy with what main.sh installed
+# (pytest files, a benchmark), each line's output in $OUT/after.txt, its tail printed.
+if [ -n "${AFTER:-}" ]; then
+  timeout "${AFTER_TIMEOUT:-200}" bash -c "export PATH=\"$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):\$PATH\"; $AFTER" >"$OUT/after.txt" 2>&1
+  echo "after: exit status $?"; tail -n 40 "$OUT/after.txt" | cut -c1-200
+fi
 # Then, where asked, verify of some ops over more seeds with the command main.sh installed
 # (SEEDS_OPS="softmax cross_entropy" SEEDS="1 2 3 4 5"), the seeds at once.
 if [ -n "${SEEDS_OPS:-}" ]; then

@@ -6,7 +6,9 @@
 #   fp32    benchmarks/matrix.py --fp32 (float32 exact and TF32, every layout, 4096 and 8192);
 #   compiled benchmarks/transformers_step.py over every family, each patched run compiled and not
 #           (COMPILED_ARGS: its size and rounds);
-#   ncu     Nsight Compute of the TF32 NT 4096 kernel beside cuBLAS's (NCU=1).
+#   ncu     Nsight Compute of the TF32 NT 4096 kernel beside cuBLAS's (NCU=1);
+#   grouped grouped_mm: its pytest file and torch-ops checks, `tessera verify grouped_mm matmul`,
+#           benchmarks/grouped_mm.py (GROUPED_ARGS), and the bf16 GEMM at 4096 and 8192 (matrix.py).
 # Logs under $OUT (packed), a short summary last.
 #   device: bash dev/device_select.sh [steps]      (carry [".whl"] for Liger-Kernel)
 set -uo pipefail
@@ -65,6 +67,11 @@ for s in $STEPS; do
     compiled) step compiled "${COMPILED_LIMIT:-330}" python3 benchmarks/transformers_step.py --family all \
                 ${COMPILED_ARGS:---layers 2 --vocab 32000 --rounds 2 --steps 4 --warmup 2} \
                 --runs tessera,tessera_compile,tessera_sdpa,tessera_sdpa_compile --out /tmp/logs/compiled ;;
+    grouped)
+      step gtest 240 python3 -m pytest -x -q tests/python/test_grouped_mm.py tests/python/test_torch_ops.py -k "grouped or opcheck and grouped"
+      step gverify 180 "$TESSERA" verify grouped_mm matmul
+      step gbench 300 python3 benchmarks/grouped_mm.py ${GROUPED_ARGS:---rounds 3} --out /tmp/logs/grouped_mm
+      step gemm16 120 python3 benchmarks/matrix.py --sizes 4096,8192 --dtypes bfloat16 --rounds 3 --out /tmp/logs/matrix16 ;;
     ncu) step ncu 120 ncu --target-processes all -k "regex:gemm|sm90|xmma|cutlass" -c 4 --section SpeedOfLight \
                 --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats python3 -c "
 import torch, tessera
@@ -77,7 +84,8 @@ done
 cp /tmp/logs/matrix_fp32/bench.json "$OUT/matrix_fp32.json" 2>/dev/null
 cp /tmp/logs/compiled/transformers_step.md "$OUT/compiled.md" 2>/dev/null
 python3 -c "import tarfile; t = tarfile.open('$OUT/logs.tar.xz', 'w:xz'); t.add('/tmp/logs', 'logs'); t.close()"
-for s in select fp32 compiled ncu; do
+cp /tmp/logs/grouped_mm/grouped_mm.json "$OUT/grouped_mm.json" 2>/dev/null
+for s in select fp32 compiled ncu gtest gverify gbench gemm16; do
   [ -f "/tmp/logs/$s.log" ] || continue
   echo "== $s"; tail -n 30 "/tmp/logs/$s.log" | cut -c1-220
 done

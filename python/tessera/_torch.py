@@ -99,6 +99,17 @@ def _register_fakes():
         return input.new_empty((input.shape[0], other.shape[1]),
                                dtype=out_dtype or torch.bfloat16)
 
+    # grouped_mm: [M, N] where one operand is 3-d, [G, M, N] where both are (or both 2-d: G = offs's
+    # length).
+    @fake("tessera::grouped_mm")
+    def _grouped_mm(input, other, offs=None, *, out_dtype=None):
+        m, n = input.shape[-2], other.shape[-1]
+        if input.dim() != other.dim():
+            shape = (m, n)
+        else:
+            shape = (input.shape[0] if input.dim() == 3 else offs.shape[0], m, n)
+        return input.new_empty(shape, dtype=out_dtype or input.dtype)
+
 
 def _register_lowerings() -> None:
     """Gives every tessera op inductor's fallback lowering (a call of the op's kernel) before a

@@ -75,7 +75,7 @@ from ._interop import as_arg, torch_if_tensor, torch_stream, torch_view
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["matmul", "linear", "mlp", "scaled_mm", "swiglu_weight"]
+__all__ = ["matmul", "linear", "mlp", "scaled_mm", "grouped_mm", "swiglu_weight"]
 
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 GATED = ("swiglu", "geglu")  # half the product's columns out
@@ -335,6 +335,33 @@ def _torch_takes_over(input, other, bias=None) -> bool:
 
 
 _kernel_dtypes = None  # matmul's dtypes as torch dtypes, once torch is seen
+
+
+def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Optional[torch.Tensor] = None, *,
+               bias: Optional[torch.Tensor] = None,
+               out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``torch._grouped_mm``: a product per group in one call (a Mixture-of-Experts layer's tokens
+    grouped by expert), float32 accumulation, differentiable; ``offs`` (int32, the groups'
+    cumulative ends) stays on the GPU.
+
+    - ``mat_a [M, K] @ mat_b [G, K, N]``, offs over M: ``[M, N]``, rows of group g times ``mat_b[g]``;
+    - ``mat_a [G, M, K] @ mat_b [K, N]``, offs over N: ``[M, N]``;
+    - ``mat_a [M, K] @ mat_b [K, N]``, offs over K: ``[G, M, N]`` (the weights' gradient form);
+    - ``mat_a [G, M, K] @ mat_b [G, K, N]``, no offs: ``[G, M, N]``.
+
+    Group g spans ``[offs[g-1], offs[g])``; rows (columns) past the last offset are zero, as is an
+    empty group's product. Offsets that decrease or pass the extent are clamped, never read out of
+    bounds, and not checked on the host (that would wait for the GPU). float32, float16 and
+    bfloat16; ``out_dtype`` the inputs' or float32. Every gradient is a grouped product too."""
+    _torch_only(mat_a, "mat_a", "grouped_mm")
+    _torch_only(mat_b, "mat_b", "grouped_mm")
+    if bias is not None:
+        raise ValueError("tessera.grouped_mm: argument 'bias': not supported (as torch._grouped_mm); "
+                         "expected None")
+    if _state.ops is None:
+        raise RuntimeError("tessera.grouped_mm: needs tessera's torch ops (libtessera_torch.so), "
+                           "which this installation lacks")
+    return _state.ops.grouped_mm.default(mat_a, mat_b, offs, out_dtype=out_dtype)
 
 
 def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,

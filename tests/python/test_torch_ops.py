@@ -119,6 +119,13 @@ def samples(torch, name, dtype):
     if name == "mlp.preactivation":  # called below autograd (by mlp's autograd kernel)
         return [((x(16, 32, grad=False), x(256, 32, grad=False), x(24, 128, grad=False)), {}),
                 ((x(2, 5, 32, grad=False), x(48, 32, grad=False), x(24, 48, grad=False)), {"activation": "silu"})]
+    if name == "grouped_mm":  # rows, columns, depth and batched forms; offs int32 on the device
+        def offs(*ends):
+            return torch.tensor(ends, device="cuda", dtype=torch.int32)
+        return [((x(40, 32), x(3, 32, 24), offs(10, 10, 33)), {}),
+                ((x(3, 16, 32), x(32, 40), offs(8, 30, 40)), {}),
+                ((x(16, 40), x(40, 24), offs(0, 17, 40)), {"out_dtype": torch.float32}),
+                ((x(2, 16, 32), x(2, 32, 24)), {})]
     if name == "scaled_mm":
         a = torch.randn(16, 64, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(24, 64, device="cuda").to(torch.float8_e4m3fn).t()
@@ -266,6 +273,11 @@ def expected_outputs(torch, name, args, kwargs):
         r = torch.matmul(args[0], args[1])
         out = tuple(r.shape[:-1]) + (r.shape[-1] // (2 if kwargs.get("activation") in ("swiglu", "geglu") else 1),)
         return [(out, args[0].dtype)] + ([(tuple(r.shape), args[0].dtype)] if name == "matmul.preactivation" else [])
+    if base == "grouped_mm":
+        a, b = args[0], args[1]
+        m, n = a.shape[-2], b.shape[-1]
+        shape = (m, n) if a.dim() != b.dim() else (a.shape[0] if a.dim() == 3 else args[2].shape[0], m, n)
+        return [(shape, kwargs.get("out_dtype") or a.dtype)]
     if base == "mlp":
         x, w_in, w_out = args
         out = [(tuple(x.shape[:-1]) + (w_out.shape[0],), x.dtype)]

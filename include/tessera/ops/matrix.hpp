@@ -92,4 +92,19 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
                const TensorView& scale_b, const TensorView& out, const TensorView* bias,
                cudaStream_t stream);
 
+// torch._grouped_mm: a product per group in one call, float32 accumulation, the groups' offsets
+// (offs: int32 [G], contiguous, the groups' cumulative ends, on input's device) never read on the
+// host. The forms:
+//   input [M, K]    @ other [G, K, N], offs over M  -> out [M, N]:    rows of group g times other[g]
+//   input [G, M, K] @ other [K, N],    offs over N  -> out [M, N]:    input[g] times columns of group g
+//   input [M, K]    @ other [K, N],    offs over K  -> out [G, M, N]: out[g] over group g's K
+//   input [G, M, K] @ other [G, K, N], offs nullptr -> out [G, M, N]
+// Group g spans [offs[g - 1], offs[g]) (offs[-1] = 0); rows (columns) past offs[G - 1] are zero, as
+// is out[g] of an empty K range. An end below the one before it makes its group empty, one past
+// the extent stops there: bad offsets are never read out of bounds. input and other share a
+// dtype (float32, float16, bfloat16); out has it or float32 and overlaps neither. Any strides; 16-bit
+// operands that TMA can address take the sm90 tier's persistent kernel in the rows form.
+void grouped_mm(const TensorView& input, const TensorView& other, const TensorView* offs, const TensorView& out,
+                cudaStream_t stream);
+
 }  // namespace tessera

@@ -1,6 +1,6 @@
 // The matrix family as torch ops: matmul (the library's 2-d/3-d operands; the Python layer views
-// torch.matmul's shapes as these), scaled_mm and mlp (its autograd recomputes the hidden
-// activation from the saved pre-activation). Schemas: the descriptions' (src/ops/matrix/matmul.cu,
+// torch.matmul's shapes as these), scaled_mm, grouped_mm and mlp (its autograd recomputes the
+// hidden activation from the saved pre-activation). Schemas: the descriptions' (src/ops/matrix/matmul.cu,
 // mlp.cu).
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
@@ -100,6 +100,61 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
                              input.options().dtype(out_dtype.value_or(at::kBFloat16)));
   guarded([&] { tessera::scaled_mm(a, bv, sa, sb, view(op, "out", out), bp, stream_of(input)); });
   return out;
+}
+
+// grouped_mm's output: [M, N] where one operand is 2-d and the other 3-d, [G, M, N] where both are
+// 3-d or both 2-d (G: offs's length); other ranks a 0-d stand-in, which the library refuses.
+std::vector<int64_t> grouped_shape(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs) {
+  const int64_t da = a.dim(), db = b.dim();
+  if (da < 2 || da > 3 || db < 2 || db > 3) return {};
+  const int64_t m = a.size(-2), n = b.size(-1);
+  if (da != db) return {m, n};
+  if (da == 3) return {a.size(0), m, n};
+  return {offs && offs->dim() == 1 ? offs->size(0) : 0, m, n};
+}
+
+at::Tensor grouped_mm(const at::Tensor& input, const at::Tensor& other, const OptTensor& offs,
+                      std::optional<at::ScalarType> out_dtype) {
+  const char* op = "grouped_mm";
+  TensorView o;
+  const TensorView a = view(op, "input", input), bv = view(op, "other", other);
+  const TensorView* op_offs = optional_view(op, "offs", offs, o);
+  at::Tensor out = at::empty(grouped_shape(input, other, offs), input.options().dtype(out_dtype.value_or(input.scalar_type())));
+  guarded([&] { tessera::grouped_mm(a, bv, op_offs, view(op, "out", out), stream_of(input)); });
+  return out;
+}
+
+using GroupedSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, std::optional<at::ScalarType>);
+
+// Every gradient of a grouped product is a grouped product of the other form over the same
+// offsets (grouped_mm.cu's forms): rows (a 2-d, b 3-d): da rows, db depth; columns (a 3-d, b
+// 2-d): da depth, db columns; depth (both 2-d): da columns, db rows; batched: batched.
+struct GroupedMmFunction : torch::autograd::Function<GroupedMmFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other,
+                            const OptTensor& offs, std::optional<at::ScalarType> out_dtype) {
+    static const auto op = handle<GroupedSig>("grouped_mm");
+    ctx->save_for_backward({input, other, offs.value_or(at::Tensor())});
+    return call_below_autograd(op, input, other, offs, out_dtype);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    static const auto op = handle<GroupedSig>("grouped_mm");
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &a = saved[0], &b = saved[1];
+    const OptTensor offs = saved[2].defined() ? OptTensor(saved[2]) : std::nullopt;
+    const at::Tensor g = grads[0].to(a.scalar_type());
+    at::Tensor da, db;
+    if (ctx->needs_input_grad(0)) da = op.call(g, b.transpose(-2, -1), offs, a.scalar_type());
+    if (ctx->needs_input_grad(1)) db = op.call(a.transpose(-2, -1), g, offs, b.scalar_type());
+    return {da, db, at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor grouped_mm_autograd(const at::Tensor& input, const at::Tensor& other, const OptTensor& offs,
+                               std::optional<at::ScalarType> out_dtype) {
+  static const auto op = handle<GroupedSig>("grouped_mm");
+  if (!records(input, other)) return call_below_autograd(op, input, other, offs, out_dtype);
+  return GroupedMmFunction::apply(input, other, offs, out_dtype);
 }
 
 // The rows of t: the product of its dimensions but the last.
@@ -365,6 +420,7 @@ void kernels(torch::Library& m) {
   m.impl("matmul", &matmul);
   m.impl("matmul.preactivation", &matmul_preactivation);
   m.impl("scaled_mm", &scaled_mm);
+  m.impl("grouped_mm", &grouped_mm);
   m.impl("mlp", &mlp);
   m.impl("mlp.preactivation", &mlp_preactivation);
 }
@@ -376,6 +432,7 @@ TESSERA_TORCH_KERNELS(tessera::torch_ops::kernels)
 TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   m.impl("matmul", &tessera::torch_ops::matmul_autograd);
   m.impl("mlp", &tessera::torch_ops::mlp_autograd);
+  m.impl("grouped_mm", &tessera::torch_ops::grouped_mm_autograd);
 }
 
 namespace tessera::torch_ops::fast {

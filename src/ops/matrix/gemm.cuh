@@ -80,6 +80,15 @@ struct GemmArgs {
   bool allow_tf32 = false;
   GemmConfig config;
   int device = 0;
+  // Grouped (grouped_mm's 2-d x 3-d form): the rows in `groups` groups by `offs` (int32, on the
+  // device, the groups' cumulative ends): rows [offs[g - 1], offs[g]) (offs[-1] = 0) times B's
+  // batch g (stride b_sb); A and C 2-d (batch 1). Rows past the last end are zeroed. Ends that
+  // decrease or pass M are clamped (the later group empty, M), never read past.
+  const int32_t* offs = nullptr;
+  int64_t groups = 0;
+  // Grouped over K instead (grouped_mm's depth form): C's batch g (batch = groups) is the product
+  // over K's rows [offs[g - 1], offs[g]); A and B 2-d.
+  bool offs_over_k = false;
 };
 
 // C's columns: N, or N / 2 with a gated activation (gate and up columns in, one output out).
@@ -403,6 +412,12 @@ void set_config_override(std::optional<GemmConfig> config);
 
 // Runs the first tier that takes `g` (matmul.cu).
 void run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_t stream);
+
+// A grouped call's units (gemm_grouped.cu), for kernels that walk output tiles of `tile_m` rows by
+// `tile_n` columns group by group: into `prefix` (groups + 1 ints) the tiles before each group
+// (prefix[groups]: all), into `ends` (groups ints) the groups' clamped ends (GemmArgs::offs); and
+// C's rows past the last end zeroed. Stream-ordered, no synchronization.
+void grouped_prepare(const GemmArgs& g, int tile_m, int tile_n, int* prefix, int* ends, cudaStream_t stream);
 
 // The SIMT tier's generic kernel's output tiles (kSimtTile square), and its launch over `grid`
 // (gemm_simt_generic.cu).

@@ -36,6 +36,19 @@ bool gated_ok(const GemmArgs& g) {
          g.beta == 0.0f && out_path(g) != kDrain;
 }
 
+// Grouped calls: 16-bit inputs, the plain product (alpha aside). Over rows: up to kMaxGroups
+// groups (their prefix sums in shared memory), a 2-d output, A K-major. Over K: both operands MN-major
+// (mask_stage zeroes whole K rows), C's batch a group.
+bool grouped_ok(const GemmArgs& g) {
+  const bool plain = (g.dtype == DType::bfloat16 || g.dtype == DType::float16) && g.activation == Activation::none &&
+                     !g.bias && !g.residual && !g.z && g.beta == 0.0f;
+  if (g.offs_over_k)
+    return plain && g.batch == g.groups && !layout_a(g).k_major() && !layout_b(g).k_major() && g.a_sb == 0 && g.b_sb == 0;
+  // Over rows, A K-major: a group's tiles start at any row, and an M-major A's boxes would then start
+  // at any M, its contiguous dimension, which faults.
+  return plain && g.groups <= kMaxGroups && g.batch == 1 && layout_a(g).k_major();
+}
+
 }  // namespace
 
 std::string Sm90Tier::Plan::describe() const {
@@ -62,10 +75,32 @@ bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
   }
   if (!out_ok(g.dtype, g.out_dtype) || !has_sm90a_code()) return false;
   if (is_gated(g.activation) && !gated_ok(g)) return false;
-  return operand_ok(g.dtype, layout_a(g), g.batch, kBM) && operand_ok(g.dtype, layout_b(g), g.batch, 256);
+  if (g.offs && !grouped_ok(g)) return false;
+  const int64_t b_batch = g.offs ? g.groups : g.batch;
+  return operand_ok(g.dtype, layout_a(g), g.batch, kBM) && operand_ok(g.dtype, layout_b(g), b_batch, 256);
 }
 
 Sm90Tier::Plan Sm90Tier::plan(const GemmArgs& g, const GemmCtx& ctx) {
+  if (g.offs && g.offs_over_k) {  // cooperative (its units' K blocks differ), whole tiles
+    Plan p;
+    p.group = g.config.group > 0 ? g.config.group : 8;
+    p.grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles(g, Cooperative::BN), ctx.sms)));
+    return p;
+  }
+  if (g.offs) {
+    // Grouped: whole tiles; the schedule chosen as for the rows padded by half a tile a group,
+    // the grid the SMs or the most tiles there can be.
+    GemmArgs padded = g;
+    padded.m = g.m + g.groups * kBM / 2;
+    padded.config.splits = 1;
+    Plan p;
+    p.pingpong = choose(padded, ctx).pingpong;
+    p.group = g.config.group > 0 ? g.config.group : 8;
+    const int bn = p.pingpong ? PingPong::BN : Cooperative::BN;
+    const int64_t most = (g.m / kBM + g.groups) * ((g.n + bn - 1) / bn);
+    p.grid = int(std::max<int64_t>(1, std::min<int64_t>(most, ctx.sms)));
+    return p;
+  }
   const Choice c = choose(g, ctx);
   Plan p;
   p.pingpong = c.pingpong;

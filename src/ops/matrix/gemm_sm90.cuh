@@ -64,6 +64,9 @@ constexpr int kThreads = 128 * (kConsumers + 1);
 // time; rows padded to kEpiStride floats put a warp's fragment writes and its row reads on
 // distinct banks.
 constexpr int kEpiCols = 32, kEpiStride = kEpiCols + 8;
+// Grouped calls (GemmArgs::offs) of at most this many groups: their units' prefix sums are held in
+// shared memory, which the stages leave about 2 KB of.
+constexpr int kMaxGroups = 256;
 
 // How the consumers share the work; both walk the CTA's tiles (kBM x BN) in the same order.
 //   cooperative  both consumers on each tile, rows 0-63 and 64-127 (64 x 256 accumulators each)
@@ -99,6 +102,7 @@ struct alignas(1024) Smem {
   uint64_t empty[S::kStages];
   uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
   uint64_t old[kConsumers][4];  // beta: a warp's rows of the old output have landed in staging
+  int prefix[kMaxGroups + 1];   // grouped: Work::prefix
 };
 
 // The maps of the epilogue's TMA copies, side by side so that one pointer reaches them all: the
@@ -129,8 +133,23 @@ struct Work {
   // accumulators' own order) and count themselves: the last to arrive sums them in chunk order.
   float* partials = nullptr;
   int* counters = nullptr;  // zero at launch and left zero: two per split tile and consumer
+  // Grouped (GemmArgs::offs): the units are each group's tiles (of TileOrder with its rows) in
+  // turn, whole; `prefix` (grouped_prepare's, copied into shared memory by the kernel) counts the
+  // units before each group, `ends` holds the groups' clamped ends.
+  int groups = 0;
+  const int* prefix = nullptr;
+  const int* ends = nullptr;
+  // Grouped over K (GemmArgs::offs_over_k): tile order's batch b is group b, whose K range
+  // [ends[b - 1], ends[b]) gives the unit's K blocks (of `block_k`); the blocks it shares with a
+  // neighbour are masked in shared memory (mask_stage).
+  bool depth = false;
+  int block_k = 0;
 
   __host__ __device__ int64_t count() const { return whole + (tiles.count() - whole) * splits; }
+  // `prefix`: the shared-memory copy of prefix.
+  __device__ __forceinline__ int64_t count(const int* prefix_s) const {
+    return groups ? prefix_s[groups] : count();
+  }
 
   struct Unit {
     int64_t batch;
@@ -138,7 +157,40 @@ struct Work {
     int kb0, kb1;     // the K blocks [kb0, kb1)
     int64_t split;    // the split tile's index (-1: whole)
     int chunk;
+    int m0;           // the tile's first row (TMA's coordinates are 32-bit)
+    int m_end;        // rows from here on are not the unit's (grouped: its group's end)
+    int k_begin, k_end;  // depth: the group's K range
   };
+  __device__ __forceinline__ Unit at(int64_t u, const int* prefix_s) const {
+    if (groups) return grouped_at(int(u), prefix_s);
+    Unit w = at(u);
+    w.m0 = w.tm * kBM;
+    w.m_end = INT32_MAX;
+    if (depth) {
+      w.k_begin = w.batch ? ends[w.batch - 1] : 0, w.k_end = ends[w.batch];
+      w.kb0 = w.k_begin / block_k, w.kb1 = (w.k_end + block_k - 1) / block_k;
+    }
+    return w;
+  }
+  // Unit u of a grouped call: its group (the last g with prefix_s[g] <= u), then its tile in the
+  // group's own TileOrder.
+  __device__ __forceinline__ Unit grouped_at(int u, const int* prefix_s) const {
+    int lo = 0, hi = groups - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (prefix_s[mid] <= u) lo = mid;
+      else hi = mid - 1;
+    }
+    const TileOrder own{(prefix_s[lo + 1] - prefix_s[lo]) / tiles.tiles_n, tiles.tiles_n, tiles.group, 1};
+    Unit w;
+    int64_t b;
+    own.at(u - prefix_s[lo], b, w.tm, w.tn);
+    w.batch = lo;
+    w.kb0 = 0, w.kb1 = k_blocks, w.split = -1, w.chunk = 0;
+    w.m0 = (lo ? ends[lo - 1] : 0) + w.tm * kBM;
+    w.m_end = ends[lo];
+    return w;
+  }
   __device__ __forceinline__ Unit at(int64_t u) const {
     Unit w;
     w.split = u < whole ? -1 : (u - whole) / splits;
@@ -187,15 +239,15 @@ __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorM
   constexpr uint32_t kBytes = (kBM + BN) * kBK<T> * sizeof(T);
   int stage = 0;
   uint32_t phase = 0;
-  for (int64_t t = blockIdx.x; t < work.count(); t += gridDim.x) {
-    const Work::Unit w = work.at(t);
+  for (int64_t t = blockIdx.x; t < work.count(s.prefix); t += gridDim.x) {
+    const Work::Unit w = work.at(t, s.prefix);
     const int64_t batch = w.batch;
-    const int tm = w.tm, tn = w.tn;
+    const int tn = w.tn;
     for (int kb = w.kb0; kb < w.kb1; ++kb) {
       const tile::BulkBarrier full{&s.full[stage]}, empty{&s.empty[stage]};
       empty.wait(phase ^ 1);  // a fresh barrier's preceding phase counts as complete
       full.expect(kBytes);
-      load_operand<T, KA, kBM>(s.a[stage], map_a, a, kb * kBK<T>, tm * kBM, int(batch), full);
+      load_operand<T, KA, kBM>(s.a[stage], map_a, a, kb * kBK<T>, int(w.m0), int(batch), full);
       load_operand<T, KB, BN>(s.b[stage], map_b, b, kb * kBK<T>, tn * BN, int(batch), full);
       if (++stage == kStages) stage = 0, phase ^= 1;
     }
@@ -397,13 +449,33 @@ __device__ __forceinline__ void sum_chunks(float (&acc)[Frags][Acc], const Work&
   }
 }
 
+// Depth: zeroes the rows of K outside [lo, hi) (stage-relative) of this consumer's share of a
+// stage that a group shares with its neighbour: its 64-wide block of A, and half of B's (both
+// MN-major: a K row is 128 contiguous bytes of each block, wherever the swizzle puts its chunks),
+// then a barrier of both consumers, so that neither multiplies before the other has masked.
+template <class T, class S>
+__device__ __noinline__ void mask_stage(Smem<T, S>& s, int stage, int lo, int hi, int wg) {
+  constexpr int kRowChunks = 128 / 16, kBlockBytes = 64 * kBK<T> * int(sizeof(T));
+  constexpr int kBBlocks = S::BN / 64 / kConsumers;
+  unsigned char* a = reinterpret_cast<unsigned char*>(s.a[stage]) + wg * kBlockBytes;
+  unsigned char* b = reinterpret_cast<unsigned char*>(s.b[stage]) + wg * kBBlocks * kBlockBytes;
+  for (int i = threadIdx.x % 128; i < (1 + kBBlocks) * kBK<T> * kRowChunks; i += 128) {
+    const int block = i / (kBK<T> * kRowChunks), row = i / kRowChunks % kBK<T>, chunk = i % kRowChunks;
+    if (row >= lo && row < hi) continue;
+    unsigned char* base = block == 0 ? a : b + (block - 1) * kBlockBytes;
+    *reinterpret_cast<uint4*>(base + row * 128 + chunk * 16) = make_uint4(0, 0, 0, 0);
+  }
+  tile::fence_async_shared();
+  tile::group_sync(3, 128 * kConsumers);
+}
+
 // Consumer `wg`: its tiles are the CTA's j-th (every one: cooperative; j = wg, wg + 2, ...:
 // pingpong). Tile j's K blocks are the ring's positions j * k_blocks on.
 template <class T, class OutT, class S, bool KA, bool KB>
 // `epi` is the kernel's parameter, read where used rather than held in registers beside the
 // accumulators; alpha with the device scales folded in is computed once.
 __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensorMap* maps,
-                        OutPath path, const Work& work, int64_t m, int64_t n, int wg) {
+                        OutPath kernel_path, const Work& work, int64_t m_all, int64_t n, int wg) {
   constexpr int BN = S::BN, kStages = S::kStages, kFrags = S::kRows / 64;
   using Mma = tile::wgmma::Mma<T, BN, KA ? 0 : 1, KB ? 0 : 1>;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
@@ -415,8 +487,8 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
   const float alpha = epi.resolved().alpha;
   for (int64_t j = S::kPingPong ? wg : 0;; j += S::kPingPong ? kConsumers : 1) {
     const int64_t t = blockIdx.x + j * gridDim.x;
-    if (t >= work.count()) break;
-    const Work::Unit w = work.at(t);
+    if (t >= work.count(s.prefix)) break;
+    const Work::Unit w = work.at(t, s.prefix);
     const int64_t batch = w.batch;
     const int blocks = w.kb1 - w.kb0;
     // Pingpong: wait for the other consumer to be done with tile j - 1's ring positions, so
@@ -427,13 +499,18 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     int stage = int(pos % kStages), prev = 0;
     uint32_t phase = uint32_t(pos / kStages) & 1;
     pos += blocks;
-    const int64_t row0 = int64_t(w.tm) * kBM + rows0, col0 = int64_t(w.tn) * BN;
+    const int64_t row0 = int64_t(w.m0) + rows0, col0 = int64_t(w.tn) * BN;
     // With beta, this tile's old output into L2 a few stages before the epilogue reads it, a row
     // a thread, so that the epilogue's reads do not wait on DRAM.
-    const int prefetch_at = epi.prefetch && tid < S::kRows && row0 + tid < m ? max(0, blocks - kStages) : -1;
+    const int prefetch_at = epi.prefetch && tid < S::kRows && row0 + tid < m_all ? max(0, blocks - kStages) : -1;
     for (int kb = 0; kb < blocks; ++kb) {
       if (kb == prefetch_at) epi.prefetch_row(batch, row0 + tid, col0, min(int64_t(BN), n - col0));
       tile::BulkBarrier{&s.full[stage]}.wait(phase);
+      if constexpr (!S::kPingPong && !KA && !KB)
+        if (work.depth) {
+          const int k0 = (w.kb0 + kb) * kBK<T>;
+          if (k0 < w.k_begin || k0 + kBK<T> > w.k_end) mask_stage(s, stage, w.k_begin - k0, w.k_end - k0, wg);
+        }
       tile::wgmma::fence();
 #pragma unroll
       for (int k = 0; k < kKSteps; ++k)
@@ -449,9 +526,18 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     }
     if (S::kPingPong && tid == 0) tile::BulkBarrier{&s.turn[1 - wg]}.arrive();
     tile::wgmma::wait<0>();
-    if (tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
+    if (tid == 0 && blocks > 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
+    if (blocks == 0)  // depth: an empty group's product
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[f][i] = 0.0f;
 #pragma unroll
     for (int f = 0; f < kFrags; ++f) tile::wgmma::fence_operands(acc[f]);
+    // A grouped tile whose rows pass its group's end stores through drain, which stops there (a
+    // TMA store would write the next group's rows).
+    const int64_t m = w.m_end < m_all ? w.m_end : m_all;
+    const OutPath path = work.groups && w.m0 + kBM > m ? kDrain : kernel_path;
     int g0, g1;  // the column groups this unit stores
     unit_groups<BN, kSubtiles<S, OutT>>(work, w, g0, g1);
     if constexpr (!S::kPingPong)  // pingpong's units are whole tiles
@@ -473,7 +559,12 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
       continue;
     }
     // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
-    // the next in d[4 i + 2 r], d[4 i + 2 r + 1]) through shared memory, kEpiCols columns a pass.
+    // the next in d[4 i + 2 r], d[4 i + 2 r + 1]) through shared memory, kEpiCols columns a pass:
+    // where earlier units stored by TMA, once every warp's stores have read the staging buffers.
+    if (kernel_path != kDrain) {
+      if (lane == 0) tile::bulk_wait_read<0>();
+      tile::group_sync(1 + wg, 128);
+    }
     float* buf = reinterpret_cast<float*>(s.out[wg]);
 #pragma unroll
     for (int pass = 0; pass < BN / kEpiCols; ++pass) {
@@ -494,7 +585,7 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
       tile::group_sync(1 + wg, 128);
     }
   }
-  if (path != kDrain && threadIdx.x % 32 == 0) tile::bulk_wait_read<0>();  // before smem goes
+  if (kernel_path != kDrain && threadIdx.x % 32 == 0) tile::bulk_wait_read<0>();  // before smem goes
 }
 
 template <class T, class OutT, class S, bool KA, bool KB>
@@ -522,6 +613,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int w = 0; w < 4; ++w) tile::BulkBarrier{&s.old[i][w]}.init(1);
     tile::bulk_barriers_ready();
   }
+  if (work.groups)
+    for (int i = threadIdx.x; i <= work.groups; i += kThreads) s.prefix[i] = work.prefix[i];
   __syncthreads();
   if (role == 0) {
     tile::wgmma::release_registers<40>();

@@ -11,9 +11,11 @@ namespace tessera::matrix::sm90 {
 template <class T, class OutT, class S, bool KA, bool KB>
 void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
   constexpr int BN = S::BN;
+  // Grouped: B's batches are the groups (A and C are 2-d).
+  const int64_t b_batch = g.offs && !g.offs_over_k ? g.groups : g.batch;
   const CUtensorMap ma = operand_map(g.dtype, layout_a(g), g.batch, kBM);
-  const CUtensorMap mb = operand_map(g.dtype, layout_b(g), g.batch, BN);
-  const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && g.batch > 1};
+  const CUtensorMap mb = operand_map(g.dtype, layout_b(g), b_batch, BN);
+  const Operand a{g.a_sb != 0 && g.batch > 1}, b{g.b_sb != 0 && b_batch > 1};
   const OutPath path = out_path(g);
   OutMaps maps{};
   if (path != kDrain)
@@ -39,7 +41,22 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
                                     stream);
   work.partials = split.partials();
   work.counters = split.counters();
+  runtime::Scratch units(g.offs ? std::size_t(2 * g.groups + 1) * sizeof(int) : 0, stream);
+  if (g.offs && g.offs_over_k) {  // the groups' K ranges only
+    GemmArgs over_k = g;
+    over_k.m = g.k, over_k.n = 0;
+    grouped_prepare(over_k, 1, 1, units.as<int>(), units.as<int>() + g.groups + 1, stream);
+    work.depth = true;
+    work.block_k = kBK<T>;
+    work.ends = units.as<int>() + g.groups + 1;
+  } else if (g.offs) {
+    work.groups = int(g.groups);
+    work.prefix = units.as<int>();
+    work.ends = units.as<int>() + g.groups + 1;
+    grouped_prepare(g, kBM, BN, units.as<int>(), units.as<int>() + g.groups + 1, stream);
+  }
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
+  static_assert(sizeof(Smem<T, S>) + 1024 <= 227 * 1024, "the stages, staging and prefix fit");
   auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
   runtime::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   kernel<<<p.grid, kThreads, smem, stream>>>(ma, mb, maps, a, b, path, Epilogue<OutT>::from(g),
