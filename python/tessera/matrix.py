@@ -352,16 +352,16 @@ def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Optional[torch.Te
     Group g spans ``[offs[g-1], offs[g])``; rows (columns) past the last offset are zero, as is an
     empty group's product. Offsets that decrease or pass the extent are clamped, never read out of
     bounds, and not checked on the host (that would wait for the GPU). float32, float16 and
-    bfloat16; ``out_dtype`` the inputs' or float32. Every gradient is a grouped product too."""
-    _torch_only(mat_a, "mat_a", "grouped_mm")
+    bfloat16; ``out_dtype`` the inputs' or float32. Every gradient is a grouped product too.
+    Tensors tessera's kernels do not take (CPU, float64) go to ``torch._grouped_mm``."""
+    torch = _torch_only(mat_a, "mat_a", "grouped_mm")
     _torch_only(mat_b, "mat_b", "grouped_mm")
+    if _interop.outside_kernels(mat_a, mat_b) and hasattr(torch, "_grouped_mm"):
+        return torch._grouped_mm(mat_a, mat_b, offs, bias=bias, out_dtype=out_dtype)  # torch's, or its error
     if bias is not None:
         raise ValueError("tessera.grouped_mm: argument 'bias': not supported (as torch._grouped_mm); "
                          "expected None")
-    if _state.ops is None:
-        raise RuntimeError("tessera.grouped_mm: needs tessera's torch ops (libtessera_torch.so), "
-                           "which this installation lacks")
-    return _state.ops.grouped_mm.default(mat_a, mat_b, offs, out_dtype=out_dtype)
+    return _interop.needs_ops("grouped_mm", "needs").grouped_mm.default(mat_a, mat_b, offs, out_dtype=out_dtype)
 
 
 def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,

@@ -33,6 +33,13 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     ``token_accuracy`` (the output a ``TesseraCausalLMOutputWithPast``), as TRL's SFTTrainer asks of
     Liger's models.
 
+  - ``experts`` (the Mixture-of-Experts families: Qwen3-MoE, Qwen2-MoE, Mixtral): the
+    ``<Family>Experts`` forward to tessera's (tessera/_transformers_experts.py: the pairs sorted by
+    expert, both projections as ``tessera.grouped_mm``, the gate through ``tessera.silu_mul``, the
+    pairs summed per token in a fixed order); also registered as ``experts_implementation="tessera"``.
+    The router stays the model's; with ``output_router_logits`` the fused loss adds the
+    load-balancing loss as the family's forward does (the output a ``MoeCausalLMOutputWithPast``).
+
   - ``attention``: the model's ``attn_implementation`` to ``"tessera"``, tessera's FlashAttention
     behind transformers' AttentionInterface (causal, GQA, sliding windows, soft-cap, padded batches
     and packed sequences: tessera/_transformers_attention.py). By class, a model built afterwards
@@ -46,7 +53,8 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     than its causal ones. Where the mask or positions must be read to know, the trace breaks once,
     at the mask.
 
-Importing this module also registers ``attn_implementation="tessera"``.
+Importing this module also registers ``attn_implementation="tessera"`` and
+``experts_implementation="tessera"``.
 
 ``revert()`` undoes every patch of this module (the classes' and the modeling modules'). Needs
 transformers >= 5 (``pip install tessera[transformers]``); nothing else in tessera imports this.
@@ -64,14 +72,15 @@ import torch
 import torch.nn.functional as F
 import transformers
 from transformers.cache_utils import DynamicCache
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOutputWithPast
 
 import tessera
 
-from . import _interop, _transformers_attention
+from . import _interop, _transformers_attention, _transformers_experts
 
 IGNORE_INDEX = -100
 _transformers_attention.register(transformers)
+_transformers_experts.register(transformers)
 # tessera's torch ops now, not at the first call, which may come inside torch.compile's trace.
 _interop.init_ops(torch)
 
@@ -86,6 +95,7 @@ class Family:
     gate: str = "silu"        # the MLP's gate: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     fused_gate_up: bool = False  # one gate_up_proj, gate in the first half (Phi-3)
     softcap: str | None = None   # the config's final logit soft-cap attribute, if any
+    experts: str | None = None   # MoE: the experts' class (<prefix>Experts), run on tessera.grouped_mm
 
     @property
     def mlp_keyword(self) -> str:
@@ -100,6 +110,9 @@ FAMILIES = {f.model_type: f for f in (
     Family("gemma2", "gemma2", "Gemma2", gemma_norm=True, gate="gelu_tanh", softcap="final_logit_softcapping"),
     Family("gemma3_text", "gemma3", "Gemma3", gemma_norm=True, gate="gelu_tanh", softcap="final_logit_softcapping"),
     Family("phi3", "phi3", "Phi3", fused_gate_up=True),
+    Family("qwen3_moe", "qwen3_moe", "Qwen3Moe", experts="Qwen3MoeExperts"),
+    Family("qwen2_moe", "qwen2_moe", "Qwen2Moe", experts="Qwen2MoeExperts"),
+    Family("mixtral", "mixtral", "Mixtral", experts="MixtralExperts"),
 )}
 
 # The activations each gate stands for (config.hidden_act, or Gemma's hidden_activation).
@@ -391,6 +404,7 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
     names = [p.name for p in signature.parameters.values()
              if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)][1:]
     softcap_attr = family.softcap
+    moe = family.experts is not None
 
     def forward(self, *args, **kwargs):
         call = dict(zip(names, args))
@@ -404,6 +418,10 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
         call.pop("logits_to_keep", None)  # training takes every position
         call.pop("return_dict", None)
         target = _shifted(labels, shift_labels)
+        router = moe and bool(call.get("output_router_logits") if call.get("output_router_logits") is not None
+                              else getattr(self.config, "output_router_logits", False))
+        if moe:
+            call["output_router_logits"] = router
         if fused:
             head = _lm_head(self)
             outputs = self.model(**call)
@@ -417,6 +435,14 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
             logits = outputs.logits
             loss = _loss_of_logits(logits, target.to(logits.device), num_items)
             acc = _accuracy(logits.detach(), target) if accuracy else None
+        if moe:  # the router's load-balancing loss, as the family's forward adds it
+            aux = (modeling(family).load_balancing_loss_func(outputs.router_logits, self.num_experts,
+                                                              self.num_experts_per_tok, call.get("attention_mask"))
+                   if router else None)
+            if aux is not None:
+                loss = loss + self.router_aux_loss_coef * aux.to(loss.device)
+            return MoeCausalLMOutputWithPast(loss=loss, aux_loss=aux, logits=logits, hidden_states=outputs.hidden_states,
+                                             attentions=outputs.attentions, router_logits=outputs.router_logits)
         if accuracy:
             return TesseraCausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                                  attentions=outputs.attentions, token_accuracy=acc)
@@ -533,7 +559,7 @@ def _mlp_forward(family: Family) -> Callable:
 
 def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: bool = True,
            cross_entropy: bool = False, fused_linear_cross_entropy: bool = True, attention: bool = True,
-           model=None) -> None:
+           experts: bool = True, model=None) -> None:
     if cross_entropy and fused_linear_cross_entropy:
         raise ValueError("tessera.transformers: cross_entropy and fused_linear_cross_entropy are two ways "
                          "to the same loss: ask for one")
@@ -546,7 +572,9 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
     elif attention:
         _attention_on(model)
     norm_fn = gemma_rms_norm_forward if family.gemma_norm else rms_norm_forward
-    mlp_cls = getattr(module, f"{family.prefix}MLP")
+    mlp_cls = getattr(module, f"{family.prefix}MLP", None)  # a dense MLP (MoE: the shared expert, if any)
+    mlp = mlp and mlp_cls is not None
+    experts_cls = getattr(module, family.experts) if family.experts and experts else None
     lm_cls = getattr(module, f"{family.prefix}ForCausalLM")
     lm_fn = (_causal_lm_forward(family, fused_linear_cross_entropy, _original(lm_cls, "forward"))
              if cross_entropy or fused_linear_cross_entropy else None)
@@ -556,6 +584,8 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
             _set(cls, "forward", norm_fn)
         if mlp:
             _set(mlp_cls, "forward", _mlp_forward(family))
+        if experts_cls is not None:
+            _set(experts_cls, "forward", _transformers_experts.experts_forward)
         if lm_fn is not None:
             _set(lm_cls, "forward", lm_fn)
         return
@@ -564,6 +594,8 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
             _set(m, "forward", types.MethodType(norm_fn, m))
         elif mlp and isinstance(m, mlp_cls):
             _set(m, "forward", types.MethodType(_mlp_forward(family), m))
+        elif experts_cls is not None and isinstance(m, experts_cls):
+            _set(m, "forward", types.MethodType(_transformers_experts.experts_forward, m))
         elif lm_fn is not None and isinstance(m, lm_cls):
             _set(m, "forward", types.MethodType(lm_fn, m))
 
@@ -571,15 +603,18 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
 def _apply_function(family: Family) -> Callable:
     mlp_kw = family.mlp_keyword
 
+    extra = {mlp_kw} | ({"experts"} if family.experts else set())
+
     def apply(rope: bool = True, rms_norm: bool = True, cross_entropy: bool = False,
               fused_linear_cross_entropy: bool = True, attention: bool = True, model=None, **kwargs) -> None:
-        unknown = set(kwargs) - {mlp_kw}
+        unknown = set(kwargs) - extra
         if unknown:
             raise TypeError(f"apply_tessera_to_{family.model_type}() got unexpected keyword argument(s) "
-                            f"{', '.join(sorted(unknown))} (it takes rope, rms_norm, {mlp_kw}, cross_entropy, "
-                            "fused_linear_cross_entropy, attention, model)")
+                            f"{', '.join(sorted(unknown))} (it takes rope, rms_norm, {', '.join(sorted(extra))}, "
+                            "cross_entropy, fused_linear_cross_entropy, attention, model)")
         _apply(family, rope=rope, rms_norm=rms_norm, mlp=kwargs.get(mlp_kw, True), cross_entropy=cross_entropy,
-               fused_linear_cross_entropy=fused_linear_cross_entropy, attention=attention, model=model)
+               fused_linear_cross_entropy=fused_linear_cross_entropy, attention=attention,
+               experts=kwargs.get("experts", True), model=model)
 
     apply.__name__ = apply.__qualname__ = f"apply_tessera_to_{family.model_type}"
     apply.__doc__ = (f"Puts {family.prefix} models on tessera's kernels: rope, rms_norm, {mlp_kw}, the loss "
@@ -587,8 +622,9 @@ def _apply_function(family: Family) -> Callable:
                      "'tessera'; False keeps the model's); model=None patches the classes before "
                      "a model is built, model=... an existing one in place (see tessera.transformers).")
     params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in
-              (("rope", True), ("rms_norm", True), (mlp_kw, True), ("cross_entropy", False),
-               ("fused_linear_cross_entropy", True), ("attention", True), ("model", None))]
+              (("rope", True), ("rms_norm", True), (mlp_kw, True), *((("experts", True),) if family.experts else ()),
+               ("cross_entropy", False), ("fused_linear_cross_entropy", True), ("attention", True),
+               ("model", None))]
     apply.__signature__ = inspect.Signature(params)
     return apply
 
@@ -613,17 +649,19 @@ def apply_tessera(model, **kwargs) -> None:
     """apply_tessera_to_<family>(model=model, **kwargs) for model.config.model_type, leaving out the
     keywords the family does not take (geglu for Llama, swiglu for Gemma)."""
     family = _family_of(model.config.model_type)
-    other = {"swiglu", "geglu"} - {family.mlp_keyword}
+    other = {"swiglu", "geglu"} - {family.mlp_keyword} | (set() if family.experts else {"experts"})
     taken = {k: v for k, v in kwargs.items() if k not in other}
     globals()[f"apply_tessera_to_{family.model_type}"](model=model, **taken)
 
 
 def _apply_for_config(config, kwargs: dict) -> dict:
     """Pops tessera's keywords from from_pretrained's / from_config's and patches the family."""
-    names = {"rope", "rms_norm", "swiglu", "geglu", "cross_entropy", "fused_linear_cross_entropy", "attention"}
+    names = {"rope", "rms_norm", "swiglu", "geglu", "experts", "cross_entropy", "fused_linear_cross_entropy",
+             "attention"}
     ours = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
     family = _family_of(config.model_type)
-    ours = {k: v for k, v in ours.items() if k not in {"swiglu", "geglu"} - {family.mlp_keyword}}
+    other = {"swiglu", "geglu"} - {family.mlp_keyword} | (set() if family.experts else {"experts"})
+    ours = {k: v for k, v in ours.items() if k not in other}
     globals()[f"apply_tessera_to_{family.model_type}"](**ours)
     return kwargs
 

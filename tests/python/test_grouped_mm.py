@@ -5,7 +5,7 @@ import pytest
 torch = pytest.importorskip("torch")
 tessera = pytest.importorskip("tessera")
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def ends_of(sizes):
@@ -62,6 +62,7 @@ ROWS = [(1000, 128, 256, [0, 1, 300, 7, 129, 0, 64, 499]),
         (2051, 512, 384, [17] * 64 + [963])]
 
 
+@gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m,k,n,sizes", ROWS)
 @pytest.mark.parametrize("b_kmajor", [False, True])
@@ -81,6 +82,7 @@ def test_rows_form_and_its_gradients(dtype, m, k, n, sizes, b_kmajor):
     close(b.grad, b64.grad, dtype, m)
 
 
+@gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_columns_depth_and_batched_forms(dtype):
     def x(*shape):
@@ -98,6 +100,7 @@ def test_columns_depth_and_batched_forms(dtype):
         close(b.grad, b64.grad, dtype, a.shape[-2])
 
 
+@gpu
 def test_bad_offsets_are_clamped_never_read_out_of_bounds():
     a = torch.randn(100, 64, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(3, 64, 32, device="cuda", dtype=torch.bfloat16)
@@ -106,6 +109,7 @@ def test_bad_offsets_are_clamped_never_read_out_of_bounds():
     close(out, reference(a, b, offs), torch.bfloat16, 64)
 
 
+@gpu
 def test_out_dtype_float32():
     a = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4, 128, 64, device="cuda", dtype=torch.bfloat16)
@@ -114,6 +118,7 @@ def test_out_dtype_float32():
     close(out, reference(a, b, ends_of([64, 64, 64, 64])), torch.float32, 8 * 128)
 
 
+@gpu
 def test_matches_torch_grouped_mm():
     if not hasattr(torch, "_grouped_mm"):
         pytest.skip("torch has no _grouped_mm")
@@ -125,6 +130,7 @@ def test_matches_torch_grouped_mm():
     close(got, want.double(), torch.bfloat16, 512)
 
 
+@gpu
 def test_errors_name_the_argument():
     a = torch.randn(64, 32, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(2, 32, 16, device="cuda", dtype=torch.bfloat16)
@@ -139,3 +145,18 @@ def test_errors_name_the_argument():
         tessera.grouped_mm(a, torch.randn(2, 31, 16, device="cuda", dtype=torch.bfloat16), offs)
     with pytest.raises(TypeError, match="argument 'other'"):
         tessera.grouped_mm(a, b.half(), offs)
+
+
+def test_cpu_tensors_go_to_torch():
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("torch has no _grouped_mm")
+    a = torch.randn(24, 16, dtype=torch.bfloat16)
+    b = torch.randn(3, 16, 8, dtype=torch.bfloat16)
+    offs = torch.tensor([8, 8, 24], dtype=torch.int32)
+    try:
+        want = torch._grouped_mm(a, b, offs)
+    except (RuntimeError, NotImplementedError) as e:  # torch's CPU kernel refusing: its error again
+        with pytest.raises(type(e)):
+            tessera.grouped_mm(a, b, offs)
+        return
+    assert torch.equal(tessera.grouped_mm(a, b, offs), want)

@@ -1,0 +1,118 @@
+"""tessera.transformers' Mixture-of-Experts families on the CPU: tiny Qwen3-MoE, Qwen2-MoE and
+Mixtral models patched by class and by instance (the experts' forward on tessera.grouped_mm, the
+norms, RoPE and loss as for the dense families), parameter names unchanged, and the patched
+model's loss (the router's load-balancing loss included) and gradients equal to the plain model's
+in float32, through the ops' CPU paths (torch._grouped_mm, torch's composition of silu_mul)."""
+
+import pytest
+
+transformers = pytest.importorskip("transformers", minversion="5.0")
+torch = pytest.importorskip("torch")
+
+import tessera.transformers as tt  # noqa: E402
+
+COMMON = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+CONFIGS = {
+    "qwen3_moe": ("Qwen3MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, num_experts=4,
+                                         num_experts_per_tok=2, head_dim=16, norm_topk_prob=True)),
+    "qwen2_moe": ("Qwen2MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, num_experts=4,
+                                         num_experts_per_tok=2, shared_expert_intermediate_size=48)),
+    "mixtral": ("MixtralConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2)),
+}
+MOE = [t for t in CONFIGS if hasattr(transformers, CONFIGS[t][0])]
+
+pytestmark = pytest.mark.skipif(not hasattr(torch, "_grouped_mm"), reason="the CPU path needs torch._grouped_mm")
+
+
+@pytest.fixture(autouse=True)
+def unpatched():
+    tt.revert()
+    yield
+    tt.revert()
+
+
+def build(model_type, seed=0, **extra):
+    name, kwargs = CONFIGS[model_type]
+    config = getattr(transformers, name)(**COMMON, **kwargs, **extra)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    for p in model.parameters():  # the experts' 3-d weights start uninitialized in some versions
+        if p.dim() == 3:
+            torch.nn.init.normal_(p, std=0.05)
+    return model.float()
+
+
+def experts_class(model_type):
+    family = tt.FAMILIES[model_type]
+    return getattr(tt.modeling(family), family.experts)
+
+
+def test_experts_backend_is_registered():
+    moe = pytest.importorskip("transformers.integrations.moe")
+    assert "tessera" in moe.ExpertsInterface._global_mapping
+
+
+@pytest.mark.parametrize("model_type", MOE)
+def test_patch_by_instance_and_by_class(model_type):
+    model = build(model_type)
+    before = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+    cls = experts_class(model_type)
+    tt.apply_tessera(model)
+    assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == before
+    experts = [m for m in model.modules() if isinstance(m, cls)]
+    assert len(experts) == COMMON["num_hidden_layers"]
+    assert all(m.forward.__func__ is tt._transformers_experts.experts_forward for m in experts)
+    tt.revert()
+    getattr(tt, f"apply_tessera_to_{model_type}")()
+    assert cls.forward is tt._transformers_experts.experts_forward
+    assert str(build(model_type))
+    tt.revert()
+    assert cls.forward is not tt._transformers_experts.experts_forward
+
+
+def test_experts_keyword_keeps_theirs():
+    cls = experts_class("qwen3_moe")
+    tt.apply_tessera_to_qwen3_moe(experts=False)
+    assert cls.forward is not tt._transformers_experts.experts_forward
+    with pytest.raises(TypeError, match="experts"):
+        tt.apply_tessera_to_llama(experts=False)
+
+
+@pytest.mark.parametrize("model_type", MOE)
+@pytest.mark.parametrize("router", [False, True])
+def test_same_loss_and_gradients(model_type, router):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, COMMON["vocab_size"], (2, 11), generator=g)
+    labels = ids.clone()
+    labels[0, :3] = -100
+    plain = build(model_type, output_router_logits=router).train()
+    loss = plain(input_ids=ids, labels=labels).loss
+    loss.backward()
+    patched = build(model_type, output_router_logits=router).train()
+    tt.apply_tessera(patched)
+    out = patched(input_ids=ids, labels=labels)
+    assert out.logits is None
+    assert (out.aux_loss is not None) == router
+    torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
+    out.loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
+        if p.grad is None:
+            assert q.grad is None or not q.grad.any(), name
+            continue
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("model_type", MOE)
+def test_experts_forward_matches_the_modules_own(model_type):
+    model = build(model_type)
+    cls = experts_class(model_type)
+    experts = next(m for m in model.modules() if isinstance(m, cls))
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(13, COMMON["hidden_size"], generator=g)
+    idx = torch.randint(0, experts.num_experts, (13, 2), generator=g)
+    idx[:, 1] = (idx[:, 0] + 1) % experts.num_experts  # two distinct experts a token
+    w = torch.rand(13, 2, generator=g)
+    want = type(experts).forward.__wrapped__(experts, x, idx, w)  # the modeling file's own loop
+    got = tt._transformers_experts.experts_forward(experts, x, idx, w)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
