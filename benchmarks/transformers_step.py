@@ -7,6 +7,8 @@ apply_tessera (eager and compiled): step time, tokens/s, peak memory above the w
         --heads 16 --kv-heads 4 --intermediate 5632 --vocab 128256] [--batch 2 --seq 4096] [--steps 8]
         [--warmup 3] [--rounds 2] [--runs "eager,compile,liger,tessera,tessera compile,tessera sdpa,..."]
         [--attn sdpa] [--fit] [--profile] [--out DIR]
+    python benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 --head-dim 128
+        --experts 128 --top-k 8 --moe-intermediate 768 --vocab 151936 [--experts-impl grouped_mm]
 
 The model: <family>ForCausalLM from its config with random init (the sizes above, bf16 weights),
 ``attn_implementation`` --attn (sdpa; "tessera" is tessera's FlashAttention). The "tessera" runs
@@ -20,6 +22,10 @@ each step, the host running ahead). Peak memory: torch's allocator peak over the
 the memory held before them (the weights of every model kept).
 With several families (a list, or "all"), each is run in turn (its models freed before the next),
 its table printed; the report is a table of each patched run compiled against uncompiled.
+The Mixture-of-Experts families (--family moe, or by name) take their experts' shapes from
+--experts, --top-k and --moe-intermediate (Mixtral's intermediate size; Qwen2-MoE's shared expert
+takes --intermediate), every layer sparse; the runs tessera does not patch use
+experts_implementation --experts-impl (transformers' "grouped_mm", torch._grouped_mm).
 Liger's run is left out, with a note, where liger_kernel does not import. Writes
 transformers_step.json, .md and .svg (step time and peak memory; the first family's) into --out.
 """
@@ -44,7 +50,12 @@ CONFIGS = {  # family -> (config class, the family's own defaults that the flags
     "gemma2": ("Gemma2Config", {}),
     "gemma3_text": ("Gemma3TextConfig", {}),
     "phi3": ("Phi3Config", {}),
+    # Mixture of Experts: the experts' shapes from --experts, --top-k and --moe-intermediate
+    "qwen3_moe": ("Qwen3MoeConfig", {"norm_topk_prob": True, "decoder_sparse_step": 1}),
+    "qwen2_moe": ("Qwen2MoeConfig", {"decoder_sparse_step": 1}),
+    "mixtral": ("MixtralConfig", {}),
 }
+MOE = {"qwen3_moe": "num_experts", "qwen2_moe": "num_experts", "mixtral": "num_local_experts"}
 RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera sdpa", "tessera sdpa compile")
 DEFAULT_RUNS = RUNS
 # --fit: the model for a GPU under FIT_GIB (the issue's model's eager run peaks near 20 GiB above
@@ -55,11 +66,19 @@ SMALL = dict(layers=4, hidden=1024, heads=8, kv_heads=2, intermediate=2816, voca
 
 def config_of(args, family):
     name, extra = CONFIGS[family]
+    extra = dict(extra)
+    if family in MOE:
+        extra.update({MOE[family]: args.experts, "num_experts_per_tok": args.top_k})
+        if family != "mixtral":
+            extra.update(moe_intermediate_size=args.moe_intermediate)
+        if family == "qwen2_moe":
+            extra.update(shared_expert_intermediate_size=args.intermediate)
     return getattr(transformers, name)(
-        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        vocab_size=args.vocab, hidden_size=args.hidden,
+        intermediate_size=args.moe_intermediate if family == "mixtral" else args.intermediate,
         num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
-        head_dim=args.hidden // args.heads, max_position_embeddings=max(args.seq, 4096), pad_token_id=0,
-        bos_token_id=1, eos_token_id=2, **extra)
+        head_dim=args.head_dim or args.hidden // args.heads, max_position_embeddings=max(args.seq, 4096),
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)
 
 
 def liger_apply(family):
@@ -79,8 +98,9 @@ def build(run, args, family):
             raise RuntimeError(why)
     torch.manual_seed(args.seed)
     with torch.device("cuda"):  # random init on the GPU: seconds, not a minute of CPU time per model
+        moe = {"experts_implementation": args.experts_impl} if family in MOE else {}
         model = transformers.AutoModelForCausalLM.from_config(config_of(args, family), attn_implementation=args.attn,
-                                                              dtype=torch.bfloat16).train()
+                                                              dtype=torch.bfloat16, **moe).train()
     if run == "liger":
         apply(model=model)
     elif run.startswith("tessera"):
@@ -184,20 +204,24 @@ def compiled_summary(by_family) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--family", default="llama", help=f"a family, a comma-separated list, or all: {', '.join(CONFIGS)}")
+    ap.add_argument("--family", default="llama", help=f"a family, a comma-separated list, all (the dense ones) or "
+                    f"moe (the Mixture-of-Experts ones): {', '.join(CONFIGS)}")
     for flag, default in (("layers", 8), ("hidden", 2048), ("heads", 16), ("kv-heads", 4), ("intermediate", 5632),
                           ("vocab", 128256), ("batch", 2), ("seq", 4096), ("steps", 8), ("warmup", 3), ("rounds", 2),
-                          ("seed", 0)):
+                          ("seed", 0), ("head-dim", 0), ("experts", 128), ("top-k", 8), ("moe-intermediate", 768)):
         ap.add_argument(f"--{flag}", type=int, default=default)
     ap.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
     ap.add_argument("--attn", default="sdpa", help="attn_implementation (sdpa, eager, tessera, ...)")
+    ap.add_argument("--experts-impl", default="grouped_mm",
+                    help="the MoE families' experts_implementation in the runs tessera does not patch")
     ap.add_argument("--fit", action="store_true", help=f"where the GPU has under {FIT_GIB} GiB, the small model: "
                     + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in SMALL.items()))
     ap.add_argument("--profile", action="store_true", help="one more step of each run (first round) under "
                     "torch.profiler: its top CUDA kernels and GPU ms per category")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    families = list(CONFIGS) if args.family == "all" else [f.strip() for f in args.family.split(",") if f.strip()]
+    families = ([f for f in CONFIGS if f not in MOE] if args.family == "all" else list(MOE) if args.family == "moe"
+                else [f.strip() for f in args.family.split(",") if f.strip()])
     if not families or any(f not in CONFIGS for f in families):
         ap.error(f"--family: expected all or names of {', '.join(CONFIGS)}, got {args.family!r}")
     if args.fit and torch.cuda.get_device_properties(0).total_memory < FIT_GIB * 2**30:
