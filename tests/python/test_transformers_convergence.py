@@ -1,5 +1,6 @@
 """Convergence of patched transformers models on the GPU, Liger-Kernel's method: a mini model of
-each family from a seeded init, trained plain and patched (tessera.transformers.apply_tessera,
+each family (the Mixture-of-Experts ones with their experts on tessera.grouped_mm, against
+transformers' default experts) from a seeded init, trained plain and patched (tessera.transformers.apply_tessera,
 tessera's attention) for 32 AdamW steps (lr 1e-4) on the same batches, in bfloat16 and float32;
 compared on the loss at every step, the final parameters and the top-k log-probabilities at eval,
 within Liger's tolerances (bfloat16: loss atol 1e-2 / rtol 5e-2, parameters 1e-2 / 1e-2;
@@ -26,6 +27,12 @@ CONFIGS = {
     "gemma2": ("Gemma2Config", {"query_pre_attn_scalar": 32, "sliding_window": 64}),
     "gemma3_text": ("Gemma3TextConfig", {"query_pre_attn_scalar": 32, "sliding_window": 64}),
     "phi3": ("Phi3Config", {}),
+    # Mixture of Experts: 8 experts, top-2, every layer sparse
+    "qwen3_moe": ("Qwen3MoeConfig", {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+                                     "norm_topk_prob": True, "decoder_sparse_step": 1}),
+    "qwen2_moe": ("Qwen2MoeConfig", {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+                                     "shared_expert_intermediate_size": 256, "decoder_sparse_step": 1}),
+    "mixtral": ("MixtralConfig", {"num_local_experts": 8, "num_experts_per_tok": 2}),
 }
 # (loss atol, loss rtol, parameter atol, parameter rtol, log-probability atol, rtol): Liger's for
 # its mini models (test/convergence/{bf16,fp32}), with its learning rate.
