@@ -413,10 +413,11 @@ void set_config_override(std::optional<GemmConfig> config);
 // Runs the first tier that takes `g` (matmul.cu).
 void run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_t stream);
 
-// A grouped call's units (gemm_grouped.cu), for kernels that walk output tiles of `tile_m` rows by
+// A grouped call's units (grouped_mm.cu), for kernels that walk output tiles of `tile_m` rows by
 // `tile_n` columns group by group: into `prefix` (groups + 1 ints) the tiles before each group
 // (prefix[groups]: all), into `ends` (groups ints) the groups' clamped ends (GemmArgs::offs); and
-// C's rows past the last end zeroed. Stream-ordered, no synchronization.
+// C's rows past the last end zeroed. Grouped over K: the ends clamped to K alone. Stream-ordered,
+// no synchronization.
 void grouped_prepare(const GemmArgs& g, int tile_m, int tile_n, int* prefix, int* ends, cudaStream_t stream);
 
 // The SIMT tier's generic kernel's output tiles (kSimtTile square), and its launch over `grid`

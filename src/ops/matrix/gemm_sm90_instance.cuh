@@ -42,18 +42,11 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
   work.partials = split.partials();
   work.counters = split.counters();
   runtime::Scratch units(g.offs ? std::size_t(2 * g.groups + 1) * sizeof(int) : 0, stream);
-  if (g.offs && g.offs_over_k) {  // the groups' K ranges only
-    GemmArgs over_k = g;
-    over_k.m = g.k, over_k.n = 0;
-    grouped_prepare(over_k, 1, 1, units.as<int>(), units.as<int>() + g.groups + 1, stream);
-    work.depth = true;
-    work.block_k = kBK<T>;
-    work.ends = units.as<int>() + g.groups + 1;
-  } else if (g.offs) {
-    work.groups = int(g.groups);
-    work.prefix = units.as<int>();
-    work.ends = units.as<int>() + g.groups + 1;
+  if (g.offs) {
     grouped_prepare(g, kBM, BN, units.as<int>(), units.as<int>() + g.groups + 1, stream);
+    work.ends = units.as<int>() + g.groups + 1;
+    if (g.offs_over_k) work.depth = true, work.block_k = kBK<T>;  // the groups' K ranges
+    else work.groups = int(g.groups), work.prefix = units.as<int>();
   }
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   static_assert(sizeof(Smem<T, S>) + 1024 <= 227 * 1024, "the stages, staging and prefix fit");

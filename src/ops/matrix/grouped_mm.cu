@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kScanThreads) group_units_kernel(const int32_t
   }
 }
 
-// C's rows past the last group's end, zeroed (elements of `bytes` bytes).
+// C's rows past the last group's end, zeroed (E: an unsigned type of the output's element size).
 template <class E>
 __global__ void zero_tail_kernel(E* c, int64_t c_sm, int64_t c_sn, int64_t m, int64_t n, const int* last_end) {
   const int64_t first = *last_end, count = (m - first) * n;
@@ -204,9 +204,7 @@ struct GroupedDepthTier {
   static Plan plan(const GemmArgs&, const GemmCtx&) { return {}; }
   static void launch(const GemmArgs& g, const Plan&, cudaStream_t stream) {
     runtime::Scratch units(std::size_t(2 * g.groups + 1) * sizeof(int), stream);
-    GemmArgs over_k = g;  // the ends clamped to K; nothing past them to zero
-    over_k.m = g.k, over_k.n = 0;
-    grouped_prepare(over_k, 1, 1, units.as<int>(), units.as<int>() + g.groups + 1, stream);
+    grouped_prepare(g, kTile, kTile, units.as<int>(), units.as<int>() + g.groups + 1, stream);
     run_generic(g, true, units.as<int>() + g.groups + 1, stream);
   }
 };
@@ -215,10 +213,12 @@ struct GroupedDepthTier {
 
 void grouped_prepare(const GemmArgs& g, int tile_m, int tile_n, int* prefix, int* ends, cudaStream_t stream) {
   const int tiles_n = int((g.n + tile_n - 1) / tile_n);
-  group_units_kernel<<<1, kScanThreads, 0, stream>>>(g.offs, int(g.groups), g.m, tile_m, tiles_n, prefix, ends);
+  group_units_kernel<<<1, kScanThreads, 0, stream>>>(g.offs, int(g.groups), g.offs_over_k ? g.k : g.m, tile_m,
+                                                     tiles_n, prefix, ends);
   TESSERA_LAUNCH_CHECK();
+  if (g.offs_over_k) return;  // the K ranges only: nothing past them to zero
   const int* last = ends + g.groups - 1;
-  const unsigned grid = unsigned(std::min<int64_t>(4 * 132, (g.m * g.n + 255) / 256 + 1));
+  const unsigned grid = unsigned(std::min<int64_t>(1024, (g.m * g.n + 255) / 256));
   switch (dtype_size(g.out_dtype)) {
     case 2: zero_tail_kernel<<<grid, 256, 0, stream>>>(static_cast<uint16_t*>(g.c), g.c_sm, g.c_sn, g.m, g.n, last); break;
     default: zero_tail_kernel<<<grid, 256, 0, stream>>>(static_cast<uint32_t*>(g.c), g.c_sm, g.c_sn, g.m, g.n, last); break;
@@ -287,6 +287,7 @@ void grouped_mm(const TensorView& input, const TensorView& other, const TensorVi
     detail::throw_arg(ErrorKind::value, kOp, "offs", "the groups' cumulative ends (input or other is 2-d)", "None");
   detail::check_no_overlap(kOp, "out", out, "input", input, false);
   detail::check_no_overlap(kOp, "out", out, "other", other, false);
+  detail::check_no_overlap(kOp, "out", out, "offs", *offs, false);
   runtime::DeviceGuard guard(input.device.index);
   matrix::GemmArgs g;
   g.dtype = input.dtype, g.out_dtype = out.dtype, g.device = input.device.index;
