@@ -23,7 +23,7 @@ the memory held before them (the weights of every model kept).
 With several families (a list, or "all"), each is run in turn (its models freed before the next),
 its table printed; the report is a table of each patched run compiled against uncompiled.
 The Mixture-of-Experts families (--family moe, or by name) take their experts' shapes from
---experts, --top-k and --moe-intermediate (Mixtral's intermediate size; Qwen2-MoE's shared expert
+--experts, --top-k and --moe-intermediate (Mixtral's and gpt-oss's intermediate size; Qwen2-MoE's shared expert
 takes --intermediate), every layer sparse; the runs tessera does not patch use
 experts_implementation --experts-impl (transformers' "grouped_mm", torch._grouped_mm).
 Liger's run is left out, with a note, where liger_kernel does not import. Writes
@@ -54,8 +54,10 @@ CONFIGS = {  # family -> (config class, the family's own defaults that the flags
     "qwen3_moe": ("Qwen3MoeConfig", {"norm_topk_prob": True, "decoder_sparse_step": 1}),
     "qwen2_moe": ("Qwen2MoeConfig", {"decoder_sparse_step": 1}),
     "mixtral": ("MixtralConfig", {}),
+    "gpt_oss": ("GptOssConfig", {}),
 }
-MOE = {"qwen3_moe": "num_experts", "qwen2_moe": "num_experts", "mixtral": "num_local_experts"}
+MOE = {"qwen3_moe": "num_experts", "qwen2_moe": "num_experts", "mixtral": "num_local_experts",
+       "gpt_oss": "num_local_experts"}
 RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera sdpa", "tessera sdpa compile")
 DEFAULT_RUNS = RUNS
 # --fit: the model for a GPU under FIT_GIB (the issue's model's eager run peaks near 20 GiB above
@@ -69,13 +71,13 @@ def config_of(args, family):
     extra = dict(extra)
     if family in MOE:
         extra.update({MOE[family]: args.experts, "num_experts_per_tok": args.top_k})
-        if family != "mixtral":
+        if family in ("qwen3_moe", "qwen2_moe"):
             extra.update(moe_intermediate_size=args.moe_intermediate)
         if family == "qwen2_moe":
             extra.update(shared_expert_intermediate_size=args.intermediate)
     return getattr(transformers, name)(
         vocab_size=args.vocab, hidden_size=args.hidden,
-        intermediate_size=args.moe_intermediate if family == "mixtral" else args.intermediate,
+        intermediate_size=args.moe_intermediate if family in ("mixtral", "gpt_oss") else args.intermediate,
         num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
         head_dim=args.head_dim or args.hidden // args.heads, max_position_embeddings=max(args.seq, 4096),
         pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)

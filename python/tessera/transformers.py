@@ -33,12 +33,14 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     ``token_accuracy`` (the output a ``TesseraCausalLMOutputWithPast``), as TRL's SFTTrainer asks of
     Liger's models.
 
-  - ``experts`` (the Mixture-of-Experts families: Qwen3-MoE, Qwen2-MoE, Mixtral): the
+  - ``experts`` (the Mixture-of-Experts families: Qwen3-MoE, Qwen2-MoE, Mixtral, gpt-oss): the
     ``<Family>Experts`` forward to tessera's (tessera/_transformers_experts.py: the pairs sorted by
     expert, both projections as ``tessera.grouped_mm``, the gate through ``tessera.silu_mul``, the
     pairs summed per token in a fixed order); also registered as ``experts_implementation="tessera"``.
     The router stays the model's; with ``output_router_logits`` the fused loss adds the
     load-balancing loss as the family's forward does (the output a ``MoeCausalLMOutputWithPast``).
+    gpt-oss keeps its attention (its sinks are not in tessera's kernels) and RoPE (half-width
+    angles), and its own clamped gate; its norms, experts and loss are tessera's.
 
   - ``attention``: the model's ``attn_implementation`` to ``"tessera"``, tessera's FlashAttention
     behind transformers' AttentionInterface (causal, GQA, sliding windows, soft-cap, padded batches
@@ -96,6 +98,9 @@ class Family:
     fused_gate_up: bool = False  # one gate_up_proj, gate in the first half (Phi-3)
     softcap: str | None = None   # the config's final logit soft-cap attribute, if any
     experts: str | None = None   # MoE: the experts' class (<prefix>Experts), run on tessera.grouped_mm
+    dense_mlp: bool = True       # <prefix>MLP is a gated MLP (gpt-oss's is its router and experts)
+    rotary: bool = True          # tessera's RoPE takes the family's cos/sin (gpt-oss's are half-width)
+    attention: bool = True       # tessera's attention takes the family's (gpt-oss's has sinks)
 
     @property
     def mlp_keyword(self) -> str:
@@ -113,6 +118,7 @@ FAMILIES = {f.model_type: f for f in (
     Family("qwen3_moe", "qwen3_moe", "Qwen3Moe", experts="Qwen3MoeExperts"),
     Family("qwen2_moe", "qwen2_moe", "Qwen2Moe", experts="Qwen2MoeExperts"),
     Family("mixtral", "mixtral", "Mixtral", experts="MixtralExperts"),
+    Family("gpt_oss", "gpt_oss", "GptOss", experts="GptOssExperts", dense_mlp=False, rotary=False, attention=False),
 )}
 
 # The activations each gate stands for (config.hidden_act, or Gemma's hidden_activation).
@@ -564,6 +570,7 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
         raise ValueError("tessera.transformers: cross_entropy and fused_linear_cross_entropy are two ways "
                          "to the same loss: ask for one")
     module = modeling(family)
+    rope, mlp, attention = rope and family.rotary, mlp and family.dense_mlp, attention and family.attention
     if rope:
         _set(module, "apply_rotary_pos_emb", apply_rotary_pos_emb)
     _patch_masks(module)

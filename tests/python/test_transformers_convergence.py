@@ -33,6 +33,7 @@ CONFIGS = {
     "qwen2_moe": ("Qwen2MoeConfig", {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
                                      "shared_expert_intermediate_size": 256, "decoder_sparse_step": 1}),
     "mixtral": ("MixtralConfig", {"num_local_experts": 8, "num_experts_per_tok": 2}),
+    "gpt_oss": ("GptOssConfig", {"num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 64}),
 }
 # (loss atol, loss rtol, parameter atol, parameter rtol, log-probability atol, rtol): Liger's for
 # its mini models (test/convergence/{bf16,fp32}), with its learning rate.
@@ -48,12 +49,19 @@ def unpatched():
     tt.revert()
 
 
+def attention_of(model_type, patched):
+    """tessera's attention for the patched model; gpt-oss's attention sinks keep its own (eager)."""
+    if not tt.FAMILIES[model_type].attention:
+        return "eager"
+    return "tessera" if patched else "sdpa"
+
+
 def train(model_type, dtype, patched):
     name, extra = CONFIGS[model_type]
     config = getattr(transformers, name)(**MINI, **extra)
     torch.manual_seed(42)
     model = transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation="tessera" if patched else "sdpa", dtype=dtype).cuda().train()
+        config, attn_implementation=attention_of(model_type, patched), dtype=dtype).cuda().train()
     if patched:
         tt.apply_tessera(model)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)

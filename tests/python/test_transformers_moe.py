@@ -1,5 +1,5 @@
-"""tessera.transformers' Mixture-of-Experts families on the CPU: tiny Qwen3-MoE, Qwen2-MoE and
-Mixtral models patched by class and by instance (the experts' forward on tessera.grouped_mm, the
+"""tessera.transformers' Mixture-of-Experts families on the CPU: tiny Qwen3-MoE, Qwen2-MoE, Mixtral
+and gpt-oss (transposed, interleaved experts with biases and a clamped gate) models patched by class and by instance (the experts' forward on tessera.grouped_mm, the
 norms, RoPE and loss as for the dense families), parameter names unchanged, and the patched
 model's loss (the router's load-balancing loss included) and gradients equal to the plain model's
 in float32, through the ops' CPU paths (torch._grouped_mm, torch's composition of silu_mul)."""
@@ -19,6 +19,8 @@ CONFIGS = {
     "qwen2_moe": ("Qwen2MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, num_experts=4,
                                          num_experts_per_tok=2, shared_expert_intermediate_size=48)),
     "mixtral": ("MixtralConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2)),
+    "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
+                                     sliding_window=8)),
 }
 MOE = [t for t in CONFIGS if hasattr(transformers, CONFIGS[t][0])]
 
