@@ -60,7 +60,10 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     ids = top_k_index.reshape(-1)
     ids_sorted, perm = torch.sort(ids, stable=True)
     x = hidden_states[perm // k]
-    counts = torch.bincount(ids_sorted, minlength=experts)[:experts]
+    # A histogram of fixed size (bincount's depends on the data, which torch.compile cannot trace);
+    # CUDA's histc counts integers, the CPU's floats.
+    counts = torch.histc(ids_sorted.int() if ids_sorted.is_cuda else ids_sorted.float(), bins=experts, min=0,
+                         max=experts - 1)
     offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
     has_bias = getattr(self, "has_bias", False)
     if getattr(self, "has_gate", True):
