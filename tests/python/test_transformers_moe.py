@@ -118,3 +118,25 @@ def test_experts_forward_matches_the_modules_own(model_type):
     want = type(experts).forward.__wrapped__(experts, x, idx, w)  # the modeling file's own loop
     got = tt._transformers_experts.experts_forward(experts, x, idx, w)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_experts_implementation_by_name():
+    """transformers' own dispatch to the registered "tessera" backend gives the eager loss."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, COMMON["vocab_size"], (2, 9), generator=g)
+    name, kwargs = CONFIGS["qwen3_moe"]
+    losses = []
+    for impl in ("eager", "tessera"):
+        torch.manual_seed(0)
+        config = getattr(transformers, name)(**COMMON, **kwargs)
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                                                  experts_implementation=impl).float()
+        except (TypeError, ValueError) as e:  # a transformers without the keyword
+            pytest.skip(f"from_config(experts_implementation=...): {e}")
+        assert model.config._experts_implementation == impl
+        for p in model.parameters():
+            if p.dim() == 3:
+                torch.nn.init.normal_(p, std=0.05, generator=torch.Generator().manual_seed(4))
+        losses.append(model(input_ids=ids, labels=ids).loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)
