@@ -177,35 +177,23 @@ void run_generic(const GemmArgs& g, bool depth, const int* ends, cudaStream_t st
   }
 }
 
-// The rows form where the sm90 tier does not take it.
+// Every grouped form where the sm90 tier does not take it: over rows, a tile's groups in turn;
+// over K (GemmArgs::offs_over_k), a grid layer a group, over its K range.
 struct GroupedGenericTier {
   static constexpr const char* kName = "grouped_simt";
-  static constexpr const char* kWhen = "any GPU, dtype and layout: 64 x 64 tiles through the strides, a tile's groups in turn";
+  static constexpr const char* kWhen = "any GPU, dtype and layout: 64 x 64 tiles through the strides";
   struct Plan {
-    std::string describe() const { return "64 x 64 tiles, float32 FMAs"; }
+    bool depth = false;
+    std::string describe() const {
+      return std::string("64 x 64 tiles, float32 FMAs, ") + (depth ? "a grid layer a group" : "a tile's groups in turn");
+    }
   };
   static bool can_implement(const GemmArgs&, const GemmCtx&) { return true; }
-  static Plan plan(const GemmArgs&, const GemmCtx&) { return {}; }
-  static void launch(const GemmArgs& g, const Plan&, cudaStream_t stream) {
-    runtime::Scratch units(std::size_t(2 * g.groups + 1) * sizeof(int), stream);
-    grouped_prepare(g, kTile, 1, units.as<int>(), units.as<int>() + g.groups + 1, stream);
-    run_generic(g, false, units.as<int>() + g.groups + 1, stream);
-  }
-};
-
-// The depth form (offs over K): each group's product over its K range, blockIdx.z the group.
-struct GroupedDepthTier {
-  static constexpr const char* kName = "grouped_depth_simt";
-  static constexpr const char* kWhen = "offsets over K, any GPU, dtype and layout: 64 x 64 tiles through the strides, a group each";
-  struct Plan {
-    std::string describe() const { return "64 x 64 tiles, float32 FMAs, a grid layer a group"; }
-  };
-  static bool can_implement(const GemmArgs&, const GemmCtx&) { return true; }
-  static Plan plan(const GemmArgs&, const GemmCtx&) { return {}; }
+  static Plan plan(const GemmArgs& g, const GemmCtx&) { return {g.offs_over_k}; }
   static void launch(const GemmArgs& g, const Plan&, cudaStream_t stream) {
     runtime::Scratch units(std::size_t(2 * g.groups + 1) * sizeof(int), stream);
     grouped_prepare(g, kTile, kTile, units.as<int>(), units.as<int>() + g.groups + 1, stream);
-    run_generic(g, true, units.as<int>() + g.groups + 1, stream);
+    run_generic(g, g.offs_over_k, units.as<int>() + g.groups + 1, stream);
   }
 };
 
@@ -326,7 +314,7 @@ void grouped_mm(const TensorView& input, const TensorView& other, const TensorVi
   g.c = out.data, g.c_sb = out.strides[0], g.c_sm = out.strides[1], g.c_sn = out.strides[2];
   g.offs_over_k = true, g.batch = groups;
   if (m == 0 || n == 0 || groups == 0) return;
-  runtime::run_first<matrix::Sm90Tier, matrix::GroupedDepthTier>(kOp, g, ctx, stream);
+  runtime::run_first<matrix::Sm90Tier, matrix::GroupedGenericTier>(kOp, g, ctx, stream);
 }
 
 namespace {
