@@ -23,6 +23,7 @@
 #include "ops/loss/reduce.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
+#include "runtime/layout.hpp"
 #include "runtime/nvtx.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/validate.hpp"
@@ -62,12 +63,7 @@ TensorView rows_of(const TensorView& t, int64_t r0, int64_t rows) {
   return v;
 }
 
-TensorView transposed(const TensorView& t) {
-  TensorView v = t;
-  std::swap(v.shape[0], v.shape[1]);
-  std::swap(v.strides[0], v.strides[1]);
-  return v;
-}
+using runtime::transposed;
 
 // The factor of the gradients: the loss gradient (1 where none is given), over the count for a
 // mean. A mean over no rows has only ignored rows, whose gradients are 0 and stay 0 (as torch's).

@@ -23,6 +23,7 @@
 
 #include "ops/matrix/gemm.cuh"
 #include "runtime/device.hpp"
+#include "runtime/layout.hpp"
 #include "runtime/nvtx.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/tier.hpp"
@@ -281,27 +282,24 @@ void grouped_mm(const TensorView& input, const TensorView& other, const TensorVi
   g.dtype = input.dtype, g.out_dtype = out.dtype, g.device = input.device.index;
   g.offs = static_cast<const int32_t*>(offs->data);
   const matrix::GemmCtx ctx{runtime::device_props(g.device).multiProcessorCount, runtime::device_props(g.device).major};
-  if (!a3 && b3) {  // rows
-    const int64_t groups = other.shape[0], m = input.shape[0], n = other.shape[2];
-    check_offs(*offs, input, groups, "input's rows");
-    check_shape("out", out, {m, n});
-    g.groups = groups, g.m = m, g.n = n, g.k = k;
-    g.a = input.data, g.a_sm = input.strides[0], g.a_sk = input.strides[1];
-    g.b = other.data, g.b_sb = other.strides[0], g.b_sk = other.strides[1], g.b_sn = other.strides[2];
-    g.c = out.data, g.c_sm = out.strides[0], g.c_sn = out.strides[1];
-    if (m == 0 || n == 0 || groups == 0) return;
-    return runtime::run_first<matrix::Sm90Tier, matrix::GroupedGenericTier>(kOp, g, ctx, stream);
+  // The rows form: a [M, K] grouped by rows times b [G, K, N] into c [M, N].
+  const auto rows = [&](const TensorView& a, const TensorView& b, const TensorView& c) {
+    g.groups = b.shape[0], g.m = a.shape[0], g.n = b.shape[2], g.k = k;
+    g.a = a.data, g.a_sm = a.strides[0], g.a_sk = a.strides[1];
+    g.b = b.data, g.b_sb = b.strides[0], g.b_sk = b.strides[1], g.b_sn = b.strides[2];
+    g.c = c.data, g.c_sm = c.strides[0], g.c_sn = c.strides[1];
+    if (g.m == 0 || g.n == 0 || g.groups == 0) return;
+    runtime::run_first<matrix::Sm90Tier, matrix::GroupedGenericTier>(kOp, g, ctx, stream);
+  };
+  if (!a3 && b3) {
+    check_offs(*offs, input, other.shape[0], "input's rows");
+    check_shape("out", out, {input.shape[0], other.shape[2]});
+    return rows(input, other, out);
   }
   if (a3 && !b3) {  // columns: out^T [N, M] = other^T [N, K] x input[g]^T [K, M], rows grouped
-    const int64_t groups = input.shape[0], m = input.shape[1], n = other.shape[1];
-    check_offs(*offs, input, groups, "other's columns");
-    check_shape("out", out, {m, n});
-    g.groups = groups, g.m = n, g.n = m, g.k = k;
-    g.a = other.data, g.a_sm = other.strides[1], g.a_sk = other.strides[0];
-    g.b = input.data, g.b_sb = input.strides[0], g.b_sk = input.strides[2], g.b_sn = input.strides[1];
-    g.c = out.data, g.c_sm = out.strides[1], g.c_sn = out.strides[0];
-    if (m == 0 || n == 0 || groups == 0) return;
-    return runtime::run_first<matrix::Sm90Tier, matrix::GroupedGenericTier>(kOp, g, ctx, stream);
+    check_offs(*offs, input, input.shape[0], "other's columns");
+    check_shape("out", out, {input.shape[1], other.shape[1]});
+    return rows(runtime::transposed(other), runtime::transposed(input), runtime::transposed(out));
   }
   // depth: out[g] = input[:, K_g] x other[K_g, :]
   const int64_t m = input.shape[0], n = other.shape[1];

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/device.hpp"
+#include "runtime/layout.hpp"
 #include "runtime/nvtx.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/validate.hpp"
@@ -16,10 +17,7 @@ namespace {
 
 constexpr const char* kOp = "mlp";
 
-// w [R, C] as the [C, R] operand of a product: a linear layer's weight, K contiguous.
-TensorView transposed(const TensorView& w) {
-  return TensorView::strided(w.data, w.dtype, {w.shape[1], w.shape[0]}, {w.strides[1], w.strides[0]}, w.device);
-}
+using runtime::transposed;  // a linear layer's weight [N, K] as the [K, N] operand, K contiguous
 
 // input's shape with its last dimension `cols`.
 TensorView rows_of(const TensorView& input, void* data, int64_t cols) {
