@@ -8,7 +8,9 @@
 #           (COMPILED_ARGS: its size and rounds);
 #   ncu     Nsight Compute of the TF32 NT 4096 kernel beside cuBLAS's (NCU=1);
 #   grouped grouped_mm: its pytest file and torch-ops checks, `tessera verify grouped_mm matmul`,
-#           benchmarks/grouped_mm.py (GROUPED_ARGS), and the bf16 GEMM at 4096 and 8192 (matrix.py).
+#           benchmarks/grouped_mm.py (GROUPED_ARGS), and the bf16 GEMM at 4096 and 8192 (matrix.py);
+#   moe     the MoE pytest files (grouped_mm, transformers' MoE rows, their convergence) and the
+#           issue's Qwen3-MoE step (benchmarks/transformers_step.py, MOE_RUNS, profiled).
 # Logs under $OUT (packed), a short summary last.
 #   device: bash dev/device_select.sh [steps]      (carry [".whl"] for Liger-Kernel)
 set -uo pipefail
@@ -72,6 +74,12 @@ for s in $STEPS; do
       step gverify 180 "$TESSERA" verify grouped_mm matmul
       step gbench 300 python3 benchmarks/grouped_mm.py ${GROUPED_ARGS:---rounds 3} --out /tmp/logs/grouped_mm
       step gemm16 120 python3 benchmarks/matrix.py --sizes 4096,8192 --dtypes bfloat16 --rounds 3 --out /tmp/logs/matrix16 ;;
+    moe)
+      step mtest 300 python3 -m pytest -q tests/python/test_grouped_mm.py tests/python/test_transformers_moe.py
+      step mconv 300 python3 -m pytest -q tests/python/test_transformers_convergence.py -k "moe or mixtral or gpt_oss"
+      step mstep 400 python3 benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 \
+        --head-dim 128 --experts 128 --top-k 8 --moe-intermediate 768 --vocab 151936 --rounds 2 --steps 4 --warmup 2 \
+        --runs "${MOE_RUNS:-eager,compile,liger,tessera,tessera_sdpa}" --profile --out /tmp/logs/moe_step ;;
     ncu) step ncu 120 ncu --target-processes all -k "regex:gemm|sm90|xmma|cutlass" -c 4 --section SpeedOfLight \
                 --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats python3 -c "
 import torch, tessera
@@ -85,7 +93,8 @@ cp /tmp/logs/matrix_fp32/bench.json "$OUT/matrix_fp32.json" 2>/dev/null
 cp /tmp/logs/compiled/transformers_step.md "$OUT/compiled.md" 2>/dev/null
 python3 -c "import tarfile; t = tarfile.open('$OUT/logs.tar.xz', 'w:xz'); t.add('/tmp/logs', 'logs'); t.close()"
 cp /tmp/logs/grouped_mm/grouped_mm.json "$OUT/grouped_mm.json" 2>/dev/null
-for s in select fp32 compiled ncu gtest gverify gbench gemm16; do
+cp /tmp/logs/moe_step/transformers_step.md "$OUT/moe_step.md" 2>/dev/null
+for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mconv mstep; do
   [ -f "/tmp/logs/$s.log" ] || continue
   echo "== $s"; tail -n 30 "/tmp/logs/$s.log" | cut -c1-220
 done
