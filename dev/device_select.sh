@@ -6,6 +6,7 @@
 #   fp32    benchmarks/matrix.py --fp32 (float32 exact and TF32, every layout, 4096 and 8192);
 #   compiled benchmarks/transformers_step.py over every family, each patched run compiled and not
 #           (COMPILED_ARGS: its size and rounds);
+#   cmd     bash -c "$CMD" (CMD_LIMIT seconds) with the package installed;
 #   ncu     Nsight Compute of the TF32 NT 4096 kernel beside cuBLAS's (NCU=1);
 #   grouped grouped_mm: its pytest file and torch-ops checks, `tessera verify grouped_mm matmul`,
 #           benchmarks/grouped_mm.py (GROUPED_ARGS), and the bf16 GEMM at 4096 and 8192 (matrix.py);
@@ -83,6 +84,7 @@ for s in $STEPS; do
       step mstep 300 python3 benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 \
         --head-dim 128 --experts 128 --top-k 8 --moe-intermediate 768 --vocab 151936 --rounds 2 --steps 4 --warmup 2 \
         --runs "${MOE_RUNS:-eager,compile,liger,tessera,tessera_sdpa}" --profile --out /tmp/logs/moe_step ;;
+    cmd) step cmd "${CMD_LIMIT:-200}" bash -c "$CMD" ;;
     ncu) step ncu 120 ncu --target-processes all -k "regex:gemm|sm90|xmma|cutlass" -c 4 --section SpeedOfLight \
                 --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats python3 -c "
 import torch, tessera
@@ -97,7 +99,7 @@ cp /tmp/logs/compiled/transformers_step.md "$OUT/compiled.md" 2>/dev/null
 python3 -c "import tarfile; t = tarfile.open('$OUT/logs.tar.xz', 'w:xz'); t.add('/tmp/logs', 'logs'); t.close()"
 cp /tmp/logs/grouped_mm/grouped_mm.json "$OUT/grouped_mm.json" 2>/dev/null
 cp /tmp/logs/moe_step/transformers_step.md "$OUT/moe_step.md" 2>/dev/null
-for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mconv mstep; do
+for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mconv mstep cmd; do
   [ -f "/tmp/logs/$s.log" ] || continue
   echo "== $s"; tail -n 30 "/tmp/logs/$s.log" | cut -c1-220
 done

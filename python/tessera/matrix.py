@@ -356,6 +356,9 @@ def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Optional[torch.Te
     Tensors tessera's kernels do not take (CPU, float64) go to ``torch._grouped_mm``."""
     torch = _torch_only(mat_a, "mat_a", "grouped_mm")
     _torch_only(mat_b, "mat_b", "grouped_mm")
+    if mat_a.is_cuda and mat_b.dtype != mat_a.dtype:
+        raise TypeError(f"tessera.grouped_mm: argument 'mat_b': expected mat_a's dtype {mat_a.dtype}, "
+                        f"got {mat_b.dtype}")
     if _interop.outside_kernels(mat_a, mat_b) and hasattr(torch, "_grouped_mm"):
         return torch._grouped_mm(mat_a, mat_b, offs, bias=bias, out_dtype=out_dtype)  # torch's, or its error
     if bias is not None:

@@ -143,7 +143,7 @@ def test_errors_name_the_argument():
         tessera.grouped_mm(a, b, offs.long())
     with pytest.raises(ValueError, match="argument 'other'"):
         tessera.grouped_mm(a, torch.randn(2, 31, 16, device="cuda", dtype=torch.bfloat16), offs)
-    with pytest.raises(TypeError, match="argument 'other'"):
+    with pytest.raises(TypeError, match="argument 'mat_b'"):
         tessera.grouped_mm(a, b.half(), offs)
 
 
