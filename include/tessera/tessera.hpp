@@ -7,6 +7,7 @@
 #include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/loss.hpp"
 #include "tessera/ops/matrix.hpp"
+#include "tessera/ops/moe.hpp"
 #include "tessera/ops/rowwise.hpp"
 #include "tessera/ops/set.hpp"
 #include "tessera/tensor.hpp"

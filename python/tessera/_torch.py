@@ -110,6 +110,15 @@ def _register_fakes():
             shape = (input.shape[0] if input.dim() == 3 else offs.shape[0], m, n)
         return input.new_empty(shape, dtype=out_dtype or input.dtype)
 
+    # moe_permute: [T k, H] pairs from [T, H] tokens; moe_unpermute: [T, H] from pairs (rows [T, k]).
+    @fake("tessera::moe_permute")
+    def _moe_permute(input, rows, weight=None):
+        return input.new_empty((rows.shape[0] * rows.shape[1], input.shape[-1]))
+
+    @fake("tessera::moe_unpermute")
+    def _moe_unpermute(input, rows, weight=None):
+        return input.new_empty((rows.shape[0], input.shape[-1]))
+
 
 def _register_lowerings() -> None:
     """Gives every tessera op inductor's fallback lowering (a call of the op's kernel) before a

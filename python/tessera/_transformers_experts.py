@@ -2,15 +2,17 @@
 transformers' ExpertsInterface when tessera.transformers is imported) and the forward that
 ``apply_tessera`` gives the MoE families' ``<Family>Experts`` classes.
 
-The forward is transformers' "grouped_mm" backend with tessera's products: the k (token, expert)
-pairs sorted by expert (a stable sort, so each expert's tokens keep their order), the groups'
-cumulative ends from a histogram (offsets that stay on the GPU), the gate and up projections of
+The forward is transformers' "grouped_mm" backend on tessera's ops: the k (token, expert) pairs
+sorted by expert (``tessera.moe_sort``: a stable sort, so each expert's tokens keep their order,
+and the groups' cumulative ends, which stay on the GPU), the tokens copied into that order
+(``tessera.moe_permute``), the gate and up projections of
 every pair as one ``tessera.grouped_mm`` over the experts' weights as stored ([E, 2F, H] as a
 transposed view: no copy), the gate through ``tessera.silu_mul`` where it is SiLU on concatenated
 halves (the module's own ``_apply_gate`` otherwise), the down projection as a second grouped
-product, the routing weights, and the pairs summed back per token in a fixed order (a reshape,
-not an atomic scatter: the same bits every run). Autograd runs through tessera's grouped products,
-whose gradients are grouped products too. Biases (gpt-oss) are added per pair.
+product, and each token's pairs summed back with their routing weights in a fixed order
+(``tessera.moe_unpermute``: no atomics, the same bits every run). Autograd runs through tessera's
+ops: the grouped products' gradients are grouped products, the permutations' each other.
+Biases (gpt-oss) are added per pair.
 """
 
 from __future__ import annotations
@@ -54,37 +56,28 @@ def _gate(module, h: torch.Tensor) -> torch.Tensor:
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
     """The experts' output for every token: sum over its k experts of weight * expert(token)."""
-    tokens, hidden = hidden_states.shape
-    k = top_k_index.shape[-1]
-    experts = self.num_experts
-    ids = top_k_index.reshape(-1)
-    ids_sorted, perm = torch.sort(ids, stable=True)
-    x = hidden_states[perm // k]
-    # A histogram of fixed size (bincount's depends on the data, which torch.compile cannot trace);
-    # CUDA's histc counts integers, the CPU's floats.
-    counts = torch.histc(ids_sorted.int() if ids_sorted.is_cuda else ids_sorted.float(), bins=experts, min=0,
-                         max=experts - 1)
-    offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
+    rows, offs = tessera.moe_sort(top_k_index, self.num_experts)
+    x = tessera.moe_permute(hidden_states, rows)
     has_bias = getattr(self, "has_bias", False)
+    if has_bias:  # each sorted row's expert, for the biases (gpt-oss)
+        expert = torch.searchsorted(offs, torch.arange(x.shape[0], device=offs.device, dtype=torch.int32),
+                                    right=True).clamp_(max=self.num_experts - 1)
     if getattr(self, "has_gate", True):
         h = tessera.grouped_mm(x, _weight(self, "gate_up_proj"), offs)
         if has_bias:
-            h = h + self.gate_up_proj_bias[ids_sorted]
+            h = h + self.gate_up_proj_bias[expert]
         h = _gate(self, h)
     else:
         h = tessera.grouped_mm(x, _weight(self, "up_proj"), offs)
         if has_bias:
-            h = h + self.up_proj_bias[ids_sorted]
+            h = h + self.up_proj_bias[expert]
         h = self.act_fn(h)
     y = tessera.grouped_mm(h, _weight(self, "down_proj"), offs)
     if has_bias:
-        y = y + self.down_proj_bias[ids_sorted]
+        y = y + self.down_proj_bias[expert]
     if getattr(self, "has_post_expert_norm", False):
         y = self.post_expert_norm(y)
-    y = y * top_k_weights.reshape(-1)[perm].unsqueeze(-1).to(y.dtype)
-    inverse = torch.empty_like(perm)
-    inverse[perm] = torch.arange(perm.numel(), device=perm.device)
-    return y[inverse].view(tokens, k, hidden).sum(dim=1).to(hidden_states.dtype)
+    return tessera.moe_unpermute(y, rows, top_k_weights)
 
 
 def register(transformers) -> bool:

@@ -70,7 +70,7 @@ std::vector<OpDesc> build() {
 }  // namespace
 
 int family_rank(std::string_view family) {
-  static const std::string_view kFamilies[] = {"elementwise", "rowwise", "matrix", "attention", "loss", "set"};
+  static const std::string_view kFamilies[] = {"elementwise", "rowwise", "matrix", "attention", "loss", "moe", "set"};
   return static_cast<int>(std::find(std::begin(kFamilies), std::end(kFamilies), family) -
                           std::begin(kFamilies));
 }

@@ -31,7 +31,7 @@ TEST(Registry, OrderIsFamilyThenFileThenEntry) {
     names.push_back(op.name);
     if (families.empty() || families.back() != op.family) families.push_back(op.family);
   }
-  EXPECT_EQ(families, (std::vector<std::string>{"elementwise", "rowwise", "matrix", "attention", "loss", "set"}));
+  EXPECT_EQ(families, (std::vector<std::string>{"elementwise", "rowwise", "matrix", "attention", "loss", "moe", "set"}));
   const std::vector<std::string> known = {
       "add", "gelu", "gelu_backward", "gelu_tanh", "gelu_tanh_backward", "dropout", "dropout_backward", "copy",
       "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
@@ -63,6 +63,7 @@ TEST(Registry, EveryDescriptionIsComplete) {
                                     ? "sequence length n (batch x heads = max(1, 16384 / n) x 32, head_dim 128)"
                                 : op.name == "linear_cross_entropy" ? "classes V (N 8192 tokens, H 4096)"
                                 : op.family == "loss" ? "classes V (rows: 8192, fewer where N V would pass 2^31)"
+                                : op.family == "moe"  ? "tokens (k = 8, H = 2048)"
                                                       : "elements";
     EXPECT_EQ(op.size_meaning, meaning);
     const bool exact = op.family == "set";

@@ -126,6 +126,17 @@ def samples(torch, name, dtype):
                 ((x(3, 16, 32), x(32, 40), offs(8, 30, 40)), {}),
                 ((x(16, 40), x(40, 24), offs(0, 17, 40)), {"out_dtype": torch.float32}),
                 ((x(2, 16, 32), x(2, 32, 24)), {})]
+    if name.startswith("moe_"):  # rows [T, k] int32, a permutation of the T k pairs; weight float32
+        rows = torch.randperm(5 * 3, device="cuda").to(torch.int32).view(5, 3)
+        w = torch.rand(5, 3, device="cuda", requires_grad=not name.endswith("_backward"))
+        tokens, pairs = x(5, 16), x(15, 16)
+        if name == "moe_permute":
+            return [((tokens, rows), {}), ((tokens, rows, w), {})]
+        if name == "moe_unpermute":
+            return [((pairs, rows, w), {}), ((pairs, rows), {})]
+        grad = x(15, 16, grad=False) if name == "moe_permute_backward" else x(5, 16, grad=False)
+        inp = x(5, 16, grad=False) if name == "moe_permute_backward" else x(15, 16, grad=False)
+        return [((grad, inp, rows, w.detach()), {}), ((grad, inp, rows, None), {})]
     if name == "scaled_mm":
         a = torch.randn(16, 64, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(24, 64, device="cuda").to(torch.float8_e4m3fn).t()
@@ -278,6 +289,9 @@ def expected_outputs(torch, name, args, kwargs):
         m, n = a.shape[-2], b.shape[-1]
         shape = (m, n) if a.dim() != b.dim() else (a.shape[0] if a.dim() == 3 else args[2].shape[0], m, n)
         return [(shape, kwargs.get("out_dtype") or a.dtype)]
+    if name in ("moe_permute", "moe_unpermute"):
+        t, k = args[1].shape
+        return [((t * k if name == "moe_permute" else t, args[0].shape[-1]), args[0].dtype)]
     if base == "mlp":
         x, w_in, w_out = args
         out = [(tuple(x.shape[:-1]) + (w_out.shape[0],), x.dtype)]

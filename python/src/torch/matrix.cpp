@@ -129,6 +129,11 @@ using GroupedSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTen
 // Every gradient of a grouped product is a grouped product of the other form over the same
 // offsets (grouped_mm.cu's forms): rows (a 2-d, b 3-d): da rows, db depth; columns (a 3-d, b
 // 2-d): da depth, db columns; depth (both 2-d): da columns, db rows; batched: batched.
+// A 3-d tensor whose last two dimensions are a transposed view of contiguous memory.
+bool stored_transposed(const at::Tensor& t) {
+  return t.dim() == 3 && t.size(-1) > 1 && t.size(-2) > 1 && t.transpose(-2, -1).is_contiguous();
+}
+
 struct GroupedMmFunction : torch::autograd::Function<GroupedMmFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, const at::Tensor& other,
                             const OptTensor& offs, std::optional<at::ScalarType> out_dtype) {
@@ -144,8 +149,15 @@ struct GroupedMmFunction : torch::autograd::Function<GroupedMmFunction> {
     const OptTensor offs = saved[2].defined() ? OptTensor(saved[2]) : std::nullopt;
     const at::Tensor g = grads[0].to(a.scalar_type());
     at::Tensor da, db;
-    if (ctx->needs_input_grad(0)) da = op.call(g, b.transpose(-2, -1), offs, a.scalar_type());
-    if (ctx->needs_input_grad(1)) db = op.call(a.transpose(-2, -1), g, offs, b.scalar_type());
+    // A 3-d operand stored transposed (the experts' weights as nn.Linear keeps them, [G, N, K]
+    // viewed as [G, K, N]) gets its gradient in its own layout, from the transposed product
+    // (db^T = g^T a, da^T = b g^T): a gradient of another layout would be copied into it.
+    if (ctx->needs_input_grad(0))
+      da = stored_transposed(a) ? op.call(b, g.transpose(-2, -1), offs, a.scalar_type()).transpose(-2, -1)
+                                : op.call(g, b.transpose(-2, -1), offs, a.scalar_type());
+    if (ctx->needs_input_grad(1))
+      db = stored_transposed(b) ? op.call(g.transpose(-2, -1), a, offs, b.scalar_type()).transpose(-2, -1)
+                                : op.call(a.transpose(-2, -1), g, offs, b.scalar_type());
     return {da, db, at::Tensor(), at::Tensor()};
   }
 };

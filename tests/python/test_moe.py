@@ -1,0 +1,129 @@
+"""tessera.moe_sort, moe_permute and moe_unpermute against torch's indexing in float64, forward and
+backward (the routing weights' gradients too), the dropped pairs, determinism and the errors;
+CPU tensors take torch's arithmetic, so the contract is checked without a GPU as well."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import tessera  # noqa: E402
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+DEVICES = ["cpu", pytest.param("cuda", marks=gpu)]
+TOL = {torch.float32: (2e-5, 1e-5), torch.float16: (2e-2, 1e-2), torch.bfloat16: (8e-2, 2e-2)}
+
+
+def routing(t, k, e, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(t)]) if t else torch.zeros(0, k).long()
+    return idx.to(device)
+
+
+def reference(permute, x, rows, w):
+    """float64 of the op: permute [T, H] -> [T k, H], unpermute [T k, H] -> [T, H]."""
+    t, k = rows.shape
+    w = torch.ones(t, k, dtype=torch.float64, device=x.device) if w is None else w.double()
+    flat = rows.reshape(-1).long()
+    if permute:
+        out = torch.zeros(t * k, x.shape[-1], dtype=torch.float64, device=x.device)
+        return out.index_copy(0, flat, (x.double()[:, None, :] * w[..., None]).reshape(t * k, -1))
+    return (x.double()[flat].view(t, k, -1) * w[..., None]).sum(1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sort_is_stable_and_ends_are_cumulative(device):
+    idx = routing(50, 4, 16, device)
+    rows, offs = tessera.moe_sort(idx, 16)
+    assert rows.dtype == torch.int32 and offs.dtype == torch.int32 and offs.shape == (16,)
+    flat = rows.reshape(-1).long().cpu()
+    assert torch.equal(flat.sort().values, torch.arange(200))  # a permutation
+    expert_of_row = torch.empty(200, dtype=torch.long)
+    expert_of_row[flat] = idx.reshape(-1).cpu()
+    assert torch.equal(expert_of_row, expert_of_row.sort().values)  # in expert order
+    pair_of_row = torch.empty(200, dtype=torch.long)
+    pair_of_row[flat] = torch.arange(200)
+    for e in range(16):  # each expert's pairs keep their order
+        mine = pair_of_row[expert_of_row == e]
+        assert torch.equal(mine, mine.sort().values)
+    assert torch.equal(offs.cpu().long(), torch.bincount(idx.reshape(-1).cpu(), minlength=16).cumsum(0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("t,k,h,wdtype", [(1, 1, 8, None), (37, 8, 2048, "same"), (20, 2, 1001, torch.float32),
+                                          (9, 4, 2880, torch.float32), (12, 16, 256, "same")])
+def test_permute_and_unpermute_match_torch_with_gradients(device, dtype, t, k, h, wdtype):
+    if device == "cpu" and dtype == torch.float16 and h > 1024:
+        pytest.skip("slow on the CPU")
+    atol, rtol = TOL[dtype]
+    torch.manual_seed(0)
+    rows, _ = tessera.moe_sort(routing(t, k, 64, device), 64)
+    wd = dtype if wdtype == "same" else wdtype
+    for permute in (True, False):
+        x = torch.randn(t if permute else t * k, h, device=device, dtype=dtype, requires_grad=True)
+        w = None if wd is None else torch.rand(t, k, device=device, dtype=wd, requires_grad=True)
+        out = (tessera.moe_permute if permute else tessera.moe_unpermute)(x, rows, w)
+        xr = x.detach().double().requires_grad_()
+        wr = None if w is None else w.detach().double().requires_grad_()
+        want = reference(permute, xr, rows, wr)
+        assert out.dtype == dtype and out.shape == want.shape
+        torch.testing.assert_close(out.double(), want, atol=atol, rtol=rtol)
+        g = torch.randn_like(out)
+        out.backward(g)
+        want.backward(g.double())
+        torch.testing.assert_close(x.grad.double(), xr.grad, atol=atol, rtol=rtol)
+        if w is not None:  # dots of h terms
+            assert w.grad.dtype == wd
+            scale = h ** 0.5
+            torch.testing.assert_close(w.grad.double(), wr.grad, atol=atol * scale, rtol=rtol * scale)
+
+
+@gpu
+def test_dropped_pairs_and_strided_rows():
+    t, k, h = 6, 4, 128
+    rows, _ = tessera.moe_sort(routing(t, k, 8, "cuda"), 8)
+    rows = rows.clone()
+    rows[0, 1], rows[3, 2] = -1, t * k + 5
+    wide = torch.randn(t * k, h + 8, device="cuda")
+    pairs = wide[:, :h]  # a row stride past H
+    w = torch.rand(t, k, device="cuda")
+    keep = (rows >= 0) & (rows < t * k)
+    want = (pairs[rows.clamp(0, t * k - 1).long()] * (w * keep)[..., None]).sum(1)
+    torch.testing.assert_close(tessera.moe_unpermute(pairs, rows, w), want)
+    x = torch.randn(t, h, device="cuda")
+    out = torch.zeros(t * k, h, device="cuda")
+    got = tessera.moe_permute(x, rows, w)
+    out[rows[keep].long()] = (x[:, None, :] * w[..., None])[keep]
+    written = torch.zeros(t * k, dtype=torch.bool, device="cuda")
+    written[rows[keep].long()] = True
+    torch.testing.assert_close(got[written], out[written])
+
+
+@gpu
+def test_unpermute_is_deterministic():
+    rows, _ = tessera.moe_sort(routing(512, 8, 128, "cuda"), 128)
+    y = torch.randn(4096, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(512, 8, device="cuda")
+    first = tessera.moe_unpermute(y, rows, w)
+    for _ in range(3):
+        assert torch.equal(tessera.moe_unpermute(y, rows, w), first)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_errors_name_the_argument(device):
+    x = torch.randn(4, 8, device=device)
+    rows, _ = tessera.moe_sort(routing(4, 2, 4, device), 4)
+    with pytest.raises(TypeError, match="argument 'rows'"):
+        tessera.moe_permute(x, rows.long())
+    with pytest.raises(ValueError, match="argument 'top_k_index'.*k <= num_experts"):
+        tessera.moe_sort(routing(4, 2, 4, device), 1)
+    with pytest.raises(TypeError, match="argument 'top_k_index'"):
+        tessera.moe_sort(torch.zeros(4, 2, device=device), 4)
+    with pytest.raises(ValueError, match="argument 'num_experts'"):
+        tessera.moe_sort(routing(4, 2, 4, device), 0)
+    if device == "cuda":
+        with pytest.raises(ValueError, match="argument 'input'"):
+            tessera.moe_unpermute(x, rows)  # 4 rows, not T k = 8
+        with pytest.raises(ValueError, match="argument 'weight'"):
+            tessera.moe_permute(x, rows, torch.rand(4, 3, device=device))
+        with pytest.raises(ValueError, match="argument 'rows'"):
+            tessera.moe_permute(x, rows.t())
