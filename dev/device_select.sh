@@ -79,7 +79,8 @@ for s in $STEPS; do
       step gbench 300 python3 benchmarks/grouped_mm.py ${GROUPED_ARGS:---rounds 3} --out /tmp/logs/grouped_mm
       step gemm16 120 python3 benchmarks/matrix.py --sizes 4096,8192 --dtypes bfloat16 --rounds 3 --out /tmp/logs/matrix16 ;;
     moe)
-      step mtest 150 python3 -m pytest -q tests/python/test_grouped_mm.py tests/python/test_transformers_moe.py
+      step mtest 150 python3 -m pytest -q tests/python/test_moe.py tests/python/test_grouped_mm.py tests/python/test_transformers_moe.py
+      step mverify 90 "$TESSERA" verify moe_permute moe_unpermute moe_permute_backward moe_unpermute_backward grouped_mm
       step mconv 150 python3 -m pytest -q tests/python/test_transformers_convergence.py -k "moe or mixtral or gpt_oss"
       step mstep 300 python3 benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 \
         --head-dim 128 --experts 128 --top-k 8 --moe-intermediate 768 --vocab 151936 --rounds 2 --steps 4 --warmup 2 \
@@ -99,7 +100,7 @@ cp /tmp/logs/compiled/transformers_step.md "$OUT/compiled.md" 2>/dev/null
 python3 -c "import tarfile; t = tarfile.open('$OUT/logs.tar.xz', 'w:xz'); t.add('/tmp/logs', 'logs'); t.close()"
 cp /tmp/logs/grouped_mm/grouped_mm.json "$OUT/grouped_mm.json" 2>/dev/null
 cp /tmp/logs/moe_step/transformers_step.md "$OUT/moe_step.md" 2>/dev/null
-for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mconv mstep cmd; do
+for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mverify mconv mstep cmd; do
   [ -f "/tmp/logs/$s.log" ] || continue
   echo "== $s"; tail -n 30 "/tmp/logs/$s.log" | cut -c1-220
 done

@@ -40,6 +40,10 @@ CONFIGS = {
 TOLERANCES = {torch.bfloat16: (1e-2, 5e-2, 1e-2, 1e-2, 1e-1, 1e-2),
               torch.float32: (1e-8, 2e-5, 5e-3, 1e-5, 5e-2, 1e-5)}
 STEPS, BATCH, SEQ, TOPK, LR = 32, 4, 128, 20, 1e-4
+# gpt-oss in bfloat16: its log-probabilities after training move by about 1 under any change of
+# rounding, so they are checked against that spread (below) rather than Liger's tolerance.
+NOISY = {("gpt_oss", torch.bfloat16)}
+KEYWORDS = ("rope", "rms_norm", "swiglu", "experts", "cross_entropy", "fused_linear_cross_entropy", "attention")
 
 
 @pytest.fixture(autouse=True)
@@ -56,14 +60,14 @@ def attention_of(model_type, patched):
     return "tessera" if patched else "sdpa"
 
 
-def train(model_type, dtype, patched):
+def train(model_type, dtype, patched, **keywords):
     name, extra = CONFIGS[model_type]
     config = getattr(transformers, name)(**MINI, **extra)
     torch.manual_seed(42)
     model = transformers.AutoModelForCausalLM.from_config(
         config, attn_implementation=attention_of(model_type, patched), dtype=dtype).cuda().train()
     if patched:
-        tt.apply_tessera(model)
+        tt.apply_tessera(model, **keywords)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     g = torch.Generator(device="cuda").manual_seed(0)
     losses = []
@@ -93,4 +97,14 @@ def test_patched_training_converges_as_plain(model_type, dtype):
         torch.testing.assert_close(got_params[name].float(), p.float(), atol=p_atol, rtol=p_rtol,
                                    msg=lambda m, name=name: f"{name}: {m}")
     top = want_lp.topk(TOPK, dim=-1)
+    if (model_type, dtype) in NOISY:
+        # Any change of rounding moves this model's eval log-probabilities by about 1 (tessera's
+        # loss alone does, whose result is the plain one's within bf16 rounding), where it moves
+        # the others' by 0.1: the patched model may drift no further than twice that.
+        tt.revert()
+        _, _, noise_lp = train(model_type, dtype, patched=True, **{k: k == "cross_entropy" for k in KEYWORDS})
+        noise = (noise_lp.gather(-1, top.indices) - top.values).abs().max()
+        drift = (got_lp.gather(-1, top.indices) - top.values).abs().max()
+        assert noise > lp_atol and drift <= 2 * noise, (drift.item(), noise.item())
+        return
     torch.testing.assert_close(got_lp.gather(-1, top.indices), top.values, atol=lp_atol, rtol=lp_rtol)
