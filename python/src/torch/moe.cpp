@@ -61,7 +61,8 @@ struct PairsFunction : torch::autograd::Function<PairsFunction<Forward, Backward
     const auto saved = ctx->get_saved_variables();
     const OptTensor weight = saved[2].defined() ? OptTensor(saved[2]) : std::nullopt;
     auto [grad_input, grad_weight] = op.call(grads[0].contiguous(), saved[0], saved[1], weight);
-    return {grad_input, at::Tensor(), ctx->needs_input_grad(2) ? grad_weight : at::Tensor()};
+    // An absent weight is no input of the node: needs_input_grad(2) would index past its inputs.
+    return {grad_input, at::Tensor(), weight && ctx->needs_input_grad(2) ? grad_weight : at::Tensor()};
   }
 };
 
