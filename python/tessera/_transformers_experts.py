@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 import tessera
+from tessera.moe import routed_experts
 
 
 def _weight(module, name: str) -> torch.Tensor:
@@ -56,28 +57,14 @@ def _gate(module, h: torch.Tensor) -> torch.Tensor:
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
     """The experts' output for every token: sum over its k experts of weight * expert(token)."""
-    rows, offs = tessera.moe_sort(top_k_index, self.num_experts)
-    x = tessera.moe_permute(hidden_states, rows)
-    has_bias = getattr(self, "has_bias", False)
-    if has_bias:  # each sorted row's expert, for the biases (gpt-oss)
-        expert = torch.searchsorted(offs, torch.arange(x.shape[0], device=offs.device, dtype=torch.int32),
-                                    right=True).clamp_(max=self.num_experts - 1)
-    if getattr(self, "has_gate", True):
-        h = tessera.grouped_mm(x, _weight(self, "gate_up_proj"), offs)
-        if has_bias:
-            h = h + self.gate_up_proj_bias[expert]
-        h = _gate(self, h)
-    else:
-        h = tessera.grouped_mm(x, _weight(self, "up_proj"), offs)
-        if has_bias:
-            h = h + self.up_proj_bias[expert]
-        h = self.act_fn(h)
-    y = tessera.grouped_mm(h, _weight(self, "down_proj"), offs)
-    if has_bias:
-        y = y + self.down_proj_bias[expert]
-    if getattr(self, "has_post_expert_norm", False):
-        y = self.post_expert_norm(y)
-    return tessera.moe_unpermute(y, rows, top_k_weights)
+    bias = getattr(self, "has_bias", False)
+    gated = getattr(self, "has_gate", True)
+    w1 = _weight(self, "gate_up_proj" if gated else "up_proj")
+    b1 = getattr(self, "gate_up_proj_bias" if gated else "up_proj_bias") if bias else None
+    post = self.post_expert_norm if getattr(self, "has_post_expert_norm", False) else None
+    return routed_experts(hidden_states, w1, _weight(self, "down_proj"), top_k_index, top_k_weights,
+                          self.num_experts, (lambda h: _gate(self, h)) if gated else self.act_fn, b1,
+                          self.down_proj_bias if bias else None, post)
 
 
 def register(transformers) -> bool:

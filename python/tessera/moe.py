@@ -30,7 +30,8 @@ from . import _interop
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["moe_sort", "moe_permute", "moe_unpermute"]
+__all__ = ["moe_route", "moe_sort", "moe_permute", "moe_unpermute", "moe_experts", "moe_load_balancing_loss",
+           "moe_z_loss"]
 
 
 def _torch_of(x, arg: str, op: str):
@@ -112,3 +113,176 @@ def moe_unpermute(input: torch.Tensor, rows: torch.Tensor, weight: Optional[torc
     ``rows`` [T, k] int32, summed in float32 in the order of j; see the module's documentation.
     Differentiable."""
     return _pairs("moe_unpermute", False, input, rows, weight)
+
+
+def moe_route(router_logits: torch.Tensor, k: int, *, scoring: str = "softmax", norm_topk_prob: bool = True,
+              softmax_after_topk: bool = False, bias: Optional[torch.Tensor] = None, n_group: int = 1,
+              topk_group: int = 1, routed_scaling_factor: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(top_k_weights [T, k] float32, top_k_index [T, k] int64) from the router's logits [T, E], as
+    the families' routers compute them, differentiable in the logits:
+
+    - ``scoring="softmax"`` (Qwen2/3-MoE, Mixtral): the softmax over all E experts in float32, its
+      k largest, renormalized to sum 1 where ``norm_topk_prob``;
+    - ``softmax_after_topk=True`` (gpt-oss): the k largest logits, then the softmax over those k;
+    - ``scoring="sigmoid"`` (DeepSeek-V3): sigmoid scores; experts chosen by score + ``bias`` (the
+      correction bias, [E], chosen by only), among the ``topk_group`` of ``n_group`` groups whose
+      two best scores sum highest; weights the chosen scores, renormalized where
+      ``norm_topk_prob``, times ``routed_scaling_factor``.
+
+    The router's few bytes (T E logits) make this torch's ops: a fused kernel would save a small
+    fraction of a millisecond per layer."""
+    torch = _torch_of(router_logits, "router_logits", "moe_route")
+    if router_logits.dim() != 2 or not router_logits.is_floating_point():
+        raise TypeError(f"tessera.moe_route: argument 'router_logits': expected a 2-d float tensor [tokens, "
+                        f"experts], got {router_logits.dim()}-d {router_logits.dtype}")
+    experts = router_logits.shape[1]
+    if not isinstance(k, int) or not 1 <= k <= experts:
+        raise ValueError(f"tessera.moe_route: argument 'k': expected an int in [1, {experts}] (the experts), got {k!r}")
+    if scoring not in ("softmax", "sigmoid"):
+        raise ValueError(f"tessera.moe_route: argument 'scoring': expected 'softmax' or 'sigmoid', got {scoring!r}")
+    if n_group < 1 or experts % n_group or not 1 <= topk_group <= n_group:
+        raise ValueError(f"tessera.moe_route: arguments 'n_group', 'topk_group': expected n_group dividing the "
+                         f"{experts} experts and 1 <= topk_group <= n_group, got {n_group}, {topk_group}")
+    if topk_group * (experts // n_group) < k:
+        raise ValueError(f"tessera.moe_route: argument 'k': expected at most the {topk_group * (experts // n_group)} "
+                         f"experts of the chosen groups, got {k}")
+    logits = router_logits.float()
+    if scoring == "softmax":
+        if softmax_after_topk:
+            top, index = torch.topk(logits, k, dim=-1)
+            return torch.softmax(top, dim=-1), index
+        top, index = torch.topk(torch.softmax(logits, dim=-1), k, dim=-1)
+        return (top / top.sum(dim=-1, keepdim=True) if norm_topk_prob else top), index
+    scores = torch.sigmoid(logits)
+    choice = scores.detach() if bias is None else scores.detach() + bias.float()
+    if n_group > 1:
+        group = choice.view(-1, n_group, experts // n_group).topk(min(2, experts // n_group), dim=-1)[0].sum(-1)
+        keep = torch.zeros_like(group).scatter_(1, group.topk(topk_group, dim=-1)[1], 1.0)
+        choice = choice.masked_fill(keep.repeat_interleave(experts // n_group, dim=1) == 0, float("-inf"))
+    index = torch.topk(choice, k, dim=-1)[1]
+    weights = scores.gather(1, index)
+    if norm_topk_prob:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return weights * routed_scaling_factor, index
+
+
+def moe_load_balancing_loss(router_logits, num_experts: int, k: int,
+                            attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The Switch Transformer's auxiliary loss as transformers' MoE families compute it
+    (``load_balancing_loss_func``, ``output_router_logits=True``): E * sum_e f_e P_e over every
+    layer's tokens, f_e the fraction of (token, slot) pairs routed to expert e by the softmax's top
+    k, P_e the mean router probability of e; tokens where ``attention_mask`` [B, S] is 0 left out.
+    ``router_logits``: one [T, E] tensor or a sequence of them (one per layer)."""
+    layers = [router_logits] if not isinstance(router_logits, (tuple, list)) else list(router_logits)
+    torch = _torch_of(layers[0], "router_logits", "moe_load_balancing_loss")
+    if not isinstance(k, int) or not 1 <= k <= num_experts:
+        raise ValueError(f"tessera.moe_load_balancing_loss: argument 'k': expected an int in [1, {num_experts}], "
+                         f"got {k!r}")
+    device = layers[0].device
+    counts = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    probs = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    rows = 0.0
+    mask = None if attention_mask is None else attention_mask.reshape(-1).to(device=device, dtype=torch.float32)
+    for logits in layers:
+        p = torch.softmax(logits.to(device).float(), dim=-1)
+        chosen = torch.topk(p, k, dim=-1)[1].reshape(-1)
+        weight = torch.ones_like(chosen, dtype=torch.float32) if mask is None else mask.repeat_interleave(k)
+        counts = counts + torch.zeros_like(counts).scatter_add_(0, chosen, weight)
+        probs = probs + (p if mask is None else p * mask[:, None]).sum(0)
+        rows = rows + (p.shape[0] if mask is None else mask.sum())
+    return num_experts * torch.sum((counts / rows) * (probs / rows))
+
+
+def moe_z_loss(router_logits) -> torch.Tensor:
+    """The router z-loss (ST-MoE): the mean over tokens of logsumexp(logits)^2, in float32, over
+    one [T, E] tensor or a sequence of them (their tokens together)."""
+    layers = [router_logits] if not isinstance(router_logits, (tuple, list)) else list(router_logits)
+    torch = _torch_of(layers[0], "router_logits", "moe_z_loss")
+    z = torch.cat([torch.logsumexp(x.float(), dim=-1) for x in layers])
+    return (z * z).mean()
+
+
+def _expert_of_rows(torch, offs, rows: int):
+    """Each sorted row's expert (for per-expert biases), from the groups' cumulative ends."""
+    return torch.searchsorted(offs, torch.arange(rows, device=offs.device, dtype=torch.int32),
+                              right=True).clamp_(max=offs.shape[0] - 1)
+
+
+def _gated(torch, activation: str, h, alpha: float, limit: float):
+    from . import elementwise
+    if activation == "gpt_oss":  # interleaved (gate, up) pairs, clamped: gpt-oss's experts
+        gate, up = h[..., ::2].clamp(max=limit), h[..., 1::2].clamp(-limit, limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * alpha))
+    gate, up = h.chunk(2, dim=-1)
+    return elementwise.silu_mul(gate, up) if activation == "swiglu" else elementwise.geglu(gate, up)
+
+
+def routed_experts(hidden_states, w1, w2, top_k_index, top_k_weights, num_experts: int, act, b1=None, b2=None,
+            post=None):
+    """The routed experts on tessera's ops, for weights as x @ w ([E, H, 2I] or [E, H, I], and
+    [E, I, H]; transposed views cost nothing): sort, permute, grouped products with ``act``
+    between, the biases per row's expert, ``post`` on the down projection's rows, unpermute."""
+    import torch
+    from . import matrix
+    rows, offs = moe_sort(top_k_index, num_experts)
+    x = moe_permute(hidden_states, rows)
+    expert = _expert_of_rows(torch, offs, x.shape[0]) if b1 is not None or b2 is not None else None
+    h = matrix.grouped_mm(x, w1, offs)
+    h = act(h if b1 is None else h + b1[expert])
+    y = matrix.grouped_mm(h, w2, offs)
+    if b2 is not None:
+        y = y + b2[expert]
+    if post is not None:
+        y = post(y)
+    return moe_unpermute(y, rows, top_k_weights)
+
+
+def moe_experts(hidden_states: torch.Tensor, gate_up_proj: torch.Tensor, down_proj: torch.Tensor,
+                top_k_index: Optional[torch.Tensor] = None, top_k_weights: Optional[torch.Tensor] = None, *,
+                router_logits: Optional[torch.Tensor] = None, k: Optional[int] = None, activation: str = "swiglu",
+                transposed: bool = False, gate_up_bias: Optional[torch.Tensor] = None,
+                down_bias: Optional[torch.Tensor] = None, alpha: float = 1.702, limit: float = 7.0,
+                **route) -> torch.Tensor:
+    """A Mixture-of-Experts layer's routed experts: for every token t of ``hidden_states`` [..., H],
+    ``sum_j w[t, j] * down_e(act(gate_up_e(x_t)))`` over its k experts e = ``top_k_index[t, j]``
+    with weights ``top_k_weights`` [T, k], or the routing ``moe_route(router_logits, k, **route)``
+    gives. The weights as transformers stores them: ``gate_up_proj`` [E, 2I, H] and ``down_proj``
+    [E, H, I] (``transposed=True``: [E, H, 2I] and [E, I, H], gpt-oss's). ``activation``:
+    'swiglu' (silu of the first half times the second), 'geglu' (gelu_tanh), 'gpt_oss' (interleaved
+    pairs, the gate clamped to ``limit`` and ``(up + 1) * gate * sigmoid(alpha * gate)``), or an
+    ungated 'silu', 'gelu', 'relu' (then ``gate_up_proj`` is the up projection [E, I, H]). Biases
+    [E, 2I] and [E, H] per expert. Differentiable in everything but the indices; the tokens are
+    sorted, the products grouped (``grouped_mm``), the pairs summed back in a fixed order
+    (``moe_unpermute``): the same bits on every run."""
+    torch = _torch_of(hidden_states, "hidden_states", "moe_experts")
+    if (router_logits is None) == (top_k_index is None):
+        raise ValueError("tessera.moe_experts: arguments 'top_k_index', 'router_logits': expected exactly one "
+                         "(with top_k_weights, or with k)")
+    if router_logits is not None:
+        if k is None:
+            raise ValueError("tessera.moe_experts: argument 'k': expected the experts per token with router_logits")
+        top_k_weights, top_k_index = moe_route(router_logits, k, **route)
+    elif top_k_weights is None or top_k_weights.shape != top_k_index.shape:
+        raise ValueError("tessera.moe_experts: argument 'top_k_weights': expected top_k_index's shape "
+                         f"{tuple(top_k_index.shape)}, got {None if top_k_weights is None else tuple(top_k_weights.shape)}")
+    for arg, w in (("gate_up_proj", gate_up_proj), ("down_proj", down_proj)):
+        if w.dim() != 3:
+            raise ValueError(f"tessera.moe_experts: argument '{arg}': expected a 3-d [experts, out, in] tensor, "
+                             f"got {w.dim()}-d")
+    gated = activation in ("swiglu", "geglu", "gpt_oss")
+    if not gated and activation not in ("silu", "gelu", "relu"):
+        raise ValueError(f"tessera.moe_experts: argument 'activation': expected 'swiglu', 'geglu', 'gpt_oss', "
+                         f"'silu', 'gelu' or 'relu', got {activation!r}")
+    shape = hidden_states.shape
+    x = hidden_states.reshape(-1, shape[-1])
+    index = top_k_index.reshape(x.shape[0], -1)
+    weights = top_k_weights.reshape(index.shape)
+    w1 = gate_up_proj if transposed else gate_up_proj.transpose(-2, -1)
+    w2 = down_proj if transposed else down_proj.transpose(-2, -1)
+    if gated:
+        def act(h):
+            return _gated(torch, activation, h, alpha, limit)
+    else:
+        act = {"silu": torch.nn.functional.silu, "relu": torch.relu,
+               "gelu": torch.nn.functional.gelu}[activation]
+    return routed_experts(x, w1, w2, index, weights, gate_up_proj.shape[0], act, gate_up_bias, down_bias).view(shape)

@@ -127,3 +127,111 @@ def test_errors_name_the_argument(device):
             tessera.moe_permute(x, rows, torch.rand(4, 3, device=device))
         with pytest.raises(ValueError, match="argument 'rows'"):
             tessera.moe_permute(x, rows.t())
+
+
+def hf_router(name, experts, k, hidden, **config):
+    """transformers' router of a family (module, its config) on the CPU, float32, random weights."""
+    transformers = pytest.importorskip("transformers", minversion="5.0")
+    module = {"qwen3_moe": "Qwen3Moe", "mixtral": "Mixtral", "deepseek_v3": "DeepseekV3"}[name]
+    import importlib
+    modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    cls = getattr(modeling, f"{module}TopKRouter", None) or getattr(modeling, f"{module}TopkRouter")
+    cfg = getattr(transformers, f"{module}Config")(hidden_size=hidden, num_experts_per_tok=k, **config)
+    router = cls(cfg)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        router.weight.normal_()
+        if hasattr(router, "e_score_correction_bias"):
+            router.e_score_correction_bias.uniform_(-0.1, 0.1)
+    return router
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_moe_unnormalized", "mixtral", "deepseek_v3"])
+def test_route_matches_the_families_routers(family):
+    x = torch.randn(64, 32)
+    if family == "deepseek_v3":
+        router = hf_router("deepseek_v3", 0, 8, 32, n_routed_experts=64, num_local_experts=64, n_group=8,
+                           topk_group=4, norm_topk_prob=True, routed_scaling_factor=2.5)
+        _, want_w, want_i = router(x)
+        w, i = tessera.moe_route(router(x)[0], 8, scoring="sigmoid", bias=router.e_score_correction_bias,
+                                 n_group=8, topk_group=4, routed_scaling_factor=2.5)
+    else:
+        norm = family != "qwen3_moe_unnormalized"
+        name = "mixtral" if family == "mixtral" else "qwen3_moe"
+        extra = {"num_local_experts": 16} if name == "mixtral" else {"num_experts": 16, "norm_topk_prob": norm}
+        router = hf_router(name, 16, 4, 32, **extra)
+        logits, want_w, want_i = router(x)
+        w, i = tessera.moe_route(logits, 4, norm_topk_prob=norm)
+    order, want_order = i.sort(-1), want_i.sort(-1)
+    assert torch.equal(order.values, want_order.values)
+    torch.testing.assert_close(w.gather(1, order.indices), want_w.float().gather(1, want_order.indices))
+
+
+def test_route_softmax_after_topk_is_gpt_oss():
+    logits = torch.randn(40, 32)
+    top, index = torch.topk(logits, 4, dim=-1)
+    w, i = tessera.moe_route(logits, 4, softmax_after_topk=True)
+    assert torch.equal(i, index)
+    torch.testing.assert_close(w, torch.softmax(top, dim=-1))
+
+
+def test_losses_match_transformers():
+    transformers = pytest.importorskip("transformers", minversion="5.0")
+    import importlib
+    func = importlib.import_module("transformers.models.qwen3_moe.modeling_qwen3_moe").load_balancing_loss_func
+    layers = tuple(torch.randn(2 * 24, 16) for _ in range(3))
+    mask = torch.ones(2, 24, dtype=torch.long)
+    mask[1, 17:] = 0
+    for m in (None, mask):
+        torch.testing.assert_close(tessera.moe_load_balancing_loss(layers, 16, 4, m), func(layers, 16, 4, m))
+    z = torch.cat([torch.logsumexp(x, -1) for x in layers])
+    torch.testing.assert_close(tessera.moe_z_loss(layers), (z ** 2).mean())
+
+
+def test_route_errors_name_the_argument():
+    logits = torch.randn(8, 16)
+    with pytest.raises(ValueError, match="argument 'k'"):
+        tessera.moe_route(logits, 17)
+    with pytest.raises(ValueError, match="'n_group'"):
+        tessera.moe_route(logits, 2, scoring="sigmoid", n_group=3)
+    with pytest.raises(ValueError, match="argument 'scoring'"):
+        tessera.moe_route(logits, 2, scoring="relu")
+    with pytest.raises(TypeError, match="argument 'router_logits'"):
+        tessera.moe_route(logits.long(), 2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ["swiglu", "gpt_oss", "silu"])
+def test_experts_match_a_per_expert_loop(device, activation):
+    dt = torch.float32 if device == "cpu" else torch.bfloat16
+    t, h, i, e, k = 48, 64, 32, 8, 2
+    torch.manual_seed(0)
+    x = torch.randn(t, h, device=device, dtype=dt, requires_grad=True)
+    gated = activation != "silu"
+    w1 = (torch.randn(e, (2 if gated else 1) * i, h, device=device, dtype=dt) / 8).requires_grad_()
+    w2 = (torch.randn(e, h, i, device=device, dtype=dt) / 8).requires_grad_()
+    b1 = torch.randn(e, w1.shape[1], device=device, dtype=dt) if activation == "gpt_oss" else None
+    b2 = torch.randn(e, h, device=device, dtype=dt) if activation == "gpt_oss" else None
+    logits = torch.randn(t, e, device=device, requires_grad=True)
+    out = tessera.moe_experts(x, w1, w2, router_logits=logits, k=k, activation=activation,
+                              gate_up_bias=b1, down_bias=b2)
+    weights, index = tessera.moe_route(logits, k)
+    want = torch.zeros(t, h, device=device, dtype=torch.float64)
+    for tok in range(t):
+        for j in range(k):
+            ex = index[tok, j]
+            u = x[tok].double() @ w1[ex].double().t() + (0 if b1 is None else b1[ex].double())
+            if activation == "swiglu":
+                u = torch.nn.functional.silu(u[:i]) * u[i:]
+            elif activation == "gpt_oss":
+                g, up = u[::2].clamp(max=7.0), u[1::2].clamp(-7.0, 7.0)
+                u = (up + 1) * g * torch.sigmoid(1.702 * g)
+            else:
+                u = torch.nn.functional.silu(u)
+            y = u @ w2[ex].double().t() + (0 if b2 is None else b2[ex].double())
+            want[tok] = want[tok] + weights[tok, j].double() * y
+    tol = dict(atol=2e-4, rtol=2e-4) if dt == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(out.double(), want, **tol)
+    out.float().square().sum().backward()
+    for p in (x, w1, w2, logits):  # every input gets a gradient (the indices none)
+        assert p.grad is not None and torch.isfinite(p.grad).all()
