@@ -51,8 +51,9 @@ def moe_sort(top_k_index: torch.Tensor, num_experts: int) -> Tuple[torch.Tensor,
     """(rows, offs) for the router's ``top_k_index`` [T, k] (any integer dtype): ``rows`` [T, k]
     int32, each pair's row in expert order (a stable sort: an expert's tokens keep their order);
     ``offs`` [num_experts] int32, the experts' cumulative ends (``grouped_mm``'s offsets). Nothing
-    is read on the host. An index outside [0, num_experts) is sorted past the last expert's rows,
-    which ``grouped_mm`` leaves zero."""
+    is read on the host. A pair whose index is outside [0, num_experts) gets row -1: the
+    permutations drop it (it adds nothing to its token's output), and the rows it would have taken,
+    past ``offs[-1]``, are never written."""
     torch = _torch_of(top_k_index, "top_k_index", "moe_sort")
     if top_k_index.dim() != 2 or top_k_index.is_floating_point():
         raise TypeError(f"tessera.moe_sort: argument 'top_k_index': expected a 2-d integer tensor [tokens, k], "
@@ -63,11 +64,12 @@ def moe_sort(top_k_index: torch.Tensor, num_experts: int) -> Tuple[torch.Tensor,
         raise ValueError(f"tessera.moe_sort: argument 'top_k_index': expected k <= num_experts ({num_experts}), "
                          f"got k = {top_k_index.shape[1]}")
     ids = top_k_index.reshape(-1)
-    # out-of-range indices sort last, past every expert's group
-    ids = torch.where((ids >= 0) & (ids < num_experts), ids, num_experts)
+    valid = (ids >= 0) & (ids < num_experts)
+    ids = torch.where(valid, ids, num_experts)  # sorted last, past every expert's group
     ids_sorted, perm = torch.sort(ids, stable=True)
     rows = torch.empty(ids.numel(), dtype=torch.int32, device=ids.device)
     rows[perm] = torch.arange(ids.numel(), dtype=torch.int32, device=ids.device)
+    rows = torch.where(valid, rows, -1)  # their pairs dropped: written nowhere, read as zero
     # A histogram of fixed size (bincount's depends on the data, which torch.compile cannot trace);
     # CUDA's histc counts integers, the CPU's floats.
     counts = torch.histc(ids_sorted.int() if ids.is_cuda else ids_sorted.float(), bins=num_experts, min=0,
@@ -242,7 +244,7 @@ def moe_experts(hidden_states: torch.Tensor, gate_up_proj: torch.Tensor, down_pr
                 router_logits: Optional[torch.Tensor] = None, k: Optional[int] = None, activation: str = "swiglu",
                 transposed: bool = False, gate_up_bias: Optional[torch.Tensor] = None,
                 down_bias: Optional[torch.Tensor] = None, alpha: float = 1.702, limit: float = 7.0,
-                **route) -> torch.Tensor:
+                group=None, **route) -> torch.Tensor:
     """A Mixture-of-Experts layer's routed experts: for every token t of ``hidden_states`` [..., H],
     ``sum_j w[t, j] * down_e(act(gate_up_e(x_t)))`` over its k experts e = ``top_k_index[t, j]``
     with weights ``top_k_weights`` [T, k], or the routing ``moe_route(router_logits, k, **route)``
@@ -253,7 +255,13 @@ def moe_experts(hidden_states: torch.Tensor, gate_up_proj: torch.Tensor, down_pr
     ungated 'silu', 'gelu', 'relu' (then ``gate_up_proj`` is the up projection [E, I, H]). Biases
     [E, 2I] and [E, H] per expert. Differentiable in everything but the indices; the tokens are
     sorted, the products grouped (``grouped_mm``), the pairs summed back in a fixed order
-    (``moe_unpermute``): the same bits on every run."""
+    (``moe_unpermute``): the same bits on every run.
+
+    Expert parallelism: with ``group`` (a torch.distributed process group or a 1-d DeviceMesh)
+    of W ranks, the weights (and biases) are this rank's E / W experts, rank r holding experts
+    [r E / W, (r + 1) E / W), and the indices count all E. Each rank's sorted pairs go to the ranks
+    of their experts and come back by two all-to-alls (differentiable: the backward is the same
+    exchange reversed); the split sizes are read on the host, one synchronization a call."""
     torch = _torch_of(hidden_states, "hidden_states", "moe_experts")
     if (router_logits is None) == (top_k_index is None):
         raise ValueError("tessera.moe_experts: arguments 'top_k_index', 'router_logits': expected exactly one "
@@ -285,4 +293,40 @@ def moe_experts(hidden_states: torch.Tensor, gate_up_proj: torch.Tensor, down_pr
     else:
         act = {"silu": torch.nn.functional.silu, "relu": torch.relu,
                "gelu": torch.nn.functional.gelu}[activation]
+    if group is not None:
+        return _expert_parallel(x, w1, w2, index, weights, act, gate_up_bias, down_bias, group).view(shape)
     return routed_experts(x, w1, w2, index, weights, gate_up_proj.shape[0], act, gate_up_bias, down_bias).view(shape)
+
+
+def _expert_parallel(x, w1, w2, index, weights, act, b1, b2, group):
+    """moe_experts over a process group: this rank's tokens to their experts' ranks and back."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_to_all_single
+    if hasattr(group, "get_group"):  # a DeviceMesh
+        group = group.get_group()
+    world = dist.get_world_size(group)
+    local = w1.shape[0]
+    rows, offs = moe_sort(index, local * world)
+    sent = moe_permute(x, rows)  # in expert order: each rank's experts are one run of rows
+    counts = torch.diff(offs, prepend=offs.new_zeros(1))
+    got = torch.empty_like(counts)  # rank s's counts for each of this rank's experts, by s
+    dist.all_to_all_single(got, counts, group=group)
+    send = counts.view(world, local).sum(1).tolist()
+    recv = got.view(world, local).sum(1).tolist()
+    n = sum(send)  # pairs of an index out of range sort last and stay here, as zeros
+    received = all_to_all_single(sent.new_empty(sum(recv), sent.shape[1]), sent[:n], recv, send, group=group)
+    # the rows received run by source rank, then by this rank's expert: sorted again by expert
+    expert = torch.arange(local, device=got.device).repeat(world).repeat_interleave(got.long(),
+                                                                                   output_size=sum(recv))
+    lrows, loffs = moe_sort(expert.view(-1, 1), local)
+    from . import matrix
+    h = matrix.grouped_mm(moe_permute(received, lrows), w1, loffs)
+    ex = _expert_of_rows(torch, loffs, h.shape[0]) if b1 is not None or b2 is not None else None
+    y = matrix.grouped_mm(act(h if b1 is None else h + b1[ex]), w2, loffs)
+    if b2 is not None:
+        y = y + b2[ex]
+    back = all_to_all_single(y.new_empty(n, y.shape[1]), moe_unpermute(y, lrows), send, recv, group=group)
+    if n < sent.shape[0]:
+        back = torch.cat([back, back.new_zeros(sent.shape[0] - n, back.shape[1])])
+    return moe_unpermute(back, rows, weights)

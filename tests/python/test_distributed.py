@@ -5,6 +5,9 @@ the ranks and its loss comparison (pure Python), and, where torch.distributed ha
 and FSDP2 plumbing on the CPU (torchrun, 2 processes, torch's functions, a tiny model) against
 its own single-process run.
 
+Expert parallelism (tests/python/dist_moe.py): tessera.moe_experts over 2 gloo ranks against one
+process, and on 2 GPUs where there are two.
+
 Tensor parallelism (examples/llama_tensor_parallel.py): on any machine, its plan applied to the
 small model on a fake process group of two ranks (fake CUDA tensors), whose forward must reach
 tessera's registered ops on the shards with one all-reduce per sublayer; with 2 GPUs, the example
@@ -32,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "llama_distributed.py"
 TP_EXAMPLE = ROOT / "examples" / "llama_tensor_parallel.py"
 VOCAB_CHECK = Path(__file__).resolve().parent / "dist_vocab_parallel.py"
+MOE_CHECK = Path(__file__).resolve().parent / "dist_moe.py"
 
 
 def _module(name, path):
@@ -476,3 +480,23 @@ def test_vocab_parallel_cross_entropy_refuses_what_it_does_not_support(run):
     rows = run.distribute(h, run.mesh, [run.Shard(0)])
     with pytest.raises(ValueError, match="argument 'hidden': with a vocabulary-sharded weight"):
         tessera.linear_cross_entropy(rows, w, t)
+
+
+# ---- expert parallelism -----------------------------------------------------------------------------
+
+def test_expert_parallel_moe_matches_one_process_on_cpu():
+    """tessera.moe_experts with each of 2 gloo ranks holding half the experts (tokens exchanged by
+    all-to-all; uneven routing and a dropped pair): each rank's output and gradients equal the
+    one-process layer's on the whole weights, SwiGLU and gpt-oss's gate with biases
+    (tests/python/dist_moe.py)."""
+    _gloo()
+    rc, out = _run(_torchrun(2) + [str(MOE_CHECK)], timeout=300)
+    assert rc == 0 and re.search(r"^ok$", out, re.M), out
+
+
+@pytest.mark.gpu
+def test_two_gpus_expert_parallel_moe():
+    """The same on 2 GPUs in bf16: tessera's kernels, NCCL's all-to-alls."""
+    _two_gpus()
+    rc, out = _run(_torchrun(2) + [str(MOE_CHECK), "--device", "cuda"], timeout=300)
+    assert rc == 0 and re.search(r"^ok$", out, re.M), out
