@@ -223,6 +223,7 @@ def register(torch) -> bool:
             return [(results(R, R), ins(R))] + [(results(Shard(k), Partial()), ins(Shard(k))) for k in range(lead)]
 
     _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial)
+    _moe_rules(ops, register_sharding, Replicate, Shard, Partial)
     # The defaults, unless written above: an elementwise op of the generic kernel whose outputs are
     # all shaped like an argument (gelu, silu_mul, ...) shards along any dimension; a row-wise one
     # with statistics or a normalized shape along its leading dimensions.
@@ -510,3 +511,42 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     def copy_rule(src, dst):
         allowed = [R] + [Shard(d) for d in range(dst.ndim)] + [Partial(op) for op in linear]
         return [([], [p, p]) for p in placed_as(dst, allowed, "copy", "dst")]
+
+
+def _moe_rules(ops, register_sharding, Replicate, Shard, Partial) -> None:
+    """grouped_mm by its form, and the pairs' permutations along the hidden dimension (the rows
+    index the whole token set, so tokens and pairs never split)."""
+    R, P = Replicate(), Partial()
+
+    # grouped_mm: the offsets (replicated) index the grouped dimension, which never splits; the
+    # other product dimensions do, K as a partial sum (not in the depth form, where K is grouped).
+    @register_sharding(ops.grouped_mm.default)
+    def grouped_rule(input, other, offs=None, **kwargs):
+        o = R if offs is not None else None
+        strategies = [([R], [R, R, o])]
+        if input.ndim == 2 and other.ndim == 3:  # rows: [M, K] x [G, K, N]
+            strategies += [([Shard(1)], [R, Shard(2), o]), ([P], [Shard(1), Shard(1), o])]
+        elif input.ndim == 3 and other.ndim == 2:  # columns: [G, M, K] x [K, N]
+            strategies += [([Shard(0)], [Shard(1), R, o]), ([P], [Shard(2), Shard(0), o])]
+        elif input.ndim == 2:  # depth: [M, K] x [K, N] -> [G, M, N]
+            strategies += [([Shard(1)], [Shard(0), R, o]), ([Shard(2)], [R, Shard(1), o])]
+        else:  # batched
+            strategies += [([Shard(0)], [Shard(0), Shard(0), o]), ([Shard(1)], [Shard(1), R, o]),
+                           ([Shard(2)], [R, Shard(2), o]), ([P], [Shard(2), Shard(1), o])]
+        return strategies
+
+    def permutation(op):
+        @register_sharding(op)
+        def rule(input, rows, weight=None):
+            w = R if weight is not None else None
+            return [([R], [R, R, w]), ([Shard(1)], [Shard(1), R, w])]
+
+    def permutation_backward(op):  # the weight's gradient a dot over the hidden dimension
+        @register_sharding(op)
+        def rule(grad_output, input, rows, weight=None):
+            w = R if weight is not None else None
+            return [([R, w], [R, R, R, w]), ([Shard(1), P if w else None], [Shard(1), Shard(1), R, w])]
+
+    for name in ("moe_permute", "moe_unpermute"):
+        permutation(getattr(ops, name).default)
+        permutation_backward(getattr(ops, name + "_backward").default)

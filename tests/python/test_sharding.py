@@ -479,3 +479,32 @@ def test_loss_autograd_by_rows(run):
     outs, comms = run.call(ops.linear_cross_entropy.default, hidden.detach(), weight.detach(), None, target,
                            reduction="none", output_mask=[True, True, False], grad_loss=run.tensor((8,), R))
     assert placements(outs[2:3]) == [(R,)] and comms > 0
+
+
+def test_grouped_mm_shards_its_free_dimensions_and_never_the_groups(run):
+    ops = run.torch.ops.tessera
+    with run.mode:
+        offs = run.distribute(run.torch.tensor([3, 8], dtype=run.torch.int32), run.mesh, [run.R])
+    a, b = run.tensor((8, 16), run.R), run.tensor((2, 16, 12), run.Shard(2))  # rows form, N sharded
+    (y,), comms = run.call(ops.grouped_mm.default, a, b, offs)
+    assert placements([y]) == [(run.Shard(1),)] and comms == 0 and y.to_local().shape == (8, 6)
+    a, b = run.tensor((8, 16), run.Shard(1)), run.tensor((2, 16, 12), run.Shard(1))  # K: a partial sum
+    (y,), comms = run.call(ops.grouped_mm.default, a, b, offs)
+    assert placements([y]) == [(run.P,)] and comms == 0
+    a = run.tensor((8, 16), run.Shard(0))  # rows sharded: the offsets index them all, so gathered
+    (y,), _ = run.call(ops.grouped_mm.default, a, run.tensor((2, 16, 12), run.R), offs)
+    assert y.to_local().shape[0] == 8
+
+
+def test_moe_permutations_shard_the_hidden_dimension(run):
+    ops = run.torch.ops.tessera
+    with run.mode:
+        rows = run.distribute(run.torch.randperm(8).to(run.torch.int32).view(4, 2), run.mesh, [run.R])
+    w = run.tensor((4, 2), run.R)
+    x = run.tensor((4, 16), run.Shard(1))
+    (y,), comms = run.call(ops.moe_permute.default, x, rows, w)
+    assert placements([y]) == [(run.Shard(1),)] and comms == 0 and y.to_local().shape == (8, 8)
+    (z,), comms = run.call(ops.moe_unpermute.default, y, rows, w)
+    assert placements([z]) == [(run.Shard(1),)] and comms == 0
+    (gx, gw), comms = run.call(ops.moe_unpermute_backward.default, z, y, rows, w)
+    assert placements([gx, gw]) == [(run.Shard(1),), (run.P,)] and comms == 0
