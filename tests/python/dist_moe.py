@@ -6,30 +6,19 @@ Exits 1 on any mismatch; rank 0 prints "ok".
 
     torchrun --standalone --nproc-per-node 2 tests/python/dist_moe.py [--device cuda]
 """
-import argparse
-import os
-
 import torch
 import torch.distributed as dist
 
 import tessera
-from dist_report import exit_now, finish
+from dist_report import exit_now, finish, setup
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    args = ap.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        device, dtype, tol = torch.device("cuda", torch.cuda.current_device()), torch.bfloat16, 3e-2
-        dist.init_process_group("nccl", device_id=device)
-        t, h, f, e, k = 512, 256, 128, 8 * world, 4
+    rank, world, device = setup(dist)
+    if device.type == "cuda":
+        dtype, tol, (t, h, f, e, k) = torch.bfloat16, 3e-2, (512, 256, 128, 8 * world, 4)
     else:
-        device, dtype, tol = torch.device("cpu"), torch.float32, 1e-5
-        dist.init_process_group("gloo")
-        t, h, f, e, k = 40, 16, 8, 4 * world, 2
+        dtype, tol, (t, h, f, e, k) = torch.float32, 1e-5, (40, 16, 8, 4 * world, 2)
     local = e // world
     problems = []
     for activation in ("swiglu", "gpt_oss"):

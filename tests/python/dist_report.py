@@ -4,6 +4,26 @@ import os
 import sys
 
 
+def setup(dist):
+    """The worker's rank, world size and device from torchrun's environment and --device (cpu:
+    gloo; cuda: NCCL on LOCAL_RANK's GPU), its process group initialized."""
+    import argparse
+
+    import torch
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    args = ap.parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        device = torch.device("cuda", torch.cuda.current_device())
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return rank, world, device
+
+
 def finish(dist, rank: int, world: int, problems: list) -> int:
     """Gathers each rank's problems (strings), ends the process group, and on rank 0 prints them
     and "ok" or "FAILED". Returns the exit status: 1 where any rank found a problem."""

@@ -5,31 +5,20 @@ with ignored rows and chunks smaller than the rows. Exits 1 on any mismatch; ran
 
     torchrun --standalone --nproc-per-node 2 tests/python/dist_vocab_parallel.py [--device cuda]
 """
-import argparse
-import os
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 import tessera
-from dist_report import exit_now, finish
+from dist_report import exit_now, finish, setup
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    args = ap.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        device, dtype, tol = torch.device("cuda", torch.cuda.current_device()), torch.bfloat16, 2e-2
-        dist.init_process_group("nccl", device_id=device)
-        n, h, v = 512, 256, 32003
+    rank, world, device = setup(dist)
+    if device.type == "cuda":
+        dtype, tol, (n, h, v) = torch.bfloat16, 2e-2, (512, 256, 32003)
     else:
-        device, dtype, tol = torch.device("cpu"), torch.float32, 1e-5
-        dist.init_process_group("gloo")
-        n, h, v = 96, 32, 1001
+        dtype, tol, (n, h, v) = torch.float32, 1e-5, (96, 32, 1001)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
     mesh = init_device_mesh(device.type, (world,))

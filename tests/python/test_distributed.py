@@ -446,23 +446,26 @@ def test_two_gpus_tensor_parallel_matches_unsharded(pieces):
     assert out.count("tessera kernels") == 2, out
 
 
+def _worker_ok(script, device="cpu"):
+    """A dist_*.py worker under torchrun on 2 ranks (gloo on the CPU, NCCL on 2 GPUs): rank 0 says ok."""
+    _gloo() if device == "cpu" else _two_gpus()
+    rc, out = _run(_torchrun(2) + [str(script)] + (["--device", device] if device != "cpu" else []), timeout=300)
+    assert rc == 0 and re.search(r"^ok$", out, re.M), out
+
+
 # ---- vocabulary-parallel linear_cross_entropy -----------------------------------------------------
 
 def test_vocab_parallel_cross_entropy_matches_the_whole_logits_on_cpu():
     """A weight sharded over the vocabulary (unevenly) on 2 gloo ranks: loss, d_hidden and the
     gathered d_weight equal torch's cross-entropy of the whole logits, for each reduction, with
     ignored rows and several chunks (tests/python/dist_vocab_parallel.py)."""
-    _gloo()
-    rc, out = _run(_torchrun(2) + [str(VOCAB_CHECK)], timeout=300)
-    assert rc == 0 and re.search(r"^ok$", out, re.M), out
+    _worker_ok(VOCAB_CHECK)
 
 
 @pytest.mark.gpu
 def test_two_gpus_vocab_parallel_cross_entropy():
     """The same on 2 GPUs in bf16: the slices' logits from tessera's GEMM, NCCL's all-reduces."""
-    _two_gpus()
-    rc, out = _run(_torchrun(2) + [str(VOCAB_CHECK), "--device", "cuda"], timeout=300)
-    assert rc == 0 and re.search(r"^ok$", out, re.M), out
+    _worker_ok(VOCAB_CHECK, "cuda")
 
 
 def test_vocab_parallel_cross_entropy_refuses_what_it_does_not_support(run):
@@ -489,14 +492,10 @@ def test_expert_parallel_moe_matches_one_process_on_cpu():
     all-to-all; uneven routing and a dropped pair): each rank's output and gradients equal the
     one-process layer's on the whole weights, SwiGLU and gpt-oss's gate with biases
     (tests/python/dist_moe.py)."""
-    _gloo()
-    rc, out = _run(_torchrun(2) + [str(MOE_CHECK)], timeout=300)
-    assert rc == 0 and re.search(r"^ok$", out, re.M), out
+    _worker_ok(MOE_CHECK)
 
 
 @pytest.mark.gpu
 def test_two_gpus_expert_parallel_moe():
     """The same on 2 GPUs in bf16: tessera's kernels, NCCL's all-to-alls."""
-    _two_gpus()
-    rc, out = _run(_torchrun(2) + [str(MOE_CHECK), "--device", "cuda"], timeout=300)
-    assert rc == 0 and re.search(r"^ok$", out, re.M), out
+    _worker_ok(MOE_CHECK, "cuda")
