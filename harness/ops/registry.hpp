@@ -105,7 +105,7 @@ double default_tolerance(DType dtype, const ErrorModel& model = {});
 // Adds the ops that `make` returns to the table. Constructed at namespace scope in an op's
 // <op>_cases.cpp, so it runs while the harness library loads. `make` runs once, when the table is
 // first read. The table's order does not depend on the order static initializers run in: family
-// first (the order of DESIGN.md's family table: elementwise, rowwise, matrix, attention, set;
+// first (the order of DESIGN.md's family table: elementwise, rowwise, matrix, attention, loss, moe, set;
 // others after, by name), then `order` (lower first), then the order `make` returns them in.
 struct Registrar {
   Registrar(int order, std::function<std::vector<OpInfo>()> make);

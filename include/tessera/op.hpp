@@ -303,11 +303,11 @@ void check_trailing(const OpDesc& op, const OpDesc::Trailing& t, const int64_t* 
                     size_t n);
 
 // The place of a family in DESIGN.md's family table (elementwise, rowwise, matrix, attention,
-// loss, set); unknown families after those. The harness orders its table by it too.
+// loss, moe, set); unknown families after those. The harness orders its table by it too.
 int family_rank(std::string_view family);
 
 // Every description, in the order of DESIGN.md's family table (elementwise, rowwise, matrix,
-// attention, loss, set), then by name.
+// attention, loss, moe, set), then by name.
 const std::vector<OpDesc>& op_descriptions();
 const OpDesc* find_op_description(std::string_view name);  // nullptr when unknown
 
