@@ -55,9 +55,10 @@ CONFIGS = {  # family -> (config class, the family's own defaults that the flags
     "qwen2_moe": ("Qwen2MoeConfig", {"decoder_sparse_step": 1}),
     "mixtral": ("MixtralConfig", {}),
     "gpt_oss": ("GptOssConfig", {}),
+    "deepseek_v3": ("DeepseekV3Config", {"first_k_dense_replace": 0}),  # MLA: a key head per query head
 }
 MOE = {"qwen3_moe": "num_experts", "qwen2_moe": "num_experts", "mixtral": "num_local_experts",
-       "gpt_oss": "num_local_experts"}
+       "gpt_oss": "num_local_experts", "deepseek_v3": "n_routed_experts"}
 RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera sdpa", "tessera sdpa compile")
 DEFAULT_RUNS = RUNS
 # --fit: the model for a GPU under FIT_GIB (the model's eager run peaks near 20 GiB above
@@ -71,14 +72,14 @@ def config_of(args, family):
     extra = dict(extra)
     if family in MOE:
         extra.update({MOE[family]: args.experts, "num_experts_per_tok": args.top_k})
-        if family in ("qwen3_moe", "qwen2_moe"):
+        if family in ("qwen3_moe", "qwen2_moe", "deepseek_v3"):
             extra.update(moe_intermediate_size=args.moe_intermediate)
         if family == "qwen2_moe":
             extra.update(shared_expert_intermediate_size=args.intermediate)
     return getattr(transformers, name)(
         vocab_size=args.vocab, hidden_size=args.hidden,
         intermediate_size=args.moe_intermediate if family in ("mixtral", "gpt_oss") else args.intermediate,
-        num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.heads if family == "deepseek_v3" else args.kv_heads,
         head_dim=args.head_dim or args.hidden // args.heads, max_position_embeddings=max(args.seq, 4096),
         pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)
 

@@ -14,7 +14,7 @@ KEYS = ("rope", "rms_norm", "swiglu", "experts", "cross_entropy", "fused_linear_
 
 def run(model_type, dtype, only):
     name, extra = c.CONFIGS[model_type]
-    config = getattr(transformers, name)(**c.MINI, **extra)
+    config = getattr(transformers, name)(**{**c.MINI, **extra})
     torch.manual_seed(42)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=dtype).cuda().train()
     if only is not None:

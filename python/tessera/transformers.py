@@ -101,6 +101,7 @@ class Family:
     dense_mlp: bool = True       # <prefix>MLP is a gated MLP (gpt-oss's is its router and experts)
     rotary: bool = True          # tessera's RoPE takes the family's cos/sin (gpt-oss's are half-width)
     attention: bool = True       # tessera's attention takes the family's (gpt-oss's has sinks)
+    aux_loss: bool = True        # MoE: the causal LM adds the router's load-balancing loss
 
     @property
     def mlp_keyword(self) -> str:
@@ -119,6 +120,9 @@ FAMILIES = {f.model_type: f for f in (
     Family("qwen2_moe", "qwen2_moe", "Qwen2Moe", experts="Qwen2MoeExperts"),
     Family("mixtral", "mixtral", "Mixtral", experts="MixtralExperts"),
     Family("gpt_oss", "gpt_oss", "GptOss", experts="GptOssExperts", dense_mlp=False, rotary=False, attention=False),
+    # DeepSeek-V3: its MLA attention and (interleaved) RoPE kept; no auxiliary loss (bias balancing)
+    Family("deepseek_v3", "deepseek_v3", "DeepseekV3", experts="DeepseekV3Experts", rotary=False, attention=False,
+           aux_loss=False),
 )}
 
 # The activations each gate stands for (config.hidden_act, or Gemma's hidden_activation).
@@ -410,7 +414,7 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
     names = [p.name for p in signature.parameters.values()
              if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)][1:]
     softcap_attr = family.softcap
-    moe = family.experts is not None
+    moe = family.experts is not None and family.aux_loss
 
     def forward(self, *args, **kwargs):
         call = dict(zip(names, args))

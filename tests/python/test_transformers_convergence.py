@@ -34,6 +34,11 @@ CONFIGS = {
                                      "shared_expert_intermediate_size": 256, "decoder_sparse_step": 1}),
     "mixtral": ("MixtralConfig", {"num_local_experts": 8, "num_experts_per_tok": 2}),
     "gpt_oss": ("GptOssConfig", {"num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 64}),
+    "deepseek_v3": ("DeepseekV3Config", {"n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+                                         "n_shared_experts": 1, "n_group": 2, "topk_group": 1,
+                                         "first_k_dense_replace": 1, "kv_lora_rank": 64, "q_lora_rank": 96,
+                                         "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 32,
+                                         "num_key_value_heads": 8}),
 }
 # (loss atol, loss rtol, parameter atol, parameter rtol, log-probability atol, rtol): Liger's for
 # its mini models (test/convergence/{bf16,fp32}), with its learning rate.
@@ -62,7 +67,7 @@ def attention_of(model_type, patched):
 
 def train(model_type, dtype, patched, **keywords):
     name, extra = CONFIGS[model_type]
-    config = getattr(transformers, name)(**MINI, **extra)
+    config = getattr(transformers, name)(**{**MINI, **extra})
     torch.manual_seed(42)
     model = transformers.AutoModelForCausalLM.from_config(
         config, attn_implementation=attention_of(model_type, patched), dtype=dtype).cuda().train()

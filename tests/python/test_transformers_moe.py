@@ -1,5 +1,6 @@
-"""tessera.transformers' Mixture-of-Experts families on the CPU: tiny Qwen3-MoE, Qwen2-MoE, Mixtral
-and gpt-oss (transposed, interleaved experts with biases and a clamped gate) models patched by class and by instance (the experts' forward on tessera.grouped_mm, the
+"""tessera.transformers' Mixture-of-Experts families on the CPU: tiny Qwen3-MoE, Qwen2-MoE, Mixtral,
+gpt-oss (transposed, interleaved experts with biases and a clamped gate) and DeepSeek-V3 (a dense
+first layer, shared experts, grouped sigmoid routing, MLA kept) models patched by class and by instance (the experts' forward on tessera.grouped_mm, the
 norms, RoPE and loss as for the dense families), parameter names unchanged, and the patched
 model's loss (the router's load-balancing loss included) and gradients equal to the plain model's
 in float32, through the ops' CPU paths (torch._grouped_mm, torch's composition of silu_mul)."""
@@ -21,6 +22,11 @@ CONFIGS = {
     "mixtral": ("MixtralConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2)),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=8)),
+    "deepseek_v3": ("DeepseekV3Config", dict(intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8,
+                                             num_experts_per_tok=2, n_shared_experts=1, n_group=2, topk_group=1,
+                                             first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=24,
+                                             qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+                                             num_key_value_heads=4)),  # MLA: a key head per query head
 }
 MOE = [t for t in CONFIGS if hasattr(transformers, CONFIGS[t][0])]
 
@@ -36,7 +42,7 @@ def unpatched():
 
 def build(model_type, seed=0, **extra):
     name, kwargs = CONFIGS[model_type]
-    config = getattr(transformers, name)(**COMMON, **kwargs, **extra)
+    config = getattr(transformers, name)(**{**COMMON, **kwargs}, **extra)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     for p in model.parameters():  # the experts' 3-d weights start uninitialized in some versions
@@ -63,7 +69,8 @@ def test_patch_by_instance_and_by_class(model_type):
     tt.apply_tessera(model)
     assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == before
     experts = [m for m in model.modules() if isinstance(m, cls)]
-    assert len(experts) == COMMON["num_hidden_layers"]
+    dense = CONFIGS[model_type][1].get("first_k_dense_replace", 0)  # DeepSeek-V3's first layers are dense
+    assert len(experts) == COMMON["num_hidden_layers"] - dense
     assert all(m.forward.__func__ is tt._transformers_experts.experts_forward for m in experts)
     tt.revert()
     getattr(tt, f"apply_tessera_to_{model_type}")()
@@ -95,7 +102,7 @@ def test_same_loss_and_gradients(model_type, router):
     tt.apply_tessera(patched)
     out = patched(input_ids=ids, labels=labels)
     assert out.logits is None
-    assert (out.aux_loss is not None) == router
+    assert (getattr(out, "aux_loss", None) is not None) == (router and tt.FAMILIES[model_type].aux_loss)
     torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
     out.loss.backward()
     for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
