@@ -339,7 +339,7 @@ _kernel_dtypes = None  # matmul's dtypes as torch dtypes, once torch is seen
 
 def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Optional[torch.Tensor] = None, *,
                bias: Optional[torch.Tensor] = None,
-               out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+               out_dtype: Optional[torch.dtype] = None, validate: bool = False) -> torch.Tensor:
     """``torch._grouped_mm``: a product per group in one call (a Mixture-of-Experts layer's tokens
     grouped by expert), float32 accumulation, differentiable; ``offs`` (int32, the groups'
     cumulative ends) stays on the GPU.
@@ -351,7 +351,9 @@ def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Optional[torch.Te
 
     Group g spans ``[offs[g-1], offs[g])``; rows (columns) past the last offset are zero, as is an
     empty group's product. Offsets that decrease or pass the extent are clamped, never read out of
-    bounds, and not checked on the host (that would wait for the GPU). float32, float16 and
+    bounds, and not checked on the host (that would wait for the GPU) unless ``validate=True``: then
+    offsets that decrease, or whose last is not the grouped extent, are a ValueError naming
+    ``offs`` (one synchronization). float32, float16 and
     bfloat16; ``out_dtype`` the inputs' or float32. Every gradient is a grouped product too.
     Tensors tessera's kernels do not take (CPU, float64) go to ``torch._grouped_mm``."""
     torch = _torch_only(mat_a, "mat_a", "grouped_mm")
@@ -359,12 +361,24 @@ def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Optional[torch.Te
     if mat_a.is_cuda and mat_b.dtype != mat_a.dtype:
         raise TypeError(f"tessera.grouped_mm: argument 'mat_b': expected mat_a's dtype {mat_a.dtype}, "
                         f"got {mat_b.dtype}")
+    if validate and offs is not None:
+        _validate_offs(torch, mat_a, mat_b, offs)
     if _interop.outside_kernels(mat_a, mat_b) and hasattr(torch, "_grouped_mm"):
         return torch._grouped_mm(mat_a, mat_b, offs, bias=bias, out_dtype=out_dtype)  # torch's, or its error
     if bias is not None:
         raise ValueError("tessera.grouped_mm: argument 'bias': not supported (as torch._grouped_mm); "
                          "expected None")
     return _interop.needs_ops("grouped_mm", "needs").grouped_mm.default(mat_a, mat_b, offs, out_dtype=out_dtype)
+
+
+def _validate_offs(torch, a, b, offs) -> None:
+    """grouped_mm's offsets non-decreasing and ending at the grouped extent (rows, columns or K)."""
+    extent = a.shape[-1] if a.dim() == 2 and b.dim() == 2 else a.shape[0] if a.dim() == 2 else b.shape[-1]
+    o = offs.long()
+    bad = (o[1:] < o[:-1]).any() | (o[:1] < 0).any() | (o[-1:] != extent).any() if o.numel() else False
+    if bool(bad):
+        raise ValueError(f"tessera.grouped_mm: argument 'offs': expected non-decreasing cumulative ends ending at "
+                         f"{extent}, got {offs.tolist()}")
 
 
 def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,

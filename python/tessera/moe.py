@@ -47,13 +47,14 @@ def _check_rows(torch, rows, op: str):
                         f"(moe_sort's), got {rows.dim()}-d {rows.dtype}")
 
 
-def moe_sort(top_k_index: torch.Tensor, num_experts: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def moe_sort(top_k_index: torch.Tensor, num_experts: int, *, validate: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """(rows, offs) for the router's ``top_k_index`` [T, k] (any integer dtype): ``rows`` [T, k]
     int32, each pair's row in expert order (a stable sort: an expert's tokens keep their order);
     ``offs`` [num_experts] int32, the experts' cumulative ends (``grouped_mm``'s offsets). Nothing
     is read on the host. A pair whose index is outside [0, num_experts) gets row -1: the
     permutations drop it (it adds nothing to its token's output), and the rows it would have taken,
-    past ``offs[-1]``, are never written."""
+    past ``offs[-1]``, are never written (transformers marks masked tokens so); ``validate=True``
+    makes such an index a ValueError instead (one synchronization)."""
     torch = _torch_of(top_k_index, "top_k_index", "moe_sort")
     if top_k_index.dim() != 2 or top_k_index.is_floating_point():
         raise TypeError(f"tessera.moe_sort: argument 'top_k_index': expected a 2-d integer tensor [tokens, k], "
@@ -65,6 +66,9 @@ def moe_sort(top_k_index: torch.Tensor, num_experts: int) -> Tuple[torch.Tensor,
                          f"got k = {top_k_index.shape[1]}")
     ids = top_k_index.reshape(-1)
     valid = (ids >= 0) & (ids < num_experts)
+    if validate and ids.numel() and not bool(valid.all()):
+        raise ValueError(f"tessera.moe_sort: argument 'top_k_index': expected expert indices in [0, {num_experts}), "
+                         f"got {int(ids.min())} .. {int(ids.max())}")
     ids = torch.where(valid, ids, num_experts)  # sorted last, past every expert's group
     ids_sorted, perm = torch.sort(ids, stable=True)
     rows = torch.empty(ids.numel(), dtype=torch.int32, device=ids.device)
@@ -220,13 +224,13 @@ def _gated(torch, activation: str, h, alpha: float, limit: float):
 
 
 def routed_experts(hidden_states, w1, w2, top_k_index, top_k_weights, num_experts: int, act, b1=None, b2=None,
-            post=None):
+                   post=None, validate: bool = False):
     """The routed experts on tessera's ops, for weights as x @ w ([E, H, 2I] or [E, H, I], and
     [E, I, H]; transposed views cost nothing): sort, permute, grouped products with ``act``
     between, the biases per row's expert, ``post`` on the down projection's rows, unpermute."""
     import torch
     from . import matrix
-    rows, offs = moe_sort(top_k_index, num_experts)
+    rows, offs = moe_sort(top_k_index, num_experts, validate=validate)
     x = moe_permute(hidden_states, rows)
     expert = _expert_of_rows(torch, offs, x.shape[0]) if b1 is not None or b2 is not None else None
     h = matrix.grouped_mm(x, w1, offs)
@@ -244,7 +248,7 @@ def moe_experts(hidden_states: torch.Tensor, gate_up_proj: torch.Tensor, down_pr
                 router_logits: Optional[torch.Tensor] = None, k: Optional[int] = None, activation: str = "swiglu",
                 transposed: bool = False, gate_up_bias: Optional[torch.Tensor] = None,
                 down_bias: Optional[torch.Tensor] = None, alpha: float = 1.702, limit: float = 7.0,
-                group=None, **route) -> torch.Tensor:
+                group=None, validate: bool = False, **route) -> torch.Tensor:
     """A Mixture-of-Experts layer's routed experts: for every token t of ``hidden_states`` [..., H],
     ``sum_j w[t, j] * down_e(act(gate_up_e(x_t)))`` over its k experts e = ``top_k_index[t, j]``
     with weights ``top_k_weights`` [T, k], or the routing ``moe_route(router_logits, k, **route)``
@@ -256,6 +260,8 @@ def moe_experts(hidden_states: torch.Tensor, gate_up_proj: torch.Tensor, down_pr
     [E, 2I] and [E, H] per expert. Differentiable in everything but the indices; the tokens are
     sorted, the products grouped (``grouped_mm``), the pairs summed back in a fixed order
     (``moe_unpermute``): the same bits on every run.
+
+    ``validate=True`` checks the indices (``moe_sort``'s) at the cost of a synchronization.
 
     Expert parallelism: with ``group`` (a torch.distributed process group or a 1-d DeviceMesh)
     of W ranks, the weights (and biases) are this rank's E / W experts, rank r holding experts
@@ -293,9 +299,17 @@ def moe_experts(hidden_states: torch.Tensor, gate_up_proj: torch.Tensor, down_pr
     else:
         act = {"silu": torch.nn.functional.silu, "relu": torch.relu,
                "gelu": torch.nn.functional.gelu}[activation]
+    if validate and group is not None:
+        moe_sort(index, gate_up_proj.shape[0] * _world(group), validate=True)
     if group is not None:
         return _expert_parallel(x, w1, w2, index, weights, act, gate_up_bias, down_bias, group).view(shape)
-    return routed_experts(x, w1, w2, index, weights, gate_up_proj.shape[0], act, gate_up_bias, down_bias).view(shape)
+    return routed_experts(x, w1, w2, index, weights, gate_up_proj.shape[0], act, gate_up_bias, down_bias,
+                          validate=validate).view(shape)
+
+
+def _world(group) -> int:
+    import torch.distributed as dist
+    return dist.get_world_size(group.get_group() if hasattr(group, "get_group") else group)
 
 
 def _expert_parallel(x, w1, w2, index, weights, act, b1, b2, group):

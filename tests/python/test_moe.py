@@ -235,3 +235,24 @@ def test_experts_match_a_per_expert_loop(device, activation):
     out.float().square().sum().backward()
     for p in (x, w1, w2, logits):  # every input gets a gradient (the indices none)
         assert p.grad is not None and torch.isfinite(p.grad).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_validate_names_bad_indices_and_offsets(device):
+    idx = routing(6, 2, 8, device)
+    idx[2, 1] = 8
+    rows, offs = tessera.moe_sort(idx, 8)  # dropped without validate
+    assert rows[2, 1] == -1 and int(offs[-1]) == 11
+    with pytest.raises(ValueError, match=r"argument 'top_k_index': expected expert indices in \[0, 8\)"):
+        tessera.moe_sort(idx, 8, validate=True)
+    dt = torch.float32
+    a, b = torch.randn(12, 16, device=device, dtype=dt), torch.randn(3, 16, 8, device=device, dtype=dt)
+    for ends in ([4, 2, 12], [4, 8, 11], [4, 8, 13]):
+        with pytest.raises(ValueError, match="argument 'offs'"):
+            tessera.grouped_mm(a, b, torch.tensor(ends, dtype=torch.int32, device=device), validate=True)
+    good = torch.tensor([4, 4, 12], dtype=torch.int32, device=device)
+    torch.testing.assert_close(tessera.grouped_mm(a, b, good, validate=True), tessera.grouped_mm(a, b, good))
+    w1, w2 = torch.randn(8, 16, 16, device=device), torch.randn(8, 16, 8, device=device)
+    with pytest.raises(ValueError, match="argument 'top_k_index'"):
+        tessera.moe_experts(torch.randn(6, 16, device=device), w1, w2, idx, torch.rand(6, 2, device=device),
+                            validate=True)
