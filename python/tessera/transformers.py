@@ -102,6 +102,8 @@ class Family:
     rotary: bool = True          # tessera's RoPE takes the family's cos/sin (gpt-oss's are half-width)
     attention: bool = True       # tessera's attention takes the family's (gpt-oss's has sinks)
     aux_loss: bool = True        # MoE: the causal LM adds the router's load-balancing loss
+    rope_interleaved: bool = False  # RoPE on interleaved pairs (GLM's), the angles repeated in pairs
+    logits_scaling: str | None = None  # the config's divisor of the logits (Granite's), if any
 
     @property
     def mlp_keyword(self) -> str:
@@ -119,6 +121,18 @@ FAMILIES = {f.model_type: f for f in (
     Family("qwen3_moe", "qwen3_moe", "Qwen3Moe", experts="Qwen3MoeExperts"),
     Family("qwen2_moe", "qwen2_moe", "Qwen2Moe", experts="Qwen2MoeExperts"),
     Family("mixtral", "mixtral", "Mixtral", experts="MixtralExperts"),
+    Family("gemma", "gemma", "Gemma", gemma_norm=True, gate="gelu_tanh"),
+    Family("granite", "granite", "Granite", logits_scaling="logits_scaling"),
+    Family("ministral", "ministral", "Ministral"),
+    Family("olmo2", "olmo2", "Olmo2"),
+    Family("olmo3", "olmo3", "Olmo3"),
+    Family("smollm3", "smollm3", "SmolLM3"),
+    Family("glm", "glm", "Glm", fused_gate_up=True, rope_interleaved=True),
+    Family("glm4", "glm4", "Glm4", fused_gate_up=True, rope_interleaved=True),
+    Family("exaone4", "exaone4", "Exaone4"),
+    Family("hunyuan_v1_dense", "hunyuan_v1_dense", "HunYuanDenseV1"),
+    Family("helium", "helium", "Helium", rope_interleaved=True),
+    Family("ernie4_5", "ernie4_5", "Ernie4_5", rope_interleaved=True),
     Family("gpt_oss", "gpt_oss", "GptOss", experts="GptOssExperts", dense_mlp=False, rotary=False, attention=False),
     # DeepSeek-V3: its MLA attention and (interleaved) RoPE kept; no auxiliary loss (bias balancing)
     Family("deepseek_v3", "deepseek_v3", "DeepseekV3", experts="DeepseekV3Experts", rotary=False, attention=False,
@@ -320,6 +334,20 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
     return tessera.rotary_embedding(q, k, cos, sin, layout="bhsd" if unsqueeze_dim == 1 else "bshd")
 
 
+def apply_rotary_pos_emb_interleaved(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    """GLM's apply_rotary_pos_emb on tessera.rotary_embedding: interleaved pairs (x[2i], x[2i+1]),
+    the angles of cos, sin (batch or 1, seq, rotary_dim) each once in its first half; rotary_dim <
+    head_dim rotates the first rotary_dim features and copies the rest."""
+    if unsqueeze_dim not in (1, 2):
+        raise ValueError(f"tessera.transformers.apply_rotary_pos_emb: argument 'unsqueeze_dim': expected 1 "
+                         f"(q as batch, heads, seq, dim) or 2 (batch, seq, heads, dim), got {unsqueeze_dim!r}")
+    if cos.dim() == 2:
+        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
+    half = cos.shape[-1] // 2
+    return tessera.rotary_embedding(q, k, cos[..., :half], sin[..., :half], interleaved=True,
+                                    layout="bhsd" if unsqueeze_dim == 1 else "bshd")
+
+
 # ---- the causal LM's loss -----------------------------------------------------------------------
 
 def _lm_head(model):
@@ -437,6 +465,8 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
             outputs = self.model(**call)
             hidden = outputs.last_hidden_state
             softcap = getattr(self.config, softcap_attr, None) if softcap_attr else None
+            if family.logits_scaling:  # logits / s from hidden / s: the head is linear
+                hidden = hidden / getattr(self.config, family.logits_scaling)
             loss, acc = _head_loss(head, hidden.reshape(-1, hidden.shape[-1]),
                                    target.reshape(-1).to(hidden.device), softcap, num_items, accuracy)
             logits = None
@@ -576,7 +606,8 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
     module = modeling(family)
     rope, mlp, attention = rope and family.rotary, mlp and family.dense_mlp, attention and family.attention
     if rope:
-        _set(module, "apply_rotary_pos_emb", apply_rotary_pos_emb)
+        _set(module, "apply_rotary_pos_emb",
+             apply_rotary_pos_emb_interleaved if family.rope_interleaved else apply_rotary_pos_emb)
     _patch_masks(module)
     if attention and model is None:
         _attention_by_default(getattr(module, f"{family.prefix}PreTrainedModel"))
@@ -643,7 +674,8 @@ def _apply_function(family: Family) -> Callable:
 for _family in FAMILIES.values():
     globals()[f"apply_tessera_to_{_family.model_type}"] = _apply_function(_family)
 
-__all__ = ["FAMILIES", "AutoTesseraForCausalLM", "TesseraCausalLMOutputWithPast", "apply_rotary_pos_emb", "apply_tessera",
+__all__ = ["FAMILIES", "AutoTesseraForCausalLM", "TesseraCausalLMOutputWithPast", "apply_rotary_pos_emb",
+           "apply_rotary_pos_emb_interleaved", "apply_tessera",
            "revert",
            *(f"apply_tessera_to_{t}" for t in FAMILIES)]
 

@@ -21,8 +21,21 @@ CONFIGS = {
     "gemma2": ("Gemma2Config", {"head_dim": 16, "query_pre_attn_scalar": 16, "final_logit_softcapping": 5.0}),
     "gemma3_text": ("Gemma3TextConfig", {"head_dim": 16, "query_pre_attn_scalar": 16}),
     "phi3": ("Phi3Config", {}),
+    "gemma": ("GemmaConfig", {"head_dim": 16}),
+    "granite": ("GraniteConfig", {"logits_scaling": 4.0, "residual_multiplier": 0.5, "embedding_multiplier": 2.0}),
+    "ministral": ("MinistralConfig", {"head_dim": 16}),
+    "olmo2": ("Olmo2Config", {}),
+    "olmo3": ("Olmo3Config", {}),
+    "smollm3": ("SmolLM3Config", {}),
+    "glm": ("GlmConfig", {"head_dim": 16}),
+    "glm4": ("Glm4Config", {"head_dim": 16}),
+    "exaone4": ("Exaone4Config", {}),
+    "hunyuan_v1_dense": ("HunYuanDenseV1Config", {"head_dim": 16}),
+    "helium": ("HeliumConfig", {"head_dim": 16}),
+    "ernie4_5": ("Ernie4_5Config", {"head_dim": 16}),
 }
-FAMILIES = list(CONFIGS)
+# the families whose config this transformers has
+FAMILIES = [t for t in CONFIGS if hasattr(transformers, CONFIGS[t][0])]
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +88,8 @@ def test_patch_by_instance(model_type):
     for m in mlps:
         assert m.forward.__func__ is mlp_fn
     assert model.forward.__func__.__name__ == "forward" and "tessera" in model.forward.__doc__
-    assert module.apply_rotary_pos_emb is tt.apply_rotary_pos_emb
+    assert module.apply_rotary_pos_emb is (tt.apply_rotary_pos_emb_interleaved if tt.FAMILIES[model_type].rope_interleaved
+                                           else tt.apply_rotary_pos_emb)
     assert type(model).forward is not model.forward.__func__  # the class stays as it was
     assert norm_cls.__name__ in str(model)
     other = build(model_type)  # another model of the family is untouched but for RoPE
