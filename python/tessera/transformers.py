@@ -15,7 +15,8 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     Gemma computes it, holding x in its own dtype for the backward.
   - ``rope``: the modeling module's ``apply_rotary_pos_emb`` to ``tessera.rotary_embedding``
     (rotate_half pairs, cos/sin of shape (batch or 1, seq, head_dim), ``unsqueeze_dim``, unequal
-    q and k heads, a partial rotary read from cos's width). A module-level function: patched for
+    q and k heads, a partial rotary read from cos's width; GLM's, Helium's and ERNIE's interleaved
+    pairs). A module-level function: patched for
     the whole family, also when ``model`` is given (as Liger does).
   - ``swiglu`` (``geglu`` for Gemma): the MLP's forward to ``tessera.silu_mul`` of the gate and up
     projections (Phi-3: the halves of ``gate_up_proj``); Gemma's tanh-GELU gate through
@@ -33,14 +34,15 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     ``token_accuracy`` (the output a ``TesseraCausalLMOutputWithPast``), as TRL's SFTTrainer asks of
     Liger's models.
 
-  - ``experts`` (the Mixture-of-Experts families: Qwen3-MoE, Qwen2-MoE, Mixtral, gpt-oss): the
+  - ``experts`` (the Mixture-of-Experts families: Qwen3-MoE, Qwen2-MoE, Mixtral, gpt-oss, DeepSeek-V3): the
     ``<Family>Experts`` forward to tessera's (tessera/_transformers_experts.py: the pairs sorted by
     expert, both projections as ``tessera.grouped_mm``, the gate through ``tessera.silu_mul``, the
     pairs summed per token in a fixed order); also registered as ``experts_implementation="tessera"``.
     The router stays the model's; with ``output_router_logits`` the fused loss adds the
     load-balancing loss as the family's forward does (the output a ``MoeCausalLMOutputWithPast``).
     gpt-oss keeps its attention (its sinks are not in tessera's kernels) and RoPE (half-width
-    angles), and its own clamped gate; its norms, experts and loss are tessera's.
+    angles), and its own clamped gate; its norms, experts and loss are tessera's. DeepSeek-V3 keeps
+    its MLA attention and RoPE, and has no auxiliary loss (its router balances by a bias).
 
   - ``attention``: the model's ``attn_implementation`` to ``"tessera"``, tessera's FlashAttention
     behind transformers' AttentionInterface (causal, GQA, sliding windows, soft-cap, padded batches
