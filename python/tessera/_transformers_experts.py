@@ -37,21 +37,24 @@ def _default_gate():
     return _default_apply_gate
 
 
-def _gate(module, h: torch.Tensor) -> torch.Tensor:
-    """act(gate) * up: tessera.silu_mul for SiLU on concatenated halves under transformers' default
-    gate; a family's own gate (gpt-oss's clamped one) as the module computes it."""
+def _gate(module):
+    """The experts' gate: "silu" (tessera's fused experts) for SiLU on concatenated halves under
+    transformers' default gate; else a function of the gate-up product: the family's own gate
+    (gpt-oss's clamped one) as the module computes it, or act(gate) * up."""
     act = getattr(module, "act_fn", None)
     own = getattr(type(module), "_apply_gate", None)
     silu = isinstance(act, torch.nn.SiLU) or type(act).__name__ in ("SiLUActivation", "SiLU")
     if own is not None and own is not _default_gate():
-        return module._apply_gate(h)
+        return module._apply_gate
     if silu and getattr(module, "is_concatenated", True):
-        gate, up = h.chunk(2, dim=-1)
-        return tessera.silu_mul(gate, up)
+        return "silu"
     if own is not None:
-        return module._apply_gate(h)
-    gate, up = h.chunk(2, dim=-1)
-    return act(gate) * up
+        return module._apply_gate
+
+    def gate(h):
+        g, up = h.chunk(2, dim=-1)
+        return act(g) * up
+    return gate
 
 
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -63,7 +66,7 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     b1 = getattr(self, "gate_up_proj_bias" if gated else "up_proj_bias") if bias else None
     post = self.post_expert_norm if getattr(self, "has_post_expert_norm", False) else None
     return routed_experts(hidden_states, w1, _weight(self, "down_proj"), top_k_index, top_k_weights,
-                          self.num_experts, (lambda h: _gate(self, h)) if gated else self.act_fn, b1,
+                          self.num_experts, _gate(self) if gated else self.act_fn, b1,
                           self.down_proj_bias if bias else None, post)
 
 

@@ -474,3 +474,32 @@ def copy(src: TensorLike, dst: TensorT) -> TensorT:
         stream = dlpack_stream(dst)
     _C.copy(sv, dv, stream)
     return dst
+
+
+# ---- the gated products' helpers (tessera.transformers' MLPs, tessera.moe's experts) ---------
+
+def _gate_torch(kind: str, x):
+    """(act(x), act'(x)) in torch's operations: SiLU ("silu"), or GELU's tanh form."""
+    torch = _state.torch_module
+    if kind == "silu":
+        s = torch.sigmoid(x)
+        return x * s, s * (1 + x * (1 - s))
+    c = (2 / torch.pi) ** 0.5
+    t = torch.tanh(c * (x + 0.044715 * x ** 3))
+    return 0.5 * x * (1 + t), 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
+
+
+def gated(kind: str, gate, up):
+    """act(gate) * up: silu_mul ("silu") or geglu ("gelu_tanh")."""
+    return silu_mul(gate, up) if kind == "silu" else geglu(gate, up)
+
+
+def gated_backward_recompute(kind: str, grad, gate, up):
+    """(grad_gate, grad_up, act(gate) * up) in one pass on CUDA (the recompute backward ops);
+    torch's composition elsewhere."""
+    if gate.is_cuda:
+        ops = _interop.needs_ops(kind, "needs")
+        op = ops.silu_mul_backward_recompute if kind == "silu" else ops.geglu_backward_recompute
+        return op(grad, gate, up)
+    a, da = _gate_torch(kind, gate)
+    return grad * up * da, grad * a, a * up

@@ -214,23 +214,101 @@ def _expert_of_rows(torch, offs, rows: int):
                               right=True).clamp_(max=offs.shape[0] - 1)
 
 
-def _gated(torch, activation: str, h, alpha: float, limit: float):
+def _gpt_oss_gate(torch, h, alpha: float, limit: float):
+    """gpt-oss's experts' gate: interleaved (gate, up) pairs, clamped."""
+    gate, up = h[..., ::2].clamp(max=limit), h[..., 1::2].clamp(-limit, limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * alpha))
+
+
+def _as_callable(act):
+    """A gate kind ("silu", "gelu_tanh": act(gate) * up on concatenated halves) as a function."""
+    if not isinstance(act, str):
+        return act
     from . import elementwise
-    if activation == "gpt_oss":  # interleaved (gate, up) pairs, clamped: gpt-oss's experts
-        gate, up = h[..., ::2].clamp(max=limit), h[..., 1::2].clamp(-limit, limit)
-        return (up + 1) * (gate * torch.sigmoid(gate * alpha))
-    gate, up = h.chunk(2, dim=-1)
-    return elementwise.silu_mul(gate, up) if activation == "swiglu" else elementwise.geglu(gate, up)
+    return lambda h: elementwise.gated(act, *h.chunk(2, dim=-1))
+
+
+def _wgrad(a, g, offs, like):
+    """a^T g per group (offsets over a's rows) in the layout of `like` (a weight [E, K, N] or a
+    transposed view of one [E, N, K]): the gradient born as the parameter lies, never copied."""
+    from . import matrix
+    if like.dim() == 3 and like.transpose(-2, -1).is_contiguous():
+        return matrix.grouped_mm(g.transpose(0, 1), a, offs).transpose(-2, -1)
+    return matrix.grouped_mm(a.transpose(0, 1), g, offs)
+
+
+def _sorted_weights(torch, rows, weights):
+    """Each sorted row's routing weight (float32; 0 for the rows no pair took)."""
+    n = rows.numel()
+    idx = rows.reshape(-1).long()
+    w = torch.zeros(n + 1, dtype=torch.float32, device=rows.device)
+    w.index_copy_(0, torch.where(idx < 0, n, idx), weights.reshape(-1).float())
+    return w[:n]
+
+
+class _Experts:
+    """The routed SwiGLU / GeGLU experts as one autograd node (built on first use: torch is
+    imported lazily). Held for the backward: the tokens (the caller's), the rows, offsets and
+    weights, and the gate-up product h [T k, 2I]; the permuted tokens, the gated product and the
+    down projection's rows are recomputed or never formed: the routing weights' gradient
+    <dy_t, y_row> is <u, act(h)> with u = dy_t W2^T, which the backward computes anyway."""
+
+    function = None
+
+    @classmethod
+    def apply(cls, *args):
+        if cls.function is None:
+            cls.function = cls._make()
+        return cls.function.apply(*args)
+
+    @staticmethod
+    def _make():
+        import torch
+        from . import elementwise, matrix
+
+        class Function(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w1, w2, weights, rows, offs, kind):
+                h = matrix.grouped_mm(moe_permute(x, rows), w1, offs)
+                y = matrix.grouped_mm(elementwise.gated(kind, *h.chunk(2, dim=-1)), w2, offs)
+                ctx.save_for_backward(x, w1, w2, weights, rows, offs, h)
+                ctx.kind = kind
+                return moe_unpermute(y, rows, weights)
+
+            @staticmethod
+            def backward(ctx, grad):
+                x, w1, w2, weights, rows, offs, h = ctx.saved_tensors
+                dys = moe_permute(grad.contiguous(), rows)  # each pair's dy_t, unweighted
+                u = matrix.grouped_mm(dys, w2.transpose(-2, -1), offs)
+                ws = _sorted_weights(torch, rows, weights)[:, None]
+                dgate, dup, a = elementwise.gated_backward_recompute(ctx.kind, u * ws.to(u.dtype),
+                                                                     *h.chunk(2, dim=-1))
+                dw = None
+                if ctx.needs_input_grad[3]:  # <dy_t, y_row> = <u_row, act(h_row)>
+                    dots = torch.cat([(u.float() * a.float()).sum(-1), u.new_zeros(1, dtype=torch.float32)])
+                    dw = dots[torch.where(rows < 0, u.shape[0], rows).long()].to(weights.dtype)
+                dw2 = _wgrad(a * ws.to(a.dtype), dys, offs, w2) if ctx.needs_input_grad[2] else None
+                dh = torch.cat([dgate, dup], dim=-1)
+                dw1 = _wgrad(moe_permute(x, rows), dh, offs, w1) if ctx.needs_input_grad[1] else None
+                dx = moe_unpermute(matrix.grouped_mm(dh, w1.transpose(-2, -1), offs), rows)
+                return dx, dw1, dw2, dw, None, None, None
+
+        return Function
 
 
 def routed_experts(hidden_states, w1, w2, top_k_index, top_k_weights, num_experts: int, act, b1=None, b2=None,
                    post=None, validate: bool = False):
     """The routed experts on tessera's ops, for weights as x @ w ([E, H, 2I] or [E, H, I], and
     [E, I, H]; transposed views cost nothing): sort, permute, grouped products with ``act``
-    between, the biases per row's expert, ``post`` on the down projection's rows, unpermute."""
+    between, the biases per row's expert, ``post`` on the down projection's rows, unpermute.
+    ``act`` "silu" or "gelu_tanh" (a gate on concatenated halves) with no bias or post: one
+    autograd node holding only the gate-up product (_Experts)."""
     import torch
     from . import matrix
     rows, offs = moe_sort(top_k_index, num_experts, validate=validate)
+    if act in ("silu", "gelu_tanh") and b1 is None and b2 is None and post is None:
+        return _Experts.apply(hidden_states, w1, w2, top_k_weights, rows, offs, act)
+    act = _as_callable(act)
     x = moe_permute(hidden_states, rows)
     expert = _expert_of_rows(torch, offs, x.shape[0]) if b1 is not None or b2 is not None else None
     h = matrix.grouped_mm(x, w1, offs)
@@ -293,9 +371,11 @@ def moe_experts(hidden_states: torch.Tensor, gate_up_proj: torch.Tensor, down_pr
     weights = top_k_weights.reshape(index.shape)
     w1 = gate_up_proj if transposed else gate_up_proj.transpose(-2, -1)
     w2 = down_proj if transposed else down_proj.transpose(-2, -1)
-    if gated:
+    if activation in ("swiglu", "geglu"):
+        act = "silu" if activation == "swiglu" else "gelu_tanh"
+    elif gated:
         def act(h):
-            return _gated(torch, activation, h, alpha, limit)
+            return _gpt_oss_gate(torch, h, alpha, limit)
     else:
         act = {"silu": torch.nn.functional.silu, "relu": torch.relu,
                "gelu": torch.nn.functional.gelu}[activation]
@@ -337,7 +417,7 @@ def _expert_parallel(x, w1, w2, index, weights, act, b1, b2, group):
     from . import matrix
     h = matrix.grouped_mm(moe_permute(received, lrows), w1, loffs)
     ex = _expert_of_rows(torch, loffs, h.shape[0]) if b1 is not None or b2 is not None else None
-    y = matrix.grouped_mm(act(h if b1 is None else h + b1[ex]), w2, loffs)
+    y = matrix.grouped_mm(_as_callable(act)(h if b1 is None else h + b1[ex]), w2, loffs)
     if b2 is not None:
         y = y + b2[ex]
     back = all_to_all_single(y.new_empty(n, y.shape[1]), moe_unpermute(y, lrows), send, recv, group=group)

@@ -81,6 +81,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOut
 import tessera
 
 from . import _interop, _transformers_attention, _transformers_experts
+from .elementwise import gated as _gated, gated_backward_recompute as _gated_backward_recompute
 
 IGNORE_INDEX = -100
 _transformers_attention.register(transformers)
@@ -239,31 +240,6 @@ def _activation(config) -> str | None:
 def _takes_gate(module, gate: str) -> bool:
     config = getattr(module, "config", None)
     return config is None or _activation(config) in _GATE_ACTIVATIONS[gate]
-
-
-def _gate_torch(kind, x):
-    """(act(x), act'(x)) in torch's operations: SiLU, or GELU's tanh form."""
-    if kind == "silu":
-        s = torch.sigmoid(x)
-        return x * s, s * (1 + x * (1 - s))
-    c = (2 / torch.pi) ** 0.5
-    t = torch.tanh(c * (x + 0.044715 * x ** 3))
-    return 0.5 * x * (1 + t), 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
-
-
-def _gated(kind, gate, up):
-    """act(gate) * up: tessera's op (silu_mul or geglu)."""
-    return tessera.silu_mul(gate, up) if kind == "silu" else tessera.geglu(gate, up)
-
-
-def _gated_backward_recompute(kind, grad, gate, up):
-    """(grad_gate, grad_up, act(gate) * up) in one pass on CUDA; torch's composition elsewhere."""
-    if gate.is_cuda:
-        ops = torch.ops.tessera
-        op = ops.silu_mul_backward_recompute if kind == "silu" else ops.geglu_backward_recompute
-        return op(grad, gate, up)
-    a, da = _gate_torch(kind, gate)
-    return grad * up * da, grad * a, a * up
 
 
 class _GatedDown(torch.autograd.Function):

@@ -256,3 +256,32 @@ def test_validate_names_bad_indices_and_offsets(device):
     with pytest.raises(ValueError, match="argument 'top_k_index'"):
         tessera.moe_experts(torch.randn(6, 16, device=device), w1, w2, idx, torch.rand(6, 2, device=device),
                             validate=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
+def test_fused_experts_node_equals_the_composed_ops(device, kind):
+    """The one-node experts (h held, the rest recomputed) against the same ops under autograd:
+    outputs and every gradient, with a dropped pair and an expert that gets nothing."""
+    from tessera.moe import routed_experts
+    from tessera import elementwise
+    dt = torch.float32 if device == "cpu" else torch.bfloat16
+    t, h, i, e, k = 40, 64, 32, 8, 2
+    torch.manual_seed(0)
+    idx = routing(t, k, e - 1, device)  # expert e - 1 gets no token
+    idx[3, 1] = e + 2  # dropped
+    x = torch.randn(t, h, device=device, dtype=dt)
+    w1 = torch.randn(e, 2 * i, h, device=device, dtype=dt) / 8
+    w2 = torch.randn(e, h, i, device=device, dtype=dt) / 8
+    w = torch.rand(t, k, device=device, dtype=dt)
+    grads = []
+    for act in (kind, lambda z: elementwise.gated(kind, *z.chunk(2, dim=-1))):
+        leaves = [p.clone().requires_grad_() for p in (x, w1, w2, w)]
+        out = routed_experts(leaves[0], leaves[1].transpose(-2, -1), leaves[2].transpose(-2, -1), idx, leaves[3],
+                             e, act)
+        out.backward(torch.ones_like(out))
+        grads.append([out.detach()] + [p.grad for p in leaves])
+    tol = dict(atol=1e-5, rtol=1e-5) if dt == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    for name, a, b in zip(("out", "dx", "dw1", "dw2", "dweights"), *grads):
+        torch.testing.assert_close(a.float(), b.float(), **tol, msg=name)
+        assert a.is_contiguous() or a.transpose(-2, -1).is_contiguous()
