@@ -285,7 +285,8 @@ class _Experts:
                                                                      *h.chunk(2, dim=-1))
                 dw = None
                 if ctx.needs_input_grad[3]:  # <dy_t, y_row> = <u_row, act(h_row)>
-                    dots = torch.cat([(u.float() * a.float()).sum(-1), u.new_zeros(1, dtype=torch.float32)])
+                    # the products in u's dtype, summed in float32: one temporary the size of a
+                    dots = torch.cat([(u * a).sum(-1, dtype=torch.float32), u.new_zeros(1, dtype=torch.float32)])
                     dw = dots[torch.where(rows < 0, u.shape[0], rows).long()].to(weights.dtype)
                 dw2 = _wgrad(a * ws.to(a.dtype), dys, offs, w2) if ctx.needs_input_grad[2] else None
                 dh = torch.cat([dgate, dup], dim=-1)
