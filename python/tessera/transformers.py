@@ -137,6 +137,10 @@ FAMILIES = {f.model_type: f for f in (
     Family("helium", "helium", "Helium", rope_interleaved=True),
     Family("ernie4_5", "ernie4_5", "Ernie4_5", rope_interleaved=True),
     Family("gpt_oss", "gpt_oss", "GptOss", experts="GptOssExperts", dense_mlp=False, rotary=False, attention=False),
+    Family("hunyuan_v1_moe", "hunyuan_v1_moe", "HunYuanMoEV1", experts="HunYuanMoEV1Experts", aux_loss=False),
+    # DeepSeek-V2: its MLA attention and complex-valued RoPE kept; no auxiliary loss in training
+    Family("deepseek_v2", "deepseek_v2", "DeepseekV2", experts="DeepseekV2Experts", rotary=False, attention=False,
+           aux_loss=False),
     # DeepSeek-V3: its MLA attention and (interleaved) RoPE kept; no auxiliary loss (bias balancing)
     Family("deepseek_v3", "deepseek_v3", "DeepseekV3", experts="DeepseekV3Experts", rotary=False, attention=False,
            aux_loss=False),
