@@ -338,7 +338,9 @@ def moe_experts(hidden_states: torch.Tensor, gate_up_proj: torch.Tensor, down_pr
     ungated 'silu', 'gelu', 'relu' (then ``gate_up_proj`` is the up projection [E, I, H]). Biases
     [E, 2I] and [E, H] per expert. Differentiable in everything but the indices; the tokens are
     sorted, the products grouped (``grouped_mm``), the pairs summed back in a fixed order
-    (``moe_unpermute``): the same bits on every run.
+    (``moe_unpermute``): the same bits on every run. For 'swiglu' and 'geglu' without biases the
+    layer is one autograd node that holds only the gate-up product (T k 2I elements) for the
+    backward, recomputing the permuted tokens and the gated product there.
 
     ``validate=True`` checks the indices (``moe_sort``'s) at the cost of a synchronization.
 
