@@ -6,6 +6,8 @@
 #   fp32    benchmarks/matrix.py --fp32 (float32 exact and TF32, every layout, 4096 and 8192);
 #   compiled benchmarks/transformers_step.py over every family, each patched run compiled and not
 #           (COMPILED_ARGS: its size and rounds);
+#   moebench benchmarks/moe.py (MOEBENCH_ARGS); families: the dense families' convergence tests
+#           beyond the first seven;
 #   cmd     bash -c "$CMD" (CMD_LIMIT seconds) with the package installed;
 #   ncu     Nsight Compute of the TF32 NT 4096 kernel beside cuBLAS's (NCU=1);
 #   grouped grouped_mm: its pytest file and torch-ops checks, `tessera verify grouped_mm matmul`,
@@ -81,10 +83,14 @@ for s in $STEPS; do
     moe)
       step mtest 150 python3 -m pytest -q tests/python/test_moe.py tests/python/test_grouped_mm.py tests/python/test_transformers_moe.py
       step mverify 90 "$TESSERA" verify moe_permute moe_unpermute moe_permute_backward moe_unpermute_backward grouped_mm
-      step mconv 150 python3 -m pytest -q tests/python/test_transformers_convergence.py -k "moe or mixtral or gpt_oss"
+      step mconv 200 python3 -m pytest -q tests/python/test_transformers_convergence.py -k "moe or mixtral or gpt_oss or deepseek"
       step mstep 300 python3 benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 \
         --head-dim 128 --experts 128 --top-k 8 --moe-intermediate 768 --vocab 151936 --rounds 2 --steps 4 --warmup 2 \
         --runs "${MOE_RUNS:-eager,compile,liger,tessera,tessera_sdpa}" --profile --out /tmp/logs/moe_step ;;
+    moebench) step moebench "${MOEBENCH_LIMIT:-300}" python3 benchmarks/moe.py ${MOEBENCH_ARGS:---families qwen3_moe --rounds 2} \
+                --out /tmp/logs/moe ;;
+    families) step families 300 python3 -m pytest -q tests/python/test_transformers_convergence.py \
+                -k "gemma-bf16 or gemma-fp32 or granite or ministral or olmo or smollm3 or glm or exaone4 or hunyuan_v1_dense or helium or ernie" ;;
     cmd) step cmd "${CMD_LIMIT:-200}" bash -c "$CMD" ;;
     ncu) step ncu 120 ncu --target-processes all -k "regex:gemm|sm90|xmma|cutlass" -c 4 --section SpeedOfLight \
                 --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats python3 -c "
@@ -100,7 +106,8 @@ cp /tmp/logs/compiled/transformers_step.md "$OUT/compiled.md" 2>/dev/null
 python3 -c "import tarfile; t = tarfile.open('$OUT/logs.tar.xz', 'w:xz'); t.add('/tmp/logs', 'logs'); t.close()"
 cp /tmp/logs/grouped_mm/grouped_mm.json "$OUT/grouped_mm.json" 2>/dev/null
 cp /tmp/logs/moe_step/transformers_step.md "$OUT/moe_step.md" 2>/dev/null
-for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mverify mconv mstep cmd; do
+cp /tmp/logs/moe/moe.md "$OUT/moe.md" 2>/dev/null
+for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mverify mconv mstep moebench families cmd; do
   [ -f "/tmp/logs/$s.log" ] || continue
   echo "== $s"; tail -n 30 "/tmp/logs/$s.log" | cut -c1-220
 done
