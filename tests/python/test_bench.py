@@ -127,6 +127,8 @@ def test_bench_shapes_follow_the_size_and_dtype():
             assert numel(main) == n, o.name
         elif o.size_meaning.startswith("sequence length"):  # [batch, seq, heads, head_dim]
             assert main[1] == n, (o.name, o.size_meaning, main)
+        elif o.family == "moe":  # tokens [T, H] or their pairs [T k, H], k = 8, H = 2048
+            assert main[0] in (n, 8 * n) and main[1] == 2048, (o.name, o.size_meaning, main)
         elif o.size_meaning.startswith("tokens"):  # [batch, seq, heads, head_dim], batch x seq tokens
             assert main[0] * main[1] == n, (o.name, o.size_meaning, main)
         elif o.name == "linear_cross_entropy":  # hidden [N, H], then weight [V, H]
