@@ -1,0 +1,238 @@
+"""Preference-optimization losses (DPO and its variants, ORPO, CPO, SimPO) on a language model's
+output projection, without the logits: every sequence's log-probability comes from
+``tessera.linear_cross_entropy(..., reduction="none")`` (each token's -log p of its target, the
+chunks sized by memory, the (N, V) logits never formed), and the loss is a formula of those.
+
+    loss, aux = tessera.dpo_loss(lm_head.weight, hidden, target, ref_hidden=ref, ref_weight=w0, beta=0.1)
+    loss_fn = tessera.preference.FusedLinearDPOLoss(beta=0.1)  # Liger-Kernel's module signature
+    loss, aux = loss_fn(lm_head.weight, hidden, target, ref_input=ref, ref_weight=w0)
+
+``hidden`` [2B, S, H] holds the B chosen sequences first and the B rejected ones after, ``target``
+[2B, S] their next tokens (``ignore_index`` where not scored: the prompt, the padding). Each
+sequence's log-probability is the sum of its scored tokens' (``average_log_prob``: their mean).
+``aux`` is Liger's: (chosen_logps [B], rejected_logps [B], chosen_logits_mean,
+rejected_logits_mean, nll_loss, then the loss's own: the chosen and rejected rewards; ORPO's
+log-odds ratio and chosen log-odds), detached. The logits' means are exact and cheap: a row's
+logits sum to ``hidden . weight.sum(0) + bias.sum()``. The reference model's log-probabilities
+(``ref_input``, ``ref_weight``) are computed without gradients. With ``compute_nll_loss`` the loss
+adds ``alpha`` times the chosen sequences' token-mean NLL. ``chunk_size`` and ``compiled`` are
+taken for Liger's signature and not needed (the rows' chunks are linear_cross_entropy's).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from . import _interop
+from . import loss as _loss
+
+# The functions; the modules (FusedLinearDPOLoss, ...) are tessera.preference's, made at first use.
+__all__ = ["sequence_logps", "dpo_loss", "orpo_loss", "cpo_loss", "simpo_loss"]
+
+
+def sequence_logps(hidden: Any, weight: Any, target: Any, bias: Any = None, *, ignore_index: int = -100,
+                   average: bool = False, temperature: float = 1.0):
+    """(per-sequence log-probabilities [B], per-token ones [B, S] (0 where ignored), the scored-token
+    mask [B, S]) of ``target`` [B, S] under ``softmax((hidden @ weight.T + bias) / temperature)``,
+    hidden [B, S, H]; the sum over each sequence's scored tokens, or their mean (``average``).
+    Differentiable in hidden, weight and bias; on CUDA the logits are never formed (CPU tensors take
+    torch's cross-entropy of the whole logits)."""
+    if hidden.dim() != 3 or target.shape != hidden.shape[:2]:
+        raise ValueError(f"tessera.sequence_logps: arguments 'hidden', 'target': expected [B, S, H] and [B, S], "
+                         f"got {tuple(hidden.shape)} and {tuple(target.shape)}")
+    if temperature <= 0:
+        raise ValueError(f"tessera.sequence_logps: argument 'temperature': expected > 0, got {temperature}")
+    b, s, h = hidden.shape
+    x = hidden.reshape(b * s, h)
+    if temperature != 1.0:  # logits / T = (x / T) W^T + b / T
+        x = x / temperature
+        bias = None if bias is None else bias / temperature
+    if x.is_cuda:
+        nll = _loss.linear_cross_entropy(x, weight, target.reshape(-1), bias, ignore_index=ignore_index,
+                                         reduction="none")
+    else:  # torch's composition, the logits formed (tessera's kernel is CUDA's)
+        torch = _interop.torch_if_tensor(hidden, init=True)
+        logits = torch.nn.functional.linear(x, weight, bias).float()
+        nll = torch.nn.functional.cross_entropy(logits, target.reshape(-1), ignore_index=ignore_index,
+                                                reduction="none")
+    tokens = -nll.view(b, s).float()
+    mask = target != ignore_index
+    total = tokens.sum(-1)
+    return (total / mask.sum(-1).clamp(min=1) if average else total), tokens, mask
+
+
+def _logits_mean(torch, hidden, weight, bias, rows) -> Any:
+    """The mean of every logit of `rows` sequences [n, S, H] (V per position), without them."""
+    with torch.no_grad():
+        total = (rows.float() @ weight.float().sum(0)).sum()
+        if bias is not None:
+            total = total + bias.float().sum() * rows.shape[0] * rows.shape[1]
+        return total / (rows.shape[0] * rows.shape[1] * weight.shape[0])
+
+
+def _log_sigmoid(torch, x):
+    return torch.nn.functional.logsigmoid(x)
+
+
+# DPO's loss types (TRL's and Liger's): each pair's loss from d = beta (chosen - rejected log-ratio),
+# the rewards cr, rr (beta times each log-ratio), the log-ratios a, b, and the options.
+_DPO = {
+    "sigmoid": lambda t, d, cr, rr, a, b, o: -_log_sigmoid(t, d),
+    "hinge": lambda t, d, cr, rr, a, b, o: t.relu(1 - d),
+    "exo_pair": lambda t, d, cr, rr, a, b, o: (t.sigmoid(d) * (_log_sigmoid(t, d) - math.log1p(-o["label_smoothing"]))
+                                               + t.sigmoid(-d) * (_log_sigmoid(t, -d) - math.log(o["label_smoothing"]))),
+    "nca_pair": lambda t, d, cr, rr, a, b, o: (-_log_sigmoid(t, cr) - 0.5 * _log_sigmoid(t, -cr)
+                                               - 0.5 * _log_sigmoid(t, -rr)),
+    "robust": lambda t, d, cr, rr, a, b, o: ((-(1 - o["label_smoothing"]) * _log_sigmoid(t, d)
+                                              + o["label_smoothing"] * _log_sigmoid(t, -d))
+                                             / (1 - 2 * o["label_smoothing"])),
+    "bco_pair": lambda t, d, cr, rr, a, b, o: -_log_sigmoid(t, cr) - _log_sigmoid(t, -rr),
+    "sppo_hard": lambda t, d, cr, rr, a, b, o: (a - 0.5 / o["beta"]) ** 2 + (b + 0.5 / o["beta"]) ** 2,
+    "apo_zero": lambda t, d, cr, rr, a, b, o: (1 - t.sigmoid(cr)) + t.sigmoid(rr),
+    "apo_down": lambda t, d, cr, rr, a, b, o: t.sigmoid(cr) + (1 - t.sigmoid(d)),
+    "discopop": lambda t, d, cr, rr, a, b, o: (-_log_sigmoid(t, d) * (1 - t.sigmoid(d / o["discopop_tau"]))
+                                               + t.exp(-d) * t.sigmoid(d / o["discopop_tau"])),
+}
+
+
+def _check(kind: str, o: dict) -> None:
+    if kind == "dpo":
+        if o["loss_type"] not in _DPO:
+            raise ValueError(f"tessera.dpo_loss: argument 'loss_type': expected one of {sorted(_DPO)}, "
+                             f"got {o['loss_type']!r}")
+        if o["loss_type"] == "exo_pair" and o["label_smoothing"] <= 0:
+            raise ValueError("tessera.dpo_loss: argument 'label_smoothing': expected > 0 for loss_type "
+                             "'exo_pair' (the EXO paper takes 1e-3)")
+        if o["loss_type"] == "robust" and not 0 <= o["label_smoothing"] < 0.5:
+            raise ValueError("tessera.dpo_loss: argument 'label_smoothing': expected [0, 0.5) for loss_type 'robust'")
+
+
+def _preference(kind: str, weight, hidden, target, bias, ref_input, ref_weight, ref_bias, o: dict):
+    """(loss, aux) of preference loss `kind` (dpo, orpo, cpo, simpo); see the module."""
+    torch = _interop.torch_if_tensor(hidden, init=True)
+    op = f"tessera.{kind}_loss"
+    if torch is None:
+        raise TypeError(f"{op}: argument 'hidden': expected a torch tensor, got {type(hidden).__name__}")
+    if hidden.dim() != 3 or hidden.shape[0] % 2 or target.shape != hidden.shape[:2]:
+        raise ValueError(f"{op}: arguments 'hidden', 'target': expected [2B, S, H] (the chosen sequences, then the "
+                         f"rejected ones) and [2B, S], got {tuple(hidden.shape)} and {tuple(target.shape)}")
+    _check(kind, o)
+    ignore, n = o["ignore_index"], hidden.shape[0] // 2
+    logps, tokens, mask = sequence_logps(hidden, weight, target, bias, ignore_index=ignore,
+                                         average=o["average_log_prob"])
+    chosen, rejected = logps[:n], logps[n:]
+    nll = -tokens[:n].sum() / mask[:n].sum().clamp(min=1)
+    beta, extra = o["beta"], ()
+    if kind == "dpo":
+        ref_c = ref_r = torch.zeros((), device=logps.device)
+        if o["use_ref_model"] and ref_input is not None:
+            with torch.no_grad():
+                ref = sequence_logps(ref_input, weight if ref_weight is None else ref_weight, target,
+                                     ref_bias, ignore_index=ignore, average=o["average_log_prob"])[0]
+            ref_c, ref_r = ref[:n], ref[n:]
+        a, b = chosen - ref_c, rejected - ref_r
+        cr, rr = beta * a, beta * b
+        pair = _DPO[o["loss_type"]](torch, beta * (a - b), cr, rr, a, b, o)
+    elif kind == "orpo":
+        log_odds = (chosen - rejected) - (torch.log1p(-torch.exp(chosen)) - torch.log1p(-torch.exp(rejected)))
+        ratio = _log_sigmoid(torch, log_odds)
+        pair, cr, rr = -beta * ratio, beta * chosen, beta * rejected
+        extra = (ratio.sum().detach() / n, log_odds.sum().detach() / n)
+    else:  # cpo, simpo: a margin (gamma) for SimPO
+        d = beta * (chosen - rejected) - (o["gamma"] if kind == "simpo" else 0.0)
+        ls = o["label_smoothing"]
+        pair, cr, rr = -_log_sigmoid(torch, d) * (1 - ls) - _log_sigmoid(torch, -d) * ls, beta * chosen, beta * rejected
+    value = pair.sum() / n
+    if o["compute_nll_loss"]:
+        value = value + o["alpha"] * nll
+    aux = (chosen.detach(), rejected.detach(), _logits_mean(torch, hidden, weight, bias, hidden[:n]),
+           _logits_mean(torch, hidden, weight, bias, hidden[n:]), nll.detach(), cr.detach(), rr.detach(), *extra)
+    return value, aux
+
+
+def dpo_loss(weight, hidden, target, bias=None, ref_input=None, ref_weight=None, ref_bias=None, *,
+             ignore_index: int = -100, beta: float = 0.1, alpha: float = 1.0, compute_nll_loss: bool = False,
+             use_ref_model: bool = True, average_log_prob: bool = False, loss_type: str = "sigmoid",
+             label_smoothing: float = 0.0, discopop_tau: float = 0.05):
+    """DPO (Rafailov et al.) and TRL's loss types (sigmoid, hinge, exo_pair, nca_pair, robust,
+    bco_pair, sppo_hard, apo_zero, apo_down, discopop) on the output projection ``weight`` [V, H];
+    (loss, aux) as the module describes. Without ``ref_input`` the reference log-ratios are 0."""
+    return _preference("dpo", weight, hidden, target, bias, ref_input, ref_weight, ref_bias, dict(
+        ignore_index=ignore_index, beta=beta, alpha=alpha, compute_nll_loss=compute_nll_loss,
+        use_ref_model=use_ref_model, average_log_prob=average_log_prob, loss_type=loss_type,
+        label_smoothing=label_smoothing, discopop_tau=discopop_tau))
+
+
+def orpo_loss(weight, hidden, target, bias=None, *, ignore_index: int = -100, beta: float = 0.1,
+              compute_nll_loss: bool = True):
+    """ORPO (Hong et al.): -beta log sigmoid(log odds(chosen) - log odds(rejected)) of the sequences'
+    mean token log-probabilities, plus the chosen NLL; (loss, aux) as the module describes."""
+    return _preference("orpo", weight, hidden, target, bias, None, None, None, dict(
+        ignore_index=ignore_index, beta=beta, alpha=1.0, compute_nll_loss=compute_nll_loss, average_log_prob=True))
+
+
+def cpo_loss(weight, hidden, target, bias=None, *, ignore_index: int = -100, beta: float = 0.1, alpha: float = 1.0,
+             label_smoothing: float = 0.0, compute_nll_loss: bool = True, average_log_prob: bool = False):
+    """CPO (Xu et al.): DPO's sigmoid loss without a reference model, plus alpha times the chosen
+    NLL; (loss, aux) as the module describes."""
+    return _preference("cpo", weight, hidden, target, bias, None, None, None, dict(
+        ignore_index=ignore_index, beta=beta, alpha=alpha, compute_nll_loss=compute_nll_loss,
+        average_log_prob=average_log_prob, label_smoothing=label_smoothing))
+
+
+def simpo_loss(weight, hidden, target, bias=None, *, ignore_index: int = -100, beta: float = 0.1, alpha: float = 1.0,
+               label_smoothing: float = 0.0, compute_nll_loss: bool = True, gamma: float = 0.5):
+    """SimPO (Meng et al.): the length-normalized sigmoid loss with a target margin ``gamma``, plus
+    alpha times the chosen NLL; (loss, aux) as the module describes."""
+    return _preference("simpo", weight, hidden, target, bias, None, None, None, dict(
+        ignore_index=ignore_index, beta=beta, alpha=alpha, compute_nll_loss=compute_nll_loss,
+        average_log_prob=True, label_smoothing=label_smoothing, gamma=gamma))
+
+
+# Liger's modules: name -> (the function, Liger's class, the constructor's keywords and defaults).
+_MODULES = {
+    "FusedLinearDPOLoss": (dpo_loss, "LigerFusedLinearDPOLoss", dict(
+        ignore_index=-100, beta=0.1, alpha=1.0, compute_nll_loss=False, use_ref_model=True, average_log_prob=False,
+        loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05)),
+    "FusedLinearORPOLoss": (orpo_loss, "LigerFusedLinearORPOLoss", dict(ignore_index=-100, beta=0.1,
+                                                                        compute_nll_loss=True)),
+    "FusedLinearCPOLoss": (cpo_loss, "LigerFusedLinearCPOLoss", dict(
+        ignore_index=-100, beta=0.1, alpha=1.0, label_smoothing=0.0, compute_nll_loss=True, average_log_prob=False)),
+    "FusedLinearSimPOLoss": (simpo_loss, "LigerFusedLinearSimPOLoss", dict(
+        ignore_index=-100, beta=0.1, alpha=1.0, label_smoothing=0.0, compute_nll_loss=True, gamma=0.5)),
+}
+_built: dict = {}
+
+
+def __getattr__(name: str):
+    """The torch.nn.Module classes, made at first use (tessera never imports torch itself)."""
+    if name not in _MODULES:
+        raise AttributeError(f"module 'tessera.preference' has no attribute {name!r}")
+    if name not in _built:
+        _built[name] = _module_class(name, *_MODULES[name])
+    return _built[name]
+
+
+def _module_class(name: str, function, liger: str, defaults: dict):
+    import torch
+
+    class Loss(torch.nn.Module):
+        def __init__(self, **kwargs):
+            super().__init__()
+            unknown = set(kwargs) - set(defaults) - {"compiled", "chunk_size"}
+            if unknown:
+                raise TypeError(f"tessera.{name}: unexpected keyword argument(s) {sorted(unknown)}; it takes "
+                                f"{sorted(defaults)} (and Liger's compiled, chunk_size)")
+            self.options = {k: kwargs.get(k, v) for k, v in defaults.items()}
+            if function is dpo_loss:
+                _check("dpo", self.options)
+
+        def forward(self, lin_weight, _input, target, bias=None, *args, **kwargs):
+            return function(lin_weight, _input, target, bias, *args, **kwargs, **self.options)
+
+    Loss.__name__ = Loss.__qualname__ = name
+    Loss.__module__ = __name__
+    Loss.__doc__ = (f"Liger-Kernel's {liger}: the same constructor keywords and forward(lin_weight, _input, target, "
+                    f"bias=None, ...), on tessera.{function.__name__} (the logits never formed).")
+    return Loss

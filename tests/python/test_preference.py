@@ -1,0 +1,128 @@
+"""tessera's preference losses (DPO and its loss types, ORPO, CPO, SimPO) against float64
+references written from the papers' formulas on the whole logits: the loss, its gradients in the
+hidden states, the weight and the bias, and Liger's auxiliary outputs; the module classes'
+signatures; the errors. CPU tensors take linear_cross_entropy's torch path, so this runs anywhere;
+on a GPU, tessera's kernels in bfloat16 too."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import tessera  # noqa: E402
+import tessera.preference as tp  # noqa: E402
+
+F = torch.nn.functional
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+DEVICES = [("cpu", torch.float32), pytest.param("cuda", torch.bfloat16, marks=gpu)]
+B, S, H, V = 3, 7, 16, 50
+
+
+def data(device, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(2 * B, S, H, generator=g)
+    weight = torch.randn(V, H, generator=g) / H ** 0.5
+    bias = torch.randn(V, generator=g) / 10
+    target = torch.randint(0, V, (2 * B, S), generator=g)
+    target[:, :2] = -100  # the prompt
+    target[1, 5:] = -100  # padding
+    ref = hidden + 0.1 * torch.randn(2 * B, S, H, generator=g)
+    return [t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in (hidden, weight, bias, target, ref)]
+
+
+def logps64(hidden, weight, bias, target, average):
+    logits = hidden.double() @ weight.double().t() + (0 if bias is None else bias.double())
+    lp = torch.log_softmax(logits, -1)
+    mask = target != -100
+    tok = lp.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1) * mask
+    total = tok.sum(-1)
+    return (total / mask.sum(-1) if average else total), tok, mask, logits
+
+
+def reference(kind, hidden, weight, bias, target, ref, o):
+    """(loss, chosen logps, rejected logps, logits means, nll) in float64 from the whole logits."""
+    n = hidden.shape[0] // 2
+    average = o.get("average_log_prob", kind in ("orpo", "simpo"))
+    logps, tok, mask, logits = logps64(hidden, weight, bias, target, average)
+    c, r = logps[:n], logps[n:]
+    nll = -tok[:n].sum() / mask[:n].sum()
+    beta = o.get("beta", 0.1)
+    if kind == "dpo":
+        rc, rr = logps64(ref, weight, None, target, average)[0].detach().split(n)  # ref_bias None
+        d = beta * ((c - rc) - (r - rr))
+        ls = o.get("label_smoothing", 0.0)
+        pair = {"sigmoid": -F.logsigmoid(d), "hinge": torch.relu(1 - d),
+                "robust": (-(1 - ls) * F.logsigmoid(d) + ls * F.logsigmoid(-d)) / (1 - 2 * ls)}[o.get("loss_type", "sigmoid")]
+        loss = pair.sum() / n + (o.get("alpha", 1.0) * nll if o.get("compute_nll_loss") else 0)
+    elif kind == "orpo":
+        odds = (c - r) - (torch.log1p(-torch.exp(c)) - torch.log1p(-torch.exp(r)))
+        loss = -beta * F.logsigmoid(odds).sum() / n + nll
+    else:
+        d = beta * (c - r) - (o.get("gamma", 0.5) if kind == "simpo" else 0.0)
+        loss = -F.logsigmoid(d).sum() / n + o.get("alpha", 1.0) * nll
+    means = (logits[:n].mean(), logits[n:].mean())
+    return loss, c, r, means, nll
+
+
+CASES = [("dpo", {}), ("dpo", {"loss_type": "hinge", "beta": 0.5}), ("dpo", {"loss_type": "robust", "label_smoothing": 0.1,
+         "compute_nll_loss": True}), ("orpo", {}), ("cpo", {"alpha": 0.5}), ("simpo", {"gamma": 0.3})]
+
+
+@pytest.mark.parametrize("device,dtype", DEVICES)
+@pytest.mark.parametrize("kind,o", CASES, ids=[f"{k}-{i}" for i, (k, _) in enumerate(CASES)])
+def test_loss_and_gradients_match_the_formula(device, dtype, kind, o):
+    hidden, weight, bias, target, ref = data(device, dtype)
+    leaves = [t.clone().requires_grad_() for t in (hidden, weight, bias)]
+    fn = getattr(tessera, f"{kind}_loss")
+    args = (leaves[1], leaves[0], target, leaves[2]) + ((ref,) if kind == "dpo" else ())
+    loss, aux = fn(*args, **o)
+    loss.backward()
+    ref64 = [t.detach().double().requires_grad_() for t in (hidden, weight, bias)]
+    want, c, r, means, nll = reference(kind, ref64[0], ref64[1], ref64[2], target, ref, o)
+    want.backward()
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(loss.double(), want.detach(), **tol)
+    for name, got, exp in zip(("d_hidden", "d_weight", "d_bias"), leaves, ref64):
+        torch.testing.assert_close(got.grad.double(), exp.grad, **tol, msg=name)
+    torch.testing.assert_close(aux[0].double(), c.detach(), **tol)
+    torch.testing.assert_close(aux[1].double(), r.detach(), **tol)
+    torch.testing.assert_close(torch.stack(aux[2:4]).double(), torch.stack(means).detach(), **tol)
+    torch.testing.assert_close(aux[4].double(), nll.detach(), **tol)
+    assert not any(a.requires_grad for a in aux)
+
+
+def test_modules_take_ligers_signature():
+    hidden, weight, bias, target, ref = data("cpu", torch.float32)
+    dpo = tp.FusedLinearDPOLoss(beta=0.2, compiled=True, chunk_size=1)
+    assert isinstance(dpo, torch.nn.Module)
+    loss, aux = dpo(weight, hidden, target, bias, ref, None, None)
+    want, *_ = tessera.dpo_loss(weight, hidden, target, bias, ref, beta=0.2)
+    torch.testing.assert_close(loss, want)
+    assert len(aux) == 7
+    loss, aux = tp.FusedLinearORPOLoss()(weight, hidden, target)
+    assert len(aux) == 9 and math.isfinite(loss.item())
+    for cls in (tp.FusedLinearCPOLoss, tp.FusedLinearSimPOLoss):
+        assert math.isfinite(cls()(weight, hidden, target)[0].item())
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        tp.FusedLinearSimPOLoss(temperature=2.0)
+
+
+def test_sequence_logps_temperature_and_average():
+    hidden, weight, bias, target, _ = data("cpu", torch.float32)
+    got, tok, mask = tessera.sequence_logps(hidden, weight, target, bias, temperature=2.0, average=True)
+    logits = (hidden.double() @ weight.double().t() + bias.double()) / 2.0
+    lp = torch.log_softmax(logits, -1).gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    want = (lp * mask).sum(-1) / mask.sum(-1)
+    torch.testing.assert_close(got.double(), want)
+
+
+def test_errors_name_the_argument():
+    hidden, weight, bias, target, ref = data("cpu", torch.float32)
+    with pytest.raises(ValueError, match="argument 'loss_type'"):
+        tessera.dpo_loss(weight, hidden, target, loss_type="kto")
+    with pytest.raises(ValueError, match="argument 'label_smoothing'"):
+        tessera.dpo_loss(weight, hidden, target, loss_type="exo_pair")
+    with pytest.raises(ValueError, match="'hidden', 'target'"):
+        tessera.orpo_loss(weight, hidden[:5], target[:5])
+    with pytest.raises(ValueError, match="argument 'temperature'"):
+        tessera.sequence_logps(hidden, weight, target, temperature=0.0)
