@@ -1,4 +1,4 @@
-"""Preference-optimization losses (DPO and its variants, ORPO, CPO, SimPO) on a language model's
+"""Post-training losses (DPO and its variants, ORPO, CPO, SimPO; GRPO) on a language model's
 output projection, without the logits: every sequence's log-probability comes from
 ``tessera.linear_cross_entropy(..., reduction="none")`` (each token's -log p of its target, the
 chunks sized by memory, the (N, V) logits never formed), and the loss is a formula of those.
@@ -28,7 +28,7 @@ from . import _interop
 from . import loss as _loss
 
 # The functions; the modules (FusedLinearDPOLoss, ...) are tessera.preference's, made at first use.
-__all__ = ["sequence_logps", "dpo_loss", "orpo_loss", "cpo_loss", "simpo_loss"]
+__all__ = ["sequence_logps", "dpo_loss", "orpo_loss", "cpo_loss", "simpo_loss", "grpo_loss"]
 
 
 def sequence_logps(hidden: Any, weight: Any, target: Any, bias: Any = None, *, ignore_index: int = -100,
@@ -190,6 +190,89 @@ def simpo_loss(weight, hidden, target, bias=None, *, ignore_index: int = -100, b
         average_log_prob=True, label_smoothing=label_smoothing, gamma=gamma))
 
 
+_GRPO_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
+
+
+def grpo_loss(_input, weight, selected_token_ids, attention_mask, advantages, bias=None, ref_per_token_logps=None,
+              old_per_token_logps=None, ref_input=None, ref_weight=None, ref_bias=None, *, beta: float = 0.04,
+              epsilon_low: float = 0.2, epsilon_high: float = 0.2, loss_type: str = "dapo",
+              max_completion_length: Optional[int] = None, importance_sampling_level: str = "token",
+              temperature: float = 1.0, use_ref_model: bool = True, delta: Optional[float] = None,
+              num_items_in_batch: Optional[Any] = None):
+    """GRPO (DeepSeekMath) as TRL and Liger compute it, for completions ``_input`` [B, T, H] with
+    tokens ``selected_token_ids`` [B, T], ``attention_mask`` [B, T] (the completion tokens) and
+    ``advantages`` [B]: the clipped surrogate ``-min(r A, clip(r, 1 - epsilon_low, 1 +
+    epsilon_high) A)`` of each token's ratio r to ``old_per_token_logps`` (per token, or per
+    sequence with ``importance_sampling_level="sequence"``, GSPO; ``delta`` caps r, INTELLECT-2;
+    'cispo' weights the log-probability by the clipped, detached r), plus ``beta`` times the k3
+    estimate of the KL to the reference (``ref_per_token_logps``, or computed from ``ref_input``
+    and ``ref_weight``), normalized by ``loss_type``: 'grpo' per sequence then over the batch,
+    'bnpo' over the batch's tokens, 'dr_grpo' over B x ``max_completion_length``, 'dapo' and
+    'cispo' over ``num_items_in_batch`` (TRL's count across processes; the world size divided
+    out) or the batch's tokens. The log-probabilities at ``temperature`` come from
+    linear_cross_entropy, the logits never formed. Returns (loss, [the mean KL if beta, the
+    clipped fraction])."""
+    torch = _interop.torch_if_tensor(_input, init=True)
+    op = "tessera.grpo_loss"
+    if torch is None:
+        raise TypeError(f"{op}: argument '_input': expected a torch tensor, got {type(_input).__name__}")
+    if loss_type not in _GRPO_TYPES:
+        raise ValueError(f"{op}: argument 'loss_type': expected one of {list(_GRPO_TYPES)}, got {loss_type!r}")
+    if importance_sampling_level not in ("token", "sequence") or (
+            importance_sampling_level == "sequence" and loss_type == "cispo"):
+        raise ValueError(f"{op}: argument 'importance_sampling_level': expected 'token' or 'sequence' (not with "
+                         f"'cispo'), got {importance_sampling_level!r}")
+    if loss_type == "dr_grpo" and max_completion_length is None:
+        raise ValueError(f"{op}: argument 'max_completion_length': expected the completions' length for 'dr_grpo'")
+    if advantages.dim() != 1 or advantages.shape[0] != _input.shape[0]:
+        raise ValueError(f"{op}: argument 'advantages': expected [{_input.shape[0]}] (one per completion), "
+                         f"got {tuple(advantages.shape)}")
+    logps = sequence_logps(_input, weight, selected_token_ids, bias, temperature=temperature)[1]
+    mask = attention_mask.to(logps.dtype)
+    adv = advantages.to(logps.dtype).unsqueeze(1)
+    old = logps.detach() if old_per_token_logps is None else old_per_token_logps.to(logps.dtype)
+    log_ratio = logps - old
+    if importance_sampling_level == "sequence":
+        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    ratio = torch.exp(log_ratio)
+    if loss_type == "cispo":
+        clipped = ratio.clamp(max=epsilon_high).detach()
+        lower, upper = torch.zeros_like(ratio, dtype=torch.bool), ratio > epsilon_high
+        per_token = -clipped * adv * logps
+    else:
+        clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+        lower, upper = ratio < 1 - epsilon_low, ratio > 1 + epsilon_high
+        capped = ratio if delta is None else ratio.clamp(max=delta)
+        per_token = -torch.min(capped * adv, clipped * adv)
+    metrics = []
+    if beta != 0.0:
+        ref = ref_per_token_logps
+        if ref is None and use_ref_model and ref_input is not None:
+            with torch.no_grad():
+                ref = sequence_logps(ref_input, weight if ref_weight is None else ref_weight, selected_token_ids,
+                                     ref_bias, temperature=temperature)[1]
+        ref = logps.detach() if ref is None else ref.to(logps.dtype)
+        kl = torch.exp(ref - logps) - (ref - logps) - 1.0
+        per_token = per_token + beta * kl
+        metrics.append((kl * mask).sum().detach() / mask.sum().clamp(min=1.0))
+    tokens = mask.sum().clamp(min=1.0)
+    if loss_type == "grpo":
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / mask.shape[0]
+    elif loss_type == "bnpo":
+        loss = (per_token * mask).sum() / tokens
+    elif loss_type == "dr_grpo":
+        loss = (per_token * mask).sum() / (mask.shape[0] * max_completion_length)
+    else:
+        if num_items_in_batch is not None:
+            import torch.distributed as dist
+            world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+            tokens = torch.as_tensor(num_items_in_batch, dtype=logps.dtype, device=logps.device) / world
+        loss = (per_token * mask).sum() / tokens
+    clipped_tokens = ((lower & (adv < 0)) | (upper & (adv > 0))).expand_as(mask)
+    metrics.append((clipped_tokens * mask).sum().detach() / mask.sum().clamp(min=1.0))
+    return loss, metrics
+
+
 # Liger's modules: name -> (the function, Liger's class, the constructor's keywords and defaults).
 _MODULES = {
     "FusedLinearDPOLoss": (dpo_loss, "LigerFusedLinearDPOLoss", dict(
@@ -201,6 +284,9 @@ _MODULES = {
         ignore_index=-100, beta=0.1, alpha=1.0, label_smoothing=0.0, compute_nll_loss=True, average_log_prob=False)),
     "FusedLinearSimPOLoss": (simpo_loss, "LigerFusedLinearSimPOLoss", dict(
         ignore_index=-100, beta=0.1, alpha=1.0, label_smoothing=0.0, compute_nll_loss=True, gamma=0.5)),
+    "FusedLinearGRPOLoss": (grpo_loss, "LigerFusedLinearGRPOLoss", dict(
+        beta=0.04, use_ref_model=True, epsilon_low=0.2, epsilon_high=0.2, loss_type="dapo",
+        max_completion_length=None, importance_sampling_level="token", temperature=1.0, delta=None)),
 }
 _built: dict = {}
 
@@ -228,8 +314,8 @@ def _module_class(name: str, function, liger: str, defaults: dict):
             if function is dpo_loss:
                 _check("dpo", self.options)
 
-        def forward(self, lin_weight, _input, target, bias=None, *args, **kwargs):
-            return function(lin_weight, _input, target, bias, *args, **kwargs, **self.options)
+        def forward(self, *args, **kwargs):  # Liger's positional order (GRPO's: _input, lin_weight, ...)
+            return function(*args, **kwargs, **self.options)
 
     Loss.__name__ = Loss.__qualname__ = name
     Loss.__module__ = __name__

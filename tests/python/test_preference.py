@@ -126,3 +126,67 @@ def test_errors_name_the_argument():
         tessera.orpo_loss(weight, hidden[:5], target[:5])
     with pytest.raises(ValueError, match="argument 'temperature'"):
         tessera.sequence_logps(hidden, weight, target, temperature=0.0)
+
+
+def grpo64(hidden, weight, ids, mask, adv, old, ref, o):
+    """GRPO's loss in float64 from the whole logits, TRL's formulas."""
+    logits = (hidden.double() @ weight.double().t()) / o.get("temperature", 1.0)
+    lp = torch.log_softmax(logits, -1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    m = mask.double()
+    lr = lp - old.double()
+    if o.get("importance_sampling_level") == "sequence":
+        lr = ((lr * m).sum(-1) / m.sum(-1)).unsqueeze(-1)
+    r = lr.exp()
+    a = adv.double().unsqueeze(1)
+    per = -torch.min(r * a, r.clamp(1 - 0.2, 1 + 0.28) * a)
+    kl = (ref.double() - lp).exp() - (ref.double() - lp) - 1
+    per = per + 0.04 * kl
+    kind = o.get("loss_type", "dapo")
+    if kind == "grpo":
+        return ((per * m).sum(-1) / m.sum(-1)).sum() / m.shape[0]
+    if kind == "dr_grpo":
+        return (per * m).sum() / (m.shape[0] * ids.shape[1])
+    return (per * m).sum() / m.sum()
+
+
+@pytest.mark.parametrize("device,dtype", DEVICES)
+@pytest.mark.parametrize("o", [{}, {"loss_type": "grpo"}, {"loss_type": "bnpo", "temperature": 0.7},
+                               {"loss_type": "dr_grpo"}, {"importance_sampling_level": "sequence"}])
+def test_grpo_matches_trls_formula(device, dtype, o):
+    g = torch.Generator().manual_seed(3)
+    b, t = 4, 9
+    hidden = torch.randn(b, t, H, generator=g).to(device, dtype)
+    weight = (torch.randn(V, H, generator=g) / H ** 0.5).to(device, dtype)
+    ids = torch.randint(0, V, (b, t), generator=g).to(device)
+    mask = torch.ones(b, t, dtype=torch.long)
+    mask[0, 6:] = 0
+    mask = mask.to(device)
+    adv = torch.randn(b, generator=g).to(device)
+    old = (torch.log_softmax(torch.randn(b, t, V, generator=g), -1)[..., 0] * 0 - 3.0
+           + 0.3 * torch.randn(b, t, generator=g)).to(device)
+    ref = (-3.0 + 0.3 * torch.randn(b, t, generator=g)).to(device)
+    extra = dict(max_completion_length=t) if o.get("loss_type") == "dr_grpo" else {}
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss, metrics = tessera.grpo_loss(h, w, ids, mask, adv, None, ref, old, epsilon_high=0.28, **o, **extra)
+    loss.backward()
+    h64, w64 = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    want = grpo64(h64, w64, ids, mask, adv, old, ref, o)
+    want.backward()
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(loss.double(), want.detach(), **tol)
+    torch.testing.assert_close(h.grad.double(), h64.grad, **tol)
+    torch.testing.assert_close(w.grad.double(), w64.grad, **tol)
+    assert len(metrics) == 2 and 0 <= metrics[1].item() <= 1
+    module = tp.FusedLinearGRPOLoss(epsilon_high=0.28, **o, **extra)
+    torch.testing.assert_close(module(hidden, weight, ids, mask, adv, None, ref, old)[0], loss.detach(), **tol)
+
+
+def test_grpo_errors_name_the_argument():
+    x, w = torch.randn(2, 3, H), torch.randn(V, H)
+    ids, mask = torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3)
+    with pytest.raises(ValueError, match="argument 'loss_type'"):
+        tessera.grpo_loss(x, w, ids, mask, torch.zeros(2), loss_type="ppo")
+    with pytest.raises(ValueError, match="argument 'max_completion_length'"):
+        tessera.grpo_loss(x, w, ids, mask, torch.zeros(2), loss_type="dr_grpo")
+    with pytest.raises(ValueError, match="argument 'advantages'"):
+        tessera.grpo_loss(x, w, ids, mask, torch.zeros(3))
