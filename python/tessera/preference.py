@@ -1,4 +1,4 @@
-"""Post-training losses (DPO and its variants, ORPO, CPO, SimPO; GRPO) on a language model's
+"""Post-training losses (DPO and its variants, ORPO, CPO, SimPO, KTO; GRPO) on a language model's
 output projection, without the logits: every sequence's log-probability comes from
 ``tessera.linear_cross_entropy(..., reduction="none")`` (each token's -log p of its target, the
 chunks sized by memory, the (N, V) logits never formed), and the loss is a formula of those.
@@ -28,7 +28,7 @@ from . import _interop
 from . import loss as _loss
 
 # The functions; the modules (FusedLinearDPOLoss, ...) are tessera.preference's, made at first use.
-__all__ = ["sequence_logps", "dpo_loss", "orpo_loss", "cpo_loss", "simpo_loss", "grpo_loss"]
+__all__ = ["sequence_logps", "dpo_loss", "orpo_loss", "cpo_loss", "simpo_loss", "kto_loss", "grpo_loss"]
 
 
 def sequence_logps(hidden: Any, weight: Any, target: Any, bias: Any = None, *, ignore_index: int = -100,
@@ -190,6 +190,42 @@ def simpo_loss(weight, hidden, target, bias=None, *, ignore_index: int = -100, b
         average_log_prob=True, label_smoothing=label_smoothing, gamma=gamma))
 
 
+def kto_loss(_input, weight, target, bias=None, preference_labels=None, ref_input=None, ref_weight=None,
+             ref_bias=None, kl=None, *, ignore_index: int = -100, beta: float = 0.1, use_ref_model: bool = False,
+             average_log_prob: bool = False):
+    """KTO (Ethayarajh et al.), unpaired, as Liger computes it: for each sequence of ``_input``
+    [B, S, H] with its ``preference_labels`` [B] (True: desirable), ``1 - sigmoid(beta (r - kl) m)``
+    with r its log-ratio to the reference (``ref_input``, ``ref_weight`` under ``use_ref_model``; else
+    its log-probability), m = +1 or -1 by its label and ``kl`` the batch's KL estimate (None: 0);
+    the mean over the B sequences. Returns (loss, (desirable sequences' log-probability sum,
+    undesirable's, their logits' sums, the rewards' sums)), the auxiliaries detached."""
+    torch = _interop.torch_if_tensor(_input, init=True)
+    if torch is None:
+        raise TypeError(f"tessera.kto_loss: argument '_input': expected a torch tensor, got {type(_input).__name__}")
+    if preference_labels is None or preference_labels.shape != _input.shape[:1]:
+        raise ValueError(f"tessera.kto_loss: argument 'preference_labels': expected [{_input.shape[0]}] booleans "
+                         f"(True: desirable), got {None if preference_labels is None else tuple(preference_labels.shape)}")
+    labels = preference_labels.bool()
+    logps = sequence_logps(_input, weight, target, bias, ignore_index=ignore_index, average=average_log_prob)[0]
+    ratio = logps
+    if use_ref_model and ref_input is not None:
+        with torch.no_grad():
+            ref = sequence_logps(ref_input, weight if ref_weight is None else ref_weight, target, ref_bias,
+                                 ignore_index=ignore_index, average=average_log_prob)[0]
+        ratio = logps - ref
+    sign = torch.where(labels, 1.0, -1.0).to(ratio.dtype)
+    shifted = ratio if kl is None else ratio - kl
+    loss = (1 - torch.sigmoid(beta * shifted * sign)).sum() / _input.shape[0]
+    rewards = (beta * ratio).detach()
+    with torch.no_grad():
+        sums = (_input.float() @ weight.float().sum(0)).sum(-1)
+        if bias is not None:
+            sums = sums + bias.float().sum() * _input.shape[1]
+    aux = ((logps.detach() * labels).sum(), (logps.detach() * ~labels).sum(), (sums * labels).sum(),
+           (sums * ~labels).sum(), (rewards * labels).sum(), (rewards * ~labels).sum())
+    return loss, aux
+
+
 _GRPO_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
 
 
@@ -284,6 +320,8 @@ _MODULES = {
         ignore_index=-100, beta=0.1, alpha=1.0, label_smoothing=0.0, compute_nll_loss=True, average_log_prob=False)),
     "FusedLinearSimPOLoss": (simpo_loss, "LigerFusedLinearSimPOLoss", dict(
         ignore_index=-100, beta=0.1, alpha=1.0, label_smoothing=0.0, compute_nll_loss=True, gamma=0.5)),
+    "FusedLinearKTOLoss": (kto_loss, "LigerFusedLinearKTOLoss", dict(
+        ignore_index=-100, beta=0.1, use_ref_model=False, average_log_prob=False)),
     "FusedLinearGRPOLoss": (grpo_loss, "LigerFusedLinearGRPOLoss", dict(
         beta=0.04, use_ref_model=True, epsilon_low=0.2, epsilon_high=0.2, loss_type="dapo",
         max_completion_length=None, importance_sampling_level="token", temperature=1.0, delta=None)),

@@ -190,3 +190,28 @@ def test_grpo_errors_name_the_argument():
         tessera.grpo_loss(x, w, ids, mask, torch.zeros(2), loss_type="dr_grpo")
     with pytest.raises(ValueError, match="argument 'advantages'"):
         tessera.grpo_loss(x, w, ids, mask, torch.zeros(3))
+
+
+@pytest.mark.parametrize("device,dtype", DEVICES)
+@pytest.mark.parametrize("use_ref,kl", [(False, None), (True, 0.3)])
+def test_kto_matches_its_formula(device, dtype, use_ref, kl):
+    hidden, weight, bias, target, ref = data(device, dtype)
+    labels = torch.tensor([True, False, True, True, False, False], device=device)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss, aux = tessera.kto_loss(h, w, target, bias, labels, ref if use_ref else None, kl=kl, use_ref_model=use_ref,
+                                 beta=0.2)
+    loss.backward()
+    h64, w64 = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    lp = logps64(h64, w64, bias, target, False)[0]
+    r = lp - (logps64(ref, weight, None, target, False)[0] if use_ref else 0)
+    m = labels.double() * 2 - 1
+    want = (1 - torch.sigmoid(0.2 * (r - (kl or 0.0)) * m)).sum() / len(labels)
+    want.backward()
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(loss.double(), want.detach(), **tol)
+    torch.testing.assert_close(h.grad.double(), h64.grad, **tol)
+    torch.testing.assert_close(w.grad.double(), w64.grad, **tol)
+    torch.testing.assert_close(aux[0].double(), (lp * labels).sum().detach(), **tol)
+    module = tp.FusedLinearKTOLoss(beta=0.2, use_ref_model=use_ref)
+    got = module(hidden, weight, target, bias, labels, ref if use_ref else None, None, None, kl)[0]
+    torch.testing.assert_close(got, loss.detach(), **tol)
