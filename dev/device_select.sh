@@ -81,7 +81,7 @@ for s in $STEPS; do
       step gbench 300 python3 benchmarks/grouped_mm.py ${GROUPED_ARGS:---rounds 3} --out /tmp/logs/grouped_mm
       step gemm16 120 python3 benchmarks/matrix.py --sizes 4096,8192 --dtypes bfloat16 --rounds 3 --out /tmp/logs/matrix16 ;;
     moe)
-      step mtest 150 python3 -m pytest -q tests/python/test_moe.py tests/python/test_grouped_mm.py tests/python/test_transformers_moe.py tests/python/test_preference.py
+      step mtest 150 python3 -m pytest -q tests/python/test_moe.py tests/python/test_grouped_mm.py tests/python/test_transformers_moe.py tests/python/test_post_training.py
       step mverify 90 "$TESSERA" verify moe_permute moe_unpermute moe_permute_backward moe_unpermute_backward grouped_mm
       step mconv 200 python3 -m pytest -q tests/python/test_transformers_convergence.py -k "moe or mixtral or gpt_oss or deepseek"
       step mstep 300 python3 benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 \

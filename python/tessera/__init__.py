@@ -23,7 +23,7 @@ bench, profile on the local GPU) is installed with the package.
 
 import sys
 
-from . import _C, _interop, _routing, attention, elementwise, loss, matrix, moe, preference, rowwise
+from . import _C, _interop, _routing, attention, elementwise, loss, matrix, moe, post_training, rowwise
 from . import bench
 from . import random
 from ._C import DeviceArray
@@ -35,7 +35,7 @@ from .set import isin
 from .attention import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .moe import *  # noqa: F401,F403
-from .preference import *  # noqa: F401,F403
+from .post_training import *  # noqa: F401,F403
 from ._routing import *  # noqa: F401,F403
 
 __version__: str = _C.__version__
@@ -45,7 +45,7 @@ if "torch" in sys.modules:  # else on the first torch tensor (tessera never impo
 
 # tessera.copy and tessera.random are left out of __all__: a star import would shadow the
 # standard library's copy and random modules.
-__all__ = [name for module in (elementwise, rowwise, matrix, attention, loss, moe, preference, _routing) for name in module.__all__
+__all__ = [name for module in (elementwise, rowwise, matrix, attention, loss, moe, post_training, _routing) for name in module.__all__
            if name != "copy"] + ["isin", "set_autotune", "autotune_enabled", "bench", "DeviceArray", "is_available",
                                  "device_count", "no_gpu_reason", "__version__"]
 

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import tessera  # noqa: E402
-import tessera.preference as tp  # noqa: E402
+import tessera.post_training as tp  # noqa: E402
 
 F = torch.nn.functional
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -215,3 +215,45 @@ def test_kto_matches_its_formula(device, dtype, use_ref, kl):
     module = tp.FusedLinearKTOLoss(beta=0.2, use_ref_model=use_ref)
     got = module(hidden, weight, target, bias, labels, ref if use_ref else None, None, None, kl)[0]
     torch.testing.assert_close(got, loss.detach(), **tol)
+
+
+@pytest.mark.parametrize("device,dtype", DEVICES)
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta):
+    g = torch.Generator().manual_seed(5)
+    n, hs, ht = 37, H, 24
+    sx = torch.randn(n, hs, generator=g).to(device, dtype)
+    sw = (torch.randn(V, hs, generator=g) / hs ** 0.5).to(device, dtype)
+    tx = torch.randn(n, ht, generator=g).to(device, dtype)
+    tw = (torch.randn(V, ht, generator=g) / ht ** 0.5).to(device, dtype)
+    labels = torch.randint(0, V, (n,), generator=g)
+    labels[::5] = -100
+    labels = labels.to(device)
+    x, w = sx.clone().requires_grad_(), sw.clone().requires_grad_()
+    loss, soft, hard = tessera.jsd_loss(x, w, tx, tw, labels, beta=beta, temperature=2.0, chunk_size=8,
+                                        weight_hard_loss=0.3, weight_soft_loss=0.7, return_soft_hard_loss=True)
+    loss.backward()
+    x64, w64 = sx.double().requires_grad_(), sw.double().requires_grad_()
+    s = torch.log_softmax(x64 @ w64.t() / 2.0, -1)
+    t = torch.log_softmax(tx.double() @ tw.double().t() / 2.0, -1)
+    p_s, p_t = s.exp(), t.exp()
+    if beta == 0:
+        d = (p_t * (t - s)).sum(-1)
+    elif beta == 1:
+        d = (p_s * (s - t)).sum(-1)
+    else:
+        m = (beta * p_t + (1 - beta) * p_s).log()
+        d = beta * (p_t * (t - m)).sum(-1) + (1 - beta) * (p_s * (s - m)).sum(-1)
+    keep = labels != -100
+    soft64 = d[keep].sum() / keep.sum()
+    hard64 = F.cross_entropy(x64 @ w64.t(), labels, ignore_index=-100, reduction="sum") / keep.sum()
+    want = 0.3 * hard64 + 0.7 * soft64
+    want.backward()
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(loss.double(), want.detach(), **tol)
+    torch.testing.assert_close(soft.double(), soft64.detach(), **tol)
+    torch.testing.assert_close(hard.double(), hard64.detach(), **tol)
+    torch.testing.assert_close(x.grad.double(), x64.grad, **tol)
+    torch.testing.assert_close(w.grad.double(), w64.grad, **tol)
+    module = tp.FusedLinearJSDLoss(beta=beta, temperature=2.0, weight_hard_loss=0.3, weight_soft_loss=0.7)
+    torch.testing.assert_close(module(sx, sw, tx, tw, labels), loss.detach(), **tol)

@@ -1,10 +1,11 @@
-"""Post-training losses (DPO and its variants, ORPO, CPO, SimPO, KTO; GRPO) on a language model's
+"""Post-training losses (DPO and its variants, ORPO, CPO, SimPO, KTO; GRPO; distillation by JSD or
+either KL) on a language model's
 output projection, without the logits: every sequence's log-probability comes from
 ``tessera.linear_cross_entropy(..., reduction="none")`` (each token's -log p of its target, the
 chunks sized by memory, the (N, V) logits never formed), and the loss is a formula of those.
 
     loss, aux = tessera.dpo_loss(lm_head.weight, hidden, target, ref_hidden=ref, ref_weight=w0, beta=0.1)
-    loss_fn = tessera.preference.FusedLinearDPOLoss(beta=0.1)  # Liger-Kernel's module signature
+    loss_fn = tessera.post_training.FusedLinearDPOLoss(beta=0.1)  # Liger-Kernel's module signature
     loss, aux = loss_fn(lm_head.weight, hidden, target, ref_input=ref, ref_weight=w0)
 
 ``hidden`` [2B, S, H] holds the B chosen sequences first and the B rejected ones after, ``target``
@@ -27,8 +28,8 @@ from typing import Any, Optional
 from . import _interop
 from . import loss as _loss
 
-# The functions; the modules (FusedLinearDPOLoss, ...) are tessera.preference's, made at first use.
-__all__ = ["sequence_logps", "dpo_loss", "orpo_loss", "cpo_loss", "simpo_loss", "kto_loss", "grpo_loss"]
+# The functions; the modules (FusedLinearDPOLoss, ...) are tessera.post_training's, made at first use.
+__all__ = ["sequence_logps", "dpo_loss", "orpo_loss", "cpo_loss", "simpo_loss", "kto_loss", "grpo_loss", "jsd_loss"]
 
 
 def sequence_logps(hidden: Any, weight: Any, target: Any, bias: Any = None, *, ignore_index: int = -100,
@@ -309,6 +310,72 @@ def grpo_loss(_input, weight, selected_token_ids, attention_mask, advantages, bi
     return loss, metrics
 
 
+def _soft_chunk(torch, sx, sw, sb, tx, tw, tb, labels, beta: float, temperature: float, ignore_index: int):
+    """One chunk of rows' summed divergence (beta 0: KL(teacher || student), 1: KL(student ||
+    teacher), else the generalized JSD) at ``temperature``; rows whose label is ignored add 0."""
+    F = torch.nn.functional
+    s = F.log_softmax(F.linear(sx, sw, sb).float() / temperature, dim=-1)
+    with torch.no_grad():
+        t = F.log_softmax(F.linear(tx, tw, tb).float() / temperature, dim=-1)
+    if s.shape[-1] < t.shape[-1]:  # a teacher's padded vocabulary: the student's extra logits are 0
+        s = F.log_softmax(F.pad(F.linear(sx, sw, sb).float() / temperature, (0, t.shape[-1] - s.shape[-1])), dim=-1)
+    if beta == 0:
+        d = F.kl_div(s, t, reduction="none", log_target=True)
+    elif beta == 1:
+        d = F.kl_div(t, s, reduction="none", log_target=True)
+    else:
+        m = torch.logsumexp(torch.stack([s + math.log(1 - beta), t + math.log(beta)]), dim=0)
+        d = beta * F.kl_div(m, t, reduction="none", log_target=True) + (1 - beta) * F.kl_div(m, s, reduction="none",
+                                                                                            log_target=True)
+    return (d.sum(-1) * (labels != ignore_index)).sum()
+
+
+def jsd_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias=None,
+             teacher_bias=None, *, weight_hard_loss: float = 0.5, weight_soft_loss: float = 0.5, beta: float = 0.5,
+             ignore_index: int = -100, temperature: float = 1.0, chunk_size: int = 1024,
+             return_soft_hard_loss: bool = False):
+    """Distillation as Liger's LigerFusedLinearJSDLoss computes it: ``weight_hard_loss`` times the
+    student's cross-entropy on ``true_labels`` [N] plus ``weight_soft_loss`` times the divergence
+    between the student's and the teacher's distributions at ``temperature`` (``beta`` 0: the
+    forward KL(teacher || student); 1: the reverse KL(student || teacher); between: the
+    generalized JSD with mixture weight beta), each a mean over the rows not ignored. Inputs [N, H]
+    (and [N, H_teacher]) with the output projections [V, H]. The soft term goes in chunks of
+    ``chunk_size`` rows whose logits are recomputed in the backward (one chunk's logits at a
+    time); the hard term is ``linear_cross_entropy``'s on CUDA. Returns the loss, or (loss, soft,
+    hard) with ``return_soft_hard_loss``."""
+    torch = _interop.torch_if_tensor(student_input, init=True)
+    op = "tessera.jsd_loss"
+    if torch is None:
+        raise TypeError(f"{op}: argument 'student_input': expected a torch tensor, got {type(student_input).__name__}")
+    if not 0 <= beta <= 1:
+        raise ValueError(f"{op}: argument 'beta': expected a weight in [0, 1], got {beta}")
+    if temperature <= 0:
+        raise ValueError(f"{op}: argument 'temperature': expected > 0, got {temperature}")
+    if teacher_input.shape[0] != student_input.shape[0] or true_labels.shape != student_input.shape[:1]:
+        raise ValueError(f"{op}: arguments 'teacher_input', 'true_labels': expected {student_input.shape[0]} rows "
+                         f"as student_input, got {tuple(teacher_input.shape)} and {tuple(true_labels.shape)}")
+    from torch.utils.checkpoint import checkpoint
+    valid = (true_labels != ignore_index).sum().clamp(min=1)
+    soft = student_input.new_zeros((), dtype=torch.float32)
+    for start in range(0, student_input.shape[0], chunk_size):
+        rows = slice(start, start + chunk_size)
+        soft = soft + checkpoint(_soft_chunk, torch, student_input[rows], student_weight, student_bias,
+                                 teacher_input[rows], teacher_weight, teacher_bias, true_labels[rows], beta,
+                                 temperature, ignore_index, use_reentrant=False)
+    soft = soft / valid
+    hard = soft.new_zeros(())
+    if weight_hard_loss != 0 or return_soft_hard_loss:
+        if student_input.is_cuda:
+            hard = _loss.linear_cross_entropy(student_input, student_weight, true_labels, student_bias,
+                                              ignore_index=ignore_index, reduction="sum") / valid
+        else:
+            logits = torch.nn.functional.linear(student_input, student_weight, student_bias).float()
+            hard = torch.nn.functional.cross_entropy(logits, true_labels, ignore_index=ignore_index,
+                                                     reduction="sum") / valid
+    loss = weight_hard_loss * hard + weight_soft_loss * soft
+    return (loss, soft, hard) if return_soft_hard_loss else loss
+
+
 # Liger's modules: name -> (the function, Liger's class, the constructor's keywords and defaults).
 _MODULES = {
     "FusedLinearDPOLoss": (dpo_loss, "LigerFusedLinearDPOLoss", dict(
@@ -322,6 +389,9 @@ _MODULES = {
         ignore_index=-100, beta=0.1, alpha=1.0, label_smoothing=0.0, compute_nll_loss=True, gamma=0.5)),
     "FusedLinearKTOLoss": (kto_loss, "LigerFusedLinearKTOLoss", dict(
         ignore_index=-100, beta=0.1, use_ref_model=False, average_log_prob=False)),
+    "FusedLinearJSDLoss": (jsd_loss, "LigerFusedLinearJSDLoss", dict(
+        weight_hard_loss=0.5, weight_soft_loss=0.5, beta=0.5, ignore_index=-100, temperature=1.0, chunk_size=1024,
+        return_soft_hard_loss=False)),
     "FusedLinearGRPOLoss": (grpo_loss, "LigerFusedLinearGRPOLoss", dict(
         beta=0.04, use_ref_model=True, epsilon_low=0.2, epsilon_high=0.2, loss_type="dapo",
         max_completion_length=None, importance_sampling_level="token", temperature=1.0, delta=None)),
@@ -332,7 +402,7 @@ _built: dict = {}
 def __getattr__(name: str):
     """The torch.nn.Module classes, made at first use (tessera never imports torch itself)."""
     if name not in _MODULES:
-        raise AttributeError(f"module 'tessera.preference' has no attribute {name!r}")
+        raise AttributeError(f"module 'tessera.post_training' has no attribute {name!r}")
     if name not in _built:
         _built[name] = _module_class(name, *_MODULES[name])
     return _built[name]
