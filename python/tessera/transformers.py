@@ -107,6 +107,16 @@ class Family:
     aux_loss: bool = True        # MoE: the causal LM adds the router's load-balancing loss
     rope_interleaved: bool = False  # RoPE on interleaved pairs (GLM's), the angles repeated in pairs
     logits_scaling: str | None = None  # the config's divisor of the logits (Granite's), if any
+    # Class names where they are not <prefix>RMSNorm, <prefix>MLP, <prefix>ForCausalLM (the
+    # vision-language models: their language model's norm and MLP, their ForConditionalGeneration)
+    norm_class: str | None = None
+    mlp_class: str | None = None
+    lm_class: str | None = None
+
+    def name(self, kind: str) -> str:
+        """The modeling module's class of `kind` (RMSNorm, MLP, ForCausalLM, PreTrainedModel)."""
+        own = {"RMSNorm": self.norm_class, "MLP": self.mlp_class, "ForCausalLM": self.lm_class}.get(kind)
+        return own or f"{self.prefix}{kind}"
 
     @property
     def mlp_keyword(self) -> str:
@@ -136,6 +146,14 @@ FAMILIES = {f.model_type: f for f in (
     Family("hunyuan_v1_dense", "hunyuan_v1_dense", "HunYuanDenseV1"),
     Family("helium", "helium", "Helium", rope_interleaved=True),
     Family("ernie4_5", "ernie4_5", "Ernie4_5", rope_interleaved=True),
+    # vision-language models: the language model's norms, MLP, attention and loss; the vision
+    # tower and the multimodal RoPE (mrope) as transformers runs them
+    Family("qwen2_vl", "qwen2_vl", "Qwen2VL", rotary=False, mlp_class="Qwen2MLP",
+           lm_class="Qwen2VLForConditionalGeneration"),
+    Family("qwen2_5_vl", "qwen2_5_vl", "Qwen2_5_VL", rotary=False, mlp_class="Qwen2MLP",
+           lm_class="Qwen2_5_VLForConditionalGeneration"),
+    Family("qwen3_vl", "qwen3_vl", "Qwen3VL", rotary=False, norm_class="Qwen3VLTextRMSNorm",
+           mlp_class="Qwen3VLTextMLP", lm_class="Qwen3VLForConditionalGeneration"),
     Family("gpt_oss", "gpt_oss", "GptOss", experts="GptOssExperts", dense_mlp=False, rotary=False, attention=False),
     Family("hunyuan_v1_moe", "hunyuan_v1_moe", "HunYuanMoEV1", experts="HunYuanMoEV1Experts", aux_loss=False),
     # DeepSeek-V2: its MLA attention and complex-valued RoPE kept; no auxiliary loss in training
@@ -471,7 +489,7 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
         return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                       attentions=outputs.attentions)
 
-    forward.__doc__ = f"{family.prefix}ForCausalLM's forward, the loss from tessera (see tessera.transformers)"
+    forward.__doc__ = f"{family.name('ForCausalLM')}'s forward, the loss from tessera (see tessera.transformers)"
     forward.__signature__ = signature  # the Trainer keeps the batch's columns the signature names
     return forward
 
@@ -570,7 +588,7 @@ def _attention_on(model) -> None:
 # ---- applying ----------------------------------------------------------------------------------
 
 def _norm_classes(family: Family, module: types.ModuleType) -> list[type]:
-    return [c for n, c in vars(module).items() if isinstance(c, type) and n == f"{family.prefix}RMSNorm"]
+    return [c for n, c in vars(module).items() if isinstance(c, type) and n == family.name("RMSNorm")]
 
 
 def _mlp_forward(family: Family) -> Callable:
@@ -592,14 +610,14 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
              apply_rotary_pos_emb_interleaved if family.rope_interleaved else apply_rotary_pos_emb)
     _patch_masks(module)
     if attention and model is None:
-        _attention_by_default(getattr(module, f"{family.prefix}PreTrainedModel"))
+        _attention_by_default(getattr(module, family.name("PreTrainedModel")))
     elif attention:
         _attention_on(model)
     norm_fn = gemma_rms_norm_forward if family.gemma_norm else rms_norm_forward
-    mlp_cls = getattr(module, f"{family.prefix}MLP", None)  # a dense MLP (MoE: the shared expert, if any)
+    mlp_cls = getattr(module, family.name("MLP"), None)  # a dense MLP (MoE: the shared expert, if any)
     mlp = mlp and mlp_cls is not None
     experts_cls = getattr(module, family.experts) if family.experts and experts else None
-    lm_cls = getattr(module, f"{family.prefix}ForCausalLM")
+    lm_cls = getattr(module, family.name("ForCausalLM"))
     lm_fn = (_causal_lm_forward(family, fused_linear_cross_entropy, _original(lm_cls, "forward"))
              if cross_entropy or fused_linear_cross_entropy else None)
     norms = _norm_classes(family, module)

@@ -600,3 +600,42 @@ def test_compiled_patched_model_traces_whole(model_type):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     got.backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+# Vision-language models: their language model patched (norms, MLP, loss), the vision tower and the
+# multimodal RoPE kept; a text-only batch through the whole model.
+MROPE = {"rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
+VLMS = {  # model type: (config class, the text config's own fields)
+    "qwen2_vl": ("Qwen2VLConfig", MROPE),
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", MROPE),
+    "qwen3_vl": ("Qwen3VLConfig", {}),
+}
+
+
+@pytest.mark.parametrize("model_type", [t for t in VLMS if hasattr(transformers, VLMS[t][0])])
+def test_vision_language_models_patch_their_language_model(model_type):
+    name, extra = VLMS[model_type]
+    text = dict(COMMON, head_dim=16, **extra)
+    vision = dict(depth=1, hidden_size=32, embed_dim=32, num_heads=2, intermediate_size=64, out_hidden_size=64)
+    config = getattr(transformers, name)(text_config=text, vision_config=vision)
+
+    def model():
+        torch.manual_seed(0)
+        return transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager").float().train()
+    ids = torch.randint(3, COMMON["vocab_size"], (2, 11), generator=torch.Generator().manual_seed(1))
+    plain = model()
+    loss = plain(input_ids=ids, labels=ids).loss
+    loss.backward()
+    patched = model()
+    tt.apply_tessera(patched, attention=False)
+    family = tt.FAMILIES[model_type]
+    mlp = getattr(tt.modeling(family), family.name("MLP"))
+    language = [m for m in patched.modules() if isinstance(m, mlp)]
+    assert len(language) == COMMON["num_hidden_layers"] and all("forward" in vars(m) for m in language)
+    out = patched(input_ids=ids, labels=ids)
+    assert out.logits is None  # the fused loss
+    torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
+    out.loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
