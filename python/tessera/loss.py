@@ -23,7 +23,8 @@ def _ops(torch):
 
 def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
-                  softcap: float | None = None, inplace_grad: bool = False, return_lse: bool = False) -> Any:
+                  softcap: float | None = None, inplace_grad: bool = False, return_lse: bool = False,
+                  validate: bool = False) -> Any:
     """:func:`torch.nn.functional.cross_entropy`: logits (N, V) (or one row, (V,)) in float32,
     float16 or bfloat16 (the class dimension contiguous) against ``target``, which is as torch's
     either class indices, (N,) int64 or int32, or class probabilities of the logits' shape
@@ -40,7 +41,8 @@ def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index:
     rule). ``z_loss`` adds z_loss * lse^2 per row, times the weight the row's loss puts on lse (1
     without class weights, for probabilities that sum to 1); ``softcap`` > 0 turns the logits into
     softcap * tanh(logits / softcap) first. A class index out of range (and not ignored) gives NaN
-    for its row (torch raises a device-side assertion instead).
+    for its row (torch raises a device-side assertion instead), or with ``validate=True`` a
+    ValueError naming ``target`` before anything runs (one synchronization; Liger raises there).
 
     The gradient is computed in the forward's pass over the logits. ``inplace_grad=True`` writes
     it over the logits themselves (Liger's trick): training then needs no second N x V buffer,
@@ -65,6 +67,8 @@ def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index:
     if logits.dim() != 2:
         raise ValueError("tessera.cross_entropy: argument 'logits': expected (N, V) class scores (flatten (B, T, V) "
                          f"to (B * T, V)), got {logits.dim()}-d")
+    if validate and not probs:
+        _validate_target(target, logits.shape[-1], ignore_index, "cross_entropy")
     if logits.stride(-1) != 1 and logits.size(-1) > 1:
         logits = logits.contiguous()  # the kernel reads rows of contiguous classes
     if probs and target.is_floating_point():
@@ -100,6 +104,14 @@ def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index:
     return (loss, lse) if return_lse else loss
 
 
+def _validate_target(target, classes: int, ignore_index: int, op: str) -> None:
+    """Class indices in [0, classes) or ignore_index, else a ValueError naming 'target'."""
+    bad = ((target < 0) | (target >= classes)) & (target != ignore_index)
+    if bool(bad.any()):
+        raise ValueError(f"tessera.{op}: argument 'target': expected class indices in [0, {classes}) or "
+                         f"ignore_index {ignore_index}, got {int(target[bad][0])}")
+
+
 def _rows_sharded(torch, t) -> bool:
     """t is a DTensor whose rows (dimension 0) are sharded on a dimension of its mesh."""
     return type(t) is not torch.Tensor and any(p.is_shard(0) for p in getattr(t, "placements", ()))
@@ -109,7 +121,7 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
                          reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
                          softcap: float | None = None, chunk_size: int | None = None,
                          return_lse: bool = False, ce_weight: Any = None, accum_dtype: Any = None,
-                         return_token_accuracy: bool = False) -> Any:
+                         return_token_accuracy: bool = False, validate: bool = False) -> Any:
     """``cross_entropy(hidden @ weight.T + bias, target)`` without the (N, V) logits: hidden (N, H),
     weight (V, H) (a language model's output projection), target (N,), bias (V,) or None; the
     options are :func:`cross_entropy`'s, ``ce_weight`` its class weights (V values, taken in
@@ -126,6 +138,8 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     chunks in the weight's dtype, or in ``accum_dtype=torch.float32`` (Liger's accum_dtype: a
     float32 (V, H) buffer, rounded to the weight's dtype once, in the backward).
 
+    ``validate=True`` checks the class indices as :func:`cross_entropy`'s does.
+
     ``return_token_accuracy=True`` also returns the token accuracy that TRL's SFTTrainer logs
     (Liger's): the fraction of the rows not ignored whose logits' argmax is the target (a float32
     scalar, not differentiable; NaN where every row is ignored), at one more read of each chunk's
@@ -141,6 +155,8 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     if torch is None:
         raise TypeError(f"tessera.linear_cross_entropy: argument 'hidden': expected a torch tensor, got "
                         f"{type(hidden).__name__}")
+    if validate:
+        _validate_target(target, weight.shape[0], ignore_index, "linear_cross_entropy")
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"tessera.linear_cross_entropy: argument 'chunk_size': expected a count >= 1, got {chunk_size!r}")
     if _vocab_parallel.vocab_sharded(torch, weight):

@@ -481,3 +481,16 @@ def test_linear_cross_entropy_frozen_weight(torch):
     close(dh, want_dh, 2e-5)
     out = torch.ops.tessera.linear_cross_entropy(hidden.detach(), weight, None, target, output_mask=[True, False, False])
     assert out[2].shape == hidden.shape and out[3] is None and out[4] is None  # not asked for: None
+
+
+def test_validate_names_an_out_of_range_class():
+    """validate=True: a class index outside [0, V) and not ignored is a ValueError naming the target,
+    before any kernel runs (so on any device); ignored rows pass."""
+    torch = pytest.importorskip("torch")
+    logits, hidden, weight = torch.randn(4, 10), torch.randn(4, 8), torch.randn(10, 8)
+    for bad in (10, -3):
+        target = torch.tensor([1, bad, -100, 9])
+        with pytest.raises(ValueError, match=rf"argument 'target': expected class indices in \[0, 10\).*got {bad}"):
+            tessera.cross_entropy(logits, target, validate=True)
+        with pytest.raises(ValueError, match="argument 'target'"):
+            tessera.linear_cross_entropy(hidden, weight, target, validate=True)
