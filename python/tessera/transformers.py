@@ -464,9 +464,10 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
             head = _lm_head(self)
             outputs = self.model(**call)
             hidden = outputs.last_hidden_state
-            softcap = getattr(self.config, softcap_attr, None) if softcap_attr else None
+            text = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
+            softcap = getattr(text, softcap_attr, None) if softcap_attr else None
             if family.logits_scaling:  # logits / s from hidden / s: the head is linear
-                hidden = hidden / getattr(self.config, family.logits_scaling)
+                hidden = hidden / getattr(text, family.logits_scaling)
             loss, acc = _head_loss(head, hidden.reshape(-1, hidden.shape[-1]),
                                    target.reshape(-1).to(hidden.device), softcap, num_items, accuracy)
             logits = None
