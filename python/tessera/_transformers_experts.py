@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import torch
 
-import tessera
 from tessera.moe import routed_experts
 
 
