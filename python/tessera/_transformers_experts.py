@@ -10,9 +10,11 @@ every pair as one ``tessera.grouped_mm`` over the experts' weights as stored ([E
 transposed view: no copy), the gate through ``tessera.silu_mul`` where it is SiLU on concatenated
 halves (the module's own ``_apply_gate`` otherwise), the down projection as a second grouped
 product, and each token's pairs summed back with their routing weights in a fixed order
-(``tessera.moe_unpermute``: no atomics, the same bits every run). Autograd runs through tessera's
-ops: the grouped products' gradients are grouped products, the permutations' each other.
-Biases (gpt-oss) are added per pair.
+(``tessera.moe_unpermute``: no atomics, the same bits every run): tessera.moe's routed experts.
+With SiLU on concatenated halves, no biases and no post-norm (Qwen2/3-MoE, Mixtral, DeepSeek,
+HunYuan) that is one autograd node holding only the gate-up product for the backward; otherwise
+autograd runs through the ops (the grouped products' gradients are grouped products, the
+permutations' each other). Biases (gpt-oss) are added per pair.
 """
 
 from __future__ import annotations
