@@ -154,6 +154,8 @@ FAMILIES = {f.model_type: f for f in (
            lm_class="Qwen2_5_VLForConditionalGeneration"),
     Family("qwen3_vl", "qwen3_vl", "Qwen3VL", rotary=False, norm_class="Qwen3VLTextRMSNorm",
            mlp_class="Qwen3VLTextMLP", lm_class="Qwen3VLForConditionalGeneration"),
+    # Gemma 3's vision-language model: no final soft-cap in its forward (its causal LM has one)
+    Family("gemma3", "gemma3", "Gemma3", gemma_norm=True, gate="gelu_tanh", lm_class="Gemma3ForConditionalGeneration"),
     Family("gpt_oss", "gpt_oss", "GptOss", experts="GptOssExperts", dense_mlp=False, rotary=False, attention=False),
     Family("hunyuan_v1_moe", "hunyuan_v1_moe", "HunYuanMoEV1", experts="HunYuanMoEV1Experts", aux_loss=False),
     # DeepSeek-V2: its MLA attention and complex-valued RoPE kept; no auxiliary loss in training

@@ -609,14 +609,18 @@ VLMS = {  # model type: (config class, the text config's own fields)
     "qwen2_vl": ("Qwen2VLConfig", MROPE),
     "qwen2_5_vl": ("Qwen2_5_VLConfig", MROPE),
     "qwen3_vl": ("Qwen3VLConfig", {}),
+    "gemma3": ("Gemma3Config", {"query_pre_attn_scalar": 16, "final_logit_softcapping": 5.0}),
 }
+VISION = {"gemma3": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         image_size=28, patch_size=14)}
 
 
 @pytest.mark.parametrize("model_type", [t for t in VLMS if hasattr(transformers, VLMS[t][0])])
 def test_vision_language_models_patch_their_language_model(model_type):
     name, extra = VLMS[model_type]
     text = dict(COMMON, head_dim=16, **extra)
-    vision = dict(depth=1, hidden_size=32, embed_dim=32, num_heads=2, intermediate_size=64, out_hidden_size=64)
+    vision = VISION.get(model_type, dict(depth=1, hidden_size=32, embed_dim=32, num_heads=2, intermediate_size=64,
+                                         out_hidden_size=64))
     config = getattr(transformers, name)(text_config=text, vision_config=vision)
 
     def model():
