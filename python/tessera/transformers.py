@@ -154,6 +154,10 @@ FAMILIES = {f.model_type: f for f in (
            lm_class="Qwen2_5_VLForConditionalGeneration"),
     Family("qwen3_vl", "qwen3_vl", "Qwen3VL", rotary=False, norm_class="Qwen3VLTextRMSNorm",
            mlp_class="Qwen3VLTextMLP", lm_class="Qwen3VLForConditionalGeneration"),
+    Family("glm4v", "glm4v", "Glm4v", fused_gate_up=True, rotary=False, mlp_class="Glm4vTextMLP",
+           lm_class="Glm4vForConditionalGeneration"),
+    Family("mllama", "mllama", "Mllama", norm_class="MllamaTextRMSNorm", mlp_class="MllamaTextMLP",
+           lm_class="MllamaForConditionalGeneration"),
     # Gemma 3's vision-language model: no final soft-cap in its forward (its causal LM has one)
     Family("gemma3", "gemma3", "Gemma3", gemma_norm=True, gate="gelu_tanh", lm_class="Gemma3ForConditionalGeneration"),
     Family("gpt_oss", "gpt_oss", "GptOss", experts="GptOssExperts", dense_mlp=False, rotary=False, attention=False),

@@ -610,9 +610,18 @@ VLMS = {  # model type: (config class, the text config's own fields)
     "qwen2_5_vl": ("Qwen2_5_VLConfig", MROPE),
     "qwen3_vl": ("Qwen3VLConfig", {}),
     "gemma3": ("Gemma3Config", {"query_pre_attn_scalar": 16, "final_logit_softcapping": 5.0}),
+    "glm4v": ("Glm4vConfig", {"rope_parameters": {"rope_type": "default", "mrope_section": [1, 1, 2],
+                                                  "partial_rotary_factor": 0.5}}),
+    "mllama": ("MllamaConfig", {"cross_attention_layers": [1]}),
 }
-VISION = {"gemma3": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                         image_size=28, patch_size=14)}
+VISION = {
+    "gemma3": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                   patch_size=14),
+    "glm4v": dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=14,
+                  image_size=28),
+    "mllama": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_global_layers=1, attention_heads=2,
+                   image_size=28, patch_size=14, vision_output_dim=64, intermediate_layers_indices=[0], max_num_tiles=4),
+}
 
 
 @pytest.mark.parametrize("model_type", [t for t in VLMS if hasattr(transformers, VLMS[t][0])])
