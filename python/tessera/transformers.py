@@ -687,8 +687,13 @@ __all__ = ["FAMILIES", "AutoTesseraForCausalLM", "TesseraCausalLMOutputWithPast"
            *(f"apply_tessera_to_{t}" for t in FAMILIES)]
 
 
+# The vision-language models' language models, by their own config's model type: their model's row.
+ALIASES = {"qwen2_vl_text": "qwen2_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl",
+           "mllama_text_model": "mllama", "glm4v_text": "glm4v"}
+
+
 def _family_of(model_type: str) -> Family:
-    family = FAMILIES.get(model_type)
+    family = FAMILIES.get(ALIASES.get(model_type, model_type))
     if family is None:
         raise ValueError(f"tessera.transformers: no patch for model_type {model_type!r}; it covers "
                          f"{', '.join(FAMILIES)}")

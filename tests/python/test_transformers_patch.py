@@ -652,3 +652,19 @@ def test_vision_language_models_patch_their_language_model(model_type):
     for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
         if p.grad is not None:
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("model_type", [t for t in VLMS if hasattr(transformers, VLMS[t][0])])
+def test_a_language_model_alone_takes_its_models_row(model_type):
+    """The language model of a vision-language model (its config's own model type, e.g.
+    qwen2_vl_text) patched by instance as its model's row."""
+    name, extra = VLMS[model_type]
+    vision = VISION.get(model_type, dict(depth=1, hidden_size=32, embed_dim=32, num_heads=2, intermediate_size=64,
+                                         out_hidden_size=64))
+    config = getattr(transformers, name)(text_config=dict(COMMON, head_dim=16, **extra), vision_config=vision)
+    language = transformers.AutoModelForImageTextToText.from_config(config).model.language_model
+    family = tt.FAMILIES[model_type]
+    tt.apply_tessera(language, attention=False)
+    mlp = getattr(tt.modeling(family), family.name("MLP"))
+    mlps = [m for m in language.modules() if isinstance(m, mlp)]
+    assert mlps and all("forward" in vars(m) for m in mlps)
