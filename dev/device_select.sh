@@ -13,7 +13,8 @@
 #   grouped grouped_mm: its pytest file and torch-ops checks, `tessera verify grouped_mm matmul`,
 #           benchmarks/grouped_mm.py (GROUPED_ARGS), and the bf16 GEMM at 4096 and 8192 (matrix.py);
 #   moe     the MoE pytest files (grouped_mm, transformers' MoE rows, their convergence) and the
-#           issue's Qwen3-MoE step (benchmarks/transformers_step.py, MOE_RUNS, profiled).
+#           issue's Qwen3-MoE step (benchmarks/transformers_step.py, MOE_RUNS, profiled; MSTEP=0 / MCONV=0 skip
+#           the step / the convergence).
 # Logs under $OUT (packed), a short summary last.
 #   device: bash dev/device_select.sh [steps]      (carry [".whl"] for Liger-Kernel)
 set -uo pipefail
@@ -83,8 +84,8 @@ for s in $STEPS; do
     moe)
       step mtest 150 python3 -m pytest -q tests/python/test_moe.py tests/python/test_grouped_mm.py tests/python/test_transformers_moe.py tests/python/test_post_training.py
       step mverify 90 "$TESSERA" verify moe_permute moe_unpermute moe_permute_backward moe_unpermute_backward grouped_mm
-      step mconv 200 python3 -m pytest -q tests/python/test_transformers_convergence.py -k "moe or mixtral or gpt_oss or deepseek"
-      step mstep 300 python3 benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 \
+      [ "${MCONV:-1}" = 1 ] && step mconv 200 python3 -m pytest -q tests/python/test_transformers_convergence.py -k "moe or mixtral or gpt_oss or deepseek"
+      [ "${MSTEP:-1}" = 1 ] && step mstep 300 python3 benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 \
         --head-dim 128 --experts 128 --top-k 8 --moe-intermediate 768 --vocab 151936 --rounds 2 --steps 4 --warmup 2 \
         --runs "${MOE_RUNS:-eager,compile,liger,tessera,tessera_sdpa}" --profile --out /tmp/logs/moe_step ;;
     moebench) step moebench "${MOEBENCH_LIMIT:-300}" python3 benchmarks/moe.py ${MOEBENCH_ARGS:---families qwen3_moe --rounds 2} \
