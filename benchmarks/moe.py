@@ -4,7 +4,7 @@ transformers' experts backends (torch's grouped_mm, the same compiled, the per-e
 and Liger-Kernel's LigerExperts, at the five families' expert shapes, balanced and skewed routing.
 
     python benchmarks/moe.py [--families all] [--tokens 8192] [--routing balanced,zipf]
-        [--runs tessera,grouped_mm,grouped_mm_compile,eager,liger] [--rounds 3] [--out DIR]
+        [--runs tessera,grouped_mm,grouped_mm_compile,eager,liger] [--rounds 3] [--kernels N] [--out DIR]
 
 Per family (experts E, top-k, hidden H, expert ffn F from grouped_mm.py's table), T tokens of
 bfloat16 hidden states; routing: each token's k distinct experts drawn uniformly (balanced) or
@@ -105,16 +105,20 @@ def calls(family, runs, params, notes):
     return out
 
 
-def gpu_ms(fn) -> float:
-    """The kernels' GPU time of one call (torch.profiler), the host's launch gaps left out."""
+def gpu_ms(fn, top=0):
+    """The kernels' GPU time of one call (torch.profiler), the host's launch gaps left out, and
+    the `top` kernels by time as lines (ms, calls, name)."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
+    events = sorted((e for e in prof.key_averages() if e.self_device_time_total > 0),
+                    key=lambda e: -e.self_device_time_total)
+    lines = [f"  {e.self_device_time_total / 1e3:8.3f} ms {e.count:4d}x  {e.key[:110]}" for e in events[:top]]
+    return sum(e.self_device_time_total for e in events) / 1e3, lines
 
 
-def measure(family, skew, tokens, runs, rounds, notes):
+def measure(family, skew, tokens, runs, rounds, notes, kernels=0):
     e, k, h, f = FAMILIES[family]
     gen = torch.Generator(device="cuda").manual_seed(0)
     params = make_params(family)
@@ -151,7 +155,9 @@ def measure(family, skew, tokens, runs, rounds, notes):
         step()
         torch.cuda.synchronize()
         rows[run]["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
-        rows[run]["gpu_ms"] = gpu_ms(step)
+        rows[run]["gpu_ms"], lines = gpu_ms(step, kernels)
+        if lines:
+            print(f"{family} {'zipf' if skew else 'balanced'} {run}: the kernels of one call", *lines, sep="\n")
     for _ in range(rounds):
         for run, (step, _) in steps.items():
             rows[run]["ms"].append(bench_ms(step))
@@ -169,6 +175,7 @@ def main():
     ap.add_argument("--routing", default="balanced,zipf")
     ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--kernels", type=int, default=0, help="print each run's N longest kernels of one call")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
     families = list(FAMILIES) if args.families == "all" else args.families.split(",")
@@ -180,7 +187,7 @@ def main():
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for family in families:
         for routing_name in args.routing.split(","):
-            rows = measure(family, routing_name == "zipf", args.tokens, runs, args.rounds, notes)
+            rows = measure(family, routing_name == "zipf", args.tokens, runs, args.rounds, notes, args.kernels)
             base = rows.get("grouped_mm", {}).get("ms")
             for run, r in rows.items():
                 results.append({"family": family, "routing": routing_name, "run": run, **r})

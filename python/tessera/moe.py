@@ -277,21 +277,29 @@ class _Experts:
 
             @staticmethod
             def backward(ctx, grad):
+                # ordered, and each buffer dropped after its last use, so that the weights'
+                # gradients (the largest buffers) meet as few others as the data allows
                 x, w1, w2, weights, rows, offs, h = ctx.saved_tensors
+                need_x, need_w1, need_w2, need_w = ctx.needs_input_grad[:4]
                 dys = moe_permute(grad.contiguous(), rows)  # each pair's dy_t, unweighted
                 u = matrix.grouped_mm(dys, w2.transpose(-2, -1), offs)
-                ws = _sorted_weights(torch, rows, weights)[:, None]
-                dgate, dup, a = elementwise.gated_backward_recompute(ctx.kind, u * ws.to(u.dtype),
-                                                                     *h.chunk(2, dim=-1))
-                dw = None
-                if ctx.needs_input_grad[3]:  # <dy_t, y_row> = <u_row, act(h_row)>
+                ws = _sorted_weights(torch, rows, weights)[:, None].to(u.dtype)
+                dgate, dup, a = elementwise.gated_backward_recompute(ctx.kind, u * ws, *h.chunk(2, dim=-1))
+                dw = dx = dw1 = dw2 = None
+                if need_w:  # <dy_t, y_row> = <u_row, act(h_row)>
                     # the products in u's dtype, summed in float32: one temporary the size of a
                     dots = torch.cat([(u * a).sum(-1, dtype=torch.float32), u.new_zeros(1, dtype=torch.float32)])
                     dw = dots[torch.where(rows < 0, u.shape[0], rows).long()].to(weights.dtype)
-                dw2 = _wgrad(a * ws.to(a.dtype), dys, offs, w2) if ctx.needs_input_grad[2] else None
+                del u
+                if need_w2:
+                    dw2 = _wgrad(a * ws, dys, offs, w2)
+                del a, dys
                 dh = torch.cat([dgate, dup], dim=-1)
-                dw1 = _wgrad(moe_permute(x, rows), dh, offs, w1) if ctx.needs_input_grad[1] else None
-                dx = moe_unpermute(matrix.grouped_mm(dh, w1.transpose(-2, -1), offs), rows)
+                del dgate, dup
+                if need_x:
+                    dx = moe_unpermute(matrix.grouped_mm(dh, w1.transpose(-2, -1), offs), rows)
+                if need_w1:
+                    dw1 = _wgrad(moe_permute(x, rows), dh, offs, w1)
                 return dx, dw1, dw2, dw, None, None, None
 
         return Function
