@@ -5,6 +5,7 @@ and Liger-Kernel's LigerExperts, at the five families' expert shapes, balanced a
 
     python benchmarks/moe.py [--families all] [--tokens 8192] [--routing balanced,zipf]
         [--runs tessera,grouped_mm,grouped_mm_compile,eager,liger] [--rounds 3] [--kernels N] [--out DIR]
+    python benchmarks/moe.py --render RUN/moe.json [...]
 
 Per family (experts E, top-k, hidden H, expert ffn F from grouped_mm.py's table), T tokens of
 bfloat16 hidden states; routing: each token's k distinct experts drawn uniformly (balanced) or
@@ -168,6 +169,27 @@ def measure(family, skew, tokens, runs, rounds, notes, kernels=0):
     return rows
 
 
+def table(results, notes) -> str:
+    """One row per family and routing: each run's GPU ms (the bar's measure) and wall ms, tessera's
+    peak memory beside the least of the peers', and the fastest peer's GPU time over tessera's."""
+    runs = [r for r in RUNS if any(x["run"] == r for x in results)]
+    lines = ["| family | routing | " + " | ".join(f"{r} GPU ms (ms)" for r in runs)
+             + " | tessera peak GiB | least peer peak GiB | best peer / tessera (GPU) |",
+             "| --- | --- |" + " ---: |" * (len(runs) + 3)]
+    keys = list(dict.fromkeys((x["family"], x["routing"]) for x in results))
+    for family, routing in keys:
+        rows = {x["run"]: x for x in results if (x["family"], x["routing"]) == (family, routing)}
+        cells = [f"{rows[r]['gpu_ms']:.2f} ({rows[r]['ms']:.2f})" if r in rows else "" for r in runs]
+        peers = [x for r, x in rows.items() if r != "tessera"]
+        t = rows.get("tessera")
+        peak = min((x["peak_gib"] for x in peers), default=None)
+        best = min((x["gpu_ms"] for x in peers), default=None)
+        tail = [f"{t['peak_gib']:.2f}" if t else "", f"{peak:.2f}" if peak is not None else "",
+                f"{best / t['gpu_ms']:.2f}" if t and best is not None else ""]
+        lines.append(f"| {family} | {routing} | " + " | ".join(cells + tail) + " |")
+    return "\n".join(lines + [""] + [f"- {n}" for n in notes])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default="all")
@@ -177,28 +199,30 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kernels", type=int, default=0, help="print each run's N longest kernels of one call")
     ap.add_argument("--out", default="bench_out/moe")
+    ap.add_argument("--render", nargs="+", metavar="JSON", help="print the table of earlier runs' moe.json")
     args = ap.parse_args()
     families = list(FAMILIES) if args.families == "all" else args.families.split(",")
     runs = [r for r in args.runs.split(",") if r]
     if any(r not in RUNS for r in runs) or any(f not in FAMILIES for f in families):
         ap.error(f"--runs of {RUNS}, --families of {list(FAMILIES)}")
+    if args.render:  # the table again from earlier runs' JSON (their rows in the order given)
+        import json
+        runs_json = [json.load(open(p)) for p in args.render]
+        results = [r for d in runs_json for r in d["rows"]]
+        print(table(results, [n for d in runs_json for n in d["meta"].get("notes", [])]))
+        return
     notes, results = [], []
-    lines = ["| family | routing | run | ms | GPU ms | TFLOP/s | peak GiB | vs grouped_mm | check |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for family in families:
         for routing_name in args.routing.split(","):
             rows = measure(family, routing_name == "zipf", args.tokens, runs, args.rounds, notes, args.kernels)
-            base = rows.get("grouped_mm", {}).get("ms")
             for run, r in rows.items():
                 results.append({"family": family, "routing": routing_name, "run": run, **r})
-                ratio = f"{base / r['ms']:.2f}x" if base else ""
-                lines.append(f"| {family} | {routing_name} | {run} | {r['ms']:.3f} | {r['gpu_ms']:.3f} | "
-                             f"{r['tflops']:.0f} | {r['peak_gib']:.2f} | {ratio} | {r['check']} |")
-            print("\n".join(lines[-len(rows):]), flush=True)
+                print(f"{family} {routing_name} {run}: {r['ms']:.3f} ms, GPU {r['gpu_ms']:.3f} ms, "
+                      f"{r['tflops']:.0f} TFLOP/s, peak {r['peak_gib']:.2f} GiB, check {r['check']}", flush=True)
             torch.cuda.empty_cache()
-    table = "\n".join(lines + [""] + [f"- {n}" for n in notes])
-    print(table)
-    write_results(args.out, "moe", {"tokens": args.tokens, "timer": timer_name(), "notes": notes}, results, table)
+    text = table(results, notes)
+    print(text)
+    write_results(args.out, "moe", {"tokens": args.tokens, "timer": timer_name(), "notes": notes}, results, text)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,9 @@ REPORTS = {
     "grouped_mm": ("Grouped GEMM against torch._grouped_mm at MoE expert shapes (benchmarks/grouped_mm.py)",
                    "python3 benchmarks/grouped_mm.py --rounds 2 --families qwen3_moe,mixtral,gpt_oss --out {out}",
                    "grouped_mm.md"),
+    "moe": ("A Mixture-of-Experts layer's routed experts, forward + backward (benchmarks/moe.py)",
+            "python3 benchmarks/moe.py --families all --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3 "
+            "--out {out}", "moe.md"),
     "overhead": ("Host cost per call (benchmarks/overhead.py)",
                  "python3 benchmarks/overhead.py --rounds 5 --calls 500 --out {out}", "overhead.md"),
     "llama_train": ("The example model under `tessera.enable()` (examples/llama_train.py)",
