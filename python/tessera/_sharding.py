@@ -483,26 +483,29 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
         return [([], [Shard(0) if per_row and p == Shard(0) else R, p]) for p in present]
 
     # linear_cross_entropy(hidden [N, H], weight [V, H], bias [V], target [N], ..., grad_loss,
-    # ce_weight) -> (loss, lse, d_hidden, d_weight, d_bias, accuracy): rows as cross_entropy's, the
-    # weight, bias and class weights replicated; d_hidden by rows, d_weight and d_bias sums over the
-    # rows (Partial). grad_loss (the backward of 'none': one per row) by rows. The token accuracy, a
-    # ratio of counts over all rows, only with the rows gathered (without it, None).
+    # ce_weight) -> (loss, lse, d_hidden, d_weight, d_bias, accuracy, predicted): rows as
+    # cross_entropy's, the weight, bias and class weights replicated; d_hidden and the predicted
+    # tokens by rows, d_weight and d_bias sums over the rows (Partial). grad_loss (the backward of
+    # 'none': one per row) by rows. The token accuracy, a ratio of counts over all rows, only with
+    # the rows gathered (without it, None).
     @register_sharding(ops.linear_cross_entropy.default)
     def linear_cross_entropy_rule(hidden, weight, bias, target, *, reduction="mean", output_mask=(False,) * 3,
-                                  grad_loss=None, ce_weight=None, token_accuracy=False, **kwargs):
+                                  grad_loss=None, ce_weight=None, token_accuracy=False, predicted_tokens=False,
+                                  **kwargs):
         def ins(p):
             rows = grad_loss is not None and grad_loss.ndim == 1
             return [p, R] + ([R] if bias is not None else []) + [p] + \
                 ([p if rows else R] if grad_loss is not None else []) + ([R] if ce_weight is not None else [])
-        # (loss, lse, d_hidden, d_weight, d_bias, accuracy), None where an output is None
-        present = [True, True, output_mask[0], output_mask[1], output_mask[2] and bias is not None, token_accuracy]
+        # (loss, lse, d_hidden, d_weight, d_bias, accuracy, predicted), None where an output is None
+        present = [True, True, output_mask[0], output_mask[1], output_mask[2] and bias is not None, token_accuracy,
+                   predicted_tokens]
 
         def outs(*placements):
             return [p if on else None for p, on in zip(placements, present)]
-        strategies = [(outs(*[R] * 6), ins(R))]
+        strategies = [(outs(*[R] * 7), ins(R))]
         if reduction != "mean" and hidden.ndim == 2 and not token_accuracy:
             loss = Shard(0) if reduction == "none" else Partial()
-            strategies.append((outs(loss, Shard(0), Shard(0), Partial(), Partial(), R), ins(Shard(0))))
+            strategies.append((outs(loss, Shard(0), Shard(0), Partial(), Partial(), R, Shard(0)), ins(Shard(0))))
         return strategies
 
     # copy(src, dst) writes dst in place: dst stays as it is placed (a copy commutes with any

@@ -24,7 +24,8 @@ def _ops(torch):
 def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
                   softcap: float | None = None, inplace_grad: bool = False, return_lse: bool = False,
-                  validate: bool = False) -> Any:
+                  validate: bool = False, return_token_accuracy: bool = False,
+                  return_predicted_tokens: bool = False) -> Any:
     """:func:`torch.nn.functional.cross_entropy`: logits (N, V) (or one row, (V,)) in float32,
     float16 or bfloat16 (the class dimension contiguous) against ``target``, which is as torch's
     either class indices, (N,) int64 or int32, or class probabilities of the logits' shape
@@ -44,6 +45,13 @@ def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index:
     for its row (torch raises a device-side assertion instead), or with ``validate=True`` a
     ValueError naming ``target`` before anything runs (one synchronization; Liger raises there).
 
+    With class indices, ``return_token_accuracy=True`` also returns the fraction of the rows not
+    ignored whose logits' argmax (the first of equal maxima) is the target (float32, NaN where
+    every row is ignored), and ``return_predicted_tokens=True`` each row's argmax (the target's
+    dtype, -1 where the row is ignored), Liger's metrics: torch's argmax, one more read of the
+    logits, taken before an ``inplace_grad`` call overwrites them. The result is then ``(loss,
+    [lse], [accuracy], [predicted])``, in that order, each only where asked for.
+
     The gradient is computed in the forward's pass over the logits. ``inplace_grad=True`` writes
     it over the logits themselves (Liger's trick): training then needs no second N x V buffer,
     but the logits' values are gone after the call, and nothing else may need them (an op before
@@ -60,15 +68,28 @@ def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index:
     if logits.dim() == 1 and isinstance(target, torch.Tensor) and (target.dim() == 0 or probs):  # one row, as torch
         out = cross_entropy(logits[None], target[None], weight, ignore_index=ignore_index, reduction=reduction,
                             label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-                            inplace_grad=inplace_grad, return_lse=return_lse)
+                            inplace_grad=inplace_grad, return_lse=return_lse,
+                            return_token_accuracy=return_token_accuracy,
+                            return_predicted_tokens=return_predicted_tokens)
         if reduction != "none":
             return out
-        return (out[0][0], out[1][0]) if return_lse else out[0]
+        # 'none': the row's values without the row dimension (the accuracy is a scalar already)
+        out = out if isinstance(out, tuple) else (out,)
+        rowed = [r for r, on in ((True, True), (True, return_lse), (False, return_token_accuracy),
+                                 (True, return_predicted_tokens)) if on]
+        out = tuple(t[0] if r else t for t, r in zip(out, rowed))
+        return out if len(out) > 1 else out[0]
     if logits.dim() != 2:
         raise ValueError("tessera.cross_entropy: argument 'logits': expected (N, V) class scores (flatten (B, T, V) "
                          f"to (B * T, V)), got {logits.dim()}-d")
     if validate and not probs:
         _validate_target(target, logits.shape[-1], ignore_index, "cross_entropy")
+    metrics = ()
+    if return_token_accuracy or return_predicted_tokens:
+        if probs:
+            raise ValueError("tessera.cross_entropy: argument 'return_token_accuracy' / 'return_predicted_tokens': "
+                             "expected class-index targets, got class probabilities")
+        metrics = _metrics(torch, logits, target, ignore_index, return_token_accuracy, return_predicted_tokens)
     if logits.stride(-1) != 1 and logits.size(-1) > 1:
         logits = logits.contiguous()  # the kernel reads rows of contiguous classes
     if probs and target.is_floating_point():
@@ -101,7 +122,17 @@ def cross_entropy(logits: Any, target: Any, weight: Any = None, *, ignore_index:
         loss, lse, _ = ops.cross_entropy.default(logits, target, weight, **kw)
     if mean_of_sum:
         loss = loss / (logits.shape[0] if probs else (target != int(ignore_index)).sum())
-    return (loss, lse) if return_lse else loss
+    out = (loss,) + ((lse,) if return_lse else ()) + metrics
+    return out if len(out) > 1 else loss
+
+
+def _metrics(torch, logits, target, ignore_index: int, accuracy: bool, predicted: bool) -> tuple:
+    """(accuracy,) and/or (predicted tokens,) of class-index targets from torch's argmax."""
+    with torch.no_grad():
+        keep = target != int(ignore_index)
+        pred = torch.where(keep, logits.argmax(-1).to(target.dtype), torch.full_like(target, -1))
+        acc = (pred == target)[keep].float().mean() if accuracy else None
+    return tuple(t for t, on in ((acc, accuracy), (pred, predicted)) if on)
 
 
 def _validate_target(target, classes: int, ignore_index: int, op: str) -> None:
@@ -121,12 +152,14 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
                          reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
                          softcap: float | None = None, chunk_size: int | None = None,
                          return_lse: bool = False, ce_weight: Any = None, accum_dtype: Any = None,
-                         return_token_accuracy: bool = False, validate: bool = False) -> Any:
+                         return_token_accuracy: bool = False, validate: bool = False,
+                         return_predicted_tokens: bool = False, use_token_scaling: bool = False) -> Any:
     """``cross_entropy(hidden @ weight.T + bias, target)`` without the (N, V) logits: hidden (N, H),
     weight (V, H) (a language model's output projection), target (N,), bias (V,) or None; the
     options are :func:`cross_entropy`'s, ``ce_weight`` its class weights (V values, taken in
-    float32, not differentiated; 'mean' divides by the sum of the rows' target weights). z-loss
-    with class weights has no torch convention and is refused.
+    float32, not differentiated; 'mean' divides by the sum of the rows' target weights). With
+    class weights, ``z_loss`` is :func:`cross_entropy`'s: z_loss * lse^2 times the row's weight on
+    lse (Liger leaves the z-term unweighted).
 
     The tokens go in chunks (``chunk_size`` rows, by default as many as keep one chunk's logits
     within a quarter of the free memory and 512 MiB): each chunk's logits come from tessera's
@@ -143,7 +176,14 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
     ``return_token_accuracy=True`` also returns the token accuracy that TRL's SFTTrainer logs
     (Liger's): the fraction of the rows not ignored whose logits' argmax is the target (a float32
     scalar, not differentiable; NaN where every row is ignored), at one more read of each chunk's
-    logits. The result is then ``(loss, accuracy)``, or ``(loss, lse, accuracy)`` with return_lse.
+    logits. ``return_predicted_tokens=True`` also returns each row's argmax from the same pass (the
+    target's dtype, -1 where the row is ignored). The result is ``(loss, [lse], [accuracy],
+    [predicted])``, in that order, each only where asked for.
+
+    ``use_token_scaling=True`` (Liger's): each row's loss and gradient times the probability the
+    model gives its target, detached (exp(logit_t - lse), the target's logit from hidden . weight[t]
+    rounded as the GEMM's; 0 for an ignored row); 'mean' keeps the divisor of the unscaled loss.
+    It runs as reduction 'none', whose backward takes the chunks again: one more GEMM of three.
 
     A DTensor ``weight`` with its rows sharded on a 1-d mesh (tensor parallelism over the
     vocabulary) takes Megatron's vocabulary-parallel path: each rank's logits for its slice of the
@@ -159,9 +199,16 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
         _validate_target(target, weight.shape[0], ignore_index, "linear_cross_entropy")
     if chunk_size is not None and int(chunk_size) < 1:
         raise ValueError(f"tessera.linear_cross_entropy: argument 'chunk_size': expected a count >= 1, got {chunk_size!r}")
+    if use_token_scaling:
+        return _token_scaled(torch, hidden, weight, target, bias, ignore_index=ignore_index, reduction=reduction,
+                             label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap, chunk_size=chunk_size,
+                             return_lse=return_lse, ce_weight=ce_weight, accum_dtype=accum_dtype,
+                             return_token_accuracy=return_token_accuracy,
+                             return_predicted_tokens=return_predicted_tokens)
     if _vocab_parallel.vocab_sharded(torch, weight):
         for name, value in (("ce_weight", ce_weight), ("accum_dtype", accum_dtype),
-                            ("return_token_accuracy", return_token_accuracy or None)):
+                            ("return_token_accuracy", return_token_accuracy or None),
+                            ("return_predicted_tokens", return_predicted_tokens or None)):
             if value is not None:
                 raise ValueError(f"tessera.linear_cross_entropy: argument '{name}': not taken with a "
                                  "vocabulary-sharded weight yet")
@@ -177,11 +224,12 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
             ce_weight = ce_weight.float().contiguous()  # the kernels read float32 weights, one run of V
     # as in cross_entropy: without class weights a row-sharded mean is a sum over the count
     mean_of_sum = reduction == "mean" and ce_weight is None and _rows_sharded(torch, hidden)
-    loss, lse, _, _, _, accuracy = _ops(torch).linear_cross_entropy.default(
+    loss, lse, _, _, _, accuracy, predicted = _ops(torch).linear_cross_entropy.default(
         hidden, weight, bias, target, ignore_index=int(ignore_index),
         reduction="sum" if mean_of_sum else str(reduction), label_smoothing=float(label_smoothing),
         z_loss=float(z_loss), softcap=float(softcap or 0.0), chunk_rows=int(chunk_size or 0), ce_weight=ce_weight,
-        accum_dtype=accum_dtype, token_accuracy=bool(return_token_accuracy))
+        accum_dtype=accum_dtype, token_accuracy=bool(return_token_accuracy),
+        predicted_tokens=bool(return_predicted_tokens))
     if mean_of_sum:
         loss = loss / (target != int(ignore_index)).sum()
     if reduction == "none" and loss.requires_grad and type(loss) is not torch.Tensor and hasattr(loss, "placements"):
@@ -190,5 +238,41 @@ def linear_cross_entropy(hidden: Any, weight: Any, target: Any, bias: Any = None
         # gradient comes placed as the loss; else it gathers the rows. Placed so here.
         placements = loss.placements
         loss.register_hook(lambda g: g if g.placements == placements else g.redistribute(g.device_mesh, placements))
-    out = (loss,) + ((lse,) if return_lse else ()) + ((accuracy,) if return_token_accuracy else ())
+    out = (loss,) + ((lse,) if return_lse else ()) + ((accuracy,) if return_token_accuracy else ()) + \
+        ((predicted,) if return_predicted_tokens else ())
+    return out if len(out) > 1 else loss
+
+
+def _token_scaled(torch, hidden, weight, target, bias, *, reduction, return_lse, ce_weight, ignore_index,
+                  return_token_accuracy, return_predicted_tokens, **kw):
+    """linear_cross_entropy with use_token_scaling: the rows' losses (reduction 'none', with their
+    lse) times each target's detached probability, then reduced."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"tessera.linear_cross_entropy: argument 'reduction': expected 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    out = linear_cross_entropy(hidden, weight, target, bias, reduction="none", return_lse=True, ce_weight=ce_weight,
+                               ignore_index=ignore_index, return_token_accuracy=return_token_accuracy,
+                               return_predicted_tokens=return_predicted_tokens, **kw)
+    rows, lse, metrics = out[0], out[1], out[2:]
+    with torch.no_grad():
+        keep = target != int(ignore_index)
+        t = torch.where(keep, target, 0).long()
+        logit = torch.empty(t.shape, dtype=torch.float32, device=hidden.device)
+        step = 4096  # rows a pass: a bounded gather of weight rows
+        for r0 in range(0, t.shape[0], step):
+            h, w = hidden[r0:r0 + step], weight[t[r0:r0 + step]]
+            logit[r0:r0 + step] = (h.float() * w.float()).sum(-1) + (bias[t[r0:r0 + step]].float() if bias is not None
+                                                                       else 0)
+        logit = logit.to(hidden.dtype).float()  # the logits' rounding, as the GEMM writes them
+        cap = kw.get("softcap")
+        if cap:
+            logit = cap * torch.tanh(logit / cap)
+        p = torch.where(keep, torch.exp(logit - lse), torch.zeros_like(lse))
+    loss = rows * p
+    if reduction == "sum":
+        loss = loss.sum()
+    elif reduction == "mean":
+        divisor = keep.sum() if ce_weight is None else (ce_weight.float()[t] * keep).sum()
+        loss = loss.sum() / divisor
+    out = (loss,) + ((lse,) if return_lse else ()) + tuple(metrics)
     return out if len(out) > 1 else loss

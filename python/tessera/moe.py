@@ -272,19 +272,27 @@ class _Experts:
                 h = matrix.grouped_mm(moe_permute(x, rows), w1, offs)
                 y = matrix.grouped_mm(elementwise.gated(kind, *h.chunk(2, dim=-1)), w2, offs)
                 ctx.save_for_backward(x, w1, w2, weights, rows, offs, h)
-                ctx.kind = kind
+                ctx.kind, ctx.spent = kind, False
                 return moe_unpermute(y, rows, weights)
 
             @staticmethod
             def backward(ctx, grad):
-                # ordered, and each buffer dropped after its last use, so that the weights'
-                # gradients (the largest buffers) meet as few others as the data allows
+                # Ordered, each buffer dropped after its last use and the gate-up product's
+                # gradient written over h, so that the weights' gradients (the largest buffers)
+                # meet as few others as the data allows. h is then spent: a second backward
+                # (retain_graph) is refused.
+                if ctx.spent:
+                    raise RuntimeError("tessera.moe_experts: a second backward through the same call (retain_graph) "
+                                       "is not supported: the first writes its gradients over the saved activations")
+                ctx.spent = True
                 x, w1, w2, weights, rows, offs, h = ctx.saved_tensors
                 need_x, need_w1, need_w2, need_w = ctx.needs_input_grad[:4]
                 dys = moe_permute(grad.contiguous(), rows)  # each pair's dy_t, unweighted
                 u = matrix.grouped_mm(dys, w2.transpose(-2, -1), offs)
+                gate, up = h.chunk(2, dim=-1)
+                # for the unweighted dy (the gate's backward is linear in it): scaled below
+                dgate, dup, a = elementwise.gated_backward_recompute(ctx.kind, u, gate, up)
                 ws = _sorted_weights(torch, rows, weights)[:, None].to(u.dtype)
-                dgate, dup, a = elementwise.gated_backward_recompute(ctx.kind, u * ws, *h.chunk(2, dim=-1))
                 dw = dx = dw1 = dw2 = None
                 if need_w:  # <dy_t, y_row> = <u_row, act(h_row)>
                     # the products in u's dtype, summed in float32: one temporary the size of a
@@ -292,9 +300,11 @@ class _Experts:
                     dw = dots[torch.where(rows < 0, u.shape[0], rows).long()].to(weights.dtype)
                 del u
                 if need_w2:
-                    dw2 = _wgrad(a * ws, dys, offs, w2)
+                    dw2 = _wgrad(a.mul_(ws), dys, offs, w2)
                 del a, dys
-                dh = torch.cat([dgate, dup], dim=-1)
+                torch.mul(dgate, ws, out=gate)
+                torch.mul(dup, ws, out=up)
+                dh = h
                 del dgate, dup
                 if need_x:
                     dx = moe_unpermute(matrix.grouped_mm(dh, w1.transpose(-2, -1), offs), rows)

@@ -195,16 +195,13 @@ TEST(CrossEntropyChecks, ClassWeightsAndProbabilities) {
   ignore3.ignore_index = 3;
   expect_error([&] { tessera::cross_entropy(x, q, l0, nullptr, nullptr, ignore3, nullptr); }, ErrorKind::value,
                {"'ignore_index'", "negative", "3"});
-  // The fused loss's class weights: V float32 values, and not with z-loss (no torch convention).
+  // The fused loss's class weights: V float32 values.
   const TensorView h = cuda_tensor(0x1000, DType::bfloat16, {8, 16}), pw = cuda_tensor(0x10000, DType::bfloat16, {100, 16});
   const TensorView w99 = cuda_tensor(0x300000, DType::float32, {99}), w = cuda_tensor(0x300000, DType::float32, {100});
   tessera::LinearCrossEntropyOptions lo;
   lo.weight = &w99;
   expect_error([&] { tessera::linear_cross_entropy(h, pw, nullptr, t, l0, nullptr, {}, lo, nullptr); },
                ErrorKind::value, {"tessera.linear_cross_entropy", "class weights", "V = 100"});
-  lo.weight = &w, lo.z_loss = 1e-4;
-  expect_error([&] { tessera::linear_cross_entropy(h, pw, nullptr, t, l0, nullptr, {}, lo, nullptr); },
-               ErrorKind::value, {"tessera.linear_cross_entropy", "'z_loss'", "class weights"});
 }
 
 // Device values of a float32 buffer.

@@ -343,7 +343,9 @@ def test_errors_name_the_argument(torch):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("case", [dict(), dict(reduction="sum", label_smoothing=0.1, bias=True),
                                   dict(reduction="none", z_loss=1e-3), dict(class_weights=True),
-                                  dict(reduction="none", label_smoothing=0.1, class_weights=True)])
+                                  dict(reduction="none", label_smoothing=0.1, class_weights=True),
+                                  dict(class_weights=True, z_loss=1e-3),
+                                  dict(reduction="sum", label_smoothing=0.1, class_weights=True, z_loss=1e-3)])
 def test_linear_cross_entropy_against_float64(torch, dtype, case):
     """The fused linear cross-entropy in chunks (three of 128 rows and a remainder) against
     F.linear then the loss in float64: loss and the gradients of hidden, weight and bias; class
@@ -431,6 +433,84 @@ def test_linear_cross_entropy_token_accuracy(torch, v):
     assert torch.isnan(none)
 
 
+@pytest.mark.parametrize("tdtype", ["int64", "int32"])
+def test_predicted_tokens_and_accuracy(torch, tdtype):
+    """return_predicted_tokens (each row's argmax, -1 where ignored, in the target's dtype) and the
+    token accuracy: the fused loss's from its argmax pass, cross_entropy's from torch's argmax
+    (before an inplace_grad call overwrites the logits); the loss as without them."""
+    n, h, v = 300, 64, 1003
+    hidden = (torch.randn(n, h, device="cuda") / 4).bfloat16()
+    weight = torch.randn(v, h, device="cuda").bfloat16()
+    logits = torch.nn.functional.linear(hidden, weight)  # bf16 logits, as the fused loss's
+    pred = logits.argmax(-1)
+    target = torch.where(torch.rand(n, device="cuda") < 0.5, pred, torch.randint(0, v, (n,), device="cuda"))
+    target[::7] = -100
+    target = target.to(getattr(torch, tdtype))
+    keep = target != -100
+    want_pred = torch.where(keep, pred, -1).to(target.dtype)
+    want_acc = (pred == target)[keep].float().mean()
+    loss, acc, got = tessera.linear_cross_entropy(hidden.requires_grad_(), weight, target, chunk_size=128,
+                                                  return_token_accuracy=True, return_predicted_tokens=True)
+    assert got.dtype == target.dtype and got.shape == (n,) and not got.requires_grad
+    # (a row whose top two logits round to one bf16 value in one GEMM and not the other may differ)
+    assert (got != want_pred).sum().item() <= 2 and torch.equal(got[~keep], want_pred[~keep])
+    assert acc.item() == pytest.approx(want_acc.item(), abs=2.5 / keep.sum().item())
+    assert loss.item() == pytest.approx(tessera.linear_cross_entropy(hidden, weight, target).item())
+    loss.backward()
+    _, alone = tessera.linear_cross_entropy(hidden.detach(), weight, target, return_predicted_tokens=True)
+    assert torch.equal(alone, got)
+    for inplace in (False, True):
+        x = logits.float().clone().requires_grad_(not inplace)
+        loss, lse, acc, got = tessera.cross_entropy(x, target, return_lse=True, return_token_accuracy=True,
+                                                    return_predicted_tokens=True, inplace_grad=inplace)
+        assert torch.equal(got, want_pred) and acc.item() == pytest.approx(want_acc.item())
+        assert lse.shape == (n,) and loss.shape == ()
+    row, got = tessera.cross_entropy(logits[3].float(), target[3], reduction="none", return_predicted_tokens=True)
+    assert row.shape == () and got.shape == () and got.item() == want_pred[3].item()
+    _, none = tessera.cross_entropy(logits.float(), torch.full_like(target, -100), return_token_accuracy=True)
+    assert torch.isnan(none)
+    with pytest.raises(ValueError, match="argument 'return_token_accuracy'.*probabilities"):
+        tessera.cross_entropy(logits.float(), torch.rand(n, v, device="cuda"), return_token_accuracy=True)
+
+
+@pytest.mark.parametrize("case", [dict(), dict(reduction="sum", softcap=30.0, bias=True),
+                                  dict(reduction="none", label_smoothing=0.1, class_weights=True),
+                                  dict(class_weights=True, z_loss=1e-3)])
+def test_linear_cross_entropy_token_scaling(torch, case):
+    """use_token_scaling (Liger's): each row's loss and gradient times its target's probability,
+    detached, against float64; 'mean' over the unscaled loss's divisor."""
+    case = dict(case)
+    n, h, v = 300, 64, 1000
+    hidden = (torch.randn(n, h, device="cuda") / 4).requires_grad_()
+    weight = torch.randn(v, h, device="cuda").requires_grad_()
+    bias = torch.randn(v, device="cuda").requires_grad_() if case.pop("bias", False) else None
+    cw = torch.rand(v, device="cuda") * 1.75 + 0.25 if case.pop("class_weights", False) else None
+    target = torch.randint(0, v, (n,), device="cuda")
+    target[::7] = -100
+    reduction = case.pop("reduction", "mean")
+    loss = tessera.linear_cross_entropy(hidden, weight, target, bias, chunk_size=128, ce_weight=cw,
+                                        reduction=reduction, use_token_scaling=True, **case)
+    leaves = [t for t in (hidden, weight, bias) if t is not None]
+    seed = torch.rand_like(loss, dtype=torch.float32)
+    grads = torch.autograd.grad(loss, leaves, seed)
+    x64 = [t.detach().double().requires_grad_() for t in leaves]
+    logits = x64[0] @ x64[1].t() + (x64[2] if bias is not None else 0)
+    rows, x = reference(torch, logits, target, cw, reduction="none", **case)
+    cap = case.get("softcap")
+    y = cap * torch.tanh(logits / cap) if cap else logits
+    keep = target != -100
+    p = torch.softmax(y.detach(), -1).gather(-1, torch.where(keep, target, 0)[:, None])[:, 0] * keep
+    want = rows * p
+    if reduction == "sum":
+        want = want.sum()
+    elif reduction == "mean":
+        want = want.sum() / (keep.sum() if cw is None else (cw.double()[torch.where(keep, target, 0)] * keep).sum())
+    want_grads = torch.autograd.grad(want, x64, seed.double())
+    close(loss, want.detach(), 2e-5)
+    for g, w in zip(grads, want_grads):
+        close(g, w, 2e-5)
+
+
 def test_linear_cross_entropy_edges_and_errors(torch):
     """All rows ignored: a NaN mean and zero gradients (torch's); a second backward refused; the
     chunk loop's argument errors name the argument."""
@@ -461,8 +541,6 @@ def test_linear_cross_entropy_edges_and_errors(torch):
         tessera.linear_cross_entropy(hidden, weight.double(), target)
     with pytest.raises(ValueError, match="class weights.*V = 10"):
         tessera.linear_cross_entropy(hidden, weight, target, ce_weight=torch.ones(9, device="cuda"))
-    with pytest.raises(ValueError, match="argument 'z_loss'.*class weights"):
-        tessera.linear_cross_entropy(hidden, weight, target, ce_weight=torch.ones(10, device="cuda"), z_loss=1e-4)
     with pytest.raises(ValueError, match="argument 'ce_weight'.*grad"):
         tessera.linear_cross_entropy(hidden, weight, target, ce_weight=torch.ones(10, device="cuda", requires_grad=True))
 

@@ -290,3 +290,18 @@ def test_fused_experts_node_equals_the_composed_ops(device, kind):
         torch.testing.assert_close(a.float(), b.float(), atol=rel * b.abs().max().item(), rtol=rel,
                                    msg=lambda m, name=name: f"{name}: {m}")
         assert a.is_contiguous() or a.transpose(-2, -1).is_contiguous()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_experts_refuse_a_second_backward(device):
+    """The one-node experts write their gradients over the saved gate-up product: a second
+    backward through the same call is refused, not computed from spent values."""
+    from tessera.moe import routed_experts
+    t, h, i, e, k = 6, 16, 8, 4, 2
+    x = torch.randn(t, h, device=device, requires_grad=True)
+    w1, w2 = torch.randn(e, 2 * i, h, device=device), torch.randn(e, h, i, device=device)
+    out = routed_experts(x, w1.transpose(-2, -1), w2.transpose(-2, -1), routing(t, k, e, device),
+                         torch.rand(t, k, device=device), e, "silu")
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        out.sum().backward()

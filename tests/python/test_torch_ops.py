@@ -195,7 +195,8 @@ def samples(torch, name, dtype):
                 ((x(5, 8), x(12, 8), None, t), {"reduction": "none", "output_mask": [True, False, False],
                                                  "grad_loss": torch.rand(5, device="cuda")}),
                 ((x(5, 8), x(12, 8), None, t), {"chunk_rows": 2, "token_accuracy": True, "output_mask": [True, True, False],
-                                                 "accum_dtype": torch.float32})]
+                                                 "accum_dtype": torch.float32}),
+                ((x(5, 8), x(12, 8), None, t.int()), {"predicted_tokens": True, "output_mask": [True, False, False]})]
     if name == "attention.kvcache":
         k, v = x(6, 16, 2, 64, grad=False), x(6, 16, 2, 64, grad=False)
         lens = torch.tensor([20, 0], device="cuda", dtype=torch.int32)

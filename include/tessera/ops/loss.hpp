@@ -61,7 +61,8 @@ void cross_entropy_backward(const TensorView& grad_loss, const TensorView& grad,
 // Fused linear cross-entropy (FLCE): cross_entropy(hidden @ weight^T + bias, target) and its
 // gradients without the [N, V] logits, for a language model's output projection and loss. The
 // options are cross_entropy's; class weights (options.weight, V float32) as torch's, the mean over
-// the sum of the rows' target weights, and not with z_loss (which has no torch convention there).
+// the sum of the rows' target weights; with z_loss, cross_entropy's convention (the z-term
+// weighted as the row's lse).
 struct LinearCrossEntropyOptions : CrossEntropyOptions {
   // Where a chunk's logits and then their gradient go: contiguous, of hidden's dtype, at least V
   // elements (the chunk is as many token rows as it holds, up to chunk_rows); nullptr: tessera's
@@ -74,6 +75,10 @@ struct LinearCrossEntropyOptions : CrossEntropyOptions {
   // where several tie) is the target; NaN where every row is ignored. A read of each chunk's
   // logits more.
   const TensorView* accuracy = nullptr;
+  // Optional output, target's dtype and shape [N]: each row's predicted token (Liger's
+  // return_predicted_tokens), its logits' argmax (the first where several tie), -1 where the row
+  // is ignored. From the same pass as the accuracy.
+  const TensorView* predicted = nullptr;
 };
 
 // The gradients wanted (each nullptr: not computed), for the loss gradient grad_loss (float32, []

@@ -31,8 +31,8 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
 using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-// linear_cross_entropy's: loss, lse, d_hidden, d_weight, d_bias, accuracy
-using Tensor6 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+// linear_cross_entropy's: loss, lse, d_hidden, d_weight, d_bias, accuracy, predicted
+using Tensor7 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using OptTensor = std::optional<at::Tensor>;
 
 // The saved gradient scaled by the loss's gradient and handed to autograd; it is consumed, so a
@@ -157,9 +157,9 @@ Tensor2 cross_entropy_inplace_autograd(at::Tensor& logits, const at::Tensor& tar
   return {r[0], r[1]};
 }
 
-using LceSig = Tensor6(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&, int64_t,
+using LceSig = Tensor7(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&, int64_t,
                        c10::string_view, double, double, double, int64_t, std::array<bool, 3>,
-                       const OptTensor&, const OptTensor&, std::optional<at::ScalarType>, bool);
+                       const OptTensor&, const OptTensor&, std::optional<at::ScalarType>, bool, bool);
 
 // Mean and sum: the forward's gradients (for a loss gradient of 1), scaled in place by the loss's
 // gradient, once (a second backward is refused, as cross_entropy's). None: the chunks again.
@@ -172,14 +172,16 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                const OptTensor& bias, const at::Tensor& target, int64_t ignore_index,
                                c10::string_view reduction, double label_smoothing, double z_loss, double softcap,
                                int64_t chunk_rows, const OptTensor& ce_weight,
-                               std::optional<at::ScalarType> accum_dtype, bool token_accuracy) {
+                               std::optional<at::ScalarType> accum_dtype, bool token_accuracy,
+                               bool predicted_tokens) {
     // Only the gradients autograd will ask for (a frozen output projection takes no d_weight).
     const bool none = reduction == "none";
     const std::array<bool, 3> mask = {!none && hidden.requires_grad(), !none && weight.requires_grad(),
                                       !none && bias && bias->requires_grad()};
-    auto [loss, lse, dh, dw, db, acc] = call_below_autograd(op(), hidden, weight, bias, target, ignore_index,
-                                                            reduction, label_smoothing, z_loss, softcap, chunk_rows,
-                                                            mask, OptTensor(), ce_weight, accum_dtype, token_accuracy);
+    auto [loss, lse, dh, dw, db, acc, pred] =
+        call_below_autograd(op(), hidden, weight, bias, target, ignore_index, reduction, label_smoothing, z_loss,
+                            softcap, chunk_rows, mask, OptTensor(), ce_weight, accum_dtype, token_accuracy,
+                            predicted_tokens);
     if (none) {
       ctx->save_for_backward({hidden, weight, bias ? *bias : at::Tensor(), target,
                               ce_weight ? *ce_weight : at::Tensor()});
@@ -193,15 +195,17 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                                      double(chunk_rows)};
     ctx->saved_data["bias"] = bias && bias->defined();
     if (accum_dtype) ctx->saved_data["accum_dtype"] = int64_t(*accum_dtype);
-    // Without token_accuracy the kernel gives None: an empty placeholder for autograd's outputs.
+    // Without token_accuracy (predicted_tokens) the kernel gives None: an empty placeholder for
+    // autograd's outputs.
     if (!acc.defined()) acc = at::empty({0}, hidden.options());
-    ctx->mark_non_differentiable({lse, acc});
-    return {loss, lse, acc};
+    if (!pred.defined()) pred = at::empty({0}, target.options());
+    ctx->mark_non_differentiable({lse, acc, pred});
+    return {loss, lse, acc, pred};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::string reduction = ctx->saved_data["reduction"].toStringRef();
     const bool has_bias = ctx->saved_data["bias"].toBool();
-    variable_list r(13);
+    variable_list r(14);
     const std::optional<at::ScalarType> accum =
         ctx->saved_data.count("accum_dtype") ? std::optional(at::ScalarType(ctx->saved_data["accum_dtype"].toInt()))
                                              : std::nullopt;
@@ -213,10 +217,10 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                                               : at::zeros_like(saved[3], saved[3].options().dtype(at::kFloat));
       const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
                                         has_bias && ctx->needs_input_grad(2)};
-      auto [loss, lse, dh, dw, db, acc] =
+      auto [loss, lse, dh, dw, db, acc, pred] =
           call_below_autograd(op(), saved[0], saved[1], has_bias ? OptTensor(saved[2]) : OptTensor(), saved[3],
                               int64_t(opt[0]), "none", opt[1], opt[2], opt[3], int64_t(opt[4]), mask, OptTensor(g),
-                              saved[4].defined() ? OptTensor(saved[4]) : OptTensor(), accum, false);
+                              saved[4].defined() ? OptTensor(saved[4]) : OptTensor(), accum, false, false);
       r[0] = mask[0] ? dh : at::Tensor(), r[1] = mask[1] ? dw.to(saved[1].scalar_type()) : at::Tensor();
       r[2] = mask[2] ? db : at::Tensor();
       return r;
@@ -247,22 +251,23 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
   }
 };
 
-Tensor6 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
+Tensor7 linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor& weight, const OptTensor& bias,
                                       const at::Tensor& target, int64_t ignore_index, c10::string_view reduction,
                                       double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
                                       std::array<bool, 3> output_mask, const OptTensor& grad_loss,
                                       const OptTensor& ce_weight, std::optional<at::ScalarType> accum_dtype,
-                                      bool token_accuracy) {
+                                      bool token_accuracy, bool predicted_tokens) {
   if (!records(hidden, weight, bias))
     return call_below_autograd(LinearCrossEntropyFunction::op(), hidden, weight, bias, target, ignore_index,
                                reduction, label_smoothing, z_loss, softcap, chunk_rows, output_mask, grad_loss,
-                               ce_weight, accum_dtype, token_accuracy);
+                               ce_weight, accum_dtype, token_accuracy, predicted_tokens);
   auto r = LinearCrossEntropyFunction::apply(hidden, weight, bias, target, ignore_index, reduction, label_smoothing,
-                                             z_loss, softcap, chunk_rows, ce_weight, accum_dtype, token_accuracy);
+                                             z_loss, softcap, chunk_rows, ce_weight, accum_dtype, token_accuracy,
+                                             predicted_tokens);
   // The gradients go to autograd, not out of the op: three placeholders, none aliasing another (as
   // cross_entropy's).
   return {r[0], r[1], at::empty({0}, hidden.options()), at::empty({0}, weight.options()),
-          at::empty({0}, weight.options()), r[2]};
+          at::empty({0}, weight.options()), r[2], r[3]};
 }
 
 }  // namespace

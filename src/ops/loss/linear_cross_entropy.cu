@@ -112,10 +112,11 @@ void launch_bias_grad(const TensorView& g, float* acc, bool first, const TensorV
   TESSERA_LAUNCH_CHECK();
 }
 
-// Token accuracy, a CTA per row of a chunk's logits (before the cross-entropy overwrites them with
-// their gradient): the row's argmax, the first index of the maximum as torch.argmax's, against the
-// target; counts[0] += hits, counts[1] += rows not ignored. V elements a load (W: 16 bytes where
-// the rows are aligned, else 1).
+// Token accuracy and predicted tokens, a CTA per row of a chunk's logits (before the
+// cross-entropy overwrites them with their gradient): the row's argmax, the first index of the
+// maximum as torch.argmax's, written to predicted (-1 for an ignored row) and counted against the
+// target: counts[0] += hits, counts[1] += rows not ignored. Either may be null. V elements a
+// load (W: 16 bytes where the rows are aligned, else 1).
 struct Best {
   float v;
   int64_t i;
@@ -124,14 +125,17 @@ struct BestMerge {
   __device__ Best operator()(Best a, Best b) const { return b.v > a.v || (b.v == a.v && b.i < a.i) ? b : a; }
 };
 
-template <class T, int W>
+template <class T, int W, class P>
 __global__ void __launch_bounds__(kHitThreads)
     hits_kernel(const T* logits, int64_t rows, int64_t classes, const void* target, bool target64,
-                int64_t ignore, unsigned* counts) {
+                int64_t ignore, unsigned* counts, P* predicted) {
   __shared__ Best scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t t = target64 ? static_cast<const int64_t*>(target)[r] : static_cast<const int*>(target)[r];
-    if (t == ignore) continue;  // the same for every thread of the CTA
+    if (t == ignore) {  // the same for every thread of the CTA
+      if (predicted && threadIdx.x == 0) predicted[r] = P(-1);
+      continue;
+    }
     const T* row = logits + r * classes;
     Best b{-INFINITY, classes};
     for (int64_t c = int64_t(threadIdx.x) * W; c < classes; c += int64_t(blockDim.x) * W) {
@@ -143,8 +147,11 @@ __global__ void __launch_bounds__(kHitThreads)
     }
     b = tile::block_reduce(b, BestMerge{}, Best{-INFINITY, classes}, scratch);
     if (threadIdx.x == 0) {
-      if (b.i == t) atomicAdd(&counts[0], 1u);
-      atomicAdd(&counts[1], 1u);
+      if (predicted) predicted[r] = P(b.i);
+      if (counts) {
+        if (b.i == t) atomicAdd(&counts[0], 1u);
+        atomicAdd(&counts[1], 1u);
+      }
     }
   }
 }
@@ -154,15 +161,22 @@ __global__ void accuracy_kernel(const unsigned* counts, float* accuracy) {
 }
 
 void launch_hits(const TensorView& logits, const TensorView& target, int64_t ignore, unsigned* counts,
-                 cudaStream_t stream) {
+                 const TensorView* predicted, cudaStream_t stream) {
   const int64_t rows = logits.shape[0], classes = logits.shape[1];
   const unsigned blocks = runtime::grid_cap(rows);
+  const bool t64 = target.dtype == DType::int64;
   const auto run = [&](auto* p) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
     constexpr int W = 16 / sizeof(T);
     const bool vec = classes % W == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
-    if (vec) hits_kernel<T, W><<<blocks, kHitThreads, 0, stream>>>(p, rows, classes, target.data, target.dtype == DType::int64, ignore, counts);
-    else hits_kernel<T, 1><<<blocks, kHitThreads, 0, stream>>>(p, rows, classes, target.data, target.dtype == DType::int64, ignore, counts);
+    const auto go = [&](auto* out) {  // predicted in the target's dtype, or none
+      using P = std::remove_pointer_t<decltype(out)>;
+      if (vec) hits_kernel<T, W, P><<<blocks, kHitThreads, 0, stream>>>(p, rows, classes, target.data, t64, ignore, counts, out);
+      else hits_kernel<T, 1, P><<<blocks, kHitThreads, 0, stream>>>(p, rows, classes, target.data, t64, ignore, counts, out);
+    };
+    if (!predicted) go(static_cast<int64_t*>(nullptr));
+    else if (predicted->dtype == DType::int64) go(static_cast<int64_t*>(predicted->data));
+    else go(static_cast<int*>(predicted->data));
   };
   switch (logits.dtype) {
     case DType::float32: run(static_cast<const float*>(logits.data)); break;
@@ -251,7 +265,7 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
   // The outputs apart from one another and from every input.
   using Arg = std::pair<const char*, const TensorView*>;
   const Arg outs[] = {{"loss", &loss}, {"lse", lse}, {"d_hidden", g.d_hidden}, {"d_weight", g.d_weight},
-                      {"d_bias", g.d_bias}, {"accuracy", o.accuracy}};
+                      {"d_bias", g.d_bias}, {"accuracy", o.accuracy}, {"predicted", o.predicted}};
   const Arg ins[] = {{"hidden", &hidden}, {"weight", &weight}, {"bias", bias}, {"target", &target},
                      {"grad_loss", g.grad_loss}, {"weight (class weights)", o.weight}};
   for (std::size_t i = 0; i < std::size(outs); ++i) {
@@ -282,16 +296,21 @@ void check(const TensorView& hidden, const TensorView& weight, const TensorView*
     if (w->ndim != 1 || w->shape[0] != v || (v > 1 && w->strides[0] != 1))
       detail::throw_arg(ErrorKind::value, kOp, "weight (class weights)",
                         "a contiguous 1-d float32 tensor of V = " + std::to_string(v) + " class weights", detail::dims(*w));
-    // No torch convention for the two together; Liger's (the z-term unweighted, over the rows
-    // not ignored) is not what a chunk's cross_entropy computes.
-    if (o.z_loss != 0.0)
-      detail::throw_arg(ErrorKind::value, kOp, "z_loss", "0 with class weights", std::to_string(o.z_loss));
+    // With z_loss: cross_entropy's convention (the z-term weighted as the row's lse), per chunk.
   }
   if (const TensorView* a = o.accuracy) {
     detail::check_cuda_tensor(kOp, "accuracy", *a);
     detail::check_dtype_in(kOp, "accuracy", *a, {DType::float32});
     detail::check_same_device(kOp, "accuracy", *a, "hidden", hidden);
     check_shape("accuracy", *a, {}, "a 0-d float32 tensor");
+  }
+  if (const TensorView* p = o.predicted) {
+    detail::check_cuda_tensor(kOp, "predicted", *p);
+    detail::check_same_dtype(kOp, "predicted", *p, "target", target);
+    detail::check_same_device(kOp, "predicted", *p, "hidden", hidden);
+    check_shape("predicted", *p, {n}, "a contiguous 1-d tensor of N = " + std::to_string(n) + " rows");
+    if (n > 1 && p->strides[0] != 1)
+      detail::throw_arg(ErrorKind::value, kOp, "predicted", "a contiguous 1-d tensor", "stride " + std::to_string(p->strides[0]));
   }
   if (o.chunk_rows < 0)
     detail::throw_arg(ErrorKind::value, kOp, "chunk_rows", "a count >= 0 (0: chosen)", std::to_string(o.chunk_rows));
@@ -354,7 +373,11 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
     const TensorView logits = TensorView::contiguous(ws, hidden.dtype, {rows, v}, dev);
     const TensorView h = rows_of(hidden, c0, rows);
     matmul(h, transposed(weight), logits, fwd, stream);
-    if (options.accuracy) launch_hits(logits, rows_of(target, c0, rows), options.ignore_index, counts.as<unsigned>(), stream);
+    if (options.accuracy || options.predicted) {
+      const TensorView pred = options.predicted ? rows_of(*options.predicted, c0, rows) : TensorView{};
+      launch_hits(logits, rows_of(target, c0, rows), options.ignore_index,
+                  options.accuracy ? counts.as<unsigned>() : nullptr, options.predicted ? &pred : nullptr, stream);
+    }
     const TensorView lse_rows = lse ? rows_of(*lse, c0, rows) : TensorView{};
     cross_entropy(logits, rows_of(target, c0, rows), rows_of(row_losses, c0, rows), lse ? &lse_rows : nullptr,
                   want ? &logits : nullptr, ce, stream);
@@ -389,10 +412,12 @@ void linear_cross_entropy_args(const TensorView& hidden, const TensorView& weigh
                                double label_smoothing, double z_loss, double softcap, int64_t chunk_rows,
                                const TensorView* grad_loss, const TensorView* ce_weight, const TensorView& loss,
                                const TensorView* lse, const TensorView* d_hidden, const TensorView* d_weight,
-                               const TensorView* d_bias, const TensorView* accuracy, cudaStream_t stream) {
+                               const TensorView* d_bias, const TensorView* accuracy, const TensorView* predicted,
+                               cudaStream_t stream) {
   LinearCrossEntropyOptions o;
   o.ignore_index = ignore_index, o.reduction = reduction, o.label_smoothing = label_smoothing;
   o.z_loss = z_loss, o.softcap = softcap, o.weight = ce_weight, o.chunk_rows = chunk_rows, o.accuracy = accuracy;
+  o.predicted = predicted;
   // d_weight's dtype is the schema's accum_dtype: name it so.
   if (d_weight && d_weight->dtype != weight.dtype && d_weight->dtype != DType::float32)
     detail::throw_arg(ErrorKind::value, kOp, "accum_dtype",
@@ -425,13 +450,15 @@ const OpRegistrar kLinearCrossEntropy =
         .schema("linear_cross_entropy(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, *, int "
                 "ignore_index=-100, str reduction=\"mean\", float label_smoothing=0.0, float z_loss=0.0, float "
                 "softcap=0.0, int chunk_rows=0, bool[3] output_mask=[False, False, False], Tensor? grad_loss=None, "
-                "Tensor? ce_weight=None, ScalarType? accum_dtype=None, bool token_accuracy=False) -> (Tensor, Tensor, "
-                "Tensor, Tensor, Tensor, Tensor)")
+                "Tensor? ce_weight=None, ScalarType? accum_dtype=None, bool token_accuracy=False, bool "
+                "predicted_tokens=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
         .kernel<&linear_cross_entropy_args>(
             {"hidden", "weight", "bias", "target", "ignore_index", "reduction", "label_smoothing", "z_loss", "softcap",
-             "chunk_rows", "grad_loss", "ce_weight", "loss", "lse", "d_hidden", "d_weight", "d_bias", "accuracy"},
+             "chunk_rows", "grad_loss", "ce_weight", "loss", "lse", "d_hidden", "d_weight", "d_bias", "accuracy",
+             "predicted"},
             {out::loss("loss", "hidden", "reduction"), out::per_row("lse", "hidden"),
              out::like("d_hidden", "hidden").when("output_mask", 0), d_weight(),
-             out::like("d_bias", "bias").when("output_mask", 2), accuracy()});
+             out::like("d_bias", "bias").when("output_mask", 2), accuracy(),
+             out::like("predicted", "target").when("predicted_tokens")});
 }  // namespace
 }  // namespace tessera
