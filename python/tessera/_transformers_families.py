@@ -14,6 +14,7 @@ class Family:
     module: str               # transformers.models.<module>.modeling_<module>
     prefix: str               # the classes' prefix: <prefix>RMSNorm, <prefix>MLP, <prefix>ForCausalLM
     gemma_norm: bool = False  # x * (1 + weight), in float32
+    norm: str = "rms"         # "rms", or "layer_norm_1p": LayerNorm with weight + 1 and a bias (Nemotron's)
     gate: str = "silu"        # the MLP's gate: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     fused_gate_up: bool = False  # one gate_up_proj, gate in the first half (Phi-3)
     softcap: str | None = None   # the config's final logit soft-cap attribute, if any
@@ -24,6 +25,9 @@ class Family:
     aux_loss: bool = True        # MoE: the causal LM adds the router's load-balancing loss
     rope_interleaved: bool = False  # RoPE on interleaved pairs (GLM's), the angles repeated in pairs
     logits_scaling: str | None = None  # the config's divisor of the logits (Granite's), if any
+    # A vision-language model around another row's language model (its text config's model type):
+    # this row patches its loss; an instance's language model takes that row
+    language: bool = False
     # Class names where they are not <prefix>RMSNorm, <prefix>MLP, <prefix>ForCausalLM (the
     # vision-language models: their language model's norm and MLP, their ForConditionalGeneration)
     norm_class: str | None = None
@@ -38,6 +42,14 @@ class Family:
     @property
     def mlp_keyword(self) -> str:
         return "swiglu" if self.gate == "silu" else "geglu"
+
+    @property
+    def keywords(self) -> set[str]:
+        """apply_tessera_to_<family>'s keywords beyond every family's: its MLP's (both for a row
+        around another's language model, which may be either), and experts for MoE."""
+        if self.language:
+            return {"swiglu", "geglu", "experts"}
+        return {self.mlp_keyword} | ({"experts"} if self.experts else set())
 
 
 FAMILIES = {f.model_type: f for f in (
@@ -62,6 +74,9 @@ FAMILIES = {f.model_type: f for f in (
     Family("exaone4", "exaone4", "Exaone4"),
     Family("hunyuan_v1_dense", "hunyuan_v1_dense", "HunYuanDenseV1"),
     Family("helium", "helium", "Helium", rope_interleaved=True),
+    # Nemotron: LayerNorm1P; its MLP (ungated ReLU^2) kept as transformers runs it
+    Family("nemotron", "nemotron", "Nemotron", norm="layer_norm_1p", norm_class="NemotronLayerNorm1P",
+           dense_mlp=False),
     Family("ernie4_5", "ernie4_5", "Ernie4_5", rope_interleaved=True),
     # vision-language models: the language model's norms, MLP, attention and loss; the vision
     # tower and the multimodal RoPE (mrope) as transformers runs them
@@ -77,6 +92,21 @@ FAMILIES = {f.model_type: f for f in (
            lm_class="MllamaForConditionalGeneration"),
     # Gemma 3's vision-language model: no final soft-cap in its forward (its causal LM has one)
     Family("gemma3", "gemma3", "Gemma3", gemma_norm=True, gate="gelu_tanh", lm_class="Gemma3ForConditionalGeneration"),
+    # vision-language models around another family's language model, which takes its own row
+    Family("llava", "llava", "Llava", rotary=False, language=True, lm_class="LlavaForConditionalGeneration"),
+    Family("paligemma", "paligemma", "PaliGemma", rotary=False, language=True, softcap="final_logit_softcapping",
+           lm_class="PaliGemmaForConditionalGeneration"),
+    Family("internvl", "internvl", "InternVL", rotary=False, language=True, lm_class="InternVLForConditionalGeneration"),
+    Family("smolvlm", "smolvlm", "SmolVLM", rotary=False, language=True, lm_class="SmolVLMForConditionalGeneration"),
+    Family("mistral3", "mistral3", "Mistral3", rotary=False, language=True,
+           lm_class="Mistral3ForConditionalGeneration"),
+    # MoE vision-language models: the language model's experts, norms, MLP, attention and loss (the
+    # load-balancing loss from the text config's fields)
+    Family("qwen3_vl_moe", "qwen3_vl_moe", "Qwen3VLMoe", experts="Qwen3VLMoeTextExperts", rotary=False,
+           norm_class="Qwen3VLMoeTextRMSNorm", mlp_class="Qwen3VLMoeTextMLP",
+           lm_class="Qwen3VLMoeForConditionalGeneration"),
+    Family("glm4v_moe", "glm4v_moe", "Glm4vMoe", experts="Glm4vMoeTextExperts", rotary=False,
+           norm_class="Glm4vMoeTextRMSNorm", mlp_class="Glm4vMoeTextMLP", lm_class="Glm4vMoeForConditionalGeneration"),
     Family("gpt_oss", "gpt_oss", "GptOss", experts="GptOssExperts", dense_mlp=False, rotary=False, attention=False),
     Family("hunyuan_v1_moe", "hunyuan_v1_moe", "HunYuanMoEV1", experts="HunYuanMoEV1Experts", aux_loss=False),
     # DeepSeek-V2: its MLA attention and complex-valued RoPE kept; no auxiliary loss in training
@@ -89,4 +119,5 @@ FAMILIES = {f.model_type: f for f in (
 
 # The vision-language models' language models, by their own config's model type: their model's row.
 ALIASES = {"qwen2_vl_text": "qwen2_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl",
-           "mllama_text_model": "mllama", "glm4v_text": "glm4v"}
+           "mllama_text_model": "mllama", "glm4v_text": "glm4v", "qwen3_vl_moe_text": "qwen3_vl_moe",
+           "glm4v_moe_text": "glm4v_moe"}

@@ -153,6 +153,11 @@ def rms_norm_forward(self, hidden_states):
     return tessera.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, _eps(self))
 
 
+def layer_norm_1p_forward(self, hidden_states):
+    """Nemotron's LayerNorm1P: LayerNorm with the weight offset by 1, in the input's dtype."""
+    return tessera.layer_norm(hidden_states, self.normalized_shape, self.weight + 1.0, self.bias, self.eps)
+
+
 class _GemmaRMSNorm(torch.autograd.Function):
     """Gemma's RMSNorm where x and the weight differ in dtype: in float32, holding x in its own
     dtype for the backward rather than its float32 copy."""
@@ -383,15 +388,15 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
         call.pop("logits_to_keep", None)  # training takes every position
         call.pop("return_dict", None)
         target = _shifted(labels, shift_labels)
+        text = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
         router = moe and bool(call.get("output_router_logits") if call.get("output_router_logits") is not None
-                              else getattr(self.config, "output_router_logits", False))
+                              else getattr(text, "output_router_logits", False))
         if moe:
             call["output_router_logits"] = router
         if fused:
             head = _lm_head(self)
             outputs = self.model(**call)
             hidden = outputs.last_hidden_state
-            text = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
             softcap = getattr(text, softcap_attr, None) if softcap_attr else None
             if family.logits_scaling:  # logits / s from hidden / s: the head is linear
                 hidden = hidden / getattr(text, family.logits_scaling)
@@ -404,11 +409,11 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
             loss = _loss_of_logits(logits, target.to(logits.device), num_items)
             acc = _accuracy(logits.detach(), target) if accuracy else None
         if moe:  # the router's load-balancing loss, as the family's forward adds it
-            aux = (modeling(family).load_balancing_loss_func(outputs.router_logits, self.num_experts,
-                                                              self.num_experts_per_tok, call.get("attention_mask"))
-                   if router else None)
+            experts, k, coef = _router_fields(self, text)
+            aux = (modeling(family).load_balancing_loss_func(outputs.router_logits, experts, k,
+                                                              call.get("attention_mask")) if router else None)
             if aux is not None:
-                loss = loss + self.router_aux_loss_coef * aux.to(loss.device)
+                loss = loss + coef * aux.to(loss.device)
             return MoeCausalLMOutputWithPast(loss=loss, aux_loss=aux, logits=logits, hidden_states=outputs.hidden_states,
                                              attentions=outputs.attentions, router_logits=outputs.router_logits)
         if accuracy:
@@ -420,6 +425,18 @@ def _causal_lm_forward(family: Family, fused: bool, original: Callable) -> Calla
     forward.__doc__ = f"{family.name('ForCausalLM')}'s forward, the loss from tessera (see tessera.transformers)"
     forward.__signature__ = signature  # the Trainer keeps the batch's columns the signature names
     return forward
+
+
+def _router_fields(model, text):
+    """(experts, k, the loss's coefficient) of a MoE model's load-balancing loss: the causal LM's
+    own attributes, else its text config's (a vision-language model's)."""
+    def field(own, *names):
+        value = getattr(model, own, None)
+        for name in names:
+            value = getattr(text, name, None) if value is None else value
+        return value
+    return (field("num_experts", "num_experts", "num_local_experts", "n_routed_experts"),
+            field("num_experts_per_tok", "num_experts_per_tok"), field("router_aux_loss_coef", "router_aux_loss_coef"))
 
 
 def _loss_of_logits(logits, target, num_items):
@@ -532,6 +549,10 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
         raise ValueError("tessera.transformers: cross_entropy and fused_linear_cross_entropy are two ways "
                          "to the same loss: ask for one")
     module = modeling(family)
+    if family.language:
+        return _apply_around(family, module, rope=rope, rms_norm=rms_norm, mlp=mlp, cross_entropy=cross_entropy,
+                             fused_linear_cross_entropy=fused_linear_cross_entropy, attention=attention,
+                             experts=experts, model=model)
     rope, mlp, attention = rope and family.rotary, mlp and family.dense_mlp, attention and family.attention
     if rope:
         _set(module, "apply_rotary_pos_emb",
@@ -541,7 +562,8 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
         _attention_by_default(getattr(module, family.name("PreTrainedModel")))
     elif attention:
         _attention_on(model)
-    norm_fn = gemma_rms_norm_forward if family.gemma_norm else rms_norm_forward
+    norm_fn = (layer_norm_1p_forward if family.norm == "layer_norm_1p" else
+               gemma_rms_norm_forward if family.gemma_norm else rms_norm_forward)
     mlp_cls = getattr(module, family.name("MLP"), None)  # a dense MLP (MoE: the shared expert, if any)
     mlp = mlp and mlp_cls is not None
     experts_cls = getattr(module, family.experts) if family.experts and experts else None
@@ -570,10 +592,26 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
             _set(m, "forward", types.MethodType(lm_fn, m))
 
 
+def _apply_around(family: Family, module, *, cross_entropy: bool, fused_linear_cross_entropy: bool, model,
+                  **text) -> None:
+    """A vision-language model around another row's language model: its loss here (by class or
+    instance); an instance's language model as the row of its text config's model type."""
+    lm_cls = getattr(module, family.name("ForCausalLM"))
+    if cross_entropy or fused_linear_cross_entropy:
+        fn = _causal_lm_forward(family, fused_linear_cross_entropy, _original(lm_cls, "forward"))
+        if model is None:
+            _set(lm_cls, "forward", fn)
+        for m in model.modules() if model is not None else ():
+            if isinstance(m, lm_cls):
+                _set(m, "forward", types.MethodType(fn, m))
+    if model is not None:
+        _apply(_family_of(model.config.get_text_config().model_type), cross_entropy=False,
+               fused_linear_cross_entropy=False, model=model, **text)
+
+
 def _apply_function(family: Family) -> Callable:
     mlp_kw = family.mlp_keyword
-
-    extra = {mlp_kw} | ({"experts"} if family.experts else set())
+    extra = family.keywords
 
     def apply(rope: bool = True, rms_norm: bool = True, cross_entropy: bool = False,
               fused_linear_cross_entropy: bool = True, attention: bool = True, model=None, **kwargs) -> None:
@@ -582,7 +620,8 @@ def _apply_function(family: Family) -> Callable:
             raise TypeError(f"apply_tessera_to_{family.model_type}() got unexpected keyword argument(s) "
                             f"{', '.join(sorted(unknown))} (it takes rope, rms_norm, {', '.join(sorted(extra))}, "
                             "cross_entropy, fused_linear_cross_entropy, attention, model)")
-        _apply(family, rope=rope, rms_norm=rms_norm, mlp=kwargs.get(mlp_kw, True), cross_entropy=cross_entropy,
+        mlp = all(kwargs.get(k, True) for k in extra - {"experts"})
+        _apply(family, rope=rope, rms_norm=rms_norm, mlp=mlp, cross_entropy=cross_entropy,
                fused_linear_cross_entropy=fused_linear_cross_entropy, attention=attention,
                experts=kwargs.get("experts", True), model=model)
 
@@ -591,8 +630,14 @@ def _apply_function(family: Family) -> Callable:
                      "(fused_linear_cross_entropy, or cross_entropy) and attention (attn_implementation "
                      "'tessera'; False keeps the model's); model=None patches the classes before "
                      "a model is built, model=... an existing one in place (see tessera.transformers).")
+    if family.language:
+        apply.__doc__ = (f"Puts {family.prefix} models' loss on tessera (fused_linear_cross_entropy, or "
+                         "cross_entropy); with model=..., also its language model as the row of its text "
+                         "config's model type (rope, rms_norm, swiglu or geglu, experts, attention). "
+                         "model=None patches the loss's class only: the language model's family takes its "
+                         "own apply_tessera_to_<family>() (see tessera.transformers).")
     params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in
-              (("rope", True), ("rms_norm", True), (mlp_kw, True), *((("experts", True),) if family.experts else ()),
+              (("rope", True), ("rms_norm", True), *((k, True) for k in ("swiglu", "geglu", "experts") if k in extra),
                ("cross_entropy", False), ("fused_linear_cross_entropy", True), ("attention", True),
                ("model", None))]
     apply.__signature__ = inspect.Signature(params)
@@ -620,7 +665,7 @@ def apply_tessera(model, **kwargs) -> None:
     """apply_tessera_to_<family>(model=model, **kwargs) for model.config.model_type, leaving out the
     keywords the family does not take (geglu for Llama, swiglu for Gemma)."""
     family = _family_of(model.config.model_type)
-    other = {"swiglu", "geglu"} - {family.mlp_keyword} | (set() if family.experts else {"experts"})
+    other = {"swiglu", "geglu", "experts"} - family.keywords
     taken = {k: v for k, v in kwargs.items() if k not in other}
     globals()[f"apply_tessera_to_{family.model_type}"](model=model, **taken)
 
@@ -631,7 +676,7 @@ def _apply_for_config(config, kwargs: dict) -> dict:
              "attention"}
     ours = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
     family = _family_of(config.model_type)
-    other = {"swiglu", "geglu"} - {family.mlp_keyword} | (set() if family.experts else {"experts"})
+    other = {"swiglu", "geglu", "experts"} - family.keywords
     ours = {k: v for k, v in ours.items() if k not in other}
     globals()[f"apply_tessera_to_{family.model_type}"](**ours)
     return kwargs

@@ -152,3 +152,65 @@ def test_experts_implementation_by_name():
                 torch.nn.init.normal_(p, std=0.05, generator=torch.Generator().manual_seed(4))
         losses.append(model(input_ids=ids, labels=ids).loss)
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)
+
+
+# MoE vision-language models: the language model's experts, norms, MLP and loss patched, the vision
+# tower and the multimodal RoPE kept; the load-balancing loss's fields from the text config.
+VLM_MOE = {  # model type: (config class, the text config's own fields, the vision config)
+    "qwen3_vl_moe": ("Qwen3VLMoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, num_experts=4,
+                                              num_experts_per_tok=2, head_dim=16, router_aux_loss_coef=0.1),
+                     dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64)),
+    "glm4v_moe": ("Glm4vMoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, n_routed_experts=4,
+                                         num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                                         head_dim=16, router_aux_loss_coef=0.1,
+                                         rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2],
+                                                          "partial_rotary_factor": 0.5}),
+                  dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=14,
+                       image_size=28)),
+}
+
+
+def build_vlm(model_type, router):
+    name, text, vision = VLM_MOE[model_type]
+    config = getattr(transformers, name)(text_config=dict(COMMON, output_router_logits=router, **text),
+                                         vision_config=vision)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager")
+    for p in model.parameters():  # the experts' 3-d weights start uninitialized in some versions
+        if p.dim() == 3:
+            torch.nn.init.normal_(p, std=0.05)
+    return model.float().train()
+
+
+@pytest.mark.parametrize("model_type", [t for t in VLM_MOE if hasattr(transformers, VLM_MOE[t][0])])
+@pytest.mark.parametrize("router", [False, True])
+def test_moe_vision_language_models(model_type, router):
+    """A text-only batch through the whole model: the patched loss (with the router's
+    load-balancing loss from the text config) and gradients equal the plain model's; the language
+    model alone (its config's own type, e.g. qwen3_vl_moe_text) takes the same row."""
+    ids = torch.randint(3, COMMON["vocab_size"], (2, 11), generator=torch.Generator().manual_seed(1))
+    plain = build_vlm(model_type, router)
+    want = plain(input_ids=ids, labels=ids)
+    want.loss.backward()
+    patched = build_vlm(model_type, router)
+    tt.apply_tessera(patched, attention=False)
+    cls = experts_class(model_type)
+    experts = [m for m in patched.modules() if isinstance(m, cls)]
+    assert experts and all(m.forward.__func__ is tt._transformers_experts.experts_forward for m in experts)
+    out = patched(input_ids=ids, labels=ids)
+    assert out.logits is None  # the fused loss
+    assert (out.aux_loss is not None) == router
+    if router:
+        torch.testing.assert_close(out.aux_loss, want.aux_loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.loss, want.loss, rtol=1e-5, atol=1e-5)
+    out.loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
+        if p.grad is None:
+            assert q.grad is None or not q.grad.any(), name
+            continue
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    tt.revert()
+    language = build_vlm(model_type, router).model.language_model
+    tt.apply_tessera(language, attention=False)
+    assert all(m.forward.__func__ is tt._transformers_experts.experts_forward
+               for m in language.modules() if isinstance(m, cls))

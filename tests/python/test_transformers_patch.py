@@ -33,6 +33,7 @@ CONFIGS = {
     "hunyuan_v1_dense": ("HunYuanDenseV1Config", {"head_dim": 16}),
     "helium": ("HeliumConfig", {"head_dim": 16}),
     "ernie4_5": ("Ernie4_5Config", {"head_dim": 16}),
+    "nemotron": ("NemotronConfig", {"partial_rotary_factor": 0.5}),
 }
 # the families whose config this transformers has
 FAMILIES = [t for t in CONFIGS if hasattr(transformers, CONFIGS[t][0])]
@@ -57,14 +58,16 @@ def build(model_type, seed=0):
 
 
 def expected(model_type):
-    """(modeling module, norm forward, MLP class, MLP forward, causal LM class) of the family."""
+    """(modeling module, norm class, norm forward, MLP class, MLP forward (None: kept), causal LM
+    class) of the family."""
     family = tt.FAMILIES[model_type]
     module = tt.modeling(family)
-    norm = tt.gemma_rms_norm_forward if family.gemma_norm else tt.rms_norm_forward
-    mlp = (tt.fused_swiglu_forward if family.fused_gate_up else
+    norm = (tt.layer_norm_1p_forward if family.norm == "layer_norm_1p" else
+            tt.gemma_rms_norm_forward if family.gemma_norm else tt.rms_norm_forward)
+    mlp = (None if not family.dense_mlp else tt.fused_swiglu_forward if family.fused_gate_up else
            tt.swiglu_forward if family.gate == "silu" else tt.geglu_forward)
-    return (module, getattr(module, f"{family.prefix}RMSNorm"), norm, getattr(module, f"{family.prefix}MLP"), mlp,
-            getattr(module, f"{family.prefix}ForCausalLM"))
+    return (module, getattr(module, family.name("RMSNorm")), norm, getattr(module, family.name("MLP")), mlp,
+            getattr(module, family.name("ForCausalLM")))
 
 
 def params(model):
@@ -86,7 +89,7 @@ def test_patch_by_instance(model_type):
     for m in norms:
         assert m.forward.__func__ is norm_fn
     for m in mlps:
-        assert m.forward.__func__ is mlp_fn
+        assert m.forward.__func__ is mlp_fn if mlp_fn else "forward" not in vars(m)
     assert model.forward.__func__.__name__ == "forward" and "tessera" in model.forward.__doc__
     assert module.apply_rotary_pos_emb is (tt.apply_rotary_pos_emb_interleaved if tt.FAMILIES[model_type].rope_interleaved
                                            else tt.apply_rotary_pos_emb)
@@ -100,7 +103,7 @@ def test_patch_by_instance(model_type):
 def test_patch_by_class(model_type):
     module, norm_cls, norm_fn, mlp_cls, mlp_fn, lm_cls = expected(model_type)
     getattr(tt, f"apply_tessera_to_{model_type}")()
-    assert norm_cls.forward is norm_fn and mlp_cls.forward is mlp_fn
+    assert norm_cls.forward is norm_fn and (mlp_cls.forward is mlp_fn) == (mlp_fn is not None)
     assert "tessera" in lm_cls.forward.__doc__
     model = build(model_type)
     assert str(model)
@@ -668,3 +671,58 @@ def test_a_language_model_alone_takes_its_models_row(model_type):
     mlp = getattr(tt.modeling(family), family.name("MLP"))
     mlps = [m for m in language.modules() if isinstance(m, mlp)]
     assert mlps and all("forward" in vars(m) for m in mlps)
+
+
+# Vision-language models around another family's language model: their loss patched here, an
+# instance's language model as the row of its text config's model type, the vision tower kept.
+TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                   patch_size=14)
+AROUND = {  # case: (model type, config class, the text config, the vision config)
+    "llava": ("llava", "LlavaConfig", dict(model_type="llama"),
+              dict(TINY_VISION, model_type="clip_vision_model", projection_dim=32)),
+    "paligemma": ("paligemma", "PaliGemmaConfig", dict(model_type="gemma", head_dim=16),
+                  dict(TINY_VISION, model_type="siglip_vision_model")),
+    "paligemma2": ("paligemma", "PaliGemmaConfig", dict(model_type="gemma2", head_dim=16, query_pre_attn_scalar=16,
+                                                        final_logit_softcapping=5.0),
+                   dict(TINY_VISION, model_type="siglip_vision_model")),
+    "internvl": ("internvl", "InternVLConfig", dict(model_type="qwen2"),
+                 dict(TINY_VISION, image_size=[28, 28], patch_size=[14, 14])),
+    "smolvlm": ("smolvlm", "SmolVLMConfig", dict(model_type="llama"), TINY_VISION),
+    "mistral3": ("mistral3", "Mistral3Config", dict(model_type="mistral", head_dim=16),
+                 dict(TINY_VISION, model_type="pixtral", head_dim=16)),
+}
+
+
+@pytest.mark.parametrize("case", [c for c in AROUND if hasattr(transformers, AROUND[c][1])])
+@pytest.mark.parametrize("by_class", [False, True])
+def test_models_around_another_familys_language_model(case, by_class):
+    """A text-only batch: the patched model's (fused) loss and gradients equal the plain model's;
+    by instance the language model's MLPs run tessera's, by class the loss alone is patched."""
+    model_type, name, text, vision = AROUND[case]
+    config = getattr(transformers, name)(text_config=dict(COMMON, **text), vision_config=vision,
+                                         image_token_id=COMMON["vocab_size"] - 1)
+
+    def model():
+        torch.manual_seed(0)
+        return transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager").float().train()
+    ids = torch.randint(3, COMMON["vocab_size"] - 1, (2, 11), generator=torch.Generator().manual_seed(1))
+    plain = model()
+    loss = plain(input_ids=ids, labels=ids).loss
+    loss.backward()
+    if by_class:
+        getattr(tt, f"apply_tessera_to_{model_type}")(attention=False)
+    patched = model()
+    if not by_class:
+        tt.apply_tessera(patched, attention=False)
+    language = tt.FAMILIES[text["model_type"]]
+    mlp = getattr(tt.modeling(language), language.name("MLP"))
+    mlps = [m for m in patched.modules() if isinstance(m, mlp)]
+    assert len(mlps) == COMMON["num_hidden_layers"]
+    assert all(("forward" in vars(m)) != by_class for m in mlps)
+    out = patched(input_ids=ids, labels=ids)
+    assert out.logits is None  # the fused loss
+    torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
+    out.loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
