@@ -26,6 +26,7 @@ import torch
 import tessera
 from common import bench_ms, timer_name, write_results
 from grouped_mm import FAMILIES
+from llama_report import profile_step
 
 RUNS = ("tessera", "grouped_mm", "grouped_mm_compile", "eager", "liger")
 # family -> (transformers' model type for its experts module, its config's names)
@@ -109,14 +110,9 @@ def calls(family, runs, params, notes):
 def gpu_ms(fn, top=0):
     """The kernels' GPU time of one call (torch.profiler), the host's launch gaps left out, and
     the `top` kernels by time as lines (ms, calls, name)."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    events = sorted((e for e in prof.key_averages() if e.self_device_time_total > 0),
-                    key=lambda e: -e.self_device_time_total)
-    lines = [f"  {e.self_device_time_total / 1e3:8.3f} ms {e.count:4d}x  {e.key[:110]}" for e in events[:top]]
-    return sum(e.self_device_time_total for e in events) / 1e3, lines
+    rows = profile_step(fn)
+    lines = [f"  {ms:8.3f} ms {calls:4d}x  {name[:110]}" for name, ms, calls in rows[:top]]
+    return sum(ms for _, ms, _ in rows), lines
 
 
 def measure(family, skew, tokens, runs, rounds, notes, kernels=0):
