@@ -7,7 +7,8 @@
 #   compiled benchmarks/transformers_step.py over every family, each patched run compiled and not
 #           (COMPILED_ARGS: its size and rounds);
 #   moebench benchmarks/moe.py (MOEBENCH_ARGS); families: the dense families' convergence tests
-#           beyond the first seven;
+#           beyond the first seven; vlm: the vision-language rows' and Nemotron's; ptbench:
+#           benchmarks/post_training.py (PTBENCH_ARGS; carry .whl for Liger-Kernel);
 #   cmd     bash -c "$CMD" (CMD_LIMIT seconds) with the package installed;
 #   ncu     Nsight Compute of the TF32 NT 4096 kernel beside cuBLAS's (NCU=1);
 #   grouped grouped_mm: its pytest file and torch-ops checks, `tessera verify grouped_mm matmul`,
@@ -92,6 +93,10 @@ for s in $STEPS; do
                 --out /tmp/logs/moe ;;
     families) step families 300 python3 -m pytest -q tests/python/test_transformers_convergence.py \
                 -k "gemma-bf16 or gemma-fp32 or granite or ministral or olmo or smollm3 or glm or exaone4 or hunyuan_v1_dense or helium or ernie" ;;
+    vlm) step vlm 300 python3 -m pytest -q tests/python/test_transformers_convergence.py \
+                -k "vl or gemma3-bf16 or gemma3-fp32 or mllama or llava or paligemma or internvl or smolvlm or mistral3 or nemotron" ;;
+    ptbench) step ptbench "${PTBENCH_LIMIT:-300}" python3 benchmarks/post_training.py ${PTBENCH_ARGS:---rounds 3} \
+                --out /tmp/logs/post_training ;;
     cmd) step cmd "${CMD_LIMIT:-200}" bash -c "$CMD" ;;
     ncu) step ncu 120 ncu --target-processes all -k "regex:gemm|sm90|xmma|cutlass" -c 4 --section SpeedOfLight \
                 --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats python3 -c "
@@ -108,7 +113,8 @@ python3 -c "import tarfile; t = tarfile.open('$OUT/logs.tar.xz', 'w:xz'); t.add(
 cp /tmp/logs/grouped_mm/grouped_mm.json "$OUT/grouped_mm.json" 2>/dev/null
 cp /tmp/logs/moe_step/transformers_step.md "$OUT/moe_step.md" 2>/dev/null
 cp /tmp/logs/moe/moe.md "$OUT/moe.md" 2>/dev/null
-for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mverify mconv mstep moebench families cmd; do
+cp /tmp/logs/post_training/post_training.md "$OUT/post_training.md" 2>/dev/null
+for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mverify mconv mstep moebench families vlm ptbench cmd; do
   [ -f "/tmp/logs/$s.log" ] || continue
   echo "== $s"; tail -n 30 "/tmp/logs/$s.log" | cut -c1-220
 done
