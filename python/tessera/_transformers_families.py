@@ -5,6 +5,8 @@ differs; tessera/transformers.py turns each row into its apply_tessera_to_<famil
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,3 +123,8 @@ FAMILIES = {f.model_type: f for f in (
 ALIASES = {"qwen2_vl_text": "qwen2_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl",
            "mllama_text_model": "mllama", "glm4v_text": "glm4v", "qwen3_vl_moe_text": "qwen3_vl_moe",
            "glm4v_moe_text": "glm4v_moe"}
+
+
+def modeling(family: Family) -> types.ModuleType:
+    """The family's transformers modeling module."""
+    return importlib.import_module(f"transformers.models.{family.module}.modeling_{family.module}")
