@@ -515,6 +515,59 @@ def test_trl_sft_trainer_trains_a_patched_model(tmp_path):
     torch.testing.assert_close(losses(True), losses(False), rtol=1e-3, atol=1e-5)
 
 
+def _word_tokenizer(tokenizers):
+    """A tokenizer of the tiny models' vocabulary: the words t0 ... t96, split at spaces."""
+    vocab = {f"t{i}": i for i in range(COMMON["vocab_size"])}
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="t0"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="t0", bos_token="t1", eos_token="t2",
+                                                unk_token="t0")
+
+
+@pytest.mark.parametrize("trainer", ["dpo", "grpo"])
+def test_trl_preference_and_rl_trainers_train_a_patched_model(tmp_path, trainer):
+    # TRL's DPOTrainer and GRPOTrainer (>= 1.16) score tokens with their own fused LM head over the
+    # backbone; a patched model's norms, RoPE, MLP and attention are tessera's. Two steps give the
+    # plain model's losses (GRPO's generation seeded alike).
+    trl = pytest.importorskip("trl", minversion="1.16")
+    datasets = pytest.importorskip("datasets")
+    tok = _word_tokenizer(pytest.importorskip("tokenizers"))
+    g = torch.Generator().manual_seed(3)
+
+    def words(n):
+        return " ".join(f"t{int(i)}" for i in torch.randint(3, COMMON["vocab_size"], (n,), generator=g))
+    if trainer == "dpo":
+        rows = [{"prompt": words(5), "chosen": " " + words(4), "rejected": " " + words(4)} for _ in range(8)]
+    else:
+        rows = [{"prompt": words(5)} for _ in range(8)]
+    common = dict(per_device_train_batch_size=4, max_steps=2, learning_rate=1e-2, report_to=[], use_cpu=True,
+                  logging_steps=1, save_strategy="no", seed=0)
+
+    def losses(patched):
+        torch.manual_seed(0)
+        model = build("llama")
+        if patched:
+            tt.apply_tessera(model)
+        out = str(tmp_path / str(patched))
+        data = datasets.Dataset.from_list(rows)
+        if trainer == "dpo":
+            run = trl.DPOTrainer(model=model, ref_model=build("llama"), args=trl.DPOConfig(output_dir=out, **common),
+                                 train_dataset=data, processing_class=tok)
+        else:  # beta 0: no reference model (one from a path only)
+            args = trl.GRPOConfig(output_dir=out, num_generations=4, max_completion_length=6, beta=0.0, **common)
+            run = trl.GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],
+                                  args=args, train_dataset=data, processing_class=tok)
+        run.train()
+        if patched:
+            assert model.model.layers[0].mlp.forward.__func__ is tt.swiglu_forward
+        logs = [h["loss"] for h in run.state.log_history if "loss" in h]
+        assert len(logs) == 2, run.state.log_history
+        return torch.tensor(logs)
+
+    # as the SFT test: the attention's rounding moves the second step's loss in its fourth digit
+    torch.testing.assert_close(losses(True), losses(False), rtol=1e-3, atol=1e-5)
+
+
 # ---- PEFT ----------------------------------------------------------------------------------------
 
 def test_peft_lora_and_modules_to_save():
