@@ -17,13 +17,14 @@ DLPack (cupy arrays come back as cupy arrays). Errors are the library's own mess
 ValueError (shapes, devices, overlap), TypeError (dtypes) or RuntimeError (CUDA failures).
 
 Submodules: ``tessera.random`` (dropout's generator: manual_seed, get_rng_state, set_rng_state),
-``tessera.bench`` (do_bench, peaks, Report). The ``tessera`` command (verify,
-bench, profile on the local GPU) is installed with the package.
+``tessera.bench`` (do_bench, peaks, Report), ``tessera.float8`` (float8 training recipes:
+convert_to_float8_training, Float8Linear, quantize), ``tessera.post_training`` (TRL's losses).
+The ``tessera`` command (verify, bench, profile on the local GPU) is installed with the package.
 """
 
 import sys
 
-from . import _C, _interop, _routing, attention, elementwise, loss, matrix, moe, post_training, rowwise
+from . import _C, _interop, _routing, attention, elementwise, float8, loss, matrix, moe, post_training, rowwise
 from . import bench
 from . import random
 from ._C import DeviceArray

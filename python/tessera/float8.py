@@ -1,0 +1,233 @@
+"""Float8 training for torch models: torchao's ``convert_to_float8_training`` with tessera's
+recipes, and the quantization they are made of.
+
+    import tessera.float8 as f8
+    f8.convert_to_float8_training(model, recipe="rowwise")   # nn.Linear -> f8.Float8Linear, in place
+    q, scale = f8.quantize(x, "row")                         # x ~ q * scale, q float8_e4m3fn
+
+Recipes (the scales of each GEMM's operands, along that GEMM's K; e4m3 everywhere):
+
+- ``tensorwise``: one scale per operand;
+- ``rowwise``: one per row of the left operand and per column of the right one;
+- ``blockwise`` (DeepSeek-V3's): activations and gradients one per 1 x 128 block along K (a last
+  partial block its own), weights one per 128 x 128 block.
+
+Each Float8Linear GEMM (forward, dgrad, wgrad) quantizes its operands along its own K: the forward
+x and the weight along in_features, dgrad the output gradient and the weight along out_features,
+wgrad the output gradient and x along the tokens. A scale is the dequantization factor, amax / 448
+(``x ~ q * scale``): the tensor is divided by it, rounded to e4m3 (nearest, saturated at +-448).
+An all-zero group takes scale 1. A group holding inf or NaN takes a NaN scale, so its products are
+NaN where they would be inf or NaN in bfloat16 too; nothing is clamped silently.
+
+The GEMMs here are emulated: quantize, dequantize, then torch's GEMM in float32. That is the
+recipes' exact numerics (products of dequantized operands, accumulated in float32), the reference
+tessera's fp8 kernels are verified against, and no faster than bfloat16. Float8Linear is a subclass
+of torch.nn.Linear with the same parameters, so state_dicts load either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+__all__ = ["RECIPES", "GRANULARITIES", "E4M3_MAX", "quantize", "dequantize", "convert_to_float8_training",
+           "Float8Linear"]
+
+RECIPES = ("tensorwise", "rowwise", "blockwise")
+GRANULARITIES = ("tensor", "row", "block", "block2d")
+E4M3_MAX = 448.0
+BLOCK = 128
+
+# each GEMM's operands' granularity by recipe: (activation or gradient, weight)
+_OPERANDS = {"tensorwise": ("tensor", "tensor"), "rowwise": ("row", "row"), "blockwise": ("block", "block2d")}
+
+
+def _groups(torch, x, granularity: str):
+    """x [M, K] (K last) as [groups..., members] for the amax: the reduction's view."""
+    m, k = x.shape
+    if granularity == "tensor":
+        return x.reshape(1, -1)
+    if granularity == "row":
+        return x
+    if granularity == "block":  # a last block of fewer than 128 padded with zeros
+        pad = -k % BLOCK
+        x = torch.nn.functional.pad(x, (0, pad)) if pad else x
+        return x.reshape(m, (k + pad) // BLOCK, BLOCK)
+    return x.reshape(m // BLOCK, BLOCK, k // BLOCK, BLOCK).transpose(1, 2).reshape(m // BLOCK, k // BLOCK, -1)
+
+
+def _scale_shape(shape, granularity: str):
+    m, k = shape
+    return {"tensor": (), "row": (m, 1), "block": (m, -(-k // BLOCK)), "block2d": (m // BLOCK, k // BLOCK)}[granularity]
+
+
+def _expand(torch, scale, shape, granularity: str):
+    """The scale broadcast over the [M, K] elements it applies to."""
+    m, k = shape
+    if granularity in ("tensor", "row"):
+        return scale
+    if granularity == "block":
+        return scale.repeat_interleave(BLOCK, dim=1)[:, :k]
+    return scale.repeat_interleave(BLOCK, dim=0).repeat_interleave(BLOCK, dim=1)
+
+
+def _check(x, granularity: str, op: str = "quantize"):
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"tessera.float8.{op}: argument 'granularity': expected one of {GRANULARITIES}, "
+                         f"got {granularity!r}")
+    if x.dim() != 2:
+        raise ValueError(f"tessera.float8.{op}: argument 'x': expected a 2-d tensor [M, K] (K the GEMM's depth), "
+                         f"got {x.dim()}-d")
+    if not x.is_floating_point():
+        raise TypeError(f"tessera.float8.{op}: argument 'x': expected a floating-point tensor, got {x.dtype}")
+    m, k = x.shape
+    if granularity == "block2d" and (m % BLOCK or k % BLOCK):
+        raise ValueError(f"tessera.float8.{op}: argument 'x': [{m}, {k}] is not a whole number of {BLOCK} x "
+                         f"{BLOCK} blocks")
+
+
+def quantize(x, granularity: str = "row"):
+    """(q, scale): x [M, K] in float8_e4m3fn and the float32 dequantization factors, one per
+    group: 'tensor' (a 0-d scale), 'row' ([M, 1]), 'block' (1 x 128 along K: [M, K / 128]) or
+    'block2d' (128 x 128: [M / 128, K / 128]); x ~ q * scale (see the module's documentation).
+    A last 1 x 128 block of fewer than 128 (K not a multiple of 128: the tokens, as wgrad's K) is
+    its own group; 128 x 128 blocks must tile x whole."""
+    import torch
+    _check(x, granularity)
+    g = _groups(torch, x.detach().float(), granularity)
+    amax = g.abs().amax(-1)
+    finite = torch.isfinite(g).all(-1)
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    scale = torch.where(finite, scale, torch.full_like(amax, float("nan")))
+    scale = scale.reshape(_scale_shape(x.shape, granularity))
+    y = x.detach().float() / _expand(torch, scale, x.shape, granularity)
+    q = y.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def dequantize(q, scale, granularity: str):
+    """q * scale in float32, the scale broadcast over its group."""
+    import torch
+    _check(q, granularity, "dequantize")
+    return q.float() * _expand(torch, scale, q.shape, granularity)
+
+
+def _fake(x, granularity: str):
+    """x through the recipe's rounding: quantized along its last dimension, dequantized."""
+    return dequantize(*quantize(x, granularity), granularity)
+
+
+_function = None
+
+
+def _matmul_function():
+    """The emulated float8 linear as an autograd Function (made at first use: torch is imported
+    lazily). Each GEMM's operands quantized along its own K, the products in float32."""
+    global _function
+    if _function is not None:
+        return _function
+    import torch
+
+    class Float8Matmul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, recipe):
+            act, wgt = _OPERANDS[recipe]
+            ctx.save_for_backward(x, weight)
+            ctx.recipe = recipe
+            return (_fake(x, act) @ _fake(weight, wgt).t()).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, weight = ctx.saved_tensors
+            act, wgt = _OPERANDS[ctx.recipe]
+            dx = dw = None
+            if ctx.needs_input_grad[0]:  # K = out_features: grad's rows, the weight's columns
+                dx = (_fake(grad, act) @ _fake(weight.t().contiguous(), wgt).t()).to(x.dtype)
+            if ctx.needs_input_grad[1]:  # K = tokens: grad's and x's columns
+                dw = (_fake(grad.t().contiguous(), act) @ _fake(x.t().contiguous(), act).t()).to(weight.dtype)
+            return dx, dw, None
+
+    _function = Float8Matmul
+    return _function
+
+
+def _linear_class():
+    import torch
+
+    class Float8Linear(torch.nn.Linear):
+        """torch.nn.Linear whose three GEMMs run in float8 by ``recipe`` (see tessera.float8):
+        the same parameters and state_dict as the Linear it was made from."""
+
+        recipe = "rowwise"
+
+        @classmethod
+        def from_float(cls, linear, recipe: str = "rowwise"):
+            """The Linear itself, its class swapped: parameters, hooks and device untouched."""
+            _check_recipe(recipe)
+            _check_shape(linear, recipe)
+            linear.__class__ = cls
+            linear.recipe = recipe
+            return linear
+
+        def forward(self, x):
+            shape = x.shape
+            out = _matmul_function().apply(x.reshape(-1, shape[-1]), self.weight, self.recipe)
+            if self.bias is not None:
+                out = out + self.bias
+            return out.reshape(*shape[:-1], out.shape[-1])
+
+        def extra_repr(self):
+            return f"{super().extra_repr()}, recipe={self.recipe}"
+
+    Float8Linear.__module__ = __name__
+    return Float8Linear
+
+
+_built: dict = {}
+
+
+def __getattr__(name: str):
+    """Float8Linear, made at first use (tessera never imports torch itself)."""
+    if name != "Float8Linear":
+        raise AttributeError(f"module 'tessera.float8' has no attribute {name!r}")
+    if name not in _built:
+        _built[name] = _linear_class()
+    return _built[name]
+
+
+def _check_recipe(recipe: str):
+    if recipe not in RECIPES:
+        raise ValueError(f"tessera.float8: argument 'recipe': expected one of {RECIPES}, got {recipe!r}")
+
+
+def _check_shape(linear, recipe: str):
+    """The dimensions each GEMM takes as K or as a block's side: multiples of 16 (the fp8 tensor
+    cores' K step), of 128 for blockwise."""
+    need = BLOCK if recipe == "blockwise" else 16
+    for name in ("in_features", "out_features"):
+        if getattr(linear, name) % need:
+            raise ValueError(f"tessera.float8: a Linear's '{name}' = {getattr(linear, name)} is not a multiple of "
+                             f"{need} ({recipe}); leave it out with module_filter_fn")
+
+
+def _fits(linear, recipe: str) -> bool:
+    need = BLOCK if recipe == "blockwise" else 16
+    return linear.in_features % need == 0 and linear.out_features % need == 0
+
+
+def convert_to_float8_training(module, *, recipe: str = "rowwise",
+                               module_filter_fn: Optional[Callable[[Any, str], bool]] = None):
+    """torchao's convert_to_float8_training: every torch.nn.Linear of ``module`` (itself included)
+    that ``module_filter_fn(linear, fully_qualified_name)`` keeps becomes a Float8Linear of
+    ``recipe``, in place (parameter names and state_dict unchanged). Without a filter, the
+    Linears whose dimensions the recipe takes (multiples of 16; of 128 for blockwise). Returns
+    ``module``."""
+    import torch
+    _check_recipe(recipe)
+    cls = __getattr__("Float8Linear")
+    chosen = [m for fqn, m in module.named_modules() if type(m) is torch.nn.Linear and
+              (module_filter_fn(m, fqn) if module_filter_fn is not None else _fits(m, recipe))]
+    for m in chosen:  # all checked before any is converted
+        _check_shape(m, recipe)
+    for m in chosen:
+        cls.from_float(m, recipe)
+    return module

@@ -1,0 +1,129 @@
+"""tessera.float8: the quantization (each granularity's groups, the e4m3 rounding and saturation, zero
+and non-finite groups), the emulated Float8Linear against float64 products of the dequantized
+operands (each GEMM quantized along its own K), and convert_to_float8_training (in place, the
+state_dict unchanged, the filter, the recipes' shape rules, errors naming the argument). CPU."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not hasattr(torch, "float8_e4m3fn"):
+    pytest.skip("needs torch's float8_e4m3fn", allow_module_level=True)
+
+import tessera.float8 as f8  # noqa: E402
+
+
+def groups_amax(x, granularity):
+    """The float64 amax of each group, by loops over the groups' index ranges."""
+    m, k = x.shape
+    x = x.double().abs()
+    if granularity == "tensor":
+        return x.max().reshape(())
+    if granularity == "row":
+        return x.amax(1, keepdim=True)
+    if granularity == "block":
+        return torch.stack([torch.stack([x[i, j:j + 128].max() for j in range(0, k, 128)]) for i in range(m)])
+    return torch.stack([torch.stack([x[i:i + 128, j:j + 128].max() for j in range(0, k, 128)])
+                        for i in range(0, m, 128)])
+
+
+@pytest.mark.parametrize("granularity,shape", [("tensor", (5, 48)), ("row", (7, 64)), ("block", (3, 300)),
+                                               ("block2d", (256, 384))])
+def test_quantize_groups_and_rounding(granularity, shape):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g) * torch.logspace(-3, 3, shape[1])  # groups of very different ranges
+    q, scale = f8.quantize(x.bfloat16(), granularity)
+    assert q.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32 and q.shape == shape
+    amax = groups_amax(x.bfloat16().float(), granularity)
+    torch.testing.assert_close(scale.double(), amax / 448, rtol=1e-6, atol=0)
+    deq = f8.dequantize(q, scale, granularity).double()
+    # e4m3 keeps 3 mantissa bits: each element within half an ulp of its group's grid (ties to
+    # even after the quotient's float32 rounding), the group's largest element (at 448) exactly,
+    # none past it
+    want = x.bfloat16().double()
+    full = f8._expand(torch, scale.double(), shape, granularity)
+    ulp = torch.exp2(torch.floor(torch.log2((want / full).abs().clamp(min=2 ** -6)))) * 2 ** -3 * full
+    assert ((deq - want).abs() <= ulp / 2 + want.abs() * 2 ** -22).all()
+    assert (q.float().abs().max() == 448) and (q.float().abs() <= 448).all()
+
+
+def test_zero_and_non_finite_groups():
+    x = torch.randn(4, 256)
+    x[1] = 0
+    x[2, 5] = float("inf")
+    x[3, 200] = float("nan")
+    q, scale = f8.quantize(x, "row")
+    assert scale[1].item() == 1.0 and (q[1].float() == 0).all()
+    assert torch.isnan(scale[2]).all() and torch.isnan(scale[3]).all()
+    assert torch.isnan(f8.dequantize(q, scale, "row")[2:]).all()  # never a silent finite value
+    qb, sb = f8.quantize(x, "block")
+    assert torch.isfinite(sb[2, 1]) and torch.isnan(sb[2, 0]) and torch.isnan(sb[3, 1]) and torch.isfinite(sb[3, 0])
+
+
+def test_quantize_errors_name_the_argument():
+    with pytest.raises(ValueError, match="argument 'granularity'"):
+        f8.quantize(torch.randn(4, 128), "column")
+    with pytest.raises(ValueError, match="argument 'x'.*2-d"):
+        f8.quantize(torch.randn(2, 4, 128), "row")
+    with pytest.raises(TypeError, match="argument 'x'"):
+        f8.quantize(torch.ones(4, 128, dtype=torch.long), "row")
+    with pytest.raises(ValueError, match="argument 'x'.*128 x 128"):
+        f8.quantize(torch.randn(128, 200), "block2d")
+
+
+def fake64(x, granularity):
+    return f8.dequantize(*f8.quantize(x, granularity), granularity).double()
+
+
+@pytest.mark.parametrize("recipe", f8.RECIPES)
+def test_float8_linear_against_the_dequantized_products(recipe):
+    """Forward, dgrad and wgrad: each the float64 product of its operands quantized along its K
+    (the tokens, 200, not a multiple of 128: wgrad's last 1 x 128 block partial)."""
+    act, wgt = f8._OPERANDS[recipe]
+    g = torch.Generator().manual_seed(1)
+    lin = torch.nn.Linear(256, 384, bias=True)
+    x = torch.randn(2, 100, 256, generator=g, requires_grad=True)
+    dy = torch.randn(2, 100, 384, generator=g)
+    f8.convert_to_float8_training(lin, recipe=recipe)
+    assert isinstance(lin, f8.Float8Linear) and lin.recipe == recipe
+    out = lin(x)
+    out.backward(dy)
+    x2, w, d2 = x.detach().reshape(-1, 256), lin.weight.detach(), dy.reshape(-1, 384)
+    want = fake64(x2, act) @ fake64(w, wgt).t() + lin.bias.detach().double()
+    want_dx = fake64(d2, act) @ fake64(w.t().contiguous(), wgt).t()
+    want_dw = fake64(d2.t().contiguous(), act) @ fake64(x2.t().contiguous(), act).t()
+    torch.testing.assert_close(out.reshape(-1, 384).double(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad.reshape(-1, 256).double(), want_dx, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lin.weight.grad.double(), want_dw, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(lin.bias.grad, dy.reshape(-1, 384).sum(0), rtol=1e-5, atol=1e-5)
+    # and within e4m3's error of the exact product
+    exact = x2.double() @ w.double().t() + lin.bias.detach().double()
+    assert ((out.reshape(-1, 384).double() - exact).norm() / exact.norm()).item() < 0.05
+
+
+def test_convert_in_place_with_the_state_dict_and_the_filter():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64),
+                                torch.nn.Linear(64, 10))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    names = [n for n, _ in model.named_parameters()]
+    f8.convert_to_float8_training(model, module_filter_fn=lambda m, fqn: fqn not in ("2", "3"))
+    assert [type(m).__name__ for m in model] == ["Float8Linear", "ReLU", "Linear", "Linear"]
+    assert [n for n, _ in model.named_parameters()] == names
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    plain = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64),
+                                torch.nn.Linear(64, 10))
+    plain.load_state_dict(model.state_dict())  # either way
+    model.load_state_dict(plain.state_dict())
+    assert model(torch.randn(3, 64)).shape == (3, 10)
+    with pytest.raises(ValueError, match="'out_features' = 10 is not a multiple of 16"):  # a filter's choice
+        f8.convert_to_float8_training(model, module_filter_fn=lambda m, fqn: True)
+    assert type(model[2]).__name__ == "Linear"  # nothing converted where one cannot be
+    rest = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Linear(64, 10))
+    f8.convert_to_float8_training(rest)  # without a filter: the Linears the recipe takes
+    assert [type(m).__name__ for m in rest] == ["Float8Linear", "Linear"]
+    blocks = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.Linear(256, 64))
+    f8.convert_to_float8_training(blocks, recipe="blockwise")  # 64 is no whole block: left as it is
+    assert [type(m).__name__ for m in blocks] == ["Float8Linear", "Linear"]
+    with pytest.raises(ValueError, match="'out_features' = 64.*blockwise"):
+        f8.Float8Linear.from_float(torch.nn.Linear(128, 64), "blockwise")
+    with pytest.raises(ValueError, match="argument 'recipe'"):
+        f8.convert_to_float8_training(blocks, recipe="rowwise_gw_hp")
