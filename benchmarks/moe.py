@@ -123,8 +123,9 @@ def measure(family, skew, tokens, runs, rounds, notes, kernels=0):
     x = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
     g = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16, generator=gen)
     fns = calls(family, runs, params, notes)
-    steps, want = {}, None
-    for run, fn in fns.items():
+    steps, rows, want = {}, {}, None
+    name = f"{family} {'zipf' if skew else 'balanced'}"
+    for run, fn in fns.items():  # each run's memory and GPU time as soon as it runs (a slow autotune after)
         def step(fn=fn):
             out = fn(x, index, weights)
             out.backward(g)
@@ -141,20 +142,19 @@ def measure(family, skew, tokens, runs, rounds, notes, kernels=0):
         if run == "grouped_mm":
             want = out
         steps[run] = (step, out)
-    rows = {run: {"ms": [], "check": ""} for run in steps}
-    for run, (step, out) in steps.items():
-        if want is not None and run != "grouped_mm":
-            err = (out.float() - want.float()).abs().max().item() / max(want.float().abs().max().item(), 1e-6)
-            rows[run]["check"] = f"{err:.1e}"
+        r = rows[run] = {"ms": [], "check": ""}
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         step()
         torch.cuda.synchronize()
-        rows[run]["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
-        rows[run]["gpu_ms"], lines = gpu_ms(step, kernels)
-        if lines:
-            print(f"{family} {'zipf' if skew else 'balanced'} {run}: the kernels of one call", *lines, sep="\n")
+        r["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
+        r["gpu_ms"], lines = gpu_ms(step, kernels)
+        print(f"{name} {run}: GPU {r['gpu_ms']:.3f} ms, peak {r['peak_gib']:.2f} GiB", *lines, sep="\n", flush=True)
+    for run, (step, out) in steps.items():
+        if want is not None and run != "grouped_mm":
+            err = (out.float() - want.float()).abs().max().item() / max(want.float().abs().max().item(), 1e-6)
+            rows[run]["check"] = f"{err:.1e}"
     for _ in range(rounds):
         for run, (step, _) in steps.items():
             rows[run]["ms"].append(bench_ms(step))
