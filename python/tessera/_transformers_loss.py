@@ -16,6 +16,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOut
 import tessera
 
 from ._transformers_families import Family, modeling
+from .loss import _metrics
 
 IGNORE_INDEX = -100
 _MISSING = object()
@@ -88,8 +89,7 @@ def _loss_of(hidden, weight, bias, target, softcap, num_items, accuracy):
 def _accuracy(logits, target):
     """The token accuracy of logits against targets: the rows not ignored whose argmax is the target."""
     logits, target = logits.reshape(-1, logits.shape[-1]), target.reshape(-1).to(logits.device)
-    keep = target != IGNORE_INDEX
-    return (logits.argmax(-1) == target)[keep].float().mean()
+    return _metrics(torch, logits, target, IGNORE_INDEX, True, False)[0]
 
 
 @dataclasses.dataclass
