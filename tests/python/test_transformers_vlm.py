@@ -20,6 +20,18 @@ def unpatched():
     tt.revert()
 
 
+def same_loss_and_gradients(plain, patched, ids, loss):
+    """The patched model's fused loss on ids equals the plain model's (whose backward has run),
+    and so does every gradient the plain model has."""
+    out = patched(input_ids=ids, labels=ids)
+    assert out.logits is None  # the fused loss
+    torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
+    out.loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 # Vision-language models: their language model patched (norms, MLP, loss), the vision tower and the
 # multimodal RoPE kept; a text-only batch through the whole model.
 MROPE = {"rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
@@ -63,13 +75,7 @@ def test_vision_language_models_patch_their_language_model(model_type):
     mlp = getattr(tt.modeling(family), family.name("MLP"))
     language = [m for m in patched.modules() if isinstance(m, mlp)]
     assert len(language) == COMMON["num_hidden_layers"] and all("forward" in vars(m) for m in language)
-    out = patched(input_ids=ids, labels=ids)
-    assert out.logits is None  # the fused loss
-    torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
-    out.loss.backward()
-    for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
-        if p.grad is not None:
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    same_loss_and_gradients(plain, patched, ids, loss)
 
 
 @pytest.mark.parametrize("model_type", [t for t in VLMS if hasattr(transformers, VLMS[t][0])])
@@ -134,10 +140,4 @@ def test_models_around_another_familys_language_model(case, by_class):
     mlps = [m for m in patched.modules() if isinstance(m, mlp)]
     assert len(mlps) == COMMON["num_hidden_layers"]
     assert all(("forward" in vars(m)) != by_class for m in mlps)
-    out = patched(input_ids=ids, labels=ids)
-    assert out.logits is None  # the fused loss
-    torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
-    out.loss.backward()
-    for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
-        if p.grad is not None:
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    same_loss_and_gradients(plain, patched, ids, loss)
