@@ -60,9 +60,9 @@ def _scale_shape(shape, granularity: str):
     return {"tensor": (), "row": (m, 1), "block": (m, -(-k // BLOCK)), "block2d": (m // BLOCK, k // BLOCK)}[granularity]
 
 
-def _expand(torch, scale, shape, granularity: str):
+def _expand(scale, shape, granularity: str):
     """The scale broadcast over the [M, K] elements it applies to."""
-    m, k = shape
+    k = shape[1]
     if granularity in ("tensor", "row"):
         return scale
     if granularity == "block":
@@ -93,22 +93,22 @@ def quantize(x, granularity: str = "row"):
     its own group; 128 x 128 blocks must tile x whole."""
     import torch
     _check(x, granularity)
-    g = _groups(torch, x.detach().float(), granularity)
+    xf = x.detach().float()
+    g = _groups(torch, xf, granularity)
     amax = g.abs().amax(-1)
     finite = torch.isfinite(g).all(-1)
     scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
     scale = torch.where(finite, scale, torch.full_like(amax, float("nan")))
     scale = scale.reshape(_scale_shape(x.shape, granularity))
-    y = x.detach().float() / _expand(torch, scale, x.shape, granularity)
+    y = xf / _expand(scale, x.shape, granularity)
     q = y.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return q, scale
 
 
 def dequantize(q, scale, granularity: str):
     """q * scale in float32, the scale broadcast over its group."""
-    import torch
     _check(q, granularity, "dequantize")
-    return q.float() * _expand(torch, scale, q.shape, granularity)
+    return q.float() * _expand(scale, q.shape, granularity)
 
 
 def _fake(x, granularity: str):
@@ -199,19 +199,22 @@ def _check_recipe(recipe: str):
         raise ValueError(f"tessera.float8: argument 'recipe': expected one of {RECIPES}, got {recipe!r}")
 
 
-def _check_shape(linear, recipe: str):
-    """The dimensions each GEMM takes as K or as a block's side: multiples of 16 (the fp8 tensor
-    cores' K step), of 128 for blockwise."""
+def _misfit(linear, recipe: str):
+    """The first of a Linear's dimensions that the recipe's GEMMs cannot take as K or as a block's
+    side (multiples of 16, the fp8 tensor cores' K step; of 128 for blockwise): (name, need), or None."""
     need = BLOCK if recipe == "blockwise" else 16
     for name in ("in_features", "out_features"):
         if getattr(linear, name) % need:
-            raise ValueError(f"tessera.float8: a Linear's '{name}' = {getattr(linear, name)} is not a multiple of "
-                             f"{need} ({recipe}); leave it out with module_filter_fn")
+            return name, need
+    return None
 
 
-def _fits(linear, recipe: str) -> bool:
-    need = BLOCK if recipe == "blockwise" else 16
-    return linear.in_features % need == 0 and linear.out_features % need == 0
+def _check_shape(linear, recipe: str):
+    bad = _misfit(linear, recipe)
+    if bad:
+        name, need = bad
+        raise ValueError(f"tessera.float8: a Linear's '{name}' = {getattr(linear, name)} is not a multiple of "
+                         f"{need} ({recipe}); leave it out with module_filter_fn")
 
 
 def convert_to_float8_training(module, *, recipe: str = "rowwise",
@@ -225,7 +228,7 @@ def convert_to_float8_training(module, *, recipe: str = "rowwise",
     _check_recipe(recipe)
     cls = __getattr__("Float8Linear")
     chosen = [m for fqn, m in module.named_modules() if type(m) is torch.nn.Linear and
-              (module_filter_fn(m, fqn) if module_filter_fn is not None else _fits(m, recipe))]
+              (module_filter_fn(m, fqn) if module_filter_fn is not None else not _misfit(m, recipe))]
     for m in chosen:  # all checked before any is converted
         _check_shape(m, recipe)
     for m in chosen:

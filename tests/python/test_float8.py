@@ -40,7 +40,7 @@ def test_quantize_groups_and_rounding(granularity, shape):
     # even after the quotient's float32 rounding), the group's largest element (at 448) exactly,
     # none past it
     want = x.bfloat16().double()
-    full = f8._expand(torch, scale.double(), shape, granularity)
+    full = f8._expand(scale.double(), shape, granularity)
     ulp = torch.exp2(torch.floor(torch.log2((want / full).abs().clamp(min=2 ** -6)))) * 2 ** -3 * full
     assert ((deq - want).abs() <= ulp / 2 + want.abs() * 2 ** -22).all()
     assert (q.float().abs().max() == 448) and (q.float().abs() <= 448).all()
