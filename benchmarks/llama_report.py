@@ -87,6 +87,11 @@ def profile_step(step) -> list:
     return rows
 
 
+def kernel_lines(rows, top: int) -> list:
+    """The `top` kernels of profile_step's rows as lines (ms, calls, name)."""
+    return [f"  {ms:8.3f} ms {calls:4d}x  {name[:110]}" for name, ms, calls in rows[:top]]
+
+
 def by_category(rows) -> dict:
     """GPU ms per category (every name of CATEGORY_NAMES, in order) of profile_step's rows."""
     ms = dict.fromkeys(CATEGORY_NAMES, 0.0)

@@ -26,7 +26,7 @@ import torch
 import tessera
 from common import bench_ms, timer_name, write_results
 from grouped_mm import FAMILIES
-from llama_report import profile_step
+from llama_report import kernel_lines, profile_step
 
 RUNS = ("tessera", "grouped_mm", "grouped_mm_compile", "eager", "liger")
 # family -> (transformers' model type for its experts module, its config's names)
@@ -111,8 +111,7 @@ def gpu_ms(fn, top=0):
     """The kernels' GPU time of one call (torch.profiler), the host's launch gaps left out, and
     the `top` kernels by time as lines (ms, calls, name)."""
     rows = profile_step(fn)
-    lines = [f"  {ms:8.3f} ms {calls:4d}x  {name[:110]}" for name, ms, calls in rows[:top]]
-    return sum(ms for _, ms, _ in rows), lines
+    return sum(ms for _, ms, _ in rows), kernel_lines(rows, top)
 
 
 def measure(family, skew, tokens, runs, rounds, notes, kernels=0):

@@ -21,7 +21,7 @@ import torch
 
 import tessera.post_training as tp
 from common import bench_ms, timer_name, write_results
-from llama_report import profile_step
+from llama_report import kernel_lines, profile_step
 
 # loss -> (tessera's module and Liger's class name, the constructor's keywords)
 LOSSES = {
@@ -112,8 +112,7 @@ def measure(loss, args, notes):
         kernels = profile_step(step)
         rows[run]["gpu_ms"] = sum(ms for _, ms, _ in kernels)
         if args.kernels:
-            print(f"{loss} {run}: the kernels of one call",
-                  *(f"  {ms:8.3f} ms {n:4d}x  {k[:110]}" for k, ms, n in kernels[:args.kernels]), sep="\n")
+            print(f"{loss} {run}: the kernels of one call", *kernel_lines(kernels, args.kernels), sep="\n")
     for _ in range(args.rounds):
         for run, step in steps.items():
             rows[run]["ms"].append(bench_ms(step))
