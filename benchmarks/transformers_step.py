@@ -50,6 +50,10 @@ CONFIGS = {  # family -> (config class, the family's own defaults that the flags
     "gemma2": ("Gemma2Config", {}),
     "gemma3_text": ("Gemma3TextConfig", {}),
     "phi3": ("Phi3Config", {}),
+    "granite": ("GraniteConfig", {}),
+    # a vision-language model (its text config's defaults here), trained on text alone: what the
+    # patch changes, its language model; the vision tower a small one, as it is not run
+    "qwen2_vl": ("Qwen2VLConfig", {}),
     # Mixture of Experts: the experts' shapes from --experts, --top-k and --moe-intermediate
     "qwen3_moe": ("Qwen3MoeConfig", {"norm_topk_prob": True, "decoder_sparse_step": 1}),
     "qwen2_moe": ("Qwen2MoeConfig", {"decoder_sparse_step": 1}),
@@ -59,6 +63,7 @@ CONFIGS = {  # family -> (config class, the family's own defaults that the flags
 }
 MOE = {"qwen3_moe": "num_experts", "qwen2_moe": "num_experts", "mixtral": "num_local_experts",
        "gpt_oss": "num_local_experts", "deepseek_v3": "n_routed_experts"}
+VLMS = {"qwen2_vl": dict(depth=1, hidden_size=64, embed_dim=64, num_heads=2, intermediate_size=128)}
 RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera sdpa", "tessera sdpa compile")
 DEFAULT_RUNS = RUNS
 # --fit: the model for a GPU under FIT_GIB (the issue's model's eager run peaks near 20 GiB above
@@ -76,12 +81,19 @@ def config_of(args, family):
             extra.update(moe_intermediate_size=args.moe_intermediate)
         if family == "qwen2_moe":
             extra.update(shared_expert_intermediate_size=args.intermediate)
-    return getattr(transformers, name)(
+    text = dict(
         vocab_size=args.vocab, hidden_size=args.hidden,
         intermediate_size=args.moe_intermediate if family in ("mixtral", "gpt_oss") else args.intermediate,
         num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.heads if family == "deepseek_v3" else args.kv_heads,
         head_dim=args.head_dim or args.hidden // args.heads, max_position_embeddings=max(args.seq, 4096),
         pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)
+    if family == "qwen2_vl":  # Qwen2-VL's split of the rotary frequencies, [16, 24, 24] at head_dim 128
+        q = text["head_dim"] // 16
+        text["rope_scaling"] = {"type": "mrope", "mrope_section": [2 * q, 3 * q, 3 * q]}
+    if family in VLMS:  # the image token the vocabulary's last id, which the batch never holds
+        return getattr(transformers, name)(text_config=text, vision_config=dict(
+            VLMS[family], out_hidden_size=args.hidden), image_token_id=args.vocab - 1)
+    return getattr(transformers, name)(**text)
 
 
 def liger_apply(family):
@@ -102,8 +114,9 @@ def build(run, args, family):
     torch.manual_seed(args.seed)
     with torch.device("cuda"):  # random init on the GPU: seconds, not a minute of CPU time per model
         moe = {"experts_implementation": args.experts_impl} if family in MOE else {}
-        model = transformers.AutoModelForCausalLM.from_config(config_of(args, family), attn_implementation=args.attn,
-                                                              dtype=torch.bfloat16, **moe).train()
+        auto = transformers.AutoModelForImageTextToText if family in VLMS else transformers.AutoModelForCausalLM
+        model = auto.from_config(config_of(args, family), attn_implementation=args.attn, dtype=torch.bfloat16,
+                                 **moe).train()
     if run == "liger":
         apply(model=model)
     elif run.startswith("tessera"):
@@ -235,7 +248,7 @@ def main() -> int:
         ap.error(f"--runs: expected names of {', '.join(RUNS)}, got {runs}")
     if args.attn == "tessera" or any(r.startswith("tessera") for r in runs):
         import tessera.transformers  # noqa: F401 - registers attn_implementation="tessera"
-    ids = torch.randint(3, args.vocab, (args.batch, args.seq), device="cuda",
+    ids = torch.randint(3, args.vocab - 1, (args.batch, args.seq), device="cuda",
                         generator=torch.Generator(device="cuda").manual_seed(args.seed))
     by_family = {}
     for family in families:

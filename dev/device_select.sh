@@ -93,8 +93,8 @@ for s in $STEPS; do
                 --out /tmp/logs/moe ;;
     families) step families 300 python3 -m pytest -q tests/python/test_transformers_convergence.py \
                 -k "gemma-bf16 or gemma-fp32 or granite or ministral or olmo or smollm3 or glm or exaone4 or hunyuan_v1_dense or helium or ernie" ;;
-    vlm) step vlm 300 python3 -m pytest -q tests/python/test_transformers_convergence.py \
-                -k "vl or glm4v or gemma3-bf16 or gemma3-fp32 or mllama or llava or paligemma or internvl or smolvlm or mistral3 or nemotron" ;;
+    vlm) step vlm "${VLM_LIMIT:-300}" python3 -m pytest -v tests/python/test_transformers_convergence.py \
+                -k "${VLM_K:-vl or glm4v or gemma3-bf16 or gemma3-fp32 or mllama or llava or paligemma or internvl or smolvlm or mistral3 or nemotron}" ;;
     ptbench) step ptbench "${PTBENCH_LIMIT:-300}" python3 benchmarks/post_training.py ${PTBENCH_ARGS:---rounds 3} \
                 --out /tmp/logs/post_training ;;
     cmd) step cmd "${CMD_LIMIT:-200}" bash -c "$CMD" ;;

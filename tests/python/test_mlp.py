@@ -193,15 +193,16 @@ def test_mlp_matches_the_composition(torch, activation, dtype):
 
 @pytest.mark.parametrize("activation", ["swiglu", "geglu"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("f", [100, 40, 1000])
-def test_mlp_any_intermediate_size(torch, dtype, activation, f):
+@pytest.mark.parametrize("h,f", [(96, 100), (96, 40), (96, 1000), (123, 431)])
+def test_mlp_any_intermediate_size(torch, dtype, activation, h, f):
     """Intermediate sizes that are not multiples of 64: the last gate/up block F % 64 wide (none
-    whole for F = 40), forward and backward, and swiglu_weight's layout for them."""
+    whole for F = 40), forward and backward, and swiglu_weight's layout for them; and Liger's odd
+    case, hidden 123 and intermediate 431, whose rows are not 16-byte aligned."""
     dt = getattr(torch, dtype)
-    x = torch.randn(3, 70, 96, device="cuda", dtype=dt, requires_grad=True)
-    w_in, w_out = weights(torch, dt, 96, 2 * f, 80, activation)
+    x = torch.randn(3, 70, h, device="cuda", dtype=dt, requires_grad=True)
+    w_in, w_out = weights(torch, dt, h, 2 * f, h if h % 2 else 80, activation)
     y = tessera.mlp(x, w_in, w_out, activation=activation)
-    assert y.shape == (3, 70, 80)
+    assert y.shape == (3, 70, w_out.shape[0])
     dy = torch.randn_like(y)
     y.backward(dy)
     leaves = [t.detach().double().requires_grad_() for t in (x, w_in, w_out)]
