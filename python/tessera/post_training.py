@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from . import _interop
+from . import _head_chunks, _interop
 from . import loss as _loss
 
 # The functions; the modules (FusedLinearDPOLoss, ...) are tessera.post_training's, made at first use.
@@ -70,6 +70,50 @@ def _logits_mean(torch, hidden, weight, bias, rows) -> Any:
         if bias is not None:
             total = total + bias.float().sum() * rows.shape[0] * rows.shape[1]
         return total / (rows.shape[0] * rows.shape[1] * weight.shape[0])
+
+
+def _sequence_loss(torch, hidden, weight, bias, target, formula, *, ignore_index: int, paired: bool,
+                   temperature: float = 1.0, keep=None):
+    """(loss, aux) of ``formula(tokens)`` -> (value, aux), tokens [B, S] the float32 log-probabilities
+    of ``target`` under the head (0 where ``keep``, by default the targets not ignored, is False),
+    through _head_chunks: the gradients in the forward, three GEMMs a kept row and none for the
+    others, each chunk whole sequences (``paired``: sequence i with sequence B/2 + i, which the
+    preference losses couple). ``formula`` must be a sum over those units (beside terms linear in
+    the tokens): a chunk's gradient is taken with the other chunks' tokens standing at -1."""
+    b, s, h = hidden.shape
+    keep = target != ignore_index if keep is None else keep.bool()
+    flat, counts, starts = _head_chunks.kept_rows(torch, keep)
+    half = b // 2
+    units = [[i, half + i] for i in range(half)] if paired else [[i] for i in range(b)]
+    chunks = _head_chunks.plan_chunks(counts, units, weight.shape[0] * hidden.element_size())
+    rows = [torch.cat([flat[starts[q]:starts[q] + counts[q]] for q in chunk]) for chunk in chunks]
+    base = torch.where(keep, -1.0, 0.0).reshape(-1)
+    final = torch.zeros(b * s, dtype=torch.float32, device=hidden.device)
+
+    def value_fn(values, i):
+        final[rows[i]] = -values.detach()
+        return formula(base.index_put((rows[i],), -values).view(b, s))[0]
+    target = torch.where(keep, target, ignore_index).reshape(-1)  # a masked row's id is not read
+    loss = _head_chunks.fused_head_loss(torch, hidden.reshape(b * s, h), weight, bias, rows,
+                                        _head_chunks.ce_rows(torch, target, ignore_index), value_fn,
+                                        scale=1.0 / temperature, total=lambda: formula(final.view(b, s))[0])
+    with torch.no_grad():
+        aux = formula(final.view(b, s))[1]
+    return loss, aux, final.view(b, s)
+
+
+def _reference_tokens(torch, hidden, weight, bias, target, keep, ignore_index: int, temperature: float = 1.0):
+    """The reference model's token log-probabilities [B, S] (0 where not kept), without gradients,
+    its logits computed for the kept rows only."""
+    b, s, h = hidden.shape
+    flat = keep.reshape(-1).nonzero().squeeze(1)
+    x, t = hidden.reshape(b * s, h)[flat], target.reshape(-1)[flat]
+    tokens = torch.zeros(b * s, dtype=torch.float32, device=hidden.device)
+    with torch.no_grad():
+        if flat.numel():
+            tokens[flat] = sequence_logps(x.unsqueeze(0), weight, t.unsqueeze(0), bias, ignore_index=ignore_index,
+                                          temperature=temperature)[1][0]
+    return tokens.view(b, s)
 
 
 def _log_sigmoid(torch, x):
@@ -120,33 +164,43 @@ def _preference(kind: str, weight, hidden, target, bias, ref_input, ref_weight, 
                          f"rejected ones) and [2B, S], got {tuple(hidden.shape)} and {tuple(target.shape)}")
     _check(kind, o)
     ignore, n = o["ignore_index"], hidden.shape[0] // 2
-    logps, tokens, mask = sequence_logps(hidden, weight, target, bias, ignore_index=ignore,
-                                         average=o["average_log_prob"])
-    chosen, rejected = logps[:n], logps[n:]
-    nll = -tokens[:n].sum() / mask[:n].sum().clamp(min=1)
-    beta, extra = o["beta"], ()
-    if kind == "dpo":
-        ref_c = ref_r = torch.zeros((), device=logps.device)
-        if o["use_ref_model"] and ref_input is not None:
-            with torch.no_grad():
-                ref = sequence_logps(ref_input, weight if ref_weight is None else ref_weight, target,
-                                     ref_bias, ignore_index=ignore, average=o["average_log_prob"])[0]
-            ref_c, ref_r = ref[:n], ref[n:]
-        a, b = chosen - ref_c, rejected - ref_r
-        cr, rr = beta * a, beta * b
-        pair = _DPO[o["loss_type"]](torch, beta * (a - b), cr, rr, a, b, o)
-    elif kind == "orpo":
-        log_odds = (chosen - rejected) - (torch.log1p(-torch.exp(chosen)) - torch.log1p(-torch.exp(rejected)))
-        ratio = _log_sigmoid(torch, log_odds)
-        pair, cr, rr = -beta * ratio, beta * chosen, beta * rejected
-        extra = (ratio.sum().detach() / n, log_odds.sum().detach() / n)
-    else:  # cpo, simpo: a margin (gamma) for SimPO
-        d = beta * (chosen - rejected) - (o["gamma"] if kind == "simpo" else 0.0)
-        ls = o["label_smoothing"]
-        pair, cr, rr = -_log_sigmoid(torch, d) * (1 - ls) - _log_sigmoid(torch, -d) * ls, beta * chosen, beta * rejected
-    value = pair.sum() / n
-    if o["compute_nll_loss"]:
-        value = value + o["alpha"] * nll
+    keep = target != ignore
+    counts = keep.sum(-1).clamp(min=1)
+    ref_c = ref_r = torch.zeros((), device=hidden.device)
+    if kind == "dpo" and o["use_ref_model"] and ref_input is not None:
+        ref = _reference_tokens(torch, ref_input, weight if ref_weight is None else ref_weight, ref_bias, target,
+                                keep, ignore).sum(-1)
+        ref = ref / counts if o["average_log_prob"] else ref
+        ref_c, ref_r = ref[:n], ref[n:]
+    beta = o["beta"]
+
+    def formula(tokens):
+        total = tokens.sum(-1)
+        logps = total / counts if o["average_log_prob"] else total
+        chosen, rejected = logps[:n], logps[n:]
+        nll = -tokens[:n].sum() / keep[:n].sum().clamp(min=1)
+        extra = ()
+        if kind == "dpo":
+            a, b = chosen - ref_c, rejected - ref_r
+            cr, rr = beta * a, beta * b
+            pair = _DPO[o["loss_type"]](torch, beta * (a - b), cr, rr, a, b, o)
+        elif kind == "orpo":
+            log_odds = (chosen - rejected) - (torch.log1p(-torch.exp(chosen)) - torch.log1p(-torch.exp(rejected)))
+            ratio = _log_sigmoid(torch, log_odds)
+            pair, cr, rr = -beta * ratio, beta * chosen, beta * rejected
+            extra = (ratio.sum().detach() / n, log_odds.sum().detach() / n)
+        else:  # cpo, simpo: a margin (gamma) for SimPO
+            d = beta * (chosen - rejected) - (o["gamma"] if kind == "simpo" else 0.0)
+            ls = o["label_smoothing"]
+            pair, cr, rr = (-_log_sigmoid(torch, d) * (1 - ls) - _log_sigmoid(torch, -d) * ls, beta * chosen,
+                            beta * rejected)
+        value = pair.sum() / n
+        if o["compute_nll_loss"]:
+            value = value + o["alpha"] * nll
+        return value, (chosen, rejected, nll, cr, rr, extra)
+
+    value, (chosen, rejected, nll, cr, rr, extra), _ = _sequence_loss(
+        torch, hidden, weight, bias, target, formula, ignore_index=ignore, paired=True)
     aux = (chosen.detach(), rejected.detach(), _logits_mean(torch, hidden, weight, bias, hidden[:n]),
            _logits_mean(torch, hidden, weight, bias, hidden[n:]), nll.detach(), cr.detach(), rr.detach(), *extra)
     return value, aux
@@ -207,16 +261,23 @@ def kto_loss(_input, weight, target, bias=None, preference_labels=None, ref_inpu
         raise ValueError(f"tessera.kto_loss: argument 'preference_labels': expected [{_input.shape[0]}] booleans "
                          f"(True: desirable), got {None if preference_labels is None else tuple(preference_labels.shape)}")
     labels = preference_labels.bool()
-    logps = sequence_logps(_input, weight, target, bias, ignore_index=ignore_index, average=average_log_prob)[0]
-    ratio = logps
+    keep = target != ignore_index
+    counts = keep.sum(-1).clamp(min=1)
+    ref = 0.0
     if use_ref_model and ref_input is not None:
-        with torch.no_grad():
-            ref = sequence_logps(ref_input, weight if ref_weight is None else ref_weight, target, ref_bias,
-                                 ignore_index=ignore_index, average=average_log_prob)[0]
+        ref = _reference_tokens(torch, ref_input, weight if ref_weight is None else ref_weight, ref_bias, target,
+                                keep, ignore_index).sum(-1)
+        ref = ref / counts if average_log_prob else ref
+    sign = torch.where(labels, 1.0, -1.0)
+
+    def formula(tokens):
+        logps = tokens.sum(-1) / counts if average_log_prob else tokens.sum(-1)
         ratio = logps - ref
-    sign = torch.where(labels, 1.0, -1.0).to(ratio.dtype)
-    shifted = ratio if kl is None else ratio - kl
-    loss = (1 - torch.sigmoid(beta * shifted * sign)).sum() / _input.shape[0]
+        shifted = ratio if kl is None else ratio - kl
+        return (1 - torch.sigmoid(beta * shifted * sign)).sum() / _input.shape[0], (logps, ratio)
+
+    loss, (logps, ratio), _ = _sequence_loss(torch, _input, weight, bias, target, formula, ignore_index=ignore_index,
+                                             paired=False)
     rewards = (beta * ratio).detach()
     with torch.no_grad():
         sums = (_input.float() @ weight.float().sum(0)).sum(-1)
@@ -264,49 +325,54 @@ def grpo_loss(_input, weight, selected_token_ids, attention_mask, advantages, bi
     if advantages.dim() != 1 or advantages.shape[0] != _input.shape[0]:
         raise ValueError(f"{op}: argument 'advantages': expected [{_input.shape[0]}] (one per completion), "
                          f"got {tuple(advantages.shape)}")
-    logps = sequence_logps(_input, weight, selected_token_ids, bias, temperature=temperature)[1]
-    mask = attention_mask.to(logps.dtype)
-    adv = advantages.to(logps.dtype).unsqueeze(1)
-    old = logps.detach() if old_per_token_logps is None else old_per_token_logps.to(logps.dtype)
-    log_ratio = logps - old
-    if importance_sampling_level == "sequence":
-        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    ratio = torch.exp(log_ratio)
-    if loss_type == "cispo":
-        clipped = ratio.clamp(max=epsilon_high).detach()
-        lower, upper = torch.zeros_like(ratio, dtype=torch.bool), ratio > epsilon_high
-        per_token = -clipped * adv * logps
-    else:
-        clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
-        lower, upper = ratio < 1 - epsilon_low, ratio > 1 + epsilon_high
-        capped = ratio if delta is None else ratio.clamp(max=delta)
-        per_token = -torch.min(capped * adv, clipped * adv)
-    metrics = []
-    if beta != 0.0:
-        ref = ref_per_token_logps
-        if ref is None and use_ref_model and ref_input is not None:
-            with torch.no_grad():
-                ref = sequence_logps(ref_input, weight if ref_weight is None else ref_weight, selected_token_ids,
-                                     ref_bias, temperature=temperature)[1]
-        ref = logps.detach() if ref is None else ref.to(logps.dtype)
-        kl = torch.exp(ref - logps) - (ref - logps) - 1.0
-        per_token = per_token + beta * kl
-        metrics.append((kl * mask).sum().detach() / mask.sum().clamp(min=1.0))
-    tokens = mask.sum().clamp(min=1.0)
-    if loss_type == "grpo":
-        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / mask.shape[0]
-    elif loss_type == "bnpo":
-        loss = (per_token * mask).sum() / tokens
-    elif loss_type == "dr_grpo":
-        loss = (per_token * mask).sum() / (mask.shape[0] * max_completion_length)
-    else:
-        if num_items_in_batch is not None:
-            import torch.distributed as dist
-            world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-            tokens = torch.as_tensor(num_items_in_batch, dtype=logps.dtype, device=logps.device) / world
-        loss = (per_token * mask).sum() / tokens
-    clipped_tokens = ((lower & (adv < 0)) | (upper & (adv > 0))).expand_as(mask)
-    metrics.append((clipped_tokens * mask).sum().detach() / mask.sum().clamp(min=1.0))
+    keep = attention_mask.bool()
+    mask = attention_mask.float()
+    adv = advantages.float().unsqueeze(1)
+    ref = ref_per_token_logps
+    if beta != 0.0 and ref is None and use_ref_model and ref_input is not None:
+        ref = _reference_tokens(torch, ref_input, weight if ref_weight is None else ref_weight, ref_bias,
+                                selected_token_ids, keep, -100, temperature)
+
+    def formula(logps):
+        old = logps.detach() if old_per_token_logps is None else old_per_token_logps.float()
+        log_ratio = logps - old
+        if importance_sampling_level == "sequence":
+            log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+        ratio = torch.exp(log_ratio)
+        if loss_type == "cispo":
+            clipped = ratio.clamp(max=epsilon_high).detach()
+            lower, upper = torch.zeros_like(ratio, dtype=torch.bool), ratio > epsilon_high
+            per_token = -clipped * adv * logps
+        else:
+            clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+            lower, upper = ratio < 1 - epsilon_low, ratio > 1 + epsilon_high
+            capped = ratio if delta is None else ratio.clamp(max=delta)
+            per_token = -torch.min(capped * adv, clipped * adv)
+        metrics = []
+        if beta != 0.0:
+            r = logps.detach() if ref is None else ref.float()
+            kl = torch.exp(r - logps) - (r - logps) - 1.0
+            per_token = per_token + beta * kl
+            metrics.append((kl * mask).sum().detach() / mask.sum().clamp(min=1.0))
+        tokens = mask.sum().clamp(min=1.0)
+        if loss_type == "grpo":
+            loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / mask.shape[0]
+        elif loss_type == "bnpo":
+            loss = (per_token * mask).sum() / tokens
+        elif loss_type == "dr_grpo":
+            loss = (per_token * mask).sum() / (mask.shape[0] * max_completion_length)
+        else:
+            if num_items_in_batch is not None:
+                import torch.distributed as dist
+                world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+                tokens = torch.as_tensor(num_items_in_batch, dtype=logps.dtype, device=logps.device) / world
+            loss = (per_token * mask).sum() / tokens
+        clipped_tokens = ((lower & (adv < 0)) | (upper & (adv > 0))).expand_as(mask)
+        metrics.append((clipped_tokens * mask).sum().detach() / mask.sum().clamp(min=1.0))
+        return loss, metrics
+
+    loss, metrics, _ = _sequence_loss(torch, _input, weight, bias, selected_token_ids, formula, ignore_index=-100,
+                                      paired=False, temperature=temperature, keep=keep)
     return loss, metrics
 
 

@@ -1,8 +1,9 @@
 """tessera's preference losses (DPO and its loss types, ORPO, CPO, SimPO) against float64
 references written from the papers' formulas on the whole logits: the loss, its gradients in the
 hidden states, the weight and the bias, and Liger's auxiliary outputs; the module classes'
-signatures; the errors. CPU tensors take linear_cross_entropy's torch path, so this runs anywhere;
-on a GPU, tessera's kernels in bfloat16 too."""
+signatures; the errors. The losses' chunked mechanism (tessera/_head_chunks.py) runs on CPU
+tensors with torch's functions in place of the kernels, so this runs anywhere; on a GPU, tessera's
+kernels in bfloat16 too."""
 
 import math
 
@@ -11,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import tessera  # noqa: E402
 import tessera.post_training as tp  # noqa: E402
+from tessera import _head_chunks  # noqa: E402
 
 F = torch.nn.functional
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -68,9 +70,18 @@ CASES = [("dpo", {}), ("dpo", {"loss_type": "hinge", "beta": 0.5}), ("dpo", {"lo
          "compute_nll_loss": True}), ("orpo", {}), ("cpo", {"alpha": 0.5}), ("simpo", {"gamma": 0.3})]
 
 
+@pytest.fixture(params=["one-chunk", "chunk-a-unit"])
+def chunks(request, monkeypatch):
+    """The losses' chunks: all rows in one, or (a budget of one byte) each unit, a sequence or a
+    pair of them, in its own."""
+    if request.param == "chunk-a-unit":
+        monkeypatch.setattr(_head_chunks, "BUDGET_BYTES", 1)
+    return request.param
+
+
 @pytest.mark.parametrize("device,dtype", DEVICES)
 @pytest.mark.parametrize("kind,o", CASES, ids=[f"{k}-{i}" for i, (k, _) in enumerate(CASES)])
-def test_loss_and_gradients_match_the_formula(device, dtype, kind, o):
+def test_loss_and_gradients_match_the_formula(device, dtype, kind, o, chunks):
     hidden, weight, bias, target, ref = data(device, dtype)
     leaves = [t.clone().requires_grad_() for t in (hidden, weight, bias)]
     fn = getattr(tessera, f"{kind}_loss")
@@ -152,7 +163,7 @@ def grpo64(hidden, weight, ids, mask, adv, old, ref, o):
 @pytest.mark.parametrize("device,dtype", DEVICES)
 @pytest.mark.parametrize("o", [{}, {"loss_type": "grpo"}, {"loss_type": "bnpo", "temperature": 0.7},
                                {"loss_type": "dr_grpo"}, {"importance_sampling_level": "sequence"}])
-def test_grpo_matches_trls_formula(device, dtype, o):
+def test_grpo_matches_trls_formula(device, dtype, o, chunks):
     g = torch.Generator().manual_seed(3)
     b, t = 4, 9
     hidden = torch.randn(b, t, H, generator=g).to(device, dtype)
@@ -194,7 +205,7 @@ def test_grpo_errors_name_the_argument():
 
 @pytest.mark.parametrize("device,dtype", DEVICES)
 @pytest.mark.parametrize("use_ref,kl", [(False, None), (True, 0.3)])
-def test_kto_matches_its_formula(device, dtype, use_ref, kl):
+def test_kto_matches_its_formula(device, dtype, use_ref, kl, chunks):
     hidden, weight, bias, target, ref = data(device, dtype)
     labels = torch.tensor([True, False, True, True, False, False], device=device)
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
@@ -257,3 +268,22 @@ def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta):
     torch.testing.assert_close(w.grad.double(), w64.grad, **tol)
     module = tp.FusedLinearJSDLoss(beta=beta, temperature=2.0, weight_hard_loss=0.3, weight_soft_loss=0.7)
     torch.testing.assert_close(module(sx, sw, tx, tw, labels), loss.detach(), **tol)
+
+
+@pytest.mark.parametrize("device,dtype", DEVICES)
+def test_a_second_backward_is_refused(device, dtype):
+    """The gradients are computed in the forward and scaled in place by the backward: a second
+    backward through one loss would scale them twice, so it is refused."""
+    hidden, weight, bias, target, ref = data(device, dtype)
+    w = weight.clone().requires_grad_()
+    loss, _ = tessera.cpo_loss(w, hidden, target)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second backward"):
+        loss.backward()
+
+
+def test_chunks_hold_whole_units_within_the_budget():
+    counts = [3, 0, 5, 2]
+    assert _head_chunks.plan_chunks(counts, [[0], [1], [2], [3]], row_bytes=1, budget=5) == [[0, 1], [2], [3]]
+    assert _head_chunks.plan_chunks(counts, [[0, 2], [1, 3]], row_bytes=1, budget=4) == [[0, 2], [1, 3]]
+    assert _head_chunks.plan_chunks(counts, [[0, 2], [1, 3]], row_bytes=1, budget=100) == [[0, 2, 1, 3]]

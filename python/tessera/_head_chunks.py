@@ -1,0 +1,168 @@
+"""A loss on a language model's output projection whose gradients are computed in the forward,
+one chunk of rows at a time: the mechanism under tessera.post_training's losses.
+
+Each chunk's logits come from one GEMM, a row-wise kernel turns them into each row's value (its
+-log p of the target, or its divergence from a teacher) and writes that value's gradient over
+them, the loss's gradient with respect to the chunk's values (a function of the few values of
+whole sequences, so computed by autograd on small tensors) scales those rows in place, and two
+more GEMMs give d_hidden's rows and add to d_weight: three GEMMs a row, against four where the
+values' gradients are known only in the backward. The rows are compacted first: a row that no
+value needs (an ignored target, a masked completion token) takes no GEMM at all. The backward
+only scales what the forward computed.
+
+A chunk holds whole units (sequences, or pairs of them: what the loss couples) up to a memory
+budget of logits; a unit larger than the budget is a chunk of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from . import _interop, _state
+
+BUDGET_BYTES = 512 << 20  # one chunk's logits, as linear_cross_entropy's default chunks
+
+
+def plan_chunks(counts: Sequence[int], units: Sequence[Sequence[int]], row_bytes: int,
+                budget: int | None = None) -> list[list[int]]:
+    """Units (each a list of sequence indices) packed in order into chunks of at most ``budget``
+    (BUDGET_BYTES) bytes of logits (``row_bytes`` a row), given each sequence's count of kept
+    rows; returns each chunk's sequence indices."""
+    budget = BUDGET_BYTES if budget is None else budget
+    chunks, current, size = [], [], 0
+    for unit in units:
+        rows = sum(counts[s] for s in unit)
+        if current and (size + rows) * row_bytes > budget:
+            chunks.append(current)
+            current, size = [], 0
+        current.extend(unit)
+        size += rows
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def kept_rows(torch, keep) -> tuple[Any, list[int], list[int]]:
+    """(the flat indices of the kept rows of ``keep`` [B, S] in order, each sequence's count, each
+    sequence's first position in that list): one synchronization."""
+    flat = keep.reshape(-1).nonzero().squeeze(1)
+    counts = keep.sum(-1).tolist()
+    starts, total = [], 0
+    for c in counts:
+        starts.append(total)
+        total += c
+    return flat, counts, starts
+
+
+def ce_rows(torch, target: Any, ignore_index: int):
+    """A row function: each row's cross-entropy (-log p of ``target``'s entry for it), its gradient
+    written over the logits; tessera's kernel on CUDA, torch's functions elsewhere."""
+    def rows(logits, index):
+        t = target[index]
+        if logits.is_cuda:
+            return _interop.needs_ops("post_training", "the fused losses need").cross_entropy.inplace(
+                logits, t, None, ignore_index=int(ignore_index), reduction="none")[0]
+        z = logits.float()
+        nll = torch.nn.functional.cross_entropy(z, t, ignore_index=ignore_index, reduction="none")
+        grad = torch.softmax(z, -1)
+        grad[torch.arange(len(t)), t.clamp(min=0)] -= 1
+        logits.copy_(grad * (t != ignore_index).unsqueeze(1))
+        return nll
+    return rows
+
+
+def scale_rows(torch, grad, factor) -> None:
+    """grad's rows times ``factor`` [n] (float32), in place."""
+    if grad.is_cuda:
+        _state.ops.cross_entropy.backward(factor.float().contiguous(), grad, reduction="none")
+    else:
+        grad.mul_(factor.to(grad.dtype).unsqueeze(1))
+
+
+def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Callable, value_fn: Callable,
+                    *, scale: float = 1.0, total: Callable | None = None):
+    """The loss sum over chunks of ``value_fn(values, i)``, where ``values`` (float32, a leaf)
+    are ``row_fn(logits, rows[i])``'s for the logits ``(hidden[rows[i]] @ weight.T + bias) *
+    scale`` of chunk i's rows (hidden [N, H], weight [V, H]); differentiable in hidden, weight and
+    bias (those that require grad), the gradients computed here. ``value_fn`` may return None for
+    a chunk whose rows' values are their own contributions (gradient 1 each). With ``total``,
+    the loss's value is ``total()`` after the chunks (value_fn then gives each chunk's gradient
+    only: a function of the whole batch, exact for the chunk's rows where the loss is a sum over
+    the units the chunks hold)."""
+    from . import matrix
+    need = [t is not None and t.requires_grad for t in (hidden, weight, bias)]
+    dx = torch.zeros_like(hidden) if need[0] else None
+    dw = torch.zeros_like(weight) if need[1] else None
+    db = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need[2] else None
+    value = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    with torch.no_grad():
+        x, w = hidden.detach(), weight.detach()
+        b = None if bias is None else bias.detach() * scale
+        first = next((i for i, index in enumerate(rows) if index.numel()), len(rows))
+        for i, index in enumerate(rows):
+            if index.numel() == 0:
+                continue
+            xc = x[index]
+            if x.is_cuda:
+                logits = matrix.matmul(xc, w.t(), bias=b, alpha=scale)
+            else:
+                logits = (xc @ w.t()) * scale + (0 if b is None else b.to(xc.dtype))
+            values = row_fn(logits, index).float()
+            with torch.enable_grad():
+                leaf = values.detach().requires_grad_()
+                part = value_fn(leaf, i)
+                if part is None:
+                    part = leaf.sum()
+                else:
+                    g = torch.autograd.grad(part, leaf, allow_unused=True)[0] if part.requires_grad else None
+                    scale_rows(torch, logits, torch.zeros_like(leaf) if g is None else g)
+            value += part.detach()
+            if dx is not None:
+                dx[index] = matrix.matmul(logits, w, alpha=scale) if x.is_cuda else (logits @ w) * scale
+            if dw is not None:
+                if x.is_cuda:  # d_weight accumulates in the weight's dtype, as linear_cross_entropy's
+                    matrix.matmul(logits.t(), xc, alpha=scale, beta=float(i > first), out=dw)
+                else:
+                    dw += (logits.t() @ xc) * scale
+            if db is not None:
+                db += logits.float().sum(0) * scale
+    if total is not None:
+        with torch.no_grad():
+            value = total().float()
+    return _Saved.apply(value, hidden, weight, bias, dx, dw, None if db is None else db.to(bias.dtype))
+
+
+_saved_cls = None
+
+
+class _SavedProxy:
+    """torch.autograd.Function made at first use (tessera imports torch only when given tensors)."""
+
+    @staticmethod
+    def apply(*args):
+        global _saved_cls
+        if _saved_cls is None:
+            import torch
+
+            class Saved(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, total, hidden, weight, bias, dx, dw, db):
+                    ctx.grads = (dx, dw, db)
+                    return total.clone()
+
+                @staticmethod
+                def backward(ctx, g):  # in place: the forward's gradients are used once
+                    if ctx.grads is None:
+                        raise RuntimeError("tessera.post_training: a second backward through the loss (retain_graph): "
+                                           "its gradients are computed in the forward and scaled in place by the "
+                                           "first; compute the loss again instead")
+                    out = [None if d is None else d.mul_(g.to(d.dtype)) for d in ctx.grads]
+                    ctx.grads = None
+                    return (None, *out, None, None, None)
+
+            _saved_cls = Saved
+        return _saved_cls.apply(*args)
+
+
+_Saved = _SavedProxy
+
