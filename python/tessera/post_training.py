@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from . import _head_chunks, _interop
+from . import _head_chunks, _interop, _state
 from . import loss as _loss
 
 # The functions; the modules (FusedLinearDPOLoss, ...) are tessera.post_training's, made at first use.
@@ -376,15 +376,16 @@ def grpo_loss(_input, weight, selected_token_ids, attention_mask, advantages, bi
     return loss, metrics
 
 
-def _soft_chunk(torch, sx, sw, sb, tx, tw, tb, labels, beta: float, temperature: float, ignore_index: int):
-    """One chunk of rows' summed divergence (beta 0: KL(teacher || student), 1: KL(student ||
-    teacher), else the generalized JSD) at ``temperature``; rows whose label is ignored add 0."""
+def _divergence_rows(torch, s, t, beta: float, temperature: float):
+    """Each row's divergence (beta 0: KL(teacher || student), 1: KL(student || teacher), else the
+    generalized JSD with mixture weight beta) between the logits ``s`` and ``t`` at
+    ``temperature``, in float32 by torch's functions (a teacher's padded vocabulary: the student's
+    extra logits 0)."""
     F = torch.nn.functional
-    s = F.log_softmax(F.linear(sx, sw, sb).float() / temperature, dim=-1)
-    with torch.no_grad():
-        t = F.log_softmax(F.linear(tx, tw, tb).float() / temperature, dim=-1)
-    if s.shape[-1] < t.shape[-1]:  # a teacher's padded vocabulary: the student's extra logits are 0
-        s = F.log_softmax(F.pad(F.linear(sx, sw, sb).float() / temperature, (0, t.shape[-1] - s.shape[-1])), dim=-1)
+    if s.shape[-1] < t.shape[-1]:
+        s = F.pad(s, (0, t.shape[-1] - s.shape[-1]))
+    s = F.log_softmax(s.float() / temperature, dim=-1)
+    t = F.log_softmax(t.float() / temperature, dim=-1)
     if beta == 0:
         d = F.kl_div(s, t, reduction="none", log_target=True)
     elif beta == 1:
@@ -393,7 +394,46 @@ def _soft_chunk(torch, sx, sw, sb, tx, tw, tb, labels, beta: float, temperature:
         m = torch.logsumexp(torch.stack([s + math.log(1 - beta), t + math.log(beta)]), dim=0)
         d = beta * F.kl_div(m, t, reduction="none", log_target=True) + (1 - beta) * F.kl_div(m, s, reduction="none",
                                                                                             log_target=True)
-    return (d.sum(-1) * (labels != ignore_index)).sum()
+    return d.sum(-1)
+
+
+def _distill_rows(torch, teacher_input, teacher_weight, teacher_bias, labels, weights, beta, temperature,
+                  ignore_index, sums):
+    """jsd_loss's row function: each kept row's ``weights[0]`` times its divergence plus
+    ``weights[1]`` times its cross-entropy, their gradient written over the student's logits
+    (tessera's jsd and cross_entropy kernels on CUDA where the vocabularies match, else torch's
+    functions); the two sums added to ``sums``."""
+    from . import matrix
+    soft_w, hard_w = weights
+
+    def rows(logits, index):
+        tx = teacher_input[index]
+        if tx.is_cuda:
+            t = matrix.matmul(tx, teacher_weight.t(), bias=teacher_bias)
+        else:
+            t = torch.nn.functional.linear(tx, teacher_weight, teacher_bias)
+        y = labels[index]
+        ops = _state.ops
+        if logits.is_cuda and ops is not None and hasattr(ops, "jsd") and t.shape == logits.shape \
+                and t.dtype == logits.dtype:
+            hard, _, grad = ops.cross_entropy(logits, y, None, ignore_index=int(ignore_index), reduction="none",
+                                              with_grad=hard_w != 0)  # before the divergence's gradient replaces them
+            soft = ops.jsd.inplace(logits, t, None, beta=float(beta), temperature=float(temperature))
+            logits.mul_(soft_w)
+            if hard_w != 0:
+                logits.add_(grad, alpha=hard_w)
+        else:
+            with torch.enable_grad():
+                z = logits.detach().float().requires_grad_()
+                soft = _divergence_rows(torch, z, t, beta, temperature)
+                hard = torch.nn.functional.cross_entropy(z, y, ignore_index=ignore_index, reduction="none")
+                grad, = torch.autograd.grad((soft_w * soft + hard_w * hard).sum(), z)
+            logits.copy_(grad)
+            soft, hard = soft.detach(), hard.detach()
+        sums[0] += soft.sum()
+        sums[1] += hard.float().sum()
+        return soft_w * soft + hard_w * hard.float()
+    return rows
 
 
 def jsd_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias=None,
@@ -405,10 +445,11 @@ def jsd_loss(student_input, student_weight, teacher_input, teacher_weight, true_
     between the student's and the teacher's distributions at ``temperature`` (``beta`` 0: the
     forward KL(teacher || student); 1: the reverse KL(student || teacher); between: the
     generalized JSD with mixture weight beta), each a mean over the rows not ignored. Inputs [N, H]
-    (and [N, H_teacher]) with the output projections [V, H]. The soft term goes in chunks of
-    ``chunk_size`` rows whose logits are recomputed in the backward (one chunk's logits at a
-    time); the hard term is ``linear_cross_entropy``'s on CUDA. Returns the loss, or (loss, soft,
-    hard) with ``return_soft_hard_loss``."""
+    (and [N, H_teacher]) with the output projections [V, H]. The rows not ignored go in chunks
+    (``chunk_size`` is taken for Liger's signature: the chunks are sized by memory), each chunk's
+    student and teacher logits from a GEMM, both terms and the student's gradient from one pass
+    over them (tessera's jsd and cross_entropy kernels), the gradients computed in the forward.
+    Returns the loss, or (loss, soft, hard) with ``return_soft_hard_loss`` (those two detached)."""
     torch = _interop.torch_if_tensor(student_input, init=True)
     op = "tessera.jsd_loss"
     if torch is None:
@@ -420,26 +461,18 @@ def jsd_loss(student_input, student_weight, teacher_input, teacher_weight, true_
     if teacher_input.shape[0] != student_input.shape[0] or true_labels.shape != student_input.shape[:1]:
         raise ValueError(f"{op}: arguments 'teacher_input', 'true_labels': expected {student_input.shape[0]} rows "
                          f"as student_input, got {tuple(teacher_input.shape)} and {tuple(true_labels.shape)}")
-    from torch.utils.checkpoint import checkpoint
-    valid = (true_labels != ignore_index).sum().clamp(min=1)
-    soft = student_input.new_zeros((), dtype=torch.float32)
-    for start in range(0, student_input.shape[0], chunk_size):
-        rows = slice(start, start + chunk_size)
-        soft = soft + checkpoint(_soft_chunk, torch, student_input[rows], student_weight, student_bias,
-                                 teacher_input[rows], teacher_weight, teacher_bias, true_labels[rows], beta,
-                                 temperature, ignore_index, use_reentrant=False)
-    soft = soft / valid
-    hard = soft.new_zeros(())
-    if weight_hard_loss != 0 or return_soft_hard_loss:
-        if student_input.is_cuda:
-            hard = _loss.linear_cross_entropy(student_input, student_weight, true_labels, student_bias,
-                                              ignore_index=ignore_index, reduction="sum") / valid
-        else:
-            logits = torch.nn.functional.linear(student_input, student_weight, student_bias).float()
-            hard = torch.nn.functional.cross_entropy(logits, true_labels, ignore_index=ignore_index,
-                                                     reduction="sum") / valid
-    loss = weight_hard_loss * hard + weight_soft_loss * soft
-    return (loss, soft, hard) if return_soft_hard_loss else loss
+    flat = (true_labels != ignore_index).nonzero().squeeze(1)
+    valid = max(flat.numel(), 1)
+    vocab = max(student_weight.shape[0], teacher_weight.shape[0])
+    step = max(1, _head_chunks.BUDGET_BYTES // (2 * vocab * student_input.element_size()))  # student's, teacher's
+    rows = [flat[i:i + step] for i in range(0, flat.numel(), step)]
+    sums = [student_input.new_zeros((), dtype=torch.float32) for _ in range(2)]
+    row_fn = _distill_rows(torch, teacher_input.detach(), teacher_weight.detach(),
+                           None if teacher_bias is None else teacher_bias.detach(), true_labels,
+                           (weight_soft_loss / valid, weight_hard_loss / valid), beta, temperature, ignore_index, sums)
+    loss = _head_chunks.fused_head_loss(torch, student_input, student_weight, student_bias, rows, row_fn,
+                                        lambda values, i: None)
+    return (loss, sums[0] / valid, sums[1] / valid) if return_soft_hard_loss else loss
 
 
 # Liger's modules: name -> (the function, Liger's class, the constructor's keywords and defaults).

@@ -230,7 +230,8 @@ def test_kto_matches_its_formula(device, dtype, use_ref, kl, chunks):
 
 @pytest.mark.parametrize("device,dtype", DEVICES)
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
-def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta):
+@pytest.mark.parametrize("hard_w", [0.3, 0.0])
+def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta, hard_w, chunks):
     g = torch.Generator().manual_seed(5)
     n, hs, ht = 37, H, 24
     sx = torch.randn(n, hs, generator=g).to(device, dtype)
@@ -242,7 +243,7 @@ def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta):
     labels = labels.to(device)
     x, w = sx.clone().requires_grad_(), sw.clone().requires_grad_()
     loss, soft, hard = tessera.jsd_loss(x, w, tx, tw, labels, beta=beta, temperature=2.0, chunk_size=8,
-                                        weight_hard_loss=0.3, weight_soft_loss=0.7, return_soft_hard_loss=True)
+                                        weight_hard_loss=hard_w, weight_soft_loss=0.7, return_soft_hard_loss=True)
     loss.backward()
     x64, w64 = sx.double().requires_grad_(), sw.double().requires_grad_()
     s = torch.log_softmax(x64 @ w64.t() / 2.0, -1)
@@ -258,7 +259,7 @@ def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta):
     keep = labels != -100
     soft64 = d[keep].sum() / keep.sum()
     hard64 = F.cross_entropy(x64 @ w64.t(), labels, ignore_index=-100, reduction="sum") / keep.sum()
-    want = 0.3 * hard64 + 0.7 * soft64
+    want = hard_w * hard64 + 0.7 * soft64
     want.backward()
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
     torch.testing.assert_close(loss.double(), want.detach(), **tol)
@@ -266,7 +267,7 @@ def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta):
     torch.testing.assert_close(hard.double(), hard64.detach(), **tol)
     torch.testing.assert_close(x.grad.double(), x64.grad, **tol)
     torch.testing.assert_close(w.grad.double(), w64.grad, **tol)
-    module = tp.FusedLinearJSDLoss(beta=beta, temperature=2.0, weight_hard_loss=0.3, weight_soft_loss=0.7)
+    module = tp.FusedLinearJSDLoss(beta=beta, temperature=2.0, weight_hard_loss=hard_w, weight_soft_loss=0.7)
     torch.testing.assert_close(module(sx, sw, tx, tw, labels), loss.detach(), **tol)
 
 
