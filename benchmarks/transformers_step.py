@@ -259,6 +259,8 @@ def main() -> int:
         by_family[family] = run_family(family, family_runs, args, ids)
     if len(families) == 1:
         table = by_family[families[0]]["table"]
+    elif not any(r.startswith("tessera") and r.endswith("compile") for r in runs):  # each family's table
+        table = "\n\n".join(f"{family}\n\n{out['table']}" for family, out in by_family.items())
     else:
         for family, out in by_family.items():
             print(f"\n{family}\n\n{out['table']}")

@@ -66,6 +66,10 @@ REPORTS = {
                                    "python3 benchmarks/transformers_step.py --family all --layers 2 --vocab 32000 "
                                    "--rounds 2 --steps 4 --warmup 2 --runs tessera,tessera_compile,tessera_sdpa,"
                                    "tessera_sdpa_compile --out {out}", "transformers_step.md"),
+    "transformers_step_kinds": ("Hugging Face transformers: a text decoder and a vision-language model's language "
+                                "model (benchmarks/transformers_step.py)",
+                                "python3 benchmarks/transformers_step.py --family granite,qwen2_vl --rounds 2 --runs "
+                                "eager,compile,liger,tessera --out {out}", "transformers_step.md"),
     "llama_step_compile": ("The Llama-style training step under torch.compile (benchmarks/llama_step.py)",
                            "python3 benchmarks/llama_step.py --tessera all,swiglu --rounds 2 --steps 6 "
                            "--warmup 2 --profile --runs torch-compile,tessera-compile --out {out}",
@@ -87,6 +91,9 @@ REPORTS = {
     "moe": ("A Mixture-of-Experts layer's routed experts, forward + backward (benchmarks/moe.py)",
             "python3 benchmarks/moe.py --families all --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3 "
             "--out {out}", "moe.md"),
+    "post_training": ("TRL's post-training losses against Liger-Kernel's modules, forward + backward "
+                      "(benchmarks/post_training.py)",
+                      "python3 benchmarks/post_training.py --rounds 3 --out {out}", "post_training.md"),
     "overhead": ("Host cost per call (benchmarks/overhead.py)",
                  "python3 benchmarks/overhead.py --rounds 5 --calls 500 --out {out}", "overhead.md"),
     "llama_train": ("The example model under `tessera.enable()` (examples/llama_train.py)",
