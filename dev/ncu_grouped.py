@@ -1,0 +1,18 @@
+"""tessera.grouped_mm beside torch._grouped_mm once each, forward form (2-d x 3-d with offsets),
+at an MoE family's expert shapes and balanced routing, for ncu (dev tool; device:
+ncu -k "regex:gemm|grouped|cutlass|xmma" --section SpeedOfLight ... python3 dev/ncu_grouped.py [family]).
+Families: qwen3 (8192 tokens x top-8 of 128 experts, 2048 -> 1536), deepseek (256 experts, 7168 -> 4096)."""
+import sys
+
+import torch
+import tessera
+
+SHAPES = {"qwen3": (8192 * 8, 128, 2048, 1536), "deepseek": (8192 * 8, 256, 7168, 4096)}
+rows, groups, k, n = SHAPES[sys.argv[1] if len(sys.argv) > 1 else "qwen3"]
+a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(groups, n, k, device="cuda", dtype=torch.bfloat16).transpose(1, 2)  # [G, K, N], K contiguous
+offs = torch.arange(1, groups + 1, device="cuda", dtype=torch.int32) * (rows // groups)
+for _ in range(2):
+    tessera.grouped_mm(a, b, offs)
+    torch._grouped_mm(a, b, offs)
+torch.cuda.synchronize()
