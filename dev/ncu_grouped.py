@@ -11,7 +11,11 @@ SHAPES = {"qwen3": (8192 * 8, 128, 2048, 1536), "deepseek": (8192 * 8, 256, 7168
 rows, groups, k, n = SHAPES[sys.argv[1] if len(sys.argv) > 1 else "qwen3"]
 a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(groups, n, k, device="cuda", dtype=torch.bfloat16).transpose(1, 2)  # [G, K, N], K contiguous
-offs = torch.arange(1, groups + 1, device="cuda", dtype=torch.int32) * (rows // groups)
+# balanced as a router balances: each group's rows within +-1/16 of the mean, so most groups end mid-tile
+g = torch.Generator().manual_seed(0)
+sizes = rows // groups + torch.randint(-(rows // groups) // 16, (rows // groups) // 16 + 1, (groups,), generator=g)
+sizes[-1] += rows - sizes.sum()
+offs = sizes.cumsum(0).to(device="cuda", dtype=torch.int32)
 for _ in range(2):
     tessera.grouped_mm(a, b, offs)
     torch._grouped_mm(a, b, offs)
