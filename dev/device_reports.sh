@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # After device_select.sh's install (run as its `cmd` step): the GPU tests of what changed
-# (TESTS, pytest -k), `tessera verify` of VERIFY's ops, the perf reports REPORTS
+# (TESTS, pytest files; TESTS_K, their -k), `tessera verify` of VERIFY's ops, the perf reports REPORTS
 # (scripts/perf_reports.py --run into $OUT/reports, REPORT_LIMIT seconds each), and ncu of the
 # grouped GEMM beside torch's (NCU_GROUPED: families of dev/ncu_grouped.py) into $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
-[ -n "${TESTS:-}" ] && python3 -m pytest -q $TESTS 2>&1 | tail -n 15
+[ -n "${TESTS:-}" ] && python3 -m pytest -q $TESTS ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -n 15
 [ -n "${VERIFY:-}" ] && "$TESSERA" verify $VERIFY 2>&1 | grep -E "^FAIL|passed|failed" | tail -n 15
 for f in ${NCU_GROUPED:-}; do
   timeout 150 ncu -k "regex:gemm|grouped|cutlass|xmma|sm90" -c 6 --section SpeedOfLight --section Occupancy \

@@ -472,6 +472,26 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
         present = placed_as(logits, allowed, "cross_entropy (inplace_grad=True)", "logits")
         return [s for s in strategies if s[1][0] in present]
 
+    # jsd(student, teacher, target) -> (loss [N], grad [N, V]): rows independent, so replicated or
+    # all by rows; jsd.inplace keeps the student's placement (its gradient is written there).
+    def jsd_strategies(student, target, outputs, with_grad=True):
+        def ins(p):
+            return [p, p] + ([p] if target is not None else [])
+        strategies = [([R, R if with_grad else None][:outputs], ins(R))]
+        if student.ndim == 2:
+            strategies.append(([Shard(0), Shard(0) if with_grad else None][:outputs], ins(Shard(0))))
+        return strategies
+
+    @register_sharding(ops.jsd.default)
+    def jsd_rule(student, teacher, target=None, *, with_grad=False, **kwargs):
+        return jsd_strategies(student, target, 2, with_grad)
+
+    @register_sharding(ops.jsd.inplace)
+    def jsd_inplace_rule(student, teacher, target=None, **kwargs):
+        strategies = jsd_strategies(student, target, 1)
+        present = placed_as(student, [s[1][0] for s in strategies], "jsd (inplace)", "student")
+        return [s for s in strategies if s[1][0] in present]
+
     # cross_entropy.backward(grad_loss, grad(a!)): grad *= grad_loss, in place. grad_loss is a
     # number ('mean', 'sum'; replicated) or one per row ('none': sharded as grad's rows). grad
     # anywhere, a partial sum too (linear_cross_entropy's d_weight): scaling commutes with them.

@@ -187,6 +187,15 @@ def samples(torch, name, dtype):
                     ((x(4, 10, grad=False), q.detach()), {"reduction": "sum"})]
         return [((torch.tensor(0.5, device="cuda"), x(4, 10, grad=False)), {}),
                 ((torch.rand(4, device="cuda"), x(4, 16, grad=False)), {"reduction": "none"})]
+    if name in ("jsd", "jsd.inplace"):  # no autograd: the post-training losses scale its gradient themselves
+        t = torch.tensor([1, -100, 5, 0], device="cuda")
+        if name == "jsd":
+            return [((x(4, 10, grad=False), x(4, 10, grad=False)), {}),
+                    ((x(4, 10, grad=False), x(4, 10, grad=False), t), {"beta": 0.0, "with_grad": True}),
+                    ((x(4, 16, grad=False), x(4, 16, grad=False)), {"beta": 1.0, "temperature": 2.0,
+                                                                    "with_grad": True})]
+        return [((x(4, 10, grad=False), x(4, 10, grad=False), t), {"beta": 0.3}),
+                ((x(4, 16, grad=False), x(4, 16, grad=False)), {"beta": 1.0, "temperature": 0.5})]
     if name == "linear_cross_entropy":
         t = torch.tensor([1, -100, 5, 0, 9], device="cuda")
         return [((x(5, 8), x(12, 8), None, t), {"chunk_rows": 2}),

@@ -1,6 +1,7 @@
 // Losses: cross-entropy over class scores, with torch's semantics for the arguments it shares with
-// torch.nn.functional.cross_entropy. Checks arguments before any launch (tessera::Error names the
-// argument) and enqueues its kernels on `stream`.
+// torch.nn.functional.cross_entropy, and the Jensen-Shannon divergence of distillation. Checks
+// arguments before any launch (tessera::Error names the argument) and enqueues its kernels on
+// `stream`.
 #pragma once
 
 #include <string_view>
@@ -102,5 +103,31 @@ void linear_cross_entropy(const TensorView& hidden, const TensorView& weight, co
                           const TensorView& target, const TensorView& loss, const TensorView* lse,
                           const LinearCrossEntropyGrads& grads, const LinearCrossEntropyOptions& options,
                           cudaStream_t stream);
+
+// The generalized Jensen-Shannon divergence of each row of a student's logits from a teacher's
+// (knowledge distillation; Liger-Kernel's LigerJSD), with its gradient with respect to the student's
+// logits in the same kernel. With T the temperature, Q = softmax(student / T), P =
+// softmax(teacher / T) and M = beta P + (1 - beta) Q:
+//   beta = 0:  loss_i = KL(P || Q) = sum_j P_j (log P_j - log Q_j)  (forward KL);
+//   beta = 1:  loss_i = KL(Q || P)                                   (reverse KL);
+//   otherwise: loss_i = beta KL(P || M) + (1 - beta) KL(Q || M).
+// A class whose weight in a sum is 0 adds 0 there (0 log 0 = 0: a masked class, logit -inf).
+struct JsdOptions {
+  double beta = 0.5;           // in [0, 1]
+  double temperature = 1.0;    // > 0: both rows of logits are divided by it
+  int64_t ignore_index = -100; // rows whose target is this: loss 0, gradient 0
+};
+
+// student and teacher [N, V] of one shape and dtype (float32, float16, bfloat16; the class
+// dimension contiguous, rows any stride), on one device; math in float32.
+//   target (optional, nullptr: no row ignored): int64 [N], contiguous; read only against ignore_index;
+//   loss: float32 [N], contiguous, each row's loss (no reduction: the caller reduces);
+//   grad (optional, nullptr: not written): d loss_i / d student for a loss gradient of 1 per row,
+//     student's shape and dtype (contiguous classes); it may be student itself (the same view), so
+//     that distillation needs no second N x V buffer; it must not overlap teacher. Ignored rows
+//     get 0. cross_entropy_backward(grad_loss, grad, Reduction::none) scales it by each row's
+//     loss gradient afterwards.
+void jsd(const TensorView& student, const TensorView& teacher, const TensorView* target, const TensorView& loss,
+         const TensorView* grad, const JsdOptions& options, cudaStream_t stream);
 
 }  // namespace tessera
