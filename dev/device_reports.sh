@@ -12,7 +12,7 @@ for r in ${REPORTS:-}; do
   tail -n 25 "$OUT/reports/$r/log.txt" | cut -c1-200
 done
 for f in ${NCU_GROUPED:-}; do
-  timeout 150 ncu -k "regex:gemm|grouped|cutlass|xmma|sm90" -c 6 --section SpeedOfLight --section Occupancy \
+  timeout 150 ncu -k "regex:gemm_sm90|device_kernel|cutlass|xmma" -c 4 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
     python3 dev/ncu_grouped.py "$f" >"$OUT/ncu_grouped_$f.txt" 2>&1
   grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy" \

@@ -66,7 +66,7 @@ def sequence_logps(hidden: Any, weight: Any, target: Any, bias: Any = None, *, i
 def _logits_mean(torch, hidden, weight, bias, rows) -> Any:
     """The mean of every logit of `rows` sequences [n, S, H] (V per position), without them."""
     with torch.no_grad():
-        total = (rows.float() @ weight.float().sum(0)).sum()
+        total = (rows.float() @ weight.sum(0, dtype=torch.float32)).sum()  # no float32 copy of the weight
         if bias is not None:
             total = total + bias.float().sum() * rows.shape[0] * rows.shape[1]
         return total / (rows.shape[0] * rows.shape[1] * weight.shape[0])
@@ -280,7 +280,7 @@ def kto_loss(_input, weight, target, bias=None, preference_labels=None, ref_inpu
                                              paired=False)
     rewards = (beta * ratio).detach()
     with torch.no_grad():
-        sums = (_input.float() @ weight.float().sum(0)).sum(-1)
+        sums = (_input.float() @ weight.sum(0, dtype=torch.float32)).sum(-1)
         if bias is not None:
             sums = sums + bias.float().sum() * _input.shape[1]
     aux = ((logps.detach() * labels).sum(), (logps.detach() * ~labels).sum(), (sums * labels).sum(),
