@@ -49,7 +49,7 @@ MARK = re.compile(r"^<!-- perf:report (?P<name>[a-z0-9_]+) -->$")
 RUN = re.compile(r"^\*\*Run:\*\* .+, \d{4}-\d{2}-\d{2}(, .+)?\. Command: `.+`\.$")
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PERF = ROOT / "docs" / "PERF.md"
-MAX_LINES = 450  # PERF.md's length: a report that would pass it calls for a shorter one
+MAX_LINES = 500  # PERF.md's length: a report that would pass it calls for a shorter one
 FENCE, INDENT = "```", "    "  # how a report's code blocks open (compact)
 
 # Each report PERF.md holds: its heading, the command that writes it ({out}: a directory of its

@@ -75,11 +75,11 @@ def test_bad_input_is_refused_by_name(tmp_path, capsys):
 
 
 def test_the_repositorys_perf_md_checks_and_stays_short():
-    """docs/PERF.md holds the method, the op tables and the reports, nothing else, in at most 450
+    """docs/PERF.md holds the method, the op tables and the reports, nothing else, in at most 500
     lines: older runs leave it (git keeps them) rather than pile up."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "PERF.md").read_text(encoding="utf-8")
     assert pr.check(text) == []
-    assert pr.MAX_LINES == 450
+    assert pr.MAX_LINES == 500
     assert len(text.splitlines()) <= pr.MAX_LINES
     names = [name for name, _ in pr.split(text)[1]]
     assert set(names) <= set(pr.REPORTS), "a block no REPORTS entry would rewrite"
