@@ -1,7 +1,7 @@
 """Cross-entropy on tessera's kernels, for torch tensors: the loss and its gradient in one pass over
 the logits (the backward only scales the saved gradient, and skips even that where the loss
 gradient is 1, as in training), against class indices or class probabilities, with torch's class
-weights, ignore_index and label smoothing."""
+weights, ignore_index and label smoothing; and the distillation divergence ``jsd`` the same way."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from . import _interop, _state, _vocab_parallel
 from ._surface import _FAST_INDEX
 
-__all__ = ["cross_entropy", "linear_cross_entropy"]
+__all__ = ["cross_entropy", "linear_cross_entropy", "jsd"]
 
 
 def _ops(torch):
@@ -276,3 +276,102 @@ def _token_scaled(torch, hidden, weight, target, bias, *, reduction, return_lse,
         loss = loss.sum() / divisor
     out = (loss,) + ((lse,) if return_lse else ()) + tuple(metrics)
     return out if len(out) > 1 else loss
+
+
+def divergence_rows(torch, s, t, beta: float, temperature: float = 1.0):
+    """Each row's divergence (beta 0: KL(teacher || student), 1: KL(student || teacher), else the
+    generalized JSD with mixture weight beta) between the logits ``s`` and ``t`` at
+    ``temperature``, in float32 by torch's functions (a teacher's padded vocabulary: the student's
+    extra logits 0). tessera::jsd's reference, and its path where the kernel does not run."""
+    import math
+    F = torch.nn.functional
+    if s.shape[-1] < t.shape[-1]:
+        s = F.pad(s, (0, t.shape[-1] - s.shape[-1]))
+    s = F.log_softmax(s.float() / temperature, dim=-1)
+    t = F.log_softmax(t.float() / temperature, dim=-1)
+    if beta == 0:
+        d = F.kl_div(s, t, reduction="none", log_target=True)
+    elif beta == 1:
+        d = F.kl_div(t, s, reduction="none", log_target=True)
+    else:
+        m = torch.logsumexp(torch.stack([s + math.log(1 - beta), t + math.log(beta)]), dim=0)
+        d = beta * F.kl_div(m, t, reduction="none", log_target=True) + (1 - beta) * F.kl_div(m, s, reduction="none",
+                                                                                            log_target=True)
+    return d.sum(-1)
+
+
+_jsd_function = None
+
+
+def jsd(student: Any, teacher: Any, target: Any = None, *, beta: float = 0.5, temperature: float = 1.0,
+        ignore_index: int = -100, reduction: str = "mean") -> Any:
+    """The divergence of a student's distribution from a teacher's over the last dimension (Liger's
+    LigerJSD): ``beta`` 0 the forward KL(teacher || student), 1 the reverse KL(student || teacher),
+    between them the generalized Jensen-Shannon divergence with mixture weight beta, of
+    ``softmax(student / temperature)`` and ``softmax(teacher / temperature)`` (logits, or
+    log-probabilities, which softmax leaves as they are). Rows whose ``target`` is
+    ``ignore_index`` add 0; 'mean' divides the sum by the rows not ignored (NaN where there are
+    none), 'sum', or 'none' (a float32 value per row). Differentiable in ``student`` (the teacher
+    takes no gradient); on CUDA ``tessera::jsd`` computes each row's value and gradient in one
+    kernel and the backward only scales the gradient; elsewhere torch's functions."""
+    torch = _interop.torch_if_tensor(student)
+    if torch is None:
+        raise TypeError(f"tessera.jsd: argument 'student': expected a torch tensor, got {type(student).__name__}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"tessera.jsd: argument 'reduction': expected 'mean', 'sum' or 'none', got {reduction!r}")
+    if not isinstance(teacher, torch.Tensor) or teacher.shape != student.shape:
+        raise ValueError(f"tessera.jsd: argument 'teacher': expected a tensor of student's shape "
+                         f"{tuple(student.shape)}, got {getattr(teacher, 'shape', type(teacher).__name__)}")
+    if not 0 <= beta <= 1:
+        raise ValueError(f"tessera.jsd: argument 'beta': expected a weight in [0, 1], got {beta}")
+    if not temperature > 0:
+        raise ValueError(f"tessera.jsd: argument 'temperature': expected > 0, got {temperature}")
+    rows_shape = student.shape[:-1]
+    if target is not None and tuple(target.shape) != tuple(rows_shape):
+        raise ValueError(f"tessera.jsd: argument 'target': expected shape {tuple(rows_shape)} (a class index or "
+                         f"ignore_index per row), got {tuple(target.shape)}")
+    s2 = student.reshape(-1, student.shape[-1])
+    t2 = teacher.detach().reshape(-1, student.shape[-1])
+    y = None if target is None else target.reshape(-1)
+    keep = None if y is None else y != ignore_index
+    if s2.is_cuda and _state.ops is not None and hasattr(_state.ops, "jsd"):
+        rows = _jsd_autograd(torch).apply(s2, t2.contiguous(), None if y is None else y.long().contiguous(),
+                                          float(beta), float(temperature), int(ignore_index))
+    else:
+        rows = divergence_rows(torch, s2, t2, beta, temperature)
+        if keep is not None:
+            rows = rows * keep
+    if reduction == "none":
+        return rows.view(rows_shape)
+    total = rows.sum()
+    if reduction == "sum":
+        return total
+    count = rows.new_tensor(rows.shape[0]) if keep is None else keep.sum()
+    return total / count
+
+
+def _jsd_autograd(torch):
+    """tessera::jsd under autograd: the forward keeps each row's gradient (for a row gradient of 1),
+    the backward scales it by the rows' gradients in place (one backward)."""
+    global _jsd_function
+    if _jsd_function is None:
+        class JSD(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, student, teacher, target, beta, temperature, ignore_index):
+                want = ctx.needs_input_grad[0]
+                loss, grad = _state.ops.jsd(student.contiguous(), teacher, target, beta=beta, temperature=temperature,
+                                            ignore_index=ignore_index, with_grad=want)
+                ctx.grad = grad
+                return loss
+
+            @staticmethod
+            def backward(ctx, g):
+                grad, ctx.grad = ctx.grad, None
+                if grad is None:
+                    raise RuntimeError("tessera.jsd: a second backward through one call (retain_graph): its gradient "
+                                       "is computed in the forward and scaled in place by the first; call it again")
+                _state.ops.cross_entropy.backward(g.float().contiguous(), grad, reduction="none")
+                return grad, None, None, None, None, None
+
+        _jsd_function = JSD
+    return _jsd_function

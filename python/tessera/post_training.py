@@ -376,27 +376,6 @@ def grpo_loss(_input, weight, selected_token_ids, attention_mask, advantages, bi
     return loss, metrics
 
 
-def _divergence_rows(torch, s, t, beta: float, temperature: float):
-    """Each row's divergence (beta 0: KL(teacher || student), 1: KL(student || teacher), else the
-    generalized JSD with mixture weight beta) between the logits ``s`` and ``t`` at
-    ``temperature``, in float32 by torch's functions (a teacher's padded vocabulary: the student's
-    extra logits 0)."""
-    F = torch.nn.functional
-    if s.shape[-1] < t.shape[-1]:
-        s = F.pad(s, (0, t.shape[-1] - s.shape[-1]))
-    s = F.log_softmax(s.float() / temperature, dim=-1)
-    t = F.log_softmax(t.float() / temperature, dim=-1)
-    if beta == 0:
-        d = F.kl_div(s, t, reduction="none", log_target=True)
-    elif beta == 1:
-        d = F.kl_div(t, s, reduction="none", log_target=True)
-    else:
-        m = torch.logsumexp(torch.stack([s + math.log(1 - beta), t + math.log(beta)]), dim=0)
-        d = beta * F.kl_div(m, t, reduction="none", log_target=True) + (1 - beta) * F.kl_div(m, s, reduction="none",
-                                                                                            log_target=True)
-    return d.sum(-1)
-
-
 def _distill_rows(torch, teacher_input, teacher_weight, teacher_bias, labels, weights, beta, temperature,
                   ignore_index, sums):
     """jsd_loss's row function: each kept row's ``weights[0]`` times its divergence plus
@@ -425,7 +404,7 @@ def _distill_rows(torch, teacher_input, teacher_weight, teacher_bias, labels, we
         else:
             with torch.enable_grad():
                 z = logits.detach().float().requires_grad_()
-                soft = _divergence_rows(torch, z, t, beta, temperature)
+                soft = _loss.divergence_rows(torch, z, t, beta, temperature)
                 hard = torch.nn.functional.cross_entropy(z, y, ignore_index=ignore_index, reduction="none")
                 grad, = torch.autograd.grad((soft_w * soft + hard_w * hard).sum(), z)
             logits.copy_(grad)
