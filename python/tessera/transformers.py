@@ -77,7 +77,7 @@ from transformers.cache_utils import DynamicCache
 
 import tessera
 
-from . import _interop, _transformers_attention, _transformers_experts
+from . import _interop, _transformers_attention, _transformers_experts, float8
 from ._transformers_families import ALIASES, FAMILIES, Family, modeling
 from ._transformers_loss import TesseraCausalLMOutputWithPast, _causal_lm_forward
 from .elementwise import gated as _gated, gated_backward_recompute as _gated_backward_recompute
@@ -368,17 +368,42 @@ def _mlp_forward(family: Family) -> Callable:
     return swiglu_forward if family.gate == "silu" else geglu_forward
 
 
+def _fp8_filter(model, recipe: str) -> Callable:
+    """The Linears fp8= converts: the language model's projections (attention, MLP, a shared
+    expert's), not the output head (it stays under the fused loss), a router, or a vision tower."""
+    head = model.get_output_embeddings()
+
+    def keep(linear, fqn: str) -> bool:
+        leaf = fqn.rsplit(".", 1)[-1]
+        return (linear is not head and leaf not in ("gate", "router", "shared_expert_gate", "lm_head")
+                and not any(part in fqn for part in ("vision", "visual", "projector"))
+                and float8._misfit(linear, recipe) is None)
+    return keep
+
+
+def _check_fp8(fp8) -> None:
+    if fp8 is not None and fp8 not in float8.RECIPES:
+        raise ValueError(f"tessera.transformers: argument 'fp8': expected None or one of {float8.RECIPES}, got {fp8!r}")
+
+
 def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: bool = True,
            cross_entropy: bool = False, fused_linear_cross_entropy: bool = True, attention: bool = True,
-           experts: bool = True, model=None) -> None:
+           experts: bool = True, fp8: str | None = None, model=None) -> None:
     if cross_entropy and fused_linear_cross_entropy:
         raise ValueError("tessera.transformers: cross_entropy and fused_linear_cross_entropy are two ways "
                          "to the same loss: ask for one")
+    _check_fp8(fp8)
+    if fp8 is not None and model is None:
+        raise ValueError("tessera.transformers: argument 'fp8': it converts a model's Linear layers, so it needs "
+                         "the model (apply_tessera(model, fp8=...), model=..., or AutoTesseraForCausalLM)")
+    if fp8 is not None:  # the dense MLP stays the model's, its projections Float8Linear (tessera.mlp is bf16's)
+        mlp = False
     module = modeling(family)
     if family.language:
         return _apply_around(family, module, rope=rope, rms_norm=rms_norm, mlp=mlp, cross_entropy=cross_entropy,
                              fused_linear_cross_entropy=fused_linear_cross_entropy, attention=attention,
-                             experts=experts, model=model)
+                             experts=experts, fp8=fp8, model=model)
+    _with_fp8(model, fp8)
     rope, mlp, attention = rope and family.rotary, mlp and family.dense_mlp, attention and family.attention
     if rope:
         _set(module, "apply_rotary_pos_emb",
@@ -419,7 +444,7 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
 
 
 def _apply_around(family: Family, module, *, cross_entropy: bool, fused_linear_cross_entropy: bool, model,
-                  **text) -> None:
+                  fp8: str | None = None, **text) -> None:
     """A vision-language model around another row's language model: its loss here (by class or
     instance); an instance's language model as the row of its text config's model type."""
     lm_cls = getattr(module, family.name("ForCausalLM"))
@@ -432,7 +457,7 @@ def _apply_around(family: Family, module, *, cross_entropy: bool, fused_linear_c
                 _set(m, "forward", types.MethodType(fn, m))
     if model is not None:
         _apply(_family_of(model.config.get_text_config().model_type), cross_entropy=False,
-               fused_linear_cross_entropy=False, model=model, **text)
+               fused_linear_cross_entropy=False, fp8=fp8, model=model, **text)
 
 
 def _apply_function(family: Family) -> Callable:
@@ -440,22 +465,25 @@ def _apply_function(family: Family) -> Callable:
     extra = family.keywords
 
     def apply(rope: bool = True, rms_norm: bool = True, cross_entropy: bool = False,
-              fused_linear_cross_entropy: bool = True, attention: bool = True, model=None, **kwargs) -> None:
+              fused_linear_cross_entropy: bool = True, attention: bool = True, fp8: str | None = None, model=None,
+              **kwargs) -> None:
         unknown = set(kwargs) - extra
         if unknown:
             raise TypeError(f"apply_tessera_to_{family.model_type}() got unexpected keyword argument(s) "
                             f"{', '.join(sorted(unknown))} (it takes rope, rms_norm, {', '.join(sorted(extra))}, "
-                            "cross_entropy, fused_linear_cross_entropy, attention, model)")
+                            "cross_entropy, fused_linear_cross_entropy, attention, fp8, model)")
         mlp = all(kwargs.get(k, True) for k in extra - {"experts"})
         _apply(family, rope=rope, rms_norm=rms_norm, mlp=mlp, cross_entropy=cross_entropy,
                fused_linear_cross_entropy=fused_linear_cross_entropy, attention=attention,
-               experts=kwargs.get("experts", True), model=model)
+               experts=kwargs.get("experts", True), fp8=fp8, model=model)
 
     apply.__name__ = apply.__qualname__ = f"apply_tessera_to_{family.model_type}"
     apply.__doc__ = (f"Puts {family.prefix} models on tessera's kernels: rope, rms_norm, {mlp_kw}, the loss "
                      "(fused_linear_cross_entropy, or cross_entropy) and attention (attn_implementation "
-                     "'tessera'; False keeps the model's); model=None patches the classes before "
-                     "a model is built, model=... an existing one in place (see tessera.transformers).")
+                     "'tessera'; False keeps the model's); fp8='rowwise', 'blockwise' or 'tensorwise' also "
+                     "converts the model's Linear layers (not its output head) to tessera.float8's "
+                     "Float8Linear; model=None patches the classes before a model is built, model=... an "
+                     "existing one in place (see tessera.transformers).")
     if family.language:
         apply.__doc__ = (f"Puts {family.prefix} models' loss on tessera (fused_linear_cross_entropy, or "
                          "cross_entropy); with model=..., also its language model as the row of its text "
@@ -465,7 +493,7 @@ def _apply_function(family: Family) -> Callable:
     params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in
               (("rope", True), ("rms_norm", True), *((k, True) for k in ("swiglu", "geglu", "experts") if k in extra),
                ("cross_entropy", False), ("fused_linear_cross_entropy", True), ("attention", True),
-               ("model", None))]
+               ("fp8", None), ("model", None))]
     apply.__signature__ = inspect.Signature(params)
     return apply
 
@@ -496,26 +524,38 @@ def apply_tessera(model, **kwargs) -> None:
     globals()[f"apply_tessera_to_{family.model_type}"](model=model, **taken)
 
 
-def _apply_for_config(config, kwargs: dict) -> dict:
-    """Pops tessera's keywords from from_pretrained's / from_config's and patches the family."""
+def _apply_for_config(config, kwargs: dict) -> tuple:
+    """Pops tessera's keywords from from_pretrained's / from_config's and patches the family's
+    classes; returns (the other keywords, the fp8 recipe for the model once built)."""
     names = {"rope", "rms_norm", "swiglu", "geglu", "experts", "cross_entropy", "fused_linear_cross_entropy",
              "attention"}
     ours = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+    fp8 = kwargs.pop("fp8", None)
+    _check_fp8(fp8)
     family = _family_of(config.model_type)
     other = {"swiglu", "geglu", "experts"} - family.keywords
     ours = {k: v for k, v in ours.items() if k not in other}
+    if fp8 is not None:  # the MLP stays the model's: its projections become Float8Linear
+        ours.update({k: False for k in {"swiglu", "geglu"} & family.keywords})
     globals()[f"apply_tessera_to_{family.model_type}"](**ours)
-    return kwargs
+    return kwargs, fp8
+
+
+def _with_fp8(model, fp8):
+    if fp8 is not None:
+        float8.convert_to_float8_training(model, recipe=fp8, module_filter_fn=_fp8_filter(model, fp8))
+    return model
 
 
 class AutoTesseraForCausalLM(transformers.AutoModelForCausalLM):
     """AutoModelForCausalLM whose from_pretrained and from_config patch the model's family first
-    (tessera's keywords, apply_tessera_to_<family>'s, go with the others)."""
+    (tessera's keywords, apply_tessera_to_<family>'s, go with the others; fp8= converts the built
+    model's Linear layers)."""
 
     @classmethod
     def from_config(cls, config, **kwargs):
-        kwargs = _apply_for_config(config, kwargs)
-        return super().from_config(config, **kwargs)
+        kwargs, fp8 = _apply_for_config(config, kwargs)
+        return _with_fp8(super().from_config(config, **kwargs), fp8)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
@@ -523,6 +563,6 @@ class AutoTesseraForCausalLM(transformers.AutoModelForCausalLM):
         if config is None or isinstance(config, (str, bytes)):
             config = transformers.AutoConfig.from_pretrained(pretrained_model_name_or_path,
                                                              trust_remote_code=kwargs.get("trust_remote_code", False))
-        kwargs = _apply_for_config(config, kwargs)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        kwargs, fp8 = _apply_for_config(config, kwargs)
+        return _with_fp8(super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs), fp8)
 
