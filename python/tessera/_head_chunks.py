@@ -125,44 +125,38 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
                 else:
                     dw += (logits.t() @ xc) * scale
             if db is not None:
-                db += logits.float().sum(0) * scale
+                db += logits.sum(0, dtype=torch.float32) * scale
     if total is not None:
         with torch.no_grad():
             value = total().float()
-    return _Saved.apply(value, hidden, weight, bias, dx, dw, None if db is None else db.to(bias.dtype))
+    return _saved().apply(value, hidden, weight, bias, dx, dw, None if db is None else db.to(bias.dtype))
 
 
 _saved_cls = None
 
 
-class _SavedProxy:
-    """torch.autograd.Function made at first use (tessera imports torch only when given tensors)."""
+def _saved():
+    """The autograd Function that hands out the forward's gradients (made at first use: tessera
+    imports torch only when given tensors)."""
+    global _saved_cls
+    if _saved_cls is None:
+        import torch
 
-    @staticmethod
-    def apply(*args):
-        global _saved_cls
-        if _saved_cls is None:
-            import torch
+        class Saved(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, total, hidden, weight, bias, dx, dw, db):
+                ctx.grads = (dx, dw, db)
+                return total.clone()
 
-            class Saved(torch.autograd.Function):
-                @staticmethod
-                def forward(ctx, total, hidden, weight, bias, dx, dw, db):
-                    ctx.grads = (dx, dw, db)
-                    return total.clone()
+            @staticmethod
+            def backward(ctx, g):  # in place: the forward's gradients are used once
+                if ctx.grads is None:
+                    raise RuntimeError("tessera.post_training: a second backward through the loss (retain_graph): "
+                                       "its gradients are computed in the forward and scaled in place by the "
+                                       "first; compute the loss again instead")
+                out = [None if d is None else d.mul_(g.to(d.dtype)) for d in ctx.grads]
+                ctx.grads = None
+                return (None, *out, None, None, None)
 
-                @staticmethod
-                def backward(ctx, g):  # in place: the forward's gradients are used once
-                    if ctx.grads is None:
-                        raise RuntimeError("tessera.post_training: a second backward through the loss (retain_graph): "
-                                           "its gradients are computed in the forward and scaled in place by the "
-                                           "first; compute the loss again instead")
-                    out = [None if d is None else d.mul_(g.to(d.dtype)) for d in ctx.grads]
-                    ctx.grads = None
-                    return (None, *out, None, None, None)
-
-            _saved_cls = Saved
-        return _saved_cls.apply(*args)
-
-
-_Saved = _SavedProxy
-
+        _saved_cls = Saved
+    return _saved_cls
