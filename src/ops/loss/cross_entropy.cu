@@ -127,9 +127,9 @@ void with_dtype(DType dtype, F&& f) {
 }
 
 // ---- host: the tiers (runtime/tier.hpp) ---------------------------------------------------------
-// One kernel, three ways of reading a row: 16-byte vectors of whole rows, 16-byte vectors between
-// a scalar head and tail (rows at any alignment), or element by element.
-enum class Access { scalar, vectors, split };
+// One kernel, three ways of reading a row (loss::Access).
+using loss::Access;
+using loss::RowsPlan;
 
 // One call as the tiers see it: the kernel arguments and the layout facts they choose by.
 struct Call {
@@ -140,19 +140,9 @@ struct Call {
   bool vectorizable;    // every row of logits (grad, probabilities) 16-byte aligned, V a multiple of the vector
 };
 
-struct RowsPlan {
-  int threads = 0, vw = 1;
-  unsigned grid = 0;
-  std::string describe() const {
-    return std::to_string(grid) + " persistent CTAs of " + std::to_string(threads) + " threads, " +
-           std::to_string(vw) + " elements a load";
-  }
-};
-
-// A 1024-thread CTA per SM for long rows: the rows in flight at once (one per SM, 256 KB each at
-// V = 128k in bf16) fit in L2, so pass 2 finds its row there. A row that fewer threads cover in
-// one step of kUnroll loads each takes that many (128 at least), with 1024 / threads CTAs per SM,
-// so an SM keeps as many rows in flight rather than one mostly idle CTA.
+// A 1024-thread CTA per SM for long rows (loss::rows_plan, kUnroll loads in flight): the rows in
+// flight at once (one per SM, 256 KB each at V = 128k in bf16) fit in L2, so pass 2 finds its row
+// there.
 template <Access A>
 struct RowTier {
   static constexpr const char* kName = A == Access::vectors ? "vectors" : A == Access::split ? "split" : "scalar";
@@ -168,14 +158,8 @@ struct RowTier {
     else return true;
   }
   static RowsPlan plan(const Call& c, const cudaDeviceProp& prop) {
-    RowsPlan p;
-    p.vw = A == Access::scalar ? 1 : 16 / int(dtype_size(c.dtype));
-    p.threads = 128;
-    const int unroll = c.classes ? ce::kUnrollOf<Mode::classes> : kUnroll;
-    while (p.threads < kThreads && int64_t(p.threads) * unroll * p.vw < c.a.classes) p.threads *= 2;
-    const int64_t sms = prop.multiProcessorCount;
-    p.grid = runtime::grid_cap(std::min<int64_t>(c.a.rows, sms * (kThreads / p.threads)));
-    return p;
+    return loss::rows_plan(c.a.rows, c.a.classes, A == Access::scalar ? 1 : 16 / int(dtype_size(c.dtype)),
+                           c.classes ? ce::kUnrollOf<Mode::classes> : kUnroll, kThreads, prop.multiProcessorCount);
   }
   static void launch(const Call& c, const RowsPlan& p, cudaStream_t stream) {
     with_dtype(c.dtype, [&](auto t) {

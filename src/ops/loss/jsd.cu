@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "ops/loss/cross_entropy.cuh"
+#include "ops/loss/reduce.hpp"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/tier.hpp"
@@ -255,9 +256,9 @@ __global__ void __launch_bounds__(kThreads, 1) jsd_kernel(JsdArgs a) {
 }
 
 // ---- host: the tiers (runtime/tier.hpp) ---------------------------------------------------------
-// cross_entropy's three ways of reading a row: 16-byte vectors of whole rows, 16-byte vectors
-// between a scalar head and tail (rows at any alignment), or element by element.
-enum class Access { scalar, vectors, split };
+// cross_entropy's three ways of reading a row (loss::Access).
+using loss::Access;
+using loss::RowsPlan;
 
 struct Call {
   JsdArgs a;
@@ -265,15 +266,6 @@ struct Call {
   Kind kind;
   bool same_alignment;  // the teacher's and gradient's rows lie as the student's do against 16-byte boundaries
   bool vectorizable;    // every row 16-byte aligned, V a multiple of the vector
-};
-
-struct RowsPlan {
-  int threads = 0, vw = 1;
-  unsigned grid = 0;
-  std::string describe() const {
-    return std::to_string(grid) + " persistent CTAs of " + std::to_string(threads) + " threads, " +
-           std::to_string(vw) + " elements a load";
-  }
 };
 
 template <class T, int VW, bool kSplit>
@@ -285,10 +277,8 @@ void launch_kind(const Call& c, const RowsPlan& p, cudaStream_t stream) {
   }
 }
 
-// A CTA per row: 1024 threads for long rows, one per SM; a row that fewer threads cover in one
-// step of kPairs loads each takes that many (128 at least), 1024 / threads CTAs per SM. The CTA's
-// size is a launch argument (one kernel per dtype, access and kind: the three passes and kinds
-// already make 27).
+// A CTA per row (loss::rows_plan, kPairs loads of each row in flight). The CTA's size is a launch
+// argument (one kernel per dtype, access and kind: the three passes and kinds already make 27).
 template <Access A>
 struct RowTier {
   static constexpr const char* kName = A == Access::vectors ? "vectors" : A == Access::split ? "split" : "scalar";
@@ -303,13 +293,8 @@ struct RowTier {
     else return true;
   }
   static RowsPlan plan(const Call& c, const cudaDeviceProp& prop) {
-    RowsPlan p;
-    p.vw = A == Access::scalar ? 1 : 16 / int(dtype_size(c.dtype));
-    p.threads = 128;
-    while (p.threads < kThreads && int64_t(p.threads) * kPairs * p.vw < c.a.classes) p.threads *= 2;
-    const int64_t sms = prop.multiProcessorCount;
-    p.grid = runtime::grid_cap(std::min<int64_t>(c.a.rows, sms * (kThreads / p.threads)));
-    return p;
+    return loss::rows_plan(c.a.rows, c.a.classes, A == Access::scalar ? 1 : 16 / int(dtype_size(c.dtype)), kPairs,
+                           kThreads, prop.multiProcessorCount);
   }
   static void launch(const Call& c, const RowsPlan& p, cudaStream_t stream) {
     const auto run = [&](auto t) {
