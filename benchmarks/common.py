@@ -69,6 +69,18 @@ def timer_name() -> str:
     return "triton.testing.do_bench" if _triton_do_bench is not None else "tessera.bench.do_bench"
 
 
+def peak_gib(call) -> float:
+    """The peak of the memory torch's allocator holds over one call of ``call``, above what it held
+    before (what the call returns included), GiB."""
+    import torch
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    call()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2 ** 30
+
+
 def interleaved_ms(calls: dict, rounds: int) -> dict:
     """{provider: median bench_ms over `rounds` rounds}, the providers timed in turn within each
     round: GPU clocks drift between rounds more than within one."""

@@ -24,7 +24,7 @@ import statistics
 import torch
 
 import tessera
-from common import bench_ms, write_results
+from common import bench_ms, peak_gib, write_results
 from tessera.loss import divergence_rows
 
 COPY_GBPS = 4226.0
@@ -81,14 +81,8 @@ def main():
             for name, call in calls.items():
                 times[name].append(bench_ms(call))
         for name, call in calls.items():
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            call()
-            torch.cuda.synchronize()
-            peak = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
             ms = statistics.median(times[name])
-            rows.append({"beta": beta, "provider": name, "ms": ms, "peak_gib": peak,
+            rows.append({"beta": beta, "provider": name, "ms": ms, "peak_gib": peak_gib(call),
                          "floor_fraction": floor_us / (ms * 1e3)})
         t = {r["provider"]: r for r in rows if r["beta"] == beta}
         best = min((r["ms"], p) for p, r in t.items() if p != "tessera")

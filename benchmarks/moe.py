@@ -24,7 +24,7 @@ import importlib
 import torch
 
 import tessera
-from common import bench_ms, timer_name, write_results
+from common import bench_ms, peak_gib, timer_name, write_results
 from grouped_mm import FAMILIES
 from llama_report import kernel_lines, profile_step
 
@@ -142,12 +142,7 @@ def measure(family, skew, tokens, runs, rounds, notes, kernels=0):
             want = out
         steps[run] = (step, out)
         r = rows[run] = {"ms": [], "check": ""}
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        r["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
+        r["peak_gib"] = peak_gib(step)
         r["gpu_ms"], lines = gpu_ms(step, kernels)
         print(f"{name} {run}: GPU {r['gpu_ms']:.3f} ms, peak {r['peak_gib']:.2f} GiB", *lines, sep="\n", flush=True)
     for run, (step, out) in steps.items():

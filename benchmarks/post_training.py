@@ -20,7 +20,7 @@ import argparse
 import torch
 
 import tessera.post_training as tp
-from common import bench_ms, timer_name, write_results
+from common import bench_ms, peak_gib, timer_name, write_results
 from llama_report import kernel_lines, profile_step
 
 # loss -> (tessera's module and Liger's class name, the constructor's keywords)
@@ -103,12 +103,7 @@ def measure(loss, args, notes):
         rows[run] = {"ms": [], "value": value.float().item()}
         want = rows[run]["value"] if run == "liger" else want
     for run, step in steps.items():
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        rows[run]["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
+        rows[run]["peak_gib"] = peak_gib(step)
         kernels = profile_step(step)
         rows[run]["gpu_ms"] = sum(ms for _, ms, _ in kernels)
         if args.kernels:
