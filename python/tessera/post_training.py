@@ -201,8 +201,9 @@ def _preference(kind: str, weight, hidden, target, bias, ref_input, ref_weight, 
 
     value, (chosen, rejected, nll, cr, rr, extra), _ = _sequence_loss(
         torch, hidden, weight, bias, target, formula, ignore_index=ignore, paired=True)
+    nll = nll.detach() if o["compute_nll_loss"] else torch.zeros_like(nll)  # Liger's: 0 where not computed
     aux = (chosen.detach(), rejected.detach(), _logits_mean(torch, hidden, weight, bias, hidden[:n]),
-           _logits_mean(torch, hidden, weight, bias, hidden[n:]), nll.detach(), cr.detach(), rr.detach(), *extra)
+           _logits_mean(torch, hidden, weight, bias, hidden[n:]), nll, cr.detach(), rr.detach(), *extra)
     return value, aux
 
 
