@@ -102,6 +102,18 @@ def _sequence_loss(torch, hidden, weight, bias, target, formula, *, ignore_index
     return loss, aux, final.view(b, s)
 
 
+def _chosen_nll(torch, hidden, weight, bias, target, ignore_index: int):
+    """The token-mean cross-entropy of hidden [n, S, H]'s rows against target [n, S], differentiable:
+    linear_cross_entropy on CUDA, torch's functions elsewhere."""
+    h, t = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
+    if h.is_cuda:
+        total = _loss.linear_cross_entropy(h, weight, t, bias, ignore_index=ignore_index, reduction="sum")
+    else:
+        total = torch.nn.functional.cross_entropy(torch.nn.functional.linear(h, weight, bias).float(), t,
+                                                  ignore_index=ignore_index, reduction="sum")
+    return total / (t != ignore_index).sum().clamp(min=1)
+
+
 def _reference_tokens(torch, hidden, weight, bias, target, keep, ignore_index: int, temperature: float = 1.0):
     """The reference model's token log-probabilities [B, S] (0 where not kept), without gradients,
     its logits computed for the kept rows only."""
@@ -195,12 +207,16 @@ def _preference(kind: str, weight, hidden, target, bias, ref_input, ref_weight, 
             pair, cr, rr = (-_log_sigmoid(torch, d) * (1 - ls) - _log_sigmoid(torch, -d) * ls, beta * chosen,
                             beta * rejected)
         value = pair.sum() / n
-        if o["compute_nll_loss"]:
+        if o["compute_nll_loss"] and not separate:
             value = value + o["alpha"] * nll
         return value, (chosen, rejected, nll, cr, rr, extra)
 
+    separate = o.get("nll_target") is not None  # the chosen NLL against other targets: its own pass
     value, (chosen, rejected, nll, cr, rr, extra), _ = _sequence_loss(
         torch, hidden, weight, bias, target, formula, ignore_index=ignore, paired=True)
+    if separate and o["compute_nll_loss"]:
+        nll = _chosen_nll(torch, hidden[:n], weight, bias, o["nll_target"].reshape(hidden.shape[:2])[:n], ignore)
+        value = value + o["alpha"] * nll
     nll = nll.detach() if o["compute_nll_loss"] else torch.zeros_like(nll)  # Liger's: 0 where not computed
     aux = (chosen.detach(), rejected.detach(), _logits_mean(torch, hidden, weight, bias, hidden[:n]),
            _logits_mean(torch, hidden, weight, bias, hidden[n:]), nll, cr.detach(), rr.detach(), *extra)
@@ -221,11 +237,13 @@ def dpo_loss(weight, hidden, target, bias=None, ref_input=None, ref_weight=None,
 
 
 def orpo_loss(weight, hidden, target, bias=None, *, ignore_index: int = -100, beta: float = 0.1,
-              compute_nll_loss: bool = True):
+              compute_nll_loss: bool = True, nll_target=None):
     """ORPO (Hong et al.): -beta log sigmoid(log odds(chosen) - log odds(rejected)) of the sequences'
-    mean token log-probabilities, plus the chosen NLL; (loss, aux) as the module describes."""
+    mean token log-probabilities, plus the chosen NLL (against ``nll_target`` [2B, S], the chosen
+    half read, where given: its own pass over the chosen rows); (loss, aux) as the module describes."""
     return _preference("orpo", weight, hidden, target, bias, None, None, None, dict(
-        ignore_index=ignore_index, beta=beta, alpha=1.0, compute_nll_loss=compute_nll_loss, average_log_prob=True))
+        ignore_index=ignore_index, beta=beta, alpha=1.0, compute_nll_loss=compute_nll_loss, average_log_prob=True,
+        nll_target=nll_target))
 
 
 def cpo_loss(weight, hidden, target, bias=None, *, ignore_index: int = -100, beta: float = 0.1, alpha: float = 1.0,
@@ -476,6 +494,8 @@ _MODULES = {
         max_completion_length=None, importance_sampling_level="token", temperature=1.0, delta=None)),
 }
 _built: dict = {}
+# Liger's modules' forward keywords, where tessera's functions name them otherwise
+_LIGER_NAMES = {"lin_weight": "weight", "_input": "hidden"}
 
 
 def __getattr__(name: str):
@@ -488,7 +508,10 @@ def __getattr__(name: str):
 
 
 def _module_class(name: str, function, liger: str, defaults: dict):
+    import inspect
+
     import torch
+    params = inspect.signature(function).parameters
 
     class Loss(torch.nn.Module):
         def __init__(self, **kwargs):
@@ -502,6 +525,7 @@ def _module_class(name: str, function, liger: str, defaults: dict):
                 _check("dpo", self.options)
 
         def forward(self, *args, **kwargs):  # Liger's positional order (GRPO's: _input, lin_weight, ...)
+            kwargs = {_LIGER_NAMES.get(k, k) if k not in params else k: v for k, v in kwargs.items()}
             return function(*args, **kwargs, **self.options)
 
     Loss.__name__ = Loss.__qualname__ = name

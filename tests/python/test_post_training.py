@@ -289,3 +289,36 @@ def test_chunks_hold_whole_units_within_the_budget():
     assert _head_chunks.plan_chunks(counts, [[0], [1], [2], [3]], row_bytes=1, budget=5) == [[0, 1], [2], [3]]
     assert _head_chunks.plan_chunks(counts, [[0, 2], [1, 3]], row_bytes=1, budget=4) == [[0, 2], [1, 3]]
     assert _head_chunks.plan_chunks(counts, [[0, 2], [1, 3]], row_bytes=1, budget=100) == [[0, 2, 1, 3]]
+
+
+@pytest.mark.parametrize("device,dtype", DEVICES)
+def test_orpo_nll_against_its_own_targets(device, dtype):
+    """ORPO's nll_target (Liger's): the chosen NLL against other targets than the log-odds'."""
+    hidden, weight, bias, target, _ = data(device, dtype)
+    nll_target = torch.randint(0, V, target.shape, generator=torch.Generator().manual_seed(7)).to(device)
+    nll_target[:, :3] = -100
+    h = hidden.clone().requires_grad_()
+    loss, aux = tessera.orpo_loss(weight, h, target, bias, nll_target=nll_target)
+    loss.backward()
+    h64 = hidden.double().requires_grad_()
+    n = hidden.shape[0] // 2
+    plain = reference("orpo", h64, weight.double(), bias.double(), target, None, {})
+    logits = h64[:n] @ weight.double().t() + bias.double()
+    nll = F.cross_entropy(logits.reshape(-1, V), nll_target[:n].reshape(-1), ignore_index=-100)
+    want = plain[0] - plain[4] + nll  # the log-odds term with the NLL against nll_target
+    want.backward()
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(loss.double(), want.detach(), **tol)
+    torch.testing.assert_close(h.grad.double(), h64.grad, **tol)
+    torch.testing.assert_close(aux[4].double(), nll.detach(), **tol)
+
+
+def test_modules_take_ligers_keyword_names():
+    """Liger's modules' forward keywords (lin_weight, _input) reach tessera's functions."""
+    hidden, weight, bias, target, ref = data("cpu", torch.float32)
+    labels = torch.tensor([True, False, True, True, False, False])
+    got = tp.FusedLinearKTOLoss(beta=0.2)(_input=hidden, lin_weight=weight, target=target, preference_labels=labels)
+    want = tessera.kto_loss(hidden, weight, target, preference_labels=labels, beta=0.2)
+    torch.testing.assert_close(got[0], want[0])
+    got = tp.FusedLinearCPOLoss()(lin_weight=weight, _input=hidden, target=target)
+    torch.testing.assert_close(got[0], tessera.cpo_loss(weight, hidden, target)[0])
