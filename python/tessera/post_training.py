@@ -1,10 +1,11 @@
 """Post-training losses (DPO and its variants, ORPO, CPO, SimPO, KTO; GRPO; distillation by JSD or
-either KL) on a language model's
-output projection, without the logits: every sequence's log-probability comes from
-``tessera.linear_cross_entropy(..., reduction="none")`` (each token's -log p of its target, the
-chunks sized by memory, the (N, V) logits never formed), and the loss is a formula of those.
+either KL) on a language model's output projection, without the whole logits: each chunk of
+whole sequences (or preference pairs) gives its tokens' log-probabilities from one GEMM and a
+row-wise kernel, the loss is a formula of those, and the gradients are computed in the forward
+(tessera/_head_chunks.py: three GEMMs for a scored token, none for a prompt or padding token; one
+backward).
 
-    loss, aux = tessera.dpo_loss(lm_head.weight, hidden, target, ref_hidden=ref, ref_weight=w0, beta=0.1)
+    loss, aux = tessera.dpo_loss(lm_head.weight, hidden, target, ref_input=ref, ref_weight=w0, beta=0.1)
     loss_fn = tessera.post_training.FusedLinearDPOLoss(beta=0.1)  # Liger-Kernel's module signature
     loss, aux = loss_fn(lm_head.weight, hidden, target, ref_input=ref, ref_weight=w0)
 
@@ -12,14 +13,14 @@ chunks sized by memory, the (N, V) logits never formed), and the loss is a formu
 [2B, S] their next tokens (``ignore_index`` where not scored: the prompt, the padding). Each
 sequence's log-probability is the sum of its scored tokens' (``average_log_prob``: their mean).
 ``aux`` is Liger's: (chosen_logps [B], rejected_logps [B], chosen_logits_mean,
-rejected_logits_mean, nll_loss, then the loss's own: the chosen and rejected rewards; ORPO's
-log-odds ratio and chosen log-odds), detached. The logits' means are exact and cheap: a row's
-logits sum to ``hidden . weight.sum(0) + bias.sum()``. The reference model's log-probabilities
-(``ref_input``, ``ref_weight``) are computed without gradients. With ``compute_nll_loss`` the loss
-adds ``alpha`` times the chosen sequences' token-mean NLL. ``chunk_size`` and ``compiled`` are
-taken for Liger's signature and not needed (the rows' chunks are linear_cross_entropy's).
+rejected_logits_mean, nll_loss (0 where not computed), then the loss's own: the chosen and
+rejected rewards; ORPO's log-odds ratio and chosen log-odds), detached. The logits' means are
+exact and cheap: a row's logits sum to ``hidden . weight.sum(0) + bias.sum()``. The reference
+model's log-probabilities (``ref_input``, ``ref_weight``) are computed without gradients, for the
+scored tokens only. With ``compute_nll_loss`` the loss adds ``alpha`` times the chosen sequences'
+token-mean NLL. ``chunk_size`` and ``compiled`` are taken for Liger's signature and not needed
+(the chunks are sized by memory).
 """
-
 from __future__ import annotations
 
 import math
