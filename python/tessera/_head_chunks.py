@@ -116,7 +116,8 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
                 else:
                     g = torch.autograd.grad(part, leaf, allow_unused=True)[0] if part.requires_grad else None
                     scale_rows(torch, logits, torch.zeros_like(leaf) if g is None else g)
-            value += part.detach()
+            if total is None:
+                value += part.detach()
             if dx is not None:
                 dx[index] = matrix.matmul(logits, w, alpha=scale) if x.is_cuda else (logits @ w) * scale
             if dw is not None:

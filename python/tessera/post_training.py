@@ -94,13 +94,17 @@ def _sequence_loss(torch, hidden, weight, bias, target, formula, *, ignore_index
     def value_fn(values, i):
         final[rows[i]] = -values.detach()
         return formula(base.index_put((rows[i],), -values).view(b, s))[0]
+    aux = []
+
+    def total():  # the whole batch's value and auxiliaries, once, from every chunk's values
+        value, extra = formula(final.view(b, s))
+        aux.append(extra)
+        return value
     target = torch.where(keep, target, ignore_index).reshape(-1)  # a masked row's id is not read
     loss = _head_chunks.fused_head_loss(torch, hidden.reshape(b * s, h), weight, bias, rows,
                                         _head_chunks.ce_rows(torch, target, ignore_index), value_fn,
-                                        scale=1.0 / temperature, total=lambda: formula(final.view(b, s))[0])
-    with torch.no_grad():
-        aux = formula(final.view(b, s))[1]
-    return loss, aux, final.view(b, s)
+                                        scale=1.0 / temperature, total=total)
+    return loss, aux[0], final.view(b, s)
 
 
 def _chosen_nll(torch, hidden, weight, bias, target, ignore_index: int):
