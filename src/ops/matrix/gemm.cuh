@@ -416,9 +416,10 @@ void run_gemm(const char* op, const GemmArgs& g, const GemmCtx& ctx, cudaStream_
 // A grouped call's units (grouped_mm.cu), for kernels that walk output tiles of `tile_m` rows by
 // `tile_n` columns group by group: into `prefix` (groups + 1 ints) the tiles before each group
 // (prefix[groups]: all), into `ends` (groups ints) the groups' clamped ends (GemmArgs::offs); and
-// C's rows past the last end zeroed. Grouped over K: the ends clamped to K alone. Stream-ordered,
-// no synchronization.
-void grouped_prepare(const GemmArgs& g, int tile_m, int tile_n, int* prefix, int* ends, cudaStream_t stream);
+// C's rows past the last end zeroed; `next`, where given, zeroed (a kernel's counter of units dealt).
+// Grouped over K: the ends clamped to K alone. Stream-ordered, no synchronization.
+void grouped_prepare(const GemmArgs& g, int tile_m, int tile_n, int* prefix, int* ends, cudaStream_t stream,
+                     int* next = nullptr);
 
 // The SIMT tier's generic kernel's output tiles (kSimtTile square), and its launch over `grid`
 // (gemm_simt_generic.cu).

@@ -67,6 +67,11 @@ constexpr int kEpiCols = 32, kEpiStride = kEpiCols + 8;
 // Grouped calls (GemmArgs::offs) of at most this many groups: their units' prefix sums are held in
 // shared memory, which the stages leave about 2 KB of.
 constexpr int kMaxGroups = 256;
+// Grouped calls deal their units from a counter (Work::next), not by a fixed stride: a tile that
+// ends mid-group stores through drain, slower than a TMA store, so fixed strides let the CTAs
+// drift apart and a group's M tiles at one N tile (which read the same B tile) stop meeting in
+// L2. The producer takes each unit and hands it to the consumers through a ring of this many slots.
+constexpr int kDealSlots = 8;
 
 // How the consumers share the work; both walk the CTA's tiles (kBM x BN) in the same order.
 //   cooperative  both consumers on each tile, rows 0-63 and 64-127 (64 x 256 accumulators each)
@@ -103,6 +108,9 @@ struct alignas(1024) Smem {
   uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
   uint64_t old[kConsumers][4];  // beta: a warp's rows of the old output have landed in staging
   int prefix[kMaxGroups + 1];   // grouped: Work::prefix
+  int deal[kDealSlots];         // grouped: the units the producer dealt (deal_unit)
+  uint64_t deal_full[kDealSlots];
+  uint64_t deal_empty[kDealSlots];  // every consumer thread that reads the slot arrives
 };
 
 // The maps of the epilogue's TMA copies, side by side so that one pointer reaches them all: the
@@ -139,6 +147,7 @@ struct Work {
   int groups = 0;
   const int* prefix = nullptr;
   const int* ends = nullptr;
+  int* next = nullptr;  // grouped: the units dealt so far past the first wave (zeroed by grouped_prepare)
   // Grouped over K (GemmArgs::offs_over_k): tile order's batch b is group b, whose K range
   // [ends[b - 1], ends[b]) gives the unit's K blocks (of `block_k`); the blocks it shares with a
   // neighbour are masked in shared memory (mask_stage).
@@ -231,6 +240,30 @@ __device__ __forceinline__ uint64_t operand_desc(const T* tile, int row0, int k)
   else return tile::wgmma::mnmajor_sw128(tile + row0 * kBK<T>, 64 * kBK<T> * sizeof(T)) + 128 * k;
 }
 
+// The CTA's unit j: the fixed stride's, or (grouped) the next from the counter, published in slot
+// j of the deal ring for the consumers (dealt_unit). The producer's thread alone calls it.
+template <class T, class S>
+__device__ __forceinline__ int64_t deal_unit(Smem<T, S>& s, const Work& work, int64_t j) {
+  if (!work.next) return blockIdx.x + j * gridDim.x;
+  const int slot = int(j % kDealSlots);
+  tile::BulkBarrier{&s.deal_empty[slot]}.wait((uint32_t(j / kDealSlots) & 1) ^ 1);
+  const int64_t t = j == 0 ? int64_t(blockIdx.x) : gridDim.x + int64_t(atomicAdd(work.next, 1));
+  s.deal[slot] = int(t);
+  tile::BulkBarrier{&s.deal_full[slot]}.arrive();
+  return t;
+}
+
+// A consumer thread's unit j, as deal_unit dealt it.
+template <class T, class S>
+__device__ __forceinline__ int64_t dealt_unit(Smem<T, S>& s, const Work& work, int64_t j) {
+  if (!work.next) return blockIdx.x + j * gridDim.x;
+  const int slot = int(j % kDealSlots);
+  tile::BulkBarrier{&s.deal_full[slot]}.wait(uint32_t(j / kDealSlots) & 1);
+  const int64_t t = s.deal[slot];
+  tile::BulkBarrier{&s.deal_empty[slot]}.arrive();
+  return t;
+}
+
 // The producer: one thread walks the same tiles as the consumers and fills the ring.
 template <class T, class S, bool KA, bool KB>
 __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
@@ -239,7 +272,12 @@ __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorM
   constexpr uint32_t kBytes = (kBM + BN) * kBK<T> * sizeof(T);
   int stage = 0;
   uint32_t phase = 0;
-  for (int64_t t = blockIdx.x; t < work.count(s.prefix); t += gridDim.x) {
+  for (int64_t j = 0;; ++j) {
+    const int64_t t = deal_unit(s, work, j);
+    if (t >= work.count(s.prefix)) {
+      if (S::kPingPong) deal_unit(s, work, j + 1);  // the consumers take alternate units: one end each
+      break;
+    }
     const Work::Unit w = work.at(t, s.prefix);
     const int64_t batch = w.batch;
     const int tn = w.tn;
@@ -486,7 +524,7 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
   uint32_t old_phase = 0;  // of s.old[wg][warp]
   const float alpha = epi.resolved().alpha;
   for (int64_t j = S::kPingPong ? wg : 0;; j += S::kPingPong ? kConsumers : 1) {
-    const int64_t t = blockIdx.x + j * gridDim.x;
+    const int64_t t = dealt_unit(s, work, j);
     if (t >= work.count(s.prefix)) break;
     const Work::Unit w = work.at(t, s.prefix);
     const int64_t batch = w.batch;
@@ -609,6 +647,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       tile::BulkBarrier{&s.empty[i]}.init(S::kReaders);
     }
     for (int i = 0; i < kConsumers; ++i) tile::BulkBarrier{&s.turn[i]}.init(1);
+    for (int i = 0; i < kDealSlots; ++i) {
+      tile::BulkBarrier{&s.deal_full[i]}.init(1);
+      tile::BulkBarrier{&s.deal_empty[i]}.init(S::kReaders * 128);
+    }
     for (int i = 0; i < kConsumers; ++i)
       for (int w = 0; w < 4; ++w) tile::BulkBarrier{&s.old[i][w]}.init(1);
     tile::bulk_barriers_ready();

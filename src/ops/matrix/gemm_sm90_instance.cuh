@@ -41,12 +41,14 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
                                     stream);
   work.partials = split.partials();
   work.counters = split.counters();
-  runtime::Scratch units(g.offs ? std::size_t(2 * g.groups + 1) * sizeof(int) : 0, stream);
+  // Grouped: the units before each group, the groups' ends, and the deal's counter.
+  runtime::Scratch units(g.offs ? std::size_t(2 * g.groups + 2) * sizeof(int) : 0, stream);
   if (g.offs) {
-    grouped_prepare(g, kBM, BN, units.as<int>(), units.as<int>() + g.groups + 1, stream);
+    int* next = units.as<int>() + 2 * g.groups + 1;
+    grouped_prepare(g, kBM, BN, units.as<int>(), units.as<int>() + g.groups + 1, stream, next);
     work.ends = units.as<int>() + g.groups + 1;
     if (g.offs_over_k) work.depth = true, work.block_k = kBK<T>;  // the groups' K ranges
-    else work.groups = int(g.groups), work.prefix = units.as<int>();
+    else work.groups = int(g.groups), work.prefix = units.as<int>(), work.next = next;
   }
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   static_assert(sizeof(Smem<T, S>) + 1024 <= 227 * 1024, "the stages, staging and prefix fit");

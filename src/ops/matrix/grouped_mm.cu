@@ -42,11 +42,13 @@ constexpr int kScanThreads = 1024;
 // (a running max: a scan), then prefix[g] = the tiles of the groups before g, each group's
 // ceil(rows / tile_m) * tiles_n (a second scan); prefix[groups] all of them.
 __global__ void __launch_bounds__(kScanThreads) group_units_kernel(const int32_t* offs, int groups, int64_t extent,
-                                                                  int tile_m, int tiles_n, int* prefix, int* ends) {
+                                                                  int tile_m, int tiles_n, int* prefix, int* ends,
+                                                                  int* next) {
   __shared__ int scan[kScanThreads];
   __shared__ int carry_end, carry_units;
   const int t = threadIdx.x;
   if (t == 0) carry_end = 0, carry_units = 0, prefix[0] = 0;
+  if (t == 0 && next) *next = 0;
   __syncthreads();
   for (int base = 0; base < groups; base += kScanThreads) {
     const int g = base + t;
@@ -200,10 +202,11 @@ struct GroupedGenericTier {
 
 }  // namespace
 
-void grouped_prepare(const GemmArgs& g, int tile_m, int tile_n, int* prefix, int* ends, cudaStream_t stream) {
+void grouped_prepare(const GemmArgs& g, int tile_m, int tile_n, int* prefix, int* ends, cudaStream_t stream,
+                     int* next) {
   const int tiles_n = int((g.n + tile_n - 1) / tile_n);
   group_units_kernel<<<1, kScanThreads, 0, stream>>>(g.offs, int(g.groups), g.offs_over_k ? g.k : g.m, tile_m,
-                                                     tiles_n, prefix, ends);
+                                                     tiles_n, prefix, ends, next);
   TESSERA_LAUNCH_CHECK();
   if (g.offs_over_k) return;  // the K ranges only: nothing past them to zero
   const int* last = ends + g.groups - 1;
