@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from . import _head_chunks, _interop, _state
+from . import _head_chunks, _interop, _policy_losses, _state
 from . import loss as _loss
 
 # The functions; the modules (FusedLinearDPOLoss, ...) are tessera.post_training's, made at first use.
@@ -312,89 +312,57 @@ def kto_loss(_input, weight, target, bias=None, preference_labels=None, ref_inpu
     return loss, aux
 
 
-_GRPO_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
-
-
 def grpo_loss(_input, weight, selected_token_ids, attention_mask, advantages, bias=None, ref_per_token_logps=None,
-              old_per_token_logps=None, ref_input=None, ref_weight=None, ref_bias=None, *, beta: float = 0.04,
-              epsilon_low: float = 0.2, epsilon_high: float = 0.2, loss_type: str = "dapo",
-              max_completion_length: Optional[int] = None, importance_sampling_level: str = "token",
-              temperature: float = 1.0, use_ref_model: bool = True, delta: Optional[float] = None,
-              num_items_in_batch: Optional[Any] = None):
-    """GRPO (DeepSeekMath) as TRL and Liger compute it, for completions ``_input`` [B, T, H] with
-    tokens ``selected_token_ids`` [B, T], ``attention_mask`` [B, T] (the completion tokens) and
-    ``advantages`` [B]: the clipped surrogate ``-min(r A, clip(r, 1 - epsilon_low, 1 +
-    epsilon_high) A)`` of each token's ratio r to ``old_per_token_logps`` (per token, or per
-    sequence with ``importance_sampling_level="sequence"``, GSPO; ``delta`` caps r, INTELLECT-2;
-    'cispo' weights the log-probability by the clipped, detached r), plus ``beta`` times the k3
-    estimate of the KL to the reference (``ref_per_token_logps``, or computed from ``ref_input``
-    and ``ref_weight``), normalized by ``loss_type``: 'grpo' per sequence then over the batch,
-    'bnpo' over the batch's tokens, 'dr_grpo' over B x ``max_completion_length``, 'dapo' and
-    'cispo' over ``num_items_in_batch`` (TRL's count across processes; the world size divided
-    out) or the batch's tokens. The log-probabilities at ``temperature`` come from
-    linear_cross_entropy, the logits never formed. Returns (loss, [the mean KL if beta, the
+              old_per_token_logps=None, ref_input=None, ref_weight=None, ref_bias=None, vllm_is_ratio=None,
+              num_items_in_batch: Optional[Any] = None, *, beta: float = 0.04, epsilon_low: float = 0.2,
+              epsilon_high: float = 0.2, loss_type: str = "dapo", max_completion_length: Optional[int] = None,
+              importance_sampling_level: str = "token", temperature: float = 1.0, use_ref_model: bool = True,
+              delta: Optional[float] = None, sapo_temperature_pos: float = 1.0, sapo_temperature_neg: float = 1.05,
+              use_bias_correction_kl: bool = False, vespo_k_pos: float = 2.0, vespo_lambda_pos: float = 3.0,
+              vespo_k_neg: float = 3.0, vespo_lambda_neg: float = 2.0):
+    """GRPO (DeepSeekMath) and its variants as TRL and Liger compute them, for completions
+    ``_input`` [B, T, H] with tokens ``selected_token_ids`` [B, T], ``attention_mask`` [B, T] (the
+    completion tokens) and ``advantages`` [B]. Each token's ratio r to ``old_per_token_logps``
+    (per token, or per sequence with ``importance_sampling_level="sequence"``, GSPO) enters the
+    surrogate of ``loss_type``: the clipped ``-min(r A, clip(r, 1 - epsilon_low, 1 + epsilon_high)
+    A)`` ('grpo', 'bnpo', 'dr_grpo', 'dapo', 'luspo'; ``delta`` > 0 caps r, INTELLECT-2), 'cispo'
+    the log-probability weighted by the clipped, detached r, 'sapo' the soft gate ``-(4 / t)
+    sigmoid(t (r - 1)) A`` (t: ``sapo_temperature_pos`` where A > 0, else
+    ``sapo_temperature_neg``), 'vespo' the log-probability weighted by the detached gamma weight
+    ``exp(lambda (1 - w)) w^k`` of the sequence's ratio w (``vespo_k_pos``, ``vespo_lambda_pos``
+    where A >= 0, else the _neg pair); the last three token-level only. ``vllm_is_ratio`` [B, T],
+    [B, 1] or [B] (the ratio of the trained policy's probabilities to those vLLM sampled with)
+    multiplies the surrogate ('vespo': its log joins w). Plus ``beta`` times the k3 estimate of
+    the KL to the reference (``ref_per_token_logps``, or computed from ``ref_input`` and
+    ``ref_weight``), times the ratio with ``use_bias_correction_kl`` (DeepSeek-V3.2). Normalized
+    by ``loss_type``: 'grpo' and 'sapo' per sequence then over the batch, 'bnpo' over the batch's
+    tokens, 'dr_grpo' over B x ``max_completion_length``, 'dapo', 'cispo' and 'vespo' over
+    ``num_items_in_batch`` (TRL's count across processes; the world size divided out) or the
+    batch's tokens, 'luspo' each token's term times its sequence's length, averaged over all B x T
+    positions (TRL's mean, masked tokens included: their log-probabilities are computed too). The
+    log-probabilities at ``temperature`` come from linear_cross_entropy, the logits never formed.
+    Options a loss type does not read are not checked. Returns (loss, [the mean KL if beta, the
     clipped fraction])."""
     torch = _interop.torch_if_tensor(_input, init=True)
     op = "tessera.grpo_loss"
     if torch is None:
         raise TypeError(f"{op}: argument '_input': expected a torch tensor, got {type(_input).__name__}")
-    if loss_type not in _GRPO_TYPES:
-        raise ValueError(f"{op}: argument 'loss_type': expected one of {list(_GRPO_TYPES)}, got {loss_type!r}")
-    if importance_sampling_level not in ("token", "sequence") or (
-            importance_sampling_level == "sequence" and loss_type == "cispo"):
-        raise ValueError(f"{op}: argument 'importance_sampling_level': expected 'token' or 'sequence' (not with "
-                         f"'cispo'), got {importance_sampling_level!r}")
-    if loss_type == "dr_grpo" and max_completion_length is None:
-        raise ValueError(f"{op}: argument 'max_completion_length': expected the completions' length for 'dr_grpo'")
-    if advantages.dim() != 1 or advantages.shape[0] != _input.shape[0]:
-        raise ValueError(f"{op}: argument 'advantages': expected [{_input.shape[0]}] (one per completion), "
-                         f"got {tuple(advantages.shape)}")
+    o = dict(beta=beta, epsilon_low=epsilon_low, epsilon_high=epsilon_high, loss_type=loss_type,
+             max_completion_length=max_completion_length, importance_sampling_level=importance_sampling_level,
+             temperature=temperature, delta=delta, sapo_temperature_pos=sapo_temperature_pos,
+             sapo_temperature_neg=sapo_temperature_neg, use_bias_correction_kl=use_bias_correction_kl,
+             vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
+             vespo_lambda_neg=vespo_lambda_neg)
+    _policy_losses.check(op, o, _input.shape[0], _input.shape[1], advantages, vllm_is_ratio)
     keep = attention_mask.bool()
-    mask = attention_mask.float()
-    adv = advantages.float().unsqueeze(1)
+    if _policy_losses.reads_masked_tokens(loss_type):
+        keep = torch.ones_like(keep)
     ref = ref_per_token_logps
     if beta != 0.0 and ref is None and use_ref_model and ref_input is not None:
         ref = _reference_tokens(torch, ref_input, weight if ref_weight is None else ref_weight, ref_bias,
                                 selected_token_ids, keep, -100, temperature)
-
-    def formula(logps):
-        old = logps.detach() if old_per_token_logps is None else old_per_token_logps.float()
-        log_ratio = logps - old
-        if importance_sampling_level == "sequence":
-            log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-        ratio = torch.exp(log_ratio)
-        if loss_type == "cispo":
-            clipped = ratio.clamp(max=epsilon_high).detach()
-            lower, upper = torch.zeros_like(ratio, dtype=torch.bool), ratio > epsilon_high
-            per_token = -clipped * adv * logps
-        else:
-            clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
-            lower, upper = ratio < 1 - epsilon_low, ratio > 1 + epsilon_high
-            capped = ratio if delta is None else ratio.clamp(max=delta)
-            per_token = -torch.min(capped * adv, clipped * adv)
-        metrics = []
-        if beta != 0.0:
-            r = logps.detach() if ref is None else ref.float()
-            kl = torch.exp(r - logps) - (r - logps) - 1.0
-            per_token = per_token + beta * kl
-            metrics.append((kl * mask).sum().detach() / mask.sum().clamp(min=1.0))
-        tokens = mask.sum().clamp(min=1.0)
-        if loss_type == "grpo":
-            loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / mask.shape[0]
-        elif loss_type == "bnpo":
-            loss = (per_token * mask).sum() / tokens
-        elif loss_type == "dr_grpo":
-            loss = (per_token * mask).sum() / (mask.shape[0] * max_completion_length)
-        else:
-            if num_items_in_batch is not None:
-                import torch.distributed as dist
-                world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-                tokens = torch.as_tensor(num_items_in_batch, dtype=logps.dtype, device=logps.device) / world
-            loss = (per_token * mask).sum() / tokens
-        clipped_tokens = ((lower & (adv < 0)) | (upper & (adv > 0))).expand_as(mask)
-        metrics.append((clipped_tokens * mask).sum().detach() / mask.sum().clamp(min=1.0))
-        return loss, metrics
-
+    formula = _policy_losses.formula(torch, o, attention_mask.float(), advantages, old_per_token_logps, ref,
+                                     vllm_is_ratio, num_items_in_batch)
     loss, metrics, _ = _sequence_loss(torch, _input, weight, bias, selected_token_ids, formula, ignore_index=-100,
                                       paired=False, temperature=temperature, keep=keep)
     return loss, metrics
@@ -496,7 +464,9 @@ _MODULES = {
         return_soft_hard_loss=False)),
     "FusedLinearGRPOLoss": (grpo_loss, "LigerFusedLinearGRPOLoss", dict(
         beta=0.04, use_ref_model=True, epsilon_low=0.2, epsilon_high=0.2, loss_type="dapo",
-        max_completion_length=None, importance_sampling_level="token", temperature=1.0, delta=None)),
+        max_completion_length=None, importance_sampling_level="token", sapo_temperature_pos=1.0,
+        sapo_temperature_neg=1.05, temperature=1.0, delta=None, use_bias_correction_kl=False, vespo_k_pos=2.0,
+        vespo_lambda_pos=3.0, vespo_k_neg=3.0, vespo_lambda_neg=2.0)),
 }
 _built: dict = {}
 # Liger's modules' forward keywords, where tessera's functions name them otherwise

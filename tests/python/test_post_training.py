@@ -140,25 +140,54 @@ def test_errors_name_the_argument():
         tessera.sequence_logps(hidden, weight, target, temperature=0.0)
 
 
-def grpo64(hidden, weight, ids, mask, adv, old, ref, o):
-    """GRPO's loss in float64 from the whole logits, TRL's formulas."""
+def grpo64(hidden, weight, ids, mask, adv, old, ref, o, vllm=None):
+    """(GRPO's loss, the fraction of tokens clipped) in float64 from the whole logits (every
+    token's log-probability, masked ones too), TRL's formulas; ``vllm`` [B, T] or [B, 1]."""
     logits = (hidden.double() @ weight.double().t()) / o.get("temperature", 1.0)
     lp = torch.log_softmax(logits, -1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     m = mask.double()
-    lr = lp - old.double()
+    token_lr = lp - old.double()
+    lr = token_lr
     if o.get("importance_sampling_level") == "sequence":
         lr = ((lr * m).sum(-1) / m.sum(-1)).unsqueeze(-1)
     r = lr.exp()
     a = adv.double().unsqueeze(1)
-    per = -torch.min(r * a, r.clamp(1 - 0.2, 1 + 0.28) * a)
-    kl = (ref.double() - lp).exp() - (ref.double() - lp) - 1
-    per = per + 0.04 * kl
     kind = o.get("loss_type", "dapo")
-    if kind == "grpo":
-        return ((per * m).sum(-1) / m.sum(-1)).sum() / m.shape[0]
-    if kind == "dr_grpo":
-        return (per * m).sum() / (m.shape[0] * ids.shape[1])
-    return (per * m).sum() / m.sum()
+    if kind == "sapo":  # a soft gate in place of the clip, its temperature by the advantage's sign
+        t = torch.where(a > 0, o.get("sapo_temperature_pos", 1.0), o.get("sapo_temperature_neg", 1.05)).double()
+        per = -torch.sigmoid(t * (r - 1)) * 4 / t * a
+    elif kind == "vespo":  # log p weighted by phi(w) = w^k exp(lambda (1 - w)), w the sequence's ratio
+        log_w = (token_lr * m).sum(-1, keepdim=True)
+        if vllm is not None:
+            log_w = log_w + vllm.double().log().sum(-1, keepdim=True)
+        w = log_w.exp()
+        k = torch.where(a >= 0, o.get("vespo_k_pos", 2.0), o.get("vespo_k_neg", 3.0)).double()
+        lam = torch.where(a >= 0, o.get("vespo_lambda_pos", 3.0), o.get("vespo_lambda_neg", 2.0)).double()
+        per = -(w ** k * torch.exp(lam * (1 - w))).detach() * a * lp
+    else:
+        high = o.get("epsilon_high", 0.28)
+        if kind == "cispo":  # the weight clipped above, detached
+            per = -r.clamp(max=high).detach() * a * lp
+        else:
+            per = -torch.min(r * a, r.clamp(1 - 0.2, 1 + high) * a)
+    clipped = {"cispo": (r > o.get("epsilon_high", 0.28)) & (a > 0), "sapo": r < 0, "vespo": r < 0}.get(
+        kind, ((r < 0.8) & (a < 0)) | ((r > 1.28) & (a > 0)))
+    clipped = (clipped.expand_as(m) * m).sum() / m.sum()
+    if vllm is not None and kind != "vespo":
+        per = per * vllm.double()
+    kl = (ref.double() - lp).exp() - (ref.double() - lp) - 1
+    if o.get("use_bias_correction_kl"):
+        kl = kl * r
+    per = per + 0.04 * kl
+    if kind in ("grpo", "sapo"):
+        loss = ((per * m).sum(-1) / m.sum(-1)).sum() / m.shape[0]
+    elif kind == "dr_grpo":
+        loss = (per * m).sum() / (m.shape[0] * ids.shape[1])
+    elif kind == "luspo":  # each entry times its sequence's length, the mean over all B x T (masked too)
+        loss = (per * m.sum(-1, keepdim=True)).mean()
+    else:
+        loss = (per * m).sum() / m.sum()
+    return loss, clipped
 
 
 @pytest.mark.parametrize("device,dtype", DEVICES)
@@ -182,7 +211,7 @@ def test_grpo_matches_trls_formula(device, dtype, o, chunks):
     loss, metrics = tessera.grpo_loss(h, w, ids, mask, adv, None, ref, old, epsilon_high=0.28, **o, **extra)
     loss.backward()
     h64, w64 = hidden.double().requires_grad_(), weight.double().requires_grad_()
-    want = grpo64(h64, w64, ids, mask, adv, old, ref, o)
+    want = grpo64(h64, w64, ids, mask, adv, old, ref, o)[0]
     want.backward()
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
     torch.testing.assert_close(loss.double(), want.detach(), **tol)
@@ -191,6 +220,73 @@ def test_grpo_matches_trls_formula(device, dtype, o, chunks):
     assert len(metrics) == 2 and 0 <= metrics[1].item() <= 1
     module = tp.FusedLinearGRPOLoss(epsilon_high=0.28, **o, **extra)
     torch.testing.assert_close(module(hidden, weight, ids, mask, adv, None, ref, old)[0], loss.detach(), **tol)
+
+
+@pytest.mark.parametrize("device,dtype", DEVICES)
+@pytest.mark.parametrize("o,vllm_shape", [
+    ({"loss_type": "sapo"}, None), ({"loss_type": "sapo", "sapo_temperature_pos": 0.5, "sapo_temperature_neg": 2.0}, None),
+    ({"loss_type": "luspo", "importance_sampling_level": "sequence"}, None), ({"loss_type": "luspo"}, None),
+    ({"loss_type": "vespo"}, None), ({"loss_type": "vespo", "vespo_k_neg": 1.0, "vespo_lambda_pos": 1.5}, "BT"),
+    ({"loss_type": "vespo"}, "B"), ({}, "BT"), ({"loss_type": "grpo"}, "B"), ({"loss_type": "cispo", "epsilon_high": 1.1}, "BT"),
+    ({"loss_type": "sapo"}, "B1"), ({"use_bias_correction_kl": True}, None),
+    ({"use_bias_correction_kl": True, "importance_sampling_level": "sequence", "loss_type": "grpo"}, "BT")])
+def test_grpo_variants_match_trls_formulas(device, dtype, o, vllm_shape, chunks):
+    """SAPO, LUSPO, VESPO, vLLM's importance-sampling correction and the bias-corrected KL, each
+    against its formula in float64 from the whole logits: the loss and its gradients. The old
+    log-probabilities near the policy's, so that ratios clip sometimes and VESPO's weight is not
+    vanishing; advantages of both signs (the temperatures and gamma weights differ by sign)."""
+    g = torch.Generator().manual_seed(11)
+    b, t = 4, 9
+    hidden = torch.randn(b, t, H, generator=g).to(device, dtype)
+    weight = (torch.randn(V, H, generator=g) / H ** 0.5).to(device, dtype)
+    ids = torch.randint(0, V, (b, t), generator=g).to(device)
+    mask = torch.ones(b, t, dtype=torch.long)
+    mask[0, 6:] = 0
+    mask[2, 4:] = 0
+    mask = mask.to(device)
+    adv = torch.tensor([-0.7, 1.2, 0.4, -1.5]).to(device)
+    with torch.no_grad():
+        lp = torch.log_softmax(hidden.double() @ weight.double().t(), -1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    old = (lp.cpu() + 0.25 * torch.randn(b, t, generator=g, dtype=torch.float64)).float().to(device)
+    ref = (lp.cpu() + 0.2 * torch.randn(b, t, generator=g, dtype=torch.float64)).float().to(device)
+    vllm = None
+    if vllm_shape is not None:
+        shape = {"BT": (b, t), "B1": (b, 1), "B": (b,)}[vllm_shape]
+        vllm = (0.3 + 0.7 * torch.rand(shape, generator=g)).to(device)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss, metrics = tessera.grpo_loss(h, w, ids, mask, adv, None, ref, old, vllm_is_ratio=vllm,
+                                      **{"epsilon_high": 0.28, **o})
+    loss.backward()
+    h64, w64 = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    want, clipped = grpo64(h64, w64, ids, mask, adv, old, ref, o, None if vllm is None else vllm.reshape(b, -1))
+    want.backward()
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    if dtype != torch.float32 and o.get("loss_type") == "vespo":
+        tol = dict(atol=1e-1, rtol=1e-1)  # the weight is exponential in a sum of bfloat16 logits' log-ratios
+    torch.testing.assert_close(loss.double(), want.detach(), **tol)
+    torch.testing.assert_close(h.grad.double(), h64.grad, **tol)
+    torch.testing.assert_close(w.grad.double(), w64.grad, **tol)
+    assert len(metrics) == 2
+    torch.testing.assert_close(metrics[1].double(), clipped, **tol)
+    module = tp.FusedLinearGRPOLoss(**{"epsilon_high": 0.28, **o})  # vllm_is_ratio: forward's 12th argument
+    got = module(hidden, weight, ids, mask, adv, None, ref, old, None, None, None, vllm)[0]
+    torch.testing.assert_close(got, loss.detach(), **tol)
+
+
+def test_luspo_reads_the_masked_tokens():
+    """LUSPO's mean runs over every position (TRL's): a masked token's KL term counts, so its
+    log-probability is computed; changing it changes the loss, where for DAPO it does not."""
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(2, 5, H, generator=g), torch.randn(V, H, generator=g) / H ** 0.5
+    ids = torch.randint(0, V, (2, 5), generator=g)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    ref, adv = torch.full((2, 5), -4.0), torch.tensor([0.5, -0.5])
+    other = ids.clone()
+    other[0, 4] = (ids[0, 4] + 1) % V  # a masked position's token
+    for kind, changes in (("luspo", True), ("dapo", False)):
+        a = tessera.grpo_loss(x, w, ids, mask, adv, None, ref, loss_type=kind)[0]
+        b = tessera.grpo_loss(x, w, other, mask, adv, None, ref, loss_type=kind)[0]
+        assert (a != b).item() == changes, kind
 
 
 def test_grpo_errors_name_the_argument():
@@ -202,6 +298,18 @@ def test_grpo_errors_name_the_argument():
         tessera.grpo_loss(x, w, ids, mask, torch.zeros(2), loss_type="dr_grpo")
     with pytest.raises(ValueError, match="argument 'advantages'"):
         tessera.grpo_loss(x, w, ids, mask, torch.zeros(3))
+    adv = torch.zeros(2)
+    with pytest.raises(ValueError, match="argument 'importance_sampling_level'.*Sequence-level"):
+        tessera.grpo_loss(x, w, ids, mask, adv, loss_type="sapo", importance_sampling_level="sequence")
+    for name, value, kind in (("sapo_temperature_neg", 0.0, "sapo"), ("vespo_lambda_pos", -1.0, "vespo"),
+                              ("vespo_k_neg", -0.5, "vespo"), ("delta", 0.0, "dapo"), ("temperature", 0.0, "dapo")):
+        with pytest.raises(ValueError, match=f"argument '{name}'"):
+            tessera.grpo_loss(x, w, ids, mask, adv, loss_type=kind, **{name: value})
+    tessera.grpo_loss(x, w, ids, mask, adv, loss_type="dapo", sapo_temperature_neg=0.0)  # not read: not checked
+    with pytest.raises(ValueError, match="argument 'vllm_is_ratio'"):
+        tessera.grpo_loss(x, w, ids, mask, adv, vllm_is_ratio=torch.ones(2, 2))
+    with pytest.raises(ValueError, match="argument 'loss_type'"):
+        tp.FusedLinearGRPOLoss(loss_type="ppo")(x, w, ids, mask, adv)
 
 
 @pytest.mark.parametrize("device,dtype", DEVICES)

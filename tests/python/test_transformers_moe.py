@@ -196,14 +196,16 @@ def test_moe_vision_language_models(model_type, router):
     model alone (its config's own type, e.g. qwen3_vl_moe_text) takes the same row."""
     ids = torch.randint(3, COMMON["vocab_size"], (2, 11), generator=torch.Generator().manual_seed(1))
     plain = build_vlm(model_type, router)
-    want = plain(input_ids=ids, labels=ids)
+    # the call's own flag: transformers 5.17 reads only it, 5.24 the text config's too (as the patched
+    # loss does)
+    want = plain(input_ids=ids, labels=ids, output_router_logits=router)
     want.loss.backward()
     patched = build_vlm(model_type, router)
     tt.apply_tessera(patched, attention=False)
     cls = experts_class(model_type)
     experts = [m for m in patched.modules() if isinstance(m, cls)]
     assert experts and all(m.forward.__func__ is tt._transformers_experts.experts_forward for m in experts)
-    out = patched(input_ids=ids, labels=ids)
+    out = patched(input_ids=ids, labels=ids, output_router_logits=router)
     assert out.logits is None  # the fused loss
     assert (out.aux_loss is not None) == router
     if router:

@@ -74,8 +74,11 @@ struct GemmArgs {
   void* z = nullptr;  // the pre-activation output (MatmulOptions::preactivation), [M, N]
   int64_t z_sb = 0, z_sm = 0, z_sn = 0;
   float alpha = 1.0f, beta = 0.0f;
-  const float* scale_a = nullptr;  // scaled_mm: device scalars multiplying alpha
+  // scaled_mm: device scalars multiplying alpha; or, where `scale_rowwise`, M floats (one per row of
+  // A) and N floats (one per column of B), for one matrix (batch 1) of float8 inputs.
+  const float* scale_a = nullptr;
   const float* scale_b = nullptr;
+  bool scale_rowwise = false;
   Activation activation = Activation::none;
   bool allow_tf32 = false;
   GemmConfig config;
@@ -122,6 +125,12 @@ struct Epilogue {
   Activation activation;
   bool pairs;  // C's (and z's) rows contiguous, every even column's element aligned for a pair store
   bool prefetch;  // beta != 0 and C's rows 16-byte aligned: prefetch_row may bring them into L2
+  // Row-wise scales instead (GemmArgs::scale_rowwise; scale_a and scale_b then null): they differ
+  // per element, so alpha cannot carry them; the kernels that take float8 inputs (sm90, the SIMT
+  // tier's generic kernel) multiply their float32 accumulators by row_scales[m] * col_scales[n]
+  // before the epilogue.
+  const float* row_scales;
+  const float* col_scales;
 
   static Epilogue from(const GemmArgs& g) {
     auto* c = static_cast<OutT*>(g.c);
@@ -132,13 +141,16 @@ struct Epilogue {
                     reinterpret_cast<uintptr_t>(p) % (2 * sizeof(OutT)) == 0);
     };
     const bool pairs = pairable(c, g.c_sb, g.c_sm, g.c_sn) && pairable(z, g.z_sb, g.z_sm, g.z_sn);
+    const auto per_tensor = [&](const float* s) { return g.scale_rowwise ? nullptr : s; };
+    const auto row_wise = [&](const float* s) { return g.scale_rowwise ? s : nullptr; };
     const bool prefetch = g.beta != 0.0f && g.c_sn == 1 && reinterpret_cast<uintptr_t>(c) % 16 == 0 &&
                           g.c_sm * e % 16 == 0 && g.c_sb * e % 16 == 0;
     return {c, g.c_sb, g.c_sm, g.c_sn,
             static_cast<const OutT*>(g.bias), g.bias_sn,
             static_cast<const OutT*>(g.residual), g.r_sb, g.r_sm, g.r_sn,
             z, g.z_sb, g.z_sm, g.z_sn,
-            g.alpha, g.beta, g.scale_a, g.scale_b, g.activation, pairs, prefetch};
+            g.alpha, g.beta, per_tensor(g.scale_a), per_tensor(g.scale_b), g.activation, pairs, prefetch,
+            row_wise(g.scale_a), row_wise(g.scale_b)};
   }
 
   // Asks for `cols` old output elements of row (b, m) from column `col` (16-byte aligned, as
@@ -148,13 +160,22 @@ struct Epilogue {
     if (bytes) tile::bulk_prefetch_l2(c + b * c_sb + m * c_sm + col, bytes);
   }
 
-  // This epilogue with the device scales folded into alpha: what kernels store through.
+  // This epilogue with the per-tensor device scales folded into alpha: what kernels store through.
   __device__ __forceinline__ Epilogue resolved() const {
     Epilogue e = *this;
     if (scale_a) e.alpha *= *scale_a;
     if (scale_b) e.alpha *= *scale_b;
     e.scale_a = e.scale_b = nullptr;
     return e;
+  }
+
+  // Row-wise: the scale of output row `row` of m, of column `col` of n; 0 past the output (whose
+  // values are never stored), where there is no scale to read.
+  __device__ __forceinline__ float row_scale(int64_t row, int64_t m) const {
+    return row < m ? __ldg(row_scales + row) : 0.0f;
+  }
+  __device__ __forceinline__ float col_scale(int64_t col, int64_t n) const {
+    return col < n ? __ldg(col_scales + col) : 0.0f;
   }
 
   // Element (b, m, n) from its accumulator. Fast: the MUFU forms of the activations, for

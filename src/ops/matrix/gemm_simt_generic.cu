@@ -20,6 +20,9 @@ constexpr int kThreads = 256;
 constexpr int kTile = kSimtTile, kDepth = 16;
 
 template <class T>
+constexpr bool kIsFp8 = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
+
+template <class T>
 struct Operands {
   const T* a;
   const T* b;
@@ -73,6 +76,13 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
     }
+    if constexpr (kIsFp8<T>)  // scaled_mm's row-wise scales, which alpha cannot carry
+      if (epi.row_scales)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            acc[i][j] *= epi.row_scale(m0 + ty + 16 * i, m) * epi.col_scale(n0 + 2 * tx + 32 * (j / 2) + j % 2, n);
     // A loop, not unrolled, each pass picking its rows of acc by a select: the store code once.
     const int64_t rows = m - m0, cols = n - n0;
 #pragma unroll 1
@@ -103,9 +113,6 @@ void launch_typed(const GemmArgs& g, dim3 grid, cudaStream_t stream) {
                                                            g.k, g.batch);
   TESSERA_LAUNCH_CHECK();
 }
-
-template <class T>
-constexpr bool kIsFp8 = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
 
 // Outputs: float32, or the input dtype; float8 inputs (scaled_mm) store bfloat16 or float16.
 template <class T>

@@ -487,6 +487,27 @@ __device__ __forceinline__ void sum_chunks(float (&acc)[Frags][Acc], const Work&
   }
 }
 
+// Row-wise scales (scaled_mm): each accumulator times its row's and its column's scale, in
+// registers before the epilogue, which then stores it as any product (alpha carries no scale).
+// Value 4 i + 2 r (+ 1) of fragment f is row 64 f + 16 w + l / 4 + 8 r, column 8 i + 2 (l % 4) (+ 1).
+template <class OutT, int Frags, int Acc>
+__device__ __forceinline__ void scale_accumulators(float (&acc)[Frags][Acc], const Epilogue<OutT>& epi,
+                                                   int64_t row0, int64_t col0, int64_t m, int64_t n) {
+  const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int f = 0; f < Frags; ++f)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float row = epi.row_scale(row0 + 64 * f + kWarpRows * warp + lane / 4 + 8 * r, m);
+#pragma unroll
+      for (int i = 0; i < Acc / 4; ++i) {
+        const int64_t col = col0 + 8 * i + 2 * (lane % 4);
+        acc[f][4 * i + 2 * r] *= row * epi.col_scale(col, n);
+        acc[f][4 * i + 2 * r + 1] *= row * epi.col_scale(col + 1, n);
+      }
+    }
+}
+
 // Depth: zeroes the rows of K outside [lo, hi) (stage-relative) of this consumer's share of a
 // stage that a group shares with its neighbour: its 64-wide block of A, and half of B's (both
 // MN-major: a K row is 128 contiguous bytes of each block, wherever the swizzle puts its chunks),
@@ -580,6 +601,8 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     unit_groups<BN, kSubtiles<S, OutT>>(work, w, g0, g1);
     if constexpr (!S::kPingPong)  // pingpong's units are whole tiles
       if (w.split >= 0) sum_chunks<BN / 8 / kSubtiles<S, OutT>>(acc, work, w, g0, g1, wg);
+    if constexpr (sizeof(T) == 1)  // float8 inputs: scaled_mm's row-wise scales
+      if (epi.row_scales) scale_accumulators(acc, epi, row0, col0, m, n);
     if constexpr (kSwigluKernel<T, OutT, KA, KB>)
       if (is_gated(epi.activation)) {  // whole tiles by TMA
         store_swiglu<S::kRows, BN>(s.out[wg], maps, path == kTma3, epi, alpha, acc, batch, row0, col0, n, flip);

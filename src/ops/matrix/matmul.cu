@@ -65,6 +65,34 @@ void check_scale(const char* op, const char* arg, const TensorView& s, const Ten
   if (s.numel() != 1) detail::throw_arg(ErrorKind::value, op, arg, "one element", s.shape_str());
 }
 
+// scaled_mm's scales, float32 on the input's device, as torch._scaled_mm takes them: both of one
+// element (per-tensor), or scale_a [M, 1] and scale_b [1, N] (row-wise: one per row of input, one
+// per column of other), contiguous; one of each kind is refused, as torch refuses it. Returns
+// whether they are row-wise.
+bool check_scales(const TensorView& a, const TensorView& b, const TensorView& sa, const TensorView& sb) {
+  const char* op = "scaled_mm";
+  for (auto [arg, s] : {std::pair{"scale_a", &sa}, std::pair{"scale_b", &sb}}) {
+    detail::check_cuda_tensor(op, arg, *s);
+    detail::check_same_device(op, arg, *s, "input", a);
+    detail::check_dtype_in(op, arg, *s, {DType::float32});
+  }
+  if (sa.numel() == 1 && sb.numel() == 1) return false;
+  const int64_t m = a.shape[0], n = b.shape[1];
+  const auto shaped = [](const TensorView& s, int64_t rows, int64_t cols) {
+    return s.ndim == 2 && s.shape[0] == rows && s.shape[1] == cols;
+  };
+  const bool rows_a = shaped(sa, m, 1) && sa.is_contiguous(), cols_b = shaped(sb, 1, n) && sb.is_contiguous();
+  if (rows_a && cols_b) return true;
+  const auto got = [&](const TensorView& s, bool fits) {
+    return s.shape_str() + (fits && !s.is_contiguous() ? " (not contiguous)" : "");
+  };
+  detail::throw_arg(ErrorKind::value, op, rows_a || sa.numel() == 1 ? "scale_b" : "scale_a",
+                    "both of one element (per-tensor), or 'scale_a' [M, 1] and 'scale_b' [1, N] = [" +
+                        std::to_string(m) + ", 1] and [1, " + std::to_string(n) +
+                        "], contiguous (row-wise); not one of each",
+                    "'scale_a' " + got(sa, shaped(sa, m, 1)) + " and 'scale_b' " + got(sb, shaped(sb, 1, n)));
+}
+
 // The product's shape for an output `out` of N / 2 columns: out's with N columns.
 TensorView widened(const TensorView& out, void* data) {
   int64_t shape[kMaxDims];
@@ -271,8 +299,7 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
   MatmulOptions o;
   o.bias = bias;
   matrix::GemmArgs g = resolve("scaled_mm", input, other, out, o);
-  check_scale("scaled_mm", "scale_a", scale_a, input);
-  check_scale("scaled_mm", "scale_b", scale_b, input);
+  g.scale_rowwise = check_scales(input, other, scale_a, scale_b);
   g.scale_a = static_cast<const float*>(scale_a.data);
   g.scale_b = static_cast<const float*>(scale_b.data);
   run("scaled_mm", g, stream);
@@ -296,7 +323,9 @@ const OpRegistrar kMatmul = describe("matmul", "matrix", "GEMM with a fused epil
             "str activation='none', float alpha=1, ScalarType? out_dtype=None, bool? allow_tf32=None) "
             "-> (Tensor, Tensor)")
     .torch("torch.matmul");
-const OpRegistrar kScaledMm = describe("scaled_mm", "matrix", "float8 GEMM with per-tensor scales (torch._scaled_mm): scale_a * scale_b * A @ B + bias")
+const OpRegistrar kScaledMm = describe("scaled_mm", "matrix", "float8 GEMM with per-tensor or row-wise scales (torch._scaled_mm): "
+                                       "out[i, j] = scale_a[i] * scale_b[j] * (A @ B)[i, j] + bias[j], scale_a of one "
+                                       "element or [M, 1], scale_b of one element or [1, N] (both one kind)")
     .schema("scaled_mm(Tensor input, Tensor other, Tensor scale_a, Tensor scale_b, *, Tensor? bias=None, "
             "ScalarType? out_dtype=None) -> Tensor")
     .dtypes({DType::float8_e4m3fn, DType::float8_e5m2});
