@@ -94,6 +94,8 @@ REPORTS = {
     "post_training": ("TRL's post-training losses against Liger-Kernel's modules, forward + backward "
                       "(benchmarks/post_training.py)",
                       "python3 benchmarks/post_training.py --rounds 3 --out {out}", "post_training.md"),
+    "jsd": ("Distillation's divergence: tessera.jsd against LigerJSD, torch and torch.compile, forward + backward "
+            "(benchmarks/jsd.py)", "python3 benchmarks/jsd.py --rounds 3 --out {out}", "jsd.md"),
     "overhead": ("Host cost per call (benchmarks/overhead.py)",
                  "python3 benchmarks/overhead.py --rounds 5 --calls 500 --out {out}", "overhead.md"),
     "llama_train": ("The example model under `tessera.enable()` (examples/llama_train.py)",
