@@ -494,18 +494,23 @@ template <class OutT, int Frags, int Acc>
 __device__ __forceinline__ void scale_accumulators(float (&acc)[Frags][Acc], const Epilogue<OutT>& epi,
                                                    int64_t row0, int64_t col0, int64_t m, int64_t n) {
   const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+  float row[Frags][2];
 #pragma unroll
   for (int f = 0; f < Frags; ++f)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float row = epi.row_scale(row0 + 64 * f + kWarpRows * warp + lane / 4 + 8 * r, m);
+    for (int r = 0; r < 2; ++r) row[f][r] = epi.row_scale(row0 + 64 * f + kWarpRows * warp + lane / 4 + 8 * r, m);
 #pragma unroll
-      for (int i = 0; i < Acc / 4; ++i) {
-        const int64_t col = col0 + 8 * i + 2 * (lane % 4);
-        acc[f][4 * i + 2 * r] *= row * epi.col_scale(col, n);
-        acc[f][4 * i + 2 * r + 1] *= row * epi.col_scale(col + 1, n);
+  for (int i = 0; i < Acc / 4; ++i) {
+    const int64_t col = col0 + 8 * i + 2 * (lane % 4);
+    const float c0 = epi.col_scale(col, n), c1 = epi.col_scale(col + 1, n);
+#pragma unroll
+    for (int f = 0; f < Frags; ++f)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        acc[f][4 * i + 2 * r] *= row[f][r] * c0;
+        acc[f][4 * i + 2 * r + 1] *= row[f][r] * c1;
       }
-    }
+  }
 }
 
 // Depth: zeroes the rows of K outside [lo, hi) (stage-relative) of this consumer's share of a
