@@ -38,6 +38,7 @@ struct MatmulSpec {
   double alpha = 1.0, beta = 0.0;
   bool tf32 = false;  // float32 inputs on the TF32 tensor cores (the matmul_tf32 variant)
   bool preact = false;  // the pre-activation output too (MatmulOptions::preactivation)
+  bool rowwise = false;  // scaled_mm: scale_a [M, 1] and scale_b [1, N] (else one element each)
 };
 
 Shape shape_of(int64_t batch, int64_t rows, int64_t cols) {
@@ -55,6 +56,7 @@ std::string describe(DType dt, const MatmulSpec& s) {
   if (s.alpha != 1.0) d += " alpha=" + std::to_string(s.alpha).substr(0, 4);
   if (s.beta != 0.0) d += " beta=" + std::to_string(s.beta).substr(0, 4);
   if (s.preact) d += " +preactivation";
+  if (s.rowwise) d += " row-wise scales";
   return d;
 }
 
@@ -118,13 +120,14 @@ VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
 }
 
 // scaled_mm: float8 inputs (input row-major, other K-contiguous unless `s` says otherwise),
-// per-tensor scales, out in `out_dt`; the reference multiplies the float8 values as stored.
+// per-tensor or row-wise scales, out in `out_dt`; the reference multiplies the float8 values as
+// stored, then scales each element by its row's and column's scales.
 VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
   cudaStream_t stream = nullptr;
   TestTensor a = make_tensor(dt, {s.m, s.k}, s.a), b = make_tensor(dt, {s.k, s.n}, s.b);
   TestTensor out = make_tensor(out_dt, {s.m, s.n}, Layout::contiguous);
-  TestTensor sa = make_tensor(DType::float32, {1}, Layout::contiguous);
-  TestTensor sb = make_tensor(DType::float32, {1}, Layout::contiguous);
+  TestTensor sa = make_tensor(DType::float32, s.rowwise ? Shape{s.m, 1} : Shape{1}, Layout::contiguous);
+  TestTensor sb = make_tensor(DType::float32, s.rowwise ? Shape{1, s.n} : Shape{1}, Layout::contiguous);
   fill_random(a, -2, 2, stream);
   fill_random(b, -2, 2, stream);
   fill_random(sa, 0.25, 0.5, stream);
@@ -137,10 +140,12 @@ VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
   fill_poison(out, stream);
   HostCopy ha = to_host(a), hb = to_host(b), hc = to_host(out), hsa = to_host(sa), hsb = to_host(sb);
   HostCopy hbias = s.bias ? to_host(bias) : HostCopy{};
-  MatmulOptions ho;
-  ho.alpha = host::load_double(hsa.view, 0) * host::load_double(hsb.view, 0);
-  ho.bias = s.bias ? &hbias.view : nullptr;
-  const std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, ho);
+  std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, {});
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j)
+      ref[i * s.n + j] = ref[i * s.n + j] * host::load_double(hsa.view, s.rowwise ? i : 0) *
+                             host::load_double(hsb.view, s.rowwise ? j : 0) +
+                         (s.bias ? host::load_double(hbias.view, j) : 0.0);
   scaled_mm(a.view, b.view, sa.view, sb.view, out.view, s.bias ? &bias.view : nullptr, stream);
   std::string name = describe(dt, s) + " -> " + dtype_name(out_dt);
   // The reference takes the float8 inputs as stored, so only the sum's rounding is measured: the
@@ -324,7 +329,7 @@ std::vector<VerifyCase> matmul_tf32_cases() {
 
 std::vector<VerifyCase> scaled_mm_cases() {
   const Layout C = Layout::contiguous, T = Layout::transposed;
-  const std::vector<MatmulSpec> specs = {
+  std::vector<MatmulSpec> specs = {
       {128, 128, 256},                         // one tile, one stage
       {300, 208, 528},                         // tails in M and N; K in 16-byte rows
       {1000, 1024, 784},                       // many tiles
@@ -333,6 +338,18 @@ std::vector<VerifyCase> scaled_mm_cases() {
       {200, 96, 136, 0, 0, C, C},              // other N-contiguous: the slower kernel
       {64, 100, 72},                           // rows of 100 bytes: not TMA-aligned
   };
+  // Row-wise scales on each path: TMA stores, drain (odd N), bias, split K, the SIMT tier.
+  std::vector<MatmulSpec> rowwise = {
+      {300, 208, 528},                         // TMA stores
+      {333, 256, 517},                         // odd M and N: drain
+      {256, 512, 384, 0, 0, C, T, true},       // bias
+      {16, 4096, 512},                         // split K
+      {1000, 1024, 784},                       // many tiles
+      {201, 96, 137, 0, 0, C, C},              // other N-contiguous, odd N: the SIMT tier
+      {63, 100, 71},                           // rows of 100 bytes, odd M and N: the SIMT tier
+  };
+  for (MatmulSpec& s : rowwise) s.rowwise = true;
+  specs.insert(specs.end(), rowwise.begin(), rowwise.end());
   std::vector<VerifyCase> cases;
   for (DType dt : {DType::float8_e4m3fn, DType::float8_e5m2})
     for (DType out : {DType::bfloat16, DType::float16, DType::float32})
