@@ -204,15 +204,18 @@ TEST_F(MatmulSimt, UnalignedRowsTakeTheGenericKernel) {
   expect_case({129, 130, 7, true, false, 2, 2, true, false, A::relu, 1.0, 0.0, false}, kGeneric);
 }
 
+// Per-tensor scales, and row-wise ones (scale_a [M, 1], scale_b [1, N]) at odd M and N.
 TEST_F(MatmulSimt, Float8TakesTheGenericKernel) {
+  for (bool rowwise : {false, true})
   for (DType dt : {DType::float8_e4m3fn, DType::float8_e5m2})
     for (DType out_dt : {DType::bfloat16, DType::float32}) {
-      const int64_t m = 130, k = 100, n = 72;
+      const int64_t m = rowwise ? 131 : 130, k = 100, n = rowwise ? 71 : 72;
       TestTensor a = make_tensor(dt, {m, k}, Layout::contiguous);
       TestTensor b = make_tensor(dt, {k, n}, Layout::contiguous);  // N contiguous
       TestTensor out = make_tensor(out_dt, {m, n}, Layout::contiguous);
-      TestTensor sa = make_tensor(DType::float32, {1}, Layout::contiguous);
-      TestTensor sb = make_tensor(DType::float32, {1}, Layout::contiguous);
+      using Shape = std::vector<int64_t>;
+      TestTensor sa = make_tensor(DType::float32, rowwise ? Shape{m, 1} : Shape{1}, Layout::contiguous);
+      TestTensor sb = make_tensor(DType::float32, rowwise ? Shape{1, n} : Shape{1}, Layout::contiguous);
       TestTensor bias = make_tensor(out_dt, {n}, Layout::contiguous);
       tessera::ops::fill_random(a, -2, 2, nullptr);
       tessera::ops::fill_random(b, -2, 2, nullptr);
@@ -223,16 +226,18 @@ TEST_F(MatmulSimt, Float8TakesTheGenericKernel) {
       const HostCopy ha = tessera::ops::to_host(a), hb = tessera::ops::to_host(b);
       const HostCopy hc = tessera::ops::to_host(out), hbias = tessera::ops::to_host(bias);
       const HostCopy hsa = tessera::ops::to_host(sa), hsb = tessera::ops::to_host(sb);
-      MatmulOptions ho;
-      ho.alpha = tessera::host::load_double(hsa.view, 0) * tessera::host::load_double(hsb.view, 0);
-      ho.bias = &hbias.view;
-      const std::vector<double> ref = tessera::reference::matmul(ha.view, hb.view, hc.view, ho);
+      std::vector<double> ref = tessera::reference::matmul(ha.view, hb.view, hc.view, {});
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          ref[i * n + j] = ref[i * n + j] * tessera::host::load_double(hsa.view, rowwise ? i : 0) *
+                               tessera::host::load_double(hsb.view, rowwise ? j : 0) +
+                           tessera::host::load_double(hbias.view, j);
       tessera::runtime::set_tier_trace(true);
       tessera::scaled_mm(a.view, b.view, sa.view, sb.view, out.view, &bias.view, nullptr);
       const auto trace = tessera::runtime::take_tier_trace();
       tessera::runtime::set_tier_trace(false);
-      const std::string what =
-          std::string(tessera::dtype_name(dt)) + " -> " + tessera::dtype_name(out_dt);
+      const std::string what = std::string(tessera::dtype_name(dt)) + " -> " + tessera::dtype_name(out_dt) +
+                               (rowwise ? ", row-wise scales" : "");
       const auto r = tessera::ops::compare("scaled_mm", what, out, ref, nullptr);
       EXPECT_TRUE(r.passed) << what << ": rel_err=" << r.rel_err << " " << r.detail;
       EXPECT_LE(r.rel_err, out_dt == DType::float32 ? 1e-5 : 1e-2) << what;

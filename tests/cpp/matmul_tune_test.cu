@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/host.hpp"
 #include "gpu.hpp"
 #include "ops/matrix/gemm.cuh"
 #include "ops/matrix/matmul_reference.hpp"
@@ -91,32 +92,61 @@ TEST(MatmulArgs, ScaledMmChecksItsArguments) {
                ErrorKind::type, {"argument 'scale_b'", "got float16"});
   expect_error([&] { tessera::scaled_mm(cuda_tensor(0x1000, DType::float8_e4m3fn, {2, 64, 32}), b, s, s, c, nullptr, nullptr); },
                ErrorKind::value, {"argument 'input'", "a 2-d tensor"});
+  // Row-wise: scale_a [M, 1] and scale_b [1, N], contiguous; not one of each kind (as torch).
+  const auto rows = cuda_tensor(0x300000, DType::float32, {64, 1}), cols = cuda_tensor(0x400000, DType::float32, {1, 48});
+  const char* want = "both of one element (per-tensor), or 'scale_a' [M, 1] and 'scale_b' [1, N] = [64, 1] and [1, 48], "
+                     "contiguous (row-wise); not one of each";
+  expect_error([&] { tessera::scaled_mm(a, b, s, cols, c, nullptr, nullptr); },
+               ErrorKind::value, {"tessera.scaled_mm: argument 'scale_b'", want, "got 'scale_a' [1] and 'scale_b' [1, 48]"});
+  expect_error([&] { tessera::scaled_mm(a, b, rows, s, c, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'scale_b'", "got 'scale_a' [64, 1] and 'scale_b' [1]"});
+  expect_error([&] { tessera::scaled_mm(a, b, cuda_tensor(0x300000, DType::float32, {64}), cols, c, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'scale_a'", want, "got 'scale_a' [64] and"});
+  expect_error([&] { tessera::scaled_mm(a, b, rows, cuda_tensor(0x400000, DType::float32, {48, 1}), c, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'scale_b'", "'scale_b' [48, 1]"});
+  expect_error([&] { tessera::scaled_mm(a, b, cuda_tensor(0x300000, DType::float32, {32, 1}), cols, c, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'scale_a'", "[64, 1] and [1, 48]", "got 'scale_a' [32, 1]"});
+  const auto strided = tessera::TensorView::strided(tessera::testing::fake(0x400000), DType::float32, {1, 48}, {96, 2},
+                                                    tessera::Device{tessera::DeviceType::cuda, 0});
+  expect_error([&] { tessera::scaled_mm(a, b, rows, strided, c, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'scale_b'", "'scale_b' [1, 48] (not contiguous)"});
+  expect_error([&] { tessera::scaled_mm(a, b, rows, cuda_tensor(0x400000, DType::float16, {1, 48}), c, nullptr, nullptr); },
+               ErrorKind::type, {"argument 'scale_b'", "got float16"});
 }
 
-// One problem, its reference, and the check of a result against it.
+// One problem, its reference, and the check of a result against it. float8: unit per-tensor
+// scales, or row-wise ones (scale_a [M, 1], scale_b [1, N]).
 struct Problem {
   DType dt, out_dt;
   bool tf32 = false, fp8 = false;
-  TestTensor a, b, out, scale;
+  TestTensor a, b, out, scale, scale_b;
   std::vector<double> ref;
 
-  Problem(DType dt_, int64_t m, int64_t n, int64_t k, bool tf32_ = false)
+  Problem(DType dt_, int64_t m, int64_t n, int64_t k, bool tf32_ = false, bool rowwise = false)
       : dt(dt_), out_dt(dt_ == DType::float8_e4m3fn ? DType::bfloat16 : dt_), tf32(tf32_),
         fp8(dt_ == DType::float8_e4m3fn) {
     a = make_tensor(dt, {m, k}, Layout::contiguous);
     b = make_tensor(dt, {k, n}, Layout::transposed);
     out = make_tensor(out_dt, {m, n}, Layout::contiguous);
-    scale = make_tensor(DType::float32, {1}, Layout::contiguous);
+    scale = make_tensor(DType::float32, rowwise ? std::vector<int64_t>{m, 1} : std::vector<int64_t>{1}, Layout::contiguous);
+    scale_b = make_tensor(DType::float32, rowwise ? std::vector<int64_t>{1, n} : std::vector<int64_t>{1}, Layout::contiguous);
     tessera::ops::fill_random(a, -1, 1, nullptr);
     tessera::ops::fill_random(b, -1, 1, nullptr);
-    tessera::ops::fill_random(scale, 1, 1, nullptr);
+    tessera::ops::fill_random(scale, rowwise ? 0.5 : 1, rowwise ? 2 : 1, nullptr);
+    tessera::ops::fill_random(scale_b, rowwise ? 0.5 : 1, rowwise ? 2 : 1, nullptr);
     auto ha = tessera::ops::to_host(a), hb = tessera::ops::to_host(b), hc = tessera::ops::to_host(out);
     ref = tessera::reference::matmul(ha.view, hb.view, hc.view, {});
+    if (rowwise) {
+      auto hsa = tessera::ops::to_host(scale), hsb = tessera::ops::to_host(scale_b);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          ref[i * n + j] *= tessera::host::load_double(hsa.view, i) * tessera::host::load_double(hsb.view, j);
+    }
   }
   void run() {
     tessera::ops::fill_poison(out, nullptr);
     if (fp8) {
-      tessera::scaled_mm(a.view, b.view, scale.view, scale.view, out.view, nullptr, nullptr);
+      tessera::scaled_mm(a.view, b.view, scale.view, scale_b.view, out.view, nullptr, nullptr);
     } else {
       tessera::MatmulOptions o;
       o.allow_tf32 = tf32;
@@ -133,6 +163,8 @@ struct Problem {
     GemmArgs g = args(dt, a.view.shape[0], b.view.shape[1], a.view.shape[1]);
     g.out_dtype = out_dt, g.allow_tf32 = tf32;
     g.a = a.view.data, g.b = b.view.data, g.c = out.view.data;
+    if (fp8) g.scale_a = static_cast<const float*>(scale.view.data), g.scale_b = static_cast<const float*>(scale_b.view.data);
+    g.scale_rowwise = fp8 && scale.view.ndim == 2;
     return g;
   }
 };
@@ -157,6 +189,7 @@ TEST(MatmulTuneGpu, EveryCandidateConfigComputesTheProduct) {
   problems.emplace_back(DType::float16, 200, 520, 1024);
   problems.emplace_back(DType::float32, 200, 520, 1024, true);
   problems.emplace_back(DType::float8_e4m3fn, 200, 528, 1024);
+  problems.emplace_back(DType::float8_e4m3fn, 200, 528, 1024, false, true);  // row-wise scales
   for (Problem& p : problems) {
     const auto configs = tessera::matrix::candidates(p.gemm_args(), ctx);
     if (props.major == 9) EXPECT_GE(configs.size(), 7u) << dtype_name(p.dt);
@@ -177,10 +210,12 @@ TEST(MatmulTuneGpu, Tf32AndFloat8TakeTheTensorCoresOnHopper) {
   if (tessera::runtime::device_props(0).major != 9) GTEST_SKIP() << "the wgmma tier is for sm_90";
   Problem tf32(DType::float32, 256, 320, 192, true), exact(DType::float32, 256, 320, 192, false);
   Problem fp8(DType::float8_e4m3fn, 256, 320, 192);
+  // Row-wise scales: TMA stores, and drain (odd M and N: rows TMA cannot store).
+  Problem rows(DType::float8_e4m3fn, 256, 320, 192, false, true), odd(DType::float8_e4m3fn, 257, 321, 192, false, true);
   EXPECT_EQ(traced(tf32).rfind("sm90_wgmma", 0), 0u) << traced(tf32);
   EXPECT_EQ(traced(exact).rfind("simt", 0), 0u) << traced(exact);
-  EXPECT_EQ(traced(fp8).rfind("sm90_wgmma", 0), 0u) << traced(fp8);
-  for (Problem* p : {&tf32, &exact, &fp8}) {
+  for (Problem* p : {&fp8, &rows, &odd}) EXPECT_EQ(traced(*p).rfind("sm90_wgmma", 0), 0u) << traced(*p);
+  for (Problem* p : {&tf32, &exact, &fp8, &rows, &odd}) {
     p->run();
     EXPECT_TRUE(p->check("tier").passed) << dtype_name(p->dt);
   }
