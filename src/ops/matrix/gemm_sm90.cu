@@ -9,6 +9,23 @@ namespace sm90 {
 // Compiled with the kernels' architectures: whether this library holds sm_90a code for the GPU.
 __global__ void sm90a_probe() {}
 
+constexpr int kMapWarps = 8;  // group_out_maps: a warp a group
+
+__global__ void __launch_bounds__(32 * kMapWarps)
+    group_out_maps_kernel(const __grid_constant__ CUtensorMap c, const int* ends, int groups, CUtensorMap* out) {
+  __shared__ alignas(128) CUtensorMap tmp[kMapWarps];
+  const int warp = int(threadIdx.x / 32), g = int(blockIdx.x) * kMapWarps + warp;
+  if (g >= groups) return;  // the whole warp
+  // An empty group has no tile: its map is never used, but an extent must be positive.
+  tile::tma_map_with_extent<1>(out + g, &tmp[warp], c, uint32_t(max(ends[g], 1)));
+}
+
+void group_out_maps(const CUtensorMap& c, const int* ends, int groups, CUtensorMap* out, cudaStream_t stream) {
+  group_out_maps_kernel<<<unsigned((groups + kMapWarps - 1) / kMapWarps), 32 * kMapWarps, 0, stream>>>(c, ends,
+                                                                                                     groups, out);
+  TESSERA_LAUNCH_CHECK();
+}
+
 }  // namespace sm90
 
 namespace {

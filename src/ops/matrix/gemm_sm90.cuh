@@ -128,6 +128,10 @@ struct Operand {
 // (store_tma) through the output's 2-d or 3-d (batched) map (out_path says which epilogues).
 enum OutPath : int { kDrain = 0, kTma2 = 2, kTma3 = 3 };
 
+// Grouped over rows: into `out` (groups maps, 128-byte aligned) each group's copy of the output's
+// 2-d map `c` with its rows cut at the group's end (`ends`, on the device). Stream-ordered.
+void group_out_maps(const CUtensorMap& c, const int* ends, int groups, CUtensorMap* out, cudaStream_t stream);
+
 // The persistent grid's units of work, in order: the first `whole` tiles (of TileOrder) whole,
 // then every later tile as `splits` chunks of its K blocks, which consecutive CTAs take in the
 // same wave. Where the tiles leave the last wave (or the only one) mostly empty, its tiles are
@@ -148,6 +152,9 @@ struct Work {
   const int* prefix = nullptr;
   const int* ends = nullptr;
   int* next = nullptr;  // grouped: the units dealt so far past the first wave (zeroed by grouped_prepare)
+  // Grouped, TMA-stored: each group's copy of the output's map, its rows cut at the group's end
+  // (group_out_maps), through which a tile that ends mid-group stores.
+  const CUtensorMap* group_maps = nullptr;
   // Grouped over K (GemmArgs::offs_over_k): tile order's batch b is group b, whose K range
   // [ends[b - 1], ends[b]) gives the unit's K blocks (of `block_k`); the blocks it shares with a
   // neighbour are masked in shared memory (mask_stage).
@@ -598,10 +605,13 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
         for (int i = 0; i < BN / 2; ++i) acc[f][i] = 0.0f;
 #pragma unroll
     for (int f = 0; f < kFrags; ++f) tile::wgmma::fence_operands(acc[f]);
-    // A grouped tile whose rows pass its group's end stores through drain, which stops there (a
-    // TMA store would write the next group's rows).
+    // A grouped tile whose rows pass its group's end stores through its group's map, which stops
+    // there (the output's would write the next group's rows), or through drain.
     const int64_t m = w.m_end < m_all ? w.m_end : m_all;
-    const OutPath path = work.groups && w.m0 + kBM > m ? kDrain : kernel_path;
+    const bool past_end = work.groups && w.m0 + kBM > m;
+    const OutPath path = past_end && !work.group_maps ? kDrain : kernel_path;
+    const CUtensorMap* out_maps = past_end && work.group_maps ? work.group_maps + batch : maps;
+    if (past_end && work.group_maps && lane == 0) tile::tma_map_acquire(out_maps);
     int g0, g1;  // the column groups this unit stores
     unit_groups<BN, kSubtiles<S, OutT>>(work, w, g0, g1);
     if constexpr (!S::kPingPong)  // pingpong's units are whole tiles
@@ -619,9 +629,9 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
       // copy in the float32-output kernels would not fit beside the accumulators' registers.
       uint64_t* old = &s.old[wg][warp];
       if (sizeof(OutT) == 2 && epi.beta == 0.0f && !epi.residual)
-        store_tma<S, OutT, false>(s.out[wg], old, maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
+        store_tma<S, OutT, false>(s.out[wg], old, out_maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
       else
-        store_tma<S, OutT, true>(s.out[wg], old, maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
+        store_tma<S, OutT, true>(s.out[wg], old, out_maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
       continue;
     }
     // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and

@@ -50,6 +50,14 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
     if (g.offs_over_k) work.depth = true, work.block_k = kBK<T>;  // the groups' K ranges
     else work.groups = int(g.groups), work.prefix = units.as<int>(), work.next = next;
   }
+  // Grouped, TMA-stored: the groups' own output maps (128-byte aligned: one spare map's room).
+  const bool group_maps = work.groups && path == kTma2;
+  runtime::Scratch maps_g(group_maps ? std::size_t(g.groups + 1) * sizeof(CUtensorMap) : 0, stream);
+  if (group_maps) {
+    auto* first = reinterpret_cast<CUtensorMap*>((reinterpret_cast<uintptr_t>(maps_g.data()) + 127) & ~uintptr_t(127));
+    group_out_maps(maps.c, work.ends, work.groups, first, stream);
+    work.group_maps = first;
+  }
   const std::size_t smem = sizeof(Smem<T, S>) + 1024;
   static_assert(sizeof(Smem<T, S>) + 1024 <= 227 * 1024, "the stages, staging and prefix fit");
   auto kernel = gemm_sm90_kernel<T, OutT, S, KA, KB>;
