@@ -24,6 +24,8 @@ program imports it (install()), not when tessera is imported.
 
 from __future__ import annotations
 
+import math
+
 from ._imports import after_import
 
 _MODULE = "torch.distributed.tensor"
@@ -415,14 +417,20 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     register_sharding(ops.matmul.preactivation)(matmul_rule(2))
 
     # scaled_mm(input [M, K], other [K, N], scale_a, scale_b, *, bias [N]): matmul's 2-d
-    # strategies without an activation, the per-tensor scales (one number each) replicated in
-    # every one: rows, other's columns (bias along), or K in both (a partial sum, bias too).
+    # strategies without an activation: rows, other's columns (bias along), or K in both (a
+    # partial sum, bias too). Per-tensor scales (one number each) replicated in every one;
+    # row-wise ones (scale_a [M, 1], scale_b [1, N]) sharded with their operand's rows or
+    # columns, and replicated under K (each rank's partial sum scaled alike).
     @register_sharding(ops.scaled_mm.default)
     def scaled_mm_rule(input, other, scale_a, scale_b, *, bias=None, **kwargs):
-        def strategy(out, pa, pb, pbias):
-            return [out], [pa, pb, R, R] + ([pbias] if bias is not None else [])
-        return [strategy(R, R, R, R), strategy(Shard(0), Shard(0), R, R), strategy(Shard(1), R, Shard(1), Shard(0)),
-                strategy(Partial(), Shard(1), Shard(0), Partial())]
+        rowwise = math.prod(scale_a.shape) != 1 or math.prod(scale_b.shape) != 1
+        rows, cols = (Shard(0), Shard(1)) if rowwise else (R, R)
+
+        def strategy(out, pa, pb, psa, psb, pbias):
+            return [out], [pa, pb, psa, psb] + ([pbias] if bias is not None else [])
+        return [strategy(R, R, R, R, R, R), strategy(Shard(0), Shard(0), R, rows, R, R),
+                strategy(Shard(1), R, Shard(1), R, cols, Shard(0)),
+                strategy(Partial(), Shard(1), Shard(0), R, R, Partial())]
 
     # The losses: rows (tokens) are independent, so logits (and target, and the gradient) sharded
     # by rows give each row's loss, lse and gradient on its rank; 'sum' adds the rows' losses, a

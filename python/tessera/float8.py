@@ -19,10 +19,17 @@ wgrad the output gradient and x along the tokens. A scale is the dequantization 
 An all-zero group takes scale 1. A group holding inf or NaN takes a NaN scale, so its products are
 NaN where they would be inf or NaN in bfloat16 too; nothing is clamped silently.
 
-The GEMMs here are emulated: quantize, dequantize, then torch's GEMM in float32. That is the
-recipes' exact numerics (products of dequantized operands, accumulated in float32), the reference
-tessera's fp8 kernels are verified against, and no faster than bfloat16. Float8Linear is a subclass
-of torch.nn.Linear with the same parameters, so state_dicts load either way.
+On a Hopper GPU (sm_90, the float8 tensor cores tessera's kernels run on) the tensorwise and
+rowwise recipes run each GEMM on ``tessera.scaled_mm``: the quantized operands multiplied as
+float8, the scales (one per tensor, or per row of each operand) applied to the float32 sums in the
+kernel's epilogue. wgrad's K (the tokens) is padded with zeros to a multiple of 16, the rows the
+copy engine takes; zeros change neither the scales nor the sums. Elsewhere (the CPU, other GPUs,
+the blockwise recipe) the GEMMs are emulated: quantize, dequantize, then torch's GEMM in float32.
+That is the recipes' exact numerics (products of dequantized operands, accumulated in float32),
+the reference tessera's fp8 kernels are verified against, and no faster than bfloat16; the
+kernels differ from it by their accumulation (the tensor cores' float8 sums keep about 14 bits)
+and by rounding the output once. Float8Linear is a subclass of torch.nn.Linear with the same
+parameters, so state_dicts load either way.
 """
 
 from __future__ import annotations
@@ -116,12 +123,39 @@ def _fake(x, granularity: str):
     return dequantize(*quantize(x, granularity), granularity)
 
 
+def _on_kernels(x, recipe: str) -> bool:
+    """Whether a GEMM of ``recipe`` on ``x``'s device runs on tessera.scaled_mm: per-tensor and
+    row scales on the sm90 tier's float8 tensor cores (other GPUs would take its SIMT fallback,
+    slower than the emulation's torch GEMM)."""
+    if recipe not in ("tensorwise", "rowwise") or not x.is_cuda:
+        return False
+    import torch
+    return torch.cuda.get_device_capability(x.device)[0] == 9
+
+
+def _kernel_mm(a, b, granularity: str, out_dtype):
+    """a [M, K] @ b [N, K]^T on tessera.scaled_mm, each operand quantized along K (its last
+    dimension) by ``granularity`` ('tensor' or 'row'); K padded with zeros to a multiple of 16."""
+    import torch
+    from . import matrix
+    pad = -a.shape[1] % 16
+    if pad:
+        a, b = torch.nn.functional.pad(a, (0, pad)), torch.nn.functional.pad(b, (0, pad))
+    qa, sa = quantize(a, granularity)
+    qb, sb = quantize(b, granularity)
+    kept = out_dtype if out_dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
+    sb = sb.reshape(1, -1) if granularity == "row" else sb  # [1, N]: one per column of qb^T
+    out = matrix.scaled_mm(qa.contiguous(), qb.contiguous().t(), sa, sb, out_dtype=kept)
+    return out.to(out_dtype)
+
+
 _function = None
 
 
 def _matmul_function():
-    """The emulated float8 linear as an autograd Function (made at first use: torch is imported
-    lazily). Each GEMM's operands quantized along its own K, the products in float32."""
+    """The float8 linear as an autograd Function (made at first use: torch is imported lazily).
+    Each GEMM's operands quantized along its own K, the products on tessera.scaled_mm where
+    _on_kernels says so, else emulated in float32."""
     global _function
     if _function is not None:
         return _function
@@ -133,17 +167,26 @@ def _matmul_function():
             act, wgt = _OPERANDS[recipe]
             ctx.save_for_backward(x, weight)
             ctx.recipe = recipe
+            if _on_kernels(x, recipe):
+                return _kernel_mm(x, weight, act, x.dtype)
             return (_fake(x, act) @ _fake(weight, wgt).t()).to(x.dtype)
 
         @staticmethod
         def backward(ctx, grad):
             x, weight = ctx.saved_tensors
             act, wgt = _OPERANDS[ctx.recipe]
+            kernels = _on_kernels(grad, ctx.recipe)  # both operands' granularity `act` there (= wgt)
             dx = dw = None
             if ctx.needs_input_grad[0]:  # K = out_features: grad's rows, the weight's columns
-                dx = (_fake(grad, act) @ _fake(weight.t().contiguous(), wgt).t()).to(x.dtype)
+                if kernels:
+                    dx = _kernel_mm(grad, weight.t(), act, x.dtype)
+                else:
+                    dx = (_fake(grad, act) @ _fake(weight.t().contiguous(), wgt).t()).to(x.dtype)
             if ctx.needs_input_grad[1]:  # K = tokens: grad's and x's columns
-                dw = (_fake(grad.t().contiguous(), act) @ _fake(x.t().contiguous(), act).t()).to(weight.dtype)
+                if kernels:
+                    dw = _kernel_mm(grad.t(), x.t(), act, weight.dtype)
+                else:
+                    dw = (_fake(grad.t().contiguous(), act) @ _fake(x.t().contiguous(), act).t()).to(weight.dtype)
             return dx, dw, None
 
     _function = Float8Matmul

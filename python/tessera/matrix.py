@@ -30,9 +30,13 @@ float32 inputs follow torch's setting: exact float32 arithmetic under
 "medium" (or ``torch.backends.cuda.matmul.allow_tf32 = True``) allows it, read at each call.
 
 ``scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=None)`` is ``torch._scaled_mm`` with
-per-tensor scales: float8 ``a`` [M, K] (row-major) and ``b`` [K, N] (column-major, e.g. ``w.t()``
-of a row-major [N, K] ``w``), float32 one-element scales, output bfloat16 unless ``out_dtype``
-says float16 or float32 (float8 outputs are not offered). The products accumulate in the tensor
+per-tensor or row-wise scales: float8 ``a`` [M, K] (row-major) and ``b`` [K, N] (column-major, e.g.
+``w.t()`` of a row-major [N, K] ``w``), float32 scales of one element each, or row-wise ones
+(``scale_a`` [M, 1], one per row of ``a``, and ``scale_b`` [1, N], one per column of ``b``,
+contiguous; one of each kind is refused, as torch refuses it): ``out[i, j] = scale_a[i] *
+scale_b[j] * (a @ b)[i, j] + bias[j]``, the scales applied to the float32 sums in the GEMM's
+epilogue. Output bfloat16 unless ``out_dtype`` says float16 or float32 (float8 outputs are not
+offered). The products accumulate in the tensor
 cores' float32 accumulator without periodic promotion, as ``use_fast_accum=True`` does.
 No autograd.
 
@@ -381,22 +385,48 @@ def _validate_offs(torch, a, b, offs) -> None:
                          f"{extent}, got {offs.tolist()}")
 
 
+def _scales_rowwise(torch, input, other, scale_a, scale_b) -> bool:
+    """Whether scaled_mm's scales are row-wise (else per-tensor); raises as the library's check
+    does, on any device (input and other 2-d)."""
+    for arg, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if s.dtype != torch.float32:
+            raise TypeError(f"tessera.scaled_mm: argument '{arg}': expected dtype in {{float32}}, "
+                            f"got {str(s.dtype).replace('torch.', '')}")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        return False
+    m, n = input.shape[0], other.shape[1]
+    fits_a, fits_b = tuple(scale_a.shape) == (m, 1), tuple(scale_b.shape) == (1, n)
+    rows_a, cols_b = fits_a and scale_a.is_contiguous(), fits_b and scale_b.is_contiguous()
+    if rows_a and cols_b:
+        return True
+
+    def got(s, fits):
+        shape = "[" + ", ".join(str(d) for d in s.shape) + "]"
+        return shape + (" (not contiguous)" if fits and not s.is_contiguous() else "")
+    arg = "scale_b" if rows_a or scale_a.numel() == 1 else "scale_a"
+    raise ValueError(f"tessera.scaled_mm: argument '{arg}': expected both of one element (per-tensor), or "
+                     f"'scale_a' [M, 1] and 'scale_b' [1, N] = [{m}, 1] and [1, {n}], contiguous (row-wise); "
+                     f"not one of each, got 'scale_a' {got(scale_a, fits_a)} and 'scale_b' {got(scale_b, fits_b)}")
+
+
 def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
               scale_b: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
               out_dtype: Optional[torch.dtype] = None,
               scale_result: Optional[torch.Tensor] = None,
               use_fast_accum: bool = True) -> torch.Tensor:
-    """``torch._scaled_mm`` with per-tensor scales: ``scale_a * scale_b * (input @ other) + bias``
-    for float8 inputs; see the module's documentation."""
-    torch = _torch_only(input, "input")
+    """``torch._scaled_mm`` with per-tensor or row-wise scales: ``scale_a * scale_b * (input @
+    other) + bias`` for float8 inputs, scale_a one element or [M, 1], scale_b one element or
+    [1, N]; see the module's documentation."""
+    torch = _torch_only(input, "input", "scaled_mm")
     for arg, t in (("other", other), ("scale_a", scale_a), ("scale_b", scale_b)):
-        _torch_only(t, arg)
+        _torch_only(t, arg, "scaled_mm")
     if scale_result is not None:
         raise ValueError("tessera.scaled_mm: argument 'scale_result': float8 outputs are not "
                          "offered, so there is no result scale; expected None")
     if input.dim() != 2 or other.dim() != 2:
         raise ValueError(f"tessera.scaled_mm: arguments 'input' and 'other': expected 2-d "
                          f"tensors, got {input.dim()}-d and {other.dim()}-d")
+    _scales_rowwise(torch, input, other, scale_a, scale_b)
     if _state.ops is not None:
         return _state.ops.scaled_mm.default(input, other, scale_a, scale_b, bias=bias,
                                               out_dtype=out_dtype)

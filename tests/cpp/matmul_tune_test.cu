@@ -87,7 +87,7 @@ TEST(MatmulArgs, ScaledMmChecksItsArguments) {
   expect_error([&] { tessera::scaled_mm(a, b, s, s, cuda_tensor(0x200000, DType::float8_e4m3fn, {64, 48}), nullptr, nullptr); },
                ErrorKind::type, {"argument 'out'", "got float8_e4m3fn"});
   expect_error([&] { tessera::scaled_mm(a, b, cuda_tensor(0x300000, DType::float32, {2}), s, c, nullptr, nullptr); },
-               ErrorKind::value, {"argument 'scale_a'", "one element", "got [2]"});
+               ErrorKind::value, {"argument 'scale_a'", "one element", "got 'scale_a' [2] and 'scale_b' [1]"});
   expect_error([&] { tessera::scaled_mm(a, b, s, cuda_tensor(0x300000, DType::float16, {1}), c, nullptr, nullptr); },
                ErrorKind::type, {"argument 'scale_b'", "got float16"});
   expect_error([&] { tessera::scaled_mm(cuda_tensor(0x1000, DType::float8_e4m3fn, {2, 64, 32}), b, s, s, c, nullptr, nullptr); },

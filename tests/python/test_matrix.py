@@ -323,6 +323,75 @@ def test_scaled_mm_errors_name_the_argument(torch):
         tessera.scaled_mm(a, a.t(), s, s, scale_result=s)
 
 
+ROWWISE_EXPECTED = (r"expected both of one element \(per-tensor\), or 'scale_a' \[M, 1\] and 'scale_b' \[1, N\] = "
+                    r"\[64, 1\] and \[1, 48\], contiguous \(row-wise\); not one of each")
+
+
+def test_scaled_mm_scales_per_tensor_or_rowwise_not_one_of_each():
+    """CPU: the scales' kinds and shapes are checked before the device (as torch._scaled_mm
+    takes them: both one element, or [M, 1] and [1, N] contiguous)."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("needs torch's float8_e4m3fn")
+    a = torch.ones(64, 32).to(torch.float8_e4m3fn)
+    b = torch.ones(48, 32).to(torch.float8_e4m3fn).t()
+    one, rows, cols = torch.tensor(1.0), torch.ones(64, 1), torch.ones(1, 48)
+    cases = [
+        (one, cols, "scale_b", r"got 'scale_a' \[\] and 'scale_b' \[1, 48\]$"),
+        (rows, one, "scale_b", r"got 'scale_a' \[64, 1\] and 'scale_b' \[\]$"),
+        (torch.ones(64), cols, "scale_a", r"got 'scale_a' \[64\] and"),
+        (rows, torch.ones(48, 1), "scale_b", r"'scale_b' \[48, 1\]$"),
+        (torch.ones(32, 1), cols, "scale_a", r"got 'scale_a' \[32, 1\] and"),
+        (torch.ones(64, 2)[:, :1], cols, "scale_a", r"'scale_a' \[64, 1\] \(not contiguous\)"),
+        (rows, torch.ones(1, 96)[:, ::2], "scale_b", r"'scale_b' \[1, 48\] \(not contiguous\)$"),
+    ]
+    for sa, sb, arg, got in cases:
+        with pytest.raises(ValueError, match=rf"^tessera\.scaled_mm: argument '{arg}': {ROWWISE_EXPECTED}, .*{got}"):
+            tessera.scaled_mm(a, b, sa, sb)
+    with pytest.raises(TypeError, match=r"argument 'scale_b': expected dtype in \{float32\}, got float16"):
+        tessera.scaled_mm(a, b, rows, cols.half())
+    with pytest.raises(ValueError, match=r"argument 'input': expected a CUDA tensor"):  # the scales pass
+        tessera.scaled_mm(a, b, rows, cols)
+
+
+@pytest.mark.parametrize("fp8", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("out_dtype", [None, "float16", "float32"])
+@pytest.mark.parametrize("m,n", [(301, 528), (333, 517), (16, 4096), (63, 71)])
+def test_scaled_mm_rowwise_matches_float64(torch, fp8, out_dtype, m, n):
+    """Row-wise scales on each path: TMA stores, drain (odd N), split K, the SIMT tier (K = 100
+    and odd sizes: rows the copy engine cannot take)."""
+    dt = getattr(torch, fp8)
+    k = 100 if m == 63 else 512
+    a = (torch.rand(m, k, device="cuda") * 4 - 2).to(dt)
+    w = (torch.rand(n, k, device="cuda") * 4 - 2).to(dt)
+    sa = torch.rand(m, 1, device="cuda") + 0.5
+    sb = torch.rand(1, n, device="cuda") + 0.5
+    out_dt = getattr(torch, out_dtype) if out_dtype else torch.bfloat16
+    bias = torch.randn(n, device="cuda", dtype=out_dt) if out_dtype != "float32" else None
+    got = tessera.scaled_mm(a, w.t(), sa, sb, bias=bias, out_dtype=out_dt if out_dtype else None)
+    assert got.dtype == out_dt and got.shape == (m, n)
+    ref = sa.double() * (a.double() @ w.double().t()) * sb.double()
+    if bias is not None:
+        ref = ref + bias.double()
+    assert rel_err(torch, got, ref) <= (1e-3 if out_dtype == "float32" else 1e-2)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_scaled_mm_rowwise_matches_torch(torch, with_bias):
+    """Against torch._scaled_mm's row-wise form (M odd; torch wants K and N multiples of 16)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("torch._scaled_mm's row-wise scales need sm_90")
+    a = (torch.rand(301, 512, device="cuda") * 4 - 2).to(torch.float8_e4m3fn)
+    w = (torch.rand(528, 512, device="cuda") * 4 - 2).to(torch.float8_e4m3fn)
+    sa = torch.rand(301, 1, device="cuda") + 0.5
+    sb = torch.rand(1, 528, device="cuda") + 0.5
+    bias = torch.randn(528, device="cuda", dtype=torch.bfloat16) if with_bias else None
+    got = tessera.scaled_mm(a, w.t(), sa, sb, bias=bias)
+    want = torch._scaled_mm(a, w.t(), sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=True)
+    assert got.dtype == want.dtype == torch.bfloat16
+    assert rel_err(torch, got, want) <= 1e-2
+
+
 def test_set_autotune_toggles(torch):
     was = tessera.autotune_enabled()
     try:

@@ -246,6 +246,23 @@ def test_scaled_mm_shards_as_matmul_with_the_scales_replicated(run):
     assert placements([y]) == [(S(0),)] and comms == 0
 
 
+def test_scaled_mm_shards_rowwise_scales_with_their_operand(run):
+    smm, S, R, P = run.ops.scaled_mm.default, run.Shard, run.R, run.P
+    torch = run.torch
+
+    def f8(shape, p):
+        t = run.tensor(shape, p)
+        with run.mode:
+            return t.to(torch.float8_e4m3fn)
+    # Rows: scale_a's rows with input's; columns: scale_b's with other's; K: both replicated.
+    (y,), comms = run.call(smm, f8((8, 16), S(0)), f8((16, 32), R), run.tensor((8, 1), S(0)), run.tensor((1, 32), R))
+    assert placements([y]) == [(S(0),)] and comms == 0 and y.to_local().shape == (4, 32)
+    (y,), comms = run.call(smm, f8((8, 16), R), f8((16, 32), S(1)), run.tensor((8, 1), R), run.tensor((1, 32), S(1)))
+    assert placements([y]) == [(S(1),)] and comms == 0 and y.to_local().shape == (8, 16)
+    (y,), comms = run.call(smm, f8((8, 16), S(1)), f8((16, 32), S(0)), run.tensor((8, 1), R), run.tensor((1, 32), R))
+    assert placements([y]) == [(P,)] and comms == 0 and y.to_local().shape == (8, 32)
+
+
 def test_copy_writes_dst_where_it_is_placed(run):
     cp, S, R = run.ops.copy.default, run.Shard, run.R
     for p in (R, S(0), S(1), run.P):
