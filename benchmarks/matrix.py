@@ -25,7 +25,8 @@ row-major) at 4096 and 8192 in bfloat16 and float16. --sweep adds linear-layer s
 (matmul_tf32, torch.set_float32_matmul_precision("high") around those calls; at 8192 also in the
 layouts NN, TN and TT), float8 e4m3
 (scaled_mm against torch._scaled_mm with use_fast_accum=True, the same accumulation, and False as
-a second peer). --epilogue adds bias + GELU fused at 8192 x 8192 x 4096 bfloat16
+a second peer; per-tensor scales, and row-wise ones as scaled_mm_rowwise: scale_a [M, 1],
+scale_b [1, N]). --epilogue adds bias + GELU fused at 8192 x 8192 x 4096 bfloat16
 (matmul_bias_gelu against torch.matmul, + bias, gelu; and addmm then gelu), and the same layer
 under autograd, forward and backward (linear_gelu_fwd_bwd: tessera.linear(activation="gelu")
 against F.gelu(F.linear)). --fp32 adds float32 in every layout (NT, NN, TN, TT) at 4096 and 8192,
@@ -130,22 +131,26 @@ def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool, layout: s
               timing=dict(cuda_graph=False, flush_l2=True))
 
 
-def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool) -> None:
+def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool, rowwise: bool = False) -> None:
+    """scaled_mm with unit per-tensor scales, or (rowwise) scale_a [M, 1] and scale_b [1, N]."""
     dt = torch.float8_e4m3fn
     a = (torch.rand(size, size, device="cuda") * 2 - 1).to(dt)
     b = (torch.rand(size, size, device="cuda") * 2 - 1).to(dt).t()
-    one = torch.tensor(1.0, device="cuda")
+    sa = torch.rand(size, 1, device="cuda") + 0.5 if rowwise else torch.tensor(1.0, device="cuda")
+    sb = torch.rand(1, size, device="cuda") + 0.5 if rowwise else torch.tensor(1.0, device="cuda")
     providers = {
-        "tessera": lambda: tessera.scaled_mm(a, b, one, one, out_dtype=torch.bfloat16),
-        "torch": lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16,
+        "tessera": lambda: tessera.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+        "torch": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
                                           use_fast_accum=True),
-        "torch_accurate": lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16,
+        "torch_accurate": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
                                                    use_fast_accum=False),
     }
     if self_check:
-        providers["torch2"] = lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16,
+        providers["torch2"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
                                                        use_fast_accum=True)
-    suite.run("scaled_mm", dt, size, float(2 * size * size + 2 * size * size), providers,
+    scale_bytes = 4 * 2 * size if rowwise else 0
+    suite.run("scaled_mm_rowwise" if rowwise else "scaled_mm", dt, size,
+              float(2 * size * size + 2 * size * size + scale_bytes), providers,
               flops=2.0 * size ** 3, shape=(size, size, size),
               tolerances={dt: FP8_TOLERANCE},
               rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
@@ -260,6 +265,8 @@ def main() -> int:
                                                                     args.self_check))
             suite.attempt(f"scaled_mm e4m3 {size}", lambda: bench_fp8(suite, size, args.rounds,
                                                                       args.self_check))
+            suite.attempt(f"scaled_mm_rowwise e4m3 {size}", lambda: bench_fp8(
+                suite, size, args.rounds, args.self_check, rowwise=True))
             torch.cuda.empty_cache()
         for layout in ("NN", "TN", "TT"):
             suite.attempt(f"matmul_tf32 {layout} 8192", lambda: bench_tf32(
