@@ -296,7 +296,8 @@ NB_MODULE(_C, m) {
   def_op<&scaled_mm_flat>(m, "scaled_mm",
                           {"input", "other", "scale_a", "scale_b", "out", "bias", "stream"}, none,
                           "out = scale_a * scale_b * (input @ other) + bias for float8 inputs, "
-                          "into the given out (2-d views).");
+                          "into the given out (2-d views); scales of one element each, or row-wise: "
+                          "scale_a [M, 1] and scale_b [1, N].");
   m.def("set_autotune", &tessera::set_autotune, "on"_a,
         "Tune GEMM configs on first use of each shape bucket (TESSERA_AUTOTUNE=1 at start).");
   m.def("autotune_enabled", &tessera::autotune_enabled,
