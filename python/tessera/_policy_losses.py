@@ -112,9 +112,10 @@ def _surrogate(torch, kind, logps, log_ratio, log_w, adv, mask, vllm, o):
     return -torch.min(capped * adv, ratio.clamp(low, high) * adv), ratio < low, ratio > high
 
 
-def formula(torch, o: dict, mask, advantages, old, ref, vllm_is_ratio, num_items_in_batch):
+def formula(torch, o: dict, mask, read, advantages, old, ref, vllm_is_ratio, num_items_in_batch):
     """The loss as a function of the tokens' log-probabilities [B, T] -> (loss, metrics: [the mean
-    KL if beta, the clipped fraction]); ``mask`` [B, T] float32, ``old`` and ``ref`` [B, T] or None
+    KL if beta, the clipped fraction]); ``mask`` [B, T] float32, ``read`` [B, T] the tokens whose
+    log-probabilities are computed (the others stand at 0), ``old`` and ``ref`` [B, T] or None
     (then the tokens' own, detached)."""
     kind, how = _TYPES[o["loss_type"]]
     beta = o["beta"]
@@ -128,7 +129,10 @@ def formula(torch, o: dict, mask, advantages, old, ref, vllm_is_ratio, num_items
         items = (torch.as_tensor(num_items_in_batch, dtype=mask.dtype, device=mask.device) / world).clamp(min=1.0)
 
     def loss_of(logps):
+        # A token not read counts with ratio 1 and no KL, whatever its old and reference values: its
+        # terms are masked out, but a padding's old log-probability far below 0 would make them inf.
         log_ratio = logps - (logps.detach() if old is None else old.to(logps.dtype))
+        log_ratio = torch.where(read, log_ratio, 0.0)
         log_w = log_ratio  # the importance weight's log, per token or (GSPO) per sequence [B, 1]
         if o["importance_sampling_level"] == "sequence":
             log_w = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
@@ -137,8 +141,8 @@ def formula(torch, o: dict, mask, advantages, old, ref, vllm_is_ratio, num_items
             per_token = per_token * vllm
         metrics = []
         if beta != 0.0:
-            r = logps.detach() if ref is None else ref.to(logps.dtype)
-            kl = torch.exp(r - logps) - (r - logps) - 1.0  # k3, the KL to the reference
+            d = torch.where(read, (logps.detach() if ref is None else ref.to(logps.dtype)) - logps, 0.0)
+            kl = torch.exp(d) - d - 1.0  # k3, the KL to the reference
             if o["use_bias_correction_kl"]:  # DeepSeek-V3.2: the KL's estimate at the sampling policy
                 kl = kl * torch.exp(log_w)
             per_token = per_token + beta * kl

@@ -361,7 +361,7 @@ def grpo_loss(_input, weight, selected_token_ids, attention_mask, advantages, bi
     if beta != 0.0 and ref is None and use_ref_model and ref_input is not None:
         ref = _reference_tokens(torch, ref_input, weight if ref_weight is None else ref_weight, ref_bias,
                                 selected_token_ids, keep, -100, temperature)
-    formula = _policy_losses.formula(torch, o, attention_mask.float(), advantages, old_per_token_logps, ref,
+    formula = _policy_losses.formula(torch, o, attention_mask.float(), keep, advantages, old_per_token_logps, ref,
                                      vllm_is_ratio, num_items_in_batch)
     loss, metrics, _ = _sequence_loss(torch, _input, weight, bias, selected_token_ids, formula, ignore_index=-100,
                                       paired=False, temperature=temperature, keep=keep)
