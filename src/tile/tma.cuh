@@ -76,7 +76,7 @@ __device__ __forceinline__ void tma_map_with_extent(CUtensorMap* dst, CUtensorMa
 // earlier one: the copy engine may hold an older map at the same address).
 __device__ __forceinline__ void tma_map_acquire(const CUtensorMap* map) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(map) : "memory");
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(map));
 #else
   __trap();
 #endif

@@ -152,8 +152,8 @@ struct Work {
   const int* prefix = nullptr;
   const int* ends = nullptr;
   int* next = nullptr;  // grouped: the units dealt so far past the first wave (zeroed by grouped_prepare)
-  // Grouped, TMA-stored: each group's copy of the output's map, its rows cut at the group's end
-  // (group_out_maps), through which a tile that ends mid-group stores.
+  // Grouped, TMA-stored, 16-bit output: each group's copy of the output's map, its rows cut at
+  // the group's end (group_out_maps), through which a tile that ends mid-group stores.
   const CUtensorMap* group_maps = nullptr;
   // Grouped over K (GemmArgs::offs_over_k): tile order's batch b is group b, whose K range
   // [ends[b - 1], ends[b]) gives the unit's K blocks (of `block_k`); the blocks it shares with a
@@ -610,8 +610,6 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     const int64_t m = w.m_end < m_all ? w.m_end : m_all;
     const bool past_end = work.groups && w.m0 + kBM > m;
     const OutPath path = past_end && !work.group_maps ? kDrain : kernel_path;
-    const CUtensorMap* out_maps = past_end && work.group_maps ? work.group_maps + batch : maps;
-    if (past_end && work.group_maps && lane == 0) tile::tma_map_acquire(out_maps);
     int g0, g1;  // the column groups this unit stores
     unit_groups<BN, kSubtiles<S, OutT>>(work, w, g0, g1);
     if constexpr (!S::kPingPong)  // pingpong's units are whole tiles
@@ -628,10 +626,17 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
       // them at all; a second
       // copy in the float32-output kernels would not fit beside the accumulators' registers.
       uint64_t* old = &s.old[wg][warp];
-      if (sizeof(OutT) == 2 && epi.beta == 0.0f && !epi.residual)
-        store_tma<S, OutT, false>(s.out[wg], old, out_maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
+      // A grouped tile past its group's end (16-bit outputs: group_maps): its own copy of the
+      // epilogue, whose output map is its group's (the others' stays the kernel parameter's,
+      // which costs no register).
+      if (sizeof(OutT) == 2 && past_end) {
+        const CUtensorMap* own = work.group_maps + batch;
+        if (lane == 0) tile::tma_map_acquire(own);
+        store_tma<S, OutT, false>(s.out[wg], old, own, kTma2, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
+      } else if (sizeof(OutT) == 2 && epi.beta == 0.0f && !epi.residual)
+        store_tma<S, OutT, false>(s.out[wg], old, maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
       else
-        store_tma<S, OutT, true>(s.out[wg], old, out_maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
+        store_tma<S, OutT, true>(s.out[wg], old, maps, path, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);
       continue;
     }
     // The accumulators (fragment f: row 64 f + 16 w + l / 4 + 8 r, columns 8 i + 2 (l % 4) and
