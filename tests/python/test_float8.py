@@ -123,7 +123,7 @@ def test_float8_linear_on_the_tensor_cores_matches_the_emulation(recipe, monkeyp
     for device in ("cpu", "cuda"):
         lin.to(device)
         lin.zero_grad()
-        xd = x.to(device).requires_grad_()
+        xd = x.detach().to(device).requires_grad_()  # a leaf on each device
         out = lin(xd)
         out.backward(dy.to(device))
         results.append([t.detach().double().cpu() for t in (out, xd.grad, lin.weight.grad, lin.bias.grad)])
