@@ -83,7 +83,8 @@ def main() -> None:
                     ta, tb = a.contiguous(), b.t().contiguous().t()
                     ref = torch._grouped_mm(ta, tb, offs)
                 got = tessera.grouped_mm(a, b, offs)
-                err = (got.float() - ref.float()).abs().max().item() / max(ref.float().abs().max().item(), 1e-6)
+                # in the outputs' dtype, a float32 copy of DeepSeek-V3's weight gradient being 30 GB
+                err = (got - ref).abs().max().item() / max(ref.abs().max().item(), 1e-6)
                 if not err < 2e-2:
                     raise SystemExit(f"{fam} {name}: tessera differs from torch by {err:.3g} of the largest value")
                 del ref, got
