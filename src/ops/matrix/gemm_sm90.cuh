@@ -128,6 +128,11 @@ struct Operand {
 // (store_tma) through the output's 2-d or 3-d (batched) map (out_path says which epilogues).
 enum OutPath : int { kDrain = 0, kTma2 = 2, kTma3 = 3 };
 
+// The kernels whose grouped tiles past their group's end store by TMA through the group's own map
+// (Work::group_maps): a third copy of the epilogue spills in the others, which drain those tiles.
+template <class S, class OutT>
+constexpr bool kGroupMaps = sizeof(OutT) == 2 && !S::kPingPong;
+
 // Grouped over rows: into `out` (groups maps, 128-byte aligned) each group's copy of the output's
 // 2-d map `c` with its rows cut at the group's end (`ends`, on the device). Stream-ordered.
 void group_out_maps(const CUtensorMap& c, const int* ends, int groups, CUtensorMap* out, cudaStream_t stream);
@@ -152,8 +157,8 @@ struct Work {
   const int* prefix = nullptr;
   const int* ends = nullptr;
   int* next = nullptr;  // grouped: the units dealt so far past the first wave (zeroed by grouped_prepare)
-  // Grouped, TMA-stored, 16-bit output: each group's copy of the output's map, its rows cut at
-  // the group's end (group_out_maps), through which a tile that ends mid-group stores.
+  // Grouped, TMA-stored, kGroupMaps: each group's copy of the output's map, its rows cut at the
+  // group's end (group_out_maps), through which a tile that ends mid-group stores.
   const CUtensorMap* group_maps = nullptr;
   // Grouped over K (GemmArgs::offs_over_k): tile order's batch b is group b, whose K range
   // [ends[b - 1], ends[b]) gives the unit's K blocks (of `block_k`); the blocks it shares with a
@@ -626,10 +631,10 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
       // them at all; a second
       // copy in the float32-output kernels would not fit beside the accumulators' registers.
       uint64_t* old = &s.old[wg][warp];
-      // A grouped tile past its group's end (16-bit outputs: group_maps): its own copy of the
-      // epilogue, whose output map is its group's (the others' stays the kernel parameter's,
-      // which costs no register).
-      if (sizeof(OutT) == 2 && past_end) {
+      // A grouped tile past its group's end (kGroupMaps): its own copy of the epilogue, whose
+      // output map is its group's (the others' stays the kernel parameter's, which costs no
+      // register).
+      if (kGroupMaps<S, OutT> && past_end) {
         const CUtensorMap* own = work.group_maps + batch;
         if (lane == 0) tile::tma_map_acquire(own);
         store_tma<S, OutT, false>(s.out[wg], old, own, kTma2, epi, alpha, acc, batch, row0, col0, n, g0, g1, flip, old_phase);

@@ -50,9 +50,9 @@ void launch_typed(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t strea
     if (g.offs_over_k) work.depth = true, work.block_k = kBK<T>;  // the groups' K ranges
     else work.groups = int(g.groups), work.prefix = units.as<int>(), work.next = next;
   }
-  // Grouped, TMA-stored, 16-bit output: the groups' own output maps (128-byte aligned: one spare
+  // Grouped, TMA-stored, kGroupMaps: the groups' own output maps (128-byte aligned: one spare
   // map's room).
-  const bool group_maps = work.groups && path == kTma2 && sizeof(OutT) == 2;
+  const bool group_maps = kGroupMaps<S, OutT> && work.groups && path == kTma2;
   runtime::Scratch maps_g(group_maps ? std::size_t(g.groups + 1) * sizeof(CUtensorMap) : 0, stream);
   if (group_maps) {
     auto* first = reinterpret_cast<CUtensorMap*>((reinterpret_cast<uintptr_t>(maps_g.data()) + 127) & ~uintptr_t(127));
