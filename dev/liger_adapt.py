@@ -28,6 +28,8 @@ LOSSES = {
     "grpo_loss": ("LigerFusedLinearGRPOLoss", "LigerFusedLinearGRPOFunction", "liger_fused_linear_grpo",
                   tp.grpo_loss),
     "jsd_loss": ("LigerFusedLinearJSDLoss", "LigerFusedLinearJSDFunction", "liger_fused_linear_jsd", tp.jsd_loss),
+    "cosine_similarity_loss": ("LigerFusedLinearCosineSimilarityLoss", "LigerFusedLinearCosineSimilarityFunction",
+                               "liger_fused_linear_cosine", tp.cosine_similarity_loss),
 }
 LIGER_ONLY = {"compiled", "chunk_size"}  # how Liger runs, not what it computes
 RENAMED = {"_input": "hidden"}  # the preference losses' hidden states

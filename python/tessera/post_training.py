@@ -1,5 +1,5 @@
-"""Post-training losses (DPO and its variants, ORPO, CPO, SimPO, KTO; GRPO; distillation by JSD or
-either KL) on a language model's output projection, without the whole logits: each chunk of
+"""Post-training losses (DPO and its variants, ORPO, CPO, SimPO, KTO; GRPO; distillation by JSD,
+either KL or cosine similarity) on a language model's output projection, without the whole logits: each chunk of
 whole sequences (or preference pairs) gives its tokens' log-probabilities from one GEMM and a
 row-wise kernel, the loss is a formula of those, and the gradients are computed in the forward
 (tessera/_head_chunks.py: three GEMMs for a scored token, none for a prompt or padding token; one
@@ -26,11 +26,13 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from . import _head_chunks, _interop, _policy_losses, _state
+from . import _head_chunks, _interop, _policy_losses
 from . import loss as _loss
+from ._distillation import cosine_similarity_loss, jsd_loss
 
 # The functions; the modules (FusedLinearDPOLoss, ...) are tessera.post_training's, made at first use.
-__all__ = ["sequence_logps", "dpo_loss", "orpo_loss", "cpo_loss", "simpo_loss", "kto_loss", "grpo_loss", "jsd_loss"]
+__all__ = ["sequence_logps", "dpo_loss", "orpo_loss", "cpo_loss", "simpo_loss", "kto_loss", "grpo_loss", "jsd_loss",
+           "cosine_similarity_loss"]
 
 
 def sequence_logps(hidden: Any, weight: Any, target: Any, bias: Any = None, *, ignore_index: int = -100,
@@ -368,84 +370,6 @@ def grpo_loss(_input, weight, selected_token_ids, attention_mask, advantages, bi
     return loss, metrics
 
 
-def _distill_rows(torch, teacher_input, teacher_weight, teacher_bias, labels, weights, beta, temperature,
-                  ignore_index, sums):
-    """jsd_loss's row function: each kept row's ``weights[0]`` times its divergence plus
-    ``weights[1]`` times its cross-entropy, their gradient written over the student's logits
-    (tessera's jsd and cross_entropy kernels on CUDA where the vocabularies match, else torch's
-    functions); the two sums added to ``sums``."""
-    from . import matrix
-    soft_w, hard_w = weights
-
-    def rows(logits, index):
-        tx = teacher_input[index]
-        if tx.is_cuda:
-            t = matrix.matmul(tx, teacher_weight.t(), bias=teacher_bias)
-        else:
-            t = torch.nn.functional.linear(tx, teacher_weight, teacher_bias)
-        y = labels[index]
-        ops = _state.ops
-        if logits.is_cuda and ops is not None and hasattr(ops, "jsd") and t.shape == logits.shape \
-                and t.dtype == logits.dtype:
-            hard, _, grad = ops.cross_entropy(logits, y, None, ignore_index=int(ignore_index), reduction="none",
-                                              with_grad=hard_w != 0)  # before the divergence's gradient replaces them
-            soft = ops.jsd.inplace(logits, t, None, beta=float(beta), temperature=float(temperature))
-            logits.mul_(soft_w)
-            if hard_w != 0:
-                logits.add_(grad, alpha=hard_w)
-        else:
-            with torch.enable_grad():
-                z = logits.detach().float().requires_grad_()
-                soft = _loss.divergence_rows(torch, z, t, beta, temperature)
-                hard = torch.nn.functional.cross_entropy(z, y, ignore_index=ignore_index, reduction="none")
-                grad, = torch.autograd.grad((soft_w * soft + hard_w * hard).sum(), z)
-            logits.copy_(grad)
-            soft, hard = soft.detach(), hard.detach()
-        sums[0] += soft.sum()
-        sums[1] += hard.float().sum()
-        return soft_w * soft + hard_w * hard.float()
-    return rows
-
-
-def jsd_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias=None,
-             teacher_bias=None, *, weight_hard_loss: float = 0.5, weight_soft_loss: float = 0.5, beta: float = 0.5,
-             ignore_index: int = -100, temperature: float = 1.0, chunk_size: int = 1024,
-             return_soft_hard_loss: bool = False):
-    """Distillation as Liger's LigerFusedLinearJSDLoss computes it: ``weight_hard_loss`` times the
-    student's cross-entropy on ``true_labels`` [N] plus ``weight_soft_loss`` times the divergence
-    between the student's and the teacher's distributions at ``temperature`` (``beta`` 0: the
-    forward KL(teacher || student); 1: the reverse KL(student || teacher); between: the
-    generalized JSD with mixture weight beta), each a mean over the rows not ignored. Inputs [N, H]
-    (and [N, H_teacher]) with the output projections [V, H]. The rows not ignored go in chunks
-    (``chunk_size`` is taken for Liger's signature: the chunks are sized by memory), each chunk's
-    student and teacher logits from a GEMM, both terms and the student's gradient from one pass
-    over them (tessera's jsd and cross_entropy kernels), the gradients computed in the forward.
-    Returns the loss, or (loss, soft, hard) with ``return_soft_hard_loss`` (those two detached)."""
-    torch = _interop.torch_if_tensor(student_input, init=True)
-    op = "tessera.jsd_loss"
-    if torch is None:
-        raise TypeError(f"{op}: argument 'student_input': expected a torch tensor, got {type(student_input).__name__}")
-    if not 0 <= beta <= 1:
-        raise ValueError(f"{op}: argument 'beta': expected a weight in [0, 1], got {beta}")
-    if temperature <= 0:
-        raise ValueError(f"{op}: argument 'temperature': expected > 0, got {temperature}")
-    if teacher_input.shape[0] != student_input.shape[0] or true_labels.shape != student_input.shape[:1]:
-        raise ValueError(f"{op}: arguments 'teacher_input', 'true_labels': expected {student_input.shape[0]} rows "
-                         f"as student_input, got {tuple(teacher_input.shape)} and {tuple(true_labels.shape)}")
-    flat = (true_labels != ignore_index).nonzero().squeeze(1)
-    valid = max(flat.numel(), 1)
-    vocab = max(student_weight.shape[0], teacher_weight.shape[0])
-    step = max(1, _head_chunks.BUDGET_BYTES // (2 * vocab * student_input.element_size()))  # student's, teacher's
-    rows = [flat[i:i + step] for i in range(0, flat.numel(), step)]
-    sums = [student_input.new_zeros((), dtype=torch.float32) for _ in range(2)]
-    row_fn = _distill_rows(torch, teacher_input.detach(), teacher_weight.detach(),
-                           None if teacher_bias is None else teacher_bias.detach(), true_labels,
-                           (weight_soft_loss / valid, weight_hard_loss / valid), beta, temperature, ignore_index, sums)
-    loss = _head_chunks.fused_head_loss(torch, student_input, student_weight, student_bias, rows, row_fn,
-                                        lambda values, i: None)
-    return (loss, sums[0] / valid, sums[1] / valid) if return_soft_hard_loss else loss
-
-
 # Liger's modules: name -> (the function, Liger's class, the constructor's keywords and defaults).
 _MODULES = {
     "FusedLinearDPOLoss": (dpo_loss, "LigerFusedLinearDPOLoss", dict(
@@ -460,6 +384,9 @@ _MODULES = {
     "FusedLinearKTOLoss": (kto_loss, "LigerFusedLinearKTOLoss", dict(
         ignore_index=-100, beta=0.1, use_ref_model=False, average_log_prob=False)),
     "FusedLinearJSDLoss": (jsd_loss, "LigerFusedLinearJSDLoss", dict(
+        weight_hard_loss=0.5, weight_soft_loss=0.5, beta=0.5, ignore_index=-100, temperature=1.0, chunk_size=1024,
+        return_soft_hard_loss=False)),
+    "FusedLinearCosineSimilarityLoss": (cosine_similarity_loss, "LigerFusedLinearCosineSimilarityLoss", dict(
         weight_hard_loss=0.5, weight_soft_loss=0.5, beta=0.5, ignore_index=-100, temperature=1.0, chunk_size=1024,
         return_soft_hard_loss=False)),
     "FusedLinearGRPOLoss": (grpo_loss, "LigerFusedLinearGRPOLoss", dict(

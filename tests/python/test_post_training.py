@@ -338,10 +338,16 @@ def test_kto_matches_its_formula(device, dtype, use_ref, kl, chunks):
     torch.testing.assert_close(got, loss.detach(), **tol)
 
 
+DISTILL = {"jsd": (tessera.jsd_loss, "FusedLinearJSDLoss"),
+           "cosine": (tessera.cosine_similarity_loss, "FusedLinearCosineSimilarityLoss")}
+
+
 @pytest.mark.parametrize("device,dtype", DEVICES)
-@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("soft_kind,beta", [("jsd", 0.0), ("jsd", 0.5), ("jsd", 1.0), ("cosine", 0.5),
+                                            ("cosine", 1.0)])
 @pytest.mark.parametrize("hard_w", [0.3, 0.0])
-def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta, hard_w, chunks):
+def test_distillation_matches_the_formula(device, dtype, soft_kind, beta, hard_w, chunks):
+    """jsd_loss (the generalized JSD, or either KL) and cosine_similarity_loss against float64."""
     g = torch.Generator().manual_seed(5)
     n, hs, ht = 37, H, 24
     sx = torch.randn(n, hs, generator=g).to(device, dtype)
@@ -352,14 +358,17 @@ def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta, hard_w, 
     labels[::5] = -100
     labels = labels.to(device)
     x, w = sx.clone().requires_grad_(), sw.clone().requires_grad_()
-    loss, soft, hard = tessera.jsd_loss(x, w, tx, tw, labels, beta=beta, temperature=2.0, chunk_size=8,
-                                        weight_hard_loss=hard_w, weight_soft_loss=0.7, return_soft_hard_loss=True)
+    function, module_name = DISTILL[soft_kind]
+    loss, soft, hard = function(x, w, tx, tw, labels, beta=beta, temperature=2.0, chunk_size=8,
+                                weight_hard_loss=hard_w, weight_soft_loss=0.7, return_soft_hard_loss=True)
     loss.backward()
     x64, w64 = sx.double().requires_grad_(), sw.double().requires_grad_()
     s = torch.log_softmax(x64 @ w64.t() / 2.0, -1)
     t = torch.log_softmax(tx.double() @ tw.double().t() / 2.0, -1)
     p_s, p_t = s.exp(), t.exp()
-    if beta == 0:
+    if soft_kind == "cosine":  # of the logits themselves (log_softmax's shift would change it)
+        d = beta * (1 - F.cosine_similarity(x64 @ w64.t() / 2.0, tx.double() @ tw.double().t() / 2.0, dim=-1))
+    elif beta == 0:
         d = (p_t * (t - s)).sum(-1)
     elif beta == 1:
         d = (p_s * (s - t)).sum(-1)
@@ -377,7 +386,7 @@ def test_jsd_and_kl_distillation_match_the_formula(device, dtype, beta, hard_w, 
     torch.testing.assert_close(hard.double(), hard64.detach(), **tol)
     torch.testing.assert_close(x.grad.double(), x64.grad, **tol)
     torch.testing.assert_close(w.grad.double(), w64.grad, **tol)
-    module = tp.FusedLinearJSDLoss(beta=beta, temperature=2.0, weight_hard_loss=hard_w, weight_soft_loss=0.7)
+    module = getattr(tp, module_name)(beta=beta, temperature=2.0, weight_hard_loss=hard_w, weight_soft_loss=0.7)
     torch.testing.assert_close(module(sx, sw, tx, tw, labels), loss.detach(), **tol)
 
 
