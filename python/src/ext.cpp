@@ -92,6 +92,15 @@ void scaled_mm_flat(const TensorView& input, const TensorView& other, const Tens
   scaled_mm(input, other, scale_a, scale_b, out, bias, stream);
 }
 
+// The granularity by name ('row', 'tensor'); q_t and scale_t None for rows alone.
+void float8_quantize_flat(const TensorView& input, const TensorView& q, const TensorView& scale,
+                          const TensorView* q_t, const TensorView* scale_t, const std::string& granularity,
+                          cudaStream_t stream) {
+  Float8Granularity g = Float8Granularity::row;
+  parse("float8_quantize", granularity, g);
+  float8_quantize(input, q, scale, q_t, scale_t, g, stream);
+}
+
 // ---- add: b may be a number, and the output takes the broadcast shape ------------------------
 // torch's broadcasting; false when the shapes do not broadcast (the operator then says so).
 bool broadcast_shape(const TensorView& a, const TensorView& b, int64_t* out, int& ndim) {
@@ -298,6 +307,12 @@ NB_MODULE(_C, m) {
                           "out = scale_a * scale_b * (input @ other) + bias for float8 inputs, "
                           "into the given out (2-d views); scales of one element each, or row-wise: "
                           "scale_a [M, 1] and scale_b [1, N].");
+  def_op<&float8_quantize_flat>(m, "float8_quantize",
+                                {"input", "q", "scale", "q_t", "scale_t", "granularity", "stream"}, none,
+                                "input [M, K] to float8_e4m3fn into q with float32 scales amax / 448 "
+                                "('row': scale [M, 1]; 'tensor': one element), and where q_t and scale_t "
+                                "are given input's columns quantized along M into q_t [K, M] (scale_t "
+                                "[1, K] or one element).");
   m.def("set_autotune", &tessera::set_autotune, "on"_a,
         "Tune GEMM configs on first use of each shape bucket (TESSERA_AUTOTUNE=1 at start).");
   m.def("autotune_enabled", &tessera::autotune_enabled,

@@ -292,7 +292,8 @@ SWIGLU_PAIR = 128  # matmul's 'swiglu' interleaves gate and up in blocks of 64 c
 
 
 def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> None:
-    """The rules of add, isin, swiglu_backward, matmul, scaled_mm, mlp, the losses and copy."""
+    """The rules of add, isin, swiglu_backward, matmul, scaled_mm, float8_quantize, mlp, the losses
+    and copy."""
     R = Replicate()
     linear = ("sum", "avg")  # the reductions a linear op commutes with (Partial.LINEAR_REDUCE_OPS)
 
@@ -431,6 +432,23 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
         return [strategy(R, R, R, R, R, R), strategy(Shard(0), Shard(0), R, rows, R, R),
                 strategy(Shard(1), R, Shard(1), R, cols, Shard(0)),
                 strategy(Partial(), Shard(1), Shard(0), R, R, Partial())]
+
+    # float8_quantize(input [M, K]) -> (q [M, K], scale): 'row' scales each row by its own amax,
+    # so rows sharded give each rank its rows' q and scales (Shard(0) both, comm-free); K sharded
+    # would split a row's amax: no rule, the input gathered. 'tensor' takes one amax over the
+    # whole tensor: replicated. .columns also quantizes each column along M, whose amax rows
+    # sharded would split, as K sharded splits the rows': replicated only (no placement keeps
+    # both kinds of group whole; a caller that shards quantizes each layout in its own call).
+    @register_sharding(ops.float8_quantize.default)
+    def float8_quantize_rule(input, *, granularity="row", **kwargs):
+        strategies = [([R, R], [R])]
+        if granularity == "row" and input.ndim == 2:
+            strategies.append(([Shard(0), Shard(0)], [Shard(0)]))
+        return strategies
+
+    @register_sharding(ops.float8_quantize.columns)
+    def float8_quantize_columns_rule(input, **kwargs):
+        return [([R, R, R, R], [R])]
 
     # The losses: rows (tokens) are independent, so logits (and target, and the gradient) sharded
     # by rows give each row's loss, lse and gradient on its rank; 'sum' adds the rows' losses, a

@@ -23,8 +23,13 @@ On a Hopper GPU (sm_90, the float8 tensor cores tessera's kernels run on) the te
 rowwise recipes run each GEMM on ``tessera.scaled_mm``: the quantized operands multiplied as
 float8, the scales (one per tensor, or per row of each operand) applied to the float32 sums in the
 kernel's epilogue. wgrad's K (the tokens) is padded with zeros to a multiple of 16, the rows the
-copy engine takes; zeros change neither the scales nor the sums. Elsewhere (the CPU, other GPUs,
-the blockwise recipe) the GEMMs are emulated: quantize, dequantize, then torch's GEMM in float32.
+copy engine takes; zeros change neither the scales nor the sums. The operands are quantized there
+by tessera's float8_quantize kernel (the same bits as ``quantize``'s torch code), each tensor
+once: x and the weight in the forward, by rows and (where the backward needs them) by columns,
+transposed, from one read; the output gradient in the backward, by rows for dgrad and by columns
+for wgrad in one call. The backward keeps those float8 copies rather than x and the weight.
+Elsewhere (the CPU, other GPUs, the blockwise recipe) the GEMMs are emulated: quantize,
+dequantize, then torch's GEMM in float32.
 That is the recipes' exact numerics (products of dequantized operands, accumulated in float32),
 the reference tessera's fp8 kernels are verified against, and no faster than bfloat16; the
 kernels differ from it by their accumulation (the tensor cores' float8 sums keep about 14 bits)
@@ -97,19 +102,71 @@ def quantize(x, granularity: str = "row"):
     group: 'tensor' (a 0-d scale), 'row' ([M, 1]), 'block' (1 x 128 along K: [M, K / 128]) or
     'block2d' (128 x 128: [M / 128, K / 128]); x ~ q * scale (see the module's documentation).
     A last 1 x 128 block of fewer than 128 (K not a multiple of 128: the tokens, as wgrad's K) is
-    its own group; 128 x 128 blocks must tile x whole."""
-    import torch
+    its own group; 128 x 128 blocks must tile x whole. On CUDA, 'tensor' and 'row' run on
+    tessera's float8_quantize kernel (one read of x), the same bits as the torch code here."""
     _check(x, granularity)
+    if _kernel_takes(x, granularity):
+        return _kernel_quantize(x, granularity)
+    return _torch_quantize(x, granularity)
+
+
+def _torch_quantize(x, granularity: str):
+    """quantize in torch's operations: the reference the kernel is verified against, and the
+    path of the CPU and of the block granularities."""
+    import torch
     xf = x.detach().float()
     g = _groups(torch, xf, granularity)
     amax = g.abs().amax(-1)
     finite = torch.isfinite(g).all(-1)
-    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    # Divided by a tensor, not the number: torch's CUDA division by a CPU scalar multiplies by its
+    # reciprocal, a rounding apart from amax / 448 in about half the cases (the CPU divides).
+    scale = torch.where(amax > 0, amax / torch.full_like(amax, E4M3_MAX), torch.ones_like(amax))
     scale = torch.where(finite, scale, torch.full_like(amax, float("nan")))
     scale = scale.reshape(_scale_shape(x.shape, granularity))
     y = xf / _expand(scale, x.shape, granularity)
     q = y.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return q, scale
+
+
+def _kernel_takes(x, granularity: str, columns: bool = False) -> bool:
+    """Whether tessera's float8_quantize kernel takes ``x``: CUDA, a 16- or 32-bit float, 'tensor'
+    or 'row', an element to take the amax of (and with the transposed copy, M and K multiples of
+    16, the GEMMs' K step)."""
+    if granularity not in ("tensor", "row") or not getattr(x, "is_cuda", False) or x.numel() == 0:
+        return False
+    import torch
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return False
+    return not columns or (x.shape[0] % 16 == 0 and x.shape[1] % 16 == 0)
+
+
+def _kernel_quantize(x, granularity: str, columns: bool = False):
+    """tessera's float8_quantize on a CUDA tensor x [M, K] ('tensor' or 'row'): (q, scale), and
+    with ``columns`` also (q_t, scale_t): x's columns quantized along M, transposed, q_t [K, M]
+    and scale_t [1, K] ('row': one per column of x, the shape of scaled_mm's scale_b for
+    q_t.t() as its right operand; scale_t.t() is scale_a's [K, 1] for q_t as its left one) or
+    0-d ('tensor', the same value as scale). One read of x for both layouts."""
+    from . import _C, _state
+    from ._interop import torch_if_tensor, torch_stream, torch_view
+    torch = torch_if_tensor(x, init=True)  # loads the torch ops on a first call
+    x = x.detach()
+    if x.stride(-1) != 1 and x.shape[-1] > 1:
+        x = x.contiguous()
+    if _state.ops is not None:
+        op = _state.ops.float8_quantize
+        return tuple((op.columns if columns else op.default)(x, granularity=granularity))
+    m, k = x.shape
+    one = () if granularity == "tensor" else None
+    out = [torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device),
+           torch.empty(one if one is not None else (m, 1), dtype=torch.float32, device=x.device)]
+    if columns:
+        out += [torch.empty((k, m), dtype=torch.float8_e4m3fn, device=x.device),
+                torch.empty(one if one is not None else (1, k), dtype=torch.float32, device=x.device)]
+    xv = torch_view(x)
+    _C.float8_quantize(xv, *(torch_view(t) for t in out[:2]),
+                       *((torch_view(t) for t in out[2:]) if columns else (None, None)),
+                       granularity, torch_stream(xv))
+    return tuple(out)
 
 
 def dequantize(q, scale, granularity: str):
@@ -130,23 +187,39 @@ def _on_kernels(x, recipe: str) -> bool:
     if recipe not in ("tensorwise", "rowwise") or not x.is_cuda:
         return False
     import torch
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # the quantizing kernel's inputs
+        return False
     return torch.cuda.get_device_capability(x.device)[0] == 9
 
 
-def _kernel_mm(a, b, granularity: str, out_dtype):
-    """a [M, K] @ b [N, K]^T on tessera.scaled_mm, each operand quantized along K (its last
-    dimension) by ``granularity`` ('tensor' or 'row'); K padded with zeros to a multiple of 16."""
+def _scaled(qa, sa, qb_t, sb, out_dtype):
+    """qa [M, K] @ qb_t [K, N] (column-major) on tessera.scaled_mm, sa [M, 1] and sb [1, N] (or
+    one element each), in out_dtype (float32 kept where scaled_mm has no such output)."""
     import torch
     from . import matrix
-    pad = -a.shape[1] % 16
-    if pad:
-        a, b = torch.nn.functional.pad(a, (0, pad)), torch.nn.functional.pad(b, (0, pad))
-    qa, sa = quantize(a, granularity)
-    qb, sb = quantize(b, granularity)
     kept = out_dtype if out_dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
-    sb = sb.reshape(1, -1) if granularity == "row" else sb  # [1, N]: one per column of qb^T
-    out = matrix.scaled_mm(qa.contiguous(), qb.contiguous().t(), sa, sb, out_dtype=kept)
-    return out.to(out_dtype)
+    return matrix.scaled_mm(qa, qb_t, sa, sb, out_dtype=kept).to(out_dtype)
+
+
+def _pad_rows(t, multiple: int = 16):
+    """t [M, K] with zero rows to a multiple of ``multiple`` (no copy where it is one already):
+    zeros change neither a column's amax nor a product's sums."""
+    import torch
+    pad = -t.shape[0] % multiple
+    return torch.nn.functional.pad(t, (0, 0, 0, pad)) if pad else t
+
+
+def _quantize_both(t, granularity: str, columns: bool):
+    """One kernel call for a tensor quantized along its rows for one GEMM and (``columns``) along
+    its columns for another: (q, scale, q_t, scale_t) of t's rows padded to 16 where columns are
+    asked for, q and scale cut back to t's rows; q_t and scale_t None without columns."""
+    if not columns:
+        return (*_kernel_quantize(t, granularity), None, None)
+    m = t.shape[0]
+    q, scale, q_t, scale_t = _kernel_quantize(_pad_rows(t), granularity, columns=True)
+    if scale.dim():
+        scale = scale[:m]
+    return q[:m], scale, q_t, scale_t
 
 
 _function = None
@@ -163,31 +236,46 @@ def _matmul_function():
 
     class Float8Matmul(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, weight, recipe):
+        def forward(ctx, x, weight, recipe, recorded=True):
             act, wgt = _OPERANDS[recipe]
-            ctx.save_for_backward(x, weight)
             ctx.recipe = recipe
-            if _on_kernels(x, recipe):
-                return _kernel_mm(x, weight, act, x.dtype)
-            return (_fake(x, act) @ _fake(weight, wgt).t()).to(x.dtype)
+            ctx.kernels = _on_kernels(x, recipe)
+            if not ctx.kernels:
+                ctx.save_for_backward(x, weight)
+                return (_fake(x, act) @ _fake(weight, wgt).t()).to(x.dtype)
+            # Each operand quantized once, in both layouts where the backward needs its columns
+            # too: x's for wgrad (K = tokens, padded to 16 with zero rows), the weight's for dgrad
+            # (K = out_features). The backward keeps those float8 copies, not x and the weight.
+            # (`recorded`: autograd keeps the call, which needs_input_grad does not say under no_grad)
+            want_dx, want_dw = recorded and ctx.needs_input_grad[0], recorded and ctx.needs_input_grad[1]
+            qx, sx, qx_t, sx_t = _quantize_both(x, act, want_dw)
+            qw, sw, qw_t, sw_t = _quantize_both(weight, wgt, want_dx)
+            ctx.save_for_backward(qx_t, sx_t, qw_t, sw_t)
+            ctx.dtypes = (x.dtype, weight.dtype)
+            return _scaled(qx, sx, qw.t(), sw.reshape(1, -1) if sw.dim() else sw, x.dtype)
 
         @staticmethod
         def backward(ctx, grad):
-            x, weight = ctx.saved_tensors
             act, wgt = _OPERANDS[ctx.recipe]
-            kernels = _on_kernels(grad, ctx.recipe)  # both operands' granularity `act` there (= wgt)
             dx = dw = None
-            if ctx.needs_input_grad[0]:  # K = out_features: grad's rows, the weight's columns
-                if kernels:
-                    dx = _kernel_mm(grad, weight.t(), act, x.dtype)
-                else:
-                    dx = (_fake(grad, act) @ _fake(weight.t().contiguous(), wgt).t()).to(x.dtype)
-            if ctx.needs_input_grad[1]:  # K = tokens: grad's and x's columns
-                if kernels:
-                    dw = _kernel_mm(grad.t(), x.t(), act, weight.dtype)
-                else:
-                    dw = (_fake(grad.t().contiguous(), act) @ _fake(x.t().contiguous(), act).t()).to(weight.dtype)
-            return dx, dw, None
+            want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+            if ctx.kernels:  # both operands' granularity `act` there (= wgt)
+                qx_t, sx_t, qw_t, sw_t = ctx.saved_tensors
+                x_dtype, w_dtype = ctx.dtypes
+                # grad by rows for dgrad (K = out_features) and by columns for wgrad (K = tokens),
+                # from one kernel call
+                qg, sg, qg_t, sg_t = _quantize_both(grad.contiguous(), act, want_dw)
+                if want_dx:  # grad [T, O] @ weight [O, I]: the weight's columns as qw_t [I, O]
+                    dx = _scaled(qg, sg, qw_t.t(), sw_t, x_dtype)
+                if want_dw:  # grad^T [O, T'] @ x [T', I]: both by columns, T' padded to 16
+                    dw = _scaled(qg_t, sg_t.t() if sg_t.dim() else sg_t, qx_t.t(), sx_t, w_dtype)
+                return dx, dw, None, None
+            x, weight = ctx.saved_tensors
+            if want_dx:  # K = out_features: grad's rows, the weight's columns
+                dx = (_fake(grad, act) @ _fake(weight.t().contiguous(), wgt).t()).to(x.dtype)
+            if want_dw:  # K = tokens: grad's and x's columns
+                dw = (_fake(grad.t().contiguous(), act) @ _fake(x.t().contiguous(), act).t()).to(weight.dtype)
+            return dx, dw, None, None
 
     _function = Float8Matmul
     return _function
@@ -213,7 +301,8 @@ def _linear_class():
 
         def forward(self, x):
             shape = x.shape
-            out = _matmul_function().apply(x.reshape(-1, shape[-1]), self.weight, self.recipe)
+            recorded = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+            out = _matmul_function().apply(x.reshape(-1, shape[-1]), self.weight, self.recipe, recorded)
             if self.bias is not None:
                 out = out + self.bias
             return out.reshape(*shape[:-1], out.shape[-1])

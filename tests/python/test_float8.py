@@ -160,3 +160,110 @@ def test_convert_in_place_with_the_state_dict_and_the_filter():
         f8.Float8Linear.from_float(torch.nn.Linear(128, 64), "blockwise")
     with pytest.raises(ValueError, match="argument 'recipe'"):
         f8.convert_to_float8_training(blocks, recipe="rowwise_gw_hp")
+
+
+# ---- tessera's float8_quantize kernel: the torch code's bits, one call per tensor --------------
+
+def _need_cuda():
+    import tessera
+    if not tessera.is_available() or not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU and torch with CUDA")
+
+
+def _special(m, k, dtype, special):
+    """[m, k] of groups of very different ranges; `special`: a zero row, an inf, a NaN, a row of
+    magnitudes near and past 448, one huge value beside small ones (subnormal quotients)."""
+    g = torch.Generator().manual_seed(m * 1000 + k)
+    x = torch.randn(m, k, generator=g) * torch.logspace(-2, 2, k)
+    if special and m > 5:
+        x[1] = 0
+        x[2, k // 2] = float("-inf")
+        x[3, k - 1] = float("nan")
+        x[4] = torch.linspace(-470, 470, k)
+        x[5] = x[5] * 1e-3
+        x[5, 0] = 3e4
+    return x.to(dtype).cuda()
+
+
+def _bits(t):
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t.view(torch.int32)
+
+
+def _same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("granularity", ["row", "tensor"])
+@pytest.mark.parametrize("shape,special", [((33, 131), True), ((64, 1000), True), ((96, 208), True),
+                                           ((1008, 528), False), ((80, 48), False)])
+def test_kernel_matches_the_torch_quantize_bit_for_bit(dtype, granularity, shape, special):
+    """q's bytes and the scales' bits equal the torch code's on the same CUDA tensor; with the
+    transposed copy (M and K multiples of 16) also q_t and scale_t, against the torch code on
+    x.t() (scale_t [1, K] for 'row', the 0-d scale for 'tensor')."""
+    _need_cuda()
+    x = _special(*shape, getattr(torch, dtype), special)
+    tq, ts = f8._torch_quantize(x, granularity)
+    q, s = f8._kernel_quantize(x, granularity)
+    assert _same_bits(q, tq) and _same_bits(s, ts)
+    q, s = f8.quantize(x, granularity)  # the public function takes the kernel on CUDA
+    assert _same_bits(q, tq) and _same_bits(s, ts)
+    if shape[0] % 16 or shape[1] % 16:
+        return
+    q, s, qt, st = f8._kernel_quantize(x, granularity, columns=True)
+    rq, rs = f8._torch_quantize(x.t().contiguous(), granularity)
+    assert _same_bits(q, tq) and _same_bits(s, ts)
+    assert _same_bits(qt, rq) and _same_bits(st, rs.reshape(1, -1) if granularity == "row" else rs)
+
+
+def test_quantize_takes_the_kernel_on_cuda_only_for_rows_and_tensors(monkeypatch):
+    _need_cuda()
+    calls = []
+    real = f8._kernel_quantize
+    monkeypatch.setattr(f8, "_kernel_quantize", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    x = torch.randn(256, 384, device="cuda", dtype=torch.bfloat16)
+    for granularity in f8.GRANULARITIES:
+        f8.quantize(x, granularity)
+    f8.quantize(x.cpu(), "row")
+    f8.quantize(x.double(), "row")  # float64: the torch code
+    assert calls == ["tensor", "row"]
+    # strided rows and a non-contiguous K (copied first) give the same bits
+    wide = torch.randn(64, 520, device="cuda")
+    for view in (wide[:, :512], wide.t()[:512, :64]):
+        q, s = f8.quantize(view, "row")
+        tq, ts = f8._torch_quantize(view, "row")
+        assert _same_bits(q, tq) and _same_bits(s, ts)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_float8_linear_quantizes_each_tensor_once(recipe, monkeypatch):
+    """Forward: x and the weight, each by rows and columns in one call; backward: the output
+    gradient, by rows and columns in one call. 200 tokens: padded to 208 for the columns."""
+    _need_cuda()
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the float8 GEMMs run on tessera's kernels on sm_90 only (emulated elsewhere)")
+    calls = []
+    real = f8._kernel_quantize
+    monkeypatch.setattr(f8, "_kernel_quantize",
+                        lambda t, g, columns=False: calls.append((tuple(t.shape), columns)) or real(t, g, columns))
+    lin = f8.convert_to_float8_training(torch.nn.Linear(256, 384).cuda().bfloat16(), recipe=recipe)
+    x = torch.randn(200, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    lin(x).sum().backward()
+    assert calls == [((208, 256), True), ((384, 256), True), ((208, 384), True)]
+    calls.clear()
+    with torch.no_grad():  # no backward: rows alone
+        lin(x)
+    assert calls == [((200, 256), False), ((384, 256), False)]
+
+
+def test_kernel_errors_name_the_argument():
+    """The op's own checks, on the CPU (the torch ops refuse a CPU input by name)."""
+    from tessera import _torch
+    if _torch.ops is None:
+        pytest.skip("the wheel was built without torch (an isolated build): no torch ops")
+    with pytest.raises(ValueError, match="argument 'granularity'.*'row' or 'tensor'"):
+        _torch.ops.float8_quantize(torch.randn(16, 32), granularity="block")
+    with pytest.raises(ValueError, match="argument 'input'.*CUDA"):
+        _torch.ops.float8_quantize(torch.randn(16, 32))
+    with pytest.raises(ValueError, match="argument 'input'.*CUDA"):
+        _torch.ops.float8_quantize.columns(torch.randn(16, 32), granularity="tensor")

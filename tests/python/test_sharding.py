@@ -263,6 +263,24 @@ def test_scaled_mm_shards_rowwise_scales_with_their_operand(run):
     assert placements([y]) == [(P,)] and comms == 0 and y.to_local().shape == (8, 32)
 
 
+def test_float8_quantize_shards_rows_only_where_each_group_is_a_row(run):
+    fq, S, R = run.ops.float8_quantize, run.Shard, run.R
+    torch = run.torch
+    # 'row': rows sharded with their scales, comm-free.
+    (q, scale), comms = run.call(fq.default, run.tensor((8, 16), S(0)))
+    assert placements([q, scale]) == [(S(0),)] * 2 and comms == 0
+    assert q.to_local().shape == (4, 16) and q.dtype == torch.float8_e4m3fn and scale.to_local().shape == (4, 1)
+    # K sharded splits each row's amax: gathered, the outputs whole.
+    (q, scale), comms = run.call(fq.default, run.tensor((8, 16), S(1)))
+    assert S(1) not in q.placements and comms > 0 and q.to_local().shape == (8, 16)
+    # one scale for the tensor, and the transposed copy (each column's amax over all rows): replicated.
+    (q, scale), comms = run.call(fq.default, run.tensor((8, 16), S(0)), granularity="tensor")
+    assert placements([q, scale]) == [(R,)] * 2 and comms > 0 and scale.shape == ()
+    outs, comms = run.call(fq.columns, run.tensor((16, 32), S(0)))
+    assert placements(outs) == [(R,)] * 4 and comms > 0
+    assert [tuple(o.shape) for o in outs] == [(16, 32), (16, 1), (32, 16), (1, 32)]
+
+
 def test_copy_writes_dst_where_it_is_placed(run):
     cp, S, R = run.ops.copy.default, run.Shard, run.R
     for p in (R, S(0), S(1), run.P):

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string_view>
+
 #include "tessera/tensor.hpp"
 
 namespace tessera {
@@ -106,5 +108,25 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
 // operands that TMA can address take the sm90 tier's persistent kernel in the rows form.
 void grouped_mm(const TensorView& input, const TensorView& other, const TensorView* offs, const TensorView& out,
                 cudaStream_t stream);
+
+// float8_quantize: x [M, K] (float32, float16 or bfloat16, K contiguous) to float8_e4m3fn for
+// scaled_mm, in one call (tessera.float8.quantize's numerics, bit for bit): a scale is the
+// dequantization factor amax / 448 in float32 (x ~ q * scale), 1 for an all-zero group, NaN for
+// a group holding inf or NaN; q = x / scale (a float32 division, not a multiplication by the
+// reciprocal) rounded to nearest even, saturated at +-448.
+//   granularity row:    q [M, K] contiguous, scale [M, 1] float32 (one per row of x);
+//   granularity tensor: q [M, K], scale of one element (0-d or [1]).
+// Where q_t and scale_t are given (both or neither), also x's columns quantized along M:
+//   q_t [K, M] contiguous (x transposed, row k holding column k of x), and scale_t [1, K], one
+//   per column of x (row), or one element, the same as scale (tensor). The scale shapes are
+//   scaled_mm's: q with scale as its left operand (scale_a [M, 1]); q_t.t() as its right one
+//   ([M, K] column-major, K the product's N) with scale_t as scale_b [1, K]; q_t as a left
+//   operand (x's columns as rows, M the product's K) with scale_t.t() ([K, 1]) as scale_a.
+//   The transposed outputs need M and K multiples of 16 (M is the depth of the product q_t
+//   feeds, and the fp8 tensor cores step K by 16; K likewise for q, which feeds the other one).
+enum class Float8Granularity { tensor, row };
+void parse(const char* op, std::string_view name, Float8Granularity& out);  // "tensor", "row"
+void float8_quantize(const TensorView& input, const TensorView& q, const TensorView& scale, const TensorView* q_t,
+                     const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream);
 
 }  // namespace tessera

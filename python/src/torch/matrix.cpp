@@ -1,7 +1,7 @@
 // The matrix family as torch ops: matmul (the library's 2-d/3-d operands; the Python layer views
-// torch.matmul's shapes as these), scaled_mm, grouped_mm and mlp (its autograd recomputes the
-// hidden activation from the saved pre-activation). Schemas: the descriptions' (src/ops/matrix/matmul.cu,
-// mlp.cu).
+// torch.matmul's shapes as these), scaled_mm, float8_quantize, grouped_mm and mlp (its autograd
+// recomputes the hidden activation from the saved pre-activation). Schemas: the descriptions'
+// (src/ops/matrix/matmul.cu, float8_quantize.cu, mlp.cu).
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -100,6 +100,46 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
                              input.options().dtype(out_dtype.value_or(at::kBFloat16)));
   guarded([&] { tessera::scaled_mm(a, bv, sa, sb, view(op, "out", out), bp, stream_of(input)); });
   return out;
+}
+
+// float8_quantize: q [M, K] float8_e4m3fn and scale ([M, 1] row-wise, 0-d per tensor, as
+// tessera.float8.quantize gives them); .columns also x's columns transposed, q_t [K, M], and
+// scale_t ([1, K] row-wise, 0-d per tensor). An input not 2-d gets 0-d stand-ins, which the
+// library refuses after naming the input.
+std::vector<at::Tensor> float8_quantize_into(const at::Tensor& input, c10::string_view granularity, bool columns) {
+  const char* op = "float8_quantize";
+  const TensorView x = view(op, "input", input);
+  Float8Granularity g = Float8Granularity::row;
+  guarded([&] { parse(op, std::string_view(granularity.data(), granularity.size()), g); });
+  const bool flat = input.dim() == 2, tensor = g == Float8Granularity::tensor;
+  const int64_t m = flat ? input.size(0) : 0, k = flat ? input.size(1) : 0;
+  const auto f8 = input.options().dtype(at::kFloat8_e4m3fn), f32 = input.options().dtype(at::kFloat);
+  const auto shape = [&](std::vector<int64_t> s) { return flat ? s : std::vector<int64_t>{}; };
+  const std::vector<int64_t> none;
+  std::vector<at::Tensor> out = {at::empty(shape({m, k}), f8),
+                                 at::empty(shape(tensor ? none : std::vector<int64_t>{m, 1}), f32)};
+  if (columns) {
+    out.push_back(at::empty(shape({k, m}), f8));
+    out.push_back(at::empty(shape(tensor ? none : std::vector<int64_t>{1, k}), f32));
+  }
+  TensorView qt, st;
+  if (columns) qt = view(op, "q_t", out[2]), st = view(op, "scale_t", out[3]);
+  guarded([&] {
+    tessera::float8_quantize(x, view(op, "q", out[0]), view(op, "scale", out[1]), columns ? &qt : nullptr,
+                             columns ? &st : nullptr, g, stream_of(input));
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity) {
+  auto o = float8_quantize_into(input, granularity, false);
+  return {o[0], o[1]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> float8_quantize_columns(const at::Tensor& input,
+                                                                                   c10::string_view granularity) {
+  auto o = float8_quantize_into(input, granularity, true);
+  return {o[0], o[1], o[2], o[3]};
 }
 
 // grouped_mm's output: [M, N] where one operand is 2-d and the other 3-d, [G, M, N] where both are
@@ -432,6 +472,8 @@ void kernels(torch::Library& m) {
   m.impl("matmul", &matmul);
   m.impl("matmul.preactivation", &matmul_preactivation);
   m.impl("scaled_mm", &scaled_mm);
+  m.impl("float8_quantize", &float8_quantize);
+  m.impl("float8_quantize.columns", &float8_quantize_columns);
   m.impl("grouped_mm", &grouped_mm);
   m.impl("mlp", &mlp);
   m.impl("mlp.preactivation", &mlp_preactivation);

@@ -1,0 +1,218 @@
+// Verify and bench cases for float8_quantize, and its registration: what `tessera verify|bench|
+// profile float8_quantize` run. Every output is compared byte for byte (q, q_t) and bit for bit
+// (the scales) with the reference: the rules fix each one exactly. The cases walk both
+// granularities with and without the transposed copy, each input dtype, odd M and K (rows only
+// and tensor: any; the transposed copy needs multiples of 16), partial tiles, rows off 16-byte
+// boundaries and padded rows (the element-wise path), and special rows and columns: all zeros
+// (scale 1), an inf, a NaN (NaN scales and NaN bytes), values of magnitude near and above 448,
+// and one large value beside small ones (quotients in e4m3's subnormal range).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/host.hpp"
+#include "ops/matrix/float8_quantize_reference.hpp"
+#include "ops/registry.hpp"
+#include "ops/verify.hpp"
+#include "runtime/check.hpp"
+#include "tessera/ops/matrix.hpp"
+
+namespace tessera::ops {
+namespace {
+
+struct Spec {
+  int64_t rows = 0, cols = 0;
+  bool tensor = false;   // one scale (else one per row)
+  bool columns = false;  // the transposed copy too
+  int pad = 0;           // elements after each row (the row stride is cols + pad)
+  bool offset = false;   // the first element one past a 16-byte boundary
+  bool special = true;   // the special rows and columns (else uniform values only)
+  bool nonfinite = true; // among them an inf and a NaN (which make every scale of a tensor NaN)
+};
+
+std::string describe(DType dt, const Spec& s) {
+  std::string d = std::string(dtype_name(dt)) + " " + shape_str({s.rows, s.cols}) + (s.tensor ? " tensor" : " row");
+  if (s.columns) d += " columns";
+  if (s.pad) d += " padded rows +" + std::to_string(s.pad);
+  if (s.offset) d += " offset";
+  if (!s.special) d += " uniform";
+  else if (!s.nonfinite) d += " finite";
+  return d;
+}
+
+// The value at (i, j): uniform in [-8, 8), and for `special` inputs rows 1..5 (and columns 1..2,
+// where there are several rows) as the file's comment says.
+double value(const Spec& s, std::mt19937_64& g, int64_t i, int64_t j) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double u = std::uniform_real_distribution<double>(-8, 8)(g);
+  if (!s.special || s.rows * s.cols < 4) return u;
+  const int64_t k = s.cols;
+  if (i == 1 || (s.rows > 8 && j == 1)) return 0.0;                         // a zero row and column
+  if (s.nonfinite && i == 2 && j == k / 2) return -inf;                     // an inf
+  if (s.nonfinite && i == 3 && j == k - 1) return std::nan("");             // a NaN
+  if (i == 4) return (j % 2 ? -1 : 1) * (440.0 + double(j % 17));           // near 448 and above it
+  if (i == 5) return j == 0 ? 30000.0 : u * 1e-2;                           // subnormal quotients
+  if (s.rows > 8 && j == 2) return i % 3 ? u * 1e-3 : 1e4 + double(i);     // a column of mixed scales
+  return u;
+}
+
+// The input and its values as float32 (what the kernels read; each dtype converts exactly).
+TestTensor input(DType dt, const Spec& s, std::vector<float>& held) {
+  const int64_t stride = s.cols + s.pad;
+  TestTensor t = make_tensor(dt, {s.rows, stride}, s.offset ? Layout::offset : Layout::contiguous);
+  HostCopy h = to_host(t);
+  std::mt19937_64 g(case_seed(uint64_t(s.rows * 131 + s.cols * 7 + s.pad)));
+  held.assign(size_t(s.rows * s.cols), 0.f);
+  for (int64_t i = 0; i < s.rows; ++i)
+    for (int64_t j = 0; j < stride; ++j) {
+      host::store_double(h.view, i * stride + j, j < s.cols ? value(s, g, i, j) : 7.0);
+      if (j < s.cols) held[size_t(i * s.cols + j)] = float(host::load_double(h.view, i * stride + j));
+    }
+  to_device(t, h);
+  t.view.shape[1] = s.cols;
+  return t;
+}
+
+// A device output filled with a byte no correct output has everywhere (0xa5: -0.40625 in e4m3).
+TestTensor output(DType dt, const std::vector<int64_t>& shape) {
+  TestTensor t = make_tensor(dt, shape, Layout::contiguous);
+  TESSERA_CUDA_CHECK(cudaMemset(t.storage.data(), 0xa5, size_t(t.storage_elems) * dtype_size(dt)));
+  return t;
+}
+
+// Fails `r` unless `out`'s bytes equal `want`'s (q: bytes; scales: float bits, NaN's included).
+template <class E>
+void check_bytes(VerifyResult& r, const char* what, const TestTensor& out, const std::vector<E>& want, int64_t cols) {
+  const HostCopy h = to_host(out);
+  const size_t n = want.size() * sizeof(E);
+  if (h.bytes.size() < n) {
+    r.passed = false, r.detail = std::string(what) + ": output smaller than the reference";
+    return;
+  }
+  const auto* got = h.bytes.data();
+  const auto* ref = reinterpret_cast<const unsigned char*>(want.data());
+  int64_t differ = 0, first = -1;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::memcmp(got + i * sizeof(E), ref + i * sizeof(E), sizeof(E)) != 0)
+      differ += 1, first = first < 0 ? int64_t(i) : first;
+  if (differ == 0) return;
+  r.max_abs = std::max(r.max_abs, double(differ));
+  if (!r.passed) return;
+  r.passed = false;
+  uint32_t g = 0, w = 0;
+  std::memcpy(&g, got + size_t(first) * sizeof(E), sizeof(E));
+  std::memcpy(&w, ref + size_t(first) * sizeof(E), sizeof(E));
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s: %lld of %zu elements differ; first at [%lld, %lld]: 0x%x, want 0x%x", what,
+                (long long)differ, want.size(), (long long)(first / cols), (long long)(first % cols), g, w);
+  r.detail = buf;
+}
+
+VerifyResult run_case(DType dt, const Spec& s) {
+  std::vector<float> x;
+  const TestTensor in = input(dt, s, x);
+  const std::vector<int64_t> one = {};
+  TestTensor q = output(DType::float8_e4m3fn, {s.rows, s.cols});
+  TestTensor scale = output(DType::float32, s.tensor ? one : std::vector<int64_t>{s.rows, 1});
+  TestTensor qt, st;
+  if (s.columns) {
+    qt = output(DType::float8_e4m3fn, {s.cols, s.rows});
+    st = output(DType::float32, s.tensor ? one : std::vector<int64_t>{1, s.cols});
+  }
+  float8_quantize(in.view, q.view, scale.view, s.columns ? &qt.view : nullptr, s.columns ? &st.view : nullptr,
+                  s.tensor ? Float8Granularity::tensor : Float8Granularity::row, nullptr);
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+  const reference::Float8Quantized ref = reference::float8_quantize(x, s.rows, s.cols, s.tensor, s.columns);
+  VerifyResult r;
+  r.op = "float8_quantize";
+  r.name = describe(dt, s);
+  r.passed = true;
+  check_bytes(r, "q", q, ref.q, s.cols);
+  check_bytes(r, "scale", scale, ref.scale, 1);
+  if (s.columns) {
+    check_bytes(r, "q_t", qt, ref.q_t, s.rows);
+    check_bytes(r, "scale_t", st, ref.scale_t, s.cols);
+  }
+  return r;
+}
+
+std::vector<VerifyCase> cases() {
+  std::vector<Spec> all;
+  for (bool tensor : {false, true}) {
+    all.push_back({64, 1000, tensor});                          // 16-byte fragments, partial tiles
+    all.push_back({33, 131, tensor});                           // odd M and K: element by element
+    all.push_back({1, 1, tensor});                              // one element
+    all.push_back({7, 14336, tensor});                          // long rows
+    all.push_back({40, 4096, tensor, false, 3});                // padded rows (unaligned): elements
+    all.push_back({40, 512, tensor, false, 8});                 // padded rows, still 16-byte aligned
+    all.push_back({17, 256, tensor, false, 0, true});           // rows off 16-byte boundaries
+    all.push_back({300, 1024, tensor, false, 0, false, false}); // uniform: no NaN to hide behind
+    for (int64_t m : {16, 80, 256})                              // the transposed copy, partial tiles
+      all.push_back({m, m == 80 ? 48 : 1024, tensor, true});
+    all.push_back({1008, 528, tensor, true});                   // partial tiles on both sides
+    all.push_back({64, 640, tensor, true, 8});                  // padded rows, transposed
+    all.push_back({48, 96, tensor, true, 0, true});             // off 16-byte boundaries, transposed
+    all.push_back({256, 512, tensor, true, 0, false, false});   // uniform, transposed
+    all.push_back({33, 131, tensor, false, 0, false, true, false});  // zeros, near 448, subnormals
+    all.push_back({80, 48, tensor, true, 0, false, true, false});
+  }
+  all.push_back({0, 64});  // no rows: nothing to do
+  std::vector<VerifyCase> c;
+  for (DType dt : {DType::float32, DType::float16, DType::bfloat16})
+    for (const Spec& s : all) c.push_back({describe(dt, s), false, [=] { return run_case(dt, s); }});
+  return c;
+}
+
+// size K over 8192 rows, row-wise with the transposed copy (what a backward's gradient takes):
+// x read once, q and q_t written once each.
+BenchShape float8_quantize_shape(DType dt, int64_t k) {
+  const int64_t m = 8192;
+  BenchShape s;
+  s.shapes = {{m, k}};
+  s.shape = shape_str({m, k});
+  s.bytes = double(m) * double(k) * (double(dtype_size(dt)) + 2.0) + 4.0 * double(m + k);
+  return s;
+}
+
+BenchCase float8_quantize_bench(DType dt, int64_t k) {
+  const BenchShape shape = float8_quantize_shape(dt, k);
+  const int64_t m = shape.shapes[0][0];
+  struct State { TestTensor x, q, scale, qt, st; };
+  auto st = std::make_shared<State>();
+  st->x = make_tensor(dt, {m, k}, Layout::contiguous);
+  fill_random(st->x, -8, 8, nullptr);
+  st->q = make_tensor(DType::float8_e4m3fn, {m, k}, Layout::contiguous);
+  st->qt = make_tensor(DType::float8_e4m3fn, {k, m}, Layout::contiguous);
+  st->scale = make_tensor(DType::float32, {m, 1}, Layout::contiguous);
+  st->st = make_tensor(DType::float32, {1, k}, Layout::contiguous);
+  BenchCase c = bench_case("float8_quantize", dt, k, shape);
+  State* p = st.get();
+  c.run = [p](cudaStream_t stream) {
+    float8_quantize(p->x.view, p->q.view, p->scale.view, &p->qt.view, &p->st.view, Float8Granularity::row, stream);
+  };
+  c.state = st;
+  return c;
+}
+
+const Registrar kRegistrar(15, [] {
+  OpInfo op;
+  op.name = "float8_quantize";
+  op.bench_sizes = {1024, 4096, 8192, 14336};
+  op.size_meaning = "columns K (rows M = 8192), row-wise with the transposed copy";
+  op.tolerance = default_tolerance;
+  op.verify_cases = cases;
+  op.make_bench = float8_quantize_bench;
+  op.bench_shape = float8_quantize_shape;
+  return std::vector<OpInfo>{op};
+});
+
+}  // namespace
+}  // namespace tessera::ops

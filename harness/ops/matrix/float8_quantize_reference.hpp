@@ -1,0 +1,32 @@
+// CPU reference for float8_quantize (tessera/ops/matrix.hpp), bit for bit: the float32 rules of
+// tessera.float8.quantize, with its own float8_e4m3fn encoder (double arithmetic on the float32
+// quotients, rounding to nearest even, saturated at +-448).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tessera::reference {
+
+// The e4m3fn byte of a float32 value: rounded to nearest even, magnitudes above 448 saturated to
+// 448 (clamped first, as the torch reference clamps), NaN 0x7f (the GPU's canonical NaN is
+// positive, and every NaN quotient of the kernels is one).
+uint8_t e4m3_byte(float v);
+
+// A group's scale from its values' amax and whether all are finite: amax / 448 in float32, 1 for
+// an all-zero group, NaN (torch's float('nan'), bits 0x7fc00000) for a group holding inf or NaN.
+float float8_scale(float amax, bool finite);
+
+struct Float8Quantized {
+  std::vector<uint8_t> q;      // [rows, cols]
+  std::vector<float> scale;    // [rows] (row) or [1] (tensor)
+  std::vector<uint8_t> q_t;    // [cols, rows], where columns were asked for
+  std::vector<float> scale_t;  // [cols] (row) or [1] (tensor)
+};
+
+// x: rows x cols row-major, the input's values as float32 (every input dtype converts exactly).
+// tensor: one scale for all (else one per row); columns: also x's columns quantized along the
+// rows, transposed.
+Float8Quantized float8_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, bool tensor, bool columns);
+
+}  // namespace tessera::reference

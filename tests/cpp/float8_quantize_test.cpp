@@ -1,0 +1,213 @@
+// float8_quantize: the CPU reference's e4m3 encoding and scales on values worked by hand, the
+// description and the argument checks (no GPU), and on the GPU a call of each kernel against the
+// reference beyond the verify cases (run in VerifyGpu): the same input twice gives the same bytes,
+// and a CUDA stream other than the default one.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "gpu.hpp"
+#include "ops/matrix/float8_quantize_reference.hpp"
+#include "runtime/memory.hpp"
+#include "tessera/op.hpp"
+#include "tessera/ops/matrix.hpp"
+#include "testing.hpp"
+
+namespace {
+
+using tessera::DType;
+using tessera::ErrorKind;
+using tessera::Float8Granularity;
+using tessera::TensorView;
+using tessera::testing::cuda_tensor;
+using tessera::testing::expect_error;
+namespace ref = tessera::reference;
+
+uint32_t bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+
+TEST(Float8QuantizeReference, E4m3RoundsToNearestEvenAndSaturates) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(ref::e4m3_byte(0.0f), 0x00);
+  EXPECT_EQ(ref::e4m3_byte(-0.0f), 0x80);
+  EXPECT_EQ(ref::e4m3_byte(1.0f), 0x38);                 // exponent 7 (bias 7), mantissa 0
+  EXPECT_EQ(ref::e4m3_byte(1.0625f), 0x38);              // halfway between 1 and 1.125: the even one
+  EXPECT_EQ(ref::e4m3_byte(1.1875f), 0x3a);              // halfway between 1.125 and 1.25: the even one
+  EXPECT_EQ(ref::e4m3_byte(448.0f), 0x7e);               // the largest finite value
+  EXPECT_EQ(ref::e4m3_byte(-448.0f), 0xfe);
+  EXPECT_EQ(ref::e4m3_byte(464.0f), 0x7e);               // past 448: saturated, never NaN
+  EXPECT_EQ(ref::e4m3_byte(-1e30f), 0xfe);
+  EXPECT_EQ(ref::e4m3_byte(inf), 0x7e);
+  EXPECT_EQ(ref::e4m3_byte(std::nanf("")), 0x7f);
+  EXPECT_EQ(ref::e4m3_byte(std::ldexp(1.0f, -9)), 0x01);     // the smallest subnormal
+  EXPECT_EQ(ref::e4m3_byte(std::ldexp(1.0f, -10)), 0x00);    // half of it: ties to even, 0
+  EXPECT_EQ(ref::e4m3_byte(std::ldexp(3.0f, -10)), 0x02);    // 1.5 steps: ties to even, 2
+  EXPECT_EQ(ref::e4m3_byte(std::ldexp(1.0f, -6)), 0x08);     // the smallest normal
+  EXPECT_EQ(ref::e4m3_byte(std::ldexp(15.0f, -10)), 0x08);   // 7.5 subnormal steps round up into it
+}
+
+TEST(Float8QuantizeReference, ScalesAndGroups) {
+  EXPECT_EQ(ref::float8_scale(0.0f, true), 1.0f);
+  EXPECT_EQ(ref::float8_scale(448.0f, true), 1.0f);
+  EXPECT_EQ(ref::float8_scale(3.0f, true), 3.0f / 448.0f);
+  EXPECT_EQ(bits(ref::float8_scale(1.0f, false)), 0x7fc00000u);
+  const float inf = std::numeric_limits<float>::infinity();
+  // rows: (1, -2, 0.5), zeros, (inf, 1, 0)
+  const std::vector<float> x = {1.f, -2.f, 0.5f, 0.f, 0.f, 0.f, inf, 1.f, 0.f};
+  const auto r = ref::float8_quantize(x, 3, 3, false, true);
+  ASSERT_EQ(r.scale.size(), 3u);
+  EXPECT_EQ(r.scale[0], 2.0f / 448.0f);
+  EXPECT_EQ(r.scale[1], 1.0f);
+  EXPECT_TRUE(std::isnan(r.scale[2]));
+  EXPECT_EQ(r.q[0], ref::e4m3_byte(1.f / (2.0f / 448.0f)));  // 224
+  EXPECT_EQ(r.q[0], 0x76);
+  EXPECT_EQ(r.q[1], 0xfe);  // -448
+  for (int j = 0; j < 3; ++j) EXPECT_EQ(r.q[size_t(3 + j)], 0x00) << j;
+  for (int j = 0; j < 3; ++j) EXPECT_EQ(r.q[size_t(6 + j)], 0x7f) << j;  // NaN throughout
+  // columns: (1, 0, inf) NaN, (-2, 0, 1) amax 2, (0.5, 0, 0) amax 0.5; q_t [3, 3] their rows
+  ASSERT_EQ(r.scale_t.size(), 3u);
+  EXPECT_TRUE(std::isnan(r.scale_t[0]));
+  EXPECT_EQ(r.scale_t[1], 2.0f / 448.0f);
+  EXPECT_EQ(r.scale_t[2], 0.5f / 448.0f);
+  EXPECT_EQ(r.q_t[3 + 0], 0xfe);                            // x[0][1] = -2 by column 1's scale
+  EXPECT_EQ(r.q_t[3 + 2], ref::e4m3_byte(1.f / (2.0f / 448.0f)));
+  EXPECT_EQ(r.q_t[6 + 0], 0x7e);                            // 0.5 by its own amax: 448
+  const auto t = ref::float8_quantize({1.f, -4.f, 2.f, 0.f}, 2, 2, true, true);
+  ASSERT_EQ(t.scale.size(), 1u);
+  EXPECT_EQ(t.scale[0], 4.0f / 448.0f);
+  EXPECT_EQ(t.scale_t, t.scale);
+  EXPECT_EQ(t.q[1], 0xfe);
+  EXPECT_EQ(t.q_t[1], t.q[2]);  // q_t[0][1] is x[1][0]
+}
+
+TEST(Float8QuantizeOp, Description) {
+  const tessera::OpDesc* d = tessera::find_op_description("float8_quantize");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->family, "matrix");
+  ASSERT_EQ(d->schemas.size(), 2u);
+  EXPECT_EQ(d->schemas[0], "float8_quantize(Tensor input, *, str granularity='row') -> (Tensor, Tensor)");
+  EXPECT_EQ(d->schemas[1],
+            "float8_quantize.columns(Tensor input, *, str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)");
+  EXPECT_EQ(d->call, nullptr);  // outputs allocated by hand (python/src/torch/matrix.cpp)
+}
+
+TEST(Float8QuantizeChecks, NameTheArgument) {
+  const TensorView x = cuda_tensor(0x10000, DType::bfloat16, {32, 64});
+  const TensorView q = cuda_tensor(0x100000, DType::float8_e4m3fn, {32, 64});
+  const TensorView s = cuda_tensor(0x200000, DType::float32, {32, 1});
+  const TensorView qt = cuda_tensor(0x300000, DType::float8_e4m3fn, {64, 32});
+  const TensorView st = cuda_tensor(0x400000, DType::float32, {1, 64});
+  const auto row = Float8Granularity::row, tensor = Float8Granularity::tensor;
+  const auto call = [](const TensorView& x_, const TensorView& q_, const TensorView& s_, const TensorView* qt_,
+                       const TensorView* st_, Float8Granularity g) {
+    tessera::float8_quantize(x_, q_, s_, qt_, st_, g, nullptr);
+  };
+  expect_error([&] { call(cuda_tensor(0x10000, DType::int32, {32, 64}), q, s, nullptr, nullptr, row); },
+               ErrorKind::type, {"tessera.float8_quantize", "'input'", "bfloat16"});
+  expect_error([&] { call(cuda_tensor(0x10000, DType::bfloat16, {2, 16, 64}), q, s, nullptr, nullptr, row); },
+               ErrorKind::value, {"'input'", "2-d"});
+  TensorView cpu = x;
+  cpu.device = tessera::Device{tessera::DeviceType::cpu, 0};
+  expect_error([&] { call(cpu, q, s, nullptr, nullptr, row); }, ErrorKind::value, {"'input'"});
+  TensorView strided = x;
+  strided.strides[1] = 2;
+  expect_error([&] { call(strided, q, s, nullptr, nullptr, row); }, ErrorKind::value, {"'input'", "K contiguous"});
+  expect_error([&] { call(cuda_tensor(0x10000, DType::bfloat16, {32, 0}), q, s, nullptr, nullptr, row); },
+               ErrorKind::value, {"'input'", "1 <= K"});
+  expect_error([&] { call(x, cuda_tensor(0x100000, DType::float8_e5m2, {32, 64}), s, nullptr, nullptr, row); },
+               ErrorKind::type, {"'q'", "float8_e4m3fn"});
+  expect_error([&] { call(x, cuda_tensor(0x100000, DType::float8_e4m3fn, {64, 32}), s, nullptr, nullptr, row); },
+               ErrorKind::value, {"'q'", "[32, 64]"});
+  expect_error([&] { call(x, cuda_tensor(0x100001, DType::float8_e4m3fn, {32, 64}), s, nullptr, nullptr, row); },
+               ErrorKind::value, {"'q'", "16-byte aligned"});
+  expect_error([&] { call(x, q, cuda_tensor(0x200000, DType::float32, {32}), nullptr, nullptr, row); },
+               ErrorKind::value, {"'scale'", "[32, 1]"});
+  expect_error([&] { call(x, q, cuda_tensor(0x200000, DType::bfloat16, {32, 1}), nullptr, nullptr, row); },
+               ErrorKind::type, {"'scale'", "float32"});
+  expect_error([&] { call(x, q, s, nullptr, nullptr, tensor); }, ErrorKind::value, {"'scale'", "one element"});
+  // The transposed copy: both outputs or neither, their shapes, M and K multiples of 16.
+  expect_error([&] { call(x, q, s, &qt, nullptr, row); }, ErrorKind::value, {"'scale_t'", "both or neither"});
+  expect_error([&] { call(x, q, s, &q, &st, row); }, ErrorKind::value, {"'q_t'", "[64, 32]"});
+  expect_error([&] { call(x, q, s, &qt, &s, row); }, ErrorKind::value, {"'scale_t'", "[1, 64]"});
+  const TensorView x20 = cuda_tensor(0x10000, DType::float32, {20, 64});
+  const TensorView q20 = cuda_tensor(0x100000, DType::float8_e4m3fn, {20, 64});
+  const TensorView s20 = cuda_tensor(0x200000, DType::float32, {20, 1});
+  const TensorView qt20 = cuda_tensor(0x300000, DType::float8_e4m3fn, {64, 20});
+  expect_error([&] { call(x20, q20, s20, &qt20, &st, row); }, ErrorKind::value,
+               {"'input'", "multiples of 16", "[20, 64]"});
+  const TensorView one = cuda_tensor(0x200000, DType::float32, {});
+  expect_error([&] { call(x, q, one, &qt, &st, tensor); }, ErrorKind::value, {"'scale_t'", "one element"});
+  const TensorView inside = cuda_tensor(0x10000 + 64, DType::float8_e4m3fn, {32, 64});  // overlaps the input
+  expect_error([&] { call(x, inside, s, nullptr, nullptr, row); }, ErrorKind::value, {"'q'", "'input'"});
+  Float8Granularity g;
+  expect_error([&] { tessera::parse("float8_quantize", "block", g); }, ErrorKind::value,
+               {"'granularity'", "'row' or 'tensor'", "'block'"});
+  tessera::parse("float8_quantize", "tensor", g);
+  EXPECT_EQ(g, Float8Granularity::tensor);
+  // Rows alone and one scale take any M and K; no rows is nothing to do, checked all the same.
+  call(cuda_tensor(0x10000, DType::bfloat16, {0, 64}), cuda_tensor(0x100000, DType::float8_e4m3fn, {0, 64}),
+       cuda_tensor(0x200000, DType::float32, {0, 1}), nullptr, nullptr, row);
+}
+
+// Device bytes of a buffer.
+std::vector<uint8_t> download(const tessera::runtime::DeviceBuffer& b, size_t n) {
+  std::vector<uint8_t> h(n);
+  EXPECT_EQ(cudaMemcpy(h.data(), b.data(), n, cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+std::vector<uint8_t> as_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// Each kernel (rows alone; the tiles with the transposed copy, per row and per tensor) on a
+// stream of its own, twice: the reference's bytes both times.
+TEST(Float8QuantizeGpu, EachKernelMatchesTheReferenceOnAStream) {
+  TESSERA_REQUIRE_GPU();
+  const auto dev = tessera::Device{tessera::DeviceType::cuda, 0};
+  const int64_t m = 96, k = 208;
+  std::vector<float> x(size_t(m * k));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f) * float(1 + i % 29) * 3.f;
+  x[5 * k + 7] = std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < k; ++j) x[size_t(9 * k + j)] = 0.f;
+  tessera::runtime::DeviceBuffer bx(x.size() * 4), bq(x.size()), bqt(x.size()), bs(m * 4), bst(k * 4);
+  ASSERT_EQ(cudaMemcpy(bx.data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const TensorView tx = TensorView::contiguous(bx.data(), DType::float32, {m, k}, dev);
+  const TensorView tq = TensorView::contiguous(bq.data(), DType::float8_e4m3fn, {m, k}, dev);
+  const TensorView tqt = TensorView::contiguous(bqt.data(), DType::float8_e4m3fn, {k, m}, dev);
+  for (bool tensor : {false, true})
+    for (bool columns : {false, true}) {
+      SCOPED_TRACE(std::string(tensor ? "tensor" : "row") + (columns ? " columns" : ""));
+      const auto scales = [&](void* p, int64_t a, int64_t b) {
+        return tensor ? TensorView::contiguous(p, DType::float32, {}, dev)
+                      : TensorView::contiguous(p, DType::float32, {a, b}, dev);
+      };
+      const TensorView ts = scales(bs.data(), m, 1), tst = scales(bst.data(), 1, k);
+      const auto want = ref::float8_quantize(x, m, k, tensor, columns);
+      for (int run = 0; run < 2; ++run) {
+        ASSERT_EQ(cudaMemset(bq.data(), 0xa5, x.size()), cudaSuccess);
+        tessera::float8_quantize(tx, tq, ts, columns ? &tqt : nullptr, columns ? &tst : nullptr,
+                                 tensor ? Float8Granularity::tensor : Float8Granularity::row, stream);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        EXPECT_EQ(download(bq, x.size()), want.q);
+        EXPECT_EQ(download(bs, want.scale.size() * 4), as_bytes(want.scale));
+        if (columns) {
+          EXPECT_EQ(download(bqt, x.size()), want.q_t);
+          EXPECT_EQ(download(bst, want.scale_t.size() * 4), as_bytes(want.scale_t));
+        }
+      }
+    }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+}  // namespace
