@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""tessera's float8_quantize kernel against torch's quantize (tessera.float8.quantize's torch code)
+and torch.compile of it, row-wise scales, with and without the transposed copy.
+
+    python benchmarks/float8_quantize.py [--shapes 8192x4096,16384x14336] [--dtype bfloat16]
+                                         [--rounds 3] [--no-compile] [--out DIR]
+
+One call quantizes a [M, K] tensor (randn) to float8_e4m3fn with one scale per row ('rows'), or
+also its columns along M, transposed, q_t [K, M] with a scale per column ('rows+columns': what a
+backward takes, the output gradient for dgrad and wgrad). Providers:
+- torch: tessera.float8._torch_quantize (rows: amax, scale, divide, clamp, cast); for the columns
+  the same on x.t().contiguous(), so that q_t is row-major as the kernel writes it;
+- compile: torch.compile of the torch provider;
+- tessera: tessera.float8._kernel_quantize (one kernel for rows; two passes over 64 x 64 tiles
+  with the columns).
+Times: triton's do_bench (L2 flushed, median), the median of --rounds interleaved rounds. GB/s
+counts the floor's bytes for every provider: x read once, q (and q_t) written once, the scales;
+'of copy' is that rate over the copy rate measured on this GPU (ANCHORS.md: 4226 GB/s on the
+H200). torch's q and scales are checked against tessera's, bit for bit, before timing (compile's
+too; a difference there, inductor's own rounding, is noted, not fatal).
+Written as float8_quantize.json / .md under --out.
+"""
+import argparse
+
+import torch
+
+import tessera.float8 as f8
+from common import interleaved_ms, write_results
+
+COPY_GBPS = 4226.0
+
+
+def providers(columns: bool, compile_: bool):
+    def torch_rows(x):
+        return f8._torch_quantize(x, "row")
+
+    def torch_both(x):
+        q, s = f8._torch_quantize(x, "row")
+        q_t, s_t = f8._torch_quantize(x.t().contiguous(), "row")
+        return q, s, q_t, s_t.reshape(1, -1)
+
+    fn = torch_both if columns else torch_rows
+    out = {"torch": fn}
+    if compile_:
+        out["compile"] = torch.compile(fn)
+    out["tessera"] = lambda x: f8._kernel_quantize(x, "row", columns=columns)
+    return out
+
+
+def same_bits(a, b):
+    view = torch.uint8 if a.dtype == torch.float8_e4m3fn else torch.int32
+    return a.shape == b.shape and torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", default="8192x4096,16384x14336")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--out", default="bench_out/float8_quantize")
+    args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
+    rows, lines = [], []
+    for text in args.shapes.split(","):
+        m, k = (int(v) for v in text.split("x"))
+        x = torch.randn(m, k, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0)).to(dtype)
+        for columns in (False, True):
+            mode = "rows+columns" if columns else "rows"
+            calls = {name: (lambda fn=fn: fn(x)) for name, fn in providers(columns, not args.no_compile).items()}
+            want = calls["tessera"]()
+            for name, call in calls.items():
+                same = all(same_bits(g, w) for g, w in zip(call(), want))
+                # torch's code is the reference; inductor may round its own way (a division by
+                # the constant as a product, say): reported, not fatal
+                assert same or name == "compile", (name, mode, text)
+                if not same:
+                    print(f"note: {name} {mode} {text}: not tessera's bits", flush=True)
+            floor = x.numel() * (x.element_size() + (2 if columns else 1)) + 4 * (m + (k if columns else 0))
+            ms = interleaved_ms(calls, args.rounds)
+            for name, t in ms.items():
+                gbps = floor / (t * 1e6)
+                rows.append({"shape": [m, k], "mode": mode, "provider": name, "ms": t, "gbps": gbps,
+                             "copy_fraction": gbps / COPY_GBPS})
+            t = ms["tessera"]
+            cells = [f"{m} x {k}", mode, *(f"{ms[p]:.3f}" if p in ms else "" for p in ("torch", "compile", "tessera")),
+                     f"{floor / (t * 1e6):.0f}", f"{floor / (t * 1e6) / COPY_GBPS:.0%}",
+                     f"{min(v for p, v in ms.items() if p != 'tessera') / t:.2f}x"]
+            lines.append("| " + " | ".join(cells) + " |")
+            print(lines[-1], flush=True)
+    table = "\n".join([f"float8_quantize, {args.dtype} input, row-wise scales; ms (triton do_bench, median of "
+                       f"{args.rounds} rounds), tessera's GB/s over the floor's bytes and its share of the "
+                       f"{COPY_GBPS:.0f} GB/s copy rate", "",
+                       "| shape | outputs | torch | compile | tessera | tessera GB/s | of copy | best peer / tessera |",
+                       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |", *lines])
+    print(table)
+    write_results(args.out, "float8_quantize", {"dtype": args.dtype}, rows, table)
+
+
+if __name__ == "__main__":
+    main()
