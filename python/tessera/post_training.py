@@ -163,13 +163,15 @@ _DPO = {
 def _check(kind: str, o: dict) -> None:
     if kind == "dpo":
         if o["loss_type"] not in _DPO:
-            raise ValueError(f"tessera.dpo_loss: argument 'loss_type': expected one of {sorted(_DPO)}, "
-                             f"got {o['loss_type']!r}")
+            raise ValueError(f"tessera.dpo_loss: argument 'loss_type': Unsupported loss_type {o['loss_type']!r}; "
+                             f"expected one of {sorted(_DPO)}")
+        # the messages hold Liger's own wording, which code written against it may match
         if o["loss_type"] == "exo_pair" and o["label_smoothing"] <= 0:
-            raise ValueError("tessera.dpo_loss: argument 'label_smoothing': expected > 0 for loss_type "
-                             "'exo_pair' (the EXO paper takes 1e-3)")
+            raise ValueError("tessera.dpo_loss: argument 'label_smoothing': label_smoothing must be > 0 for "
+                             "loss_type='exo_pair' (the EXO paper takes 1e-3)")
         if o["loss_type"] == "robust" and not 0 <= o["label_smoothing"] < 0.5:
-            raise ValueError("tessera.dpo_loss: argument 'label_smoothing': expected [0, 0.5) for loss_type 'robust'")
+            raise ValueError("tessera.dpo_loss: argument 'label_smoothing': label_smoothing must lie in [0.0, 0.5) "
+                             f"for loss_type='robust', got {o['label_smoothing']}")
 
 
 def _preference(kind: str, weight, hidden, target, bias, ref_input, ref_weight, ref_bias, o: dict):
@@ -422,9 +424,15 @@ def _module_class(name: str, function, liger: str, defaults: dict):
             if unknown:
                 raise TypeError(f"tessera.{name}: unexpected keyword argument(s) {sorted(unknown)}; it takes "
                                 f"{sorted(defaults)} (and Liger's compiled, chunk_size)")
-            self.options = {k: kwargs.get(k, v) for k, v in defaults.items()}
+            # Liger's modules keep their options as attributes (module.beta, module.loss_type): so do these
+            for k, v in defaults.items():
+                setattr(self, k, kwargs.get(k, v))
             if function is dpo_loss:
                 _check("dpo", self.options)
+
+        @property
+        def options(self) -> dict:
+            return {k: getattr(self, k) for k in defaults}
 
         def forward(self, *args, **kwargs):  # Liger's positional order (GRPO's: _input, lin_weight, ...)
             kwargs = {_LIGER_NAMES.get(k, k) if k not in params else k: v for k, v in kwargs.items()}

@@ -111,6 +111,10 @@ def test_modules_take_ligers_signature():
     want, *_ = tessera.dpo_loss(weight, hidden, target, bias, ref, beta=0.2)
     torch.testing.assert_close(loss, want)
     assert len(aux) == 7
+    assert dpo.beta == 0.2 and dpo.loss_type == "sigmoid"  # the options are attributes, as Liger's are
+    dpo.beta = 0.5  # and a change to one reaches the next call
+    torch.testing.assert_close(dpo(weight, hidden, target, bias, ref, None, None)[0],
+                               tessera.dpo_loss(weight, hidden, target, bias, ref, beta=0.5)[0])
     loss, aux = tp.FusedLinearORPOLoss()(weight, hidden, target)
     assert len(aux) == 9 and math.isfinite(loss.item())
     for cls in (tp.FusedLinearCPOLoss, tp.FusedLinearSimPOLoss):
