@@ -7,8 +7,8 @@ modules against Liger's (liger_kernel.chunked_loss) on the same inputs, forward 
 
 The preference losses (DPO with a reference model, ORPO, CPO, SimPO, KTO) take --pairs pairs of
 --tokens tokens (2 x pairs sequences, chosen first; a quarter of each sequence a prompt, ignored);
-GRPO takes --completions completions with reference and old per-token log-probabilities; the JSD
-distillation a student and a teacher head over the pairs' tokens. bfloat16 hidden states and
+GRPO takes --completions completions with reference and old per-token log-probabilities; the
+distillation losses (JSD, cosine similarity) a student and a teacher head over the pairs' tokens. bfloat16 hidden states and
 output projection ([vocab, hidden]), the gradients of both. Times: triton's do_bench (L2 flushed,
 median) of the median of --rounds interleaved rounds; the GPU's kernel time of one call
 (torch.profiler), the bar's measure; the peak memory above the inputs of one call. Each tessera
@@ -32,7 +32,9 @@ LOSSES = {
     "kto": ("FusedLinearKTOLoss", dict(beta=0.1, use_ref_model=True)),
     "grpo": ("FusedLinearGRPOLoss", dict(beta=0.04, use_ref_model=True)),
     "jsd": ("FusedLinearJSDLoss", dict(beta=0.5, temperature=1.0)),
+    "cosine": ("FusedLinearCosineSimilarityLoss", dict(beta=0.5, temperature=1.0)),
 }
+DISTILLATION = ("jsd", "cosine")  # a student's and a teacher's hidden states and heads
 
 
 def inputs(loss, args, gen):
@@ -56,7 +58,7 @@ def inputs(loss, args, gen):
     b, t = 2 * args.pairs, args.tokens
     target = torch.randint(0, v, (b, t), device="cuda", generator=gen)
     target[:, :t // 4] = -100  # the prompt
-    if loss == "jsd":
+    if loss in DISTILLATION:
         x, teacher = hidden(b * t), torch.randn(b * t, h, **bf, generator=gen) / 4
         teacher_w = torch.randn(v, h, **bf, generator=gen) / h ** 0.5
         return (x, weight, teacher, teacher_w, target.reshape(-1)), (x, weight)
