@@ -20,8 +20,8 @@
 //                 coalesced stores through shared memory (drain); activations swiglu and geglu through
 //                 store_swiglu (gemm_sm90_swiglu.cuh), in the kernels of kSwigluKernel only
 // Work (gemm_sm90_work.cuh, with the tile sizes, schedules and shared memory): whole tiles, and
-// where the last wave would run partly empty, its tiles as
-// chunks of K that sum their partials together (sum_chunks).
+// where the last wave would run partly empty, its tiles as chunks of K that sum their partials
+// together (sum_chunks).
 // Operands: K-major (K contiguous) or MN-major (M or N contiguous, 16-bit), each its own template
 // flag; the copy engine writes either in the 128-byte swizzle and wgmma reads it with its
 // transpose flag, so no layout is copied first.
