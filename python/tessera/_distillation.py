@@ -15,18 +15,15 @@ from . import loss as _loss
 
 
 def _hard_rows(torch, logits, y, ignore_index: int, with_grad: bool):
-    """Each row's cross-entropy on ``y`` and (``with_grad``) its gradient over the logits, before
-    the soft term's gradient replaces them: tessera's kernel on CUDA, else torch's function."""
+    """Each row's cross-entropy on ``y`` and (``with_grad``, on CUDA) its gradient over the
+    logits, apart from them (the soft term's gradient replaces them): tessera's kernel on CUDA,
+    else torch's functions (_head_chunks.ce_and_grad)."""
     ops = _state.ops
     if logits.is_cuda and ops is not None:
         hard, _, grad = ops.cross_entropy(logits, y, None, ignore_index=int(ignore_index), reduction="none",
                                           with_grad=with_grad)
         return hard.float(), grad
-    with torch.enable_grad():
-        z = logits.detach().float().requires_grad_()
-        hard = torch.nn.functional.cross_entropy(z, y, ignore_index=ignore_index, reduction="none")
-        grad = torch.autograd.grad(hard.sum(), z)[0] if with_grad else None
-    return hard.detach(), grad
+    return _head_chunks.ce_and_grad(torch, logits, y, ignore_index)
 
 
 def _divergence(torch, logits, t, beta: float, temperature: float):

@@ -54,6 +54,17 @@ def kept_rows(torch, keep) -> tuple[Any, list[int], list[int]]:
     return flat, counts, starts
 
 
+def ce_and_grad(torch, logits, t, ignore_index: int):
+    """Each row's cross-entropy on ``t`` and its gradient over the logits (float32; 0 on a row
+    ignored), by torch's functions: the path where tessera's cross_entropy kernel does not run."""
+    z = logits.float()
+    nll = torch.nn.functional.cross_entropy(z, t, ignore_index=ignore_index, reduction="none")
+    grad = torch.softmax(z, -1)
+    grad[torch.arange(len(t)), t.clamp(min=0)] -= 1
+    grad.mul_((t != ignore_index).unsqueeze(1))
+    return nll, grad
+
+
 def ce_rows(torch, target: Any, ignore_index: int):
     """A row function: each row's cross-entropy (-log p of ``target``'s entry for it), its gradient
     written over the logits; tessera's kernel on CUDA, torch's functions elsewhere."""
@@ -62,11 +73,8 @@ def ce_rows(torch, target: Any, ignore_index: int):
         if logits.is_cuda:
             return _interop.needs_ops("post_training", "the fused losses need").cross_entropy.inplace(
                 logits, t, None, ignore_index=int(ignore_index), reduction="none")[0]
-        z = logits.float()
-        nll = torch.nn.functional.cross_entropy(z, t, ignore_index=ignore_index, reduction="none")
-        grad = torch.softmax(z, -1)
-        grad[torch.arange(len(t)), t.clamp(min=0)] -= 1
-        logits.copy_(grad * (t != ignore_index).unsqueeze(1))
+        nll, grad = ce_and_grad(torch, logits, t, ignore_index)
+        logits.copy_(grad)
         return nll
     return rows
 
