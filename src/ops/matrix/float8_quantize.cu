@@ -70,10 +70,6 @@ struct QuantArgs {
   bool tensor;
 };
 
-struct MaxBits {
-  __device__ uint32_t operator()(uint32_t a, uint32_t b) const { return max(a, b); }
-};
-
 __device__ __forceinline__ uint32_t mag_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
 __device__ __forceinline__ float scale_of(uint32_t amax) {
@@ -123,7 +119,7 @@ __global__ void __launch_bounds__(512) rows_kernel(QuantArgs a) {
 #pragma unroll
       for (int i = 0; i < VW; ++i) m = max(m, mag_bits(v[i]));
     });
-    const float s = scale_of(tile::block_reduce(m, MaxBits{}, 0u, scratch));
+    const float s = scale_of(tile::block_reduce(m, tile::Max{}, 0u, scratch));
     if (threadIdx.x == 0) a.scale[r] = s;
     uint8_t* q = a.q + r * a.cols;
     walk_row<T, VW>(x, a.cols, [&](int64_t c, const tile::Frag<T, VW>& v) {
@@ -184,11 +180,11 @@ __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, in
     }
     all = max(all, rm);
     if (a.tensor) continue;
-    rm = tile::warp_reduce<kGroup>(rm, MaxBits{});
+    rm = tile::warp_reduce<kGroup>(rm, tile::Max{});
     if (threadIdx.x % kGroup == 0 && rm) atomicMax(&rmax[t.row0 + j * M::kRowStep], rm);
   }
   if (a.tensor) {  // one word for the whole tensor: a CTA's maximum, one atomic
-    all = tile::block_reduce(all, MaxBits{}, 0u, scratch);
+    all = tile::block_reduce(all, tile::Max{}, 0u, scratch);
     if (threadIdx.x == 0 && all) atomicMax(a.amax, all);
     return;
   }
