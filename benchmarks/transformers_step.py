@@ -6,6 +6,7 @@ apply_tessera (eager and compiled): step time, tokens/s, peak memory above the w
     python benchmarks/transformers_step.py [--family llama[,gemma2,...] | all] [--layers 8 --hidden 2048
         --heads 16 --kv-heads 4 --intermediate 5632 --vocab 128256] [--batch 2 --seq 4096] [--steps 8]
         [--warmup 3] [--rounds 2] [--runs "eager,compile,liger,tessera,tessera compile,tessera sdpa,..."]
+        (float8: --runs "compile,tessera,tessera fp8 rowwise,torchao tensorwise compile,...")
         [--attn sdpa] [--fit] [--profile] [--out DIR]
     python benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 --head-dim 128
         --experts 128 --top-k 8 --moe-intermediate 768 --vocab 151936 [--experts-impl grouped_mm]
@@ -64,8 +65,11 @@ CONFIGS = {  # family -> (config class, the family's own defaults that the flags
 MOE = {"qwen3_moe": "num_experts", "qwen2_moe": "num_experts", "mixtral": "num_local_experts",
        "gpt_oss": "num_local_experts", "deepseek_v3": "n_routed_experts"}
 VLMS = {"qwen2_vl": dict(depth=1, hidden_size=64, embed_dim=64, num_heads=2, intermediate_size=128)}
-RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera sdpa", "tessera sdpa compile")
-DEFAULT_RUNS = RUNS
+DEFAULT_RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera sdpa", "tessera sdpa compile")
+# float8 training: tessera's recipes through apply_tessera(fp8=), torchao's (the linears but the
+# head converted by convert_to_float8_training) under torch.compile, as torchao is meant to run
+RUNS = DEFAULT_RUNS + tuple(f"tessera fp8 {r}" for r in ("tensorwise", "rowwise", "blockwise")) + tuple(
+    f"torchao {r} compile" for r in ("tensorwise", "rowwise"))
 # --fit: the model for a GPU under FIT_GIB (the model's eager run peaks near 20 GiB above
 # the weights of the runs kept).
 FIT_GIB = 40
@@ -121,7 +125,11 @@ def build(run, args, family):
         apply(model=model)
     elif run.startswith("tessera"):
         import tessera.transformers as tt
-        tt.apply_tessera(model, attention=" sdpa" not in run)
+        tt.apply_tessera(model, attention=" sdpa" not in run, fp8=run.split()[2] if " fp8 " in run else None)
+    elif run.startswith("torchao"):
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(run.split()[1]),
+                                   module_filter_fn=lambda module, fqn: fqn != "lm_head")
     return model
 
 

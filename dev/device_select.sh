@@ -10,6 +10,7 @@
 #           beyond the first seven; vlm: the vision-language rows' and Nemotron's; ptbench:
 #           benchmarks/post_training.py (PTBENCH_ARGS; carry .whl for Liger-Kernel);
 #   cmd     bash -c "$CMD" (CMD_LIMIT seconds) with the package installed;
+#   ctest   the C++ tests built in the package's build tree and run (CTEST_FILTER, a gtest filter);
 #   ncu     Nsight Compute of the TF32 NT 4096 kernel beside cuBLAS's (NCU=1);
 #   grouped grouped_mm: its pytest file and torch-ops checks, `tessera verify grouped_mm matmul`,
 #           benchmarks/grouped_mm.py (GROUPED_ARGS), and the bf16 GEMM at 4096 and 8192 (matrix.py);
@@ -98,6 +99,9 @@ for s in $STEPS; do
     ptbench) step ptbench "${PTBENCH_LIMIT:-300}" python3 benchmarks/post_training.py ${PTBENCH_ARGS:---rounds 3} \
                 --out /tmp/logs/post_training ;;
     cmd) step cmd "${CMD_LIMIT:-200}" bash -c "$CMD" ;;
+    ctest) step ctest "${CTEST_LIMIT:-240}" bash -c 'source scripts/common.sh && pick_env &&
+             cmake -S . -B "$BUILD" -DTESSERA_BUILD_TESTS=ON >/dev/null && cmake --build "$BUILD" --target tessera_tests &&
+             "$BUILD/tests/cpp/tessera_tests" --gtest_brief=1 --gtest_filter="${CTEST_FILTER:-*}" 2>&1 | tail -n 30' ;;
     ncu) step ncu 120 ncu --target-processes all -k "regex:gemm|sm90|xmma|cutlass" -c 4 --section SpeedOfLight \
                 --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats python3 -c "
 import torch, tessera
@@ -114,7 +118,7 @@ cp /tmp/logs/grouped_mm/grouped_mm.json "$OUT/grouped_mm.json" 2>/dev/null
 cp /tmp/logs/moe_step/transformers_step.md "$OUT/moe_step.md" 2>/dev/null
 cp /tmp/logs/moe/moe.md "$OUT/moe.md" 2>/dev/null
 cp /tmp/logs/post_training/post_training.md "$OUT/post_training.md" 2>/dev/null
-for s in select fp32 compiled ncu gtest gverify gbench gemm16 mtest mverify mconv mstep moebench families vlm ptbench cmd; do
+for s in select fp32 compiled ncu ctest gtest gverify gbench gemm16 mtest mverify mconv mstep moebench families vlm ptbench cmd; do
   [ -f "/tmp/logs/$s.log" ] || continue
   echo "== $s"; tail -n 30 "/tmp/logs/$s.log" | cut -c1-220
 done

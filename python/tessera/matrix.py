@@ -38,6 +38,12 @@ scale_b[j] * (a @ b)[i, j] + bias[j]``, the scales applied to the float32 sums i
 epilogue. Output bfloat16 unless ``out_dtype`` says float16 or float32 (float8 outputs are not
 offered). The products accumulate in the tensor
 cores' float32 accumulator without periodic promotion, as ``use_fast_accum=True`` does.
+Block-wise scales (DeepSeek-V3's recipe; e4m3): ``scale_a`` [M, ceil(K / 128)], one per 1 x 128
+block of a row of ``a``, and ``scale_b`` [ceil(K / 128), ceil(N / 128)], one per 128 x 128 block of
+``b`` (or [ceil(K / 128), N], one per 1 x 128 block of a column of ``b``: the weight gradient's
+layout, both operands activations), any strides: each 128-deep block of K is multiplied on its own, its float32 sums scaled by
+its blocks' scales and added to the others' in float32 (the promotion out of the tensor core
+that bounds the error at large K). A last partial block of K or N has its own scale.
 No autograd.
 
 Autograd: torch.ops.tessera.matmul's own (C++; a call that needs it without the torch ops is
@@ -385,28 +391,37 @@ def _validate_offs(torch, a, b, offs) -> None:
                          f"{extent}, got {offs.tolist()}")
 
 
-def _scales_rowwise(torch, input, other, scale_a, scale_b) -> bool:
-    """Whether scaled_mm's scales are row-wise (else per-tensor); raises as the library's check
-    does, on any device (input and other 2-d)."""
+def _scales_kind(torch, input, other, scale_a, scale_b) -> str:
+    """scaled_mm's kind of scales: 'tensor', 'row' or 'block'; raises as the library's check does,
+    on any device (input and other 2-d)."""
     for arg, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if s.dtype != torch.float32:
             raise TypeError(f"tessera.scaled_mm: argument '{arg}': expected dtype in {{float32}}, "
                             f"got {str(s.dtype).replace('torch.', '')}")
     if scale_a.numel() == 1 and scale_b.numel() == 1:
-        return False
-    m, n = input.shape[0], other.shape[1]
+        return "tensor"
+    m, n, k = input.shape[0], other.shape[1], input.shape[1]
+    kb, nb = -(-k // 128), -(-n // 128)
     fits_a, fits_b = tuple(scale_a.shape) == (m, 1), tuple(scale_b.shape) == (1, n)
     rows_a, cols_b = fits_a and scale_a.is_contiguous(), fits_b and scale_b.is_contiguous()
     if rows_a and cols_b:
-        return True
+        return "row"
+    blocks_a = tuple(scale_a.shape) == (m, kb)
+    if blocks_a and tuple(scale_b.shape) in ((kb, nb), (kb, n)):
+        if input.dtype != torch.float8_e4m3fn:
+            raise TypeError(f"tessera.scaled_mm: argument 'input': expected float8_e4m3fn with block-wise "
+                            f"scales, got {str(input.dtype).replace('torch.', '')}")
+        return "block"
 
     def got(s, fits):
         shape = "[" + ", ".join(str(d) for d in s.shape) + "]"
         return shape + (" (not contiguous)" if fits and not s.is_contiguous() else "")
-    arg = "scale_b" if rows_a or scale_a.numel() == 1 else "scale_a"
-    raise ValueError(f"tessera.scaled_mm: argument '{arg}': expected both of one element (per-tensor), or "
-                     f"'scale_a' [M, 1] and 'scale_b' [1, N] = [{m}, 1] and [1, {n}], contiguous (row-wise); "
-                     f"not one of each, got 'scale_a' {got(scale_a, fits_a)} and 'scale_b' {got(scale_b, fits_b)}")
+    arg = "scale_b" if rows_a or scale_a.numel() == 1 or blocks_a else "scale_a"
+    raise ValueError(f"tessera.scaled_mm: argument '{arg}': expected both of one element (per-tensor); "
+                     f"'scale_a' [{m}, 1] and 'scale_b' [1, {n}], contiguous (row-wise); or 'scale_a' [{m}, {kb}] "
+                     f"and 'scale_b' [{kb}, {nb}] or [{kb}, {n}] (block-wise: 1 x 128 blocks, and 128 x 128 or 1 x 128); "
+                     f"not two kinds, "
+                     f"got 'scale_a' {got(scale_a, fits_a)} and 'scale_b' {got(scale_b, fits_b)}")
 
 
 def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
@@ -414,9 +429,11 @@ def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
               out_dtype: Optional[torch.dtype] = None,
               scale_result: Optional[torch.Tensor] = None,
               use_fast_accum: bool = True) -> torch.Tensor:
-    """``torch._scaled_mm`` with per-tensor or row-wise scales: ``scale_a * scale_b * (input @
-    other) + bias`` for float8 inputs, scale_a one element or [M, 1], scale_b one element or
-    [1, N]; see the module's documentation."""
+    """``torch._scaled_mm`` with per-tensor, row-wise or block-wise scales: ``scale_a * scale_b *
+    (input @ other) + bias`` for float8 inputs, scale_a one element or [M, 1], scale_b one element
+    or [1, N]; or (e4m3) scale_a [M, ceil(K / 128)] and scale_b [ceil(K / 128), ceil(N / 128)], one
+    per 1 x 128 block of input's rows and per 128 x 128 block of other; see the module's
+    documentation."""
     torch = _torch_only(input, "input", "scaled_mm")
     for arg, t in (("other", other), ("scale_a", scale_a), ("scale_b", scale_b)):
         _torch_only(t, arg, "scaled_mm")
@@ -426,7 +443,7 @@ def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
     if input.dim() != 2 or other.dim() != 2:
         raise ValueError(f"tessera.scaled_mm: arguments 'input' and 'other': expected 2-d "
                          f"tensors, got {input.dim()}-d and {other.dim()}-d")
-    _scales_rowwise(torch, input, other, scale_a, scale_b)
+    _scales_kind(torch, input, other, scale_a, scale_b)
     if _state.ops is not None:
         return _state.ops.scaled_mm.default(input, other, scale_a, scale_b, bias=bias,
                                               out_dtype=out_dtype)

@@ -39,6 +39,9 @@ struct MatmulSpec {
   bool tf32 = false;  // float32 inputs on the TF32 tensor cores (the matmul_tf32 variant)
   bool preact = false;  // the pre-activation output too (MatmulOptions::preactivation)
   bool rowwise = false;  // scaled_mm: scale_a [M, 1] and scale_b [1, N] (else one element each)
+  // scaled_mm: scale_a [M, K / 128] (`a_scales` its layout) and scale_b [K / 128, N / 128]
+  bool blockwise = false, b_columns = false;  // b_columns: scale_b [K / 128, N] (1 x 128 blocks)
+  Layout a_scales = Layout::contiguous;
 };
 
 Shape shape_of(int64_t batch, int64_t rows, int64_t cols) {
@@ -57,6 +60,8 @@ std::string describe(DType dt, const MatmulSpec& s) {
   if (s.beta != 0.0) d += " beta=" + std::to_string(s.beta).substr(0, 4);
   if (s.preact) d += " +preactivation";
   if (s.rowwise) d += " row-wise scales";
+  if (s.blockwise) d += std::string(" block-wise scales") + (s.a_scales == Layout::transposed ? " (scale_a M-major)" : "") +
+                        (s.b_columns ? " (scale_b per column)" : "");
   return d;
 }
 
@@ -122,12 +127,38 @@ VerifyResult run_matmul(DType dt, const MatmulSpec& s) {
 // scaled_mm: float8 inputs (input row-major, other K-contiguous unless `s` says otherwise),
 // per-tensor or row-wise scales, out in `out_dt`; the reference multiplies the float8 values as
 // stored, then scales each element by its row's and column's scales.
+// The block-wise reference: each 128-deep block of K summed on its own (float8 values as stored,
+// in double), scaled by its row's and its column block's scales, and the blocks added.
+std::vector<double> block_scaled_reference(const HostCopy& ha, const HostCopy& hb, const HostCopy& hsa,
+                                           const HostCopy& hsb, const MatmulSpec& s) {
+  const int64_t kb = (s.k + 127) / 128;
+  const std::vector<double> a = host::tabulate(s.m * s.k, [&](int64_t i) { return host::load_double(ha.view, i); });
+  const std::vector<double> b = host::tabulate(s.k * s.n, [&](int64_t i) { return host::load_double(hb.view, i); });
+  const std::vector<double> sa = host::tabulate(s.m * kb, [&](int64_t i) { return host::load_double(hsa.view, i); });
+  const std::vector<double> sb =
+      host::tabulate(hsb.view.numel(), [&](int64_t i) { return host::load_double(hsb.view, i); });
+  const int64_t nb = s.b_columns ? s.n : (s.n + 127) / 128, per = s.b_columns ? 1 : 128;
+  return host::tabulate(s.m * s.n, [&](int64_t e) {
+    const int64_t i = e / s.n, j = e % s.n;
+    double total = 0;
+    for (int64_t q = 0; q < kb; ++q) {
+      double block = 0;
+      for (int64_t k = 128 * q; k < std::min(s.k, 128 * (q + 1)); ++k) block += a[i * s.k + k] * b[k * s.n + j];
+      total += block * sa[i * kb + q] * sb[q * nb + j / per];
+    }
+    return total;
+  });
+}
+
 VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
   cudaStream_t stream = nullptr;
   TestTensor a = make_tensor(dt, {s.m, s.k}, s.a), b = make_tensor(dt, {s.k, s.n}, s.b);
   TestTensor out = make_tensor(out_dt, {s.m, s.n}, Layout::contiguous);
-  TestTensor sa = make_tensor(DType::float32, s.rowwise ? Shape{s.m, 1} : Shape{1}, Layout::contiguous);
-  TestTensor sb = make_tensor(DType::float32, s.rowwise ? Shape{1, s.n} : Shape{1}, Layout::contiguous);
+  const int64_t kb = (s.k + 127) / 128, nb = (s.n + 127) / 128;
+  TestTensor sa = make_tensor(DType::float32, s.blockwise ? Shape{s.m, kb} : s.rowwise ? Shape{s.m, 1} : Shape{1},
+                              s.blockwise ? s.a_scales : Layout::contiguous);
+  TestTensor sb = make_tensor(DType::float32, s.blockwise ? Shape{kb, s.b_columns ? s.n : nb} : s.rowwise ? Shape{1, s.n} : Shape{1},
+                              Layout::contiguous);
   fill_random(a, -2, 2, stream);
   fill_random(b, -2, 2, stream);
   fill_random(sa, 0.25, 0.5, stream);
@@ -140,19 +171,24 @@ VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
   fill_poison(out, stream);
   HostCopy ha = to_host(a), hb = to_host(b), hc = to_host(out), hsa = to_host(sa), hsb = to_host(sb);
   HostCopy hbias = s.bias ? to_host(bias) : HostCopy{};
-  std::vector<double> ref = reference::matmul(ha.view, hb.view, hc.view, {});
+  std::vector<double> ref = s.blockwise ? block_scaled_reference(ha, hb, hsa, hsb, s)
+                                        : reference::matmul(ha.view, hb.view, hc.view, {});
   for (int64_t i = 0; i < s.m; ++i)
     for (int64_t j = 0; j < s.n; ++j)
-      ref[i * s.n + j] = ref[i * s.n + j] * host::load_double(hsa.view, s.rowwise ? i : 0) *
-                             host::load_double(hsb.view, s.rowwise ? j : 0) +
+      ref[i * s.n + j] = (s.blockwise ? ref[i * s.n + j]
+                                      : ref[i * s.n + j] * host::load_double(hsa.view, s.rowwise ? i : 0) *
+                                            host::load_double(hsb.view, s.rowwise ? j : 0)) +
                          (s.bias ? host::load_double(hbias.view, j) : 0.0);
   scaled_mm(a.view, b.view, sa.view, sb.view, out.view, s.bias ? &bias.view : nullptr, stream);
   std::string name = describe(dt, s) + " -> " + dtype_name(out_dt);
   // The reference takes the float8 inputs as stored, so only the sum's rounding is measured: the
   // tensor cores add float8 products into an accumulator of about 14 mantissa bits, not float32's
   // 24 (what torch calls use_fast_accum).
+  // Block-wise scales promote each block's sum out of the tensor core into float32, so only a
+  // block's 128 products share the narrow accumulator: the bound is K / 128 times tighter, which
+  // the long-K cases show.
   ErrorModel m;
-  m.k = s.k;
+  m.k = s.blockwise ? std::min<int64_t>(s.k, 128) : s.k;
   m.accumulate = kFp8AccumulateRoundoff;
   return compare("scaled_mm", name, out, ref, stream, m);
 }
@@ -350,11 +386,33 @@ std::vector<VerifyCase> scaled_mm_cases() {
   };
   for (MatmulSpec& s : rowwise) s.rowwise = true;
   specs.insert(specs.end(), rowwise.begin(), rowwise.end());
+  // Block-wise scales (e4m3): the block-scaled sm90 kernel (whole and partial tiles, a last
+  // partial block of K and of N, scale_a either way round, long K under the tighter bound), the
+  // SIMT tier.
+  std::vector<MatmulSpec> blockwise = {
+      {128, 128, 128},                         // one tile, one block
+      {300, 208, 528},                         // tails in M and N; a partial last block of K
+      {1000, 1024, 784},                       // many tiles
+      {256, 512, 384, 0, 0, C, T, true},       // bias
+      {128, 16384, 256},                       // long K: the promotion's bound
+      {200, 96, 136, 0, 0, C, C},              // other N-contiguous: the SIMT tier
+  };
+  for (MatmulSpec& s : blockwise) s.blockwise = true;
+  MatmulSpec m_major = {300, 384, 260};
+  m_major.blockwise = true, m_major.a_scales = T;
+  blockwise.push_back(m_major);
+  // scale_b per column (the weight gradient's 1 x 128 blocks of both operands): sm90, odd N, SIMT.
+  for (MatmulSpec c : {MatmulSpec{300, 4096, 520}, MatmulSpec{256, 640, 333}, MatmulSpec{96, 200, 72, 0, 0, C, C}}) {
+    c.blockwise = true, c.b_columns = true, c.a_scales = T;
+    blockwise.push_back(c);
+  }
+  specs.insert(specs.end(), blockwise.begin(), blockwise.end());
   std::vector<VerifyCase> cases;
   for (DType dt : {DType::float8_e4m3fn, DType::float8_e5m2})
     for (DType out : {DType::bfloat16, DType::float16, DType::float32})
       for (const MatmulSpec& s : specs) {
         if (out != DType::bfloat16 && s.m != 300) continue;  // other outputs: one case each
+        if (s.blockwise && dt != DType::float8_e4m3fn) continue;
         cases.push_back({describe(dt, s) + " -> " + dtype_name(out), false,
                          [=] { return run_scaled_mm(dt, out, s); }});
       }

@@ -87,7 +87,11 @@ void mlp(const TensorView& input, const TensorView& w_in, const TensorView& w_ou
 // out = scale_a * scale_b * (input @ other) + bias, as torch._scaled_mm with per-tensor scales:
 // input [M, K] and other [K, N] of one float8 dtype (float8_e4m3fn or float8_e5m2); scale_a and
 // scale_b float32 tensors of one element, read on the device; out [M, N] bfloat16, float16 or
-// float32; bias (nullptr: none) N elements of out's dtype. Float32 accumulation. input row-major
+// float32; bias (nullptr: none) N elements of out's dtype. Or row-wise scales, scale_a [M, 1] and
+// scale_b [1, N], contiguous; or block-wise (float8_e4m3fn), scale_a [M, ceil(K / 128)] (one per
+// 1 x 128 block of input's rows) and scale_b [ceil(K / 128), ceil(N / 128)] (one per 128 x 128
+// block of other), any strides, each 128-deep block of K's sums scaled and added in float32.
+// Float32 accumulation. input row-major
 // and other column-major (K contiguous in both: torch's layout) take the tensor cores on sm_90;
 // other layouts and GPUs a slower kernel.
 void scaled_mm(const TensorView& input, const TensorView& other, const TensorView& scale_a,

@@ -27,6 +27,10 @@
 
 namespace tessera::matrix {
 
+// scaled_mm's block-wise scales: blocks of this many values along K (1 x 128 for A's rows,
+// 128 x 128 for B).
+constexpr int kScaleBlock = 128;
+
 // A launch configuration the autotuner may choose (0 in a field: the tiers' own rule), spelt in
 // the tune cache as to_string gives it: "schedule=pingpong,group=8,splits=1".
 struct GemmConfig {
@@ -79,6 +83,13 @@ struct GemmArgs {
   const float* scale_a = nullptr;
   const float* scale_b = nullptr;
   bool scale_rowwise = false;
+  // Or, where `scale_blockwise`, one scale per block of kScaleBlock values along K: scale_a
+  // [M, ceil(K / 128)] (a row's 1 x 128 blocks, strides sa_sm, sa_sk) and scale_b
+  // [ceil(K / 128), ceil(N / 128)] (B's 128 x 128 blocks, strides sb_sk, sb_sn), or, where
+  // `sb_columns`, [ceil(K / 128), N] (1 x 128 blocks of B's columns: the weight gradient's
+  // operands, both activations); float8 inputs.
+  bool scale_blockwise = false, sb_columns = false;
+  int64_t sa_sm = 0, sa_sk = 0, sb_sk = 0, sb_sn = 0;
   Activation activation = Activation::none;
   bool allow_tf32 = false;
   GemmConfig config;
@@ -131,6 +142,13 @@ struct Epilogue {
   // before the epilogue.
   const float* row_scales;
   const float* col_scales;
+  // Block scales instead (GemmArgs::scale_blockwise): they differ per block of kScaleBlock along
+  // K, so the float8 kernels scale each block's partial sums before adding them up (block_a,
+  // block_b) and the epilogue stores the sums as any product.
+  const float* blocks_a;
+  const float* blocks_b;
+  int64_t ba_sm, ba_sk, bb_sk, bb_sn;
+  bool b_columns;  // blocks_b one per column of B (1 x 128 blocks), else per 128 columns
 
   static Epilogue from(const GemmArgs& g) {
     auto* c = static_cast<OutT*>(g.c);
@@ -141,7 +159,8 @@ struct Epilogue {
                     reinterpret_cast<uintptr_t>(p) % (2 * sizeof(OutT)) == 0);
     };
     const bool pairs = pairable(c, g.c_sb, g.c_sm, g.c_sn) && pairable(z, g.z_sb, g.z_sm, g.z_sn);
-    const auto per_tensor = [&](const float* s) { return g.scale_rowwise ? nullptr : s; };
+    const auto per_tensor = [&](const float* s) { return g.scale_rowwise || g.scale_blockwise ? nullptr : s; };
+    const auto blocks = [&](const float* s) { return g.scale_blockwise ? s : nullptr; };
     const auto row_wise = [&](const float* s) { return g.scale_rowwise ? s : nullptr; };
     const bool prefetch = g.beta != 0.0f && g.c_sn == 1 && reinterpret_cast<uintptr_t>(c) % 16 == 0 &&
                           g.c_sm * e % 16 == 0 && g.c_sb * e % 16 == 0;
@@ -150,7 +169,8 @@ struct Epilogue {
             static_cast<const OutT*>(g.residual), g.r_sb, g.r_sm, g.r_sn,
             z, g.z_sb, g.z_sm, g.z_sn,
             g.alpha, g.beta, per_tensor(g.scale_a), per_tensor(g.scale_b), g.activation, pairs, prefetch,
-            row_wise(g.scale_a), row_wise(g.scale_b)};
+            row_wise(g.scale_a), row_wise(g.scale_b),
+            blocks(g.scale_a), blocks(g.scale_b), g.sa_sm, g.sa_sk, g.sb_sk, g.sb_sn, g.sb_columns};
   }
 
   // Asks for `cols` old output elements of row (b, m) from column `col` (16-byte aligned, as
@@ -176,6 +196,15 @@ struct Epilogue {
   }
   __device__ __forceinline__ float col_scale(int64_t col, int64_t n) const {
     return col < n ? __ldg(col_scales + col) : 0.0f;
+  }
+
+  // Block-wise: the scale of row `row`'s K block `kb` (0 past the output's rows, never stored),
+  // and of B's block of K block `kb` that holds column `col` (of n).
+  __device__ __forceinline__ float block_a(int64_t row, int64_t kb, int64_t m) const {
+    return row < m ? __ldg(blocks_a + row * ba_sm + kb * ba_sk) : 0.0f;
+  }
+  __device__ __forceinline__ float block_b(int64_t kb, int64_t col, int64_t n) const {
+    return col < n ? __ldg(blocks_b + kb * bb_sk + (b_columns ? col : col / kScaleBlock) * bb_sn) : 0.0f;
   }
 
   // Element (b, m, n) from its accumulator. Fast: the MUFU forms of the activations, for
@@ -333,10 +362,12 @@ struct Sm90Tier {
       "sm_90, 16-bit inputs with K or the rows of each operand contiguous (row- or column-major), "
       "or tf32 and fp8 inputs with K contiguous in both: TMA, wgmma, persistent, warp-specialized, "
       "the output by TMA stores; a partly filled last wave's tiles split over K; activations swiglu and "
-      "geglu (16-bit output, K-major operands, N a multiple of 128, TMA-stored) in the epilogue on whole tiles";
+      "geglu (16-bit output, K-major operands, N a multiple of 128, TMA-stored) in the epilogue on whole tiles; "
+      "fp8 e4m3 with block-wise scales on 128 x 128 tiles, each 128-deep block of K scaled as it is added";
   struct Plan {
     bool pingpong = false;  // else cooperative (gemm_sm90.cuh says what each is)
     bool gated = false;     // activation swiglu or geglu, in the epilogue (gemm_sm90_swiglu.cuh)
+    bool blocks = false;    // block-wise scales: the block-scaled schedule (gemm_sm90_work.cuh)
     int group = 8;          // TileOrder::group
     int splits = 1;         // cooperative: the tiles from `whole` on each split into chunks of K
     int64_t whole = 0;

@@ -61,6 +61,13 @@ __global__ void __launch_bounds__(kThreads)
         const int c = i % kTile, kb = i / kTile;  // B: consecutive threads walk N
         const int64_t gn = n0 + c, gkb = k0 + kb;
         bs[kb][c] = gn < n && gkb < k ? tile::to_float(bm[gkb * op.b_sk + gn * op.b_sn]) : 0.0f;
+        // Block-wise scales factor per element (a's by its row and K block, b's by its K and
+        // column blocks), so each operand is scaled as it is loaded.
+        if constexpr (kIsFp8<T>)
+          if (epi.blocks_a) {
+            if (gm < m && gk < k) as[kk][r] *= epi.block_a(gm, gk / kScaleBlock, m);
+            if (gn < n && gkb < k) bs[kb][c] *= epi.block_b(gkb / kScaleBlock, gn, n);
+          }
       }
       __syncthreads();
 #pragma unroll

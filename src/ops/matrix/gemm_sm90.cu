@@ -69,6 +69,10 @@ bool grouped_ok(const GemmArgs& g) {
 }  // namespace
 
 std::string Sm90Tier::Plan::describe() const {
+  if (blocks)
+    return "block-scaled cooperative, " + std::to_string(kBM) + " x " + std::to_string(BlockScaled::BN) +
+           " tiles, " + std::to_string(BlockScaled::kStages) + " stages, group " + std::to_string(group) + ", " +
+           std::to_string(grid) + " persistent CTAs";
   std::string split;
   if (splits > 1)
     split = ", the tiles from " + std::to_string(whole) + " on split into " + std::to_string(splits) +
@@ -93,11 +97,20 @@ bool Sm90Tier::can_implement(const GemmArgs& g, const GemmCtx& ctx) {
   if (!out_ok(g.dtype, g.out_dtype) || !has_sm90a_code()) return false;
   if (is_gated(g.activation) && !gated_ok(g)) return false;
   if (g.offs && !grouped_ok(g)) return false;
+  // Block-wise scales: e4m3 (the block-scaled schedule's one instance), one matrix, no beta.
+  if (g.scale_blockwise && (g.dtype != DType::float8_e4m3fn || g.batch != 1 || g.beta != 0.0f)) return false;
   const int64_t b_batch = g.offs ? g.groups : g.batch;
   return operand_ok(g.dtype, layout_a(g), g.batch, kBM) && operand_ok(g.dtype, layout_b(g), b_batch, 256);
 }
 
 Sm90Tier::Plan Sm90Tier::plan(const GemmArgs& g, const GemmCtx& ctx) {
+  if (g.scale_blockwise) {  // the block-scaled schedule, whole tiles
+    Plan p;
+    p.blocks = true;
+    p.group = g.config.group > 0 ? g.config.group : 8;
+    p.grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles(g, BlockScaled::BN), ctx.sms)));
+    return p;
+  }
   if (g.offs && g.offs_over_k) {  // cooperative (its units' K blocks differ), whole tiles
     Plan p;
     p.group = g.config.group > 0 ? g.config.group : 8;

@@ -356,6 +356,50 @@ __device__ __forceinline__ void scale_accumulators(float (&acc)[Frags][Acc], con
   }
 }
 
+// Block-wise scales (BlockScaled, whole tiles): each stage, one kScaleBlock-deep block of K,
+// multiplied into `part` alone, then added to acc times its rows' and its columns' scales (one
+// per tile where B's blocks are 128 x 128, else one per column), the scales loaded while the
+// block's wgmma run. The stage is released as soon as its product has completed. Value
+// 4 i + 2 r + c is row 16 w + l / 4 + 8 r, column 8 i + 2 (l % 4) + c of the consumer's.
+template <class Mma, class T, class S, class OutT>
+__device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<OutT>& epi, float (&acc)[S::BN / 2],
+                                                  int& stage, uint32_t& phase, int kb0, int blocks, int rows0,
+                                                  int64_t row0, int64_t col0, int64_t m, int64_t n) {
+  static_assert(kBK<T> == kScaleBlock && S::BN == kScaleBlock, "a stage is one block of K, a tile one of N");
+  constexpr int kCols = S::BN / 4;  // the thread's columns
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  float part[S::BN / 2], sa[2], sb[kCols];
+#pragma unroll
+  for (int i = 0; i < S::BN / 2; ++i) acc[i] = 0.0f;
+  for (int kb = 0; kb < blocks; ++kb) {
+    tile::BulkBarrier{&s.full[stage]}.wait(phase);
+    tile::wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < kKSteps; ++k)
+      Mma::run(part, operand_desc<T, true>(s.a[stage], rows0, k), operand_desc<T, true>(s.b[stage], 0, k), k > 0);
+    tile::wgmma::commit();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) sa[r] = epi.block_a(row0 + kWarpRows * warp + lane / 4 + 8 * r, kb0 + kb, m);
+    if (epi.b_columns) {
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) sb[c] = epi.block_b(kb0 + kb, col0 + 8 * (c / 2) + 2 * (lane % 4) + c % 2, n);
+    } else {
+      const float b = epi.block_b(kb0 + kb, col0, n);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) sb[c] = b;
+    }
+    tile::wgmma::wait<0>();
+    tile::wgmma::fence_operands(part);
+    if (tid == 0) tile::BulkBarrier{&s.empty[stage]}.arrive();
+#pragma unroll
+    for (int i = 0; i < S::BN / 2; ++i) {
+      const int r = i / 2 % 2, c = i / 4 * 2 + i % 2;
+      acc[i] = fmaf(part[i], sa[r] * sb[c], acc[i]);
+    }
+    if (++stage == S::kStages) stage = 0, phase ^= 1;
+  }
+}
+
 // Depth: zeroes the rows of K outside [lo, hi) (stage-relative) of this consumer's share of a
 // stage that a group shares with its neighbour: its 64-wide block of A, and half of B's (both
 // MN-major: a K row is 128 contiguous bytes of each block, wherever the swizzle puts its chunks),
@@ -410,30 +454,34 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     // With beta, this tile's old output into L2 a few stages before the epilogue reads it, a row
     // a thread, so that the epilogue's reads do not wait on DRAM.
     const int prefetch_at = epi.prefetch && tid < S::kRows && row0 + tid < m_all ? max(0, blocks - kStages) : -1;
-    for (int kb = 0; kb < blocks; ++kb) {
-      if (kb == prefetch_at) epi.prefetch_row(batch, row0 + tid, col0, min(int64_t(BN), n - col0));
-      tile::BulkBarrier{&s.full[stage]}.wait(phase);
-      if constexpr (!S::kPingPong && !KA && !KB)
-        if (work.depth) {
-          const int k0 = (w.kb0 + kb) * kBK<T>;
-          if (k0 < w.k_begin || k0 + kBK<T> > w.k_end) mask_stage(s, stage, w.k_begin - k0, w.k_end - k0, wg);
-        }
-      tile::wgmma::fence();
+    if constexpr (S::kBlocks) {
+      block_scaled_loop<Mma>(s, epi, acc[0], stage, phase, w.kb0, blocks, rows0, row0, col0, m_all, n);
+    } else {
+      for (int kb = 0; kb < blocks; ++kb) {
+        if (kb == prefetch_at) epi.prefetch_row(batch, row0 + tid, col0, min(int64_t(BN), n - col0));
+        tile::BulkBarrier{&s.full[stage]}.wait(phase);
+        if constexpr (!S::kPingPong && !KA && !KB)
+          if (work.depth) {
+            const int k0 = (w.kb0 + kb) * kBK<T>;
+            if (k0 < w.k_begin || k0 + kBK<T> > w.k_end) mask_stage(s, stage, w.k_begin - k0, w.k_end - k0, wg);
+          }
+        tile::wgmma::fence();
 #pragma unroll
-      for (int k = 0; k < kKSteps; ++k)
+        for (int k = 0; k < kKSteps; ++k)
 #pragma unroll
-        for (int f = 0; f < kFrags; ++f)
-          Mma::run(acc[f], operand_desc<T, KA>(s.a[stage], rows0 + 64 * f, k),
-                   operand_desc<T, KB>(s.b[stage], 0, k), kb > 0 || k > 0);
-      tile::wgmma::commit();
-      tile::wgmma::wait<1>();  // the previous stage's group has completed: release it
-      if (kb > 0 && tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
-      prev = stage;
-      if (++stage == kStages) stage = 0, phase ^= 1;
+          for (int f = 0; f < kFrags; ++f)
+            Mma::run(acc[f], operand_desc<T, KA>(s.a[stage], rows0 + 64 * f, k),
+                     operand_desc<T, KB>(s.b[stage], 0, k), kb > 0 || k > 0);
+        tile::wgmma::commit();
+        tile::wgmma::wait<1>();  // the previous stage's group has completed: release it
+        if (kb > 0 && tid == 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
+        prev = stage;
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
+      if (S::kPingPong && tid == 0) tile::BulkBarrier{&s.turn[1 - wg]}.arrive();
+      tile::wgmma::wait<0>();
+      if (tid == 0 && blocks > 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
     }
-    if (S::kPingPong && tid == 0) tile::BulkBarrier{&s.turn[1 - wg]}.arrive();
-    tile::wgmma::wait<0>();
-    if (tid == 0 && blocks > 0) tile::BulkBarrier{&s.empty[prev]}.arrive();
     if (blocks == 0)  // depth: an empty group's product
 #pragma unroll
       for (int f = 0; f < kFrags; ++f)

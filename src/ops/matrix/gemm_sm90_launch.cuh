@@ -172,6 +172,8 @@ void launch_layout(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stre
 // The launch for inputs of type T (bf16, fp16; float as tf32; fp8).
 template <class T>
 void launch_sm90(const GemmArgs& g, const Sm90Tier::Plan& p, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3>)
+    if (p.blocks) return launch_layout<T, BlockScaled>(g, p, stream);
   if (p.pingpong) launch_layout<T, PingPong>(g, p, stream);
   else launch_layout<T, Cooperative>(g, p, stream);
 }

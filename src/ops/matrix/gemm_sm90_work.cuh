@@ -36,16 +36,22 @@ constexpr int kDealSlots = 8;
 //   pingpong     each consumer a whole tile (two 64 x 128 fragments), the consumers on
 //                alternate tiles and their main loops in turns: one's epilogue runs while the
 //                other's main loop keeps the tensor cores busy
-template <int BN_, bool PingPong>
+//   block-scaled cooperative on 128 x 128 tiles, for scaled_mm's block-wise scales: each stage
+//                (one 128-deep block of K) multiplied into a second set of accumulators, which
+//                are scaled and added to the first (64 x 128 each: both fit where 64 x 256
+//                would not)
+template <int BN_, bool PingPong, bool Blocks = false>
 struct Schedule {
   static constexpr int BN = BN_;
   static constexpr bool kPingPong = PingPong;
-  static constexpr int kStages = PingPong ? 5 : 4;                   // as many as fit
+  static constexpr bool kBlocks = Blocks;
+  static constexpr int kStages = PingPong ? 5 : Blocks ? 6 : 4;      // as many as fit
   static constexpr int kRows = PingPong ? kBM : kBM / kConsumers;    // a consumer's tile rows
   static constexpr int kReaders = PingPong ? 1 : kConsumers;         // consumers reading a stage
 };
 using Cooperative = Schedule<256, false>;
 using PingPong = Schedule<128, true>;
+using BlockScaled = Schedule<128, false, true>;
 
 // A tile's output in 128-byte column blocks (sub-tiles): TMA stores go one at a time, and a split
 // tile's chunks store shares of them.
@@ -89,7 +95,7 @@ enum OutPath : int { kDrain = 0, kTma2 = 2, kTma3 = 3 };
 // The kernels whose grouped tiles past their group's end store by TMA through the group's own map
 // (Work::group_maps): a third copy of the epilogue spills in the others, which drain those tiles.
 template <class S, class OutT>
-constexpr bool kGroupMaps = sizeof(OutT) == 2 && !S::kPingPong;
+constexpr bool kGroupMaps = sizeof(OutT) == 2 && !S::kPingPong && !S::kBlocks;
 
 // Grouped over rows: into `out` (groups maps, 128-byte aligned) each group's copy of the output's
 // 2-d map `c` with its rows cut at the group's end (`ends`, on the device). Stream-ordered.

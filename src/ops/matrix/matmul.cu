@@ -66,30 +66,47 @@ void check_scale(const char* op, const char* arg, const TensorView& s, const Ten
 }
 
 // scaled_mm's scales, float32 on the input's device, as torch._scaled_mm takes them: both of one
-// element (per-tensor), or scale_a [M, 1] and scale_b [1, N] (row-wise: one per row of input, one
-// per column of other), contiguous; one of each kind is refused, as torch refuses it. Returns
-// whether they are row-wise.
-bool check_scales(const TensorView& a, const TensorView& b, const TensorView& sa, const TensorView& sb) {
+// element (per-tensor); scale_a [M, 1] and scale_b [1, N], contiguous (row-wise: one per row of
+// input, one per column of other); or scale_a [M, ceil(K / 128)] and scale_b
+// [ceil(K / 128), ceil(N / 128)] or [ceil(K / 128), N], any strides (block-wise: one per 1 x 128
+// block of input's rows, one per 128 x 128 block of other or per 1 x 128 block of its columns,
+// for e4m3). Kinds mixed are refused, as torch refuses them.
+// Sets g's kind of scales and their pointers.
+void set_scales(matrix::GemmArgs& g, const TensorView& a, const TensorView& b, const TensorView& sa,
+                const TensorView& sb) {
   const char* op = "scaled_mm";
   for (auto [arg, s] : {std::pair{"scale_a", &sa}, std::pair{"scale_b", &sb}}) {
     detail::check_cuda_tensor(op, arg, *s);
     detail::check_same_device(op, arg, *s, "input", a);
     detail::check_dtype_in(op, arg, *s, {DType::float32});
   }
-  if (sa.numel() == 1 && sb.numel() == 1) return false;
-  const int64_t m = a.shape[0], n = b.shape[1];
+  g.scale_a = static_cast<const float*>(sa.data), g.scale_b = static_cast<const float*>(sb.data);
+  if (sa.numel() == 1 && sb.numel() == 1) return;
+  const int64_t m = a.shape[0], n = b.shape[1], k = a.shape[1];
+  const int64_t kb = (k + matrix::kScaleBlock - 1) / matrix::kScaleBlock, nb = (n + matrix::kScaleBlock - 1) / matrix::kScaleBlock;
   const auto shaped = [](const TensorView& s, int64_t rows, int64_t cols) {
     return s.ndim == 2 && s.shape[0] == rows && s.shape[1] == cols;
   };
   const bool rows_a = shaped(sa, m, 1) && sa.is_contiguous(), cols_b = shaped(sb, 1, n) && sb.is_contiguous();
-  if (rows_a && cols_b) return true;
+  if (rows_a && cols_b) {
+    g.scale_rowwise = true;
+    return;
+  }
+  if (shaped(sa, m, kb) && (shaped(sb, kb, nb) || shaped(sb, kb, n))) {
+    if (a.dtype != DType::float8_e4m3fn)
+      detail::throw_arg(ErrorKind::type, op, "input", "float8_e4m3fn with block-wise scales", dtype_name(a.dtype));
+    g.scale_blockwise = true, g.sb_columns = !shaped(sb, kb, nb);
+    g.sa_sm = sa.strides[0], g.sa_sk = sa.strides[1], g.sb_sk = sb.strides[0], g.sb_sn = sb.strides[1];
+    return;
+  }
+  const auto dims = [](int64_t r, int64_t c) { return "[" + std::to_string(r) + ", " + std::to_string(c) + "]"; };
   const auto got = [&](const TensorView& s, bool fits) {
     return s.shape_str() + (fits && !s.is_contiguous() ? " (not contiguous)" : "");
   };
-  detail::throw_arg(ErrorKind::value, op, rows_a || sa.numel() == 1 ? "scale_b" : "scale_a",
-                    "both of one element (per-tensor), or 'scale_a' [M, 1] and 'scale_b' [1, N] = [" +
-                        std::to_string(m) + ", 1] and [1, " + std::to_string(n) +
-                        "], contiguous (row-wise); not one of each",
+  detail::throw_arg(ErrorKind::value, op, rows_a || sa.numel() == 1 || shaped(sa, m, kb) ? "scale_b" : "scale_a",
+                    "both of one element (per-tensor); 'scale_a' " + dims(m, 1) + " and 'scale_b' " + dims(1, n) +
+                        ", contiguous (row-wise); or 'scale_a' " + dims(m, kb) + " and 'scale_b' " + dims(kb, nb) +
+                        " or " + dims(kb, n) + " (block-wise: 1 x 128 blocks, and 128 x 128 or 1 x 128); not two kinds",
                     "'scale_a' " + got(sa, shaped(sa, m, 1)) + " and 'scale_b' " + got(sb, shaped(sb, 1, n)));
 }
 
@@ -299,9 +316,7 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
   MatmulOptions o;
   o.bias = bias;
   matrix::GemmArgs g = resolve("scaled_mm", input, other, out, o);
-  g.scale_rowwise = check_scales(input, other, scale_a, scale_b);
-  g.scale_a = static_cast<const float*>(scale_a.data);
-  g.scale_b = static_cast<const float*>(scale_b.data);
+  set_scales(g, input, other, scale_a, scale_b);
   run("scaled_mm", g, stream);
 }
 
@@ -323,9 +338,11 @@ const OpRegistrar kMatmul = describe("matmul", "matrix", "GEMM with a fused epil
             "str activation='none', float alpha=1, ScalarType? out_dtype=None, bool? allow_tf32=None) "
             "-> (Tensor, Tensor)")
     .torch("torch.matmul");
-const OpRegistrar kScaledMm = describe("scaled_mm", "matrix", "float8 GEMM with per-tensor or row-wise scales (torch._scaled_mm): "
-                                       "out[i, j] = scale_a[i] * scale_b[j] * (A @ B)[i, j] + bias[j], scale_a of one "
-                                       "element or [M, 1], scale_b of one element or [1, N] (both one kind)")
+const OpRegistrar kScaledMm = describe("scaled_mm", "matrix", "float8 GEMM with per-tensor, row-wise or block-wise scales "
+                                       "(torch._scaled_mm): out[i, j] = scale_a[i] * scale_b[j] * (A @ B)[i, j] + bias[j], "
+                                       "scale_a of one element or [M, 1], scale_b of one element or [1, N] (both one kind); "
+                                       "or block-wise (e4m3), scale_a [M, K / 128] and scale_b [K / 128, N / 128] or [K / 128, N] "
+                                       "(1 x 128 blocks, and 128 x 128 or 1 x 128), each block's sums scaled in float32")
     .schema("scaled_mm(Tensor input, Tensor other, Tensor scale_a, Tensor scale_b, *, Tensor? bias=None, "
             "ScalarType? out_dtype=None) -> Tensor")
     .dtypes({DType::float8_e4m3fn, DType::float8_e5m2});
