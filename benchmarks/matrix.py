@@ -131,25 +131,43 @@ def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool, layout: s
               timing=dict(cuda_graph=False, flush_l2=True))
 
 
-def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool, rowwise: bool = False) -> None:
-    """scaled_mm with unit per-tensor scales, or (rowwise) scale_a [M, 1] and scale_b [1, N]."""
+def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool, scales: str = "tensor") -> None:
+    """scaled_mm with unit per-tensor scales; (row) scale_a [M, 1] and scale_b [1, N]; or (block)
+    scale_a [M, K / 128] (M-major) and scale_b [K / 128, N / 128]: block scales equal along each
+    row and 128 columns, so that tessera's row-wise call (the bar's peer) computes the same values,
+    and torch._scaled_mm's block-wise call beside it where this torch takes one."""
     dt = torch.float8_e4m3fn
     a = (torch.rand(size, size, device="cuda") * 2 - 1).to(dt)
     b = (torch.rand(size, size, device="cuda") * 2 - 1).to(dt).t()
-    sa = torch.rand(size, 1, device="cuda") + 0.5 if rowwise else torch.tensor(1.0, device="cuda")
-    sb = torch.rand(1, size, device="cuda") + 0.5 if rowwise else torch.tensor(1.0, device="cuda")
-    providers = {
-        "tessera": lambda: tessera.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
-        "torch": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
-                                          use_fast_accum=True),
-        "torch_accurate": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
-                                                   use_fast_accum=False),
-    }
-    if self_check:
-        providers["torch2"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
-                                                       use_fast_accum=True)
-    scale_bytes = 4 * 2 * size if rowwise else 0
-    suite.run("scaled_mm_rowwise" if rowwise else "scaled_mm", dt, size,
+    one = torch.tensor(1.0, device="cuda")
+    row_a = torch.rand(size, 1, device="cuda") + 0.5
+    blocks_b = torch.rand(1, -(-size // 128), device="cuda") + 0.5
+    row_b = blocks_b.repeat_interleave(128, dim=1)[:, :size].contiguous()
+    if scales == "block":
+        kb = -(-size // 128)
+        sa = row_a.expand(size, kb).t().contiguous().t()  # M-major, as torch's 1 x 128 scales are
+        sb = blocks_b.expand(kb, blocks_b.shape[1]).contiguous()
+        providers = {"tessera": lambda: tessera.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+                     "tessera_rowwise": lambda: tessera.scaled_mm(a, b, row_a, row_b, out_dtype=torch.bfloat16)}
+        try:
+            torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+            providers["torch"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+        except Exception as e:  # noqa: BLE001 - this torch has no block-wise _scaled_mm here
+            print(f"scaled_mm_blockwise {size}: torch._scaled_mm refuses block-wise scales: {str(e)[:120]}")
+    else:
+        sa, sb = (row_a, row_b) if scales == "row" else (one, one)
+        providers = {
+            "tessera": lambda: tessera.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+            "torch": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
+                                              use_fast_accum=True),
+            "torch_accurate": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
+                                                       use_fast_accum=False),
+        }
+        if self_check:
+            providers["torch2"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
+                                                           use_fast_accum=True)
+    scale_bytes = 4 * (sa.numel() + sb.numel()) if scales != "tensor" else 0
+    suite.run({"tensor": "scaled_mm", "row": "scaled_mm_rowwise", "block": "scaled_mm_blockwise"}[scales], dt, size,
               float(2 * size * size + 2 * size * size + scale_bytes), providers,
               flops=2.0 * size ** 3, shape=(size, size, size),
               tolerances={dt: FP8_TOLERANCE},
@@ -265,8 +283,9 @@ def main() -> int:
                                                                     args.self_check))
             suite.attempt(f"scaled_mm e4m3 {size}", lambda: bench_fp8(suite, size, args.rounds,
                                                                       args.self_check))
-            suite.attempt(f"scaled_mm_rowwise e4m3 {size}", lambda: bench_fp8(
-                suite, size, args.rounds, args.self_check, rowwise=True))
+            for scales in ("row", "block"):
+                suite.attempt(f"scaled_mm {scales}-wise e4m3 {size}", lambda: bench_fp8(
+                    suite, size, args.rounds, args.self_check, scales))
             torch.cuda.empty_cache()
         for layout in ("NN", "TN", "TT"):
             suite.attempt(f"matmul_tf32 {layout} 8192", lambda: bench_tf32(

@@ -19,16 +19,19 @@ wgrad the output gradient and x along the tokens. A scale is the dequantization 
 An all-zero group takes scale 1. A group holding inf or NaN takes a NaN scale, so its products are
 NaN where they would be inf or NaN in bfloat16 too; nothing is clamped silently.
 
-On a Hopper GPU (sm_90, the float8 tensor cores tessera's kernels run on) the tensorwise and
-rowwise recipes run each GEMM on ``tessera.scaled_mm``: the quantized operands multiplied as
-float8, the scales (one per tensor, or per row of each operand) applied to the float32 sums in the
-kernel's epilogue. wgrad's K (the tokens) is padded with zeros to a multiple of 16, the rows the
-copy engine takes; zeros change neither the scales nor the sums. The operands are quantized there
-by tessera's float8_quantize kernel (the same bits as ``quantize``'s torch code), each tensor
-once: x and the weight in the forward, by rows and (where the backward needs them) by columns,
-transposed, from one read; the output gradient in the backward, by rows for dgrad and by columns
-for wgrad in one call. The backward keeps those float8 copies rather than x and the weight.
-Elsewhere (the CPU, other GPUs, the blockwise recipe) the GEMMs are emulated: quantize,
+On a Hopper GPU (sm_90, the float8 tensor cores tessera's kernels run on) every recipe runs each
+GEMM on ``tessera.scaled_mm``: the quantized operands multiplied as float8, the scales (one per
+tensor, or per row of each operand) applied to the float32 sums in the kernel's epilogue, or
+(blockwise) each 128-deep block of K's sums scaled and added in float32 (wgrad's right operand,
+x, by 1 x 128 blocks of its columns). wgrad's K (the tokens) is padded with zeros to a multiple
+of 16, the rows the copy engine takes; zeros change neither the scales nor the sums. The
+tensorwise and rowwise operands are quantized by tessera's float8_quantize kernel (the same bits
+as ``quantize``'s torch code), each tensor once: x and the weight in the forward, by rows and
+(where the backward needs them) by columns, transposed, from one read; the output gradient in the
+backward, by rows for dgrad and by columns for wgrad in one call. The blockwise recipe's are
+quantized by the torch code (several passes). The backward keeps those float8 copies rather than
+x and the weight.
+Elsewhere (the CPU, other GPUs) the GEMMs are emulated: quantize,
 dequantize, then torch's GEMM in float32.
 That is the recipes' exact numerics (products of dequantized operands, accumulated in float32),
 the reference tessera's fp8 kernels are verified against, and no faster than bfloat16; the
@@ -184,7 +187,7 @@ def _on_kernels(x, recipe: str) -> bool:
     """Whether a GEMM of ``recipe`` on ``x``'s device runs on tessera.scaled_mm: per-tensor and
     row scales on the sm90 tier's float8 tensor cores (other GPUs would take its SIMT fallback,
     slower than the emulation's torch GEMM)."""
-    if recipe not in ("tensorwise", "rowwise") or not x.is_cuda:
+    if recipe not in RECIPES or not x.is_cuda:
         return False
     import torch
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # the quantizing kernel's inputs
@@ -209,10 +212,33 @@ def _pad_rows(t, multiple: int = 16):
     return torch.nn.functional.pad(t, (0, 0, 0, pad)) if pad else t
 
 
+def _quantize_blocks(t, granularity: str, columns: bool):
+    """_quantize_both's block granularities, in torch's operations: 'block' rows (scale [M, K / 128])
+    and columns (q_t [K, M'], scale_t [M' / 128, K]: scaled_mm's per-column scale_b for q_t.t() as
+    its right operand, scale_t.t() its scale_a as the left one); 'block2d' (scale [M / 128, K / 128])
+    and its transpose, the same blocks (scale_t = scale, scale_b for q_t.t())."""
+    q, scale = _torch_quantize(t, granularity)
+    if not columns:
+        return q, scale, None, None
+    if granularity == "block2d":
+        return q, scale, q.t().contiguous(), scale
+    q_t, scale_t = _torch_quantize(_pad_rows(t).t(), "block")
+    return q, scale, q_t, scale_t.t()
+
+
+def _as_right(scale, granularity: str):
+    """A scale of the rows of q [N, K] as scaled_mm's scale_b for q.t() [K, N]."""
+    if not scale.dim():
+        return scale
+    return scale.t() if granularity == "block2d" else scale.reshape(1, -1)
+
+
 def _quantize_both(t, granularity: str, columns: bool):
     """One kernel call for a tensor quantized along its rows for one GEMM and (``columns``) along
     its columns for another: (q, scale, q_t, scale_t) of t's rows padded to 16 where columns are
     asked for, q and scale cut back to t's rows; q_t and scale_t None without columns."""
+    if granularity in ("block", "block2d"):
+        return _quantize_blocks(t, granularity, columns)
     if not columns:
         return (*_kernel_quantize(t, granularity), None, None)
     m = t.shape[0]
@@ -252,14 +278,14 @@ def _matmul_function():
             qw, sw, qw_t, sw_t = _quantize_both(weight, wgt, want_dx)
             ctx.save_for_backward(qx_t, sx_t, qw_t, sw_t)
             ctx.dtypes = (x.dtype, weight.dtype)
-            return _scaled(qx, sx, qw.t(), sw.reshape(1, -1) if sw.dim() else sw, x.dtype)
+            return _scaled(qx, sx, qw.t(), _as_right(sw, wgt), x.dtype)
 
         @staticmethod
         def backward(ctx, grad):
             act, wgt = _OPERANDS[ctx.recipe]
             dx = dw = None
             want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-            if ctx.kernels:  # both operands' granularity `act` there (= wgt)
+            if ctx.kernels:
                 qx_t, sx_t, qw_t, sw_t = ctx.saved_tensors
                 x_dtype, w_dtype = ctx.dtypes
                 # grad by rows for dgrad (K = out_features) and by columns for wgrad (K = tokens),

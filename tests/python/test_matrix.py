@@ -323,18 +323,20 @@ def test_scaled_mm_errors_name_the_argument(torch):
         tessera.scaled_mm(a, a.t(), s, s, scale_result=s)
 
 
-ROWWISE_EXPECTED = (r"expected both of one element \(per-tensor\), or 'scale_a' \[M, 1\] and 'scale_b' \[1, N\] = "
-                    r"\[64, 1\] and \[1, 48\], contiguous \(row-wise\); not one of each")
+ROWWISE_EXPECTED = (r"expected both of one element \(per-tensor\); 'scale_a' \[64, 1\] and 'scale_b' \[1, 48\], "
+                    r"contiguous \(row-wise\); or 'scale_a' \[64, 2\] and 'scale_b' \[2, 1\] or \[2, 48\] "
+                    r"\(block-wise: 1 x 128 blocks, and 128 x 128 or 1 x 128\); not two kinds")
 
 
 def test_scaled_mm_scales_per_tensor_or_rowwise_not_one_of_each():
     """CPU: the scales' kinds and shapes are checked before the device (as torch._scaled_mm
-    takes them: both one element, or [M, 1] and [1, N] contiguous)."""
+    takes them: both one element, or [M, 1] and [1, N] contiguous, or block-wise ones; K = 256,
+    two blocks, so that no row-wise shape is also a block-wise one)."""
     torch = pytest.importorskip("torch")
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("needs torch's float8_e4m3fn")
-    a = torch.ones(64, 32).to(torch.float8_e4m3fn)
-    b = torch.ones(48, 32).to(torch.float8_e4m3fn).t()
+    a = torch.ones(64, 256).to(torch.float8_e4m3fn)
+    b = torch.ones(48, 256).to(torch.float8_e4m3fn).t()
     one, rows, cols = torch.tensor(1.0), torch.ones(64, 1), torch.ones(1, 48)
     cases = [
         (one, cols, "scale_b", r"got 'scale_a' \[\] and 'scale_b' \[1, 48\]$"),
@@ -342,6 +344,7 @@ def test_scaled_mm_scales_per_tensor_or_rowwise_not_one_of_each():
         (torch.ones(64), cols, "scale_a", r"got 'scale_a' \[64\] and"),
         (rows, torch.ones(48, 1), "scale_b", r"'scale_b' \[48, 1\]$"),
         (torch.ones(32, 1), cols, "scale_a", r"got 'scale_a' \[32, 1\] and"),
+        (torch.ones(64, 2), torch.ones(2, 2), "scale_b", r"got 'scale_a' \[64, 2\] and 'scale_b' \[2, 2\]$"),
         (torch.ones(64, 2)[:, :1], cols, "scale_a", r"'scale_a' \[64, 1\] \(not contiguous\)"),
         (rows, torch.ones(1, 96)[:, ::2], "scale_b", r"'scale_b' \[1, 48\] \(not contiguous\)$"),
     ]
@@ -352,6 +355,11 @@ def test_scaled_mm_scales_per_tensor_or_rowwise_not_one_of_each():
         tessera.scaled_mm(a, b, rows, cols.half())
     with pytest.raises(ValueError, match=r"argument 'input': expected a CUDA tensor"):  # the scales pass
         tessera.scaled_mm(a, b, rows, cols)
+    for sb in (torch.ones(2, 1), torch.ones(2, 48)):  # block-wise, 128 x 128 or per column
+        with pytest.raises(ValueError, match=r"argument 'input': expected a CUDA tensor"):
+            tessera.scaled_mm(a, b, torch.ones(64, 2), sb)
+    with pytest.raises(TypeError, match=r"argument 'input': expected float8_e4m3fn with block-wise scales"):
+        tessera.scaled_mm(a.to(torch.float8_e5m2), b.to(torch.float8_e5m2), torch.ones(64, 2), torch.ones(2, 1))
 
 
 @pytest.mark.parametrize("fp8", ["float8_e4m3fn", "float8_e5m2"])
@@ -374,6 +382,25 @@ def test_scaled_mm_rowwise_matches_float64(torch, fp8, out_dtype, m, n):
     if bias is not None:
         ref = ref + bias.double()
     assert rel_err(torch, got, ref) <= (1e-3 if out_dtype == "float32" else 1e-2)
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("m,n,k", [(301, 528, 512), (128, 256, 16384), (333, 517, 200), (16, 4096, 1024),
+                                   (63, 71, 100)])
+def test_scaled_mm_blockwise_matches_float64(torch, per_column, m, n, k):
+    """Block-wise scales (scale_a [M, K / 128] M-major, scale_b [K / 128, N / 128] or per column
+    [K / 128, N]) against float64: the block-scaled sm90 kernel (partial tiles and blocks, long K)
+    and the SIMT tier (K = 100: rows the copy engine cannot take)."""
+    a = (torch.rand(m, k, device="cuda") * 4 - 2).to(torch.float8_e4m3fn)
+    w = (torch.rand(n, k, device="cuda") * 4 - 2).to(torch.float8_e4m3fn)
+    kb, nb = -(-k // 128), -(-n // 128)
+    sa = (torch.rand(kb, m, device="cuda") + 0.5).t()
+    sb = torch.rand(kb, n if per_column else nb, device="cuda") + 0.5
+    got = tessera.scaled_mm(a, w.t(), sa, sb, out_dtype=torch.float32)
+    ex_a = sa.double().repeat_interleave(128, dim=1)[:, :k]
+    ex_b = sb.double().repeat_interleave(1 if per_column else 128, dim=1)[:, :n].repeat_interleave(128, dim=0)[:k]
+    ref = (a.double() * ex_a) @ (w.double().t() * ex_b)
+    assert rel_err(torch, got, ref) <= 1e-3
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
