@@ -64,6 +64,12 @@ TF32_TOLERANCE = dict(rtol=2e-2, atol=1.0)
 FP8_TOLERANCE = dict(rtol=2e-2, atol=2.0)
 
 LLAMA_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
+# --fp8-sweep: Llama-3 8B's and 70B's linear layers (N, K: q/k/v fused, o, gate/up fused, down),
+# each GEMM of a training step at FP8_TOKENS tokens: forward (T, N, K), dgrad (T, K, N), wgrad
+# (N, K, T); float8 operands are quantized K-major for each, so the three are these shapes.
+LLAMA_FP8_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
+                (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)]
+FP8_TOKENS = 8192
 SWEEP_M = [1, 16, 128, 1024, 8192]
 
 
@@ -131,21 +137,24 @@ def bench_tf32(suite: Suite, size: int, rounds: int, self_check: bool, layout: s
               timing=dict(cuda_graph=False, flush_l2=True))
 
 
-def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool, scales: str = "tensor") -> None:
-    """scaled_mm with unit per-tensor scales; (row) scale_a [M, 1] and scale_b [1, N]; or (block)
-    scale_a [M, K / 128] (M-major) and scale_b [K / 128, N / 128]: block scales equal along each
-    row and 128 columns, so that tessera's row-wise call (the bar's peer) computes the same values,
-    and torch._scaled_mm's block-wise call beside it where this torch takes one."""
+def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool, scales: str = "tensor",
+              mnk: tuple = ()) -> None:
+    """scaled_mm of size^3 (or M x N x K = mnk) with unit per-tensor scales; (row) scale_a [M, 1]
+    and scale_b [1, N]; or (block) scale_a [M, K / 128] (M-major) and scale_b [K / 128, N / 128]:
+    block scales equal along each row and 128 columns, so that tessera's row-wise call (the bar's
+    peer) computes the same values, and torch._scaled_mm's block-wise call beside it where this
+    torch takes one."""
     dt = torch.float8_e4m3fn
-    a = (torch.rand(size, size, device="cuda") * 2 - 1).to(dt)
-    b = (torch.rand(size, size, device="cuda") * 2 - 1).to(dt).t()
+    m, n, k = mnk or (size, size, size)
+    a = (torch.rand(m, k, device="cuda") * 2 - 1).to(dt)
+    b = (torch.rand(n, k, device="cuda") * 2 - 1).to(dt).t()
     one = torch.tensor(1.0, device="cuda")
-    row_a = torch.rand(size, 1, device="cuda") + 0.5
-    blocks_b = torch.rand(1, -(-size // 128), device="cuda") + 0.5
-    row_b = blocks_b.repeat_interleave(128, dim=1)[:, :size].contiguous()
+    row_a = torch.rand(m, 1, device="cuda") + 0.5
+    blocks_b = torch.rand(1, -(-n // 128), device="cuda") + 0.5
+    row_b = blocks_b.repeat_interleave(128, dim=1)[:, :n].contiguous()
     if scales == "block":
-        kb = -(-size // 128)
-        sa = row_a.expand(size, kb).t().contiguous().t()  # M-major, as torch's 1 x 128 scales are
+        kb = -(-k // 128)
+        sa = row_a.expand(m, kb).t().contiguous().t()  # M-major, as torch's 1 x 128 scales are
         sb = blocks_b.expand(kb, blocks_b.shape[1]).contiguous()
         providers = {"tessera": lambda: tessera.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
                      "tessera_rowwise": lambda: tessera.scaled_mm(a, b, row_a, row_b, out_dtype=torch.bfloat16)}
@@ -167,9 +176,9 @@ def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool, scales: st
             providers["torch2"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
                                                            use_fast_accum=True)
     scale_bytes = 4 * (sa.numel() + sb.numel()) if scales != "tensor" else 0
-    suite.run({"tensor": "scaled_mm", "row": "scaled_mm_rowwise", "block": "scaled_mm_blockwise"}[scales], dt, size,
-              float(2 * size * size + 2 * size * size + scale_bytes), providers,
-              flops=2.0 * size ** 3, shape=(size, size, size),
+    suite.run({"tensor": "scaled_mm", "row": "scaled_mm_rowwise", "block": "scaled_mm_blockwise"}[scales], dt,
+              size if not mnk else m, float(m * k + n * k + 2 * m * n + scale_bytes), providers,
+              flops=2.0 * m * n * k, shape=(m, n, k),
               tolerances={dt: FP8_TOLERANCE},
               rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
 
@@ -248,6 +257,8 @@ def main() -> int:
     p.add_argument("--narrow", action="store_true")
     p.add_argument("--epilogue", action="store_true", help="bias + GELU fused, and under autograd")
     p.add_argument("--accumulate", action="store_true", help="the linear cross-entropy's d_weight GEMM, beta 0 and 1")
+    p.add_argument("--fp8-sweep", action="store_true", help="float8 row- and block-wise at Llama-3 8B and 70B's "
+                   "linear shapes, forward, dgrad and wgrad")
     p.add_argument("--fp32", action="store_true", help="float32, exact and TF32, every layout at 4096 and 8192")
     p.add_argument("--no-sizes", action="store_true", help="skip the size sweep: only the extra cases asked for")
     args = p.parse_args()
@@ -291,6 +302,14 @@ def main() -> int:
             suite.attempt(f"matmul_tf32 {layout} 8192", lambda: bench_tf32(
                 suite, 8192, args.rounds, args.self_check, layout))
             torch.cuda.empty_cache()
+    if args.fp8_sweep:
+        for n, k in LLAMA_FP8_NK:
+            t = FP8_TOKENS
+            for mnk in ((t, n, k), (t, k, n), (n, k, t)):
+                for scales in ("row", "block"):
+                    suite.attempt(f"scaled_mm {scales}-wise e4m3 {mnk}", lambda: bench_fp8(
+                        suite, 0, args.rounds, args.self_check, scales, mnk))
+                torch.cuda.empty_cache()
     if args.fp32:
         for size in (4096, 8192):
             for layout in ("NT", "NN", "TN", "TT"):
