@@ -11,7 +11,7 @@ backward takes, the output gradient for dgrad and wgrad). Providers:
 - torch: tessera.float8._torch_quantize (rows: amax, scale, divide, clamp, cast); for the columns
   the same on x.t().contiguous(), so that q_t is row-major as the kernel writes it;
 - compile: torch.compile of the torch provider;
-- tessera: tessera.float8._kernel_quantize (one kernel for rows; two passes over 64 x 64 tiles
+- tessera: tessera.float8._kernel_quantize (one kernel for rows; two passes over 128 x 64 tiles
   with the columns).
 Times: triton's do_bench (L2 flushed, median), the median of --rounds interleaved rounds. GB/s
 counts the floor's bytes for every provider: x read once, q (and q_t) written once, the scales;

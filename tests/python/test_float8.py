@@ -172,7 +172,8 @@ def _need_cuda():
 
 def _special(m, k, dtype, special):
     """[m, k] of groups of very different ranges; `special`: a zero row, an inf, a NaN, a row of
-    magnitudes near and past 448, one huge value beside small ones (subnormal quotients)."""
+    magnitudes near and past 448, one huge value beside small ones (subnormal quotients), a row of
+    scale 1 whose values lie halfway between two e4m3 values (rounded to the even one)."""
     g = torch.Generator().manual_seed(m * 1000 + k)
     x = torch.randn(m, k, generator=g) * torch.logspace(-2, 2, k)
     if special and m > 5:
@@ -182,6 +183,10 @@ def _special(m, k, dtype, special):
         x[4] = torch.linspace(-470, 470, k)
         x[5] = x[5] * 1e-3
         x[5, 0] = 3e4
+    if special and m > 6:
+        j = torch.arange(k)
+        x[6] = (1 - 2 * (j % 2)) * (1 + (2 * (j % 8) + 1) / 16) * torch.exp2((j % 13 - 6).float())
+        x[6, 0] = 448
     return x.to(dtype).cuda()
 
 
@@ -196,7 +201,8 @@ def _same_bits(a, b):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("granularity", ["row", "tensor"])
 @pytest.mark.parametrize("shape,special", [((33, 131), True), ((64, 1000), True), ((96, 208), True),
-                                           ((1008, 528), False), ((80, 48), False)])
+                                           ((1008, 528), False), ((80, 48), False), ((16, 16), False),
+                                           ((128, 64), True), ((272, 336), True)])
 def test_kernel_matches_the_torch_quantize_bit_for_bit(dtype, granularity, shape, special):
     """q's bytes and the scales' bits equal the torch code's on the same CUDA tensor; with the
     transposed copy (M and K multiples of 16) also q_t and scale_t, against the torch code on
@@ -214,6 +220,20 @@ def test_kernel_matches_the_torch_quantize_bit_for_bit(dtype, granularity, shape
     rq, rs = f8._torch_quantize(x.t().contiguous(), granularity)
     assert _same_bits(q, tq) and _same_bits(s, ts)
     assert _same_bits(qt, rq) and _same_bits(st, rs.reshape(1, -1) if granularity == "row" else rs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_kernel_columns_of_strided_rows(dtype):
+    """The transposed copy from rows with a stride (16-byte aligned for float32 only: bfloat16
+    takes the element-wise loads): the torch code's bits on a contiguous copy."""
+    _need_cuda()
+    wide = _special(272, 340, getattr(torch, dtype), True)
+    x = wide[:, :336]
+    q, s, qt, st = f8._kernel_quantize(x, "row", columns=True)
+    tq, ts = f8._torch_quantize(x.contiguous(), "row")
+    rq, rs = f8._torch_quantize(x.t().contiguous(), "row")
+    assert _same_bits(q, tq) and _same_bits(s, ts)
+    assert _same_bits(qt, rq) and _same_bits(st, rs.reshape(1, -1))
 
 
 def test_quantize_takes_the_kernel_on_cuda_only_for_rows_and_tensors(monkeypatch):

@@ -5,7 +5,8 @@
 // and tensor: any; the transposed copy needs multiples of 16), partial tiles, rows off 16-byte
 // boundaries and padded rows (the element-wise path), and special rows and columns: all zeros
 // (scale 1), an inf, a NaN (NaN scales and NaN bytes), values of magnitude near and above 448,
-// and one large value beside small ones (quotients in e4m3's subnormal range).
+// one large value beside small ones (quotients in e4m3's subnormal range), and quotients exactly
+// halfway between two e4m3 values (rounded to the even one).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -48,7 +49,7 @@ std::string describe(DType dt, const Spec& s) {
   return d;
 }
 
-// The value at (i, j): uniform in [-8, 8), and for `special` inputs rows 1..5 (and columns 1..2,
+// The value at (i, j): uniform in [-8, 8), and for `special` inputs rows 1..6 (and columns 1..2,
 // where there are several rows) as the file's comment says.
 double value(const Spec& s, std::mt19937_64& g, int64_t i, int64_t j) {
   const double inf = std::numeric_limits<double>::infinity();
@@ -60,6 +61,9 @@ double value(const Spec& s, std::mt19937_64& g, int64_t i, int64_t j) {
   if (s.nonfinite && i == 3 && j == k - 1) return std::nan("");             // a NaN
   if (i == 4) return (j % 2 ? -1 : 1) * (440.0 + double(j % 17));           // near 448 and above it
   if (i == 5) return j == 0 ? 30000.0 : u * 1e-2;                           // subnormal quotients
+  if (i == 6 && j > 0)  // scale 1 (448 at j = 0): quotients exactly halfway between e4m3 values
+    return (j % 2 ? -1 : 1) * std::ldexp(1.0 + double(2 * (j % 8) + 1) / 16.0, int(j % 13) - 6);
+  if (i == 6) return 448.0;
   if (s.rows > 8 && j == 2) return i % 3 ? u * 1e-3 : 1e4 + double(i);     // a column of mixed scales
   return u;
 }
@@ -158,6 +162,10 @@ std::vector<VerifyCase> cases() {
     for (int64_t m : {16, 80, 256})                              // the transposed copy, partial tiles
       all.push_back({m, m == 80 ? 48 : 1024, tensor, true});
     all.push_back({1008, 528, tensor, true});                   // partial tiles on both sides
+    all.push_back({16, 16, tensor, true});                      // the smallest transposed copy
+    all.push_back({128, 64, tensor, true});                     // one whole 128 x 64 tile
+    all.push_back({384, 208, tensor, true, 0, true});           // whole row tiles, off 16 bytes
+    all.push_back({272, 336, tensor, true, 4});                 // rows 16-byte aligned for fp32 only
     all.push_back({64, 640, tensor, true, 8});                  // padded rows, transposed
     all.push_back({48, 96, tensor, true, 0, true});             // off 16-byte boundaries, transposed
     all.push_back({256, 512, tensor, true, 0, false, false});   // uniform, transposed

@@ -7,11 +7,12 @@
 //   - rows only (granularity row, no transposed copy): a CTA per row reads the row once from HBM
 //     for the amax, then again for the quotients; the second read finds the row (a few KB) in L1
 //     or L2, where the CTA has just put it.
-//   - otherwise (the transposed copy, or one scale for the tensor): two kernels over 64 x 64
-//     tiles. Pass 1 reads each tile, takes its rows' and columns' maxima (shared-memory atomics,
-//     after a reduction in registers and shuffles) and merges them into global amax words by
-//     atomicMax on the bits. Pass 2 reads the tile again, writes q row by row, and writes q_t
-//     through shared memory, so that both stores are whole rows of the tile. Pass 2 walks the
+//   - otherwise (the transposed copy, or one scale for the tensor): two kernels over 128 x 64
+//     tiles, each thread 4 rows x 8 columns of one. Pass 1 reads each tile, takes its rows' and
+//     columns' maxima (in registers, shuffles, then shared memory) and merges them into global
+//     amax words by atomicMax on the bits, one a row and a column per tile. Pass 2 reads the tile
+//     again, writes q row by row, and writes q_t through shared memory (a thread's 4 rows of a
+//     column packed in one word), so that a warp stores 128 contiguous bytes of it. Pass 2 walks the
 //     tiles in the reverse order of pass 1, so that it starts on the tiles pass 1 read last,
 //     still in L2; a tensor larger than L2 is read twice from HBM for the rest. One scale for the
 //     whole tensor takes the same two passes, its maxima all merged into one word: a grid-wide
@@ -26,8 +27,9 @@
 //
 // Numerics (tessera.float8.quantize's, bit for bit): scale = amax / 448 in float32, 1 for an
 // all-zero group, NaN for a group holding inf or NaN; q = x / scale, a float32 division (not a
-// multiplication by the reciprocal, which rounds differently), rounded to nearest even to e4m3
-// and saturated at +-448 by the conversion itself (a clamp by fminf would turn NaN into 448).
+// multiplication by the reciprocal, which rounds differently: the tile kernels start from the
+// reciprocal and take the division wherever the bytes could differ), rounded to nearest even to
+// e4m3 and saturated at +-448 by the conversion itself (a clamp by fminf would turn NaN into 448).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -35,6 +37,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
@@ -53,10 +56,9 @@ constexpr const char* kOp = "float8_quantize";
 constexpr float kE4m3Max = 448.f;
 constexpr uint32_t kInfBits = 0x7f800000u;
 constexpr uint32_t kNanBits = 0x7fc00000u;  // torch's float('nan')
-constexpr int kTile = 64;                    // the tile kernels' rows and columns
+constexpr int kTileRows = 128, kTileCols = 64;  // the tile kernels' tile
 constexpr int kTileThreads = 256;
 constexpr int kUnroll = 4;                   // a row kernel's loads in flight per thread
-constexpr int kPitch = kTile + 16;           // q_t's staging rows: whole 16-byte runs, banks spread
 
 struct QuantArgs {
   const void* x;
@@ -90,6 +92,50 @@ __device__ __forceinline__ void store_bytes(uint8_t* p, const uint8_t (&b)[VW]) 
   if constexpr (VW == 8) *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
   else if constexpr (VW == 4) *reinterpret_cast<uint32_t*>(p) = w[0];
   else *p = b[0];
+}
+
+// The tile kernels' quotients, to_e4m3's bytes without its division for almost every element.
+// A float32 division is about 11 instructions behind a branch to its slow path, which also keeps
+// the compiler from overlapping two of them; two an element of 16-bit input (its q and q_t
+// bytes, 4 bytes of traffic) would cost pass 2 about as many issue cycles as its memory traffic
+// takes. Instead: with y = RN(1 / s) (s >= 2^-126, so 1 / s and y are normal), q = RN(x * y) is
+// x / s times (1 + e1)(1 + e2), |e1|, |e2| <= 2^-24: within 2^-22.99 of x / s, relatively.
+// q * (1 - 2^-21) and q * (1 + 2^-21), each rounded to float32 (a further 2^-24), still bracket
+// x / s (2^-21 - 2^-24 > 2^-22.99), hence its float32 rounding too, and rounding to e4m3 is
+// monotonic: where the two brackets' bytes agree, that is x / s's byte. They disagree only where
+// x / s lies within 2^-20 of an e4m3 rounding boundary (one quotient in about 2^16), and the
+// division decides. A q under 2^-126 (x * y subnormal, its error no longer relative) has
+// |x / s| < 2^-125 as well, and both round to a zero of x's sign (e4m3's smallest step is
+// 2^-9); a NaN or inf x gives the same byte either way. s NaN (a group holding inf or NaN) or
+// under 2^-126 (an amax under about 5e-36) takes the division throughout.
+struct Divisor {
+  float s, y;  // a scale and RN(1 / s)
+};
+
+__device__ __forceinline__ Divisor divisor_of(uint32_t amax) {
+  const float s = scale_of(amax);
+  return {s, __frcp_rn(s)};
+}
+
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+}
+
+// x0..x3 / d.s as the e4m3 bytes of a word, x0's the low byte: from the reciprocal, `exact` set
+// false where that may differ from the division; and by the division (to_e4m3's bits).
+__device__ __forceinline__ uint32_t e4m3x4_bracketed(float x0, float x1, float x2, float x3, Divisor d,
+                                                     bool& exact) {
+  const float q0 = __fmul_rn(x0, d.y), q1 = __fmul_rn(x1, d.y);
+  const float q2 = __fmul_rn(x2, d.y), q3 = __fmul_rn(x3, d.y);
+  const auto bytes = [&](float m) {
+    return e4m3x2(__fmul_rn(q0, m), __fmul_rn(q1, m)) | e4m3x2(__fmul_rn(q2, m), __fmul_rn(q3, m)) << 16;
+  };
+  const uint32_t below = bytes(1.f - 0x1p-21f);
+  exact = exact & (d.s >= 0x1p-126f) & (below == bytes(1.f + 0x1p-21f));  // no branch: & not &&
+  return below;
+}
+__device__ __forceinline__ uint32_t e4m3x4_divided(float x0, float x1, float x2, float x3, Divisor d) {
+  return e4m3x2(__fdiv_rn(x0, d.s), __fdiv_rn(x1, d.s)) | e4m3x2(__fdiv_rn(x2, d.s), __fdiv_rn(x3, d.s)) << 16;
 }
 
 // ---- rows only: a CTA per row -------------------------------------------------------------------
@@ -132,119 +178,198 @@ __global__ void __launch_bounds__(512) rows_kernel(QuantArgs a) {
 }
 
 // ---- the tile kernels ---------------------------------------------------------------------------
-// A tile's fragments: thread t holds fragments t, t + 256, ... of the tile's 64 rows of V = 64 / VW
-// fragments each. 256 is a multiple of V, so all of a thread's fragments lie in the same columns,
-// rows 256 / V apart, and the V threads of a row are adjacent lanes (V <= 32) or whole warps.
+// A tile is 128 rows x 64 columns; thread t holds 4 consecutive rows x 8 columns of it, every load
+// issued before any value is used: 64 bytes of bf16/fp16 (4 loads of 16 B) or 128 of fp32 (8) a
+// thread, 16 or 32 KB a CTA, 64 KB and more an SM with 4 CTAs resident (an SM's share of HBM,
+// ~32 B/ns at ~1 us of latency, wants 32-64 KB outstanding). Lane l of warp w takes column group
+// cg = l % 4 and row group rg = l / 4 of the warp's 32 x 32 block, the block at column half w % 2
+// and row quarter w / 2. A row's 8 elements are 8 / VW fragments, fragment f at block column
+// f * 4 * VW + cg * VW: one load instruction reads 4 * VW adjacent elements of each of 8 rows, for
+// 16-byte fragments 64 bytes a row, whole 32-byte sectors.
 template <class T, int VW>
-struct TileMap {
-  static constexpr int kV = kTile / VW;                     // fragments per tile row
-  static constexpr int kPer = kTile * kV / kTileThreads;    // fragments per thread
-  static constexpr int kRowStep = kTileThreads / kV;        // rows between a thread's fragments
-  int64_t r0, c0;                                           // the tile's first row and column
-  int row0, col;                                            // the thread's first row, first column (in the tile)
-  __device__ TileMap(int64_t tile, int64_t col_tiles) {
-    r0 = tile / col_tiles * kTile, c0 = tile % col_tiles * kTile;
-    row0 = int(threadIdx.x) / kV, col = int(threadIdx.x) % kV * VW;
+struct Tile {
+  static constexpr int kF = 8 / VW;  // fragments per row of a thread
+  using Frags = tile::Frag<T, VW>[4][kF];
+  int64_t r0, c0;  // the tile's first row and column in x
+  int row, col;    // the thread's first row and fragment 0's column, in the tile
+  __device__ Tile(int64_t tile, int64_t col_tiles) {
+    const int lane = int(threadIdx.x) % 32, w = int(threadIdx.x) / 32;
+    r0 = tile / col_tiles * kTileRows, c0 = tile % col_tiles * kTileCols;
+    row = w / 2 * 32 + lane / 4 * 4, col = w % 2 * 32 + lane % 4 * VW;
   }
-  // Loads the thread's fragments inside x (the others stay unused: `in` says which).
-  __device__ void load(const QuantArgs& a, tile::Frag<T, VW> (&v)[kPer], bool (&in)[kPer]) const {
+  // The tile column of the thread's element e (0..7 along its row).
+  __device__ int col_of(int e) const { return col + e / VW * 4 * VW + e % VW; }
+  // The fragments inside x; the others zeros (K % VW == 0: a fragment is wholly in or out). Every
+  // load is made, those outside from the nearest row and column inside, and zeroed afterwards:
+  // loads under conditions are placed in blocks of their own, between which the compiler moves
+  // the uses of earlier ones, leaving one or two loads in flight instead of all of them.
+  __device__ void load(const QuantArgs& a, Frags& v) const {
     const T* x = static_cast<const T*>(a.x);
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int64_t r = r0 + row0 + j * kRowStep, c = c0 + col;
-      in[j] = r < a.rows && c < a.cols;
-      if (in[j]) v[j] = tile::load_frag<T, VW>(x + r * a.xs + c);
-    }
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int f = 0; f < kF; ++f) {
+        const int64_t r = r0 + row + j, c = c0 + col + f * 4 * VW;
+        v[j][f] = tile::load_frag<T, VW>(x + std::min(r, a.rows - 1) * a.xs + std::min(c, a.cols - VW));
+      }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int f = 0; f < kF; ++f)
+        if (r0 + row + j >= a.rows || c0 + col + f * 4 * VW >= a.cols) v[j][f] = tile::Frag<T, VW>{};
   }
 };
 
+// Element e's magnitude as T's own bits (sign cleared), whose unsigned order is the order of the
+// magnitudes, inf above the finite ones, NaN above inf; and such bits as float32's (exact, and
+// order-preserving), converted once per maximum rather than once per element.
+template <class T, int VW>
+__device__ __forceinline__ uint32_t mag_t(const tile::Frag<T, VW>& f, int e) {
+  return tile::element_bits(f, e) & (sizeof(T) == 4 ? 0x7fffffffu : 0x7fffu);
+}
+template <class T>
+__device__ __forceinline__ uint32_t mag_f32(uint32_t m) {
+  if constexpr (std::is_same_v<T, float>) return m;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return m << 16;
+  else return __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(m))));
+}
+
+// Max over the lanes that differ in lane bits Off, Off / 2, ... (log2 N of them), of N values a
+// lane, scattered: the lane ends with the maximum of value sum_i (lane & Off_i ? N / 2^(i+1) : 0)
+// only. Each step keeps the half its partner does not and takes the partner's, so the N values
+// cost N - 1 shuffles, where reducing each in full would cost N log2 N.
+template <int N, int Off>
+__device__ __forceinline__ uint32_t max_scatter(uint32_t (&v)[N]) {
+  const int lane = int(threadIdx.x) % 32;
+#pragma unroll
+  for (int h = N / 2, off = Off; h >= 1; h /= 2, off /= 2) {
+    const bool upper = lane & off;
+#pragma unroll
+    for (int k = 0; k < h; ++k) {
+      const uint32_t give = upper ? v[k] : v[k + h], keep = upper ? v[k + h] : v[k];
+      v[k] = max(keep, __shfl_xor_sync(0xffffffffu, give, off));
+    }
+  }
+  return v[0];
+}
+
+// Pass 1: the tile's row and column maxima. A lane's 4 row maxima (over its 8 columns) scatter
+// over the 4 lanes of its row group (lane bits 1, 2): lane cg keeps its row cg's over the warp's 32
+// columns. Its 8 column maxima (over its 4 rows) scatter over the 8 lanes of its column group
+// (bits 4, 8, 16): lane rg keeps its element rg's over the warp's 32 rows. Both go to shared
+// memory as 32 distinct words a warp (no bank conflict), then one thread a row (2 column halves)
+// and a column (4 row quarters) merges them into the global word: one atomic a row and a column
+// per tile.
 template <class T, int VW>
 __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, int64_t col_tiles) {
-  using M = TileMap<T, VW>;
-  __shared__ uint32_t rmax[kTile], cmax[kTile], scratch[32];
-  const M t(blockIdx.x, col_tiles);
-  if (threadIdx.x < kTile) rmax[threadIdx.x] = cmax[threadIdx.x] = 0;
-  tile::Frag<T, VW> v[M::kPer];
-  bool in[M::kPer];
-  t.load(a, v, in);
-  uint32_t cm[VW] = {}, all = 0;
-  __syncthreads();  // rmax and cmax zeroed
-  constexpr int kGroup = M::kV < 32 ? M::kV : 32;  // lanes of one tile row within a warp
+  using L = Tile<T, VW>;
+  __shared__ uint32_t rmax[2][kTileRows], cmax[4][kTileCols], scratch[32];
+  const L t(blockIdx.x, col_tiles);
+  typename L::Frags v;
+  t.load(a, v);
+  uint32_t rm[4] = {}, cm[8] = {};  // the thread's rows' and columns' maxima, T's magnitude bits
 #pragma unroll
-  for (int j = 0; j < M::kPer; ++j) {
-    uint32_t rm = 0;
+  for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int i = 0; i < VW; ++i) {
-      const uint32_t b = in[j] ? mag_bits(v[j][i]) : 0u;
-      rm = max(rm, b), cm[i] = max(cm[i], b);
+    for (int e = 0; e < 8; ++e) {
+      const uint32_t b = mag_t(v[j][e / VW], e % VW);
+      rm[j] = max(rm[j], b), cm[e] = max(cm[e], b);
     }
-    all = max(all, rm);
-    if (a.tensor) continue;
-    rm = tile::warp_reduce<kGroup>(rm, tile::Max{});
-    if (threadIdx.x % kGroup == 0 && rm) atomicMax(&rmax[t.row0 + j * M::kRowStep], rm);
-  }
   if (a.tensor) {  // one word for the whole tensor: a CTA's maximum, one atomic
-    all = tile::block_reduce(all, tile::Max{}, 0u, scratch);
+    const uint32_t m = mag_f32<T>(max(max(rm[0], rm[1]), max(rm[2], rm[3])));
+    const uint32_t all = tile::block_reduce(m, tile::Max{}, 0u, scratch);
     if (threadIdx.x == 0 && all) atomicMax(a.amax, all);
     return;
   }
-#pragma unroll
-  for (int i = 0; i < VW; ++i) {  // lanes kV apart hold the same columns
-    for (int off = M::kV; off < 32; off <<= 1) cm[i] = max(cm[i], __shfl_xor_sync(0xffffffffu, cm[i], off));
-    if (threadIdx.x % 32 < kGroup && cm[i]) atomicMax(&cmax[t.col + i], cm[i]);
-  }
+  const int lane = int(threadIdx.x) % 32, w = int(threadIdx.x) / 32;
+  rmax[w % 2][t.row + lane % 4] = mag_f32<T>(max_scatter<4, 2>(rm));
+  cmax[w / 2][t.col_of(lane / 4)] = mag_f32<T>(max_scatter<8, 16>(cm));
   __syncthreads();
   const int i = int(threadIdx.x);
-  if (i < kTile && t.r0 + i < a.rows && rmax[i]) atomicMax(&a.amax[t.r0 + i], rmax[i]);
-  if (i < kTile && t.c0 + i < a.cols && cmax[i]) atomicMax(&a.amax[a.rows + t.c0 + i], cmax[i]);
+  if (i < kTileRows) {
+    const uint32_t m = max(rmax[0][i], rmax[1][i]);
+    if (m && t.r0 + i < a.rows) atomicMax(&a.amax[t.r0 + i], m);
+  } else if (i < kTileRows + kTileCols) {
+    const int c = i - kTileRows;
+    const uint32_t m = max(max(cmax[0][c], cmax[1][c]), max(cmax[2][c], cmax[3][c]));
+    if (m && t.c0 + c < a.cols) atomicMax(&a.amax[a.rows + t.c0 + c], m);
+  }
 }
 
+// Pass 2: first a thread for each of the tile's rows and columns takes its scale (writing it out
+// once: rows from the first column of tiles, columns from the first row) and reciprocal into
+// shared memory, while the tile's loads are in flight. Then every quotient from the reciprocal,
+// and where any of a thread's 64 may be off, all of its again by the division (a warp in about
+// 30: one branch a thread rather than one a quotient keeps the common path straight). q goes by
+// rows, a fragment's bytes stored at once (8 bytes for 16-bit inputs: 32 bytes a row from 4
+// lanes, whole sectors); q_t through shared memory, staged as [column][row] with a thread's 4
+// rows of one column packed into one 32-bit word. Staged rows are kPitch = 32 + 8 / VW words
+// apart: a store instruction's 32 lanes write column cg * VW + c of row word rg + c', bank
+// (cg * VW * kPitch + rg + c'') % 32 = (8 cg + rg + c'') % 32 since VW * kPitch = 8 (mod 32): 32
+// distinct banks. The readback is a warp per staged row, lane l its word l (128 contiguous bytes
+// of q_t, one store instruction, whole sectors; M % 16 == 0 keeps a word's 4 rows wholly in or
+// out).
 template <class T, int VW>
 __global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, int64_t col_tiles) {
-  using M = TileMap<T, VW>;
-  __shared__ __align__(16) uint8_t staged[kTile][kPitch];  // q_t's tile: [column][row]
-  const M t(int64_t(gridDim.x) - 1 - blockIdx.x, col_tiles);  // pass 1's order reversed
-  tile::Frag<T, VW> v[M::kPer];
-  bool in[M::kPer];
-  t.load(a, v, in);
-  const uint32_t* cols_amax = a.tensor ? a.amax : a.amax + a.rows;
-  float sc[VW];  // the thread's columns' scales (q_t)
+  using L = Tile<T, VW>;
+  constexpr int kPitch = 32 + 8 / VW;
+  __shared__ uint32_t staged[kTileCols * kPitch];  // q_t's tile, [column][row / 4]
+  __shared__ Divisor dv[kTileRows + kTileCols];    // the tile's rows', then its columns'
+  const L t(int64_t(gridDim.x) - 1 - blockIdx.x, col_tiles);  // pass 1's order reversed
+  typename L::Frags v;
+  t.load(a, v);
+  const int i = int(threadIdx.x);
+  if (i < kTileRows + kTileCols) {
+    const bool row = i < kTileRows;
+    const int64_t g = row ? t.r0 + i : t.c0 + (i - kTileRows);  // x's row or column
+    const bool in = g < (row ? a.rows : a.cols);
+    dv[i] = divisor_of(in ? a.amax[a.tensor ? 0 : row ? g : a.rows + g] : 0u);
+    if (a.tensor ? blockIdx.x == 0 && i == 0 : in && (row ? t.c0 == 0 : t.r0 == 0))
+      (row ? a.scale : a.scale_t)[a.tensor ? 0 : g] = dv[i].s;
+    if (a.tensor && blockIdx.x == 0 && i == 0 && a.scale_t) a.scale_t[0] = dv[i].s;
+  }
+  __syncthreads();
+  // q's rows stored, q_t's columns staged, each 4 quotients a word by x4: from the reciprocal,
+  // then, where any of the thread's may be off, all again by the division, over the same bytes.
+  const auto x = [&](int j, int e) { return v[j][e / VW][e % VW]; };
+  const auto quantize = [&](auto&& x4) {
 #pragma unroll
-  for (int i = 0; i < VW; ++i)
-    sc[i] = a.qt && t.c0 + t.col + i < a.cols ? scale_of(cols_amax[a.tensor ? 0 : t.c0 + t.col + i]) : 1.f;
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = t.r0 + t.row + j;
+      if (r >= a.rows) break;
+      const Divisor d = dv[t.row + j];
+      const uint32_t w[2] = {x4(x(j, 0), x(j, 1), x(j, 2), x(j, 3), d),  // elements 0..3, 4..7
+                             x4(x(j, 4), x(j, 5), x(j, 6), x(j, 7), d)};
 #pragma unroll
-  for (int j = 0; j < M::kPer; ++j) {
-    if (!in[j]) continue;
-    const int rl = t.row0 + j * M::kRowStep;
-    const int64_t r = t.r0 + rl;
-    const float s = scale_of(a.amax[a.tensor ? 0 : r]);
-    uint8_t b[VW];
-#pragma unroll
-    for (int i = 0; i < VW; ++i) b[i] = to_e4m3(v[j][i], s);
-    store_bytes<VW>(a.q + r * a.cols + t.c0 + t.col, b);
+      for (int f = 0; f < L::kF; ++f) {  // fragment f: elements f * VW.., at column f * 4 * VW
+        const int64_t c = t.c0 + t.col + f * 4 * VW;
+        if (c >= a.cols) continue;
+        uint8_t* p = a.q + r * a.cols + c;
+        if constexpr (VW == 8) *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+        else if constexpr (VW == 4) *reinterpret_cast<uint32_t*>(p) = w[f];
+        else *p = uint8_t(w[f / 4] >> 8 * (f % 4));
+      }
+    }
     if (a.qt) {
 #pragma unroll
-      for (int i = 0; i < VW; ++i) staged[t.col + i][rl] = to_e4m3(v[j][i], sc[i]);
+      for (int e = 0; e < 8; ++e) {
+        const int c = t.col_of(e);
+        staged[c * kPitch + t.row / 4] = x4(x(0, e), x(1, e), x(2, e), x(3, e), dv[kTileRows + c]);
+      }
     }
-  }
-  const int i = int(threadIdx.x);
-  // The scales, each written once: rows by the first column of tiles, columns by the first row.
-  if (a.tensor) {
-    if (blockIdx.x == 0 && i == 0) {
-      a.scale[0] = scale_of(a.amax[0]);
-      if (a.scale_t) a.scale_t[0] = scale_of(a.amax[0]);
-    }
-  } else {
-    if (t.c0 == 0 && i < kTile && t.r0 + i < a.rows) a.scale[t.r0 + i] = scale_of(a.amax[t.r0 + i]);
-    if (a.scale_t && t.r0 == 0 && i < kTile && t.c0 + i < a.cols) a.scale_t[t.c0 + i] = scale_of(cols_amax[t.c0 + i]);
-  }
+  };
+  bool exact = true;
+  quantize([&](float x0, float x1, float x2, float x3, Divisor d) {
+    return e4m3x4_bracketed(x0, x1, x2, x3, d, exact);
+  });
+  if (!exact) quantize(e4m3x4_divided);
   if (!a.qt) return;
   __syncthreads();
-  // q_t's rows (x's columns) in 16-byte runs: M and K multiples of 16, so runs are whole.
-  const int cl = i / (kTile / 16), seg = i % (kTile / 16) * 16;
-  if (t.c0 + cl < a.cols && t.r0 + seg < a.rows)
-    *reinterpret_cast<uint4*>(a.qt + (t.c0 + cl) * a.rows + t.r0 + seg) =
-        *reinterpret_cast<const uint4*>(&staged[cl][seg]);
+  const int64_t r = t.r0 + i % 32 * 4;
+#pragma unroll
+  for (int c = i / 32; c < kTileCols; c += kTileThreads / 32)
+    if (t.c0 + c < a.cols && r < a.rows)
+      *reinterpret_cast<uint32_t*>(a.qt + (t.c0 + c) * a.rows + r) = staged[c * kPitch + i % 32];
 }
 
 // ---- host ---------------------------------------------------------------------------------------
@@ -261,7 +386,8 @@ void launch(const QuantArgs& a, bool rows_only, int device, cudaStream_t stream)
     TESSERA_LAUNCH_CHECK();
     return;
   }
-  const int64_t col_tiles = (a.cols + kTile - 1) / kTile, tiles = col_tiles * ((a.rows + kTile - 1) / kTile);
+  const int64_t col_tiles = (a.cols + kTileCols - 1) / kTileCols;
+  const int64_t tiles = col_tiles * ((a.rows + kTileRows - 1) / kTileRows);
   tile_amax_kernel<T, VW><<<unsigned(tiles), kTileThreads, 0, stream>>>(a, col_tiles);
   TESSERA_LAUNCH_CHECK();
   tile_quant_kernel<T, VW><<<unsigned(tiles), kTileThreads, 0, stream>>>(a, col_tiles);
