@@ -27,8 +27,9 @@ x, by 1 x 128 blocks of its columns). wgrad's K (the tokens) is padded with zero
 of 16, the rows the copy engine takes; zeros change neither the scales nor the sums. The
 tensorwise and rowwise operands are quantized by tessera's float8_quantize kernel (the same bits
 as ``quantize``'s torch code), each tensor once: x and the weight in the forward, by rows and
-(where the backward needs them) by columns, transposed, from one read; the output gradient in the
-backward, by rows for dgrad and by columns for wgrad in one call. The blockwise recipe's are
+(where the backward needs them) by columns, transposed, from one read (an x that several layers
+take in turn, as attention's q, k and v projections do, once for all of them); the output
+gradient in the backward, by rows for dgrad and by columns for wgrad in one call. The blockwise recipe's are
 quantized by the torch code (several passes). The backward keeps those float8 copies rather than
 x and the weight.
 Elsewhere (the CPU, other GPUs) the GEMMs are emulated: quantize,
@@ -42,6 +43,7 @@ parameters, so state_dicts load either way.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Optional
 
 __all__ = ["RECIPES", "GRANULARITIES", "E4M3_MAX", "quantize", "dequantize", "convert_to_float8_training",
@@ -248,6 +250,52 @@ def _quantize_both(t, granularity: str, columns: bool):
     return q[:m], scale, q_t, scale_t
 
 
+# The last activation quantized on the kernels, for the next Float8Matmul of the same tensor (the
+# q, k and v projections take one x, gate and up another): (weakref to the tensor the activation
+# is a view of, the activation's identity, granularity, columns, (q, scale, q_t, scale_t)).
+_last_x = None
+
+
+def _identity(t):
+    """(anchor, key): while the anchor (the tensor t views, else t) lives, its storage does, so an
+    equal key (pointer, shape, strides, dtype, device, version counter) means the same elements,
+    unchanged: any in-place write through any view bumps the shared version. None where t has no
+    version or storage to read (inference tensors, fakes)."""
+    try:
+        anchor = t._base if t._base is not None else t
+        return anchor, (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t._version)
+    except RuntimeError:
+        return None
+
+
+def _quantize_reusing(t, granularity: str, columns: bool, quantize=None):
+    """quantize(t, granularity, columns) (default _quantize_both): (q, scale, q_t, scale_t), or the
+    last call's result where that was of the same elements, unchanged since, with the granularity
+    and at least the layouts asked (a result with columns also serves one without). One entry: the
+    activations that repeat do so back to back. The entry holds the last activation's float8
+    copies until the next call. Not under torch.compile (its graph has no Python state to consult)
+    nor while a CUDA graph is captured (a result from outside the capture would be read at each
+    replay as it is then)."""
+    global _last_x
+    import torch
+    quantize = quantize or _quantize_both
+    ident = None
+    if not torch.compiler.is_compiling() and not (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+        ident = _identity(t)
+    if ident is None:
+        return quantize(t, granularity, columns)
+    anchor, key = ident
+    last, _last_x = _last_x, None  # dropped unless it serves this call
+    if last is not None:
+        ref, last_key, last_granularity, last_columns, result = last
+        if ref() is anchor and last_key == key and last_granularity == granularity and (last_columns or not columns):
+            _last_x = last
+            return result if columns else (*result[:2], None, None)
+    result = quantize(t, granularity, columns)
+    _last_x = (weakref.ref(anchor), key, granularity, columns, result)
+    return result
+
+
 _function = None
 
 
@@ -274,7 +322,7 @@ def _matmul_function():
             # (K = out_features). The backward keeps those float8 copies, not x and the weight.
             # (`recorded`: autograd keeps the call, which needs_input_grad does not say under no_grad)
             want_dx, want_dw = recorded and ctx.needs_input_grad[0], recorded and ctx.needs_input_grad[1]
-            qx, sx, qx_t, sx_t = _quantize_both(x, act, want_dw)
+            qx, sx, qx_t, sx_t = _quantize_reusing(x, act, want_dw)  # q/k/v (gate/up): x once
             qw, sw, qw_t, sw_t = _quantize_both(weight, wgt, want_dx)
             ctx.save_for_backward(qx_t, sx_t, qw_t, sw_t)
             ctx.dtypes = (x.dtype, weight.dtype)

@@ -162,6 +162,80 @@ def test_convert_in_place_with_the_state_dict_and_the_filter():
         f8.convert_to_float8_training(blocks, recipe="rowwise_gw_hp")
 
 
+def test_quantize_reusing_serves_the_same_unchanged_tensor_only():
+    """The one-entry reuse of an activation's quantization (Float8Matmul on the kernels), with a
+    stand-in quantizer: the same elements through another view of the same tensor reuse it, as do
+    fewer layouts; another granularity, more layouts, an in-place change, another tensor of equal
+    values, or the tensor freed do not."""
+    calls = []
+
+    def fake(t, granularity, columns):
+        calls.append((tuple(t.shape), granularity, columns))
+        return t.clone(), torch.ones(()), t.t().clone() if columns else None, torch.ones(()) if columns else None
+
+    f8._last_x = None
+    x = torch.randn(2, 3, 32)
+    first = f8._quantize_reusing(x.reshape(-1, 32), "row", True, fake)  # q_proj's view of x
+    assert f8._quantize_reusing(x.reshape(-1, 32), "row", True, fake) is first  # k_proj's
+    rows = f8._quantize_reusing(x.reshape(-1, 32), "row", False, fake)
+    assert rows[0] is first[0] and rows[2] is None and len(calls) == 1
+    f8._quantize_reusing(x.reshape(-1, 32), "tensor", True, fake)
+    assert len(calls) == 2  # another granularity
+    f8._quantize_reusing(x.reshape(-1, 32), "tensor", False, fake)
+    f8._quantize_reusing(x.reshape(-1, 32), "tensor", True, fake)
+    assert len(calls) == 2  # the entry with columns serves without them, and stays
+    f8._quantize_reusing(x.reshape(-1, 32)[:4], "tensor", True, fake)
+    assert len(calls) == 3  # other elements of the same tensor
+    f8._quantize_reusing(x.reshape(-1, 32), "row", False, fake)
+    f8._quantize_reusing(x.reshape(-1, 32), "row", True, fake)
+    assert len(calls) == 5  # an entry without columns does not serve a call with them
+    x.mul_(2)  # in place, through the base: every view's version moves
+    again = f8._quantize_reusing(x.reshape(-1, 32), "row", True, fake)
+    assert len(calls) == 6 and torch.equal(again[0], x.reshape(-1, 32))
+    f8._quantize_reusing(x.reshape(-1, 32)[1:].view(-1), "row", True, fake)  # a 1-d view: keyed as well
+    f8._quantize_reusing(x.clone().reshape(-1, 32), "row", True, fake)
+    assert len(calls) == 8  # another tensor, equal values
+    z = torch.randn(6, 32)
+    f8._quantize_reusing(z, "row", True, fake)
+    anchor = f8._last_x[0]
+    del z
+    assert anchor() is None  # the entry does not keep its tensor alive
+    f8._quantize_reusing(torch.randn(6, 32), "row", True, fake)
+    assert len(calls) == 10
+    f8._last_x = None
+
+
+def test_float8_matmul_quantizes_a_shared_input_once(monkeypatch):
+    """Three Float8Linears on one x (q, k, v) with the kernels' path stood in for on the CPU
+    (identity quantizer, float GEMM): x quantized once, each weight once, and the outputs and
+    gradients those of the plain Linears (the backward's saved copies of x shared, intact)."""
+    calls = []
+
+    def fake(t, granularity, columns):
+        calls.append(tuple(t.shape))
+        one = torch.ones(())
+        return t.detach().clone(), one, t.detach().t().contiguous() if columns else None, one if columns else None
+
+    monkeypatch.setattr(f8, "_on_kernels", lambda x, recipe: True)
+    monkeypatch.setattr(f8, "_quantize_both", fake)
+    monkeypatch.setattr(f8, "_scaled", lambda qa, sa, qb_t, sb, dtype: (qa @ qb_t).to(dtype))
+    f8._last_x = None
+    plain = [torch.nn.Linear(32, n, bias=False) for n in (48, 16, 16)]
+    lins = [f8.convert_to_float8_training(torch.nn.Linear(32, n, bias=False)) for n in (48, 16, 16)]
+    for p, q in zip(plain, lins):
+        q.weight.data.copy_(p.weight.data)
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    outs = [lin(x) for lin in lins]
+    assert calls == [(10, 32), (48, 32), (16, 32), (16, 32)]  # x once, then the weights
+    sum(o.square().sum() for o in outs).backward()
+    xp = x.detach().clone().requires_grad_()
+    sum(lin(xp).square().sum() for lin in plain).backward()
+    torch.testing.assert_close(x.grad, xp.grad)
+    for p, q in zip(plain, lins):
+        torch.testing.assert_close(q.weight.grad, p.weight.grad)
+    f8._last_x = None
+
+
 # ---- tessera's float8_quantize kernel: the torch code's bits, one call per tensor --------------
 
 def _need_cuda():
