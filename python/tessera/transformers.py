@@ -22,8 +22,11 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     projections (Phi-3: the halves of ``gate_up_proj``); Gemma's tanh-GELU gate through
     ``tessera.geglu``. The gated product, the down projection's input, is not held for the
     backward: it is recomputed there in the pass that takes the gate's gradients (one
-    tokens x intermediate tensor less per layer), where down_proj is a plain ``nn.Linear``. An
-    MLP whose config names another activation keeps its own forward.
+    tokens x intermediate tensor less per layer), where down_proj is a plain ``nn.Linear``. With
+    ``fp8=`` the same forward runs on the converted projections (each a Float8Linear, called as
+    the module): the gate and up products in float8, the gate through tessera's kernel, and
+    down_proj, a Float8Linear too, keeping its input's float8 copy for its backward. An MLP
+    whose config names another activation keeps its own forward.
   - ``fused_linear_cross_entropy``: the causal LM's forward in training with labels: the loss from
     ``tessera.linear_cross_entropy`` on the hidden states, never the logits (labels shifted by
     padding with -100, or ``shift_labels``; ``num_items_in_batch`` for gradient accumulation;
@@ -213,7 +216,9 @@ class _GatedDown(torch.autograd.Function):
 
 def _down_of_gated(mlp, kind, gate, up):
     """mlp.down_proj(act(gate) * up); through _GatedDown where down_proj is a plain nn.Linear
-    (no hooks, no adapter, not sharded on its own, no autocast), so the product is not held."""
+    (no hooks, no adapter, not sharded on its own, no autocast), so the product is not held; any
+    other down_proj (a Float8Linear under fp8=, which holds the product's float8 copy) called as
+    the module."""
     down = mlp.down_proj
     if (type(down) is torch.nn.Linear and not down._forward_hooks and not down._forward_pre_hooks
             and not torch.is_autocast_enabled(gate.device.type) and gate.dtype == down.weight.dtype):
@@ -363,6 +368,9 @@ def _norm_classes(family: Family, module: types.ModuleType) -> list[type]:
 
 
 def _mlp_forward(family: Family) -> Callable:
+    """The family's gated MLP forward, for bf16 and fp8= alike: it calls the projections as
+    modules, so Float8Linear ones run their float8 GEMMs, and _down_of_gated hands the product to a
+    Float8Linear down_proj as the module."""
     if family.fused_gate_up:
         return fused_swiglu_forward
     return swiglu_forward if family.gate == "silu" else geglu_forward
@@ -396,8 +404,6 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
     if fp8 is not None and model is None:
         raise ValueError("tessera.transformers: argument 'fp8': it converts a model's Linear layers, so it needs "
                          "the model (apply_tessera(model, fp8=...), model=..., or AutoTesseraForCausalLM)")
-    if fp8 is not None:  # the dense MLP stays the model's, its projections Float8Linear (tessera.mlp is bf16's)
-        mlp = False
     module = modeling(family)
     if family.language:
         return _apply_around(family, module, rope=rope, rms_norm=rms_norm, mlp=mlp, cross_entropy=cross_entropy,
@@ -482,7 +488,7 @@ def _apply_function(family: Family) -> Callable:
                      "(fused_linear_cross_entropy, or cross_entropy) and attention (attn_implementation "
                      "'tessera'; False keeps the model's); fp8='rowwise', 'blockwise' or 'tensorwise' also "
                      "converts the model's Linear layers (not its output head) to tessera.float8's "
-                     "Float8Linear; model=None patches the classes before a model is built, model=... an "
+                     "Float8Linear (the MLP's gate still tessera's); model=None patches the classes before a model is built, model=... an "
                      "existing one in place (see tessera.transformers).")
     if family.language:
         apply.__doc__ = (f"Puts {family.prefix} models' loss on tessera (fused_linear_cross_entropy, or "
@@ -535,8 +541,6 @@ def _apply_for_config(config, kwargs: dict) -> tuple:
     family = _family_of(config.model_type)
     other = {"swiglu", "geglu", "experts"} - family.keywords
     ours = {k: v for k, v in ours.items() if k not in other}
-    if fp8 is not None:  # the MLP stays the model's: its projections become Float8Linear
-        ours.update({k: False for k in {"swiglu", "geglu"} & family.keywords})
     globals()[f"apply_tessera_to_{family.model_type}"](**ours)
     return kwargs, fp8
 

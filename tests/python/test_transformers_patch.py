@@ -654,27 +654,33 @@ def test_compiled_patched_model_traces_whole(model_type):
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
-@pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
-def test_fp8_converts_the_projections_and_keeps_the_head(recipe):
-    """apply_tessera(model, fp8=...): the layers' Linears become tessera.float8's Float8Linear (the
-    MLP the model's own, its projections converted), the output head stays under the fused loss;
-    the loss and gradients are the plain model's with the same Linears converted, the names and
-    the state_dict unchanged."""
+@pytest.mark.parametrize("model_type,recipe", [("llama", "rowwise"), ("llama", "tensorwise"), ("gemma2", "rowwise"),
+                                              ("phi3", "rowwise")])
+def test_fp8_converts_the_projections_and_keeps_the_head(model_type, recipe):
+    """apply_tessera(model, fp8=...): the layers' Linears become tessera.float8's Float8Linear, the
+    MLP keeps tessera's gated forward on them (silu_mul; Gemma's geglu; Phi-3's halves of
+    gate_up_proj), the output head stays under the fused loss; the loss and gradients are those of
+    the plain model with the same Linears converted (its own MLP: act(gate) * up in torch), the
+    names and the state_dict unchanged."""
     import tessera.float8 as f8
-    ids, labels = batch("llama")
-    plain = build("llama").train()
+    ids, labels = batch(model_type)
+    plain = build(model_type).train()
     f8.convert_to_float8_training(plain, recipe=recipe, module_filter_fn=lambda m, fqn: "layers" in fqn)
     loss = plain(input_ids=ids, labels=labels).loss
     loss.backward()
-    patched = build("llama").train()
+    patched = build(model_type).train()
     keys = list(patched.state_dict())
     tt.apply_tessera(patched, fp8=recipe)
     assert list(patched.state_dict()) == keys
     converted = {n for n, m in patched.named_modules() if isinstance(m, f8.Float8Linear)}
     assert converted == {n for n, m in plain.named_modules() if isinstance(m, f8.Float8Linear)}
-    assert len(converted) == 7 * COMMON["num_hidden_layers"] and type(patched.lm_head) is torch.nn.Linear
-    mlp_cls = expected("llama")[3]
-    assert all("forward" not in vars(m) for m in patched.modules() if isinstance(m, mlp_cls))
+    assert type(patched.lm_head) is torch.nn.Linear
+    if model_type == "llama":
+        assert len(converted) == 7 * COMMON["num_hidden_layers"]
+    mlp_cls, mlp_fn = expected(model_type)[3:5]
+    mlps = [m for m in patched.modules() if isinstance(m, mlp_cls)]
+    assert len(mlps) == COMMON["num_hidden_layers"] and all(m.forward.__func__ is mlp_fn for m in mlps)
+    assert all(isinstance(m.down_proj, f8.Float8Linear) for m in mlps)
     out = patched(input_ids=ids, labels=labels)
     torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
     out.loss.backward()
@@ -690,4 +696,4 @@ def test_fp8_needs_the_model_and_a_recipe():
     model = tt.AutoTesseraForCausalLM.from_config(config_of("llama"), fp8="rowwise")
     import tessera.float8 as f8
     assert isinstance(model.model.layers[0].mlp.down_proj, f8.Float8Linear)
-    assert type(model.model.layers[0].mlp).forward is not tt.swiglu_forward  # the model's MLP, converted
+    assert type(model.model.layers[0].mlp).forward is tt.swiglu_forward  # tessera's gate on the converted MLP
