@@ -488,8 +488,8 @@ def _apply_function(family: Family) -> Callable:
                      "(fused_linear_cross_entropy, or cross_entropy) and attention (attn_implementation "
                      "'tessera'; False keeps the model's); fp8='rowwise', 'blockwise' or 'tensorwise' also "
                      "converts the model's Linear layers (not its output head) to tessera.float8's "
-                     "Float8Linear (the MLP's gate still tessera's); model=None patches the classes before a model is built, model=... an "
-                     "existing one in place (see tessera.transformers).")
+                     "Float8Linear (the MLP's gate still tessera's); model=None patches the classes before "
+                     "a model is built, model=... an existing one in place (see tessera.transformers).")
     if family.language:
         apply.__doc__ = (f"Puts {family.prefix} models' loss on tessera (fused_linear_cross_entropy, or "
                          "cross_entropy); with model=..., also its language model as the row of its text "
