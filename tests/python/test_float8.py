@@ -345,9 +345,48 @@ def test_float8_linear_quantizes_each_tensor_once(recipe, monkeypatch):
     lin(x).sum().backward()
     assert calls == [((208, 256), True), ((384, 256), True), ((208, 384), True)]
     calls.clear()
-    with torch.no_grad():  # no backward: rows alone
+    with torch.no_grad():  # the same x: its quantization (with columns) reused, the weight by rows
         lin(x)
+    assert calls == [((384, 256), False)]
+    calls.clear()
+    with torch.no_grad():  # no backward: rows alone
+        lin(x * 2)
     assert calls == [((200, 256), False), ((384, 256), False)]
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_float8_linears_taking_one_input_quantize_it_once(recipe, monkeypatch):
+    """q, k and v's shape: three Float8Linears on one x quantize it once (then each weight), and
+    give the outputs and gradients of the same layers quantizing x each time."""
+    _need_cuda()
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the float8 GEMMs run on tessera's kernels on sm_90 only (emulated elsewhere)")
+    calls = []
+    real = f8._kernel_quantize
+    monkeypatch.setattr(f8, "_kernel_quantize",
+                        lambda t, g, columns=False: calls.append((tuple(t.shape), columns)) or real(t, g, columns))
+    torch.manual_seed(0)
+    lins = [f8.convert_to_float8_training(torch.nn.Linear(256, n).cuda().bfloat16(), recipe=recipe)
+            for n in (384, 128, 128)]
+    x = torch.randn(2, 100, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def step():
+        f8._last_x = None
+        x.grad = None
+        for lin in lins:
+            lin.zero_grad()
+        outs = [lin(x) for lin in lins]
+        sum(o.float().square().sum() for o in outs).backward()
+        return [o.detach() for o in outs] + [x.grad] + [lin.weight.grad for lin in lins]
+
+    got = step()
+    assert calls[:4] == [((208, 256), True), ((384, 256), True), ((128, 256), True), ((128, 256), True)]
+    assert len(calls) == 7  # and each output gradient
+    monkeypatch.setattr(f8, "_quantize_reusing", lambda t, g, columns, quantize=None: f8._quantize_both(t, g, columns))
+    want = step()
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    f8._last_x = None
 
 
 def test_kernel_errors_name_the_argument():
