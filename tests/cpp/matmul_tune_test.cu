@@ -76,13 +76,14 @@ TEST(MatmulTune, CandidatesStartWithTheDefault) {
 }
 
 TEST(MatmulArgs, ScaledMmChecksItsArguments) {
-  const auto a = cuda_tensor(0x1000, DType::float8_e4m3fn, {64, 32});
-  const auto b = cuda_tensor(0x100000, DType::float8_e4m3fn, {32, 48});
+  // K = 256: two K blocks, so a row-wise pair is not also a block-wise one.
+  const auto a = cuda_tensor(0x1000, DType::float8_e4m3fn, {64, 256});
+  const auto b = cuda_tensor(0x100000, DType::float8_e4m3fn, {256, 48});
   const auto c = cuda_tensor(0x200000, DType::bfloat16, {64, 48});
   const auto s = cuda_tensor(0x300000, DType::float32, {1});
-  expect_error([&] { tessera::scaled_mm(cuda_tensor(0x1000, DType::bfloat16, {64, 32}), b, s, s, c, nullptr, nullptr); },
+  expect_error([&] { tessera::scaled_mm(cuda_tensor(0x1000, DType::bfloat16, {64, 256}), b, s, s, c, nullptr, nullptr); },
                ErrorKind::type, {"tessera.scaled_mm: argument 'input'", "float8_e4m3fn", "got bfloat16"});
-  expect_error([&] { tessera::scaled_mm(a, cuda_tensor(0x100000, DType::float8_e5m2, {32, 48}), s, s, c, nullptr, nullptr); },
+  expect_error([&] { tessera::scaled_mm(a, cuda_tensor(0x100000, DType::float8_e5m2, {256, 48}), s, s, c, nullptr, nullptr); },
                ErrorKind::type, {"argument 'other'", "got float8_e5m2"});
   expect_error([&] { tessera::scaled_mm(a, b, s, s, cuda_tensor(0x200000, DType::float8_e4m3fn, {64, 48}), nullptr, nullptr); },
                ErrorKind::type, {"argument 'out'", "got float8_e4m3fn"});
@@ -90,12 +91,14 @@ TEST(MatmulArgs, ScaledMmChecksItsArguments) {
                ErrorKind::value, {"argument 'scale_a'", "one element", "got 'scale_a' [2] and 'scale_b' [1]"});
   expect_error([&] { tessera::scaled_mm(a, b, s, cuda_tensor(0x300000, DType::float16, {1}), c, nullptr, nullptr); },
                ErrorKind::type, {"argument 'scale_b'", "got float16"});
-  expect_error([&] { tessera::scaled_mm(cuda_tensor(0x1000, DType::float8_e4m3fn, {2, 64, 32}), b, s, s, c, nullptr, nullptr); },
+  expect_error([&] { tessera::scaled_mm(cuda_tensor(0x1000, DType::float8_e4m3fn, {2, 64, 256}), b, s, s, c, nullptr, nullptr); },
                ErrorKind::value, {"argument 'input'", "a 2-d tensor"});
-  // Row-wise: scale_a [M, 1] and scale_b [1, N], contiguous; not one of each kind (as torch).
+  // Row-wise: scale_a [M, 1] and scale_b [1, N], contiguous; block-wise: scale_a [M, K / 128]
+  // and scale_b [K / 128, N / 128] or [K / 128, N]; not two kinds (as torch).
   const auto rows = cuda_tensor(0x300000, DType::float32, {64, 1}), cols = cuda_tensor(0x400000, DType::float32, {1, 48});
-  const char* want = "both of one element (per-tensor), or 'scale_a' [M, 1] and 'scale_b' [1, N] = [64, 1] and [1, 48], "
-                     "contiguous (row-wise); not one of each";
+  const char* want = "both of one element (per-tensor); 'scale_a' [64, 1] and 'scale_b' [1, 48], contiguous (row-wise); "
+                     "or 'scale_a' [64, 2] and 'scale_b' [2, 1] or [2, 48] (block-wise: 1 x 128 blocks, and 128 x 128 "
+                     "or 1 x 128); not two kinds";
   expect_error([&] { tessera::scaled_mm(a, b, s, cols, c, nullptr, nullptr); },
                ErrorKind::value, {"tessera.scaled_mm: argument 'scale_b'", want, "got 'scale_a' [1] and 'scale_b' [1, 48]"});
   expect_error([&] { tessera::scaled_mm(a, b, rows, s, c, nullptr, nullptr); },
@@ -105,13 +108,23 @@ TEST(MatmulArgs, ScaledMmChecksItsArguments) {
   expect_error([&] { tessera::scaled_mm(a, b, rows, cuda_tensor(0x400000, DType::float32, {48, 1}), c, nullptr, nullptr); },
                ErrorKind::value, {"argument 'scale_b'", "'scale_b' [48, 1]"});
   expect_error([&] { tessera::scaled_mm(a, b, cuda_tensor(0x300000, DType::float32, {32, 1}), cols, c, nullptr, nullptr); },
-               ErrorKind::value, {"argument 'scale_a'", "[64, 1] and [1, 48]", "got 'scale_a' [32, 1]"});
+               ErrorKind::value, {"argument 'scale_a'", "[64, 1] and 'scale_b' [1, 48]", "got 'scale_a' [32, 1]"});
   const auto strided = tessera::TensorView::strided(tessera::testing::fake(0x400000), DType::float32, {1, 48}, {96, 2},
                                                     tessera::Device{tessera::DeviceType::cuda, 0});
   expect_error([&] { tessera::scaled_mm(a, b, rows, strided, c, nullptr, nullptr); },
                ErrorKind::value, {"argument 'scale_b'", "'scale_b' [1, 48] (not contiguous)"});
   expect_error([&] { tessera::scaled_mm(a, b, rows, cuda_tensor(0x400000, DType::float16, {1, 48}), c, nullptr, nullptr); },
                ErrorKind::type, {"argument 'scale_b'", "got float16"});
+  // Block-wise: one kind with the other is refused, and so is e5m2.
+  const auto blocks = cuda_tensor(0x300000, DType::float32, {64, 2});
+  expect_error([&] { tessera::scaled_mm(a, b, blocks, cols, c, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'scale_b'", want, "got 'scale_a' [64, 2] and 'scale_b' [1, 48]"});
+  expect_error([&] { tessera::scaled_mm(a, b, blocks, cuda_tensor(0x400000, DType::float32, {2, 2}), c, nullptr, nullptr); },
+               ErrorKind::value, {"argument 'scale_b'", "got 'scale_a' [64, 2] and 'scale_b' [2, 2]"});
+  expect_error([&] {
+    tessera::scaled_mm(cuda_tensor(0x1000, DType::float8_e5m2, {64, 256}), cuda_tensor(0x100000, DType::float8_e5m2, {256, 48}),
+                       blocks, cuda_tensor(0x400000, DType::float32, {2, 1}), c, nullptr, nullptr);
+  }, ErrorKind::type, {"argument 'input'", "float8_e4m3fn with block-wise scales", "got float8_e5m2"});
 }
 
 // One problem, its reference, and the check of a result against it. float8: unit per-tensor
