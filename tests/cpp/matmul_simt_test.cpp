@@ -191,7 +191,7 @@ TEST_F(MatmulSimt, Float32SplitsKWhereTheTilesAreFew) {
   for (auto [ka, kb] : kLayouts) {
     expect_case({64, 256, 256, ka, kb}, "K split 4 ways of 64");
     expect_case({129, 999, 130, ka, kb, 2, 2, true, true, A::gelu, 0.5, 0.5}, "K split 4 ways of 256");
-    expect_case({7, 70, 300, ka, kb, 0, 0, true, false, A::silu, 2.0, 1.0}, "K split 2 ways of 40");
+    expect_case({7, 140, 300, ka, kb, 0, 0, true, false, A::silu, 2.0, 1.0}, "K split 2 ways of 80");
   }
   expect_case({128, 4096, 128, true, true}, "K split 4 ways of 1024");
 }
