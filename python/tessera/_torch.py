@@ -99,20 +99,23 @@ def _register_fakes():
         return input.new_empty((input.shape[0], other.shape[1]),
                                dtype=out_dtype or torch.bfloat16)
 
-    # float8_quantize: q [M, K] float8_e4m3fn, scale [M, 1] ('row') or 0-d ('tensor'); .columns
-    # adds x's columns transposed, q_t [K, M], and scale_t [1, K] or 0-d.
+    # float8_quantize: q [M, K] float8_e4m3fn and scale (float8's scale shapes: [M, 1] 'row', 0-d
+    # 'tensor', [M, K / 128] 'block', [M / 128, K / 128] 'block2d'); .columns adds x's columns
+    # transposed, q_t [K, M], and scale_t.
     @fake("tessera::float8_quantize")
     def _float8_quantize(input, *, granularity="row"):
+        from .float8 import _scale_shape
         m, k = input.shape
         return (input.new_empty((m, k), dtype=torch.float8_e4m3fn),
-                input.new_empty((m, 1) if granularity == "row" else (), dtype=torch.float32))
+                input.new_empty(_scale_shape((m, k), granularity), dtype=torch.float32))
 
     @fake("tessera::float8_quantize.columns")
     def _float8_quantize_columns(input, *, granularity="row"):
+        from .float8 import _scale_shape
         m, k = input.shape
         return (*_float8_quantize(input, granularity=granularity),
                 input.new_empty((k, m), dtype=torch.float8_e4m3fn),
-                input.new_empty((1, k) if granularity == "row" else (), dtype=torch.float32))
+                input.new_empty(_scale_shape((m, k), granularity, columns=True), dtype=torch.float32))
 
     # grouped_mm: [M, N] where one operand is 3-d, [G, M, N] where both are (or both 2-d: G = offs's
     # length).

@@ -25,13 +25,13 @@ tensor, or per row of each operand) applied to the float32 sums in the kernel's 
 (blockwise) each 128-deep block of K's sums scaled and added in float32 (wgrad's right operand,
 x, by 1 x 128 blocks of its columns). wgrad's K (the tokens) is padded with zeros to a multiple
 of 16, the rows the copy engine takes; zeros change neither the scales nor the sums. The
-tensorwise and rowwise operands are quantized by tessera's float8_quantize kernel (the same bits
-as ``quantize``'s torch code), each tensor once: x and the weight in the forward, by rows and
-(where the backward needs them) by columns, transposed, from one read (an x that several layers
-take in turn, as attention's q, k and v projections do, once for all of them); the output
-gradient in the backward, by rows for dgrad and by columns for wgrad in one call. The blockwise recipe's are
-quantized by the torch code (several passes). The backward keeps those float8 copies rather than
-x and the weight.
+operands are quantized by tessera's float8_quantize kernel (the same bits as ``quantize``'s torch
+code), each tensor once: x and the weight in the forward, by rows and (where the backward needs
+them) by columns, transposed, from one read (an x that several layers take in turn, as
+attention's q, k and v projections do, once for all of them); the output gradient in the
+backward, by rows for dgrad and by columns for wgrad in one call. The block granularities take
+one pass (a 128 x 128 tile holds every block it touches); the per-row and per-tensor ones two
+over the columns' copy. The backward keeps those float8 copies rather than x and the weight.
 Elsewhere (the CPU, other GPUs) the GEMMs are emulated: quantize,
 dequantize, then torch's GEMM in float32.
 That is the recipes' exact numerics (products of dequantized operands, accumulated in float32),
@@ -72,8 +72,13 @@ def _groups(torch, x, granularity: str):
     return x.reshape(m // BLOCK, BLOCK, k // BLOCK, BLOCK).transpose(1, 2).reshape(m // BLOCK, k // BLOCK, -1)
 
 
-def _scale_shape(shape, granularity: str):
+def _scale_shape(shape, granularity: str, columns: bool = False):
+    """The scale's shape for x of ``shape`` [M, K], or (``columns``) that of x's columns quantized
+    along M (float8_quantize's scale_t): one per column ('row'), per 128 x 1 block of a column
+    ('block'); 'tensor' and 'block2d' the same either way."""
     m, k = shape
+    if columns:
+        return {"tensor": (), "row": (1, k), "block": (-(-m // BLOCK), k), "block2d": (m // BLOCK, k // BLOCK)}[granularity]
     return {"tensor": (), "row": (m, 1), "block": (m, -(-k // BLOCK)), "block2d": (m // BLOCK, k // BLOCK)}[granularity]
 
 
@@ -107,7 +112,7 @@ def quantize(x, granularity: str = "row"):
     group: 'tensor' (a 0-d scale), 'row' ([M, 1]), 'block' (1 x 128 along K: [M, K / 128]) or
     'block2d' (128 x 128: [M / 128, K / 128]); x ~ q * scale (see the module's documentation).
     A last 1 x 128 block of fewer than 128 (K not a multiple of 128: the tokens, as wgrad's K) is
-    its own group; 128 x 128 blocks must tile x whole. On CUDA, 'tensor' and 'row' run on
+    its own group; 128 x 128 blocks must tile x whole. On CUDA, every granularity runs on
     tessera's float8_quantize kernel (one read of x), the same bits as the torch code here."""
     _check(x, granularity)
     if _kernel_takes(x, granularity):
@@ -117,7 +122,7 @@ def quantize(x, granularity: str = "row"):
 
 def _torch_quantize(x, granularity: str):
     """quantize in torch's operations: the reference the kernel is verified against, and the
-    path of the CPU and of the block granularities."""
+    CPU's path."""
     import torch
     xf = x.detach().float()
     g = _groups(torch, xf, granularity)
@@ -134,10 +139,10 @@ def _torch_quantize(x, granularity: str):
 
 
 def _kernel_takes(x, granularity: str, columns: bool = False) -> bool:
-    """Whether tessera's float8_quantize kernel takes ``x``: CUDA, a 16- or 32-bit float, 'tensor'
-    or 'row', an element to take the amax of (and with the transposed copy, M and K multiples of
-    16, the GEMMs' K step)."""
-    if granularity not in ("tensor", "row") or not getattr(x, "is_cuda", False) or x.numel() == 0:
+    """Whether tessera's float8_quantize kernel takes ``x``: CUDA, a 16- or 32-bit float, an
+    element to take the amax of (and with the transposed copy, M and K multiples of 16, the GEMMs'
+    K step)."""
+    if granularity not in GRANULARITIES or not getattr(x, "is_cuda", False) or x.numel() == 0:
         return False
     import torch
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
@@ -146,11 +151,12 @@ def _kernel_takes(x, granularity: str, columns: bool = False) -> bool:
 
 
 def _kernel_quantize(x, granularity: str, columns: bool = False):
-    """tessera's float8_quantize on a CUDA tensor x [M, K] ('tensor' or 'row'): (q, scale), and
-    with ``columns`` also (q_t, scale_t): x's columns quantized along M, transposed, q_t [K, M]
-    and scale_t [1, K] ('row': one per column of x, the shape of scaled_mm's scale_b for
-    q_t.t() as its right operand; scale_t.t() is scale_a's [K, 1] for q_t as its left one) or
-    0-d ('tensor', the same value as scale). One read of x for both layouts."""
+    """tessera's float8_quantize on a CUDA tensor x [M, K]: (q, scale), and with ``columns`` also
+    (q_t, scale_t): x's columns quantized along M, transposed, q_t [K, M] and scale_t
+    (_scale_shape's with columns: 'row' [1, K], one per column of x, the shape of scaled_mm's
+    scale_b for q_t.t() as its right operand, scale_t.t() scale_a's [K, 1] for q_t as its left one;
+    'block' [M / 128, K], per-column block scales likewise; 'tensor' and 'block2d' the values of
+    scale). One read of x for both layouts."""
     from . import _C, _state
     from ._interop import torch_if_tensor, torch_stream, torch_view
     torch = torch_if_tensor(x, init=True)  # loads the torch ops on a first call
@@ -161,12 +167,11 @@ def _kernel_quantize(x, granularity: str, columns: bool = False):
         op = _state.ops.float8_quantize
         return tuple((op.columns if columns else op.default)(x, granularity=granularity))
     m, k = x.shape
-    one = () if granularity == "tensor" else None
     out = [torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device),
-           torch.empty(one if one is not None else (m, 1), dtype=torch.float32, device=x.device)]
+           torch.empty(_scale_shape((m, k), granularity), dtype=torch.float32, device=x.device)]
     if columns:
         out += [torch.empty((k, m), dtype=torch.float8_e4m3fn, device=x.device),
-                torch.empty(one if one is not None else (1, k), dtype=torch.float32, device=x.device)]
+                torch.empty(_scale_shape((m, k), granularity, True), dtype=torch.float32, device=x.device)]
     xv = torch_view(x)
     _C.float8_quantize(xv, *(torch_view(t) for t in out[:2]),
                        *((torch_view(t) for t in out[2:]) if columns else (None, None)),
@@ -215,10 +220,11 @@ def _pad_rows(t, multiple: int = 16):
 
 
 def _quantize_blocks(t, granularity: str, columns: bool):
-    """_quantize_both's block granularities, in torch's operations: 'block' rows (scale [M, K / 128])
-    and columns (q_t [K, M'], scale_t [M' / 128, K]: scaled_mm's per-column scale_b for q_t.t() as
-    its right operand, scale_t.t() its scale_a as the left one); 'block2d' (scale [M / 128, K / 128])
-    and its transpose, the same blocks (scale_t = scale, scale_b for q_t.t())."""
+    """_quantize_both's block granularities in torch's operations (where the kernel does not take
+    t): 'block' rows (scale [M, K / 128]) and columns (q_t [K, M'], scale_t [M' / 128, K]:
+    scaled_mm's per-column scale_b for q_t.t() as its right operand, scale_t.t() its scale_a as
+    the left one); 'block2d' (scale [M / 128, K / 128]) and its transpose, the same blocks
+    (scale_t = scale, scale_b for q_t.t())."""
     q, scale = _torch_quantize(t, granularity)
     if not columns:
         return q, scale, None, None
@@ -238,14 +244,17 @@ def _as_right(scale, granularity: str):
 def _quantize_both(t, granularity: str, columns: bool):
     """One kernel call for a tensor quantized along its rows for one GEMM and (``columns``) along
     its columns for another: (q, scale, q_t, scale_t) of t's rows padded to 16 where columns are
-    asked for, q and scale cut back to t's rows; q_t and scale_t None without columns."""
-    if granularity in ("block", "block2d"):
+    asked for, q and scale cut back to t's rows; q_t and scale_t None without columns. The block
+    granularities where the kernel does not take t (K not a multiple of 16 with columns) in
+    torch's operations."""
+    takes = _kernel_takes(t, granularity) and (not columns or t.shape[1] % 16 == 0)
+    if granularity in ("block", "block2d") and not takes:
         return _quantize_blocks(t, granularity, columns)
     if not columns:
         return (*_kernel_quantize(t, granularity), None, None)
     m = t.shape[0]
     q, scale, q_t, scale_t = _kernel_quantize(_pad_rows(t), granularity, columns=True)
-    if scale.dim():
+    if granularity in ("row", "block"):
         scale = scale[:m]
     return q[:m], scale, q_t, scale_t
 

@@ -60,7 +60,7 @@ TEST(Float8QuantizeReference, ScalesAndGroups) {
   const float inf = std::numeric_limits<float>::infinity();
   // rows: (1, -2, 0.5), zeros, (inf, 1, 0)
   const std::vector<float> x = {1.f, -2.f, 0.5f, 0.f, 0.f, 0.f, inf, 1.f, 0.f};
-  const auto r = ref::float8_quantize(x, 3, 3, false, true);
+  const auto r = ref::float8_quantize(x, 3, 3, Float8Granularity::row, true);
   ASSERT_EQ(r.scale.size(), 3u);
   EXPECT_EQ(r.scale[0], 2.0f / 448.0f);
   EXPECT_EQ(r.scale[1], 1.0f);
@@ -78,12 +78,42 @@ TEST(Float8QuantizeReference, ScalesAndGroups) {
   EXPECT_EQ(r.q_t[3 + 0], 0xfe);                            // x[0][1] = -2 by column 1's scale
   EXPECT_EQ(r.q_t[3 + 2], ref::e4m3_byte(1.f / (2.0f / 448.0f)));
   EXPECT_EQ(r.q_t[6 + 0], 0x7e);                            // 0.5 by its own amax: 448
-  const auto t = ref::float8_quantize({1.f, -4.f, 2.f, 0.f}, 2, 2, true, true);
+  const auto t = ref::float8_quantize({1.f, -4.f, 2.f, 0.f}, 2, 2, Float8Granularity::tensor, true);
   ASSERT_EQ(t.scale.size(), 1u);
   EXPECT_EQ(t.scale[0], 4.0f / 448.0f);
   EXPECT_EQ(t.scale_t, t.scale);
   EXPECT_EQ(t.q[1], 0xfe);
   EXPECT_EQ(t.q_t[1], t.q[2]);  // q_t[0][1] is x[1][0]
+}
+
+// Blocks: 1 x 128 of a row (a last one of fewer its own), 128 x 1 of a column, 128 x 128.
+TEST(Float8QuantizeReference, Blocks) {
+  const int64_t m = 130, k = 200;  // 2 x 2 blocks, the last ones partial
+  std::vector<float> x(size_t(m * k), 0.f);
+  x[0 * k + 5] = 7.f;      // row 0's first block, column 5's first
+  x[0 * k + 150] = -3.f;   // row 0's second block
+  x[129 * k + 5] = 14.f;   // column 5's second block (row 129)
+  const auto b = ref::float8_quantize(x, m, k, Float8Granularity::block, true);
+  ASSERT_EQ(b.scale.size(), size_t(m * 2));
+  EXPECT_EQ(b.scale[0], 7.f / 448.f);
+  EXPECT_EQ(b.scale[1], 3.f / 448.f);
+  EXPECT_EQ(b.scale[2], 1.f);  // row 1: zeros
+  EXPECT_EQ(b.scale[129 * 2], 14.f / 448.f);
+  EXPECT_EQ(b.q[150], 0xfe);   // -3 by its own block's scale: -448
+  ASSERT_EQ(b.scale_t.size(), size_t(2 * k));
+  EXPECT_EQ(b.scale_t[5], 7.f / 448.f);       // column 5, rows 0..127
+  EXPECT_EQ(b.scale_t[k + 5], 14.f / 448.f);  // column 5, rows 128..129
+  EXPECT_EQ(b.q_t[5 * m + 0], 0x7e);          // x[0][5] by its column block: 448
+  EXPECT_EQ(b.q_t[5 * m + 129], 0x7e);
+  const std::vector<float> y(256 * 256, 1.f);
+  std::vector<float> z = y;
+  z[200 * 256 + 3] = 896.f;  // block (1, 0)
+  const auto d = ref::float8_quantize(z, 256, 256, Float8Granularity::block2d, true);
+  ASSERT_EQ(d.scale.size(), 4u);
+  EXPECT_EQ(d.scale[0], 1.f / 448.f);
+  EXPECT_EQ(d.scale[2], 2.f);
+  EXPECT_EQ(d.scale_t, d.scale);
+  EXPECT_EQ(d.q_t[3 * 256 + 200], d.q[200 * 256 + 3]);
 }
 
 TEST(Float8QuantizeOp, Description) {
@@ -145,11 +175,31 @@ TEST(Float8QuantizeChecks, NameTheArgument) {
   expect_error([&] { call(x, q, one, &qt, &st, tensor); }, ErrorKind::value, {"'scale_t'", "one element"});
   const TensorView inside = cuda_tensor(0x10000 + 64, DType::float8_e4m3fn, {32, 64});  // overlaps the input
   expect_error([&] { call(x, inside, s, nullptr, nullptr, row); }, ErrorKind::value, {"'q'", "'input'"});
+  // Blocks: scale [M, K / 128] and scale_t [M / 128, K] (block), [M / 128, K / 128] (block2d,
+  // whole blocks only).
+  const auto block = Float8Granularity::block, block2d = Float8Granularity::block2d;
+  expect_error([&] { call(x, q, s, nullptr, nullptr, block); }, ErrorKind::value, {"'scale'", "[32, 1]"});
+  const TensorView x256 = cuda_tensor(0x10000, DType::bfloat16, {256, 384});
+  const TensorView q256 = cuda_tensor(0x100000, DType::float8_e4m3fn, {256, 384});
+  const TensorView qt256 = cuda_tensor(0x300000, DType::float8_e4m3fn, {384, 256});
+  const TensorView s23 = cuda_tensor(0x200000, DType::float32, {2, 3});
+  expect_error([&] { call(x256, q256, s23, nullptr, nullptr, block); }, ErrorKind::value, {"'scale'", "[256, 3]"});
+  expect_error([&] { call(x256, q256, s23, &qt256, &s23, block); }, ErrorKind::value, {"'scale'", "[256, 3]"});
+  expect_error([&] { call(x256, q256, cuda_tensor(0x200000, DType::float32, {256, 3}), &qt256, &s23, block); },
+               ErrorKind::value, {"'scale_t'", "[2, 384]"});
+  expect_error([&] { call(x256, q256, cuda_tensor(0x200000, DType::float32, {256, 3}), nullptr, nullptr, block2d); },
+               ErrorKind::value, {"'scale'", "[2, 3]"});
+  expect_error([&] { call(x256, q256, s23, &qt256, cuda_tensor(0x400000, DType::float32, {3, 2}), block2d); },
+               ErrorKind::value, {"'scale_t'", "[2, 3]"});
+  expect_error([&] { call(x, q, cuda_tensor(0x200000, DType::float32, {1, 1}), nullptr, nullptr, block2d); },
+               ErrorKind::value, {"'input'", "multiples of 128", "[32, 64]"});
   Float8Granularity g;
-  expect_error([&] { tessera::parse("float8_quantize", "block", g); }, ErrorKind::value,
-               {"'granularity'", "'row' or 'tensor'", "'block'"});
+  expect_error([&] { tessera::parse("float8_quantize", "blocks", g); }, ErrorKind::value,
+               {"'granularity'", "'row', 'tensor', 'block' or 'block2d'", "'blocks'"});
   tessera::parse("float8_quantize", "tensor", g);
   EXPECT_EQ(g, Float8Granularity::tensor);
+  tessera::parse("float8_quantize", "block2d", g);
+  EXPECT_EQ(g, Float8Granularity::block2d);
   // Rows alone and one scale take any M and K; no rows is nothing to do, checked all the same.
   call(cuda_tensor(0x10000, DType::bfloat16, {0, 64}), cuda_tensor(0x100000, DType::float8_e4m3fn, {0, 64}),
        cuda_tensor(0x200000, DType::float32, {0, 1}), nullptr, nullptr, row);
@@ -168,36 +218,40 @@ std::vector<uint8_t> as_bytes(const std::vector<float>& v) {
   return b;
 }
 
-// Each kernel (rows alone; the tiles with the transposed copy, per row and per tensor) on a
-// stream of its own, twice: the reference's bytes both times.
+// Each kernel (rows alone; the tiles with the transposed copy, per row and per tensor; the block
+// kernel) on a stream of its own, twice: the reference's bytes both times.
 TEST(Float8QuantizeGpu, EachKernelMatchesTheReferenceOnAStream) {
   TESSERA_REQUIRE_GPU();
   const auto dev = tessera::Device{tessera::DeviceType::cuda, 0};
-  const int64_t m = 96, k = 208;
+  const int64_t m = 256, k = 384;  // whole 128 x 128 blocks, for block2d
   std::vector<float> x(size_t(m * k));
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f) * float(1 + i % 29) * 3.f;
   x[5 * k + 7] = std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < k; ++j) x[size_t(9 * k + j)] = 0.f;
-  tessera::runtime::DeviceBuffer bx(x.size() * 4), bq(x.size()), bqt(x.size()), bs(m * 4), bst(k * 4);
+  tessera::runtime::DeviceBuffer bx(x.size() * 4), bq(x.size()), bqt(x.size()), bs(m * 4 * 4), bst(k * 4 * 4);
   ASSERT_EQ(cudaMemcpy(bx.data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   const TensorView tx = TensorView::contiguous(bx.data(), DType::float32, {m, k}, dev);
   const TensorView tq = TensorView::contiguous(bq.data(), DType::float8_e4m3fn, {m, k}, dev);
   const TensorView tqt = TensorView::contiguous(bqt.data(), DType::float8_e4m3fn, {k, m}, dev);
-  for (bool tensor : {false, true})
+  using G = Float8Granularity;
+  for (G g : {G::row, G::tensor, G::block, G::block2d})
     for (bool columns : {false, true}) {
-      SCOPED_TRACE(std::string(tensor ? "tensor" : "row") + (columns ? " columns" : ""));
+      SCOPED_TRACE(std::to_string(int(g)) + (columns ? " columns" : ""));
       const auto scales = [&](void* p, int64_t a, int64_t b) {
-        return tensor ? TensorView::contiguous(p, DType::float32, {}, dev)
-                      : TensorView::contiguous(p, DType::float32, {a, b}, dev);
+        return g == G::tensor ? TensorView::contiguous(p, DType::float32, {}, dev)
+                              : TensorView::contiguous(p, DType::float32, {a, b}, dev);
       };
-      const TensorView ts = scales(bs.data(), m, 1), tst = scales(bst.data(), 1, k);
-      const auto want = ref::float8_quantize(x, m, k, tensor, columns);
+      const int64_t mb = m / 128, kb = k / 128;
+      const TensorView ts = g == G::block ? scales(bs.data(), m, kb) : g == G::block2d ? scales(bs.data(), mb, kb)
+                                                                                       : scales(bs.data(), m, 1);
+      const TensorView tst = g == G::block ? scales(bst.data(), mb, k) : g == G::block2d ? scales(bst.data(), mb, kb)
+                                                                                         : scales(bst.data(), 1, k);
+      const auto want = ref::float8_quantize(x, m, k, g, columns);
       for (int run = 0; run < 2; ++run) {
         ASSERT_EQ(cudaMemset(bq.data(), 0xa5, x.size()), cudaSuccess);
-        tessera::float8_quantize(tx, tq, ts, columns ? &tqt : nullptr, columns ? &tst : nullptr,
-                                 tensor ? Float8Granularity::tensor : Float8Granularity::row, stream);
+        tessera::float8_quantize(tx, tq, ts, columns ? &tqt : nullptr, columns ? &tst : nullptr, g, stream);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         EXPECT_EQ(download(bq, x.size()), want.q);
         EXPECT_EQ(download(bs, want.scale.size() * 4), as_bytes(want.scale));

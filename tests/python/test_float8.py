@@ -101,7 +101,7 @@ def test_float8_linear_against_the_dequantized_products(recipe):
     assert ((out.reshape(-1, 384).double() - exact).norm() / exact.norm()).item() < 0.05
 
 
-@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
 def test_float8_linear_on_the_tensor_cores_matches_the_emulation(recipe, monkeypatch):
     """Forward, dgrad and wgrad on CUDA, each one tessera.scaled_mm call, against the same layer's
     emulated GEMMs on the CPU (the same quantized operands): within the float8 sums' accumulation
@@ -273,15 +273,19 @@ def _same_bits(a, b):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("granularity", ["row", "tensor"])
+@pytest.mark.parametrize("granularity", ["row", "tensor", "block", "block2d"])
 @pytest.mark.parametrize("shape,special", [((33, 131), True), ((64, 1000), True), ((96, 208), True),
                                            ((1008, 528), False), ((80, 48), False), ((16, 16), False),
-                                           ((128, 64), True), ((272, 336), True)])
+                                           ((128, 64), True), ((272, 336), True), ((256, 384), True),
+                                           ((384, 256), False)])
 def test_kernel_matches_the_torch_quantize_bit_for_bit(dtype, granularity, shape, special):
     """q's bytes and the scales' bits equal the torch code's on the same CUDA tensor; with the
     transposed copy (M and K multiples of 16) also q_t and scale_t, against the torch code on
-    x.t() (scale_t [1, K] for 'row', the 0-d scale for 'tensor')."""
+    x.t() (scale_t [1, K] for 'row', the 0-d scale for 'tensor', [M / 128, K] for 'block': the
+    columns' 1 x 128 blocks along M; 'block2d' x.t()'s blocks, which are x's transposed)."""
     _need_cuda()
+    if granularity == "block2d" and (shape[0] % 128 or shape[1] % 128):
+        pytest.skip("128 x 128 blocks tile x whole")
     x = _special(*shape, getattr(torch, dtype), special)
     tq, ts = f8._torch_quantize(x, granularity)
     q, s = f8._kernel_quantize(x, granularity)
@@ -293,7 +297,10 @@ def test_kernel_matches_the_torch_quantize_bit_for_bit(dtype, granularity, shape
     q, s, qt, st = f8._kernel_quantize(x, granularity, columns=True)
     rq, rs = f8._torch_quantize(x.t().contiguous(), granularity)
     assert _same_bits(q, tq) and _same_bits(s, ts)
-    assert _same_bits(qt, rq) and _same_bits(st, rs.reshape(1, -1) if granularity == "row" else rs)
+    want_st = {"row": rs.reshape(1, -1), "tensor": rs, "block": rs.t().contiguous(), "block2d": ts}[granularity]
+    assert _same_bits(qt, rq) and _same_bits(st, want_st)
+    if granularity == "block2d":
+        assert _same_bits(rs, ts.t().contiguous())  # the transposed blocks' scales
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -310,7 +317,7 @@ def test_kernel_columns_of_strided_rows(dtype):
     assert _same_bits(qt, rq) and _same_bits(st, rs.reshape(1, -1))
 
 
-def test_quantize_takes_the_kernel_on_cuda_only_for_rows_and_tensors(monkeypatch):
+def test_quantize_takes_the_kernel_on_cuda_for_floats(monkeypatch):
     _need_cuda()
     calls = []
     real = f8._kernel_quantize
@@ -320,7 +327,7 @@ def test_quantize_takes_the_kernel_on_cuda_only_for_rows_and_tensors(monkeypatch
         f8.quantize(x, granularity)
     f8.quantize(x.cpu(), "row")
     f8.quantize(x.double(), "row")  # float64: the torch code
-    assert calls == ["tensor", "row"]
+    assert calls == list(f8.GRANULARITIES)
     # strided rows and a non-contiguous K (copied first) give the same bits
     wide = torch.randn(64, 520, device="cuda")
     for view in (wide[:, :512], wide.t()[:512, :64]):
@@ -329,7 +336,7 @@ def test_quantize_takes_the_kernel_on_cuda_only_for_rows_and_tensors(monkeypatch
         assert _same_bits(q, tq) and _same_bits(s, ts)
 
 
-@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
 def test_float8_linear_quantizes_each_tensor_once(recipe, monkeypatch):
     """Forward: x and the weight, each by rows and columns in one call; backward: the output
     gradient, by rows and columns in one call. 200 tokens: padded to 208 for the columns."""
@@ -354,7 +361,7 @@ def test_float8_linear_quantizes_each_tensor_once(recipe, monkeypatch):
     assert calls == [((200, 256), False), ((384, 256), False)]
 
 
-@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
 def test_float8_linears_taking_one_input_quantize_it_once(recipe, monkeypatch):
     """q, k and v's shape: three Float8Linears on one x quantize it once (then each weight), and
     give the outputs and gradients of the same layers quantizing x each time."""
@@ -394,8 +401,8 @@ def test_kernel_errors_name_the_argument():
     from tessera import _torch
     if _torch.ops is None:
         pytest.skip("the wheel was built without torch (an isolated build): no torch ops")
-    with pytest.raises(ValueError, match="argument 'granularity'.*'row' or 'tensor'"):
-        _torch.ops.float8_quantize(torch.randn(16, 32), granularity="block")
+    with pytest.raises(ValueError, match="argument 'granularity'.*'row', 'tensor', 'block' or 'block2d'"):
+        _torch.ops.float8_quantize(torch.randn(16, 32), granularity="blocks")
     with pytest.raises(ValueError, match="argument 'input'.*CUDA"):
         _torch.ops.float8_quantize(torch.randn(16, 32))
     with pytest.raises(ValueError, match="argument 'input'.*CUDA"):

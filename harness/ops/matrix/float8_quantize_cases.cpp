@@ -1,7 +1,8 @@
 // Verify and bench cases for float8_quantize, and its registration: what `tessera verify|bench|
 // profile float8_quantize` run. Every output is compared byte for byte (q, q_t) and bit for bit
-// (the scales) with the reference: the rules fix each one exactly. The cases walk both
-// granularities with and without the transposed copy, each input dtype, odd M and K (rows only
+// (the scales) with the reference: the rules fix each one exactly. The cases walk the four
+// granularities with and without the transposed copy (the block ones: partial 1 x 128 blocks,
+// several 128 x 128 tiles, one tile, a K of one half tile), each input dtype, odd M and K (rows only
 // and tensor: any; the transposed copy needs multiples of 16), partial tiles, rows off 16-byte
 // boundaries and padded rows (the element-wise path), and special rows and columns: all zeros
 // (scale 1), an inf, a NaN (NaN scales and NaN bytes), values of magnitude near and above 448,
@@ -31,7 +32,7 @@ namespace {
 
 struct Spec {
   int64_t rows = 0, cols = 0;
-  bool tensor = false;   // one scale (else one per row)
+  Float8Granularity g = Float8Granularity::row;
   bool columns = false;  // the transposed copy too
   int pad = 0;           // elements after each row (the row stride is cols + pad)
   bool offset = false;   // the first element one past a 16-byte boundary
@@ -39,8 +40,17 @@ struct Spec {
   bool nonfinite = true; // among them an inf and a NaN (which make every scale of a tensor NaN)
 };
 
+const char* granularity_name(Float8Granularity g) {
+  switch (g) {
+    case Float8Granularity::tensor: return "tensor";
+    case Float8Granularity::row: return "row";
+    case Float8Granularity::block: return "block";
+    default: return "block2d";
+  }
+}
+
 std::string describe(DType dt, const Spec& s) {
-  std::string d = std::string(dtype_name(dt)) + " " + shape_str({s.rows, s.cols}) + (s.tensor ? " tensor" : " row");
+  std::string d = std::string(dtype_name(dt)) + " " + shape_str({s.rows, s.cols}) + " " + granularity_name(s.g);
   if (s.columns) d += " columns";
   if (s.pad) d += " padded rows +" + std::to_string(s.pad);
   if (s.offset) d += " offset";
@@ -123,56 +133,82 @@ void check_bytes(VerifyResult& r, const char* what, const TestTensor& out, const
 VerifyResult run_case(DType dt, const Spec& s) {
   std::vector<float> x;
   const TestTensor in = input(dt, s, x);
-  const std::vector<int64_t> one = {};
+  const int64_t mb = (s.rows + 127) / 128, kb = (s.cols + 127) / 128;
+  const auto shapes = [&](bool columns) -> std::vector<int64_t> {
+    switch (s.g) {
+      case Float8Granularity::tensor: return {};
+      case Float8Granularity::row: return columns ? std::vector<int64_t>{1, s.cols} : std::vector<int64_t>{s.rows, 1};
+      case Float8Granularity::block: return columns ? std::vector<int64_t>{mb, s.cols} : std::vector<int64_t>{s.rows, kb};
+      default: return {mb, kb};
+    }
+  };
   TestTensor q = output(DType::float8_e4m3fn, {s.rows, s.cols});
-  TestTensor scale = output(DType::float32, s.tensor ? one : std::vector<int64_t>{s.rows, 1});
+  TestTensor scale = output(DType::float32, shapes(false));
   TestTensor qt, st;
   if (s.columns) {
     qt = output(DType::float8_e4m3fn, {s.cols, s.rows});
-    st = output(DType::float32, s.tensor ? one : std::vector<int64_t>{1, s.cols});
+    st = output(DType::float32, shapes(true));
   }
-  float8_quantize(in.view, q.view, scale.view, s.columns ? &qt.view : nullptr, s.columns ? &st.view : nullptr,
-                  s.tensor ? Float8Granularity::tensor : Float8Granularity::row, nullptr);
+  float8_quantize(in.view, q.view, scale.view, s.columns ? &qt.view : nullptr, s.columns ? &st.view : nullptr, s.g,
+                  nullptr);
   TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
-  const reference::Float8Quantized ref = reference::float8_quantize(x, s.rows, s.cols, s.tensor, s.columns);
+  const reference::Float8Quantized ref = reference::float8_quantize(x, s.rows, s.cols, s.g, s.columns);
   VerifyResult r;
   r.op = "float8_quantize";
   r.name = describe(dt, s);
   r.passed = true;
   check_bytes(r, "q", q, ref.q, s.cols);
-  check_bytes(r, "scale", scale, ref.scale, 1);
+  const auto last = [](const std::vector<int64_t>& shape) { return shape.empty() ? int64_t(1) : shape.back(); };
+  check_bytes(r, "scale", scale, ref.scale, last(shapes(false)));
   if (s.columns) {
     check_bytes(r, "q_t", qt, ref.q_t, s.rows);
-    check_bytes(r, "scale_t", st, ref.scale_t, s.cols);
+    check_bytes(r, "scale_t", st, ref.scale_t, last(shapes(true)));
   }
   return r;
 }
 
 std::vector<VerifyCase> cases() {
   std::vector<Spec> all;
-  for (bool tensor : {false, true}) {
-    all.push_back({64, 1000, tensor});                          // 16-byte fragments, partial tiles
-    all.push_back({33, 131, tensor});                           // odd M and K: element by element
-    all.push_back({1, 1, tensor});                              // one element
-    all.push_back({7, 14336, tensor});                          // long rows
-    all.push_back({40, 4096, tensor, false, 3});                // padded rows (unaligned): elements
-    all.push_back({40, 512, tensor, false, 8});                 // padded rows, still 16-byte aligned
-    all.push_back({17, 256, tensor, false, 0, true});           // rows off 16-byte boundaries
-    all.push_back({300, 1024, tensor, false, 0, false, false}); // uniform: no NaN to hide behind
-    for (int64_t m : {16, 80, 256})                              // the transposed copy, partial tiles
-      all.push_back({m, m == 80 ? 48 : 1024, tensor, true});
-    all.push_back({1008, 528, tensor, true});                   // partial tiles on both sides
-    all.push_back({16, 16, tensor, true});                      // the smallest transposed copy
-    all.push_back({128, 64, tensor, true});                     // one whole 128 x 64 tile
-    all.push_back({384, 208, tensor, true, 0, true});           // whole row tiles, off 16 bytes
-    all.push_back({272, 336, tensor, true, 4});                 // rows 16-byte aligned for fp32 only
-    all.push_back({64, 640, tensor, true, 8});                  // padded rows, transposed
-    all.push_back({48, 96, tensor, true, 0, true});             // off 16-byte boundaries, transposed
-    all.push_back({256, 512, tensor, true, 0, false, false});   // uniform, transposed
-    all.push_back({33, 131, tensor, false, 0, false, true, false});  // zeros, near 448, subnormals
-    all.push_back({80, 48, tensor, true, 0, false, true, false});
+  for (Float8Granularity g : {Float8Granularity::row, Float8Granularity::tensor}) {
+    all.push_back({64, 1000, g});                              // 16-byte fragments, partial tiles
+    all.push_back({33, 131, g});                               // odd M and K: element by element
+    all.push_back({1, 1, g});                                  // one element
+    all.push_back({7, 14336, g});                              // long rows
+    all.push_back({40, 4096, g, false, 3});                    // padded rows (unaligned): elements
+    all.push_back({40, 512, g, false, 8});                     // padded rows, still 16-byte aligned
+    all.push_back({17, 256, g, false, 0, true});               // rows off 16-byte boundaries
+    all.push_back({300, 1024, g, false, 0, false, false});     // uniform: no NaN to hide behind
+    for (int64_t m : {16, 80, 256})                            // the transposed copy, partial tiles
+      all.push_back({m, m == 80 ? 48 : 1024, g, true});
+    all.push_back({1008, 528, g, true});                       // partial tiles on both sides
+    all.push_back({16, 16, g, true});                          // the smallest transposed copy
+    all.push_back({128, 64, g, true});                         // one whole 128 x 64 tile
+    all.push_back({384, 208, g, true, 0, true});               // whole row tiles, off 16 bytes
+    all.push_back({272, 336, g, true, 4});                     // rows 16-byte aligned for fp32 only
+    all.push_back({64, 640, g, true, 8});                      // padded rows, transposed
+    all.push_back({48, 96, g, true, 0, true});                 // off 16-byte boundaries, transposed
+    all.push_back({256, 512, g, true, 0, false, false});       // uniform, transposed
+    all.push_back({33, 131, g, false, 0, false, true, false}); // zeros, near 448, subnormals
+    all.push_back({80, 48, g, true, 0, false, true, false});
   }
-  all.push_back({0, 64});  // no rows: nothing to do
+  // The block granularities (one pass over 128 x 128 tiles).
+  for (Float8Granularity g : {Float8Granularity::block, Float8Granularity::block2d}) {
+    const bool b2 = g == Float8Granularity::block2d;
+    all.push_back({256, 384, g});                              // whole tiles
+    all.push_back({384, 256, g, true});                        // whole tiles, transposed
+    all.push_back({128, 128, g, true, 0, false, false});       // one tile, uniform
+    all.push_back({128, 640, g, true, 8});                     // padded rows, transposed
+    all.push_back({256, 128, g, false, 0, true});              // rows off 16-byte boundaries
+    all.push_back({256, 256, g, true, 0, false, true, false}); // zeros, near 448, subnormals
+    if (b2) continue;
+    all.push_back({33, 131, g});                               // odd M and K: partial blocks, element by element
+    all.push_back({64, 1000, g});                              // a partial last block of each row
+    all.push_back({7, 14336, g});                              // long rows
+    all.push_back({80, 48, g, true});                          // K of less than half a tile, transposed
+    all.push_back({1008, 528, g, true});                       // partial tiles on both sides
+    all.push_back({272, 336, g, true, 4});                     // rows 16-byte aligned for fp32 only
+  }
+  all.push_back({0, 64});                                      // no rows: nothing to do
   std::vector<VerifyCase> c;
   for (DType dt : {DType::float32, DType::float16, DType::bfloat16})
     for (const Spec& s : all) c.push_back({describe(dt, s), false, [=] { return run_case(dt, s); }});

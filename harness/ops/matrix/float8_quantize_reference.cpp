@@ -33,48 +33,49 @@ float float8_scale(float amax, bool finite) {
 }
 
 namespace {
-// Over `n` values at x[first + i * stride]: (amax, all finite).
-std::pair<float, bool> amax_of(const std::vector<float>& x, int64_t first, int64_t n, int64_t stride) {
-  float m = 0;
-  bool finite = true;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[size_t(first + i * stride)];
-    finite = finite && std::isfinite(v);
-    if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+// Each element's group, by the scale's index: of q's scales (rows) or of q_t's (columns).
+int64_t group_of(Float8Granularity g, bool columns, int64_t i, int64_t j, int64_t cols) {
+  const int64_t b = 128, kb = (cols + b - 1) / b;
+  switch (g) {
+    case Float8Granularity::tensor: return 0;
+    case Float8Granularity::row: return columns ? j : i;
+    case Float8Granularity::block: return columns ? i / b * cols + j : i * kb + j / b;
+    default: return i / b * kb + j / b;  // block2d: one 128 x 128 block either way
   }
-  return {m, finite};
+}
+
+// The scales of every group (amax of its finite values, whether all are finite) and the bytes.
+void quantize_groups(const std::vector<float>& x, int64_t rows, int64_t cols, Float8Granularity g, bool columns,
+                     std::vector<float>& scale, std::vector<uint8_t>& q) {
+  int64_t groups = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) groups = std::max(groups, group_of(g, columns, i, j, cols) + 1);
+  std::vector<float> amax(size_t(groups), 0.0f);
+  std::vector<char> finite(size_t(groups), 1);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const size_t k = size_t(group_of(g, columns, i, j, cols));
+      const float v = x[size_t(i * cols + j)];
+      if (std::isfinite(v)) amax[k] = std::max(amax[k], std::fabs(v));
+      else finite[k] = 0;
+    }
+  scale.resize(size_t(groups));
+  for (size_t k = 0; k < scale.size(); ++k) scale[k] = float8_scale(amax[k], finite[k] != 0);
+  // The quotient in float32, as the torch reference divides: x / scale, rounded once; q_t
+  // transposed.
+  q.resize(size_t(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      q[size_t(columns ? j * rows + i : i * cols + j)] =
+          e4m3_byte(x[size_t(i * cols + j)] / scale[size_t(group_of(g, columns, i, j, cols))]);
 }
 }  // namespace
 
-Float8Quantized float8_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, bool tensor, bool columns) {
+Float8Quantized float8_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, Float8Granularity g,
+                                bool columns) {
   Float8Quantized r;
-  r.q.resize(size_t(rows * cols));
-  if (tensor) {
-    const auto [m, finite] = amax_of(x, 0, rows * cols, 1);
-    r.scale = {float8_scale(m, finite)};
-  } else {
-    for (int64_t i = 0; i < rows; ++i) {
-      const auto [m, finite] = amax_of(x, i * cols, cols, 1);
-      r.scale.push_back(float8_scale(m, finite));
-    }
-  }
-  // The quotient in float32, as the torch reference divides: x / scale, rounded once.
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      r.q[size_t(i * cols + j)] = e4m3_byte(x[size_t(i * cols + j)] / r.scale[tensor ? 0 : size_t(i)]);
-  if (!columns) return r;
-  if (tensor) {
-    r.scale_t = r.scale;
-  } else {
-    for (int64_t j = 0; j < cols; ++j) {
-      const auto [m, finite] = amax_of(x, j, rows, cols);
-      r.scale_t.push_back(float8_scale(m, finite));
-    }
-  }
-  r.q_t.resize(size_t(rows * cols));
-  for (int64_t j = 0; j < cols; ++j)
-    for (int64_t i = 0; i < rows; ++i)
-      r.q_t[size_t(j * rows + i)] = e4m3_byte(x[size_t(i * cols + j)] / r.scale_t[tensor ? 0 : size_t(j)]);
+  quantize_groups(x, rows, cols, g, false, r.scale, r.q);
+  if (columns) quantize_groups(x, rows, cols, g, true, r.scale_t, r.q_t);
   return r;
 }
 

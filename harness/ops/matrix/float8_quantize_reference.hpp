@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tessera/ops/matrix.hpp"
+
 namespace tessera::reference {
 
 // The e4m3fn byte of a float32 value: rounded to nearest even, magnitudes above 448 saturated to
@@ -17,16 +19,17 @@ uint8_t e4m3_byte(float v);
 // an all-zero group, NaN (torch's float('nan'), bits 0x7fc00000) for a group holding inf or NaN.
 float float8_scale(float amax, bool finite);
 
+// The scales row-major in float8_quantize's shapes (tessera/ops/matrix.hpp).
 struct Float8Quantized {
   std::vector<uint8_t> q;      // [rows, cols]
-  std::vector<float> scale;    // [rows] (row) or [1] (tensor)
+  std::vector<float> scale;    // [rows] (row), [1] (tensor), [rows, ceil(cols / 128)] (block), [rows / 128, cols / 128] (block2d)
   std::vector<uint8_t> q_t;    // [cols, rows], where columns were asked for
-  std::vector<float> scale_t;  // [cols] (row) or [1] (tensor)
+  std::vector<float> scale_t;  // [cols] (row), [1] (tensor), [ceil(rows / 128), cols] (block), as scale (block2d)
 };
 
 // x: rows x cols row-major, the input's values as float32 (every input dtype converts exactly).
-// tensor: one scale for all (else one per row); columns: also x's columns quantized along the
-// rows, transposed.
-Float8Quantized float8_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, bool tensor, bool columns);
+// columns: also x's columns quantized along the rows, transposed.
+Float8Quantized float8_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, Float8Granularity g,
+                                bool columns);
 
 }  // namespace tessera::reference

@@ -119,18 +119,33 @@ void grouped_mm(const TensorView& input, const TensorView& other, const TensorVi
 // a group holding inf or NaN; q = x / scale (a float32 division, not a multiplication by the
 // reciprocal) rounded to nearest even, saturated at +-448.
 //   granularity row:    q [M, K] contiguous, scale [M, 1] float32 (one per row of x);
-//   granularity tensor: q [M, K], scale of one element (0-d or [1]).
+//   granularity tensor: q [M, K], scale of one element (0-d or [1]);
+//   granularity block:  q [M, K], scale [M, ceil(K / 128)] (one per 1 x 128 block of a row, a last
+//                       block of fewer than 128 its own);
+//   granularity block2d: q [M, K], scale [M / 128, K / 128] (one per 128 x 128 block; M and K
+//                       multiples of 128).
 // Where q_t and scale_t are given (both or neither), also x's columns quantized along M:
 //   q_t [K, M] contiguous (x transposed, row k holding column k of x), and scale_t [1, K], one
-//   per column of x (row), or one element, the same as scale (tensor). The scale shapes are
+//   per column of x (row), or one element, the same as scale (tensor), or [ceil(M / 128), K], one
+//   per 128 x 1 block of a column (block), or [M / 128, K / 128], the same as scale (block2d: a
+//   block's transpose is a block). The per-row and per-tensor scale shapes are
 //   scaled_mm's: q with scale as its left operand (scale_a [M, 1]); q_t.t() as its right one
 //   ([M, K] column-major, K the product's N) with scale_t as scale_b [1, K]; q_t as a left
-//   operand (x's columns as rows, M the product's K) with scale_t.t() ([K, 1]) as scale_a.
+//   operand (x's columns as rows, M the product's K) with scale_t.t() ([K, 1]) as scale_a; the
+//   block ones are scaled_mm's block-wise scales likewise (block: q_t.t() with scale_t as
+//   per-column scale_b, q_t with scale_t.t() as scale_a; block2d, x a weight: q.t() with scale.t()
+//   and q_t.t() with scale_t as scale_b, 128 x 128 blocks).
 //   The transposed outputs need M and K multiples of 16 (M is the depth of the product q_t
 //   feeds, and the fp8 tensor cores step K by 16; K likewise for q, which feeds the other one).
-enum class Float8Granularity { tensor, row };
-void parse(const char* op, std::string_view name, Float8Granularity& out);  // "tensor", "row"
+enum class Float8Granularity { tensor, row, block, block2d };
+// "tensor", "row", "block", "block2d"
+void parse(const char* op, std::string_view name, Float8Granularity& out);
 void float8_quantize(const TensorView& input, const TensorView& q, const TensorView& scale, const TensorView* q_t,
                      const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream);
+// float8_quantize's scale and scale_t shapes for x [M, K] (empty: one element, 0-d as allocated).
+struct Float8ScaleShapes {
+  std::vector<int64_t> scale, scale_t;
+};
+Float8ScaleShapes float8_scale_shapes(int64_t m, int64_t k, Float8Granularity granularity);
 
 }  // namespace tessera

@@ -102,25 +102,24 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
   return out;
 }
 
-// float8_quantize: q [M, K] float8_e4m3fn and scale ([M, 1] row-wise, 0-d per tensor, as
+// float8_quantize: q [M, K] float8_e4m3fn and scale (tessera::float8_scale_shapes: [M, 1]
+// row-wise, 0-d per tensor, [M, K / 128] and [M / 128, K / 128] by blocks, as
 // tessera.float8.quantize gives them); .columns also x's columns transposed, q_t [K, M], and
-// scale_t ([1, K] row-wise, 0-d per tensor). An input not 2-d gets 0-d stand-ins, which the
-// library refuses after naming the input.
+// scale_t. An input not 2-d gets 0-d stand-ins, which the library refuses after naming the input.
 std::vector<at::Tensor> float8_quantize_into(const at::Tensor& input, c10::string_view granularity, bool columns) {
   const char* op = "float8_quantize";
   const TensorView x = view(op, "input", input);
   Float8Granularity g = Float8Granularity::row;
   guarded([&] { parse(op, std::string_view(granularity.data(), granularity.size()), g); });
-  const bool flat = input.dim() == 2, tensor = g == Float8Granularity::tensor;
+  const bool flat = input.dim() == 2;
   const int64_t m = flat ? input.size(0) : 0, k = flat ? input.size(1) : 0;
   const auto f8 = input.options().dtype(at::kFloat8_e4m3fn), f32 = input.options().dtype(at::kFloat);
   const auto shape = [&](std::vector<int64_t> s) { return flat ? s : std::vector<int64_t>{}; };
-  const std::vector<int64_t> none;
-  std::vector<at::Tensor> out = {at::empty(shape({m, k}), f8),
-                                 at::empty(shape(tensor ? none : std::vector<int64_t>{m, 1}), f32)};
+  const Float8ScaleShapes scales = float8_scale_shapes(m, k, g);
+  std::vector<at::Tensor> out = {at::empty(shape({m, k}), f8), at::empty(shape(scales.scale), f32)};
   if (columns) {
     out.push_back(at::empty(shape({k, m}), f8));
-    out.push_back(at::empty(shape(tensor ? none : std::vector<int64_t>{1, k}), f32));
+    out.push_back(at::empty(shape(scales.scale_t), f32));
   }
   TensorView qt, st;
   if (columns) qt = view(op, "q_t", out[2]), st = view(op, "scale_t", out[3]);

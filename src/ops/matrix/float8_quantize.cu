@@ -18,18 +18,11 @@
 //     whole tensor takes the same two passes, its maxima all merged into one word: a grid-wide
 //     amax needs every CTA to have finished reading before any quotient is final, and a second
 //     launch is the barrier that costs nothing to get right.
+//   - the block granularities (1 x 128 blocks of rows, 128 x 128 blocks): a group is inside one
+//     128 x 128 tile, so one pass does it (float8_quantize_blocks.cu): a CTA reads its tile once,
+//     takes the blocks' maxima and writes the quotients from the registers.
 //
-// The amax as bits: for |v| (the sign bit cleared) the order of the unsigned bits is the order
-// of the magnitudes, with inf (0x7f800000) above every finite value and every NaN above inf, so
-// an integer max (atomicMax on global words, max in registers) is the amax and also says whether
-// the group held inf or NaN: bits >= 0x7f800000. Integer maxima are exact and associative, so
-// every run gives the same scales.
-//
-// Numerics (tessera.float8.quantize's, bit for bit): scale = amax / 448 in float32, 1 for an
-// all-zero group, NaN for a group holding inf or NaN; q = x / scale, a float32 division (not a
-// multiplication by the reciprocal, which rounds differently: the tile kernels start from the
-// reciprocal and take the division wherever the bytes could differ), rounded to nearest even to
-// e4m3 and saturated at +-448 by the conversion itself (a clamp by fminf would turn NaN into 448).
+// float8_quantize.cuh has the numerics, the amax's bits and the tile's layout.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -37,51 +30,22 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
+#include "ops/matrix/float8_quantize.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
 #include "runtime/nvtx.hpp"
 #include "runtime/scratch.hpp"
 #include "runtime/validate.hpp"
 #include "tessera/op.hpp"
-#include "tessera/ops/matrix.hpp"
-#include "tile/frag.cuh"
 #include "tile/reduce.cuh"
 
 namespace tessera {
 namespace {
+using namespace float8;
 
 constexpr const char* kOp = "float8_quantize";
-constexpr float kE4m3Max = 448.f;
-constexpr uint32_t kInfBits = 0x7f800000u;
-constexpr uint32_t kNanBits = 0x7fc00000u;  // torch's float('nan')
-constexpr int kTileRows = 128, kTileCols = 64;  // the tile kernels' tile
-constexpr int kTileThreads = 256;
-constexpr int kUnroll = 4;                   // a row kernel's loads in flight per thread
-
-struct QuantArgs {
-  const void* x;
-  int64_t xs;              // x's row stride, elements
-  uint8_t* q;              // [rows, cols]
-  uint8_t* qt;             // [cols, rows]; null: no transposed copy
-  float* scale;            // row: [rows]; tensor: [1]
-  float* scale_t;          // row: [cols]; tensor: [1]; null with qt
-  uint32_t* amax;          // tile kernels: rows' maxima then columns' (row), or one word (tensor)
-  int64_t rows, cols;
-  bool tensor;
-};
-
-__device__ __forceinline__ uint32_t mag_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
-
-__device__ __forceinline__ float scale_of(uint32_t amax) {
-  if (amax >= kInfBits) return __uint_as_float(kNanBits);
-  return amax == 0 ? 1.f : __fdiv_rn(__uint_as_float(amax), kE4m3Max);
-}
-
-__device__ __forceinline__ uint8_t to_e4m3(float v, float scale) {
-  return __nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3);
-}
+constexpr int kUnroll = 4;  // a row kernel's loads in flight per thread
 
 // VW quantized bytes (a fragment's) stored at once: 8, 4 or 1 byte, aligned as the fragment.
 template <int VW>
@@ -92,50 +56,6 @@ __device__ __forceinline__ void store_bytes(uint8_t* p, const uint8_t (&b)[VW]) 
   if constexpr (VW == 8) *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
   else if constexpr (VW == 4) *reinterpret_cast<uint32_t*>(p) = w[0];
   else *p = b[0];
-}
-
-// The tile kernels' quotients, to_e4m3's bytes without its division for almost every element.
-// A float32 division is about 11 instructions behind a branch to its slow path, which also keeps
-// the compiler from overlapping two of them; two an element of 16-bit input (its q and q_t
-// bytes, 4 bytes of traffic) would cost pass 2 about as many issue cycles as its memory traffic
-// takes. Instead: with y = RN(1 / s) (s >= 2^-126, so 1 / s and y are normal), q = RN(x * y) is
-// x / s times (1 + e1)(1 + e2), |e1|, |e2| <= 2^-24: within 2^-22.99 of x / s, relatively.
-// q * (1 - 2^-21) and q * (1 + 2^-21), each rounded to float32 (a further 2^-24), still bracket
-// x / s (2^-21 - 2^-24 > 2^-22.99), hence its float32 rounding too, and rounding to e4m3 is
-// monotonic: where the two brackets' bytes agree, that is x / s's byte. They disagree only where
-// x / s lies within 2^-20 of an e4m3 rounding boundary (one quotient in about 2^16), and the
-// division decides. A q under 2^-126 (x * y subnormal, its error no longer relative) has
-// |x / s| < 2^-125 as well, and both round to a zero of x's sign (e4m3's smallest step is
-// 2^-9); a NaN or inf x gives the same byte either way. s NaN (a group holding inf or NaN) or
-// under 2^-126 (an amax under about 5e-36) takes the division throughout.
-struct Divisor {
-  float s, y;  // a scale and RN(1 / s)
-};
-
-__device__ __forceinline__ Divisor divisor_of(uint32_t amax) {
-  const float s = scale_of(amax);
-  return {s, __frcp_rn(s)};
-}
-
-__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
-}
-
-// x0..x3 / d.s as the e4m3 bytes of a word, x0's the low byte: from the reciprocal, `exact` set
-// false where that may differ from the division; and by the division (to_e4m3's bits).
-__device__ __forceinline__ uint32_t e4m3x4_bracketed(float x0, float x1, float x2, float x3, Divisor d,
-                                                     bool& exact) {
-  const float q0 = __fmul_rn(x0, d.y), q1 = __fmul_rn(x1, d.y);
-  const float q2 = __fmul_rn(x2, d.y), q3 = __fmul_rn(x3, d.y);
-  const auto bytes = [&](float m) {
-    return e4m3x2(__fmul_rn(q0, m), __fmul_rn(q1, m)) | e4m3x2(__fmul_rn(q2, m), __fmul_rn(q3, m)) << 16;
-  };
-  const uint32_t below = bytes(1.f - 0x1p-21f);
-  exact = exact & (d.s >= 0x1p-126f) & (below == bytes(1.f + 0x1p-21f));  // no branch: & not &&
-  return below;
-}
-__device__ __forceinline__ uint32_t e4m3x4_divided(float x0, float x1, float x2, float x3, Divisor d) {
-  return e4m3x2(__fdiv_rn(x0, d.s), __fdiv_rn(x1, d.s)) | e4m3x2(__fdiv_rn(x2, d.s), __fdiv_rn(x3, d.s)) << 16;
 }
 
 // ---- rows only: a CTA per row -------------------------------------------------------------------
@@ -177,81 +97,7 @@ __global__ void __launch_bounds__(512) rows_kernel(QuantArgs a) {
   }
 }
 
-// ---- the tile kernels ---------------------------------------------------------------------------
-// A tile is 128 rows x 64 columns; thread t holds 4 consecutive rows x 8 columns of it, every load
-// issued before any value is used: 64 bytes of bf16/fp16 (4 loads of 16 B) or 128 of fp32 (8) a
-// thread, 16 or 32 KB a CTA, 64 KB and more an SM with 4 CTAs resident (an SM's share of HBM,
-// ~32 B/ns at ~1 us of latency, wants 32-64 KB outstanding). Lane l of warp w takes column group
-// cg = l % 4 and row group rg = l / 4 of the warp's 32 x 32 block, the block at column half w % 2
-// and row quarter w / 2. A row's 8 elements are 8 / VW fragments, fragment f at block column
-// f * 4 * VW + cg * VW: one load instruction reads 4 * VW adjacent elements of each of 8 rows, for
-// 16-byte fragments 64 bytes a row, whole 32-byte sectors.
-template <class T, int VW>
-struct Tile {
-  static constexpr int kF = 8 / VW;  // fragments per row of a thread
-  using Frags = tile::Frag<T, VW>[4][kF];
-  int64_t r0, c0;  // the tile's first row and column in x
-  int row, col;    // the thread's first row and fragment 0's column, in the tile
-  __device__ Tile(int64_t tile, int64_t col_tiles) {
-    const int lane = int(threadIdx.x) % 32, w = int(threadIdx.x) / 32;
-    r0 = tile / col_tiles * kTileRows, c0 = tile % col_tiles * kTileCols;
-    row = w / 2 * 32 + lane / 4 * 4, col = w % 2 * 32 + lane % 4 * VW;
-  }
-  // The tile column of the thread's element e (0..7 along its row).
-  __device__ int col_of(int e) const { return col + e / VW * 4 * VW + e % VW; }
-  // The fragments inside x; the others zeros (K % VW == 0: a fragment is wholly in or out). Every
-  // load is made, those outside from the nearest row and column inside, and zeroed afterwards:
-  // loads under conditions are placed in blocks of their own, between which the compiler moves
-  // the uses of earlier ones, leaving one or two loads in flight instead of all of them.
-  __device__ void load(const QuantArgs& a, Frags& v) const {
-    const T* x = static_cast<const T*>(a.x);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int f = 0; f < kF; ++f) {
-        const int64_t r = r0 + row + j, c = c0 + col + f * 4 * VW;
-        v[j][f] = tile::load_frag<T, VW>(x + std::min(r, a.rows - 1) * a.xs + std::min(c, a.cols - VW));
-      }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int f = 0; f < kF; ++f)
-        if (r0 + row + j >= a.rows || c0 + col + f * 4 * VW >= a.cols) v[j][f] = tile::Frag<T, VW>{};
-  }
-};
-
-// Element e's magnitude as T's own bits (sign cleared), whose unsigned order is the order of the
-// magnitudes, inf above the finite ones, NaN above inf; and such bits as float32's (exact, and
-// order-preserving), converted once per maximum rather than once per element.
-template <class T, int VW>
-__device__ __forceinline__ uint32_t mag_t(const tile::Frag<T, VW>& f, int e) {
-  return tile::element_bits(f, e) & (sizeof(T) == 4 ? 0x7fffffffu : 0x7fffu);
-}
-template <class T>
-__device__ __forceinline__ uint32_t mag_f32(uint32_t m) {
-  if constexpr (std::is_same_v<T, float>) return m;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return m << 16;
-  else return __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(m))));
-}
-
-// Max over the lanes that differ in lane bits Off, Off / 2, ... (log2 N of them), of N values a
-// lane, scattered: the lane ends with the maximum of value sum_i (lane & Off_i ? N / 2^(i+1) : 0)
-// only. Each step keeps the half its partner does not and takes the partner's, so the N values
-// cost N - 1 shuffles, where reducing each in full would cost N log2 N.
-template <int N, int Off>
-__device__ __forceinline__ uint32_t max_scatter(uint32_t (&v)[N]) {
-  const int lane = int(threadIdx.x) % 32;
-#pragma unroll
-  for (int h = N / 2, off = Off; h >= 1; h /= 2, off /= 2) {
-    const bool upper = lane & off;
-#pragma unroll
-    for (int k = 0; k < h; ++k) {
-      const uint32_t give = upper ? v[k] : v[k + h], keep = upper ? v[k + h] : v[k];
-      v[k] = max(keep, __shfl_xor_sync(0xffffffffu, give, off));
-    }
-  }
-  return v[0];
-}
+// ---- the tile kernels: Tile (float8_quantize.cuh) --------------------------------------------
 
 // Pass 1: the tile's row and column maxima. A lane's 4 row maxima (over its 8 columns) scatter
 // over the 4 lanes of its row group (lane bits 1, 2): lane cg keeps its row cg's over the warp's 32
@@ -264,7 +110,7 @@ template <class T, int VW>
 __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, int64_t col_tiles) {
   using L = Tile<T, VW>;
   __shared__ uint32_t rmax[2][kTileRows], cmax[4][kTileCols], scratch[32];
-  const L t(blockIdx.x, col_tiles);
+  const L t = L::nth(blockIdx.x, col_tiles);
   typename L::Frags v;
   t.load(a, v);
   uint32_t rm[4] = {}, cm[8] = {};  // the thread's rows' and columns' maxima, T's magnitude bits
@@ -275,7 +121,7 @@ __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, in
       const uint32_t b = mag_t(v[j][e / VW], e % VW);
       rm[j] = max(rm[j], b), cm[e] = max(cm[e], b);
     }
-  if (a.tensor) {  // one word for the whole tensor: a CTA's maximum, one atomic
+  if (a.tensor()) {  // one word for the whole tensor: a CTA's maximum, one atomic
     const uint32_t m = mag_f32<T>(max(max(rm[0], rm[1]), max(rm[2], rm[3])));
     const uint32_t all = tile::block_reduce(m, tile::Max{}, 0u, scratch);
     if (threadIdx.x == 0 && all) atomicMax(a.amax, all);
@@ -309,67 +155,33 @@ __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, in
 // distinct banks. The readback is a warp per staged row, lane l its word l (128 contiguous bytes
 // of q_t, one store instruction, whole sectors; M % 16 == 0 keeps a word's 4 rows wholly in or
 // out).
+// Pass 2: first a thread for each of the tile's rows and columns takes its scale (writing it out
+// once: rows from the first column of tiles, columns from the first row) and reciprocal into
+// shared memory, while the tile's loads are in flight; then quantize_tile and store_staged.
 template <class T, int VW>
 __global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, int64_t col_tiles) {
   using L = Tile<T, VW>;
-  constexpr int kPitch = 32 + 8 / VW;
-  __shared__ uint32_t staged[kTileCols * kPitch];  // q_t's tile, [column][row / 4]
-  __shared__ Divisor dv[kTileRows + kTileCols];    // the tile's rows', then its columns'
-  const L t(int64_t(gridDim.x) - 1 - blockIdx.x, col_tiles);  // pass 1's order reversed
+  __shared__ uint32_t staged[kTileCols * kPitch<VW>];  // q_t's tile, [column][row / 4]
+  __shared__ Divisor dv[kTileRows + kTileCols];        // the tile's rows', then its columns'
+  const L t = L::nth(int64_t(gridDim.x) - 1 - blockIdx.x, col_tiles);  // pass 1's order reversed
   typename L::Frags v;
   t.load(a, v);
   const int i = int(threadIdx.x);
+  const bool tensor = a.tensor();
   if (i < kTileRows + kTileCols) {
     const bool row = i < kTileRows;
     const int64_t g = row ? t.r0 + i : t.c0 + (i - kTileRows);  // x's row or column
     const bool in = g < (row ? a.rows : a.cols);
-    dv[i] = divisor_of(in ? a.amax[a.tensor ? 0 : row ? g : a.rows + g] : 0u);
-    if (a.tensor ? blockIdx.x == 0 && i == 0 : in && (row ? t.c0 == 0 : t.r0 == 0))
-      (row ? a.scale : a.scale_t)[a.tensor ? 0 : g] = dv[i].s;
-    if (a.tensor && blockIdx.x == 0 && i == 0 && a.scale_t) a.scale_t[0] = dv[i].s;
+    dv[i] = divisor_of(in ? a.amax[tensor ? 0 : row ? g : a.rows + g] : 0u);
+    if (tensor ? blockIdx.x == 0 && i == 0 : in && (row ? t.c0 == 0 : t.r0 == 0))
+      (row ? a.scale : a.scale_t)[tensor ? 0 : g] = dv[i].s;
+    if (tensor && blockIdx.x == 0 && i == 0 && a.scale_t) a.scale_t[0] = dv[i].s;
   }
   __syncthreads();
-  // q's rows stored, q_t's columns staged, each 4 quotients a word by x4: from the reciprocal,
-  // then, where any of the thread's may be off, all again by the division, over the same bytes.
-  const auto x = [&](int j, int e) { return v[j][e / VW][e % VW]; };
-  const auto quantize = [&](auto&& x4) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t r = t.r0 + t.row + j;
-      if (r >= a.rows) break;
-      const Divisor d = dv[t.row + j];
-      const uint32_t w[2] = {x4(x(j, 0), x(j, 1), x(j, 2), x(j, 3), d),  // elements 0..3, 4..7
-                             x4(x(j, 4), x(j, 5), x(j, 6), x(j, 7), d)};
-#pragma unroll
-      for (int f = 0; f < L::kF; ++f) {  // fragment f: elements f * VW.., at column f * 4 * VW
-        const int64_t c = t.c0 + t.col + f * 4 * VW;
-        if (c >= a.cols) continue;
-        uint8_t* p = a.q + r * a.cols + c;
-        if constexpr (VW == 8) *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
-        else if constexpr (VW == 4) *reinterpret_cast<uint32_t*>(p) = w[f];
-        else *p = uint8_t(w[f / 4] >> 8 * (f % 4));
-      }
-    }
-    if (a.qt) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int c = t.col_of(e);
-        staged[c * kPitch + t.row / 4] = x4(x(0, e), x(1, e), x(2, e), x(3, e), dv[kTileRows + c]);
-      }
-    }
-  };
-  bool exact = true;
-  quantize([&](float x0, float x1, float x2, float x3, Divisor d) {
-    return e4m3x4_bracketed(x0, x1, x2, x3, d, exact);
-  });
-  if (!exact) quantize(e4m3x4_divided);
+  quantize_tile(a, t, v, dv, dv + kTileRows, staged);
   if (!a.qt) return;
   __syncthreads();
-  const int64_t r = t.r0 + i % 32 * 4;
-#pragma unroll
-  for (int c = i / 32; c < kTileCols; c += kTileThreads / 32)
-    if (t.c0 + c < a.cols && r < a.rows)
-      *reinterpret_cast<uint32_t*>(a.qt + (t.c0 + c) * a.rows + r) = staged[c * kPitch + i % 32];
+  store_staged(a, t, staged);
 }
 
 // ---- host ---------------------------------------------------------------------------------------
@@ -394,7 +206,7 @@ void launch(const QuantArgs& a, bool rows_only, int device, cudaStream_t stream)
   TESSERA_LAUNCH_CHECK();
 }
 
-std::string dims_of(std::initializer_list<int64_t> d) {
+std::string dims_of(const std::vector<int64_t>& d) {
   std::string s = "[";
   for (int64_t v : d) s += (s.size() > 1 ? ", " : "") + std::to_string(v);
   return s + "]";
@@ -403,7 +215,7 @@ std::string dims_of(std::initializer_list<int64_t> d) {
 // An output: on input's device, of `dtype`, contiguous, of `shape` (one_element: any shape of
 // one element).
 void check_output(const char* arg, const TensorView& t, const TensorView& input, DType dtype,
-                  std::initializer_list<int64_t> shape, bool one_element = false) {
+                  const std::vector<int64_t>& shape, bool one_element = false) {
   detail::check_cuda_tensor(kOp, arg, t);
   detail::check_dtype_in(kOp, arg, t, {dtype});
   detail::check_same_device(kOp, arg, t, "input", input);
@@ -436,6 +248,9 @@ void check(const TensorView& x, const TensorView& q, const TensorView& scale, co
                       g == Float8Granularity::tensor ? "1 <= M, K < 2^31 (an amax needs an element)"
                                                      : "1 <= K < 2^31 and M < 2^31 (an amax needs an element)",
                       detail::dims(x));
+  if (g == Float8Granularity::block2d && (m % kBlock || k % kBlock))
+    detail::throw_arg(ErrorKind::value, kOp, "input",
+                      "M and K multiples of 128 with granularity 'block2d' (whole 128 x 128 blocks)", detail::dims(x));
   if ((q_t == nullptr) != (scale_t == nullptr))
     detail::throw_arg(ErrorKind::value, kOp, q_t ? "scale_t" : "q_t", "given with the other (both or neither)",
                       "None");
@@ -444,23 +259,39 @@ void check(const TensorView& x, const TensorView& q, const TensorView& scale, co
                       "M and K multiples of 16 with the transposed copy (q_t feeds a float8 GEMM whose depth is M, "
                       "q one whose depth is K: the tensor cores step it by 16)",
                       detail::dims(x));
+  const Float8ScaleShapes s = float8_scale_shapes(m, k, g);
   const bool tensor = g == Float8Granularity::tensor;
   check_output("q", q, x, DType::float8_e4m3fn, {m, k});
-  check_output("scale", scale, x, DType::float32, {m, 1}, tensor);
+  check_output("scale", scale, x, DType::float32, s.scale, tensor);
   if (q_t) {
     check_output("q_t", *q_t, x, DType::float8_e4m3fn, {k, m});
-    check_output("scale_t", *scale_t, x, DType::float32, {1, k}, tensor);
+    check_output("scale_t", *scale_t, x, DType::float32, s.scale_t, tensor);
     detail::check_no_overlap(kOp, "q_t", *q_t, "q", q, false);
+    detail::check_no_overlap(kOp, "scale_t", *scale_t, "scale", scale, false);
   }
   detail::check_no_overlap(kOp, "scale", scale, "q", q, false);
 }
 
 }  // namespace
 
+Float8ScaleShapes float8_scale_shapes(int64_t m, int64_t k, Float8Granularity g) {
+  const int64_t mb = (m + kBlock - 1) / kBlock, kb = (k + kBlock - 1) / kBlock;
+  switch (g) {
+    case Float8Granularity::tensor: return {{}, {}};
+    case Float8Granularity::row: return {{m, 1}, {1, k}};
+    case Float8Granularity::block: return {{m, kb}, {mb, k}};
+    default: return {{mb, kb}, {mb, kb}};
+  }
+}
+
 void parse(const char* op, std::string_view name, Float8Granularity& out) {
   if (name == "row") out = Float8Granularity::row;
   else if (name == "tensor") out = Float8Granularity::tensor;
-  else detail::throw_arg(ErrorKind::value, op, "granularity", "'row' or 'tensor'", "'" + std::string(name) + "'");
+  else if (name == "block") out = Float8Granularity::block;
+  else if (name == "block2d") out = Float8Granularity::block2d;
+  else
+    detail::throw_arg(ErrorKind::value, op, "granularity", "'row', 'tensor', 'block' or 'block2d'",
+                      "'" + std::string(name) + "'");
 }
 
 void float8_quantize(const TensorView& input, const TensorView& q, const TensorView& scale, const TensorView* q_t,
@@ -474,11 +305,12 @@ void float8_quantize(const TensorView& input, const TensorView& q, const TensorV
   a.q = static_cast<uint8_t*>(q.data), a.qt = q_t ? static_cast<uint8_t*>(q_t->data) : nullptr;
   a.scale = static_cast<float*>(scale.data), a.scale_t = scale_t ? static_cast<float*>(scale_t->data) : nullptr;
   a.rows = input.shape[0], a.cols = input.shape[1];
-  a.tensor = granularity == Float8Granularity::tensor;
-  const bool rows_only = !a.tensor && !q_t;
+  a.granularity = granularity;
+  const bool blocks = granularity == Float8Granularity::block || granularity == Float8Granularity::block2d;
+  const bool rows_only = granularity == Float8Granularity::row && !q_t;
   runtime::Scratch amax;
-  if (!rows_only) {
-    const size_t words = a.tensor ? 1 : size_t(a.rows + a.cols);
+  if (!rows_only && !blocks) {
+    const size_t words = a.tensor() ? 1 : size_t(a.rows + a.cols);
     amax = runtime::Scratch(words * sizeof(uint32_t), stream);
     TESSERA_CUDA_CHECK(cudaMemsetAsync(amax.data(), 0, words * sizeof(uint32_t), stream));
     a.amax = amax.as<uint32_t>();
@@ -490,7 +322,8 @@ void float8_quantize(const TensorView& input, const TensorView& q, const TensorV
     constexpr int kVec = int(16 / sizeof(T));
     const bool vec = reinterpret_cast<uintptr_t>(input.data) % 16 == 0 && a.cols % kVec == 0 &&
                      (a.rows <= 1 || a.xs % kVec == 0);
-    if (vec) launch<T, kVec>(a, rows_only, input.device.index, stream);
+    if (blocks) vec ? launch_blocks<T, kVec>(a, stream) : launch_blocks<T, 1>(a, stream);
+    else if (vec) launch<T, kVec>(a, rows_only, input.device.index, stream);
     else launch<T, 1>(a, rows_only, input.device.index, stream);
   };
   switch (input.dtype) {
@@ -503,11 +336,13 @@ void float8_quantize(const TensorView& input, const TensorView& q, const TensorV
 namespace {
 // Outputs allocated by hand (float8 and transposed shapes, which no generic rule spells): the
 // torch kernels are python/src/torch/matrix.cpp's. float8_quantize.columns adds the transposed
-// copy (q_t [K, M], scale_t [1, K] for row, 0-d for tensor).
+// copy (q_t [K, M]; scale_t [1, K] for row, 0-d for tensor, [ceil(M / 128), K] for block, as scale
+// for block2d).
 const OpRegistrar kFloat8Quantize =
     describe("float8_quantize", "matrix",
-             "x [M, K] to float8_e4m3fn with float32 scales amax / 448 (one per row or per tensor), and "
-             "optionally x's columns quantized along M, transposed ([K, M]), from the same reads")
+             "x [M, K] to float8_e4m3fn with float32 scales amax / 448 (one per row, per tensor, per 1 x 128 "
+             "block of a row or per 128 x 128 block), and optionally x's columns quantized along M, transposed "
+             "([K, M]), from the same reads")
         .schema("float8_quantize(Tensor input, *, str granularity='row') -> (Tensor, Tensor)")
         .schema("float8_quantize.columns(Tensor input, *, str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)");
 }  // namespace

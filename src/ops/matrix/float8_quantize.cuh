@@ -1,0 +1,258 @@
+// What float8_quantize's kernels share (float8_quantize.cu: the row kernel and the two-pass tile
+// kernels, and the host side; float8_quantize_blocks.cu: the one-pass kernel of the block
+// granularities): the numerics of a scale and a quotient, the 128 x 64 tile a thread's registers
+// hold, the maxima's shuffles, and the tile's quantized stores.
+//
+// The amax as bits: for |v| (the sign bit cleared) the order of the unsigned bits is the order
+// of the magnitudes, with inf (0x7f800000) above every finite value and every NaN above inf, so
+// an integer max (atomicMax on global words, max in registers) is the amax and also says whether
+// the group held inf or NaN: bits >= 0x7f800000. Integer maxima are exact and associative, so
+// every run gives the same scales.
+//
+// Numerics (tessera.float8.quantize's, bit for bit): scale = amax / 448 in float32, 1 for an
+// all-zero group, NaN for a group holding inf or NaN; q = x / scale, a float32 division (not a
+// multiplication by the reciprocal, which rounds differently: the tile kernels start from the
+// reciprocal and take the division wherever the bytes could differ), rounded to nearest even to
+// e4m3 and saturated at +-448 by the conversion itself (a clamp by fminf would turn NaN into 448).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "tessera/ops/matrix.hpp"
+#include "tile/frag.cuh"
+
+namespace tessera::float8 {
+
+constexpr float kE4m3Max = 448.f;
+constexpr uint32_t kInfBits = 0x7f800000u;
+constexpr uint32_t kNanBits = 0x7fc00000u;  // torch's float('nan')
+constexpr int kTileRows = 128, kTileCols = 64;  // the tile kernels' tile
+constexpr int kTileThreads = 256;
+constexpr int kBlock = 128;  // the block granularities' blocks: 1 x 128 and 128 x 128
+
+struct QuantArgs {
+  const void* x;
+  int64_t xs;              // x's row stride, elements
+  uint8_t* q;              // [rows, cols]
+  uint8_t* qt;             // [cols, rows]; null: no transposed copy
+  float* scale;            // row: [rows]; tensor: [1]; block: [rows, ceil(cols / 128)];
+                           // block2d: [rows / 128, cols / 128]
+  float* scale_t;          // row: [cols]; tensor: [1]; block: [ceil(rows / 128), cols]; block2d:
+                           // as scale; null with qt
+  uint32_t* amax;          // tile kernels: rows' maxima then columns' (row), or one word (tensor)
+  int64_t rows, cols;
+  Float8Granularity granularity;
+  __host__ __device__ bool tensor() const { return granularity == Float8Granularity::tensor; }
+};
+
+__device__ __forceinline__ uint32_t mag_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+__device__ __forceinline__ float scale_of(uint32_t amax) {
+  if (amax >= kInfBits) return __uint_as_float(kNanBits);
+  return amax == 0 ? 1.f : __fdiv_rn(__uint_as_float(amax), kE4m3Max);
+}
+
+__device__ __forceinline__ uint8_t to_e4m3(float v, float scale) {
+  return __nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3);
+}
+
+
+// The tile kernels' quotients, to_e4m3's bytes without its division for almost every element.
+// A float32 division is about 11 instructions behind a branch to its slow path, which also keeps
+// the compiler from overlapping two of them; two an element of 16-bit input (its q and q_t
+// bytes, 4 bytes of traffic) would cost pass 2 about as many issue cycles as its memory traffic
+// takes. Instead: with y = RN(1 / s) (s >= 2^-126, so 1 / s and y are normal), q = RN(x * y) is
+// x / s times (1 + e1)(1 + e2), |e1|, |e2| <= 2^-24: within 2^-22.99 of x / s, relatively.
+// q * (1 - 2^-21) and q * (1 + 2^-21), each rounded to float32 (a further 2^-24), still bracket
+// x / s (2^-21 - 2^-24 > 2^-22.99), hence its float32 rounding too, and rounding to e4m3 is
+// monotonic: where the two brackets' bytes agree, that is x / s's byte. They disagree only where
+// x / s lies within 2^-20 of an e4m3 rounding boundary (one quotient in about 2^16), and the
+// division decides. A q under 2^-126 (x * y subnormal, its error no longer relative) has
+// |x / s| < 2^-125 as well, and both round to a zero of x's sign (e4m3's smallest step is
+// 2^-9); a NaN or inf x gives the same byte either way. s NaN (a group holding inf or NaN) or
+// under 2^-126 (an amax under about 5e-36) takes the division throughout.
+struct Divisor {
+  float s, y;  // a scale and RN(1 / s)
+};
+
+__device__ __forceinline__ Divisor divisor_of(uint32_t amax) {
+  const float s = scale_of(amax);
+  return {s, __frcp_rn(s)};
+}
+
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+}
+
+// x0..x3 / d.s as the e4m3 bytes of a word, x0's the low byte: from the reciprocal, `exact` set
+// false where that may differ from the division; and by the division (to_e4m3's bits).
+__device__ __forceinline__ uint32_t e4m3x4_bracketed(float x0, float x1, float x2, float x3, Divisor d,
+                                                     bool& exact) {
+  const float q0 = __fmul_rn(x0, d.y), q1 = __fmul_rn(x1, d.y);
+  const float q2 = __fmul_rn(x2, d.y), q3 = __fmul_rn(x3, d.y);
+  const auto bytes = [&](float m) {
+    return e4m3x2(__fmul_rn(q0, m), __fmul_rn(q1, m)) | e4m3x2(__fmul_rn(q2, m), __fmul_rn(q3, m)) << 16;
+  };
+  const uint32_t below = bytes(1.f - 0x1p-21f);
+  exact = exact & (d.s >= 0x1p-126f) & (below == bytes(1.f + 0x1p-21f));  // no branch: & not &&
+  return below;
+}
+__device__ __forceinline__ uint32_t e4m3x4_divided(float x0, float x1, float x2, float x3, Divisor d) {
+  return e4m3x2(__fdiv_rn(x0, d.s), __fdiv_rn(x1, d.s)) | e4m3x2(__fdiv_rn(x2, d.s), __fdiv_rn(x3, d.s)) << 16;
+}
+
+// ---- the tile kernels ---------------------------------------------------------------------------
+// A tile is 128 rows x 64 columns; thread t holds 4 consecutive rows x 8 columns of it, every load
+// issued before any value is used: 64 bytes of bf16/fp16 (4 loads of 16 B) or 128 of fp32 (8) a
+// thread, 16 or 32 KB a CTA, 64 KB and more an SM with 4 CTAs resident (an SM's share of HBM,
+// ~32 B/ns at ~1 us of latency, wants 32-64 KB outstanding). Lane l of warp w takes column group
+// cg = l % 4 and row group rg = l / 4 of the warp's 32 x 32 block, the block at column half w % 2
+// and row quarter w / 2. A row's 8 elements are 8 / VW fragments, fragment f at block column
+// f * 4 * VW + cg * VW: one load instruction reads 4 * VW adjacent elements of each of 8 rows, for
+// 16-byte fragments 64 bytes a row, whole 32-byte sectors.
+template <class T, int VW>
+struct Tile {
+  static constexpr int kF = 8 / VW;  // fragments per row of a thread
+  using Frags = tile::Frag<T, VW>[4][kF];
+  int64_t r0, c0;  // the tile's first row and column in x
+  int row, col;    // the thread's first row and fragment 0's column, in the tile
+  __device__ Tile(int64_t r0_, int64_t c0_) : r0(r0_), c0(c0_) {
+    const int lane = int(threadIdx.x) % 32, w = int(threadIdx.x) / 32;
+    row = w / 2 * 32 + lane / 4 * 4, col = w % 2 * 32 + lane % 4 * VW;
+  }
+  // Tile `tile` of x's 128 x 64 tiles, `col_tiles` to a row of them.
+  __device__ static Tile nth(int64_t tile, int64_t col_tiles) {
+    return Tile(tile / col_tiles * kTileRows, tile % col_tiles * kTileCols);
+  }
+  // The tile column of the thread's element e (0..7 along its row).
+  __device__ int col_of(int e) const { return col + e / VW * 4 * VW + e % VW; }
+  // The fragments inside x; the others zeros (K % VW == 0: a fragment is wholly in or out). Every
+  // load is made, those outside from the nearest row and column inside, and zeroed afterwards:
+  // loads under conditions are placed in blocks of their own, between which the compiler moves
+  // the uses of earlier ones, leaving one or two loads in flight instead of all of them.
+  __device__ void load(const QuantArgs& a, Frags& v) const {
+    const T* x = static_cast<const T*>(a.x);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int f = 0; f < kF; ++f) {
+        const int64_t r = r0 + row + j, c = c0 + col + f * 4 * VW;
+        v[j][f] = tile::load_frag<T, VW>(x + std::min(r, a.rows - 1) * a.xs + std::min(c, a.cols - VW));
+      }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int f = 0; f < kF; ++f)
+        if (r0 + row + j >= a.rows || c0 + col + f * 4 * VW >= a.cols) v[j][f] = tile::Frag<T, VW>{};
+  }
+};
+
+// Element e's magnitude as T's own bits (sign cleared), whose unsigned order is the order of the
+// magnitudes, inf above the finite ones, NaN above inf; and such bits as float32's (exact, and
+// order-preserving), converted once per maximum rather than once per element.
+template <class T, int VW>
+__device__ __forceinline__ uint32_t mag_t(const tile::Frag<T, VW>& f, int e) {
+  return tile::element_bits(f, e) & (sizeof(T) == 4 ? 0x7fffffffu : 0x7fffu);
+}
+template <class T>
+__device__ __forceinline__ uint32_t mag_f32(uint32_t m) {
+  if constexpr (std::is_same_v<T, float>) return m;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return m << 16;
+  else return __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(m))));
+}
+
+// Max over the lanes that differ in lane bits Off, Off / 2, ... (log2 N of them), of N values a
+// lane, scattered: the lane ends with the maximum of value sum_i (lane & Off_i ? N / 2^(i+1) : 0)
+// only. Each step keeps the half its partner does not and takes the partner's, so the N values
+// cost N - 1 shuffles, where reducing each in full would cost N log2 N.
+template <int N, int Off>
+__device__ __forceinline__ uint32_t max_scatter(uint32_t (&v)[N]) {
+  const int lane = int(threadIdx.x) % 32;
+#pragma unroll
+  for (int h = N / 2, off = Off; h >= 1; h /= 2, off /= 2) {
+    const bool upper = lane & off;
+#pragma unroll
+    for (int k = 0; k < h; ++k) {
+      const uint32_t give = upper ? v[k] : v[k + h], keep = upper ? v[k + h] : v[k];
+      v[k] = max(keep, __shfl_xor_sync(0xffffffffu, give, off));
+    }
+  }
+  return v[0];
+}
+
+// The tile's quotients by its rows' divisors (`rows`, by tile row) into q, and where q_t is asked
+// for, by its columns' (`cols`, by tile column) into `staged` for store_staged: each 4 quotients
+// a word, first from the reciprocal, then, where any of the thread's 64 may be off, all of them
+// again by the division (a warp in about 30: one branch a thread rather than one a quotient keeps
+// the common path straight). q goes by rows, a fragment's bytes stored at once (8 bytes for
+// 16-bit inputs: 32 bytes a row from 4 lanes, whole sectors); q_t's tile is staged as
+// [column][row / 4], a thread's 4 rows of one column packed into one word. Staged rows are
+// kPitch = 32 + 8 / VW words apart: a store instruction's 32 lanes write column cg * VW + c of row
+// word rg + c', bank (cg * VW * kPitch + rg + c'') % 32 = (8 cg + rg + c'') % 32 since
+// VW * kPitch = 8 (mod 32): 32 distinct banks.
+template <int VW>
+constexpr int kPitch = 32 + 8 / VW;
+
+template <class T, int VW>
+__device__ __forceinline__ void quantize_tile(const QuantArgs& a, const Tile<T, VW>& t,
+                                              const typename Tile<T, VW>::Frags& v, const Divisor* rows,
+                                              const Divisor* cols, uint32_t* staged) {
+  const auto x = [&](int j, int e) { return v[j][e / VW][e % VW]; };
+  const auto quantize = [&](auto&& x4) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = t.r0 + t.row + j;
+      if (r >= a.rows) break;
+      const Divisor d = rows[t.row + j];
+      const uint32_t w[2] = {x4(x(j, 0), x(j, 1), x(j, 2), x(j, 3), d),  // elements 0..3, 4..7
+                             x4(x(j, 4), x(j, 5), x(j, 6), x(j, 7), d)};
+#pragma unroll
+      for (int f = 0; f < Tile<T, VW>::kF; ++f) {  // fragment f: elements f * VW.., at column f * 4 * VW
+        const int64_t c = t.c0 + t.col + f * 4 * VW;
+        if (c >= a.cols) continue;
+        uint8_t* p = a.q + r * a.cols + c;
+        if constexpr (VW == 8) *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+        else if constexpr (VW == 4) *reinterpret_cast<uint32_t*>(p) = w[f];
+        else *p = uint8_t(w[f / 4] >> 8 * (f % 4));
+      }
+    }
+    if (a.qt) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int c = t.col_of(e);
+        staged[c * kPitch<VW> + t.row / 4] = x4(x(0, e), x(1, e), x(2, e), x(3, e), cols[c]);
+      }
+    }
+  };
+  bool exact = true;
+  quantize([&](float x0, float x1, float x2, float x3, Divisor d) {
+    return e4m3x4_bracketed(x0, x1, x2, x3, d, exact);
+  });
+  if (!exact) quantize(e4m3x4_divided);
+}
+
+// q_t's tile from `staged` (after a barrier): a warp per staged row, lane l its word l (128
+// contiguous bytes of q_t, one store instruction, whole sectors; M % 16 == 0 keeps a word's 4 rows
+// wholly in or out).
+template <class T, int VW>
+__device__ __forceinline__ void store_staged(const QuantArgs& a, const Tile<T, VW>& t, const uint32_t* staged) {
+  const int i = int(threadIdx.x);
+  const int64_t r = t.r0 + i % 32 * 4;
+#pragma unroll
+  for (int c = i / 32; c < kTileCols; c += kTileThreads / 32)
+    if (t.c0 + c < a.cols && r < a.rows)
+      *reinterpret_cast<uint32_t*>(a.qt + (t.c0 + c) * a.rows + r) = staged[c * kPitch<VW> + i % 32];
+}
+
+// The block granularities' one-pass kernel (float8_quantize_blocks.cu), for inputs of type T in
+// fragments of VW.
+template <class T, int VW>
+void launch_blocks(const QuantArgs& a, cudaStream_t stream);
+
+}  // namespace tessera::float8

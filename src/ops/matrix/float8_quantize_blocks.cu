@@ -1,0 +1,90 @@
+// float8_quantize's block granularities in one pass (float8_quantize.cu has the op and its other
+// kernels): a CTA per 128 x 128 tile of x, which holds every group it touches whole (a 1 x 128
+// block of each of its rows, a 128 x 1 block of each of its columns, or one 128 x 128 block), so
+// the tile is read once, into registers, and quantized from there: x read once, q and q_t written
+// once, the floor of the op's bytes.
+//
+// The tile is two Tiles of 128 x 64 side by side (halves), a thread's 4 rows x 8 columns of each,
+// all 16 loads in flight before any is used. A row's maximum over the tile's 128 columns: the
+// thread's over its 16, shuffled over its row group's 4 lanes (the warp's 32 columns of each
+// half), then the two column halves of warps through shared memory. A column's over the tile's 128
+// rows: shuffled over its column group's 8 lanes (the warp's 32 rows), then the 4 row quarters
+// through shared memory. block2d: the CTA's maximum.
+#include "ops/matrix/float8_quantize.cuh"
+#include "runtime/check.hpp"
+#include "tile/reduce.cuh"
+
+namespace tessera::float8 {
+namespace {
+
+template <class T, int VW>
+__global__ void __launch_bounds__(kTileThreads, 2) block_kernel(QuantArgs a, int64_t col_tiles) {
+  using L = Tile<T, VW>;
+  __shared__ uint32_t staged[2][kTileCols * kPitch<VW>];  // each half's q_t tile
+  __shared__ uint32_t rmax[2][kBlock], cmax[4][kBlock], scratch[32];
+  __shared__ Divisor dv[2 * kBlock];  // the tile's rows', then its columns'
+  const int64_t tr = blockIdx.x / col_tiles, tc = blockIdx.x % col_tiles;  // the tile, in blocks
+  const L t[2] = {L(tr * kBlock, tc * kBlock), L(tr * kBlock, tc * kBlock + kTileCols)};
+  typename L::Frags v[2];
+  t[0].load(a, v[0]);
+  t[1].load(a, v[1]);
+  uint32_t rm[4] = {}, cm[2][8] = {};  // T's magnitude bits: the thread's rows', each half's columns'
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t b = mag_t(v[h][j][e / VW], e % VW);
+        rm[j] = max(rm[j], b), cm[h][e] = max(cm[h][e], b);
+      }
+  const int i = int(threadIdx.x), lane = i % 32, w = i / 32;
+  if (a.granularity == Float8Granularity::block2d) {  // whole blocks (M, K multiples of 128)
+    const uint32_t all =
+        tile::block_reduce(mag_f32<T>(max(max(rm[0], rm[1]), max(rm[2], rm[3]))), tile::Max{}, 0u, scratch);
+    dv[i] = divisor_of(all);  // 256 threads: every row and column the block's
+    if (i == 0) {
+      a.scale[tr * col_tiles + tc] = dv[0].s;
+      if (a.scale_t) a.scale_t[tr * col_tiles + tc] = dv[0].s;
+    }
+  } else {
+    rmax[w % 2][t[0].row + lane % 4] = mag_f32<T>(max_scatter<4, 2>(rm));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) cmax[w / 2][h * kTileCols + t[h].col_of(lane / 4)] = mag_f32<T>(max_scatter<8, 16>(cm[h]));
+    __syncthreads();
+    if (i < kBlock) {  // row i's 1 x 128 block
+      dv[i] = divisor_of(max(rmax[0][i], rmax[1][i]));
+      if (t[0].r0 + i < a.rows) a.scale[(t[0].r0 + i) * col_tiles + tc] = dv[i].s;
+    } else {  // column c's 128 x 1 block
+      const int c = i - kBlock;
+      dv[i] = divisor_of(max(max(cmax[0][c], cmax[1][c]), max(cmax[2][c], cmax[3][c])));
+      if (a.scale_t && t[0].c0 + c < a.cols) a.scale_t[tr * a.cols + t[0].c0 + c] = dv[i].s;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) quantize_tile(a, t[h], v[h], dv, dv + kBlock + h * kTileCols, staged[h]);
+  if (!a.qt) return;
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) store_staged(a, t[h], staged[h]);
+}
+
+}  // namespace
+
+template <class T, int VW>
+void launch_blocks(const QuantArgs& a, cudaStream_t stream) {
+  const int64_t col_tiles = (a.cols + kBlock - 1) / kBlock;
+  const int64_t tiles = col_tiles * ((a.rows + kBlock - 1) / kBlock);
+  block_kernel<T, VW><<<unsigned(tiles), kTileThreads, 0, stream>>>(a, col_tiles);
+  TESSERA_LAUNCH_CHECK();
+}
+
+template void launch_blocks<float, 4>(const QuantArgs&, cudaStream_t);
+template void launch_blocks<float, 1>(const QuantArgs&, cudaStream_t);
+template void launch_blocks<__half, 8>(const QuantArgs&, cudaStream_t);
+template void launch_blocks<__half, 1>(const QuantArgs&, cudaStream_t);
+template void launch_blocks<__nv_bfloat16, 8>(const QuantArgs&, cudaStream_t);
+template void launch_blocks<__nv_bfloat16, 1>(const QuantArgs&, cudaStream_t);
+
+}  // namespace tessera::float8
