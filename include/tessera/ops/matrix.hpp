@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <string_view>
+#include <vector>
 
 #include "tessera/tensor.hpp"
 
