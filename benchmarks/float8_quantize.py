@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """tessera's float8_quantize kernel against torch's quantize (tessera.float8.quantize's torch code)
-and torch.compile of it, row-wise scales, with and without the transposed copy.
+and torch.compile of it, row-wise or 1 x 128 block scales, with and without the transposed copy.
 
     python benchmarks/float8_quantize.py [--shapes 8192x4096,16384x14336] [--dtype bfloat16]
-                                         [--rounds 3] [--no-compile] [--out DIR]
+                                         [--granularity row,block] [--rounds 3] [--no-compile] [--out DIR]
 
-One call quantizes a [M, K] tensor (randn) to float8_e4m3fn with one scale per row ('rows'), or
-also its columns along M, transposed, q_t [K, M] with a scale per column ('rows+columns': what a
-backward takes, the output gradient for dgrad and wgrad). Providers:
-- torch: tessera.float8._torch_quantize (rows: amax, scale, divide, clamp, cast); for the columns
-  the same on x.t().contiguous(), so that q_t is row-major as the kernel writes it;
+One call quantizes a [M, K] tensor (randn) to float8_e4m3fn with one scale per row, or per 1 x 128
+block of a row ('rows'), or also its columns along M, transposed, q_t [K, M] with a scale per
+column or per 128 x 1 block of a column ('rows+columns': what a backward takes, the output
+gradient for dgrad and wgrad). Providers:
+- torch: tessera.float8._torch_quantize (amax, scale, divide, clamp, cast); for the columns the
+  same on x.t().contiguous(), so that q_t is row-major as the kernel writes it;
 - compile: torch.compile of the torch provider;
-- tessera: tessera.float8._kernel_quantize (one kernel for rows; two passes over 128 x 64 tiles
-  with the columns).
+- tessera: tessera.float8._kernel_quantize (rows: one kernel; with the columns: two passes over
+  128 x 64 tiles by rows, one pass over 128 x 128 tiles by blocks).
 Times: triton's do_bench (L2 flushed, median), the median of --rounds interleaved rounds. GB/s
 counts the floor's bytes for every provider: x read once, q (and q_t) written once, the scales;
 'of copy' is that rate over the copy rate measured on this GPU (ANCHORS.md: 4226 GB/s on the
@@ -30,20 +31,20 @@ from common import interleaved_ms, write_results
 COPY_GBPS = 4226.0
 
 
-def providers(columns: bool, compile_: bool):
+def providers(granularity: str, columns: bool, compile_: bool):
     def torch_rows(x):
-        return f8._torch_quantize(x, "row")
+        return f8._torch_quantize(x, granularity)
 
-    def torch_both(x):
-        q, s = f8._torch_quantize(x, "row")
-        q_t, s_t = f8._torch_quantize(x.t().contiguous(), "row")
-        return q, s, q_t, s_t.reshape(1, -1)
+    def torch_both(x):  # scale_t as the kernel lays it out: [1, K] (row), [M / 128, K] (block)
+        q, s = f8._torch_quantize(x, granularity)
+        q_t, s_t = f8._torch_quantize(x.t().contiguous(), granularity)
+        return q, s, q_t, s_t.reshape(1, -1) if granularity == "row" else s_t.t()
 
     fn = torch_both if columns else torch_rows
     out = {"torch": fn}
     if compile_:
         out["compile"] = torch.compile(fn)
-    out["tessera"] = lambda x: f8._kernel_quantize(x, "row", columns=columns)
+    out["tessera"] = lambda x: f8._kernel_quantize(x, granularity, columns=columns)
     return out
 
 
@@ -56,6 +57,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="8192x4096,16384x14336")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--granularity", default="row,block")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--out", default="bench_out/float8_quantize")
@@ -65,9 +67,10 @@ def main():
     for text in args.shapes.split(","):
         m, k = (int(v) for v in text.split("x"))
         x = torch.randn(m, k, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0)).to(dtype)
-        for columns in (False, True):
-            mode = "rows+columns" if columns else "rows"
-            calls = {name: (lambda fn=fn: fn(x)) for name, fn in providers(columns, not args.no_compile).items()}
+        for granularity, columns in ((g, c) for g in args.granularity.split(",") for c in (False, True)):
+            mode = granularity + (" rows+columns" if columns else " rows")
+            calls = {name: (lambda fn=fn: fn(x)) for name, fn in
+                     providers(granularity, columns, not args.no_compile).items()}
             want = calls["tessera"]()
             for name, call in calls.items():
                 same = all(same_bits(g, w) for g, w in zip(call(), want))
@@ -76,7 +79,8 @@ def main():
                 assert same or name == "compile", (name, mode, text)
                 if not same:
                     print(f"note: {name} {mode} {text}: not tessera's bits", flush=True)
-            floor = x.numel() * (x.element_size() + (2 if columns else 1)) + 4 * (m + (k if columns else 0))
+            scales = sum(t.numel() for t in want[1::2])
+            floor = x.numel() * (x.element_size() + (2 if columns else 1)) + 4 * scales
             ms = interleaved_ms(calls, args.rounds)
             for name, t in ms.items():
                 gbps = floor / (t * 1e6)
@@ -88,7 +92,7 @@ def main():
                      f"{min(v for p, v in ms.items() if p != 'tessera') / t:.2f}x"]
             lines.append("| " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
-    table = "\n".join([f"float8_quantize, {args.dtype} input, row-wise scales; ms (triton do_bench, median of "
+    table = "\n".join([f"float8_quantize, {args.dtype} input, row-wise and 1 x 128 block scales; ms (triton do_bench, median of "
                        f"{args.rounds} rounds), tessera's GB/s over the floor's bytes and its share of the "
                        f"{COPY_GBPS:.0f} GB/s copy rate", "",
                        "| shape | outputs | torch | compile | tessera | tessera GB/s | of copy | best peer / tessera |",

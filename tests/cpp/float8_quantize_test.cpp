@@ -178,7 +178,8 @@ TEST(Float8QuantizeChecks, NameTheArgument) {
   // Blocks: scale [M, K / 128] and scale_t [M / 128, K] (block), [M / 128, K / 128] (block2d,
   // whole blocks only).
   const auto block = Float8Granularity::block, block2d = Float8Granularity::block2d;
-  expect_error([&] { call(x, q, s, nullptr, nullptr, block); }, ErrorKind::value, {"'scale'", "[32, 1]"});
+  expect_error([&] { call(x, q, cuda_tensor(0x200000, DType::float32, {32, 2}), nullptr, nullptr, block); },
+               ErrorKind::value, {"'scale'", "[32, 1]", "got 2-d [32, 2]"});
   const TensorView x256 = cuda_tensor(0x10000, DType::bfloat16, {256, 384});
   const TensorView q256 = cuda_tensor(0x100000, DType::float8_e4m3fn, {256, 384});
   const TensorView qt256 = cuda_tensor(0x300000, DType::float8_e4m3fn, {384, 256});
@@ -189,7 +190,8 @@ TEST(Float8QuantizeChecks, NameTheArgument) {
                ErrorKind::value, {"'scale_t'", "[2, 384]"});
   expect_error([&] { call(x256, q256, cuda_tensor(0x200000, DType::float32, {256, 3}), nullptr, nullptr, block2d); },
                ErrorKind::value, {"'scale'", "[2, 3]"});
-  expect_error([&] { call(x256, q256, s23, &qt256, cuda_tensor(0x400000, DType::float32, {3, 2}), block2d); },
+  const TensorView s32 = cuda_tensor(0x400000, DType::float32, {3, 2});
+  expect_error([&] { call(x256, q256, s23, &qt256, &s32, block2d); },
                ErrorKind::value, {"'scale_t'", "[2, 3]"});
   expect_error([&] { call(x, q, cuda_tensor(0x200000, DType::float32, {1, 1}), nullptr, nullptr, block2d); },
                ErrorKind::value, {"'input'", "multiples of 128", "[32, 64]"});

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The fp8 work's device call: the main job on a cold copy (dev/device_main.sh; MAIN=0 skips it),
+# then with devbin (carried packed: dev/stage_devbin.sh) the float8 and matmul C++ tests,
+# `tessera verify --full` of float8_quantize and scaled_mm, compute-sanitizer memcheck over
+# float8_quantize's cases; with the package the main job installed: test_float8.py, each recipe's
+# kernels in one Float8Linear step (dev/fp8_kernels.py), benchmarks/moe.py (MOE_ARGS),
+# benchmarks/float8_quantize.py and the Llama-3-8B-layer step (FP8_RUNS). Every step ends by
+# DEADLINE seconds into the call (default 570), later ones skipped. Logs under $OUT, a summary last.
+#   device: bash dev/device_fp8.sh        (carry [".whl", "devbin-pack"])
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+root=$PWD
+summary=()
+step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
+  local name=$1 limit=$2 t0=$SECONDS rc=0
+  shift 2
+  [ $((SECONDS + limit)) -le "${DEADLINE:-570}" ] || limit=$(("${DEADLINE:-570}" - SECONDS))
+  if [ "$limit" -le 10 ]; then summary+=("$(printf '%-8s skipped: past the deadline' "$name")"); return; fi
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+  summary+=("$(printf '%-8s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log" | cut -c1-120)")")
+}
+[ "${MAIN:-1}" = 1 ] && step main 450 env OUT="$OUT/main" MAIN_TIMEOUT=440 bash dev/device_main.sh
+python3 -c "import tarfile; tarfile.open('devbin-pack/devbin.tar.xz').extractall('.')"
+(
+  export LD_LIBRARY_PATH=$root/devbin
+  step ctest 120 devbin/tessera_tests --gtest_brief=1 --gtest_filter='Float8*:MatmulSimt.*:MatmulArgs.*:MatmulTuneGpu.*'
+  step verify 120 devbin/tessera verify --full float8_quantize scaled_mm
+  step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 devbin/tessera verify --full float8_quantize
+  printf '%s\n' "${summary[@]}" >"$OUT/summary-bin.txt"
+)
+[ -f "$OUT/summary-bin.txt" ] && mapfile -t summary <"$OUT/summary-bin.txt"
+# The package main.sh installed (the fresh copy's venv where it made one), Liger and torchao from
+# the carried wheels.
+PY=python3
+[ -x /tmp/fresh/.venv/bin/python ] && PY=/tmp/fresh/.venv/bin/python
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONUNBUFFERED=1
+step pytest 150 "$PY" -m pytest -q -x tests/python/test_float8.py
+step moebench 150 "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3} --out "$OUT/moe"
+step kernels 90 "$PY" dev/fp8_kernels.py
+step quant 90 "$PY" benchmarks/float8_quantize.py --no-compile --rounds 3 --out "$OUT/float8_quantize"
+step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
+  --kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 --warmup 2 \
+  --runs "${FP8_RUNS:-tessera,tessera fp8 rowwise,tessera fp8 blockwise}" --profile --out "$OUT/fp8_step"
+for s in main ctest verify memcheck pytest moebench kernels quant fp8step; do
+  [ -f "$OUT/$s.log" ] || continue
+  echo "== $s"; tail -n "${TAIL:-25}" "$OUT/$s.log" | cut -c1-200
+done
+tail -n 3 "$OUT/main/main.log" 2>/dev/null
+printf '%s\n' "${summary[@]}"
