@@ -176,8 +176,11 @@ def bench_fp8(suite: Suite, size: int, rounds: int, self_check: bool, scales: st
             providers["torch2"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
                                                            use_fast_accum=True)
     scale_bytes = 4 * (sa.numel() + sb.numel()) if scales != "tensor" else 0
+    # block-wise: checked against tessera's row-wise call (the same values), torch's only where
+    # this torch takes block scales
     suite.run({"tensor": "scaled_mm", "row": "scaled_mm_rowwise", "block": "scaled_mm_blockwise"}[scales], dt,
               size if not mnk else m, float(m * k + n * k + 2 * m * n + scale_bytes), providers,
+              reference="tessera_rowwise" if scales == "block" else "torch",
               flops=2.0 * m * n * k, shape=(m, n, k),
               tolerances={dt: FP8_TOLERANCE},
               rounds=rounds, timing=dict(cuda_graph=False, flush_l2=True))
