@@ -5,12 +5,14 @@
 # float8_quantize's cases; with the package the main job installed: test_float8.py, each recipe's
 # kernels in one Float8Linear step (dev/fp8_kernels.py), benchmarks/moe.py (MOE_ARGS),
 # benchmarks/float8_quantize.py and the Llama-3-8B-layer step (FP8_RUNS). Every step ends by
-# DEADLINE seconds into the call (default 570), later ones skipped. Logs under $OUT, a summary last.
+# DEADLINE seconds into the call (default 570), later ones skipped. The logs and reports packed in
+# $OUT/logs.tar.xz (a call returns 8 files at most), a summary last.
 #   device: bash dev/device_fp8.sh        (carry [".whl", "devbin-pack"])
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
+FINAL="${OUT:-/tmp/out}"
+OUT=/tmp/fp8logs  # each step's log and reports, packed into $FINAL at the end
+mkdir -p "$FINAL" "$OUT"
 root=$PWD
 summary=()
 step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
@@ -52,4 +54,6 @@ for s in main ctest verify memcheck pytest moebench kernels quant fp8step; do
   echo "== $s"; tail -n "${TAIL:-25}" "$OUT/$s.log" | cut -c1-200
 done
 tail -n 3 "$OUT/main/main.log" 2>/dev/null
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+python3 -c "import tarfile; t = tarfile.open('$FINAL/logs.tar.xz', 'w:xz'); t.add('$OUT', 'logs'); t.close()"
+cp "$OUT/summary.txt" "$FINAL/" 2>/dev/null
