@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The fp8 work's device call: the main job on a cold copy (dev/device_main.sh; MAIN=0 skips it),
-# then with devbin (carried packed: dev/stage_devbin.sh) the float8 and matmul C++ tests,
+# The fp8 work's device call: the main job on a cold copy (dev/device_main.sh; MAIN=0 skips it and
+# installs the package staged here instead: dev/stage_devpkg.sh's devwheel with devbin's
+# libraries, seconds), then with devbin (carried packed: dev/stage_devbin.sh) the float8 and matmul C++ tests,
 # `tessera verify --full` of float8_quantize and scaled_mm, compute-sanitizer memcheck over
 # float8_quantize's cases; with the package the main job installed: test_float8.py, each recipe's
 # kernels in one Float8Linear step (dev/fp8_kernels.py), benchmarks/moe.py (MOE_ARGS),
 # benchmarks/float8_quantize.py and the Llama-3-8B-layer step (FP8_RUNS). Every step ends by
 # DEADLINE seconds into the call (default 570), later ones skipped. The logs and reports packed in
 # $OUT/logs.tar.xz (a call returns 8 files at most), a summary last.
-#   device: bash dev/device_fp8.sh        (carry [".whl", "devbin-pack"])
+#   device: bash dev/device_fp8.sh        (carry [".whl", "devbin-pack"]; with MAIN=0 "devwheel" too)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 FINAL="${OUT:-/tmp/out}"
@@ -25,6 +26,11 @@ step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
 }
 [ "${MAIN:-1}" = 1 ] && step main 450 env OUT="$OUT/main" MAIN_TIMEOUT=440 bash dev/device_main.sh
 python3 -c "import tarfile; tarfile.open('devbin-pack/devbin.tar.xz').extractall('.')"
+if [ "${MAIN:-1}" != 1 ]; then
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  bash dev/devwheel.sh >"$OUT/install.log" 2>&1 && cp devbin/libtessera.so devbin/libtessera_harness.so "$site/tessera/" &&
+    mkdir -p "$site/tessera/bin" && cp devbin/tessera "$site/tessera/bin/"
+fi
 (
   export LD_LIBRARY_PATH=$root/devbin
   step ctest 120 devbin/tessera_tests --gtest_brief=1 --gtest_filter='Float8*:MatmulSimt.*:MatmulArgs.*:MatmulTuneGpu.*'
@@ -42,6 +48,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     export PYTHONPATH=/tmp/site
 fi
 export PYTHONUNBUFFERED=1
+step matrix "${MATRIX_LIMIT:-60}" "$PY" benchmarks/matrix.py ${MATRIX_ARGS:---no-sizes --fp32 --rounds 1} --out "$OUT/matrix"
 step pytest 150 "$PY" -m pytest -q -x tests/python/test_float8.py
 step moebench 150 "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3} --out "$OUT/moe"
 step kernels 90 "$PY" dev/fp8_kernels.py
@@ -49,7 +56,7 @@ step quant 90 "$PY" benchmarks/float8_quantize.py --no-compile --rounds 3 --out 
 step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
   --kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 --warmup 2 \
   --runs "${FP8_RUNS:-tessera,tessera fp8 rowwise,tessera fp8 blockwise}" --profile --out "$OUT/fp8_step"
-for s in main ctest verify memcheck pytest moebench kernels quant fp8step; do
+for s in main ctest verify memcheck matrix pytest moebench kernels quant fp8step; do
   [ -f "$OUT/$s.log" ] || continue
   echo "== $s"; tail -n "${TAIL:-25}" "$OUT/$s.log" | cut -c1-200
 done

@@ -202,13 +202,19 @@ def _on_kernels(x, recipe: str) -> bool:
     return torch.cuda.get_device_capability(x.device)[0] == 9
 
 
+def _cast(t, dtype):
+    """t in dtype, t itself where it is one already: an autograd.Function's output that is
+    ``.to()`` of its own dtype (an alias) gets a zero gradient under torch.compile."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def _scaled(qa, sa, qb_t, sb, out_dtype):
     """qa [M, K] @ qb_t [K, N] (column-major) on tessera.scaled_mm, sa [M, 1] and sb [1, N] (or
     one element each), in out_dtype (float32 kept where scaled_mm has no such output)."""
     import torch
     from . import matrix
     kept = out_dtype if out_dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
-    return matrix.scaled_mm(qa, qb_t, sa, sb, out_dtype=kept).to(out_dtype)
+    return _cast(matrix.scaled_mm(qa, qb_t, sa, sb, out_dtype=kept), out_dtype)
 
 
 def _pad_rows(t, multiple: int = 16):
@@ -325,7 +331,7 @@ def _matmul_function():
             ctx.kernels = _on_kernels(x, recipe)
             if not ctx.kernels:
                 ctx.save_for_backward(x, weight)
-                return (_fake(x, act) @ _fake(weight, wgt).t()).to(x.dtype)
+                return _cast(_fake(x, act) @ _fake(weight, wgt).t(), x.dtype)
             # Each operand quantized once, in both layouts where the backward needs its columns
             # too: x's for wgrad (K = tokens, padded to 16 with zero rows), the weight's for dgrad
             # (K = out_features). The backward keeps those float8 copies, not x and the weight.
@@ -355,9 +361,9 @@ def _matmul_function():
                 return dx, dw, None, None
             x, weight = ctx.saved_tensors
             if want_dx:  # K = out_features: grad's rows, the weight's columns
-                dx = (_fake(grad, act) @ _fake(weight.t().contiguous(), wgt).t()).to(x.dtype)
+                dx = _cast(_fake(grad, act) @ _fake(weight.t().contiguous(), wgt).t(), x.dtype)
             if want_dw:  # K = tokens: grad's and x's columns
-                dw = (_fake(grad.t().contiguous(), act) @ _fake(x.t().contiguous(), act).t()).to(weight.dtype)
+                dw = _cast(_fake(grad.t().contiguous(), act) @ _fake(x.t().contiguous(), act).t(), weight.dtype)
             return dx, dw, None, None
 
     _function = Float8Matmul

@@ -3,8 +3,11 @@ and sharded with FSDP2 (fully_shard on every decoder layer, on lm_head alone or 
 each rank training on its half of the batch with num_items_in_batch the whole batch's labelled
 tokens, against the unsharded model on the whole batch: the summed loss and every gradient (FSDP2
 averages the ranks' gradients, so times the world size). The fused loss reads lm_head's weight
-inside lm_head's own forward where lm_head is sharded alone. Exits 1 on a mismatch; rank 0 prints
-"ok".
+inside lm_head's own forward where lm_head is sharded alone. Then the same with the layers'
+projections in fp8 (apply_tessera(fp8="rowwise"), emulated on the CPU): the loss equal (every
+forward scale is a token's or a weight row's, the same on any split of the batch), the gradients
+within the recipe's rounding (wgrad's scales are the tokens' columns, each rank's half of them).
+Exits 1 on a mismatch; rank 0 prints "ok".
 
     torchrun --standalone --nproc-per-node 2 tests/python/dist_transformers_fsdp.py
 """
@@ -23,11 +26,22 @@ CONFIG = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_la
               num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
-def model():
+def model(fp8=None):
     torch.manual_seed(0)
     m = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**CONFIG), attn_implementation="sdpa")
     m = m.float().train()
-    tt.apply_tessera(m)
+    tt.apply_tessera(m, fp8=fp8)
+    return m
+
+
+def sharded(mesh, fp8=None, head_alone=True):
+    """model(fp8) with FSDP2 on every decoder layer, on lm_head alone or not, and the root."""
+    m = model(fp8)
+    for layer in m.model.layers:
+        fully_shard(layer, mesh=mesh)
+    if head_alone:
+        fully_shard(m.lm_head, mesh=mesh)
+    fully_shard(m, mesh=mesh)
     return m
 
 
@@ -45,14 +59,9 @@ def main():
     want.backward()
     grads = {n: p.grad for n, p in ref.named_parameters()}
     bad = []
+    mine = slice(2 * rank, 2 * rank + 2)
     for head_alone in (True, False):
-        m = model()
-        for layer in m.model.layers:
-            fully_shard(layer, mesh=mesh)
-        if head_alone:
-            fully_shard(m.lm_head, mesh=mesh)
-        fully_shard(m, mesh=mesh)
-        mine = slice(2 * rank, 2 * rank + 2)
+        m = sharded(mesh, head_alone=head_alone)
         out = m(input_ids=ids[mine], labels=labels[mine], num_items_in_batch=items)
         if out.logits is not None:
             bad.append(f"rank {rank}: the patched forward did not take the call")
@@ -65,6 +74,25 @@ def main():
             got = p.grad.full_tensor() * world
             if not torch.allclose(got, grads[n], rtol=1e-4, atol=1e-6):
                 bad.append(f"rank {rank}: lm_head alone={head_alone}: {n}: max diff {(got - grads[n]).abs().max().item():.3g}")
+    # fp8 (row-wise): sharded against unsharded, both converted
+    ref = model("rowwise")
+    want = ref(input_ids=ids, labels=labels, num_items_in_batch=items).loss
+    want.backward()
+    grads = {n: p.grad for n, p in ref.named_parameters()}
+    m = sharded(mesh, "rowwise")
+    if not any(type(mod).__name__ == "Float8Linear" for mod in m.modules()):
+        bad.append(f"rank {rank}: fp8: no Float8Linear in the converted model")
+    out = m(input_ids=ids[mine], labels=labels[mine], num_items_in_batch=items)
+    out.loss.backward()
+    loss = out.loss.detach().clone()
+    dist.all_reduce(loss)
+    if not torch.allclose(loss, want.detach(), rtol=1e-5, atol=1e-6):
+        bad.append(f"rank {rank}: fp8: loss {loss.item()} != {want.item()}")
+    for n, p in m.named_parameters():
+        got = p.grad.full_tensor() * world
+        err = ((got - grads[n]).norm() / grads[n].norm().clamp_min(1e-12)).item()
+        if not err < 0.1:
+            bad.append(f"rank {rank}: fp8: {n}: relative error {err:.3g}")
     return finish(dist, rank, world, bad)
 
 

@@ -162,6 +162,29 @@ def test_convert_in_place_with_the_state_dict_and_the_filter():
         f8.convert_to_float8_training(blocks, recipe="rowwise_gw_hp")
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
+def test_float8_linears_under_torch_compile(recipe):
+    """torch.compile(fullgraph=True) traces converted Linears whole (the recipe's quantization, the
+    products, the backward); aot_eager runs the traced graphs without compiling kernels: the
+    outputs and gradients of the eager model (the CPU's emulated GEMMs)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 128))
+    f8.convert_to_float8_training(model, recipe=recipe)
+    assert all(type(m).__name__ == "Float8Linear" for m in (model[0], model[2]))
+    x = torch.randn(4, 32, 128)
+    model(x).square().mean().backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    out = model(x).detach()
+    model.zero_grad()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    got = compiled(x)
+    got.square().mean().backward()
+    torch.testing.assert_close(got.detach(), out)
+    for g, w in zip((p.grad for p in model.parameters()), want):
+        torch.testing.assert_close(g, w)
+
+
 def test_quantize_reusing_serves_the_same_unchanged_tensor_only():
     """The one-entry reuse of an activation's quantization (Float8Matmul on the kernels), with a
     stand-in quantizer: the same elements through another view of the same tensor reuse it, as do
