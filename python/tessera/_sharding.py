@@ -438,16 +438,17 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
                 strategy(Shard(1), R, Shard(1), R, cols, Shard(0)),
                 strategy(Partial(), Shard(1), Shard(0), R, R, Partial())]
 
-    # float8_quantize(input [M, K]) -> (q [M, K], scale): 'row' scales each row by its own amax,
-    # so rows sharded give each rank its rows' q and scales (Shard(0) both, comm-free); K sharded
-    # would split a row's amax: no rule, the input gathered. 'tensor' takes one amax over the
-    # whole tensor: replicated. .columns also quantizes each column along M, whose amax rows
+    # float8_quantize(input [M, K]) -> (q [M, K], scale): 'row' scales each row by its own amax
+    # ('block' each row's 1 x 128 blocks), so rows sharded give each rank its rows' q and scales
+    # (Shard(0) both, comm-free); K sharded would split a row's amax: no rule, the input gathered.
+    # 'tensor' takes one amax over the whole tensor, 'block2d' 128 x 128 blocks that an even
+    # split of the rows may cut: replicated. .columns also quantizes each column along M, whose amax rows
     # sharded would split, as K sharded splits the rows': replicated only (no placement keeps
     # both kinds of group whole; a caller that shards quantizes each layout in its own call).
     @register_sharding(ops.float8_quantize.default)
     def float8_quantize_rule(input, *, granularity="row", **kwargs):
         strategies = [([R, R], [R])]
-        if granularity == "row" and input.ndim == 2:
+        if granularity in ("row", "block") and input.ndim == 2:
             strategies.append(([Shard(0), Shard(0)], [Shard(0)]))
         return strategies
 

@@ -270,6 +270,9 @@ def test_float8_quantize_shards_rows_only_where_each_group_is_a_row(run):
     (q, scale), comms = run.call(fq.default, run.tensor((8, 16), S(0)))
     assert placements([q, scale]) == [(S(0),)] * 2 and comms == 0
     assert q.to_local().shape == (4, 16) and q.dtype == torch.float8_e4m3fn and scale.to_local().shape == (4, 1)
+    # 'block': each row's 1 x 128 blocks, rows sharded likewise.
+    (q, scale), comms = run.call(fq.default, run.tensor((8, 256), S(0)), granularity="block")
+    assert placements([q, scale]) == [(S(0),)] * 2 and comms == 0 and scale.to_local().shape == (4, 2)
     # K sharded splits each row's amax: gathered, the outputs whole.
     (q, scale), comms = run.call(fq.default, run.tensor((8, 16), S(1)))
     assert S(1) not in q.placements and comms > 0 and q.shape == (8, 16)

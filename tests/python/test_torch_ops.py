@@ -90,11 +90,13 @@ def expected_outputs(torch, name, args, kwargs):
         r = torch.matmul(args[0], args[1])
         out = tuple(r.shape[:-1]) + (r.shape[-1] // (2 if kwargs.get("activation") in ("swiglu", "geglu") else 1),)
         return [(out, args[0].dtype)] + ([(tuple(r.shape), args[0].dtype)] if name == "matmul.preactivation" else [])
-    if base == "float8_quantize":  # q and scale by rows ([M, 1]) or per tensor (0-d); .columns transposed too
+    if base == "float8_quantize":  # q and its scales by granularity; .columns transposed too
         m, k = args[0].shape
-        one = kwargs.get("granularity", "row") == "tensor"
-        out = [((m, k), torch.float8_e4m3fn), (() if one else (m, 1), torch.float32)]
-        return out + ([((k, m), torch.float8_e4m3fn), (() if one else (1, k), torch.float32)]
+        mb, kb = -(-m // 128), -(-k // 128)
+        scales = {"row": ((m, 1), (1, k)), "tensor": ((), ()), "block": ((m, kb), (mb, k)),
+                  "block2d": ((mb, kb), (mb, kb))}[kwargs.get("granularity", "row")]
+        out = [((m, k), torch.float8_e4m3fn), (scales[0], torch.float32)]
+        return out + ([((k, m), torch.float8_e4m3fn), (scales[1], torch.float32)]
                       if name == "float8_quantize.columns" else [])
     if base == "grouped_mm":
         a, b = args[0], args[1]

@@ -113,9 +113,10 @@ def samples(torch, name, dtype):
         grad = x(15, 16, grad=False) if name == "moe_permute_backward" else x(5, 16, grad=False)
         inp = x(5, 16, grad=False) if name == "moe_permute_backward" else x(15, 16, grad=False)
         return [((grad, inp, rows, w.detach()), {}), ((grad, inp, rows, None), {})]
-    if name.split(".")[0] == "float8_quantize":  # rows; per tensor; a partial tile (M, K multiples of 16)
+    if name.split(".")[0] == "float8_quantize":  # rows; per tensor; a partial tile (M, K multiples of 16); blocks
         return [((x(32, 48, grad=False),), {}), ((x(16, 64, grad=False),), {"granularity": "tensor"}),
-                ((x(80, 144, grad=False),), {"granularity": "row"})]
+                ((x(80, 144, grad=False),), {"granularity": "row"}), ((x(144, 272, grad=False),), {"granularity": "block"}),
+                ((x(256, 128, grad=False),), {"granularity": "block2d"})]
     if name == "scaled_mm":
         a = torch.randn(16, 64, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(24, 64, device="cuda").to(torch.float8_e4m3fn).t()
