@@ -322,7 +322,8 @@ void float8_quantize(const TensorView& input, const TensorView& q, const TensorV
     constexpr int kVec = int(16 / sizeof(T));
     const bool vec = reinterpret_cast<uintptr_t>(input.data) % 16 == 0 && a.cols % kVec == 0 &&
                      (a.rows <= 1 || a.xs % kVec == 0);
-    if (blocks) vec ? launch_blocks<T, kVec>(a, stream) : launch_blocks<T, 1>(a, stream);
+    const int sms = runtime::device_props(input.device.index).multiProcessorCount;
+    if (blocks) vec ? launch_blocks<T, kVec>(a, sms, stream) : launch_blocks<T, 1>(a, sms, stream);
     else if (vec) launch<T, kVec>(a, rows_only, input.device.index, stream);
     else launch<T, 1>(a, rows_only, input.device.index, stream);
   };

@@ -251,8 +251,8 @@ __device__ __forceinline__ void store_staged(const QuantArgs& a, const Tile<T, V
 }
 
 // The block granularities' one-pass kernel (float8_quantize_blocks.cu), for inputs of type T in
-// fragments of VW.
+// fragments of VW, on a GPU of `sms` SMs.
 template <class T, int VW>
-void launch_blocks(const QuantArgs& a, cudaStream_t stream);
+void launch_blocks(const QuantArgs& a, int sms, cudaStream_t stream);
 
 }  // namespace tessera::float8
