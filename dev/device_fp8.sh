@@ -36,6 +36,7 @@ fi
   step ctest 120 devbin/tessera_tests --gtest_brief=1 --gtest_filter='Float8*:MatmulSimt.*:MatmulArgs.*:MatmulTuneGpu.*'
   step verify 120 devbin/tessera verify --full float8_quantize scaled_mm
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 devbin/tessera verify --full float8_quantize
+  step memcheck2 120 compute-sanitizer --tool memcheck --error-exitcode 9 devbin/tessera verify scaled_mm
   printf '%s\n' "${summary[@]}" >"$OUT/summary-bin.txt"
 )
 [ -f "$OUT/summary-bin.txt" ] && mapfile -t summary <"$OUT/summary-bin.txt"
@@ -56,7 +57,7 @@ step quant 90 "$PY" benchmarks/float8_quantize.py --no-compile --rounds 3 --out 
 step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
   --kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 --warmup 2 \
   --runs "${FP8_RUNS:-tessera,tessera fp8 rowwise,tessera fp8 blockwise}" --profile --out "$OUT/fp8_step"
-for s in main ctest verify memcheck matrix pytest moebench kernels quant fp8step; do
+for s in main ctest verify memcheck memcheck2 matrix pytest moebench kernels quant fp8step; do
   [ -f "$OUT/$s.log" ] || continue
   echo "== $s"; tail -n "${TAIL:-25}" "$OUT/$s.log" | cut -c1-200
 done
