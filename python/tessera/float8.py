@@ -191,9 +191,9 @@ def _fake(x, granularity: str):
 
 
 def _on_kernels(x, recipe: str) -> bool:
-    """Whether a GEMM of ``recipe`` on ``x``'s device runs on tessera.scaled_mm: per-tensor and
-    row scales on the sm90 tier's float8 tensor cores (other GPUs would take its SIMT fallback,
-    slower than the emulation's torch GEMM)."""
+    """Whether a GEMM of ``recipe`` on ``x``'s device runs on tessera.scaled_mm: every recipe's
+    scales on the sm90 tier's float8 tensor cores (other GPUs would take its SIMT fallback, slower
+    than the emulation's torch GEMM)."""
     if recipe not in RECIPES or not x.is_cuda:
         return False
     import torch
