@@ -35,7 +35,7 @@ for s in $STEPS; do
                            python3 -m pytest -q -rs tests/python/test_cross_entropy.py tests/python/test_sharding.py" ;;
     gated) step gated bash -c "devbin/tessera verify matmul_swiglu matmul_swiglu_unfused mlp swiglu_backward geglu_blocks_backward &&
                                python3 -m pytest -q -rs tests/python/test_mlp.py tests/python/test_matrix.py tests/python/test_torch_ops.py tests/python/test_sharding.py -k 'swiglu or geglu or mlp or activation or rms_norm or linear_cross or matmul'" ;;
-    tpytest) step tpytest python3 -m pytest -q -rs tests/python/test_transformers_patch.py \
+    tpytest) step tpytest python3 -m pytest -q -rs tests/python/test_transformers_patch.py tests/python/test_transformers_training.py \
                tests/python/test_transformers_convergence.py ${TPYTEST_K:+-k "$TPYTEST_K"} ;;
     ops) step ops python3 benchmarks/llama_ops.py --rounds "${ROUNDS:-3}" \
            --ops "${OPS:-rms_norm,add_rms_norm,rotary,silu_mul,geglu,cross_entropy,linear_ce}" --out "$OUT/ops" ;;

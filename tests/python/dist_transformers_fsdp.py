@@ -1,4 +1,4 @@
-"""Run under torchrun by test_transformers_patch.py: a tiny Llama patched by tessera.transformers
+"""Run under torchrun by test_transformers_training.py: a tiny Llama patched by tessera.transformers
 and sharded with FSDP2 (fully_shard on every decoder layer, on lm_head alone or not, and the root),
 each rank training on its half of the batch with num_items_in_batch the whole batch's labelled
 tokens, against the unsharded model on the whole batch: the summed loss and every gradient (FSDP2
@@ -45,6 +45,32 @@ def sharded(mesh, fp8=None, head_alone=True):
     return m
 
 
+def compare(m, ids, labels, items, mine, want, grads, label, world, grads_close):
+    """m (sharded) on this rank's rows against the unsharded loss and gradients: problems found."""
+    bad = []
+    out = m(input_ids=ids[mine], labels=labels[mine], num_items_in_batch=items)
+    if out.logits is not None:
+        bad.append(f"{label}: the patched forward did not take the call")
+    out.loss.backward()
+    loss = out.loss.detach().clone()
+    dist.all_reduce(loss)
+    if not torch.allclose(loss, want.detach(), rtol=1e-5, atol=1e-6):
+        bad.append(f"{label}: loss {loss.item()} != {want.item()}")
+    for n, p in m.named_parameters():
+        problem = grads_close(p.grad.full_tensor() * world, grads[n])
+        if problem:
+            bad.append(f"{label}: {n}: {problem}")
+    return bad
+
+
+def reference(fp8, ids, labels, items):
+    """The unsharded model's loss on the whole batch and its gradients."""
+    ref = model(fp8)
+    want = ref(input_ids=ids, labels=labels, num_items_in_batch=items).loss
+    want.backward()
+    return want, {n: p.grad for n, p in ref.named_parameters()}
+
+
 def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
@@ -54,45 +80,27 @@ def main():
     labels = ids.clone()
     labels[torch.rand(ids.shape, generator=g) < 0.25] = -100
     items = torch.tensor(int((labels[:, 1:] != -100).sum()))  # what the shifted labels count
-    ref = model()
-    want = ref(input_ids=ids, labels=labels, num_items_in_batch=items).loss
-    want.backward()
-    grads = {n: p.grad for n, p in ref.named_parameters()}
-    bad = []
     mine = slice(2 * rank, 2 * rank + 2)
+    batch = (ids, labels, items)
+
+    def exact(got, want):
+        return None if torch.allclose(got, want, rtol=1e-4, atol=1e-6) else f"max diff {(got - want).abs().max().item():.3g}"
+
+    def rounded(got, want):  # the recipe's rounding: wgrad's scales over each rank's tokens
+        err = ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
+        return None if err < 0.1 else f"relative error {err:.3g}"
+
+    bad = []
+    want, grads = reference(None, *batch)
     for head_alone in (True, False):
-        m = sharded(mesh, head_alone=head_alone)
-        out = m(input_ids=ids[mine], labels=labels[mine], num_items_in_batch=items)
-        if out.logits is not None:
-            bad.append(f"rank {rank}: the patched forward did not take the call")
-        out.loss.backward()
-        loss = out.loss.detach().clone()
-        dist.all_reduce(loss)
-        if not torch.allclose(loss, want.detach(), rtol=1e-5, atol=1e-6):
-            bad.append(f"rank {rank}: lm_head alone={head_alone}: loss {loss.item()} != {want.item()}")
-        for n, p in m.named_parameters():
-            got = p.grad.full_tensor() * world
-            if not torch.allclose(got, grads[n], rtol=1e-4, atol=1e-6):
-                bad.append(f"rank {rank}: lm_head alone={head_alone}: {n}: max diff {(got - grads[n]).abs().max().item():.3g}")
+        bad += compare(sharded(mesh, head_alone=head_alone), *batch, mine, want, grads,
+                       f"rank {rank}: lm_head alone={head_alone}", world, exact)
     # fp8 (row-wise): sharded against unsharded, both converted
-    ref = model("rowwise")
-    want = ref(input_ids=ids, labels=labels, num_items_in_batch=items).loss
-    want.backward()
-    grads = {n: p.grad for n, p in ref.named_parameters()}
+    want, grads = reference("rowwise", *batch)
     m = sharded(mesh, "rowwise")
     if not any(type(mod).__name__ == "Float8Linear" for mod in m.modules()):
         bad.append(f"rank {rank}: fp8: no Float8Linear in the converted model")
-    out = m(input_ids=ids[mine], labels=labels[mine], num_items_in_batch=items)
-    out.loss.backward()
-    loss = out.loss.detach().clone()
-    dist.all_reduce(loss)
-    if not torch.allclose(loss, want.detach(), rtol=1e-5, atol=1e-6):
-        bad.append(f"rank {rank}: fp8: loss {loss.item()} != {want.item()}")
-    for n, p in m.named_parameters():
-        got = p.grad.full_tensor() * world
-        err = ((got - grads[n]).norm() / grads[n].norm().clamp_min(1e-12)).item()
-        if not err < 0.1:
-            bad.append(f"rank {rank}: fp8: {n}: relative error {err:.3g}")
+    bad += compare(m, *batch, mine, want, grads, f"rank {rank}: fp8", world, rounded)
     return finish(dist, rank, world, bad)
 
 
