@@ -85,15 +85,24 @@ __global__ void __launch_bounds__(512) rows_kernel(QuantArgs a) {
 #pragma unroll
       for (int i = 0; i < VW; ++i) m = max(m, mag_bits(v[i]));
     });
-    const float s = scale_of(tile::block_reduce(m, tile::Max{}, 0u, scratch));
-    if (threadIdx.x == 0) a.scale[r] = s;
+    const Divisor d = divisor_of(tile::block_reduce(m, tile::Max{}, 0u, scratch));
+    if (threadIdx.x == 0) a.scale[r] = d.s;
     uint8_t* q = a.q + r * a.cols;
-    walk_row<T, VW>(x, a.cols, [&](int64_t c, const tile::Frag<T, VW>& v) {
-      uint8_t b[VW];
+    const auto quantize = [&](auto exact) {
+      walk_row<T, VW>(x, a.cols, [&](int64_t c, const tile::Frag<T, VW>& v) {
+        const auto div = [&](int i) { return decltype(exact)::value ? quotient(v[i], d) : __fdiv_rn(v[i], d.s); };
+        uint8_t b[VW];
 #pragma unroll
-      for (int i = 0; i < VW; ++i) b[i] = to_e4m3(v[i], s);
-      store_bytes<VW>(q + c, b);
-    });
+        for (int i = 0; i < VW; i += 2) {  // two quotients a conversion
+          const uint32_t w = e4m3x2(div(i), i + 1 < VW ? div(i + 1) : 0.f);
+          b[i] = uint8_t(w);
+          if (i + 1 < VW) b[i + 1] = uint8_t(w >> 8);
+        }
+        store_bytes<VW>(q + c, b);
+      });
+    };
+    if (d.exact()) quantize(std::true_type{});  // the row's one divisor: no divergence
+    else quantize(std::false_type{});
   }
 }
 
@@ -114,13 +123,7 @@ __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, in
   typename L::Frags v;
   t.load(a, v);
   uint32_t rm[4] = {}, cm[8] = {};  // the thread's rows' and columns' maxima, T's magnitude bits
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const uint32_t b = mag_t(v[j][e / VW], e % VW);
-      rm[j] = max(rm[j], b), cm[e] = max(cm[e], b);
-    }
+  fold_maxima<T, VW>(v, rm, cm);
   if (a.tensor()) {  // one word for the whole tensor: a CTA's maximum, one atomic
     const uint32_t m = mag_f32<T>(max(max(rm[0], rm[1]), max(rm[2], rm[3])));
     const uint32_t all = tile::block_reduce(m, tile::Max{}, 0u, scratch);
@@ -142,19 +145,6 @@ __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, in
   }
 }
 
-// Pass 2: first a thread for each of the tile's rows and columns takes its scale (writing it out
-// once: rows from the first column of tiles, columns from the first row) and reciprocal into
-// shared memory, while the tile's loads are in flight. Then every quotient from the reciprocal,
-// and where any of a thread's 64 may be off, all of its again by the division (a warp in about
-// 30: one branch a thread rather than one a quotient keeps the common path straight). q goes by
-// rows, a fragment's bytes stored at once (8 bytes for 16-bit inputs: 32 bytes a row from 4
-// lanes, whole sectors); q_t through shared memory, staged as [column][row] with a thread's 4
-// rows of one column packed into one 32-bit word. Staged rows are kPitch = 32 + 8 / VW words
-// apart: a store instruction's 32 lanes write column cg * VW + c of row word rg + c', bank
-// (cg * VW * kPitch + rg + c'') % 32 = (8 cg + rg + c'') % 32 since VW * kPitch = 8 (mod 32): 32
-// distinct banks. The readback is a warp per staged row, lane l its word l (128 contiguous bytes
-// of q_t, one store instruction, whole sectors; M % 16 == 0 keeps a word's 4 rows wholly in or
-// out).
 // Pass 2: first a thread for each of the tile's rows and columns takes its scale (writing it out
 // once: rows from the first column of tiles, columns from the first row) and reciprocal into
 // shared memory, while the tile's loads are in flight; then quantize_tile and store_staged.

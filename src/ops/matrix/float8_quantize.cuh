@@ -10,10 +10,10 @@
 // every run gives the same scales.
 //
 // Numerics (tessera.float8.quantize's, bit for bit): scale = amax / 448 in float32, 1 for an
-// all-zero group, NaN for a group holding inf or NaN; q = x / scale, a float32 division (not a
-// multiplication by the reciprocal, which rounds differently: the tile kernels start from the
-// reciprocal and take the division wherever the bytes could differ), rounded to nearest even to
-// e4m3 and saturated at +-448 by the conversion itself (a clamp by fminf would turn NaN into 448).
+// all-zero group, NaN for a group holding inf or NaN; q = x / scale correctly rounded to float32
+// (quotient(): by the reciprocal and one exact correction, the division where that does not
+// hold), rounded to nearest even to e4m3 and saturated at +-448 by the conversion itself (a clamp
+// by fminf would turn NaN into 448).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -58,27 +58,18 @@ __device__ __forceinline__ float scale_of(uint32_t amax) {
   return amax == 0 ? 1.f : __fdiv_rn(__uint_as_float(amax), kE4m3Max);
 }
 
-__device__ __forceinline__ uint8_t to_e4m3(float v, float scale) {
-  return __nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3);
-}
-
-
-// The tile kernels' quotients, to_e4m3's bytes without its division for almost every element.
-// A float32 division is about 11 instructions behind a branch to its slow path, which also keeps
-// the compiler from overlapping two of them; two an element of 16-bit input (its q and q_t
-// bytes, 4 bytes of traffic) would cost pass 2 about as many issue cycles as its memory traffic
-// takes. Instead: with y = RN(1 / s) (s >= 2^-126, so 1 / s and y are normal), q = RN(x * y) is
-// x / s times (1 + e1)(1 + e2), |e1|, |e2| <= 2^-24: within 2^-22.99 of x / s, relatively.
-// q * (1 - 2^-21) and q * (1 + 2^-21), each rounded to float32 (a further 2^-24), still bracket
-// x / s (2^-21 - 2^-24 > 2^-22.99), hence its float32 rounding too, and rounding to e4m3 is
-// monotonic: where the two brackets' bytes agree, that is x / s's byte. They disagree only where
-// x / s lies within 2^-20 of an e4m3 rounding boundary (one quotient in about 2^16), and the
-// division decides. A q under 2^-126 (x * y subnormal, its error no longer relative) has
-// |x / s| < 2^-125 as well, and both round to a zero of x's sign (e4m3's smallest step is
-// 2^-9); a NaN or inf x gives the same byte either way. s NaN (a group holding inf or NaN) or
-// under 2^-126 (an amax under about 5e-36) takes the division throughout.
+// x / s correctly rounded without a division (which costs about 11 instructions behind a branch
+// to its slow path, two an element where q and q_t are both written). With y = RN(1 / s),
+// q0 = RN(x * y) is within about 2 ulps of x / s; one correction, q1 = RN(q0 + RN(x - q0 s) y),
+// brings it within an ulp, where the residual r = x - q1 s is exact in one fma, and
+// RN(q1 + r y) is the correctly rounded quotient (Markstein's theorem for round-to-nearest),
+// exact quotients included, which 16-bit inputs and amax / 448 scales make common. r is exact
+// only while its bits stay above float32's smallest subnormal: s >= 2^-90 keeps them so wherever
+// |x / s| >= 2^-10, and a smaller quotient is e4m3's zero of x's sign either way. Other scales
+// (NaN: the group held inf or NaN; an amax under about 2^-81) take the division.
 struct Divisor {
   float s, y;  // a scale and RN(1 / s)
+  __device__ bool exact() const { return s >= 0x1p-90f; }  // false for NaN
 };
 
 __device__ __forceinline__ Divisor divisor_of(uint32_t amax) {
@@ -86,25 +77,23 @@ __device__ __forceinline__ Divisor divisor_of(uint32_t amax) {
   return {s, __frcp_rn(s)};
 }
 
+__device__ __forceinline__ float quotient(float x, Divisor d) {
+  const float q0 = __fmul_rn(x, d.y);
+  const float q1 = __fmaf_rn(__fmaf_rn(-q0, d.s, x), d.y, q0);
+  const float q = __fmaf_rn(__fmaf_rn(-q1, d.s, x), d.y, q1);
+  return copysignf(q, x);  // -0 / s is -0, where the corrections' sums give +0
+}
+
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
 }
 
-// x0..x3 / d.s as the e4m3 bytes of a word, x0's the low byte: from the reciprocal, `exact` set
-// false where that may differ from the division; and by the division (to_e4m3's bits).
-__device__ __forceinline__ uint32_t e4m3x4_bracketed(float x0, float x1, float x2, float x3, Divisor d,
-                                                     bool& exact) {
-  const float q0 = __fmul_rn(x0, d.y), q1 = __fmul_rn(x1, d.y);
-  const float q2 = __fmul_rn(x2, d.y), q3 = __fmul_rn(x3, d.y);
-  const auto bytes = [&](float m) {
-    return e4m3x2(__fmul_rn(q0, m), __fmul_rn(q1, m)) | e4m3x2(__fmul_rn(q2, m), __fmul_rn(q3, m)) << 16;
-  };
-  const uint32_t below = bytes(1.f - 0x1p-21f);
-  exact = exact & (d.s >= 0x1p-126f) & (below == bytes(1.f + 0x1p-21f));  // no branch: & not &&
-  return below;
-}
-__device__ __forceinline__ uint32_t e4m3x4_divided(float x0, float x1, float x2, float x3, Divisor d) {
-  return e4m3x2(__fdiv_rn(x0, d.s), __fdiv_rn(x1, d.s)) | e4m3x2(__fdiv_rn(x2, d.s), __fdiv_rn(x3, d.s)) << 16;
+// x0..x3 / d.s as the e4m3 bytes of a word, x0's the low byte: by quotient() where d is exact(),
+// else by the division.
+template <bool Exact>
+__device__ __forceinline__ uint32_t e4m3x4(float x0, float x1, float x2, float x3, Divisor d) {
+  const auto div = [&](float x) { return Exact ? quotient(x, d) : __fdiv_rn(x, d.s); };
+  return e4m3x2(div(x0), div(x1)) | e4m3x2(div(x2), div(x3)) << 16;
 }
 
 // ---- the tile kernels ---------------------------------------------------------------------------
@@ -167,6 +156,35 @@ __device__ __forceinline__ uint32_t mag_f32(uint32_t m) {
   else return __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(m))));
 }
 
+// Folds the thread's fragments into its 4 row maxima (over its 8 columns) and 8 column maxima
+// (over its 4 rows), as T's magnitude bits. 16-bit elements go two a word: masked and maxed as
+// packed halves (VIMNMX.U16x2, three inputs where they fit), a column pair a word.
+template <class T, int VW>
+__device__ __forceinline__ void fold_maxima(const typename Tile<T, VW>::Frags& v, uint32_t (&rm)[4],
+                                            uint32_t (&cm)[8]) {
+  if constexpr (sizeof(T) == 2 && VW == 8) {
+    const auto m = [&](int j, int k) { return v[j][0].w[k] & 0x7fff7fffu; };
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t r = __vimax3_u16x2(m(j, 0), m(j, 1), __vmaxu2(m(j, 2), m(j, 3)));
+      rm[j] = max(rm[j], max(r & 0xffffu, r >> 16));
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // elements 2k (low halves) and 2k + 1
+      const uint32_t c = __vimax3_u16x2(m(0, k), m(1, k), __vmaxu2(m(2, k), m(3, k)));
+      cm[2 * k] = max(cm[2 * k], c & 0xffffu), cm[2 * k + 1] = max(cm[2 * k + 1], c >> 16);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t b = mag_t(v[j][e / VW], e % VW);
+        rm[j] = max(rm[j], b), cm[e] = max(cm[e], b);
+      }
+  }
+}
+
 // Max over the lanes that differ in lane bits Off, Off / 2, ... (log2 N of them), of N values a
 // lane, scattered: the lane ends with the maximum of value sum_i (lane & Off_i ? N / 2^(i+1) : 0)
 // only. Each step keeps the half its partner does not and takes the partner's, so the N values
@@ -187,15 +205,14 @@ __device__ __forceinline__ uint32_t max_scatter(uint32_t (&v)[N]) {
 }
 
 // The tile's quotients by its rows' divisors (`rows`, by tile row) into q, and where q_t is asked
-// for, by its columns' (`cols`, by tile column) into `staged` for store_staged: each 4 quotients
-// a word, first from the reciprocal, then, where any of the thread's 64 may be off, all of them
-// again by the division (a warp in about 30: one branch a thread rather than one a quotient keeps
-// the common path straight). q goes by rows, a fragment's bytes stored at once (8 bytes for
-// 16-bit inputs: 32 bytes a row from 4 lanes, whole sectors); q_t's tile is staged as
-// [column][row / 4], a thread's 4 rows of one column packed into one word. Staged rows are
-// kPitch = 32 + 8 / VW words apart: a store instruction's 32 lanes write column cg * VW + c of row
-// word rg + c', bank (cg * VW * kPitch + rg + c'') % 32 = (8 cg + rg + c'') % 32 since
-// VW * kPitch = 8 (mod 32): 32 distinct banks.
+// for, by its columns' (`cols`, by tile column) into `staged` for store_staged; each 4 quotients a
+// word, by quotient() unless one of the thread's divisors is not exact() (one branch a thread
+// rather than one a quotient keeps the common path straight). q goes by rows, a fragment's bytes
+// stored at once (8 bytes for 16-bit inputs: 32 bytes a row from 4 lanes, whole sectors); q_t's
+// tile is staged as [column][row / 4], a thread's 4 rows of one column packed into one word.
+// Staged rows are kPitch = 32 + 8 / VW words apart: a store instruction's 32 lanes write column
+// cg * VW + c of row word rg + c', bank (cg * VW * kPitch + rg + c'') % 32 = (8 cg + rg + c'') % 32
+// since VW * kPitch = 8 (mod 32): 32 distinct banks.
 template <int VW>
 constexpr int kPitch = 32 + 8 / VW;
 
@@ -204,14 +221,15 @@ __device__ __forceinline__ void quantize_tile(const QuantArgs& a, const Tile<T, 
                                               const typename Tile<T, VW>::Frags& v, const Divisor* rows,
                                               const Divisor* cols, uint32_t* staged) {
   const auto x = [&](int j, int e) { return v[j][e / VW][e % VW]; };
-  const auto quantize = [&](auto&& x4) {
+  const auto quantize = [&](auto exact) {
+    constexpr bool kExact = decltype(exact)::value;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t r = t.r0 + t.row + j;
       if (r >= a.rows) break;
       const Divisor d = rows[t.row + j];
-      const uint32_t w[2] = {x4(x(j, 0), x(j, 1), x(j, 2), x(j, 3), d),  // elements 0..3, 4..7
-                             x4(x(j, 4), x(j, 5), x(j, 6), x(j, 7), d)};
+      const uint32_t w[2] = {e4m3x4<kExact>(x(j, 0), x(j, 1), x(j, 2), x(j, 3), d),  // elements 0..3, 4..7
+                             e4m3x4<kExact>(x(j, 4), x(j, 5), x(j, 6), x(j, 7), d)};
 #pragma unroll
       for (int f = 0; f < Tile<T, VW>::kF; ++f) {  // fragment f: elements f * VW.., at column f * 4 * VW
         const int64_t c = t.c0 + t.col + f * 4 * VW;
@@ -226,15 +244,19 @@ __device__ __forceinline__ void quantize_tile(const QuantArgs& a, const Tile<T, 
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int c = t.col_of(e);
-        staged[c * kPitch<VW> + t.row / 4] = x4(x(0, e), x(1, e), x(2, e), x(3, e), cols[c]);
+        staged[c * kPitch<VW> + t.row / 4] = e4m3x4<kExact>(x(0, e), x(1, e), x(2, e), x(3, e), cols[c]);
       }
     }
   };
   bool exact = true;
-  quantize([&](float x0, float x1, float x2, float x3, Divisor d) {
-    return e4m3x4_bracketed(x0, x1, x2, x3, d, exact);
-  });
-  if (!exact) quantize(e4m3x4_divided);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) exact = exact & rows[t.row + j].exact();  // & not &&: no branches
+  if (a.qt) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) exact = exact & cols[t.col_of(e)].exact();
+  }
+  if (exact) quantize(std::true_type{});
+  else quantize(std::false_type{});
 }
 
 // q_t's tile from `staged` (after a barrier): a warp per staged row, lane l its word l (128

@@ -31,14 +31,7 @@ __device__ __forceinline__ void block_tile(const QuantArgs& a, int64_t col_tiles
   const L t[2] = {L(tr * kBlock, tc * kBlock), L(tr * kBlock, tc * kBlock + kTileCols)};
   uint32_t rm[4] = {}, cm[2][8] = {};  // T's magnitude bits: the thread's rows', each half's columns'
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const uint32_t b = mag_t(v[h][j][e / VW], e % VW);
-        rm[j] = max(rm[j], b), cm[h][e] = max(cm[h][e], b);
-      }
+  for (int h = 0; h < 2; ++h) fold_maxima<T, VW>(v[h], rm, cm[h]);
   const int i = int(threadIdx.x), lane = i % 32, w = i / 32;
   if (a.granularity == Float8Granularity::block2d) {  // whole blocks (M, K multiples of 128)
     const uint32_t all =
