@@ -358,11 +358,11 @@ __device__ __forceinline__ void scale_accumulators(float (&acc)[Frags][Acc], con
 
 // Block-wise scales (BlockScaled, whole tiles): each stage, one kScaleBlock-deep block of K,
 // multiplied into `part` alone, then added to acc times its rows' and its columns' scales (one
-// per tile where B's blocks are 128 x 128, else one per column). A block's scales are loaded a
-// block ahead, while the previous block's wgmma and sums run: the loads (L2, about as long as a
-// block's wgmma) stay off the path between two blocks' products. The stage is released as soon
-// as its product has completed. Value 4 i + 2 r + c is row 16 w + l / 4 + 8 r, column
-// 8 i + 2 (l % 4) + c of the consumer's.
+// per tile where B's blocks are 128 x 128, else one per column). A block's scales (L2 loads, a
+// few hundred cycles) are issued during the previous block's wgmma and first read after this
+// block's wgmma has been issued, so that no load's latency falls between two blocks' products.
+// The stage is released as soon as its product has completed. Value 4 i + 2 r + c is row
+// 16 w + l / 4 + 8 r, column 8 i + 2 (l % 4) + c of the consumer's.
 template <class Mma, class T, class S, class OutT>
 __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<OutT>& epi, float (&acc)[S::BN / 2],
                                                   int& stage, uint32_t& phase, int kb0, int blocks, int rows0,
@@ -371,21 +371,22 @@ __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<
   constexpr int kCols = S::BN / 4;  // the thread's columns
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   float part[S::BN / 2], sa[2], sb[kCols], next_a[2], next_b[kCols];
-  const auto load = [&](int kb, float (&a)[2], float (&b)[kCols]) {
+  const auto load = [&](int kb) {  // block kb's scales into next_a, next_b
 #pragma unroll
-    for (int r = 0; r < 2; ++r) a[r] = epi.block_a(row0 + kWarpRows * warp + lane / 4 + 8 * r, kb0 + kb, m);
+    for (int r = 0; r < 2; ++r) next_a[r] = epi.block_a(row0 + kWarpRows * warp + lane / 4 + 8 * r, kb0 + kb, m);
     if (epi.b_columns) {
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) b[c] = epi.block_b(kb0 + kb, col0 + 8 * (c / 2) + 2 * (lane % 4) + c % 2, n);
+      for (int c = 0; c < kCols; ++c)
+        next_b[c] = epi.block_b(kb0 + kb, col0 + 8 * (c / 2) + 2 * (lane % 4) + c % 2, n);
     } else {
       const float one = epi.block_b(kb0 + kb, col0, n);
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) b[c] = one;
+      for (int c = 0; c < kCols; ++c) next_b[c] = one;
     }
   };
 #pragma unroll
   for (int i = 0; i < S::BN / 2; ++i) acc[i] = 0.0f;
-  if (blocks > 0) load(0, sa, sb);
+  if (blocks > 0) load(0);
   for (int kb = 0; kb < blocks; ++kb) {
     tile::BulkBarrier{&s.full[stage]}.wait(phase);
     tile::wgmma::fence();
@@ -393,7 +394,13 @@ __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<
     for (int k = 0; k < kKSteps; ++k)
       Mma::run(part, operand_desc<T, true>(s.a[stage], rows0, k), operand_desc<T, true>(s.b[stage], 0, k), k > 0);
     tile::wgmma::commit();
-    if (kb + 1 < blocks) load(kb + 1, next_a, next_b);
+    tile::wgmma::fence_operands(next_a);  // read here, not hoisted above the wgmma
+    tile::wgmma::fence_operands(next_b);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) sa[r] = next_a[r];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) sb[c] = next_b[c];
+    if (kb + 1 < blocks) load(kb + 1);
     tile::wgmma::wait<0>();
     tile::wgmma::fence_operands(part);
     if (tid == 0) tile::BulkBarrier{&s.empty[stage]}.arrive();
@@ -402,10 +409,6 @@ __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<
       const int r = i / 2 % 2, c = i / 4 * 2 + i % 2;
       acc[i] = fmaf(part[i], sa[r] * sb[c], acc[i]);
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) sa[r] = next_a[r];
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) sb[c] = next_b[c];
     if (++stage == S::kStages) stage = 0, phase ^= 1;
   }
 }
