@@ -332,14 +332,16 @@ def _matmul_function():
             if not ctx.kernels:
                 ctx.save_for_backward(x, weight)
                 return _cast(_fake(x, act) @ _fake(weight, wgt).t(), x.dtype)
-            # Each operand quantized once, in both layouts where the backward needs its columns
-            # too: x's for wgrad (K = tokens, padded to 16 with zero rows), the weight's for dgrad
-            # (K = out_features). The backward keeps those float8 copies, not x and the weight.
+            # x quantized once, in both layouts where the backward needs its columns too (wgrad:
+            # K = tokens, padded to 16 with zero rows); the backward keeps that float8 copy, not
+            # x. The weight by rows alone: dgrad's copy of its columns (K = out_features) is made
+            # in the backward from the weight itself, which the model holds anyway, so that no
+            # layer holds a float8 copy of its weight from its forward to its backward.
             # (`recorded`: autograd keeps the call, which needs_input_grad does not say under no_grad)
-            want_dx, want_dw = recorded and ctx.needs_input_grad[0], recorded and ctx.needs_input_grad[1]
+            want_dw = recorded and ctx.needs_input_grad[1]
             qx, sx, qx_t, sx_t = _quantize_reusing(x, act, want_dw)  # q/k/v (gate/up): x once
-            qw, sw, qw_t, sw_t = _quantize_both(weight, wgt, want_dx)
-            ctx.save_for_backward(qx_t, sx_t, qw_t, sw_t)
+            qw, sw, _, _ = _quantize_both(weight, wgt, False)
+            ctx.save_for_backward(qx_t, sx_t, weight if recorded and ctx.needs_input_grad[0] else None)
             ctx.dtypes = (x.dtype, weight.dtype)
             return _scaled(qx, sx, qw.t(), _as_right(sw, wgt), x.dtype)
 
@@ -349,12 +351,13 @@ def _matmul_function():
             dx = dw = None
             want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
             if ctx.kernels:
-                qx_t, sx_t, qw_t, sw_t = ctx.saved_tensors
+                qx_t, sx_t, weight = ctx.saved_tensors
                 x_dtype, w_dtype = ctx.dtypes
                 # grad by rows for dgrad (K = out_features) and by columns for wgrad (K = tokens),
                 # from one kernel call
                 qg, sg, qg_t, sg_t = _quantize_both(grad.contiguous(), act, want_dw)
                 if want_dx:  # grad [T, O] @ weight [O, I]: the weight's columns as qw_t [I, O]
+                    _, _, qw_t, sw_t = _quantize_both(weight, wgt, True)
                     dx = _scaled(qg, sg, qw_t.t(), sw_t, x_dtype)
                 if want_dw:  # grad^T [O, T'] @ x [T', I]: both by columns, T' padded to 16
                     dw = _scaled(qg_t, sg_t.t() if sg_t.dim() else sg_t, qx_t.t(), sx_t, w_dtype)

@@ -360,9 +360,10 @@ def test_quantize_takes_the_kernel_on_cuda_for_floats(monkeypatch):
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
-def test_float8_linear_quantizes_each_tensor_once(recipe, monkeypatch):
-    """Forward: x and the weight, each by rows and columns in one call; backward: the output
-    gradient, by rows and columns in one call. 200 tokens: padded to 208 for the columns."""
+def test_float8_linear_quantizes_each_operand_where_its_gemm_runs(recipe, monkeypatch):
+    """Forward: x by rows and columns in one call, the weight by rows; backward: the output
+    gradient by rows and columns in one call, the weight's columns for dgrad (no float8 copy of
+    the weight kept from the forward). 200 tokens: padded to 208 for the columns."""
     _need_cuda()
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the float8 GEMMs run on tessera's kernels on sm_90 only (emulated elsewhere)")
@@ -373,7 +374,7 @@ def test_float8_linear_quantizes_each_tensor_once(recipe, monkeypatch):
     lin = f8.convert_to_float8_training(torch.nn.Linear(256, 384).cuda().bfloat16(), recipe=recipe)
     x = torch.randn(200, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     lin(x).sum().backward()
-    assert calls == [((208, 256), True), ((384, 256), True), ((208, 384), True)]
+    assert calls == [((208, 256), True), ((384, 256), False), ((208, 384), True), ((384, 256), True)]
     calls.clear()
     with torch.no_grad():  # the same x: its quantization (with columns) reused, the weight by rows
         lin(x)
@@ -410,8 +411,8 @@ def test_float8_linears_taking_one_input_quantize_it_once(recipe, monkeypatch):
         return [o.detach() for o in outs] + [x.grad] + [lin.weight.grad for lin in lins]
 
     got = step()
-    assert calls[:4] == [((208, 256), True), ((384, 256), True), ((128, 256), True), ((128, 256), True)]
-    assert len(calls) == 7  # and each output gradient
+    assert calls[:4] == [((208, 256), True), ((384, 256), False), ((128, 256), False), ((128, 256), False)]
+    assert len(calls) == 10  # and each output gradient and each weight's columns
     monkeypatch.setattr(f8, "_quantize_reusing", lambda t, g, columns, quantize=None: f8._quantize_both(t, g, columns))
     want = step()
     for a, b in zip(got, want):
