@@ -16,9 +16,11 @@ OUT=/tmp/fp8logs  # each step's log and reports, packed into $FINAL at the end
 mkdir -p "$FINAL" "$OUT"
 root=$PWD
 summary=()
+ALL="main ctest verify memcheck memcheck2 matrix pytest conv moebench kernels ncu quant fp8step"  # STEPS picks
 step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
+  [[ " ${STEPS:-$ALL} " == *" $name "* ]] || return 0
   [ $((SECONDS + limit)) -le "${DEADLINE:-570}" ] || limit=$(("${DEADLINE:-570}" - SECONDS))
   if [ "$limit" -le 10 ]; then summary+=("$(printf '%-8s skipped: past the deadline' "$name")"); return; fi
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
@@ -51,13 +53,16 @@ fi
 export PYTHONUNBUFFERED=1
 step matrix "${MATRIX_LIMIT:-60}" "$PY" benchmarks/matrix.py ${MATRIX_ARGS:---no-sizes --fp32 --rounds 1} --out "$OUT/matrix"
 step pytest 150 "$PY" -m pytest -q -x tests/python/test_float8.py
+step conv 150 "$PY" -m pytest -q -x tests/python/test_float8_convergence.py
 step moebench 150 "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3} --out "$OUT/moe"
 step kernels 90 "$PY" dev/fp8_kernels.py
+step ncu 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
+  --section MemoryWorkloadAnalysis "$PY" dev/fp8_ncu.py
 step quant 90 "$PY" benchmarks/float8_quantize.py --no-compile --rounds 3 --out "$OUT/float8_quantize"
 step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
   --kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 --warmup 2 \
   --runs "${FP8_RUNS:-tessera,tessera fp8 rowwise,tessera fp8 blockwise}" --profile --out "$OUT/fp8_step"
-for s in main ctest verify memcheck memcheck2 matrix pytest moebench kernels quant fp8step; do
+for s in $ALL; do
   [ -f "$OUT/$s.log" ] || continue
   echo "== $s"; tail -n "${TAIL:-25}" "$OUT/$s.log" | cut -c1-200
 done

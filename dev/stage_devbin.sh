@@ -7,7 +7,8 @@ BUILD="${BUILD_DIR:-build}"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=${TESSERA_CUDA_ARCHITECTURES:-80;90a}" >/dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 rm -rf devbin && mkdir -p devbin
-cp -P "$BUILD"/src/libtessera.so* "$BUILD"/harness/libtessera_harness.so* devbin/
+# libtessera.so alone: a Python-on configure leaves a stale libtessera.so.0.1.0 beside it
+cp "$BUILD"/src/libtessera.so "$BUILD"/harness/libtessera_harness.so devbin/
 cp "$BUILD"/tests/cpp/tessera_tests devbin/
 cp "$BUILD"/tools/tessera devbin/ 2>/dev/null || true
 du -sh devbin
