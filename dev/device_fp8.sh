@@ -16,7 +16,7 @@ OUT=/tmp/fp8logs  # each step's log and reports, packed into $FINAL at the end
 mkdir -p "$FINAL" "$OUT"
 root=$PWD
 summary=()
-ALL="main ctest verify memcheck memcheck2 matrix pytest conv moebench kernels ncu quant fp8step"  # STEPS picks
+ALL="main ctest verify memcheck memcheck2 matrix pytest conv moebench kernels ncu quant gaps fp8step"  # STEPS picks
 step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
@@ -59,6 +59,7 @@ step kernels 90 "$PY" dev/fp8_kernels.py
 step ncu 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
   --section MemoryWorkloadAnalysis "$PY" dev/fp8_ncu.py
 step quant 90 "$PY" benchmarks/float8_quantize.py --no-compile --rounds 3 --out "$OUT/float8_quantize"
+step gaps 120 "$PY" dev/step_gaps.py
 step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
   --kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 --warmup 2 \
   --runs "${FP8_RUNS:-tessera,tessera fp8 rowwise,tessera fp8 blockwise}" --profile --out "$OUT/fp8_step"

@@ -1,13 +1,10 @@
 #!/usr/bin/env python3
-"""Where a Llama step's GPU sits idle: the gaps between consecutive kernels (and copies) in two
-steps run back to back without a synchronisation, from torch.profiler's device timestamps, for
-each run asked for (llama_step's runs and pieces).
+"""Where the GPU waits in one training step: the step of benchmarks/transformers_step.py (Llama-3
+8B layer shapes, 4 layers, 2 x 2048 tokens) under torch.profiler, the idle stretches between
+consecutive kernels, the longest with the kernels on either side, and the idle total against the
+step's span.
 
-    python3 dev/step_gaps.py --runs "torch compile,tessera compile" --tessera all,swiglu [--small]
-
-Prints per run: the GPU span of the two steps, the kernels' busy time, the idle time split into
-gaps under 10 us (launch-to-launch on a busy stream) and above, and the largest gaps with the
-kernels either side.
+    python dev/step_gaps.py [--runs "tessera fp8 rowwise,tessera"] [--top 12]
 """
 import argparse
 import os
@@ -16,56 +13,51 @@ from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from llama_step import FULL, SMALL, build, parse_pieces  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from transformers_step import build  # noqa: E402
 
 
-def gaps_of(run, c, pieces, data, top):
-    compiled = run.endswith("compile")
-    torch._dynamo.reset()
-    model = build(c, pieces if run.startswith("tessera") else ())
-    fn = torch.compile(model) if compiled else model
+def gaps(run, args):
+    cfg = SimpleNamespace(layers=4, hidden=4096, heads=32, kv_heads=8, intermediate=14336, vocab=128256, batch=2,
+                          seq=2048, seed=0, attn="sdpa", experts_impl="grouped_mm", fit=False, head_dim=None)
+    model = build(run, cfg, "llama")
+    ids = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq), device="cuda")
 
     def step():
-        fn(*data).backward()
+        model(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)
 
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
-    busy = sum(e - s for s, e, _ in spans)
-    gaps = [(spans[i + 1][0] - spans[i][1], spans[i][2], spans[i + 1][2]) for i in range(len(spans) - 1)]
-    small = sum(g for g, _, _ in gaps if 0 < g < 10)
-    large = sorted((g for g in gaps if g[0] >= 10), reverse=True)
-    print(f"\n== {run}: {len(spans)} kernels in 2 steps, span {(spans[-1][1] - spans[0][0]) / 1e3:.2f} ms, "
-          f"busy {busy / 1e3:.2f} ms, gaps < 10 us {small / 1e3:.2f} ms, gaps >= 10 us "
-          f"{sum(g for g, _, _ in large) / 1e3:.2f} ms ({len(large)})")
-    for g, before, after in large[:top]:
-        print(f"  {g:8.1f} us  after {before[:70]}  before {after[:70]}")
-    model.zero_grad(set_to_none=True)
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA)
+    idle = []
+    for (s0, e0, n0), (s1, _, n1) in zip(kernels, kernels[1:]):
+        if s1 - e0 > 5:
+            idle.append((s1 - e0, n0, n1))
+    span = kernels[-1][1] - kernels[0][0]
+    busy = sum(e - s for s, e, _ in kernels)
+    total = sum(g for g, _, _ in idle)
+    print(f"== {run}: span {span / 1e3:.2f} ms, kernels {busy / 1e3:.2f} ms, idle > 5 us {total / 1e3:.2f} ms "
+          f"in {len(idle)} stretches")
+    for g, n0, n1 in sorted(idle, reverse=True)[:args.top]:
+        print(f"  {g:8.1f} us  after {n0[:70]}  before {n1[:70]}")
+    del model
     torch.cuda.empty_cache()
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", default="torch compile,tessera compile")
-    ap.add_argument("--tessera", default="all,swiglu")
-    ap.add_argument("--small", action="store_true")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", default="tessera fp8 rowwise,tessera")
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
-    c = SimpleNamespace(**(SMALL if args.small else FULL))
-    g = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, c.vocab, (c.batch, c.seq + 1), generator=g).cuda()
-    data = (tokens[:, :-1].contiguous(), tokens[:, 1:].reshape(-1))
-    for run in (r.strip().replace("-", " ") for r in args.runs.split(",")):
-        gaps_of(run, c, parse_pieces(args.tessera), data, args.top)
+    for run in args.runs.split(","):
+        gaps(run, args)
 
 
 if __name__ == "__main__":
