@@ -163,6 +163,10 @@ def _kernel_quantize(x, granularity: str, columns: bool = False):
     x = x.detach()
     if x.stride(-1) != 1 and x.shape[-1] > 1:
         x = x.contiguous()
+    if _state.fast is not None and not _state.dynamo_compiling():  # the kernel at once
+        out = _state.fast.float8_quantize(x, granularity, columns)
+        if out is not None:
+            return out
     if _state.ops is not None:
         op = _state.ops.float8_quantize
         return tuple((op.columns if columns else op.default)(x, granularity=granularity))
@@ -212,9 +216,13 @@ def _scaled(qa, sa, qb_t, sb, out_dtype):
     """qa [M, K] @ qb_t [K, N] (column-major) on tessera.scaled_mm, sa [M, 1] and sb [1, N] (or
     one element each), in out_dtype (float32 kept where scaled_mm has no such output)."""
     import torch
-    from . import matrix
+    from . import _state, matrix
     kept = out_dtype if out_dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
-    return _cast(matrix.scaled_mm(qa, qb_t, sa, sb, out_dtype=kept), out_dtype)
+    fast = _state.fast  # the kernel at once, without the dispatcher (not while dynamo traces)
+    out = fast.scaled_mm(qa, qb_t, sa, sb, kept) if fast is not None and not _state.dynamo_compiling() else None
+    if out is None:
+        out = matrix.scaled_mm(qa, qb_t, sa, sb, out_dtype=kept)
+    return _cast(out, out_dtype)
 
 
 def _pad_rows(t, multiple: int = 16):

@@ -112,8 +112,8 @@ def test_float8_linear_on_the_tensor_cores_matches_the_emulation(recipe, monkeyp
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the float8 GEMMs run on tessera's kernels on sm_90 only (emulated elsewhere)")
     calls = []
-    real = tessera.matrix.scaled_mm
-    monkeypatch.setattr(tessera.matrix, "scaled_mm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = f8._scaled
+    monkeypatch.setattr(f8, "_scaled", lambda *a: calls.append(1) or real(*a))
     g = torch.Generator().manual_seed(2)
     lin = torch.nn.Linear(256, 384, bias=True).to(torch.bfloat16)
     f8.convert_to_float8_training(lin, recipe=recipe)
@@ -357,6 +357,33 @@ def test_quantize_takes_the_kernel_on_cuda_for_floats(monkeypatch):
         q, s = f8.quantize(view, "row")
         tq, ts = f8._torch_quantize(view, "row")
         assert _same_bits(q, tq) and _same_bits(s, ts)
+
+
+def test_fast_entries_give_the_torch_ops_bits():
+    """tessera._torch_fast's scaled_mm and float8_quantize (Float8Matmul's calls, without the
+    dispatcher) give the registered ops' outputs bit for bit, and decline what they do not take:
+    CPU tensors, inputs requiring grad (the op then records nothing, as the registered one)."""
+    _need_cuda()
+    from tessera import _state
+    fast, ops = _state.fast, _state.ops
+    if fast is None or ops is None:
+        pytest.skip("the torch ops and their fast entries are not built")
+    x = torch.randn(256, 384, device="cuda", dtype=torch.bfloat16)
+    for columns in (False, True):
+        for g in ("row", "block", "tensor"):
+            got = fast.float8_quantize(x, g, columns)
+            want = (ops.float8_quantize.columns if columns else ops.float8_quantize.default)(x, granularity=g)
+            assert len(got) == len(want) and all(_same_bits(a, b) for a, b in zip(got, want)), (g, columns)
+    assert fast.float8_quantize(x.cpu(), "row", False) is None
+    assert fast.float8_quantize(x.clone().requires_grad_(), "row", False) is None
+    qa, sa = ops.float8_quantize.default(x, granularity="row")
+    qb, sb = ops.float8_quantize.default(torch.randn(128, 384, device="cuda"), granularity="row")
+    for dtype in (torch.bfloat16, torch.float32, None):
+        got = fast.scaled_mm(qa, qb.t(), sa, sb.reshape(1, -1), dtype)
+        want = ops.scaled_mm.default(qa, qb.t(), sa, sb.reshape(1, -1), out_dtype=dtype)
+        assert got.dtype == want.dtype and _same_bits(got, want), dtype
+    assert fast.scaled_mm(qa.cpu(), qb.t().cpu(), sa.cpu(), sb.reshape(1, -1).cpu(), None) is None
+    assert fast.scaled_mm(qa, qb.t(), sa, sb, "bfloat16") is None  # not a dtype
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])

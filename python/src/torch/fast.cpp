@@ -286,6 +286,48 @@ PyObject* mlp(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
+// scaled_mm(input, other, scale_a, scale_b, out_dtype): float8 operands and float32 scales, plain
+// CUDA tensors on one device, out_dtype a torch.dtype or None; no bias. Float8 tensors do not
+// require grad, so autograd never records the call: the op's CUDA kernel at once.
+PyObject* scaled_mm(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  bool grad = false;
+  const at::Tensor* t[4] = {};
+  bool ok = n == 5 && quiet() && (args[4] == Py_None || THPDtype_Check(args[4]));
+  for (int i = 0; ok && i < 4; ++i) {
+    t[i] = dense(args[i], grad);
+    ok = t[i] && t[i]->device() == t[0]->device() && (i < 2) != (t[i]->scalar_type() == at::kFloat);
+  }
+  if (!ok || grad) Py_RETURN_NONE;
+  const std::optional<at::ScalarType> dtype =
+      args[4] == Py_None ? std::nullopt : std::optional(reinterpret_cast<THPDtype*>(args[4])->scalar_type);
+  RECORD_FUNCTION("tessera::scaled_mm", std::vector<c10::IValue>());
+  return wrap(fast::scaled_mm(*t[0], *t[1], *t[2], *t[3], dtype));
+  END_HANDLE_TH_ERRORS
+}
+
+// float8_quantize(input, granularity, columns): a plain float tensor, granularity a str (the
+// library checks its value), columns a bool: (q, scale) or, with columns, (q, scale, q_t,
+// scale_t). The op has no autograd: a call on a tensor requiring grad takes it as a constant, as
+// the registered op does.
+PyObject* float8_quantize(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  bool grad = false;
+  const at::Tensor* x = n == 3 && PyBool_Check(args[2]) ? plain(args[0], grad) : nullptr;
+  Py_ssize_t size = 0;
+  const char* g = x && PyUnicode_Check(args[1]) ? PyUnicode_AsUTF8AndSize(args[1], &size) : nullptr;
+  if (!g) PyErr_Clear();
+  if (!g || grad || !quiet()) Py_RETURN_NONE;
+  RECORD_FUNCTION("tessera::float8_quantize", std::vector<c10::IValue>());
+  std::vector<at::Tensor> outs = fast::float8_quantize(*x, c10::string_view(g, static_cast<size_t>(size)),
+                                                       args[2] == Py_True);
+  PyObject* r = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
+  if (!r) return nullptr;
+  for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(r, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
+  return r;
+  END_HANDLE_TH_ERRORS
+}
+
 // Whether a call on `x` may take this module (for tests): a plain tensor in a quiet thread. Where
 // autograd records the call, it goes through the dispatcher (records(x)).
 PyObject* takes(PyObject*, PyObject* x) {
@@ -310,6 +352,8 @@ PyMethodDef methods[] = {
     FAST("matmul", matmul<false>),
     FAST("linear", matmul<true>),
     FAST("mlp", mlp),
+    FAST("scaled_mm", scaled_mm),
+    FAST("float8_quantize", float8_quantize),
     {"takes", takes, METH_O, nullptr},
     {"records", records_, METH_O, nullptr},
     {"index", index, METH_O, nullptr},

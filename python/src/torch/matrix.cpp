@@ -496,4 +496,11 @@ at::Tensor matmul(const at::Tensor& input, const at::Tensor& other,
 at::Tensor mlp(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor& w_out, c10::string_view activation) {
   return torch_ops::mlp(input, w_in, w_out, activation, std::nullopt);
 }
+at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at::Tensor& scale_a,
+                     const at::Tensor& scale_b, std::optional<at::ScalarType> out_dtype) {
+  return torch_ops::scaled_mm(input, other, scale_a, scale_b, std::nullopt, out_dtype);
+}
+std::vector<at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity, bool columns) {
+  return torch_ops::float8_quantize_into(input, granularity, columns);
+}
 }  // namespace tessera::torch_ops::fast
