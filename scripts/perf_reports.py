@@ -91,6 +91,14 @@ REPORTS = {
     "moe": ("A Mixture-of-Experts layer's routed experts, forward + backward (benchmarks/moe.py)",
             "python3 benchmarks/moe.py --families all --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3 "
             "--out {out}", "moe.md"),
+    "fp8_step": ("float8 training: HF Llama at Llama-3 8B's layer shapes, one step (benchmarks/transformers_step.py)",
+                 "python3 benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 "
+                 "--kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 "
+                 "--warmup 2 --runs 'tessera,compile,tessera fp8 rowwise,tessera fp8 blockwise,torchao tensorwise "
+                 "compile' --out {out}", "transformers_step.md"),
+    "float8_quantize": ("float8_quantize against torch's quantizing code (benchmarks/float8_quantize.py)",
+                        "python3 benchmarks/float8_quantize.py --no-compile --rounds 3 --out {out}",
+                        "float8_quantize.md"),
     "post_training": ("TRL's post-training losses against Liger-Kernel's modules, forward + backward "
                       "(benchmarks/post_training.py)",
                       "python3 benchmarks/post_training.py --rounds 3 --out {out}", "post_training.md"),
