@@ -11,9 +11,9 @@
 //
 // Numerics (tessera.float8.quantize's, bit for bit): scale = amax / 448 in float32, 1 for an
 // all-zero group, NaN for a group holding inf or NaN; q = x / scale correctly rounded to float32
-// (quotient(): by the reciprocal and one exact correction, the division where that does not
-// hold), rounded to nearest even to e4m3 and saturated at +-448 by the conversion itself (a clamp
-// by fminf would turn NaN into 448).
+// (quotient(): from the reciprocal by two fma corrections; the division where those are not
+// exact), rounded to nearest even to e4m3 and saturated at +-448 by the conversion itself (a
+// clamp by fminf would turn NaN into 448).
 #pragma once
 
 #include <cuda_bf16.h>
