@@ -43,6 +43,7 @@ parameters, so state_dicts load either way.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any, Callable, Optional
 
@@ -203,7 +204,15 @@ def _on_kernels(x, recipe: str) -> bool:
     import torch
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # the quantizing kernel's inputs
         return False
-    return torch.cuda.get_device_capability(x.device)[0] == 9
+    return _major(x.device.index) == 9
+
+
+@functools.lru_cache(maxsize=None)
+def _major(index: int) -> int:
+    """The compute capability's major version of CUDA device ``index`` (asked once: each
+    Float8Linear call consults it)."""
+    import torch
+    return torch.cuda.get_device_capability(index)[0]
 
 
 def _cast(t, dtype):
