@@ -227,7 +227,9 @@ def _scaled(qa, sa, qb_t, sb, out_dtype):
     import torch
     from . import _state, matrix
     kept = out_dtype if out_dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
-    fast = _state.fast  # the kernel at once, without the dispatcher (not while dynamo traces)
+    # Operands made here are valid: the kernel at once, without the dispatcher or the public
+    # function's Python checks (not while dynamo traces).
+    fast = _state.fast
     out = fast.scaled_mm(qa, qb_t, sa, sb, kept) if fast is not None and not _state.dynamo_compiling() else None
     if out is None:
         out = matrix.scaled_mm(qa, qb_t, sa, sb, out_dtype=kept)
@@ -358,7 +360,7 @@ def _matmul_function():
             want_dw = recorded and ctx.needs_input_grad[1]
             qx, sx, qx_t, sx_t = _quantize_reusing(x, act, want_dw)  # q/k/v (gate/up): x once
             qw, sw, _, _ = _quantize_both(weight, wgt, False)
-            ctx.save_for_backward(qx_t, sx_t, weight if recorded and ctx.needs_input_grad[0] else None)
+            ctx.save_for_backward(qx_t, sx_t, weight)
             ctx.dtypes = (x.dtype, weight.dtype)
             return _scaled(qx, sx, qw.t(), _as_right(sw, wgt), x.dtype)
 
