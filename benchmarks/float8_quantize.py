@@ -8,12 +8,14 @@ and torch.compile of it, row-wise or 1 x 128 block scales, with and without the 
 One call quantizes a [M, K] tensor (randn) to float8_e4m3fn with one scale per row, or per 1 x 128
 block of a row ('rows'), or also its columns along M, transposed, q_t [K, M] with a scale per
 column or per 128 x 1 block of a column ('rows+columns': what a backward takes, the output
-gradient for dgrad and wgrad). Providers:
+gradient for dgrad and wgrad), or those columns alone ('columns': a weight's copy for dgrad).
+Providers:
 - torch: tessera.float8._torch_quantize (amax, scale, divide, clamp, cast); for the columns the
   same on x.t().contiguous(), so that q_t is row-major as the kernel writes it;
 - compile: torch.compile of the torch provider;
 - tessera: tessera.float8._kernel_quantize (rows: one kernel; with the columns: two passes over
-  128 x 64 tiles by rows, one pass over 128 x 128 tiles by blocks).
+  128 x 64 tiles by rows, one pass over 128 x 128 tiles by blocks; the columns alone the same
+  passes without the rows' quotients and stores).
 Times: triton's do_bench (L2 flushed, median), the median of --rounds interleaved rounds. GB/s
 counts the floor's bytes for every provider: x read once, q (and q_t) written once, the scales;
 'of copy' is that rate over the copy rate measured on this GPU (ANCHORS.md: 4226 GB/s on the
@@ -31,20 +33,22 @@ from common import interleaved_ms, write_results
 COPY_GBPS = 4226.0
 
 
-def providers(granularity: str, columns: bool, compile_: bool):
+def providers(granularity: str, columns: bool, rows: bool, compile_: bool):
     def torch_rows(x):
         return f8._torch_quantize(x, granularity)
 
-    def torch_both(x):  # scale_t as the kernel lays it out: [1, K] (row), [M / 128, K] (block)
-        q, s = f8._torch_quantize(x, granularity)
+    def torch_columns(x):  # scale_t as the kernel lays it out: [1, K] (row), [M / 128, K] (block)
         q_t, s_t = f8._torch_quantize(x.t().contiguous(), granularity)
-        return q, s, q_t, s_t.reshape(1, -1) if granularity == "row" else s_t.t()
+        return q_t, s_t.reshape(1, -1) if granularity == "row" else s_t.t()
 
-    fn = torch_both if columns else torch_rows
+    def torch_both(x):
+        return (*torch_rows(x), *torch_columns(x))
+
+    fn = torch_both if columns and rows else torch_columns if columns else torch_rows
     out = {"torch": fn}
     if compile_:
         out["compile"] = torch.compile(fn)
-    out["tessera"] = lambda x: f8._kernel_quantize(x, granularity, columns=columns)
+    out["tessera"] = lambda x: f8._kernel_quantize(x, granularity, columns=columns, rows=rows)
     return out
 
 
@@ -67,10 +71,11 @@ def main():
     for text in args.shapes.split(","):
         m, k = (int(v) for v in text.split("x"))
         x = torch.randn(m, k, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0)).to(dtype)
-        for granularity, columns in ((g, c) for g in args.granularity.split(",") for c in (False, True)):
-            mode = granularity + (" rows+columns" if columns else " rows")
+        for granularity, (rows_, columns) in ((g, c) for g in args.granularity.split(",")
+                                              for c in ((True, False), (True, True), (False, True))):
+            mode = granularity + (" rows+columns" if columns and rows_ else " columns" if columns else " rows")
             calls = {name: (lambda fn=fn: fn(x)) for name, fn in
-                     providers(granularity, columns, not args.no_compile).items()}
+                     providers(granularity, columns, rows_, not args.no_compile).items()}
             want = calls["tessera"]()
             for name, call in calls.items():
                 same = all(same_bits(g, w) for g, w in zip(call(), want))
@@ -80,7 +85,7 @@ def main():
                 if not same:
                     print(f"note: {name} {mode} {text}: not tessera's bits", flush=True)
             scales = sum(t.numel() for t in want[1::2])
-            floor = x.numel() * (x.element_size() + (2 if columns else 1)) + 4 * scales
+            floor = x.numel() * (x.element_size() + (2 if columns and rows_ else 1)) + 4 * scales
             ms = interleaved_ms(calls, args.rounds)
             for name, t in ms.items():
                 gbps = floor / (t * 1e6)

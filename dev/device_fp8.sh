@@ -5,7 +5,8 @@
 # `tessera verify --full` of float8_quantize and scaled_mm, compute-sanitizer memcheck over
 # float8_quantize's cases; with the package the main job installed: test_float8.py, each recipe's
 # kernels in one Float8Linear step (dev/fp8_kernels.py), benchmarks/moe.py (MOE_ARGS),
-# benchmarks/float8_quantize.py and the Llama-3-8B-layer step (FP8_RUNS). Every step ends by
+# benchmarks/float8_quantize.py, the Llama-3-8B-layer step (FP8_RUNS) and the public-size step
+# (8 layers of 2048, 2 x 4096 tokens: PUBLIC_RUNS). Every step ends by
 # DEADLINE seconds into the call (default 570), later ones skipped. The logs and reports packed in
 # $OUT/logs.tar.xz (a call returns 8 files at most), a summary last.
 #   device: bash dev/device_fp8.sh        (carry [".whl", "devbin-pack"]; with MAIN=0 "devwheel" too)
@@ -16,7 +17,7 @@ OUT=/tmp/fp8logs  # each step's log and reports, packed into $FINAL at the end
 mkdir -p "$FINAL" "$OUT"
 root=$PWD
 summary=()
-ALL="main ctest verify memcheck memcheck2 matrix pytest conv moebench kernels ncu quant gaps fp8step"  # STEPS picks
+ALL="main ctest verify memcheck memcheck2 matrix pytest conv moebench kernels ncu quant gaps fp8step public"  # STEPS picks
 step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
@@ -63,6 +64,8 @@ step gaps 120 "$PY" dev/step_gaps.py
 step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
   --kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 --warmup 2 \
   --runs "${FP8_RUNS:-tessera,tessera fp8 rowwise,tessera fp8 blockwise}" --profile --out "$OUT/fp8_step"
+step public "${PUBLIC_LIMIT:-150}" "$PY" benchmarks/transformers_step.py --family llama --rounds 2 --steps 4 --warmup 2 \
+  --runs "${PUBLIC_RUNS:-tessera,tessera fp8 rowwise}" --profile --out "$OUT/public_step"
 for s in $ALL; do
   [ -f "$OUT/$s.log" ] || continue
   echo "== $s"; tail -n "${TAIL:-25}" "$OUT/$s.log" | cut -c1-200

@@ -444,7 +444,8 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     # 'tensor' takes one amax over the whole tensor, 'block2d' 128 x 128 blocks that an even
     # split of the rows may cut: replicated. .columns also quantizes each column along M, whose amax rows
     # sharded would split, as K sharded splits the rows': replicated only (no placement keeps
-    # both kinds of group whole; a caller that shards quantizes each layout in its own call).
+    # both kinds of group whole; a caller that shards quantizes each layout in its own call);
+    # .transposed likewise.
     @register_sharding(ops.float8_quantize.default)
     def float8_quantize_rule(input, *, granularity="row", **kwargs):
         strategies = [([R, R], [R])]
@@ -455,6 +456,10 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     @register_sharding(ops.float8_quantize.columns)
     def float8_quantize_columns_rule(input, **kwargs):
         return [([R, R, R, R], [R])]
+
+    @register_sharding(ops.float8_quantize.transposed)
+    def float8_quantize_transposed_rule(input, **kwargs):
+        return [([R, R], [R])]
 
     # The losses: rows (tokens) are independent, so logits (and target, and the gradient) sharded
     # by rows give each row's loss, lse and gradient on its rank; 'sum' adds the rows' losses, a

@@ -101,7 +101,7 @@ def _register_fakes():
 
     # float8_quantize: q [M, K] float8_e4m3fn and scale (float8's scale shapes: [M, 1] 'row', 0-d
     # 'tensor', [M, K / 128] 'block', [M / 128, K / 128] 'block2d'); .columns adds x's columns
-    # transposed, q_t [K, M], and scale_t.
+    # transposed, q_t [K, M], and scale_t; .transposed gives those alone.
     @fake("tessera::float8_quantize")
     def _float8_quantize(input, *, granularity="row"):
         from .float8 import _scale_shape
@@ -116,6 +116,10 @@ def _register_fakes():
         return (*_float8_quantize(input, granularity=granularity),
                 input.new_empty((k, m), dtype=torch.float8_e4m3fn),
                 input.new_empty(_scale_shape((m, k), granularity, columns=True), dtype=torch.float32))
+
+    @fake("tessera::float8_quantize.transposed")
+    def _float8_quantize_transposed(input, *, granularity="row"):
+        return _float8_quantize_columns(input, granularity=granularity)[2:]
 
     # grouped_mm: [M, N] where one operand is 3-d, [G, M, N] where both are (or both 2-d: G = offs's
     # length).

@@ -48,7 +48,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 __all__ = ["RECIPES", "GRANULARITIES", "E4M3_MAX", "quantize", "dequantize", "convert_to_float8_training",
-           "Float8Linear"]
+           "drop_cached_weights", "Float8Linear"]
 
 RECIPES = ("tensorwise", "rowwise", "blockwise")
 GRANULARITIES = ("tensor", "row", "block", "block2d")
@@ -151,26 +151,32 @@ def _kernel_takes(x, granularity: str, columns: bool = False) -> bool:
     return not columns or (x.shape[0] % 16 == 0 and x.shape[1] % 16 == 0)
 
 
-def _kernel_quantize(x, granularity: str, columns: bool = False):
+def _kernel_quantize(x, granularity: str, columns: bool = False, rows: bool = True):
     """tessera's float8_quantize on a CUDA tensor x [M, K]: (q, scale), and with ``columns`` also
     (q_t, scale_t): x's columns quantized along M, transposed, q_t [K, M] and scale_t
     (_scale_shape's with columns: 'row' [1, K], one per column of x, the shape of scaled_mm's
     scale_b for q_t.t() as its right operand, scale_t.t() scale_a's [K, 1] for q_t as its left one;
     'block' [M / 128, K], per-column block scales likewise; 'tensor' and 'block2d' the values of
-    scale). One read of x for both layouts."""
+    scale). One read of x for both layouts. ``rows`` False (with ``columns``): (q_t, scale_t)
+    alone, the rows' quotients skipped (float8_quantize.transposed)."""
     from . import _C, _state
     from ._interop import torch_if_tensor, torch_stream, torch_view
     torch = torch_if_tensor(x, init=True)  # loads the torch ops on a first call
     x = x.detach()
     if x.stride(-1) != 1 and x.shape[-1] > 1:
         x = x.contiguous()
+    if not rows and not columns:
+        raise ValueError("tessera.float8: argument 'columns': expected True where 'rows' is False")
     if _state.fast is not None and not _state.dynamo_compiling():  # the kernel at once
-        out = _state.fast.float8_quantize(x, granularity, columns)
+        out = _state.fast.float8_quantize(x, granularity, columns, rows)
         if out is not None:
             return out
     if _state.ops is not None:
         op = _state.ops.float8_quantize
-        return tuple((op.columns if columns else op.default)(x, granularity=granularity))
+        op = op.default if not columns else op.columns if rows else op.transposed
+        return tuple(op(x, granularity=granularity))
+    if not rows:  # the extension's entry writes both layouts
+        return _kernel_quantize(x, granularity, True)[2:]
     m, k = x.shape
     out = [torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device),
            torch.empty(_scale_shape((m, k), granularity), dtype=torch.float32, device=x.device)]
@@ -266,17 +272,20 @@ def _as_right(scale, granularity: str):
     return scale.t() if granularity == "block2d" else scale.reshape(1, -1)
 
 
-def _quantize_both(t, granularity: str, columns: bool):
+def _quantize_both(t, granularity: str, columns: bool, rows: bool = True):
     """One kernel call for a tensor quantized along its rows for one GEMM and (``columns``) along
     its columns for another: (q, scale, q_t, scale_t) of t's rows padded to 16 where columns are
-    asked for, q and scale cut back to t's rows; q_t and scale_t None without columns. The block
-    granularities where the kernel does not take t (K not a multiple of 16 with columns) in
-    torch's operations."""
+    asked for, q and scale cut back to t's rows; q_t and scale_t None without columns, q and
+    scale None without ``rows`` (the columns alone). The block granularities where the kernel
+    does not take t (K not a multiple of 16 with columns) in torch's operations."""
     takes = _kernel_takes(t, granularity) and (not columns or t.shape[1] % 16 == 0)
     if granularity in ("block", "block2d") and not takes:
-        return _quantize_blocks(t, granularity, columns)
+        q, scale, q_t, scale_t = _quantize_blocks(t, granularity, columns)
+        return (q, scale, q_t, scale_t) if rows else (None, None, q_t, scale_t)
     if not columns:
         return (*_kernel_quantize(t, granularity), None, None)
+    if not rows:
+        return (None, None, *_kernel_quantize(_pad_rows(t), granularity, True, rows=False))
     m = t.shape[0]
     q, scale, q_t, scale_t = _kernel_quantize(_pad_rows(t), granularity, columns=True)
     if granularity in ("row", "block"):
@@ -330,6 +339,52 @@ def _quantize_reusing(t, granularity: str, columns: bool, quantize=None):
     return result
 
 
+def _weight_layouts(weight, granularity: str, columns: bool, cache: bool):
+    """The weight's float8 copies for one GEMM: by rows (q, scale; the forward) or by columns
+    (q_t, scale_t; dgrad), as (q, scale, q_t, scale_t) with the other pair None. With ``cache``
+    (the layer's cache_weights) both layouts come from one call and stay on the parameter until
+    it changes (its version counter, which every in-place write bumps: the optimizer's step), so
+    that micro-batches accumulating gradients cast each weight once per optimizer step; the two
+    copies (2 bytes a parameter) are held meanwhile (in _weights). Not under torch.compile nor
+    while a CUDA graph is captured (_quantize_reusing's reasons)."""
+    global _weights
+    import torch
+    ident = None
+    if cache and not torch.compiler.is_compiling() and not (weight.is_cuda and torch.cuda.is_current_stream_capturing()):
+        ident = _identity(weight)
+    if ident is None:
+        return _quantize_both(weight, granularity, columns, rows=not columns)
+    if _weights is None:
+        from torch.utils.weak import WeakIdKeyDictionary
+        _weights = WeakIdKeyDictionary()
+    anchor, key = ident
+    held = _weights.get(anchor)
+    if held is None or held[0] != (key, granularity):
+        _weights.pop(anchor, None)  # the stale copies go before the new ones are made
+        held = ((key, granularity), _quantize_both(weight, granularity, True))
+        _weights[anchor] = held
+    q, scale, q_t, scale_t = held[1]
+    return (None, None, q_t, scale_t) if columns else (q, scale, None, None)
+
+
+# The cached weights' float8 copies, by the weight (its storage's tensor): ((identity key,
+# granularity), (q, scale, q_t, scale_t)); an entry goes with its weight.
+_weights = None
+
+
+def drop_cached_weights(module=None) -> None:
+    """Frees the float8 copies that Float8Linears with ``cache_weights`` hold for ``module``'s
+    weights (every module's without one). A copy is also replaced, not added to, once its weight
+    changes, and goes when its weight is freed."""
+    if _weights is None:
+        return
+    if module is None:
+        _weights.clear()
+        return
+    for p in module.parameters():
+        _weights.pop(p, None)
+
+
 _function = None
 
 
@@ -344,9 +399,9 @@ def _matmul_function():
 
     class Float8Matmul(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, weight, recipe, recorded=True):
+        def forward(ctx, x, weight, recipe, recorded=True, cache=False):
             act, wgt = _OPERANDS[recipe]
-            ctx.recipe = recipe
+            ctx.recipe, ctx.cache = recipe, cache
             ctx.kernels = _on_kernels(x, recipe)
             if not ctx.kernels:
                 ctx.save_for_backward(x, weight)
@@ -359,7 +414,7 @@ def _matmul_function():
             # (`recorded`: autograd keeps the call, which needs_input_grad does not say under no_grad)
             want_dw = recorded and ctx.needs_input_grad[1]
             qx, sx, qx_t, sx_t = _quantize_reusing(x, act, want_dw)  # q/k/v (gate/up): x once
-            qw, sw, _, _ = _quantize_both(weight, wgt, False)
+            qw, sw, _, _ = _weight_layouts(weight, wgt, False, cache)
             ctx.save_for_backward(qx_t, sx_t, weight)
             ctx.dtypes = (x.dtype, weight.dtype)
             return _scaled(qx, sx, qw.t(), _as_right(sw, wgt), x.dtype)
@@ -376,17 +431,17 @@ def _matmul_function():
                 # from one kernel call
                 qg, sg, qg_t, sg_t = _quantize_both(grad.contiguous(), act, want_dw)
                 if want_dx:  # grad [T, O] @ weight [O, I]: the weight's columns as qw_t [I, O]
-                    _, _, qw_t, sw_t = _quantize_both(weight, wgt, True)
+                    _, _, qw_t, sw_t = _weight_layouts(weight, wgt, True, ctx.cache)
                     dx = _scaled(qg, sg, qw_t.t(), sw_t, x_dtype)
                 if want_dw:  # grad^T [O, T'] @ x [T', I]: both by columns, T' padded to 16
                     dw = _scaled(qg_t, sg_t.t() if sg_t.dim() else sg_t, qx_t.t(), sx_t, w_dtype)
-                return dx, dw, None, None
+                return dx, dw, None, None, None
             x, weight = ctx.saved_tensors
             if want_dx:  # K = out_features: grad's rows, the weight's columns
                 dx = _cast(_fake(grad, act) @ _fake(weight.t().contiguous(), wgt).t(), x.dtype)
             if want_dw:  # K = tokens: grad's and x's columns
                 dw = _cast(_fake(grad.t().contiguous(), act) @ _fake(x.t().contiguous(), act).t(), weight.dtype)
-            return dx, dw, None, None
+            return dx, dw, None, None, None
 
     _function = Float8Matmul
     return _function
@@ -400,26 +455,30 @@ def _linear_class():
         the same parameters and state_dict as the Linear it was made from."""
 
         recipe = "rowwise"
+        cache_weights = False
 
         @classmethod
-        def from_float(cls, linear, recipe: str = "rowwise"):
+        def from_float(cls, linear, recipe: str = "rowwise", cache_weights: bool = False):
             """The Linear itself, its class swapped: parameters, hooks and device untouched."""
             _check_recipe(recipe)
             _check_shape(linear, recipe)
             linear.__class__ = cls
             linear.recipe = recipe
+            linear.cache_weights = bool(cache_weights)
             return linear
 
         def forward(self, x):
             shape = x.shape
             recorded = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-            out = _matmul_function().apply(x.reshape(-1, shape[-1]), self.weight, self.recipe, recorded)
+            out = _matmul_function().apply(x.reshape(-1, shape[-1]), self.weight, self.recipe, recorded,
+                                           self.cache_weights)
             if self.bias is not None:
                 out = out + self.bias
             return out.reshape(*shape[:-1], out.shape[-1])
 
         def extra_repr(self):
-            return f"{super().extra_repr()}, recipe={self.recipe}"
+            cached = ", cache_weights=True" if self.cache_weights else ""
+            return f"{super().extra_repr()}, recipe={self.recipe}{cached}"
 
     Float8Linear.__module__ = __name__
     return Float8Linear
@@ -461,12 +520,20 @@ def _check_shape(linear, recipe: str):
 
 
 def convert_to_float8_training(module, *, recipe: str = "rowwise",
-                               module_filter_fn: Optional[Callable[[Any, str], bool]] = None):
+                               module_filter_fn: Optional[Callable[[Any, str], bool]] = None,
+                               cache_weights: bool = False):
     """torchao's convert_to_float8_training: every torch.nn.Linear of ``module`` (itself included)
     that ``module_filter_fn(linear, fully_qualified_name)`` keeps becomes a Float8Linear of
     ``recipe``, in place (parameter names and state_dict unchanged). Without a filter, the
     Linears whose dimensions the recipe takes (multiples of 16; of 128 for blockwise). Returns
-    ``module``."""
+    ``module``.
+
+    ``cache_weights=True``: each weight is cast once per optimizer step rather than twice per
+    micro-batch (by rows for the forward, by columns for dgrad): both float8 copies come from one
+    call at the weight's first use and are reused until the weight changes, at 2 bytes a
+    parameter held between steps (drop_cached_weights frees them). For gradient accumulation;
+    with one micro-batch a step it only adds memory. Each layer's ``cache_weights`` attribute
+    switches it later."""
     import torch
     _check_recipe(recipe)
     cls = __getattr__("Float8Linear")
@@ -475,5 +542,5 @@ def convert_to_float8_training(module, *, recipe: str = "rowwise",
     for m in chosen:  # all checked before any is converted
         _check_shape(m, recipe)
     for m in chosen:
-        cls.from_float(m, recipe)
+        cls.from_float(m, recipe, cache_weights)
     return module

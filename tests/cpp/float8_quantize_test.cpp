@@ -120,10 +120,11 @@ TEST(Float8QuantizeOp, Description) {
   const tessera::OpDesc* d = tessera::find_op_description("float8_quantize");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->family, "matrix");
-  ASSERT_EQ(d->schemas.size(), 2u);
+  ASSERT_EQ(d->schemas.size(), 3u);
   EXPECT_EQ(d->schemas[0], "float8_quantize(Tensor input, *, str granularity='row') -> (Tensor, Tensor)");
   EXPECT_EQ(d->schemas[1],
             "float8_quantize.columns(Tensor input, *, str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)");
+  EXPECT_EQ(d->schemas[2], "float8_quantize.transposed(Tensor input, *, str granularity='row') -> (Tensor, Tensor)");
   EXPECT_EQ(d->call, nullptr);  // outputs allocated by hand (python/src/torch/matrix.cpp)
 }
 
@@ -170,6 +171,13 @@ TEST(Float8QuantizeChecks, NameTheArgument) {
   const TensorView s20 = cuda_tensor(0x200000, DType::float32, {20, 1});
   const TensorView qt20 = cuda_tensor(0x300000, DType::float8_e4m3fn, {64, 20});
   expect_error([&] { call(x20, q20, s20, &qt20, &st, row); }, ErrorKind::value,
+               {"'input'", "multiples of 16", "[20, 64]"});
+  // The columns alone: their shapes, M and K multiples of 16.
+  expect_error([&] { tessera::float8_quantize_transposed(x, q, st, row, nullptr); }, ErrorKind::value,
+               {"'q_t'", "[64, 32]"});
+  expect_error([&] { tessera::float8_quantize_transposed(x, qt, s, row, nullptr); }, ErrorKind::value,
+               {"'scale_t'", "[1, 64]"});
+  expect_error([&] { tessera::float8_quantize_transposed(x20, qt20, st, row, nullptr); }, ErrorKind::value,
                {"'input'", "multiples of 16", "[20, 64]"});
   const TensorView one = cuda_tensor(0x200000, DType::float32, {});
   expect_error([&] { call(x, q, one, &qt, &st, tensor); }, ErrorKind::value, {"'scale_t'", "one element"});
@@ -239,8 +247,9 @@ TEST(Float8QuantizeGpu, EachKernelMatchesTheReferenceOnAStream) {
   const TensorView tqt = TensorView::contiguous(bqt.data(), DType::float8_e4m3fn, {k, m}, dev);
   using G = Float8Granularity;
   for (G g : {G::row, G::tensor, G::block, G::block2d})
-    for (bool columns : {false, true}) {
-      SCOPED_TRACE(std::to_string(int(g)) + (columns ? " columns" : ""));
+    for (int mode : {0, 1, 2}) {  // rows; rows and columns; the columns alone
+      const bool columns = mode > 0, rows = mode < 2;
+      SCOPED_TRACE(std::to_string(int(g)) + (columns ? rows ? " columns" : " columns only" : ""));
       const auto scales = [&](void* p, int64_t a, int64_t b) {
         return g == G::tensor ? TensorView::contiguous(p, DType::float32, {}, dev)
                               : TensorView::contiguous(p, DType::float32, {a, b}, dev);
@@ -253,10 +262,16 @@ TEST(Float8QuantizeGpu, EachKernelMatchesTheReferenceOnAStream) {
       const auto want = ref::float8_quantize(x, m, k, g, columns);
       for (int run = 0; run < 2; ++run) {
         ASSERT_EQ(cudaMemset(bq.data(), 0xa5, x.size()), cudaSuccess);
-        tessera::float8_quantize(tx, tq, ts, columns ? &tqt : nullptr, columns ? &tst : nullptr, g, stream);
+        ASSERT_EQ(cudaMemset(bqt.data(), 0xa5, x.size()), cudaSuccess);
+        if (rows)
+          tessera::float8_quantize(tx, tq, ts, columns ? &tqt : nullptr, columns ? &tst : nullptr, g, stream);
+        else
+          tessera::float8_quantize_transposed(tx, tqt, tst, g, stream);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        EXPECT_EQ(download(bq, x.size()), want.q);
-        EXPECT_EQ(download(bs, want.scale.size() * 4), as_bytes(want.scale));
+        if (rows) {
+          EXPECT_EQ(download(bq, x.size()), want.q);
+          EXPECT_EQ(download(bs, want.scale.size() * 4), as_bytes(want.scale));
+        }
         if (columns) {
           EXPECT_EQ(download(bqt, x.size()), want.q_t);
           EXPECT_EQ(download(bst, want.scale_t.size() * 4), as_bytes(want.scale_t));

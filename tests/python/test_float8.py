@@ -234,10 +234,11 @@ def test_float8_matmul_quantizes_a_shared_input_once(monkeypatch):
     gradients those of the plain Linears (the backward's saved copies of x shared, intact)."""
     calls = []
 
-    def fake(t, granularity, columns):
+    def fake(t, granularity, columns, rows=True):
         calls.append(tuple(t.shape))
         one = torch.ones(())
-        return t.detach().clone(), one, t.detach().t().contiguous() if columns else None, one if columns else None
+        return (t.detach().clone() if rows else None, one if rows else None,
+                t.detach().t().contiguous() if columns else None, one if columns else None)
 
     monkeypatch.setattr(f8, "_on_kernels", lambda x, recipe: True)
     monkeypatch.setattr(f8, "_quantize_both", fake)
@@ -322,6 +323,8 @@ def test_kernel_matches_the_torch_quantize_bit_for_bit(dtype, granularity, shape
     assert _same_bits(q, tq) and _same_bits(s, ts)
     want_st = {"row": rs.reshape(1, -1), "tensor": rs, "block": rs.t().contiguous(), "block2d": ts}[granularity]
     assert _same_bits(qt, rq) and _same_bits(st, want_st)
+    qt, st = f8._kernel_quantize(x, granularity, columns=True, rows=False)  # the columns alone
+    assert _same_bits(qt, rq) and _same_bits(st, want_st)
     if granularity == "block2d":
         assert _same_bits(rs, ts.t().contiguous())  # the transposed blocks' scales
 
@@ -374,6 +377,12 @@ def test_fast_entries_give_the_torch_ops_bits():
             got = fast.float8_quantize(x, g, columns)
             want = (ops.float8_quantize.columns if columns else ops.float8_quantize.default)(x, granularity=g)
             assert len(got) == len(want) and all(_same_bits(a, b) for a, b in zip(got, want)), (g, columns)
+    for g in ("row", "block", "tensor"):  # the columns alone: .transposed's outputs, the columns' of .columns
+        got = fast.float8_quantize(x, g, True, False)
+        want = ops.float8_quantize.transposed(x, granularity=g)
+        both = ops.float8_quantize.columns(x, granularity=g)
+        assert len(got) == 2 and all(_same_bits(a, b) and _same_bits(a, c) for a, b, c in zip(got, want, both[2:])), g
+    assert fast.float8_quantize(x, "row", False, False) is None  # neither layout: declined
     assert fast.float8_quantize(x.cpu(), "row", False) is None
     assert fast.float8_quantize(x.clone().requires_grad_(), "row", False) is None
     qa, sa = ops.float8_quantize.default(x, granularity="row")
@@ -396,20 +405,72 @@ def test_float8_linear_quantizes_each_operand_where_its_gemm_runs(recipe, monkey
         pytest.skip("the float8 GEMMs run on tessera's kernels on sm_90 only (emulated elsewhere)")
     calls = []
     real = f8._kernel_quantize
-    monkeypatch.setattr(f8, "_kernel_quantize",
-                        lambda t, g, columns=False: calls.append((tuple(t.shape), columns)) or real(t, g, columns))
+    monkeypatch.setattr(f8, "_kernel_quantize", _recording(calls, real))
     lin = f8.convert_to_float8_training(torch.nn.Linear(256, 384).cuda().bfloat16(), recipe=recipe)
     x = torch.randn(200, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     lin(x).sum().backward()
-    assert calls == [((208, 256), True), ((384, 256), False), ((208, 384), True), ((384, 256), True)]
+    assert calls == [((208, 256), "both"), ((384, 256), "rows"), ((208, 384), "both"), ((384, 256), "columns")]
     calls.clear()
     with torch.no_grad():  # the same x: its quantization (with columns) reused, the weight by rows
         lin(x)
-    assert calls == [((384, 256), False)]
+    assert calls == [((384, 256), "rows")]
     calls.clear()
     with torch.no_grad():  # no backward: rows alone
         lin(x * 2)
-    assert calls == [((200, 256), False), ((384, 256), False)]
+    assert calls == [((200, 256), "rows"), ((384, 256), "rows")]
+
+
+def test_cached_weights_are_cast_once_per_optimizer_step(monkeypatch):
+    """cache_weights: over two micro-batches each weight is quantized once, both layouts in one
+    call (the forward's rows, dgrad's columns), and again only after an in-place update (the
+    optimizer's step); the gradients are those of the uncached layers. The kernels' path stood in
+    for on the CPU (identity quantizer, float GEMM)."""
+    calls = []
+
+    def fake(t, granularity, columns, rows=True):
+        calls.append((tuple(t.shape), "both" if columns and rows else "columns" if columns else "rows"))
+        one = torch.ones(())
+        return (t.detach().clone() if rows else None, one if rows else None,
+                t.detach().t().contiguous() if columns else None, one if columns else None)
+
+    monkeypatch.setattr(f8, "_on_kernels", lambda x, recipe: True)
+    monkeypatch.setattr(f8, "_quantize_both", fake)
+    monkeypatch.setattr(f8, "_scaled", lambda qa, sa, qb_t, sb, dtype: (qa @ qb_t).to(dtype))
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(32, 48, bias=False)
+    lin = f8.convert_to_float8_training(torch.nn.Linear(32, 48, bias=False), cache_weights=True)
+    lin.weight.data.copy_(plain.weight.data)
+    assert lin.cache_weights and "cache_weights=True" in repr(lin)
+    xs = [torch.randn(16, 32, requires_grad=True) for _ in range(2)]
+    for x in xs:
+        f8._last_x = None
+        lin(x).square().sum().backward()
+        plain(x.detach()).square().sum().backward()
+    weight_calls = [c for c in calls if c[0] == (48, 32)]
+    assert weight_calls == [((48, 32), "both")]  # once for both micro-batches, forward and dgrad
+    torch.testing.assert_close(lin.weight.grad, plain.weight.grad)
+    with torch.no_grad():
+        lin.weight.add_(0.5)  # the optimizer's step: the weight's version moves on
+    calls.clear()
+    f8._last_x = None
+    lin(xs[0]).sum().backward()
+    assert [c for c in calls if c[0] == (48, 32)] == [((48, 32), "both")]
+    f8.drop_cached_weights(lin)
+    assert f8._weights.get(lin.weight) is None
+    lin.cache_weights = False  # uncached: rows in the forward, columns alone for dgrad
+    calls.clear()
+    f8._last_x = None
+    lin(xs[0]).sum().backward()
+    assert [c for c in calls if c[0] == (48, 32)] == [((48, 32), "rows"), ((48, 32), "columns")]
+    f8._last_x = None
+
+
+def _recording(calls, real):
+    """_kernel_quantize recording (shape, 'rows' | 'columns' | 'both') of each call, then calling ``real``."""
+    def record(t, g, columns=False, rows=True):
+        calls.append((tuple(t.shape), "both" if columns and rows else "columns" if columns else "rows"))
+        return real(t, g, columns, rows)
+    return record
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
@@ -421,8 +482,7 @@ def test_float8_linears_taking_one_input_quantize_it_once(recipe, monkeypatch):
         pytest.skip("the float8 GEMMs run on tessera's kernels on sm_90 only (emulated elsewhere)")
     calls = []
     real = f8._kernel_quantize
-    monkeypatch.setattr(f8, "_kernel_quantize",
-                        lambda t, g, columns=False: calls.append((tuple(t.shape), columns)) or real(t, g, columns))
+    monkeypatch.setattr(f8, "_kernel_quantize", _recording(calls, real))
     torch.manual_seed(0)
     lins = [f8.convert_to_float8_training(torch.nn.Linear(256, n).cuda().bfloat16(), recipe=recipe)
             for n in (384, 128, 128)]
@@ -438,7 +498,7 @@ def test_float8_linears_taking_one_input_quantize_it_once(recipe, monkeypatch):
         return [o.detach() for o in outs] + [x.grad] + [lin.weight.grad for lin in lins]
 
     got = step()
-    assert calls[:4] == [((208, 256), True), ((384, 256), False), ((128, 256), False), ((128, 256), False)]
+    assert calls[:4] == [((208, 256), "both"), ((384, 256), "rows"), ((128, 256), "rows"), ((128, 256), "rows")]
     assert len(calls) == 10  # and each output gradient and each weight's columns
     monkeypatch.setattr(f8, "_quantize_reusing", lambda t, g, columns, quantize=None: f8._quantize_both(t, g, columns))
     want = step()
@@ -458,3 +518,5 @@ def test_kernel_errors_name_the_argument():
         _torch.ops.float8_quantize(torch.randn(16, 32))
     with pytest.raises(ValueError, match="argument 'input'.*CUDA"):
         _torch.ops.float8_quantize.columns(torch.randn(16, 32), granularity="tensor")
+    with pytest.raises(ValueError, match="argument 'input'.*CUDA"):
+        _torch.ops.float8_quantize.transposed(torch.randn(16, 32))

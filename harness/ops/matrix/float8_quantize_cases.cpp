@@ -7,7 +7,8 @@
 // boundaries and padded rows (the element-wise path), and special rows and columns: all zeros
 // (scale 1), an inf, a NaN (NaN scales and NaN bytes), values of magnitude near and above 448,
 // one large value beside small ones (quotients in e4m3's subnormal range), and quotients exactly
-// halfway between two e4m3 values (rounded to the even one).
+// halfway between two e4m3 values (rounded to the even one); and the columns alone
+// (float8_quantize_transposed).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -38,6 +39,7 @@ struct Spec {
   bool offset = false;   // the first element one past a 16-byte boundary
   bool special = true;   // the special rows and columns (else uniform values only)
   bool nonfinite = true; // among them an inf and a NaN (which make every scale of a tensor NaN)
+  bool with_q = true;    // q and scale (false: the columns alone, float8_quantize_transposed)
 };
 
 const char* granularity_name(Float8Granularity g) {
@@ -51,7 +53,7 @@ const char* granularity_name(Float8Granularity g) {
 
 std::string describe(DType dt, const Spec& s) {
   std::string d = std::string(dtype_name(dt)) + " " + shape_str({s.rows, s.cols}) + " " + granularity_name(s.g);
-  if (s.columns) d += " columns";
+  if (s.columns) d += s.with_q ? " columns" : " columns only";
   if (s.pad) d += " padded rows +" + std::to_string(s.pad);
   if (s.offset) d += " offset";
   if (!s.special) d += " uniform";
@@ -149,17 +151,22 @@ VerifyResult run_case(DType dt, const Spec& s) {
     qt = output(DType::float8_e4m3fn, {s.cols, s.rows});
     st = output(DType::float32, shapes(true));
   }
-  float8_quantize(in.view, q.view, scale.view, s.columns ? &qt.view : nullptr, s.columns ? &st.view : nullptr, s.g,
-                  nullptr);
+  if (s.with_q)
+    float8_quantize(in.view, q.view, scale.view, s.columns ? &qt.view : nullptr, s.columns ? &st.view : nullptr, s.g,
+                    nullptr);
+  else
+    float8_quantize_transposed(in.view, qt.view, st.view, s.g, nullptr);
   TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
   const reference::Float8Quantized ref = reference::float8_quantize(x, s.rows, s.cols, s.g, s.columns);
   VerifyResult r;
   r.op = "float8_quantize";
   r.name = describe(dt, s);
   r.passed = true;
-  check_bytes(r, "q", q, ref.q, s.cols);
   const auto last = [](const std::vector<int64_t>& shape) { return shape.empty() ? int64_t(1) : shape.back(); };
-  check_bytes(r, "scale", scale, ref.scale, last(shapes(false)));
+  if (s.with_q) {
+    check_bytes(r, "q", q, ref.q, s.cols);
+    check_bytes(r, "scale", scale, ref.scale, last(shapes(false)));
+  }
   if (s.columns) {
     check_bytes(r, "q_t", qt, ref.q_t, s.rows);
     check_bytes(r, "scale_t", st, ref.scale_t, last(shapes(true)));
@@ -207,6 +214,13 @@ std::vector<VerifyCase> cases() {
     all.push_back({80, 48, g, true});                          // K of less than half a tile, transposed
     all.push_back({1008, 528, g, true});                       // partial tiles on both sides
     all.push_back({272, 336, g, true, 4});                     // rows 16-byte aligned for fp32 only
+  }
+  // The columns alone (a weight's copy for dgrad): every granularity, partial tiles, off 16 bytes.
+  for (Float8Granularity g : {Float8Granularity::row, Float8Granularity::tensor, Float8Granularity::block,
+                              Float8Granularity::block2d}) {
+    const bool b2 = g == Float8Granularity::block2d;
+    all.push_back({b2 ? 256 : 1008, b2 ? 384 : 528, g, true, 0, false, true, true, false});
+    all.push_back({b2 ? 128 : 48, b2 ? 640 : 96, g, true, 0, true, true, true, false});
   }
   all.push_back({0, 64});                                      // no rows: nothing to do
   std::vector<VerifyCase> c;

@@ -143,6 +143,11 @@ enum class Float8Granularity { tensor, row, block, block2d };
 void parse(const char* op, std::string_view name, Float8Granularity& out);
 void float8_quantize(const TensorView& input, const TensorView& q, const TensorView& scale, const TensorView* q_t,
                      const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream);
+// x's columns alone: q_t and scale_t as float8_quantize writes them, without q and scale (a
+// weight's copy for dgrad, whose rows were quantized for the forward): the rows' quotients and
+// stores skipped.
+void float8_quantize_transposed(const TensorView& input, const TensorView& q_t, const TensorView& scale_t,
+                                Float8Granularity granularity, cudaStream_t stream);
 // float8_quantize's scale and scale_t shapes for x [M, K] (empty: one element, 0-d as allocated).
 struct Float8ScaleShapes {
   std::vector<int64_t> scale, scale_t;

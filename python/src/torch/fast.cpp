@@ -306,21 +306,23 @@ PyObject* scaled_mm(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
-// float8_quantize(input, granularity, columns): a plain float tensor, granularity a str (the
-// library checks its value), columns a bool: (q, scale) or, with columns, (q, scale, q_t,
-// scale_t). The op has no autograd: a call on a tensor requiring grad takes it as a constant, as
-// the registered op does.
+// float8_quantize(input, granularity, columns[, rows]): a plain float tensor, granularity a str
+// (the library checks its value), columns and rows (default True) bools: (q, scale), with columns
+// (q, scale, q_t, scale_t), with columns and not rows (q_t, scale_t). The op has no autograd: a
+// call on a tensor requiring grad takes it as a constant, as the registered op does.
 PyObject* float8_quantize(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
   bool grad = false;
-  const at::Tensor* x = n == 3 && PyBool_Check(args[2]) ? plain(args[0], grad) : nullptr;
+  const bool flags = (n == 3 || n == 4) && PyBool_Check(args[2]) && (n == 3 || PyBool_Check(args[3]));
+  const bool rows = n == 3 || args[3] == Py_True;
+  const at::Tensor* x = flags && (rows || args[2] == Py_True) ? plain(args[0], grad) : nullptr;
   Py_ssize_t size = 0;
   const char* g = x && PyUnicode_Check(args[1]) ? PyUnicode_AsUTF8AndSize(args[1], &size) : nullptr;
   if (!g) PyErr_Clear();
   if (!g || grad || !quiet()) Py_RETURN_NONE;
   RECORD_FUNCTION("tessera::float8_quantize", std::vector<c10::IValue>());
   std::vector<at::Tensor> outs = fast::float8_quantize(*x, c10::string_view(g, static_cast<size_t>(size)),
-                                                       args[2] == Py_True);
+                                                       args[2] == Py_True, rows);
   PyObject* r = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
   if (!r) return nullptr;
   for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(r, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));

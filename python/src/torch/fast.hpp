@@ -17,6 +17,7 @@ at::Tensor matmul(const at::Tensor& input, const at::Tensor& other,
 at::Tensor mlp(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor& w_out, c10::string_view activation);
 at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at::Tensor& scale_a,
                      const at::Tensor& scale_b, std::optional<at::ScalarType> out_dtype);
-std::vector<at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity, bool columns);
+std::vector<at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity, bool columns,
+                                        bool rows);
 
 }  // namespace tessera::torch_ops::fast

@@ -105,8 +105,10 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
 // float8_quantize: q [M, K] float8_e4m3fn and scale (tessera::float8_scale_shapes: [M, 1]
 // row-wise, 0-d per tensor, [M, K / 128] and [M / 128, K / 128] by blocks, as
 // tessera.float8.quantize gives them); .columns also x's columns transposed, q_t [K, M], and
-// scale_t. An input not 2-d gets 0-d stand-ins, which the library refuses after naming the input.
-std::vector<at::Tensor> float8_quantize_into(const at::Tensor& input, c10::string_view granularity, bool columns) {
+// scale_t; .transposed (rows false) those alone. An input not 2-d gets 0-d stand-ins, which the
+// library refuses after naming the input.
+std::vector<at::Tensor> float8_quantize_into(const at::Tensor& input, c10::string_view granularity, bool columns,
+                                             bool rows) {
   const char* op = "float8_quantize";
   const TensorView x = view(op, "input", input);
   Float8Granularity g = Float8Granularity::row;
@@ -116,29 +118,38 @@ std::vector<at::Tensor> float8_quantize_into(const at::Tensor& input, c10::strin
   const auto f8 = input.options().dtype(at::kFloat8_e4m3fn), f32 = input.options().dtype(at::kFloat);
   const auto shape = [&](std::vector<int64_t> s) { return flat ? s : std::vector<int64_t>{}; };
   const Float8ScaleShapes scales = float8_scale_shapes(m, k, g);
-  std::vector<at::Tensor> out = {at::empty(shape({m, k}), f8), at::empty(shape(scales.scale), f32)};
+  std::vector<at::Tensor> out;
+  if (rows) out = {at::empty(shape({m, k}), f8), at::empty(shape(scales.scale), f32)};
   if (columns) {
     out.push_back(at::empty(shape({k, m}), f8));
     out.push_back(at::empty(shape(scales.scale_t), f32));
   }
   TensorView qt, st;
-  if (columns) qt = view(op, "q_t", out[2]), st = view(op, "scale_t", out[3]);
+  if (columns) qt = view(op, "q_t", out[rows ? 2 : 0]), st = view(op, "scale_t", out[rows ? 3 : 1]);
   guarded([&] {
-    tessera::float8_quantize(x, view(op, "q", out[0]), view(op, "scale", out[1]), columns ? &qt : nullptr,
-                             columns ? &st : nullptr, g, stream_of(input));
+    if (rows)
+      tessera::float8_quantize(x, view(op, "q", out[0]), view(op, "scale", out[1]), columns ? &qt : nullptr,
+                               columns ? &st : nullptr, g, stream_of(input));
+    else
+      tessera::float8_quantize_transposed(x, qt, st, g, stream_of(input));
   });
   return out;
 }
 
 std::tuple<at::Tensor, at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity) {
-  auto o = float8_quantize_into(input, granularity, false);
+  auto o = float8_quantize_into(input, granularity, false, true);
   return {o[0], o[1]};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> float8_quantize_columns(const at::Tensor& input,
                                                                                    c10::string_view granularity) {
-  auto o = float8_quantize_into(input, granularity, true);
+  auto o = float8_quantize_into(input, granularity, true, true);
   return {o[0], o[1], o[2], o[3]};
+}
+
+std::tuple<at::Tensor, at::Tensor> float8_quantize_transposed(const at::Tensor& input, c10::string_view granularity) {
+  auto o = float8_quantize_into(input, granularity, true, false);
+  return {o[0], o[1]};
 }
 
 // grouped_mm's output: [M, N] where one operand is 2-d and the other 3-d, [G, M, N] where both are
@@ -473,6 +484,7 @@ void kernels(torch::Library& m) {
   m.impl("scaled_mm", &scaled_mm);
   m.impl("float8_quantize", &float8_quantize);
   m.impl("float8_quantize.columns", &float8_quantize_columns);
+  m.impl("float8_quantize.transposed", &float8_quantize_transposed);
   m.impl("grouped_mm", &grouped_mm);
   m.impl("mlp", &mlp);
   m.impl("mlp.preactivation", &mlp_preactivation);
@@ -500,7 +512,8 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
                      const at::Tensor& scale_b, std::optional<at::ScalarType> out_dtype) {
   return torch_ops::scaled_mm(input, other, scale_a, scale_b, std::nullopt, out_dtype);
 }
-std::vector<at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity, bool columns) {
-  return torch_ops::float8_quantize_into(input, granularity, columns);
+std::vector<at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity, bool columns,
+                                        bool rows) {
+  return torch_ops::float8_quantize_into(input, granularity, columns, rows);
 }
 }  // namespace tessera::torch_ops::fast

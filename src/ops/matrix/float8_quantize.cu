@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, in
   const int i = int(threadIdx.x);
   if (i < kTileRows) {
     const uint32_t m = max(rmax[0][i], rmax[1][i]);
-    if (m && t.r0 + i < a.rows) atomicMax(&a.amax[t.r0 + i], m);
+    if (m && a.q && t.r0 + i < a.rows) atomicMax(&a.amax[t.r0 + i], m);
   } else if (i < kTileRows + kTileCols) {
     const int c = i - kTileRows;
     const uint32_t m = max(max(cmax[0][c], cmax[1][c]), max(cmax[2][c], cmax[3][c]));
@@ -163,8 +163,9 @@ __global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, i
     const int64_t g = row ? t.r0 + i : t.c0 + (i - kTileRows);  // x's row or column
     const bool in = g < (row ? a.rows : a.cols);
     dv[i] = divisor_of(in ? a.amax[tensor ? 0 : row ? g : a.rows + g] : 0u);
-    if (tensor ? blockIdx.x == 0 && i == 0 : in && (row ? t.c0 == 0 : t.r0 == 0))
-      (row ? a.scale : a.scale_t)[tensor ? 0 : g] = dv[i].s;
+    float* out = row ? a.scale : a.scale_t;  // no rows' scales where only the columns are asked for
+    if (out && (tensor ? blockIdx.x == 0 && i == 0 : in && (row ? t.c0 == 0 : t.r0 == 0)))
+      out[tensor ? 0 : g] = dv[i].s;
     if (tensor && blockIdx.x == 0 && i == 0 && a.scale_t) a.scale_t[0] = dv[i].s;
   }
   __syncthreads();
@@ -225,7 +226,8 @@ void check_output(const char* arg, const TensorView& t, const TensorView& input,
   detail::check_no_overlap(kOp, arg, t, "input", input, false);
 }
 
-void check(const TensorView& x, const TensorView& q, const TensorView& scale, const TensorView* q_t,
+// q and scale absent: the columns alone (float8_quantize_transposed), q_t and scale_t then present.
+void check(const TensorView& x, const TensorView* q, const TensorView* scale, const TensorView* q_t,
            const TensorView* scale_t, Float8Granularity g) {
   detail::check_cuda_tensor(kOp, "input", x);
   detail::check_dtype_in(kOp, "input", x, {DType::float32, DType::float16, DType::bfloat16});
@@ -251,15 +253,22 @@ void check(const TensorView& x, const TensorView& q, const TensorView& scale, co
                       detail::dims(x));
   const Float8ScaleShapes s = float8_scale_shapes(m, k, g);
   const bool tensor = g == Float8Granularity::tensor;
-  check_output("q", q, x, DType::float8_e4m3fn, {m, k});
-  check_output("scale", scale, x, DType::float32, s.scale, tensor);
+  if (q) {
+    check_output("q", *q, x, DType::float8_e4m3fn, {m, k});
+    check_output("scale", *scale, x, DType::float32, s.scale, tensor);
+    detail::check_no_overlap(kOp, "scale", *scale, "q", *q, false);
+  }
   if (q_t) {
     check_output("q_t", *q_t, x, DType::float8_e4m3fn, {k, m});
     check_output("scale_t", *scale_t, x, DType::float32, s.scale_t, tensor);
-    detail::check_no_overlap(kOp, "q_t", *q_t, "q", q, false);
-    detail::check_no_overlap(kOp, "scale_t", *scale_t, "scale", scale, false);
+    detail::check_no_overlap(kOp, "scale_t", *scale_t, "q_t", *q_t, false);
   }
-  detail::check_no_overlap(kOp, "scale", scale, "q", q, false);
+  if (q && q_t) {
+    detail::check_no_overlap(kOp, "q_t", *q_t, "q", *q, false);
+    detail::check_no_overlap(kOp, "scale_t", *scale_t, "scale", *scale, false);
+    detail::check_no_overlap(kOp, "q_t", *q_t, "scale", *scale, false);
+    detail::check_no_overlap(kOp, "scale_t", *scale_t, "q", *q, false);
+  }
 }
 
 }  // namespace
@@ -284,16 +293,20 @@ void parse(const char* op, std::string_view name, Float8Granularity& out) {
                       "'" + std::string(name) + "'");
 }
 
-void float8_quantize(const TensorView& input, const TensorView& q, const TensorView& scale, const TensorView* q_t,
-                     const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream) {
+namespace {
+// Rows (q, scale), columns (q_t, scale_t) or both: the kernels skip the rows' quotients and
+// stores where q is null.
+void quantize(const TensorView& input, const TensorView* q, const TensorView* scale, const TensorView* q_t,
+              const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::float8_quantize");
   check(input, q, scale, q_t, scale_t, granularity);
   if (input.shape[0] == 0) return;
   runtime::DeviceGuard guard(input.device.index);
   QuantArgs a{};
   a.x = input.data, a.xs = input.strides[0];
-  a.q = static_cast<uint8_t*>(q.data), a.qt = q_t ? static_cast<uint8_t*>(q_t->data) : nullptr;
-  a.scale = static_cast<float*>(scale.data), a.scale_t = scale_t ? static_cast<float*>(scale_t->data) : nullptr;
+  a.q = q ? static_cast<uint8_t*>(q->data) : nullptr, a.qt = q_t ? static_cast<uint8_t*>(q_t->data) : nullptr;
+  a.scale = scale ? static_cast<float*>(scale->data) : nullptr;
+  a.scale_t = scale_t ? static_cast<float*>(scale_t->data) : nullptr;
   a.rows = input.shape[0], a.cols = input.shape[1];
   a.granularity = granularity;
   const bool blocks = granularity == Float8Granularity::block || granularity == Float8Granularity::block2d;
@@ -323,18 +336,30 @@ void float8_quantize(const TensorView& input, const TensorView& q, const TensorV
     default: run(__nv_bfloat16{}); break;
   }
 }
+}  // namespace
+
+void float8_quantize(const TensorView& input, const TensorView& q, const TensorView& scale, const TensorView* q_t,
+                     const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream) {
+  quantize(input, &q, &scale, q_t, scale_t, granularity, stream);
+}
+
+void float8_quantize_transposed(const TensorView& input, const TensorView& q_t, const TensorView& scale_t,
+                                Float8Granularity granularity, cudaStream_t stream) {
+  quantize(input, nullptr, nullptr, &q_t, &scale_t, granularity, stream);
+}
 
 namespace {
 // Outputs allocated by hand (float8 and transposed shapes, which no generic rule spells): the
 // torch kernels are python/src/torch/matrix.cpp's. float8_quantize.columns adds the transposed
 // copy (q_t [K, M]; scale_t [1, K] for row, 0-d for tensor, [ceil(M / 128), K] for block, as scale
-// for block2d).
+// for block2d); float8_quantize.transposed gives that copy alone (q_t, scale_t).
 const OpRegistrar kFloat8Quantize =
     describe("float8_quantize", "matrix",
              "x [M, K] to float8_e4m3fn with float32 scales amax / 448 (one per row, per tensor, per 1 x 128 "
              "block of a row or per 128 x 128 block), and optionally x's columns quantized along M, transposed "
              "([K, M]), from the same reads")
         .schema("float8_quantize(Tensor input, *, str granularity='row') -> (Tensor, Tensor)")
-        .schema("float8_quantize.columns(Tensor input, *, str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)");
+        .schema("float8_quantize.columns(Tensor input, *, str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)")
+        .schema("float8_quantize.transposed(Tensor input, *, str granularity='row') -> (Tensor, Tensor)");
 }  // namespace
 }  // namespace tessera

@@ -39,7 +39,7 @@ constexpr int kBlock = 128;  // the block granularities' blocks: 1 x 128 and 128
 struct QuantArgs {
   const void* x;
   int64_t xs;              // x's row stride, elements
-  uint8_t* q;              // [rows, cols]
+  uint8_t* q;              // [rows, cols]; null: the columns alone (scale null too)
   uint8_t* qt;             // [cols, rows]; null: no transposed copy
   float* scale;            // row: [rows]; tensor: [1]; block: [rows, ceil(cols / 128)];
                            // block2d: [rows / 128, cols / 128]
@@ -204,8 +204,8 @@ __device__ __forceinline__ uint32_t max_scatter(uint32_t (&v)[N]) {
   return v[0];
 }
 
-// The tile's quotients by its rows' divisors (`rows`, by tile row) into q, and where q_t is asked
-// for, by its columns' (`cols`, by tile column) into `staged` for store_staged; each 4 quotients a
+// The tile's quotients by its rows' divisors (`rows`, by tile row) into q where q is asked for
+// (not by float8_quantize_transposed), and where q_t is asked for, by its columns' (`cols`, by tile column) into `staged` for store_staged; each 4 quotients a
 // word, by quotient() unless one of the thread's divisors is not exact() (one branch a thread
 // rather than one a quotient keeps the common path straight). q goes by rows, a fragment's bytes
 // stored at once (8 bytes for 16-bit inputs: 32 bytes a row from 4 lanes, whole sectors); q_t's
@@ -226,7 +226,7 @@ __device__ __forceinline__ void quantize_tile(const QuantArgs& a, const Tile<T, 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t r = t.r0 + t.row + j;
-      if (r >= a.rows) break;
+      if (r >= a.rows || !a.q) break;
       const Divisor d = rows[t.row + j];
       const uint32_t w[2] = {e4m3x4<kExact>(x(j, 0), x(j, 1), x(j, 2), x(j, 3), d),  // elements 0..3, 4..7
                              e4m3x4<kExact>(x(j, 4), x(j, 5), x(j, 6), x(j, 7), d)};
@@ -249,8 +249,10 @@ __device__ __forceinline__ void quantize_tile(const QuantArgs& a, const Tile<T, 
     }
   };
   bool exact = true;
+  if (a.q) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) exact = exact & rows[t.row + j].exact();  // & not &&: no branches
+    for (int j = 0; j < 4; ++j) exact = exact & rows[t.row + j].exact();  // & not &&: no branches
+  }
   if (a.qt) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) exact = exact & cols[t.col_of(e)].exact();

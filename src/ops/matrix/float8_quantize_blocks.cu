@@ -38,7 +38,7 @@ __device__ __forceinline__ void block_tile(const QuantArgs& a, int64_t col_tiles
         tile::block_reduce(mag_f32<T>(max(max(rm[0], rm[1]), max(rm[2], rm[3]))), tile::Max{}, 0u, scratch);
     dv[i] = divisor_of(all);  // 256 threads: every row and column the block's
     if (i == 0) {
-      a.scale[tr * col_tiles + tc] = dv[0].s;
+      if (a.scale) a.scale[tr * col_tiles + tc] = dv[0].s;
       if (a.scale_t) a.scale_t[tr * col_tiles + tc] = dv[0].s;
     }
   } else {
@@ -48,7 +48,7 @@ __device__ __forceinline__ void block_tile(const QuantArgs& a, int64_t col_tiles
     __syncthreads();
     if (i < kBlock) {  // row i's 1 x 128 block
       dv[i] = divisor_of(max(rmax[0][i], rmax[1][i]));
-      if (t[0].r0 + i < a.rows) a.scale[(t[0].r0 + i) * col_tiles + tc] = dv[i].s;
+      if (a.scale && t[0].r0 + i < a.rows) a.scale[(t[0].r0 + i) * col_tiles + tc] = dv[i].s;
     } else {  // column c's 128 x 1 block
       const int c = i - kBlock;
       dv[i] = divisor_of(max(max(cmax[0][c], cmax[1][c]), max(cmax[2][c], cmax[3][c])));
