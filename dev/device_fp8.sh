@@ -17,7 +17,7 @@ OUT=/tmp/fp8logs  # each step's log and reports, packed into $FINAL at the end
 mkdir -p "$FINAL" "$OUT"
 root=$PWD
 summary=()
-ALL="main ctest verify memcheck memcheck2 matrix pytest conv moebench kernels ncu quant gaps fp8step public"  # STEPS picks
+ALL="main ctest verify memcheck memcheck2 matrix pytest conv moebench kernels ncu quant gaps fp8step public reports"  # STEPS picks
 step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
@@ -66,6 +66,9 @@ step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family
   --runs "${FP8_RUNS:-tessera,tessera fp8 rowwise,tessera fp8 blockwise}" --profile --out "$OUT/fp8_step"
 step public "${PUBLIC_LIMIT:-150}" "$PY" benchmarks/transformers_step.py --family llama --rounds 2 --steps 4 --warmup 2 \
   --runs "${PUBLIC_RUNS:-tessera,tessera fp8 rowwise}" --profile --out "$OUT/public_step"
+# PERF.md's reports (REPORTS names them), each into $OUT/perf/NAME for perf_reports.py --insert here
+step reports "${REPORTS_LIMIT:-300}" python3 scripts/perf_reports.py --run "$OUT/perf" ${REPORTS:-fp8_step} \
+  --code "$(cat devbin-pack/CODE 2>/dev/null || echo unknown)"
 for s in $ALL; do
   [ -f "$OUT/$s.log" ] || continue
   echo "== $s"; tail -n "${TAIL:-25}" "$OUT/$s.log" | cut -c1-200

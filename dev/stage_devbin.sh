@@ -9,6 +9,9 @@ cmake --build "$BUILD" -j "$(nproc)"
 rm -rf devbin && mkdir -p devbin
 # libtessera.so alone: a Python-on configure leaves a stale libtessera.so.0.1.0 beside it
 cp "$BUILD"/src/libtessera.so "$BUILD"/harness/libtessera_harness.so devbin/
+# The binaries may name the libraries by soname (a versioned build): those names point at the
+# fresh copies.
+for lib in libtessera libtessera_harness; do ln -sf "$lib.so" "devbin/$lib.so.0"; done
 cp "$BUILD"/tests/cpp/tessera_tests devbin/
 cp "$BUILD"/tools/tessera devbin/ 2>/dev/null || true
 du -sh devbin
