@@ -342,11 +342,11 @@ def _quantize_reusing(t, granularity: str, columns: bool, quantize=None):
 def _weight_layouts(weight, granularity: str, columns: bool, cache: bool):
     """The weight's float8 copies for one GEMM: by rows (q, scale; the forward) or by columns
     (q_t, scale_t; dgrad), as (q, scale, q_t, scale_t) with the other pair None. With ``cache``
-    (the layer's cache_weights) both layouts come from one call and stay on the parameter until
-    it changes (its version counter, which every in-place write bumps: the optimizer's step), so
-    that micro-batches accumulating gradients cast each weight once per optimizer step; the two
-    copies (2 bytes a parameter) are held meanwhile (in _weights). Not under torch.compile nor
-    while a CUDA graph is captured (_quantize_reusing's reasons)."""
+    (the layer's cache_weights) both layouts come from one call and are kept (in _weights) until
+    the next step of any torch.optim optimizer, or until the weight's identity key moves (an
+    in-place write bumps its version), so that micro-batches accumulating gradients cast each
+    weight once per optimizer step; the two copies (2 bytes a parameter) are held meanwhile. Not
+    under torch.compile nor while a CUDA graph is captured (_quantize_reusing's reasons)."""
     global _weights
     import torch
     ident = None
@@ -357,6 +357,10 @@ def _weight_layouts(weight, granularity: str, columns: bool, cache: bool):
     if _weights is None:
         from torch.utils.weak import WeakIdKeyDictionary
         _weights = WeakIdKeyDictionary()
+        # Every optimizer step drops the copies, whatever the version counters say: FSDP2 refills
+        # an unsharded weight in place with its version preserved, so only the step tells.
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        register_optimizer_step_post_hook(lambda *args: drop_cached_weights())
     anchor, key = ident
     held = _weights.get(anchor)
     if held is None or held[0] != (key, granularity):
@@ -530,10 +534,11 @@ def convert_to_float8_training(module, *, recipe: str = "rowwise",
 
     ``cache_weights=True``: each weight is cast once per optimizer step rather than twice per
     micro-batch (by rows for the forward, by columns for dgrad): both float8 copies come from one
-    call at the weight's first use and are reused until the weight changes, at 2 bytes a
-    parameter held between steps (drop_cached_weights frees them). For gradient accumulation;
-    with one micro-batch a step it only adds memory. Each layer's ``cache_weights`` attribute
-    switches it later."""
+    call at the weight's first use and are reused until the next step of any torch.optim
+    optimizer (or an in-place write to the weight), at 2 bytes a parameter held meanwhile. For
+    gradient accumulation; with one micro-batch a step it only adds memory. A weight changed
+    otherwise (through ``.data``, by an update outside torch.optim) needs drop_cached_weights()
+    before its next use. Each layer's ``cache_weights`` attribute switches it later."""
     import torch
     _check_recipe(recipe)
     cls = __getattr__("Float8Linear")

@@ -450,11 +450,24 @@ def test_cached_weights_are_cast_once_per_optimizer_step(monkeypatch):
     assert weight_calls == [((48, 32), "both")]  # once for both micro-batches, forward and dgrad
     torch.testing.assert_close(lin.weight.grad, plain.weight.grad)
     with torch.no_grad():
-        lin.weight.add_(0.5)  # the optimizer's step: the weight's version moves on
+        lin.weight.add_(0.5)  # an in-place write: the weight's version moves on
     calls.clear()
     f8._last_x = None
     lin(xs[0]).sum().backward()
     assert [c for c in calls if c[0] == (48, 32)] == [((48, 32), "both")]
+    # A write the version counter does not see (FSDP2 refills its unsharded weights so): the
+    # optimizer's step drops the copies all the same.
+    lin.weight.data.mul_(2.0)
+    torch.optim.SGD(lin.parameters(), lr=0.0).step()
+    calls.clear()
+    f8._last_x = None
+    lin.weight.grad = None
+    lin(xs[0]).square().sum().backward()
+    assert [c for c in calls if c[0] == (48, 32)] == [((48, 32), "both")]
+    ref = torch.nn.Linear(32, 48, bias=False)
+    ref.weight.data.copy_(lin.weight.data)
+    ref(xs[0].detach()).square().sum().backward()
+    torch.testing.assert_close(lin.weight.grad, ref.weight.grad)
     f8.drop_cached_weights(lin)
     assert f8._weights.get(lin.weight) is None
     lin.cache_weights = False  # uncached: rows in the forward, columns alone for dgrad
