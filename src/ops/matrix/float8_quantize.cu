@@ -148,12 +148,8 @@ __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, in
 // Pass 2: first a thread for each of the tile's rows and columns takes its scale (writing it out
 // once: rows from the first column of tiles, columns from the first row) and reciprocal into
 // shared memory, while the tile's loads are in flight; then quantize_tile and store_staged.
-// 16-bit fragments: five CTAs an SM (51 registers, a few words spilled) rather than the four that
-// 63 registers allow: the pass waits on its loads more than on its quotients, and more warps hide
-// more of that. float32 tiles hold twice the registers and would spill several times as much.
 template <class T, int VW>
-__global__ void __launch_bounds__(kTileThreads, sizeof(T) == 2 && VW == 8 ? 5 : 1)
-    tile_quant_kernel(QuantArgs a, int64_t col_tiles) {
+__global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, int64_t col_tiles) {
   using L = Tile<T, VW>;
   __shared__ uint32_t staged[kTileCols * kPitch<VW>];  // q_t's tile, [column][row / 4]
   __shared__ Divisor dv[kTileRows + kTileCols];        // the tile's rows', then its columns'
