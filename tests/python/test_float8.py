@@ -228,14 +228,11 @@ def test_quantize_reusing_serves_the_same_unchanged_tensor_only():
     f8._last_x = None
 
 
-def test_float8_matmul_quantizes_a_shared_input_once(monkeypatch):
-    """Three Float8Linears on one x (q, k, v) with the kernels' path stood in for on the CPU
-    (identity quantizer, float GEMM): x quantized once, each weight once, and the outputs and
-    gradients those of the plain Linears (the backward's saved copies of x shared, intact)."""
-    calls = []
-
+def _stand_in_kernels(monkeypatch, record):
+    """Float8Matmul's kernels' path on the CPU: an identity quantizer (scales 1) that calls
+    record(t, columns, rows) first, and a float GEMM for scaled_mm."""
     def fake(t, granularity, columns, rows=True):
-        calls.append(tuple(t.shape))
+        record(t, columns, rows)
         one = torch.ones(())
         return (t.detach().clone() if rows else None, one if rows else None,
                 t.detach().t().contiguous() if columns else None, one if columns else None)
@@ -243,6 +240,14 @@ def test_float8_matmul_quantizes_a_shared_input_once(monkeypatch):
     monkeypatch.setattr(f8, "_on_kernels", lambda x, recipe: True)
     monkeypatch.setattr(f8, "_quantize_both", fake)
     monkeypatch.setattr(f8, "_scaled", lambda qa, sa, qb_t, sb, dtype: (qa @ qb_t).to(dtype))
+
+
+def test_float8_matmul_quantizes_a_shared_input_once(monkeypatch):
+    """Three Float8Linears on one x (q, k, v) with the kernels' path stood in for on the CPU
+    (identity quantizer, float GEMM): x quantized once, each weight once, and the outputs and
+    gradients those of the plain Linears (the backward's saved copies of x shared, intact)."""
+    calls = []
+    _stand_in_kernels(monkeypatch, lambda t, columns, rows: calls.append(tuple(t.shape)))
     f8._last_x = None
     plain = [torch.nn.Linear(32, n, bias=False) for n in (48, 16, 16)]
     lins = [f8.convert_to_float8_training(torch.nn.Linear(32, n, bias=False)) for n in (48, 16, 16)]
@@ -426,16 +431,8 @@ def test_cached_weights_are_cast_once_per_optimizer_step(monkeypatch):
     optimizer's step); the gradients are those of the uncached layers. The kernels' path stood in
     for on the CPU (identity quantizer, float GEMM)."""
     calls = []
-
-    def fake(t, granularity, columns, rows=True):
-        calls.append((tuple(t.shape), "both" if columns and rows else "columns" if columns else "rows"))
-        one = torch.ones(())
-        return (t.detach().clone() if rows else None, one if rows else None,
-                t.detach().t().contiguous() if columns else None, one if columns else None)
-
-    monkeypatch.setattr(f8, "_on_kernels", lambda x, recipe: True)
-    monkeypatch.setattr(f8, "_quantize_both", fake)
-    monkeypatch.setattr(f8, "_scaled", lambda qa, sa, qb_t, sb, dtype: (qa @ qb_t).to(dtype))
+    _stand_in_kernels(monkeypatch, lambda t, columns, rows: calls.append(
+        (tuple(t.shape), "both" if columns and rows else "columns" if columns else "rows")))
     torch.manual_seed(0)
     plain = torch.nn.Linear(32, 48, bias=False)
     lin = f8.convert_to_float8_training(torch.nn.Linear(32, 48, bias=False), cache_weights=True)
