@@ -314,7 +314,7 @@ PyObject* float8_quantize(PyObject*, PyObject* const* args, Py_ssize_t n) {
   HANDLE_TH_ERRORS
   bool grad = false;
   const bool flags = (n == 3 || n == 4) && PyBool_Check(args[2]) && (n == 3 || PyBool_Check(args[3]));
-  const bool rows = n == 3 || args[3] == Py_True;
+  const bool rows = flags && (n == 3 || args[3] == Py_True);  // args[3] read only where it exists
   const at::Tensor* x = flags && (rows || args[2] == Py_True) ? plain(args[0], grad) : nullptr;
   Py_ssize_t size = 0;
   const char* g = x && PyUnicode_Check(args[1]) ? PyUnicode_AsUTF8AndSize(args[1], &size) : nullptr;

@@ -205,9 +205,10 @@ __device__ __forceinline__ uint32_t max_scatter(uint32_t (&v)[N]) {
 }
 
 // The tile's quotients by its rows' divisors (`rows`, by tile row) into q where q is asked for
-// (not by float8_quantize_transposed), and where q_t is asked for, by its columns' (`cols`, by tile column) into `staged` for store_staged; each 4 quotients a
-// word, by quotient() unless one of the thread's divisors is not exact() (one branch a thread
-// rather than one a quotient keeps the common path straight). q goes by rows, a fragment's bytes
+// (not by float8_quantize_transposed), and where q_t is asked for, by its columns' (`cols`, by
+// tile column) into `staged` for store_staged; each 4 quotients a word, by quotient() unless one
+// of the thread's divisors is not exact() (one branch a thread rather than one a quotient keeps
+// the common path straight). q goes by rows, a fragment's bytes
 // stored at once (8 bytes for 16-bit inputs: 32 bytes a row from 4 lanes, whole sectors); q_t's
 // tile is staged as [column][row / 4], a thread's 4 rows of one column packed into one word.
 // Staged rows are kPitch = 32 + 8 / VW words apart: a store instruction's 32 lanes write column
