@@ -16,6 +16,11 @@ Providers:
 - tessera: tessera.float8._kernel_quantize (rows: one kernel; with the columns: two passes over
   128 x 64 tiles by rows, one pass over 128 x 128 tiles by blocks; the columns alone the same
   passes without the rows' quotients and stores).
+With --gated, also SwiGLU's product silu(gate) * up quantized (gate and up [M, K], randn), the
+down projection's input in float8 training: torch's silu and product then its quantize (and
+compile of the whole), tessera's silu_mul then float8_quantize ('tessera unfused'), and tessera's
+float8_quantize_gated (tessera.float8._quantize_gated: the product quantized in the pass that
+computes it, never written); the floor reads gate and up once.
 Times: triton's do_bench (L2 flushed, median), the median of --rounds interleaved rounds. GB/s
 counts the floor's bytes for every provider: x read once, q (and q_t) written once, the scales;
 'of copy' is that rate over the copy rate measured on this GPU (ANCHORS.md: 4226 GB/s on the
@@ -52,6 +57,22 @@ def providers(granularity: str, columns: bool, rows: bool, compile_: bool):
     return out
 
 
+def gated_providers(granularity: str, columns: bool, compile_: bool):
+    """silu(gate) * up quantized (rows, or rows and columns)."""
+    import tessera
+
+    def torch_exact(g, u):  # the product in float32, rounded once (as silu_mul rounds it)
+        p = (torch.nn.functional.silu(g.float()) * u.float()).to(g.dtype)
+        return providers(granularity, columns, True, False)["torch"](p)
+
+    out = {"torch": torch_exact}
+    if compile_:
+        out["compile"] = torch.compile(torch_exact)
+    out["tessera unfused"] = lambda g, u: f8._quantize_both(tessera.silu_mul(g, u), granularity, columns)[:4 if columns else 2]
+    out["tessera"] = lambda g, u: f8._quantize_gated(g, u, "silu", granularity, columns)[:4 if columns else 2]
+    return out
+
+
 def same_bits(a, b):
     view = torch.uint8 if a.dtype == torch.float8_e4m3fn else torch.int32
     return a.shape == b.shape and torch.equal(a.contiguous().view(view), b.contiguous().view(view))
@@ -64,6 +85,7 @@ def main():
     ap.add_argument("--granularity", default="row,block")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--gated", action="store_true", help="also SwiGLU's product quantized (gate and up [M, K])")
     ap.add_argument("--out", default="bench_out/float8_quantize")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -95,6 +117,34 @@ def main():
             cells = [f"{m} x {k}", mode, *(f"{ms[p]:.3f}" if p in ms else "" for p in ("torch", "compile", "tessera")),
                      f"{floor / (t * 1e6):.0f}", f"{floor / (t * 1e6) / COPY_GBPS:.0%}",
                      f"{min(v for p, v in ms.items() if p != 'tessera') / t:.2f}x"]
+            lines.append("| " + " | ".join(cells) + " |")
+            print(lines[-1], flush=True)
+        if not args.gated:
+            continue
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        gate, up = (torch.randn(m, k, device="cuda", generator=gen).to(dtype) for _ in range(2))
+        for granularity, columns in ((g, c) for g in args.granularity.split(",") for c in (False, True)):
+            mode = "silu gated, " + granularity + (" rows+columns" if columns else " rows")
+            calls = {name: (lambda fn=fn: fn(gate, up)) for name, fn in
+                     gated_providers(granularity, columns, not args.no_compile).items()}
+            want = calls["tessera"]()
+            for name, call in calls.items():
+                same = all(same_bits(g, w) for g, w in zip(call(), want))
+                assert same or name in ("compile", "torch"), (name, mode, text)  # torch: silu's own rounding
+                if not same:
+                    print(f"note: {name} {mode} {text}: not tessera's bits", flush=True)
+            scales = sum(t.numel() for t in want[1::2])
+            floor = gate.numel() * (2 * gate.element_size() + (2 if columns else 1)) + 4 * scales
+            ms = interleaved_ms(calls, args.rounds)
+            for name, t in ms.items():
+                gbps = floor / (t * 1e6)
+                rows.append({"shape": [m, k], "mode": mode, "provider": name, "ms": t, "gbps": gbps,
+                             "copy_fraction": gbps / COPY_GBPS})
+            t = ms["tessera"]
+            cells = [f"{m} x {k}", mode, *(f"{ms[p]:.3f}" if p in ms else "" for p in ("torch", "compile", "tessera")),
+                     f"{floor / (t * 1e6):.0f}", f"{floor / (t * 1e6) / COPY_GBPS:.0%}",
+                     f"{min(v for p, v in ms.items() if p != 'tessera') / t:.2f}x "
+                     f"(unfused {ms['tessera unfused'] / t:.2f}x)"]
             lines.append("| " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
     table = "\n".join([f"float8_quantize, {args.dtype} input, row-wise and 1 x 128 block scales; ms (triton do_bench, median of "

@@ -3,7 +3,7 @@
 # installs the package staged here instead: dev/stage_devpkg.sh's devwheel with devbin's
 # libraries, seconds), then with devbin (carried packed: dev/stage_devbin.sh) the float8 and matmul C++ tests,
 # `tessera verify --full` of float8_quantize and scaled_mm, compute-sanitizer memcheck over
-# float8_quantize's cases; with the package the main job installed: test_float8.py, each recipe's
+# float8_quantize's cases, an A/B against devbin_base where staged (dev/stage_ab.sh); with the package the main job installed: test_float8.py, each recipe's
 # kernels in one Float8Linear step (dev/fp8_kernels.py), benchmarks/moe.py (MOE_ARGS),
 # benchmarks/float8_quantize.py, the Llama-3-8B-layer step (FP8_RUNS) and the public-size step
 # (8 layers of 2048, 2 x 4096 tokens: PUBLIC_RUNS). Every step ends by
@@ -17,7 +17,7 @@ OUT=/tmp/fp8logs  # each step's log and reports, packed into $FINAL at the end
 mkdir -p "$FINAL" "$OUT"
 root=$PWD
 summary=()
-ALL="main ctest verify memcheck memcheck2 matrix pytest conv moebench kernels ncu quant gaps fp8step public reports"  # STEPS picks
+ALL="main ctest verify memcheck memcheck2 ab matrix pytest conv moebench kernels ncu quant gaps fp8step public reports"  # STEPS picks
 step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
@@ -29,6 +29,7 @@ step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
 }
 [ "${MAIN:-1}" = 1 ] && step main 450 env OUT="$OUT/main" MAIN_TIMEOUT=440 bash dev/device_main.sh
 python3 -c "import tarfile; tarfile.open('devbin-pack/devbin.tar.xz').extractall('.')"
+[ -f devbin-pack/devbin_base.tar.xz ] && python3 -c "import tarfile; tarfile.open('devbin-pack/devbin_base.tar.xz').extractall('.')"
 if [ "${MAIN:-1}" != 1 ]; then
   site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   bash dev/devwheel.sh >"$OUT/install.log" 2>&1 && cp devbin/libtessera.so devbin/libtessera_harness.so "$site/tessera/" &&
@@ -40,6 +41,8 @@ fi
   step verify 120 devbin/tessera verify --full float8_quantize scaled_mm
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 devbin/tessera verify --full float8_quantize
   step memcheck2 120 compute-sanitizer --tool memcheck --error-exitcode 9 devbin/tessera verify scaled_mm
+  # devbin's library against devbin_base's (dev/stage_ab.sh), interleaved
+  [ -d devbin_base ] && step ab "${AB_LIMIT:-120}" env OUT="$OUT" bash dev/ab_lib.sh
   printf '%s\n' "${summary[@]}" >"$OUT/summary-bin.txt"
 )
 [ -f "$OUT/summary-bin.txt" ] && mapfile -t summary <"$OUT/summary-bin.txt"
@@ -59,7 +62,7 @@ step moebench 150 "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --run
 step kernels 90 "$PY" dev/fp8_kernels.py
 step ncu 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
   --section MemoryWorkloadAnalysis "$PY" dev/fp8_ncu.py
-step quant 90 "$PY" benchmarks/float8_quantize.py --no-compile --rounds 3 --out "$OUT/float8_quantize"
+step quant 90 "$PY" benchmarks/float8_quantize.py ${QUANT_ARGS:---no-compile --rounds 3} --out "$OUT/float8_quantize"
 step gaps 120 "$PY" dev/step_gaps.py
 step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
   --kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 --warmup 2 \

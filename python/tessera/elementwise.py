@@ -494,6 +494,17 @@ def gated(kind: str, gate, up):
     return silu_mul(gate, up) if kind == "silu" else geglu(gate, up)
 
 
+def gated_backward(kind: str, grad, gate, up):
+    """(grad_gate, grad_up) of act(gate) * up in one pass on CUDA (the backward ops); torch's
+    composition elsewhere."""
+    if gate.is_cuda:
+        ops = _interop.needs_ops(kind, "needs")
+        op = ops.silu_mul_backward if kind == "silu" else ops.geglu_backward
+        return tuple(op(grad, gate, up))
+    a, da = _gate_torch(kind, gate)
+    return grad * up * da, grad * a
+
+
 def gated_backward_recompute(kind: str, grad, gate, up):
     """(grad_gate, grad_up, act(gate) * up) in one pass on CUDA (the recompute backward ops);
     torch's composition elsewhere."""

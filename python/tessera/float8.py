@@ -48,7 +48,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 __all__ = ["RECIPES", "GRANULARITIES", "E4M3_MAX", "quantize", "dequantize", "convert_to_float8_training",
-           "drop_cached_weights", "Float8Linear"]
+           "drop_cached_weights", "gated_linear", "Float8Linear"]
 
 RECIPES = ("tensorwise", "rowwise", "blockwise")
 GRANULARITIES = ("tensor", "row", "block", "block2d")
@@ -293,6 +293,23 @@ def _quantize_both(t, granularity: str, columns: bool, rows: bool = True):
     return q[:m], scale, q_t, scale_t
 
 
+def _quantize_gated(gate, up, kind: str, granularity: str, columns: bool):
+    """_quantize_both of act(gate) * up (kind "silu": silu_mul's product, "gelu_tanh": geglu's),
+    quantized in the pass that computes it (tessera's float8_quantize_gated, the same bytes) where
+    the kernel takes the pair at once (one layout, M a multiple of 16 where columns are asked
+    for); else the gated op's output quantized."""
+    from . import _state
+    g, u = gate.detach(), up.detach()
+    fast = _state.fast
+    if (fast is not None and not _state.dynamo_compiling() and g.stride() == u.stride() and
+            _kernel_takes(g, granularity, columns) and (g.stride(-1) == 1 or g.shape[-1] == 1)):
+        out = fast.float8_quantize_gated(g, u, kind, granularity, columns)
+        if out is not None:
+            return tuple(out) if columns else (*out, None, None)
+    from .elementwise import gated
+    return _quantize_both(gated(kind, g, u), granularity, columns)
+
+
 # The last activation quantized on the kernels, for the next Float8Matmul of the same tensor (the
 # q, k and v projections take one x, gate and up another): (weakref to the tensor the activation
 # is a view of, the activation's identity, granularity, columns, (q, scale, q_t, scale_t)).
@@ -389,6 +406,27 @@ def drop_cached_weights(module=None) -> None:
         _weights.pop(p, None)
 
 
+def _forward_gemm(qx, sx, weight, wgt: str, cache: bool, dtype):
+    """The forward's GEMM on the kernels: qx @ weight^T, the weight by rows."""
+    qw, sw, _, _ = _weight_layouts(weight, wgt, False, cache)
+    return _scaled(qx, sx, qw.t(), _as_right(sw, wgt), dtype)
+
+
+def _backward_gemms(grad, qx_t, sx_t, weight, recipe: str, cache: bool, want_dx: bool, want_dw: bool, dtypes):
+    """dgrad and wgrad on the kernels from the output gradient and the forward's float8 copy of
+    x's columns (qx_t, sx_t): (dx, dw), each None where not wanted. grad quantized by rows for
+    dgrad (K = out_features) and by columns for wgrad (K = tokens) in one kernel call."""
+    act, wgt = _OPERANDS[recipe]
+    dx = dw = None
+    qg, sg, qg_t, sg_t = _quantize_both(grad.contiguous(), act, want_dw)
+    if want_dx:  # grad [T, O] @ weight [O, I]: the weight's columns as qw_t [I, O]
+        _, _, qw_t, sw_t = _weight_layouts(weight, wgt, True, cache)
+        dx = _scaled(qg, sg, qw_t.t(), sw_t, dtypes[0])
+    if want_dw:  # grad^T [O, T'] @ x [T', I]: both by columns, T' padded to 16
+        dw = _scaled(qg_t, sg_t.t() if sg_t.dim() else sg_t, qx_t.t(), sx_t, dtypes[1])
+    return dx, dw
+
+
 _function = None
 
 
@@ -418,10 +456,9 @@ def _matmul_function():
             # (`recorded`: autograd keeps the call, which needs_input_grad does not say under no_grad)
             want_dw = recorded and ctx.needs_input_grad[1]
             qx, sx, qx_t, sx_t = _quantize_reusing(x, act, want_dw)  # q/k/v (gate/up): x once
-            qw, sw, _, _ = _weight_layouts(weight, wgt, False, cache)
             ctx.save_for_backward(qx_t, sx_t, weight)
             ctx.dtypes = (x.dtype, weight.dtype)
-            return _scaled(qx, sx, qw.t(), _as_right(sw, wgt), x.dtype)
+            return _forward_gemm(qx, sx, weight, wgt, cache, x.dtype)
 
         @staticmethod
         def backward(ctx, grad):
@@ -430,15 +467,7 @@ def _matmul_function():
             want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
             if ctx.kernels:
                 qx_t, sx_t, weight = ctx.saved_tensors
-                x_dtype, w_dtype = ctx.dtypes
-                # grad by rows for dgrad (K = out_features) and by columns for wgrad (K = tokens),
-                # from one kernel call
-                qg, sg, qg_t, sg_t = _quantize_both(grad.contiguous(), act, want_dw)
-                if want_dx:  # grad [T, O] @ weight [O, I]: the weight's columns as qw_t [I, O]
-                    _, _, qw_t, sw_t = _weight_layouts(weight, wgt, True, ctx.cache)
-                    dx = _scaled(qg, sg, qw_t.t(), sw_t, x_dtype)
-                if want_dw:  # grad^T [O, T'] @ x [T', I]: both by columns, T' padded to 16
-                    dw = _scaled(qg_t, sg_t.t() if sg_t.dim() else sg_t, qx_t.t(), sx_t, w_dtype)
+                dx, dw = _backward_gemms(grad, qx_t, sx_t, weight, ctx.recipe, ctx.cache, want_dx, want_dw, ctx.dtypes)
                 return dx, dw, None, None, None
             x, weight = ctx.saved_tensors
             if want_dx:  # K = out_features: grad's rows, the weight's columns
@@ -449,6 +478,70 @@ def _matmul_function():
 
     _function = Float8Matmul
     return _function
+
+
+_gated_function_ = None
+
+
+def _gated_function():
+    """A Float8Linear of act(gate) * up (a gated feed-forward's down projection) as an autograd
+    Function, on the kernels only (_on_kernels): the product quantized in the pass that computes
+    it and never held in bfloat16 (_quantize_gated); the backward keeps gate, up and the product's
+    float8 columns, and takes grad_gate and grad_up from dgrad's output in one pass."""
+    global _gated_function_
+    if _gated_function_ is not None:
+        return _gated_function_
+    import torch
+
+    class Float8GatedMatmul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, gate, up, weight, kind, recipe, recorded=True, cache=False):
+            act, wgt = _OPERANDS[recipe]
+            ctx.kind, ctx.recipe, ctx.cache = kind, recipe, cache
+            want_dw = recorded and ctx.needs_input_grad[2]
+            qa, sa, qa_t, sa_t = _quantize_gated(gate, up, kind, act, want_dw)
+            ctx.save_for_backward(gate, up, qa_t, sa_t, weight)
+            ctx.dtypes = (gate.dtype, weight.dtype)
+            return _forward_gemm(qa, sa, weight, wgt, cache, gate.dtype)
+
+        @staticmethod
+        def backward(ctx, grad):
+            from .elementwise import gated_backward
+            gate, up, qa_t, sa_t, weight = ctx.saved_tensors
+            want_act = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+            d_act, dw = _backward_gemms(grad, qa_t, sa_t, weight, ctx.recipe, ctx.cache, want_act,
+                                        ctx.needs_input_grad[2], ctx.dtypes)
+            d_gate = d_up = None
+            if want_act:
+                d_gate, d_up = gated_backward(ctx.kind, d_act, gate, up)
+            return d_gate, d_up, dw, None, None, None, None
+
+    _gated_function_ = Float8GatedMatmul
+    return _gated_function_
+
+
+def gated_linear(kind: str, gate, up, linear):
+    """``linear(act(gate) * up)`` for a Float8Linear ``linear`` (kind "silu": SwiGLU's product,
+    "gelu_tanh": GeGLU's), the product quantized in the pass that computes it rather than written
+    in bfloat16 and read back (tessera's float8_quantize_gated) where the layer's GEMMs run on the
+    kernels; elsewhere (the emulation, another Linear, a layer with hooks, autocast) the module
+    called on the gated op's output. gate and up: one shape [..., in_features] and dtype."""
+    import torch
+    from .elementwise import gated
+    if kind not in ("silu", "gelu_tanh"):
+        raise ValueError(f"tessera.float8.gated_linear: argument 'kind': expected 'silu' or 'gelu_tanh', got {kind!r}")
+    if (not isinstance(linear, __getattr__("Float8Linear")) or linear._forward_hooks or linear._forward_pre_hooks
+            or gate.shape != up.shape or gate.dtype != up.dtype
+            or not _on_kernels(gate, linear.recipe) or gate.dtype != linear.weight.dtype
+            or torch.is_autocast_enabled(gate.device.type)):
+        return linear(gated(kind, gate, up))
+    shape = gate.shape
+    recorded = torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad or linear.weight.requires_grad)
+    out = _gated_function().apply(gate.reshape(-1, shape[-1]), up.reshape(-1, shape[-1]), linear.weight, kind,
+                                  linear.recipe, recorded, linear.cache_weights)
+    if linear.bias is not None:
+        out = out + linear.bias
+    return out.reshape(*shape[:-1], out.shape[-1])
 
 
 def _linear_class():

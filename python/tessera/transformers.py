@@ -24,8 +24,9 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     backward: it is recomputed there in the pass that takes the gate's gradients (one
     tokens x intermediate tensor less per layer), where down_proj is a plain ``nn.Linear``. With
     ``fp8=`` the same forward runs on the converted projections (each a Float8Linear, called as
-    the module): the gate and up products in float8, the gate through tessera's kernel, and
-    down_proj, a Float8Linear too, keeping its input's float8 copy for its backward. An MLP
+    the module): the gate and up products in float8, then the gated product quantized for
+    down_proj, a Float8Linear too, in the pass that computes it (``float8.gated_linear``: never
+    written in bfloat16), its float8 copy kept for down_proj's backward. An MLP
     whose config names another activation keeps its own forward.
   - ``fused_linear_cross_entropy``: the causal LM's forward in training with labels: the loss from
     ``tessera.linear_cross_entropy`` on the hidden states, never the logits (labels shifted by
@@ -216,13 +217,15 @@ class _GatedDown(torch.autograd.Function):
 
 def _down_of_gated(mlp, kind, gate, up):
     """mlp.down_proj(act(gate) * up); through _GatedDown where down_proj is a plain nn.Linear
-    (no hooks, no adapter, not sharded on its own, no autocast), so the product is not held; any
-    other down_proj (a Float8Linear under fp8=, which holds the product's float8 copy) called as
-    the module."""
+    (no hooks, no adapter, not sharded on its own, no autocast), so the product is not held; a
+    Float8Linear (fp8=) through float8.gated_linear, which quantizes the product in the pass that
+    computes it and holds only its float8 copy; any other down_proj called as the module."""
     down = mlp.down_proj
     if (type(down) is torch.nn.Linear and not down._forward_hooks and not down._forward_pre_hooks
             and not torch.is_autocast_enabled(gate.device.type) and gate.dtype == down.weight.dtype):
         return _GatedDown.apply(gate, up, down.weight, down.bias, kind)
+    if type(down).__name__ == "Float8Linear" and type(down).__module__ == float8.__name__:
+        return float8.gated_linear(kind, gate, up, down)
     return down(_gated(kind, gate, up))
 
 

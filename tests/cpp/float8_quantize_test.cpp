@@ -215,6 +215,34 @@ TEST(Float8QuantizeChecks, NameTheArgument) {
        cuda_tensor(0x200000, DType::float32, {0, 1}), nullptr, nullptr, row);
 }
 
+TEST(Float8QuantizeChecks, GatedNamesTheArgument) {
+  const TensorView gate = cuda_tensor(0x10000, DType::bfloat16, {32, 64});
+  const TensorView up = cuda_tensor(0x20000, DType::bfloat16, {32, 64});
+  const TensorView q = cuda_tensor(0x100000, DType::float8_e4m3fn, {32, 64});
+  const TensorView s = cuda_tensor(0x200000, DType::float32, {32, 1});
+  const TensorView qt = cuda_tensor(0x300000, DType::float8_e4m3fn, {64, 32});
+  const TensorView st = cuda_tensor(0x400000, DType::float32, {1, 64});
+  const auto call = [&](const TensorView& g_, const TensorView& u_, tessera::Activation a, const TensorView& q_) {
+    tessera::float8_quantize_gated(g_, u_, a, q_, s, &qt, &st, Float8Granularity::row, nullptr);
+  };
+  const auto silu = tessera::Activation::silu;
+  expect_error([&] { call(cuda_tensor(0x10000, DType::int32, {32, 64}), up, silu, q); }, ErrorKind::type,
+               {"tessera.float8_quantize_gated", "'gate'", "bfloat16"});
+  expect_error([&] { call(gate, cuda_tensor(0x20000, DType::float16, {32, 64}), silu, q); }, ErrorKind::type,
+               {"tessera.float8_quantize_gated", "'up'"});
+  expect_error([&] { call(gate, cuda_tensor(0x20000, DType::bfloat16, {32, 32}), silu, q); }, ErrorKind::value,
+               {"'up'"});
+  TensorView padded = up;
+  padded.strides[0] = 72;
+  expect_error([&] { call(gate, padded, silu, q); }, ErrorKind::value, {"'up'", "gate's strides (64, 1)", "(72, 1)"});
+  expect_error([&] { call(gate, up, tessera::Activation::relu, q); }, ErrorKind::value,
+               {"'activation'", "'silu' or 'gelu_tanh'", "'relu'"});
+  expect_error([&] { call(gate, up, silu, cuda_tensor(0x100000, DType::float8_e4m3fn, {64, 32})); }, ErrorKind::value,
+               {"tessera.float8_quantize_gated", "'q'", "[32, 64]"});
+  const TensorView over_up = cuda_tensor(0x20000 + 64, DType::float8_e4m3fn, {32, 64});  // overlaps up
+  expect_error([&] { call(gate, up, silu, over_up); }, ErrorKind::value, {"'q'", "'up'"});
+}
+
 // Device bytes of a buffer.
 std::vector<uint8_t> download(const tessera::runtime::DeviceBuffer& b, size_t n) {
   std::vector<uint8_t> h(n);

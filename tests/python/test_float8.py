@@ -530,3 +530,91 @@ def test_kernel_errors_name_the_argument():
         _torch.ops.float8_quantize.columns(torch.randn(16, 32), granularity="tensor")
     with pytest.raises(ValueError, match="argument 'input'.*CUDA"):
         _torch.ops.float8_quantize.transposed(torch.randn(16, 32))
+
+
+# ---- the gated product quantized where it is computed (float8_quantize_gated) ------------------
+
+@pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
+def test_gated_linear_is_the_linear_of_the_gated_product(kind, monkeypatch):
+    """float8.gated_linear on the kernels' path, stood in for on the CPU (identity quantizer, float
+    GEMM): the down projection of act(gate) * up, its gradients those of the plain composition;
+    the product quantized once (by rows and, for wgrad, columns), the output gradient once."""
+    calls = []
+    _stand_in_kernels(monkeypatch, lambda t, columns, rows: calls.append((tuple(t.shape), columns)))
+    from tessera.elementwise import gated
+    plain = torch.nn.Linear(32, 48)
+    lin = f8.convert_to_float8_training(torch.nn.Linear(32, 48))
+    lin.load_state_dict(plain.state_dict())
+    gate = torch.randn(2, 5, 32, requires_grad=True)
+    up = torch.randn(2, 5, 32, requires_grad=True)
+    out = f8.gated_linear(kind, gate, up, lin)
+    assert calls == [((10, 32), True), ((48, 32), False)]  # the product (both layouts), the weight
+    g2, u2 = gate.detach().clone().requires_grad_(), up.detach().clone().requires_grad_()
+    want = plain(gated(kind, g2, u2))
+    torch.testing.assert_close(out, want)
+    grad = torch.randn_like(want)
+    out.backward(grad)
+    want.backward(grad)
+    assert calls[2] == ((10, 48), True)  # the output gradient: rows (dgrad) and columns (wgrad)
+    for a, b in ((gate.grad, g2.grad), (up.grad, u2.grad), (lin.weight.grad, plain.weight.grad),
+                 (lin.bias.grad, plain.bias.grad)):
+        torch.testing.assert_close(a, b)
+
+
+def test_gated_linear_falls_back_to_the_module():
+    """Off the kernels (the CPU's emulation), another Linear, or a bad kind: the module on the
+    gated op's output, or an error naming the argument."""
+    from tessera.elementwise import gated
+    lin = f8.convert_to_float8_training(torch.nn.Linear(32, 16))
+    gate, up = torch.randn(4, 32), torch.randn(4, 32)
+    torch.testing.assert_close(f8.gated_linear("silu", gate, up, lin), lin(gated("silu", gate, up)), rtol=0, atol=0)
+    other = torch.nn.Linear(32, 16)
+    torch.testing.assert_close(f8.gated_linear("silu", gate, up, other), other(gated("silu", gate, up)))
+    with pytest.raises(ValueError, match="'kind'"):
+        f8.gated_linear("relu", gate, up, lin)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("granularity", ["row", "tensor", "block"])
+@pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
+def test_quantize_gated_gives_the_gated_outputs_bits(dtype, granularity, kind):
+    """_quantize_gated on the GPU (tessera's float8_quantize_gated, the product never written)
+    gives the bytes of the gated op's output quantized, rows alone and with the transposed copy,
+    gate and up halves of one tensor (a row stride of twice their width) too."""
+    _need_cuda()
+    from tessera import _state
+    from tessera.elementwise import gated
+    if _state.fast is None:
+        pytest.skip("the torch ops' fast entries are not built")
+    dt = getattr(torch, dtype)
+    both = _special(272, 2 * 208, dt, True)
+    for gate, up in ((both[:, :208].contiguous(), both[:, 208:].contiguous() * 3), both.chunk(2, dim=1)):
+        for columns in (False, True):
+            got = f8._quantize_gated(gate, up, kind, granularity, columns)
+            want = f8._quantize_both(gated(kind, gate, up), granularity, columns)
+            for a, b in zip(got, want):
+                assert (a is None) == (b is None) and (a is None or _same_bits(a, b)), (columns, gate.stride())
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
+def test_gated_linear_on_the_kernels_matches_the_module(recipe):
+    """On the GPU's kernels, gated_linear (the product quantized where it is computed) gives the
+    module path's output and gradients bit for bit: the same quantized bytes, the same GEMMs."""
+    _need_cuda()
+    from tessera.elementwise import gated
+    if not f8._on_kernels(torch.ones(1, device="cuda", dtype=torch.bfloat16), recipe):
+        pytest.skip("needs the sm90 float8 kernels")
+    torch.manual_seed(0)
+    lin = f8.convert_to_float8_training(torch.nn.Linear(512, 256, bias=False), recipe=recipe).cuda().bfloat16()
+    gate = torch.randn(2, 64, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    up = torch.randn(2, 64, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out = f8.gated_linear("silu", gate, up, lin)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    got = (out, gate.grad, up.grad, lin.weight.grad)
+    gate.grad = up.grad = lin.weight.grad = None
+    f8._last_x = None
+    want_out = lin(gated("silu", gate, up))
+    want_out.backward(grad)
+    for a, b in zip(got, (want_out, gate.grad, up.grad, lin.weight.grad)):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))

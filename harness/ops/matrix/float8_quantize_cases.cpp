@@ -8,7 +8,8 @@
 // (scale 1), an inf, a NaN (NaN scales and NaN bytes), values of magnitude near and above 448,
 // one large value beside small ones (quotients in e4m3's subnormal range), and quotients exactly
 // halfway between two e4m3 values (rounded to the even one); and the columns alone
-// (float8_quantize_transposed).
+// (float8_quantize_transposed); and a gated product quantized in the pass that computes it
+// (float8_quantize_gated), against the gated op's output quantized.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "ops/registry.hpp"
 #include "ops/verify.hpp"
 #include "runtime/check.hpp"
+#include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/matrix.hpp"
 
 namespace tessera::ops {
@@ -40,6 +42,7 @@ struct Spec {
   bool special = true;   // the special rows and columns (else uniform values only)
   bool nonfinite = true; // among them an inf and a NaN (which make every scale of a tensor NaN)
   bool with_q = true;    // q and scale (false: the columns alone, float8_quantize_transposed)
+  Activation gate = Activation::none;  // silu or gelu_tanh: float8_quantize_gated, the input the gate
 };
 
 const char* granularity_name(Float8Granularity g) {
@@ -58,6 +61,7 @@ std::string describe(DType dt, const Spec& s) {
   if (s.offset) d += " offset";
   if (!s.special) d += " uniform";
   else if (!s.nonfinite) d += " finite";
+  if (s.gate != Activation::none) d += std::string(" gated ") + activation_name(s.gate);
   return d;
 }
 
@@ -81,11 +85,12 @@ double value(const Spec& s, std::mt19937_64& g, int64_t i, int64_t j) {
 }
 
 // The input and its values as float32 (what the kernels read; each dtype converts exactly).
-TestTensor input(DType dt, const Spec& s, std::vector<float>& held) {
+// `stream` picks another draw of the uniform values (a gated case's up).
+TestTensor input(DType dt, const Spec& s, std::vector<float>& held, uint64_t stream = 0) {
   const int64_t stride = s.cols + s.pad;
   TestTensor t = make_tensor(dt, {s.rows, stride}, s.offset ? Layout::offset : Layout::contiguous);
   HostCopy h = to_host(t);
-  std::mt19937_64 g(case_seed(uint64_t(s.rows * 131 + s.cols * 7 + s.pad)));
+  std::mt19937_64 g(case_seed(uint64_t(s.rows * 131 + s.cols * 7 + s.pad) + stream * 1000003));
   held.assign(size_t(s.rows * s.cols), 0.f);
   for (int64_t i = 0; i < s.rows; ++i)
     for (int64_t j = 0; j < stride; ++j) {
@@ -132,9 +137,45 @@ void check_bytes(VerifyResult& r, const char* what, const TestTensor& out, const
   r.detail = buf;
 }
 
+// A device tensor's elements, as the reference vectors hold them.
+template <class E>
+std::vector<E> host_elements(const TestTensor& t) {
+  const HostCopy h = to_host(t);
+  std::vector<E> v(h.bytes.size() / sizeof(E));
+  std::memcpy(v.data(), h.bytes.data(), v.size() * sizeof(E));
+  return v;
+}
+
+// float8_quantize_gated's reference: the gated op's output (silu_mul or geglu, itself verified
+// against float64) quantized by float8_quantize (verified against float8_quantize's reference
+// above), both on the device: the fused call must give their bytes exactly.
+reference::Float8Quantized gated_reference(DType dt, const Spec& s, const TestTensor& gate, const TestTensor& up) {
+  TestTensor product = make_tensor(dt, {s.rows, s.cols}, Layout::contiguous);
+  if (s.gate == Activation::silu) silu_mul(gate.view, up.view, product.view, nullptr);
+  else geglu(gate.view, up.view, product.view, nullptr);
+  const Float8ScaleShapes shapes = float8_scale_shapes(s.rows, s.cols, s.g);
+  TestTensor q = output(DType::float8_e4m3fn, {s.rows, s.cols}), scale = output(DType::float32, shapes.scale);
+  TestTensor qt, st;
+  if (s.columns) qt = output(DType::float8_e4m3fn, {s.cols, s.rows}), st = output(DType::float32, shapes.scale_t);
+  float8_quantize(product.view, q.view, scale.view, s.columns ? &qt.view : nullptr, s.columns ? &st.view : nullptr,
+                  s.g, nullptr);
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+  reference::Float8Quantized r;
+  r.q = host_elements<uint8_t>(q), r.scale = host_elements<float>(scale);
+  if (s.columns) r.q_t = host_elements<uint8_t>(qt), r.scale_t = host_elements<float>(st);
+  return r;
+}
+
 VerifyResult run_case(DType dt, const Spec& s) {
-  std::vector<float> x;
+  std::vector<float> x, u;
   const TestTensor in = input(dt, s, x);
+  const bool gated = s.gate != Activation::none;
+  TestTensor up;
+  if (gated) {
+    Spec plain = s;
+    plain.special = false;  // the gate's special values already reach the product
+    up = input(dt, plain, u, 1);
+  }
   const int64_t mb = (s.rows + 127) / 128, kb = (s.cols + 127) / 128;
   const auto shapes = [&](bool columns) -> std::vector<int64_t> {
     switch (s.g) {
@@ -151,13 +192,17 @@ VerifyResult run_case(DType dt, const Spec& s) {
     qt = output(DType::float8_e4m3fn, {s.cols, s.rows});
     st = output(DType::float32, shapes(true));
   }
-  if (s.with_q)
+  if (gated)
+    float8_quantize_gated(in.view, up.view, s.gate, q.view, scale.view, s.columns ? &qt.view : nullptr,
+                          s.columns ? &st.view : nullptr, s.g, nullptr);
+  else if (s.with_q)
     float8_quantize(in.view, q.view, scale.view, s.columns ? &qt.view : nullptr, s.columns ? &st.view : nullptr, s.g,
                     nullptr);
   else
     float8_quantize_transposed(in.view, qt.view, st.view, s.g, nullptr);
   TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
-  const reference::Float8Quantized ref = reference::float8_quantize(x, s.rows, s.cols, s.g, s.columns);
+  const reference::Float8Quantized ref =
+      gated ? gated_reference(dt, s, in, up) : reference::float8_quantize(x, s.rows, s.cols, s.g, s.columns);
   VerifyResult r;
   r.op = "float8_quantize";
   r.name = describe(dt, s);
@@ -221,6 +266,19 @@ std::vector<VerifyCase> cases() {
     const bool b2 = g == Float8Granularity::block2d;
     all.push_back({b2 ? 256 : 1008, b2 ? 384 : 528, g, true, 0, false, true, true, false});
     all.push_back({b2 ? 128 : 48, b2 ? 640 : 96, g, true, 0, true, true, true, false});
+  }
+  // A gated product (float8_quantize_gated): the two-pass granularities (the product left for pass
+  // 2) and the one-pass ones, rows alone and with the transposed copy, partial tiles, odd shapes
+  // (element by element), padded rows and rows off 16-byte boundaries.
+  for (Float8Granularity g : {Float8Granularity::row, Float8Granularity::tensor, Float8Granularity::block,
+                              Float8Granularity::block2d}) {
+    const bool b2 = g == Float8Granularity::block2d;
+    auto gated = [&](Spec s, Activation a = Activation::silu) { s.gate = a, all.push_back(s); };
+    gated({b2 ? 256 : 1008, b2 ? 384 : 528, g, true});
+    gated({b2 ? 128 : 64, b2 ? 256 : 1000, g}, Activation::gelu_tanh);
+    gated({b2 ? 128 : 48, b2 ? 640 : 96, g, true, 0, true});
+    gated({b2 ? 128 : 80, b2 ? 640 : 64, g, true, 8}, Activation::gelu_tanh);
+    if (!b2) gated({33, 131, g});
   }
   all.push_back({0, 64});                                      // no rows: nothing to do
   std::vector<VerifyCase> c;

@@ -148,6 +148,16 @@ void float8_quantize(const TensorView& input, const TensorView& q, const TensorV
 // stores skipped.
 void float8_quantize_transposed(const TensorView& input, const TensorView& q_t, const TensorView& scale_t,
                                 Float8Granularity granularity, cudaStream_t stream);
+// A gated feed-forward's product quantized as float8_quantize quantizes x, without a separate
+// pass: x = act(gate) * up (activation silu: SwiGLU's, silu_mul's; gelu_tanh: GeGLU's, geglu's),
+// rounded to gate's dtype as those ops round their output, so that the outputs are
+// float8_quantize's of their output bit for bit. gate and up: one shape [M, K] and float dtype, K
+// contiguous. The product's maxima come from the pass that computes it; per row and per tensor,
+// that pass also leaves it in scratch memory for the quotients' pass (M K elements of gate's
+// dtype, freed on `stream`), the block granularities need no second pass.
+void float8_quantize_gated(const TensorView& gate, const TensorView& up, Activation activation, const TensorView& q,
+                           const TensorView& scale, const TensorView* q_t, const TensorView* scale_t,
+                           Float8Granularity granularity, cudaStream_t stream);
 // float8_quantize's scale and scale_t shapes for x [M, K] (empty: one element, 0-d as allocated).
 struct Float8ScaleShapes {
   std::vector<int64_t> scale, scale_t;

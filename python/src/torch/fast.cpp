@@ -330,6 +330,31 @@ PyObject* float8_quantize(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
+// float8_quantize_gated(gate, up, activation, granularity, columns): plain tensors, two strs, a
+// bool: (q, scale), with columns (q, scale, q_t, scale_t), of act(gate) * up. Like
+// float8_quantize, no autograd; None where either tensor is not plain (the caller quantizes the
+// gated op's output instead).
+PyObject* float8_quantize_gated(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  bool grad = false;
+  const at::Tensor* gate = n == 5 && PyBool_Check(args[4]) ? plain(args[0], grad) : nullptr;
+  const at::Tensor* up = gate ? plain(args[1], grad) : nullptr;
+  Py_ssize_t na = 0, ng = 0;
+  const char* act = up && PyUnicode_Check(args[2]) ? PyUnicode_AsUTF8AndSize(args[2], &na) : nullptr;
+  const char* g = act && PyUnicode_Check(args[3]) ? PyUnicode_AsUTF8AndSize(args[3], &ng) : nullptr;
+  if (!g) PyErr_Clear();
+  if (!g || grad || !quiet()) Py_RETURN_NONE;
+  RECORD_FUNCTION("tessera::float8_quantize_gated", std::vector<c10::IValue>());
+  std::vector<at::Tensor> outs =
+      fast::float8_quantize_gated(*gate, *up, c10::string_view(act, static_cast<size_t>(na)),
+                                  c10::string_view(g, static_cast<size_t>(ng)), args[4] == Py_True);
+  PyObject* r = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
+  if (!r) return nullptr;
+  for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(r, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
+  return r;
+  END_HANDLE_TH_ERRORS
+}
+
 // Whether a call on `x` may take this module (for tests): a plain tensor in a quiet thread. Where
 // autograd records the call, it goes through the dispatcher (records(x)).
 PyObject* takes(PyObject*, PyObject* x) {
@@ -356,6 +381,7 @@ PyMethodDef methods[] = {
     FAST("mlp", mlp),
     FAST("scaled_mm", scaled_mm),
     FAST("float8_quantize", float8_quantize),
+    FAST("float8_quantize_gated", float8_quantize_gated),
     {"takes", takes, METH_O, nullptr},
     {"records", records_, METH_O, nullptr},
     {"index", index, METH_O, nullptr},

@@ -19,5 +19,8 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
                      const at::Tensor& scale_b, std::optional<at::ScalarType> out_dtype);
 std::vector<at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity, bool columns,
                                         bool rows);
+std::vector<at::Tensor> float8_quantize_gated(const at::Tensor& gate, const at::Tensor& up,
+                                              c10::string_view activation, c10::string_view granularity,
+                                              bool columns);
 
 }  // namespace tessera::torch_ops::fast

@@ -107,10 +107,16 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
 // tessera.float8.quantize gives them); .columns also x's columns transposed, q_t [K, M], and
 // scale_t; .transposed (rows false) those alone. An input not 2-d gets 0-d stand-ins, which the
 // library refuses after naming the input.
+// With `up` (float8_quantize_gated): input is the gate and the product act(gate) * up is quantized,
+// rows always.
 std::vector<at::Tensor> float8_quantize_into(const at::Tensor& input, c10::string_view granularity, bool columns,
-                                             bool rows) {
-  const char* op = "float8_quantize";
-  const TensorView x = view(op, "input", input);
+                                             bool rows, const at::Tensor* up = nullptr,
+                                             c10::string_view activation = "silu") {
+  const char* op = up ? "float8_quantize_gated" : "float8_quantize";
+  const TensorView x = view(op, up ? "gate" : "input", input);
+  const Activation act = up ? activation_of(activation, op) : Activation::none;
+  TensorView u;
+  if (up) u = view(op, "up", *up);
   Float8Granularity g = Float8Granularity::row;
   guarded([&] { parse(op, std::string_view(granularity.data(), granularity.size()), g); });
   const bool flat = input.dim() == 2;
@@ -127,7 +133,10 @@ std::vector<at::Tensor> float8_quantize_into(const at::Tensor& input, c10::strin
   TensorView qt, st;
   if (columns) qt = view(op, "q_t", out[rows ? 2 : 0]), st = view(op, "scale_t", out[rows ? 3 : 1]);
   guarded([&] {
-    if (rows)
+    if (up)
+      tessera::float8_quantize_gated(x, u, act, view(op, "q", out[0]), view(op, "scale", out[1]),
+                                     columns ? &qt : nullptr, columns ? &st : nullptr, g, stream_of(input));
+    else if (rows)
       tessera::float8_quantize(x, view(op, "q", out[0]), view(op, "scale", out[1]), columns ? &qt : nullptr,
                                columns ? &st : nullptr, g, stream_of(input));
     else
@@ -515,5 +524,10 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
 std::vector<at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity, bool columns,
                                         bool rows) {
   return torch_ops::float8_quantize_into(input, granularity, columns, rows);
+}
+std::vector<at::Tensor> float8_quantize_gated(const at::Tensor& gate, const at::Tensor& up,
+                                              c10::string_view activation, c10::string_view granularity,
+                                              bool columns) {
+  return torch_ops::float8_quantize_into(gate, granularity, columns, true, &up, activation);
 }
 }  // namespace tessera::torch_ops::fast

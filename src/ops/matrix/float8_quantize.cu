@@ -115,13 +115,15 @@ __global__ void __launch_bounds__(512) rows_kernel(QuantArgs a) {
 // memory as 32 distinct words a warp (no bank conflict), then one thread a row (2 column halves)
 // and a column (4 row quarters) merges them into the global word: one atomic a row and a column
 // per tile.
-template <class T, int VW>
+// A gated Src's product goes to a.product on the way, for pass 2.
+template <class T, int VW, class Src>
 __global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, int64_t col_tiles) {
   using L = Tile<T, VW>;
   __shared__ uint32_t rmax[2][kTileRows], cmax[4][kTileCols], scratch[32];
   const L t = L::nth(blockIdx.x, col_tiles);
   typename L::Frags v;
-  t.load(a, v);
+  Src::load(a, t, v);
+  if constexpr (!std::is_same_v<Src, Plain>) Src::store(a, t, v);
   uint32_t rm[4] = {}, cm[8] = {};  // the thread's rows' and columns' maxima, T's magnitude bits
   fold_maxima<T, VW>(v, rm, cm);
   if (a.tensor()) {  // one word for the whole tensor: a CTA's maximum, one atomic
@@ -176,7 +178,7 @@ __global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, i
 }
 
 // ---- host ---------------------------------------------------------------------------------------
-template <class T, int VW>
+template <class T, int VW, class Src>
 void launch(const QuantArgs& a, bool rows_only, int device, cudaStream_t stream) {
   if (rows_only) {
     // Threads enough for about kUnroll fragments each on a row (32 to 512); rows beyond a full
@@ -191,8 +193,15 @@ void launch(const QuantArgs& a, bool rows_only, int device, cudaStream_t stream)
   }
   const int64_t col_tiles = (a.cols + kTileCols - 1) / kTileCols;
   const int64_t tiles = col_tiles * ((a.rows + kTileRows - 1) / kTileRows);
-  tile_amax_kernel<T, VW><<<unsigned(tiles), kTileThreads, 0, stream>>>(a, col_tiles);
+  tile_amax_kernel<T, VW, Src><<<unsigned(tiles), kTileThreads, 0, stream>>>(a, col_tiles);
   TESSERA_LAUNCH_CHECK();
+}
+
+// Pass 2 over x (a gated call's product), after pass 1.
+template <class T, int VW>
+void launch_quant(const QuantArgs& a, cudaStream_t stream) {
+  const int64_t col_tiles = (a.cols + kTileCols - 1) / kTileCols;
+  const int64_t tiles = col_tiles * ((a.rows + kTileRows - 1) / kTileRows);
   tile_quant_kernel<T, VW><<<unsigned(tiles), kTileThreads, 0, stream>>>(a, col_tiles);
   TESSERA_LAUNCH_CHECK();
 }
@@ -203,13 +212,20 @@ std::string dims_of(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
+// The op's name and its input's: float8_quantize's input, or float8_quantize_gated's gate (and up).
+struct Names {
+  const char* op;
+  const char* input;
+};
+
 // An output: on input's device, of `dtype`, contiguous, of `shape` (one_element: any shape of
 // one element).
-void check_output(const char* arg, const TensorView& t, const TensorView& input, DType dtype,
+void check_output(const Names& n, const char* arg, const TensorView& t, const TensorView& input, DType dtype,
                   const std::vector<int64_t>& shape, bool one_element = false) {
+  const char* kOp = n.op;
   detail::check_cuda_tensor(kOp, arg, t);
   detail::check_dtype_in(kOp, arg, t, {dtype});
-  detail::check_same_device(kOp, arg, t, "input", input);
+  detail::check_same_device(kOp, arg, t, n.input, input);
   bool ok = t.is_contiguous() && (dtype != DType::float8_e4m3fn || reinterpret_cast<uintptr_t>(t.data) % 16 == 0);
   if (one_element) {
     ok = ok && t.numel() == 1;
@@ -223,44 +239,45 @@ void check_output(const char* arg, const TensorView& t, const TensorView& input,
                       std::string(one_element ? "one element, contiguous" : "a contiguous " + dims_of(shape)) +
                           (dtype == DType::float8_e4m3fn ? ", 16-byte aligned" : ""),
                       detail::dims(t) + (t.is_contiguous() ? "" : " (not contiguous)"));
-  detail::check_no_overlap(kOp, arg, t, "input", input, false);
+  detail::check_no_overlap(kOp, arg, t, n.input, input, false);
 }
 
 // q and scale absent: the columns alone (float8_quantize_transposed), q_t and scale_t then present.
-void check(const TensorView& x, const TensorView* q, const TensorView* scale, const TensorView* q_t,
+void check(const Names& n, const TensorView& x, const TensorView* q, const TensorView* scale, const TensorView* q_t,
            const TensorView* scale_t, Float8Granularity g) {
-  detail::check_cuda_tensor(kOp, "input", x);
-  detail::check_dtype_in(kOp, "input", x, {DType::float32, DType::float16, DType::bfloat16});
+  const char* kOp = n.op;
+  detail::check_cuda_tensor(kOp, n.input, x);
+  detail::check_dtype_in(kOp, n.input, x, {DType::float32, DType::float16, DType::bfloat16});
   if (x.ndim != 2 || (x.strides[1] != 1 && x.shape[1] > 1))
-    detail::throw_arg(ErrorKind::value, kOp, "input", "a 2-d tensor [M, K] with K contiguous",
+    detail::throw_arg(ErrorKind::value, kOp, n.input, "a 2-d tensor [M, K] with K contiguous",
                       detail::dims(x) + (x.ndim == 2 ? ", K stride " + std::to_string(x.strides[1]) : ""));
   const int64_t m = x.shape[0], k = x.shape[1];
   if (k < 1 || k > INT32_MAX || m > INT32_MAX || (g == Float8Granularity::tensor && m < 1))
-    detail::throw_arg(ErrorKind::value, kOp, "input",
+    detail::throw_arg(ErrorKind::value, kOp, n.input,
                       g == Float8Granularity::tensor ? "1 <= M, K < 2^31 (an amax needs an element)"
                                                      : "1 <= K < 2^31 and M < 2^31 (an amax needs an element)",
                       detail::dims(x));
   if (g == Float8Granularity::block2d && (m % kBlock || k % kBlock))
-    detail::throw_arg(ErrorKind::value, kOp, "input",
+    detail::throw_arg(ErrorKind::value, kOp, n.input,
                       "M and K multiples of 128 with granularity 'block2d' (whole 128 x 128 blocks)", detail::dims(x));
   if ((q_t == nullptr) != (scale_t == nullptr))
     detail::throw_arg(ErrorKind::value, kOp, q_t ? "scale_t" : "q_t", "given with the other (both or neither)",
                       "None");
   if (q_t && (m % 16 || k % 16))
-    detail::throw_arg(ErrorKind::value, kOp, "input",
+    detail::throw_arg(ErrorKind::value, kOp, n.input,
                       "M and K multiples of 16 with the transposed copy (q_t feeds a float8 GEMM whose depth is M, "
                       "q one whose depth is K: the tensor cores step it by 16)",
                       detail::dims(x));
   const Float8ScaleShapes s = float8_scale_shapes(m, k, g);
   const bool tensor = g == Float8Granularity::tensor;
   if (q) {
-    check_output("q", *q, x, DType::float8_e4m3fn, {m, k});
-    check_output("scale", *scale, x, DType::float32, s.scale, tensor);
+    check_output(n, "q", *q, x, DType::float8_e4m3fn, {m, k});
+    check_output(n, "scale", *scale, x, DType::float32, s.scale, tensor);
     detail::check_no_overlap(kOp, "scale", *scale, "q", *q, false);
   }
   if (q_t) {
-    check_output("q_t", *q_t, x, DType::float8_e4m3fn, {k, m});
-    check_output("scale_t", *scale_t, x, DType::float32, s.scale_t, tensor);
+    check_output(n, "q_t", *q_t, x, DType::float8_e4m3fn, {k, m});
+    check_output(n, "scale_t", *scale_t, x, DType::float32, s.scale_t, tensor);
     detail::check_no_overlap(kOp, "scale_t", *scale_t, "q_t", *q_t, false);
   }
   if (q && q_t) {
@@ -294,12 +311,31 @@ void parse(const char* op, std::string_view name, Float8Granularity& out) {
 }
 
 namespace {
-// Rows (q, scale), columns (q_t, scale_t) or both: the kernels skip the rows' quotients and
-// stores where q is null.
-void quantize(const TensorView& input, const TensorView* q, const TensorView* scale, const TensorView* q_t,
-              const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream) {
-  runtime::NvtxRange range("tessera::float8_quantize");
-  check(input, q, scale, q_t, scale_t, granularity);
+// A gated call's second input and activation (float8_quantize_gated).
+struct GatedInput {
+  const TensorView& up;
+  Activation activation;
+};
+
+// Rows (q, scale), columns (q_t, scale_t) or both, of x or (gated) of act(x) * up: the kernels
+// skip the rows' quotients and stores where q is null.
+void quantize(const TensorView& input, const GatedInput* gated, const TensorView* q, const TensorView* scale,
+              const TensorView* q_t, const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream) {
+  const Names n = gated ? Names{"float8_quantize_gated", "gate"} : Names{kOp, "input"};
+  runtime::NvtxRange range(gated ? "tessera::float8_quantize_gated" : "tessera::float8_quantize");
+  check(n, input, q, scale, q_t, scale_t, granularity);
+  if (gated) {
+    const TensorView& up = gated->up;
+    detail::check_like(n.op, "up", up, "gate", input);
+    if ((input.shape[0] > 1 && up.strides[0] != input.strides[0]) || (input.shape[1] > 1 && up.strides[1] != 1))
+      detail::throw_arg(ErrorKind::value, n.op, "up", "gate's strides (" + std::to_string(input.strides[0]) + ", 1)",
+                        "(" + std::to_string(up.strides[0]) + ", " + std::to_string(up.strides[1]) + ")");
+    for (const auto& [arg, t] : {std::pair{"q", q}, {"scale", scale}, {"q_t", q_t}, {"scale_t", scale_t}})
+      if (t) detail::check_no_overlap(n.op, arg, *t, "up", gated->up, false);
+    if (gated->activation != Activation::silu && gated->activation != Activation::gelu_tanh)
+      detail::throw_arg(ErrorKind::value, n.op, "activation", "'silu' or 'gelu_tanh' (the gate's activation)",
+                        std::string("'") + activation_name(gated->activation) + "'");
+  }
   if (input.shape[0] == 0) return;
   runtime::DeviceGuard guard(input.device.index);
   QuantArgs a{};
@@ -310,25 +346,45 @@ void quantize(const TensorView& input, const TensorView* q, const TensorView* sc
   a.rows = input.shape[0], a.cols = input.shape[1];
   a.granularity = granularity;
   const bool blocks = granularity == Float8Granularity::block || granularity == Float8Granularity::block2d;
-  const bool rows_only = granularity == Float8Granularity::row && !q_t;
-  runtime::Scratch amax;
-  if (!rows_only && !blocks) {
+  const bool rows_only = !gated && granularity == Float8Granularity::row && !q_t;
+  const bool two_pass = !rows_only && !blocks;
+  runtime::Scratch amax, product;
+  if (two_pass) {
     const size_t words = a.tensor() ? 1 : size_t(a.rows + a.cols);
     amax = runtime::Scratch(words * sizeof(uint32_t), stream);
     TESSERA_CUDA_CHECK(cudaMemsetAsync(amax.data(), 0, words * sizeof(uint32_t), stream));
     a.amax = amax.as<uint32_t>();
+  }
+  if (gated) {
+    a.up = gated->up.data;
+    if (two_pass) {
+      product = runtime::Scratch(size_t(a.rows * a.cols) * dtype_size(input.dtype), stream);
+      a.product = product.data();
+    }
   }
   // 16-byte fragments where every row starts on a 16-byte boundary and K fills them; else one
   // element at a time.
   const auto run = [&](auto t) {
     using T = decltype(t);
     constexpr int kVec = int(16 / sizeof(T));
-    const bool vec = reinterpret_cast<uintptr_t>(input.data) % 16 == 0 && a.cols % kVec == 0 &&
+    const auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool vec = aligned(a.x) && (!gated || aligned(a.up)) && a.cols % kVec == 0 &&
                      (a.rows <= 1 || a.xs % kVec == 0);
     const int sms = runtime::device_props(input.device.index).multiProcessorCount;
-    if (blocks) vec ? launch_blocks<T, kVec>(a, sms, stream) : launch_blocks<T, 1>(a, sms, stream);
-    else if (vec) launch<T, kVec>(a, rows_only, input.device.index, stream);
-    else launch<T, 1>(a, rows_only, input.device.index, stream);
+    const auto first = [&](auto src) {  // the rows kernel, pass 1, or the block kernel
+      using Src = decltype(src);
+      if (blocks) vec ? launch_blocks<T, kVec, Src>(a, sms, stream) : launch_blocks<T, 1, Src>(a, sms, stream);
+      else if (vec) launch<T, kVec, Src>(a, rows_only, input.device.index, stream);
+      else launch<T, 1, Src>(a, rows_only, input.device.index, stream);
+    };
+    if (!gated) first(Plain{});
+    else if (gated->activation == Activation::silu) first(Gated<tile::Silu>{});
+    else first(Gated<tile::GeluTanh>{});
+    if (!two_pass) return;
+    QuantArgs b = a;  // pass 2 reads x, or the product pass 1 left (contiguous)
+    if (gated) b.x = a.product, b.xs = a.cols, b.up = nullptr;
+    if (gated ? a.cols % kVec == 0 : vec) launch_quant<T, kVec>(b, stream);
+    else launch_quant<T, 1>(b, stream);
   };
   switch (input.dtype) {
     case DType::float32: run(float{}); break;
@@ -340,12 +396,19 @@ void quantize(const TensorView& input, const TensorView* q, const TensorView* sc
 
 void float8_quantize(const TensorView& input, const TensorView& q, const TensorView& scale, const TensorView* q_t,
                      const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream) {
-  quantize(input, &q, &scale, q_t, scale_t, granularity, stream);
+  quantize(input, nullptr, &q, &scale, q_t, scale_t, granularity, stream);
 }
 
 void float8_quantize_transposed(const TensorView& input, const TensorView& q_t, const TensorView& scale_t,
                                 Float8Granularity granularity, cudaStream_t stream) {
-  quantize(input, nullptr, nullptr, &q_t, &scale_t, granularity, stream);
+  quantize(input, nullptr, nullptr, nullptr, &q_t, &scale_t, granularity, stream);
+}
+
+void float8_quantize_gated(const TensorView& gate, const TensorView& up, Activation activation, const TensorView& q,
+                           const TensorView& scale, const TensorView* q_t, const TensorView* scale_t,
+                           Float8Granularity granularity, cudaStream_t stream) {
+  const GatedInput gated{up, activation};
+  quantize(gate, &gated, &q, &scale, q_t, scale_t, granularity, stream);
 }
 
 namespace {

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "tessera/ops/matrix.hpp"
+#include "tile/activation.cuh"
 #include "tile/frag.cuh"
 
 namespace tessera::float8 {
@@ -37,8 +38,10 @@ constexpr int kTileThreads = 256;
 constexpr int kBlock = 128;  // the block granularities' blocks: 1 x 128 and 128 x 128
 
 struct QuantArgs {
-  const void* x;
-  int64_t xs;              // x's row stride, elements
+  const void* x;           // the input; gated (float8_quantize_gated): the gate
+  const void* up;          // gated: the up projection, of the gate's layout
+  void* product;           // gated, pass 1: where the product goes ([rows, cols], contiguous)
+  int64_t xs;              // x's (and up's) row stride, elements
   uint8_t* q;              // [rows, cols]; null: the columns alone (scale null too)
   uint8_t* qt;             // [cols, rows]; null: no transposed copy
   float* scale;            // row: [rows]; tensor: [1]; block: [rows, ceil(cols / 128)];
@@ -126,7 +129,13 @@ struct Tile {
   // loads under conditions are placed in blocks of their own, between which the compiler moves
   // the uses of earlier ones, leaving one or two loads in flight instead of all of them.
   __device__ void load(const QuantArgs& a, Frags& v) const {
-    const T* x = static_cast<const T*>(a.x);
+    issue(a, a.x, v);
+    mask(a, v);
+  }
+  // load() in two halves, from `src` (x's layout): issue() leaves the loads in flight, mask()
+  // zeroes the fragments outside x.
+  __device__ void issue(const QuantArgs& a, const void* src, Frags& v) const {
+    const T* x = static_cast<const T*>(src);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -134,11 +143,56 @@ struct Tile {
         const int64_t r = r0 + row + j, c = c0 + col + f * 4 * VW;
         v[j][f] = tile::load_frag<T, VW>(x + std::min(r, a.rows - 1) * a.xs + std::min(c, a.cols - VW));
       }
+  }
+  __device__ void mask(const QuantArgs& a, Frags& v) const {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int f = 0; f < kF; ++f)
         if (r0 + row + j >= a.rows || c0 + col + f * 4 * VW >= a.cols) v[j][f] = tile::Frag<T, VW>{};
+  }
+};
+
+// Where a tile's values come from (the Src of the kernels that read x first): x itself (Plain),
+// or a gated product act(gate) * up (Gated: x the gate, QuantArgs::up the up) computed as
+// silu_mul and geglu compute theirs (tessera::elementwise::map_floats: float32, the fast forms
+// for 16-bit T) and rounded to T, so that its quantization is float8_quantize's of their output.
+struct Plain {
+  template <class T, int VW>
+  __device__ static void load(const QuantArgs& a, const Tile<T, VW>& t, typename Tile<T, VW>::Frags& v) {
+    t.load(a, v);
+  }
+};
+
+template <template <bool> class Act>
+struct Gated {
+  template <class T, int VW>
+  __device__ static void load(const QuantArgs& a, const Tile<T, VW>& t, typename Tile<T, VW>::Frags& v) {
+    typename Tile<T, VW>::Frags u;
+    t.issue(a, a.x, v);
+    t.issue(a, a.up, u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int f = 0; f < Tile<T, VW>::kF; ++f) {
+        float p[VW];
+#pragma unroll
+        for (int e = 0; e < VW; ++e) p[e] = Act<!std::is_same_v<T, float>>{}(v[j][f][e]) * u[j][f][e];
+        v[j][f] = tile::pack<T, VW>(p);
+      }
+    t.mask(a, v);
+  }
+  // The tile's product into a.product ([rows, cols], contiguous), where pass 2 reads it.
+  template <class T, int VW>
+  __device__ static void store(const QuantArgs& a, const Tile<T, VW>& t, const typename Tile<T, VW>::Frags& v) {
+    T* out = static_cast<T*>(a.product);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int f = 0; f < Tile<T, VW>::kF; ++f) {
+        const int64_t r = t.r0 + t.row + j, c = t.c0 + t.col + f * 4 * VW;
+        if (r < a.rows && c < a.cols) tile::store_frag<T, VW>(out + r * a.cols + c, v[j][f]);
+      }
   }
 };
 
@@ -276,8 +330,8 @@ __device__ __forceinline__ void store_staged(const QuantArgs& a, const Tile<T, V
 }
 
 // The block granularities' one-pass kernel (float8_quantize_blocks.cu), for inputs of type T in
-// fragments of VW, on a GPU of `sms` SMs.
-template <class T, int VW>
+// fragments of VW read as Src says, on a GPU of `sms` SMs.
+template <class T, int VW, class Src>
 void launch_blocks(const QuantArgs& a, int sms, cudaStream_t stream);
 
 }  // namespace tessera::float8

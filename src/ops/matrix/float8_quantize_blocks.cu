@@ -66,13 +66,13 @@ __device__ __forceinline__ void block_tile(const QuantArgs& a, int64_t col_tiles
 
 // Element-wise fragments (rows off 16 bytes, K not a multiple of them): a CTA a tile, loaded
 // straight into registers (more of them than two CTAs an SM leave: the rare path, without spills).
-template <class T, int VW>
+template <class T, int VW, class Src>
 __global__ void __launch_bounds__(kTileThreads, 1) block_kernel(QuantArgs a, int64_t col_tiles) {
   using L = Tile<T, VW>;
   const int64_t tr = blockIdx.x / col_tiles, tc = blockIdx.x % col_tiles;
   typename L::Frags v[2];
-  L(tr * kBlock, tc * kBlock).load(a, v[0]);
-  L(tr * kBlock, tc * kBlock + kTileCols).load(a, v[1]);
+  Src::load(a, L(tr * kBlock, tc * kBlock), v[0]);
+  Src::load(a, L(tr * kBlock, tc * kBlock + kTileCols), v[1]);
   block_tile<T, VW>(a, col_tiles, tr, tc, v);
 }
 
@@ -146,12 +146,14 @@ __global__ void __launch_bounds__(kTileThreads, 2) block_kernel_staged(QuantArgs
 
 }  // namespace
 
-template <class T, int VW>
+// The staged kernel for x's 16-byte fragments; a CTA a tile for single elements and for gated
+// products (two inputs would double the ring).
+template <class T, int VW, class Src>
 void launch_blocks(const QuantArgs& a, int sms, cudaStream_t stream) {
   const int64_t col_tiles = (a.cols + kBlock - 1) / kBlock;
   const int64_t tiles = col_tiles * ((a.rows + kBlock - 1) / kBlock);
-  if constexpr (VW == 1) {
-    block_kernel<T, VW><<<unsigned(tiles), kTileThreads, 0, stream>>>(a, col_tiles);
+  if constexpr (VW == 1 || !std::is_same_v<Src, Plain>) {
+    block_kernel<T, VW, Src><<<unsigned(tiles), kTileThreads, 0, stream>>>(a, col_tiles);
   } else {
     using R = Ring<T, VW>;
     runtime::allow_dynamic_smem(reinterpret_cast<const void*>(block_kernel_staged<T, VW>), R::kBytes);
@@ -161,11 +163,16 @@ void launch_blocks(const QuantArgs& a, int sms, cudaStream_t stream) {
   TESSERA_LAUNCH_CHECK();
 }
 
-template void launch_blocks<float, 4>(const QuantArgs&, int, cudaStream_t);
-template void launch_blocks<float, 1>(const QuantArgs&, int, cudaStream_t);
-template void launch_blocks<__half, 8>(const QuantArgs&, int, cudaStream_t);
-template void launch_blocks<__half, 1>(const QuantArgs&, int, cudaStream_t);
-template void launch_blocks<__nv_bfloat16, 8>(const QuantArgs&, int, cudaStream_t);
-template void launch_blocks<__nv_bfloat16, 1>(const QuantArgs&, int, cudaStream_t);
+#define TESSERA_FLOAT8_BLOCKS(T, VW)                                                              \
+  template void launch_blocks<T, VW, Plain>(const QuantArgs&, int, cudaStream_t);                 \
+  template void launch_blocks<T, VW, Gated<tile::Silu>>(const QuantArgs&, int, cudaStream_t);     \
+  template void launch_blocks<T, VW, Gated<tile::GeluTanh>>(const QuantArgs&, int, cudaStream_t);
+TESSERA_FLOAT8_BLOCKS(float, 4)
+TESSERA_FLOAT8_BLOCKS(float, 1)
+TESSERA_FLOAT8_BLOCKS(__half, 8)
+TESSERA_FLOAT8_BLOCKS(__half, 1)
+TESSERA_FLOAT8_BLOCKS(__nv_bfloat16, 8)
+TESSERA_FLOAT8_BLOCKS(__nv_bfloat16, 1)
+#undef TESSERA_FLOAT8_BLOCKS
 
 }  // namespace tessera::float8
