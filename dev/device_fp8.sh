@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The fp8 work's device call: the main job on a cold copy (dev/device_main.sh; MAIN=0 skips it and
-# installs the package staged here instead: dev/stage_devpkg.sh's devwheel with devbin's
-# libraries, seconds), then with devbin (carried packed: dev/stage_devbin.sh) the float8 and matmul C++ tests,
-# `tessera verify --full` of float8_quantize and scaled_mm, compute-sanitizer memcheck over
-# float8_quantize's cases, an A/B against devbin_base where staged (dev/stage_ab.sh); with the package the main job installed: test_float8.py, each recipe's
-# kernels in one Float8Linear step (dev/fp8_kernels.py), benchmarks/moe.py (MOE_ARGS),
-# benchmarks/float8_quantize.py, the Llama-3-8B-layer step (FP8_RUNS) and the public-size step
-# (8 layers of 2048, 2 x 4096 tokens: PUBLIC_RUNS). Every step ends by
-# DEADLINE seconds into the call (default 570), later ones skipped. The logs and reports packed in
-# $OUT/logs.tar.xz (a call returns 8 files at most), a summary last.
-#   device: bash dev/device_fp8.sh        (carry [".whl", "devbin-pack"]; with MAIN=0 "devwheel" too)
+# The fp8 work's device call: the main job on a cold copy (dev/device_main.sh; MAIN=0 skips it);
+# where devwheel is carried, the package staged here (dev/stage_devpkg.sh, with devbin's libraries:
+# seconds) on the machine's python3; then with devbin (carried packed: dev/stage_devbin.sh) the
+# float8 and matmul C++ tests, `tessera verify --full` of float8_quantize and scaled_mm,
+# compute-sanitizer memcheck over float8_quantize's cases, an A/B against devbin_base where staged
+# (dev/stage_ab.sh); with the package the main job installed (else the staged one):
+# test_float8.py, each recipe's kernels in one Float8Linear step (dev/fp8_kernels.py),
+# benchmarks/moe.py (MOE_ARGS), benchmarks/float8_quantize.py (QUANT_ARGS), the Llama-3-8B-layer
+# step (FP8_RUNS), the public-size step (8 layers of 2048, 2 x 4096 tokens: PUBLIC_RUNS) and
+# PERF.md's REPORTS (on python3). Every step ends by DEADLINE seconds into the call (default 570),
+# later ones skipped. The logs and reports packed in $OUT/logs.tar.xz (a call returns 8 files at
+# most), a summary last.
+#   device: bash dev/device_fp8.sh        (carry [".whl", "devbin-pack", "devwheel"])
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 FINAL="${OUT:-/tmp/out}"
@@ -30,7 +32,7 @@ step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
 [ "${MAIN:-1}" = 1 ] && step main 450 env OUT="$OUT/main" MAIN_TIMEOUT=440 bash dev/device_main.sh
 python3 -c "import tarfile; tarfile.open('devbin-pack/devbin.tar.xz').extractall('.')"
 [ -f devbin-pack/devbin_base.tar.xz ] && python3 -c "import tarfile; tarfile.open('devbin-pack/devbin_base.tar.xz').extractall('.')"
-if [ "${MAIN:-1}" != 1 ]; then
+if [ -d devwheel ]; then  # the staged package on the machine's python3 (the reports' interpreter)
   site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   bash dev/devwheel.sh >"$OUT/install.log" 2>&1 && cp devbin/libtessera.so devbin/libtessera_harness.so "$site/tessera/" &&
     mkdir -p "$site/tessera/bin" && cp devbin/tessera "$site/tessera/bin/"

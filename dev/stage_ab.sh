@@ -9,7 +9,7 @@ link=$(cat "$BUILD/src/CMakeFiles/tessera.dir/link.txt")
 for pair in ${AB_OBJECTS:?}; do
   link=${link//CMakeFiles\/tessera.dir\/${pair%%=*}/${pair#*=}}
 done
-link=${link//-o libtessera.so.0.1.0/-o $PWD/devbin_base/libtessera.so}
+link=$(sed -E "s#-o [^ ]+#-o $PWD/devbin_base/libtessera.so#" <<<"$link")  # the build's own output untouched
 rm -rf devbin_base && mkdir -p devbin_base
 (cd "$BUILD/src" && eval "$link")
 ln -sf libtessera.so devbin_base/libtessera.so.0

@@ -296,12 +296,17 @@ def _quantize_both(t, granularity: str, columns: bool, rows: bool = True):
 def _quantize_gated(gate, up, kind: str, granularity: str, columns: bool):
     """_quantize_both of act(gate) * up (kind "silu": silu_mul's product, "gelu_tanh": geglu's),
     quantized in the pass that computes it (tessera's float8_quantize_gated, the same bytes) where
-    the kernel takes the pair at once (one layout, M a multiple of 16 where columns are asked
-    for); else the gated op's output quantized."""
+    that is the faster way: where quantizing the product takes two passes anyway (per row with
+    the columns, per tensor), the product's first pass is the gated op's own (its maxima taken on
+    the way), one read of the product and one launch fewer. Rows alone (one pass over the product)
+    and the block granularities (one pass, two inputs in registers) are faster as the gated op's
+    output quantized, as is what the kernel does not take at once (gate and up of other layouts,
+    M not a multiple of 16 with columns)."""
     from . import _state
     g, u = gate.detach(), up.detach()
     fast = _state.fast
-    if (fast is not None and not _state.dynamo_compiling() and g.stride() == u.stride() and
+    two_pass = granularity == "tensor" or (granularity == "row" and columns)
+    if (two_pass and fast is not None and not _state.dynamo_compiling() and g.stride() == u.stride() and
             _kernel_takes(g, granularity, columns) and (g.stride(-1) == 1 or g.shape[-1] == 1)):
         out = fast.float8_quantize_gated(g, u, kind, granularity, columns)
         if out is not None:

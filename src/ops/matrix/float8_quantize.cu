@@ -7,13 +7,14 @@
 //   - rows only (granularity row, no transposed copy): a CTA per row reads the row once from HBM
 //     for the amax, then again for the quotients; the second read finds the row (a few KB) in L1
 //     or L2, where the CTA has just put it.
-//   - otherwise (the transposed copy, or one scale for the tensor): two kernels over 128 x 64
-//     tiles, each thread 4 rows x 8 columns of one. Pass 1 reads each tile, takes its rows' and
-//     columns' maxima (in registers, shuffles, then shared memory) and merges them into global
-//     amax words by atomicMax on the bits, one a row and a column per tile. Pass 2 reads the tile
-//     again, writes q row by row, and writes q_t through shared memory (a thread's 4 rows of a
-//     column packed in one word), so that a warp stores 128 contiguous bytes of it. Pass 2 walks the
-//     tiles in the reverse order of pass 1, so that it starts on the tiles pass 1 read last,
+//   - otherwise (the transposed copy, or one scale for the tensor): two kernels. Pass 1 reads x by
+//     strips of 256 columns, a warp a row's 512 contiguous bytes at a time, takes the rows' and
+//     columns' maxima (in registers and shuffles; the columns' over all of a CTA's rows, then
+//     shared memory) and merges them into global amax words by atomicMax on the bits, one a row
+//     per strip and one a column per CTA. Pass 2 reads x again by 128 x 64 tiles, each thread 4
+//     rows x 8 columns of one, writes q row by row, and writes q_t through shared memory (a
+//     thread's 4 rows of a column packed in one word), so that a warp stores 128 contiguous bytes
+//     of it. Pass 2 walks the tiles from the last, so that it starts on rows pass 1 read late,
 //     still in L2; a tensor larger than L2 is read twice from HBM for the rest. One scale for the
 //     whole tensor takes the same two passes, its maxima all merged into one word: a grid-wide
 //     amax needs every CTA to have finished reading before any quotient is final, and a second
@@ -22,7 +23,15 @@
 //     128 x 128 tile, so one pass does it (float8_quantize_blocks.cu): a CTA reads its tile once,
 //     takes the blocks' maxima and writes the quotients from the registers.
 //
-// float8_quantize.cuh has the numerics, the amax's bits and the tile's layout.
+// float8_quantize_gated quantizes a gated product act(gate) * up without writing it for a second
+// read where it can: per row with the transposed copy and per tensor, pass 1 computes the product
+// (a Src of the strip kernel), takes its maxima and leaves it in scratch for pass 2, one read of
+// the product and one launch fewer than the gated op then float8_quantize; the block kernel
+// computes it in its one pass from both inputs in registers (the unstaged kernel: two inputs
+// would double the staged ring), and rows alone take the two passes where float8_quantize takes
+// one: both slower than that composition, which tessera.float8 uses there instead.
+//
+// float8_quantize.cuh has the numerics, the amax's bits and the tiles' layouts.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -108,43 +117,54 @@ __global__ void __launch_bounds__(512) rows_kernel(QuantArgs a) {
 
 // ---- the tile kernels: Tile (float8_quantize.cuh) --------------------------------------------
 
-// Pass 1: the tile's row and column maxima. A lane's 4 row maxima (over its 8 columns) scatter
-// over the 4 lanes of its row group (lane bits 1, 2): lane cg keeps its row cg's over the warp's 32
-// columns. Its 8 column maxima (over its 4 rows) scatter over the 8 lanes of its column group
-// (bits 4, 8, 16): lane rg keeps its element rg's over the warp's 32 rows. Both go to shared
-// memory as 32 distinct words a warp (no bank conflict), then one thread a row (2 column halves)
-// and a column (4 row quarters) merges them into the global word: one atomic a row and a column
-// per tile.
-// A gated Src's product goes to a.product on the way, for pass 2.
+// Pass 1 by strips of kStripCols columns: CTA (x, y) takes strip x over its share of the rows
+// (rows_per_cta, a multiple of 32), warp w rows 4w.. of each 32 in turn, lane l its 8 columns l * 8..
+// of each, so that a load instruction reads one row's 512 contiguous bytes (16-bit x; a tile's
+// reads, 64 bytes of each of 8 rows, leave HBM well short of its rate). A step's 4 rows: their
+// maxima over the warp's 256 columns (a scattered shuffle reduction, then 3 more shuffles), one
+// atomicMax a row and a strip; the columns' maxima stay in registers over all the CTA's rows, then
+// merge over the 8 warps in shared memory: one atomicMax a column a CTA. A gated Src's product
+// goes to a.product on the way, for pass 2.
 template <class T, int VW, class Src>
-__global__ void __launch_bounds__(kTileThreads) tile_amax_kernel(QuantArgs a, int64_t col_tiles) {
-  using L = Tile<T, VW>;
-  __shared__ uint32_t rmax[2][kTileRows], cmax[4][kTileCols], scratch[32];
-  const L t = L::nth(blockIdx.x, col_tiles);
-  typename L::Frags v;
-  Src::load(a, t, v);
-  if constexpr (!std::is_same_v<Src, Plain>) Src::store(a, t, v);
-  uint32_t rm[4] = {}, cm[8] = {};  // the thread's rows' and columns' maxima, T's magnitude bits
-  fold_maxima<T, VW>(v, rm, cm);
-  if (a.tensor()) {  // one word for the whole tensor: a CTA's maximum, one atomic
-    const uint32_t m = mag_f32<T>(max(max(rm[0], rm[1]), max(rm[2], rm[3])));
-    const uint32_t all = tile::block_reduce(m, tile::Max{}, 0u, scratch);
-    if (threadIdx.x == 0 && all) atomicMax(a.amax, all);
+__global__ void __launch_bounds__(kTileThreads) strip_amax_kernel(QuantArgs a, int64_t rows_per_cta) {
+  static_assert(kStripCols == kTileThreads, "a thread a column of the strip at the end");
+  using S = Strip<T, VW>;
+  constexpr int kWarps = kTileThreads / 32;
+  __shared__ uint32_t cmax[kWarps][kStripCols], scratch[32];
+  const int i = int(threadIdx.x), lane = i % 32, w = i / 32;
+  const int64_t c0 = int64_t(blockIdx.x) * kStripCols, r_begin = int64_t(blockIdx.y) * rows_per_cta;
+  const int64_t r_end = std::min(a.rows, r_begin + rows_per_cta);
+  uint32_t cm[8] = {}, all = 0;  // the thread's columns' maxima over its rows (T's magnitude bits); the tensor's
+  for (int64_t r0 = r_begin + 4 * w; r0 < r_end; r0 += 4 * kWarps) {
+    const S s(r0, c0);
+    typename S::Frags v;
+    Src::load(a, s, v);
+    if constexpr (!std::is_same_v<Src, Plain>) Src::store(a, s, v);
+    uint32_t rm[4] = {};
+    fold_maxima<T, VW>(v, rm, cm);
+    if (a.tensor()) {
+      all = max(all, max(max(rm[0], rm[1]), max(rm[2], rm[3])));
+      continue;
+    }
+    uint32_t m = max_scatter<4, 16>(rm);  // row 2 (lane & 16) + (lane & 8), over 4 of the lanes
+#pragma unroll
+    for (int off = 4; off >= 1; off /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+    const int64_t r = r0 + (lane >> 4) * 2 + (lane >> 3 & 1);
+    if (lane % 8 == 0 && m && a.q && r < a.rows) atomicMax(&a.amax[r], mag_f32<T>(m));
+  }
+  if (a.tensor()) {  // one word for the whole tensor: the CTA's maximum, one atomic
+    const uint32_t m = tile::block_reduce(mag_f32<T>(all), tile::Max{}, 0u, scratch);
+    if (i == 0 && m) atomicMax(a.amax, m);
     return;
   }
-  const int lane = int(threadIdx.x) % 32, w = int(threadIdx.x) / 32;
-  rmax[w % 2][t.row + lane % 4] = mag_f32<T>(max_scatter<4, 2>(rm));
-  cmax[w / 2][t.col_of(lane / 4)] = mag_f32<T>(max_scatter<8, 16>(cm));
+  const S s(0, c0);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) cmax[w][s.col_of(e)] = mag_f32<T>(cm[e]);
   __syncthreads();
-  const int i = int(threadIdx.x);
-  if (i < kTileRows) {
-    const uint32_t m = max(rmax[0][i], rmax[1][i]);
-    if (m && a.q && t.r0 + i < a.rows) atomicMax(&a.amax[t.r0 + i], m);
-  } else if (i < kTileRows + kTileCols) {
-    const int c = i - kTileRows;
-    const uint32_t m = max(max(cmax[0][c], cmax[1][c]), max(cmax[2][c], cmax[3][c]));
-    if (m && t.c0 + c < a.cols) atomicMax(&a.amax[a.rows + t.c0 + c], m);
-  }
+  uint32_t m = 0;
+#pragma unroll
+  for (int k = 0; k < kWarps; ++k) m = max(m, cmax[k][i]);
+  if (m && c0 + i < a.cols) atomicMax(&a.amax[a.rows + c0 + i], m);
 }
 
 // Pass 2: first a thread for each of the tile's rows and columns takes its scale (writing it out
@@ -155,7 +175,7 @@ __global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, i
   using L = Tile<T, VW>;
   __shared__ uint32_t staged[kTileCols * kPitch<VW>];  // q_t's tile, [column][row / 4]
   __shared__ Divisor dv[kTileRows + kTileCols];        // the tile's rows', then its columns'
-  const L t = L::nth(int64_t(gridDim.x) - 1 - blockIdx.x, col_tiles);  // pass 1's order reversed
+  const L t = L::nth(int64_t(gridDim.x) - 1 - blockIdx.x, col_tiles);  // from the last tile
   typename L::Frags v;
   t.load(a, v);
   const int i = int(threadIdx.x);
@@ -191,9 +211,15 @@ void launch(const QuantArgs& a, bool rows_only, int device, cudaStream_t stream)
     TESSERA_LAUNCH_CHECK();
     return;
   }
-  const int64_t col_tiles = (a.cols + kTileCols - 1) / kTileCols;
-  const int64_t tiles = col_tiles * ((a.rows + kTileRows - 1) / kTileRows);
-  tile_amax_kernel<T, VW, Src><<<unsigned(tiles), kTileThreads, 0, stream>>>(a, col_tiles);
+  // Rows shared among as many CTAs as fill the GPU with the strips, in multiples of 32 (a step of
+  // each warp).
+  const auto kernel = strip_amax_kernel<T, VW, Src>;
+  const int64_t strips = (a.cols + kStripCols - 1) / kStripCols, steps = (a.rows + 31) / 32;
+  const int64_t ctas = runtime::resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads);
+  const int64_t splits = std::clamp<int64_t>(ctas / strips, 1, steps);
+  const int64_t rows_per_cta = (steps + splits - 1) / splits * 32;
+  const dim3 grid(unsigned(strips), unsigned((a.rows + rows_per_cta - 1) / rows_per_cta));
+  kernel<<<grid, kTileThreads, 0, stream>>>(a, rows_per_cta);
   TESSERA_LAUNCH_CHECK();
 }
 

@@ -108,22 +108,19 @@ __device__ __forceinline__ uint32_t e4m3x4(float x0, float x1, float x2, float x
 // and row quarter w / 2. A row's 8 elements are 8 / VW fragments, fragment f at block column
 // f * 4 * VW + cg * VW: one load instruction reads 4 * VW adjacent elements of each of 8 rows, for
 // 16-byte fragments 64 bytes a row, whole 32-byte sectors.
-template <class T, int VW>
-struct Tile {
+// A thread's 4 consecutive rows x 8 columns of x, fragment f (8 / VW of them) at column
+// frag_col(f) = col + f * FStride: what the tile and strip kernels load, fold and quantize.
+template <class T, int VW, int FStride>
+struct Block4x8 {
+  using Type = T;
+  static constexpr int kVW = VW;
   static constexpr int kF = 8 / VW;  // fragments per row of a thread
   using Frags = tile::Frag<T, VW>[4][kF];
-  int64_t r0, c0;  // the tile's first row and column in x
-  int row, col;    // the thread's first row and fragment 0's column, in the tile
-  __device__ Tile(int64_t r0_, int64_t c0_) : r0(r0_), c0(c0_) {
-    const int lane = int(threadIdx.x) % 32, w = int(threadIdx.x) / 32;
-    row = w / 2 * 32 + lane / 4 * 4, col = w % 2 * 32 + lane % 4 * VW;
-  }
-  // Tile `tile` of x's 128 x 64 tiles, `col_tiles` to a row of them.
-  __device__ static Tile nth(int64_t tile, int64_t col_tiles) {
-    return Tile(tile / col_tiles * kTileRows, tile % col_tiles * kTileCols);
-  }
-  // The tile column of the thread's element e (0..7 along its row).
-  __device__ int col_of(int e) const { return col + e / VW * 4 * VW + e % VW; }
+  int64_t r0, c0;  // the block's origin in x
+  int row, col;    // the thread's first row and fragment 0's column, from the origin
+  __device__ int frag_col(int f) const { return col + f * FStride; }
+  // The column of the thread's element e (0..7 along its row), from the origin.
+  __device__ int col_of(int e) const { return frag_col(e / VW) + e % VW; }
   // The fragments inside x; the others zeros (K % VW == 0: a fragment is wholly in or out). Every
   // load is made, those outside from the nearest row and column inside, and zeroed afterwards:
   // loads under conditions are placed in blocks of their own, between which the compiler moves
@@ -140,7 +137,7 @@ struct Tile {
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int f = 0; f < kF; ++f) {
-        const int64_t r = r0 + row + j, c = c0 + col + f * 4 * VW;
+        const int64_t r = r0 + row + j, c = c0 + frag_col(f);
         v[j][f] = tile::load_frag<T, VW>(x + std::min(r, a.rows - 1) * a.xs + std::min(c, a.cols - VW));
       }
   }
@@ -149,7 +146,40 @@ struct Tile {
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int f = 0; f < kF; ++f)
-        if (r0 + row + j >= a.rows || c0 + col + f * 4 * VW >= a.cols) v[j][f] = tile::Frag<T, VW>{};
+        if (r0 + row + j >= a.rows || c0 + frag_col(f) >= a.cols) v[j][f] = tile::Frag<T, VW>{};
+  }
+};
+
+// A tile is 128 rows x 64 columns; thread t holds 4 consecutive rows x 8 columns of it, every load
+// issued before any value is used: 64 bytes of bf16/fp16 (4 loads of 16 B) or 128 of fp32 (8) a
+// thread, 16 or 32 KB a CTA, 64 KB and more an SM with 4 CTAs resident (an SM's share of HBM,
+// ~32 B/ns at ~1 us of latency, wants 32-64 KB outstanding). Lane l of warp w takes column group
+// cg = l % 4 and row group rg = l / 4 of the warp's 32 x 32 block, the block at column half w % 2
+// and row quarter w / 2. A row's 8 elements are 8 / VW fragments, fragment f at block column
+// f * 4 * VW + cg * VW: one load instruction reads 4 * VW adjacent elements of each of 8 rows, for
+// 16-byte fragments 64 bytes a row, whole 32-byte sectors.
+template <class T, int VW>
+struct Tile : Block4x8<T, VW, 4 * VW> {
+  __device__ Tile(int64_t r0_, int64_t c0_) {
+    const int lane = int(threadIdx.x) % 32, w = int(threadIdx.x) / 32;
+    this->r0 = r0_, this->c0 = c0_;
+    this->row = w / 2 * 32 + lane / 4 * 4, this->col = w % 2 * 32 + lane % 4 * VW;
+  }
+  // Tile `tile` of x's 128 x 64 tiles, `col_tiles` to a row of them.
+  __device__ static Tile nth(int64_t tile, int64_t col_tiles) {
+    return Tile(tile / col_tiles * kTileRows, tile % col_tiles * kTileCols);
+  }
+};
+
+// The strip pass's block: 4 rows from r0 x the strip's kStripCols columns from c0, lane l taking
+// its 8 adjacent columns l * 8.. (a load instruction reads 32 * 8 adjacent elements of one row:
+// 512 contiguous bytes of a 16-bit row, where a tile's reads 64 of each of 8 rows).
+constexpr int kStripCols = 256;
+template <class T, int VW>
+struct Strip : Block4x8<T, VW, VW> {
+  __device__ Strip(int64_t r0_, int64_t c0_) {
+    this->r0 = r0_, this->c0 = c0_;
+    this->row = 0, this->col = int(threadIdx.x) % 32 * 8;
   }
 };
 
@@ -158,40 +188,41 @@ struct Tile {
 // silu_mul and geglu compute theirs (tessera::elementwise::map_floats: float32, the fast forms
 // for 16-bit T) and rounded to T, so that its quantization is float8_quantize's of their output.
 struct Plain {
-  template <class T, int VW>
-  __device__ static void load(const QuantArgs& a, const Tile<T, VW>& t, typename Tile<T, VW>::Frags& v) {
+  template <class L>
+  __device__ static void load(const QuantArgs& a, const L& t, typename L::Frags& v) {
     t.load(a, v);
   }
 };
 
 template <template <bool> class Act>
 struct Gated {
-  template <class T, int VW>
-  __device__ static void load(const QuantArgs& a, const Tile<T, VW>& t, typename Tile<T, VW>::Frags& v) {
-    typename Tile<T, VW>::Frags u;
+  template <class L>
+  __device__ static void load(const QuantArgs& a, const L& t, typename L::Frags& v) {
+    using T = typename L::Type;
+    typename L::Frags u;
     t.issue(a, a.x, v);
     t.issue(a, a.up, u);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int f = 0; f < Tile<T, VW>::kF; ++f) {
-        float p[VW];
+      for (int f = 0; f < L::kF; ++f) {
+        float p[L::kVW];
 #pragma unroll
-        for (int e = 0; e < VW; ++e) p[e] = Act<!std::is_same_v<T, float>>{}(v[j][f][e]) * u[j][f][e];
-        v[j][f] = tile::pack<T, VW>(p);
+        for (int e = 0; e < L::kVW; ++e) p[e] = Act<!std::is_same_v<T, float>>{}(v[j][f][e]) * u[j][f][e];
+        v[j][f] = tile::pack<T, L::kVW>(p);
       }
     t.mask(a, v);
   }
-  // The tile's product into a.product ([rows, cols], contiguous), where pass 2 reads it.
-  template <class T, int VW>
-  __device__ static void store(const QuantArgs& a, const Tile<T, VW>& t, const typename Tile<T, VW>::Frags& v) {
-    T* out = static_cast<T*>(a.product);
+  // The block's product into a.product ([rows, cols], contiguous), where pass 2 reads it.
+  template <class L>
+  __device__ static void store(const QuantArgs& a, const L& t, const typename L::Frags& v) {
+    auto* out = static_cast<typename L::Type*>(a.product);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int f = 0; f < Tile<T, VW>::kF; ++f) {
-        const int64_t r = t.r0 + t.row + j, c = t.c0 + t.col + f * 4 * VW;
-        if (r < a.rows && c < a.cols) tile::store_frag<T, VW>(out + r * a.cols + c, v[j][f]);
+      for (int f = 0; f < L::kF; ++f) {
+        const int64_t r = t.r0 + t.row + j, c = t.c0 + t.frag_col(f);
+        if (r < a.rows && c < a.cols) tile::store_frag<typename L::Type, L::kVW>(out + r * a.cols + c, v[j][f]);
       }
   }
 };
