@@ -20,7 +20,8 @@ With --gated, also SwiGLU's product silu(gate) * up quantized (gate and up [M, K
 down projection's input in float8 training: torch's silu and product then its quantize (and
 compile of the whole), tessera's silu_mul then float8_quantize ('tessera unfused'), and tessera's
 float8_quantize_gated (tessera.float8._quantize_gated: the product quantized in the pass that
-computes it, never written); the floor reads gate and up once.
+computes it, where the quantization takes two passes, rows with columns; rows alone and blocks it
+composes the two, the faster there); the floor reads gate and up once.
 Times: triton's do_bench (L2 flushed, median), the median of --rounds interleaved rounds. GB/s
 counts the floor's bytes for every provider: x read once, q (and q_t) written once, the scales;
 'of copy' is that rate over the copy rate measured on this GPU (ANCHORS.md: 4226 GB/s on the
