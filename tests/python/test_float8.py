@@ -648,3 +648,32 @@ def test_gated_linear_under_torch_compile(monkeypatch):
     torch.testing.assert_close(got[0], want[0])
     for a, b in zip(got[1], want[1]):
         torch.testing.assert_close(a, b)
+
+
+def test_quantize_gated_fuses_where_the_quantization_takes_two_passes(monkeypatch):
+    """_quantize_gated takes the fused kernel (the fast entry) per row with the columns and per
+    tensor, and composes the gated op and _quantize_both for rows alone, the block granularities,
+    gate and up of different layouts, and M not a multiple of 16 with columns."""
+    from tessera import _state
+    fused, composed = [], []
+
+    class Fast:
+        @staticmethod
+        def float8_quantize_gated(g, u, kind, granularity, columns):
+            fused.append((granularity, columns))
+            return (g, g, g, g) if columns else (g, g)
+
+    monkeypatch.setattr(_state, "fast", Fast)
+    monkeypatch.setattr(_state, "dynamo_compiling", lambda: False)
+    monkeypatch.setattr(f8, "_kernel_takes", lambda t, g, columns=False: not columns or t.shape[0] % 16 == 0)
+    monkeypatch.setattr(f8, "_quantize_both", lambda t, g, columns: composed.append((g, columns)) or (t,) * 4)
+    gate, up = torch.randn(32, 64), torch.randn(32, 64)
+    for granularity, columns in (("row", True), ("tensor", False), ("tensor", True)):
+        f8._quantize_gated(gate, up, "silu", granularity, columns)
+    assert fused == [("row", True), ("tensor", False), ("tensor", True)] and not composed
+    fused.clear()
+    for granularity, columns in (("row", False), ("block", True), ("block", False)):
+        f8._quantize_gated(gate, up, "silu", granularity, columns)
+    f8._quantize_gated(gate, up.t().contiguous().t(), "silu", "row", True)  # another layout
+    f8._quantize_gated(gate[:20], up[:20], "silu", "row", True)  # M = 20 with columns
+    assert not fused and composed == [("row", False), ("block", True), ("block", False), ("row", True), ("row", True)]
