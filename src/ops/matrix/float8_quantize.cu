@@ -119,8 +119,9 @@ __global__ void __launch_bounds__(512) rows_kernel(QuantArgs a) {
 
 // Pass 1 by strips of kStripCols columns: CTA (x, y) takes strip x over its share of the rows
 // (rows_per_cta, a multiple of 32), warp w rows 4w.. of each 32 in turn, lane l its 8 columns l * 8..
-// of each, so that a load instruction reads one row's 512 contiguous bytes (16-bit x; a tile's
-// reads, 64 bytes of each of 8 rows, leave HBM well short of its rate). A step's 4 rows: their
+// of each, so that a load instruction reads one row's 512 contiguous bytes (16-bit x) where a
+// tile's reads 64 bytes of each of 8 rows: the gated source's two loads and the product's store
+// a step run as whole runs of a row, as silu_mul's own streams do. A step's 4 rows: their
 // maxima over the warp's 256 columns (a scattered shuffle reduction, then 3 more shuffles), one
 // atomicMax a row and a strip; the columns' maxima stay in registers over all the CTA's rows, then
 // merge over the 8 warps in shared memory: one atomicMax a column a CTA. A gated Src's product
