@@ -485,17 +485,17 @@ def _matmul_function():
     return _function
 
 
-_gated_function_ = None
+_gated_matmul = None
 
 
 def _gated_function():
     """A Float8Linear of act(gate) * up (a gated feed-forward's down projection) as an autograd
     Function, on the kernels only (_on_kernels): the product quantized in the pass that computes
-    it and never held in bfloat16 (_quantize_gated); the backward keeps gate, up and the product's
+    it, not kept in bfloat16 (_quantize_gated); the backward keeps gate, up and the product's
     float8 columns, and takes grad_gate and grad_up from dgrad's output in one pass."""
-    global _gated_function_
-    if _gated_function_ is not None:
-        return _gated_function_
+    global _gated_matmul
+    if _gated_matmul is not None:
+        return _gated_matmul
     import torch
 
     class Float8GatedMatmul(torch.autograd.Function):
@@ -521,8 +521,8 @@ def _gated_function():
                 d_gate, d_up = gated_backward(ctx.kind, d_act, gate, up)
             return d_gate, d_up, dw, None, None, None, None
 
-    _gated_function_ = Float8GatedMatmul
-    return _gated_function_
+    _gated_matmul = Float8GatedMatmul
+    return _gated_matmul
 
 
 def gated_linear(kind: str, gate, up, linear):

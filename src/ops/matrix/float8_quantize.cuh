@@ -99,15 +99,7 @@ __device__ __forceinline__ uint32_t e4m3x4(float x0, float x1, float x2, float x
   return e4m3x2(div(x0), div(x1)) | e4m3x2(div(x2), div(x3)) << 16;
 }
 
-// ---- the tile kernels ---------------------------------------------------------------------------
-// A tile is 128 rows x 64 columns; thread t holds 4 consecutive rows x 8 columns of it, every load
-// issued before any value is used: 64 bytes of bf16/fp16 (4 loads of 16 B) or 128 of fp32 (8) a
-// thread, 16 or 32 KB a CTA, 64 KB and more an SM with 4 CTAs resident (an SM's share of HBM,
-// ~32 B/ns at ~1 us of latency, wants 32-64 KB outstanding). Lane l of warp w takes column group
-// cg = l % 4 and row group rg = l / 4 of the warp's 32 x 32 block, the block at column half w % 2
-// and row quarter w / 2. A row's 8 elements are 8 / VW fragments, fragment f at block column
-// f * 4 * VW + cg * VW: one load instruction reads 4 * VW adjacent elements of each of 8 rows, for
-// 16-byte fragments 64 bytes a row, whole 32-byte sectors.
+// ---- the tile and strip kernels ----------------------------------------------------------------
 // A thread's 4 consecutive rows x 8 columns of x, fragment f (8 / VW of them) at column
 // frag_col(f) = col + f * FStride: what the tile and strip kernels load, fold and quantize.
 template <class T, int VW, int FStride>
