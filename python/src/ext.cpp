@@ -309,7 +309,7 @@ NB_MODULE(_C, m) {
                           "scale_a [M, 1] and scale_b [1, N].");
   def_op<&float8_quantize_flat>(m, "float8_quantize",
                                 {"input", "q", "scale", "q_t", "scale_t", "granularity", "stream"}, none,
-                                "input [M, K] to float8_e4m3fn into q with float32 scales amax / 448 "
+                                "input [M, K] to float8_e4m3fn into q with float32 scales about amax / 448 "
                                 "('row': scale [M, 1]; 'tensor': one element), and where q_t and scale_t "
                                 "are given input's columns quantized along M into q_t [K, M] (scale_t "
                                 "[1, K] or one element).");

@@ -14,10 +14,12 @@ Recipes (the scales of each GEMM's operands, along that GEMM's K; e4m3 everywher
 
 Each Float8Linear GEMM (forward, dgrad, wgrad) quantizes its operands along its own K: the forward
 x and the weight along in_features, dgrad the output gradient and the weight along out_features,
-wgrad the output gradient and x along the tokens. A scale is the dequantization factor, amax / 448
-(``x ~ q * scale``): the tensor is divided by it, rounded to e4m3 (nearest, saturated at +-448).
-An all-zero group takes scale 1. A group holding inf or NaN takes a NaN scale, so its products are
-NaN where they would be inf or NaN in bfloat16 too; nothing is clamped silently.
+wgrad the output gradient and x along the tokens. A group is quantized as torchao quantizes: its
+multiplier m = 448 / max(amax, 1e-12), computed in float64 and rounded to float32, the elements
+x * m rounded to float32 and then to e4m3 (nearest, saturated at +-448); its scale, the
+dequantization factor (``x ~ q * scale``), is 1 / m in float32 (tensorwise, the bytes and scales
+of torchao's cast). A group holding inf or NaN takes a NaN scale, so its products are NaN where
+they would be inf or NaN in bfloat16 too; nothing is clamped silently.
 
 On a Hopper GPU (sm_90, the float8 tensor cores tessera's kernels run on) every recipe runs each
 GEMM on ``tessera.scaled_mm``: the quantized operands multiplied as float8, the scales (one per
@@ -47,12 +49,13 @@ import functools
 import weakref
 from typing import Any, Callable, Optional
 
-__all__ = ["RECIPES", "GRANULARITIES", "E4M3_MAX", "quantize", "dequantize", "convert_to_float8_training",
+__all__ = ["RECIPES", "GRANULARITIES", "E4M3_MAX", "AMAX_FLOOR", "quantize", "dequantize", "convert_to_float8_training",
            "drop_cached_weights", "gated_linear", "Float8Linear"]
 
 RECIPES = ("tensorwise", "rowwise", "blockwise")
 GRANULARITIES = ("tensor", "row", "block", "block2d")
 E4M3_MAX = 448.0
+AMAX_FLOOR = 1e-12  # torchao's: an amax below it counts as it
 BLOCK = 128
 
 # each GEMM's operands' granularity by recipe: (activation or gradient, weight)
@@ -129,12 +132,13 @@ def _torch_quantize(x, granularity: str):
     g = _groups(torch, xf, granularity)
     amax = g.abs().amax(-1)
     finite = torch.isfinite(g).all(-1)
-    # Divided by a tensor, not the number: torch's CUDA division by a CPU scalar multiplies by its
-    # reciprocal, a rounding apart from amax / 448 in about half the cases (the CPU divides).
-    scale = torch.where(amax > 0, amax / torch.full_like(amax, E4M3_MAX), torch.ones_like(amax))
-    scale = torch.where(finite, scale, torch.full_like(amax, float("nan")))
-    scale = scale.reshape(_scale_shape(x.shape, granularity))
-    y = xf / _expand(scale, x.shape, granularity)
+    # torchao's amax_to_scale: 448 / amax in float64 (torch divides a number by a tensor as the
+    # number times the tensor's reciprocal), rounded to float32; the scale its reciprocal.
+    mult = (E4M3_MAX / amax.double().clamp(min=AMAX_FLOOR)).float()
+    nan = torch.full_like(mult, float("nan"))  # torch's NaN on every device, not 1 / NaN's
+    mult = torch.where(finite, mult, nan)
+    scale = torch.where(finite, torch.ones_like(mult) / mult, nan).reshape(_scale_shape(x.shape, granularity))
+    y = xf * _expand(mult.reshape(scale.shape), x.shape, granularity)
     q = y.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return q, scale
 
@@ -158,7 +162,7 @@ def _kernel_quantize(x, granularity: str, columns: bool = False, rows: bool = Tr
     scale_b for q_t.t() as its right operand, scale_t.t() scale_a's [K, 1] for q_t as its left one;
     'block' [M / 128, K], per-column block scales likewise; 'tensor' and 'block2d' the values of
     scale). One read of x for both layouts. ``rows`` False (with ``columns``): (q_t, scale_t)
-    alone, the rows' quotients skipped (float8_quantize.transposed)."""
+    alone, the rows' products skipped (float8_quantize.transposed)."""
     from . import _C, _state
     from ._interop import torch_if_tensor, torch_stream, torch_view
     torch = torch_if_tensor(x, init=True)  # loads the torch ops on a first call

@@ -53,19 +53,23 @@ TEST(Float8QuantizeReference, E4m3RoundsToNearestEvenAndSaturates) {
 }
 
 TEST(Float8QuantizeReference, ScalesAndGroups) {
-  EXPECT_EQ(ref::float8_scale(0.0f, true), 1.0f);
+  // scale = 1 / m, m = 448 / max(amax, 1e-12) rounded to float32
+  EXPECT_FLOAT_EQ(ref::float8_scale(0.0f, true), 1e-12f / 448.0f);
+  EXPECT_EQ(ref::float8_multiplier(0.0f, true), float(448.0 / 1e-12));
   EXPECT_EQ(ref::float8_scale(448.0f, true), 1.0f);
-  EXPECT_EQ(ref::float8_scale(3.0f, true), 3.0f / 448.0f);
+  EXPECT_EQ(ref::float8_multiplier(3.0f, true), float(448.0 / 3.0));
+  EXPECT_EQ(ref::float8_scale(3.0f, true), 1.0f / float(448.0 / 3.0));
+  EXPECT_EQ(bits(ref::float8_multiplier(1.0f, false)), 0x7fc00000u);
   EXPECT_EQ(bits(ref::float8_scale(1.0f, false)), 0x7fc00000u);
   const float inf = std::numeric_limits<float>::infinity();
   // rows: (1, -2, 0.5), zeros, (inf, 1, 0)
   const std::vector<float> x = {1.f, -2.f, 0.5f, 0.f, 0.f, 0.f, inf, 1.f, 0.f};
   const auto r = ref::float8_quantize(x, 3, 3, Float8Granularity::row, true);
   ASSERT_EQ(r.scale.size(), 3u);
-  EXPECT_EQ(r.scale[0], 2.0f / 448.0f);
-  EXPECT_EQ(r.scale[1], 1.0f);
+  EXPECT_EQ(r.scale[0], 1.0f / 224.0f);
+  EXPECT_FLOAT_EQ(r.scale[1], 1e-12f / 448.0f);
   EXPECT_TRUE(std::isnan(r.scale[2]));
-  EXPECT_EQ(r.q[0], ref::e4m3_byte(1.f / (2.0f / 448.0f)));  // 224
+  EXPECT_EQ(r.q[0], ref::e4m3_byte(224.f));  // 1 * 448 / 2
   EXPECT_EQ(r.q[0], 0x76);
   EXPECT_EQ(r.q[1], 0xfe);  // -448
   for (int j = 0; j < 3; ++j) EXPECT_EQ(r.q[size_t(3 + j)], 0x00) << j;
@@ -73,14 +77,14 @@ TEST(Float8QuantizeReference, ScalesAndGroups) {
   // columns: (1, 0, inf) NaN, (-2, 0, 1) amax 2, (0.5, 0, 0) amax 0.5; q_t [3, 3] their rows
   ASSERT_EQ(r.scale_t.size(), 3u);
   EXPECT_TRUE(std::isnan(r.scale_t[0]));
-  EXPECT_EQ(r.scale_t[1], 2.0f / 448.0f);
-  EXPECT_EQ(r.scale_t[2], 0.5f / 448.0f);
+  EXPECT_EQ(r.scale_t[1], 1.0f / 224.0f);
+  EXPECT_EQ(r.scale_t[2], 1.0f / 896.0f);
   EXPECT_EQ(r.q_t[3 + 0], 0xfe);                            // x[0][1] = -2 by column 1's scale
-  EXPECT_EQ(r.q_t[3 + 2], ref::e4m3_byte(1.f / (2.0f / 448.0f)));
+  EXPECT_EQ(r.q_t[3 + 2], ref::e4m3_byte(224.f));
   EXPECT_EQ(r.q_t[6 + 0], 0x7e);                            // 0.5 by its own amax: 448
   const auto t = ref::float8_quantize({1.f, -4.f, 2.f, 0.f}, 2, 2, Float8Granularity::tensor, true);
   ASSERT_EQ(t.scale.size(), 1u);
-  EXPECT_EQ(t.scale[0], 4.0f / 448.0f);
+  EXPECT_EQ(t.scale[0], 1.0f / 112.0f);
   EXPECT_EQ(t.scale_t, t.scale);
   EXPECT_EQ(t.q[1], 0xfe);
   EXPECT_EQ(t.q_t[1], t.q[2]);  // q_t[0][1] is x[1][0]
@@ -95,14 +99,14 @@ TEST(Float8QuantizeReference, Blocks) {
   x[129 * k + 5] = 14.f;   // column 5's second block (row 129)
   const auto b = ref::float8_quantize(x, m, k, Float8Granularity::block, true);
   ASSERT_EQ(b.scale.size(), size_t(m * 2));
-  EXPECT_EQ(b.scale[0], 7.f / 448.f);
-  EXPECT_EQ(b.scale[1], 3.f / 448.f);
-  EXPECT_EQ(b.scale[2], 1.f);  // row 1: zeros
-  EXPECT_EQ(b.scale[129 * 2], 14.f / 448.f);
+  EXPECT_EQ(b.scale[0], 1.f / 64.f);
+  EXPECT_EQ(b.scale[1], 1.f / float(448.0 / 3.0));
+  EXPECT_FLOAT_EQ(b.scale[2], 1e-12f / 448.f);  // row 1: zeros
+  EXPECT_EQ(b.scale[129 * 2], 1.f / 32.f);
   EXPECT_EQ(b.q[150], 0xfe);   // -3 by its own block's scale: -448
   ASSERT_EQ(b.scale_t.size(), size_t(2 * k));
-  EXPECT_EQ(b.scale_t[5], 7.f / 448.f);       // column 5, rows 0..127
-  EXPECT_EQ(b.scale_t[k + 5], 14.f / 448.f);  // column 5, rows 128..129
+  EXPECT_EQ(b.scale_t[5], 1.f / 64.f);       // column 5, rows 0..127
+  EXPECT_EQ(b.scale_t[k + 5], 1.f / 32.f);  // column 5, rows 128..129
   EXPECT_EQ(b.q_t[5 * m + 0], 0x7e);          // x[0][5] by its column block: 448
   EXPECT_EQ(b.q_t[5 * m + 129], 0x7e);
   const std::vector<float> y(256 * 256, 1.f);

@@ -38,8 +38,7 @@ def test_quantize_groups_and_rounding(granularity, shape):
     torch.testing.assert_close(scale.double(), amax / 448, rtol=1e-6, atol=0)
     deq = f8.dequantize(q, scale, granularity).double()
     # e4m3 keeps 3 mantissa bits: each element within half an ulp of its group's grid (ties to
-    # even after the quotient's float32 rounding), the group's largest element (at 448) exactly,
-    # none past it
+    # even after the product's float32 rounding), the group's largest element at 448, none past it
     want = x.bfloat16().double()
     full = f8._expand(scale.double(), shape, granularity)
     ulp = torch.exp2(torch.floor(torch.log2((want / full).abs().clamp(min=2 ** -6)))) * 2 ** -3 * full
@@ -53,7 +52,8 @@ def test_zero_and_non_finite_groups():
     x[2, 5] = float("inf")
     x[3, 200] = float("nan")
     q, scale = f8.quantize(x, "row")
-    assert scale[1].item() == 1.0 and (q[1].float() == 0).all()
+    # an all-zero group: amax taken as 1e-12 (torchao's floor), so its scale is 1e-12 / 448
+    assert scale[1].item() == pytest.approx(1e-12 / 448, rel=1e-6) and (q[1].float() == 0).all()
     assert torch.isnan(scale[2]).all() and torch.isnan(scale[3]).all()
     assert torch.isnan(f8.dequantize(q, scale, "row")[2:]).all()  # never a silent finite value
     qb, sb = f8.quantize(x, "block")
@@ -277,7 +277,7 @@ def _need_cuda():
 
 def _special(m, k, dtype, special):
     """[m, k] of groups of very different ranges; `special`: a zero row, an inf, a NaN, a row of
-    magnitudes near and past 448, one huge value beside small ones (subnormal quotients), a row of
+    magnitudes near and past 448, one huge value beside small ones (subnormal products), a row of
     scale 1 whose values lie halfway between two e4m3 values (rounded to the even one)."""
     g = torch.Generator().manual_seed(m * 1000 + k)
     x = torch.randn(m, k, generator=g) * torch.logspace(-2, 2, k)
@@ -334,6 +334,24 @@ def test_kernel_matches_the_torch_quantize_bit_for_bit(dtype, granularity, shape
     assert _same_bits(qt, rq) and _same_bits(st, want_st)
     if granularity == "block2d":
         assert _same_bits(rs, ts.t().contiguous())  # the transposed blocks' scales
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "row"])
+def test_quantize_is_torchao_cast(granularity):
+    """quantize gives torchao's cast (its tensorwise, and its axiswise without power-of-two
+    scales): torchao's multiplier, the same saturated e4m3 bytes, and as the scale the
+    multiplier's reciprocal, the factor torchao hands to scaled_mm."""
+    _need_cuda()
+    ao = pytest.importorskip("torchao.float8.float8_utils")
+    from torchao.float8.config import ScalingGranularity
+    x = _special(256, 384, torch.bfloat16, False)
+    x[1] = 0  # amax below torchao's floor
+    kw = {} if granularity == "tensor" else {"scaling_granularity": ScalingGranularity.AXISWISE, "axiswise_dim": -1}
+    m = ao.tensor_to_scale(x, torch.float8_e4m3fn, **kw)
+    q_ao = ao.to_fp8_saturated(x.float() * m, torch.float8_e4m3fn)
+    q, scale = f8.quantize(x, granularity)
+    assert _same_bits(q, q_ao)
+    assert _same_bits(scale, m.reciprocal().reshape(scale.shape))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

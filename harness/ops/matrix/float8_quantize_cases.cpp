@@ -5,9 +5,9 @@
 // several 128 x 128 tiles, one tile, a K of one half tile), each input dtype, odd M and K (rows only
 // and tensor: any; the transposed copy needs multiples of 16), partial tiles, rows off 16-byte
 // boundaries and padded rows (the element-wise path), and special rows and columns: all zeros
-// (scale 1), an inf, a NaN (NaN scales and NaN bytes), values of magnitude near and above 448,
-// one large value beside small ones (quotients in e4m3's subnormal range), and quotients exactly
-// halfway between two e4m3 values (rounded to the even one); and the columns alone
+// (an amax under the 1e-12 floor), an inf, a NaN (NaN scales and NaN bytes), values of magnitude
+// near and above 448, one large value beside small ones (products in e4m3's subnormal range), and
+// products exactly halfway between two e4m3 values (rounded to the even one); and the columns alone
 // (float8_quantize_transposed); and a gated product quantized in the pass that computes it
 // (float8_quantize_gated), against the gated op's output quantized.
 #include <cuda_runtime_api.h>
@@ -76,8 +76,8 @@ double value(const Spec& s, std::mt19937_64& g, int64_t i, int64_t j) {
   if (s.nonfinite && i == 2 && j == k / 2) return -inf;                     // an inf
   if (s.nonfinite && i == 3 && j == k - 1) return std::nan("");             // a NaN
   if (i == 4) return (j % 2 ? -1 : 1) * (440.0 + double(j % 17));           // near 448 and above it
-  if (i == 5) return j == 0 ? 30000.0 : u * 1e-2;                           // subnormal quotients
-  if (i == 6 && j > 0)  // scale 1 (448 at j = 0): quotients exactly halfway between e4m3 values
+  if (i == 5) return j == 0 ? 30000.0 : u * 1e-2;                           // subnormal products
+  if (i == 6 && j > 0)  // multiplier 1 (448 at j = 0): products exactly halfway between e4m3 values
     return (j % 2 ? -1 : 1) * std::ldexp(1.0 + double(2 * (j % 8) + 1) / 16.0, int(j % 13) - 6);
   if (i == 6) return 448.0;
   if (s.rows > 8 && j == 2) return i % 3 ? u * 1e-3 : 1e4 + double(i);     // a column of mixed scales

@@ -22,15 +22,17 @@ uint8_t e4m3_byte(float v) {
   return uint8_t(sign | uint8_t(((e + 7) << 3) | (int(m) - 8)));
 }
 
-float float8_scale(float amax, bool finite) {
+float float8_multiplier(float amax, bool finite) {
   if (!finite) {
     float nan;
     const uint32_t bits = 0x7fc00000u;
     std::memcpy(&nan, &bits, 4);
     return nan;
   }
-  return amax > 0 ? amax / 448.0f : 1.0f;
+  return float(448.0 * (1.0 / std::max(double(amax), 1e-12)));
 }
+
+float float8_scale(float amax, bool finite) { return 1.0f / float8_multiplier(amax, finite); }
 
 namespace {
 // Each element's group, by the scale's index: of q's scales (rows) or of q_t's (columns).
@@ -59,15 +61,18 @@ void quantize_groups(const std::vector<float>& x, int64_t rows, int64_t cols, Fl
       if (std::isfinite(v)) amax[k] = std::max(amax[k], std::fabs(v));
       else finite[k] = 0;
     }
+  std::vector<float> mult(static_cast<size_t>(groups));
   scale.resize(size_t(groups));
-  for (size_t k = 0; k < scale.size(); ++k) scale[k] = float8_scale(amax[k], finite[k] != 0);
-  // The quotient in float32, as the torch reference divides: x / scale, rounded once; q_t
-  // transposed.
+  for (size_t k = 0; k < scale.size(); ++k) {
+    mult[k] = float8_multiplier(amax[k], finite[k] != 0);
+    scale[k] = float8_scale(amax[k], finite[k] != 0);
+  }
+  // The product in float32, rounded once, as the torch reference multiplies; q_t transposed.
   q.resize(size_t(rows * cols));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j)
       q[size_t(columns ? j * rows + i : i * cols + j)] =
-          e4m3_byte(x[size_t(i * cols + j)] / scale[size_t(group_of(g, columns, i, j, cols))]);
+          e4m3_byte(x[size_t(i * cols + j)] * mult[size_t(group_of(g, columns, i, j, cols))]);
 }
 }  // namespace
 

@@ -1,6 +1,6 @@
 // CPU reference for float8_quantize (tessera/ops/matrix.hpp), bit for bit: the float32 rules of
 // tessera.float8.quantize, with its own float8_e4m3fn encoder (double arithmetic on the float32
-// quotients, rounding to nearest even, saturated at +-448).
+// products, rounding to nearest even, saturated at +-448).
 #pragma once
 
 #include <cstdint>
@@ -12,11 +12,15 @@ namespace tessera::reference {
 
 // The e4m3fn byte of a float32 value: rounded to nearest even, magnitudes above 448 saturated to
 // 448 (clamped first, as the torch reference clamps), NaN 0x7f (the GPU's canonical NaN is
-// positive, and every NaN quotient of the kernels is one).
+// positive, and every NaN product of the kernels is one).
 uint8_t e4m3_byte(float v);
 
-// A group's scale from its values' amax and whether all are finite: amax / 448 in float32, 1 for
-// an all-zero group, NaN (torch's float('nan'), bits 0x7fc00000) for a group holding inf or NaN.
+// A group's multiplier from its values' amax and whether all are finite: 448 * (1 / max(amax,
+// 1e-12)) in double, rounded to float32 (torchao's amax_to_scale); NaN (torch's float('nan'),
+// bits 0x7fc00000) for a group holding inf or NaN. Its elements quantize as x * m in float32.
+float float8_multiplier(float amax, bool finite);
+
+// A group's scale (the dequantization factor): 1 / float8_multiplier in float32.
 float float8_scale(float amax, bool finite);
 
 // The scales row-major in float8_quantize's shapes (tessera/ops/matrix.hpp).

@@ -115,10 +115,11 @@ void grouped_mm(const TensorView& input, const TensorView& other, const TensorVi
                 cudaStream_t stream);
 
 // float8_quantize: x [M, K] (float32, float16 or bfloat16, K contiguous) to float8_e4m3fn for
-// scaled_mm, in one call (tessera.float8.quantize's numerics, bit for bit): a scale is the
-// dequantization factor amax / 448 in float32 (x ~ q * scale), 1 for an all-zero group, NaN for
-// a group holding inf or NaN; q = x / scale (a float32 division, not a multiplication by the
-// reciprocal) rounded to nearest even, saturated at +-448.
+// scaled_mm, in one call (tessera.float8.quantize's numerics, bit for bit, which are torchao's):
+// a group's multiplier m = 448 * (1 / max(amax, 1e-12)) in float64, rounded to float32;
+// q = x * m in float32 rounded to nearest even e4m3, saturated at +-448; the scale the
+// dequantization factor 1 / m in float32 (x ~ q * scale). A group holding inf or NaN takes m and
+// the scale NaN (its bytes NaN).
 //   granularity row:    q [M, K] contiguous, scale [M, 1] float32 (one per row of x);
 //   granularity tensor: q [M, K], scale of one element (0-d or [1]);
 //   granularity block:  q [M, K], scale [M, ceil(K / 128)] (one per 1 x 128 block of a row, a last

@@ -5,7 +5,7 @@
 // The op is memory-bound: its floor is one read of x and one write of q (and of q_t). A scale
 // needs its group's amax before any element of the group can be written, so:
 //   - rows only (granularity row, no transposed copy): a CTA per row reads the row once from HBM
-//     for the amax, then again for the quotients; the second read finds the row (a few KB) in L1
+//     for the amax, then again for the products; the second read finds the row (a few KB) in L1
 //     or L2, where the CTA has just put it.
 //   - otherwise (the transposed copy, or one scale for the tensor): two kernels. Pass 1 reads x by
 //     strips of 256 columns, a warp a row's 512 contiguous bytes at a time, takes the rows' and
@@ -17,11 +17,11 @@
 //     of it. Pass 2 walks the tiles from the last, so that it starts on rows pass 1 read late,
 //     still in L2; a tensor larger than L2 is read twice from HBM for the rest. One scale for the
 //     whole tensor takes the same two passes, its maxima all merged into one word: a grid-wide
-//     amax needs every CTA to have finished reading before any quotient is final, and a second
+//     amax needs every CTA to have finished reading before any product is final, and a second
 //     launch is the barrier that costs nothing to get right.
 //   - the block granularities (1 x 128 blocks of rows, 128 x 128 blocks): a group is inside one
 //     128 x 128 tile, so one pass does it (float8_quantize_blocks.cu): a CTA reads its tile once,
-//     takes the blocks' maxima and writes the quotients from the registers.
+//     takes the blocks' maxima and writes the products from the registers.
 //
 // float8_quantize_gated quantizes a gated product act(gate) * up without writing it for a second
 // read where it can: per row with the transposed copy and per tensor, pass 1 computes the product
@@ -89,29 +89,24 @@ __global__ void __launch_bounds__(512) rows_kernel(QuantArgs a) {
   __shared__ uint32_t scratch[32];
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T* x = static_cast<const T*>(a.x) + r * a.xs;
-    uint32_t m = 0;
+    uint32_t m_bits = 0;
     walk_row<T, VW>(x, a.cols, [&](int64_t, const tile::Frag<T, VW>& v) {
 #pragma unroll
-      for (int i = 0; i < VW; ++i) m = max(m, mag_bits(v[i]));
+      for (int i = 0; i < VW; ++i) m_bits = max(m_bits, mag_bits(v[i]));
     });
-    const Divisor d = divisor_of(tile::block_reduce(m, tile::Max{}, 0u, scratch));
-    if (threadIdx.x == 0) a.scale[r] = d.s;
+    const float m = multiplier_of(tile::block_reduce(m_bits, tile::Max{}, 0u, scratch));
+    if (threadIdx.x == 0) a.scale[r] = scale_of(m);
     uint8_t* q = a.q + r * a.cols;
-    const auto quantize = [&](auto exact) {
-      walk_row<T, VW>(x, a.cols, [&](int64_t c, const tile::Frag<T, VW>& v) {
-        const auto div = [&](int i) { return decltype(exact)::value ? quotient(v[i], d) : __fdiv_rn(v[i], d.s); };
-        uint8_t b[VW];
+    walk_row<T, VW>(x, a.cols, [&](int64_t c, const tile::Frag<T, VW>& v) {
+      uint8_t b[VW];
 #pragma unroll
-        for (int i = 0; i < VW; i += 2) {  // two quotients a conversion
-          const uint32_t w = e4m3x2(div(i), i + 1 < VW ? div(i + 1) : 0.f);
-          b[i] = uint8_t(w);
-          if (i + 1 < VW) b[i + 1] = uint8_t(w >> 8);
-        }
-        store_bytes<VW>(q + c, b);
-      });
-    };
-    if (d.exact()) quantize(std::true_type{});  // the row's one divisor: no divergence
-    else quantize(std::false_type{});
+      for (int i = 0; i < VW; i += 2) {  // two products a conversion
+        const uint32_t w = e4m3x2(__fmul_rn(v[i], m), i + 1 < VW ? __fmul_rn(v[i + 1], m) : 0.f);
+        b[i] = uint8_t(w);
+        if (i + 1 < VW) b[i + 1] = uint8_t(w >> 8);
+      }
+      store_bytes<VW>(q + c, b);
+    });
   }
 }
 
@@ -168,14 +163,14 @@ __global__ void __launch_bounds__(kTileThreads) strip_amax_kernel(QuantArgs a, i
   if (m && c0 + i < a.cols) atomicMax(&a.amax[a.rows + c0 + i], m);
 }
 
-// Pass 2: first a thread for each of the tile's rows and columns takes its scale (writing it out
-// once: rows from the first column of tiles, columns from the first row) and reciprocal into
-// shared memory, while the tile's loads are in flight; then quantize_tile and store_staged.
+// Pass 2: first a thread for each of the tile's rows and columns takes its multiplier into shared
+// memory (writing its scale out once: rows from the first column of tiles, columns from the first
+// row), while the tile's loads are in flight; then quantize_tile and store_staged.
 template <class T, int VW>
 __global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, int64_t col_tiles) {
   using L = Tile<T, VW>;
   __shared__ uint32_t staged[kTileCols * kPitch<VW>];  // q_t's tile, [column][row / 4]
-  __shared__ Divisor dv[kTileRows + kTileCols];        // the tile's rows', then its columns'
+  __shared__ float mult[kTileRows + kTileCols];        // the tile's rows', then its columns'
   const L t = L::nth(int64_t(gridDim.x) - 1 - blockIdx.x, col_tiles);  // from the last tile
   typename L::Frags v;
   t.load(a, v);
@@ -185,14 +180,15 @@ __global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, i
     const bool row = i < kTileRows;
     const int64_t g = row ? t.r0 + i : t.c0 + (i - kTileRows);  // x's row or column
     const bool in = g < (row ? a.rows : a.cols);
-    dv[i] = divisor_of(in ? a.amax[tensor ? 0 : row ? g : a.rows + g] : 0u);
+    const float m = multiplier_of(in ? a.amax[tensor ? 0 : row ? g : a.rows + g] : 0u);
+    mult[i] = m;
     float* out = row ? a.scale : a.scale_t;  // no rows' scales where only the columns are asked for
     if (out && (tensor ? blockIdx.x == 0 && i == 0 : in && (row ? t.c0 == 0 : t.r0 == 0)))
-      out[tensor ? 0 : g] = dv[i].s;
-    if (tensor && blockIdx.x == 0 && i == 0 && a.scale_t) a.scale_t[0] = dv[i].s;
+      out[tensor ? 0 : g] = scale_of(m);
+    if (tensor && blockIdx.x == 0 && i == 0 && a.scale_t) a.scale_t[0] = scale_of(m);
   }
   __syncthreads();
-  quantize_tile(a, t, v, dv, dv + kTileRows, staged);
+  quantize_tile(a, t, v, mult, mult + kTileRows, staged);
   if (!a.qt) return;
   __syncthreads();
   store_staged(a, t, staged);
@@ -345,7 +341,7 @@ struct GatedInput {
 };
 
 // Rows (q, scale), columns (q_t, scale_t) or both, of x or (gated) of act(x) * up: the kernels
-// skip the rows' quotients and stores where q is null.
+// skip the rows' products and stores where q is null.
 void quantize(const TensorView& input, const GatedInput* gated, const TensorView* q, const TensorView* scale,
               const TensorView* q_t, const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream) {
   const Names n = gated ? Names{"float8_quantize_gated", "gate"} : Names{kOp, "input"};
@@ -445,7 +441,7 @@ namespace {
 // for block2d); float8_quantize.transposed gives that copy alone (q_t, scale_t).
 const OpRegistrar kFloat8Quantize =
     describe("float8_quantize", "matrix",
-             "x [M, K] to float8_e4m3fn with float32 scales amax / 448 (one per row, per tensor, per 1 x 128 "
+             "x [M, K] to float8_e4m3fn with float32 scales about amax / 448 (one per row, per tensor, per 1 x 128 "
              "block of a row or per 128 x 128 block), and optionally x's columns quantized along M, transposed "
              "([K, M]), from the same reads")
         .schema("float8_quantize(Tensor input, *, str granularity='row') -> (Tensor, Tensor)")

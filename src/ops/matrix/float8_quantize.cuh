@@ -1,6 +1,6 @@
 // What float8_quantize's kernels share (float8_quantize.cu: the row kernel and the two-pass tile
 // kernels, and the host side; float8_quantize_blocks.cu: the one-pass kernel of the block
-// granularities): the numerics of a scale and a quotient, the 128 x 64 tile a thread's registers
+// granularities): the numerics of a scale and a product, the 128 x 64 tile a thread's registers
 // hold, the maxima's shuffles, and the tile's quantized stores.
 //
 // The amax as bits: for |v| (the sign bit cleared) the order of the unsigned bits is the order
@@ -9,11 +9,12 @@
 // the group held inf or NaN: bits >= 0x7f800000. Integer maxima are exact and associative, so
 // every run gives the same scales.
 //
-// Numerics (tessera.float8.quantize's, bit for bit): scale = amax / 448 in float32, 1 for an
-// all-zero group, NaN for a group holding inf or NaN; q = x / scale correctly rounded to float32
-// (quotient(): from the reciprocal by two fma corrections; the division where those are not
-// exact), rounded to nearest even to e4m3 and saturated at +-448 by the conversion itself (a
-// clamp by fminf would turn NaN into 448).
+// Numerics (tessera.float8.quantize's, bit for bit; torchao's amax_to_scale and cast, so that a
+// tensorwise cast is torchao's bytes too): a group's multiplier m = 448 * (1 / max(amax, 1e-12))
+// in float64, rounded to float32; q = x * m rounded to float32, then to nearest even e4m3 and
+// saturated at +-448 by the conversion itself (a clamp by fminf would turn NaN into 448); the
+// scale, the dequantization factor (x ~ q * scale), 1 / m in float32. One multiplication an
+// element. A group holding inf or NaN takes m and scale NaN, its bytes NaN (torchao's would be 0).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,6 +34,7 @@ namespace tessera::float8 {
 constexpr float kE4m3Max = 448.f;
 constexpr uint32_t kInfBits = 0x7f800000u;
 constexpr uint32_t kNanBits = 0x7fc00000u;  // torch's float('nan')
+constexpr double kAmaxFloor = 1e-12;         // torchao's EPS
 constexpr int kTileRows = 128, kTileCols = 64;  // the tile kernels' tile
 constexpr int kTileThreads = 256;
 constexpr int kBlock = 128;  // the block granularities' blocks: 1 x 128 and 128 x 128
@@ -56,47 +58,24 @@ struct QuantArgs {
 
 __device__ __forceinline__ uint32_t mag_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
-__device__ __forceinline__ float scale_of(uint32_t amax) {
+// amax as float32 bits to the multiplier m (see the top).
+__device__ __forceinline__ float multiplier_of(uint32_t amax) {
   if (amax >= kInfBits) return __uint_as_float(kNanBits);
-  return amax == 0 ? 1.f : __fdiv_rn(__uint_as_float(amax), kE4m3Max);
+  const double r = __drcp_rn(fmax(double(__uint_as_float(amax)), kAmaxFloor));
+  return __double2float_rn(__dmul_rn(r, double(kE4m3Max)));
 }
 
-// x / s correctly rounded without a division (which costs about 11 instructions behind a branch
-// to its slow path, two an element where q and q_t are both written). With y = RN(1 / s),
-// q0 = RN(x * y) is within about 2 ulps of x / s; one correction, q1 = RN(q0 + RN(x - q0 s) y),
-// brings it within an ulp, where the residual r = x - q1 s is exact in one fma, and
-// RN(q1 + r y) is the correctly rounded quotient (Markstein's theorem for round-to-nearest),
-// exact quotients included, which 16-bit inputs and amax / 448 scales make common. r is exact
-// only while its bits stay above float32's smallest subnormal: s >= 2^-90 keeps them so wherever
-// |x / s| >= 2^-10, and a smaller quotient is e4m3's zero of x's sign either way. Other scales
-// (NaN: the group held inf or NaN; an amax under about 2^-81) take the division.
-struct Divisor {
-  float s, y;  // a scale and RN(1 / s)
-  __device__ bool exact() const { return s >= 0x1p-90f; }  // false for NaN
-};
-
-__device__ __forceinline__ Divisor divisor_of(uint32_t amax) {
-  const float s = scale_of(amax);
-  return {s, __frcp_rn(s)};
-}
-
-__device__ __forceinline__ float quotient(float x, Divisor d) {
-  const float q0 = __fmul_rn(x, d.y);
-  const float q1 = __fmaf_rn(__fmaf_rn(-q0, d.s, x), d.y, q0);
-  const float q = __fmaf_rn(__fmaf_rn(-q1, d.s, x), d.y, q1);
-  return copysignf(q, x);  // -0 / s is -0, where the corrections' sums give +0
-}
+// The scale of a group of multiplier m (a NaN m: torch's NaN, where the reciprocal would give the
+// GPU's canonical one).
+__device__ __forceinline__ float scale_of(float m) { return m != m ? __uint_as_float(kNanBits) : __frcp_rn(m); }
 
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
 }
 
-// x0..x3 / d.s as the e4m3 bytes of a word, x0's the low byte: by quotient() where d is exact(),
-// else by the division.
-template <bool Exact>
-__device__ __forceinline__ uint32_t e4m3x4(float x0, float x1, float x2, float x3, Divisor d) {
-  const auto div = [&](float x) { return Exact ? quotient(x, d) : __fdiv_rn(x, d.s); };
-  return e4m3x2(div(x0), div(x1)) | e4m3x2(div(x2), div(x3)) << 16;
+// x0..x3 * m as the e4m3 bytes of a word, x0's the low byte.
+__device__ __forceinline__ uint32_t e4m3x4(float x0, float x1, float x2, float x3, float m) {
+  return e4m3x2(__fmul_rn(x0, m), __fmul_rn(x1, m)) | e4m3x2(__fmul_rn(x2, m), __fmul_rn(x3, m)) << 16;
 }
 
 // ---- the tile and strip kernels ----------------------------------------------------------------
@@ -281,33 +260,30 @@ __device__ __forceinline__ uint32_t max_scatter(uint32_t (&v)[N]) {
   return v[0];
 }
 
-// The tile's quotients by its rows' divisors (`rows`, by tile row) into q where q is asked for
+// The tile's products by its rows' multipliers (`rows`, by tile row) into q where q is asked for
 // (not by float8_quantize_transposed), and where q_t is asked for, by its columns' (`cols`, by
-// tile column) into `staged` for store_staged; each 4 quotients a word, by quotient() unless one
-// of the thread's divisors is not exact() (one branch a thread rather than one a quotient keeps
-// the common path straight). q goes by rows, a fragment's bytes
-// stored at once (8 bytes for 16-bit inputs: 32 bytes a row from 4 lanes, whole sectors); q_t's
-// tile is staged as [column][row / 4], a thread's 4 rows of one column packed into one word.
-// Staged rows are kPitch = 32 + 8 / VW words apart: a store instruction's 32 lanes write column
-// cg * VW + c of row word rg + c', bank (cg * VW * kPitch + rg + c'') % 32 = (8 cg + rg + c'') % 32
-// since VW * kPitch = 8 (mod 32): 32 distinct banks.
+// tile column) into `staged` for store_staged; each 4 products a word. q goes by rows, a
+// fragment's bytes stored at once (8 bytes for 16-bit inputs: 32 bytes a row from 4 lanes, whole
+// sectors); q_t's tile is staged as [column][row / 4], a thread's 4 rows of one column packed
+// into one word. Staged rows are kPitch = 32 + 8 / VW words apart: a store instruction's 32 lanes
+// write column cg * VW + c of row word rg + c', bank (cg * VW * kPitch + rg + c'') % 32 =
+// (8 cg + rg + c'') % 32 since VW * kPitch = 8 (mod 32): 32 distinct banks.
 template <int VW>
 constexpr int kPitch = 32 + 8 / VW;
 
 template <class T, int VW>
 __device__ __forceinline__ void quantize_tile(const QuantArgs& a, const Tile<T, VW>& t,
-                                              const typename Tile<T, VW>::Frags& v, const Divisor* rows,
-                                              const Divisor* cols, uint32_t* staged) {
+                                              const typename Tile<T, VW>::Frags& v, const float* rows,
+                                              const float* cols, uint32_t* staged) {
   const auto x = [&](int j, int e) { return v[j][e / VW][e % VW]; };
-  const auto quantize = [&](auto exact) {
-    constexpr bool kExact = decltype(exact)::value;
+  if (a.q) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t r = t.r0 + t.row + j;
-      if (r >= a.rows || !a.q) break;
-      const Divisor d = rows[t.row + j];
-      const uint32_t w[2] = {e4m3x4<kExact>(x(j, 0), x(j, 1), x(j, 2), x(j, 3), d),  // elements 0..3, 4..7
-                             e4m3x4<kExact>(x(j, 4), x(j, 5), x(j, 6), x(j, 7), d)};
+      if (r >= a.rows) break;
+      const float m = rows[t.row + j];
+      const uint32_t w[2] = {e4m3x4(x(j, 0), x(j, 1), x(j, 2), x(j, 3), m),  // elements 0..3, 4..7
+                             e4m3x4(x(j, 4), x(j, 5), x(j, 6), x(j, 7), m)};
 #pragma unroll
       for (int f = 0; f < Tile<T, VW>::kF; ++f) {  // fragment f: elements f * VW.., at column f * 4 * VW
         const int64_t c = t.c0 + t.col + f * 4 * VW;
@@ -318,25 +294,14 @@ __device__ __forceinline__ void quantize_tile(const QuantArgs& a, const Tile<T, 
         else *p = uint8_t(w[f / 4] >> 8 * (f % 4));
       }
     }
-    if (a.qt) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int c = t.col_of(e);
-        staged[c * kPitch<VW> + t.row / 4] = e4m3x4<kExact>(x(0, e), x(1, e), x(2, e), x(3, e), cols[c]);
-      }
-    }
-  };
-  bool exact = true;
-  if (a.q) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) exact = exact & rows[t.row + j].exact();  // & not &&: no branches
   }
   if (a.qt) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) exact = exact & cols[t.col_of(e)].exact();
+    for (int e = 0; e < 8; ++e) {
+      const int c = t.col_of(e);
+      staged[c * kPitch<VW> + t.row / 4] = e4m3x4(x(0, e), x(1, e), x(2, e), x(3, e), cols[c]);
+    }
   }
-  if (exact) quantize(std::true_type{});
-  else quantize(std::false_type{});
 }
 
 // q_t's tile from `staged` (after a barrier): a warp per staged row, lane l its word l (128

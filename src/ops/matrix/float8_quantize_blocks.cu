@@ -20,14 +20,14 @@ namespace tessera::float8 {
 namespace {
 
 // One 128 x 128 tile (tr, tc in blocks) from its fragments `v` (two Tiles' of 128 x 64): the
-// groups' maxima, scales and divisors, then the quotients and q_t's tile.
+// groups' maxima, multipliers and scales, then the quantized bytes and q_t's tile.
 template <class T, int VW>
 __device__ __forceinline__ void block_tile(const QuantArgs& a, int64_t col_tiles, int64_t tr, int64_t tc,
                                            const typename Tile<T, VW>::Frags (&v)[2]) {
   using L = Tile<T, VW>;
   __shared__ uint32_t staged[2][kTileCols * kPitch<VW>];  // each half's q_t tile
   __shared__ uint32_t rmax[2][kBlock], cmax[4][kBlock], scratch[32];
-  __shared__ Divisor dv[2 * kBlock];  // the tile's rows', then its columns'
+  __shared__ float mult[2 * kBlock];  // the tile's rows' multipliers, then its columns'
   const L t[2] = {L(tr * kBlock, tc * kBlock), L(tr * kBlock, tc * kBlock + kTileCols)};
   uint32_t rm[4] = {}, cm[2][8] = {};  // T's magnitude bits: the thread's rows', each half's columns'
 #pragma unroll
@@ -36,10 +36,10 @@ __device__ __forceinline__ void block_tile(const QuantArgs& a, int64_t col_tiles
   if (a.granularity == Float8Granularity::block2d) {  // whole blocks (M, K multiples of 128)
     const uint32_t all =
         tile::block_reduce(mag_f32<T>(max(max(rm[0], rm[1]), max(rm[2], rm[3]))), tile::Max{}, 0u, scratch);
-    dv[i] = divisor_of(all);  // 256 threads: every row and column the block's
+    mult[i] = multiplier_of(all);  // 256 threads: every row and column the block's
     if (i == 0) {
-      if (a.scale) a.scale[tr * col_tiles + tc] = dv[0].s;
-      if (a.scale_t) a.scale_t[tr * col_tiles + tc] = dv[0].s;
+      if (a.scale) a.scale[tr * col_tiles + tc] = scale_of(mult[0]);
+      if (a.scale_t) a.scale_t[tr * col_tiles + tc] = scale_of(mult[0]);
     }
   } else {
     rmax[w % 2][t[0].row + lane % 4] = mag_f32<T>(max_scatter<4, 2>(rm));
@@ -47,17 +47,17 @@ __device__ __forceinline__ void block_tile(const QuantArgs& a, int64_t col_tiles
     for (int h = 0; h < 2; ++h) cmax[w / 2][h * kTileCols + t[h].col_of(lane / 4)] = mag_f32<T>(max_scatter<8, 16>(cm[h]));
     __syncthreads();
     if (i < kBlock) {  // row i's 1 x 128 block
-      dv[i] = divisor_of(max(rmax[0][i], rmax[1][i]));
-      if (a.scale && t[0].r0 + i < a.rows) a.scale[(t[0].r0 + i) * col_tiles + tc] = dv[i].s;
+      mult[i] = multiplier_of(max(rmax[0][i], rmax[1][i]));
+      if (a.scale && t[0].r0 + i < a.rows) a.scale[(t[0].r0 + i) * col_tiles + tc] = scale_of(mult[i]);
     } else {  // column c's 128 x 1 block
       const int c = i - kBlock;
-      dv[i] = divisor_of(max(max(cmax[0][c], cmax[1][c]), max(cmax[2][c], cmax[3][c])));
-      if (a.scale_t && t[0].c0 + c < a.cols) a.scale_t[tr * a.cols + t[0].c0 + c] = dv[i].s;
+      mult[i] = multiplier_of(max(max(cmax[0][c], cmax[1][c]), max(cmax[2][c], cmax[3][c])));
+      if (a.scale_t && t[0].c0 + c < a.cols) a.scale_t[tr * a.cols + t[0].c0 + c] = scale_of(mult[i]);
     }
   }
   __syncthreads();
 #pragma unroll
-  for (int h = 0; h < 2; ++h) quantize_tile(a, t[h], v[h], dv, dv + kBlock + h * kTileCols, staged[h]);
+  for (int h = 0; h < 2; ++h) quantize_tile(a, t[h], v[h], mult, mult + kBlock + h * kTileCols, staged[h]);
   if (!a.qt) return;
   __syncthreads();
 #pragma unroll
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kTileThreads, 1) block_kernel(QuantArgs a, int
 
 // 16-byte fragments: persistent CTAs, each taking tiles blockIdx.x, + gridDim.x, ..., with the
 // next tile's loads in flight (cp.async into shared memory) while one is quantized, so that an SM
-// keeps loads going through the quotients and stores. A thread stages exactly the
+// keeps loads going through the products and stores. A thread stages exactly the
 // fragments it reads back (slot-major, consecutive threads 16 bytes apart): no barrier between
 // its copies and its reads, and a stage is refilled by the thread that has read it.
 template <class T, int VW>
