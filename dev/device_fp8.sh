@@ -6,7 +6,7 @@
 # compute-sanitizer memcheck over float8_quantize's cases, an A/B against devbin_base where staged
 # (dev/stage_ab.sh); with the package the main job installed (else the staged one):
 # test_float8.py, each recipe's kernels in one Float8Linear step (dev/fp8_kernels.py),
-# benchmarks/moe.py (MOE_ARGS), benchmarks/float8_quantize.py (QUANT_ARGS), the Llama-3-8B-layer
+# benchmarks/moe.py (MOE_ARGS, MOE_LIMIT seconds), benchmarks/float8_quantize.py (QUANT_ARGS), the Llama-3-8B-layer
 # step (FP8_RUNS), the public-size step (8 layers of 2048, 2 x 4096 tokens: PUBLIC_RUNS) and
 # PERF.md's REPORTS (on python3). Every step ends by DEADLINE seconds into the call (default 570),
 # later ones skipped. The logs and reports packed in $OUT/logs.tar.xz (a call returns 8 files at
@@ -60,7 +60,7 @@ export PYTHONUNBUFFERED=1
 step matrix "${MATRIX_LIMIT:-60}" "$PY" benchmarks/matrix.py ${MATRIX_ARGS:---no-sizes --fp32 --rounds 1} --out "$OUT/matrix"
 step pytest 150 "$PY" -m pytest -q -x tests/python/test_float8.py
 step conv 150 "$PY" -m pytest -q -x tests/python/test_float8_convergence.py
-step moebench 150 "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3} --out "$OUT/moe"
+step moebench "${MOE_LIMIT:-150}" "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3} --out "$OUT/moe"
 step kernels 90 "$PY" dev/fp8_kernels.py
 step ncu 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
   --section MemoryWorkloadAnalysis "$PY" dev/fp8_ncu.py
