@@ -404,10 +404,16 @@ __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<
     tile::wgmma::wait<0>();
     tile::wgmma::fence_operands(part);
     if (tid == 0) tile::BulkBarrier{&s.empty[stage]}.arrive();
+    if (epi.b_columns) {
 #pragma unroll
-    for (int i = 0; i < S::BN / 2; ++i) {
-      const int r = i / 2 % 2, c = i / 4 * 2 + i % 2;
-      acc[i] = fmaf(part[i], sa[r] * sb[c], acc[i]);
+      for (int i = 0; i < S::BN / 2; ++i) {
+        const int r = i / 2 % 2, c = i / 4 * 2 + i % 2;
+        acc[i] = fmaf(part[i], sa[r] * sb[c], acc[i]);
+      }
+    } else {  // one scale of B's for the tile: a product a row, then one fma a value
+      const float s2[2] = {sa[0] * sb[0], sa[1] * sb[0]};
+#pragma unroll
+      for (int i = 0; i < S::BN / 2; ++i) acc[i] = fmaf(part[i], s2[i / 2 % 2], acc[i]);
     }
     if (++stage == S::kStages) stage = 0, phase ^= 1;
   }
