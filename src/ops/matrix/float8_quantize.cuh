@@ -14,7 +14,8 @@
 // in float64, rounded to float32; q = x * m rounded to float32, then to nearest even e4m3 and
 // saturated at +-448 by the conversion itself (a clamp by fminf would turn NaN into 448); the
 // scale, the dequantization factor (x ~ q * scale), 1 / m in float32. One multiplication an
-// element. A group holding inf or NaN takes m and scale NaN, its bytes NaN (torchao's would be 0).
+// element. A group holding inf or NaN takes m and scale NaN, its bytes NaN (torchao's multiplier
+// would be 0).
 #pragma once
 
 #include <cuda_bf16.h>
