@@ -65,7 +65,7 @@ void quantize_groups(const std::vector<float>& x, int64_t rows, int64_t cols, Fl
   scale.resize(size_t(groups));
   for (size_t k = 0; k < scale.size(); ++k) {
     mult[k] = float8_multiplier(amax[k], finite[k] != 0);
-    scale[k] = float8_scale(amax[k], finite[k] != 0);
+    scale[k] = 1.0f / mult[k];  // float8_scale's
   }
   // The product in float32, rounded once, as the torch reference multiplies; q_t transposed.
   q.resize(size_t(rows * cols));
