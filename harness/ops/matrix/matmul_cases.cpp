@@ -401,8 +401,11 @@ std::vector<VerifyCase> scaled_mm_cases() {
   MatmulSpec m_major = {300, 384, 260};
   m_major.blockwise = true, m_major.a_scales = T;
   blockwise.push_back(m_major);
-  // scale_b per column (the weight gradient's 1 x 128 blocks of both operands): sm90, odd N, SIMT.
-  for (MatmulSpec c : {MatmulSpec{300, 4096, 520}, MatmulSpec{256, 640, 333}, MatmulSpec{96, 200, 72, 0, 0, C, C}}) {
+  // scale_b per column (the weight gradient's 1 x 128 blocks of both operands): sm90 with the
+  // scales copied with the stages (N a multiple of 4; a partial last block of K), sm90 loading
+  // them (odd N), SIMT.
+  for (MatmulSpec c : {MatmulSpec{300, 4096, 520}, MatmulSpec{256, 336, 516}, MatmulSpec{256, 640, 333},
+                       MatmulSpec{96, 200, 72, 0, 0, C, C}}) {
     c.blockwise = true, c.b_columns = true, c.a_scales = T;
     blockwise.push_back(c);
   }

@@ -26,7 +26,8 @@
 // flag; the copy engine writes either in the 128-byte swizzle and wgmma reads it with its
 // transpose flag, so no layout is copied first.
 // Barriers per stage: `full` (the producer's expect + the copy engine's bytes) and `empty` (one
-// arrival per consumer warpgroup once its wgmma that read the stage has completed).
+// arrival per consumer warpgroup once its wgmma that read the stage has completed; block-scaled,
+// one per consumer warp once it has also read the stage's column scales).
 #pragma once
 
 #include <cuda.h>
@@ -108,9 +109,25 @@ __device__ __forceinline__ int64_t dealt_unit(Smem<T, S>& s, const Work& work, i
 }
 
 // The producer: one thread walks the same tiles as the consumers and fills the ring.
+// Where the producer copies B's scales from in the block-scaled schedule where they go by columns
+// (Epilogue::b_columns, wgrad's): block kb's scales of the columns from c are p + kb * sk + c on,
+// contiguous. Null (not copied: the consumers load them) where the copy engine cannot take them:
+// unless rows start 16-byte aligned and N is a multiple of 4, so that a tile's copy, a multiple of
+// 16 bytes, ends inside its row.
+struct ColumnScales {
+  const float* p = nullptr;
+  int64_t sk = 0, n = 0;
+  template <class OutT>
+  __host__ __device__ static ColumnScales of(const Epilogue<OutT>& e, int64_t n) {
+    const bool fits = e.blocks_b && e.b_columns && e.bb_sn == 1 && e.bb_sk % 4 == 0 && n % 4 == 0 &&
+                      reinterpret_cast<uintptr_t>(e.blocks_b) % 16 == 0;
+    return fits ? ColumnScales{e.blocks_b, e.bb_sk, n} : ColumnScales{};
+  }
+};
+
 template <class T, class S, bool KA, bool KB>
 __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                        Operand a, Operand b, const Work& work) {
+                        Operand a, Operand b, const Work& work, const ColumnScales& cs) {
   constexpr int BN = S::BN, kStages = S::kStages;
   constexpr uint32_t kBytes = (kBM + BN) * kBK<T> * sizeof(T);
   int stage = 0;
@@ -127,9 +144,11 @@ __device__ void produce(Smem<T, S>& s, const CUtensorMap* map_a, const CUtensorM
     for (int kb = w.kb0; kb < w.kb1; ++kb) {
       const tile::BulkBarrier full{&s.full[stage]}, empty{&s.empty[stage]};
       empty.wait(phase ^ 1);  // a fresh barrier's preceding phase counts as complete
-      full.expect(kBytes);
+      const int64_t cols = S::kBlocks && cs.p ? std::min(int64_t(BN), cs.n - int64_t(tn) * BN) : 0;
+      full.expect(kBytes + uint32_t(cols) * 4);
       load_operand<T, KA, kBM>(s.a[stage], map_a, a, kb * kBK<T>, int(w.m0), int(batch), full);
       load_operand<T, KB, BN>(s.b[stage], map_b, b, kb * kBK<T>, tn * BN, int(batch), full);
+      if (cols) full.copy(s.col_scales[stage], cs.p + kb * cs.sk + int64_t(tn) * BN, uint32_t(cols) * 4);
       if (++stage == kStages) stage = 0, phase ^= 1;
     }
   }
@@ -358,37 +377,40 @@ __device__ __forceinline__ void scale_accumulators(float (&acc)[Frags][Acc], con
 
 // Block-wise scales (BlockScaled, whole tiles): each stage, one kScaleBlock-deep block of K,
 // multiplied into `part` alone, then added to acc times its rows' and its columns' scales (one
-// per tile where B's blocks are 128 x 128, else one per column). A block's scales (L2 loads, a
-// few hundred cycles) are issued during the previous block's wgmma and first read after this
-// block's wgmma has been issued, so that no load's latency falls between two blocks' products.
-// The stage is released as soon as its product has completed. Value 4 i + 2 r + c is row
-// 16 w + l / 4 + 8 r, column 8 i + 2 (l % 4) + c of the consumer's.
+// per tile where B's blocks are 128 x 128, else one per column: b_columns). No load's latency
+// falls between two blocks' products: the rows' scales and the tile's (L2 loads, a few hundred
+// cycles) are loaded a block ahead into registers through pointers advanced a block at a time,
+// and the columns' 128 (32 a thread, too many to hold a block ahead beside part and acc) come
+// with the stage (ColumnScales; else loaded after the product). Rows past m and columns past n
+// (never stored) read the last row's and column's scales. Between a block's product and its
+// promotion goes what the next block's product waits for: its scales' loads and its stage's
+// barrier. Value 4 i + 2 r + c is row 16 w + l / 4 + 8 r, column 8 i + 2 (l % 4) + c of the
+// consumer's.
 template <class Mma, class T, class S, class OutT>
 __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<OutT>& epi, float (&acc)[S::BN / 2],
                                                   int& stage, uint32_t& phase, int kb0, int blocks, int rows0,
                                                   int64_t row0, int64_t col0, int64_t m, int64_t n) {
   static_assert(kBK<T> == kScaleBlock && S::BN == kScaleBlock, "a stage is one block of K, a tile one of N");
-  constexpr int kCols = S::BN / 4;  // the thread's columns
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  float part[S::BN / 2], sa[2], sb[kCols], next_a[2], next_b[kCols];
-  const auto load = [&](int kb) {  // block kb's scales into next_a, next_b
+  const float* pa[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) next_a[r] = epi.block_a(row0 + kWarpRows * warp + lane / 4 + 8 * r, kb0 + kb, m);
-    if (epi.b_columns) {
+  for (int r = 0; r < 2; ++r)
+    pa[r] = epi.blocks_a + std::min(row0 + kWarpRows * warp + lane / 4 + 8 * r, m - 1) * epi.ba_sm + kb0 * epi.ba_sk;
+  const bool columns = epi.b_columns, staged = ColumnScales::of(epi, n).p != nullptr;
+  // B's scales of block kb0: the tile's, or (columns) the thread's first column's; its 32
+  // columns are col + 8 j + c (c = 0, 1).
+  const int64_t col = columns ? col0 + 2 * (lane % 4) : col0 / kScaleBlock;
+  const float* pb = epi.blocks_b + kb0 * epi.bb_sk + std::min(col, n - 1) * epi.bb_sn;
+  float part[S::BN / 2], sa[2], next_a[2], sb = 0.0f, next_b[1] = {0.0f};
+  const auto ahead = [&] {  // the next block's rows' and tile's scales
 #pragma unroll
-      for (int c = 0; c < kCols; ++c)
-        next_b[c] = epi.block_b(kb0 + kb, col0 + 8 * (c / 2) + 2 * (lane % 4) + c % 2, n);
-    } else {
-      const float one = epi.block_b(kb0 + kb, col0, n);
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) next_b[c] = one;
-    }
+    for (int r = 0; r < 2; ++r) next_a[r] = __ldg(pa[r]), pa[r] += epi.ba_sk;
+    if (!columns) next_b[0] = __ldg(pb), pb += epi.bb_sk;
   };
 #pragma unroll
   for (int i = 0; i < S::BN / 2; ++i) acc[i] = 0.0f;
-  if (blocks > 0) load(0);
+  if (blocks > 0) ahead(), tile::BulkBarrier{&s.full[stage]}.wait(phase);
   for (int kb = 0; kb < blocks; ++kb) {
-    tile::BulkBarrier{&s.full[stage]}.wait(phase);
     tile::wgmma::fence();
 #pragma unroll
     for (int k = 0; k < kKSteps; ++k)
@@ -396,26 +418,37 @@ __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<
     tile::wgmma::commit();
     tile::wgmma::fence_operands(next_a);  // read here, not hoisted above the wgmma
     tile::wgmma::fence_operands(next_b);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) sa[r] = next_a[r];
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) sb[c] = next_b[c];
-    if (kb + 1 < blocks) load(kb + 1);
+    sa[0] = next_a[0], sa[1] = next_a[1], sb = next_b[0];
+    const int done = stage;
+    if (++stage == S::kStages) stage = 0, phase ^= 1;
+    if (kb + 1 < blocks) ahead(), tile::BulkBarrier{&s.full[stage]}.wait(phase);
     tile::wgmma::wait<0>();
     tile::wgmma::fence_operands(part);
-    if (tid == 0) tile::BulkBarrier{&s.empty[stage]}.arrive();
-    if (epi.b_columns) {
+    if (columns) {
+      const auto promote = [&](auto pair) {  // pair(j): the scales of columns col + 8 j + c
 #pragma unroll
-      for (int i = 0; i < S::BN / 2; ++i) {
-        const int r = i / 2 % 2, c = i / 4 * 2 + i % 2;
-        acc[i] = fmaf(part[i], sa[r] * sb[c], acc[i]);
+        for (int j = 0; j < S::BN / 8; ++j) {  // values 4 j + 2 r + c
+          const float2 c2 = pair(j);
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            acc[4 * j + i] = fmaf(part[4 * j + i], sa[i / 2] * (i % 2 ? c2.y : c2.x), acc[4 * j + i]);
+        }
+      };
+      if (staged) {
+        const float* cs = s.col_scales[done] + 2 * (lane % 4);
+        promote([&](int j) { return *reinterpret_cast<const float2*>(cs + 8 * j); });
+      } else {
+        const int64_t first = std::min(col, n - 1);
+        const auto at = [&](int64_t c) { return __ldg(pb + (std::min(c, n - 1) - first) * epi.bb_sn); };
+        promote([&](int j) { return make_float2(at(col + 8 * j), at(col + 8 * j + 1)); });
+        pb += epi.bb_sk;
       }
     } else {  // one scale of B's for the tile: a product a row, then one fma a value
-      const float s2[2] = {sa[0] * sb[0], sa[1] * sb[0]};
+      const float s2[2] = {sa[0] * sb, sa[1] * sb};
 #pragma unroll
       for (int i = 0; i < S::BN / 2; ++i) acc[i] = fmaf(part[i], s2[i / 2 % 2], acc[i]);
     }
-    if (++stage == S::kStages) stage = 0, phase ^= 1;
+    if (lane == 0) tile::BulkBarrier{&s.empty[done]}.arrive();  // each warp, after its reads of the stage
   }
 }
 
@@ -590,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (path != kDrain && (epi.residual || epi.beta != 0.0f)) tile::tma_prefetch(&maps.add);
     for (int i = 0; i < S::kStages; ++i) {
       tile::BulkBarrier{&s.full[i]}.init(1);
-      tile::BulkBarrier{&s.empty[i]}.init(S::kReaders);
+      tile::BulkBarrier{&s.empty[i]}.init(S::kBlocks ? S::kReaders * 4 : S::kReaders);  // block-scaled: a warp each
     }
     for (int i = 0; i < kConsumers; ++i) tile::BulkBarrier{&s.turn[i]}.init(1);
     for (int i = 0; i < kDealSlots; ++i) {
@@ -606,7 +639,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (role == 0) {
     tile::wgmma::release_registers<40>();
-    if (threadIdx.x == 0) produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, work);
+    if (threadIdx.x == 0)
+      produce<T, S, KA, KB>(s, &map_a, &map_b, a, b, work, S::kBlocks ? ColumnScales::of(epi, n) : ColumnScales{});
   } else {
     tile::wgmma::claim_registers<232>();
     consume<T, OutT, S, KA, KB>(s, epi, &maps.c, path, work, m, n, role - 1);

@@ -39,13 +39,13 @@ constexpr int kDealSlots = 8;
 //   block-scaled cooperative on 128 x 128 tiles, for scaled_mm's block-wise scales: each stage
 //                (one 128-deep block of K) multiplied into a second set of accumulators, which
 //                are scaled and added to the first (64 x 128 each: both fit where 64 x 256
-//                would not)
+//                would not); a stage less than fits, for its columns' scales (col_scales)
 template <int BN_, bool PingPong, bool Blocks = false>
 struct Schedule {
   static constexpr int BN = BN_;
   static constexpr bool kPingPong = PingPong;
   static constexpr bool kBlocks = Blocks;
-  static constexpr int kStages = PingPong ? 5 : Blocks ? 6 : 4;      // as many as fit
+  static constexpr int kStages = PingPong || Blocks ? 5 : 4;         // as many as fit
   static constexpr int kRows = PingPong ? kBM : kBM / kConsumers;    // a consumer's tile rows
   static constexpr int kReaders = PingPong ? 1 : kConsumers;         // consumers reading a stage
 };
@@ -67,6 +67,9 @@ struct alignas(1024) Smem {
   // or float32 rows of kEpiStride (drain).
   unsigned char out[kConsumers][2 * S::kRows * 128];
   static_assert(S::kRows * kEpiStride * sizeof(float) <= 2 * S::kRows * 128, "drain's rows fit");
+  // Block-scaled, B's scales by columns (wgrad's): each stage's block of K's scales of the tile's
+  // columns, copied with its operands (ColumnScales).
+  float col_scales[S::kBlocks ? S::kStages : 1][S::kBlocks ? S::BN : 1];
   uint64_t full[S::kStages];
   uint64_t empty[S::kStages];
   uint64_t turn[kConsumers];  // pingpong: the other consumer's main loop is done, go
