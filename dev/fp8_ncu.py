@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The fp8 kernels once each inside a profiler range, for ncu: float8_quantize's tile passes (row
 granularity, rows and columns) and its block kernel (1 x 128 and 128 x 1) on [tokens, in], then
-scaled_mm row-wise and block-wise at [tokens, in] @ [in, out].
+scaled_mm row-wise and block-wise at [tokens, in] @ [in, out], and wgrad's block-wise
+[out, tokens] @ [tokens, in].
 
     ncu --profile-from-start off --section SpeedOfLight --section WarpStateStats \\
         python dev/fp8_ncu.py [--tokens 8192] [--in 4096] [--out 4096]
@@ -21,6 +22,7 @@ def main():
     args = ap.parse_args()
     x = torch.randn(args.tokens, args.inp, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(args.out, args.inp, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(args.tokens, args.out, device="cuda", dtype=torch.bfloat16)
 
     def run():
         f8._kernel_quantize(x, "row", columns=True)
@@ -31,6 +33,10 @@ def main():
         qa, sa, _, _ = f8._quantize_both(x, "block", False)
         qb, sb, _, _ = f8._quantize_both(w, "block2d", False)
         f8._scaled(qa, sa, qb.t(), f8._as_right(sb, "block2d"), torch.bfloat16)
+        # wgrad's block-wise GEMM: both operands' columns by 1 x 128 blocks along the tokens
+        _, _, qg_t, sg_t = f8._quantize_both(g, "block", True)
+        _, _, qx_t, sx_t = f8._quantize_both(x, "block", True)
+        f8._scaled(qg_t, sg_t.t(), qx_t.t(), sx_t, torch.bfloat16)
 
     for _ in range(2):  # tuning and first-call costs outside the range
         run()

@@ -422,9 +422,29 @@ __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<
     const int done = stage;
     if (++stage == S::kStages) stage = 0, phase ^= 1;
     if (kb + 1 < blocks) ahead(), tile::BulkBarrier{&s.full[stage]}.wait(phase);
+    // Staged column scales: row 0's products with them while the product runs (its stage has
+    // landed), so that after it only row 1's multiplications precede the fmas.
+    const float* cs = s.col_scales[done] + 2 * (lane % 4);
+    constexpr int kEarly = S::BN / 16;  // column pairs whose row-0 products go first (registers)
+    float p0[2 * kEarly];
+    if (staged)
+#pragma unroll
+      for (int j = 0; j < kEarly; ++j) {
+        const float2 c2 = *reinterpret_cast<const float2*>(cs + 8 * j);
+        p0[2 * j] = sa[0] * c2.x, p0[2 * j + 1] = sa[0] * c2.y;
+      }
     tile::wgmma::wait<0>();
     tile::wgmma::fence_operands(part);
-    if (columns) {
+    if (columns && staged) {
+#pragma unroll
+      for (int j = 0; j < S::BN / 8; ++j) {  // values 4 j + 2 r + c
+        const float2 c2 = *reinterpret_cast<const float2*>(cs + 8 * j);
+        acc[4 * j] = fmaf(part[4 * j], j < kEarly ? p0[2 * j] : sa[0] * c2.x, acc[4 * j]);
+        acc[4 * j + 1] = fmaf(part[4 * j + 1], j < kEarly ? p0[2 * j + 1] : sa[0] * c2.y, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(part[4 * j + 2], sa[1] * c2.x, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(part[4 * j + 3], sa[1] * c2.y, acc[4 * j + 3]);
+      }
+    } else if (columns) {
       const auto promote = [&](auto pair) {  // pair(j): the scales of columns col + 8 j + c
 #pragma unroll
         for (int j = 0; j < S::BN / 8; ++j) {  // values 4 j + 2 r + c
