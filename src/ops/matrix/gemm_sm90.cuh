@@ -435,7 +435,7 @@ __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<
       }
     tile::wgmma::wait<0>();
     tile::wgmma::fence_operands(part);
-    if (columns && staged) {
+    if (staged) {  // staged implies columns
 #pragma unroll
       for (int j = 0; j < S::BN / 8; ++j) {  // values 4 j + 2 r + c
         const float2 c2 = *reinterpret_cast<const float2*>(cs + 8 * j);
@@ -444,25 +444,17 @@ __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<
         acc[4 * j + 2] = fmaf(part[4 * j + 2], sa[1] * c2.x, acc[4 * j + 2]);
         acc[4 * j + 3] = fmaf(part[4 * j + 3], sa[1] * c2.y, acc[4 * j + 3]);
       }
-    } else if (columns) {
-      const auto promote = [&](auto pair) {  // pair(j): the scales of columns col + 8 j + c
+    } else if (columns) {  // the columns' scales from global memory, after the product
+      const int64_t first = std::min(col, n - 1);
+      const auto at = [&](int64_t c) { return __ldg(pb + (std::min(c, n - 1) - first) * epi.bb_sn); };
 #pragma unroll
-        for (int j = 0; j < S::BN / 8; ++j) {  // values 4 j + 2 r + c
-          const float2 c2 = pair(j);
+      for (int j = 0; j < S::BN / 8; ++j) {  // values 4 j + 2 r + c
+        const float2 c2 = make_float2(at(col + 8 * j), at(col + 8 * j + 1));
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            acc[4 * j + i] = fmaf(part[4 * j + i], sa[i / 2] * (i % 2 ? c2.y : c2.x), acc[4 * j + i]);
-        }
-      };
-      if (staged) {
-        const float* cs = s.col_scales[done] + 2 * (lane % 4);
-        promote([&](int j) { return *reinterpret_cast<const float2*>(cs + 8 * j); });
-      } else {
-        const int64_t first = std::min(col, n - 1);
-        const auto at = [&](int64_t c) { return __ldg(pb + (std::min(c, n - 1) - first) * epi.bb_sn); };
-        promote([&](int j) { return make_float2(at(col + 8 * j), at(col + 8 * j + 1)); });
-        pb += epi.bb_sk;
+        for (int i = 0; i < 4; ++i)
+          acc[4 * j + i] = fmaf(part[4 * j + i], sa[i / 2] * (i % 2 ? c2.y : c2.x), acc[4 * j + i]);
       }
+      pb += epi.bb_sk;
     } else {  // one scale of B's for the tile: a product a row, then one fma a value
       const float s2[2] = {sa[0] * sb, sa[1] * sb};
 #pragma unroll
