@@ -422,39 +422,27 @@ __device__ __forceinline__ void block_scaled_loop(Smem<T, S>& s, const Epilogue<
     const int done = stage;
     if (++stage == S::kStages) stage = 0, phase ^= 1;
     if (kb + 1 < blocks) ahead(), tile::BulkBarrier{&s.full[stage]}.wait(phase);
-    // Staged column scales: row 0's products with them while the product runs (its stage has
-    // landed), so that after it only row 1's multiplications precede the fmas.
-    const float* cs = s.col_scales[done] + 2 * (lane % 4);
-    constexpr int kEarly = S::BN / 16;  // column pairs whose row-0 products go first (registers)
-    float p0[2 * kEarly];
-    if (staged)
-#pragma unroll
-      for (int j = 0; j < kEarly; ++j) {
-        const float2 c2 = *reinterpret_cast<const float2*>(cs + 8 * j);
-        p0[2 * j] = sa[0] * c2.x, p0[2 * j + 1] = sa[0] * c2.y;
-      }
     tile::wgmma::wait<0>();
     tile::wgmma::fence_operands(part);
-    if (staged) {  // staged implies columns
+    if (columns) {
+      const auto promote = [&](auto pair) {  // pair(j): the scales of columns col + 8 j + c
 #pragma unroll
-      for (int j = 0; j < S::BN / 8; ++j) {  // values 4 j + 2 r + c
-        const float2 c2 = *reinterpret_cast<const float2*>(cs + 8 * j);
-        acc[4 * j] = fmaf(part[4 * j], j < kEarly ? p0[2 * j] : sa[0] * c2.x, acc[4 * j]);
-        acc[4 * j + 1] = fmaf(part[4 * j + 1], j < kEarly ? p0[2 * j + 1] : sa[0] * c2.y, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(part[4 * j + 2], sa[1] * c2.x, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(part[4 * j + 3], sa[1] * c2.y, acc[4 * j + 3]);
+        for (int j = 0; j < S::BN / 8; ++j) {  // values 4 j + 2 r + c
+          const float2 c2 = pair(j);
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            acc[4 * j + i] = fmaf(part[4 * j + i], sa[i / 2] * (i % 2 ? c2.y : c2.x), acc[4 * j + i]);
+        }
+      };
+      if (staged) {
+        const float* cs = s.col_scales[done] + 2 * (lane % 4);
+        promote([&](int j) { return *reinterpret_cast<const float2*>(cs + 8 * j); });
+      } else {
+        const int64_t first = std::min(col, n - 1);
+        const auto at = [&](int64_t c) { return __ldg(pb + (std::min(c, n - 1) - first) * epi.bb_sn); };
+        promote([&](int j) { return make_float2(at(col + 8 * j), at(col + 8 * j + 1)); });
+        pb += epi.bb_sk;
       }
-    } else if (columns) {  // the columns' scales from global memory, after the product
-      const int64_t first = std::min(col, n - 1);
-      const auto at = [&](int64_t c) { return __ldg(pb + (std::min(c, n - 1) - first) * epi.bb_sn); };
-#pragma unroll
-      for (int j = 0; j < S::BN / 8; ++j) {  // values 4 j + 2 r + c
-        const float2 c2 = make_float2(at(col + 8 * j), at(col + 8 * j + 1));
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          acc[4 * j + i] = fmaf(part[4 * j + i], sa[i / 2] * (i % 2 ? c2.y : c2.x), acc[4 * j + i]);
-      }
-      pb += epi.bb_sk;
     } else {  // one scale of B's for the tile: a product a row, then one fma a value
       const float s2[2] = {sa[0] * sb, sa[1] * sb};
 #pragma unroll
