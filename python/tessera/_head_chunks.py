@@ -88,7 +88,7 @@ def scale_rows(torch, grad, factor) -> None:
 
 
 def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Callable, value_fn: Callable,
-                    *, scale: float = 1.0, total: Callable | None = None):
+                    *, scale: float = 1.0, total: Callable | None = None, gemms: Any = None):
     """The loss sum over chunks of ``value_fn(values, i)``, where ``values`` (float32, a leaf)
     are ``row_fn(logits, rows[i])``'s for the logits ``(hidden[rows[i]] @ weight.T + bias) *
     scale`` of chunk i's rows (hidden [N, H], weight [V, H]); differentiable in hidden, weight and
@@ -96,7 +96,9 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
     a chunk whose rows' values are their own contributions (gradient 1 each). With ``total``,
     the loss's value is ``total()`` after the chunks (value_fn then gives each chunk's gradient
     only: a function of the whole batch, exact for the chunk's rows where the loss is a sum over
-    the units the chunks hold)."""
+    the units the chunks hold). ``gemms`` (no bias, scale 1) computes a chunk's logits
+    (``gemms.logits(x_rows)``) and d_hidden's rows (``gemms.d_hidden(grad)``) in its own way
+    (tessera.float8's, in float8); d_weight stays the weight's dtype."""
     from . import matrix
     need = [t is not None and t.requires_grad for t in (hidden, weight, bias)]
     dx = torch.zeros_like(hidden) if need[0] else None
@@ -111,7 +113,9 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
             if index.numel() == 0:
                 continue
             xc = x[index]
-            if x.is_cuda:
+            if gemms is not None:
+                logits = gemms.logits(xc)
+            elif x.is_cuda:
                 logits = matrix.matmul(xc, w.t(), bias=b, alpha=scale)
             else:
                 logits = (xc @ w.t()) * scale + (0 if b is None else b.to(xc.dtype))
@@ -127,7 +131,8 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
             if total is None:
                 value += part.detach()
             if dx is not None:
-                dx[index] = matrix.matmul(logits, w, alpha=scale) if x.is_cuda else (logits @ w) * scale
+                dx[index] = (gemms.d_hidden(logits) if gemms is not None else
+                             matrix.matmul(logits, w, alpha=scale) if x.is_cuda else (logits @ w) * scale)
             if dw is not None:
                 if x.is_cuda:  # d_weight accumulates in the weight's dtype, as linear_cross_entropy's
                     matrix.matmul(logits.t(), xc, alpha=scale, beta=float(i > first), out=dw)

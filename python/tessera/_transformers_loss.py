@@ -16,6 +16,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOut
 import tessera
 
 from ._transformers_families import Family, modeling
+from . import float8
 from .loss import _metrics
 
 IGNORE_INDEX = -100
@@ -49,11 +50,12 @@ def _head_loss(head, hidden, target, softcap, num_items, accuracy):
     """The fused loss (and the token accuracy, or None) with the head's weight. Under FSDP2, with
     lm_head sharded on its own (fully_shard(model.lm_head)), its weight is whole only inside its own
     forward, whose hooks also reduce-scatter the weight's gradient: there the loss runs as that
-    forward."""
+    forward. A head converted to a Float8Linear runs its GEMMs in float8 (_loss_of)."""
+    fp8 = (head.recipe, head.cache_weights) if isinstance(head, float8.Float8Linear) else None
     if _FSDPModule is None or not isinstance(head, _FSDPModule):
-        return _loss_of(hidden, head.weight, head.bias, target, softcap, num_items, accuracy)
+        return _loss_of(hidden, head.weight, head.bias, target, softcap, num_items, accuracy, fp8)
     own = vars(head).get("forward", _MISSING)
-    head.forward = lambda h: _loss_of(h, head.weight, head.bias, target, softcap, num_items, accuracy)
+    head.forward = lambda h: _loss_of(h, head.weight, head.bias, target, softcap, num_items, accuracy, fp8)
     try:
         return head(hidden)
     finally:
@@ -71,9 +73,17 @@ def _shifted(labels, shift_labels):
     return F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
 
 
-def _loss_of(hidden, weight, bias, target, softcap, num_items, accuracy):
+def _loss_of(hidden, weight, bias, target, softcap, num_items, accuracy, fp8=None):
     """(the summed or mean loss, the token accuracy where asked for, else None) of (N, H) hidden
-    states against (N,) targets, without the logits."""
+    states against (N,) targets, without the logits. ``fp8`` (a Float8Linear head's recipe and
+    cache_weights): the logits' and d_hidden's GEMMs in float8 (tessera.float8.linear_cross_entropy)
+    where the loss has no bias, soft-cap or token accuracy and the weight is not a DTensor; those
+    run in the weight's dtype."""
+    if fp8 is not None and bias is None and not softcap and not accuracy and not hasattr(weight, "placements"):
+        loss = float8.linear_cross_entropy(hidden, weight, target, recipe=fp8[0], ignore_index=IGNORE_INDEX,
+                                           reduction="sum" if num_items is not None else "mean",
+                                           cache_weights=fp8[1])
+        return _per_item(loss, num_items), None
     if hidden.is_cuda:
         r = tessera.linear_cross_entropy(hidden, weight, target, bias, ignore_index=IGNORE_INDEX,
                                          reduction="sum" if num_items is not None else "mean",

@@ -50,7 +50,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 __all__ = ["RECIPES", "GRANULARITIES", "E4M3_MAX", "AMAX_FLOOR", "quantize", "dequantize", "convert_to_float8_training",
-           "drop_cached_weights", "gated_linear", "Float8Linear"]
+           "drop_cached_weights", "gated_linear", "linear_cross_entropy", "Float8Linear"]
 
 RECIPES = ("tensorwise", "rowwise", "blockwise")
 GRANULARITIES = ("tensor", "row", "block", "block2d")
@@ -555,6 +555,20 @@ def gated_linear(kind: str, gate, up, linear):
     if linear.bias is not None:
         out = out + linear.bias
     return out.reshape(*shape[:-1], out.shape[-1])
+
+
+def linear_cross_entropy(hidden, weight, target, *, recipe: str = "rowwise", ignore_index: int = -100,
+                         reduction: str = "mean", cache_weights: bool = False):
+    """tessera.linear_cross_entropy's loss (no bias, soft-cap, smoothing or z-loss) of hidden [N, H]
+    @ weight [V, H]^T against class indices ``target`` [N], with the logits' and d_hidden's GEMMs
+    in float8 by ``recipe`` (each operand along its own K: the hidden size, then the vocabulary)
+    and d_weight in the weight's dtype: a language model's output head in float8, which
+    tessera.transformers' fused loss takes where lm_head is a Float8Linear. The logits are never
+    all held (chunks of the rows not ignored, each chunk's gradient computed in the forward, one
+    host synchronization a call). 'mean' divides by the count of the rows not ignored. V and H
+    multiples of 16 (128 for blockwise). ``cache_weights`` as convert_to_float8_training's."""
+    from ._float8_head import head_loss
+    return head_loss(hidden, weight, target, recipe, ignore_index, reduction, cache_weights)
 
 
 def _linear_class():

@@ -505,6 +505,40 @@ def test_fp8_converts_the_projections_and_keeps_the_head(model_type, recipe):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_fp8_head_takes_the_fused_loss_in_float8(monkeypatch):
+    """An lm_head converted to a Float8Linear (tessera.float8.convert_to_float8_training(model.lm_head))
+    under the fused loss: tessera.float8.linear_cross_entropy, the loss and the layers' gradients
+    those of the plain model with the same head (its logits by the Float8Linear, torch's
+    cross-entropy); the head's own gradient, taken in the weight's dtype rather than quantized,
+    within float8's rounding of the plain model's."""
+    import tessera.float8 as f8
+    ids, labels = batch("llama")
+
+    def build_with_fp8_head():
+        config = config_of("llama")
+        config.vocab_size, config.tie_word_embeddings = 112, False  # V a multiple of 16
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().train()
+        f8.convert_to_float8_training(model.lm_head, recipe="rowwise")
+        return model
+    plain = build_with_fp8_head()
+    loss = plain(input_ids=ids, labels=labels).loss
+    loss.backward()
+    patched = build_with_fp8_head()
+    tt.apply_tessera(patched)
+    calls, original = [], f8.linear_cross_entropy
+    monkeypatch.setattr(f8, "linear_cross_entropy", lambda *a, **k: calls.append(k["recipe"]) or original(*a, **k))
+    out = patched(input_ids=ids, labels=labels)
+    assert calls == ["rowwise"]
+    torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
+    out.loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), patched.parameters()):
+        if name == "lm_head.weight":
+            assert (q.grad - p.grad).norm() < 0.1 * p.grad.norm()
+        else:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_fp8_needs_the_model_and_a_recipe():
     with pytest.raises(ValueError, match="'fp8'"):
         tt.apply_tessera_to_llama(fp8="rowwise")  # the classes: no Linear to convert

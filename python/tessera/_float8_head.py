@@ -1,0 +1,98 @@
+"""tessera.float8.linear_cross_entropy: a language model's output head and its cross-entropy with
+the logits and d_hidden GEMMs in float8, on tessera/_head_chunks.py's mechanism (chunks of the
+rows not ignored, each chunk's gradient computed in the forward, the logits never all held).
+
+The logits GEMM quantizes a chunk's hidden states and the weight along the hidden size; d_hidden's
+quantizes the chunk's logits' gradient and the weight's columns along the vocabulary. The weight
+is quantized once a call, in both layouts (or once an optimizer step with ``cache_weights``).
+d_weight (K = the tokens, summed over chunks) runs in the weight's dtype, as
+tessera.linear_cross_entropy's does: its sum over chunks would need each chunk's product added in
+float32, which scaled_mm does not do. Imported by tessera/float8.py only.
+"""
+
+from __future__ import annotations
+
+from . import _head_chunks
+from . import float8 as f8
+
+
+class _Gemms:
+    """fused_head_loss's logits and d_hidden GEMMs by ``recipe``: on tessera.scaled_mm where
+    float8._on_kernels says so, else emulated (quantized, dequantized, products in float32)."""
+
+    def __init__(self, weight, recipe: str, cache: bool):
+        self.act, self.wgt = f8._OPERANDS[recipe]
+        self.kernels = f8._on_kernels(weight, recipe)
+        w = weight.detach()
+        if not self.kernels:
+            self.w = f8._fake(w, self.wgt)  # [V, H], K = H
+            self.w_t = f8._fake(w.t().contiguous(), self.wgt)  # [H, V], K = V
+        elif cache:  # keyed by the parameter itself, as Float8Linear's copies are
+            self.q, self.s, _, _ = f8._weight_layouts(weight, self.wgt, False, True)
+            _, _, self.q_t, self.s_t = f8._weight_layouts(weight, self.wgt, True, True)
+        else:
+            self.q, self.s, self.q_t, self.s_t = f8._quantize_both(w, self.wgt, True)
+
+    def logits(self, x):
+        """x [n, H] @ weight^T: [n, V] in x's dtype."""
+        if not self.kernels:
+            return f8._cast(f8._fake(x, self.act) @ self.w.t(), x.dtype)
+        qx, sx, _, _ = f8._quantize_both(x.contiguous(), self.act, False)
+        return f8._scaled(qx, sx, self.q.t(), f8._as_right(self.s, self.wgt), x.dtype)
+
+    def d_hidden(self, grad):
+        """grad [n, V] @ weight: [n, H] in grad's dtype."""
+        if not self.kernels:
+            return f8._cast(f8._fake(grad, self.act) @ self.w_t.t(), grad.dtype)
+        qg, sg, _, _ = f8._quantize_both(grad.contiguous(), self.act, False)
+        return f8._scaled(qg, sg, self.q_t.t(), self.s_t, grad.dtype)
+
+
+def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction: str, cache: bool):
+    import torch
+    name = "tessera.float8.linear_cross_entropy"
+    f8._check_recipe(recipe)
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
+        raise ValueError(f"{name}: argument 'hidden': expected a 2-d tensor [N, H], got "
+                         f"{getattr(hidden, 'shape', type(hidden).__name__)}")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[1] != hidden.shape[1]:
+        raise ValueError(f"{name}: argument 'weight': expected [V, {hidden.shape[1]}] (hidden's H), got "
+                         f"{getattr(weight, 'shape', type(weight).__name__)}")
+    if weight.dtype != hidden.dtype or hidden.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"{name}: argument 'weight': expected hidden's float dtype, got {weight.dtype} and "
+                         f"{hidden.dtype}")
+    if (not isinstance(target, torch.Tensor) or target.shape != hidden.shape[:1]
+            or target.dtype not in (torch.int64, torch.int32)):
+        raise ValueError(f"{name}: argument 'target': expected [{hidden.shape[0]}] class indices (int64 or "
+                         f"int32), got {getattr(target, 'shape', type(target).__name__)} "
+                         f"{getattr(target, 'dtype', '')}")
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"{name}: argument 'reduction': expected 'mean' or 'sum', got {reduction!r}")
+    misfit = _misfit(weight, recipe)
+    if misfit is not None:
+        raise ValueError(f"{name}: argument 'weight': its {misfit[0]} ({misfit[2]}) must be a multiple of "
+                         f"{misfit[1]} for the {recipe} recipe")
+    target = target.to(hidden.device)
+    index, _, _ = _head_chunks.kept_rows(torch, (target != ignore_index).reshape(1, -1))  # one sync
+    kept = index.numel()
+    per = max(1, _head_chunks.BUDGET_BYTES // (weight.shape[0] * hidden.element_size()))
+    rows = [index[i:i + per] for i in range(0, kept, per)]
+    divisor = float(kept) if reduction == "mean" else 1.0
+
+    def value(values, i):
+        return values.sum() / divisor
+    loss = _head_chunks.fused_head_loss(torch, hidden, weight, None, rows,
+                                        _head_chunks.ce_rows(torch, target, ignore_index), value,
+                                        gemms=_Gemms(weight, recipe, cache))
+    # every row ignored: torch's 'mean' is 0 / 0
+    return loss * float("nan") if kept == 0 and reduction == "mean" else loss
+
+
+def _misfit(weight, recipe: str):
+    """(dimension's name, the multiple it needs, its size) where the weight [V, H] does not fit the
+    recipe's GEMMs (V is d_hidden's K, H the logits'), else None."""
+    need = f8.BLOCK if recipe == "blockwise" else 16
+    for dim, size in (("vocabulary size", weight.shape[0]), ("hidden size", weight.shape[1])):
+        if size % need:
+            return dim, need, size
+    return None
