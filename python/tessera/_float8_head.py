@@ -3,7 +3,8 @@ the logits and d_hidden GEMMs in float8, on tessera/_head_chunks.py's mechanism 
 rows not ignored, each chunk's gradient computed in the forward, the logits never all held).
 
 The logits GEMM quantizes a chunk's hidden states and the weight along the hidden size; d_hidden's
-quantizes the chunk's logits' gradient and the weight's columns along the vocabulary. The weight
+quantizes the chunk's logits' gradient and the weight's columns along the vocabulary (tensorwise:
+one scale a chunk). The weight
 is quantized once a call, in both layouts (or once an optimizer step with ``cache_weights``).
 d_weight (K = the tokens, summed over chunks) runs in the weight's dtype, as
 tessera.linear_cross_entropy's does: its sum over chunks would need each chunk's product added in
@@ -77,15 +78,13 @@ def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction:
     kept = index.numel()
     per = max(1, _head_chunks.BUDGET_BYTES // (weight.shape[0] * hidden.element_size()))
     rows = [index[i:i + per] for i in range(0, kept, per)]
-    divisor = float(kept) if reduction == "mean" else 1.0
-
-    def value(values, i):
-        return values.sum() / divisor
+    # Each row's gradient unscaled (its values are the loss's terms): the mean's 1 / count scales
+    # the sum and, through the backward, both gradients, not every chunk's logits. Every row
+    # ignored: torch's 'mean', 0 / 0.
     loss = _head_chunks.fused_head_loss(torch, hidden, weight, None, rows,
-                                        _head_chunks.ce_rows(torch, target, ignore_index), value,
+                                        _head_chunks.ce_rows(torch, target, ignore_index), lambda values, i: None,
                                         gemms=_Gemms(weight, recipe, cache))
-    # every row ignored: torch's 'mean' is 0 / 0
-    return loss * float("nan") if kept == 0 and reduction == "mean" else loss
+    return loss / kept if reduction == "mean" else loss
 
 
 def _misfit(weight, recipe: str):
