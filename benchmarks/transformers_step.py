@@ -6,7 +6,7 @@ apply_tessera (eager and compiled): step time, tokens/s, peak memory above the w
     python benchmarks/transformers_step.py [--family llama[,gemma2,...] | all] [--layers 8 --hidden 2048
         --heads 16 --kv-heads 4 --intermediate 5632 --vocab 128256] [--batch 2 --seq 4096] [--steps 8]
         [--warmup 3] [--rounds 2] [--runs "eager,compile,liger,tessera,tessera compile,tessera sdpa,..."]
-        (float8: --runs "compile,tessera,tessera fp8 rowwise,torchao tensorwise compile,...")
+        (float8: --runs "compile,tessera,tessera fp8 rowwise,tessera fp8 rowwise head,torchao tensorwise compile,...")
         [--attn sdpa] [--fit] [--profile] [--out DIR]
     python benchmarks/transformers_step.py --family qwen3_moe --layers 4 --heads 32 --kv-heads 4 --head-dim 128
         --experts 128 --top-k 8 --moe-intermediate 768 --vocab 151936 [--experts-impl grouped_mm]
@@ -14,7 +14,8 @@ apply_tessera (eager and compiled): step time, tokens/s, peak memory above the w
 The model: <family>ForCausalLM from its config with random init (the sizes above, bf16 weights),
 ``attn_implementation`` --attn (sdpa; "tessera" is tessera's FlashAttention). The "tessera" runs
 patch it with apply_tessera's defaults, which put it on tessera's attention too; the "tessera
-sdpa" runs with ``attention=False``, keeping --attn. A step is
+sdpa" runs with ``attention=False``, keeping --attn; "tessera fp8 <recipe>" with fp8=<recipe>, and
+"... head" with the output head converted too (the fused loss's GEMMs in float8). A step is
 ``model(input_ids=x, labels=x).loss.backward()`` then zero_grad(set_to_none=True), no optimizer:
 what the patches change. Each run builds the same model (one seed) and sees the same batch;
 each run's model is built (and compiled) once and kept; the runs are interleaved within each of
@@ -69,6 +70,7 @@ DEFAULT_RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tess
 # float8 training: tessera's recipes through apply_tessera(fp8=), torchao's (the linears but the
 # head converted by convert_to_float8_training) under torch.compile, as torchao is meant to run
 RUNS = DEFAULT_RUNS + tuple(f"tessera fp8 {r}" for r in ("tensorwise", "rowwise", "blockwise")) + tuple(
+    f"tessera fp8 {r} head" for r in ("tensorwise", "rowwise", "blockwise")) + tuple(
     f"torchao {r} compile" for r in ("tensorwise", "rowwise"))
 # --fit: the model for a GPU under FIT_GIB (the issue's model's eager run peaks near 20 GiB above
 # the weights of the runs kept).
@@ -126,6 +128,9 @@ def build(run, args, family):
     elif run.startswith("tessera"):
         import tessera.transformers as tt
         tt.apply_tessera(model, attention=" sdpa" not in run, fp8=run.split()[2] if " fp8 " in run else None)
+        if run.endswith(" head"):  # the output head too: the fused loss's GEMMs in float8
+            import tessera.float8 as f8
+            f8.convert_to_float8_training(model.lm_head, recipe=run.split()[2])
     elif run.startswith("torchao"):
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(run.split()[1]),
