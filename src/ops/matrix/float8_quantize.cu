@@ -438,9 +438,7 @@ namespace {
 // Outputs allocated by hand (float8 and transposed shapes, which no generic rule spells): the
 // torch kernels are python/src/torch/matrix.cpp's. float8_quantize.columns adds the transposed
 // copy (q_t [K, M]; scale_t [1, K] for row, 0-d for tensor, [ceil(M / 128), K] for block, as scale
-// for block2d); float8_quantize.transposed gives that copy alone (q_t, scale_t). .gated and
-// .gated_columns quantize a gated feed-forward's product act(gate) * up (float8_quantize_gated) as
-// the default and .columns overloads quantize input.
+// for block2d); float8_quantize.transposed gives that copy alone (q_t, scale_t).
 const OpRegistrar kFloat8Quantize =
     describe("float8_quantize", "matrix",
              "x [M, K] to float8_e4m3fn with float32 scales about amax / 448 (one per row, per tensor, per 1 x 128 "
@@ -448,10 +446,6 @@ const OpRegistrar kFloat8Quantize =
              "([K, M]), from the same reads")
         .schema("float8_quantize(Tensor input, *, str granularity='row') -> (Tensor, Tensor)")
         .schema("float8_quantize.columns(Tensor input, *, str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)")
-        .schema("float8_quantize.transposed(Tensor input, *, str granularity='row') -> (Tensor, Tensor)")
-        .schema("float8_quantize.gated(Tensor gate, Tensor up, *, str activation='silu', str granularity='row') -> "
-                "(Tensor, Tensor)")
-        .schema("float8_quantize.gated_columns(Tensor gate, Tensor up, *, str activation='silu', "
-                "str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)");
+        .schema("float8_quantize.transposed(Tensor input, *, str granularity='row') -> (Tensor, Tensor)");
 }  // namespace
 }  // namespace tessera
