@@ -742,7 +742,7 @@ def test_linear_cross_entropy_in_float8_is_its_formula(monkeypatch, recipe, shap
     want, dx, dw = _head_reference(x.detach(), w.detach(), t, recipe, -100, reduction)
     torch.testing.assert_close(loss, want.float(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(x.grad, dx * 3, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(w.grad, dw * 3, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w.grad, dw * 3, rtol=1e-4, atol=1e-5)  # summed chunk by chunk
 
 
 def test_linear_cross_entropy_in_float8_refuses_what_it_cannot_take():
