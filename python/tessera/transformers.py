@@ -32,6 +32,9 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     ``tessera.linear_cross_entropy`` on the hidden states, never the logits (labels shifted by
     padding with -100, or ``shift_labels``; ``num_items_in_batch`` for gradient accumulation;
     Gemma 2's final logit soft-cap). Without labels, or in eval, the original forward (logits).
+    A head converted to a Float8Linear (``tessera.float8.convert_to_float8_training(model.lm_head)``;
+    ``fp8=`` leaves the head out) runs the loss's logits and d_hidden GEMMs in float8
+    (``tessera.float8.linear_cross_entropy``), except with a soft-cap, a bias or the token accuracy.
   - ``cross_entropy`` (instead of the fused loss): the logits as transformers computes them, the
     loss from ``tessera.cross_entropy``.
   - With either loss, ``model(..., return_token_accuracy=True)`` in training also returns
