@@ -461,6 +461,19 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     def float8_quantize_transposed_rule(input, **kwargs):
         return [([R, R], [R])]
 
+    # float8_quantize_gated: the product act(gate) * up, elementwise, quantized as above; gate and up
+    # placed alike.
+    @register_sharding(ops.float8_quantize_gated.default)
+    def float8_quantize_gated_rule(gate, up, *, granularity="row", **kwargs):
+        strategies = [([R, R], [R, R])]
+        if granularity in ("row", "block") and gate.ndim == 2:
+            strategies.append(([Shard(0), Shard(0)], [Shard(0), Shard(0)]))
+        return strategies
+
+    @register_sharding(ops.float8_quantize_gated.columns)
+    def float8_quantize_gated_columns_rule(gate, up, **kwargs):
+        return [([R, R, R, R], [R, R])]
+
     # The losses: rows (tokens) are independent, so logits (and target, and the gradient) sharded
     # by rows give each row's loss, lse and gradient on its rank; 'sum' adds the rows' losses, a
     # partial sum on each rank (Partial). 'mean' divides by the count of the rows not ignored (or

@@ -101,7 +101,8 @@ def _register_fakes():
 
     # float8_quantize: q [M, K] float8_e4m3fn and scale (float8's scale shapes: [M, 1] 'row', 0-d
     # 'tensor', [M, K / 128] 'block', [M / 128, K / 128] 'block2d'); .columns adds x's columns
-    # transposed, q_t [K, M], and scale_t; .transposed gives those alone.
+    # transposed, q_t [K, M], and scale_t; .transposed gives those alone. float8_quantize_gated
+    # (and .columns) quantize act(gate) * up as float8_quantize (and .columns) quantize input.
     @fake("tessera::float8_quantize")
     def _float8_quantize(input, *, granularity="row"):
         from .float8 import _scale_shape
@@ -120,6 +121,20 @@ def _register_fakes():
     @fake("tessera::float8_quantize.transposed")
     def _float8_quantize_transposed(input, *, granularity="row"):
         return _float8_quantize_columns(input, granularity=granularity)[2:]
+
+    def _gated_product(gate, up):
+        if up.shape != gate.shape or up.dtype != gate.dtype:
+            raise ValueError(f"tessera.float8_quantize_gated: argument 'up': expected gate's shape "
+                             f"{list(gate.shape)} and dtype {gate.dtype}, got {list(up.shape)} and {up.dtype}")
+        return gate
+
+    @fake("tessera::float8_quantize_gated")
+    def _float8_quantize_gated(gate, up, *, activation="silu", granularity="row"):
+        return _float8_quantize(_gated_product(gate, up), granularity=granularity)
+
+    @fake("tessera::float8_quantize_gated.columns")
+    def _float8_quantize_gated_columns(gate, up, *, activation="silu", granularity="row"):
+        return _float8_quantize_columns(_gated_product(gate, up), granularity=granularity)
 
     # grouped_mm: [M, N] where one operand is 3-d, [G, M, N] where both are (or both 2-d: G = offs's
     # length).

@@ -308,11 +308,15 @@ def _quantize_gated(gate, up, kind: str, granularity: str, columns: bool):
     M not a multiple of 16 with columns)."""
     from . import _state
     g, u = gate.detach(), up.detach()
-    fast = _state.fast
     two_pass = granularity == "tensor" or (granularity == "row" and columns)
-    if (two_pass and fast is not None and not _state.dynamo_compiling() and g.stride() == u.stride() and
-            _kernel_takes(g, granularity, columns) and (g.stride(-1) == 1 or g.shape[-1] == 1)):
-        out = fast.float8_quantize_gated(g, u, kind, granularity, columns)
+    if (two_pass and g.stride() == u.stride() and _kernel_takes(g, granularity, columns) and
+            (g.stride(-1) == 1 or g.shape[-1] == 1)):
+        out = None
+        if _state.fast is not None and not _state.dynamo_compiling():  # the kernel at once
+            out = _state.fast.float8_quantize_gated(g, u, kind, granularity, columns)
+        if out is None and _state.ops is not None:  # what torch.compile traces, and tensor subclasses
+            op = _state.ops.float8_quantize_gated
+            out = (op.columns if columns else op.default)(g, u, activation=kind, granularity=granularity)
         if out is not None:
             return tuple(out) if columns else (*out, None, None)
     from .elementwise import gated

@@ -130,6 +130,13 @@ TEST(Float8QuantizeOp, Description) {
             "float8_quantize.columns(Tensor input, *, str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)");
   EXPECT_EQ(d->schemas[2], "float8_quantize.transposed(Tensor input, *, str granularity='row') -> (Tensor, Tensor)");
   EXPECT_EQ(d->call, nullptr);  // outputs allocated by hand (python/src/torch/matrix.cpp)
+  const tessera::OpDesc* g = tessera::find_op_description("float8_quantize_gated");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->family, "matrix");
+  ASSERT_EQ(g->schemas.size(), 2u);
+  EXPECT_EQ(g->schemas[1], "float8_quantize_gated.columns(Tensor gate, Tensor up, *, str activation='silu', "
+                           "str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)");
+  EXPECT_EQ(g->call, nullptr);
 }
 
 TEST(Float8QuantizeChecks, NameTheArgument) {

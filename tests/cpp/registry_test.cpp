@@ -57,6 +57,8 @@ TEST(Registry, EveryDescriptionIsComplete) {
     const std::string meaning = op.name == "mlp" ? "M = K = D = F (swiglu: w_in [2F, K], w_out [D, F])"
                                 : op.name == "float8_quantize"
                                     ? "columns K (rows M = 8192), row-wise with the transposed copy"
+                                : op.name == "float8_quantize_gated"
+                                    ? "columns K (rows M = 8192), SwiGLU's product row-wise with the transposed copy"
                                 : op.family == "rowwise" ? rows
                                 : op.family == "set"    ? "elements of both elements and test_elements"
                                 : op.family == "matrix" ? "M = N = K"
@@ -80,7 +82,7 @@ TEST(Registry, EveryDescriptionIsComplete) {
         EXPECT_FALSE(s.shape.empty());
         EXPECT_GE(s.bytes, static_cast<double>(main) * tessera::dtype_size(dt));
         if (op.name == "mlp") EXPECT_EQ(s.flops, 6.0 * double(n) * double(n) * double(n));  // two products
-        else if (op.name == "float8_quantize") EXPECT_EQ(s.flops, 0.0);  // the matrix family's, memory-bound
+        else if (op.name.rfind("float8_quantize", 0) == 0) EXPECT_EQ(s.flops, 0.0);  // the matrix family's, memory-bound
         else if (op.family == "matrix") EXPECT_EQ(s.flops, 2.0 * double(n) * double(n) * double(n));
         else if (op.family == "attention" && !rotary) EXPECT_GT(s.flops, 0.0);  // 4 b h n^2 d, halved or scaled
         else if (op.name == "linear_cross_entropy") EXPECT_EQ(s.flops, 6.0 * 8192 * 4096 * double(n));

@@ -640,6 +640,41 @@ def test_gated_linear_on_the_kernels_matches_the_module(recipe):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_gated_linear_compiled_on_the_kernels_keeps_the_fused_quantization(recipe):
+    """Compiled on the GPU's kernels, gated_linear's forward graph calls float8_quantize_gated (the
+    product quantized where it is computed), and its output and gradients are the eager call's bit
+    for bit."""
+    _need_cuda()
+    from torch._dynamo.testing import AotEagerAndRecordGraphs
+    if not f8._on_kernels(torch.ones(1, device="cuda", dtype=torch.bfloat16), recipe):
+        pytest.skip("needs the sm90 float8 kernels")
+    torch.manual_seed(0)
+    lin = f8.convert_to_float8_training(torch.nn.Linear(512, 256, bias=False), recipe=recipe).cuda().bfloat16()
+    gate = torch.randn(128, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    up = torch.randn(128, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+
+    def step(fn):
+        f8._last_x = None
+        out = fn(gate, up)
+        out.backward(grad)
+        got = [out.detach()] + [t.grad.clone() for t in (gate, up, lin.weight)]
+        gate.grad = up.grad = lin.weight.grad = None
+        return got
+
+    def call(g, u):
+        return f8.gated_linear("silu", g, u, lin)
+
+    want = step(call)
+    torch._dynamo.reset()
+    backend = AotEagerAndRecordGraphs()
+    got = step(torch.compile(call, backend=backend, fullgraph=True))
+    assert "float8_quantize_gated" in "".join(g.code for g in backend.fw_graphs)
+    for a, b in zip(got, want):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
 def test_gated_linear_under_torch_compile(monkeypatch):
     """torch.compile(fullgraph=True) traces gated_linear's Function whole on the kernels' path
     (stood in for on the CPU): the eager call's output and gradients."""
@@ -697,6 +732,46 @@ def test_quantize_gated_fuses_where_the_quantization_takes_two_passes(monkeypatc
     f8._quantize_gated(gate, up.t().contiguous().t(), "silu", "row", True)  # another layout
     f8._quantize_gated(gate[:20], up[:20], "silu", "row", True)  # M = 20 with columns
     assert not fused and composed == [("row", False), ("block", True), ("block", False), ("row", True), ("row", True)]
+
+
+@pytest.mark.parametrize("where", ["compiling", "subclass", "no fast entry"])
+def test_quantize_gated_takes_the_registered_op_where_the_fast_entry_does_not(monkeypatch, where):
+    """Where dynamo traces (the compiled graph keeps the fused op), where the fast entry declines (a
+    tensor subclass: the op runs by its sharding rule) and where there is no fast entry, the fused
+    cases call torch.ops.tessera.float8_quantize_gated (.columns with the transposed copy); rows
+    alone still compose."""
+    from types import SimpleNamespace
+    from tessera import _state
+    calls, composed = [], []
+
+    def op(name):
+        def call(g, u, *, activation, granularity):
+            calls.append((name, activation, granularity))
+            return (g,) * (4 if name == "columns" else 2)
+        return call
+
+    class Fast:
+        @staticmethod
+        def float8_quantize_gated(g, u, kind, granularity, columns):
+            assert where != "compiling", "the fast entry is skipped while dynamo traces"
+            return None
+
+    monkeypatch.setattr(_state, "ops", SimpleNamespace(
+        float8_quantize_gated=SimpleNamespace(default=op("default"), columns=op("columns"))))
+    monkeypatch.setattr(_state, "fast", None if where == "no fast entry" else Fast)
+    monkeypatch.setattr(_state, "dynamo_compiling", lambda: where == "compiling")
+    monkeypatch.setattr(f8, "_kernel_takes", lambda t, g, columns=False: True)
+    monkeypatch.setattr(f8, "_quantize_both", lambda t, g, columns: composed.append((g, columns)) or (t,) * 4)
+    import tessera.elementwise
+    monkeypatch.setattr(tessera.elementwise, "gated", lambda kind, g, u: g)
+    gate, up = torch.randn(32, 64), torch.randn(32, 64)
+    out = f8._quantize_gated(gate, up, "gelu_tanh", "row", True)
+    assert len(out) == 4 and all(o is not None for o in out)
+    out = f8._quantize_gated(gate, up, "silu", "tensor", False)
+    assert len(out) == 4 and out[2] is None and out[3] is None
+    f8._quantize_gated(gate, up, "silu", "row", False)
+    assert calls == [("columns", "gelu_tanh", "row"), ("default", "silu", "tensor")]
+    assert composed == [("row", False)]
 
 
 # ---- the output head in float8: linear_cross_entropy ------------------------------------------

@@ -284,6 +284,24 @@ def test_float8_quantize_shards_rows_only_where_each_group_is_a_row(run):
     assert [tuple(o.shape) for o in outs] == [(16, 32), (16, 1), (32, 16), (1, 32)]
 
 
+def test_float8_quantize_gated_shards_as_float8_quantize_with_gate_and_up_alike(run):
+    fq, S, R = run.ops.float8_quantize_gated, run.Shard, run.R
+    torch = run.torch
+    # 'row': both inputs' rows sharded, q and scale with them, comm-free.
+    (q, scale), comms = run.call(fq.default, run.tensor((8, 16), S(0)), run.tensor((8, 16), S(0)))
+    assert placements([q, scale]) == [(S(0),)] * 2 and comms == 0
+    assert q.to_local().shape == (4, 16) and q.dtype == torch.float8_e4m3fn and scale.to_local().shape == (4, 1)
+    # up placed otherwise: moved to gate's placement, the rows still sharded.
+    (q, scale), comms = run.call(fq.default, run.tensor((8, 16), S(0)), run.tensor((8, 16), R))
+    assert placements([q, scale]) == [(S(0),)] * 2
+    # per tensor, and the transposed copy: replicated.
+    (q, scale), comms = run.call(fq.default, run.tensor((8, 16), S(0)), run.tensor((8, 16), S(0)), granularity="tensor")
+    assert placements([q, scale]) == [(R,)] * 2 and comms > 0 and scale.shape == ()
+    outs, comms = run.call(fq.columns, run.tensor((16, 32), S(0)), run.tensor((16, 32), S(0)), activation="gelu_tanh")
+    assert placements(outs) == [(R,)] * 4 and comms > 0
+    assert [tuple(o.shape) for o in outs] == [(16, 32), (16, 1), (32, 16), (1, 32)]
+
+
 def test_copy_writes_dst_where_it_is_placed(run):
     cp, S, R = run.ops.copy.default, run.Shard, run.R
     for p in (R, S(0), S(1), run.P):

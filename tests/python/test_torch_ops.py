@@ -90,14 +90,16 @@ def expected_outputs(torch, name, args, kwargs):
         r = torch.matmul(args[0], args[1])
         out = tuple(r.shape[:-1]) + (r.shape[-1] // (2 if kwargs.get("activation") in ("swiglu", "geglu") else 1),)
         return [(out, args[0].dtype)] + ([(tuple(r.shape), args[0].dtype)] if name == "matmul.preactivation" else [])
-    if base == "float8_quantize":  # q and its scales by granularity; .columns transposed too; .transposed those alone
+    if base in ("float8_quantize", "float8_quantize_gated"):  # q and its scales by granularity; .columns
+        # transposed too; .transposed those alone (float8_quantize_gated: act(gate) * up's)
         m, k = args[0].shape
         mb, kb = -(-m // 128), -(-k // 128)
         scales = {"row": ((m, 1), (1, k)), "tensor": ((), ()), "block": ((m, kb), (mb, k)),
                   "block2d": ((mb, kb), (mb, kb))}[kwargs.get("granularity", "row")]
         rows = [((m, k), torch.float8_e4m3fn), (scales[0], torch.float32)]
         columns = [((k, m), torch.float8_e4m3fn), (scales[1], torch.float32)]
-        return {"float8_quantize.columns": rows + columns, "float8_quantize.transposed": columns}.get(name, rows)
+        return {"float8_quantize.columns": rows + columns, "float8_quantize_gated.columns": rows + columns,
+                "float8_quantize.transposed": columns}.get(name, rows)
     if base == "grouped_mm":
         a, b = args[0], args[1]
         m, n = a.shape[-2], b.shape[-1]

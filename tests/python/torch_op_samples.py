@@ -113,6 +113,12 @@ def samples(torch, name, dtype):
         grad = x(15, 16, grad=False) if name == "moe_permute_backward" else x(5, 16, grad=False)
         inp = x(5, 16, grad=False) if name == "moe_permute_backward" else x(15, 16, grad=False)
         return [((grad, inp, rows, w.detach()), {}), ((grad, inp, rows, None), {})]
+    if name.split(".")[0] == "float8_quantize_gated":  # act(gate) * up: the granularities, both activations
+        def pair(m, k):
+            return x(m, k, grad=False), x(m, k, grad=False)
+        return [(pair(32, 48), {}), (pair(16, 64), {"granularity": "tensor", "activation": "gelu_tanh"}),
+                (pair(80, 144), {"granularity": "row", "activation": "silu"}), (pair(144, 272), {"granularity": "block"}),
+                (pair(256, 128), {"granularity": "block2d", "activation": "gelu_tanh"})]
     if name.split(".")[0] == "float8_quantize":  # rows; per tensor; a partial tile (M, K multiples of 16); blocks
         return [((x(32, 48, grad=False),), {}), ((x(16, 64, grad=False),), {"granularity": "tensor"}),
                 ((x(80, 144, grad=False),), {"granularity": "row"}), ((x(144, 272, grad=False),), {"granularity": "block"}),

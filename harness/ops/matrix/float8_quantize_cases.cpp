@@ -1,5 +1,5 @@
-// Verify and bench cases for float8_quantize, and its registration: what `tessera verify|bench|
-// profile float8_quantize` run. Every output is compared byte for byte (q, q_t) and bit for bit
+// Verify and bench cases for float8_quantize and float8_quantize_gated, and their registration:
+// what `tessera verify|bench|profile float8_quantize[_gated]` run. Every output is compared byte for byte (q, q_t) and bit for bit
 // (the scales) with the reference: the rules fix each one exactly. The cases walk the four
 // granularities with and without the transposed copy (the block ones: partial 1 x 128 blocks,
 // several 128 x 128 tiles, one tile, a K of one half tile), each input dtype, odd M and K (rows only
@@ -204,7 +204,7 @@ VerifyResult run_case(DType dt, const Spec& s) {
   const reference::Float8Quantized ref =
       gated ? gated_reference(dt, s, in, up) : reference::float8_quantize(x, s.rows, s.cols, s.g, s.columns);
   VerifyResult r;
-  r.op = "float8_quantize";
+  r.op = gated ? "float8_quantize_gated" : "float8_quantize";
   r.name = describe(dt, s);
   r.passed = true;
   const auto last = [](const std::vector<int64_t>& shape) { return shape.empty() ? int64_t(1) : shape.back(); };
@@ -219,7 +219,8 @@ VerifyResult run_case(DType dt, const Spec& s) {
   return r;
 }
 
-std::vector<VerifyCase> cases() {
+// float8_quantize's cases, or (gated) float8_quantize_gated's.
+std::vector<VerifyCase> cases(bool gated) {
   std::vector<Spec> all;
   for (Float8Granularity g : {Float8Granularity::row, Float8Granularity::tensor}) {
     all.push_back({64, 1000, g});                              // 16-byte fragments, partial tiles
@@ -281,9 +282,11 @@ std::vector<VerifyCase> cases() {
     if (!b2) gated({33, 131, g});
   }
   all.push_back({0, 64});                                      // no rows: nothing to do
+  all.push_back({0, 64, Float8Granularity::row, false, 0, false, true, true, true, Activation::silu});
   std::vector<VerifyCase> c;
   for (DType dt : {DType::float32, DType::float16, DType::bfloat16})
-    for (const Spec& s : all) c.push_back({describe(dt, s), false, [=] { return run_case(dt, s); }});
+    for (const Spec& s : all)
+      if ((s.gate != Activation::none) == gated) c.push_back({describe(dt, s), false, [=] { return run_case(dt, s); }});
   return c;
 }
 
@@ -298,21 +301,37 @@ BenchShape float8_quantize_shape(DType dt, int64_t k) {
   return s;
 }
 
-BenchCase float8_quantize_bench(DType dt, int64_t k) {
-  const BenchShape shape = float8_quantize_shape(dt, k);
+// The gated product's: gate and up read instead of x.
+BenchShape float8_quantize_gated_shape(DType dt, int64_t k) {
+  BenchShape s = float8_quantize_shape(dt, k);
+  s.shapes.push_back(s.shapes[0]);
+  s.bytes += double(s.shapes[0][0]) * double(k) * double(dtype_size(dt));
+  return s;
+}
+
+BenchCase quantize_bench(DType dt, int64_t k, bool gated) {
+  const BenchShape shape = gated ? float8_quantize_gated_shape(dt, k) : float8_quantize_shape(dt, k);
   const int64_t m = shape.shapes[0][0];
-  struct State { TestTensor x, q, scale, qt, st; };
+  struct State { TestTensor x, up, q, scale, qt, st; };
   auto st = std::make_shared<State>();
   st->x = make_tensor(dt, {m, k}, Layout::contiguous);
   fill_random(st->x, -8, 8, nullptr);
+  if (gated) {
+    st->up = make_tensor(dt, {m, k}, Layout::contiguous);
+    fill_random(st->up, -8, 8, nullptr);
+  }
   st->q = make_tensor(DType::float8_e4m3fn, {m, k}, Layout::contiguous);
   st->qt = make_tensor(DType::float8_e4m3fn, {k, m}, Layout::contiguous);
   st->scale = make_tensor(DType::float32, {m, 1}, Layout::contiguous);
   st->st = make_tensor(DType::float32, {1, k}, Layout::contiguous);
-  BenchCase c = bench_case("float8_quantize", dt, k, shape);
+  BenchCase c = bench_case(gated ? "float8_quantize_gated" : "float8_quantize", dt, k, shape);
   State* p = st.get();
-  c.run = [p](cudaStream_t stream) {
-    float8_quantize(p->x.view, p->q.view, p->scale.view, &p->qt.view, &p->st.view, Float8Granularity::row, stream);
+  c.run = [p, gated](cudaStream_t stream) {
+    if (gated)
+      float8_quantize_gated(p->x.view, p->up.view, Activation::silu, p->q.view, p->scale.view, &p->qt.view,
+                            &p->st.view, Float8Granularity::row, stream);
+    else
+      float8_quantize(p->x.view, p->q.view, p->scale.view, &p->qt.view, &p->st.view, Float8Granularity::row, stream);
   };
   c.state = st;
   return c;
@@ -324,10 +343,16 @@ const Registrar kRegistrar(15, [] {
   op.bench_sizes = {1024, 4096, 8192, 14336};
   op.size_meaning = "columns K (rows M = 8192), row-wise with the transposed copy";
   op.tolerance = default_tolerance;
-  op.verify_cases = cases;
-  op.make_bench = float8_quantize_bench;
+  op.verify_cases = [] { return cases(false); };
+  op.make_bench = [](DType dt, int64_t k) { return quantize_bench(dt, k, false); };
   op.bench_shape = float8_quantize_shape;
-  return std::vector<OpInfo>{op};
+  OpInfo gated = op;
+  gated.name = "float8_quantize_gated";
+  gated.size_meaning = "columns K (rows M = 8192), SwiGLU's product row-wise with the transposed copy";
+  gated.verify_cases = [] { return cases(true); };
+  gated.make_bench = [](DType dt, int64_t k) { return quantize_bench(dt, k, true); };
+  gated.bench_shape = float8_quantize_gated_shape;
+  return std::vector<OpInfo>{op, gated};
 });
 
 }  // namespace

@@ -161,6 +161,20 @@ std::tuple<at::Tensor, at::Tensor> float8_quantize_transposed(const at::Tensor& 
   return {o[0], o[1]};
 }
 
+// float8_quantize_gated (and .columns): act(gate) * up quantized as float8_quantize (and .columns)
+// quantize input.
+std::tuple<at::Tensor, at::Tensor> float8_quantize_gated(const at::Tensor& gate, const at::Tensor& up,
+                                                         c10::string_view activation, c10::string_view granularity) {
+  auto o = float8_quantize_into(gate, granularity, false, true, &up, activation);
+  return {o[0], o[1]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> float8_quantize_gated_columns(
+    const at::Tensor& gate, const at::Tensor& up, c10::string_view activation, c10::string_view granularity) {
+  auto o = float8_quantize_into(gate, granularity, true, true, &up, activation);
+  return {o[0], o[1], o[2], o[3]};
+}
+
 // grouped_mm's output: [M, N] where one operand is 2-d and the other 3-d, [G, M, N] where both are
 // 3-d or both 2-d (G: offs's length); other ranks a 0-d stand-in, which the library refuses.
 std::vector<int64_t> grouped_shape(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs) {
@@ -494,6 +508,8 @@ void kernels(torch::Library& m) {
   m.impl("float8_quantize", &float8_quantize);
   m.impl("float8_quantize.columns", &float8_quantize_columns);
   m.impl("float8_quantize.transposed", &float8_quantize_transposed);
+  m.impl("float8_quantize_gated", &float8_quantize_gated);
+  m.impl("float8_quantize_gated.columns", &float8_quantize_gated_columns);
   m.impl("grouped_mm", &grouped_mm);
   m.impl("mlp", &mlp);
   m.impl("mlp.preactivation", &mlp_preactivation);

@@ -447,5 +447,16 @@ const OpRegistrar kFloat8Quantize =
         .schema("float8_quantize(Tensor input, *, str granularity='row') -> (Tensor, Tensor)")
         .schema("float8_quantize.columns(Tensor input, *, str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)")
         .schema("float8_quantize.transposed(Tensor input, *, str granularity='row') -> (Tensor, Tensor)");
+
+// Its own op rather than an overload of float8_quantize: torch aborts at exit while deregistering
+// an op whose three or more overloads take different counts of tensors.
+const OpRegistrar kFloat8QuantizeGated =
+    describe("float8_quantize_gated", "matrix",
+             "a gated feed-forward's product act(gate) * up (SwiGLU's, GeGLU's) quantized as float8_quantize "
+             "quantizes x, in the pass that computes it, optionally with its transposed copy")
+        .schema("float8_quantize_gated(Tensor gate, Tensor up, *, str activation='silu', str granularity='row') -> "
+                "(Tensor, Tensor)")
+        .schema("float8_quantize_gated.columns(Tensor gate, Tensor up, *, str activation='silu', "
+                "str granularity='row') -> (Tensor, Tensor, Tensor, Tensor)");
 }  // namespace
 }  // namespace tessera
