@@ -1,6 +1,7 @@
 // Verify and bench cases for float8_quantize and float8_quantize_gated, and their registration:
-// what `tessera verify|bench|profile float8_quantize[_gated]` run. Every output is compared byte for byte (q, q_t) and bit for bit
-// (the scales) with the reference: the rules fix each one exactly. The cases walk the four
+// what `tessera verify|bench|profile float8_quantize[_gated]` run. Every output is compared byte
+// for byte (q, q_t) and bit for bit (the scales) with the reference: the rules fix each one
+// exactly. The cases walk the four
 // granularities with and without the transposed copy (the block ones: partial 1 x 128 blocks,
 // several 128 x 128 tiles, one tile, a K of one half tile), each input dtype, odd M and K (rows only
 // and tensor: any; the transposed copy needs multiples of 16), partial tiles, rows off 16-byte
