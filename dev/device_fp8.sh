@@ -5,7 +5,8 @@
 # float8 and matmul C++ tests, `tessera verify --full` of float8_quantize and scaled_mm,
 # compute-sanitizer memcheck over float8_quantize's cases, an A/B against devbin_base where staged
 # (dev/stage_ab.sh); with the package the main job installed (else the staged one):
-# test_float8.py, each recipe's kernels in one Float8Linear step (dev/fp8_kernels.py),
+# test_float8.py with the float8 tests of test_torch_ops.py and test_transformers_patch.py, each
+# recipe's kernels in one Float8Linear step (dev/fp8_kernels.py),
 # benchmarks/moe.py (MOE_ARGS, MOE_LIMIT seconds), benchmarks/float8_quantize.py (QUANT_ARGS), the Llama-3-8B-layer
 # step (FP8_RUNS), the public-size step (8 layers of 2048, 2 x 4096 tokens: PUBLIC_RUNS) and
 # PERF.md's REPORTS (on python3). Every step ends by DEADLINE seconds into the call (default 570),
@@ -40,7 +41,7 @@ fi
 (
   export LD_LIBRARY_PATH=$root/devbin
   step ctest 120 devbin/tessera_tests --gtest_brief=1 --gtest_filter='Float8*:MatmulSimt.*:MatmulArgs.*:MatmulTuneGpu.*'
-  step verify 120 devbin/tessera verify --full float8_quantize scaled_mm
+  step verify 120 devbin/tessera verify --full float8_quantize scaled_mm  # float8_quantize selects _gated too
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 devbin/tessera verify --full float8_quantize
   step memcheck2 120 compute-sanitizer --tool memcheck --error-exitcode 9 devbin/tessera verify scaled_mm
   # devbin's library against devbin_base's (dev/stage_ab.sh), interleaved
@@ -58,7 +59,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONUNBUFFERED=1
 step matrix "${MATRIX_LIMIT:-60}" "$PY" benchmarks/matrix.py ${MATRIX_ARGS:---no-sizes --fp32 --rounds 1} --out "$OUT/matrix"
-step pytest 150 "$PY" -m pytest -q -x tests/python/test_float8.py
+step pytest 150 "$PY" -m pytest -q -x tests/python/test_float8.py tests/python/test_torch_ops.py \
+  tests/python/test_transformers_patch.py -k "float8 or fp8"
 step conv 150 "$PY" -m pytest -q -x tests/python/test_float8_convergence.py
 step moebench "${MOE_LIMIT:-150}" "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3} --out "$OUT/moe"
 step kernels 90 "$PY" dev/fp8_kernels.py
