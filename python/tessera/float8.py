@@ -565,8 +565,9 @@ def linear_cross_entropy(hidden, weight, target, *, recipe: str = "rowwise", ign
     and d_weight in the weight's dtype: a language model's output head in float8, which
     tessera.transformers' fused loss takes where lm_head is a Float8Linear. The logits are never
     all held (chunks of the rows not ignored, each chunk's gradient computed in the forward, one
-    host synchronization a call). 'mean' divides by the count of the rows not ignored. V and H
-    multiples of 16 (128 for blockwise). ``cache_weights`` as convert_to_float8_training's."""
+    host synchronization a call: torch.compile breaks its graph there, so fullgraph=True refuses
+    it). 'mean' divides by the count of the rows not ignored. V and H multiples of 16 (128 for
+    blockwise). ``cache_weights`` as convert_to_float8_training's."""
     from ._float8_head import head_loss
     return head_loss(hidden, weight, target, recipe, ignore_index, reduction, cache_weights)
 
