@@ -6,7 +6,8 @@ averages the ranks' gradients, so times the world size). The fused loss reads lm
 inside lm_head's own forward where lm_head is sharded alone. Then the same with the layers'
 projections in fp8 (apply_tessera(fp8="rowwise"), emulated on the CPU): the loss equal (every
 forward scale is a token's or a weight row's, the same on any split of the batch), the gradients
-within the recipe's rounding (wgrad's scales are the tokens' columns, each rank's half of them).
+within the recipe's rounding (wgrad's scales are the tokens' columns, each rank's half of them);
+and with the output head converted too (the fused loss's GEMMs in fp8, lm_head sharded alone).
 Exits 1 on a mismatch; rank 0 prints "ok".
 
     torchrun --standalone --nproc-per-node 2 tests/python/dist_transformers_fsdp.py
@@ -22,21 +23,24 @@ from torch.distributed.fsdp import fully_shard
 import tessera.transformers as tt
 from dist_report import exit_now, finish
 
-CONFIG = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+CONFIG = dict(vocab_size=112, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
-def model(fp8=None):
+def model(fp8=None, head=False):
     torch.manual_seed(0)
     m = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**CONFIG), attn_implementation="sdpa")
     m = m.float().train()
     tt.apply_tessera(m, fp8=fp8)
+    if head:  # the output head in fp8 too: the fused loss's GEMMs (V a multiple of 16)
+        import tessera.float8 as f8
+        f8.convert_to_float8_training(m.lm_head, recipe=fp8)
     return m
 
 
-def sharded(mesh, fp8=None, head_alone=True):
-    """model(fp8) with FSDP2 on every decoder layer, on lm_head alone or not, and the root."""
-    m = model(fp8)
+def sharded(mesh, fp8=None, head_alone=True, head=False):
+    """model(fp8, head) with FSDP2 on every decoder layer, on lm_head alone or not, and the root."""
+    m = model(fp8, head)
     for layer in m.model.layers:
         fully_shard(layer, mesh=mesh)
     if head_alone:
@@ -63,9 +67,9 @@ def compare(m, ids, labels, items, mine, want, grads, label, world, grads_close)
     return bad
 
 
-def reference(fp8, ids, labels, items):
+def reference(fp8, ids, labels, items, head=False):
     """The unsharded model's loss on the whole batch and its gradients."""
-    ref = model(fp8)
+    ref = model(fp8, head)
     want = ref(input_ids=ids, labels=labels, num_items_in_batch=items).loss
     want.backward()
     return want, {n: p.grad for n, p in ref.named_parameters()}
@@ -101,6 +105,10 @@ def main():
     if not any(type(mod).__name__ == "Float8Linear" for mod in m.modules()):
         bad.append(f"rank {rank}: fp8: no Float8Linear in the converted model")
     bad += compare(m, *batch, mine, want, grads, f"rank {rank}: fp8", world, rounded)
+    # the head in fp8 as well, sharded alone: the fused loss inside its forward, the weight whole
+    want, grads = reference("rowwise", *batch, head=True)
+    bad += compare(sharded(mesh, "rowwise", head=True), *batch, mine, want, grads, f"rank {rank}: fp8 head",
+                   world, rounded)
     return finish(dist, rank, world, bad)
 
 
