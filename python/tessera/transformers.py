@@ -32,9 +32,10 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     ``tessera.linear_cross_entropy`` on the hidden states, never the logits (labels shifted by
     padding with -100, or ``shift_labels``; ``num_items_in_batch`` for gradient accumulation;
     Gemma 2's final logit soft-cap). Without labels, or in eval, the original forward (logits).
-    A head converted to a Float8Linear (``tessera.float8.convert_to_float8_training(model.lm_head)``;
-    ``fp8=`` leaves the head out) runs the loss's logits and d_hidden GEMMs in float8
-    (``tessera.float8.linear_cross_entropy``), except with a soft-cap, a bias or the token accuracy.
+    A head converted to a Float8Linear (``fp8_head=True`` beside ``fp8=``, which alone leaves the
+    head out; or ``tessera.float8.convert_to_float8_training(model.lm_head)``) runs the loss's
+    logits and d_hidden GEMMs in float8 (``tessera.float8.linear_cross_entropy``), except with a
+    soft-cap, a bias or the token accuracy.
   - ``cross_entropy`` (instead of the fused loss): the logits as transformers computes them, the
     loss from ``tessera.cross_entropy``.
   - With either loss, ``model(..., return_token_accuracy=True)`` in training also returns
@@ -395,18 +396,21 @@ def _fp8_filter(model, recipe: str) -> Callable:
     return keep
 
 
-def _check_fp8(fp8) -> None:
+def _check_fp8(fp8, fp8_head: bool = False) -> None:
     if fp8 is not None and fp8 not in float8.RECIPES:
         raise ValueError(f"tessera.transformers: argument 'fp8': expected None or one of {float8.RECIPES}, got {fp8!r}")
+    if fp8_head and fp8 is None:
+        raise ValueError("tessera.transformers: argument 'fp8_head': it converts the output head by the fp8 recipe, "
+                         "so it needs fp8='rowwise', 'blockwise' or 'tensorwise'")
 
 
 def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: bool = True,
            cross_entropy: bool = False, fused_linear_cross_entropy: bool = True, attention: bool = True,
-           experts: bool = True, fp8: str | None = None, model=None) -> None:
+           experts: bool = True, fp8: str | None = None, fp8_head: bool = False, model=None) -> None:
     if cross_entropy and fused_linear_cross_entropy:
         raise ValueError("tessera.transformers: cross_entropy and fused_linear_cross_entropy are two ways "
                          "to the same loss: ask for one")
-    _check_fp8(fp8)
+    _check_fp8(fp8, fp8_head)
     if fp8 is not None and model is None:
         raise ValueError("tessera.transformers: argument 'fp8': it converts a model's Linear layers, so it needs "
                          "the model (apply_tessera(model, fp8=...), model=..., or AutoTesseraForCausalLM)")
@@ -414,8 +418,8 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
     if family.language:
         return _apply_around(family, module, rope=rope, rms_norm=rms_norm, mlp=mlp, cross_entropy=cross_entropy,
                              fused_linear_cross_entropy=fused_linear_cross_entropy, attention=attention,
-                             experts=experts, fp8=fp8, model=model)
-    _with_fp8(model, fp8)
+                             experts=experts, fp8=fp8, fp8_head=fp8_head, model=model)
+    _with_fp8(model, fp8, fp8_head)
     rope, mlp, attention = rope and family.rotary, mlp and family.dense_mlp, attention and family.attention
     if rope:
         _set(module, "apply_rotary_pos_emb",
@@ -456,7 +460,7 @@ def _apply(family: Family, *, rope: bool = True, rms_norm: bool = True, mlp: boo
 
 
 def _apply_around(family: Family, module, *, cross_entropy: bool, fused_linear_cross_entropy: bool, model,
-                  fp8: str | None = None, **text) -> None:
+                  fp8: str | None = None, fp8_head: bool = False, **text) -> None:
     """A vision-language model around another row's language model: its loss here (by class or
     instance); an instance's language model as the row of its text config's model type."""
     lm_cls = getattr(module, family.name("ForCausalLM"))
@@ -469,7 +473,7 @@ def _apply_around(family: Family, module, *, cross_entropy: bool, fused_linear_c
                 _set(m, "forward", types.MethodType(fn, m))
     if model is not None:
         _apply(_family_of(model.config.get_text_config().model_type), cross_entropy=False,
-               fused_linear_cross_entropy=False, fp8=fp8, model=model, **text)
+               fused_linear_cross_entropy=False, fp8=fp8, fp8_head=fp8_head, model=model, **text)
 
 
 def _apply_function(family: Family) -> Callable:
@@ -477,23 +481,24 @@ def _apply_function(family: Family) -> Callable:
     extra = family.keywords
 
     def apply(rope: bool = True, rms_norm: bool = True, cross_entropy: bool = False,
-              fused_linear_cross_entropy: bool = True, attention: bool = True, fp8: str | None = None, model=None,
-              **kwargs) -> None:
+              fused_linear_cross_entropy: bool = True, attention: bool = True, fp8: str | None = None,
+              fp8_head: bool = False, model=None, **kwargs) -> None:
         unknown = set(kwargs) - extra
         if unknown:
             raise TypeError(f"apply_tessera_to_{family.model_type}() got unexpected keyword argument(s) "
                             f"{', '.join(sorted(unknown))} (it takes rope, rms_norm, {', '.join(sorted(extra))}, "
-                            "cross_entropy, fused_linear_cross_entropy, attention, fp8, model)")
+                            "cross_entropy, fused_linear_cross_entropy, attention, fp8, fp8_head, model)")
         mlp = all(kwargs.get(k, True) for k in extra - {"experts"})
         _apply(family, rope=rope, rms_norm=rms_norm, mlp=mlp, cross_entropy=cross_entropy,
                fused_linear_cross_entropy=fused_linear_cross_entropy, attention=attention,
-               experts=kwargs.get("experts", True), fp8=fp8, model=model)
+               experts=kwargs.get("experts", True), fp8=fp8, fp8_head=fp8_head, model=model)
 
     apply.__name__ = apply.__qualname__ = f"apply_tessera_to_{family.model_type}"
     apply.__doc__ = (f"Puts {family.prefix} models on tessera's kernels: rope, rms_norm, {mlp_kw}, the loss "
                      "(fused_linear_cross_entropy, or cross_entropy) and attention (attn_implementation "
                      "'tessera'; False keeps the model's); fp8='rowwise', 'blockwise' or 'tensorwise' also "
-                     "converts the model's Linear layers (not its output head) to tessera.float8's "
+                     "converts the model's Linear layers (the output head too with fp8_head=True, then the "
+                     "fused loss's GEMMs in float8) to tessera.float8's "
                      "Float8Linear (the MLP's gate still tessera's); model=None patches the classes before "
                      "a model is built, model=... an existing one in place (see tessera.transformers).")
     if family.language:
@@ -505,7 +510,7 @@ def _apply_function(family: Family) -> Callable:
     params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in
               (("rope", True), ("rms_norm", True), *((k, True) for k in ("swiglu", "geglu", "experts") if k in extra),
                ("cross_entropy", False), ("fused_linear_cross_entropy", True), ("attention", True),
-               ("fp8", None), ("model", None))]
+               ("fp8", None), ("fp8_head", False), ("model", None))]
     apply.__signature__ = inspect.Signature(params)
     return apply
 
@@ -538,22 +543,33 @@ def apply_tessera(model, **kwargs) -> None:
 
 def _apply_for_config(config, kwargs: dict) -> tuple:
     """Pops tessera's keywords from from_pretrained's / from_config's and patches the family's
-    classes; returns (the other keywords, the fp8 recipe for the model once built)."""
+    classes; returns (the other keywords, the fp8 recipe and fp8_head for the model once built)."""
     names = {"rope", "rms_norm", "swiglu", "geglu", "experts", "cross_entropy", "fused_linear_cross_entropy",
              "attention"}
     ours = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
-    fp8 = kwargs.pop("fp8", None)
-    _check_fp8(fp8)
+    fp8, head = kwargs.pop("fp8", None), kwargs.pop("fp8_head", False)
+    _check_fp8(fp8, head)
     family = _family_of(config.model_type)
     other = {"swiglu", "geglu", "experts"} - family.keywords
     ours = {k: v for k, v in ours.items() if k not in other}
     globals()[f"apply_tessera_to_{family.model_type}"](**ours)
-    return kwargs, fp8
+    return kwargs, (fp8, head)
 
 
-def _with_fp8(model, fp8):
+def _with_fp8(model, fp8, head: bool = False):
+    lm_head = model.get_output_embeddings() if head else None
+    if head:  # checked before anything is converted
+        if not isinstance(lm_head, torch.nn.Linear):
+            raise TypeError("tessera.transformers: argument 'fp8_head': expected the output head to be a "
+                            f"torch.nn.Linear, got {type(lm_head).__name__}")
+        bad = float8._misfit(lm_head, fp8)
+        if bad:
+            raise ValueError(f"tessera.transformers: argument 'fp8_head': the output head's {bad[0]} must be a "
+                             f"multiple of {bad[1]} for the {fp8} recipe, got {lm_head}")
     if fp8 is not None:
         float8.convert_to_float8_training(model, recipe=fp8, module_filter_fn=_fp8_filter(model, fp8))
+    if head:  # the fused loss then runs the head's GEMMs in float8 (float8.linear_cross_entropy)
+        float8.convert_to_float8_training(lm_head, recipe=fp8)
     return model
 
 
@@ -565,7 +581,7 @@ class AutoTesseraForCausalLM(transformers.AutoModelForCausalLM):
     @classmethod
     def from_config(cls, config, **kwargs):
         kwargs, fp8 = _apply_for_config(config, kwargs)
-        return _with_fp8(super().from_config(config, **kwargs), fp8)
+        return _with_fp8(super().from_config(config, **kwargs), *fp8)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
@@ -574,5 +590,5 @@ class AutoTesseraForCausalLM(transformers.AutoModelForCausalLM):
             config = transformers.AutoConfig.from_pretrained(pretrained_model_name_or_path,
                                                              trust_remote_code=kwargs.get("trust_remote_code", False))
         kwargs, fp8 = _apply_for_config(config, kwargs)
-        return _with_fp8(super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs), fp8)
+        return _with_fp8(super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs), *fp8)
 

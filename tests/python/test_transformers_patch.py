@@ -505,27 +505,34 @@ def test_fp8_converts_the_projections_and_keeps_the_head(model_type, recipe):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_fp8_head_takes_the_fused_loss_in_float8(monkeypatch):
-    """An lm_head converted to a Float8Linear (tessera.float8.convert_to_float8_training(model.lm_head))
-    under the fused loss: tessera.float8.linear_cross_entropy, the loss and the layers' gradients
-    those of the plain model with the same head (its logits by the Float8Linear, torch's
-    cross-entropy); the head's own gradient, taken in the weight's dtype rather than quantized,
-    within float8's rounding of the plain model's."""
+@pytest.mark.parametrize("how", ["keyword", "by hand"])
+def test_fp8_head_takes_the_fused_loss_in_float8(monkeypatch, how):
+    """An lm_head converted to a Float8Linear (apply_tessera(model, fp8=..., fp8_head=True), or
+    tessera.float8.convert_to_float8_training(model.lm_head)) under the fused loss:
+    tessera.float8.linear_cross_entropy, the loss and the gradients those of the plain model with
+    the same Linears converted (its logits by the Float8Linear, torch's cross-entropy); the head's
+    own gradient, taken in the weight's dtype rather than quantized, within float8's rounding of
+    the plain model's."""
     import tessera.float8 as f8
     ids, labels = batch("llama")
 
-    def build_with_fp8_head():
+    def build_112():
         config = config_of("llama")
         config.vocab_size, config.tie_word_embeddings = 112, False  # V a multiple of 16
         torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().train()
-        f8.convert_to_float8_training(model.lm_head, recipe="rowwise")
-        return model
-    plain = build_with_fp8_head()
+        return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().train()
+    plain = build_112()
+    f8.convert_to_float8_training(plain, recipe="rowwise",
+                                  module_filter_fn=lambda m, fqn: fqn == "lm_head" or how == "keyword")
     loss = plain(input_ids=ids, labels=labels).loss
     loss.backward()
-    patched = build_with_fp8_head()
-    tt.apply_tessera(patched)
+    patched = build_112()
+    if how == "keyword":
+        tt.apply_tessera(patched, fp8="rowwise", fp8_head=True)
+    else:
+        f8.convert_to_float8_training(patched.lm_head, recipe="rowwise")
+        tt.apply_tessera(patched)
+    assert isinstance(patched.lm_head, f8.Float8Linear)
     calls, original = [], f8.linear_cross_entropy
     monkeypatch.setattr(f8, "linear_cross_entropy", lambda *a, **k: calls.append(k["recipe"]) or original(*a, **k))
     out = patched(input_ids=ids, labels=labels)
@@ -544,6 +551,10 @@ def test_fp8_needs_the_model_and_a_recipe():
         tt.apply_tessera_to_llama(fp8="rowwise")  # the classes: no Linear to convert
     with pytest.raises(ValueError, match="'fp8'"):
         tt.apply_tessera(build("llama"), fp8="float8")
+    with pytest.raises(ValueError, match="'fp8_head'"):
+        tt.apply_tessera(build("llama"), fp8_head=True)  # no recipe
+    with pytest.raises(ValueError, match="'fp8_head'.*out_features must be a multiple of 16"):
+        tt.apply_tessera(build("llama"), fp8="rowwise", fp8_head=True)  # V = 97
     model = tt.AutoTesseraForCausalLM.from_config(config_of("llama"), fp8="rowwise")
     import tessera.float8 as f8
     assert isinstance(model.model.layers[0].mlp.down_proj, f8.Float8Linear)
