@@ -127,10 +127,8 @@ def build(run, args, family):
         apply(model=model)
     elif run.startswith("tessera"):
         import tessera.transformers as tt
-        tt.apply_tessera(model, attention=" sdpa" not in run, fp8=run.split()[2] if " fp8 " in run else None)
-        if run.endswith(" head"):  # the output head too: the fused loss's GEMMs in float8
-            import tessera.float8 as f8
-            f8.convert_to_float8_training(model.lm_head, recipe=run.split()[2])
+        tt.apply_tessera(model, attention=" sdpa" not in run, fp8=run.split()[2] if " fp8 " in run else None,
+                         fp8_head=run.endswith(" head"))
     elif run.startswith("torchao"):
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(run.split()[1]),
