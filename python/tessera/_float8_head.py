@@ -4,11 +4,10 @@ rows not ignored, each chunk's gradient computed in the forward, the logits neve
 
 The logits GEMM quantizes a chunk's hidden states and the weight along the hidden size; d_hidden's
 quantizes the chunk's logits' gradient and the weight's columns along the vocabulary (tensorwise:
-one scale a chunk). The weight
-is quantized once a call, in both layouts (or once an optimizer step with ``cache_weights``).
-d_weight (K = the tokens, summed over chunks) runs in the weight's dtype, as
-tessera.linear_cross_entropy's does: its sum over chunks would need each chunk's product added in
-float32, which scaled_mm does not do. Imported by tessera/float8.py only.
+one scale a chunk). The weight is quantized once a call, in both layouts (or once an optimizer
+step with ``cache_weights``). d_weight (K = the tokens, summed over chunks) runs in the weight's
+dtype, as tessera.linear_cross_entropy's does: its sum over chunks would need each chunk's product
+added in float32, which scaled_mm does not do. Imported by tessera/float8.py only.
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction:
                          f"{getattr(target, 'dtype', '')}")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"{name}: argument 'reduction': expected 'mean' or 'sum', got {reduction!r}")
-    misfit = _misfit(weight, recipe)
+    misfit = _weight_misfit(weight, recipe)
     if misfit is not None:
         raise ValueError(f"{name}: argument 'weight': its {misfit[0]} ({misfit[2]}) must be a multiple of "
                          f"{misfit[1]} for the {recipe} recipe")
@@ -87,7 +86,7 @@ def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction:
     return loss / kept if reduction == "mean" else loss
 
 
-def _misfit(weight, recipe: str):
+def _weight_misfit(weight, recipe: str):
     """(dimension's name, the multiple it needs, its size) where the weight [V, H] does not fit the
     recipe's GEMMs (V is d_hidden's K, H the logits'), else None."""
     need = f8.BLOCK if recipe == "blockwise" else 16
