@@ -314,7 +314,9 @@ def _quantize_gated(gate, up, kind: str, granularity: str, columns: bool):
         out = None
         if _state.fast is not None and not _state.dynamo_compiling():  # the kernel at once
             out = _state.fast.float8_quantize_gated(g, u, kind, granularity, columns)
-        if out is None and _state.ops is not None:  # what torch.compile traces, and tensor subclasses
+        # The registered op where dynamo traces (or no fast entry is built). A subclass (a DTensor)
+        # composes: the op's rules would gather gate and up where the product alone does.
+        if out is None and _state.ops is not None and type(g) is _state.Tensor:
             op = _state.ops.float8_quantize_gated
             out = (op.columns if columns else op.default)(g, u, activation=kind, granularity=granularity)
         if out is not None:

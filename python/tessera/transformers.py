@@ -35,7 +35,8 @@ What each keyword swaps (the modules keep their parameters, names and shapes, so
     A head converted to a Float8Linear (``fp8_head=True`` beside ``fp8=``, which alone leaves the
     head out; or ``tessera.float8.convert_to_float8_training(model.lm_head)``) runs the loss's
     logits and d_hidden GEMMs in float8 (``tessera.float8.linear_cross_entropy``), except with a
-    soft-cap, a bias or the token accuracy.
+    soft-cap, a bias or the token accuracy; torch.compile breaks its graph there (fullgraph=True
+    refuses it).
   - ``cross_entropy`` (instead of the fused loss): the logits as transformers computes them, the
     loss from ``tessera.cross_entropy``.
   - With either loss, ``model(..., return_token_accuracy=True)`` in training also returns

@@ -734,12 +734,12 @@ def test_quantize_gated_fuses_where_the_quantization_takes_two_passes(monkeypatc
     assert not fused and composed == [("row", False), ("block", True), ("block", False), ("row", True), ("row", True)]
 
 
-@pytest.mark.parametrize("where", ["compiling", "subclass", "no fast entry"])
+@pytest.mark.parametrize("where", ["compiling", "no fast entry", "subclass"])
 def test_quantize_gated_takes_the_registered_op_where_the_fast_entry_does_not(monkeypatch, where):
-    """Where dynamo traces (the compiled graph keeps the fused op), where the fast entry declines (a
-    tensor subclass: the op runs by its sharding rule) and where there is no fast entry, the fused
-    cases call torch.ops.tessera.float8_quantize_gated (.columns with the transposed copy); rows
-    alone still compose."""
+    """Where dynamo traces (the compiled graph keeps the fused op) and where no fast entry is built,
+    the fused cases call torch.ops.tessera.float8_quantize_gated (.columns with the transposed
+    copy); rows alone still compose, as a tensor subclass does (the fast entry declines it, and the
+    op's sharding rules would gather gate and up where the composition gathers the product)."""
     from types import SimpleNamespace
     from tessera import _state
     calls, composed = [], []
@@ -754,7 +754,10 @@ def test_quantize_gated_takes_the_registered_op_where_the_fast_entry_does_not(mo
         @staticmethod
         def float8_quantize_gated(g, u, kind, granularity, columns):
             assert where != "compiling", "the fast entry is skipped while dynamo traces"
-            return None
+            return None  # as for a subclass
+
+    class Sub(torch.Tensor):
+        pass
 
     monkeypatch.setattr(_state, "ops", SimpleNamespace(
         float8_quantize_gated=SimpleNamespace(default=op("default"), columns=op("columns"))))
@@ -765,13 +768,18 @@ def test_quantize_gated_takes_the_registered_op_where_the_fast_entry_does_not(mo
     import tessera.elementwise
     monkeypatch.setattr(tessera.elementwise, "gated", lambda kind, g, u: g)
     gate, up = torch.randn(32, 64), torch.randn(32, 64)
+    if where == "subclass":
+        gate, up = gate.as_subclass(Sub), up.as_subclass(Sub)
     out = f8._quantize_gated(gate, up, "gelu_tanh", "row", True)
     assert len(out) == 4 and all(o is not None for o in out)
     out = f8._quantize_gated(gate, up, "silu", "tensor", False)
-    assert len(out) == 4 and out[2] is None and out[3] is None
+    assert len(out) == 4
     f8._quantize_gated(gate, up, "silu", "row", False)
-    assert calls == [("columns", "gelu_tanh", "row"), ("default", "silu", "tensor")]
-    assert composed == [("row", False)]
+    if where == "subclass":
+        assert calls == [] and composed == [("row", True), ("tensor", False), ("row", False)]
+    else:
+        assert calls == [("columns", "gelu_tanh", "row"), ("default", "silu", "tensor")]
+        assert composed == [("row", False)]
 
 
 # ---- the output head in float8: linear_cross_entropy ------------------------------------------
