@@ -5,7 +5,7 @@
 # float8 and matmul C++ tests, `tessera verify --full` of float8_quantize and scaled_mm,
 # compute-sanitizer memcheck over float8_quantize's cases, an A/B against devbin_base where staged
 # (dev/stage_ab.sh); with the package the main job installed (else the staged one):
-# test_float8.py with the float8 tests of test_torch_ops.py and test_transformers_patch.py, each
+# test_float8*.py with the float8 tests of test_torch_ops.py and test_transformers_patch.py, each
 # recipe's kernels in one Float8Linear step (dev/fp8_kernels.py),
 # benchmarks/moe.py (MOE_ARGS, MOE_LIMIT seconds), benchmarks/float8_quantize.py (QUANT_ARGS), the Llama-3-8B-layer
 # step (FP8_RUNS), the public-size step (8 layers of 2048, 2 x 4096 tokens: PUBLIC_RUNS) and
@@ -59,8 +59,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONUNBUFFERED=1
 step matrix "${MATRIX_LIMIT:-60}" "$PY" benchmarks/matrix.py ${MATRIX_ARGS:---no-sizes --fp32 --rounds 1} --out "$OUT/matrix"
-step pytest 150 "$PY" -m pytest -q -x tests/python/test_float8.py tests/python/test_torch_ops.py \
-  tests/python/test_transformers_patch.py -k "float8 or fp8"
+step pytest 150 "$PY" -m pytest -q -x tests/python/test_float8.py tests/python/test_float8_gated.py \
+  tests/python/test_float8_head.py tests/python/test_torch_ops.py tests/python/test_transformers_patch.py -k "float8 or fp8"
 step conv 150 "$PY" -m pytest -q -x tests/python/test_float8_convergence.py
 step moebench "${MOE_LIMIT:-150}" "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3} --out "$OUT/moe"
 step kernels 90 "$PY" dev/fp8_kernels.py

@@ -1,0 +1,102 @@
+"""tessera.float8.linear_cross_entropy, an output head's loss with its logits and d_hidden GEMMs
+in float8: its formula in each recipe (emulated on the CPU, chunked), its errors, and the
+kernels against the emulation on the GPU."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not hasattr(torch, "float8_e4m3fn"):
+    pytest.skip("needs torch's float8_e4m3fn", allow_module_level=True)
+
+import tessera.float8 as f8  # noqa: E402
+from test_float8 import _need_cuda  # noqa: E402
+
+
+def _head_reference(x, w, t, recipe, ignore_index, reduction):
+    """The loss, d_hidden and d_weight of the float8 head, written out over the rows not ignored:
+    logits of the recipe's dequantized operands, torch's cross-entropy, the logits' gradient
+    quantized along the vocabulary for d_hidden, d_weight unquantized in float32."""
+    act, wgt = f8._OPERANDS[recipe]
+    keep = t != ignore_index
+    xk, tk = x[keep], t[keep]
+    logits = (f8._fake(xk, act) @ f8._fake(w, wgt).t()).to(x.dtype).float()
+    loss = torch.nn.functional.cross_entropy(logits, tk, reduction="sum")
+    divisor = len(tk) if reduction == "mean" else 1
+    g = torch.softmax(logits, -1)
+    g[torch.arange(len(tk)), tk] -= 1
+    g = g.to(x.dtype)  # each row's own gradient, quantized before the mean's 1 / count scales it
+    dx = torch.zeros_like(x)
+    dx[keep] = (f8._fake(g, act) @ f8._fake(w.t().contiguous(), wgt).t()).to(x.dtype)
+    return loss / divisor, dx / divisor, g.float().t() @ xk.float() / divisor
+
+
+@pytest.mark.parametrize("recipe,shape,chunk_rows", [("rowwise", (24, 32, 48), 0), ("rowwise", (40, 32, 64), 7),
+                                                     ("tensorwise", (24, 48, 32), 0),
+                                                     ("blockwise", (20, 256, 128), 6)])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_linear_cross_entropy_in_float8_is_its_formula(monkeypatch, recipe, shape, chunk_rows, reduction):
+    """float8.linear_cross_entropy (emulated on the CPU) against its formula: the loss, d_hidden
+    (the logits' gradient quantized along the vocabulary) and d_weight (the weight's dtype),
+    ignored rows taking nothing, the upstream gradient scaling both; in several chunks where the
+    recipe's groups are rows or blocks of a row (a per-tensor scale is a chunk's)."""
+    from tessera import _head_chunks
+    n, h, v = shape
+    if chunk_rows:
+        monkeypatch.setattr(_head_chunks, "BUDGET_BYTES", chunk_rows * v * 4)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, h, generator=g, requires_grad=True)
+    w = (torch.randn(v, h, generator=g) * 0.2).requires_grad_()
+    t = torch.randint(0, v, (n,), generator=g)
+    t[::5] = -100
+    loss = f8.linear_cross_entropy(x, w, t, recipe=recipe, reduction=reduction)
+    (loss * 3).backward()
+    want, dx, dw = _head_reference(x.detach(), w.detach(), t, recipe, -100, reduction)
+    torch.testing.assert_close(loss, want.float(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x.grad, dx * 3, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w.grad, dw * 3, rtol=1e-4, atol=1e-5)  # summed chunk by chunk
+
+
+def test_linear_cross_entropy_in_float8_refuses_what_it_cannot_take():
+    x, w, t = torch.randn(4, 32), torch.randn(48, 32), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(ValueError, match="argument 'recipe'"):
+        f8.linear_cross_entropy(x, w, t, recipe="float8")
+    with pytest.raises(ValueError, match="argument 'weight'"):
+        f8.linear_cross_entropy(x, torch.randn(40, 32), t)  # V not a multiple of 16
+    with pytest.raises(ValueError, match="argument 'weight'"):
+        f8.linear_cross_entropy(x, w, t, recipe="blockwise")  # multiples of 128
+    with pytest.raises(ValueError, match="argument 'weight'"):
+        f8.linear_cross_entropy(x, torch.randn(48, 16), t)
+    with pytest.raises(ValueError, match="argument 'target'"):
+        f8.linear_cross_entropy(x, w, t.float())
+    with pytest.raises(ValueError, match="argument 'reduction'"):
+        f8.linear_cross_entropy(x, w, t, reduction="none")
+    with pytest.raises(ValueError, match="argument 'hidden'"):
+        f8.linear_cross_entropy(x[None], w, t)
+    all_ignored = f8.linear_cross_entropy(x, w, torch.full((4,), -100))
+    assert torch.isnan(all_ignored)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
+def test_linear_cross_entropy_in_float8_on_the_kernels(recipe):
+    """On the GPU's kernels: the loss and gradients of the emulated head within float8's
+    accumulation and bf16 output rounding, the weight cached or not."""
+    _need_cuda()
+    if not f8._on_kernels(torch.ones(1, device="cuda", dtype=torch.bfloat16), recipe):
+        pytest.skip("needs the sm90 float8 kernels")
+    torch.manual_seed(0)
+    x = torch.randn(1000, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(2048, 256, device="cuda") * 0.05).bfloat16().requires_grad_()
+    t = torch.randint(0, 2048, (1000,), device="cuda")
+    t[::7] = -100
+    want_x, want_w = x.detach().cpu().float().requires_grad_(), w.detach().cpu().float().requires_grad_()
+    want = f8.linear_cross_entropy(want_x, want_w, t.cpu(), recipe=recipe)
+    want.backward()
+    for cache in (False, True):
+        x.grad = w.grad = None
+        loss = f8.linear_cross_entropy(x, w, t, recipe=recipe, cache_weights=cache)
+        loss.backward()
+        torch.testing.assert_close(loss.cpu(), want, rtol=2e-3, atol=2e-3)
+        for got, ref in ((x.grad, want_x.grad), (w.grad, want_w.grad)):
+            err = (got.float().cpu() - ref).norm() / ref.norm()
+            assert err < 3e-2, (cache, err)
+    f8.drop_cached_weights()
