@@ -12,6 +12,8 @@ added in float32, which scaled_mm does not do. Imported by tessera/float8.py onl
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from . import _head_chunks
 from . import float8 as f8
 
@@ -68,10 +70,11 @@ def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction:
                          f"{getattr(target, 'dtype', '')}")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"{name}: argument 'reduction': expected 'mean' or 'sum', got {reduction!r}")
-    misfit = _weight_misfit(weight, recipe)
+    # the weight [V, H] as a Linear's [out_features, in_features]: V is d_hidden's K, H the logits'
+    misfit = f8._misfit(SimpleNamespace(out_features=weight.shape[0], in_features=weight.shape[1]), recipe)
     if misfit is not None:
-        raise ValueError(f"{name}: argument 'weight': its {misfit[0]} ({misfit[2]}) must be a multiple of "
-                         f"{misfit[1]} for the {recipe} recipe")
+        raise ValueError(f"{name}: argument 'weight': its {misfit[0]} ({list(weight.shape)}: [out_features, "
+                         f"in_features]) must be a multiple of {misfit[1]} for the {recipe} recipe")
     target = target.to(hidden.device)
     index, _, _ = _head_chunks.kept_rows(torch, (target != ignore_index).reshape(1, -1))  # one sync
     kept = index.numel()
@@ -85,12 +88,3 @@ def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction:
                                         gemms=_Gemms(weight, recipe, cache))
     return loss / kept if reduction == "mean" else loss
 
-
-def _weight_misfit(weight, recipe: str):
-    """(dimension's name, the multiple it needs, its size) where the weight [V, H] does not fit the
-    recipe's GEMMs (V is d_hidden's K, H the logits'), else None."""
-    need = f8.BLOCK if recipe == "blockwise" else 16
-    for dim, size in (("vocabulary size", weight.shape[0]), ("hidden size", weight.shape[1])):
-        if size % need:
-            return dim, need, size
-    return None
