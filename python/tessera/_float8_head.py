@@ -42,12 +42,12 @@ class _Gemms:
         qx, sx, _, _ = f8._quantize_both(x.contiguous(), self.act, False)
         return f8._scaled(qx, sx, self.q.t(), f8._as_right(self.s, self.wgt), x.dtype)
 
-    def d_hidden(self, grad):
-        """grad [n, V] @ weight: [n, H] in grad's dtype."""
+    def d_hidden(self, grad, alpha: float = 1.0):
+        """alpha * grad [n, V] @ weight: [n, H] in grad's dtype (alpha folded into grad's scales)."""
         if not self.kernels:
-            return f8._cast(f8._fake(grad, self.act) @ self.w_t.t(), grad.dtype)
+            return f8._cast((f8._fake(grad, self.act) @ self.w_t.t()) * alpha, grad.dtype)
         qg, sg, _, _ = f8._quantize_both(grad.contiguous(), self.act, False)
-        return f8._scaled(qg, sg, self.q_t.t(), self.s_t, grad.dtype)
+        return f8._scaled(qg, sg * alpha if alpha != 1.0 else sg, self.q_t.t(), self.s_t, grad.dtype)
 
 
 def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction: str, cache: bool):
@@ -80,11 +80,12 @@ def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction:
     kept = index.numel()
     per = max(1, _head_chunks.BUDGET_BYTES // (weight.shape[0] * hidden.element_size()))
     rows = [index[i:i + per] for i in range(0, kept, per)]
-    # Each row's gradient unscaled (its values are the loss's terms): the mean's 1 / count scales
-    # the sum and, through the backward, both gradients, not every chunk's logits. Every row
-    # ignored: torch's 'mean', 0 / 0.
+    # Each row's gradient unscaled (its values are the loss's terms): the mean's 1 / count goes
+    # into the gradients' GEMMs (d_hidden's through its scales), not over every chunk's logits.
+    # Every row ignored: torch's 'mean', 0 / 0.
+    mean = reduction == "mean" and kept > 0
     loss = _head_chunks.fused_head_loss(torch, hidden, weight, None, rows,
                                         _head_chunks.ce_rows(torch, target, ignore_index), lambda values, i: None,
-                                        gemms=_Gemms(weight, recipe, cache))
-    return loss / kept if reduction == "mean" else loss
+                                        gemms=_Gemms(weight, recipe, cache), factor=1.0 / kept if mean else 1.0)
+    return loss / kept if reduction == "mean" and not mean else loss
 

@@ -88,7 +88,7 @@ def scale_rows(torch, grad, factor) -> None:
 
 
 def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Callable, value_fn: Callable,
-                    *, scale: float = 1.0, total: Callable | None = None, gemms: Any = None):
+                    *, scale: float = 1.0, total: Callable | None = None, gemms: Any = None, factor: float = 1.0):
     """The loss sum over chunks of ``value_fn(values, i)``, where ``values`` (float32, a leaf)
     are ``row_fn(logits, rows[i])``'s for the logits ``(hidden[rows[i]] @ weight.T + bias) *
     scale`` of chunk i's rows (hidden [N, H], weight [V, H]); differentiable in hidden, weight and
@@ -98,17 +98,21 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
     only: a function of the whole batch, exact for the chunk's rows where the loss is a sum over
     the units the chunks hold). ``gemms`` (no bias, scale 1) computes a chunk's logits
     (``gemms.logits(x_rows)``) and d_hidden's rows (``gemms.d_hidden(grad)``) in its own way
-    (tessera.float8's, in float8); d_weight stays the weight's dtype."""
+    (tessera.float8's, in float8: ``gemms.d_hidden(grad, alpha)``); d_weight stays the weight's
+    dtype. ``factor`` (a mean's 1 / count) multiplies the loss, folded into the gradients' GEMMs
+    rather than a pass over them."""
     from . import matrix
     need = [t is not None and t.requires_grad for t in (hidden, weight, bias)]
+    first = next((i for i, index in enumerate(rows) if index.numel()), len(rows))
     dx = torch.zeros_like(hidden) if need[0] else None
-    dw = torch.zeros_like(weight) if need[1] else None
+    # the first chunk's GEMM writes d_weight on the GPU (beta 0): nothing to zero there
+    dw = (torch.empty_like if hidden.is_cuda and first < len(rows) else torch.zeros_like)(weight) if need[1] else None
     db = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need[2] else None
     value = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    alpha = scale * factor  # the gradients' GEMMs
     with torch.no_grad():
         x, w = hidden.detach(), weight.detach()
         b = None if bias is None else bias.detach() * scale
-        first = next((i for i, index in enumerate(rows) if index.numel()), len(rows))
         for i, index in enumerate(rows):
             if index.numel() == 0:
                 continue
@@ -131,18 +135,20 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
             if total is None:
                 value += part.detach()
             if dx is not None:
-                dx[index] = (gemms.d_hidden(logits) if gemms is not None else
-                             matrix.matmul(logits, w, alpha=scale) if x.is_cuda else (logits @ w) * scale)
+                dx[index] = (gemms.d_hidden(logits, alpha) if gemms is not None else
+                             matrix.matmul(logits, w, alpha=alpha) if x.is_cuda else (logits @ w) * alpha)
             if dw is not None:
                 if x.is_cuda:  # d_weight accumulates in the weight's dtype, as linear_cross_entropy's
-                    matrix.matmul(logits.t(), xc, alpha=scale, beta=float(i > first), out=dw)
+                    matrix.matmul(logits.t(), xc, alpha=alpha, beta=float(i > first), out=dw)
                 else:
-                    dw += (logits.t() @ xc) * scale
+                    dw += (logits.t() @ xc) * alpha
             if db is not None:
-                db += logits.sum(0, dtype=torch.float32) * scale
-    if total is not None:
-        with torch.no_grad():
+                db += logits.sum(0, dtype=torch.float32) * alpha
+    with torch.no_grad():
+        if total is not None:
             value = total().float()
+        if factor != 1.0:
+            value = value * factor
     return _saved().apply(value, hidden, weight, bias, dx, dw, None if db is None else db.to(bias.dtype))
 
 
@@ -168,9 +174,21 @@ def _saved():
                     raise RuntimeError("tessera.post_training: a second backward through the loss (retain_graph): "
                                        "its gradients are computed in the forward and scaled in place by the "
                                        "first; compute the loss again instead")
-                out = [None if d is None else d.mul_(g.to(d.dtype)) for d in ctx.grads]
+                out = [None if d is None else _scaled_by(torch, d, g) for d in ctx.grads]
                 ctx.grads = None
                 return (None, *out, None, None, None)
 
         _saved_cls = Saved
     return _saved_cls
+
+
+def _scaled_by(torch, d, g):
+    """d times the loss's gradient g (0-d), in place: on CUDA by cross_entropy's backward kernel,
+    which reads g on the device and leaves d alone where it is 1 (training's case: a pass over
+    d_weight saved, without a host synchronization to learn it)."""
+    if (_state.ops is not None and d.is_cuda and g.device == d.device and d.dim() in (1, 2) and d.is_contiguous()
+            and d.dtype in (torch.float32, torch.float16, torch.bfloat16)):
+        _state.ops.cross_entropy.backward(g.detach().float().reshape(()).contiguous(), d.view(-1, d.shape[-1]),
+                                          reduction="sum")
+        return d
+    return d.mul_(g.to(d.dtype))
