@@ -15,7 +15,9 @@ The model: <family>ForCausalLM from its config with random init (the sizes above
 ``attn_implementation`` --attn (sdpa; "tessera" is tessera's FlashAttention). The "tessera" runs
 patch it with apply_tessera's defaults, which put it on tessera's attention too; the "tessera
 sdpa" runs with ``attention=False``, keeping --attn; "tessera fp8 <recipe>" with fp8=<recipe>, and
-"... head" with the output head converted too (the fused loss's GEMMs in float8). A step is
+"... head" with the output head converted too (the fused loss's GEMMs in float8); "torchao <recipe>
+compile" with torchao's convert_to_float8_training on every Linear but the head ("torchao <recipe>
+head compile": the head too), under torch.compile. A step is
 ``model(input_ids=x, labels=x).loss.backward()`` then zero_grad(set_to_none=True), no optimizer:
 what the patches change. Each run builds the same model (one seed) and sees the same batch;
 each run's model is built (and compiled) once and kept; the runs are interleaved within each of
@@ -68,10 +70,11 @@ MOE = {"qwen3_moe": "num_experts", "qwen2_moe": "num_experts", "mixtral": "num_l
 VLMS = {"qwen2_vl": dict(depth=1, hidden_size=64, embed_dim=64, num_heads=2, intermediate_size=128)}
 DEFAULT_RUNS = ("eager", "compile", "liger", "tessera", "tessera compile", "tessera sdpa", "tessera sdpa compile")
 # float8 training: tessera's recipes through apply_tessera(fp8=), torchao's (the linears but the
-# head converted by convert_to_float8_training) under torch.compile, as torchao is meant to run
+# head converted by convert_to_float8_training; "head": the head too) under torch.compile, as
+# torchao is meant to run
 RUNS = DEFAULT_RUNS + tuple(f"tessera fp8 {r}" for r in ("tensorwise", "rowwise", "blockwise")) + tuple(
     f"tessera fp8 {r} head" for r in ("tensorwise", "rowwise", "blockwise")) + tuple(
-    f"torchao {r} compile" for r in ("tensorwise", "rowwise"))
+    f"torchao {r}{head} compile" for r in ("tensorwise", "rowwise") for head in ("", " head"))
 # --fit: the model for a GPU under FIT_GIB (the issue's model's eager run peaks near 20 GiB above
 # the weights of the runs kept).
 FIT_GIB = 40
@@ -132,7 +135,7 @@ def build(run, args, family):
     elif run.startswith("torchao"):
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(run.split()[1]),
-                                   module_filter_fn=lambda module, fqn: fqn != "lm_head")
+                                   module_filter_fn=None if " head " in run else lambda module, fqn: fqn != "lm_head")
     return model
 
 

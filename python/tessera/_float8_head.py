@@ -1,13 +1,15 @@
 """tessera.float8.linear_cross_entropy: a language model's output head and its cross-entropy with
-the logits and d_hidden GEMMs in float8, on tessera/_head_chunks.py's mechanism (chunks of the
-rows not ignored, each chunk's gradient computed in the forward, the logits never all held).
+its three GEMMs in float8, on tessera/_head_chunks.py's mechanism (chunks of the rows not ignored,
+each chunk's gradient computed in the forward, the logits never all held).
 
 The logits GEMM quantizes a chunk's hidden states and the weight along the hidden size; d_hidden's
-quantizes the chunk's logits' gradient and the weight's columns along the vocabulary (tensorwise:
-one scale a chunk). The weight is quantized once a call, in both layouts (or once an optimizer
-step with ``cache_weights``). d_weight (K = the tokens, summed over chunks) runs in the weight's
-dtype, as tessera.linear_cross_entropy's does: its sum over chunks would need each chunk's product
-added in float32, which scaled_mm does not do. Imported by tessera/float8.py only.
+quantizes the chunk's logits' gradient and the weight's columns along the vocabulary; d_weight's
+(K = the chunk's rows) the same gradient's and hidden states' columns along the rows, quantized in
+the same calls as their rows (tensorwise: one scale a chunk). Each chunk's d_weight is added into
+the weight's gradient by scaled_mm's beta, in the weight's dtype, as tessera.linear_cross_entropy
+adds its chunks; blockwise scales take no beta, so there d_weight runs in the weight's dtype. The
+weight is quantized once a call, in both layouts (or once an optimizer step with
+``cache_weights``). Imported by tessera/float8.py only.
 """
 
 from __future__ import annotations
@@ -19,12 +21,17 @@ from . import float8 as f8
 
 
 class _Gemms:
-    """fused_head_loss's logits and d_hidden GEMMs by ``recipe``: on tessera.scaled_mm where
-    float8._on_kernels says so, else emulated (quantized, dequantized, products in float32)."""
+    """fused_head_loss's GEMMs by ``recipe``: on tessera.scaled_mm where float8._on_kernels says
+    so, else emulated (quantized, dequantized, products in float32). d_weight (K = a chunk's rows)
+    adds each chunk's product into the weight's gradient through scaled_mm's beta; block-wise
+    scales take no beta, so there it runs in the weight's dtype."""
 
-    def __init__(self, weight, recipe: str, cache: bool):
+    def __init__(self, weight, recipe: str, cache: bool, want_dw: bool):
         self.act, self.wgt = f8._OPERANDS[recipe]
         self.kernels = f8._on_kernels(weight, recipe)
+        self.fp8_dw = want_dw and recipe != "blockwise"
+        self.columns = self.kernels and self.fp8_dw  # x's and the gradient's columns, for d_weight
+        self.x_t = self.grad_t = None
         w = weight.detach()
         if not self.kernels:
             self.w = f8._fake(w, self.wgt)  # [V, H], K = H
@@ -36,18 +43,41 @@ class _Gemms:
             self.q, self.s, self.q_t, self.s_t = f8._quantize_both(w, self.wgt, True)
 
     def logits(self, x):
-        """x [n, H] @ weight^T: [n, V] in x's dtype."""
+        """x [n, H] @ weight^T: [n, V] in x's dtype (x's columns kept for d_weight)."""
         if not self.kernels:
             return f8._cast(f8._fake(x, self.act) @ self.w.t(), x.dtype)
-        qx, sx, _, _ = f8._quantize_both(x.contiguous(), self.act, False)
+        qx, sx, *self.x_t = f8._quantize_both(x.contiguous(), self.act, self.columns)
         return f8._scaled(qx, sx, self.q.t(), f8._as_right(self.s, self.wgt), x.dtype)
 
     def d_hidden(self, grad, alpha: float = 1.0):
-        """alpha * grad [n, V] @ weight: [n, H] in grad's dtype (alpha folded into grad's scales)."""
+        """alpha * grad [n, V] @ weight: [n, H] in grad's dtype (alpha folded into grad's scales;
+        grad's columns kept for d_weight)."""
         if not self.kernels:
             return f8._cast((f8._fake(grad, self.act) @ self.w_t.t()) * alpha, grad.dtype)
-        qg, sg, _, _ = f8._quantize_both(grad.contiguous(), self.act, False)
+        qg, sg, *self.grad_t = f8._quantize_both(grad.contiguous(), self.act, self.columns)
         return f8._scaled(qg, sg * alpha if alpha != 1.0 else sg, self.q_t.t(), self.s_t, grad.dtype)
+
+    def d_weight(self, grad, x, alpha: float, accumulate: bool, dw):
+        """dw = alpha * grad^T [V, n] @ x [n, H] (+ dw where ``accumulate``), K = the n rows."""
+        import torch
+        from . import matrix
+        if self.fp8_dw and self.kernels:
+            (qg_t, sg_t), (qx_t, sx_t) = self.grad_t, self.x_t
+            self.grad_t = self.x_t = None
+            sg_t = sg_t.t() if sg_t.dim() else sg_t  # [V, 1]: scale_a for qg_t as the left operand
+            with torch.no_grad():
+                matrix.scaled_mm(qg_t, qx_t.t(), sg_t * alpha if alpha != 1.0 else sg_t, sx_t,
+                                 beta=float(accumulate), out=dw)
+            return
+        if self.fp8_dw:  # the emulation
+            part = f8._fake(grad.t().contiguous(), self.act) @ f8._fake(x.t().contiguous(), self.act).t()
+        elif grad.is_cuda:
+            matrix.matmul(grad.t(), x, alpha=alpha, beta=float(accumulate), out=dw)
+            return
+        else:
+            part = grad.t() @ x
+        part = (part * alpha).to(dw.dtype)
+        dw.add_(part) if accumulate else dw.copy_(part)
 
 
 def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction: str, cache: bool):
@@ -78,7 +108,11 @@ def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction:
     target = target.to(hidden.device)
     index, _, _ = _head_chunks.kept_rows(torch, (target != ignore_index).reshape(1, -1))  # one sync
     kept = index.numel()
-    per = max(1, _head_chunks.BUDGET_BYTES // (weight.shape[0] * hidden.element_size()))
+    # Chunks of the logits' budget, as even as 16-row multiples make them: d_weight's K (a chunk's
+    # rows) is padded to 16 for the copy engine, which a whole chunk's gradient should not need.
+    most = max(1, _head_chunks.BUDGET_BYTES // (weight.shape[0] * hidden.element_size()))
+    chunks = max(1, -(-kept // most))
+    per = max(16, -(-kept // chunks // 16) * 16)  # ceil(kept / chunks), rounded up to 16
     rows = [index[i:i + per] for i in range(0, kept, per)]
     # Each row's gradient unscaled (its values are the loss's terms): the mean's 1 / count goes
     # into the gradients' GEMMs (d_hidden's through its scales), not over every chunk's logits.
@@ -86,6 +120,6 @@ def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction:
     mean = reduction == "mean" and kept > 0
     loss = _head_chunks.fused_head_loss(torch, hidden, weight, None, rows,
                                         _head_chunks.ce_rows(torch, target, ignore_index), lambda values, i: None,
-                                        gemms=_Gemms(weight, recipe, cache), factor=1.0 / kept if mean else 1.0)
+                                        gemms=_Gemms(weight, recipe, cache, weight.requires_grad), factor=1.0 / kept if mean else 1.0)
     return loss / kept if reduction == "mean" and not mean else loss
 

@@ -97,10 +97,10 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
     the loss's value is ``total()`` after the chunks (value_fn then gives each chunk's gradient
     only: a function of the whole batch, exact for the chunk's rows where the loss is a sum over
     the units the chunks hold). ``gemms`` (no bias, scale 1) computes a chunk's logits
-    (``gemms.logits(x_rows)``) and d_hidden's rows (``gemms.d_hidden(grad)``) in its own way
-    (tessera.float8's, in float8: ``gemms.d_hidden(grad, alpha)``); d_weight stays the weight's
-    dtype. ``factor`` (a mean's 1 / count) multiplies the loss, folded into the gradients' GEMMs
-    rather than a pass over them."""
+    (``gemms.logits(x_rows)``), d_hidden's rows (``gemms.d_hidden(grad, alpha)``) and d_weight's
+    part (``gemms.d_weight(grad, x_rows, alpha, accumulate, dw)``, into dw) in its own way
+    (tessera.float8's, in float8). ``factor`` (a mean's 1 / count) multiplies the loss, folded into
+    the gradients' GEMMs rather than a pass over them."""
     from . import matrix
     need = [t is not None and t.requires_grad for t in (hidden, weight, bias)]
     first = next((i for i, index in enumerate(rows) if index.numel()), len(rows))
@@ -138,7 +138,9 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
                 dx[index] = (gemms.d_hidden(logits, alpha) if gemms is not None else
                              matrix.matmul(logits, w, alpha=alpha) if x.is_cuda else (logits @ w) * alpha)
             if dw is not None:
-                if x.is_cuda:  # d_weight accumulates in the weight's dtype, as linear_cross_entropy's
+                if gemms is not None:
+                    gemms.d_weight(logits, xc, alpha, i > first, dw)
+                elif x.is_cuda:  # d_weight accumulates in the weight's dtype, as linear_cross_entropy's
                     matrix.matmul(logits.t(), xc, alpha=alpha, beta=float(i > first), out=dw)
                 else:
                     dw += (logits.t() @ xc) * alpha

@@ -562,9 +562,9 @@ def gated_linear(kind: str, gate, up, linear):
 def linear_cross_entropy(hidden, weight, target, *, recipe: str = "rowwise", ignore_index: int = -100,
                          reduction: str = "mean", cache_weights: bool = False):
     """tessera.linear_cross_entropy's loss (no bias, soft-cap, smoothing or z-loss) of hidden [N, H]
-    @ weight [V, H]^T against class indices ``target`` [N], with the logits' and d_hidden's GEMMs
-    in float8 by ``recipe`` (each operand along its own K: the hidden size, then the vocabulary)
-    and d_weight in the weight's dtype: a language model's output head in float8, which
+    @ weight [V, H]^T against class indices ``target`` [N], with its GEMMs in float8 by ``recipe``
+    (each operand along its own K: the hidden size, the vocabulary, then the tokens; blockwise's
+    d_weight in the weight's dtype): a language model's output head in float8, which
     tessera.transformers' fused loss takes where lm_head is a Float8Linear. The logits are never
     all held (chunks of the rows not ignored, each chunk's gradient computed in the forward, one
     host synchronization a call: torch.compile breaks its graph there, so fullgraph=True refuses

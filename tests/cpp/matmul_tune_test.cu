@@ -125,6 +125,11 @@ TEST(MatmulArgs, ScaledMmChecksItsArguments) {
     tessera::scaled_mm(cuda_tensor(0x1000, DType::float8_e5m2, {64, 256}), cuda_tensor(0x100000, DType::float8_e5m2, {256, 48}),
                        blocks, cuda_tensor(0x400000, DType::float32, {2, 1}), c, nullptr, nullptr);
   }, ErrorKind::type, {"argument 'input'", "float8_e4m3fn with block-wise scales", "got float8_e5m2"});
+  // beta: with per-tensor and row-wise scales only.
+  tessera::ScaledMmOptions accumulate;
+  accumulate.beta = 1.0;
+  expect_error([&] { tessera::scaled_mm(a, b, blocks, cuda_tensor(0x400000, DType::float32, {2, 1}), c, accumulate, nullptr); },
+               ErrorKind::value, {"tessera.scaled_mm: argument 'beta'", "0 with block-wise scales", "got 1"});
 }
 
 // One problem, its reference, and the check of a result against it. float8: unit per-tensor

@@ -12,37 +12,51 @@ import tessera.float8 as f8  # noqa: E402
 from test_float8 import _need_cuda  # noqa: E402
 
 
-def _head_reference(x, w, t, recipe, ignore_index, reduction):
-    """The loss, d_hidden and d_weight of the float8 head, written out over the rows not ignored:
-    logits of the recipe's dequantized operands, torch's cross-entropy, the logits' gradient
-    quantized along the vocabulary for d_hidden, d_weight unquantized in float32."""
+def _head_reference(x, w, t, recipe, ignore_index, reduction, most):
+    """The loss, d_hidden and d_weight of the float8 head, written out chunk by chunk over the rows
+    not ignored (``most`` rows a chunk at most, as even as multiples of 16 make them): logits of
+    the recipe's dequantized operands, torch's cross-entropy, the logits' gradient quantized along
+    the vocabulary for d_hidden and along the chunk's rows, with x's columns, for d_weight
+    (blockwise: d_weight unquantized, in float32)."""
     act, wgt = f8._OPERANDS[recipe]
     keep = t != ignore_index
     xk, tk = x[keep], t[keep]
-    logits = (f8._fake(xk, act) @ f8._fake(w, wgt).t()).to(x.dtype).float()
-    loss = torch.nn.functional.cross_entropy(logits, tk, reduction="sum")
-    divisor = len(tk) if reduction == "mean" else 1
-    g = torch.softmax(logits, -1)
-    g[torch.arange(len(tk)), tk] -= 1
-    g = g.to(x.dtype)  # each row's own gradient, quantized before the mean's 1 / count scales it
+    kept = len(tk)
+    per = -(-kept // -(-kept // most) // 16) * 16
+    loss, dxk, dw = torch.zeros(()), torch.zeros_like(xk), torch.zeros(w.shape)
+    for i in range(0, kept, per):
+        xc, tc = xk[i:i + per], tk[i:i + per]
+        logits = (f8._fake(xc, act) @ f8._fake(w, wgt).t()).to(x.dtype).float()
+        loss += torch.nn.functional.cross_entropy(logits, tc, reduction="sum")
+        g = torch.softmax(logits, -1)
+        g[torch.arange(len(tc)), tc] -= 1
+        g = g.to(x.dtype)  # each row's own gradient, quantized before the mean's 1 / count scales it
+        dxk[i:i + per] = (f8._fake(g, act) @ f8._fake(w.t().contiguous(), wgt).t()).to(x.dtype)
+        g, xc = g.float(), xc.float()
+        if recipe == "blockwise":
+            dw += g.t() @ xc
+        else:
+            dw += f8._fake(g.t().contiguous(), act) @ f8._fake(xc.t().contiguous(), act).t()
     dx = torch.zeros_like(x)
-    dx[keep] = (f8._fake(g, act) @ f8._fake(w.t().contiguous(), wgt).t()).to(x.dtype)
-    return loss / divisor, dx / divisor, g.float().t() @ xk.float() / divisor
+    dx[keep] = dxk
+    divisor = kept if reduction == "mean" else 1
+    return loss / divisor, dx / divisor, dw / divisor
 
 
 @pytest.mark.parametrize("recipe,shape,chunk_rows", [("rowwise", (24, 32, 48), 0), ("rowwise", (40, 32, 64), 7),
                                                      ("tensorwise", (24, 48, 32), 0),
-                                                     ("blockwise", (20, 256, 128), 6)])
+                                                     ("tensorwise", (60, 48, 32), 20),
+                                                     ("blockwise", (40, 256, 128), 6)])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_linear_cross_entropy_in_float8_is_its_formula(monkeypatch, recipe, shape, chunk_rows, reduction):
     """float8.linear_cross_entropy (emulated on the CPU) against its formula: the loss, d_hidden
-    (the logits' gradient quantized along the vocabulary) and d_weight (the weight's dtype),
-    ignored rows taking nothing, the upstream gradient scaling both; in several chunks where the
-    recipe's groups are rows or blocks of a row (a per-tensor scale is a chunk's)."""
+    (the logits' gradient quantized along the vocabulary) and d_weight (quantized along each
+    chunk's rows, summed over chunks), ignored rows taking nothing, the upstream gradient scaling
+    both; in several chunks (of 16 rows: d_weight's K step) where ``chunk_rows`` is set."""
     from tessera import _head_chunks
     n, h, v = shape
-    if chunk_rows:
-        monkeypatch.setattr(_head_chunks, "BUDGET_BYTES", chunk_rows * v * 4)
+    most = chunk_rows or n
+    monkeypatch.setattr(_head_chunks, "BUDGET_BYTES", most * v * 4)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, h, generator=g, requires_grad=True)
     w = (torch.randn(v, h, generator=g) * 0.2).requires_grad_()
@@ -50,7 +64,8 @@ def test_linear_cross_entropy_in_float8_is_its_formula(monkeypatch, recipe, shap
     t[::5] = -100
     loss = f8.linear_cross_entropy(x, w, t, recipe=recipe, reduction=reduction)
     (loss * 3).backward()
-    want, dx, dw = _head_reference(x.detach(), w.detach(), t, recipe, -100, reduction)
+    assert len(range(0, int((t != -100).sum()), 16)) > 1 or not chunk_rows  # several chunks
+    want, dx, dw = _head_reference(x.detach(), w.detach(), t, recipe, -100, reduction, most)
     torch.testing.assert_close(loss, want.float(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(x.grad, dx * 3, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(w.grad, dw * 3, rtol=1e-4, atol=1e-5)  # summed chunk by chunk
@@ -77,9 +92,11 @@ def test_linear_cross_entropy_in_float8_refuses_what_it_cannot_take():
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
-def test_linear_cross_entropy_in_float8_on_the_kernels(recipe):
+def test_linear_cross_entropy_in_float8_on_the_kernels(monkeypatch, recipe):
     """On the GPU's kernels: the loss and gradients of the emulated head within float8's
-    accumulation and bf16 output rounding, the weight cached or not."""
+    accumulation and bf16 output rounding, the weight cached or not; in three chunks of the same
+    rows either way (d_weight added up in its bf16 output: scaled_mm's beta)."""
+    from tessera import _head_chunks
     _need_cuda()
     if not f8._on_kernels(torch.ones(1, device="cuda", dtype=torch.bfloat16), recipe):
         pytest.skip("needs the sm90 float8 kernels")
@@ -89,8 +106,10 @@ def test_linear_cross_entropy_in_float8_on_the_kernels(recipe):
     t = torch.randint(0, 2048, (1000,), device="cuda")
     t[::7] = -100
     want_x, want_w = x.detach().cpu().float().requires_grad_(), w.detach().cpu().float().requires_grad_()
+    monkeypatch.setattr(_head_chunks, "BUDGET_BYTES", 300 * 2048 * 4)  # float32 rows here, bfloat16 there
     want = f8.linear_cross_entropy(want_x, want_w, t.cpu(), recipe=recipe)
     want.backward()
+    monkeypatch.setattr(_head_chunks, "BUDGET_BYTES", 300 * 2048 * 2)
     for cache in (False, True):
         x.grad = w.grad = None
         loss = f8.linear_cross_entropy(x, w, t, recipe=recipe, cache_weights=cache)

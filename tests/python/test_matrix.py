@@ -384,6 +384,39 @@ def test_scaled_mm_rowwise_matches_float64(torch, fp8, out_dtype, m, n):
     assert rel_err(torch, got, ref) <= (1e-3 if out_dtype == "float32" else 1e-2)
 
 
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("m,n", [(301, 528), (333, 517), (16, 4096), (63, 71)])
+def test_scaled_mm_beta_adds_into_out(torch, out_dtype, m, n):
+    """out= and beta: the product added into out's old values (row-wise on each path, per-tensor
+    once), as a gradient is summed over chunks of K; the old values are read, not just written."""
+    k = 100 if m == 63 else 512
+    a = (torch.rand(m, k, device="cuda") * 4 - 2).to(torch.float8_e4m3fn)
+    w = (torch.rand(n, k, device="cuda") * 4 - 2).to(torch.float8_e4m3fn)
+    out_dt = getattr(torch, out_dtype)
+    for sa, sb in ((torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5),
+                   (torch.tensor(0.5, device="cuda"), torch.tensor(1.5, device="cuda"))):
+        old = torch.randn(m, n, device="cuda", dtype=out_dt) * 50
+        out = old.clone()
+        got = tessera.scaled_mm(a, w.t(), sa, sb, out=out, beta=0.5)
+        assert got is out
+        ref = sa.double() * (a.double() @ w.double().t()) * sb.double() + 0.5 * old.double()
+        assert rel_err(torch, out, ref) <= (1e-3 if out_dtype == "float32" else 1e-2)
+        tessera.scaled_mm(a, w.t(), sa, sb, out=out)  # beta 0: written over
+        assert rel_err(torch, out, ref - 0.5 * old.double()) <= (1e-3 if out_dtype == "float32" else 1e-2)
+
+
+def test_scaled_mm_beta_errors_name_the_argument(torch):
+    a = torch.ones(64, 256, device="cuda").to(torch.float8_e4m3fn)
+    s = torch.tensor(1.0, device="cuda")
+    with pytest.raises(ValueError, match=r"tessera\.scaled_mm: argument 'beta': a nonzero beta reads 'out'"):
+        tessera.scaled_mm(a, a.t(), s, s, beta=1.0)
+    with pytest.raises(ValueError, match=r"argument 'out': expected shape \[64, 64\]"):
+        tessera.scaled_mm(a, a.t(), s, s, out=torch.empty(64, 32, device="cuda"))
+    with pytest.raises(ValueError, match=r"argument 'beta': expected 0 with block-wise scales"):
+        tessera.scaled_mm(a, a.t(), torch.ones(64, 2, device="cuda"), torch.ones(2, 1, device="cuda"),
+                          out=torch.empty(64, 64, device="cuda", dtype=torch.bfloat16), beta=1.0)
+
+
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("m,n,k", [(301, 528, 512), (128, 256, 16384), (333, 517, 200), (16, 4096, 1024),
                                    (63, 71, 100)])

@@ -168,7 +168,9 @@ VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
     bias = make_tensor(out_dt, {s.n}, Layout::contiguous);
     fill_random(bias, -1, 1, stream);
   }
-  fill_poison(out, stream);
+  // With beta the output's old contents are an input; otherwise poison, to catch unwritten ones.
+  if (s.beta != 0.0) fill_random(out, -1, 1, stream);
+  else fill_poison(out, stream);
   HostCopy ha = to_host(a), hb = to_host(b), hc = to_host(out), hsa = to_host(sa), hsb = to_host(sb);
   HostCopy hbias = s.bias ? to_host(bias) : HostCopy{};
   std::vector<double> ref = s.blockwise ? block_scaled_reference(ha, hb, hsa, hsb, s)
@@ -178,8 +180,11 @@ VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
       ref[i * s.n + j] = (s.blockwise ? ref[i * s.n + j]
                                       : ref[i * s.n + j] * host::load_double(hsa.view, s.rowwise ? i : 0) *
                                             host::load_double(hsb.view, s.rowwise ? j : 0)) +
-                         (s.bias ? host::load_double(hbias.view, j) : 0.0);
-  scaled_mm(a.view, b.view, sa.view, sb.view, out.view, s.bias ? &bias.view : nullptr, stream);
+                         (s.bias ? host::load_double(hbias.view, j) : 0.0) +
+                         (s.beta != 0.0 ? s.beta * host::load_double(hc.view, i * s.n + j) : 0.0);
+  ScaledMmOptions o;
+  o.bias = s.bias ? &bias.view : nullptr, o.beta = s.beta;
+  scaled_mm(a.view, b.view, sa.view, sb.view, out.view, o, stream);
   std::string name = describe(dt, s) + " -> " + dtype_name(out_dt);
   // The reference takes the float8 inputs as stored, so only the sum's rounding is measured: the
   // tensor cores add float8 products into an accumulator of about 14 mantissa bits, not float32's
@@ -386,6 +391,16 @@ std::vector<VerifyCase> scaled_mm_cases() {
   };
   for (MatmulSpec& s : rowwise) s.rowwise = true;
   specs.insert(specs.end(), rowwise.begin(), rowwise.end());
+  // beta (a product accumulated into out over calls): row-wise on TMA stores, drain, split K and
+  // the SIMT tier; per-tensor once.
+  for (MatmulSpec s : {MatmulSpec{300, 208, 528}, MatmulSpec{333, 256, 517}, MatmulSpec{16, 4096, 512},
+                       MatmulSpec{201, 96, 137, 0, 0, C, C}}) {
+    s.rowwise = true, s.beta = 1.0;
+    specs.push_back(s);
+  }
+  MatmulSpec tensor_beta{300, 208, 528};
+  tensor_beta.beta = 0.5;
+  specs.push_back(tensor_beta);
   // Block-wise scales (e4m3): the block-scaled sm90 kernel (whole and partial tiles, a last
   // partial block of K and of N, scale_a either way round, long K under the tighter bound), the
   // SIMT tier.

@@ -99,6 +99,18 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
                const TensorView& scale_b, const TensorView& out, const TensorView* bias,
                cudaStream_t stream);
 
+// scaled_mm's epilogue beyond the scales: bias as above, and beta: out = scale_a * scale_b *
+// (input @ other) + bias + beta * out, out's old values read where beta is not 0 (a product
+// accumulated into out over calls, as a gradient over chunks of K). Per-tensor and row-wise
+// scales take beta; block-wise ones refuse it.
+struct ScaledMmOptions {
+  const TensorView* bias = nullptr;
+  double beta = 0.0;
+};
+void scaled_mm(const TensorView& input, const TensorView& other, const TensorView& scale_a,
+               const TensorView& scale_b, const TensorView& out, const ScaledMmOptions& options,
+               cudaStream_t stream);
+
 // torch._grouped_mm: a product per group in one call, float32 accumulation, the groups' offsets
 // (offs: int32 [G], contiguous, the groups' cumulative ends, on input's device) never read on the
 // host. The forms:

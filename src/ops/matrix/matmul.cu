@@ -307,17 +307,27 @@ void matmul(const TensorView& input, const TensorView& other, const TensorView& 
 }
 
 void scaled_mm(const TensorView& input, const TensorView& other, const TensorView& scale_a,
-               const TensorView& scale_b, const TensorView& out, const TensorView* bias,
+               const TensorView& scale_b, const TensorView& out, const ScaledMmOptions& options,
                cudaStream_t stream) {
   runtime::NvtxRange range("tessera::scaled_mm");
   for (auto [arg, t] : {std::pair{"input", &input}, std::pair{"other", &other}, std::pair{"out", &out}})
     if (t->ndim != 2)
       detail::throw_arg(ErrorKind::value, "scaled_mm", arg, "a 2-d tensor", detail::dims(*t));
   MatmulOptions o;
-  o.bias = bias;
+  o.bias = options.bias, o.beta = options.beta;
   matrix::GemmArgs g = resolve("scaled_mm", input, other, out, o);
   set_scales(g, input, other, scale_a, scale_b);
+  if (g.scale_blockwise && options.beta != 0.0)
+    detail::throw_arg(ErrorKind::value, "scaled_mm", "beta", "0 with block-wise scales", std::to_string(options.beta));
   run("scaled_mm", g, stream);
+}
+
+void scaled_mm(const TensorView& input, const TensorView& other, const TensorView& scale_a,
+               const TensorView& scale_b, const TensorView& out, const TensorView* bias,
+               cudaStream_t stream) {
+  ScaledMmOptions o;
+  o.bias = bias;
+  scaled_mm(input, other, scale_a, scale_b, out, o, stream);
 }
 
 }  // namespace tessera
