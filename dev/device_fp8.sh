@@ -20,7 +20,7 @@ OUT=/tmp/fp8logs  # each step's log and reports, packed into $FINAL at the end
 mkdir -p "$FINAL" "$OUT"
 root=$PWD
 summary=()
-ALL="main ctest verify memcheck memcheck2 ab matrix pytest conv moebench kernels ncu quant gaps fp8step public reports"  # STEPS picks
+ALL="main ctest verify memcheck memcheck2 ab matrix pytest pytest2 conv moebench kernels ncu quant gaps fp8step public reports"  # STEPS picks
 step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
@@ -61,6 +61,8 @@ export PYTHONUNBUFFERED=1
 step matrix "${MATRIX_LIMIT:-60}" "$PY" benchmarks/matrix.py ${MATRIX_ARGS:---no-sizes --fp32 --rounds 1} --out "$OUT/matrix"
 step pytest 150 "$PY" -m pytest -q -x tests/python/test_float8.py tests/python/test_float8_gated.py \
   tests/python/test_float8_head.py tests/python/test_torch_ops.py tests/python/test_transformers_patch.py -k "float8 or fp8"
+# PYTEST2: more test files (with their own -k), a second pytest step
+[ -n "${PYTEST2:-}" ] && step pytest2 150 "$PY" -m pytest -q -x $PYTEST2
 step conv 150 "$PY" -m pytest -q -x tests/python/test_float8_convergence.py
 step moebench "${MOE_LIMIT:-150}" "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3} --out "$OUT/moe"
 step kernels 90 "$PY" dev/fp8_kernels.py
