@@ -95,7 +95,7 @@ REPORTS = {
                  "python3 benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 "
                  "--kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 "
                  "--warmup 2 --runs 'tessera,compile,tessera fp8 rowwise,tessera fp8 rowwise head,tessera fp8 blockwise,"
-                 "torchao tensorwise compile' --out {out}", "transformers_step.md"),
+                 "torchao tensorwise compile,torchao tensorwise head compile' --out {out}", "transformers_step.md"),
     "fp8_public_step": ("float8 training: HF Llama at the public size (8 layers of 2048, 2 x 4096 tokens), one step "
                         "(benchmarks/transformers_step.py)",
                         "python3 benchmarks/transformers_step.py --family llama --rounds 2 --steps 4 --warmup 2 "
