@@ -69,7 +69,7 @@ step kernels 90 "$PY" dev/fp8_kernels.py
 step ncu 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
   --section MemoryWorkloadAnalysis "$PY" dev/fp8_ncu.py
 step quant 90 "$PY" benchmarks/float8_quantize.py ${QUANT_ARGS:---no-compile --rounds 3} --out "$OUT/float8_quantize"
-step gaps 120 "$PY" dev/step_gaps.py
+step gaps 120 "$PY" dev/step_gaps.py ${GAPS_RUNS:+--runs "$GAPS_RUNS"} --top 25
 step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
   --kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 --warmup 2 \
   --runs "${FP8_RUNS:-tessera,tessera fp8 rowwise,tessera fp8 blockwise}" --profile --out "$OUT/fp8_step"

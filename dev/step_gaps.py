@@ -43,8 +43,8 @@ def gaps(run, args):
     span = kernels[-1][1] - kernels[0][0]
     busy = sum(e - s for s, e, _ in kernels)
     total = sum(g for g, _, _ in idle)
-    print(f"== {run}: span {span / 1e3:.2f} ms, kernels {busy / 1e3:.2f} ms, idle > 5 us {total / 1e3:.2f} ms "
-          f"in {len(idle)} stretches")
+    print(f"== {run}: span {span / 1e3:.2f} ms, kernels {busy / 1e3:.2f} ms ({len(kernels)}), idle > 5 us "
+          f"{total / 1e3:.2f} ms in {len(idle)} stretches, the rest {(span - busy - total) / 1e3:.2f} ms")
     for g, n0, n1 in sorted(idle, reverse=True)[:args.top]:
         print(f"  {g:8.1f} us  after {n0[:70]}  before {n1[:70]}")
     del model

@@ -1,7 +1,8 @@
 """Float8 training converges as bf16 does (GPU): a small Llama (transformers) trained for 300 AdamW
 steps on a learnable corpus (a Markov chain of 4 successors a token, so the loss can fall from
-ln V to about ln 4), in bf16 and under each of tessera.float8's recipes, and under torchao's
-float8 where torchao installs (the calibration). Each fp8 run's final loss (the mean of its last
+ln V to about ln 4), in bf16 and under each of tessera.float8's recipes, under tessera.transformers
+with the output head in float8 too, and under torchao's float8 where torchao installs (the
+calibration). Each fp8 run's final loss (the mean of its last
 20 steps) within 1% of bf16's, and no step's loss non-finite or past twice the first step's."""
 
 import math
@@ -63,11 +64,14 @@ def bf16():
     return train(lambda model: None)
 
 
-@pytest.mark.parametrize("recipe", [*f8.RECIPES, "torchao"])
+@pytest.mark.parametrize("recipe", [*f8.RECIPES, "torchao", "rowwise head"])
 def test_float8_training_converges_as_bf16(bf16, recipe):
     if recipe == "torchao":
         pytest.importorskip("torchao.float8")
         losses = train(torchao_float8)
+    elif recipe == "rowwise head":  # tessera.transformers with the head in float8 under its fused loss
+        import tessera.transformers as tt
+        losses = train(lambda model: tt.apply_tessera(model, fp8="rowwise", fp8_head=True))
     else:
         losses = train(lambda model: f8.convert_to_float8_training(model, recipe=recipe, module_filter_fn=keep_body))
     assert bf16[-20:].mean() < 0.5 * math.log(VOCAB)  # the corpus is learned
