@@ -49,15 +49,19 @@ class _Gemms:
         qx, sx, *self.x_t = f8._quantize_both(x.contiguous(), self.act, self.columns)
         return f8._scaled(qx, sx, self.q.t(), f8._as_right(self.s, self.wgt), x.dtype)
 
-    def d_hidden(self, grad, alpha: float = 1.0):
-        """alpha * grad [n, V] @ weight: [n, H] in grad's dtype (alpha folded into grad's scales;
-        grad's columns kept for d_weight)."""
+    def d_hidden(self, grad, alpha=1.0, out=None):
+        """alpha * grad [n, V] @ weight: [n, H] in grad's dtype, or into ``out`` (alpha, a float or
+        a 0-d tensor, folded into grad's scales; grad's columns kept for d_weight)."""
         if not self.kernels:
-            return f8._cast((f8._fake(grad, self.act) @ self.w_t.t()) * alpha, grad.dtype)
+            d = f8._cast((f8._fake(grad, self.act) @ self.w_t.t()) * alpha, grad.dtype)
+            return d if out is None else out.copy_(d)
         qg, sg, *self.grad_t = f8._quantize_both(grad.contiguous(), self.act, self.columns)
-        return f8._scaled(qg, sg * alpha if alpha != 1.0 else sg, self.q_t.t(), self.s_t, grad.dtype)
+        if out is None:
+            return f8._scaled(qg, _times(sg, alpha), self.q_t.t(), self.s_t, grad.dtype)
+        from . import matrix
+        return matrix.scaled_mm(qg, self.q_t.t(), _times(sg, alpha), self.s_t, out=out)
 
-    def d_weight(self, grad, x, alpha: float, accumulate: bool, dw):
+    def d_weight(self, grad, x, alpha, accumulate: bool, dw):
         """dw = alpha * grad^T [V, n] @ x [n, H] (+ dw where ``accumulate``), K = the n rows."""
         import torch
         from . import matrix
@@ -66,8 +70,7 @@ class _Gemms:
             self.grad_t = self.x_t = None
             sg_t = sg_t.t() if sg_t.dim() else sg_t  # [V, 1]: scale_a for qg_t as the left operand
             with torch.no_grad():
-                matrix.scaled_mm(qg_t, qx_t.t(), sg_t * alpha if alpha != 1.0 else sg_t, sx_t,
-                                 beta=float(accumulate), out=dw)
+                matrix.scaled_mm(qg_t, qx_t.t(), _times(sg_t, alpha), sx_t, beta=float(accumulate), out=dw)
             return
         if self.fp8_dw:  # the emulation
             part = f8._fake(grad.t().contiguous(), self.act) @ f8._fake(x.t().contiguous(), self.act).t()
@@ -80,7 +83,13 @@ class _Gemms:
         dw.add_(part) if accumulate else dw.copy_(part)
 
 
-def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction: str, cache: bool):
+def _times(scale, alpha):
+    """A dequantization scale times alpha (a float, or a 0-d tensor: never read on the host)."""
+    return scale if isinstance(alpha, float) and alpha == 1.0 else scale * alpha
+
+
+def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction: str, cache: bool,
+              compact_rows: bool = False):
     import torch
     name = "tessera.float8.linear_cross_entropy"
     f8._check_recipe(recipe)
@@ -106,20 +115,32 @@ def head_loss(hidden, weight, target, recipe: str, ignore_index: int, reduction:
         raise ValueError(f"{name}: argument 'weight': its {misfit[0]} ({list(weight.shape)}: [out_features, "
                          f"in_features]) must be a multiple of {misfit[1]} for the {recipe} recipe")
     target = target.to(hidden.device)
-    index, _, _ = _head_chunks.kept_rows(torch, (target != ignore_index).reshape(1, -1))  # one sync
-    kept = index.numel()
+    n = hidden.shape[0]
+    if compact_rows:  # the rows not ignored gathered: one host synchronization for their count
+        index, _, _ = _head_chunks.kept_rows(torch, (target != ignore_index).reshape(1, -1))
+        n = index.numel()
     # Chunks of the logits' budget, as even as 16-row multiples make them: d_weight's K (a chunk's
     # rows) is padded to 16 for the copy engine, which a whole chunk's gradient should not need.
     most = max(1, _head_chunks.BUDGET_BYTES // (weight.shape[0] * hidden.element_size()))
-    chunks = max(1, -(-kept // most))
-    per = max(16, -(-kept // chunks // 16) * 16)  # ceil(kept / chunks), rounded up to 16
-    rows = [index[i:i + per] for i in range(0, kept, per)]
+    chunks = max(1, -(-n // most))
+    per = max(16, -(-n // chunks // 16) * 16)  # ceil(n / chunks), rounded up to 16
+    if compact_rows:
+        rows = [index[i:i + per] for i in range(0, n, per)]
+    else:  # slices of every row, views: an ignored row's loss and gradient are zeros
+        rows = [slice(i, min(i + per, n)) for i in range(0, n, per)]
     # Each row's gradient unscaled (its values are the loss's terms): the mean's 1 / count goes
-    # into the gradients' GEMMs (d_hidden's through its scales), not over every chunk's logits.
-    # Every row ignored: torch's 'mean', 0 / 0.
-    mean = reduction == "mean" and kept > 0
+    # into the gradients' GEMMs (d_hidden's through its scales), not over every chunk's logits:
+    # a float where the count was read, else a 0-d tensor. Every row ignored: torch's 'mean',
+    # 0 / 0, and zero gradients.
+    count = n if compact_rows else (target != ignore_index).sum()
+    factor = 1.0
+    if reduction == "mean":
+        factor = 1.0 / max(count, 1) if compact_rows else 1.0 / count.clamp(min=1).float()
     loss = _head_chunks.fused_head_loss(torch, hidden, weight, None, rows,
                                         _head_chunks.ce_rows(torch, target, ignore_index), lambda values, i: None,
-                                        gemms=_Gemms(weight, recipe, cache, weight.requires_grad), factor=1.0 / kept if mean else 1.0)
-    return loss / kept if reduction == "mean" and not mean else loss
-
+                                        gemms=_Gemms(weight, recipe, cache, weight.requires_grad), factor=factor)
+    if reduction == "mean" and compact_rows and not count:
+        loss = loss + float("nan")  # its gradients zeros: there were no chunks
+    elif reduction == "mean" and not compact_rows:
+        loss = torch.where(count > 0, loss, torch.full_like(loss, float("nan")))
+    return loss

@@ -99,12 +99,16 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
     the units the chunks hold). ``gemms`` (no bias, scale 1) computes a chunk's logits
     (``gemms.logits(x_rows)``), d_hidden's rows (``gemms.d_hidden(grad, alpha)``) and d_weight's
     part (``gemms.d_weight(grad, x_rows, alpha, accumulate, dw)``, into dw) in its own way
-    (tessera.float8's, in float8). ``factor`` (a mean's 1 / count) multiplies the loss, folded into
-    the gradients' GEMMs rather than a pass over them."""
+    (tessera.float8's, in float8; ``gemms.d_hidden(grad, alpha, out=dx[rows])`` where a chunk's rows
+    are a slice). ``factor`` (a mean's 1 / count) multiplies the loss, folded into the gradients'
+    GEMMs rather than a pass over them: a float, or with ``gemms`` a 0-d tensor (a count that the
+    host has not read). ``rows`` index tensors, or slices of hidden's rows (views, no gathers)."""
     from . import matrix
     need = [t is not None and t.requires_grad for t in (hidden, weight, bias)]
-    first = next((i for i, index in enumerate(rows) if index.numel()), len(rows))
-    dx = torch.zeros_like(hidden) if need[0] else None
+    first = next((i for i, index in enumerate(rows) if _size(index)), len(rows))
+    # d_hidden's rows: each written by its chunk where the chunks are slices covering them all
+    whole = all(isinstance(index, slice) for index in rows) and sum(map(_size, rows)) == hidden.shape[0]
+    dx = (torch.empty_like if whole else torch.zeros_like)(hidden) if need[0] else None
     # the first chunk's GEMM writes d_weight on the GPU (beta 0): nothing to zero there
     dw = (torch.empty_like if hidden.is_cuda and first < len(rows) else torch.zeros_like)(weight) if need[1] else None
     db = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need[2] else None
@@ -114,7 +118,7 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
         x, w = hidden.detach(), weight.detach()
         b = None if bias is None else bias.detach() * scale
         for i, index in enumerate(rows):
-            if index.numel() == 0:
+            if _size(index) == 0:
                 continue
             xc = x[index]
             if gemms is not None:
@@ -134,7 +138,9 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
                     scale_rows(torch, logits, torch.zeros_like(leaf) if g is None else g)
             if total is None:
                 value += part.detach()
-            if dx is not None:
+            if dx is not None and gemms is not None and isinstance(index, slice):
+                gemms.d_hidden(logits, alpha, out=dx[index])
+            elif dx is not None:
                 dx[index] = (gemms.d_hidden(logits, alpha) if gemms is not None else
                              matrix.matmul(logits, w, alpha=alpha) if x.is_cuda else (logits @ w) * alpha)
             if dw is not None:
@@ -149,7 +155,7 @@ def fused_head_loss(torch, hidden, weight, bias, rows: Sequence[Any], row_fn: Ca
     with torch.no_grad():
         if total is not None:
             value = total().float()
-        if factor != 1.0:
+        if not (isinstance(factor, float) and factor == 1.0):
             value = value * factor
     return _saved().apply(value, hidden, weight, bias, dx, dw, None if db is None else db.to(bias.dtype))
 
@@ -182,6 +188,11 @@ def _saved():
 
         _saved_cls = Saved
     return _saved_cls
+
+
+def _size(index) -> int:
+    """A chunk's row count: an index tensor's or a slice's (start and stop given)."""
+    return index.stop - index.start if isinstance(index, slice) else index.numel()
 
 
 def _scaled_by(torch, d, g):

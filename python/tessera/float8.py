@@ -560,18 +560,21 @@ def gated_linear(kind: str, gate, up, linear):
 
 
 def linear_cross_entropy(hidden, weight, target, *, recipe: str = "rowwise", ignore_index: int = -100,
-                         reduction: str = "mean", cache_weights: bool = False):
+                         reduction: str = "mean", cache_weights: bool = False, compact_rows: bool = False):
     """tessera.linear_cross_entropy's loss (no bias, soft-cap, smoothing or z-loss) of hidden [N, H]
     @ weight [V, H]^T against class indices ``target`` [N], with its GEMMs in float8 by ``recipe``
     (each operand along its own K: the hidden size, the vocabulary, then the tokens; blockwise's
     d_weight in the weight's dtype): a language model's output head in float8, which
     tessera.transformers' fused loss takes where lm_head is a Float8Linear. The logits are never
-    all held (chunks of the rows not ignored, each chunk's gradient computed in the forward, one
-    host synchronization a call: torch.compile breaks its graph there, so fullgraph=True refuses
-    it). 'mean' divides by the count of the rows not ignored. V and H multiples of 16 (128 for
-    blockwise). ``cache_weights`` as convert_to_float8_training's."""
+    all held: chunks of the rows, each chunk's gradient computed in the forward, an ignored row's
+    loss and gradient zeros, nothing read on the host. ``compact_rows=True`` gathers the rows not
+    ignored first (one host synchronization a call, for their count): fewer GEMM rows where many
+    targets are ignored (masked prompts). torch.compile breaks its graph at the call (the kernels
+    are called as they are), so fullgraph=True refuses it. 'mean' divides by the count of the rows
+    not ignored. V and H multiples of 16 (128 for blockwise). ``cache_weights`` as
+    convert_to_float8_training's."""
     from ._float8_head import head_loss
-    return head_loss(hidden, weight, target, recipe, ignore_index, reduction, cache_weights)
+    return head_loss(hidden, weight, target, recipe, ignore_index, reduction, cache_weights, compact_rows)
 
 
 def _linear_class():
