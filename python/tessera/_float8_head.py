@@ -74,8 +74,10 @@ class _Gemms:
             return
         if self.fp8_dw:  # the emulation
             part = f8._fake(grad.t().contiguous(), self.act) @ f8._fake(x.t().contiguous(), self.act).t()
-        elif grad.is_cuda:
-            matrix.matmul(grad.t(), x, alpha=alpha, beta=float(accumulate), out=dw)
+        elif grad.is_cuda:  # a 0-d tensor alpha (a count not read) scales the chunk's few rows of x
+            scaled = isinstance(alpha, float)
+            matrix.matmul(grad.t(), x if scaled else x * alpha, alpha=alpha if scaled else 1.0,
+                          beta=float(accumulate), out=dw)
             return
         else:
             part = grad.t() @ x
