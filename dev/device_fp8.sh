@@ -67,7 +67,7 @@ step conv 150 "$PY" -m pytest -q -x tests/python/test_float8_convergence.py
 step moebench "${MOE_LIMIT:-150}" "$PY" benchmarks/moe.py ${MOE_ARGS:---families qwen3_moe --runs tessera,grouped_mm,grouped_mm_compile,liger --rounds 3} --out "$OUT/moe"
 step kernels 90 "$PY" dev/fp8_kernels.py
 step ncu 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
-  --section MemoryWorkloadAnalysis "$PY" dev/fp8_ncu.py
+  --section MemoryWorkloadAnalysis ${NCU_SECTIONS:-} "$PY" dev/fp8_ncu.py ${NCU_ARGS:-}
 step quant 90 "$PY" benchmarks/float8_quantize.py ${QUANT_ARGS:---no-compile --rounds 3} --out "$OUT/float8_quantize"
 step gaps 120 "$PY" dev/step_gaps.py ${GAPS_RUNS:+--runs "$GAPS_RUNS"} --top 25
 step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
