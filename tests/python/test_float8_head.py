@@ -76,6 +76,23 @@ def test_linear_cross_entropy_in_float8_is_its_formula(monkeypatch, recipe, shap
     torch.testing.assert_close(w.grad, dw * 3, rtol=1e-4, atol=1e-5)  # summed chunk by chunk
 
 
+def test_linear_cross_entropy_in_float8_reads_nothing_on_the_host_by_default(monkeypatch):
+    """Without compact_rows the chunks are slices of every row: no kept-row gather, whose count the
+    host must read (a synchronization in the middle of a training step)."""
+    from tessera import _head_chunks
+
+    def gathered(*args):
+        raise AssertionError("kept_rows called")
+
+    monkeypatch.setattr(_head_chunks, "kept_rows", gathered)
+    x, w = torch.randn(40, 32, requires_grad=True), torch.randn(48, 32, requires_grad=True)
+    t = torch.randint(0, 48, (40,))
+    t[::3] = -100
+    f8.linear_cross_entropy(x, w, t).backward()
+    with pytest.raises(AssertionError, match="kept_rows called"):
+        f8.linear_cross_entropy(x, w, t, compact_rows=True)
+
+
 def test_linear_cross_entropy_in_float8_refuses_what_it_cannot_take():
     x, w, t = torch.randn(4, 32), torch.randn(48, 32), torch.zeros(4, dtype=torch.long)
     with pytest.raises(ValueError, match="argument 'recipe'"):
