@@ -62,15 +62,14 @@ class _Gemms:
         return matrix.scaled_mm(qg, self.q_t.t(), _times(sg, alpha), self.s_t, out=out)
 
     def d_weight(self, grad, x, alpha, accumulate: bool, dw):
-        """dw = alpha * grad^T [V, n] @ x [n, H] (+ dw where ``accumulate``), K = the n rows."""
-        import torch
+        """dw = alpha * grad^T [V, n] @ x [n, H] (+ dw where ``accumulate``), K = the n rows (called
+        under fused_head_loss's no_grad)."""
         from . import matrix
         if self.fp8_dw and self.kernels:
             (qg_t, sg_t), (qx_t, sx_t) = self.grad_t, self.x_t
             self.grad_t = self.x_t = None
             sg_t = sg_t.t() if sg_t.dim() else sg_t  # [V, 1]: scale_a for qg_t as the left operand
-            with torch.no_grad():
-                matrix.scaled_mm(qg_t, qx_t.t(), _times(sg_t, alpha), sx_t, beta=float(accumulate), out=dw)
+            matrix.scaled_mm(qg_t, qx_t.t(), _times(sg_t, alpha), sx_t, beta=float(accumulate), out=dw)
             return
         if self.fp8_dw:  # the emulation
             part = f8._fake(grad.t().contiguous(), self.act) @ f8._fake(x.t().contiguous(), self.act).t()
