@@ -269,6 +269,7 @@ def main() -> int:
     p.add_argument("--accumulate", action="store_true", help="the linear cross-entropy's d_weight GEMM, beta 0 and 1")
     p.add_argument("--fp8-sweep", action="store_true", help="float8 row- and block-wise at Llama-3 8B and 70B's "
                    "linear shapes, forward, dgrad and wgrad")
+    p.add_argument("--fp8-scales", default="row,block", help="the --fp8-sweep's scalings, of row and block")
     p.add_argument("--fp32", action="store_true", help="float32, exact and TF32, every layout at 4096 and 8192")
     p.add_argument("--no-sizes", action="store_true", help="skip the size sweep: only the extra cases asked for")
     args = p.parse_args()
@@ -316,7 +317,7 @@ def main() -> int:
         for n, k in LLAMA_FP8_NK:
             t = FP8_TOKENS
             for mnk in ((t, n, k), (t, k, n), (n, k, t)):  # forward, dgrad, wgrad
-                for scales in ("row", "block"):
+                for scales in args.fp8_scales.split(","):
                     suite.attempt(f"scaled_mm {scales}-wise e4m3 {mnk}", lambda: bench_fp8(
                         suite, 0, args.rounds, args.self_check, scales, mnk, columns=mnk[2] == t))
                 torch.cuda.empty_cache()

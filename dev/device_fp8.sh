@@ -20,7 +20,7 @@ OUT=/tmp/fp8logs  # each step's log and reports, packed into $FINAL at the end
 mkdir -p "$FINAL" "$OUT"
 root=$PWD
 summary=()
-ALL="main ctest verify memcheck memcheck2 ab matrix pytest pytest2 conv moebench kernels ncu quant gaps fp8step public reports"  # STEPS picks
+ALL="main ctest verify memcheck memcheck2 memcheck3 ab matrix pytest pytest2 conv moebench kernels ncu quant normbench gaps fp8step public reports"  # STEPS picks
 step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log, keep the last line
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
@@ -40,10 +40,13 @@ if [ -d devwheel ]; then  # the staged package on the machine's python3 (the rep
 fi
 (
   export LD_LIBRARY_PATH=$root/devbin
-  step ctest 120 devbin/tessera_tests --gtest_brief=1 --gtest_filter='Float8*:MatmulSimt.*:MatmulArgs.*:MatmulTuneGpu.*'
-  step verify 120 devbin/tessera verify --full float8_quantize scaled_mm  # float8_quantize selects _gated too
+  step ctest 120 devbin/tessera_tests --gtest_brief=1 --gtest_filter="${CTEST_FILTER:-Float8*:MatmulSimt.*:MatmulArgs.*:MatmulTuneGpu.*}"
+  step verify 120 devbin/tessera verify --full ${VERIFY_OPS:-float8_quantize scaled_mm}  # float8_quantize selects _gated too
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 devbin/tessera verify --full float8_quantize
   step memcheck2 120 compute-sanitizer --tool memcheck --error-exitcode 9 devbin/tessera verify scaled_mm
+  # MEMCHECK_TESTS: C++ tests (a gtest filter) under memcheck
+  [ -n "${MEMCHECK_TESTS:-}" ] && step memcheck3 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    devbin/tessera_tests --gtest_brief=1 --gtest_filter="$MEMCHECK_TESTS"
   # devbin's library against devbin_base's (dev/stage_ab.sh), interleaved
   [ -d devbin_base ] && step ab "${AB_LIMIT:-120}" env OUT="$OUT" bash dev/ab_lib.sh
   printf '%s\n' "${summary[@]}" >"$OUT/summary-bin.txt"
@@ -69,6 +72,7 @@ step kernels 90 "$PY" dev/fp8_kernels.py
 step ncu 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
   --section MemoryWorkloadAnalysis ${NCU_SECTIONS:-} "$PY" dev/fp8_ncu.py ${NCU_ARGS:-}
 step quant 90 "$PY" benchmarks/float8_quantize.py ${QUANT_ARGS:---no-compile --rounds 3} --out "$OUT/float8_quantize"
+step normbench 120 "$PY" benchmarks/rms_norm_float8.py ${NORM_ARGS:---no-compile} --out "$OUT/rms_norm_float8"
 step gaps 120 "$PY" dev/step_gaps.py ${GAPS_RUNS:+--runs "$GAPS_RUNS"} --top 25
 step fp8step "${STEP_LIMIT:-200}" "$PY" benchmarks/transformers_step.py --family llama --layers 4 --hidden 4096 --heads 32 \
   --kv-heads 8 --intermediate 14336 --vocab 128256 --batch 2 --seq 2048 --rounds 2 --steps 4 --warmup 2 \

@@ -103,6 +103,17 @@ void float8_quantize_flat(const TensorView& input, const TensorView& q, const Te
   float8_quantize(input, q, scale, q_t, scale_t, g, stream);
 }
 
+// rms_norm_float8 with its float8 outputs as plain arguments, the granularity by name.
+void rms_norm_float8_flat(const TensorView& input, const TensorView* residual, const TensorView* weight, double eps,
+                          double weight_offset, const TensorView& out, const TensorView* residual_out,
+                          const TensorView* rstd, const TensorView& q, const TensorView& scale, const TensorView* q_t,
+                          const TensorView* scale_t, const std::string& granularity, cudaStream_t stream) {
+  Float8Granularity g = Float8Granularity::row;
+  parse("rms_norm_float8", granularity, g);
+  rms_norm_float8(input, residual, weight, eps, weight_offset, out, residual_out, rstd,
+                  NormFloat8{q, scale, q_t, scale_t, g}, stream);
+}
+
 // ---- add: b may be a number, and the output takes the broadcast shape ------------------------
 // torch's broadcasting; false when the shapes do not broadcast (the operator then says so).
 bool broadcast_shape(const TensorView& a, const TensorView& b, int64_t* out, int& ndim) {
@@ -315,6 +326,13 @@ NB_MODULE(_C, m) {
                                 "('row': scale [M, 1]; 'tensor': one element), and where q_t and scale_t "
                                 "are given input's columns quantized along M into q_t [K, M] (scale_t "
                                 "[1, K] or one element).");
+  def_op<&rms_norm_float8_flat>(m, "rms_norm_float8",
+                                {"input", "residual", "weight", "eps", "weight_offset", "out", "residual_out", "rstd",
+                                 "q", "scale", "q_t", "scale_t", "granularity", "stream"},
+                                none,
+                                "rms_norm (add_rms_norm with residual and residual_out) into out, and out as "
+                                "[M, K] quantized as float8_quantize quantizes it into q and scale (and q_t, "
+                                "scale_t where given), the maxima taken by the norm's kernel as it writes out.");
   m.def("set_autotune", &tessera::set_autotune, "on"_a,
         "Tune GEMM configs on first use of each shape bucket (TESSERA_AUTOTUNE=1 at start).");
   m.def("autotune_enabled", &tessera::autotune_enabled,

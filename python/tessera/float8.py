@@ -371,6 +371,92 @@ def _quantize_reusing(t, granularity: str, columns: bool, quantize=None):
     return result
 
 
+def _leave_for_next(y2d, granularity: str, columns: bool, result) -> None:
+    """Leaves ``result`` (q, scale, q_t, scale_t: y2d quantized) for the next _quantize_reusing of
+    y2d's elements, as if that call had made it."""
+    global _last_x
+    ident = _identity(y2d)
+    if ident is not None:
+        _last_x = (weakref.ref(ident[0]), ident[1], granularity, columns, result)
+
+
+_norm = None
+
+
+def _norm_function():
+    """rms_norm_float8 as an autograd Function: the forward writes the norm and its float8 copies
+    and leaves those for the next Float8Matmul of the output (_leave_for_next); the backward is
+    rms_norm's."""
+    global _norm
+    if _norm is not None:
+        return _norm
+    import torch
+
+    class Float8RmsNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps, weight_offset, granularity, columns):
+            from . import _C
+            from ._interop import torch_stream, torch_view
+            k = x.shape[-1]
+            m = x.numel() // k
+            y = torch.empty_like(x, memory_format=torch.contiguous_format)
+            rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+            f32 = dict(dtype=torch.float32, device=x.device)
+            q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
+            scale = torch.empty(_scale_shape((m, k), granularity), **f32)
+            q_t = scale_t = None
+            if columns:
+                q_t = torch.empty((k, m), dtype=torch.float8_e4m3fn, device=x.device)
+                scale_t = torch.empty(_scale_shape((m, k), granularity, True), **f32)
+            xv = torch_view(x)
+            _C.rms_norm_float8(xv, None, torch_view(weight), eps, weight_offset, torch_view(y), None, torch_view(rstd),
+                               torch_view(q), torch_view(scale), None if q_t is None else torch_view(q_t),
+                               None if scale_t is None else torch_view(scale_t), granularity, torch_stream(xv))
+            ctx.save_for_backward(x, weight, rstd)
+            ctx.weight_offset = weight_offset
+            _leave_for_next(y.view(m, k), granularity, columns, (q, scale, q_t, scale_t))
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            from .rowwise import rms_norm_backward
+            x, weight, rstd = ctx.saved_tensors
+            grad_x, grad_w = rms_norm_backward(grad, x, (x.shape[-1],), rstd, weight, ctx.needs_input_grad[:2],
+                                               weight_offset=ctx.weight_offset)
+            return grad_x, grad_w, None, None, None, None
+
+    _norm = Float8RmsNorm
+    return _norm
+
+
+def rms_norm(x, weight, eps: float, granularity: str = "row", weight_offset: float = 0.0):
+    """``tessera.rms_norm(x, (x.shape[-1],), weight, eps, weight_offset=weight_offset)`` for the
+    Float8Linears that take its output next (a decoder layer's q, k and v projections, or its gate
+    and up): the norm's kernel also quantizes the output by ``granularity`` ('row' or 'tensor', the
+    rowwise and tensorwise recipes' activations) with the copy of its columns that wgrad needs where
+    grad is enabled (tessera's rms_norm_float8: the output's maxima taken as it is written, so the
+    quantization reads the output once, not twice), and the float8 copies wait for the next
+    Float8Linear of that output, which takes them instead of quantizing it again. The same values
+    and gradients as tessera.rms_norm, which runs instead where the fused kernel does not: off CUDA,
+    under torch.compile or a CUDA graph capture (where _quantize_reusing hands nothing over), x and
+    weight not both bf16 or fp16 of one dtype, x not contiguous, or rows or their length not
+    multiples of 16."""
+    import torch
+    from .rowwise import rms_norm as plain
+    if granularity not in ("row", "tensor"):
+        raise ValueError(f"tessera.float8.rms_norm: argument 'granularity': expected 'row' or 'tensor', "
+                         f"got {granularity!r}")
+    k = x.shape[-1] if x.dim() else 0
+    fused = (getattr(x, "is_cuda", False) and weight is not None and x.dtype in (torch.bfloat16, torch.float16)
+             and weight.dtype == x.dtype and x.is_contiguous() and weight.is_contiguous() and x.numel() > 0
+             and k % 16 == 0 and (x.numel() // k) % 16 == 0
+             and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing()
+             and not torch.is_autocast_enabled(x.device.type) and _major(x.device.index) == 9)
+    if not fused:
+        return plain(x, (k,), weight, eps, weight_offset=weight_offset)
+    return _norm_function().apply(x, weight, float(eps), float(weight_offset), granularity, torch.is_grad_enabled())
+
+
 def _weight_layouts(weight, granularity: str, columns: bool, cache: bool):
     """The weight's float8 copies for one GEMM: by rows (q, scale; the forward) or by columns
     (q_t, scale_t; dgrad), as (q, scale, q_t, scale_t) with the other pair None. With ``cache``

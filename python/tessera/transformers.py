@@ -151,7 +151,11 @@ def _eps(norm) -> float:
 
 
 def rms_norm_forward(self, hidden_states):
-    """Llama's RMSNorm: x / rms(x) * weight (tessera rounds once, after the weight)."""
+    """Llama's RMSNorm: x / rms(x) * weight (tessera rounds once, after the weight). A norm that
+    feeds float8 projections (fp8=: _mark_fp8_norms) also quantizes its output for them."""
+    granularity = getattr(self, "_tessera_fp8", None)
+    if granularity is not None:
+        return float8.rms_norm(hidden_states, self.weight, _eps(self), granularity)
     return tessera.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, _eps(self))
 
 
@@ -183,6 +187,9 @@ def gemma_rms_norm_forward(self, x):
     """Gemma's RMSNorm: x / rms(x) * (1 + weight) in float32, rounded once to x's dtype. The
     kernel adds the 1 to each weight in float32, which is Gemma's arithmetic."""
     if x.dtype == self.weight.dtype:
+        granularity = getattr(self, "_tessera_fp8", None)
+        if granularity is not None:
+            return float8.rms_norm(x, self.weight, _eps(self), granularity, weight_offset=1.0)
         return tessera.rms_norm(x, (x.shape[-1],), self.weight, _eps(self), weight_offset=1.0)
     if x.is_cuda:
         return _GemmaRMSNorm.apply(x, self.weight, _eps(self))
@@ -557,6 +564,25 @@ def _apply_for_config(config, kwargs: dict) -> tuple:
     return kwargs, (fp8, head)
 
 
+def _mark_fp8_norms(model, recipe: str) -> None:
+    """The norms whose output goes straight into float8 projections (a decoder layer's norm before
+    its attention, and the one before its MLP: pre_feedforward_layernorm where the layer has one,
+    else post_attention_layernorm) quantize that output as they write it (float8.rms_norm), for the
+    recipes whose activations go by rows or by tensor. A mark on a norm no Float8Linear then reads
+    costs the quantization and nothing else: the copies are dropped at the next float8 GEMM."""
+    granularity = float8._OPERANDS[recipe][0]
+    if granularity not in ("row", "tensor"):
+        return
+    linear = float8.Float8Linear
+    for layer in model.modules():
+        mlp_norm = "pre_feedforward_layernorm" if hasattr(layer, "pre_feedforward_layernorm") else "post_attention_layernorm"
+        for norm_name, block_name in (("input_layernorm", "self_attn"), (mlp_norm, "mlp")):
+            norm, block = getattr(layer, norm_name, None), getattr(layer, block_name, None)
+            if (isinstance(norm, torch.nn.Module) and isinstance(block, torch.nn.Module)
+                    and any(isinstance(m, linear) for m in block.modules())):
+                norm._tessera_fp8 = granularity
+
+
 def _with_fp8(model, fp8, head: bool = False):
     lm_head = model.get_output_embeddings() if head else None
     if head:  # checked before anything is converted
@@ -569,6 +595,7 @@ def _with_fp8(model, fp8, head: bool = False):
                              f"multiple of {bad[1]} for the {fp8} recipe, got {lm_head}")
     if fp8 is not None:
         float8.convert_to_float8_training(model, recipe=fp8, module_filter_fn=_fp8_filter(model, fp8))
+        _mark_fp8_norms(model, fp8)
     if head:  # the fused loss then runs the head's GEMMs in float8 (float8.linear_cross_entropy)
         float8.convert_to_float8_training(lm_head, recipe=fp8)
     return model

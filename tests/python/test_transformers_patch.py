@@ -498,6 +498,11 @@ def test_fp8_converts_the_projections_and_keeps_the_head(model_type, recipe):
     mlps = [m for m in patched.modules() if isinstance(m, mlp_cls)]
     assert len(mlps) == COMMON["num_hidden_layers"] and all(m.forward.__func__ is mlp_fn for m in mlps)
     assert all(isinstance(m.down_proj, f8.Float8Linear) for m in mlps)
+    # the norms before the attention and the MLP quantize their outputs for the projections
+    mlp_norm = "pre_feedforward_layernorm" if model_type == "gemma2" else "post_attention_layernorm"
+    marked = {n: m._tessera_fp8 for n, m in patched.named_modules() if hasattr(m, "_tessera_fp8")}
+    assert marked == {f"model.layers.{i}.{k}": f8._OPERANDS[recipe][0]
+                      for i in range(COMMON["num_hidden_layers"]) for k in ("input_layernorm", mlp_norm)}
     out = patched(input_ids=ids, labels=labels)
     torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
     out.loss.backward()

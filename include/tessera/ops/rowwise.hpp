@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "tessera/ops/matrix.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera {
@@ -102,5 +103,26 @@ void add_rms_norm_backward(const TensorView* grad_output, const TensorView* grad
                            const TensorView& residual_out, const TensorView& rstd,
                            const TensorView* weight, const TensorView* grad_input,
                            const TensorView* grad_weight, cudaStream_t stream);
+
+// ---- RMSNorm with float8 outputs ------------------------------------------------------------------
+// rms_norm over the last dimension (with a residual: add_rms_norm, residual_out = input +
+// residual, then the norm of that) whose output is also quantized for a float8 GEMM as
+// float8_quantize quantizes out viewed as [M, K] (K the last dimension, M the product of the
+// others; out contiguous): q [M, K] float8_e4m3fn with scale ('row': [M, 1]; 'tensor': one
+// element) and, where q_t is given, out's columns quantized along M into q_t [K, M] with scale_t
+// ([1, K] or one element). The same bits as the norm and then float8_quantize. The norm's kernel
+// takes out's maxima as it writes out, so that the quantization reads out once instead of twice
+// (16-bit rows of up to 8192 elements, 16-byte aligned; others run as the two ops). residual and
+// residual_out both or neither; weight, weight_offset and rstd as rms_norm's.
+struct NormFloat8 {
+  const TensorView& q;
+  const TensorView& scale;
+  const TensorView* q_t = nullptr;
+  const TensorView* scale_t = nullptr;
+  Float8Granularity granularity = Float8Granularity::row;
+};
+void rms_norm_float8(const TensorView& input, const TensorView* residual, const TensorView* weight, double eps,
+                     double weight_offset, const TensorView& out, const TensorView* residual_out,
+                     const TensorView* rstd, const NormFloat8& float8, cudaStream_t stream);
 
 }  // namespace tessera

@@ -417,6 +417,42 @@ void quantize(const TensorView& input, const GatedInput* gated, const TensorView
 }
 }  // namespace
 
+namespace float8 {
+void check_outputs(const char* op, const char* input, const TensorView& x, const TensorView* q,
+                   const TensorView* scale, const TensorView* q_t, const TensorView* scale_t, Float8Granularity g) {
+  if (g != Float8Granularity::row && g != Float8Granularity::tensor)
+    detail::throw_arg(ErrorKind::value, op, "granularity", "'row' or 'tensor'",
+                      g == Float8Granularity::block ? "'block'" : "'block2d'");
+  check(Names{op, input}, x, q, scale, q_t, scale_t, g);
+}
+
+void quantize_given_maxima(const TensorView& x, const TensorView* q, const TensorView* scale, const TensorView* q_t,
+                           const TensorView* scale_t, Float8Granularity g, uint32_t* amax, cudaStream_t stream) {
+  if (x.shape[0] == 0) return;
+  runtime::DeviceGuard guard(x.device.index);
+  QuantArgs a{};
+  a.x = x.data, a.xs = x.strides[0];
+  a.q = q ? static_cast<uint8_t*>(q->data) : nullptr, a.qt = q_t ? static_cast<uint8_t*>(q_t->data) : nullptr;
+  a.scale = scale ? static_cast<float*>(scale->data) : nullptr;
+  a.scale_t = scale_t ? static_cast<float*>(scale_t->data) : nullptr;
+  a.amax = amax;
+  a.rows = x.shape[0], a.cols = x.shape[1];
+  a.granularity = g;
+  const auto run = [&](auto t) {
+    using T = decltype(t);
+    constexpr int kVec = int(16 / sizeof(T));
+    const bool vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.cols % kVec == 0 && (a.rows <= 1 || a.xs % kVec == 0);
+    if (vec) launch_quant<T, kVec>(a, stream);
+    else launch_quant<T, 1>(a, stream);
+  };
+  switch (x.dtype) {
+    case DType::float32: run(float{}); break;
+    case DType::float16: run(__half{}); break;
+    default: run(__nv_bfloat16{}); break;
+  }
+}
+}  // namespace float8
+
 void float8_quantize(const TensorView& input, const TensorView& q, const TensorView& scale, const TensorView* q_t,
                      const TensorView* scale_t, Float8Granularity granularity, cudaStream_t stream) {
   quantize(input, nullptr, &q, &scale, q_t, scale_t, granularity, stream);

@@ -318,6 +318,16 @@ __device__ __forceinline__ void store_staged(const QuantArgs& a, const Tile<T, V
       *reinterpret_cast<uint32_t*>(a.qt + (t.c0 + c) * a.rows + r) = staged[c * kPitch<VW> + i % 32];
 }
 
+// For producers that take their output's maxima as they write it (the float8 norms): the checks
+// float8_quantize makes of x [M, K] and the outputs (`op` and `input` name them in errors; q and
+// scale null: the columns alone, as float8_quantize_transposed), and its second pass over x given
+// the maxima pass 1 would have left (amax: M rows' words then K columns' for 'row', one word for
+// 'tensor'; float32 magnitude bits). Row and tensor granularities only.
+void check_outputs(const char* op, const char* input, const TensorView& x, const TensorView* q,
+                   const TensorView* scale, const TensorView* q_t, const TensorView* scale_t, Float8Granularity g);
+void quantize_given_maxima(const TensorView& x, const TensorView* q, const TensorView* scale, const TensorView* q_t,
+                           const TensorView* scale_t, Float8Granularity g, uint32_t* amax, cudaStream_t stream);
+
 // The block granularities' one-pass kernel (float8_quantize_blocks.cu), for inputs of type T in
 // fragments of VW read as Src says, on a GPU of `sms` SMs.
 template <class T, int VW, class Src>

@@ -351,7 +351,26 @@ __device__ __forceinline__ void sum_chunks(float (&acc)[Frags][Acc], const Work&
 
 // Row-wise scales (scaled_mm): each accumulator times its row's and its column's scale, in
 // registers before the epilogue, which then stores it as any product (alpha carries no scale).
+// The scales are L2 reads of a few hundred cycles each, and the epilogue's loads would hold up
+// both consumers with the tensor cores idle; registers to hold them over the main loop there are
+// none (the accumulators take 128 of 168). So as a tile's main loop starts, its consumer's
+// threads ask for the scales' lines in L1 (prefetch_scales: one line a thread, no register held;
+// the main loop's TMA traffic bypasses L1, so the lines stay), and the epilogue reads them from
+// there, the columns' in pairs where they are 8-byte aligned. Rows past m and columns past n
+// (never stored) read the last row's and column's scales.
 // Value 4 i + 2 r (+ 1) of fragment f is row 64 f + 16 w + l / 4 + 8 r, column 8 i + 2 (l % 4) (+ 1).
+template <int Rows, int BN, class OutT>
+__device__ __forceinline__ void prefetch_scales(const Epilogue<OutT>& epi, int64_t row0, int64_t col0, int64_t m,
+                                                int64_t n) {
+  constexpr int kPerLine = 128 / sizeof(float), kRowLines = Rows / kPerLine, kColLines = BN / kPerLine;
+  const int tid = threadIdx.x % 128;
+  const float* p = nullptr;
+  if (tid < kRowLines && row0 + tid * kPerLine < m) p = epi.row_scales + row0 + tid * kPerLine;
+  else if (tid >= kRowLines && tid < kRowLines + kColLines && col0 + (tid - kRowLines) * kPerLine < n)
+    p = epi.col_scales + col0 + (tid - kRowLines) * kPerLine;
+  if (p) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
 template <class OutT, int Frags, int Acc>
 __device__ __forceinline__ void scale_accumulators(float (&acc)[Frags][Acc], const Epilogue<OutT>& epi,
                                                    int64_t row0, int64_t col0, int64_t m, int64_t n) {
@@ -360,17 +379,22 @@ __device__ __forceinline__ void scale_accumulators(float (&acc)[Frags][Acc], con
 #pragma unroll
   for (int f = 0; f < Frags; ++f)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) row[f][r] = epi.row_scale(row0 + 64 * f + kWarpRows * warp + lane / 4 + 8 * r, m);
+    for (int r = 0; r < 2; ++r) {
+      const int64_t at = row0 + 64 * f + kWarpRows * warp + lane / 4 + 8 * r;
+      row[f][r] = __ldg(epi.row_scales + (at < m ? at : m - 1));
+    }
 #pragma unroll
   for (int i = 0; i < Acc / 4; ++i) {
     const int64_t col = col0 + 8 * i + 2 * (lane % 4);
-    const float c0 = epi.col_scale(col, n), c1 = epi.col_scale(col + 1, n);
+    float2 c;
+    c.x = __ldg(epi.col_scales + (col < n ? col : n - 1));
+    c.y = __ldg(epi.col_scales + (col + 1 < n ? col + 1 : n - 1));
 #pragma unroll
     for (int f = 0; f < Frags; ++f)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        acc[f][4 * i + 2 * r] *= row[f][r] * c0;
-        acc[f][4 * i + 2 * r + 1] *= row[f][r] * c1;
+        acc[f][4 * i + 2 * r] *= row[f][r] * c.x;
+        acc[f][4 * i + 2 * r + 1] *= row[f][r] * c.y;
       }
   }
 }
@@ -506,6 +530,8 @@ __device__ void consume(Smem<T, S>& s, const Epilogue<OutT>& epi, const CUtensor
     // With beta, this tile's old output into L2 a few stages before the epilogue reads it, a row
     // a thread, so that the epilogue's reads do not wait on DRAM.
     const int prefetch_at = epi.prefetch && tid < S::kRows && row0 + tid < m_all ? max(0, blocks - kStages) : -1;
+    if constexpr (sizeof(T) == 1 && !S::kBlocks)
+      if (epi.row_scales) prefetch_scales<S::kRows, BN>(epi, row0, col0, m_all, n);
     if constexpr (S::kBlocks) {
       block_scaled_loop<Mma>(s, epi, acc[0], stage, phase, w.kb0, blocks, rows0, row0, col0, m_all, n);
     } else {

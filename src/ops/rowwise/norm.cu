@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/matrix/float8_quantize.cuh"
 #include "ops/rowwise/norm.cuh"
 #include "runtime/check.hpp"
 #include "runtime/device.hpp"
@@ -225,9 +226,18 @@ struct Residual {
   const TensorView* out = nullptr;
 };
 
+// rms_norm_float8's: where the output's maxima go (zeroed words: rows' then columns', or one), and
+// whether the norm's kernel took them (else the caller quantizes out in two passes of its own).
+struct Float8Sink {
+  uint32_t* amax;
+  bool rows_max;
+  bool fused = false;
+};
+
 void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, const TensorView* weight,
                   const TensorView* bias, double eps, double w_offset, const TensorView& out,
-                  const TensorView* mean, const TensorView* rstd, Residual res, cudaStream_t stream) {
+                  const TensorView* mean, const TensorView* rstd, Residual res, cudaStream_t stream,
+                  Float8Sink* sink = nullptr) {
   check_x(op, "input", x, nnorm, res.in != nullptr);
   const int lead = x.ndim - nnorm;
   if (res.in) detail::check_like(op, "residual", *res.in, "input", x);
@@ -293,7 +303,15 @@ void norm_forward(const char* op, bool rms, const TensorView& x, int nnorm, cons
       p.res_stride[1] = *row_stride(resov, lead);
       vec = vec && rows_aligned<T>(resv, p.res_stride[0]) && rows_aligned<T>(resov, p.res_stride[1]);
     }
-    norm::forward(op, p, rms, vec, norm::Ctx::of(x.device.index), stream);
+    const norm::Ctx ctx = norm::Ctx::of(x.device.index);
+    if (sink && vec && ov.data == out.data) {  // the maxima of out itself, not of a scratch copy
+      norm::MaxFwdParams<T> mp{};
+      static_cast<norm::AddFwdParams<T>&>(mp) = p;
+      mp.amax = sink->amax, mp.rows_max = sink->rows_max;
+      sink->fused = norm::forward_float8(op, mp, ctx, stream);
+      if (sink->fused) return;
+    }
+    norm::forward(op, p, rms, vec, ctx, stream);
   });
   copy_back(ov, &out, stream);
   if (res.out) copy_back(resov, res.out, stream);
@@ -455,6 +473,43 @@ void add_rms_norm_backward(const TensorView* grad_output, const TensorView* grad
   runtime::NvtxRange range("tessera::add_rms_norm_backward");
   norm_backward("add_rms_norm_backward", true, grad_output, "residual_out", residual_out, 1, nullptr, rstd, weight, 0.0,
                 grad_residual_out, grad_input, grad_weight, nullptr, stream);
+}
+
+void rms_norm_float8(const TensorView& input, const TensorView* residual, const TensorView* weight, double eps,
+                     double weight_offset, const TensorView& out, const TensorView* residual_out,
+                     const TensorView* rstd, const NormFloat8& f8, cudaStream_t stream) {
+  constexpr const char* op = "rms_norm_float8";
+  runtime::NvtxRange range("tessera::rms_norm_float8");
+  if ((residual == nullptr) != (residual_out == nullptr))
+    detail::throw_arg(ErrorKind::value, op, residual ? "residual_out" : "residual",
+                      "given with the other (both or neither)", "None");
+  detail::check_cuda_tensor(op, "out", out);
+  if (out.ndim < 1 || !out.is_contiguous())
+    detail::throw_arg(ErrorKind::value, op, "out", "a contiguous tensor of at least 1 dimension (quantized as [M, K])",
+                      detail::dims(out) + (out.is_contiguous() ? "" : " (not contiguous)"));
+  TensorView flat = out;  // out as [M, K]
+  flat.ndim = 2;
+  flat.shape[1] = out.shape[out.ndim - 1];
+  flat.shape[0] = product(out.shape, 0, out.ndim - 1);
+  flat.strides[1] = 1, flat.strides[0] = flat.shape[1];
+  float8::check_outputs(op, "out", flat, &f8.q, &f8.scale, f8.q_t, f8.scale_t, f8.granularity);
+  for (const auto& [name, t] : {std::pair{"q", &f8.q}, {"scale", &f8.scale}, {"q_t", f8.q_t}, {"scale_t", f8.scale_t}}) {
+    if (!t) continue;
+    for (const auto& [other, o] : {std::pair{"input", &input}, {"residual", residual}, {"weight", weight},
+                                   {"residual_out", residual_out}, {"rstd", rstd}})
+      if (o) detail::check_no_overlap(op, name, *t, other, *o, false);
+  }
+  const bool tensor = f8.granularity == Float8Granularity::tensor;
+  const int64_t words = tensor ? 1 : flat.shape[0] + flat.shape[1];
+  runtime::DeviceGuard guard(out.device.index);
+  runtime::Scratch amax(size_t(words) * sizeof(uint32_t), stream);
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(amax.data(), 0, size_t(words) * sizeof(uint32_t), stream));
+  Float8Sink sink{amax.as<uint32_t>(), !tensor};
+  norm_forward(op, true, input, 1, weight, nullptr, eps, weight_offset, out, nullptr, rstd, {residual, residual_out},
+               stream, &sink);
+  if (sink.fused) float8::quantize_given_maxima(flat, &f8.q, &f8.scale, f8.q_t, f8.scale_t, f8.granularity,
+                                                sink.amax, stream);
+  else float8_quantize(flat, f8.q, f8.scale, f8.q_t, f8.scale_t, f8.granularity, stream);
 }
 
 }  // namespace tessera

@@ -115,8 +115,17 @@ struct AddBwdParams : BwdParams<T> {
   const T* dres;  // nullptr: none (the plain kernels); else added to dx: the gradient of residual_out
   int64_t dres_stride;
 };
-template <class T, bool kAdd>
-using FwdP = std::conditional_t<kAdd, AddFwdParams<T>, FwdParams<T>>;
+// The float8 norms' kernels (rms_norm_float8) take these: the output's maxima taken as it is
+// written (float32 magnitude bits, merged by atomicMax into zeroed words), for float8_quantize's
+// second pass: rows' words amax[0, rows) then columns' amax[rows, rows + n) (rows_max), or one
+// word amax[0] for the whole output. kAdd as the plain kernels: res null or not.
+template <class T>
+struct MaxFwdParams : AddFwdParams<T> {
+  uint32_t* amax;
+  bool rows_max;
+};
+template <class T, bool kAdd, bool kMax = false>
+using FwdP = std::conditional_t<kMax, MaxFwdParams<T>, std::conditional_t<kAdd, AddFwdParams<T>, FwdParams<T>>>;
 template <class T, bool kAdd>
 using BwdP = std::conditional_t<kAdd, AddBwdParams<T>, BwdParams<T>>;
 
@@ -286,5 +295,10 @@ template <class T>
 void forward(const char* op, const AddFwdParams<T>& p, bool rms, bool vec, const Ctx& ctx, cudaStream_t stream);
 template <class T>
 void backward(const char* op, const BwdArgs<T>& a, bool rms, bool vec, const Ctx& ctx, cudaStream_t stream);
+// RMSNorm with the output's maxima (MaxFwdParams), on 16-byte vectors: false, launching nothing,
+// where its one tier does not take the rows (other dtypes, rows longer than 1024 vectors), and
+// the caller takes them apart.
+template <class T>
+bool forward_float8(const char* op, const MaxFwdParams<T>& p, const Ctx& ctx, cudaStream_t stream);
 
 }  // namespace tessera::norm

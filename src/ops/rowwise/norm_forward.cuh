@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ops/matrix/float8_quantize.cuh"
 #include "ops/rowwise/norm.cuh"
 #include "runtime/check.hpp"
 #include "runtime/tier.hpp"
@@ -45,6 +46,9 @@ constexpr int kFwdCta8 = 256;  // vpt8-group: CTAs of at least 256 threads (fp32
 // prefetch: CTAs of up to 256 threads, 3 per SM, i.e. up to 80 registers per thread (two 64-byte
 // row fragments do not fit in 64).
 constexpr int kPrefetchCta = 256, kPrefetchBlocks = 3;
+// The float8 tier: the prefetch tier's rows in one CTA per SM (Maxima), of 512 threads: at 768
+// (the prefetch tier's threads per SM) the columns' maxima beside the rows spill from 80 registers.
+constexpr int kMaxCta = 512;
 
 // ---- register-resident rows -------------------------------------------------------------------
 template <class T, int V, int VPT>
@@ -133,9 +137,11 @@ __device__ __forceinline__ void mean_var_merged(Frag<T, V> (&x)[VPT], const RowL
 
 // A row's outputs, (x - mean) rstd w + b, with weight and bias loaded KB vectors at a time (see
 // norm_forward_kernel), and its mean and rstd where asked for.
-template <int KB, class T, int V, int VPT, class P>
+// `stored(k, y)` sees each vector y stored (the float8 norms' maxima).
+template <int KB, class T, int V, int VPT, class P, class Stored>
 __device__ __forceinline__ void store_normalized(const Frag<T, V> (&x)[VPT], const RowLanes<V>& part, const P& p,
-                                                 const int64_t (&off)[4], float mean, float rstd, int after) {
+                                                 const int64_t (&off)[4], float mean, float rstd, int after,
+                                                 Stored&& stored) {
 #pragma unroll
   for (int k0 = 0; k0 < VPT; k0 += KB) {
     Frag<T, V> w[KB], b[KB];
@@ -149,7 +155,9 @@ __device__ __forceinline__ void store_normalized(const Frag<T, V> (&x)[VPT], con
       float y[V];
 #pragma unroll
       for (int e = 0; e < V; ++e) y[e] = fmaf((x[k0 + j][e] - mean) * rstd, w[j][e] + p.w_offset, b[j][e]);
-      part.store(p.out + off[1], k0 + j, pack_each<T, V>(y));
+      const Frag<T, V> out = pack_each<T, V>(y);
+      part.store(p.out + off[1], k0 + j, out);
+      stored(k0 + j, out);
     }
   }
   if (part.t == 0) {
@@ -157,6 +165,62 @@ __device__ __forceinline__ void store_normalized(const Frag<T, V> (&x)[VPT], con
     if (p.rstd) p.rstd[off[3]] = rstd;
   }
 }
+
+// The float8 norms' maxima (kMax; MaxFwdParams): as each vector of the row is stored, the
+// magnitudes of its 16-bit values (their bits with the sign cleared, two a word: the unsigned
+// order of such bits is the magnitudes', inf above every finite value and NaN above inf, as
+// float8_quantize.cuh orders them) folded into the row's maximum and the thread's columns' maxima,
+// held in registers over all the group's rows. After a row, its maximum goes to amax[row]: a
+// warp's by shuffles, one atomicMax a warp. After the last row, the columns' maxima go to shared
+// memory (one atomicMax a column a group) and then to amax (one a column a CTA): the count of
+// CTAs, not of rows, sets the global atomics, which is why this tier's CTAs are large.
+template <class T, int V, int VPT>
+struct Maxima {
+  static_assert(sizeof(T) == 2 && V % 2 == 0, "16-bit values, two a word");
+  uint32_t cols[VPT][V / 2] = {};
+  uint32_t row = 0;
+  __device__ __forceinline__ void fold(const RowLanes<V>& part, int k, const Frag<T, V>& y) {
+    if (!part.in(k)) return;  // past the row's end: not an element
+#pragma unroll
+    for (int q = 0; q < V / 2; ++q) {
+      const uint32_t m = y.w[q] & 0x7fff7fffu;
+      cols[k][q] = __vmaxu2(cols[k][q], m);
+      row = __vmaxu2(row, m);
+    }
+  }
+  __device__ __forceinline__ void end_row(const MaxFwdParams<T>& p, int64_t r) {
+    uint32_t m = max(row & 0xffffu, row >> 16);
+    row = 0;
+#pragma unroll
+    for (int off = 16; off >= 1; off /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if (p.rows_max && threadIdx.x % 32 == 0 && m) atomicMax(&p.amax[r], float8::mag_f32<T>(m));
+  }
+  // By every thread of the CTA (a CTA barrier inside); `smem`: p.n zeroed words.
+  __device__ __forceinline__ void finish(const MaxFwdParams<T>& p, const RowLanes<V>& part, uint32_t* smem) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const uint32_t m = cols[k][e / 2] >> 16 * (e % 2) & 0xffffu;
+        if (part.in(k) && m) atomicMax(&smem[part.col(k) + e], float8::mag_f32<T>(m));
+      }
+    __syncthreads();
+    uint32_t all = 0;
+    for (int64_t c = threadIdx.x; c < p.n; c += blockDim.x) {
+      const uint32_t m = smem[c];
+      if (p.rows_max && m) atomicMax(&p.amax[p.rows + c], m);
+      all = max(all, m);
+    }
+    if (p.rows_max) return;
+#pragma unroll
+    for (int off = 16; off >= 1; off /= 2) all = max(all, __shfl_xor_sync(0xffffffffu, all, off));
+    if (threadIdx.x % 32 == 0 && all) atomicMax(p.amax, all);
+  }
+};
+struct NoMaxima {
+  template <class... A>
+  __device__ __forceinline__ void fold(A&&...) {}
+};
 
 // Row groups of gs threads (kGs: fixed at compile time; 0: p.gs), VPT vectors per thread.
 // kPrefetch: the loop is persistent (the launcher sizes the grid to the resident CTAs) and each
@@ -173,10 +237,12 @@ __device__ __forceinline__ void store_normalized(const Frag<T, V> (&x)[VPT], con
 // with its x where both fit beside the current row (VPT <= 2, kResAhead); at VPT 4 a row's
 // residual is loaded when the row comes up, next to the next row's x in flight: three row
 // fragments live instead of four.
-template <class T, int V, int VPT, bool kRms, bool kAdd, int kGs, bool kPrefetch>
-__global__ __launch_bounds__(kPrefetch && VPT == 4 ? kPrefetchCta : kMaxThreads,
-                             kPrefetch && VPT == 4 ? kPrefetchBlocks : 1)
-void norm_forward_kernel(const FwdP<T, kAdd> p) {
+// kMax: the float8 norms' maxima (Maxima), in CTAs of kMaxCta threads with p.n words of dynamic
+// shared memory.
+template <class T, int V, int VPT, bool kRms, bool kAdd, int kGs, bool kPrefetch, bool kMax = false>
+__global__ __launch_bounds__(kMax ? kMaxCta : kPrefetch && VPT == 4 ? kPrefetchCta : kMaxThreads,
+                             kMax ? 1 : kPrefetch && VPT == 4 ? kPrefetchBlocks : 1)
+void norm_forward_kernel(const FwdP<T, kAdd, kMax> p) {
   constexpr bool kMoments = !kRms && kPrefetch && (sizeof(T) == 4 || VPT * V < 32);
   constexpr bool kResAhead = kAdd && kPrefetch && VPT <= 2;
   using Acc = std::conditional_t<kMoments, Moments, float>;
@@ -197,6 +263,12 @@ void norm_forward_kernel(const FwdP<T, kAdd> p) {
 #pragma unroll
   for (int k = 0; k < VPT; ++k) mine += part.in(k) ? V : 0;
   const int64_t first = int64_t(blockIdx.x) * subs + sub;
+  extern __shared__ uint32_t col_max[];  // kMax: the CTA's columns' maxima
+  std::conditional_t<kMax, Maxima<T, V, VPT>, NoMaxima> maxima;
+  if constexpr (kMax) {
+    for (int64_t c = threadIdx.x; c < p.n; c += blockDim.x) col_max[c] = 0;
+    __syncthreads();
+  }
   Frag<T, V> x[VPT], r[kAdd ? VPT : 1];
   if (kPrefetch && first < p.rows) {
     load_row(x, part, p.x + first * p.stride[0]);
@@ -229,7 +301,9 @@ void norm_forward_kernel(const FwdP<T, kAdd> p) {
     else mean_var_merged(x, part, sum, buf, mine, p, mean, var);
     const float rstd = rsqrtf(var + p.eps);
     refresh(x, rstd, p.zero);
-    store_normalized<KB>(x, part, p, off, mean, rstd, zero_after(rstd, p.zero));
+    store_normalized<KB>(x, part, p, off, mean, rstd, zero_after(rstd, p.zero),
+                         [&](int k, const Frag<T, V>& y) { maxima.fold(part, k, y); });
+    if constexpr (kMax) maxima.end_row(p, row);
     if constexpr (kPrefetch) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
@@ -238,6 +312,7 @@ void norm_forward_kernel(const FwdP<T, kAdd> p) {
       }
     }
   }
+  if constexpr (kMax) maxima.finish(p, part, col_max);
 }
 
 // ---- long rows --------------------------------------------------------------------------------
@@ -509,7 +584,46 @@ void forward_v(const char* op, const AddFwdParams<T>& p, const Ctx& ctx, cudaStr
   else forward_tiers<T, V, kRms, false>(op, static_cast<const FwdParams<T>&>(p), ctx, stream);
 }
 
+// The float8 norms' tier (MaxFwdParams): RMSNorm rows of up to 1024 vectors on the prefetch
+// tier's rows (VPT 4, groups of <= 256 threads, the next row loaded while one is reduced), in
+// CTAs of kMaxCta threads, one per SM: as many groups as fit in one CTA, so that their columns'
+// maxima meet in its shared memory before they go to global memory (Maxima).
+template <class T, int V, bool kAdd>
+struct Float8Rows {
+  using P = MaxFwdParams<T>;
+  static constexpr const char* kName = "float8-rows";
+  static constexpr const char* kWhen = "RMSNorm with float8 outputs: 16-bit rows of <= 1024 vectors";
+  static bool can_implement(const P& p, const Ctx&) { return vectors<V>(p.n) <= 4 * kPrefetchCta; }
+  static FwdPlan<P> plan(const P& p, const Ctx&) {
+    const auto kernel = norm_forward_kernel<T, V, 4, true, kAdd, 0, true, true>;
+    const int gs = round_up32(ceil_div(vectors<V>(p.n), 4)), subs = kMaxCta / gs;
+    const size_t smem = size_t(p.n) * sizeof(uint32_t);
+    const int64_t resident =
+        int64_t(runtime::resident_ctas(reinterpret_cast<const void*>(kernel), gs * subs, smem)) * subs;
+    const int64_t per_group = ceil_div(p.rows, resident);
+    return {kernel, runtime::grid_cap(ceil_div(ceil_div(p.rows, per_group), subs)), gs * subs, gs, 4};
+  }
+  static void launch(const P& args, const FwdPlan<P>& plan, cudaStream_t stream) {
+    P p = args;
+    p.gs = plan.gs;
+    plan.kernel<<<plan.grid, plan.threads, size_t(p.n) * sizeof(uint32_t), stream>>>(p);
+  }
+};
+
 }  // namespace
+
+template <class T>
+bool forward_float8(const char* op, const MaxFwdParams<T>& p, const Ctx& ctx, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+    constexpr int V = tile::kVec16<T>;
+    const bool ran = p.res ? runtime::try_tier<Float8Rows<T, V, true>>(op, p, ctx, stream)
+                           : runtime::try_tier<Float8Rows<T, V, false>>(op, p, ctx, stream);
+    if (ran) TESSERA_LAUNCH_CHECK();
+    return ran;
+  }
+}
 
 template <class T>
 void forward(const char* op, const AddFwdParams<T>& p, bool rms, bool vec, const Ctx& ctx, cudaStream_t stream) {

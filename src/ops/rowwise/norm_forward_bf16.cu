@@ -4,5 +4,6 @@
 namespace tessera::norm {
 
 template void forward<__nv_bfloat16>(const char*, const AddFwdParams<__nv_bfloat16>&, bool, bool, const Ctx&, cudaStream_t);
+template bool forward_float8<__nv_bfloat16>(const char*, const MaxFwdParams<__nv_bfloat16>&, const Ctx&, cudaStream_t);
 
 }  // namespace tessera::norm

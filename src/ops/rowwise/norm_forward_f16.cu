@@ -4,5 +4,6 @@
 namespace tessera::norm {
 
 template void forward<__half>(const char*, const AddFwdParams<__half>&, bool, bool, const Ctx&, cudaStream_t);
+template bool forward_float8<__half>(const char*, const MaxFwdParams<__half>&, const Ctx&, cudaStream_t);
 
 }  // namespace tessera::norm

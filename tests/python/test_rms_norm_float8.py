@@ -1,0 +1,91 @@
+"""tessera.float8.rms_norm (rms_norm_float8: the norm whose output is quantized as it is written,
+the float8 copies handed to the next Float8Linear of the output): on the GPU, its output and
+gradients are tessera.rms_norm's, the copies are _quantize_both's bytes, and the Float8Linears
+after it quantize nothing; elsewhere it is tessera.rms_norm; its errors."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not hasattr(torch, "float8_e4m3fn"):
+    pytest.skip("needs torch's float8_e4m3fn", allow_module_level=True)
+
+import tessera  # noqa: E402
+import tessera.float8 as f8  # noqa: E402
+from test_float8 import _need_cuda  # noqa: E402
+
+
+def _need_sm90():
+    _need_cuda()
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the float8 GEMMs run on tessera's kernels on sm_90 only")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("granularity", ["row", "tensor"])
+@pytest.mark.parametrize("shape", [(2, 128, 4096), (48, 2048), (32, 12288)])
+def test_output_gradients_and_copies_are_the_two_ops(dtype, granularity, shape):
+    """The output and its gradients bit for bit tessera.rms_norm's; the copies left for the next
+    Float8Linear those of _quantize_both on the output (rows and columns), also past the fused
+    kernel's rows (12288: the norm, then float8_quantize)."""
+    _need_sm90()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(shape, device="cuda", dtype=dtype, generator=g).requires_grad_()
+    w = (torch.rand(shape[-1], device="cuda", generator=g) + 0.5).to(dtype).requires_grad_()
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    y = f8.rms_norm(x, w, 1e-6, granularity)
+    want = tessera.rms_norm(x2, (shape[-1],), w2, 1e-6)
+    assert torch.equal(y, want)
+    y2d = y.reshape(-1, shape[-1])
+    held = f8._quantize_reusing(y2d, granularity, True, quantize=lambda *a: pytest.fail("quantized again"))
+    fresh = f8._quantize_both(y2d.detach().clone(), granularity, True)
+    for a, b in zip(held, fresh):
+        assert a.shape == b.shape and torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                                                  b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+    dy = torch.randn(shape, device="cuda", dtype=dtype, generator=g)
+    y.backward(dy)
+    want.backward(dy)
+    assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
+def test_the_projections_after_it_quantize_nothing(monkeypatch, recipe):
+    """q, k and v projections after the norm: their float8 GEMMs take the norm's copies (no
+    quantizing call for x), and give what they give on tessera.rms_norm's output."""
+    _need_sm90()
+    torch.manual_seed(0)
+    h, t = 256, 128
+    x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(h, device="cuda", dtype=torch.bfloat16)
+    seq = torch.nn.Sequential(*(torch.nn.Linear(h, n, bias=False, device="cuda", dtype=torch.bfloat16)
+                                for n in (256, 64, 64)))
+    f8.convert_to_float8_training(seq, recipe=recipe)
+    projections = list(seq)
+    assert all(isinstance(p, f8.Float8Linear) for p in projections)
+    want = [p(tessera.rms_norm(x, (h,), w, 1e-6)) for p in projections]
+    calls = []
+    real = f8._quantize_both
+    monkeypatch.setattr(f8, "_quantize_both", lambda t, *a, **k: calls.append(t.shape) or real(t, *a, **k))
+    y = f8.rms_norm(x, w, 1e-6, f8._OPERANDS[recipe][0])
+    got = [p(y) for p in projections]
+    assert [c for c in calls if c == (t, h)] == []  # the weights' copies may be made, x's not
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+def test_elsewhere_it_is_rms_norm():
+    """On the CPU, and on the GPU for rows the float8 layouts do not take (20 rows, not a multiple
+    of 16) or float32, the plain norm runs and nothing is left for the next Float8Linear."""
+    x = torch.randn(20, 64)
+    w = torch.rand(64) + 0.5
+    f8._last_x = None
+    assert torch.equal(f8.rms_norm(x, w, 1e-6), tessera.rms_norm(x, (64,), w, 1e-6))
+    assert f8._last_x is None
+    if torch.cuda.is_available() and tessera.is_available():
+        for xc, wc in ((x.cuda().bfloat16(), w.cuda().bfloat16()), (x[:16].cuda(), w.cuda())):
+            assert torch.equal(f8.rms_norm(xc, wc, 1e-6), tessera.rms_norm(xc, (64,), wc, 1e-6))
+            assert f8._last_x is None
+
+
+def test_granularity_is_row_or_tensor():
+    with pytest.raises(ValueError, match="'granularity'.*'row' or 'tensor'"):
+        f8.rms_norm(torch.randn(16, 64), torch.ones(64), 1e-6, "block")
