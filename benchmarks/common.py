@@ -91,6 +91,30 @@ def interleaved_ms(calls: dict, rounds: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def kernel_ms(fn, reps: int = 20) -> dict:
+    """{kernel name: GPU ms per call of fn}, from torch.profiler over ``reps`` calls (after one
+    outside it), L2 flushed before each as bench_ms does (the flush's fill kernels left out): the
+    kernels' own time, which host launch gaps do not enter, for ops small enough that a wall-clock
+    timer sees the host."""
+    import torch
+    flush = torch.empty(256 * 2 ** 20, dtype=torch.uint8, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush.fill_(0)
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = e.cuda_time_total
+        if us > 0 and e.device_type == torch.autograd.DeviceType.CUDA and "FillFunctor" not in e.key:
+            out[e.key] = us / 1e3 / reps
+    return out
+
+
 def step_ms(step, steps: int):
     """Times `steps` calls of step(): CUDA events around each, no sync inside the loop (the host
     runs ahead, as in training, and each interval is the GPU's time for one step, host launch gaps

@@ -15,7 +15,9 @@ under autograd. Providers:
 - tessera unfused: tessera.rms_norm (add_rms_norm) then tessera's float8_quantize (two passes);
 - tessera: float8.rms_norm's kernels (rms_norm_float8: the norm takes the output's maxima as it
   writes it, then float8_quantize's second pass).
-Times: triton's do_bench (L2 flushed, median), the median of --rounds interleaved rounds. GB/s
+Times: triton's do_bench (L2 flushed, median), the median of --rounds interleaved rounds; and the
+tessera providers' kernels' own time (torch.profiler, 'GPU ms'), which the host's launch gaps do
+not enter (the calls take tens of microseconds, near the host's cost of making them). GB/s
 counts the floor's bytes: x (and the residual) read once, the output (and the sum) written once,
 q and q_t written once, the scales. The fused form moves one more read of the output than that
 floor (its second pass, which needs every row's maxima before any column is final), so its best
@@ -30,7 +32,7 @@ import torch
 
 import tessera
 import tessera.float8 as f8
-from common import interleaved_ms, write_results
+from common import interleaved_ms, kernel_ms, write_results
 
 COPY_GBPS = 4226.0
 EPS = 1e-6
@@ -111,6 +113,7 @@ def main():
                     e = x.element_size()
                     floor = t * h * ((3 if residual else 1) * e + e + 2) + 4 * sum(s.numel() for s in got[2::2])
                     ms = interleaved_ms(calls, args.rounds)
+                    gpu = {p: kernel_ms(calls[p]) for p in ("tessera unfused", "tessera")}
                 mode = granularity + (" add" if residual else "")
                 for name, ms_ in ms.items():
                     gbps = floor / (ms_ * 1e6)
@@ -122,15 +125,23 @@ def main():
                          f"{floor / (ours * 1e6):.0f}", f"{floor / (ours * 1e6) / COPY_GBPS:.0%}",
                          f"{ms['tessera unfused'] / ours:.2f}x",
                          f"{min(v for p, v in ms.items() if not p.startswith('tessera')) / ours:.2f}x"]
+                gpu_ms = sum(gpu["tessera"].values())
+                cells += [f"{gpu_ms:.3f}", f"{sum(gpu['tessera unfused'].values()):.3f}",
+                          f"{floor / (gpu_ms * 1e6) / COPY_GBPS:.0%}"]
                 line = "| " + " | ".join(cells) + " |"
                 print(line, flush=True)
+                for p in gpu:
+                    print(f"  {p} kernels (GPU ms a call): "
+                          + "; ".join(f"{k[:70]} {v:.4f}" for k, v in sorted(gpu[p].items(), key=lambda kv: -kv[1])),
+                          flush=True)
                 lines.append(line)
     table = "\n".join([f"rms_norm_float8, {args.dtype}: ms (triton do_bench, median of {args.rounds} rounds), "
                        f"tessera's GB/s over the floor's bytes and its share of the {COPY_GBPS:.0f} GB/s copy rate",
                        "",
                        "| T x H | scales | torch | compile | tessera unfused | tessera | GB/s | of copy | "
-                       "unfused / tessera | best peer / tessera |",
-                       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", *lines])
+                       "unfused / tessera | best peer / tessera | tessera GPU ms | unfused GPU ms | GPU of copy |",
+                       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+                       *lines])
     print(table)
     write_results(args.out, "rms_norm_float8", {"dtype": args.dtype}, rows, table)
 

@@ -1,8 +1,8 @@
 // rms_norm_float8 (RMSNorm, or add_rms_norm with a residual, whose output is also quantized for a
 // float8 GEMM): the argument checks (no GPU), and on the GPU its outputs against rms_norm (or
-// add_rms_norm) followed by float8_quantize, bit for bit, on the fused tier's rows and on rows it
-// does not take (longer than 8192 elements, float32), with an inf and a row of zeros among the
-// values.
+// add_rms_norm) followed by float8_quantize, bit for bit, on the fused tier's rows (those of
+// rms_norm's warp and prefetch tiers) and on rows it does not take (rms_norm's vpt8-group rows,
+// longer ones, float32), with an inf and a row of zeros among the values.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -112,8 +112,12 @@ TEST(RmsNormFloat8Gpu, EqualsTheNormThenFloat8Quantize) {
         for (bool columns : {false, true}) cases.push_back({dt, 256, 4096, res, g, columns});
   cases.push_back({DType::bfloat16, 48, 2048, true, G::row, true});      // a few rows: groups of one row
   cases.push_back({DType::float16, 1040, 1024, false, G::row, true});    // several rows a group
-  cases.push_back({DType::bfloat16, 64, 8192, false, G::row, true});     // the fused tier's longest rows
-  cases.push_back({DType::bfloat16, 32, 12288, true, G::row, true});     // longer: the two ops
+  cases.push_back({DType::bfloat16, 64, 8176, false, G::row, true});     // the fused tier's longest rows
+  cases.push_back({DType::bfloat16, 64, 8192, true, G::row, true});      // with a residual, fused
+  cases.push_back({DType::bfloat16, 64, 8192, false, G::row, true});     // rms_norm's vpt8-group: the two ops
+  cases.push_back({DType::float16, 32, 12288, true, G::row, true});      // longer: the two ops
+  cases.push_back({DType::bfloat16, 64, 256, true, G::row, true});       // the warp tiers' rows
+  cases.push_back({DType::float16, 128, 512, false, G::tensor, true});
   cases.push_back({DType::float32, 64, 1024, false, G::tensor, true});   // float32: the two ops
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(tessera::dtype_name(c.dt)) + " " + std::to_string(c.m) + " x " + std::to_string(c.k) +

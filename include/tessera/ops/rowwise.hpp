@@ -112,7 +112,8 @@ void add_rms_norm_backward(const TensorView* grad_output, const TensorView* grad
 // element) and, where q_t is given, out's columns quantized along M into q_t [K, M] with scale_t
 // ([1, K] or one element). The same bits as the norm and then float8_quantize. The norm's kernel
 // takes out's maxima as it writes out, so that the quantization reads out once instead of twice
-// (16-bit rows of up to 8192 elements, 16-byte aligned; others run as the two ops). residual and
+// (16-bit rows, 16-byte aligned, on the rms_norm tiers that loop over rows: up to 8192 elements
+// with a residual, fewer than 8192 without one on sm_90; others run as the two ops). residual and
 // residual_out both or neither; weight, weight_offset and rstd as rms_norm's.
 struct NormFloat8 {
   const TensorView& q;

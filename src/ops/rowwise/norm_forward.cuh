@@ -584,24 +584,40 @@ void forward_v(const char* op, const AddFwdParams<T>& p, const Ctx& ctx, cudaStr
   else forward_tiers<T, V, kRms, false>(op, static_cast<const FwdParams<T>&>(p), ctx, stream);
 }
 
-// The float8 norms' tier (MaxFwdParams): RMSNorm rows of up to 1024 vectors on the prefetch
-// tier's rows (VPT 4, groups of <= 256 threads, the next row loaded while one is reduced), in
-// CTAs of kMaxCta threads, one per SM: as many groups as fit in one CTA, so that their columns'
-// maxima meet in its shared memory before they go to global memory (Maxima).
+// The float8 norms' tier (MaxFwdParams): the rows rms_norm and add_rms_norm take on their
+// persistent tiers (warp, warp-2, prefetch), on those tiers' own row groups and vectors per thread
+// (so that the output's bits are theirs), in CTAs of kMaxCta threads, one per SM: as many groups
+// as fit in one CTA, so that their columns' maxima meet in its shared memory before they go to
+// global memory (Maxima). Not the rows the vpt8-group tier takes (1024..2048 vectors on sm_90
+// without a residual): its groups hold one row each, which would leave a column's maxima as many
+// atomics as rows.
 template <class T, int V, bool kAdd>
 struct Float8Rows {
   using P = MaxFwdParams<T>;
   static constexpr const char* kName = "float8-rows";
-  static constexpr const char* kWhen = "RMSNorm with float8 outputs: 16-bit rows of <= 1024 vectors";
-  static bool can_implement(const P& p, const Ctx&) { return vectors<V>(p.n) <= 4 * kPrefetchCta; }
+  static constexpr const char* kWhen =
+      "RMSNorm with float8 outputs: 16-bit rows of the warp and prefetch tiers (<= 1024 vectors, < 1024 on sm_90 "
+      "without a residual)";
+  static bool can_implement(const P& p, const Ctx& c) {
+    if constexpr (!kAdd)
+      if (Vpt8Group<T, V, true, false>::can_implement(p, c)) return false;
+    return vectors<V>(p.n) <= 4 * kPrefetchCta;
+  }
   static FwdPlan<P> plan(const P& p, const Ctx&) {
-    const auto kernel = norm_forward_kernel<T, V, 4, true, kAdd, 0, true, true>;
-    const int gs = round_up32(ceil_div(vectors<V>(p.n), 4)), subs = kMaxCta / gs;
-    const size_t smem = size_t(p.n) * sizeof(uint32_t);
-    const int64_t resident =
-        int64_t(runtime::resident_ctas(reinterpret_cast<const void*>(kernel), gs * subs, smem)) * subs;
-    const int64_t per_group = ceil_div(p.rows, resident);
-    return {kernel, runtime::grid_cap(ceil_div(ceil_div(p.rows, per_group), subs)), gs * subs, gs, 4};
+    const int64_t nv = vectors<V>(p.n);
+    const auto make = [&](auto vpt) {
+      constexpr int VPT = decltype(vpt)::value;
+      const auto kernel = norm_forward_kernel<T, V, VPT, true, kAdd, 0, true, true>;
+      const int gs = VPT < 4 ? 32 : round_up32(ceil_div(nv, 4)), subs = kMaxCta / gs;
+      const size_t smem = size_t(p.n) * sizeof(uint32_t);
+      const int64_t resident =
+          int64_t(runtime::resident_ctas(reinterpret_cast<const void*>(kernel), gs * subs, smem)) * subs;
+      const int64_t per_group = ceil_div(p.rows, resident);
+      return FwdPlan<P>{kernel, runtime::grid_cap(ceil_div(ceil_div(p.rows, per_group), subs)), gs * subs, gs, VPT};
+    };
+    if (nv <= 32) return make(std::integral_constant<int, 1>{});
+    if (nv <= 64) return make(std::integral_constant<int, 2>{});
+    return make(std::integral_constant<int, 4>{});
   }
   static void launch(const P& args, const FwdPlan<P>& plan, cudaStream_t stream) {
     P p = args;
