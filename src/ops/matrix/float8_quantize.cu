@@ -130,11 +130,13 @@ __global__ void __launch_bounds__(kTileThreads) strip_amax_kernel(QuantArgs a, i
   const int i = int(threadIdx.x), lane = i % 32, w = i / 32;
   const int64_t c0 = int64_t(blockIdx.x) * kStripCols, r_begin = int64_t(blockIdx.y) * rows_per_cta;
   const int64_t r_end = std::min(a.rows, r_begin + rows_per_cta);
+  const bool full_cols = c0 + kStripCols <= a.cols;
   uint32_t cm[8] = {}, all = 0;  // the thread's columns' maxima over its rows (T's magnitude bits); the tensor's
   for (int64_t r0 = r_begin + 4 * w; r0 < r_end; r0 += 4 * kWarps) {
     const S s(r0, c0);
     typename S::Frags v;
-    Src::load(a, s, v);
+    if (full_cols && r0 + 4 <= a.rows) Src::template load<true>(a, s, v);  // no clamps (see tile_quant_kernel)
+    else Src::template load<false>(a, s, v);
     if constexpr (!std::is_same_v<Src, Plain>) Src::store(a, s, v);
     uint32_t rm[4] = {};
     fold_maxima<T, VW>(v, rm, cm);
@@ -166,14 +168,15 @@ __global__ void __launch_bounds__(kTileThreads) strip_amax_kernel(QuantArgs a, i
 // Pass 2: first a thread for each of the tile's rows and columns takes its multiplier into shared
 // memory (writing its scale out once: rows from the first column of tiles, columns from the first
 // row), while the tile's loads are in flight; then quantize_tile and store_staged.
-template <class T, int VW>
-__global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, int64_t col_tiles) {
-  using L = Tile<T, VW>;
-  __shared__ uint32_t staged[kTileCols * kPitch<VW>];  // q_t's tile, [column][row / 4]
-  __shared__ float mult[kTileRows + kTileCols];        // the tile's rows', then its columns'
-  const L t = L::nth(int64_t(gridDim.x) - 1 - blockIdx.x, col_tiles);  // from the last tile
-  typename L::Frags v;
-  t.load(a, v);
+// A tile wholly inside x (every one but the last row and column of tiles, where they are partial)
+// takes the kFull forms, with no bounds to check: per fragment, the clamps, checks and 64-bit
+// index products would cost more instructions than the quantization itself, enough to make the
+// kernel issue-bound rather than memory-bound.
+template <class T, int VW, bool kFull>
+__device__ __forceinline__ void quantize_one_tile(const QuantArgs& a, const Tile<T, VW>& t, uint32_t* staged,
+                                                  float* mult) {
+  typename Tile<T, VW>::Frags v;
+  t.template load<kFull>(a, v);
   const int i = int(threadIdx.x);
   const bool tensor = a.tensor();
   if (i < kTileRows + kTileCols) {
@@ -188,10 +191,20 @@ __global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, i
     if (tensor && blockIdx.x == 0 && i == 0 && a.scale_t) a.scale_t[0] = scale_of(m);
   }
   __syncthreads();
-  quantize_tile(a, t, v, mult, mult + kTileRows, staged);
+  quantize_tile<T, VW, kFull>(a, t, v, mult, mult + kTileRows, staged);
   if (!a.qt) return;
   __syncthreads();
-  store_staged(a, t, staged);
+  store_staged<T, VW, kFull>(a, t, staged);
+}
+
+template <class T, int VW>
+__global__ void __launch_bounds__(kTileThreads) tile_quant_kernel(QuantArgs a, int64_t col_tiles) {
+  using L = Tile<T, VW>;
+  __shared__ uint32_t staged[kTileCols * kPitch<VW>];  // q_t's tile, [column][row / 4]
+  __shared__ float mult[kTileRows + kTileCols];        // the tile's rows', then its columns'
+  const L t = L::nth(int64_t(gridDim.x) - 1 - blockIdx.x, col_tiles);  // from the last tile
+  if (t.r0 + kTileRows <= a.rows && t.c0 + kTileCols <= a.cols) quantize_one_tile<T, VW, true>(a, t, staged, mult);
+  else quantize_one_tile<T, VW, false>(a, t, staged, mult);
 }
 
 // ---- host ---------------------------------------------------------------------------------------

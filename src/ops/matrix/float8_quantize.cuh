@@ -97,14 +97,25 @@ struct Block4x8 {
   // load is made, those outside from the nearest row and column inside, and zeroed afterwards:
   // loads under conditions are placed in blocks of their own, between which the compiler moves
   // the uses of earlier ones, leaving one or two loads in flight instead of all of them.
+  // kFull: the block lies wholly inside x (no clamps, nothing to mask).
+  template <bool kFull = false>
   __device__ void load(const QuantArgs& a, Frags& v) const {
-    issue(a, a.x, v);
-    mask(a, v);
+    issue<kFull>(a, a.x, v);
+    if constexpr (!kFull) mask(a, v);
   }
   // load() in two halves, from `src` (x's layout): issue() leaves the loads in flight, mask()
   // zeroes the fragments outside x.
+  template <bool kFull = false>
   __device__ void issue(const QuantArgs& a, const void* src, Frags& v) const {
     const T* x = static_cast<const T*>(src);
+    if constexpr (kFull) {
+      const T* p = x + (r0 + row) * a.xs + c0 + col;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int f = 0; f < kF; ++f) v[j][f] = tile::load_frag<T, VW>(p + j * a.xs + f * FStride);
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -160,20 +171,20 @@ struct Strip : Block4x8<T, VW, VW> {
 // silu_mul and geglu compute theirs (tessera::elementwise::map_floats: float32, the fast forms
 // for 16-bit T) and rounded to T, so that its quantization is float8_quantize's of their output.
 struct Plain {
-  template <class L>
+  template <bool kFull = false, class L>
   __device__ static void load(const QuantArgs& a, const L& t, typename L::Frags& v) {
-    t.load(a, v);
+    t.template load<kFull>(a, v);
   }
 };
 
 template <template <bool> class Act>
 struct Gated {
-  template <class L>
+  template <bool kFull = false, class L>
   __device__ static void load(const QuantArgs& a, const L& t, typename L::Frags& v) {
     using T = typename L::Type;
     typename L::Frags u;
-    t.issue(a, a.x, v);
-    t.issue(a, a.up, u);
+    t.template issue<kFull>(a, a.x, v);
+    t.template issue<kFull>(a, a.up, u);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -183,7 +194,7 @@ struct Gated {
         for (int e = 0; e < L::kVW; ++e) p[e] = Act<!std::is_same_v<T, float>>{}(v[j][f][e]) * u[j][f][e];
         v[j][f] = tile::pack<T, L::kVW>(p);
       }
-    t.mask(a, v);
+    if constexpr (!kFull) t.mask(a, v);
   }
   // The block's product into a.product ([rows, cols], contiguous), where pass 2 reads it.
   template <class L>
@@ -272,24 +283,25 @@ __device__ __forceinline__ uint32_t max_scatter(uint32_t (&v)[N]) {
 template <int VW>
 constexpr int kPitch = 32 + 8 / VW;
 
-template <class T, int VW>
+// kFull: the tile lies wholly inside x (no bounds to check; addresses from one base).
+template <class T, int VW, bool kFull = false>
 __device__ __forceinline__ void quantize_tile(const QuantArgs& a, const Tile<T, VW>& t,
                                               const typename Tile<T, VW>::Frags& v, const float* rows,
                                               const float* cols, uint32_t* staged) {
   const auto x = [&](int j, int e) { return v[j][e / VW][e % VW]; };
   if (a.q) {
+    uint8_t* q0 = a.q + (t.r0 + t.row) * a.cols + t.c0 + t.col;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t r = t.r0 + t.row + j;
-      if (r >= a.rows) break;
+      if (!kFull && r >= a.rows) break;
       const float m = rows[t.row + j];
       const uint32_t w[2] = {e4m3x4(x(j, 0), x(j, 1), x(j, 2), x(j, 3), m),  // elements 0..3, 4..7
                              e4m3x4(x(j, 4), x(j, 5), x(j, 6), x(j, 7), m)};
 #pragma unroll
       for (int f = 0; f < Tile<T, VW>::kF; ++f) {  // fragment f: elements f * VW.., at column f * 4 * VW
-        const int64_t c = t.c0 + t.col + f * 4 * VW;
-        if (c >= a.cols) continue;
-        uint8_t* p = a.q + r * a.cols + c;
+        if (!kFull && t.c0 + t.col + f * 4 * VW >= a.cols) continue;
+        uint8_t* p = q0 + j * a.cols + f * 4 * VW;
         if constexpr (VW == 8) *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
         else if constexpr (VW == 4) *reinterpret_cast<uint32_t*>(p) = w[f];
         else *p = uint8_t(w[f / 4] >> 8 * (f % 4));
@@ -308,14 +320,15 @@ __device__ __forceinline__ void quantize_tile(const QuantArgs& a, const Tile<T, 
 // q_t's tile from `staged` (after a barrier): a warp per staged row, lane l its word l (128
 // contiguous bytes of q_t, one store instruction, whole sectors; M % 16 == 0 keeps a word's 4 rows
 // wholly in or out).
-template <class T, int VW>
+template <class T, int VW, bool kFull = false>
 __device__ __forceinline__ void store_staged(const QuantArgs& a, const Tile<T, VW>& t, const uint32_t* staged) {
   const int i = int(threadIdx.x);
   const int64_t r = t.r0 + i % 32 * 4;
+  uint8_t* p = a.qt + t.c0 * a.rows + r;
 #pragma unroll
   for (int c = i / 32; c < kTileCols; c += kTileThreads / 32)
-    if (t.c0 + c < a.cols && r < a.rows)
-      *reinterpret_cast<uint32_t*>(a.qt + (t.c0 + c) * a.rows + r) = staged[c * kPitch<VW> + i % 32];
+    if (kFull || (t.c0 + c < a.cols && r < a.rows))
+      *reinterpret_cast<uint32_t*>(p + c * a.rows) = staged[c * kPitch<VW> + i % 32];
 }
 
 // For producers that take their output's maxima as they write it (the float8 norms): the checks
