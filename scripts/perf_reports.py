@@ -105,6 +105,10 @@ REPORTS = {
                         "computed (benchmarks/float8_quantize.py)",
                         "python3 benchmarks/float8_quantize.py --no-compile --gated --rounds 3 --out {out}",
                         "float8_quantize.md"),
+    "rms_norm_float8": ("RMSNorm (add_rms_norm) with its output quantized for the float8 projections after it "
+                        "(benchmarks/rms_norm_float8.py)",
+                        "python3 benchmarks/rms_norm_float8.py --no-compile --rounds 3 --out {out}",
+                        "rms_norm_float8.md"),
     "post_training": ("TRL's post-training losses against Liger-Kernel's modules, forward + backward "
                       "(benchmarks/post_training.py)",
                       "python3 benchmarks/post_training.py --rounds 3 --out {out}", "post_training.md"),
