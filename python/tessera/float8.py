@@ -49,7 +49,8 @@ import functools
 import weakref
 from typing import Any, Callable, Optional
 
-__all__ = ["RECIPES", "GRANULARITIES", "E4M3_MAX", "AMAX_FLOOR", "quantize", "dequantize", "convert_to_float8_training",
+__all__ = ["RECIPES", "GRANULARITIES", "E4M3_MAX", "AMAX_FLOOR", "quantize", "dequantize", "rms_norm", "add_rms_norm",
+           "convert_to_float8_training",
            "drop_cached_weights", "gated_linear", "linear_cross_entropy", "Float8Linear"]
 
 RECIPES = ("tensorwise", "rowwise", "blockwise")
@@ -384,9 +385,9 @@ _norm = None
 
 
 def _norm_function():
-    """rms_norm_float8 as an autograd Function: the forward writes the norm and its float8 copies
-    and leaves those for the next Float8Matmul of the output (_leave_for_next); the backward is
-    rms_norm's."""
+    """rms_norm_float8 as an autograd Function (add_rms_norm's with a residual): the forward writes
+    the norm and its float8 copies and leaves those for the next Float8Matmul of the output
+    (_leave_for_next); the backward is rms_norm's (add_rms_norm's)."""
     global _norm
     if _norm is not None:
         return _norm
@@ -394,12 +395,13 @@ def _norm_function():
 
     class Float8RmsNorm(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, weight, eps, weight_offset, granularity, columns):
+        def forward(ctx, x, residual, weight, eps, weight_offset, granularity, columns):
             from . import _C
             from ._interop import torch_stream, torch_view
             k = x.shape[-1]
             m = x.numel() // k
             y = torch.empty_like(x, memory_format=torch.contiguous_format)
+            s = None if residual is None else torch.empty_like(x, memory_format=torch.contiguous_format)
             rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
             f32 = dict(dtype=torch.float32, device=x.device)
             q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
@@ -408,25 +410,54 @@ def _norm_function():
             if columns:
                 q_t = torch.empty((k, m), dtype=torch.float8_e4m3fn, device=x.device)
                 scale_t = torch.empty(_scale_shape((m, k), granularity, True), **f32)
+
+            def view(t):
+                return None if t is None else torch_view(t)
             xv = torch_view(x)
-            _C.rms_norm_float8(xv, None, torch_view(weight), eps, weight_offset, torch_view(y), None, torch_view(rstd),
-                               torch_view(q), torch_view(scale), None if q_t is None else torch_view(q_t),
-                               None if scale_t is None else torch_view(scale_t), granularity, torch_stream(xv))
-            ctx.save_for_backward(x, weight, rstd)
-            ctx.weight_offset = weight_offset
+            _C.rms_norm_float8(xv, view(residual), view(weight), eps, weight_offset, torch_view(y), view(s),
+                               torch_view(rstd), torch_view(q), torch_view(scale), view(q_t), view(scale_t),
+                               granularity, torch_stream(xv))
+            ctx.save_for_backward(x if s is None else s, weight, rstd)
+            ctx.weight_offset, ctx.add = weight_offset, s is not None
             _leave_for_next(y.view(m, k), granularity, columns, (q, scale, q_t, scale_t))
-            return y
+            return y if s is None else (y, s)
 
         @staticmethod
-        def backward(ctx, grad):
-            from .rowwise import rms_norm_backward
+        def backward(ctx, grad, grad_residual_out=None):
             x, weight, rstd = ctx.saved_tensors
-            grad_x, grad_w = rms_norm_backward(grad, x, (x.shape[-1],), rstd, weight, ctx.needs_input_grad[:2],
-                                               weight_offset=ctx.weight_offset)
-            return grad_x, grad_w, None, None, None, None
+            if not ctx.add:
+                from .rowwise import rms_norm_backward
+                grad_x, grad_w = rms_norm_backward(grad, x, (x.shape[-1],), rstd, weight, ctx.needs_input_grad[::2][:2],
+                                                   weight_offset=ctx.weight_offset)
+                return grad_x, None, grad_w, None, None, None, None
+            from ._interop import needs_ops
+            mask = [ctx.needs_input_grad[0] or ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+            grad_x, grad_w = needs_ops("add_rms_norm").add_rms_norm_backward.default(
+                grad, grad_residual_out, x, rstd, weight, mask)
+            return grad_x, grad_x, grad_w, None, None, None, None
 
     _norm = Float8RmsNorm
     return _norm
+
+
+def _fuses(x, weight, residual=None) -> bool:
+    """Whether rms_norm_float8 takes the call (see rms_norm)."""
+    import torch
+    k = x.shape[-1] if x.dim() else 0
+    return (getattr(x, "is_cuda", False) and weight is not None and x.dtype in (torch.bfloat16, torch.float16)
+            and weight.dtype == x.dtype and x.is_contiguous() and weight.is_contiguous() and x.numel() > 0
+            and k % 16 == 0 and (x.numel() // k) % 16 == 0
+            and (residual is None or (isinstance(residual, torch.Tensor) and residual.shape == x.shape
+                                      and residual.dtype == x.dtype and residual.is_contiguous()
+                                      and residual.device == x.device))
+            and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing()
+            and not torch.is_autocast_enabled(x.device.type) and _major(x.device.index) == 9)
+
+
+def _check_norm_granularity(op: str, granularity: str) -> None:
+    if granularity not in ("row", "tensor"):
+        raise ValueError(f"tessera.float8.{op}: argument 'granularity': expected 'row' or 'tensor', "
+                         f"got {granularity!r}")
 
 
 def rms_norm(x, weight, eps: float, granularity: str = "row", weight_offset: float = 0.0):
@@ -437,24 +468,31 @@ def rms_norm(x, weight, eps: float, granularity: str = "row", weight_offset: flo
     grad is enabled (tessera's rms_norm_float8: the output's maxima taken as it is written, so the
     quantization reads the output once, not twice), and the float8 copies wait for the next
     Float8Linear of that output, which takes them instead of quantizing it again. The same values
-    and gradients as tessera.rms_norm, which runs instead where the fused kernel does not: off CUDA,
-    under torch.compile or a CUDA graph capture (where _quantize_reusing hands nothing over), x and
-    weight not both bf16 or fp16 of one dtype, x not contiguous, or rows or their length not
-    multiples of 16."""
-    import torch
+    and gradients as tessera.rms_norm, which runs instead where the fused kernel does not: off CUDA
+    or sm_90 (where the float8 GEMMs are emulated), under torch.compile or a CUDA graph capture
+    (where _quantize_reusing hands nothing over), under autocast, x and weight not both bf16 or fp16
+    of one dtype, either not contiguous, or rows or their length not multiples of 16."""
     from .rowwise import rms_norm as plain
-    if granularity not in ("row", "tensor"):
-        raise ValueError(f"tessera.float8.rms_norm: argument 'granularity': expected 'row' or 'tensor', "
-                         f"got {granularity!r}")
-    k = x.shape[-1] if x.dim() else 0
-    fused = (getattr(x, "is_cuda", False) and weight is not None and x.dtype in (torch.bfloat16, torch.float16)
-             and weight.dtype == x.dtype and x.is_contiguous() and weight.is_contiguous() and x.numel() > 0
-             and k % 16 == 0 and (x.numel() // k) % 16 == 0
-             and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing()
-             and not torch.is_autocast_enabled(x.device.type) and _major(x.device.index) == 9)
-    if not fused:
-        return plain(x, (k,), weight, eps, weight_offset=weight_offset)
-    return _norm_function().apply(x, weight, float(eps), float(weight_offset), granularity, torch.is_grad_enabled())
+    _check_norm_granularity("rms_norm", granularity)
+    if not _fuses(x, weight):
+        return plain(x, (x.shape[-1],), weight, eps, weight_offset=weight_offset)
+    import torch
+    return _norm_function().apply(x, None, weight, float(eps), float(weight_offset), granularity,
+                                  torch.is_grad_enabled())
+
+
+def add_rms_norm(input, residual, weight, eps: float, granularity: str = "row"):
+    """``tessera.add_rms_norm(input, residual, weight, eps)`` (``(output, residual_out)``) whose
+    output is quantized for the Float8Linears after it as :func:`rms_norm`'s is, in the same kernels
+    (the residual added, the sum written and normalized, the output's maxima taken as it is
+    written), under the same conditions (residual of input's shape, dtype and layout), else
+    tessera.add_rms_norm."""
+    from .rowwise import add_rms_norm as plain
+    _check_norm_granularity("add_rms_norm", granularity)
+    if not _fuses(input, weight, residual):
+        return plain(input, residual, weight, eps)
+    import torch
+    return _norm_function().apply(input, residual, weight, float(eps), 0.0, granularity, torch.is_grad_enabled())
 
 
 def _weight_layouts(weight, granularity: str, columns: bool, cache: bool):

@@ -47,6 +47,31 @@ def test_output_gradients_and_copies_are_the_two_ops(dtype, granularity, shape):
     assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(4, 64, 2048), (32, 8192)])
+def test_with_a_residual_it_is_add_rms_norm(dtype, shape):
+    """float8.add_rms_norm: output, residual_out and the gradients of input, residual and weight
+    bit for bit tessera.add_rms_norm's; the copies those of _quantize_both on the output."""
+    _need_sm90()
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x, r = (torch.randn(shape, device="cuda", dtype=dtype, generator=g).requires_grad_() for _ in range(2))
+    w = (torch.rand(shape[-1], device="cuda", generator=g) + 0.5).to(dtype).requires_grad_()
+    x2, r2, w2 = (t.detach().clone().requires_grad_() for t in (x, r, w))
+    y, s = f8.add_rms_norm(x, r, w, 1e-6)
+    y2, s2 = tessera.add_rms_norm(x2, r2, w2, 1e-6)
+    assert torch.equal(y, y2) and torch.equal(s, s2)
+    y2d = y.reshape(-1, shape[-1])
+    held = f8._quantize_reusing(y2d, "row", True, quantize=lambda *a: pytest.fail("quantized again"))
+    for a, b in zip(held, f8._quantize_both(y2d.detach().clone(), "row", True)):
+        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+    dy, ds = (torch.randn(shape, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+    torch.autograd.backward((y, s), (dy, ds))
+    torch.autograd.backward((y2, s2), (dy, ds))
+    for a, b in ((x, x2), (r, r2), (w, w2)):
+        assert torch.equal(a.grad, b.grad)
+
+
 @pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
 def test_the_projections_after_it_quantize_nothing(monkeypatch, recipe):
     """q, k and v projections after the norm: their float8 GEMMs take the norm's copies (no
@@ -87,5 +112,9 @@ def test_elsewhere_it_is_rms_norm():
 
 
 def test_granularity_is_row_or_tensor():
-    with pytest.raises(ValueError, match="'granularity'.*'row' or 'tensor'"):
+    with pytest.raises(ValueError, match="rms_norm: argument 'granularity'.*'row' or 'tensor'"):
         f8.rms_norm(torch.randn(16, 64), torch.ones(64), 1e-6, "block")
+    with pytest.raises(ValueError, match="add_rms_norm: argument 'granularity'"):
+        f8.add_rms_norm(torch.randn(16, 64), torch.randn(16, 64), torch.ones(64), 1e-6, "block2d")
+    y, s = f8.add_rms_norm(torch.ones(16, 64), torch.ones(16, 64), torch.ones(64), 1e-6)  # the CPU: tessera's
+    assert torch.equal(s, torch.full((16, 64), 2.0)) and torch.allclose(y, torch.ones(16, 64))
