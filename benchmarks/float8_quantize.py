@@ -116,6 +116,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--gated", action="store_true", help="also SwiGLU's product quantized (gate and up [M, K])")
+    ap.add_argument("--gated-granularity", default="row",
+                    help="the gated product's granularities (block: the two ops composed, as tessera.float8 does)")
     ap.add_argument("--out", default="bench_out/float8_quantize")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -136,7 +138,7 @@ def main():
             continue
         gen = torch.Generator(device="cuda").manual_seed(1)
         gate, up = (torch.randn(m, k, device="cuda", generator=gen).to(dtype) for _ in range(2))
-        for granularity, columns in ((g, c) for g in grans for c in (False, True)):
+        for granularity, columns in ((g, c) for g in args.gated_granularity.split(",") for c in (False, True)):
             mode = "silu gated, " + granularity + (" rows+columns" if columns else " rows")
             calls = {name: (lambda fn=fn: fn(gate, up)) for name, fn in
                      gated_providers(granularity, columns, not args.no_compile).items()}
