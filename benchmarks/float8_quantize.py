@@ -4,6 +4,7 @@ and torch.compile of it, row-wise or 1 x 128 block scales, with and without the 
 
     python benchmarks/float8_quantize.py [--shapes 8192x4096,16384x14336] [--dtype bfloat16]
                                          [--granularity row,block] [--rounds 3] [--no-compile] [--out DIR]
+                                         [--gated] [--gated-granularity row]
 
 One call quantizes a [M, K] tensor (randn) to float8_e4m3fn with one scale per row, or per 1 x 128
 block of a row ('rows'), or also its columns along M, transposed, q_t [K, M] with a scale per

@@ -9,7 +9,9 @@
 # recipe's kernels in one Float8Linear step (dev/fp8_kernels.py),
 # benchmarks/moe.py (MOE_ARGS, MOE_LIMIT seconds), benchmarks/float8_quantize.py (QUANT_ARGS), the Llama-3-8B-layer
 # step (FP8_RUNS), the public-size step (8 layers of 2048, 2 x 4096 tokens: PUBLIC_RUNS) and
-# PERF.md's REPORTS (on python3). Every step ends by DEADLINE seconds into the call (default 570),
+# PERF.md's REPORTS (on python3). CTEST_FILTER and VERIFY_OPS replace the C++ tests' filter and
+# verify's ops; MEMCHECK_TESTS runs C++ tests (a gtest filter) under memcheck; normbench is
+# benchmarks/rms_norm_float8.py (NORM_ARGS). Every step ends by DEADLINE seconds into the call (default 570),
 # later ones skipped. The logs and reports packed in $OUT/logs.tar.xz (a call returns 8 files at
 # most), a summary last.
 #   device: bash dev/device_fp8.sh        (carry [".whl", "devbin-pack", "devwheel"])
