@@ -13,8 +13,9 @@ under autograd. Providers:
   and columns (the columns on its transpose);
 - compile: torch.compile of the torch provider;
 - tessera unfused: tessera.rms_norm (add_rms_norm) then tessera's float8_quantize (two passes);
-- tessera: float8.rms_norm's kernels (rms_norm_float8: the norm takes the output's maxima as it
-  writes it, then float8_quantize's second pass).
+- tessera: float8.rms_norm's (add_rms_norm's) kernels (rms_norm_float8: the norm takes the
+  output's maxima as it writes it, then float8_quantize's second pass), through its autograd
+  Function with the columns asked for, as under autograd.
 Times: triton's do_bench (L2 flushed, median), the median of --rounds interleaved rounds; and the
 tessera providers' kernels' own time (torch.profiler, 'GPU ms'), which the host's launch gaps do
 not enter (the calls take tens of microseconds, near the host's cost of making them). GB/s
@@ -33,6 +34,7 @@ import torch
 import tessera
 import tessera.float8 as f8
 from common import interleaved_ms, kernel_ms, write_results
+from tessera._float8_producers import norm_function
 
 COPY_GBPS = 4226.0
 EPS = 1e-6
@@ -50,11 +52,9 @@ def providers(granularity: str, residual: bool, compile_: bool):
         y = tessera.add_rms_norm(x, r, w, EPS)[0] if residual else tessera.rms_norm(x, (x.shape[-1],), w, EPS)
         return (y, *f8._quantize_both(y, granularity, True))
 
-    def fused(x, w, r):
-        if residual:
-            return _fused_add(x, w, r, granularity)
-        y = f8._norm_function().apply(x, w, EPS, 0.0, granularity, True)
-        return (y, *f8._last_x[4])
+    def fused(x, w, r):  # float8.rms_norm's Function, the copies it leaves for the next projection
+        out = norm_function().apply(x, r if residual else None, w, EPS, 0.0, granularity, True)
+        return (out[0] if residual else out, *f8._last_x[4])
 
     out = {"torch": torch_fn}
     if compile_:
@@ -62,23 +62,6 @@ def providers(granularity: str, residual: bool, compile_: bool):
     out["tessera unfused"] = unfused
     out["tessera"] = fused
     return out
-
-
-def _fused_add(x, w, r, granularity: str):
-    """rms_norm_float8 with the residual, on the extension's entry (float8.rms_norm takes none)."""
-    from tessera import _C
-    from tessera._interop import torch_stream, torch_view
-    t, h = x.shape
-    y, s = torch.empty_like(x), torch.empty_like(x)
-    q = torch.empty((t, h), dtype=torch.float8_e4m3fn, device=x.device)
-    q_t = torch.empty((h, t), dtype=torch.float8_e4m3fn, device=x.device)
-    scale = torch.empty(f8._scale_shape((t, h), granularity), device=x.device)
-    scale_t = torch.empty(f8._scale_shape((t, h), granularity, True), device=x.device)
-    xv = torch_view(x)
-    _C.rms_norm_float8(xv, torch_view(r), torch_view(w), EPS, 0.0, torch_view(y), torch_view(s), None,
-                       torch_view(q), torch_view(scale), torch_view(q_t), torch_view(scale_t), granularity,
-                       torch_stream(xv))
-    return y, q, scale, q_t, scale_t
 
 
 def same_bits(a, b):

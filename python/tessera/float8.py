@@ -381,79 +381,6 @@ def _leave_for_next(y2d, granularity: str, columns: bool, result) -> None:
         _last_x = (weakref.ref(ident[0]), ident[1], granularity, columns, result)
 
 
-_norm = None
-
-
-def _norm_function():
-    """rms_norm_float8 as an autograd Function (add_rms_norm's with a residual): the forward writes
-    the norm and its float8 copies and leaves those for the next Float8Matmul of the output
-    (_leave_for_next); the backward is rms_norm's (add_rms_norm's)."""
-    global _norm
-    if _norm is not None:
-        return _norm
-    import torch
-
-    class Float8RmsNorm(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, residual, weight, eps, weight_offset, granularity, columns):
-            from . import _C
-            from ._interop import torch_stream, torch_view
-            k = x.shape[-1]
-            m = x.numel() // k
-            y = torch.empty_like(x, memory_format=torch.contiguous_format)
-            s = None if residual is None else torch.empty_like(x, memory_format=torch.contiguous_format)
-            rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-            f32 = dict(dtype=torch.float32, device=x.device)
-            q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
-            scale = torch.empty(_scale_shape((m, k), granularity), **f32)
-            q_t = scale_t = None
-            if columns:
-                q_t = torch.empty((k, m), dtype=torch.float8_e4m3fn, device=x.device)
-                scale_t = torch.empty(_scale_shape((m, k), granularity, True), **f32)
-
-            def view(t):
-                return None if t is None else torch_view(t)
-            xv = torch_view(x)
-            _C.rms_norm_float8(xv, view(residual), view(weight), eps, weight_offset, torch_view(y), view(s),
-                               torch_view(rstd), torch_view(q), torch_view(scale), view(q_t), view(scale_t),
-                               granularity, torch_stream(xv))
-            ctx.save_for_backward(x if s is None else s, weight, rstd)
-            ctx.weight_offset, ctx.add = weight_offset, s is not None
-            _leave_for_next(y.view(m, k), granularity, columns, (q, scale, q_t, scale_t))
-            return y if s is None else (y, s)
-
-        @staticmethod
-        def backward(ctx, grad, grad_residual_out=None):
-            x, weight, rstd = ctx.saved_tensors
-            if not ctx.add:
-                from .rowwise import rms_norm_backward
-                grad_x, grad_w = rms_norm_backward(grad, x, (x.shape[-1],), rstd, weight, ctx.needs_input_grad[::2][:2],
-                                                   weight_offset=ctx.weight_offset)
-                return grad_x, None, grad_w, None, None, None, None
-            from ._interop import needs_ops
-            mask = [ctx.needs_input_grad[0] or ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
-            grad_x, grad_w = needs_ops("add_rms_norm").add_rms_norm_backward.default(
-                grad, grad_residual_out, x, rstd, weight, mask)
-            return grad_x, grad_x, grad_w, None, None, None, None
-
-    _norm = Float8RmsNorm
-    return _norm
-
-
-def _fuses(x, weight, residual=None) -> bool:
-    """Whether rms_norm_float8 takes the call (see rms_norm)."""
-    import torch
-    k = x.shape[-1] if x.dim() else 0
-    return (getattr(x, "is_cuda", False) and weight is not None and x.dtype in (torch.bfloat16, torch.float16)
-            and weight.dtype == x.dtype and x.is_contiguous() and weight.is_contiguous() and x.numel() > 0
-            and k % 16 == 0 and (x.numel() // k) % 16 == 0
-            and (residual is None or (isinstance(residual, torch.Tensor) and residual.shape == x.shape
-                                      and residual.dtype == x.dtype and residual.is_contiguous()
-                                      and residual.device == x.device))
-            and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing()
-            and not torch.is_autocast_enabled(x.device.type) and _major(x.device.index) == 9)
-
-
 def _check_norm_granularity(op: str, granularity: str) -> None:
     if granularity not in ("row", "tensor"):
         raise ValueError(f"tessera.float8.{op}: argument 'granularity': expected 'row' or 'tensor', "
@@ -474,11 +401,12 @@ def rms_norm(x, weight, eps: float, granularity: str = "row", weight_offset: flo
     of one dtype, either not contiguous, or rows or their length not multiples of 16."""
     from .rowwise import rms_norm as plain
     _check_norm_granularity("rms_norm", granularity)
-    if not _fuses(x, weight):
+    from ._float8_producers import fuses, norm_function
+    if not fuses(x, weight):
         return plain(x, (x.shape[-1],), weight, eps, weight_offset=weight_offset)
     import torch
-    return _norm_function().apply(x, None, weight, float(eps), float(weight_offset), granularity,
-                                  torch.is_grad_enabled())
+    return norm_function().apply(x, None, weight, float(eps), float(weight_offset), granularity,
+                                 torch.is_grad_enabled())
 
 
 def add_rms_norm(input, residual, weight, eps: float, granularity: str = "row"):
@@ -489,10 +417,11 @@ def add_rms_norm(input, residual, weight, eps: float, granularity: str = "row"):
     tessera.add_rms_norm."""
     from .rowwise import add_rms_norm as plain
     _check_norm_granularity("add_rms_norm", granularity)
-    if not _fuses(input, weight, residual):
+    from ._float8_producers import fuses, norm_function
+    if not fuses(input, weight, residual):
         return plain(input, residual, weight, eps)
     import torch
-    return _norm_function().apply(input, residual, weight, float(eps), 0.0, granularity, torch.is_grad_enabled())
+    return norm_function().apply(input, residual, weight, float(eps), 0.0, granularity, torch.is_grad_enabled())
 
 
 def _weight_layouts(weight, granularity: str, columns: bool, cache: bool):
@@ -619,46 +548,6 @@ def _matmul_function():
     return _function
 
 
-_gated_matmul = None
-
-
-def _gated_function():
-    """A Float8Linear of act(gate) * up (a gated feed-forward's down projection) as an autograd
-    Function, on the kernels only (_on_kernels): the product quantized in the pass that computes
-    it, not kept in bfloat16 (_quantize_gated); the backward keeps gate, up and the product's
-    float8 columns, and takes grad_gate and grad_up from dgrad's output in one pass."""
-    global _gated_matmul
-    if _gated_matmul is not None:
-        return _gated_matmul
-    import torch
-
-    class Float8GatedMatmul(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, gate, up, weight, kind, recipe, recorded=True, cache=False):
-            act, wgt = _OPERANDS[recipe]
-            ctx.kind, ctx.recipe, ctx.cache = kind, recipe, cache
-            want_dw = recorded and ctx.needs_input_grad[2]
-            qa, sa, qa_t, sa_t = _quantize_gated(gate, up, kind, act, want_dw)
-            ctx.save_for_backward(gate, up, qa_t, sa_t, weight)
-            ctx.dtypes = (gate.dtype, weight.dtype)
-            return _forward_gemm(qa, sa, weight, wgt, cache, gate.dtype)
-
-        @staticmethod
-        def backward(ctx, grad):
-            from .elementwise import gated_backward
-            gate, up, qa_t, sa_t, weight = ctx.saved_tensors
-            want_act = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-            d_act, dw = _backward_gemms(grad, qa_t, sa_t, weight, ctx.recipe, ctx.cache, want_act,
-                                        ctx.needs_input_grad[2], ctx.dtypes)
-            d_gate = d_up = None
-            if want_act:
-                d_gate, d_up = gated_backward(ctx.kind, d_act, gate, up)
-            return d_gate, d_up, dw, None, None, None, None
-
-    _gated_matmul = Float8GatedMatmul
-    return _gated_matmul
-
-
 def gated_linear(kind: str, gate, up, linear):
     """``linear(act(gate) * up)`` for a Float8Linear ``linear`` (kind "silu": SwiGLU's product,
     "gelu_tanh": GeGLU's), the product quantized in the pass that computes it rather than written
@@ -666,6 +555,7 @@ def gated_linear(kind: str, gate, up, linear):
     kernels; elsewhere (the emulation, another Linear, a layer with hooks, autocast) the module
     called on the gated op's output. gate and up: one shape [..., in_features] and dtype."""
     import torch
+    from ._float8_producers import gated_function
     from .elementwise import gated
     if kind not in ("silu", "gelu_tanh"):
         raise ValueError(f"tessera.float8.gated_linear: argument 'kind': expected 'silu' or 'gelu_tanh', got {kind!r}")
@@ -676,7 +566,7 @@ def gated_linear(kind: str, gate, up, linear):
         return linear(gated(kind, gate, up))
     shape = gate.shape
     recorded = torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad or linear.weight.requires_grad)
-    out = _gated_function().apply(gate.reshape(-1, shape[-1]), up.reshape(-1, shape[-1]), linear.weight, kind,
+    out = gated_function().apply(gate.reshape(-1, shape[-1]), up.reshape(-1, shape[-1]), linear.weight, kind,
                                   linear.recipe, recorded, linear.cache_weights)
     if linear.bias is not None:
         out = out + linear.bias
