@@ -114,15 +114,15 @@ struct Block4x8 {
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int f = 0; f < kF; ++f) v[j][f] = tile::load_frag<T, VW>(p + j * a.xs + f * FStride);
-      return;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int f = 0; f < kF; ++f) {
+          const int64_t r = r0 + row + j, c = c0 + frag_col(f);
+          v[j][f] = tile::load_frag<T, VW>(x + std::min(r, a.rows - 1) * a.xs + std::min(c, a.cols - VW));
+        }
     }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int f = 0; f < kF; ++f) {
-        const int64_t r = r0 + row + j, c = c0 + frag_col(f);
-        v[j][f] = tile::load_frag<T, VW>(x + std::min(r, a.rows - 1) * a.xs + std::min(c, a.cols - VW));
-      }
   }
   __device__ void mask(const QuantArgs& a, Frags& v) const {
 #pragma unroll
