@@ -248,6 +248,19 @@ std::string dims_of(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
+// The arguments every pass takes: x and its outputs (null where not asked for).
+QuantArgs args_for(const TensorView& x, const TensorView* q, const TensorView* scale, const TensorView* q_t,
+                   const TensorView* scale_t, Float8Granularity g) {
+  QuantArgs a{};
+  a.x = x.data, a.xs = x.strides[0];
+  a.q = q ? static_cast<uint8_t*>(q->data) : nullptr, a.qt = q_t ? static_cast<uint8_t*>(q_t->data) : nullptr;
+  a.scale = scale ? static_cast<float*>(scale->data) : nullptr;
+  a.scale_t = scale_t ? static_cast<float*>(scale_t->data) : nullptr;
+  a.rows = x.shape[0], a.cols = x.shape[1];
+  a.granularity = g;
+  return a;
+}
+
 // The op's name and its input's: float8_quantize's input, or float8_quantize_gated's gate (and up).
 struct Names {
   const char* op;
@@ -374,13 +387,7 @@ void quantize(const TensorView& input, const GatedInput* gated, const TensorView
   }
   if (input.shape[0] == 0) return;
   runtime::DeviceGuard guard(input.device.index);
-  QuantArgs a{};
-  a.x = input.data, a.xs = input.strides[0];
-  a.q = q ? static_cast<uint8_t*>(q->data) : nullptr, a.qt = q_t ? static_cast<uint8_t*>(q_t->data) : nullptr;
-  a.scale = scale ? static_cast<float*>(scale->data) : nullptr;
-  a.scale_t = scale_t ? static_cast<float*>(scale_t->data) : nullptr;
-  a.rows = input.shape[0], a.cols = input.shape[1];
-  a.granularity = granularity;
+  QuantArgs a = args_for(input, q, scale, q_t, scale_t, granularity);
   const bool blocks = granularity == Float8Granularity::block || granularity == Float8Granularity::block2d;
   const bool rows_only = !gated && granularity == Float8Granularity::row && !q_t;
   const bool two_pass = !rows_only && !blocks;
@@ -443,14 +450,8 @@ void quantize_given_maxima(const TensorView& x, const TensorView* q, const Tenso
                            const TensorView* scale_t, Float8Granularity g, uint32_t* amax, cudaStream_t stream) {
   if (x.shape[0] == 0) return;
   runtime::DeviceGuard guard(x.device.index);
-  QuantArgs a{};
-  a.x = x.data, a.xs = x.strides[0];
-  a.q = q ? static_cast<uint8_t*>(q->data) : nullptr, a.qt = q_t ? static_cast<uint8_t*>(q_t->data) : nullptr;
-  a.scale = scale ? static_cast<float*>(scale->data) : nullptr;
-  a.scale_t = scale_t ? static_cast<float*>(scale_t->data) : nullptr;
+  QuantArgs a = args_for(x, q, scale, q_t, scale_t, g);
   a.amax = amax;
-  a.rows = x.shape[0], a.cols = x.shape[1];
-  a.granularity = g;
   const auto run = [&](auto t) {
     using T = decltype(t);
     constexpr int kVec = int(16 / sizeof(T));
