@@ -34,6 +34,7 @@ import torch
 import tessera
 import tessera.float8 as f8
 from common import interleaved_ms, kernel_ms, write_results
+from float8_quantize import same_bits
 from tessera._float8_producers import norm_function
 
 COPY_GBPS = 4226.0
@@ -62,12 +63,6 @@ def providers(granularity: str, residual: bool, compile_: bool):
     out["tessera unfused"] = unfused
     out["tessera"] = fused
     return out
-
-
-def same_bits(a, b):
-    if a.dtype == torch.float8_e4m3fn:
-        a, b = a.view(torch.uint8), b.view(torch.uint8)
-    return a.shape == b.shape and torch.equal(a, b)
 
 
 def main():
