@@ -132,7 +132,8 @@ grad_copies: dict = {}
 def take_grad_copies(grad, granularity: str, columns: bool):
     """The float8 copies gated_grads left for ``grad`` (the same elements, unchanged since, of
     ``granularity``), taken out of the table; else None."""
-    if not grad_copies:
+    import torch
+    if not grad_copies or torch.compiler.is_compiling():
         return None
     ident = f8._identity(grad)
     if ident is None:
@@ -153,13 +154,14 @@ def gated_grads(kind: str, d_act, gate, up, granularity: str):
     not multiples of 16, torch.compile or a CUDA graph capture)."""
     import torch
     from .elementwise import gated_backward
+    if torch.compiler.is_compiling():  # its graph has no Python state to hand the copies through
+        return gated_backward(kind, d_act, gate, up)
     grad_copies.clear()
     m, k = d_act.shape
     takes = (granularity in ("row", "tensor") and d_act.is_cuda and d_act.dtype in (torch.bfloat16, torch.float16)
              and gate.dtype == up.dtype == d_act.dtype and gate.shape == up.shape == d_act.shape
              and d_act.is_contiguous() and gate.is_contiguous() and up.is_contiguous()
-             and m % 16 == 0 and k % 16 == 0 and m > 0
-             and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing())
+             and m % 16 == 0 and k % 16 == 0 and m > 0 and not torch.cuda.is_current_stream_capturing())
     if not takes:
         return gated_backward(kind, d_act, gate, up)
     from . import _C
