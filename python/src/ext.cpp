@@ -103,6 +103,23 @@ void float8_quantize_flat(const TensorView& input, const TensorView& q, const Te
   float8_quantize(input, q, scale, q_t, scale_t, g, stream);
 }
 
+// float8_quantize_gated_backward with its outputs as plain arguments, the names parsed.
+void float8_quantize_gated_backward_flat(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                                         const std::string& activation, const TensorView& grad_gate,
+                                         const TensorView& grad_up, const TensorView& q_gate,
+                                         const TensorView& scale_gate, const TensorView* q_t_gate,
+                                         const TensorView* scale_t_gate, const TensorView& q_up,
+                                         const TensorView& scale_up, const TensorView* q_t_up,
+                                         const TensorView* scale_t_up, const std::string& granularity,
+                                         cudaStream_t stream) {
+  constexpr const char* op = "float8_quantize_gated_backward";
+  Float8Granularity g = Float8Granularity::row;
+  parse(op, granularity, g);
+  float8_quantize_gated_backward(grad_output, gate, up, activation_from(activation), grad_gate, grad_up,
+                                 Float8Copy{q_gate, scale_gate, q_t_gate, scale_t_gate},
+                                 Float8Copy{q_up, scale_up, q_t_up, scale_t_up}, g, stream);
+}
+
 // rms_norm_float8 with its float8 outputs as plain arguments, the granularity by name.
 void rms_norm_float8_flat(const TensorView& input, const TensorView* residual, const TensorView* weight, double eps,
                           double weight_offset, const TensorView& out, const TensorView* residual_out,
@@ -326,6 +343,14 @@ NB_MODULE(_C, m) {
                                 "('row': scale [M, 1]; 'tensor': one element), and where q_t and scale_t "
                                 "are given input's columns quantized along M into q_t [K, M] (scale_t "
                                 "[1, K] or one element).");
+  def_op<&float8_quantize_gated_backward_flat>(
+      m, "float8_quantize_gated_backward",
+      {"grad_output", "gate", "up", "activation", "grad_gate", "grad_up", "q_gate", "scale_gate", "q_t_gate",
+       "scale_t_gate", "q_up", "scale_up", "q_t_up", "scale_t_up", "granularity", "stream"},
+      none,
+      "grad_gate and grad_up of act(gate) * up ('silu', 'gelu_tanh') from grad_output, each written and "
+      "quantized as float8_quantize quantizes it (q, scale and where given q_t, scale_t), in one read of the "
+      "inputs.");
   def_op<&rms_norm_float8_flat>(m, "rms_norm_float8",
                                 {"input", "residual", "weight", "eps", "weight_offset", "out", "residual_out", "rstd",
                                  "q", "scale", "q_t", "scale_t", "granularity", "stream"},

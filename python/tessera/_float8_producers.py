@@ -7,6 +7,8 @@ only, which holds their public functions and the quantization they share.
 
 from __future__ import annotations
 
+import weakref
+
 from . import float8 as f8
 
 _norm = None
@@ -108,15 +110,77 @@ def gated_function():
 
         @staticmethod
         def backward(ctx, grad):
-            from .elementwise import gated_backward
             gate, up, qa_t, sa_t, weight = ctx.saved_tensors
             want_act = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
             d_act, dw = f8._backward_gemms(grad, qa_t, sa_t, weight, ctx.recipe, ctx.cache, want_act,
                                         ctx.needs_input_grad[2], ctx.dtypes)
             d_gate = d_up = None
-            if want_act:
-                d_gate, d_up = gated_backward(ctx.kind, d_act, gate, up)
+            if want_act:  # quantized as they are written for gate_proj's and up_proj's backward
+                d_gate, d_up = gated_grads(ctx.kind, d_act, gate, up, f8._OPERANDS[ctx.recipe][0])
             return d_gate, d_up, dw, None, None, None, None
 
     _gated_matmul = Float8GatedMatmul
     return _gated_matmul
+
+
+# The gated backward's gradients' float8 copies (gated_grads), for the gate and up projections'
+# Float8Matmul.backward, which run next: {identity key: (weakref to the anchor, granularity,
+# (q, scale, q_t, scale_t))}. One call's pair at most: each gated backward replaces it.
+grad_copies: dict = {}
+
+
+def take_grad_copies(grad, granularity: str, columns: bool):
+    """The float8 copies gated_grads left for ``grad`` (the same elements, unchanged since, of
+    ``granularity``), taken out of the table; else None."""
+    import torch
+    if not grad_copies or torch.compiler.is_compiling():
+        return None
+    ident = f8._identity(grad)
+    if ident is None:
+        return None
+    held = grad_copies.pop(ident[1], None)
+    if held is None or held[0]() is not ident[0] or held[1] != granularity:
+        return None
+    q, scale, q_t, scale_t = held[2]
+    return (q, scale, q_t, scale_t) if columns else (q, scale, None, None)
+
+
+def gated_grads(kind: str, d_act, gate, up, granularity: str):
+    """(grad_gate, grad_up) of act(gate) * up from d_act, each quantized by ``granularity`` (rows
+    and columns) in the pass that writes it (tessera's float8_quantize_gated_backward: the same
+    bits as the gated backward op, and those of _quantize_both on each gradient), the copies left
+    in grad_copies for the projections' backward GEMMs; the gated backward op alone where the
+    kernel does not take the call (block granularities, other layouts or dtypes, rows or columns
+    not multiples of 16, torch.compile or a CUDA graph capture)."""
+    import torch
+    from .elementwise import gated_backward
+    if torch.compiler.is_compiling():  # its graph has no Python state to hand the copies through
+        return gated_backward(kind, d_act, gate, up)
+    grad_copies.clear()
+    m, k = d_act.shape
+    takes = (granularity in ("row", "tensor") and d_act.is_cuda and d_act.dtype in (torch.bfloat16, torch.float16)
+             and gate.dtype == up.dtype == d_act.dtype and gate.shape == up.shape == d_act.shape
+             and d_act.is_contiguous() and gate.is_contiguous() and up.is_contiguous()
+             and m % 16 == 0 and k % 16 == 0 and m > 0 and not torch.cuda.is_current_stream_capturing())
+    if not takes:
+        return gated_backward(kind, d_act, gate, up)
+    from . import _C
+    from ._interop import torch_stream, torch_view
+    d_gate, d_up = torch.empty_like(d_act), torch.empty_like(d_act)
+    f32 = dict(dtype=torch.float32, device=d_act.device)
+
+    def copies():
+        return (torch.empty((m, k), dtype=torch.float8_e4m3fn, device=d_act.device),
+                torch.empty(f8._scale_shape((m, k), granularity), **f32),
+                torch.empty((k, m), dtype=torch.float8_e4m3fn, device=d_act.device),
+                torch.empty(f8._scale_shape((m, k), granularity, True), **f32))
+    cg, cu = copies(), copies()
+    dv = torch_view(d_act)
+    _C.float8_quantize_gated_backward(dv, torch_view(gate), torch_view(up), kind, torch_view(d_gate), torch_view(d_up),
+                                      *(torch_view(t) for t in cg), *(torch_view(t) for t in cu), granularity,
+                                      torch_stream(dv))
+    for grad, held in ((d_gate, cg), (d_up, cu)):
+        ident = f8._identity(grad)
+        if ident is not None:
+            grad_copies[ident[1]] = (weakref.ref(ident[0]), granularity, held)
+    return d_gate, d_up

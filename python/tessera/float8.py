@@ -483,10 +483,13 @@ def _forward_gemm(qx, sx, weight, wgt: str, cache: bool, dtype):
 def _backward_gemms(grad, qx_t, sx_t, weight, recipe: str, cache: bool, want_dx: bool, want_dw: bool, dtypes):
     """dgrad and wgrad on the kernels from the output gradient and the forward's float8 copy of
     x's columns (qx_t, sx_t): (dx, dw), each None where not wanted. grad quantized by rows for
-    dgrad (K = out_features) and by columns for wgrad (K = tokens) in one kernel call."""
+    dgrad (K = out_features) and by columns for wgrad (K = tokens) in one kernel call, or its
+    copies taken where the pass that wrote it made them (_float8_producers.gated_grads)."""
     act, wgt = _OPERANDS[recipe]
     dx = dw = None
-    qg, sg, qg_t, sg_t = _quantize_both(grad.contiguous(), act, want_dw)
+    from ._float8_producers import take_grad_copies
+    held = take_grad_copies(grad, act, want_dw)
+    qg, sg, qg_t, sg_t = held if held is not None else _quantize_both(grad.contiguous(), act, want_dw)
     if want_dx:  # grad [T, O] @ weight [O, I]: the weight's columns as qw_t [I, O]
         _, _, qw_t, sw_t = _weight_layouts(weight, wgt, True, cache)
         dx = _scaled(qg, sg, qw_t.t(), sw_t, dtypes[0])

@@ -13,6 +13,7 @@
 #include "ops/matrix/float8_quantize_reference.hpp"
 #include "runtime/memory.hpp"
 #include "tessera/op.hpp"
+#include "tessera/ops/elementwise.hpp"
 #include "tessera/ops/matrix.hpp"
 #include "testing.hpp"
 
@@ -318,6 +319,114 @@ TEST(Float8QuantizeGpu, EachKernelMatchesTheReferenceOnAStream) {
       }
     }
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+TEST(Float8QuantizeChecks, GatedBackwardNamesTheArgument) {
+  const TensorView dy = cuda_tensor(0x10000, DType::bfloat16, {32, 64});
+  const TensorView gate = cuda_tensor(0x20000, DType::bfloat16, {32, 64});
+  const TensorView up = cuda_tensor(0x30000, DType::bfloat16, {32, 64});
+  const TensorView dg = cuda_tensor(0x40000, DType::bfloat16, {32, 64});
+  const TensorView du = cuda_tensor(0x50000, DType::bfloat16, {32, 64});
+  const TensorView q = cuda_tensor(0x100000, DType::float8_e4m3fn, {32, 64});
+  const TensorView s = cuda_tensor(0x200000, DType::float32, {32, 1});
+  const TensorView q2 = cuda_tensor(0x300000, DType::float8_e4m3fn, {32, 64});
+  const TensorView s2 = cuda_tensor(0x400000, DType::float32, {32, 1});
+  using tessera::Activation;
+  using tessera::Float8Copy;
+  const auto call = [&](const TensorView& g, const TensorView& grad_gate, const Float8Copy& cg, Activation act,
+                        Float8Granularity gr) {
+    tessera::float8_quantize_gated_backward(dy, g, up, act, grad_gate, du, cg, Float8Copy{q2, s2}, gr, nullptr);
+  };
+  const std::string op = "tessera.float8_quantize_gated_backward";
+  const Float8Copy cg{q, s};
+  expect_error([&] { call(gate, dg, cg, Activation::silu, Float8Granularity::block); }, ErrorKind::value,
+               {op, "'granularity'", "'row' or 'tensor'"});
+  expect_error([&] { call(gate, dg, cg, Activation::relu, Float8Granularity::row); }, ErrorKind::value,
+               {op, "'activation'", "'silu' or 'gelu_tanh'"});
+  expect_error([&] { call(cuda_tensor(0x20000, DType::bfloat16, {32, 32}), dg, cg, Activation::silu,
+                          Float8Granularity::row); },
+               ErrorKind::value, {op, "'gate'"});
+  expect_error([&] { call(gate, cuda_tensor(0x40000, DType::float16, {32, 64}), cg, Activation::silu,
+                          Float8Granularity::row); },
+               ErrorKind::type, {op, "'grad_gate'"});
+  expect_error([&] { call(gate, dg, Float8Copy{q, cuda_tensor(0x200000, DType::float32, {64, 1})}, Activation::silu,
+                          Float8Granularity::row); },
+               ErrorKind::value, {op, "'scale'"});
+  expect_error([&] { call(gate, dg, Float8Copy{q2, s}, Activation::silu, Float8Granularity::row); },
+               ErrorKind::value, {op, "overlap"});  // grad_gate's q over grad_up's
+}
+
+// float8_quantize_gated_backward against the gated backward op then float8_quantize on each
+// gradient, bit for bit: both activations, rows and tensor, bf16 and fp16, a shape with partial
+// tiles and strips, an inf in one gradient.
+TEST(Float8QuantizeGpu, GatedBackwardIsTheTwoOps) {
+  TESSERA_REQUIRE_GPU();
+  using tessera::Activation;
+  using tessera::Float8Copy;
+  using G = Float8Granularity;
+  const auto dev = tessera::Device{tessera::DeviceType::cuda, 0};
+  for (DType dt : {DType::bfloat16, DType::float16})
+    for (const auto& [m, k] : {std::pair<int64_t, int64_t>{256, 768}, {48, 272}})
+      for (Activation act : {Activation::silu, Activation::gelu_tanh})
+        for (G g : {G::row, G::tensor}) {
+          SCOPED_TRACE(std::string(tessera::dtype_name(dt)) + " " + std::to_string(m) + " x " + std::to_string(k) +
+                       " " + tessera::activation_name(act) + (g == G::row ? " row" : " tensor"));
+          const int64_t n = m * k;
+          std::vector<uint16_t> host(size_t(3 * n));
+          for (size_t i = 0; i < host.size(); ++i) {  // finite 16-bit values of moderate size, both signs
+            const uint16_t exp_bits = dt == DType::bfloat16 ? uint16_t((120 + i % 12) << 7) : uint16_t((10 + i % 8) << 10);
+            host[i] = uint16_t(exp_bits | (i * 2654435761u >> 20 & (dt == DType::bfloat16 ? 0x7f : 0x3ff)) |
+                               (i % 3 == 0 ? 0x8000 : 0));
+          }
+          host[size_t(5 * k + 3)] = dt == DType::bfloat16 ? 0x7f80 : 0x7c00;  // an inf in grad_output
+          tessera::runtime::DeviceBuffer in(size_t(3 * n) * 2), outs(size_t(4 * n) * 2), q(size_t(4 * n)),
+              sc(size_t(4 * (m + k)) * 4);
+          ASSERT_EQ(cudaMemcpy(in.data(), host.data(), host.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+          const auto t = [&](void* p, DType d, std::vector<int64_t> shape) {
+            return TensorView::make(p, d, shape.data(), nullptr, int(shape.size()), dev);
+          };
+          auto* ib = static_cast<uint8_t*>(in.data());
+          auto* ob = static_cast<uint8_t*>(outs.data());
+          auto* qb = static_cast<uint8_t*>(q.data());
+          auto* sb = static_cast<float*>(sc.data());
+          const TensorView dy = t(ib, dt, {m, k}), gate = t(ib + 2 * n, dt, {m, k}), up = t(ib + 4 * n, dt, {m, k});
+          // [0]: fused, [1]: the two ops; each a gate's and an up's gradient, copies and scales
+          std::vector<TensorView> grads, qs, qts, ss, sts;
+          tessera::runtime::DeviceBuffer qt(size_t(4 * n));
+          for (int i = 0; i < 4; ++i) {
+            grads.push_back(t(ob + i * 2 * n, dt, {m, k}));
+            qs.push_back(t(qb + i * n, DType::float8_e4m3fn, {m, k}));
+            qts.push_back(t(static_cast<uint8_t*>(qt.data()) + i * n, DType::float8_e4m3fn, {k, m}));
+          }
+          for (int i = 0; i < 4; ++i) {
+            float* p = sb + i * (m + k);
+            ss.push_back(g == G::tensor ? t(p, DType::float32, {}) : t(p, DType::float32, {m, 1}));
+            sts.push_back(g == G::tensor ? t(p + m, DType::float32, {}) : t(p + m, DType::float32, {1, k}));
+          }
+          ASSERT_EQ(cudaMemset(q.data(), 0xa5, size_t(4 * n)), cudaSuccess);
+          ASSERT_EQ(cudaMemset(qt.data(), 0xa5, size_t(4 * n)), cudaSuccess);
+          tessera::float8_quantize_gated_backward(dy, gate, up, act, grads[0], grads[1],
+                                                  Float8Copy{qs[0], ss[0], &qts[0], &sts[0]},
+                                                  Float8Copy{qs[1], ss[1], &qts[1], &sts[1]}, g, nullptr);
+          if (act == Activation::silu) tessera::silu_mul_backward(dy, gate, up, grads[2], grads[3], nullptr);
+          else tessera::geglu_backward(dy, gate, up, grads[2], grads[3], nullptr);
+          for (int i = 2; i < 4; ++i) tessera::float8_quantize(grads[i], qs[i], ss[i], &qts[i], &sts[i], g, nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const auto bytes = [&](const void* p, size_t size) {
+            std::vector<uint8_t> h(size);
+            EXPECT_EQ(cudaMemcpy(h.data(), p, size, cudaMemcpyDeviceToHost), cudaSuccess);
+            return h;
+          };
+          const size_t scale_n = g == G::tensor ? 4 : size_t(m) * 4, scale_t_n = g == G::tensor ? 4 : size_t(k) * 4;
+          for (int i = 0; i < 2; ++i) {
+            SCOPED_TRACE(i ? "grad_up" : "grad_gate");
+            EXPECT_EQ(bytes(grads[i].data, size_t(n) * 2), bytes(grads[i + 2].data, size_t(n) * 2));
+            EXPECT_EQ(bytes(qs[i].data, size_t(n)), bytes(qs[i + 2].data, size_t(n)));
+            EXPECT_EQ(bytes(qts[i].data, size_t(n)), bytes(qts[i + 2].data, size_t(n)));
+            EXPECT_EQ(bytes(ss[i].data, scale_n), bytes(ss[i + 2].data, scale_n));
+            EXPECT_EQ(bytes(sts[i].data, scale_t_n), bytes(sts[i + 2].data, scale_t_n));
+          }
+        }
 }
 
 }  // namespace

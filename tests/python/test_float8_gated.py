@@ -239,3 +239,42 @@ def test_quantize_gated_takes_the_registered_op_where_the_fast_entry_does_not(mo
     else:
         assert calls == [("columns", "gelu_tanh", "row"), ("default", "silu", "tensor")]
         assert composed == [("row", False)]
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
+def test_gated_backward_hands_its_gradients_copies_to_the_projections(monkeypatch, recipe, kind):
+    """A float8 MLP (gate, up and down projections): the gated backward quantizes grad_gate and
+    grad_up as it writes them (float8_quantize_gated_backward) and the gate and up projections'
+    backward GEMMs take those copies (no quantizing call of a [T, I] gradient); the gradients are
+    those of the gated backward op then each projection's own quantization, bit for bit."""
+    _need_cuda()
+    if not f8._on_kernels(torch.ones(1, device="cuda", dtype=torch.bfloat16), recipe):
+        pytest.skip("needs the sm90 float8 kernels")
+    torch.manual_seed(0)
+    t, h, i = 128, 256, 512
+    mlp = torch.nn.ModuleDict({n: torch.nn.Linear(*io, bias=False) for n, io in
+                               (("gate", (h, i)), ("up", (h, i)), ("down", (i, h)))}).cuda().bfloat16()
+    f8.convert_to_float8_training(mlp, recipe=recipe)
+    x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        for p in (x, *mlp.parameters()):
+            p.grad = None
+        f8._last_x = None
+        f8.gated_linear(kind, mlp["gate"](x), mlp["up"](x), mlp["down"]).backward(grad)
+        return [p.grad.clone() for p in (x, *mlp.parameters())]
+
+    calls = []
+    real = f8._quantize_both
+    monkeypatch.setattr(f8, "_quantize_both", lambda g, *a, **k: calls.append(tuple(g.shape)) or real(g, *a, **k))
+    got = step()
+    assert (t, i) not in calls  # grad_gate's and grad_up's copies came from the gated backward
+    from tessera import _float8_producers as producers
+    assert not producers.grad_copies  # both taken
+    from tessera.elementwise import gated_backward
+    monkeypatch.setattr(producers, "gated_grads", lambda kind_, d, g, u, gran: gated_backward(kind_, d, g, u))
+    want = step()
+    for a, b in zip(got, want):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))

@@ -171,6 +171,26 @@ void float8_quantize_transposed(const TensorView& input, const TensorView& q_t, 
 void float8_quantize_gated(const TensorView& gate, const TensorView& up, Activation activation, const TensorView& q,
                            const TensorView& scale, const TensorView* q_t, const TensorView* scale_t,
                            Float8Granularity granularity, cudaStream_t stream);
+// A tensor's float8 copies as float8_quantize writes them: q and scale, and where q_t is given its
+// columns quantized along M (q_t, scale_t).
+struct Float8Copy {
+  const TensorView& q;
+  const TensorView& scale;
+  const TensorView* q_t = nullptr;
+  const TensorView* scale_t = nullptr;
+};
+// The gated product's backward with both gradients quantized as they are written, for the float8
+// GEMMs of the gate and up projections: grad_gate = grad_output * up * act'(gate) and grad_up =
+// grad_output * act(gate) (activation 'silu' or 'gelu_tanh': silu_mul_backward's and
+// geglu_backward's bits) into grad_gate and grad_up (contiguous [M, K]), and each quantized as
+// float8_quantize quantizes it (granularity 'row' or 'tensor') into its Float8Copy, from one read
+// of grad_output, gate and up: the first pass computes and stores the gradients and takes both
+// one's maxima, the second quantizes each. grad_output, gate and up: [M, K], K contiguous, one
+// row stride.
+void float8_quantize_gated_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                                    Activation activation, const TensorView& grad_gate, const TensorView& grad_up,
+                                    const Float8Copy& gate_copy, const Float8Copy& up_copy,
+                                    Float8Granularity granularity, cudaStream_t stream);
 // float8_quantize's scale and scale_t shapes for x [M, K] (empty: one element, 0-d as allocated).
 struct Float8ScaleShapes {
   std::vector<int64_t> scale, scale_t;

@@ -125,44 +125,58 @@ template <class T, int VW, class Src>
 __global__ void __launch_bounds__(kTileThreads) strip_amax_kernel(QuantArgs a, int64_t rows_per_cta) {
   static_assert(kStripCols == kTileThreads, "a thread a column of the strip at the end");
   using S = Strip<T, VW>;
-  constexpr int kWarps = kTileThreads / 32;
+  constexpr int kWarps = kTileThreads / 32, kOut = Src::kOutputs;
   __shared__ uint32_t cmax[kWarps][kStripCols], scratch[32];
   const int i = int(threadIdx.x), lane = i % 32, w = i / 32;
   const int64_t c0 = int64_t(blockIdx.x) * kStripCols, r_begin = int64_t(blockIdx.y) * rows_per_cta;
   const int64_t r_end = std::min(a.rows, r_begin + rows_per_cta);
   const bool full_cols = c0 + kStripCols <= a.cols;
-  uint32_t cm[8] = {}, all = 0;  // the thread's columns' maxima over its rows (T's magnitude bits); the tensor's
+  const auto amax = [&](int o) { return o ? a.amax2 : a.amax; };  // output o's maxima
+  // Each output's: the thread's columns' maxima over its rows (T's magnitude bits); the tensor's.
+  uint32_t cm[kOut][8] = {}, all[kOut] = {};
   for (int64_t r0 = r_begin + 4 * w; r0 < r_end; r0 += 4 * kWarps) {
     const S s(r0, c0);
-    typename S::Frags v;
-    if (full_cols && r0 + 4 <= a.rows) Src::template load<true>(a, s, v);  // no clamps (see tile_quant_kernel)
-    else Src::template load<false>(a, s, v);
-    if constexpr (!std::is_same_v<Src, Plain>) Src::store(a, s, v);
-    uint32_t rm[4] = {};
-    fold_maxima<T, VW>(v, rm, cm);
-    if (a.tensor()) {
-      all = max(all, max(max(rm[0], rm[1]), max(rm[2], rm[3])));
+    typename S::Frags v[kOut];
+    const bool full = full_cols && r0 + 4 <= a.rows;  // no clamps (see tile_quant_kernel)
+    if constexpr (kOut == 2) {
+      full ? Src::template load2<true>(a, s, v[0], v[1]) : Src::template load2<false>(a, s, v[0], v[1]);
+      Src::store2(a, s, v[0], v[1]);
+    } else {
+      full ? Src::template load<true>(a, s, v[0]) : Src::template load<false>(a, s, v[0]);
+      if constexpr (!std::is_same_v<Src, Plain>) Src::store(a, s, v[0]);
+    }
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+      uint32_t rm[4] = {};
+      fold_maxima<T, VW>(v[o], rm, cm[o]);
+      if (a.tensor()) {
+        all[o] = max(all[o], max(max(rm[0], rm[1]), max(rm[2], rm[3])));
+        continue;
+      }
+      uint32_t m = max_scatter<4, 16>(rm);  // row 2 (lane & 16) + (lane & 8), over 4 of the lanes
+#pragma unroll
+      for (int off = 4; off >= 1; off /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+      const int64_t r = r0 + (lane >> 4) * 2 + (lane >> 3 & 1);
+      if (lane % 8 == 0 && m && a.q && r < a.rows) atomicMax(&amax(o)[r], mag_f32<T>(m));
+    }
+  }
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) {
+    if (o) __syncthreads();  // the previous output's reads of the shared buffers are done
+    if (a.tensor()) {  // one word for the whole tensor: the CTA's maximum, one atomic
+      const uint32_t m = tile::block_reduce(mag_f32<T>(all[o]), tile::Max{}, 0u, scratch);
+      if (i == 0 && m) atomicMax(amax(o), m);
       continue;
     }
-    uint32_t m = max_scatter<4, 16>(rm);  // row 2 (lane & 16) + (lane & 8), over 4 of the lanes
+    const S s(0, c0);
 #pragma unroll
-    for (int off = 4; off >= 1; off /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-    const int64_t r = r0 + (lane >> 4) * 2 + (lane >> 3 & 1);
-    if (lane % 8 == 0 && m && a.q && r < a.rows) atomicMax(&a.amax[r], mag_f32<T>(m));
+    for (int e = 0; e < 8; ++e) cmax[w][s.col_of(e)] = mag_f32<T>(cm[o][e]);
+    __syncthreads();
+    uint32_t m = 0;
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) m = max(m, cmax[k][i]);
+    if (m && c0 + i < a.cols) atomicMax(&amax(o)[a.rows + c0 + i], m);
   }
-  if (a.tensor()) {  // one word for the whole tensor: the CTA's maximum, one atomic
-    const uint32_t m = tile::block_reduce(mag_f32<T>(all), tile::Max{}, 0u, scratch);
-    if (i == 0 && m) atomicMax(a.amax, m);
-    return;
-  }
-  const S s(0, c0);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) cmax[w][s.col_of(e)] = mag_f32<T>(cm[e]);
-  __syncthreads();
-  uint32_t m = 0;
-#pragma unroll
-  for (int k = 0; k < kWarps; ++k) m = max(m, cmax[k][i]);
-  if (m && c0 + i < a.cols) atomicMax(&a.amax[a.rows + c0 + i], m);
 }
 
 // Pass 2: first a thread for each of the tile's rows and columns takes its multiplier into shared
@@ -482,6 +496,83 @@ void float8_quantize_gated(const TensorView& gate, const TensorView& up, Activat
                            Float8Granularity granularity, cudaStream_t stream) {
   const GatedInput gated{up, activation};
   quantize(gate, &gated, &q, &scale, q_t, scale_t, granularity, stream);
+}
+
+void float8_quantize_gated_backward(const TensorView& grad_output, const TensorView& gate, const TensorView& up,
+                                    Activation activation, const TensorView& grad_gate, const TensorView& grad_up,
+                                    const Float8Copy& gate_copy, const Float8Copy& up_copy,
+                                    Float8Granularity granularity, cudaStream_t stream) {
+  constexpr const char* op = "float8_quantize_gated_backward";
+  runtime::NvtxRange range("tessera::float8_quantize_gated_backward");
+  if (granularity != Float8Granularity::row && granularity != Float8Granularity::tensor)
+    detail::throw_arg(ErrorKind::value, op, "granularity", "'row' or 'tensor'",
+                      granularity == Float8Granularity::block ? "'block'" : "'block2d'");
+  if (activation != Activation::silu && activation != Activation::gelu_tanh)
+    detail::throw_arg(ErrorKind::value, op, "activation", "'silu' or 'gelu_tanh' (the gate's activation)",
+                      std::string("'") + activation_name(activation) + "'");
+  // grad_output checked as float8_quantize checks its input; gate and up like it, with its strides
+  check(Names{op, "grad_output"}, grad_output, nullptr, nullptr, nullptr, nullptr, granularity);
+  for (const auto& [name, t] : {std::pair{"gate", &gate}, {"up", &up}}) {
+    detail::check_like(op, name, *t, "grad_output", grad_output);
+    if ((t->shape[0] > 1 && t->strides[0] != grad_output.strides[0]) || (t->shape[1] > 1 && t->strides[1] != 1))
+      detail::throw_arg(ErrorKind::value, op, name,
+                        "grad_output's strides (" + std::to_string(grad_output.strides[0]) + ", 1)",
+                        "(" + std::to_string(t->strides[0]) + ", " + std::to_string(t->strides[1]) + ")");
+  }
+  const int64_t m = grad_output.shape[0], k = grad_output.shape[1];
+  const Names outs{op, "grad_output"};
+  check_output(outs, "grad_gate", grad_gate, grad_output, grad_output.dtype, {m, k});
+  check_output(outs, "grad_up", grad_up, grad_output, grad_output.dtype, {m, k});
+  check(Names{op, "grad_gate"}, grad_gate, &gate_copy.q, &gate_copy.scale, gate_copy.q_t, gate_copy.scale_t,
+        granularity);
+  check(Names{op, "grad_up"}, grad_up, &up_copy.q, &up_copy.scale, up_copy.q_t, up_copy.scale_t, granularity);
+  // No two arguments share a byte.
+  const std::pair<const char*, const TensorView*> all[] = {
+      {"grad_output", &grad_output}, {"gate", &gate}, {"up", &up}, {"grad_gate", &grad_gate}, {"grad_up", &grad_up},
+      {"q (grad_gate's)", &gate_copy.q}, {"scale (grad_gate's)", &gate_copy.scale},
+      {"q_t (grad_gate's)", gate_copy.q_t}, {"scale_t (grad_gate's)", gate_copy.scale_t},
+      {"q (grad_up's)", &up_copy.q}, {"scale (grad_up's)", &up_copy.scale}, {"q_t (grad_up's)", up_copy.q_t},
+      {"scale_t (grad_up's)", up_copy.scale_t}};
+  for (size_t o = 3; o < std::size(all); ++o)  // the outputs against everything before them
+    for (size_t p = 0; p < o; ++p)
+      if (all[o].second && all[p].second)
+        detail::check_no_overlap(op, all[o].first, *all[o].second, all[p].first, *all[p].second, false);
+  if (m == 0) return;
+  runtime::DeviceGuard guard(grad_output.device.index);
+  const bool tensor = granularity == Float8Granularity::tensor;
+  const size_t words = tensor ? 1 : size_t(m + k);
+  runtime::Scratch amax(2 * words * sizeof(uint32_t), stream);
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(amax.data(), 0, 2 * words * sizeof(uint32_t), stream));
+  float8::QuantArgs a{};
+  a.x = gate.data, a.up = up.data, a.dy = grad_output.data, a.xs = grad_output.strides[0];
+  a.product = grad_gate.data, a.product2 = grad_up.data;
+  a.amax = amax.as<uint32_t>(), a.amax2 = a.amax + words;
+  a.q = static_cast<uint8_t*>(gate_copy.q.data);  // pass 1 takes the rows' maxima where q is asked for
+  a.rows = m, a.cols = k;
+  a.granularity = granularity;
+  const auto run = [&](auto t) {
+    using T = decltype(t);
+    constexpr int kVec = int(16 / sizeof(T));
+    const auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool vec = aligned(a.x) && aligned(a.up) && aligned(a.dy) && k % kVec == 0 && (m <= 1 || a.xs % kVec == 0);
+    const auto first = [&](auto src) {
+      using Src = decltype(src);
+      if (vec) launch<T, kVec, Src>(a, false, grad_output.device.index, stream);
+      else launch<T, 1, Src>(a, false, grad_output.device.index, stream);
+    };
+    if (activation == Activation::silu) first(float8::GatedGrads<tile::Silu, tile::SiluBackward>{});
+    else first(float8::GatedGrads<tile::GeluTanh, tile::GeluTanhBackward>{});
+  };
+  switch (grad_output.dtype) {
+    case DType::float32: run(float{}); break;
+    case DType::float16: run(__half{}); break;
+    default: run(__nv_bfloat16{}); break;
+  }
+  for (int o = 0; o < 2; ++o) {  // pass 2 over each gradient (contiguous)
+    const Float8Copy& c = o ? up_copy : gate_copy;
+    float8::quantize_given_maxima(o ? grad_up : grad_gate, &c.q, &c.scale, c.q_t, c.scale_t, granularity,
+                                  o ? a.amax2 : a.amax, stream);
+  }
 }
 
 namespace {

@@ -44,6 +44,9 @@ struct QuantArgs {
   const void* x;           // the input; gated (float8_quantize_gated): the gate
   const void* up;          // gated: the up projection, of the gate's layout
   void* product;           // gated, pass 1: where the product goes ([rows, cols], contiguous)
+  const void* dy;          // gated backward: the product's gradient, of the gate's layout
+  void* product2;          // gated backward, pass 1: grad_up (product: grad_gate)
+  uint32_t* amax2;         // gated backward: grad_up's maxima (amax: grad_gate's)
   int64_t xs;              // x's (and up's) row stride, elements
   uint8_t* q;              // [rows, cols]; null: the columns alone (scale null too)
   uint8_t* qt;             // [cols, rows]; null: no transposed copy
@@ -171,14 +174,29 @@ struct Strip : Block4x8<T, VW, VW> {
 // silu_mul and geglu compute theirs (tessera::elementwise::map_floats: float32, the fast forms
 // for 16-bit T) and rounded to T, so that its quantization is float8_quantize's of their output.
 struct Plain {
+  static constexpr int kOutputs = 1;
   template <bool kFull = false, class L>
   __device__ static void load(const QuantArgs& a, const L& t, typename L::Frags& v) {
     t.template load<kFull>(a, v);
   }
 };
 
+// A block of values into `out` ([rows, cols], contiguous): the gated sources' products.
+template <class L>
+__device__ __forceinline__ void store_block(const QuantArgs& a, const L& t, const typename L::Frags& v, void* out) {
+  auto* p = static_cast<typename L::Type*>(out);
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int f = 0; f < L::kF; ++f) {
+      const int64_t r = t.r0 + t.row + j, c = t.c0 + t.frag_col(f);
+      if (r < a.rows && c < a.cols) tile::store_frag<typename L::Type, L::kVW>(p + r * a.cols + c, v[j][f]);
+    }
+}
+
 template <template <bool> class Act>
 struct Gated {
+  static constexpr int kOutputs = 1;
   template <bool kFull = false, class L>
   __device__ static void load(const QuantArgs& a, const L& t, typename L::Frags& v) {
     using T = typename L::Type;
@@ -199,14 +217,50 @@ struct Gated {
   // The block's product into a.product ([rows, cols], contiguous), where pass 2 reads it.
   template <class L>
   __device__ static void store(const QuantArgs& a, const L& t, const typename L::Frags& v) {
-    auto* out = static_cast<typename L::Type*>(a.product);
+    store_block(a, t, v, a.product);
+  }
+};
+
+// The gated product's backward (float8_quantize_gated_backward): grad_gate = dy * up * act'(gate)
+// and grad_up = dy * act(gate) from dy (a.dy), the gate (a.x) and up (a.up), computed as the
+// gated backward ops compute theirs (map_floats: float32, the fast forms for 16-bit T, ActGrad(dy
+// * up, gate)) and rounded to T, so that they are those ops' bits; two outputs (kOutputs), stored
+// to a.product and a.product2 on the way, each with its own maxima.
+template <template <bool> class Act, template <bool> class ActGrad>
+struct GatedGrads {
+  static constexpr int kOutputs = 2;
+  template <bool kFull = false, class L>
+  __device__ static void load2(const QuantArgs& a, const L& t, typename L::Frags& dg, typename L::Frags& du) {
+    using T = typename L::Type;
+    constexpr bool kFast = !std::is_same_v<T, float>;
+    typename L::Frags g, u;
+    t.template issue<kFull>(a, a.dy, dg);
+    t.template issue<kFull>(a, a.x, g);
+    t.template issue<kFull>(a, a.up, u);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int f = 0; f < L::kF; ++f) {
-        const int64_t r = t.r0 + t.row + j, c = t.c0 + t.frag_col(f);
-        if (r < a.rows && c < a.cols) tile::store_frag<typename L::Type, L::kVW>(out + r * a.cols + c, v[j][f]);
+        float pg[L::kVW], pu[L::kVW];
+#pragma unroll
+        for (int e = 0; e < L::kVW; ++e) {
+          const float dy = dg[j][f][e], x = g[j][f][e], up = u[j][f][e];
+          pg[e] = ActGrad<kFast>{}(dy * up, x);
+          pu[e] = dy * Act<kFast>{}(x);
+        }
+        dg[j][f] = tile::pack<T, L::kVW>(pg);
+        du[j][f] = tile::pack<T, L::kVW>(pu);
       }
+    if constexpr (!kFull) {
+      t.mask(a, dg);
+      t.mask(a, du);
+    }
+  }
+  template <class L>
+  __device__ static void store2(const QuantArgs& a, const L& t, const typename L::Frags& dg,
+                                const typename L::Frags& du) {
+    store_block(a, t, dg, a.product);
+    store_block(a, t, du, a.product2);
   }
 };
 
