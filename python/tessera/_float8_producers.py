@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 
+from . import _state
 from . import float8 as f8
 
 _norm = None
@@ -26,27 +27,16 @@ def norm_function():
     class Float8RmsNorm(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, residual, weight, eps, weight_offset, granularity, columns):
-            from . import _C
-            from ._interop import torch_stream, torch_view
             k = x.shape[-1]
             m = x.numel() // k
-            y = torch.empty_like(x, memory_format=torch.contiguous_format)
-            s = None if residual is None else torch.empty_like(x, memory_format=torch.contiguous_format)
-            rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-            f32 = dict(dtype=torch.float32, device=x.device)
-            q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
-            scale = torch.empty(f8._scale_shape((m, k), granularity), **f32)
-            q_t = scale_t = None
-            if columns:
-                q_t = torch.empty((k, m), dtype=torch.float8_e4m3fn, device=x.device)
-                scale_t = torch.empty(f8._scale_shape((m, k), granularity, True), **f32)
-
-            def view(t):
-                return None if t is None else torch_view(t)
-            xv = torch_view(x)
-            _C.rms_norm_float8(xv, view(residual), view(weight), eps, weight_offset, torch_view(y), view(s),
-                               torch_view(rstd), torch_view(q), torch_view(scale), view(q_t), view(scale_t),
-                               granularity, torch_stream(xv))
+            fast = _state.fast
+            out = None if fast is None else fast.rms_norm_float8(x, residual, weight, eps, weight_offset, granularity,
+                                                                 columns)
+            if out is not None:  # the op's kernels at once, its outputs allocated in C++
+                y, s, rstd, q, scale, q_t, scale_t = out
+            else:
+                y, s, rstd, q, scale, q_t, scale_t = _norm_float8(x, residual, weight, eps, weight_offset,
+                                                                  granularity, columns)
             ctx.save_for_backward(x if s is None else s, weight, rstd)
             ctx.weight_offset, ctx.add = weight_offset, s is not None
             f8._leave_for_next(y.view(m, k), granularity, columns, (q, scale, q_t, scale_t))
@@ -68,6 +58,35 @@ def norm_function():
 
     _norm = Float8RmsNorm
     return _norm
+
+
+def _norm_float8(x, residual, weight, eps, weight_offset, granularity, columns):
+    """rms_norm_float8 through the nanobind extension, its outputs allocated here, where the torch
+    extension's fast entry is not built: (y, residual_out, rstd, q, scale, q_t, scale_t)."""
+    import torch
+
+    from . import _C
+    from ._interop import torch_stream, torch_view
+    k = x.shape[-1]
+    m = x.numel() // k
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    s = None if residual is None else torch.empty_like(x, memory_format=torch.contiguous_format)
+    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    f32 = dict(dtype=torch.float32, device=x.device)
+    q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty(f8._scale_shape((m, k), granularity), **f32)
+    q_t = scale_t = None
+    if columns:
+        q_t = torch.empty((k, m), dtype=torch.float8_e4m3fn, device=x.device)
+        scale_t = torch.empty(f8._scale_shape((m, k), granularity, True), **f32)
+
+    def view(t):
+        return None if t is None else torch_view(t)
+    xv = torch_view(x)
+    _C.rms_norm_float8(xv, view(residual), view(weight), eps, weight_offset, torch_view(y), view(s),
+                       torch_view(rstd), torch_view(q), torch_view(scale), view(q_t), view(scale_t),
+                       granularity, torch_stream(xv))
+    return y, s, rstd, q, scale, q_t, scale_t
 
 
 def fuses(x, weight, residual=None) -> bool:
@@ -164,8 +183,28 @@ def gated_grads(kind: str, d_act, gate, up, granularity: str):
              and m % 16 == 0 and k % 16 == 0 and m > 0 and not torch.cuda.is_current_stream_capturing())
     if not takes:
         return gated_backward(kind, d_act, gate, up)
+    fast = _state.fast
+    out = None if fast is None else fast.float8_quantize_gated_backward(d_act, gate, up, kind, granularity)
+    if out is not None:  # the op's kernels at once, its outputs allocated in C++
+        d_gate, d_up, cg, cu = out[0], out[1], out[2:6], out[6:]
+    else:
+        d_gate, d_up, cg, cu = _gated_grads(kind, d_act, gate, up, granularity)
+    for grad, held in ((d_gate, cg), (d_up, cu)):
+        ident = f8._identity(grad)
+        if ident is not None:
+            grad_copies[ident[1]] = (weakref.ref(ident[0]), granularity, held)
+    return d_gate, d_up
+
+
+def _gated_grads(kind: str, d_act, gate, up, granularity: str):
+    """float8_quantize_gated_backward through the nanobind extension, its outputs allocated here,
+    where the torch extension's fast entry is not built: (grad_gate, grad_up, grad_gate's copies,
+    grad_up's)."""
+    import torch
+
     from . import _C
     from ._interop import torch_stream, torch_view
+    m, k = d_act.shape
     d_gate, d_up = torch.empty_like(d_act), torch.empty_like(d_act)
     f32 = dict(dtype=torch.float32, device=d_act.device)
 
@@ -179,8 +218,4 @@ def gated_grads(kind: str, d_act, gate, up, granularity: str):
     _C.float8_quantize_gated_backward(dv, torch_view(gate), torch_view(up), kind, torch_view(d_gate), torch_view(d_up),
                                       *(torch_view(t) for t in cg), *(torch_view(t) for t in cu), granularity,
                                       torch_stream(dv))
-    for grad, held in ((d_gate, cg), (d_up, cu)):
-        ident = f8._identity(grad)
-        if ident is not None:
-            grad_copies[ident[1]] = (weakref.ref(ident[0]), granularity, held)
-    return d_gate, d_up
+    return d_gate, d_up, cg, cu

@@ -278,3 +278,24 @@ def test_gated_backward_hands_its_gradients_copies_to_the_projections(monkeypatc
     want = step()
     for a, b in zip(got, want):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+@pytest.mark.parametrize("granularity", ["row", "tensor"])
+def test_gated_backward_fast_entry_is_the_extensions_call(granularity):
+    """gated_grads takes tessera._torch_fast's entry (outputs allocated in C++): the same bits as
+    the nanobind extension's call with outputs allocated in Python; a gate of another dtype
+    declined (None)."""
+    _need_cuda()
+    from tessera import _state
+    from tessera._float8_producers import _gated_grads
+    if _state.fast is None or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs tessera._torch_fast and the sm90 float8 kernels")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    d, gate, up = (torch.randn(96, 320, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    got = _state.fast.float8_quantize_gated_backward(d, gate, up, "silu", granularity)
+    want = _gated_grads("silu", d, gate, up, granularity)
+    want = (want[0], want[1], *want[2], *want[3])
+    assert len(got) == 10
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype and _same_bits(a, b)
+    assert _state.fast.float8_quantize_gated_backward(d, gate.half(), up, "silu", granularity) is None

@@ -116,3 +116,33 @@ def test_granularity_is_row_or_tensor():
         f8.add_rms_norm(torch.randn(16, 64), torch.randn(16, 64), torch.ones(64), 1e-6, "block2d")
     y, s = f8.add_rms_norm(torch.ones(16, 64), torch.ones(16, 64), torch.ones(64), 1e-6)  # the CPU: tessera's
     assert torch.equal(s, torch.full((16, 64), 2.0)) and torch.allclose(y, torch.ones(16, 64))
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("columns", [False, True])
+def test_the_fast_entry_is_the_extensions_call(residual, columns):
+    """The Function's forward takes tessera._torch_fast's entry (outputs allocated in C++): the same
+    bits as the nanobind extension's call with outputs allocated in Python, None where a part is not
+    asked for; and the entry declines (None) what it does not take: a weight of another dtype, a
+    call autograd would record."""
+    _need_sm90()
+    from tessera import _state
+    from tessera._float8_producers import _norm_float8
+    if _state.fast is None:
+        pytest.skip("tessera._torch_fast is not built")
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x, r = (torch.randn(2, 64, 1024, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    w = (torch.rand(1024, device="cuda", generator=g) + 0.5).to(torch.bfloat16)
+    res = r if residual else None
+    got = _state.fast.rms_norm_float8(x, res, w, 1e-6, 0.0, "row", columns)
+    want = _norm_float8(x, res, w, 1e-6, 0.0, "row", columns)
+    assert len(got) == 7
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.shape == b.shape and a.dtype == b.dtype and _same_bits(a, b)
+    assert _state.fast.rms_norm_float8(x, res, w.half(), 1e-6, 0.0, "row", columns) is None
+    with torch.enable_grad():
+        assert _state.fast.rms_norm_float8(x.requires_grad_(), res, w, 1e-6, 0.0, "row", columns) is None
+    with pytest.raises(ValueError, match="rms_norm_float8.*granularity"):
+        _state.fast.rms_norm_float8(x.detach(), res, w, 1e-6, 0.0, "block9", columns)

@@ -118,6 +118,14 @@ bool as_double(PyObject* o, double& v) {
 
 PyObject* wrap(at::Tensor t) { return THPVariable_Wrap(std::move(t)); }
 
+// A tuple of the tensors, None for an undefined one.
+PyObject* wrap_all(std::vector<at::Tensor> outs) {
+  PyObject* r = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
+  if (!r) return nullptr;
+  for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(r, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
+  return r;
+}
+
 // The op's public outputs (its internal ones left out): one as itself, several as a tuple.
 PyObject* wrap_outputs(const tessera::torch_ops::generic::Plan& p, tessera::torch_ops::generic::Outputs outs) {
   size_t n = 0;
@@ -323,10 +331,7 @@ PyObject* float8_quantize(PyObject*, PyObject* const* args, Py_ssize_t n) {
   RECORD_FUNCTION("tessera::float8_quantize", std::vector<c10::IValue>());
   std::vector<at::Tensor> outs = fast::float8_quantize(*x, c10::string_view(g, static_cast<size_t>(size)),
                                                        args[2] == Py_True, rows);
-  PyObject* r = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
-  if (!r) return nullptr;
-  for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(r, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
-  return r;
+  return wrap_all(std::move(outs));
   END_HANDLE_TH_ERRORS
 }
 
@@ -348,10 +353,49 @@ PyObject* float8_quantize_gated(PyObject*, PyObject* const* args, Py_ssize_t n) 
   std::vector<at::Tensor> outs =
       fast::float8_quantize_gated(*gate, *up, c10::string_view(act, static_cast<size_t>(na)),
                                   c10::string_view(g, static_cast<size_t>(ng)), args[4] == Py_True);
-  PyObject* r = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
-  if (!r) return nullptr;
-  for (size_t i = 0; i < outs.size(); ++i) PyTuple_SET_ITEM(r, static_cast<Py_ssize_t>(i), wrap(std::move(outs[i])));
-  return r;
+  return wrap_all(std::move(outs));
+  END_HANDLE_TH_ERRORS
+}
+
+// rms_norm_float8(input, residual, weight, eps, weight_offset, granularity, columns): plain tensors
+// of one dtype and device (residual None or one), numbers, a str, a bool: (y, residual_out, rstd,
+// q, scale, q_t, scale_t), None for what is not asked for. The library checks shapes, dtypes and
+// the granularity's value. No autograd: its caller, an autograd Function's forward, records it.
+PyObject* rms_norm_float8(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  bool grad = false;
+  const at::Tensor* x = n == 7 && PyBool_Check(args[6]) ? plain(args[0], grad) : nullptr;
+  OptTensor residual;
+  const at::Tensor* w = x && optional_like(args[1], *x, residual, grad) ? plain_like(args[2], *x, grad) : nullptr;
+  double eps = 0.0, offset = 0.0;
+  Py_ssize_t size = 0;
+  const char* g = w && as_double(args[3], eps) && as_double(args[4], offset) && PyUnicode_Check(args[5])
+                      ? PyUnicode_AsUTF8AndSize(args[5], &size) : nullptr;
+  if (!g) PyErr_Clear();
+  if (!g || records(grad) || !quiet()) Py_RETURN_NONE;
+  RECORD_FUNCTION("tessera::rms_norm_float8", std::vector<c10::IValue>());
+  return wrap_all(fast::rms_norm_float8(*x, residual ? &*residual : nullptr, *w, eps, offset,
+                                        c10::string_view(g, static_cast<size_t>(size)), args[6] == Py_True));
+  END_HANDLE_TH_ERRORS
+}
+
+// float8_quantize_gated_backward(grad_output, gate, up, activation, granularity): plain tensors of
+// one dtype and device, two strs: (grad_gate, grad_up, then q, scale, q_t, scale_t of each). No
+// autograd: a backward calls it, and a tensor requiring grad is taken as a constant.
+PyObject* float8_quantize_gated_backward(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  HANDLE_TH_ERRORS
+  bool grad = false;
+  const at::Tensor* dy = n == 5 ? plain(args[0], grad) : nullptr;
+  const at::Tensor* gate = dy ? plain_like(args[1], *dy, grad) : nullptr;
+  const at::Tensor* up = gate ? plain_like(args[2], *dy, grad) : nullptr;
+  Py_ssize_t na = 0, ng = 0;
+  const char* act = up && PyUnicode_Check(args[3]) ? PyUnicode_AsUTF8AndSize(args[3], &na) : nullptr;
+  const char* g = act && PyUnicode_Check(args[4]) ? PyUnicode_AsUTF8AndSize(args[4], &ng) : nullptr;
+  if (!g) PyErr_Clear();
+  if (!g || !quiet()) Py_RETURN_NONE;
+  RECORD_FUNCTION("tessera::float8_quantize_gated_backward", std::vector<c10::IValue>());
+  return wrap_all(fast::float8_quantize_gated_backward(*dy, *gate, *up, c10::string_view(act, static_cast<size_t>(na)),
+                                                       c10::string_view(g, static_cast<size_t>(ng))));
   END_HANDLE_TH_ERRORS
 }
 
@@ -382,6 +426,8 @@ PyMethodDef methods[] = {
     FAST("scaled_mm", scaled_mm),
     FAST("float8_quantize", float8_quantize),
     FAST("float8_quantize_gated", float8_quantize_gated),
+    FAST("rms_norm_float8", rms_norm_float8),
+    FAST("float8_quantize_gated_backward", float8_quantize_gated_backward),
     {"takes", takes, METH_O, nullptr},
     {"records", records_, METH_O, nullptr},
     {"index", index, METH_O, nullptr},

@@ -22,5 +22,12 @@ std::vector<at::Tensor> float8_quantize(const at::Tensor& input, c10::string_vie
 std::vector<at::Tensor> float8_quantize_gated(const at::Tensor& gate, const at::Tensor& up,
                                               c10::string_view activation, c10::string_view granularity,
                                               bool columns);
+// (y, residual_out, rstd, q, scale, q_t, scale_t): undefined where not asked for.
+std::vector<at::Tensor> rms_norm_float8(const at::Tensor& input, const at::Tensor* residual, const at::Tensor& weight,
+                                        double eps, double weight_offset, c10::string_view granularity, bool columns);
+// (grad_gate, grad_up, then q, scale, q_t, scale_t of each).
+std::vector<at::Tensor> float8_quantize_gated_backward(const at::Tensor& grad_output, const at::Tensor& gate,
+                                                       const at::Tensor& up, c10::string_view activation,
+                                                       c10::string_view granularity);
 
 }  // namespace tessera::torch_ops::fast

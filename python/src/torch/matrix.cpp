@@ -102,6 +102,24 @@ at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at:
   return out;
 }
 
+// The float8 copies of a 2-d input [M, K] (an input not 2-d gets 0-d stand-ins, which the library
+// refuses after naming the input): q [M, K] and scale where `rows`, q_t [K, M] and scale_t where
+// `columns`, in that order, the scales' shapes tessera::float8_scale_shapes'.
+std::vector<at::Tensor> float8_outputs(const at::Tensor& input, Float8Granularity g, bool columns, bool rows) {
+  const bool flat = input.dim() == 2;
+  const int64_t m = flat ? input.size(0) : 0, k = flat ? input.size(1) : 0;
+  const auto f8 = input.options().dtype(at::kFloat8_e4m3fn), f32 = input.options().dtype(at::kFloat);
+  const auto shape = [&](std::vector<int64_t> s) { return flat ? s : std::vector<int64_t>{}; };
+  const Float8ScaleShapes scales = float8_scale_shapes(m, k, g);
+  std::vector<at::Tensor> out;
+  if (rows) out = {at::empty(shape({m, k}), f8), at::empty(shape(scales.scale), f32)};
+  if (columns) {
+    out.push_back(at::empty(shape({k, m}), f8));
+    out.push_back(at::empty(shape(scales.scale_t), f32));
+  }
+  return out;
+}
+
 // float8_quantize: q [M, K] float8_e4m3fn and scale (tessera::float8_scale_shapes: [M, 1]
 // row-wise, 0-d per tensor, [M, K / 128] and [M / 128, K / 128] by blocks, as
 // tessera.float8.quantize gives them); .columns also x's columns transposed, q_t [K, M], and
@@ -119,17 +137,7 @@ std::vector<at::Tensor> float8_quantize_into(const at::Tensor& input, c10::strin
   if (up) u = view(op, "up", *up);
   Float8Granularity g = Float8Granularity::row;
   guarded([&] { parse(op, std::string_view(granularity.data(), granularity.size()), g); });
-  const bool flat = input.dim() == 2;
-  const int64_t m = flat ? input.size(0) : 0, k = flat ? input.size(1) : 0;
-  const auto f8 = input.options().dtype(at::kFloat8_e4m3fn), f32 = input.options().dtype(at::kFloat);
-  const auto shape = [&](std::vector<int64_t> s) { return flat ? s : std::vector<int64_t>{}; };
-  const Float8ScaleShapes scales = float8_scale_shapes(m, k, g);
-  std::vector<at::Tensor> out;
-  if (rows) out = {at::empty(shape({m, k}), f8), at::empty(shape(scales.scale), f32)};
-  if (columns) {
-    out.push_back(at::empty(shape({k, m}), f8));
-    out.push_back(at::empty(shape(scales.scale_t), f32));
-  }
+  std::vector<at::Tensor> out = float8_outputs(input, g, columns, rows);
   TensorView qt, st;
   if (columns) qt = view(op, "q_t", out[rows ? 2 : 0]), st = view(op, "scale_t", out[rows ? 3 : 1]);
   guarded([&] {
@@ -141,6 +149,65 @@ std::vector<at::Tensor> float8_quantize_into(const at::Tensor& input, c10::strin
                                columns ? &st : nullptr, g, stream_of(input));
     else
       tessera::float8_quantize_transposed(x, qt, st, g, stream_of(input));
+  });
+  return out;
+}
+
+// rms_norm_float8 (tessera.float8.rms_norm's and add_rms_norm's kernels): x [..., H] normalized
+// into y (with a residual, the sum written into residual_out and normalized), rstd, and y as
+// [M, H] quantized into q and scale (with columns, q_t and scale_t too): (y, residual_out, rstd, q,
+// scale, q_t, scale_t), undefined tensors for what is not asked for. No autograd: its Function
+// (python/tessera/_float8_producers.py) records the call.
+std::vector<at::Tensor> rms_norm_float8_into(const at::Tensor& input, const at::Tensor* residual, const at::Tensor& weight,
+                                             double eps, double weight_offset, c10::string_view granularity,
+                                             bool columns) {
+  const char* op = "rms_norm_float8";
+  Float8Granularity g = Float8Granularity::row;
+  guarded([&] { parse(op, std::string_view(granularity.data(), granularity.size()), g); });
+  const int64_t k = input.dim() ? input.size(-1) : 0;
+  const at::Tensor flat = input.dim() && k ? input.reshape({-1, k}) : input;
+  at::Tensor y = at::empty_like(input, at::MemoryFormat::Contiguous);
+  at::Tensor s = residual ? at::empty_like(input, at::MemoryFormat::Contiguous) : at::Tensor();
+  at::Tensor rstd = at::empty(input.dim() ? input.sizes().slice(0, input.dim() - 1) : at::IntArrayRef{},
+                              input.options().dtype(at::kFloat));
+  std::vector<at::Tensor> q = float8_outputs(flat, g, columns, true);
+  TensorView qt, st, rv, sv;
+  if (columns) qt = view(op, "q_t", q[2]), st = view(op, "scale_t", q[3]);
+  if (residual) rv = view(op, "residual", *residual), sv = view(op, "residual_out", s);
+  const TensorView wv = view(op, "weight", weight), rs = view(op, "rstd", rstd);
+  const TensorView qv = view(op, "q", q[0]), sc = view(op, "scale", q[1]);
+  const NormFloat8 f8{qv, sc, columns ? &qt : nullptr, columns ? &st : nullptr, g};
+  guarded([&] {
+    tessera::rms_norm_float8(view(op, "input", input), residual ? &rv : nullptr, &wv, eps, weight_offset,
+                             view(op, "out", y), residual ? &sv : nullptr, &rs, f8, stream_of(input));
+  });
+  return {y, s, rstd, q[0], q[1], columns ? q[2] : at::Tensor(), columns ? q[3] : at::Tensor()};
+}
+
+// float8_quantize_gated_backward: grad_gate and grad_up of act(gate) * up from grad_output, each
+// with its float8 copies (rows and columns): (grad_gate, grad_up, q, scale, q_t, scale_t of
+// grad_gate, the same of grad_up). No autograd: a backward calls it.
+std::vector<at::Tensor> float8_quantize_gated_backward_into(const at::Tensor& grad_output, const at::Tensor& gate,
+                                                            const at::Tensor& up, c10::string_view activation,
+                                                            c10::string_view granularity) {
+  const char* op = "float8_quantize_gated_backward";
+  const Activation act = activation_of(activation, op);
+  Float8Granularity g = Float8Granularity::row;
+  guarded([&] { parse(op, std::string_view(granularity.data(), granularity.size()), g); });
+  std::vector<at::Tensor> out = {at::empty_like(grad_output, at::MemoryFormat::Contiguous),
+                                 at::empty_like(grad_output, at::MemoryFormat::Contiguous)};
+  for (int i = 0; i < 2; ++i) {
+    std::vector<at::Tensor> copy = float8_outputs(grad_output, g, true, true);
+    out.insert(out.end(), copy.begin(), copy.end());
+  }
+  const char* names[8] = {"q_gate", "scale_gate", "q_t_gate", "scale_t_gate", "q_up", "scale_up", "q_t_up", "scale_t_up"};
+  TensorView v[8];
+  for (int i = 0; i < 8; ++i) v[i] = view(op, names[i], out[2 + i]);
+  guarded([&] {
+    tessera::float8_quantize_gated_backward(view(op, "grad_output", grad_output), view(op, "gate", gate),
+                                            view(op, "up", up), act, view(op, "grad_gate", out[0]),
+                                            view(op, "grad_up", out[1]), Float8Copy{v[0], v[1], &v[2], &v[3]},
+                                            Float8Copy{v[4], v[5], &v[6], &v[7]}, g, stream_of(grad_output));
   });
   return out;
 }
@@ -545,5 +612,14 @@ std::vector<at::Tensor> float8_quantize_gated(const at::Tensor& gate, const at::
                                               c10::string_view activation, c10::string_view granularity,
                                               bool columns) {
   return torch_ops::float8_quantize_into(gate, granularity, columns, true, &up, activation);
+}
+std::vector<at::Tensor> rms_norm_float8(const at::Tensor& input, const at::Tensor* residual, const at::Tensor& weight,
+                                        double eps, double weight_offset, c10::string_view granularity, bool columns) {
+  return torch_ops::rms_norm_float8_into(input, residual, weight, eps, weight_offset, granularity, columns);
+}
+std::vector<at::Tensor> float8_quantize_gated_backward(const at::Tensor& grad_output, const at::Tensor& gate,
+                                                       const at::Tensor& up, c10::string_view activation,
+                                                       c10::string_view granularity) {
+  return torch_ops::float8_quantize_gated_backward_into(grad_output, gate, up, activation, granularity);
 }
 }  // namespace tessera::torch_ops::fast
