@@ -152,8 +152,9 @@ std::vector<double> block_scaled_reference(const HostCopy& ha, const HostCopy& h
 
 VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
   cudaStream_t stream = nullptr;
+  const int64_t out_n = is_gated(s.activation) ? s.n / 2 : s.n;  // gate and up pairs of columns
   TestTensor a = make_tensor(dt, {s.m, s.k}, s.a), b = make_tensor(dt, {s.k, s.n}, s.b);
-  TestTensor out = make_tensor(out_dt, {s.m, s.n}, Layout::contiguous);
+  TestTensor out = make_tensor(out_dt, {s.m, out_n}, Layout::contiguous);
   const int64_t kb = (s.k + 127) / 128, nb = (s.n + 127) / 128;
   TestTensor sa = make_tensor(DType::float32, s.blockwise ? Shape{s.m, kb} : s.rowwise ? Shape{s.m, 1} : Shape{1},
                               s.blockwise ? s.a_scales : Layout::contiguous);
@@ -163,27 +164,47 @@ VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
   fill_random(b, -2, 2, stream);
   fill_random(sa, 0.25, 0.5, stream);
   fill_random(sb, 1, 2, stream);
-  TestTensor bias;
+  TestTensor bias, residual, z;
   if (s.bias) {
     bias = make_tensor(out_dt, {s.n}, Layout::contiguous);
     fill_random(bias, -1, 1, stream);
+  }
+  if (s.residual) {
+    residual = make_tensor(out_dt, {s.m, s.n}, Layout::contiguous);
+    fill_random(residual, -4, 4, stream);
   }
   // With beta the output's old contents are an input; otherwise poison, to catch unwritten ones.
   if (s.beta != 0.0) fill_random(out, -1, 1, stream);
   else fill_poison(out, stream);
   HostCopy ha = to_host(a), hb = to_host(b), hc = to_host(out), hsa = to_host(sa), hsb = to_host(sb);
-  HostCopy hbias = s.bias ? to_host(bias) : HostCopy{};
-  std::vector<double> ref = s.blockwise ? block_scaled_reference(ha, hb, hsa, hsb, s)
-                                        : reference::matmul(ha.view, hb.view, hc.view, {});
+  HostCopy hbias = s.bias ? to_host(bias) : HostCopy{}, hres = s.residual ? to_host(residual) : HostCopy{};
+  // zr: the scaled product plus bias, [M, N]; then the epilogue's activation, residual and beta.
+  std::vector<double> zr = s.blockwise ? block_scaled_reference(ha, hb, hsa, hsb, s)
+                                       : reference::matmul(ha.view, hb.view, hc.view, {});
   for (int64_t i = 0; i < s.m; ++i)
     for (int64_t j = 0; j < s.n; ++j)
-      ref[i * s.n + j] = (s.blockwise ? ref[i * s.n + j]
-                                      : ref[i * s.n + j] * host::load_double(hsa.view, s.rowwise ? i : 0) *
-                                            host::load_double(hsb.view, s.rowwise ? j : 0)) +
-                         (s.bias ? host::load_double(hbias.view, j) : 0.0) +
-                         (s.beta != 0.0 ? s.beta * host::load_double(hc.view, i * s.n + j) : 0.0);
+      zr[i * s.n + j] = (s.blockwise ? zr[i * s.n + j]
+                                     : zr[i * s.n + j] * host::load_double(hsa.view, s.rowwise ? i : 0) *
+                                           host::load_double(hsb.view, s.rowwise ? j : 0)) +
+                        (s.bias ? host::load_double(hbias.view, j) : 0.0);
+  const Activation gate_act = s.activation == Activation::geglu ? Activation::gelu_tanh : Activation::silu;
+  const std::vector<double> ref = host::tabulate(s.m * out_n, [&](int64_t e) {
+    const int64_t i = e / out_n, j = e % out_n;
+    if (is_gated(s.activation)) {
+      const int64_t gate = gated_gate_column(j, out_n);
+      return reference::activation(zr[i * s.n + gate], gate_act) * zr[i * s.n + gate + gated_block_width(j, out_n)];
+    }
+    return reference::activation(zr[e], s.activation) + (s.residual ? host::load_double(hres.view, e) : 0.0) +
+           (s.beta != 0.0 ? s.beta * host::load_double(hc.view, e) : 0.0);
+  });
   ScaledMmOptions o;
   o.bias = s.bias ? &bias.view : nullptr, o.beta = s.beta;
+  o.residual = s.residual ? &residual.view : nullptr, o.activation = s.activation;
+  if (s.preact) {
+    z = make_tensor(out_dt, {s.m, s.n}, Layout::contiguous);
+    fill_poison(z, stream);
+    o.preactivation = &z.view;
+  }
   scaled_mm(a.view, b.view, sa.view, sb.view, out.view, o, stream);
   std::string name = describe(dt, s) + " -> " + dtype_name(out_dt);
   // The reference takes the float8 inputs as stored, so only the sum's rounding is measured: the
@@ -195,7 +216,9 @@ VerifyResult run_scaled_mm(DType dt, DType out_dt, const MatmulSpec& s) {
   ErrorModel m;
   m.k = s.blockwise ? std::min<int64_t>(s.k, 128) : s.k;
   m.accumulate = kFp8AccumulateRoundoff;
-  return compare("scaled_mm", name, out, ref, stream, m);
+  VerifyResult worst = compare("scaled_mm", name, out, ref, stream, m);
+  if (s.preact) keep_worst(worst, compare("scaled_mm", name + " (pre-activation)", z, zr, stream, m));
+  return worst;
 }
 
 std::vector<VerifyCase> matmul_cases() {
@@ -401,6 +424,23 @@ std::vector<VerifyCase> scaled_mm_cases() {
   MatmulSpec tensor_beta{300, 208, 528};
   tensor_beta.beta = 0.5;
   specs.push_back(tensor_beta);
+  // matmul's epilogue on the scaled product: activations (TMA stores, drain, the SIMT tier), the
+  // residual, the pre-activation output, swiglu and geglu (the product, then the gated op), on
+  // each kind of scales.
+  const auto epilogue = [](MatmulSpec s, Activation act, bool rowwise, bool blockwise, bool residual, bool preact) {
+    s.activation = act, s.rowwise = rowwise, s.blockwise = blockwise, s.residual = residual, s.preact = preact;
+    return s;
+  };
+  for (const MatmulSpec& s :
+       {epilogue({300, 208, 528}, Activation::gelu_tanh, true, false, false, false),
+        epilogue({333, 256, 517}, Activation::relu, true, false, true, false),
+        epilogue({256, 512, 384, 0, 0, C, T, true}, Activation::silu, false, false, false, true),
+        epilogue({201, 96, 137, 0, 0, C, C}, Activation::gelu, true, false, true, false),
+        epilogue({300, 256, 512}, Activation::swiglu, true, false, false, true),
+        epilogue({256, 384, 256}, Activation::geglu, false, false, false, false),
+        epilogue({300, 208, 528}, Activation::silu, false, true, true, true),
+        epilogue({300, 384, 512}, Activation::swiglu, false, true, false, false)})
+    specs.push_back(s);
   // Block-wise scales (e4m3): the block-scaled sm90 kernel (whole and partial tiles, a last
   // partial block of K and of N, scale_a either way round, long K under the tighter bound), the
   // SIMT tier.

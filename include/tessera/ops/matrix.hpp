@@ -99,13 +99,19 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
                const TensorView& scale_b, const TensorView& out, const TensorView* bias,
                cudaStream_t stream);
 
-// scaled_mm's epilogue beyond the scales: bias as above, and beta: out = scale_a * scale_b *
-// (input @ other) + bias + beta * out, out's old values read where beta is not 0 (a product
-// accumulated into out over calls, as a gradient over chunks of K). Per-tensor and row-wise
-// scales take beta; block-wise ones refuse it.
+// scaled_mm's epilogue beyond the scales, matmul's (MatmulOptions) on the scaled product: out =
+// activation(scale_a * scale_b * (input @ other) + bias) + residual + beta * out, out's old values
+// read where beta is not 0 (a product accumulated into out over calls, as a gradient over chunks
+// of K). Per-tensor and row-wise scales take beta; block-wise ones refuse it. Activations swiglu
+// and geglu pair the product's columns as matmul's do (out has N / 2 columns; no residual or
+// beta with them); preactivation (out's shape, or with swiglu / geglu the product's N columns)
+// receives the scaled product plus bias before the activation.
 struct ScaledMmOptions {
   const TensorView* bias = nullptr;
   double beta = 0.0;
+  const TensorView* residual = nullptr;
+  Activation activation = Activation::none;
+  const TensorView* preactivation = nullptr;
 };
 void scaled_mm(const TensorView& input, const TensorView& other, const TensorView& scale_a,
                const TensorView& scale_b, const TensorView& out, const ScaledMmOptions& options,

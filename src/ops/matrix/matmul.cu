@@ -246,12 +246,25 @@ bool fused(const matrix::GemmArgs& g, const matrix::GemmCtx& ctx) {
          matrix::Sm90Tier::can_implement(g, ctx);
 }
 
+// scaled_mm's scales (set_scales), for the calls that share matmul's paths; none for matmul.
+struct Scales {
+  const TensorView* a = nullptr;
+  const TensorView* b = nullptr;
+};
+
+// resolve(), then the scales where there are some.
+matrix::GemmArgs resolve_scaled(const char* op, const TensorView& a, const TensorView& b, const TensorView& c,
+                                const MatmulOptions& o, const Scales& scales) {
+  matrix::GemmArgs g = resolve(op, a, b, c, o);
+  if (scales.a) set_scales(g, a, b, *scales.a, *scales.b);
+  return g;
+}
+
 // activation 'swiglu' or 'geglu': fused where the sm90 tier takes it; elsewhere the product (plus
 // bias) into the pre-activation output (a scratch buffer where none is asked for), then the gated
 // activation over it.
-void matmul_gated(const TensorView& input, const TensorView& other, const TensorView& out,
-                  const MatmulOptions& options, cudaStream_t stream) {
-  const char* op = "matmul";
+void matmul_gated(const char* op, const TensorView& input, const TensorView& other, const TensorView& out,
+                  const MatmulOptions& options, const Scales& scales, cudaStream_t stream) {
   const std::string with = std::string("with activation '") + activation_name(options.activation) + "'";
   if (options.residual) detail::throw_arg(ErrorKind::value, op, "residual", "none " + with, "a tensor");
   if (options.beta != 0.0) detail::throw_arg(ErrorKind::value, op, "beta", "0 " + with, std::to_string(options.beta));
@@ -276,7 +289,7 @@ void matmul_gated(const TensorView& input, const TensorView& other, const Tensor
       detail::throw_arg(ErrorKind::value, op, "preactivation", want.shape_str() + " (out's, with N columns)",
                         z.shape_str());
   }
-  matrix::GemmArgs g = resolve(op, input, other, out, options);  // every other check
+  matrix::GemmArgs g = resolve_scaled(op, input, other, out, options, scales);  // every other check
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   runtime::DeviceGuard guard(g.device);
   if (fused(g, context(g.device))) return run(op, g, stream);
@@ -290,7 +303,7 @@ void matmul_gated(const TensorView& input, const TensorView& other, const Tensor
   }
   MatmulOptions o = options;
   o.activation = Activation::none, o.preactivation = nullptr;
-  matrix::GemmArgs product = resolve(op, input, other, z, o);
+  matrix::GemmArgs product = resolve_scaled(op, input, other, z, o, scales);
   run(op, product, stream);
   if (options.activation == Activation::geglu) geglu_blocks(z, out, stream);
   else swiglu(z, out, stream);
@@ -301,7 +314,7 @@ void matmul_gated(const TensorView& input, const TensorView& other, const Tensor
 void matmul(const TensorView& input, const TensorView& other, const TensorView& out,
             const MatmulOptions& options, cudaStream_t stream) {
   runtime::NvtxRange range("tessera::matmul");
-  if (is_gated(options.activation)) return matmul_gated(input, other, out, options, stream);
+  if (is_gated(options.activation)) return matmul_gated("matmul", input, other, out, options, {}, stream);
   matrix::GemmArgs g = resolve("matmul", input, other, out, options);
   run("matmul", g, stream);
 }
@@ -314,9 +327,11 @@ void scaled_mm(const TensorView& input, const TensorView& other, const TensorVie
     if (t->ndim != 2)
       detail::throw_arg(ErrorKind::value, "scaled_mm", arg, "a 2-d tensor", detail::dims(*t));
   MatmulOptions o;
-  o.bias = options.bias, o.beta = options.beta;
-  matrix::GemmArgs g = resolve("scaled_mm", input, other, out, o);
-  set_scales(g, input, other, scale_a, scale_b);
+  o.bias = options.bias, o.beta = options.beta, o.residual = options.residual;
+  o.activation = options.activation, o.preactivation = options.preactivation;
+  const Scales scales{&scale_a, &scale_b};
+  if (is_gated(o.activation)) return matmul_gated("scaled_mm", input, other, out, o, scales, stream);
+  matrix::GemmArgs g = resolve_scaled("scaled_mm", input, other, out, o, scales);
   if (g.scale_blockwise && options.beta != 0.0)
     detail::throw_arg(ErrorKind::value, "scaled_mm", "beta", "0 with block-wise scales", std::to_string(options.beta));
   run("scaled_mm", g, stream);
