@@ -88,9 +88,9 @@ void matmul_flat(const TensorView& input, const TensorView& other, const TensorV
 
 void scaled_mm_flat(const TensorView& input, const TensorView& other, const TensorView& scale_a,
                     const TensorView& scale_b, const TensorView& out, const TensorView* bias, double beta,
-                    cudaStream_t stream) {
+                    const TensorView* residual, const std::string& activation, cudaStream_t stream) {
   ScaledMmOptions o;
-  o.bias = bias, o.beta = beta;
+  o.bias = bias, o.beta = beta, o.residual = residual, o.activation = activation_from(activation);
   scaled_mm(input, other, scale_a, scale_b, out, o, stream);
 }
 
@@ -333,10 +333,13 @@ NB_MODULE(_C, m) {
                        "out = activation(alpha * input @ other + bias) + residual + beta * out, "
                        "into the given out (2-d or 3-d views).");
   def_op<&scaled_mm_flat>(m, "scaled_mm",
-                          {"input", "other", "scale_a", "scale_b", "out", "bias", "beta", "stream"}, none,
-                          "out = scale_a * scale_b * (input @ other) + bias + beta * out for float8 "
-                          "inputs, into the given out (2-d views); scales of one element each, row-wise "
-                          "(scale_a [M, 1] and scale_b [1, N]) or block-wise (beta 0).");
+                          {"input", "other", "scale_a", "scale_b", "out", "bias", "beta", "residual", "activation",
+                           "stream"},
+                          none,
+                          "out = activation(scale_a * scale_b * (input @ other) + bias) + residual + beta * out "
+                          "for float8 inputs, into the given out (2-d views; N / 2 columns with 'swiglu' or "
+                          "'geglu'); scales of one element each, row-wise (scale_a [M, 1] and scale_b [1, N]) "
+                          "or block-wise (beta 0).");
   def_op<&float8_quantize_flat>(m, "float8_quantize",
                                 {"input", "q", "scale", "q_t", "scale_t", "granularity", "stream"}, none,
                                 "input [M, K] to float8_e4m3fn into q with float32 scales about amax / 448 "

@@ -423,20 +423,27 @@ def _more_rules(torch, ops, register_sharding, Replicate, Shard, Partial) -> Non
     # row-wise ones (scale_a [M, 1], scale_b [1, N]) sharded with their operand's rows or
     # columns, and replicated under K (each rank's partial sum scaled alike).
     # Block-wise scales (scale_a [M, K / 128], scale_b [K / 128, N / 128]) shard with the rows
-    # only: a shard of N or K need not start on a 128 block.
+    # only: a shard of N or K need not start on a 128 block. The epilogue as matmul's: a residual
+    # [M, N] placed as the output; columns sharded under swiglu / geglu only where each shard holds
+    # whole gate/up blocks; K's partial sums only without an activation.
     @register_sharding(ops.scaled_mm.default)
-    def scaled_mm_rule(input, other, scale_a, scale_b, *, bias=None, **kwargs):
+    def scaled_mm_rule(input, other, scale_a, scale_b, *, bias=None, residual=None, activation="none", **kwargs):
         rowwise = math.prod(scale_a.shape) != 1 or math.prod(scale_b.shape) != 1
         blockwise = rowwise and tuple(scale_b.shape) != (1, other.shape[1])
         rows, cols = (Shard(0), Shard(1)) if rowwise else (R, R)
 
         def strategy(out, pa, pb, psa, psb, pbias):
-            return [out], [pa, pb, psa, psb] + ([pbias] if bias is not None else [])
+            return [out], ([pa, pb, psa, psb] + ([pbias] if bias is not None else [])
+                           + ([out] if residual is not None else []))
+        strategies = [strategy(R, R, R, R, R, R)]
         if blockwise:
-            return [strategy(R, R, R, R, R, R), strategy(Shard(0), Shard(0), R, Shard(0), R, R)]
-        return [strategy(R, R, R, R, R, R), strategy(Shard(0), Shard(0), R, rows, R, R),
-                strategy(Shard(1), R, Shard(1), R, cols, Shard(0)),
-                strategy(Partial(), Shard(1), Shard(0), R, R, Partial())]
+            return strategies + [strategy(Shard(0), Shard(0), R, Shard(0), R, R)]
+        strategies.append(strategy(Shard(0), Shard(0), R, rows, R, R))
+        if activation not in ("swiglu", "geglu") or whole_pairs(other.shape[1], other.mesh):
+            strategies.append(strategy(Shard(1), R, Shard(1), R, cols, Shard(0)))
+        if activation in (None, "none"):
+            strategies.append(strategy(Partial(), Shard(1), Shard(0), R, R, Partial()))
+        return strategies
 
     # float8_quantize(input [M, K]) -> (q [M, K], scale): 'row' scales each row by its own amax
     # ('block' each row's 1 x 128 blocks), so rows sharded give each rank its rows' q and scales

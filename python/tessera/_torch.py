@@ -95,9 +95,9 @@ def _register_fakes():
         return _like(q), _like(k), _like(v)
 
     @fake("tessera::scaled_mm")
-    def _scaled_mm(input, other, scale_a, scale_b, *, bias=None, out_dtype=None):
-        return input.new_empty((input.shape[0], other.shape[1]),
-                               dtype=out_dtype or torch.bfloat16)
+    def _scaled_mm(input, other, scale_a, scale_b, *, bias=None, out_dtype=None, residual=None, activation="none"):
+        n = other.shape[1] // 2 if activation in ("swiglu", "geglu") else other.shape[1]
+        return input.new_empty((input.shape[0], n), dtype=out_dtype or torch.bfloat16)
 
     # float8_quantize: q [M, K] float8_e4m3fn and scale (float8's scale shapes: [M, 1] 'row', 0-d
     # 'tensor', [M, K / 128] 'block', [M / 128, K / 128] 'block2d'); .columns adds x's columns

@@ -429,14 +429,18 @@ def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
               out_dtype: Optional[torch.dtype] = None,
               scale_result: Optional[torch.Tensor] = None,
               use_fast_accum: bool = True, beta: float = 0.0,
-              out: Optional[torch.Tensor] = None) -> torch.Tensor:
+              out: Optional[torch.Tensor] = None, residual: Optional[torch.Tensor] = None,
+              activation: Optional[str] = None) -> torch.Tensor:
     """``torch._scaled_mm`` with per-tensor, row-wise or block-wise scales: ``scale_a * scale_b *
     (input @ other) + bias`` for float8 inputs, scale_a one element or [M, 1], scale_b one element
     or [1, N]; or (e4m3) scale_a [M, ceil(K / 128)] and scale_b [ceil(K / 128), ceil(N / 128)], one
     per 1 x 128 block of input's rows and per 128 x 128 block of other; see the module's
-    documentation. ``out`` [M, N] (bfloat16, float16 or float32) takes the result, plus ``beta``
-    times its old values where beta is not 0 (per-tensor and row-wise scales: a product
-    accumulated over calls, as a gradient over chunks of K); neither is differentiable."""
+    documentation. Then :func:`matmul`'s epilogue: ``activation`` (None, 'relu', 'gelu', 'gelu_tanh',
+    'silu'; 'swiglu' and 'geglu' pair the product's columns as matmul's do, N / 2 of them out)
+    and ``residual`` ([M, N], out's dtype) added after it. ``out`` [M, N] (bfloat16, float16 or
+    float32) takes the result, plus ``beta`` times its old values where beta is not 0
+    (per-tensor and row-wise scales: a product accumulated over calls, as a gradient over chunks
+    of K); neither is differentiable."""
     torch = _torch_only(input, "input", "scaled_mm")
     for arg, t in (("other", other), ("scale_a", scale_a), ("scale_b", scale_b)):
         _torch_only(t, arg, "scaled_mm")
@@ -447,30 +451,33 @@ def scaled_mm(input: torch.Tensor, other: torch.Tensor, scale_a: torch.Tensor,
         raise ValueError(f"tessera.scaled_mm: arguments 'input' and 'other': expected 2-d "
                          f"tensors, got {input.dim()}-d and {other.dim()}-d")
     _scales_kind(torch, input, other, scale_a, scale_b)
+    activation = _activation(activation, "scaled_mm")
+    n = other.shape[1] // 2 if activation in ("swiglu", "geglu") else other.shape[1]
     if out is None:
         if beta != 0:
             raise ValueError("tessera.scaled_mm: argument 'beta': a nonzero beta reads 'out', which was not "
                              "given")
         if _state.ops is not None:
             return _state.ops.scaled_mm.default(input, other, scale_a, scale_b, bias=bias,
-                                                  out_dtype=out_dtype)
+                                                  out_dtype=out_dtype, residual=residual, activation=activation)
         dtype = out_dtype if out_dtype is not None else torch.bfloat16
-        out = torch.empty((input.shape[0], other.shape[1]), dtype=dtype, device=input.device)
+        out = torch.empty((input.shape[0], n), dtype=dtype, device=input.device)
     else:
         _torch_only(out, "out", "scaled_mm")
-        if tuple(out.shape) != (input.shape[0], other.shape[1]):
+        if tuple(out.shape) != (input.shape[0], n):
             raise ValueError(f"tessera.scaled_mm: argument 'out': expected shape "
-                             f"{[input.shape[0], other.shape[1]]}, got {list(out.shape)}")
+                             f"{[input.shape[0], n]}, got {list(out.shape)}")
         if out_dtype is not None and out.dtype != out_dtype:
             raise ValueError(f"tessera.scaled_mm: argument 'out': expected out_dtype {out_dtype}, got "
                              f"{out.dtype}")
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                           for t in (input, other, scale_a, scale_b, bias)):
+                                           for t in (input, other, scale_a, scale_b, bias, residual)):
             raise RuntimeError("tessera.scaled_mm: out= and beta are not differentiable; call it under "
                                "torch.no_grad() or without them")
     av = torch_view(input)
     _C.scaled_mm(av, as_arg(torch, other, "scaled_mm", "other"),
                  as_arg(torch, scale_a, "scaled_mm", "scale_a"),
                  as_arg(torch, scale_b, "scaled_mm", "scale_b"), torch_view(out),
-                 as_arg(torch, bias, "scaled_mm", "bias"), float(beta), torch_stream(av))
+                 as_arg(torch, bias, "scaled_mm", "bias"), float(beta),
+                 as_arg(torch, residual, "scaled_mm", "residual"), activation, torch_stream(av))
     return out

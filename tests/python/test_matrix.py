@@ -417,6 +417,61 @@ def test_scaled_mm_beta_errors_name_the_argument(torch):
                           out=torch.empty(64, 64, device="cuda", dtype=torch.bfloat16), beta=1.0)
 
 
+@pytest.mark.parametrize("activation", ["gelu_tanh", "relu", "swiglu", "geglu"])
+@pytest.mark.parametrize("scales", ["tensor", "row", "block"])
+@pytest.mark.parametrize("into_out", [False, True])
+def test_scaled_mm_epilogue_is_matmuls(torch, activation, scales, into_out):
+    """activation and residual on the scaled product plus bias, as tessera.matmul's epilogue on the
+    dequantized product in float64 (swiglu / geglu: gate and up in blocks of 64 columns, N / 2 out,
+    no residual); through the op, and with out= through the extension."""
+    m, n, k = 300, 512, 384
+    gated = activation in ("swiglu", "geglu")
+    a = (torch.rand(m, k, device="cuda") * 4 - 2).to(torch.float8_e4m3fn)
+    w = (torch.rand(n, k, device="cuda") * 4 - 2).to(torch.float8_e4m3fn)
+    if scales == "tensor":
+        sa, sb = torch.tensor(0.05, device="cuda"), torch.tensor(0.5, device="cuda")
+        ex_a, ex_b = sa.double(), sb.double()
+    elif scales == "row":
+        sa, sb = torch.rand(m, 1, device="cuda") * 0.05 + 0.01, torch.rand(1, n, device="cuda") + 0.5
+        ex_a, ex_b = sa.double(), sb.double()
+    else:
+        sa, sb = torch.rand(m, 3, device="cuda") * 0.05 + 0.01, torch.rand(3, 4, device="cuda") + 0.5
+        ex_a = sa.double().repeat_interleave(128, dim=1)
+        ex_b = sb.double().repeat_interleave(128, dim=1).repeat_interleave(128, dim=0)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    residual = None if gated else torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    z = (a.double() * ex_a) @ (w.double().t() * ex_b) if scales == "block" else ex_a * (a.double() @ w.double().t()) * ex_b
+    z = z + bias.double()
+    if gated:
+        gate = torch.nn.functional.silu if activation == "swiglu" else \
+            (lambda t: torch.nn.functional.gelu(t, approximate="tanh"))
+        zb = z.view(m, n // 128, 2, 64)
+        ref = (gate(zb[:, :, 0]) * zb[:, :, 1]).reshape(m, n // 2)
+    else:
+        act = {"gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+               "relu": torch.relu}[activation]
+        ref = act(z) + residual.double()
+    kw = dict(bias=bias, residual=residual, activation=activation)
+    if into_out:
+        out = torch.empty(m, n // 2 if gated else n, device="cuda", dtype=torch.bfloat16)
+        got = tessera.scaled_mm(a, w.t(), sa, sb, out=out, **kw)
+        assert got is out
+    else:
+        got = tessera.scaled_mm(a, w.t(), sa, sb, **kw)
+    assert got.shape == ref.shape and got.dtype == torch.bfloat16
+    assert rel_err(torch, got, ref) <= 1e-2
+
+
+def test_scaled_mm_epilogue_errors_name_the_argument(torch):
+    a = torch.ones(64, 256, device="cuda").to(torch.float8_e4m3fn)
+    s = torch.tensor(1.0, device="cuda")
+    with pytest.raises(ValueError, match=r"tessera\.scaled_mm: argument 'activation': expected None, 'relu'"):
+        tessera.scaled_mm(a, a.t(), s, s, activation="tanh")
+    with pytest.raises(ValueError, match=r"scaled_mm: argument 'residual': expected none with activation 'swiglu'"):
+        tessera.scaled_mm(a, torch.ones(128, 256, device="cuda").to(torch.float8_e4m3fn).t(), s, s,
+                          activation="swiglu", residual=torch.ones(64, 128, device="cuda", dtype=torch.bfloat16))
+
+
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("m,n,k", [(301, 528, 512), (128, 256, 16384), (333, 517, 200), (16, 4096, 1024),
                                    (63, 71, 100)])

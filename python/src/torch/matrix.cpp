@@ -87,18 +87,24 @@ std::tuple<at::Tensor, at::Tensor> matmul_preactivation(
   return {out, z};
 }
 
+// scaled_mm: out [M, N] (N / 2 with a gated activation) of out_dtype, bfloat16 by default.
 at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at::Tensor& scale_a,
                      const at::Tensor& scale_b, const OptTensor& bias,
-                     std::optional<at::ScalarType> out_dtype) {
+                     std::optional<at::ScalarType> out_dtype, const OptTensor& residual,
+                     c10::string_view activation) {
   const char* op = "scaled_mm";
-  TensorView b;
+  TensorView b, r;
   const TensorView a = view(op, "input", input), bv = view(op, "other", other);
   const TensorView sa = view(op, "scale_a", scale_a), sb = view(op, "scale_b", scale_b);
-  const TensorView* bp = optional_view(op, "bias", bias, b);
+  ScaledMmOptions o;
+  o.bias = optional_view(op, "bias", bias, b);
+  o.residual = optional_view(op, "residual", residual, r);
+  o.activation = activation_of(activation, op);
   const bool ok = input.dim() == 2 && other.dim() == 2;
-  at::Tensor out = at::empty(ok ? std::vector<int64_t>{input.size(0), other.size(1)} : std::vector<int64_t>{},
+  const int64_t n = ok ? (is_gated(o.activation) ? other.size(1) / 2 : other.size(1)) : 0;
+  at::Tensor out = at::empty(ok ? std::vector<int64_t>{input.size(0), n} : std::vector<int64_t>{},
                              input.options().dtype(out_dtype.value_or(at::kBFloat16)));
-  guarded([&] { tessera::scaled_mm(a, bv, sa, sb, view(op, "out", out), bp, stream_of(input)); });
+  guarded([&] { tessera::scaled_mm(a, bv, sa, sb, view(op, "out", out), o, stream_of(input)); });
   return out;
 }
 
@@ -602,7 +608,7 @@ at::Tensor mlp(const at::Tensor& input, const at::Tensor& w_in, const at::Tensor
 }
 at::Tensor scaled_mm(const at::Tensor& input, const at::Tensor& other, const at::Tensor& scale_a,
                      const at::Tensor& scale_b, std::optional<at::ScalarType> out_dtype) {
-  return torch_ops::scaled_mm(input, other, scale_a, scale_b, std::nullopt, out_dtype);
+  return torch_ops::scaled_mm(input, other, scale_a, scale_b, std::nullopt, out_dtype, std::nullopt, "none");
 }
 std::vector<at::Tensor> float8_quantize(const at::Tensor& input, c10::string_view granularity, bool columns,
                                         bool rows) {

@@ -367,9 +367,10 @@ const OpRegistrar kScaledMm = describe("scaled_mm", "matrix", "float8 GEMM with 
                                        "(torch._scaled_mm): out[i, j] = scale_a[i] * scale_b[j] * (A @ B)[i, j] + bias[j], "
                                        "scale_a of one element or [M, 1], scale_b of one element or [1, N] (both one kind); "
                                        "or block-wise (e4m3), scale_a [M, K / 128] and scale_b [K / 128, N / 128] or [K / 128, N] "
-                                       "(1 x 128 blocks, and 128 x 128 or 1 x 128), each block's sums scaled in float32")
+                                       "(1 x 128 blocks, and 128 x 128 or 1 x 128), each block's sums scaled in float32; "
+                                       "then matmul's epilogue: activation (swiglu, geglu: N / 2 columns) and residual")
     .schema("scaled_mm(Tensor input, Tensor other, Tensor scale_a, Tensor scale_b, *, Tensor? bias=None, "
-            "ScalarType? out_dtype=None) -> Tensor")
+            "ScalarType? out_dtype=None, Tensor? residual=None, str activation='none') -> Tensor")
     .dtypes({DType::float8_e4m3fn, DType::float8_e5m2});
 }  // namespace
 }  // namespace tessera
