@@ -29,7 +29,8 @@ float32 inputs follow torch's setting: exact float32 arithmetic under
 ``torch.set_float32_matmul_precision("highest")`` (the default), TF32 tensor cores where "high" or
 "medium" (or ``torch.backends.cuda.matmul.allow_tf32 = True``) allows it, read at each call.
 
-``scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=None)`` is ``torch._scaled_mm`` with
+``scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=None, residual=None, activation=None)``
+is ``torch._scaled_mm`` with
 per-tensor or row-wise scales: float8 ``a`` [M, K] (row-major) and ``b`` [K, N] (column-major, e.g.
 ``w.t()`` of a row-major [N, K] ``w``), float32 scales of one element each, or row-wise ones
 (``scale_a`` [M, 1], one per row of ``a``, and ``scale_b`` [1, N], one per column of ``b``,
@@ -43,7 +44,10 @@ block of a row of ``a``, and ``scale_b`` [ceil(K / 128), ceil(N / 128)], one per
 ``b`` (or [ceil(K / 128), N], one per 1 x 128 block of a column of ``b``: the weight gradient's
 layout, both operands activations), any strides: each 128-deep block of K is multiplied on its own, its float32 sums scaled by
 its blocks' scales and added to the others' in float32 (the promotion out of the tensor core
-that bounds the error at large K). A last partial block of K or N has its own scale.
+that bounds the error at large K). A last partial block of K or N has its own scale. After the
+scales, matmul's epilogue: ``activation`` of the scaled product plus bias (swiglu and geglu pair
+its columns, N / 2 out), then ``residual``, in the same kernel (the gated ones: the product,
+then the gated op).
 No autograd.
 
 Autograd: torch.ops.tessera.matmul's own (C++; a call that needs it without the torch ops is
